@@ -1,0 +1,1 @@
+"""Discrete-event simulator of RL steps with long-tail rollouts (SimPy)."""

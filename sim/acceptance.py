@@ -1,0 +1,44 @@
+"""Acceptance model: pure functions over a Profile's AcceptanceModel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.profile import AcceptanceModel
+
+
+@dataclass(frozen=True)
+class AcceptStats:
+    """Tokens emitted per verify pass (accepted drafts + the target's own token)."""
+
+    mean: float
+    var: float
+
+
+NO_SD = AcceptStats(1.0, 0.0)
+
+
+def cumulative_acceptance(alpha: float, shape: float, draft_len: int) -> list[float]:
+    """r_i = P(the first i drafted tokens are all accepted), i = 1..draft_len."""
+    return [alpha ** (i**shape) for i in range(1, draft_len + 1)]
+
+
+def accept_stats(r: list[float]) -> AcceptStats:
+    """Mean and variance of L = 1 + accepted, from cumulative acceptance (E[L] = 1 + sum r_i)."""
+    tail = [1.0] + list(r) + [0.0]
+    mean = 1.0 + sum(r)
+    second = sum((1 + j) ** 2 * (tail[j] - tail[j + 1]) for j in range(len(r) + 1))
+    return AcceptStats(mean, max(0.0, second - mean * mean))
+
+
+def eagle_alpha(m: AcceptanceModel, quality: float) -> float:
+    """The learned drafter's acceptance scale at a quality in [0, 1] (1 = aligned with the policy)."""
+    return m.eagle_alpha_cold + (m.eagle_alpha_fresh - m.eagle_alpha_cold) * quality
+
+
+def stats_for(m: AcceptanceModel, kind: str, quality: float, draft_len: int) -> AcceptStats:
+    if kind == "none" or draft_len == 0:
+        return NO_SD
+    if kind == "ngram":
+        return accept_stats(cumulative_acceptance(m.ngram_alpha, m.ngram_shape, draft_len))
+    return accept_stats(cumulative_acceptance(eagle_alpha(m, quality), m.eagle_shape, draft_len))

@@ -1,0 +1,112 @@
+"""What a simulation produces: per-worker timelines and per-step metrics, and how they are saved."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench.config import write_atomic
+
+STATES = ("decode", "decode_sd", "idle", "drafter_train", "train", "sync")
+TIMELINE_COLUMNS = ("step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes")
+
+
+@dataclass
+class Timeline:
+    """Intervals, appended as plain tuples (cheap in the hot loop), turned into a DataFrame once."""
+
+    rows: list[tuple] = field(default_factory=list)
+
+    def add(self, step: int, worker: int, start: float, end: float, state: str,
+            batch: int = 0, draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0) -> None:
+        if end <= start:
+            return  # zero-length: a worker that finished exactly as the rollout ended
+        self.rows.append((step, worker, start, end, state, batch, draft_len, tokens, passes))
+
+    def frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(self.rows, columns=list(TIMELINE_COLUMNS))
+        df["state"] = pd.Categorical(df["state"], categories=list(STATES))
+        return df
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    step: int
+    step_time_s: float
+    rollout_time_s: float
+    train_time_s: float
+    sync_time_s: float
+    bubble_fraction: float  # idle worker-seconds / worker-seconds in the rollout
+    drafter_train_fraction: float  # spot-training worker-seconds / worker-seconds in the rollout
+    mean_accept_len: float  # tokens per verify pass over passes that drafted (1.0 when none did)
+    sd_token_share: float  # share of tokens decoded with speculative decoding
+    tokens: int  # response tokens generated
+    tokens_per_s: float  # response tokens / rollout time
+    longest_response: int
+    clip_ratio: float
+    drafter_kind: str  # drafter used in this rollout
+    drafter_quality: float  # learned drafter's quality during this rollout
+    drafter_trained_tokens: float  # tokens the spot trainers put into the drafter
+
+
+def step_metrics(step: int, iv: pd.DataFrame, workers: int, lengths: np.ndarray, cap: int,
+                 kind: str, quality: float, trained: float) -> StepMetrics:
+    """Metrics of one step from its intervals (`iv`: the step's timeline rows)."""
+    dur = iv["end_s"] - iv["start_s"]
+    by_state = dur.groupby(iv["state"], observed=False).sum()
+    start, end = iv["start_s"].min(), iv["end_s"].max()
+    rollout_states = iv["state"].isin(["decode", "decode_sd", "idle", "drafter_train"])
+    rollout_end = iv.loc[rollout_states, "end_s"].max()
+    rollout = rollout_end - start
+    worker_s = rollout * workers
+    sd = iv["state"] == "decode_sd"
+    sd_passes = iv.loc[sd, "passes"].sum()
+    tokens = iv["tokens"].sum()
+    return StepMetrics(
+        step=step,
+        step_time_s=float(end - start),
+        rollout_time_s=float(rollout),
+        train_time_s=float(by_state["train"] / workers),
+        sync_time_s=float(by_state["sync"] / workers),
+        bubble_fraction=float(by_state["idle"] / worker_s) if worker_s else 0.0,
+        drafter_train_fraction=float(by_state["drafter_train"] / worker_s) if worker_s else 0.0,
+        mean_accept_len=float(iv.loc[sd, "tokens"].sum() / sd_passes) if sd_passes else 1.0,
+        sd_token_share=float(iv.loc[sd, "tokens"].sum() / tokens) if tokens else 0.0,
+        tokens=int(round(tokens)),
+        tokens_per_s=float(tokens / rollout) if rollout else 0.0,
+        longest_response=int(lengths.max()),
+        clip_ratio=float(np.mean(lengths >= cap)),
+        drafter_kind=kind,
+        drafter_quality=float(quality),
+        drafter_trained_tokens=float(trained),
+    )
+
+
+SUMMARY_FIELDS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len")
+
+
+@dataclass
+class PolicyRun:
+    """One policy simulated on one workload and seed."""
+
+    policy_name: str
+    steps: list[StepMetrics]
+    timeline: pd.DataFrame
+
+    def mean(self, name: str) -> float:
+        return float(np.mean([getattr(s, name) for s in self.steps]))
+
+    def summary(self) -> dict[str, float]:
+        return {name: self.mean(name) for name in SUMMARY_FIELDS + ("drafter_train_fraction", "tokens_per_s")}
+
+    def save(self, out_dir: Path) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        metrics = {"policy": self.policy_name, "mean": self.summary(), "steps": [asdict(s) for s in self.steps]}
+        write_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        tmp = out_dir / ".timeline.parquet.tmp"
+        self.timeline.to_parquet(tmp, index=False)
+        tmp.replace(out_dir / "timeline.parquet")

@@ -1,0 +1,1 @@
+"""TLT Workbench: contracts, calibration, tuning and the `tlt` command line."""

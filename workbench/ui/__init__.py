@@ -1,0 +1,1 @@
+"""Streamlit pages; app.py puts them together."""
