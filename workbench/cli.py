@@ -1,0 +1,168 @@
+"""The `tlt` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from workbench.config import ConfigError, write_atomic
+from workbench.policy import Policy, load_policy, policy_presets
+from workbench.profile import Profile, load_profile, profile_presets
+from workbench.workload import Workload, load_workload, workload_presets
+
+app = typer.Typer(help="TLT Workbench: simulate, calibrate, tune and run TLT for long-tail RL rollouts.",
+                  no_args_is_help=True, add_completion=False)
+bench_app = typer.Typer(help="Benchmarks (they print a table and, last, one line of JSON).", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+def _fail(exc: Exception) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def _load_inputs(workload: str, policies: str, profile: Optional[str]) -> tuple[Workload, list[Policy], Profile]:
+    """Everything is loaded and validated before any simulation starts or any file is written."""
+    try:
+        wl = load_workload(workload)
+        prof = load_profile(profile or wl.profile)
+        pols = [load_policy(p.strip()) for p in policies.split(",") if p.strip()]
+    except ConfigError as exc:
+        _fail(exc)
+    if not pols:
+        _fail(ValueError("--policy: give at least one policy name or file"))
+    names = [p.name for p in pols]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        _fail(ValueError(f"--policy: two policies are named {dupes[0]!r}; give each file a distinct 'name' field"))
+    return wl, pols, prof
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+@app.command()
+def sim(
+    workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
+    policy: str = typer.Option("baseline,static-sd,tlt", help="Comma-separated policy preset names or files; the first is the reference for speedups."),
+    steps: Optional[int] = typer.Option(None, min=1, help="RL steps to simulate (default: the workload's)."),
+    seed: int = typer.Option(0, help="Seed for every random choice; same seed, same result."),
+    out: Path = typer.Option(..., help="Output directory: summary.json and, per policy, NAME/metrics.json and NAME/timeline.parquet."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+) -> None:
+    """Simulate RL steps of a workload under one or more policies."""
+    from sim.simulator import simulate
+
+    wl, pols, prof = _load_inputs(workload, policy, profile)
+    n = steps or wl.steps
+    runs = []
+    for pol in pols:
+        t0 = time.perf_counter()
+        progress = lambda m, name=pol.name: typer.echo(  # noqa: E731
+            f"  {name}: step {m.step + 1}/{n}  step {m.step_time_s:,.1f}s  accept {m.mean_accept_len:.2f}", err=True)
+        run = simulate(wl, pol, prof, seed=seed, steps=n, on_step=progress)
+        typer.echo(f"simulated {pol.name} in {time.perf_counter() - t0:.2f}s", err=True)
+        runs.append(run)
+
+    ref = runs[0].mean("step_time_s")
+    summary = {"workload": wl.name, "profile": prof.name, "seed": seed, "steps": n, "policies": {}}
+    rows = []
+    for run in runs:
+        s = run.summary()
+        entry = {k: s[k] for k in ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len")}
+        entry["speedup_vs_first"] = ref / s["step_time_s"]
+        summary["policies"][run.policy_name] = entry
+        run.save(out / run.policy_name)
+        rows.append([run.policy_name, f"{s['step_time_s']:,.1f}", f"{s['rollout_time_s']:,.1f}",
+                     f"{s['bubble_fraction']:.3f}", f"{s['drafter_train_fraction']:.3f}",
+                     f"{s['mean_accept_len']:.2f}", f"{entry['speedup_vs_first']:.2f}x"])
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed}")
+    typer.echo(_table(rows, ["policy", "step s", "rollout s", "bubble", "spot-train", "accept len", "speedup"]))
+    typer.echo(f"wrote {out}/summary.json")
+
+
+@app.command()
+def presets() -> None:
+    """List the named presets."""
+    typer.echo("workloads: " + ", ".join(workload_presets()))
+    typer.echo("policies:  " + ", ".join(policy_presets()))
+    typer.echo("profiles:  " + ", ".join(profile_presets()))
+
+
+@app.command()
+def check(
+    kind: str = typer.Argument(..., help="policy, workload or profile"),
+    path: str = typer.Argument(..., help="Preset name or YAML/JSON file"),
+) -> None:
+    """Validate a policy, workload or profile file and print it back in full."""
+    import yaml
+
+    from workbench.config import to_mapping
+
+    loaders = {"policy": load_policy, "workload": load_workload, "profile": load_profile}
+    if kind not in loaders:
+        _fail(ValueError(f"kind {kind!r}: allowed: policy, workload, profile"))
+    try:
+        obj = loaders[kind](path)
+    except ConfigError as exc:
+        _fail(exc)
+    typer.echo(yaml.safe_dump(to_mapping(obj), sort_keys=False), nl=False)
+
+
+@bench_app.command("sim")
+def bench_sim(
+    workload: str = typer.Option("paper-32b-128gpu", help="Workload to time."),
+    policy: str = typer.Option("tlt", help="Policy to time (tlt is the costliest: bandit decisions, spot training)."),
+    steps: int = typer.Option(3, min=1),
+    seed: int = typer.Option(0),
+) -> None:
+    """Time the simulator, and how its cost grows with workers x sequences."""
+    from sim.simulator import simulate
+
+    wl, pols, prof = _load_inputs(workload, policy, None)
+    pol = pols[0]
+    t0 = time.perf_counter()
+    simulate(wl, pol, prof, seed=seed, steps=steps)
+    per_step = (time.perf_counter() - t0) / steps
+
+    # Scale workers (and prompts with them, so each engine keeps its load) from
+    # a quarter to 8x: the cost per step should grow linearly in workers x sequences.
+    rows, points = [], []
+    for factor in (0.25, 0.5, 1, 2, 4, 8):
+        workers = max(1, round(wl.workers * factor))
+        scaled = replace(wl, workers=workers, prompts_per_step=max(1, round(wl.prompts_per_step * workers / wl.workers)))
+        t0 = time.perf_counter()
+        simulate(scaled, pol, prof, seed=seed, steps=1)
+        secs = time.perf_counter() - t0
+        work = scaled.workers * scaled.sequences_per_step
+        points.append((work, secs))
+        rows.append([str(scaled.workers), str(scaled.sequences_per_step), f"{secs:.3f}", f"{secs / work * 1e6:.3f}"])
+    import numpy as np
+
+    slope = float(np.polyfit(np.log([p[0] for p in points]), np.log([p[1] for p in points]), 1)[0])
+    # Against sequences alone (each engine's load fixed) the cost should be ~linear.
+    seqs = [int(r[1]) for r in rows]
+    slope_seq = float(np.polyfit(np.log(seqs), np.log([p[1] for p in points]), 1)[0])
+    typer.echo(f"{wl.name} / {pol.name}: {per_step:.3f} s per simulated step ({steps} steps)")
+    typer.echo(_table(rows, ["workers", "sequences", "seconds/step", "us per worker*seq"]))
+    typer.echo(f"growth exponent of cost in workers x sequences: {slope:.2f}; in sequences: {slope_seq:.2f}")
+    typer.echo(json.dumps({"workload": wl.name, "policy": pol.name, "seconds_per_step": round(per_step, 4),
+                           "exponent_workers_x_sequences": round(slope, 3), "exponent_sequences": round(slope_seq, 3)}))
+
+
+def main() -> None:  # pragma: no cover - console entry when run as a module
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+"""What-if page: simulate scheduling policies on a workload and compare them.
+
+Pick a workload (preset or file) and edit its key fields, pick policies
+(presets or files), a profile, steps and a seed; "Run simulation" runs
+`sim.simulator.simulate` once per policy. Results live in st.session_state,
+so moving a widget re-renders them without simulating again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+import yaml
+
+from sim.results import PolicyRun
+from sim.simulator import simulate
+from workbench.config import ConfigError, FieldError, from_mapping, to_mapping
+from workbench.policy import Policy, load_policy, policy_presets
+from workbench.profile import Profile, load_profile, profile_presets
+from workbench.ui.charts import gantt_figure, step_lines_figure
+from workbench.workload import Workload, load_workload, workload_presets
+
+DEFAULT_POLICIES = ("baseline", "static-sd", "tlt")
+MAX_GANTT_WORKERS = 64
+_CACHE_SIZE = 32  # simulated (workload, policy, profile, seed, steps) kept per session
+_STATE_CACHE = "whatif_cache"
+_STATE_RESULT = "whatif_result"
+
+# (field, label, kind, step, format, help): the Workload fields the page lets a user edit.
+_WORKLOAD_FIELDS = (
+    ("workers", "Workers (rollout engines)", int, 1, None, "Data-parallel rollout engines."),
+    ("gpus_per_worker", "GPUs per worker", int, 1, None, "Tensor parallelism of one engine."),
+    ("prompts_per_step", "Prompts per step", int, 1, None, None),
+    ("group_size", "Group size (samples per prompt)", int, 1, None, "GRPO's n."),
+    ("max_response_tokens", "Max response tokens", int, 1024, None, "The response-length cap."),
+    ("max_batch", "Max batch per engine", int, 8, None, "Most sequences an engine decodes at once (vLLM max_num_seqs)."),
+)
+_LENGTH_FIELDS = (
+    ("clip_ratio", "Clip ratio", float, 0.005, "%.3f", "Share of responses that hit the cap at step 0."),
+    ("sigma", "Sigma (log-sd of lengths)", float, 0.05, "%.2f", "Spread of the lognormal length body."),
+    ("group_correlation", "Group correlation", float, 0.05, "%.2f", "Share of log-variance shared within a prompt's group."),
+    ("drift_per_step", "Drift per step", float, 0.001, "%.4f", "Log-length growth per RL step."),
+)
+
+_TABLE_COLUMNS = {
+    "step_time_s": st.column_config.NumberColumn("Step time (s)", format="%.1f", help="Mean RL step: rollout + training + weight sync."),
+    "rollout_time_s": st.column_config.NumberColumn("Rollout (s)", format="%.1f"),
+    "bubble_fraction": st.column_config.NumberColumn("Bubble", format="percent", help="Idle worker-time / worker-time in the rollout."),
+    "mean_accept_len": st.column_config.NumberColumn("Accepted len", format="%.2f", help="Tokens per verify pass over SD passes (1 = no SD)."),
+    "drafter_train_fraction": st.column_config.NumberColumn("Spot training", format="percent", help="Rollout worker-time spent training the drafter."),
+    "tokens_per_s": st.column_config.NumberColumn("Tokens/s", format="%.0f", help="Response tokens / rollout time."),
+    "speedup": st.column_config.NumberColumn("Speedup", format="%.2fx", help="First policy's mean step time / this policy's."),
+}
+
+
+@dataclass
+class _Result:
+    """One press of "Run simulation"."""
+
+    signature: str
+    workload: Workload
+    profile: Profile
+    seed: int
+    steps: int
+    labels: list[str]
+    policies: list[Policy]
+    runs: list[PolicyRun]
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()[:10]
+
+
+def _parse_upload(cls: type, upload) -> Any:
+    """A contract from an uploaded YAML/JSON file; ConfigError on any problem."""
+    raw = upload.getvalue()
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))  # YAML is a superset of JSON
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(upload.name, "<file>", "unparseable", f"valid YAML/JSON ({exc})") from None
+    return from_mapping(cls, data, source=upload.name)
+
+
+def _base_workload() -> tuple[Workload | None, str]:
+    """The chosen preset or uploaded workload, and an id that changes when the choice does."""
+    presets = workload_presets()
+    source = st.radio("Workload", ["Preset", "File"], horizontal=True, key="whatif_wl_source",
+                      help="A named preset, or a workload YAML/JSON file of your own.")
+    if source == "Preset":
+        default = presets.index("paper-7b-8gpu") if "paper-7b-8gpu" in presets else 0
+        name = st.selectbox("Workload preset", presets, index=default, key="whatif_wl_preset")
+        try:
+            return load_workload(name), f"preset:{name}"
+        except (ConfigError, FieldError) as exc:
+            st.error(f"Workload preset '{name}' is invalid: {exc}")
+            return None, ""
+    upload = st.file_uploader("Workload file", type=["yaml", "yml", "json"], key="whatif_wl_file")
+    if upload is None:
+        st.info("Upload a workload YAML/JSON file (same fields as the presets).")
+        return None, ""
+    try:
+        return _parse_upload(Workload, upload), f"file:{upload.name}:{_digest(upload.getvalue())}"
+    except (ConfigError, FieldError) as exc:
+        st.error(f"Workload file rejected: {exc}")
+        return None, ""
+
+
+def _edit_workload(base: Workload, base_id: str) -> Workload | None:
+    """Number inputs over the key fields; the edited, fully validated Workload, or None (error shown)."""
+    with st.expander(f"Workload fields: {base.name}", expanded=False):
+        if base.description:
+            st.caption(base.description)
+        values: dict[str, Any] = {}
+        cols = st.columns(3)
+        for i, (name, label, kind, step, fmt, hlp) in enumerate(_WORKLOAD_FIELDS):
+            with cols[i % 3]:
+                values[name] = st.number_input(label, value=kind(getattr(base, name)), step=kind(step), format=fmt,
+                                               help=hlp, key=f"whatif_wl:{base_id}:{name}")
+        st.markdown("**Response-length model**")
+        length_values: dict[str, Any] = {}
+        cols = st.columns(4)
+        for i, (name, label, kind, step, fmt, hlp) in enumerate(_LENGTH_FIELDS):
+            with cols[i % 4]:
+                length_values[name] = st.number_input(label, value=kind(getattr(base.lengths, name)), step=kind(step),
+                                                      format=fmt, help=hlp, key=f"whatif_wl:{base_id}:lengths.{name}")
+    try:
+        edited = replace(base, **values, lengths=replace(base.lengths, **length_values))
+        edited.check()
+        # Workload.check() covers its own fields; from_mapping re-checks the nested length model too.
+        edited = from_mapping(Workload, to_mapping(edited))
+    except (ConfigError, FieldError) as exc:
+        st.error(f"Invalid workload: {exc}")
+        return None
+    st.caption(f"{edited.workers} workers x {edited.gpus_per_worker} GPUs = {edited.gpus} GPUs; "
+               f"{edited.sequences_per_step:,} sequences per step, up to {edited.max_response_tokens:,} tokens each.")
+    return edited
+
+
+def _unique(label: str, taken: set[str]) -> str:
+    out, i = label, 2
+    while out in taken:
+        out, i = f"{label} ({i})", i + 1
+    return out
+
+
+def _pick_policies() -> tuple[list[str], list[Policy]]:
+    """Chosen presets (in the order picked) then valid uploaded files; labels are unique."""
+    presets = policy_presets()
+    default = [p for p in DEFAULT_POLICIES if p in presets]
+    names = st.multiselect("Policies", presets, default=default, key="whatif_policies",
+                           help="Speedups are relative to the first policy in this list.")
+    uploads = st.file_uploader("Extra policy files (run after the presets)", type=["yaml", "yml", "json"],
+                               accept_multiple_files=True, key="whatif_policy_files")
+    labels: list[str] = []
+    policies: list[Policy] = []
+    for name in names:
+        try:
+            policies.append(load_policy(name))
+            labels.append(name)
+        except (ConfigError, FieldError) as exc:
+            st.error(f"Policy preset '{name}' is invalid: {exc}")
+    for upload in uploads or []:
+        try:
+            policy = _parse_upload(Policy, upload)
+        except (ConfigError, FieldError) as exc:
+            st.error(f"Policy file rejected: {exc}")
+            continue
+        label = policy.name if policy.name not in labels else f"{policy.name} ({upload.name})"
+        label = _unique(label, set(labels))
+        labels.append(label)
+        policies.append(policy.with_name(label))
+    return labels, policies
+
+
+def _pick_profile(workload: Workload | None, wl_id: str) -> Profile | None:
+    presets = profile_presets()
+    options = list(presets)
+    own = workload.profile if workload is not None else None
+    if own and own not in options:
+        options.insert(0, own)  # a profile file named by the workload
+    index = options.index(own) if own in options else 0
+    name = st.selectbox("Profile", options, index=index, key=f"whatif_profile:{wl_id}",
+                        help="Cost and acceptance model of one engine; defaults to the workload's own.")
+    try:
+        profile = load_profile(name)
+    except (ConfigError, FieldError) as exc:
+        st.error(f"Profile '{name}' cannot be loaded: {exc}. Pick a preset profile.")
+        return None
+    if profile.description:
+        st.caption(profile.description)
+    return profile
+
+
+# ---------------------------------------------------------------- running
+
+
+def _key(workload: Workload, policy: Policy, profile: Profile, seed: int, steps: int) -> str:
+    return json.dumps([to_mapping(workload), to_mapping(policy), to_mapping(profile), seed, steps],
+                      sort_keys=True, default=str)
+
+
+def _signature(workload: Workload, labels: list[str], policies: list[Policy], profile: Profile,
+               seed: int, steps: int) -> str:
+    keys = [_key(workload, p, profile, seed, steps) for p in policies]
+    return _digest(json.dumps([labels, keys]).encode())
+
+
+def _run(workload: Workload, labels: list[str], policies: list[Policy], profile: Profile,
+         seed: int, steps: int) -> _Result | None:
+    cache: OrderedDict = st.session_state.setdefault(_STATE_CACHE, OrderedDict())
+    bar = st.progress(0.0, text="Simulating…")
+    runs: list[PolicyRun] = []
+    n = len(policies)
+    for i, (label, policy) in enumerate(zip(labels, policies)):
+        key = _key(workload, policy, profile, seed, steps)
+        if key in cache:
+            cache.move_to_end(key)
+            runs.append(cache[key])
+            bar.progress((i + 1) / n, text=f"{label}: cached")
+            continue
+
+        def on_step(m, i=i, label=label):
+            bar.progress(min(1.0, (i + (m.step + 1) / steps) / n), text=f"{label}: step {m.step + 1}/{steps}")
+
+        bar.progress(i / n, text=f"Simulating {label} ({i + 1}/{n})…")
+        try:
+            run = simulate(workload, policy, profile, seed=seed, steps=steps, on_step=on_step)
+        except Exception as exc:  # a simulator bug must not take the page down
+            bar.empty()
+            st.error(f"Simulating '{label}' failed: {type(exc).__name__}: {exc}")
+            return None
+        cache[key] = run
+        while len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+        runs.append(run)
+    bar.empty()
+    return _Result(_signature(workload, labels, policies, profile, seed, steps),
+                   workload, profile, seed, steps, labels, policies, runs)
+
+
+# ---------------------------------------------------------------- results
+
+
+def _metrics_table(res: _Result) -> pd.DataFrame:
+    ref = res.runs[0].mean("step_time_s")
+    rows = []
+    for label, run in zip(res.labels, res.runs):
+        s = run.summary()
+        rows.append({"policy": label, **{k: s[k] for k in _TABLE_COLUMNS if k in s},
+                     "speedup": ref / s["step_time_s"] if s["step_time_s"] else float("nan")})
+    return pd.DataFrame(rows).set_index("policy")[list(_TABLE_COLUMNS)]
+
+
+def _per_step(res: _Result) -> pd.DataFrame:
+    return pd.DataFrame([{"policy": label, **asdict(m)} for label, run in zip(res.labels, res.runs) for m in run.steps])
+
+
+def _summary_json(res: _Result, table: pd.DataFrame) -> str:
+    out = {
+        "workload": to_mapping(res.workload),
+        "profile": res.profile.name,
+        "seed": res.seed,
+        "steps": res.steps,
+        "reference_policy": res.labels[0],
+        "policies": [
+            {"label": label, "policy": to_mapping(policy), "mean": run.summary(),
+             "speedup": float(table.loc[label, "speedup"]), "steps": [asdict(m) for m in run.steps]}
+            for label, policy, run in zip(res.labels, res.policies, res.runs)
+        ],
+    }
+    return json.dumps(out, indent=2) + "\n"
+
+
+def _parquet(df: pd.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def _show_tiles(res: _Result, table: pd.DataFrame) -> None:
+    first, last = res.labels[0], res.labels[-1]
+    a, b = table.loc[first], table.loc[last]
+    cols = st.columns(4)
+    cols[0].metric(f"Step-time speedup: {last} vs {first}", f"{b['speedup']:.2f}x",
+                   help="Mean step time of the first policy / mean step time of the last.")
+    rollout = a["rollout_time_s"] / b["rollout_time_s"] if b["rollout_time_s"] else float("nan")
+    cols[1].metric("Rollout speedup", f"{rollout:.2f}x", help="Rollout phase only (training and sync are unchanged).")
+    cols[2].metric(f"Bubble: {last}", f"{b['bubble_fraction']:.1%}",
+                   delta=f"{(b['bubble_fraction'] - a['bubble_fraction']) * 100:+.1f} pts vs {first}", delta_color="inverse")
+    cols[3].metric(f"Accepted length: {last}", f"{b['mean_accept_len']:.2f}",
+                   delta=f"{b['mean_accept_len'] - a['mean_accept_len']:+.2f} vs {first}")
+
+
+def _show_gantts(res: _Result) -> None:
+    st.subheader("Worker timelines")
+    st.caption("Each bar is what a worker did. Red = idle (a bubble): the worker finished its share and waits for "
+               "the slowest one. TLT fills that time with drafter spot training (orange).")
+    # Step lengths per policy, to put every policy's chart on one x scale for the same step.
+    spans = {(label, m.step): m.step_time_s for label, run in zip(res.labels, res.runs) for m in run.steps}
+    tabs = st.tabs(res.labels)
+    for tab, label, run in zip(tabs, res.labels, res.runs):
+        with tab:
+            steps = sorted(int(s) for s in run.timeline["step"].unique())
+            c1, c2 = st.columns([1, 3])
+            step = c1.selectbox("RL step", steps, index=0, key=f"whatif_gantt_step:{label}")
+            x_max = max(spans.get((other, step), 0.0) for other in res.labels) or None
+            rows = run.timeline[run.timeline["step"] == step]
+            workers = res.workload.workers
+            if workers > MAX_GANTT_WORKERS:
+                c2.info(f"Showing the first {MAX_GANTT_WORKERS} of {workers} workers.")
+            fig = gantt_figure(rows, title=f"{label}: step {step}", max_workers=MAX_GANTT_WORKERS,
+                               x_max=x_max * 1.01 if x_max else None)
+            st.plotly_chart(fig, key=f"whatif_gantt:{label}", width="stretch")
+            st.download_button(f"Download {label} timeline (parquet)", _parquet(run.timeline),
+                               file_name=f"timeline-{_slug(res.workload.name)}-{_slug(label)}.parquet",
+                               mime="application/vnd.apache.parquet", key=f"whatif_dl_tl:{label}",
+                               on_click="ignore")
+
+
+def _show_result(res: _Result, current_signature: str | None) -> None:
+    st.divider()
+    st.subheader("Results")
+    st.caption(f"Workload **{res.workload.name}** · profile **{res.profile.name}** · "
+               f"{res.steps} step(s) · seed {res.seed}")
+    if current_signature is not None and current_signature != res.signature:
+        st.info("The inputs changed since this run; press **Run simulation** to update.")
+    table = _metrics_table(res)
+    _show_tiles(res, table)
+    st.dataframe(table, column_config=_TABLE_COLUMNS, width="stretch")
+    st.caption(f"Means over the simulated steps. Speedup = {res.labels[0]}'s mean step time / the policy's "
+               "(above 1: faster). A bubble is rollout time a worker spends idle, waiting for the slowest worker.")
+    st.download_button("Download summary (JSON)", _summary_json(res, table),
+                       file_name=f"whatif-{_slug(res.workload.name)}.json", mime="application/json",
+                       key="whatif_dl_summary", on_click="ignore")
+
+    st.subheader("Per step")
+    st.plotly_chart(step_lines_figure(_per_step(res), res.labels), key="whatif_steps", width="stretch")
+    st.caption("A learned drafter improves over the steps as idle workers train it; lengths can drift upward.")
+    _show_gantts(res)
+
+
+# ---------------------------------------------------------------- page
+
+
+def render() -> None:
+    st.title("What-if")
+    st.caption("Simulate RL steps of a long-tail rollout under different speculative-decoding policies, "
+               "and see how much each would speed training up on your cluster and workload.")
+
+    col_wl, col_pol, col_run = st.columns([1.2, 1.2, 1])
+    with col_wl:
+        base, base_id = _base_workload()
+    with col_pol:
+        labels, policies = _pick_policies()
+    with col_run:
+        profile = _pick_profile(base, base_id)
+        c1, c2 = st.columns(2)
+        steps = int(c1.number_input("Steps", min_value=1, max_value=100, value=3, step=1, key="whatif_steps_n"))
+        seed = int(c2.number_input("Seed", min_value=0, value=1, step=1, key="whatif_seed"))
+
+    workload = _edit_workload(base, base_id) if base is not None else None
+
+    problems = []
+    if workload is None:
+        problems.append("a valid workload")
+    if profile is None:
+        problems.append("a valid profile")
+    if not policies:
+        problems.append("at least one policy")
+    ready = not problems
+    signature = _signature(workload, labels, policies, profile, seed, steps) if ready else None
+
+    if st.button("Run simulation", type="primary", disabled=not ready, key="whatif_run"):
+        result = _run(workload, labels, policies, profile, seed, steps)
+        if result is not None:
+            st.session_state[_STATE_RESULT] = result
+    if not ready:
+        st.warning("To run, choose " + ", ".join(problems) + ".")
+
+    result: _Result | None = st.session_state.get(_STATE_RESULT)
+    if result is not None:
+        _show_result(result, signature)
+    elif ready:
+        st.info("Press **Run simulation** to compare the policies.")
