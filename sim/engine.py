@@ -16,14 +16,18 @@ _EPS = 1e-9
 
 
 class EngineBatch:
-    def __init__(self, lengths: list[int], prompt_tokens: int, max_batch: int):
-        self.lengths = lengths
-        self.prompt_tokens = prompt_tokens
+    """`remaining[i]` tokens still to generate for sequence i, whose context starts at `context[i]`
+    (its prompt, plus what an earlier, aborted rollout already generated)."""
+
+    def __init__(self, remaining: list[float], context: list[int], max_batch: int):
+        self.remaining = remaining
+        self.context = context
         self.max_batch = max_batch
-        self.pending = deque(range(len(lengths)))
+        self.pending = deque(range(len(remaining)))
         self.finish_at: list[tuple[float, int]] = []  # heap of (progress threshold, sequence index)
+        self.admitted_at: dict[int, float] = {}  # active sequence -> progress when admitted
         self.progress = 0.0
-        self._admit_sum = 0.0  # sum of admission progress over active sequences
+        self._base_sum = 0.0  # over active sequences: starting context - admission progress
 
     @property
     def batch(self) -> int:
@@ -34,18 +38,26 @@ class EngineBatch:
         return not self.finish_at and not self.pending
 
     def admit(self) -> int:
-        """Fill free slots from the queue; returns the prompt tokens to prefill."""
-        admitted = 0
+        """Fill free slots from the queue; returns the context tokens to prefill."""
+        prefill = 0
         while self.pending and len(self.finish_at) < self.max_batch:
             i = self.pending.popleft()
-            heapq.heappush(self.finish_at, (self.progress + self.lengths[i], i))
-            self._admit_sum += self.progress
-            admitted += 1
-        return admitted * self.prompt_tokens
+            heapq.heappush(self.finish_at, (self.progress + self.remaining[i], i))
+            self.admitted_at[i] = self.progress
+            self._base_sum += self.context[i] - self.progress
+            prefill += self.context[i]
+        return prefill
 
     def mean_context(self) -> float:
-        """Mean prompt + generated tokens over the active sequences."""
-        return self.prompt_tokens + self.progress - self._admit_sum / len(self.finish_at)
+        """Mean context (prompt + generated tokens) over the active sequences."""
+        return self.progress + self._base_sum / len(self.finish_at)
+
+    def generated(self, i: int) -> float:
+        """Tokens sequence i has generated in this engine so far (0 if never admitted)."""
+        return self.progress - self.admitted_at[i] if i in self.admitted_at else 0.0
+
+    def unfinished(self) -> list[int]:
+        return [i for _, i in self.finish_at] + list(self.pending)
 
     def tokens_to_next_finish(self) -> float:
         return max(0.0, self.finish_at[0][0] - self.progress)
@@ -55,7 +67,7 @@ class EngineBatch:
         self.progress += per_seq_tokens
         finished = []
         while self.finish_at and self.finish_at[0][0] <= self.progress + _EPS:
-            threshold, i = heapq.heappop(self.finish_at)
-            self._admit_sum -= threshold - self.lengths[i]
+            _, i = heapq.heappop(self.finish_at)
+            self._base_sum -= self.context[i] - self.admitted_at.pop(i)
             finished.append(i)
         return finished

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import brentq
@@ -41,8 +42,12 @@ def clip_ratio_at(m: LengthModel, cap: int, log_median: float) -> float:
 
 def log_median(m: LengthModel, cap: int, step: int = 0) -> float:
     """Median log-length of correct answers at `step`: solved from clip_ratio at step 0, then drifting."""
-    mu0 = brentq(lambda mu: clip_ratio_at(m, cap, mu) - m.clip_ratio, -20.0, math.log(cap) + 20.0)
-    return mu0 + m.drift_per_step * step
+    return _log_median_step0(m, cap) + m.drift_per_step * step
+
+
+@lru_cache(maxsize=64)
+def _log_median_step0(m: LengthModel, cap: int) -> float:
+    return brentq(lambda mu: clip_ratio_at(m, cap, mu) - m.clip_ratio, -20.0, math.log(cap) + 20.0)
 
 
 def observed_group_correlation(m: LengthModel) -> float:

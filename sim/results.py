@@ -12,7 +12,7 @@ import pandas as pd
 from workbench.config import write_atomic
 
 STATES = ("decode", "decode_sd", "idle", "drafter_train", "train", "sync")
-TIMELINE_COLUMNS = ("step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes")
+TIMELINE_COLUMNS = ("step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes", "context")
 
 
 @dataclass
@@ -22,10 +22,10 @@ class Timeline:
     rows: list[tuple] = field(default_factory=list)
 
     def add(self, step: int, worker: int, start: float, end: float, state: str,
-            batch: int = 0, draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0) -> None:
+            batch: int = 0, draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0, context: float = 0.0) -> None:
         if end <= start:
             return  # zero-length: a worker that finished exactly as the rollout ended
-        self.rows.append((step, worker, start, end, state, batch, draft_len, tokens, passes))
+        self.rows.append((step, worker, start, end, state, batch, draft_len, tokens, passes, context))
 
     def frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.rows, columns=list(TIMELINE_COLUMNS))
@@ -51,11 +51,27 @@ class StepMetrics:
     drafter_kind: str  # drafter used in this rollout
     drafter_quality: float  # learned drafter's quality during this rollout
     drafter_trained_tokens: float  # tokens the spot trainers put into the drafter
+    round_kind: str = "sync"  # sync; partial (APRIL); short or long round (tail batching)
+    groups_trained: int = 0  # prompt groups complete and trained on this step
+    groups_left: int = 0  # groups left unfinished: carried to the next step (partial) or deferred (tail batching)
 
 
-def step_metrics(step: int, iv: pd.DataFrame, workers: int, lengths: np.ndarray, cap: int,
-                 kind: str, quality: float, trained: float) -> StepMetrics:
+@dataclass(frozen=True)
+class StepInfo:
+    """What the simulator knows of a step besides its intervals."""
+
+    lengths: np.ndarray  # lengths of the responses trained on
+    drafter_kind: str
+    drafter_quality: float
+    trained_tokens: float
+    round_kind: str
+    groups_trained: int
+    groups_left: int
+
+
+def step_metrics(step: int, iv: pd.DataFrame, workers: int, cap: int, info: StepInfo) -> StepMetrics:
     """Metrics of one step from its intervals (`iv`: the step's timeline rows)."""
+    lengths = info.lengths
     dur = iv["end_s"] - iv["start_s"]
     by_state = dur.groupby(iv["state"], observed=False).sum()
     start, end = iv["start_s"].min(), iv["end_s"].max()
@@ -65,7 +81,8 @@ def step_metrics(step: int, iv: pd.DataFrame, workers: int, lengths: np.ndarray,
     worker_s = rollout * workers
     sd = iv["state"] == "decode_sd"
     sd_passes = iv.loc[sd, "passes"].sum()
-    tokens = iv["tokens"].sum()
+    sd_tokens = iv.loc[sd, "tokens"].sum()
+    tokens = sd_tokens + iv.loc[iv["state"] == "decode", "tokens"].sum()  # same grouping as sd_tokens: share <= 1
     return StepMetrics(
         step=step,
         step_time_s=float(end - start),
@@ -74,15 +91,18 @@ def step_metrics(step: int, iv: pd.DataFrame, workers: int, lengths: np.ndarray,
         sync_time_s=float(by_state["sync"] / workers),
         bubble_fraction=float(by_state["idle"] / worker_s) if worker_s else 0.0,
         drafter_train_fraction=float(by_state["drafter_train"] / worker_s) if worker_s else 0.0,
-        mean_accept_len=float(iv.loc[sd, "tokens"].sum() / sd_passes) if sd_passes else 1.0,
-        sd_token_share=float(iv.loc[sd, "tokens"].sum() / tokens) if tokens else 0.0,
+        mean_accept_len=float(sd_tokens / sd_passes) if sd_passes else 1.0,
+        sd_token_share=float(sd_tokens / tokens) if tokens else 0.0,
         tokens=int(round(tokens)),
         tokens_per_s=float(tokens / rollout) if rollout else 0.0,
-        longest_response=int(lengths.max()),
-        clip_ratio=float(np.mean(lengths >= cap)),
-        drafter_kind=kind,
-        drafter_quality=float(quality),
-        drafter_trained_tokens=float(trained),
+        longest_response=int(lengths.max()) if len(lengths) else 0,
+        clip_ratio=float(np.mean(lengths >= cap)) if len(lengths) else 0.0,
+        drafter_kind=info.drafter_kind,
+        drafter_quality=float(info.drafter_quality),
+        drafter_trained_tokens=float(info.trained_tokens),
+        round_kind=info.round_kind,
+        groups_trained=info.groups_trained,
+        groups_left=info.groups_left,
     )
 
 

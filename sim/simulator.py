@@ -8,15 +8,19 @@ of lengths, costs, acceptance and drafter learning are pure functions
 (`sim.lengths`, `sim.costs`, `sim.acceptance`, `sim.drafter`); this module
 only decides when things happen.
 
-Random numbers: lengths come from (seed, step) alone, so every policy sees the
-same responses (common random numbers); bandits and acceptance noise have
-their own streams per worker.
+Rollout modes (Policy.rollout): `sync` runs every response to the end;
+`partial` (APRIL) and `tail_batching` (RollPacker) launch extra prompts and
+interrupt the decoders once enough groups are complete.
+
+Random numbers: each prompt's responses come from (seed, step, prompt index)
+alone, so every policy sees the same responses (common random numbers);
+bandits and acceptance noise have their own streams per worker.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -27,20 +31,31 @@ from sim.costs import draft_step_s, prefill_s, train_phase_s, verify_step_s
 from sim.drafter import DrafterState, active_kind, after_policy_update, after_training, initial_state
 from sim.engine import EngineBatch
 from sim.lengths import StepLengths, sample_step
-from sim.results import PolicyRun, StepMetrics, Timeline, step_metrics
+from sim.results import PolicyRun, StepInfo, StepMetrics, Timeline, step_metrics
 from workbench.bandit import SD_OFF_BUCKET, Bandit, make_bandit
 from workbench.policy import Policy
 from workbench.profile import Profile
 from workbench.workload import Workload
 
-# Stream ids for numpy SeedSequence([seed, stream, index]).
+# Stream ids for numpy SeedSequence([seed, stream, ...]).
 _LENGTHS, _BANDIT, _NOISE = 0, 1, 2
 
 
+def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt: int = 0) -> StepLengths:
+    """The responses of the `index`-th new prompt of `step` (a re-run of a deferred prompt is a new attempt).
+
+    Each prompt has its own random stream, so a prompt's responses are the same
+    whichever policy or rollout mode meets it (common random numbers).
+    """
+    rng = np.random.default_rng([seed, _LENGTHS, step, index, attempt])
+    return sample_step(workload.lengths, workload.max_response_tokens, 1, workload.group_size, step, rng)
+
+
 def step_lengths(workload: Workload, seed: int, step: int) -> StepLengths:
-    rng = np.random.default_rng([seed, _LENGTHS, step])
-    return sample_step(workload.lengths, workload.max_response_tokens, workload.prompts_per_step,
-                       workload.group_size, step, rng)
+    """A synchronous step's responses, prompt-major."""
+    groups = [group_lengths(workload, seed, step, j) for j in range(workload.prompts_per_step)]
+    return StepLengths(np.concatenate([g.lengths for g in groups]), np.concatenate([g.correct for g in groups]),
+                       np.repeat(np.arange(len(groups)), workload.group_size))
 
 
 def shard(n: int, workers: int) -> list[range]:
@@ -50,16 +65,56 @@ def shard(n: int, workers: int) -> list[range]:
 
 
 @dataclass
+class _Group:
+    """One prompt's group of responses, possibly spread over several rollouts."""
+
+    key: tuple[int, int]  # (step it was drawn at, index): its identity when deferred
+    lengths: np.ndarray
+    generated: np.ndarray  # tokens generated so far per response (carried over by partial rollouts)
+    attempt: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return bool(np.all(self.generated >= self.lengths))
+
+
+@dataclass
+class _Seq:
+    group: int  # index into the rollout's groups
+    member: int  # index within the group
+
+
+@dataclass
 class _Rollout:
     """What the workers of one rollout share."""
 
     step: int
     kind: str  # drafter in use
     accept: dict[int, AcceptStats]  # draft length -> tokens per verify pass
-    done: simpy.Event  # the last worker finished decoding
+    groups: list[_Group]
+    seqs: list[_Seq]
+    stop_at: int | None  # stop once this many groups are complete (None: run to the end)
+    done: simpy.Event  # decoding is over
+    stop: simpy.Event  # enough groups are complete
     spot_open: simpy.Event  # enough workers are idle to start spot training
+    left: list[int] = field(default_factory=list)  # responses still to finish per group
+    complete_groups: int = 0
     idle_workers: int = 0
     trained_tokens: float = 0.0
+    generated: float = 0.0  # response tokens generated in this rollout
+
+    def __post_init__(self):
+        self.left = [int(np.sum(g.generated < g.lengths)) for g in self.groups]
+        self.complete_groups = sum(1 for n in self.left if n == 0)
+
+    def finished(self, seq: _Seq) -> None:
+        g = self.groups[seq.group]
+        g.generated[seq.member] = g.lengths[seq.member]
+        self.left[seq.group] -= 1
+        if self.left[seq.group] == 0:
+            self.complete_groups += 1
+            if self.stop_at is not None and self.complete_groups >= self.stop_at and not self.stop.triggered:
+                self.stop.succeed()
 
 
 class Simulator:
@@ -72,43 +127,82 @@ class Simulator:
         self.drafter: DrafterState = initial_state(policy)
         self.draft_lens = sorted({0, *policy.bandit.arms, *(row.draft_len for row in policy.schedule)})
         self._learning = policy.bandit.algorithm != "fixed"
+        self._carried: list[_Group] = []  # partial: unfinished groups resumed next step
+        self._deferred: list[_Group] = []  # tail batching: prompts waiting for a long round
 
     def run(self, steps: int | None = None, on_step: Callable[[StepMetrics], None] | None = None) -> PolicyRun:
         n = steps if steps is not None else self.workload.steps
-        meta: list[tuple[StepLengths, str, float, float]] = []
-        self.env.process(self._rl_steps(n, meta))
+        infos: list[StepInfo] = []
+        self.env.process(self._rl_steps(n, infos))
         self.env.run()
         df = self.timeline.frame()
         metrics = []
         for step, rows in df.groupby("step", sort=True):
-            lengths, kind, quality, trained = meta[step]
-            m = step_metrics(step, rows, self.workload.workers, lengths.lengths,
-                             self.workload.max_response_tokens, kind, quality, trained)
+            m = step_metrics(step, rows, self.workload.workers, self.workload.max_response_tokens, infos[step])
             metrics.append(m)
             if on_step:
                 on_step(m)
         return PolicyRun(self.policy.name, metrics, df)
 
-    def _rl_steps(self, steps: int, meta: list):
+    def _new_groups(self, step: int, count: int, first: int = 0) -> list[_Group]:
+        groups = []
+        for j in range(first, first + count):
+            lengths = group_lengths(self.workload, self.seed, step, j).lengths
+            groups.append(_Group((step, j), lengths, np.zeros(len(lengths))))
+        return groups
+
+    def _plan(self, step: int) -> tuple[list[_Group], int | None, str]:
+        """This step's groups, when to stop, and what kind of round it is."""
+        p, mode = self.workload.prompts_per_step, self.policy.rollout.mode
+        launched = math.ceil(p * (1.0 + self.policy.rollout.oversample))
+        if mode == "sync":
+            return self._new_groups(step, p), None, "sync"
+        if mode == "partial":
+            carried, self._carried = self._carried, []
+            return carried + self._new_groups(step, max(0, launched - len(carried))), p, "partial"
+        if len(self._deferred) >= p:
+            rerun, self._deferred = self._deferred[:p], self._deferred[p:]
+            groups = []
+            for g in rerun:  # fresh samples of the same prompts
+                attempt = g.attempt + 1
+                lengths = group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt).lengths
+                groups.append(_Group(g.key, lengths, np.zeros(len(lengths)), attempt))
+            return groups, None, "long"
+        return self._new_groups(step, launched), p, "short"
+
+    def _rl_steps(self, steps: int, infos: list):
         wl, env = self.workload, self.env
         for step in range(steps):
-            lengths = step_lengths(wl, self.seed, step)
+            groups, stop_at, round_kind = self._plan(step)
+            seqs = [_Seq(gi, m) for gi, g in enumerate(groups) for m in range(len(g.lengths)) if g.generated[m] < g.lengths[m]]
             kind = active_kind(self.policy, self.profile, self.drafter)
             accept = {k: stats_for(self.profile.acceptance, kind, self.drafter.quality, k) for k in self.draft_lens}
-            ro = _Rollout(step, kind, accept, env.event(), env.event())
+            ro = _Rollout(step, kind, accept, groups, seqs, stop_at, env.event(), env.event(), env.event())
             quality = self.drafter.quality
-            shards = shard(len(lengths.lengths), wl.workers)
-            decoders = [env.process(self._decode(w, ro, lengths.lengths[list(s)].tolist())) for w, s in enumerate(shards)]
+            decoders = [env.process(self._decode(w, ro, [seqs[i] for i in s])) for w, s in enumerate(shard(len(seqs), wl.workers))]
             waiters = [env.process(self._after_shard(w, ro, decoders[w])) for w in range(wl.workers)]
+            if stop_at is not None:
+                yield simpy.AllOf(env, decoders) | ro.stop
+                for d in decoders:
+                    if d.is_alive:
+                        d.interrupt("enough groups are complete")
+            # A fresh AllOf: SimPy detaches a condition nested in one that has fired.
             yield simpy.AllOf(env, decoders)
             ro.done.succeed()
             yield simpy.AllOf(env, waiters)
 
-            response_tokens = int(lengths.lengths.sum())
-            self.drafter = after_training(self.drafter, self.policy, self.profile, ro.trained_tokens, response_tokens)
-            meta.append((lengths, kind, quality, ro.trained_tokens))
+            trained = [g for g in groups if g.complete]
+            unfinished = [g for g in groups if not g.complete]
+            if round_kind == "partial":
+                self._carried = unfinished
+            elif round_kind == "short":
+                self._deferred.extend(unfinished)
+            lengths = np.concatenate([g.lengths for g in trained]) if trained else np.zeros(0, dtype=np.int64)
+            # The drafter trains on the hidden states of every token generated this step.
+            self.drafter = after_training(self.drafter, self.policy, self.profile, ro.trained_tokens, int(ro.generated))
+            infos.append(StepInfo(lengths, kind, quality, ro.trained_tokens, round_kind, len(trained), len(unfinished)))
 
-            tokens = response_tokens + wl.prompt_tokens * len(lengths.lengths)
+            tokens = int(lengths.sum()) + wl.prompt_tokens * len(lengths)
             yield from self._phase(step, "train", train_phase_s(self.profile.phases, tokens, wl.gpus))
             yield from self._phase(step, "sync", self.profile.phases.weight_sync_s)
             self.drafter = after_policy_update(self.drafter, self.profile)
@@ -119,11 +213,19 @@ class Simulator:
         for w in range(self.workload.workers):
             self.timeline.add(step, w, start, self.env.now, state)
 
-    def _decode(self, w: int, ro: _Rollout, lengths: list[int]):
-        """Worker w decodes its shard, one segment of constant batch (or one bandit decision) at a time."""
+    def _decode(self, w: int, ro: _Rollout, seqs: list[_Seq]):
+        """Worker w decodes its shard, one segment of constant batch (or one bandit decision) at a time.
+
+        Interrupted when enough groups are complete (partial rollouts, tail
+        batching): the segment in flight counts up to that moment, and each
+        unfinished response keeps what it generated.
+        """
         env, dec, prof = self.env, self.profile.decode, self.profile
         bandit, noise = self.bandits[w], self.noise[w]
-        engine = EngineBatch(lengths, self.workload.prompt_tokens, self.workload.max_batch)
+        groups, prompt = ro.groups, self.workload.prompt_tokens
+        done_before = [float(groups[q.group].generated[q.member]) for q in seqs]
+        engine = EngineBatch([groups[q.group].lengths[q.member] - g for q, g in zip(seqs, done_before)],
+                             [prompt + int(g) for g in done_before], self.workload.max_batch)
         interval = self.policy.bandit.decision_interval
         while not engine.done:
             prefill = prefill_s(dec, engine.admit())
@@ -132,26 +234,42 @@ class Simulator:
             k = arm.draft_len if arm else 0
             stats = ro.accept[k]
             need = engine.tokens_to_next_finish()
-            passes = need / stats.mean
             learning = self._learning and arm is not None and arm.bucket != SD_OFF_BUCKET
-            if learning:
-                passes = min(passes, interval)
+            cap = interval if learning else math.inf
             accept_len = stats.mean
-            if stats.var > 0 and passes > 0:
+            if stats.var > 0 and need > 0:
                 # The mean of passes*batch verify outcomes: the reward the bandit sees is noisy.
-                sd = math.sqrt(stats.var / (passes * batch))
+                sd = math.sqrt(stats.var / (min(need / accept_len, cap) * batch))
                 accept_len = min(k + 1.0, max(1.0, accept_len + sd * noise.standard_normal()))
-                passes = min(need / accept_len, interval) if learning else need / accept_len
+            passes = min(need / accept_len, cap)
             context = engine.mean_context() + passes * accept_len / 2
             decode_s = passes * (verify_step_s(dec, batch, context, k) + draft_step_s(prof.drafter, ro.kind, batch, k))
-            tokens = passes * accept_len * batch
             start = env.now
-            yield env.timeout(prefill + decode_s)
-            self.timeline.add(ro.step, w, start, env.now, "decode_sd" if k else "decode", batch, k, tokens, passes * batch)
+            try:
+                yield env.timeout(prefill + decode_s)
+            except simpy.Interrupt:
+                ran = env.now - start
+                passes *= max(0.0, ran - prefill) / decode_s if decode_s > 0 else 0.0
+                self._decoded(ro, w, start, batch, k, passes, accept_len, context, engine)
+                for i in engine.advance(passes * accept_len):
+                    ro.finished(seqs[i])
+                for i in engine.unfinished():
+                    q = seqs[i]
+                    groups[q.group].generated[q.member] = done_before[i] + engine.generated(i)
+                return env.now
+            self._decoded(ro, w, start, batch, k, passes, accept_len, context, engine)
             if arm is not None and decode_s > 0:
-                bandit.update(arm, tokens / decode_s)
-            engine.advance(passes * accept_len)
+                bandit.update(arm, passes * accept_len * batch / decode_s)
+            for i in engine.advance(passes * accept_len):
+                ro.finished(seqs[i])
         return env.now
+
+    def _decoded(self, ro: _Rollout, w: int, start: float, batch: int, k: int, passes: float,
+                 accept_len: float, context: float, engine: EngineBatch) -> None:
+        tokens = passes * accept_len * batch
+        ro.generated += tokens
+        self.timeline.add(ro.step, w, start, self.env.now, "decode_sd" if k else "decode", batch, k, tokens,
+                          passes * batch, context)
 
     def _after_shard(self, w: int, ro: _Rollout, decoder: simpy.Process):
         """Worker w once its shard is done: idle, and spot-train the drafter when allowed, until the rollout ends."""

@@ -44,6 +44,14 @@ def require(ok: bool, field: str, value: Any, allowed: str) -> None:
         raise FieldError(field, value, allowed)
 
 
+def check_part(name: str, part: Any) -> None:
+    """Run a nested part's check(), naming the field by its path from the parent."""
+    try:
+        part.check()
+    except FieldError as exc:
+        raise FieldError(f"{name}.{exc.field}", exc.value, exc.allowed) from None
+
+
 def read_mapping(path: str | Path) -> dict:
     """Parse a YAML or JSON file into a mapping, with errors that name the file."""
     path = Path(path)
@@ -100,6 +108,9 @@ def write_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from workbench.config import FieldError, load, preset_names, require
+from workbench.config import FieldError, check_part, load, preset_names, require
 
 PRESET_DIR = Path(__file__).parent / "presets" / "policies"
 
 BanditAlgorithm = Literal["fixed", "beg", "ucb1", "egreedy"]
 DrafterKind = Literal["none", "ngram", "eagle"]
+RolloutMode = Literal["sync", "partial", "tail_batching"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,28 @@ class DrafterTraining:
 
 
 @dataclass(frozen=True)
+class RolloutConfig:
+    """How a step's rollout ends. Only `sync` is lossless; see docs/formats.md.
+
+    sync: every response of the step's prompts is generated to the end.
+    partial (APRIL): launch (1 + oversample) x prompts; stop once `prompts_per_step`
+      groups are complete; unfinished responses are kept and resumed next step.
+    tail_batching (RollPacker): short rounds launch (1 + oversample) x prompts and
+      stop the same way, deferring unfinished prompts (their work is dropped); once
+      `prompts_per_step` prompts are deferred, a long round runs them all to the end.
+    """
+
+    mode: RolloutMode = "sync"
+    oversample: float = 0.0
+
+    def check(self) -> None:
+        require(0.0 <= self.oversample <= 4.0, "oversample", self.oversample, "a share from 0 to 4")
+        if self.mode != "sync":
+            require(self.oversample > 0.0, "oversample", self.oversample,
+                    f"> 0 for mode '{self.mode}' (it needs extra prompts to stop early)")
+
+
+@dataclass(frozen=True)
 class Policy:
     name: str
     description: str = ""
@@ -104,10 +127,15 @@ class Policy:
     bandit: BanditConfig = field(default_factory=BanditConfig)
     drafter: DrafterConfig = field(default_factory=DrafterConfig)
     training: DrafterTraining = field(default_factory=DrafterTraining)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
         require(self.sd_threshold >= 0, "sd_threshold", self.sd_threshold, "an integer >= 0")
+        for part in ("bandit", "drafter", "training", "rollout"):
+            check_part(part, getattr(self, part))
+        for i, row in enumerate(self.schedule):
+            check_part(f"schedule[{i}]", row)
         if self.drafter.kind == "none":
             return
         require(len(self.schedule) >= 1, "schedule", [], "at least one [min_batch, max_batch, draft_len] row when SD is on")

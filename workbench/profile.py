@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.config import load, preset_names, require
+from workbench.config import check_part, load, preset_names, require
 
 PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
 
@@ -138,6 +138,8 @@ class Profile:
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
+        for part in ("decode", "drafter", "acceptance", "learning", "phases"):
+            check_part(part, getattr(self, part))
 
 
 def load_profile(name_or_path: str | Path) -> Profile:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from workbench.config import load, preset_names, require
+from workbench.config import check_part, load, preset_names, require
 
 PRESET_DIR = Path(__file__).parent / "presets" / "workloads"
 
@@ -67,6 +67,7 @@ class Workload:
         require(self.prompt_tokens >= 1, "prompt_tokens", self.prompt_tokens, "an integer >= 1")
         require(self.max_batch >= 1, "max_batch", self.max_batch, "an integer >= 1")
         require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
+        check_part("lengths", self.lengths)
 
     @property
     def sequences_per_step(self) -> int:

@@ -129,12 +129,12 @@ def gantt_figure(timeline: pd.DataFrame, title: str = "", max_workers: int | Non
         ))
     n = len(workers)
     fig.update_layout(
-        title=title or None,
+        title=dict(text=title, y=0.99, yanchor="top") if title else None,
         barmode="overlay",
         bargap=0.15,
-        height=height or int(min(900, max(220, 90 + 22 * n))),
-        margin=dict(l=10, r=10, t=40 if title else 10, b=10),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"),
+        height=height or int(min(900, max(240, 110 + 22 * n))),
+        margin=dict(l=10, r=10, t=75 if title else 45, b=10),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0, traceorder="normal"),
         xaxis=dict(title="seconds" + (" from step start" if relative else ""), rangemode="tozero"),
         yaxis=dict(title="worker", type="category", categoryorder="array",
                    categoryarray=[labels[w] for w in workers], autorange="reversed"),
@@ -163,6 +163,5 @@ def step_lines_figure(per_step: pd.DataFrame, policies: Sequence[str] | None = N
     fig.update_xaxes(title_text="RL step", dtick=1)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(rangemode="tozero", row=1, col=2)
-    fig.update_layout(height=340, margin=dict(l=10, r=10, t=40, b=10),
-                      legend=dict(orientation="h", yanchor="bottom", y=-0.35, xanchor="left", x=0))
+    fig.update_layout(height=340, margin=dict(l=10, r=10, t=40, b=10), legend=dict(title_text="policy"))
     return fig

@@ -295,6 +295,13 @@ def _show_tiles(res: _Result, table: pd.DataFrame) -> None:
     first, last = res.labels[0], res.labels[-1]
     a, b = table.loc[first], table.loc[last]
     cols = st.columns(4)
+    if len(res.labels) == 1:
+        cols[0].metric(f"Step time: {first}", f"{a['step_time_s']:.1f} s")
+        cols[1].metric("Rollout", f"{a['rollout_time_s']:.1f} s")
+        cols[2].metric("Bubble", f"{a['bubble_fraction']:.1%}")
+        cols[3].metric("Accepted length", f"{a['mean_accept_len']:.2f}")
+        st.caption("Pick two or more policies to see speedups.")
+        return
     cols[0].metric(f"Step-time speedup: {last} vs {first}", f"{b['speedup']:.2f}x",
                    help="Mean step time of the first policy / mean step time of the last.")
     rollout = a["rollout_time_s"] / b["rollout_time_s"] if b["rollout_time_s"] else float("nan")
@@ -322,7 +329,7 @@ def _show_gantts(res: _Result) -> None:
             workers = res.workload.workers
             if workers > MAX_GANTT_WORKERS:
                 c2.info(f"Showing the first {MAX_GANTT_WORKERS} of {workers} workers.")
-            fig = gantt_figure(rows, title=f"{label}: step {step}", max_workers=MAX_GANTT_WORKERS,
+            fig = gantt_figure(rows, max_workers=MAX_GANTT_WORKERS,
                                x_max=x_max * 1.01 if x_max else None)
             st.plotly_chart(fig, key=f"whatif_gantt:{label}", width="stretch")
             st.download_button(f"Download {label} timeline (parquet)", _parquet(run.timeline),
