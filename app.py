@@ -1,19 +1,20 @@
 """TLT Workbench: the Streamlit front end.
 
 Run with `streamlit run app.py`. This file only sets the page up and routes;
-each page is a `render()` function in `workbench/ui/`. To add a page (Compare,
-Tune, ...), write `workbench/ui/<page>.py` with a `render()` and add an
-`st.Page` to PAGES below; the sidebar menu appears once there are two pages.
+each page is a `render()` function in `workbench/ui/`. To add a page, write
+`workbench/ui/<page>.py` with a `render()` and add an `st.Page` to PAGES below.
 """
 
 import streamlit as st
 
-from workbench.ui import whatif
+from workbench.ui import compare_page, tune_page, whatif
 
 st.set_page_config(page_title="TLT Workbench", page_icon=":material/speed:", layout="wide")
 
 PAGES = [
     st.Page(whatif.render, title="What-if", icon=":material/science:", url_path="what-if", default=True),
+    st.Page(compare_page.render, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page(tune_page.render, title="Tune", icon=":material/tune:", url_path="tune"),
 ]
 
 with st.sidebar:

@@ -118,8 +118,12 @@ class _Rollout:
 
 
 class Simulator:
-    def __init__(self, workload: Workload, policy: Policy, profile: Profile, seed: int = 0):
+    def __init__(self, workload: Workload, policy: Policy, profile: Profile, seed: int = 0,
+                 replay: list[np.ndarray] | None = None):
+        """`replay[step]`, if given, holds that step's response lengths (prompt-major, group_size
+        per prompt) to use instead of sampling them: how a traced run is re-simulated."""
         self.workload, self.policy, self.profile, self.seed = workload, policy, profile, seed
+        self.replay = replay
         self.env = simpy.Environment()
         self.timeline = Timeline()
         self.bandits: list[Bandit] = [make_bandit(policy, [seed, _BANDIT, w]) for w in range(workload.workers)]
@@ -145,9 +149,12 @@ class Simulator:
         return PolicyRun(self.policy.name, metrics, df)
 
     def _new_groups(self, step: int, count: int, first: int = 0) -> list[_Group]:
-        groups = []
+        groups, g = [], self.workload.group_size
         for j in range(first, first + count):
-            lengths = group_lengths(self.workload, self.seed, step, j).lengths
+            if self.replay is not None:
+                lengths = np.asarray(self.replay[step][j * g:(j + 1) * g])
+            else:
+                lengths = group_lengths(self.workload, self.seed, step, j).lengths
             groups.append(_Group((step, j), lengths, np.zeros(len(lengths))))
         return groups
 
@@ -295,5 +302,6 @@ class Simulator:
 
 
 def simulate(workload: Workload, policy: Policy, profile: Profile, seed: int = 0, steps: int | None = None,
-             on_step: Callable[[StepMetrics], None] | None = None) -> PolicyRun:
-    return Simulator(workload, policy, profile, seed).run(steps, on_step)
+             on_step: Callable[[StepMetrics], None] | None = None,
+             replay: list[np.ndarray] | None = None) -> PolicyRun:
+    return Simulator(workload, policy, profile, seed, replay).run(steps, on_step)

@@ -117,6 +117,7 @@ class BEGMAB(_Sampled):
     def __init__(self, policy: Policy, seed: int):
         super().__init__(policy, seed)
         self.recent: dict[tuple[int, int], deque[float]] = {}
+        self.recent_sum: dict[tuple[int, int], float] = {}  # kept alongside: select is the hot path
 
     def _choose(self, bucket: int) -> int:
         untried = self._untried(bucket)
@@ -124,12 +125,16 @@ class BEGMAB(_Sampled):
             return untried[0]
         if self.rng.random() < self.policy.bandit.epsilon:
             return self.arms[int(self.rng.integers(len(self.arms)))]
-        return self._argmax([float(np.mean(self.recent[(bucket, a)])) for a in self.arms])
+        return self._argmax([self.recent_sum[(bucket, a)] / len(self.recent[(bucket, a)]) for a in self.arms])
 
     def _learn(self, arm: Arm, reward: float) -> None:
         key = (arm.bucket, arm.draft_len)
         self._record(key, reward)
-        self.recent.setdefault(key, deque(maxlen=self.policy.bandit.window)).append(reward)
+        window = self.recent.setdefault(key, deque(maxlen=self.policy.bandit.window))
+        dropped = window[0] if len(window) == window.maxlen else 0.0
+        window.append(reward)
+        # Recompute now and then so float drift cannot build up over millions of updates.
+        self.recent_sum[key] = sum(window) if self.counts[key] % 4096 == 0 else self.recent_sum.get(key, 0.0) + reward - dropped
 
 
 class UCB1(_Sampled):

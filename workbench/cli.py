@@ -160,6 +160,145 @@ def bench_sim(
                            "exponent_workers_x_sequences": round(slope, 3), "exponent_sequences": round(slope_seq, 3)}))
 
 
+@app.command()
+def compare(
+    workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
+    policies: str = typer.Option("baseline,static-sd,tlt", help="Comma-separated policy preset names or files; the first is the reference for speedups."),
+    seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1; seed s draws the same response lengths for every policy (common random numbers)."),
+    out: Path = typer.Option(..., help="Output directory: compare.json and compare.png."),
+    steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+) -> None:
+    """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""
+    from workbench.compare import compare as run_compare
+
+    wl, pols, prof = _load_inputs(workload, policies, profile)
+    t0 = time.perf_counter()
+    progress = lambda done, total, name, seed: typer.echo(  # noqa: E731
+        f"  [{done}/{total}] {name} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
+    result = run_compare(wl, pols, prof, seeds, steps=steps, on_progress=progress)
+    result.save(out)
+    s = result.summary()
+    rows = []
+    for name, r in s.iterrows():
+        rows.append([name, f"{r['step_time_s_mean']:,.1f} ± {r['step_time_s_std']:,.1f}",
+                     f"{r['rollout_time_s_mean']:,.1f} ± {r['rollout_time_s_std']:,.1f}",
+                     f"{r['bubble_fraction_mean']:.3f} ± {r['bubble_fraction_std']:.3f}",
+                     f"{r['mean_accept_len_mean']:.2f} ± {r['mean_accept_len_std']:.2f}",
+                     f"{r['speedup']:.3f}x",
+                     f"{r['speedup_paired_min']:.3f}-{r['speedup_paired_max']:.3f}x"])
+    typer.echo(f"{wl.name} on {prof.name}, {result.steps} steps x seeds {result.seeds[0]}..{result.seeds[-1]} "
+               f"(same draws for every policy); mean ± std over seeds")
+    typer.echo(_table(rows, ["policy", "step s", "rollout s", "bubble", "accept len", "speedup", "paired range"]))
+    typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; paired range = min-max over seeds "
+               f"of the per-seed ratio")
+    typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
+
+
+@app.command()
+def regret(
+    workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
+    policy: str = typer.Option("tlt", help="Base policy (preset or file); the four bandits differ from it only in bandit.algorithm."),
+    seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1 (the same draws for every bandit)."),
+    out: Path = typer.Option(..., help="Output directory: regret.json and regret.png."),
+    steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+) -> None:
+    """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed in hindsight)."""
+    from collections import Counter
+
+    from workbench.regret import bandit_regret, bandit_variants
+
+    wl, pols, prof = _load_inputs(workload, policy, profile)
+    if len(pols) != 1:
+        _fail(ValueError(f"--policy: give one base policy, not {len(pols)}"))
+    base = pols[0]
+    try:
+        bandit_variants(base)
+    except ValueError as exc:
+        _fail(exc)
+    t0 = time.perf_counter()
+    progress = lambda done, total, alg, seed: typer.echo(  # noqa: E731
+        f"  [{done}/{total}] {alg} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
+    report = bandit_regret(wl, base, prof, seeds, steps=steps, on_progress=progress)
+    report.save(out)
+    s = report.summary()
+    rows = [[r["label"], f"{r['regret_s_mean']:,.2f} ± {r['regret_s_std']:,.2f}",
+             f"{r['regret_pct_mean']:.2f}%", f"{r['clairvoyant_regret_s_mean']:,.2f}",
+             f"{r['decisions_mean']:,.0f}", f"{r['step_time_s_mean']:,.1f}"] for _, r in s.iterrows()]
+    typer.echo(f"{wl.name} on {prof.name}, base policy {base.name} (arms {list(base.bandit.arms)}), "
+               f"{report.steps} steps x seeds {report.seeds[0]}..{report.seeds[-1]}; mean ± std over seeds")
+    typer.echo(_table(rows, ["bandit", "regret s", "% rollout", "clairvoyant s", "decisions", "step s"]))
+    votes: dict[tuple[int, int], Counter] = {}
+    for r in report.runs:
+        for o in r.oracle:
+            if o["oracle_draft_len"] is not None:
+                votes.setdefault((o["min_batch"], o["max_batch"]), Counter())[o["oracle_draft_len"]] += 1
+    oracle = ", ".join(f"{lo}-{hi}: {c.most_common(1)[0][0]}" for (lo, hi), c in sorted(votes.items()))
+    sched = ", ".join(f"{row.min_batch}-{row.max_batch}: {row.draft_len}" for row in base.schedule)
+    typer.echo(f"oracle draft length per bucket (most common over runs): {oracle}; {base.name}'s schedule: {sched}")
+    typer.echo("regret = worker-seconds lost vs the best fixed draft length per bucket in hindsight "
+               "(model time, docs/formats.md); % of rollout worker-time")
+    typer.echo(f"wrote {out}/regret.json and {out}/regret.png")
+
+
+@app.command()
+def tune(
+    workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+    trials: int = typer.Option(100, min=1, help="Complete trials the study should hold; a resumed study runs only the rest."),
+    seeds: int = typer.Option(3, min=1, help="Score each policy on seeds 0..K-1, the same for every trial (common random numbers)."),
+    steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
+    storage: str = typer.Option("sqlite:///tlt-studies.db", help="Optuna storage URL (default: tlt-studies.db in the current directory); 'memory' keeps nothing."),
+    study: Optional[str] = typer.Option(None, help="Study name; run again with the same name to resume it (default: tune-WORKLOAD, plus -mo in multi-objective mode)."),
+    out: Path = typer.Option(..., help="Where to write the best policy (.yaml, .yml or .json); it loads in `tlt sim`."),
+    multi_objective: bool = typer.Option(False, "--multi-objective", help="Minimise step time and drafter-training GPU-seconds per step; print the Pareto front and write its fastest point."),
+    allow_warm_start: bool = typer.Option(False, "--allow-warm-start", help="Let the search use an offline-trained (warm-start) drafter; the objective does not charge that training."),
+    sampler_seed: int = typer.Option(0, help="Seed of the TPE sampler."),
+) -> None:
+    """Tune a policy with Optuna over the simulator; resumable, and open in optuna-dashboard."""
+    from workbench import tune as tuning
+
+    wl, presets, prof = _load_inputs(workload, ",".join(tuning.PRESETS), profile)
+    if out.suffix not in (".yaml", ".yml", ".json"):
+        _fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
+    name = study or f"tune-{wl.name}" + ("-mo" if multi_objective else "")
+    spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
+                           allow_warm_start=allow_warm_start)
+    try:
+        store = tuning.make_storage(storage)
+    except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
+        _fail(ValueError(f"--storage {storage!r}: {exc}"))
+    try:
+        opt = tuning.open_study(spec, name, store, sampler_seed=sampler_seed)
+    except ConfigError as exc:
+        _fail(exc)
+    have = len(tuning.complete_trials(opt))
+    where = "memory" if storage in ("", "memory", ":memory:") else storage
+    typer.echo(f"study {name!r} in {where}: {have} complete trials, running {max(0, trials - have)} more "
+               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps)", err=True)
+    t0 = time.perf_counter()
+    try:
+        tuning.run_study(opt, spec, trials, [tuning.Progress(trials, multi_objective)])
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: finished trials are kept; resume with --study {name}", err=True)
+        raise typer.Exit(130)
+    if not tuning.complete_trials(opt):
+        _fail(ValueError(f"study {name!r} has no complete trial"))
+    typer.echo(f"tuned in {time.perf_counter() - t0:.1f}s", err=True)
+
+    best = tuning.best_policy(opt)
+    table = tuning.comparison_frame(spec, best, presets)
+    typer.echo(f"{wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps (same draws for every policy); "
+               f"study {name!r}, {len(tuning.complete_trials(opt))} trials, best trial {tuning.best_trial(opt).number}")
+    typer.echo(tuning.comparison_text(table))
+    if multi_objective:
+        typer.echo("Pareto front (step time vs drafter-training GPU-seconds per step):")
+        typer.echo(tuning.pareto_text(tuning.pareto_frame(opt)))
+    tuning.write_policy(best, out)
+    typer.echo(f"wrote {out} (policy {best.name!r})")
+
+
 def main() -> None:  # pragma: no cover - console entry when run as a module
     app()
 

@@ -1,0 +1,230 @@
+"""Compare scheduling policies on one workload over several seeds, with their spread.
+
+`compare(workload, policies, profile, seeds)` simulates every policy once per
+seed and keeps, per (policy, seed), the means over the simulated RL steps of
+step time, rollout time, bubble fraction, mean accepted length and spot-training
+share. `Comparison.summary()` gives per policy the mean, standard deviation
+(ddof 1), min, max and 95% t-interval half-width of each metric over the seeds,
+and two speedups against the first policy:
+
+- `speedup`: ratio of means, mean step time of the first policy / this one's;
+- `speedup_paired_*`: the per-seed ratio first[seed] / this[seed], summarised
+  the same way. Seeds are common random numbers: seed s draws the same response
+  lengths for every policy (`sim.simulator.step_lengths` depends on seed and
+  step only), so a per-seed ratio compares policies on identical rollouts and
+  its spread is much narrower than the spread of either policy alone.
+
+Nothing here knows what a policy does; it only runs the simulator. The JSON
+(`Comparison.to_json`, written as `compare.json`) is documented in
+`docs/formats.md`; `Comparison.figure()` draws the 4-panel `compare.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from workbench.config import write_atomic
+from workbench.policy import Policy
+from workbench.profile import Profile
+from workbench.workload import Workload
+
+SCHEMA = "tlt-compare/1"
+
+# Per-seed metrics (means over the simulated steps), in table order.
+METRICS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction")
+# The four drawn in compare.png: (metric, panel title, y label).
+PANELS = (
+    ("step_time_s", "RL step time", "seconds"),
+    ("rollout_time_s", "Rollout time", "seconds"),
+    ("bubble_fraction", "Bubble fraction", "idle share of rollout worker-time"),
+    ("mean_accept_len", "Mean accepted length", "tokens per verify pass"),
+)
+STATS = ("mean", "std", "min", "max", "ci95")
+
+# on_progress(done, total, policy_name, seed): called after each simulation.
+Progress = Callable[[int, int, str, int], None]
+
+
+def _seed_list(seeds: int | Iterable[int]) -> list[int]:
+    if isinstance(seeds, (int, np.integer)):
+        if seeds < 1:
+            raise ValueError(f"seeds: {seeds}; allowed: an integer >= 1 (the seeds are 0..K-1)")
+        return list(range(int(seeds)))
+    out = [int(s) for s in seeds]
+    if not out:
+        raise ValueError("seeds: an empty list; allowed: at least one seed")
+    if len(set(out)) != len(out):
+        raise ValueError(f"seeds: {out}; allowed: distinct seeds")
+    return out
+
+
+def spread(values: Sequence[float]) -> dict[str, float | None]:
+    """mean, std (ddof 1; 0 for one value), min, max and the 95% t-interval half-width (None for one value)."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    std = float(x.std(ddof=1)) if n > 1 else 0.0
+    ci = float(stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if n > 1 else None
+    return {"mean": float(x.mean()), "std": std, "min": float(x.min()), "max": float(x.max()), "ci95": ci}
+
+
+@dataclass
+class Comparison:
+    """Per-seed results of several policies on one workload (seeds are common random numbers)."""
+
+    workload: str
+    profile: str
+    steps: int
+    seeds: list[int]
+    policies: list[str]  # in the order given; the first is the reference for speedups
+    runs: pd.DataFrame  # tidy: policy, seed, *METRICS (per-seed means over steps)
+
+    @property
+    def reference(self) -> str:
+        return self.policies[0]
+
+    def _by_seed(self, policy: str, metric: str) -> np.ndarray:
+        rows = self.runs[self.runs["policy"] == policy].set_index("seed").loc[self.seeds]
+        return rows[metric].to_numpy(dtype=float)
+
+    def paired_speedups(self, policy: str) -> np.ndarray:
+        """Per seed: the reference's step time / this policy's, on the same draws."""
+        return self._by_seed(self.reference, "step_time_s") / self._by_seed(policy, "step_time_s")
+
+    def summary(self) -> pd.DataFrame:
+        """One row per policy: METRIC_{mean,std,min,max,ci95}, speedup and speedup_paired_{...}."""
+        ref_mean = float(np.mean(self._by_seed(self.reference, "step_time_s")))
+        rows = []
+        for name in self.policies:
+            row: dict[str, float | None] = {"policy": name}
+            for metric in METRICS:
+                for stat, v in spread(self._by_seed(name, metric)).items():
+                    row[f"{metric}_{stat}"] = v
+            row["speedup"] = ref_mean / row["step_time_s_mean"]
+            for stat, v in spread(self.paired_speedups(name)).items():
+                row[f"speedup_paired_{stat}"] = v
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("policy")
+
+    def to_dict(self) -> dict:
+        ref_mean = float(np.mean(self._by_seed(self.reference, "step_time_s")))
+        out = {
+            "schema": SCHEMA,
+            "workload": self.workload,
+            "profile": self.profile,
+            "steps": self.steps,
+            "seeds": list(self.seeds),
+            "common_random_numbers": True,
+            "reference_policy": self.reference,
+            "metrics": list(METRICS),
+            "policies": {},
+        }
+        for name in self.policies:
+            entry: dict = {metric: spread(self._by_seed(name, metric)) for metric in METRICS}
+            entry["speedup_vs_first"] = {
+                "ratio_of_means": ref_mean / entry["step_time_s"]["mean"],
+                "paired": spread(self.paired_speedups(name)),
+            }
+            entry["per_seed"] = [
+                {"seed": seed, **{m: float(v) for m, v in zip(METRICS, vals)}}
+                for seed, *vals in zip(self.seeds, *(self._by_seed(name, m) for m in METRICS))
+            ]
+            out["policies"][name] = entry
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def figure(self):
+        """Four panels (step time, rollout time, bubble fraction, accepted length):
+        bars are means over seeds, error bars one standard deviation, dots the seeds."""
+        from matplotlib.figure import Figure
+
+        n = len(self.policies)
+        fig = Figure(figsize=(max(8.0, 2.2 + 1.3 * n * 2), 7.0), layout="constrained")
+        axes = fig.subplots(2, 2).ravel()
+        x = np.arange(n)
+        colors = [f"C{i % 10}" for i in range(n)]
+        k = len(self.seeds)
+        jitter = (np.arange(k) - (k - 1) / 2) * (0.5 / max(k, 1))  # deterministic spread of the seed dots
+        for ax, (metric, title, ylabel) in zip(axes, PANELS):
+            per = [self._by_seed(p, metric) for p in self.policies]
+            means = [float(v.mean()) for v in per]
+            stds = [float(v.std(ddof=1)) if len(v) > 1 else 0.0 for v in per]
+            ax.bar(x, means, yerr=stds, capsize=5, color=colors, alpha=0.75, edgecolor="black", linewidth=0.6)
+            for i, v in enumerate(per):
+                ax.scatter(x[i] + jitter, v, s=12, color="black", zorder=3)
+            ax.set_title(title)
+            ax.set_ylabel(ylabel)
+            ax.set_xticks(x, self.policies, rotation=20 if n > 3 else 0, ha="right" if n > 3 else "center")
+            ax.grid(axis="y", alpha=0.3)
+            if metric == "step_time_s":
+                top = max(m + s for m, s in zip(means, stds))
+                for i, name in enumerate(self.policies):
+                    ax.annotate(f"{means[0] / means[i]:.2f}x", (x[i], means[i] + stds[i] + 0.02 * top),
+                                ha="center", va="bottom", fontsize=9)
+                ax.set_ylim(0, top * 1.15)
+            if metric == "bubble_fraction":
+                ax.set_ylim(0, min(1.0, max(m + s for m, s in zip(means, stds)) * 1.2 or 1.0))
+        fig.suptitle(f"{self.workload} on {self.profile}: {self.steps} step(s) x {k} seed(s) "
+                     f"(bars: mean, error bars: std over seeds, dots: seeds; speedup vs {self.reference})",
+                     fontsize=10)
+        return fig
+
+    def save(self, out_dir: str | Path) -> tuple[Path, Path]:
+        """Write DIR/compare.json and DIR/compare.png (120 dpi), each atomically."""
+        out_dir = Path(out_dir)
+        json_path, png_path = out_dir / "compare.json", out_dir / "compare.png"
+        write_atomic(json_path, self.to_json())
+        save_figure(self.figure(), png_path)
+        return json_path, png_path
+
+
+def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
+    """Save a matplotlib Figure as PNG via a temp file in the same folder, then rename (atomic)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=dpi)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def compare(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
+            steps: int | None = None, on_progress: Progress | None = None) -> Comparison:
+    """Simulate every policy for every seed (an int K means seeds 0..K-1) and collect per-seed means."""
+    from sim.simulator import simulate
+
+    if not policies:
+        raise ValueError("policies: give at least one policy")
+    names = [p.name for p in policies]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"policies: two policies are named {dupes[0]!r}; give each a distinct name")
+    seed_list = _seed_list(seeds)
+    n = steps if steps is not None else workload.steps
+    total, done = len(policies) * len(seed_list), 0
+    rows = []
+    for policy in policies:
+        for seed in seed_list:
+            run = simulate(workload, policy, profile, seed=seed, steps=n)
+            rows.append({"policy": policy.name, "seed": seed, **{m: run.mean(m) for m in METRICS}})
+            done += 1
+            if on_progress:
+                on_progress(done, total, policy.name, seed)
+    runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS])
+    return Comparison(workload.name, profile.name, n, seed_list, names, runs)

@@ -1,0 +1,181 @@
+"""Compare page: policies over several seeds with their spread, and the bandits' regret.
+
+Pick a workload preset, policy presets, seeds and steps; "Run comparison"
+calls `workbench.compare.compare` (seeds 0..K-1, the same draws for every
+policy) and shows the per-policy summary, the 4-panel figure and a download of
+compare.json. The "Bandit regret" expander runs `workbench.regret.bandit_regret`
+on the same workload, seeds and steps for a base policy that uses speculative
+decoding. Results live in st.session_state, so widgets re-render them without
+simulating again.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from workbench.compare import Comparison, compare
+from workbench.config import ConfigError, FieldError
+from workbench.policy import load_policy, policy_presets
+from workbench.profile import load_profile
+from workbench.regret import RegretReport, bandit_regret
+from workbench.workload import load_workload, workload_presets
+
+DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
+_STATE_RESULT = "compare_result"
+_STATE_REGRET = "compare_regret_result"
+
+_SUMMARY_COLUMNS = {
+    "step_time_s_mean": st.column_config.NumberColumn("Step (s)", format="%.1f", help="Mean RL step time over seeds."),
+    "step_time_s_std": st.column_config.NumberColumn("± std", format="%.1f"),
+    "rollout_time_s_mean": st.column_config.NumberColumn("Rollout (s)", format="%.1f"),
+    "rollout_time_s_std": st.column_config.NumberColumn("± std ", format="%.1f"),
+    "bubble_fraction_mean": st.column_config.NumberColumn("Bubble", format="percent",
+                                                          help="Idle worker-time / worker-time in the rollout."),
+    "mean_accept_len_mean": st.column_config.NumberColumn("Accepted len", format="%.2f",
+                                                          help="Tokens per verify pass over SD passes (1 = no SD)."),
+    "drafter_train_fraction_mean": st.column_config.NumberColumn("Spot training", format="percent"),
+    "speedup": st.column_config.NumberColumn("Speedup", format="%.3fx",
+                                             help="First policy's mean step time / this policy's (ratio of means)."),
+    "speedup_paired_min": st.column_config.NumberColumn("Paired min", format="%.3fx",
+                                                        help="Smallest per-seed speedup (same draws for both policies)."),
+    "speedup_paired_max": st.column_config.NumberColumn("Paired max", format="%.3fx"),
+}
+_REGRET_COLUMNS = {
+    "label": st.column_config.TextColumn("Bandit"),
+    "regret_s_mean": st.column_config.NumberColumn("Regret (s)", format="%.2f",
+                                                   help="Worker-seconds lost vs the best fixed draft length per bucket."),
+    "regret_s_std": st.column_config.NumberColumn("± std", format="%.2f"),
+    "regret_pct_mean": st.column_config.NumberColumn("% of rollout", format="%.2f%%",
+                                                     help="Regret / rollout worker-time."),
+    "clairvoyant_regret_s_mean": st.column_config.NumberColumn("Clairvoyant (s)", format="%.2f",
+                                                               help="Against the best arm per segment (>= regret)."),
+    "decisions_mean": st.column_config.NumberColumn("Decisions", format="%.0f"),
+    "step_time_s_mean": st.column_config.NumberColumn("Step (s)", format="%.1f"),
+}
+
+
+def _inputs():
+    presets = workload_presets()
+    c1, c2, c3, c4 = st.columns([1.2, 2.4, 0.6, 0.6])
+    default_wl = presets.index("paper-7b-8gpu") if "paper-7b-8gpu" in presets else 0
+    wl_name = c1.selectbox("Workload preset", presets, index=default_wl, key="compare_wl")
+    available = policy_presets()
+    names = c2.multiselect("Policies", available, default=[p for p in DEFAULT_POLICIES if p in available],
+                           key="compare_policies", help="Speedups are relative to the first policy in this list.")
+    seeds = int(c3.number_input("Seeds", min_value=1, max_value=20, value=3, step=1, key="compare_seeds",
+                                help="Seeds 0..K-1; each seed draws the same response lengths for every policy."))
+    steps = int(c4.number_input("Steps", min_value=1, max_value=50, value=3, step=1, key="compare_steps"))
+    return wl_name, names, seeds, steps
+
+
+def _load(wl_name: str, names: list[str]):
+    try:
+        workload = load_workload(wl_name)
+        profile = load_profile(workload.profile)
+        policies = [load_policy(n) for n in names]
+    except (ConfigError, FieldError) as exc:
+        st.error(f"Cannot load the inputs: {exc}")
+        return None
+    return workload, profile, policies
+
+
+def _run_compare(workload, profile, policies, seeds: int, steps: int) -> Comparison | None:
+    bar = st.progress(0.0, text="Simulating…")
+
+    def on_progress(done, total, name, seed):
+        bar.progress(done / total, text=f"{name}, seed {seed} ({done}/{total})")
+
+    try:
+        result = compare(workload, policies, profile, seeds, steps=steps, on_progress=on_progress)
+    except Exception as exc:  # a simulator bug must not take the page down
+        bar.empty()
+        st.error(f"Comparison failed: {type(exc).__name__}: {exc}")
+        return None
+    bar.empty()
+    return result
+
+
+def _show_compare(result: Comparison) -> None:
+    st.subheader("Results")
+    st.caption(f"Workload **{result.workload}** · profile **{result.profile}** · {result.steps} step(s) · "
+               f"seeds {result.seeds[0]}..{result.seeds[-1]} (common random numbers: every policy sees the same "
+               "response lengths for a seed)")
+    summary = result.summary()
+    st.dataframe(summary[list(_SUMMARY_COLUMNS)], column_config=_SUMMARY_COLUMNS, width="stretch")
+    st.caption(f"Means and standard deviations over seeds. Speedup = {result.reference}'s mean step time / the "
+               "policy's; paired min/max = the range over seeds of the per-seed ratio.")
+    fig = result.figure()
+    st.pyplot(fig, clear_figure=False)
+    st.download_button("Download compare.json", result.to_json(), file_name="compare.json",
+                       mime="application/json", key="compare_dl_json", on_click="ignore")
+    with st.expander("Per seed"):
+        st.dataframe(result.runs, width="stretch", hide_index=True)
+
+
+def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
+    with st.expander("Bandit regret vs the oracle schedule", expanded=False):
+        st.caption("BEG-MAB, UCB1, epsilon-greedy and the fixed table, each the base policy with only "
+                   "`bandit.algorithm` changed, on the same workload, seeds and steps. Regret = decode "
+                   "worker-seconds lost against the best fixed draft length per batch-size bucket in hindsight.")
+        bases = []
+        for name in policy_presets():
+            try:
+                if load_policy(name).uses_sd:
+                    bases.append(name)
+            except (ConfigError, FieldError):
+                continue
+        if not bases:
+            st.info("No policy preset uses speculative decoding.")
+            return
+        base_name = st.selectbox("Base policy", bases, index=bases.index("tlt") if "tlt" in bases else 0,
+                                 key="compare_regret_base")
+        if st.button("Run regret analysis", key="compare_regret_run", disabled=workload is None):
+            bar = st.progress(0.0, text="Simulating bandits…")
+
+            def on_progress(done, total, alg, seed):
+                bar.progress(done / total, text=f"{alg}, seed {seed} ({done}/{total})")
+
+            try:
+                report = bandit_regret(workload, load_policy(base_name), profile, seeds, steps=steps,
+                                       on_progress=on_progress)
+                st.session_state[_STATE_REGRET] = report
+            except Exception as exc:
+                st.error(f"Regret analysis failed: {type(exc).__name__}: {exc}")
+            bar.empty()
+        report: RegretReport | None = st.session_state.get(_STATE_REGRET)
+        if report is None:
+            return
+        st.caption(f"{report.workload} · base policy **{report.base_policy}** · arms {report.arms} · "
+                   f"{report.steps} step(s) · seeds {report.seeds[0]}..{report.seeds[-1]}")
+        summary = report.summary()
+        st.dataframe(summary[list(_REGRET_COLUMNS)], column_config=_REGRET_COLUMNS, width="stretch", hide_index=True)
+        st.pyplot(report.figure(), clear_figure=False)
+        oracle = pd.DataFrame([{"bandit": r.algorithm, "seed": r.seed, **{f"{o['min_batch']}-{o['max_batch']}":
+                                o["oracle_draft_len"] for o in r.oracle}} for r in report.runs])
+        st.markdown("Oracle draft length per bucket (per bandit and seed); the base schedule is "
+                    + ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in report.schedule))
+        st.dataframe(oracle, width="stretch", hide_index=True)
+        st.download_button("Download regret.json", report.to_json(), file_name="regret.json",
+                           mime="application/json", key="compare_dl_regret", on_click="ignore")
+
+
+def render() -> None:
+    st.title("Compare")
+    st.caption("Run several scheduling policies over several seeds and see which is faster, by how much, and how "
+               "sure that is; then judge the draft-length bandits against the best fixed schedule in hindsight.")
+    wl_name, names, seeds, steps = _inputs()
+    loaded = _load(wl_name, names)
+    workload, profile, policies = loaded if loaded else (None, None, [])
+    ready = loaded is not None and bool(policies)
+    if st.button("Run comparison", type="primary", disabled=not ready, key="compare_run"):
+        result = _run_compare(workload, profile, policies, seeds, steps)
+        if result is not None:
+            st.session_state[_STATE_RESULT] = result
+    if not policies:
+        st.warning("Pick at least one policy.")
+    result: Comparison | None = st.session_state.get(_STATE_RESULT)
+    if result is not None:
+        _show_compare(result)
+    if workload is not None:
+        _regret_panel(workload, profile, seeds, steps)

@@ -1,0 +1,243 @@
+"""Tune page: an Optuna study over the Policy space, scored by the simulator (`workbench.tune`).
+
+Pick a workload and profile, the number of trials and seeds, a study name and
+its storage, and press "Run study": the study runs in this process, with a
+progress bar fed by an Optuna callback. Then: the convergence chart, the
+Pareto front in multi-objective mode, the tuned policy against the presets on
+the same seeds, and the policy file to download. A study in a SQLite file
+survives the page (and the app): running the same study name again resumes
+it, and `optuna-dashboard <storage URL>` opens it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+import yaml
+
+from workbench import tune
+from workbench.config import ConfigError, FieldError, to_mapping
+from workbench.policy import Policy
+from workbench.profile import load_profile, profile_presets
+from workbench.workload import load_workload, workload_presets
+
+_STATE_RESULT = "tune_result"
+
+
+@dataclass
+class _Result:
+    """One press of "Run study", with everything the page shows computed once."""
+
+    study_name: str
+    storage: str
+    spec: tune.TuneSpec
+    trials: int
+    ran: int
+    best: Policy
+    convergence: pd.DataFrame
+    pareto: pd.DataFrame
+    comparison: pd.DataFrame
+    front_policies: dict[int, Policy]  # trial number -> policy, for the Pareto front's downloads
+
+
+# ---------------------------------------------------------------- charts
+
+
+def convergence_figure(conv: pd.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    presets = conv[conv["preset"] != ""]
+    others = conv[conv["preset"] == ""]
+    fig.add_trace(go.Scatter(x=others["trial"], y=others[tune.STEP_TIME], mode="markers", name="trial",
+                             marker=dict(color="#9aa5b1", size=6),
+                             hovertemplate="trial %{x}<br>%{y:.2f} s<extra></extra>"))
+    if len(presets):
+        fig.add_trace(go.Scatter(x=presets["trial"], y=presets[tune.STEP_TIME], mode="markers+text",
+                                 name="preset", text=presets["preset"], textposition="top center",
+                                 marker=dict(color="#e4a11b", size=9, symbol="diamond"),
+                                 hovertemplate="preset %{text}<br>%{y:.2f} s<extra></extra>"))
+    fig.add_trace(go.Scatter(x=conv["trial"], y=conv["best_so_far"], mode="lines", name="best so far",
+                             line=dict(color="#1f77b4", width=3, shape="hv")))
+    fig.update_layout(xaxis_title="trial", yaxis_title="mean step time (s)", height=380,
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", y=1.08))
+    return fig
+
+
+def pareto_figure(conv: pd.DataFrame, front: pd.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=conv[tune.STEP_TIME], y=conv[tune.TRAIN_GPU_S], mode="markers", name="trial",
+                             marker=dict(color="#9aa5b1", size=6), text=conv["trial"],
+                             hovertemplate="trial %{text}<br>%{x:.2f} s<br>%{y:,.0f} GPU-s<extra></extra>"))
+    fig.add_trace(go.Scatter(x=front[tune.STEP_TIME], y=front[tune.TRAIN_GPU_S], mode="lines+markers",
+                             name="Pareto front", line=dict(color="#d62728", shape="hv"),
+                             marker=dict(size=10), text=front["trial"],
+                             hovertemplate="trial %{text}<br>%{x:.2f} s<br>%{y:,.0f} GPU-s<extra></extra>"))
+    fig.update_layout(xaxis_title="mean step time (s)", yaxis_title="drafter-training GPU-s per step", height=380,
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", y=1.08))
+    return fig
+
+
+# ---------------------------------------------------------------- running
+
+
+def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sampler_seed: int) -> _Result | None:
+    try:
+        study = tune.open_study(spec, study_name, storage, sampler_seed=sampler_seed)
+    except ConfigError as exc:
+        st.error(str(exc))
+        return None
+    except Exception as exc:  # a storage URL that cannot be opened
+        st.error(f"Cannot open storage {storage!r}: {type(exc).__name__}: {exc}")
+        return None
+    have = len(tune.complete_trials(study))
+    bar = st.progress(min(1.0, have / trials), text=f"{have}/{trials} trials complete")
+
+    def on_trial(study, trial) -> None:
+        done = len(tune.complete_trials(study))
+        if len(study.directions) == 1 and done:
+            best = f"best {study.best_value:,.2f} s"
+        else:
+            best = f"front {len(study.best_trials)} points" if done else ""
+        bar.progress(min(1.0, done / trials), text=f"{done}/{trials} trials complete · {best}")
+
+    try:
+        ran = tune.run_study(study, spec, trials, [on_trial])
+    except Exception as exc:  # a simulator bug must not take the page down
+        bar.empty()
+        st.error(f"The study stopped: {type(exc).__name__}: {exc}. Finished trials are kept; run again to resume.")
+        return None
+    if not tune.complete_trials(study):
+        bar.empty()
+        st.error("The study has no complete trial.")
+        return None
+    bar.progress(1.0, text="Comparing with the presets…")
+    best = tune.best_policy(study)
+    front = tune.pareto_frame(study)
+    front_policies = {int(t.number): tune.policy_of(t, f"{best.name}-trial-{t.number}")
+                      for t in study.get_trials(deepcopy=False) if t.number in set(front["trial"])}
+    comparison = tune.comparison_frame(spec, best)
+    bar.empty()
+    return _Result(study_name, storage, spec, trials, ran, best, tune.convergence_frame(study), front, comparison,
+                   front_policies)
+
+
+# ---------------------------------------------------------------- page
+
+
+def _policy_yaml(policy: Policy) -> str:
+    return yaml.safe_dump(to_mapping(policy), sort_keys=False)
+
+
+def _show(res: _Result) -> None:
+    spec = res.spec
+    st.divider()
+    st.subheader("Results")
+    st.caption(f"Study **{res.study_name}** in `{res.storage}` · {spec.workload.name} on {spec.profile.name} · "
+               f"seeds 0..{spec.seeds - 1} x {spec.n_steps} steps (the same draws for every trial) · "
+               f"{len(res.convergence)} complete trials ({res.ran} run now)")
+    table = res.comparison.set_index("policy")
+    tuned = table.loc[res.best.name]
+    best_preset = table.drop(index=res.best.name)[tune.STEP_TIME].idxmin()
+    cols = st.columns(3)
+    cols[0].metric("Tuned step time", f"{tuned[tune.STEP_TIME]:,.1f} s")
+    cols[1].metric("Speedup vs baseline", f"{tuned['speedup']:.2f}x")
+    cols[2].metric(f"vs best preset ({best_preset})",
+                   f"{table.loc[best_preset, tune.STEP_TIME] / tuned[tune.STEP_TIME]:.3f}x")
+
+    st.subheader("Convergence")
+    st.plotly_chart(convergence_figure(res.convergence), key="tune_convergence", width="stretch")
+    if spec.multi_objective:
+        st.subheader("Pareto front: step time vs drafter-training compute")
+        st.plotly_chart(pareto_figure(res.convergence, res.pareto), key="tune_pareto", width="stretch")
+        st.dataframe(res.pareto, hide_index=True, width="stretch", key="tune_pareto_table")
+        st.caption("Spot training uses GPUs that would otherwise idle: it costs no step time, but it is GPU time. "
+                   "Each point is a policy no other trial beats on both.")
+
+    st.subheader("Tuned policy vs presets")
+    st.dataframe(table, width="stretch", key="tune_comparison",
+                 column_config={tune.STEP_TIME: st.column_config.NumberColumn("Step time (s)", format="%.2f"),
+                                "speedup": st.column_config.NumberColumn("Speedup", format="%.3fx"),
+                                "rollout_time_s": st.column_config.NumberColumn("Rollout (s)", format="%.2f"),
+                                tune.TRAIN_GPU_S: st.column_config.NumberColumn("Spot-train GPU-s/step",
+                                                                                 format="%.0f"),
+                                "mean_accept_len": st.column_config.NumberColumn("Accepted len", format="%.2f")})
+    st.caption("Speedup = baseline's mean step time / the policy's, on the study's seeds and steps.")
+
+    policy = res.best
+    if spec.multi_objective and len(res.front_policies) > 1:
+        options = list(res.pareto["trial"])
+        labels = {int(r.trial): f"trial {int(r.trial)}: {r.step_time_s:,.2f} s, {r.train_gpu_s:,.0f} GPU-s"
+                  for r in res.pareto.itertuples()}
+        pick = st.selectbox("Policy to download (a point of the front)", options, index=0,
+                            format_func=lambda n: labels[int(n)], key="tune_front_pick")
+        if int(pick) != int(options[0]):  # the first point is the fastest: the tuned policy itself
+            policy = res.front_policies[int(pick)]
+    with st.expander(f"Policy {policy.name}", expanded=False):
+        st.code(_policy_yaml(policy), language="yaml")
+    st.download_button("Download policy (YAML)", _policy_yaml(policy), file_name=f"{policy.name}.yaml",
+                       mime="application/x-yaml", key="tune_download", on_click="ignore")
+    st.caption(f"Run it with `tlt sim --workload {spec.workload.name} --policy baseline,{policy.name}.yaml "
+               f"--out DIR`, or resume the study with `tlt tune --study {res.study_name} --storage {res.storage}`.")
+
+
+def render() -> None:
+    st.title("Tune")
+    st.caption("Search the policy space (SD threshold, draft length per batch-size bucket, bandit, drafter, spot "
+               "training) with Optuna, scoring each policy by its simulated step time.")
+
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        presets = workload_presets()
+        wl_name = st.selectbox("Workload", presets, key="tune_wl",
+                               index=presets.index("paper-7b-8gpu") if "paper-7b-8gpu" in presets else 0)
+        try:
+            workload = load_workload(wl_name)
+        except (ConfigError, FieldError) as exc:
+            st.error(f"Workload preset '{wl_name}' is invalid: {exc}")
+            return
+        profiles = profile_presets()
+        own = workload.profile if workload.profile in profiles else profiles[0]
+        prof_name = st.selectbox("Profile", profiles, index=profiles.index(own), key=f"tune_profile:{wl_name}")
+        try:
+            profile = load_profile(prof_name)
+        except (ConfigError, FieldError) as exc:
+            st.error(f"Profile '{prof_name}' cannot be loaded: {exc}")
+            return
+    with c2:
+        trials = int(st.number_input("Trials", min_value=1, max_value=5000, value=100, step=10, key="tune_trials",
+                                     help="Complete trials the study should hold; a resumed study runs only the rest."))
+        seeds = int(st.number_input("Seeds", min_value=1, max_value=50, value=3, step=1, key="tune_seeds",
+                                    help="Each policy is scored on seeds 0..K-1, the same for every trial."))
+        steps = int(st.number_input("Steps per simulation", min_value=1, max_value=100, value=workload.steps,
+                                    step=1, key=f"tune_steps:{wl_name}"))
+    with c3:
+        multi = st.toggle("Multi-objective (step time vs training compute)", value=False, key="tune_multi")
+        study_name = st.text_input("Study name", value=f"tune-{wl_name}" + ("-mo" if multi else ""),
+                                   key=f"tune_study:{wl_name}:{multi}",
+                                   help="Run again with the same name to resume a study.")
+        storage = st.text_input("Storage", value=tune.DEFAULT_STORAGE, key="tune_storage",
+                                help="An Optuna storage URL; a SQLite file keeps the study (and opens in "
+                                     "optuna-dashboard); 'memory' keeps nothing.")
+        with st.expander("More"):
+            warm = st.checkbox("Allow warm start", value=False, key="tune_warm",
+                               help="Let the search use a drafter trained offline before RL; the objective does "
+                                    "not charge that training, so the search will always pick it.")
+            sampler_seed = int(st.number_input("Sampler seed", min_value=0, value=0, step=1, key="tune_sampler_seed"))
+
+    ready = bool(study_name.strip())
+    if not ready:
+        st.warning("Give the study a name.")
+    spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi, allow_warm_start=warm)
+    if st.button("Run study", type="primary", disabled=not ready, key="tune_run"):
+        result = _run(spec, study_name.strip(), storage.strip(), trials, sampler_seed)
+        if result is not None:
+            st.session_state[_STATE_RESULT] = result
+    result = st.session_state.get(_STATE_RESULT)
+    if result is not None:
+        _show(result)
+
+
+if __name__ == "__main__":  # pragma: no cover - `streamlit run workbench/ui/tune_page.py`
+    render()
