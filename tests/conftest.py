@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from workbench.policy import load_policy
 from workbench.profile import load_profile
 from workbench.workload import load_workload
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """Streamlit's AppTest leaves its temporary script installed as `__main__`. vLLM spawns its
+    engine process, which re-imports `__main__` from its path: a later engine test would then
+    run the app script there and fail to start. Put the real `__main__` back after each test."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
 
 
 @pytest.fixture(scope="session")
