@@ -31,10 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +40,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from workbench.config import write_dir_atomic
 
 REG_WEIGHT = 1.0  # hidden-state regression (smooth L1), as EAGLE
 CE_WEIGHT = 0.1  # token cross-entropy against the target's distribution, as EAGLE
@@ -422,9 +421,8 @@ def save_drafter(drafter: EagleDrafter, out_dir: str | Path, target_config: Any 
     from safetensors.torch import save_file
 
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+
+    def fill(tmp: Path) -> None:
         drafter.config.to_llama_config(target_config).save_pretrained(str(tmp))
         save_file(drafter.drafter_state_dict(), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         info: dict[str, Any] = {"drafter_config": asdict(drafter.config)}
@@ -438,13 +436,8 @@ def save_drafter(drafter: EagleDrafter, out_dir: str | Path, target_config: Any 
             info["train_sequences"] = getattr(drafter, "train_sequences", None)
         info.update(extra or {})
         (tmp / EXTRA_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    write_dir_atomic(out, fill)
     return out
 
 

@@ -15,15 +15,14 @@ directory and renames it, so a crash never leaves half a trace.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
+
+from workbench.config import write_dir_atomic
 
 TRACE_VERSION = 1
 
@@ -158,18 +157,12 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     for f in META_FIELDS:
         if f not in meta:
             raise TraceError(path / "meta.json", f"field '{f}'", "missing", f"meta needs {', '.join(META_FIELDS)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    try:
+
+    def fill(tmp: Path) -> None:
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
         for name, columns in TABLES.items():
             getattr(trace, name)[list(columns)].to_parquet(tmp / f"{name}.parquet", index=False)
-        os.chmod(tmp, 0o755)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    write_dir_atomic(path, fill)
     trace.path = path
     return path
