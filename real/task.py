@@ -1,42 +1,41 @@
 """The synthetic reasoning task: greatest common divisor by repeated subtraction.
 
-A problem asks for gcd(a, b) of two numbers from 10 to 99; the solution works it out one
+A problem asks for gcd(a, b) of two numbers from 10 to 999; the solution works it out one
 subtraction per line (Euclid's original algorithm: subtract the smaller number from the
-larger until they are equal), then states the answer::
+larger until the two are equal), then states the answer::
 
-    Q: gcd(35,91)=?          <- prompt (ends with a newline)
-    91-35=56                 <- response: one step per line, numbers written with 2 digits
-    56-35=21
-    35-21=14
-    21-14=07
-    14-07=07
-    07-07=00
-    A: 7                     <- the answer line; then end of sequence
+    Q: gcd(651,217)=?        <- prompt (ends with a newline)
+    651-217=434              <- response: one step per line, numbers written with 3 digits
+    434-217=217
+    217-217=000
+    A: 217                   <- the answer line; then end of sequence
 
-The difficulty of a problem is its number of steps (lines), which is the sum of the partial
-quotients of a/b: from 1 (a == b) to 99 (gcd(99,98) counts 98 down by one). Each line is
-9 tokens, so a response is 9 * steps + 4-5 tokens: 14 to ~900 tokens, under the 1,024-token
-response cap (`MAX_RESPONSE_TOKENS`). Problems are drawn by difficulty first, from a
-heavy-tailed distribution (P(steps = s) proportional to (s + 2) ** -alpha, s = 1..99), then
-uniformly among the pairs with that many steps, so a few problems need many steps: the
-response lengths have a real long tail. `MIXES` names the distributions:
+The difficulty of a problem is its number of steps (lines): the sum of the partial quotients
+of a/b, from 1 (a == b) up; problems are kept to at most `MAX_STEPS` = 80 steps. Each line is
+12 tokens (one per character), so a response is 12 * steps + 4 to 6 tokens: 16 to ~970 tokens,
+under the 1,024-token response cap (`MAX_RESPONSE_TOKENS`). Problems are drawn by difficulty
+first, from a heavy-tailed distribution (P(steps = s) proportional to (s + 4) ** -alpha,
+s = 1..80), then uniformly among the pairs with that many steps, so a few problems need many
+steps and the response lengths have a real long tail. `MIXES` names the distributions:
 
-    mix      alpha   median  p90  p99  P(steps >= 40)   use
-    default   2.0      3     19   71      3.7%          SFT, RL, reference traces
-    easy      3.0      2      6   23      0.3%          a lighter tail (calibration hold-out)
-    hard      1.2      9     58   94     17.9%          a heavier tail
-    flat       -      50     90   99     61%            every difficulty equally often
+    mix      alpha   median  p90  p99  P(steps <= 6)  P(steps >= 40)   use
+    default   2.0      5     27   68       60%            5.3%          SFT, RL, reference traces
+    easy      3.0      2     10   36       82%            0.8%          a lighter tail
+    hard      1.2     12     54   77       35%           17.8%          a heavier tail
+    flat       -      40     73   80        7%             51%          every difficulty equally often
 
-Every step depends only on the line before it, so a model that errs once gives a wrong
-answer, and long problems are harder: accuracy falls with difficulty.
+Each step depends only on the line before it, so one slip (a wrong borrow, say) makes the
+answer wrong while the response goes on in the same form: a model that has learnt the
+procedure but not the arithmetic perfectly is right on part of the problems, and its wrong
+answers are often longer. With three-digit numbers there are far too many problems to
+memorise (about 980,000 ordered pairs).
 
-The pairs are split once, by a fixed hash of the unordered pair, into `train` (7/8) and
-`test` (1/8), so evaluation can use problems SFT never saw. Everything here is pure and
+The pairs are split once, by CRC-32 of the unordered pair, into `train` (7/8) and `test`
+(1/8), so evaluation can use problems SFT never saw. Everything here is pure and
 deterministic: the same (n, seed, mix, split) gives the same problems on any machine.
 
-The reward is verifiable: `reward(problem, response)` is 1.0 when the response's answer line
-(`A: <integer>`, the first one) parses and equals gcd(a, b), else 0.0. The steps themselves
-are not checked.
+The reward is verifiable: `reward(problem, response)` is 1.0 when the response's first answer
+line (`A: <integer>`) parses and equals gcd(a, b), else 0.0. The steps are not checked.
 """
 
 from __future__ import annotations
@@ -45,15 +44,16 @@ import math
 import random
 import re
 import zlib
+from array import array
 from dataclasses import dataclass
 from functools import lru_cache
 
-LOW, HIGH = 10, 99            # operands are drawn from LOW..HIGH inclusive
-WIDTH = 2                     # digits of every number in a solution line (zero-padded)
-MAX_STEPS = 99                # the most steps any pair needs (gcd(99,98))
+LOW, HIGH = 10, 999           # operands are drawn from LOW..HIGH inclusive
+WIDTH = 3                     # digits of every number in a solution line (zero-padded)
+MAX_STEPS = 80                # pairs needing more steps are never drawn
 MAX_RESPONSE_TOKENS = 1024    # the response cap: every reference solution fits under it
 # P(steps = s) ~ (s + OFFSET) ** -alpha; None means uniform over the difficulties.
-OFFSET = 2
+OFFSET = 4
 MIXES: dict[str, float | None] = {"default": 2.0, "easy": 3.0, "hard": 1.2, "flat": None}
 SPLITS = ("train", "test", "all")
 
@@ -80,8 +80,8 @@ def prompt_for(a: int, b: int) -> str:
 
 def solve(a: int, b: int) -> tuple[str, int, int]:
     """The reference solution of gcd(a, b): (text, answer, steps)."""
-    if not (0 < a <= HIGH and 0 < b <= HIGH):
-        raise ValueError(f"gcd({a},{b}): operands must be 1..{HIGH}")
+    if not (0 < a < 10 ** WIDTH and 0 < b < 10 ** WIDTH):
+        raise ValueError(f"gcd({a},{b}): operands must be 1..{10 ** WIDTH - 1}")
     x, y = max(a, b), min(a, b)
     w = WIDTH
     lines = []
@@ -115,16 +115,20 @@ def split_of(a: int, b: int) -> str:
 
 
 @lru_cache(maxsize=None)
-def _pairs_by_steps(split: str) -> dict[int, tuple[tuple[int, int], ...]]:
-    out: dict[int, list[tuple[int, int]]] = {}
-    for a in range(LOW, HIGH + 1):
-        for b in range(LOW, HIGH + 1):
-            if split != "all" and split_of(a, b) != split:
+def _pairs_by_steps(split: str) -> dict[int, array]:
+    """Difficulty -> the ordered pairs (a, b) of `split` with that many steps, as a * 1000 + b."""
+    out: dict[int, array] = {}
+    for hi in range(LOW, HIGH + 1):
+        for lo in range(LOW, hi + 1):
+            if split != "all" and split_of(lo, hi) != split:
                 continue
-            s = steps_of(a, b)
+            s = steps_of(hi, lo)
             if s <= MAX_STEPS:
-                out.setdefault(s, []).append((a, b))
-    return {s: tuple(v) for s, v in sorted(out.items())}
+                arr = out.setdefault(s, array("i"))
+                arr.append(hi * 1000 + lo)
+                if lo != hi:
+                    arr.append(lo * 1000 + hi)
+    return {s: array("i", sorted(v)) for s, v in sorted(out.items())}
 
 
 def difficulty_pmf(mix: str = "default") -> dict[int, float]:
@@ -140,9 +144,10 @@ def difficulty_pmf(mix: str = "default") -> dict[int, float]:
 def make_problems(n: int, seed: int = 0, mix: str = "default", split: str = "all") -> list[Problem]:
     """`n` problems drawn for `seed` under difficulty mix `mix` from the pairs of `split`.
 
-    A difficulty is drawn from the mix; when the split has no pair with exactly that many
-    steps (some long ones exist only as one pair), the nearest available difficulty is used
-    (the smaller on a tie). Then a pair is drawn uniformly among those with that difficulty.
+    A difficulty is drawn from the mix, then a pair uniformly among the split's pairs with
+    that many steps (each split has hundreds for every difficulty; were one missing, the
+    nearest available difficulty would be used, the smaller on a tie). The first call builds
+    an index of all pairs (~1 s).
     """
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: allowed: {', '.join(SPLITS)}")
@@ -158,8 +163,8 @@ def make_problems(n: int, seed: int = 0, mix: str = "default", split: str = "all
         s = rng.choices(levels, weights)[0]
         if s not in pool:
             s = min(avail, key=lambda t: (abs(t - s), t))
-        a, b = pool[s][rng.randrange(len(pool[s]))]
-        out.append(make_problem(a, b))
+        code = pool[s][rng.randrange(len(pool[s]))]
+        out.append(make_problem(code // 1000, code % 1000))
     return out
 
 

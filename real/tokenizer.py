@@ -18,6 +18,7 @@ No BOS is added to encoded text (neither path adds one): a sequence is prompt + 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 SPECIALS = ("<pad>", "<s>", "</s>")
@@ -71,9 +72,20 @@ def build_tokenizer(out_dir: str | Path | None = None):
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
                                  unk_token=UNK, model_max_length=2048)
     if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        hf.save_pretrained(str(out_dir))
+        save_tokenizer(hf, out_dir)
     return hf
+
+
+def save_tokenizer(tok, out_dir: str | Path) -> None:
+    """`save_pretrained`, naming the class `PreTrainedTokenizerFast` (transformers 5 writes its
+    own `TokenizersBackend`, which transformers 4 cannot load; both read tokenizer.json alike)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(out))
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
 
 
 def vocab_size() -> int:

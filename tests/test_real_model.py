@@ -19,32 +19,40 @@ from real import task
 
 
 def test_solutions_are_right_and_fit_the_cap():
-    for a in range(task.LOW, task.HIGH + 1):
-        for b in range(task.LOW, task.HIGH + 1):
-            text, answer, steps = task.solve(a, b)
-            assert answer == math.gcd(a, b)
-            lines = text.split("\n")
-            assert len(lines) == steps + 1 and lines[-1] == f"A: {answer}"
-            assert all(len(line) == 8 for line in lines[:-1])  # "xx-yy=zz"
-            assert 1 <= steps <= task.MAX_STEPS
+    import random
+
+    from real.task import _pairs_by_steps
+
+    rng = random.Random(0)
+    pairs = [(rng.randint(task.LOW, task.HIGH), rng.randint(task.LOW, task.HIGH)) for _ in range(3000)]
+    pool = _pairs_by_steps("all")
+    assert sorted(pool) == list(range(1, task.MAX_STEPS + 1))  # every difficulty can be drawn
+    pairs += [divmod(v[-1], 1000) for v in pool.values()]      # one pair of each difficulty
+    for a, b in pairs:
+        text, answer, steps = task.solve(a, b)
+        assert answer == math.gcd(a, b) and steps == task.steps_of(a, b)
+        lines = text.split("\n")
+        assert len(lines) == steps + 1 and lines[-1] == f"A: {answer}"
+        assert all(len(line) == 11 for line in lines[:-1])  # "xxx-yyy=zzz"
+        if steps <= task.MAX_STEPS:
             assert len(text) + 1 <= task.MAX_RESPONSE_TOKENS  # one token per character, plus </s>
 
 
 def test_solution_format():
     p = task.make_problem(35, 91)
     assert p.prompt == "Q: gcd(35,91)=?\n"
-    assert p.solution == "91-35=56\n56-35=21\n35-21=14\n21-14=07\n14-07=07\n07-07=00\nA: 7"
+    assert p.solution == "091-035=056\n056-035=021\n035-021=014\n021-014=007\n014-007=007\n007-007=000\nA: 7"
     assert (p.answer, p.difficulty) == (7, 6)
 
 
 @pytest.mark.parametrize("response, expected", [
-    ("91-35=56\nA: 7", 1.0),
+    ("091-035=056\nA: 7", 1.0),
     ("A: 7", 1.0),                       # the steps are not checked
     ("A:7\n", 1.0),
-    ("91-35=56\nA: 07", 1.0),            # a leading zero is the same integer
-    ("91-35=56\nA: 8", 0.0),             # wrong
+    ("091-035=056\nA: 007", 1.0),        # leading zeros: the same integer
+    ("091-035=056\nA: 8", 0.0),          # wrong
     ("A: 7 or 8", 0.0),                  # not an integer alone on its line
-    ("91-35=56\n07-07=00", 0.0),         # no answer line
+    ("091-035=056\n007-007=000", 0.0),   # no answer line
     ("", 0.0),
     ("A: ", 0.0),
     ("A: seven", 0.0),
@@ -58,7 +66,7 @@ def test_reward(response, expected):
 
 
 def test_parse_answer():
-    assert task.parse_answer("12-06=06\n06-06=00\nA: 6") == 6
+    assert task.parse_answer("012-006=006\n006-006=000\nA: 6") == 6
     assert task.parse_answer("no answer") is None
     assert task.parse_answer("A: -3") == -3
 
@@ -87,8 +95,8 @@ def test_mix_changes_the_length_distribution():
     assert statistics.mean(easy) < statistics.mean(default) < statistics.mean(hard)
     assert pct(easy, 0.9) < pct(default, 0.9) < pct(hard, 0.9)
     # The default mix has a real long tail: most problems are short, a few are very long.
-    assert pct(default, 0.5) < 60 and pct(default, 0.99) > 450
-    assert sum(x > 360 for x in default) / len(default) > 0.02  # >= 40 steps
+    assert pct(default, 0.5) < 100 and pct(default, 0.99) > 600
+    assert 0.03 < sum(x > 470 for x in default) / len(default) < 0.08  # >= 40 steps
     for mix in task.MIXES:
         pmf = task.difficulty_pmf(mix)
         assert math.isclose(sum(pmf.values()), 1.0) and min(pmf) == 1 and max(pmf) == task.MAX_STEPS
@@ -120,7 +128,7 @@ def test_tokenizer_round_trips_task_text(tok_dir):
     fast = PreTrainedTokenizerFast.from_pretrained(tok_dir)
     assert len(auto) == len(fast) == vocab_size() == 100
     assert (fast.pad_token_id, fast.eos_token_id) == (PAD_ID, EOS_ID)
-    texts = [CHARS, "  two spaces\n\nnewlines ", "Q: gcd(10,99)=?\n"]
+    texts = [CHARS, "  two spaces\n\nnewlines ", "Q: gcd(10,999)=?\n"]
     for mix in task.MIXES:
         texts += [p.prompt + p.solution for p in task.make_problems(30, seed=1, mix=mix)]
     for text in texts:
@@ -143,7 +151,8 @@ def tiny_models(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("models")
     quiet = lambda _m: None  # noqa: E731
-    infos = {name: init_model(root / name, seed=seed, steps=STEPS, evaluate_after=False, log=quiet, tokens_per_batch=1024)
+    infos = {name: init_model(root / name, seed=seed, steps=STEPS, evaluate_after=False, log=quiet,
+                              tokens_per_batch=1024, threads=1)
              for name, seed in (("a", 0), ("b", 0), ("c", 1))}
     return root, infos
 
@@ -198,6 +207,9 @@ def test_load_model_dir_errors(tmp_path, tiny_models):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
     with pytest.raises(ValueError, match="ForCausalLM"):
         load_model_dir(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    with pytest.raises(FileNotFoundError, match="no weights"):
+        load_model_dir(tmp_path)
     root, _ = tiny_models
     assert load_model_dir(str(root / "c")) == root / "c"
 
@@ -207,7 +219,7 @@ def test_cli_model_init(tmp_path):
 
     from workbench.cli import app
 
-    res = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "m"), "--seed", "2", "--steps", "2",
+    res = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "m"), "--seed", "2", "--steps", "2", "--threads", "1",
                                    "--no-eval"])
     assert res.exit_code == 0, res.output
     info = json.loads((tmp_path / "m" / "training.json").read_text())

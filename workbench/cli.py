@@ -446,6 +446,7 @@ def model_init(
     steps: Optional[int] = typer.Option(None, min=1, help="SFT optimiser steps (default: real.model.DEFAULT_STEPS)."),
     mix: str = typer.Option("default", help="Difficulty mix of the training problems (real/task.py: default, easy, hard, flat)."),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Evaluate greedy answers on held-out problems after training."),
+    threads: int = typer.Option(2, min=1, help="CPU threads for training (the weights depend on it: same seed and threads, same bytes)."),
 ) -> None:
     """Build a small Qwen2 and a character tokenizer, train it (SFT) on the GCD task, save it."""
     from real import task
@@ -454,7 +455,7 @@ def model_init(
         _fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
     from real.model import DEFAULT_STEPS, init_model
 
-    info = init_model(out, seed=seed, steps=steps or DEFAULT_STEPS, mix=mix, evaluate_after=evaluate,
+    info = init_model(out, seed=seed, steps=steps or DEFAULT_STEPS, mix=mix, evaluate_after=evaluate, threads=threads,
                       log=lambda m: typer.echo(m, err=True))
     typer.echo(f"wrote {out} (SFT {info['train_seconds']:.0f}s, final loss {info['final_loss']:.4f})")
     if "eval" in info:
