@@ -314,7 +314,8 @@ def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, m
         save_tokenizer(tok, out)
         if evaluate_after:  # after saving: evaluation does not change the weights
             log(f"evaluating greedy answers on {eval_problems} held-out problems (mix {mix}) ...")
-            info["eval"] = evaluate(model, tok, n=eval_problems, seed=seed, mix=mix)
+            # The same held-out problems whatever the seed, so that models compare.
+            info["eval"] = evaluate(model, tok, n=eval_problems, seed=0, mix=mix)
             e = info["eval"]
             log(f"accuracy {e['accuracy']:.2f}; response tokens p50 {e['response_tokens']['p50']:.0f} "
                 f"p90 {e['response_tokens']['p90']:.0f} max {e['response_tokens']['max']} ({e['eval_seconds']}s)")
