@@ -55,6 +55,19 @@ from workbench.profile import DecodeCost, DrafterCost, PhaseCost, Profile
 from workbench.trace import Trace, TraceError
 from workbench.workload import LengthModel
 
+
+def jsonable(v):
+    """Nested dicts/lists of numpy scalars -> plain JSON values (NaN and inf -> null)."""
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, (np.floating, float)):
+        return None if not math.isfinite(float(v)) else float(v)
+    if isinstance(v, (np.integer, np.bool_)):
+        return v.item()
+    return v
+
 # Linear cost parameters, in the order they are kept when features are collinear
 # (earlier = kept: the target's own costs before the drafter's, which the trace
 # can only separate from the target's with a second drafter kind or draft length).
@@ -790,23 +803,13 @@ class Calibration:
 
     def report(self, base: Profile) -> dict:
         """Everything the fit found, JSON-ready (`tlt calibrate` writes it next to the profile)."""
-        def clean(v):
-            if isinstance(v, dict):
-                return {str(k): clean(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [clean(x) for x in v]
-            if isinstance(v, (np.floating, float)):
-                return None if not math.isfinite(float(v)) else float(v)
-            if isinstance(v, (np.integer, np.bool_)):
-                return v.item()
-            return v
         c = self.costs
         params = {k: {"value": getattr(getattr(self.profile, k.split(".")[0]), k.split(".")[1]),
                       "base": getattr(getattr(base, k.split(".")[0]), k.split(".")[1]), "fitted": v,
                       "rel_se": c.rel_se.get(k), "why_not_fitted": c.not_fitted_why.get(k)}
                   for k, v in self.fitted.items()}
         lf = self.length_fit
-        return clean({
+        return jsonable({
             "schema": "tlt-calibration/1", "profile": self.profile.name, "base_profile": base.name,
             "fitted_on": list(self.profile.fitted_on), "fit_error_pct": self.profile.fit_error_pct,
             "errors": self.errors, "parameters": params,

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from sim.simulator import shard, simulate
-from workbench.calibrate import predict_steps, step_draft_len, step_frame, trace_drafter_kind
+from workbench.calibrate import jsonable, predict_steps, step_draft_len, step_frame, trace_drafter_kind
 from workbench.config import ConfigError, from_mapping
 from workbench.policy import Policy, ScheduleBucket
 from workbench.profile import Profile
@@ -232,16 +232,6 @@ def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
     return Validation(trace.name, pred, measured, err, details)
 
 
-def _jsonable(v):
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (np.floating, float)):
-        return None if not math.isfinite(float(v)) else float(v)
-    if isinstance(v, (np.integer, np.bool_)):
-        return v.item()
-    return v
 
 
 def save_validations(results: list[Validation], out, profile: Profile) -> None:
@@ -261,7 +251,7 @@ def save_validations(results: list[Validation], out, profile: Profile) -> None:
            "median_abs_error_pct": float(np.median(errs)) if errs else None,
            "runs": [{**v.summary(), "trace": v.trace, "held_out": v.trace not in profile.fitted_on, "details": v.details}
                     for v in results]}
-    write_atomic(out / "validate.json", json.dumps(_jsonable(doc), indent=2) + "\n")
+    write_atomic(out / "validate.json", json.dumps(jsonable(doc), indent=2) + "\n")
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(results) + 2), 3.6))
     x = np.arange(len(results))
     ax.bar(x - 0.2, [v.measured_rollout_s for v in results], 0.4, label="measured", color="#4c72b0")
