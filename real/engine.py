@@ -246,6 +246,9 @@ class RolloutEngine:
         self.engine_kwargs = {k: v for k, v in kw.items() if k != "speculative_config"}
         t0 = time.perf_counter()
         self.llm = LLM(**kw)
+        if on_cpu and self.spec is not None:
+            # Without this, sampled (temperature > 0) requests are not lossless under SD on CPU.
+            self.llm.collective_rpc("tlt_apply_cpu_fixes")
         self.start_s = time.perf_counter() - t0
         _quiet_vllm_iteration_log()
         self._stats: list[Any] = []

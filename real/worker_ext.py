@@ -15,6 +15,12 @@ from pathlib import Path
 
 
 class TLTWorkerExtension:
+    def tlt_apply_cpu_fixes(self) -> bool:
+        """Correct vLLM-CPU's sampling under speculative decoding in this worker (real/vllm_fixes.py)."""
+        from real.vllm_fixes import apply_cpu_fixes
+
+        return apply_cpu_fixes()
+
     def tlt_reload_target(self, path: str) -> bool:
         """Same as `collective_rpc("reload_weights", kwargs={"weights_path": path})`."""
         self.model_runner.reload_weights(weights_path=str(path))
