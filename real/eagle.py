@@ -571,7 +571,10 @@ def train_from_target(model_dir: str | Path, out_dir: str | Path, steps: int = 3
         log(f"training data: {len(prompt_list)} prompts from {source}, {samples} samples each, up to {max_tokens} tokens")
     seqs = rollout_sequences(model_dir, prompt_list, samples, max_tokens, seed, temperature, log)
     model = load_target(model_dir)
-    drafter = train_drafter(model, seqs, steps=steps, lr=lr, seed=seed, log=log)
+    # Train on whole responses: a drafter never shown positions past max_len collapses there
+    # (measured: acceptance 0.93 below 512 tokens of context, 0.30 above, with max_len 512).
+    config = TrainConfig(max_len=max(len(s) for s in seqs))
+    drafter = train_drafter(model, seqs, steps=steps, lr=lr, seed=seed, config=config, log=log)
     return save_drafter(drafter, out_dir, model.config,
                         extra={"target": str(model_dir), "prompts": len(prompt_list), "prompt_source": source,
                                "samples": samples, "max_tokens": max_tokens, "temperature": temperature})
