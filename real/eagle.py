@@ -218,6 +218,13 @@ class EagleDrafter(nn.Module):
         """hidden [B, T, H]: target hidden states at positions 0..T-1; tokens [B, T]: the tokens
         at positions 1..T. Returns (predicted hidden states at 1..T, logits for tokens at 2..T+1).
         Sequences are right-padded (attention is causal, so padding never reaches real positions)."""
+        x = self.predict_hidden(hidden, tokens, positions)
+        return x, self.lm_head(x)
+
+    def predict_hidden(self, hidden: torch.Tensor, tokens: torch.Tensor,
+                       positions: torch.Tensor | None = None) -> torch.Tensor:
+        """`forward` without the LM head: the predicted hidden states only (apply `lm_head` to
+        the positions you need; over a large vocabulary the full logits are the costly part)."""
         b, t = tokens.shape
         if positions is None:
             positions = torch.arange(t, device=tokens.device).expand(b, t)
@@ -225,7 +232,15 @@ class EagleDrafter(nn.Module):
         x = self.fc(torch.cat((emb, hidden), dim=-1))
         for layer in self.layers:
             x = layer(x, positions)
-        return x, self.lm_head(x)
+        return x
+
+    def load_drafter_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load weights named as `drafter_state_dict` gives them (the shared ones stay)."""
+        own = self.drafter_state_dict()
+        if set(state) != set(own):
+            raise ValueError(f"not a drafter state of this shape: missing {sorted(set(own) - set(state))}, "
+                             f"unexpected {sorted(set(state) - set(own))}")
+        self.load_state_dict({**self.state_dict(), **state})
 
     def drafter_state_dict(self) -> dict[str, torch.Tensor]:
         """The trained weights, named as vLLM's EagleLlamaForCausalLM loads them."""

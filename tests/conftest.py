@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import pytest
@@ -34,3 +35,20 @@ def policies():
 @pytest.fixture(scope="session")
 def paper_7b():
     return load_workload("paper-7b-8gpu")
+
+
+@pytest.fixture(scope="module")
+def random_target():
+    """A random-weight tiny Qwen2 (no training): enough for shapes, names and determinism.
+    Skips the test where torch/transformers are not installed."""
+    if not all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers")):
+        pytest.skip("torch/transformers are not installed")
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, max_position_embeddings=256, tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(cfg).eval()
+    model.requires_grad_(False)
+    return model

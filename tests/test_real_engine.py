@@ -100,20 +100,7 @@ def test_capture_cli_refuses_before_starting_an_engine(tmp_path):
 # ---------------------------------------------------------------- the drafter module (torch, no vLLM)
 
 
-@pytest.fixture(scope="module")
-def random_target(tmp_path_factory):
-    """A random-weight tiny Qwen2 (no training): enough for shapes, names and determinism."""
-    if not HAVE_TORCH:
-        pytest.skip("torch/transformers are not installed")
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      intermediate_size=64, max_position_embeddings=256, tie_word_embeddings=False)
-    model = Qwen2ForCausalLM(cfg).eval()
-    model.requires_grad_(False)
-    return model
+# random_target: tests/conftest.py
 
 
 @needs_torch

@@ -1,0 +1,280 @@
+"""GRPO (DeepSeekMath's group-relative policy optimisation) on a `transformers` causal LM.
+
+One `GRPOTrainer.step(rollouts)` is one RL step: the rollouts of a step (a group of responses per
+prompt, each with a scalar reward) become group-normalised advantages, and the policy takes
+`epochs` passes of minibatch AdamW updates on the token-level clipped surrogate
+
+    -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)  (+ kl_coef * k3 KL to a frozen reference)
+
+averaged over the response tokens of a minibatch (never the prompt's), where ratio =
+exp(logp_new - logp_old) and logp_old are the weights the rollouts were sampled from: the weights
+before this step's first update (vLLM's rollout weights, when the caller syncs every step).
+
+The first forward pass of a step (no grad, before any update) computes the old log-probs, the
+reference log-probs when there is a KL term, and the target's final-norm hidden states over
+prompt + response: the features the EAGLE drafter trains on (real/eagle.py), returned as
+`HiddenRecord`s at no extra forward.
+
+`save(out_dir)` writes an HF model directory (safetensors, float32) that `transformers` and vLLM
+reload, atomically; `state_dict()` / `load_state_dict()` carry the optimiser and the step count,
+so that a trainer re-created from a saved directory resumes exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from real.eagle import _pad, load_target
+from real.model import _torch_settings
+from workbench.config import write_dir_atomic
+
+# Weight files of an HF model directory: `save` writes its own, every other file is copied over.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf",
+                    ".safetensors.index.json", ".bin.index.json")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    lr: float = 1e-5  # AdamW
+    clip_eps: float = 0.2  # PPO-style clipped ratio
+    kl_coef: float = 0.0  # >0: KL to a frozen reference model (k3 estimator, as DeepSeekMath GRPO)
+    epochs: int = 1  # passes over the step's rollouts
+    minibatch: int = 16  # sequences per optimiser step
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+
+
+@dataclass
+class Rollout:
+    """One response of one prompt."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    reward: float
+    group: int  # prompt index in the step; samples of one prompt share it
+
+
+@dataclass
+class HiddenRecord:
+    """What the drafter trains on."""
+
+    token_ids: list[int]  # prompt + response
+    # [len(token_ids), hidden_size] float32, detached, CPU: the target's final-norm hidden states
+    # (`model.model(...).last_hidden_state`), i.e. what vLLM hands an EAGLE drafter.
+    hidden: torch.Tensor
+
+
+@dataclass
+class StepStats:
+    loss: float  # mean over minibatches
+    kl: float  # mean k3 over response tokens and updates; 0 without a reference
+    clip_frac: float  # response tokens whose clipped term was the active one
+    ratio_mean: float
+    grad_norm: float  # mean over optimiser steps, before clipping
+    tokens: int  # response tokens of the step
+    sequences: int
+    adv_std: float
+    seconds: float
+
+
+def group_advantages(rewards: Sequence[float], groups: Sequence[int], eps: float = 1e-6) -> list[float]:
+    """(r - mean of its group) / (std of its group + eps), std unbiased (as TRL's and verl's GRPO).
+
+    A group whose rewards are all equal (one sample included) teaches nothing: its advantages are
+    exactly 0, not the rounding noise of its mean divided by eps."""
+    if len(rewards) != len(groups):
+        raise ValueError(f"{len(rewards)} rewards but {len(groups)} groups")
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    adv = [0.0] * len(rewards)
+    for idx in members.values():
+        rs = [float(rewards[i]) for i in idx]
+        if max(rs) == min(rs):
+            continue
+        mean = sum(rs) / len(rs)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rs) / (len(rs) - 1))
+        for i, r in zip(idx, rs):
+            adv[i] = (r - mean) / (std + eps)
+    return adv
+
+
+def _forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int],
+             hidden: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """Per sequence, the log-probs of its response tokens, and (with `hidden`) its final-norm
+    hidden states over all its positions. One right-padded forward."""
+    for s, p in zip(sequences, prompt_lens):
+        if not 1 <= p <= len(s):
+            raise ValueError(f"prompt length {p} of a {len(s)}-token sequence: the first response token "
+                             "needs a prompt token before it")
+    seqs = [torch.as_tensor(list(s), dtype=torch.long) for s in sequences]
+    ids, mask = _pad(seqs)
+    device = next(model.parameters()).device
+    ids, mask = ids.to(device), mask.to(device)
+    # Not real.eagle.target_hidden_states: that one is no-grad only and keeps a KV cache. The
+    # hidden state is hidden_states[-1] as there: the final-norm output, equal to last_hidden_state.
+    out = model(input_ids=ids, attention_mask=mask.long(), output_hidden_states=hidden, use_cache=False)
+    logits = out.logits[:, :-1].float()
+    # log_softmax gathered without materialising a second [B, T, V] tensor (vocabularies are large).
+    tok_lp = logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    lps = [tok_lp[i, p - 1: len(s) - 1] for i, (s, p) in enumerate(zip(seqs, prompt_lens))]
+    if not hidden:
+        return lps, None
+    h = out.hidden_states[-1]
+    # clone: a slice would keep the whole padded batch alive for as long as the record lives.
+    return lps, [h[i, : len(s)].detach().float().cpu().clone() for i, s in enumerate(seqs)]
+
+
+def response_logprobs(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int]) -> list[torch.Tensor]:
+    """Log-probs of each sequence's response tokens (positions prompt_len..end) under `model`;
+    differentiable unless called under no_grad."""
+    return _forward(model, sequences, prompt_lens)[0]
+
+
+class GRPOTrainer:
+    def __init__(self, model_dir, config: GRPOConfig = GRPOConfig(), seed: int = 0, reference_dir=None,
+                 threads: int | None = None):
+        """The policy from `model_dir` (float32, CPU); a frozen reference (from `reference_dir`,
+        default `model_dir`) only when `config.kl_coef > 0`. `threads`: torch threads (and
+        deterministic algorithms) during `step`; None leaves the caller's settings."""
+        if config.minibatch < 1 or config.epochs < 1:
+            raise ValueError(f"minibatch and epochs must be >= 1, got {config.minibatch}, {config.epochs}")
+        self.model_dir = Path(model_dir)
+        self.config = config
+        self.seed = seed
+        self.threads = threads
+        torch.manual_seed(seed)
+        self._model = load_target(self.model_dir)
+        # Eval mode while training too: the rollouts were sampled without dropout, and the hidden
+        # states handed to the drafter must be the ones vLLM computes.
+        self._model.requires_grad_(True)
+        self.reference = load_target(reference_dir or model_dir) if config.kl_coef > 0 else None
+        self._params = [p for p in self._model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self._params, lr=config.lr, weight_decay=config.weight_decay)
+        self.steps = 0
+
+    @property
+    def model(self):
+        return self._model
+
+    def _settings(self):
+        return _torch_settings(self.threads) if self.threads else nullcontext()
+
+    def step(self, rollouts: Sequence[Rollout], keep_hidden: bool = True) -> tuple[StepStats, list[HiddenRecord]]:
+        """One GRPO update on a step's rollouts; returns its statistics and (with `keep_hidden`)
+        the pre-update hidden states, one record per rollout in the given order."""
+        if not rollouts:
+            raise ValueError("no rollouts")
+        with self._settings():
+            return self._step(list(rollouts), keep_hidden)
+
+    def _step(self, rollouts: list[Rollout], keep_hidden: bool) -> tuple[StepStats, list[HiddenRecord]]:
+        t0 = time.perf_counter()
+        cfg, model = self.config, self._model
+        seqs = [list(r.prompt_ids) + list(r.response_ids) for r in rollouts]
+        plens = [len(r.prompt_ids) for r in rollouts]
+        adv = group_advantages([r.reward for r in rollouts], [r.group for r in rollouts])
+        n, mb = len(rollouts), cfg.minibatch
+
+        old: list[torch.Tensor] = []
+        ref: list[torch.Tensor] = []
+        records: list[HiddenRecord] = []
+        with torch.no_grad():
+            for i in range(0, n, mb):
+                lps, hidden = _forward(model, seqs[i: i + mb], plens[i: i + mb], hidden=keep_hidden)
+                old += lps
+                if hidden is not None:
+                    records += [HiddenRecord(token_ids=s, hidden=h) for s, h in zip(seqs[i: i + mb], hidden)]
+                if self.reference is not None:
+                    ref += response_logprobs(self.reference, seqs[i: i + mb], plens[i: i + mb])
+
+        # The order depends on the seed and the step count only, so a resumed trainer replays it.
+        rng = random.Random(f"grpo/{self.seed}/{self.steps}")
+        sums = dict(loss=0.0, kl=0.0, clip=0.0, ratio=0.0, grad=0.0)
+        updates = tok_seen = 0
+        for _ in range(cfg.epochs):
+            order = list(range(n))
+            rng.shuffle(order)
+            for j in range(0, n, mb):
+                idx = order[j: j + mb]
+                if not sum(old[i].numel() for i in idx):
+                    continue  # nothing to average over: an AdamW step on zero gradients still moves
+                new = torch.cat(response_logprobs(model, [seqs[i] for i in idx], [plens[i] for i in idx]))
+                device = new.device
+                old_t = torch.cat([old[i] for i in idx])
+                a = torch.cat([torch.full((old[i].numel(),), adv[i], device=device) for i in idx])
+                ratio = torch.exp(new - old_t)
+                per_tok = -torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * a)
+                kl = None
+                if self.reference is not None:
+                    log_r = torch.cat([ref[i] for i in idx]) - new
+                    # k3 = r - log r - 1 >= 0 exactly; the clamp removes rounding's -1e-15.
+                    kl = (torch.expm1(log_r) - log_r).clamp_min(0.0)
+                    per_tok = per_tok + cfg.kl_coef * kl
+                loss = per_tok.mean()
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                clip_to = cfg.max_grad_norm if cfg.max_grad_norm and cfg.max_grad_norm > 0 else math.inf
+                grad_norm = torch.nn.utils.clip_grad_norm_(self._params, clip_to)
+                self.optimizer.step()
+                with torch.no_grad():
+                    clipped = ((ratio < 1 - cfg.clip_eps) & (a < 0)) | ((ratio > 1 + cfg.clip_eps) & (a > 0))
+                    sums["loss"] += loss.item()
+                    sums["grad"] += float(grad_norm)
+                    sums["clip"] += clipped.sum().item()
+                    sums["ratio"] += ratio.sum().item()
+                    sums["kl"] += kl.sum().item() if kl is not None else 0.0
+                updates += 1
+                tok_seen += new.numel()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps += 1
+
+        mean_adv = sum(adv) / n
+        stats = StepStats(
+            loss=sums["loss"] / max(1, updates), kl=sums["kl"] / max(1, tok_seen),
+            clip_frac=sums["clip"] / max(1, tok_seen), ratio_mean=sums["ratio"] / max(1, tok_seen),
+            grad_norm=sums["grad"] / max(1, updates), tokens=sum(o.numel() for o in old), sequences=n,
+            adv_std=math.sqrt(sum((x - mean_adv) ** 2 for x in adv) / n), seconds=time.perf_counter() - t0)
+        return stats, records
+
+    def save(self, out_dir) -> Path:
+        """An HF model directory of the current weights, atomically: the source directory's files
+        (tokenizer, generation config, ...) but its weights and config.json, then save_pretrained's
+        model.safetensors (float32) and config.json: the layout vLLM loaded the source from."""
+        out = Path(out_dir)
+
+        def fill(tmp: Path) -> None:
+            for f in sorted(self.model_dir.iterdir()):
+                if f.is_file() and f.name != "config.json" and not f.name.endswith(_WEIGHT_SUFFIXES):
+                    shutil.copy2(f, tmp / f.name)
+            self._model.save_pretrained(str(tmp), safe_serialization=True)
+
+        write_dir_atomic(out, fill)
+        return out
+
+    def state_dict(self) -> dict:
+        """What a checkpoint needs beyond the saved weights: optimiser, step count, torch RNG."""
+        # Deep copy: the optimiser's moment tensors are updated in place by later steps.
+        return {"optimizer": copy.deepcopy(self.optimizer.state_dict()), "steps": self.steps, "seed": self.seed,
+                "torch_rng": torch.get_rng_state(), "config": asdict(self.config)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
+        self.seed = int(state.get("seed", self.seed))  # the minibatch order derives from it
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+
+
+__all__ = ["GRPOConfig", "GRPOTrainer", "HiddenRecord", "Rollout", "StepStats", "group_advantages",
+           "response_logprobs"]

@@ -1,0 +1,285 @@
+"""Spot drafter training: TLT's idle rollout workers train the EAGLE drafter until the rollout ends.
+
+During an RL step most rollout workers finish their share long before the last (longest)
+response does. TLT puts those idle workers to work training the speculative drafter on the
+target's hidden states from recent rollouts, and stops them the moment the rollout ends. This
+module is that trainer, on top of real/eagle.py (the drafter, its loss, `train_step`,
+`featurize`, checkpoints):
+
+- `DrafterBuffer` holds the hidden-state records of the last few RL steps (the drafter should
+  follow the policy as it moves, so older steps drop out).
+- `SpotTrainer.train_until(stop, records)` runs one EAGLE `train_step` a loop on seeded
+  minibatches and checks `stop` before each, so it returns within one drafter step of being
+  told. The optimiser (AdamW, constant learning rate: a spot run has no known length) and the
+  minibatch generator persist across calls, so many short spot runs make one training run.
+- `set_target` swaps in the updated policy's embedding and LM head after the policy update
+  (shared with the drafter and frozen, as in vLLM).
+- `average_states` merges the drafter copies that several idle workers trained, weighted by
+  the steps each did.
+- `estimate_accept_len` measures what the drafter is worth to the rollout: the expected tokens
+  per verify pass of a chain draft under greedy verification.
+
+Needs torch and transformers (the 'cpu' extra).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn as nn
+
+from real.eagle import (DrafterConfig, EagleDrafter, TrainConfig, _pad, featurize, load_drafter, load_target,
+                        save_drafter, train_step)
+
+from real.grpo import HiddenRecord
+
+SPOT_STATE_VERSION = 1
+
+
+@dataclass
+class SpotResult:
+    steps: int  # drafter steps completed in this call
+    seconds: float
+    loss: float  # mean EAGLE loss over this call's steps (nan when none)
+    top1: float  # mean drafter/target top-1 agreement over this call's steps (nan when none)
+    stopped: bool  # ended because `stop` was set (not max_steps, not for want of data)
+
+
+class DrafterBuffer:
+    """Hidden-state records of the last `max_steps` RL steps.
+
+    `add(rl_step, records)` appends to that step's records (several workers may add to one
+    step); once more than `max_steps` distinct steps are held, the oldest (lowest-numbered)
+    steps are dropped. `records()` lists the newest step's records first."""
+
+    def __init__(self, max_steps: int = 2):
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, not {max_steps}")
+        self.max_steps = max_steps
+        self._steps: OrderedDict[int, list[Any]] = OrderedDict()
+
+    def add(self, rl_step: int, records: Sequence[Any]) -> None:
+        self._steps.setdefault(int(rl_step), []).extend(records)
+        for old in sorted(self._steps)[: max(0, len(self._steps) - self.max_steps)]:
+            del self._steps[old]
+
+    def steps(self) -> list[int]:
+        """The RL steps held, newest first."""
+        return sorted(self._steps, reverse=True)
+
+    def records(self) -> list[Any]:
+        return [r for s in self.steps() for r in self._steps[s]]
+
+    def tokens(self) -> int:
+        """Tokens held over all records."""
+        return sum(len(r.token_ids) for recs in self._steps.values() for r in recs)
+
+    def __len__(self) -> int:
+        return sum(len(recs) for recs in self._steps.values())
+
+
+class SpotTrainer:
+    """Trains one EAGLE drafter in short, interruptible runs against a frozen target.
+
+    `target`: a model directory (loaded with `load_target`) or a loaded `transformers` causal
+    LM; only its embedding and LM head are used by the drafter (shared, frozen), and its forward
+    by `hidden_records`. `drafter_dir`: a saved drafter to go on training (`load_drafter`), else
+    a fresh `EagleDrafter.from_target` initialised from `seed` (the global torch RNG is left as
+    it was). Training is deterministic for a seed and a sequence of calls. A module passed in
+    is put in eval mode and frozen (its embedding and LM head become the drafter's): pass a copy
+    of a policy that is still being trained."""
+
+    def __init__(self, target_model_dir_or_module: str | Path | nn.Module, drafter_dir: str | Path | None = None,
+                 lr: float = 1e-4, batch_size: int = 8, max_len: int = 1024, seed: int = 0):
+        self.target = _as_target(target_model_dir_or_module)
+        self.config = TrainConfig(lr=lr, seed=seed, batch_size=batch_size, max_len=max_len)
+        if drafter_dir is not None:
+            self.drafter = load_drafter(drafter_dir, self.target)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                self.drafter = EagleDrafter.from_target(self.target)
+        params = [p for p in self.drafter.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.steps = 0  # drafter steps completed over all calls (updated after each step)
+        self.history: deque[dict[str, float]] = deque(maxlen=50)  # the last steps' loss parts
+
+    # ------------------------------------------------------------ data
+
+    def hidden_records(self, sequences: Sequence[Sequence[int]]) -> list[HiddenRecord]:
+        """The target's hidden states over fresh sequences (no grad), truncated to `max_len`
+        tokens. Sequences shorter than 3 tokens are skipped (as `featurize` does)."""
+        feats = featurize(self.target, sequences, self.config.max_len, self.config.batch_size)
+        return [HiddenRecord(ids.tolist(), hidden) for ids, hidden in feats]
+
+    # ------------------------------------------------------------ training
+
+    def train_until(self, stop: threading.Event, records: Sequence[HiddenRecord],
+                    max_steps: int | None = None) -> SpotResult:
+        """Train on seeded minibatches of `records` (drawn with replacement) until `stop` is
+        set, `max_steps` steps are done, or at once when no record has 2 tokens. `stop` is
+        checked before each drafter step; nothing else is waited on."""
+        t0 = time.perf_counter()
+        max_len = self.config.max_len
+        data = [(torch.as_tensor(r.token_ids[:max_len], dtype=torch.long), r.hidden[:max_len])
+                for r in records if len(r.token_ids) >= 2]
+        done, stopped, loss, top1 = 0, False, 0.0, 0.0
+        self.drafter.train()
+        while data:
+            if max_steps is not None and done >= max_steps:
+                break
+            if stop.is_set():
+                stopped = True
+                break
+            idx = torch.randint(len(data), (min(self.config.batch_size, len(data)),), generator=self.generator).tolist()
+            ids, mask = _pad([data[i][0] for i in idx])
+            hidden, _ = _pad([data[i][1] for i in idx])
+            parts = train_step(self.drafter, self.optimizer, hidden, ids, mask, self.config, self.generator)
+            done += 1
+            self.steps += 1
+            self.history.append(parts)
+            loss += parts["loss"]
+            top1 += parts["top1"]
+        self.drafter.eval()
+        nan = float("nan")
+        return SpotResult(steps=done, seconds=time.perf_counter() - t0, loss=loss / done if done else nan,
+                          top1=top1 / done if done else nan, stopped=stopped)
+
+    def set_target(self, target_model_dir_or_module: str | Path | nn.Module) -> None:
+        """After the policy update: the drafter shares (frozen) the new target's embedding and
+        LM head. The drafter's own weights and the optimiser state carry over."""
+        target = _as_target(target_model_dir_or_module)
+        cfg = DrafterConfig.from_target_config(target.config)
+        if cfg != self.drafter.config:
+            raise ValueError(f"the new target's shapes differ from the drafter's: {cfg} vs {self.drafter.config}")
+        self.target = target
+        self.drafter.embed_tokens = target.get_input_embeddings()
+        self.drafter.lm_head = target.get_output_embeddings()
+        for m in (self.drafter.embed_tokens, self.drafter.lm_head):
+            m.requires_grad_(False)
+
+    # ------------------------------------------------------------ state
+
+    def drafter_state(self) -> dict[str, torch.Tensor]:
+        """The trained weights (a CPU copy), named as vLLM loads them."""
+        return self.drafter.drafter_state_dict()
+
+    def load_drafter_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.drafter.load_drafter_state_dict(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Drafter weights, optimiser, minibatch generator and step count (for `torch.save`)."""
+        return {"version": SPOT_STATE_VERSION, "drafter": self.drafter_state(),
+                "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+                "steps": self.steps, "config": asdict(self.config)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("version") != SPOT_STATE_VERSION:
+            raise ValueError(f"spot trainer state version {state.get('version')!r}; this code reads {SPOT_STATE_VERSION}")
+        self.load_drafter_state(state["drafter"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.steps = int(state["steps"])
+
+    def save(self, out_dir: str | Path) -> Path:
+        """A checkpoint vLLM loads as the EAGLE drafter (`save_drafter`: atomic)."""
+        self.drafter.train_config = self.config  # type: ignore[attr-defined]
+        self.drafter.train_log = list(self.history)  # type: ignore[attr-defined]
+        return save_drafter(self.drafter, out_dir, self.target.config, extra={"spot_steps": self.steps})
+
+    # ------------------------------------------------------------ evaluation
+
+    @torch.no_grad()
+    def estimate_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64) -> float:
+        """Expected tokens per verify pass with a chain draft of `k` tokens under greedy
+        verification: 1 + the mean number of leading draft tokens the target accepts.
+
+        At each start position t of a record (up to `max_starts` per record, evenly spaced) the
+        drafter runs as vLLM's EAGLE proposer does: its context is the pairs (hidden[i],
+        token[i+1]) for i <= t, then k steps autoregressively, each feeding back its own
+        predicted hidden state and argmax token at the next position. Draft token j is
+        accepted when all before it were and it equals the target's argmax
+        `lm_head(hidden[t+j])`. That reference is the target's greedy choice only while the
+        record's own tokens follow the accepted drafts; where a sampled record leaves them, its
+        hidden states say nothing about the greedy path and the chain is cut there. So the
+        estimate is exact on greedy records and a lower bound on sampled ones."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, not {k}")
+        self.drafter.eval()
+        lm_head = self.drafter.lm_head
+        accepted: list[torch.Tensor] = []
+        for r in records:
+            ids = torch.as_tensor(r.token_ids, dtype=torch.long)
+            hidden = r.hidden.to(torch.float32)
+            n = len(ids)
+            last = n - 1 - k  # the chain at start t is judged against lm_head(hidden[t+1..t+k])
+            if last < 0:
+                continue
+            starts = torch.linspace(0, last, min(max_starts, last + 1)).round().long().unique()
+            ref = lm_head(hidden).argmax(-1)  # ref[i]: the target's greedy token after position i
+            for chunk in starts.split(self.config.batch_size):
+                accepted.append(self._chain_accepts(ids, hidden, ref, chunk, k))
+        if not accepted:
+            raise ValueError(f"no record has the {k + 2} tokens a chain of {k} needs")
+        return 1.0 + torch.cat(accepted).float().mean().item()
+
+    def _chain_accepts(self, ids: torch.Tensor, hidden: torch.Tensor, ref: torch.Tensor,
+                       starts: torch.Tensor, k: int) -> torch.Tensor:
+        """Accepted draft tokens for chains starting at each of `starts` in one record."""
+        rows = len(starts)
+        span = int(starts.max()) + k
+        hid = hidden.new_zeros(rows, span, hidden.shape[-1])
+        tok = ids.new_zeros(rows, span)
+        for b, t in enumerate(starts.tolist()):
+            hid[b, : t + 1] = hidden[: t + 1]
+            tok[b, : t + 1] = ids[1: t + 2]
+        alive = torch.ones(rows, dtype=torch.bool)
+        count = torch.zeros(rows, dtype=torch.long)
+        arange = torch.arange(rows)
+        for j in range(1, k + 1):
+            at = starts + j - 1  # where step j's input sits
+            out = self.drafter.predict_hidden(hid[:, : int(at.max()) + 1], tok[:, : int(at.max()) + 1])
+            g = out[arange, at]
+            d = self.drafter.lm_head(g).argmax(-1)
+            alive &= d == ref[starts + j]
+            count += alive.long()
+            if j < k:
+                hid[arange, at + 1] = g
+                tok[arange, at + 1] = d
+                # the next reference, lm_head(hidden[t+j+1]), holds only if the record went on with d
+                alive &= ids[starts + j + 1] == d
+        return count
+
+
+def average_states(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:
+    """The weighted mean of drafter states (the copies idle workers trained, weighted by the
+    steps each did). Zero-weight states are left out, so weights [1, 0] give the first state."""
+    if len(states) != len(weights) or not states:
+        raise ValueError(f"{len(states)} states and {len(weights)} weights: need as many of each, at least one")
+    if any(w < 0 or not math.isfinite(w) for w in weights) or sum(weights) <= 0:
+        raise ValueError(f"weights must be finite, non-negative and not all zero: {list(weights)}")
+    keys = set(states[0])
+    if any(set(s) != keys for s in states):
+        raise ValueError("the states do not hold the same tensors")
+    total = float(sum(weights))
+    used = [(s, w / total) for s, w in zip(states, weights) if w > 0]
+    out = {}
+    for name in states[0]:
+        acc = sum(s[name].to(torch.float32) * w for s, w in used)
+        out[name] = acc.to(states[0][name].dtype)
+    return out
+
+
+def _as_target(target: str | Path | nn.Module) -> nn.Module:
+    if isinstance(target, (str, Path)):
+        return load_target(target)
+    target.eval().requires_grad_(False)
+    return target

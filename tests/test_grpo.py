@@ -1,0 +1,179 @@
+"""GRPO on a transformers causal LM (real/grpo.py), on a random-weight tiny Qwen2 saved once per module."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+
+HAVE_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "safetensors"))
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch/transformers/safetensors are not installed (the 'cpu' extra)")
+
+VOCAB = 40
+
+
+@needs_torch  # real.grpo imports torch
+def test_group_advantages_normalise_per_group():
+    from real.grpo import group_advantages
+
+    rewards = [1.0, 0.0, 0.0, 0.0, 0.5, 2.0, 3.5, 0.1, 0.1, 0.1, 7.0]
+    groups = [0, 0, 0, 0, 5, 5, 5, 2, 2, 2, 9]  # groups need not be contiguous or numbered from 0
+    adv = group_advantages(rewards, groups)
+    for g in (0, 5):
+        a = [x for x, gg in zip(adv, groups) if gg == g]
+        mean = sum(a) / len(a)
+        assert abs(mean) < 1e-9
+        assert math.sqrt(sum((x - mean) ** 2 for x in a) / (len(a) - 1)) == pytest.approx(1.0, abs=1e-5)
+    assert adv[0] > 0 and all(x < 0 for x in adv[1:4]) and adv[4] < adv[5] < adv[6]
+    assert adv[7:] == [0.0, 0.0, 0.0, 0.0]  # equal rewards (0.1's mean is not exactly 0.1) and a lone sample
+    with pytest.raises(ValueError):
+        group_advantages([1.0], [0, 1])
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A random-weight tiny Qwen2 directory, with a tokenizer-like file that save() must carry over."""
+    if not HAVE_TORCH:
+        pytest.skip("torch/transformers are not installed")
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, max_position_embeddings=256, tie_word_embeddings=False)
+    out = tmp_path_factory.mktemp("grpo") / "model"
+    Qwen2ForCausalLM(cfg).save_pretrained(str(out))
+    (out / "tokenizer_config.json").write_text('{"marker": "copied"}\n')
+    return out
+
+
+def _rollouts(rewards_by_group, prompt_len=5, resp_len=7, offset=0):
+    """Distinct prompts per group and distinct responses per sample (of uneven lengths: padding)."""
+    from real.grpo import Rollout
+
+    out = []
+    for g, rewards in enumerate(rewards_by_group):
+        prompt = [1] + [(3 * g + j + offset) % (VOCAB - 3) + 3 for j in range(prompt_len - 1)]
+        for k, r in enumerate(rewards):
+            resp = [(5 * k + 7 * g + 2 * j + offset) % (VOCAB - 3) + 3 for j in range(resp_len + k % 3)]
+            out.append(Rollout(prompt_ids=prompt, response_ids=resp, reward=r, group=g))
+    return out
+
+
+def _seq_logprobs(model, rollouts):
+    import torch
+
+    from real.grpo import response_logprobs
+
+    with torch.no_grad():
+        lps = response_logprobs(model, [r.prompt_ids + r.response_ids for r in rollouts],
+                                [len(r.prompt_ids) for r in rollouts])
+    return [float(x.sum()) for x in lps]
+
+
+def _weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@needs_torch
+def test_step_raises_the_rewarded_response_and_lowers_the_others(model_dir):
+    from real.grpo import GRPOConfig, GRPOTrainer
+
+    tr = GRPOTrainer(model_dir, GRPOConfig(lr=1e-3, minibatch=4), seed=0, threads=1)
+    rollouts = _rollouts([[1.0, 0.0, 0.0, 0.0]])
+    before = _seq_logprobs(tr.model, rollouts)
+    for _ in range(3):
+        stats, _ = tr.step(rollouts, keep_hidden=False)
+        assert stats.sequences == 4 and stats.tokens == sum(len(r.response_ids) for r in rollouts)
+        assert math.isfinite(stats.loss) and stats.grad_norm > 0 and stats.kl == 0.0 and 0 <= stats.clip_frac <= 1
+    after = _seq_logprobs(tr.model, rollouts)
+    assert after[0] > before[0] + 0.1
+    assert all(a < b for a, b in zip(after[1:], before[1:]))
+    assert stats.adv_std == pytest.approx(math.sqrt(3 / 4), rel=1e-4)  # unbiased group std, population std reported
+
+
+@needs_torch
+def test_hidden_states_are_the_pre_update_final_norm_output(model_dir):
+    import torch
+
+    from real.grpo import GRPOConfig, GRPOTrainer
+
+    tr = GRPOTrainer(model_dir, GRPOConfig(lr=1e-2, minibatch=3), seed=0, threads=1)
+    rollouts = _rollouts([[1.0, 0.0, 0.5], [0.0, 1.0]])
+    with torch.no_grad():
+        want = [tr.model.model(torch.tensor([r.prompt_ids + r.response_ids])).last_hidden_state[0] for r in rollouts]
+    stats, records = tr.step(rollouts)
+    assert stats.ratio_mean == pytest.approx(1.0, abs=0.5)
+    assert len(records) == len(rollouts)
+    for r, rec, w in zip(rollouts, records, want):
+        assert rec.token_ids == r.prompt_ids + r.response_ids
+        assert rec.hidden.shape == (len(rec.token_ids), 32) and rec.hidden.dtype == torch.float32
+        assert not rec.hidden.requires_grad and rec.hidden.device.type == "cpu"
+        assert torch.allclose(rec.hidden, w, atol=1e-5)
+    with torch.no_grad():  # the weights did move: the records are not recomputed afterwards
+        now = tr.model.model(torch.tensor([records[0].token_ids])).last_hidden_state[0]
+    assert not torch.allclose(now, records[0].hidden, atol=1e-5)
+
+
+@needs_torch
+def test_same_seed_same_weights(model_dir):
+    import torch
+
+    from real.grpo import GRPOConfig, GRPOTrainer
+
+    cfg = GRPOConfig(lr=1e-3, minibatch=2, epochs=2)
+    rollouts = _rollouts([[1.0, 0.0, 0.0], [0.2, 0.9, 0.4]])
+    runs = []
+    for _ in range(2):
+        tr = GRPOTrainer(model_dir, cfg, seed=7, threads=1)
+        for _ in range(2):
+            tr.step(rollouts, keep_hidden=False)
+        runs.append(_weights(tr.model))
+    a, b = runs
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@needs_torch
+def test_save_and_resume_equal_an_uninterrupted_run(model_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from real.grpo import GRPOConfig, GRPOTrainer
+
+    cfg = GRPOConfig(lr=1e-3, minibatch=2)
+    r1, r2 = _rollouts([[1.0, 0.0, 0.0], [0.0, 0.3, 1.0]]), _rollouts([[0.0, 1.0], [1.0, 0.0, 0.5]], offset=4)
+    a = GRPOTrainer(model_dir, cfg, seed=3, threads=1)
+    a.step(r1, keep_hidden=False)
+    saved = a.save(tmp_path / "ckpt")
+    state = a.state_dict()
+    w1 = _weights(a.model)
+    a.step(r2, keep_hidden=False)  # must not leak into `state` (the optimiser's moments change in place)
+
+    assert sorted(p.name for p in saved.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
+                                                      "tokenizer_config.json"]
+    assert (saved / "tokenizer_config.json").read_text() == '{"marker": "copied"}\n'
+    assert not list(tmp_path.glob(".ckpt.*"))  # written through a temp dir, renamed away
+    loaded = AutoModelForCausalLM.from_pretrained(str(saved), dtype=torch.float32)
+    assert all(torch.equal(v, w1[k]) for k, v in loaded.state_dict().items())
+    assert not all(torch.equal(w1[k], v) for k, v in _weights(GRPOTrainer(model_dir, cfg).model).items())
+
+    b = GRPOTrainer(saved, cfg, seed=3, threads=1)
+    b.load_state_dict(state)
+    b.step(r2, keep_hidden=False)
+    wa, wb = _weights(a.model), _weights(b.model)
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-7) for k in wa)
+
+
+@needs_torch
+def test_kl_to_the_reference(model_dir):
+    from real.grpo import GRPOConfig, GRPOTrainer
+
+    tr = GRPOTrainer(model_dir, GRPOConfig(lr=1e-3, minibatch=2, kl_coef=0.1), seed=0, threads=1)
+    assert tr.reference is not None and not any(p.requires_grad for p in tr.reference.parameters())
+    rollouts = _rollouts([[1.0, 0.0, 0.0]])
+    first, _ = tr.step(rollouts, keep_hidden=False)
+    second, _ = tr.step(rollouts, keep_hidden=False)
+    assert first.kl >= 0 and second.kl > 0 and math.isfinite(second.loss)
+    assert GRPOTrainer(model_dir, GRPOConfig()).reference is None  # no KL term: no second model
