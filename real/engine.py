@@ -18,6 +18,18 @@ Policy -> vLLM `speculative_config` (`speculative_config()` below, no vLLM neede
 The engine runs in vLLM's default multiprocess mode (an engine-core process and a worker
 process); scripts that start it need an `if __name__ == "__main__":` guard. Facts about vLLM
 on CPU this relies on are in docs/vllm-cpu-notes.md.
+
+`adaptive=True` (with a policy that uses SD): draft lengths change while the engine runs.
+`num_speculative_tokens` is then the largest arm the policy's bandit may pick, the Dynamic SD
+table is always given, and the engine core (scheduler and CPU worker) runs in this process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0` while `LLM` starts): a multiprocess engine core steps on
+its own, ahead of `step()`, and its scheduler is out of reach. `set_draft_lengths(rows)` then
+replaces the scheduler's batch-size -> K lookup between two `step()`s, and
+`run_steps(..., controller=...)` lets real/adaptive.py's BanditController do it every step.
+In-process, vLLM seeds this process's RNGs, starts a one-rank torch.distributed group in it and
+freezes its heap (`close()` unfreezes it); it does not pin OpenMP threads to cores
+(`VLLM_CPU_OMP_THREADS_BIND` is for worker processes), and the engine shares the process's
+torch threads (`torch.set_num_threads`, OMP_NUM_THREADS).
 """
 
 from __future__ import annotations
@@ -26,9 +38,10 @@ import logging
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from workbench.policy import Policy
 
@@ -39,6 +52,14 @@ NGRAM_LOOKUP_MIN = 2
 
 class EngineConfigError(ValueError):
     """A policy / drafter / engine setting combination the engine cannot run."""
+
+
+class StepController(Protocol):
+    """Called by `RolloutEngine.run_steps` around each engine step (real/adaptive.py has one)."""
+
+    def before_step(self, batch_size: int) -> None: ...
+
+    def after_step(self, row: dict[str, Any]) -> None: ...
 
 
 # ---------------------------------------------------------------- policy -> speculative_config
@@ -65,13 +86,27 @@ def dynamic_schedule(policy: Policy, max_num_seqs: int) -> list[tuple[int, int, 
     return rows
 
 
+def adaptive_draft_cap(policy: Policy) -> int:
+    """The largest draft length an adaptive engine may be asked for: the largest arm the policy's
+    bandit may pick (a `fixed` bandit picks none: the schedule's), at least the schedule's largest."""
+    k = max((row.draft_len for row in policy.schedule), default=0)
+    if policy.bandit.algorithm != "fixed":
+        k = max(k, *policy.bandit.arms)
+    return k
+
+
 def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
-                       max_num_seqs: int = 64) -> dict[str, Any] | None:
-    """vLLM's `speculative_config` for a policy; None for no speculative decoding."""
+                       max_num_seqs: int = 64, adaptive: bool = False) -> dict[str, Any] | None:
+    """vLLM's `speculative_config` for a policy; None for no speculative decoding.
+
+    `adaptive`: room for draft lengths to change while the engine runs: `num_speculative_tokens`
+    is `adaptive_draft_cap(policy)` and the Dynamic SD table is always given (vLLM builds the
+    scheduler's lookup only from one), even for a uniform schedule or one of draft length 0.
+    """
     if not policy.uses_sd:
         return None
     rows = dynamic_schedule(policy, max_num_seqs)
-    k_max = max((k for _, _, k in rows), default=0)
+    k_max = adaptive_draft_cap(policy) if adaptive else max((k for _, _, k in rows), default=0)
     if k_max == 0:
         return None
     kind = policy.drafter.kind
@@ -91,7 +126,7 @@ def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
         spec = {"method": "eagle", "model": str(ddir), "num_speculative_tokens": k_max}
     else:  # pragma: no cover - Policy.check() allows only none/ngram/eagle
         raise EngineConfigError(f"drafter.kind {kind!r}: allowed: none, ngram, eagle")
-    if len({k for _, _, k in rows}) > 1:
+    if adaptive or len({k for _, _, k in rows}) > 1:
         spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in rows]
     return spec
 
@@ -207,13 +242,49 @@ def _on_cpu() -> bool:
         return True
 
 
+_MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
+def _clear_vllm_env_cache() -> None:
+    import vllm.envs as envs
+
+    clear = getattr(envs.__getattr__, "cache_clear", None)  # an in-process engine core caches vllm.envs
+    if clear is not None:
+        clear()
+
+
+@contextmanager
+def _engine_core_in_process(enabled: bool):
+    """While the block runs, an `LLM` built in it runs its engine core (scheduler and CPU worker)
+    in this process; the environment, vLLM's cached view of it and `torch.set_num_threads`
+    (which vLLM's CPU worker turns into a no-op for the whole process) are put back afterwards."""
+    if not enabled:
+        yield
+        return
+    import torch
+
+    set_num_threads = torch.set_num_threads
+    old = os.environ.get(_MULTIPROCESSING_ENV)
+    os.environ[_MULTIPROCESSING_ENV] = "0"
+    _clear_vllm_env_cache()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(_MULTIPROCESSING_ENV, None)
+        else:
+            os.environ[_MULTIPROCESSING_ENV] = old
+        _clear_vllm_env_cache()
+        torch.set_num_threads = set_num_threads
+
+
 class RolloutEngine:
     """A `vllm.LLM` whose speculative decoding comes from a Policy; weights reload in place."""
 
     def __init__(self, model_dir: str | Path, policy: Policy | None = None, drafter_dir: str | Path | None = None,
                  max_num_seqs: int = 64, max_model_len: int = 2048, seed: int = 0, dtype: str = "float32",
                  kv_cache_gib: float = 1.0, memory_utilization: float = 0.3, enforce_eager: bool | None = None,
-                 **llm_kwargs: Any):
+                 adaptive: bool = False, **llm_kwargs: Any):
         from workbench.policy import load_policy
 
         self.model_dir = Path(model_dir)
@@ -225,7 +296,9 @@ class RolloutEngine:
         self.max_model_len = max_model_len
         self.seed = seed
         self.dtype = dtype
-        self.spec = speculative_config(self.policy, self.drafter_dir, max_num_seqs)
+        self.spec = speculative_config(self.policy, self.drafter_dir, max_num_seqs, adaptive=adaptive)
+        # Draft lengths change between steps only with a scheduler in this process (see the module doc).
+        self.adaptive = bool(adaptive and self.spec is not None)
         if self.spec is None or self.spec["method"] != "eagle":
             self.drafter_dir = None  # the policy does not use it
 
@@ -245,7 +318,8 @@ class RolloutEngine:
         kw.update(llm_kwargs)
         self.engine_kwargs = {k: v for k, v in kw.items() if k != "speculative_config"}
         t0 = time.perf_counter()
-        self.llm = LLM(**kw)
+        with _engine_core_in_process(self.adaptive):
+            self.llm = LLM(**kw)
         if on_cpu and self.spec is not None:
             # Without this, sampled (temperature > 0) requests are not lossless under SD on CPU.
             self.llm.collective_rpc("tlt_apply_cpu_fixes")
@@ -263,12 +337,23 @@ class RolloutEngine:
             return out
 
         core.get_output = get_output
+        self._scheduler = None
+        if self.adaptive:
+            self._scheduler = core.engine_core.scheduler
+            if getattr(self._scheduler, "dynamic_sd_lookup", None) is None:  # pragma: no cover - another vLLM
+                raise RuntimeError("vLLM's scheduler has no Dynamic SD lookup (dynamic_sd_lookup): this vLLM "
+                                   "cannot change draft lengths between steps")
 
     # ------------------------------------------------------------ facts
 
     @property
     def draft_method(self) -> str:
         return self.spec["method"] if self.spec else "none"
+
+    @property
+    def max_draft_len(self) -> int:
+        """vLLM's `num_speculative_tokens`: the largest draft length this engine can run (0: no SD)."""
+        return int(self.spec["num_speculative_tokens"]) if self.spec else 0
 
     def settings(self) -> dict[str, Any]:
         """Engine settings for a trace's meta."""
@@ -277,7 +362,7 @@ class RolloutEngine:
         return {"vllm_version": vllm.__version__, "max_num_seqs": self.max_num_seqs,
                 "max_model_len": self.max_model_len, "dtype": self.dtype, "seed": self.seed,
                 "drafter": str(self.drafter_dir) if self.drafter_dir else None,
-                "speculative_config": self.spec, "start_s": round(self.start_s, 2),
+                "speculative_config": self.spec, "adaptive": self.adaptive, "start_s": round(self.start_s, 2),
                 "enforce_eager": self.engine_kwargs.get("enforce_eager"),
                 "kv_cache_memory_bytes": self.engine_kwargs.get("kv_cache_memory_bytes")}
 
@@ -302,6 +387,65 @@ class RolloutEngine:
                 c.accepted_per_pos = [int(v) for v in m.values]
         return c
 
+    # ------------------------------------------------------------ draft lengths
+
+    def current_draft_lengths(self) -> list[tuple[int, int, int]]:
+        """The draft length per batch size the scheduler uses now, as `(min_batch, max_batch, K)`
+        rows covering 1..max_num_seqs (equal neighbours merged)."""
+        if self._scheduler is not None:
+            lookup = list(self._scheduler.dynamic_sd_lookup)
+        else:  # fixed for the engine's life: what it was started with
+            table, k = (self.spec or {}).get("num_speculative_tokens_per_batch_size"), self.max_draft_len
+            if table:
+                from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+                lookup = build_dynamic_sd_schedule_lookup(table, self.max_num_seqs, k)
+            else:
+                lookup = [0] + [k] * self.max_num_seqs
+        rows: list[tuple[int, int, int]] = []
+        for batch in range(1, self.max_num_seqs + 1):
+            k = int(lookup[batch])
+            if rows and rows[-1][2] == k:
+                rows[-1] = (rows[-1][0], batch, k)
+            else:
+                rows.append((batch, batch, k))
+        return rows
+
+    def set_draft_lengths(self, rows: Sequence[tuple[int, int, int]]) -> None:
+        """Replace the draft length per batch size, between two engine steps (`adaptive=True` engines).
+
+        `rows` are `(min_batch, max_batch, K)` with inclusive, non-overlapping ranges; K=0 is SD off.
+        Batch sizes no row covers get K=0 (unlike vLLM's start-up table, which carries the last
+        row's K forward), and ranges are cut at max_num_seqs. The batch is the number of requests
+        scheduled in a step; the K it maps to is the draft length proposed at the end of that step
+        and verified in the next one (the K a step row reports is the previous step's).
+        """
+        if self._scheduler is None:
+            raise EngineConfigError(
+                "draft lengths change while the engine runs only with RolloutEngine(..., adaptive=True) and a "
+                f"policy that uses speculative decoding (this engine: adaptive={self.adaptive}, "
+                f"draft method {self.draft_method})")
+        cap = self.max_draft_len
+        lookup = [0] * (self.max_num_seqs + 1)
+        covered: set[int] = set()
+        for row in rows:
+            if len(row) != 3:
+                raise EngineConfigError(f"draft length row {row!r}: give (min_batch, max_batch, draft_len)")
+            lo, hi, k = (int(v) for v in row)
+            if not 1 <= lo <= hi or k < 0:
+                raise EngineConfigError(f"draft length row {row!r}: needs 1 <= min_batch <= max_batch and K >= 0")
+            if k > cap:
+                raise EngineConfigError(
+                    f"draft length row {row!r}: K={k} is above this engine's num_speculative_tokens ({cap}), the "
+                    f"most it was started for (the largest of its policy's bandit arms and schedule)")
+            span = set(range(lo, min(hi, self.max_num_seqs) + 1))
+            if span & covered:
+                raise EngineConfigError(f"draft length row {row!r} overlaps an earlier row")
+            covered |= span
+            for batch in span:
+                lookup[batch] = k
+        self._scheduler.dynamic_sd_lookup = lookup
+
     # ------------------------------------------------------------ generation
 
     def _prompt(self, p: str | Sequence[int]) -> dict[str, Any]:
@@ -324,7 +468,8 @@ class RolloutEngine:
                               sorted(o.outputs, key=lambda c: c.index)]) for o in outs]
 
     def run_steps(self, requests: Sequence[RolloutRequest], on_step: Callable[[dict], None] | None = None,
-                  rl_step: int = 0, engine: int = 0, clock0: float | None = None) -> RunResult:
+                  rl_step: int = 0, engine: int = 0, clock0: float | None = None,
+                  controller: StepController | None = None) -> RunResult:
         """Drive the engine one step at a time; record every step and every request.
 
         All requests are added at once (a rollout); the engine queues those above
@@ -339,6 +484,11 @@ class RolloutEngine:
         fewer for some). Rows also carry two fields the trace schema leaves out: `exec_s`
         (vLLM's own model-execution time for the step, `iteration_details.elapsed_ms`) and
         `finished` (requests finished so far).
+
+        `controller` (e.g. real.adaptive.BanditController) is called around every engine step:
+        `before_step(batch_size)` with the requests the step will schedule (unfinished ones, at
+        most max_num_seqs), where it may `set_draft_lengths`, and `after_step(row)` with the step's
+        row before `on_step` sees it (it may add fields).
         """
         eng = self.llm.llm_engine
         if eng.has_unfinished_requests():
@@ -368,6 +518,8 @@ class RolloutEngine:
                 decoding = [state[k] for k in live if state[k]["generated"] > 0]
                 ctx = [s["prompt_tokens"] + s["generated"] for s in decoding]
                 n_before = len(self._stats)
+                if controller is not None:
+                    controller.before_step(min(len(live), self.max_num_seqs))
                 outs = eng.step()
                 t_now = now()
                 new_stats = [s for s in self._stats[n_before:] if s is not None]
@@ -395,6 +547,8 @@ class RolloutEngine:
                            finished=len(state) - len(live))
                 t_prev = t_now
                 steps.append(row)
+                if controller is not None:
+                    controller.after_step(row)
                 if on_step is not None:
                     on_step(row)
         finally:
@@ -491,6 +645,7 @@ class RolloutEngine:
         if llm is None:
             return
         self.llm = None
+        self._scheduler = None
         try:
             llm.llm_engine.engine_core.shutdown()
         except Exception:  # pragma: no cover - best effort
@@ -498,6 +653,8 @@ class RolloutEngine:
         del llm
         import gc
 
+        if self.adaptive:
+            gc.unfreeze()  # vLLM's engine core froze this process's heap (its own objects among them)
         gc.collect()
 
     def __enter__(self) -> "RolloutEngine":

@@ -209,24 +209,44 @@ def greedy_generate(model, tok, prompts: list[str], max_new_tokens: int = task.M
     A batched argmax loop over the KV cache; prompts of a batch are left-padded. Equal to
     vLLM's greedy output with the same cap (checked by scripts/check_vllm_model.py).
     """
+    return generate_responses(model, tok, prompts, max_new_tokens, batch_size)
+
+
+def generate_responses(model, tok, prompts: list[str], max_new_tokens: int = task.MAX_RESPONSE_TOKENS,
+                       batch_size: int = 64, temperature: float = 0.0, seed: int = 0,
+                       keep_eos: bool = False) -> list[list[int]]:
+    """Responses' token ids, one per prompt (repeat a prompt for several samples), each up to
+    the cap or </s>: excluded, or with `keep_eos` kept as the response's last token (as vLLM's
+    output token ids keep it).
+
+    `temperature` 0: greedy (argmax); above 0: sampled from softmax(logits / temperature) over
+    the whole vocabulary (no top-k or top-p), from torch's RNG seeded with `seed` for the call
+    (the caller's RNG state is left as it was). Batches of `batch_size` left-padded prompts
+    over the KV cache.
+    """
     import torch
 
+    sample = temperature > 0
+    knobs = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if sample else dict(do_sample=False)
     out: list[list[int]] = []
-    for k in range(0, len(prompts), batch_size):
-        enc = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts[k:k + batch_size]]
-        T = max(len(e) for e in enc)
-        ids = torch.tensor([[PAD_ID] * (T - len(e)) + e for e in enc])
-        mask = torch.tensor([[0] * (T - len(e)) + [1] * len(e) for e in enc])
-        with torch.no_grad():
-            gen = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                                 eos_token_id=EOS_ID, pad_token_id=PAD_ID)
-        for row in gen[:, T:].tolist():
-            resp = []
-            for t in row:
-                if t == EOS_ID:
-                    break
-                resp.append(t)
-            out.append(resp)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        for k in range(0, len(prompts), batch_size):
+            enc = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts[k:k + batch_size]]
+            T = max(len(e) for e in enc)
+            ids = torch.tensor([[PAD_ID] * (T - len(e)) + e for e in enc])
+            mask = torch.tensor([[0] * (T - len(e)) + [1] * len(e) for e in enc])
+            gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                 eos_token_id=EOS_ID, pad_token_id=PAD_ID, **knobs)
+            for row in gen[:, T:].tolist():
+                resp = []
+                for t in row:
+                    if t == EOS_ID:
+                        if keep_eos:
+                            resp.append(t)
+                        break
+                    resp.append(t)
+                out.append(resp)
     return out
 
 
@@ -382,4 +402,4 @@ def load_model_dir(path: str | Path) -> Path:
     return p
 
 
-__all__ = ["init_model", "load_model_dir", "evaluate", "greedy_generate", "qwen2_config", "TrainConfig"]
+__all__ = ["init_model", "load_model_dir", "evaluate", "generate_responses", "greedy_generate", "qwen2_config", "TrainConfig"]

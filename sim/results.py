@@ -12,7 +12,10 @@ import pandas as pd
 from workbench.config import write_atomic
 
 STATES = ("decode", "decode_sd", "idle", "drafter_train", "train", "sync")
-TIMELINE_COLUMNS = ("step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes", "context")
+from workbench.trace import TIMELINE_COLUMNS as _DOCUMENTED
+
+# The trace schema documents the columns; a real run (`tlt train`) writes the same table.
+TIMELINE_COLUMNS = tuple(_DOCUMENTED)
 
 
 @dataclass

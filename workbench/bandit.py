@@ -9,6 +9,9 @@ Batches larger than the policy's `sd_threshold` always get draft length 0
 costs more than drafting saves, and the engine need not learn it again.
 Below it, batch sizes fall into the buckets of the policy's schedule, and each
 bucket learns on its own (SD pays differently at batch 2 and at batch 30).
+
+`state_dict()` / `load_state_dict()` carry everything a bandit has learned and its random
+generator (JSON-serialisable), so a resumed run makes the same choices as one never stopped.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +61,25 @@ class Bandit:
         """(bucket, draft_len) -> times updated; for reports and tests (a fixed table learns nothing)."""
         return {}
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"algorithm": type(self).__name__, "arms": list(self.arms)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from `state_dict()` of the same algorithm with the same arms."""
+        got = (state.get("algorithm"), [int(a) for a in state.get("arms", [])])
+        if got != (type(self).__name__, list(self.arms)):
+            raise ValueError(f"bandit state of {got[0]} with arms {got[1]}: this bandit is "
+                             f"{type(self).__name__} with arms {list(self.arms)}")
+
+
+def _rows(d: dict) -> list[list]:
+    """A dict keyed by tuples (or ints) as JSON-friendly [*key, value] rows."""
+    return [[*(k if isinstance(k, tuple) else (k,)), v] for k, v in sorted(d.items())]
+
+
+def _unrows(rows: list[list], value=float) -> dict:
+    return {(tuple(int(x) for x in r[:-1]) if len(r) > 2 else int(r[0])): value(r[-1]) for r in rows}
+
 
 class FixedTable(Bandit):
     """The schedule's draft length for each bucket, never changed (vLLM's Dynamic SD)."""
@@ -79,6 +102,16 @@ class _Sampled(Bandit):
 
     def pulls(self) -> dict[tuple[int, int], int]:
         return dict(self.counts)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "rng": self.rng.bit_generator.state,
+                "counts": _rows(self.counts), "sums": _rows(self.sums)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.rng.bit_generator.state = state["rng"]
+        self.counts = _unrows(state["counts"], int)
+        self.sums = _unrows(state["sums"])
 
     def _untried(self, bucket: int) -> list[int]:
         return [a for a in self.arms if self.counts.get((bucket, a), 0) == 0]
@@ -136,6 +169,20 @@ class BEGMAB(_Sampled):
         # Recompute now and then so float drift cannot build up over millions of updates.
         self.recent_sum[key] = sum(window) if self.counts[key] % 4096 == 0 else self.recent_sum.get(key, 0.0) + reward - dropped
 
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "recent": _rows({k: list(v) for k, v in self.recent.items()}),
+                "recent_sum": _rows(self.recent_sum)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        window = self.policy.bandit.window
+        recent = _unrows(state["recent"], list)
+        self.recent = {k: deque((float(x) for x in v), maxlen=window) for k, v in recent.items()}
+        self.recent_sum = _unrows(state["recent_sum"])
+        for k, v in recent.items():
+            if len(v) > window:  # saved with a longer window: keep the last `window` rewards
+                self.recent_sum[k] = sum(self.recent[k])
+
 
 class UCB1(_Sampled):
     """UCB1 per bucket; rewards are scaled by the bucket's largest seen so they lie in [0, 1]."""
@@ -157,6 +204,13 @@ class UCB1(_Sampled):
     def _learn(self, arm: Arm, reward: float) -> None:
         self._record((arm.bucket, arm.draft_len), reward)
         self.scale[arm.bucket] = max(self.scale.get(arm.bucket, 0.0), reward)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "scale": _rows(self.scale)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.scale = _unrows(state["scale"])
 
 
 def make_bandit(policy: Policy, seed: int) -> Bandit:

@@ -580,6 +580,102 @@ def bench_rollout(
     typer.echo(json.dumps(report))
 
 
+def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, seed: int, prompts: int, samples: int,
+                max_tokens: int, drafter: Optional[Path], lr: float, address: Optional[str], mix: str):
+    from real.train import RunConfig, TrainError
+
+    try:
+        pol = load_policy(policy)
+    except Exception as exc:
+        _fail(exc)
+    if drafter is None and pol.drafter.kind == "eagle" and pol.drafter.warm_start:
+        ref = Path(__file__).resolve().parent.parent / "traces" / "reference" / "drafter"
+        if Path(model).resolve() == (ref.parent / "model").resolve():
+            drafter = ref  # the reference model's shipped drafter
+    cfg = RunConfig(model=model, policy=pol, out=out, steps=steps, workers=workers, seed=seed, prompts=prompts,
+                    samples=samples, max_tokens=max_tokens, drafter=drafter, lr=lr, address=address, mix=mix)
+    try:
+        cfg.check()
+    except TrainError as exc:
+        _fail(exc)
+    return cfg
+
+
+_STEP_HEADER = ["step", "step s", "rollout s", "train s", "sync s", "bubble", "spot", "accept", "reward", "pass@G",
+                "drafter", "d-steps", "d-loss"]
+
+
+def _step_row(m) -> list[str]:
+    return [str(m.step), f"{m.step_s:.2f}", f"{m.rollout_s:.2f}", f"{m.train_s:.2f}", f"{m.sync_s:.2f}",
+            f"{m.bubble_frac:.0%}", f"{m.spot_frac:.0%}", f"{m.mean_accept_len:.2f}", f"{m.reward:.3f}",
+            f"{m.pass_at_g:.2f}", m.drafter_kind, str(m.drafter_steps),
+            "-" if m.drafter_loss != m.drafter_loss else f"{m.drafter_loss:.3f}"]
+
+
+@app.command()
+def train(
+    model: Path = typer.Option(..., help="Target model directory (Hugging Face format; e.g. traces/reference/model)."),
+    policy: str = typer.Option(..., help="Policy preset name or YAML/JSON file (e.g. one `tlt tune` wrote)."),
+    steps: int = typer.Option(20, min=1, help="RL steps to run (in all, counting steps done before a --resume)."),
+    workers: int = typer.Option(2, min=1, help="Rollout workers (Ray actors, one vLLM engine each)."),
+    seed: int = typer.Option(0, help="Seed of prompts, sampling, GRPO, drafter and bandits."),
+    out: Path = typer.Option(..., help="Run directory: checkpoints/, metrics.csv, trace/, drafter/."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last finished step."),
+    prompts: int = typer.Option(16, min=1, help="Prompts per RL step."),
+    samples: int = typer.Option(4, min=2, help="Samples per prompt (the GRPO group)."),
+    max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
+    drafter: Optional[Path] = typer.Option(None, help="Warm-start EAGLE drafter (policies with drafter.warm_start)."),
+    lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate (AdamW)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/task.py)."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address to join (default: a local Ray)."),
+) -> None:
+    """GRPO on vLLM rollouts with spot drafter training and adaptive SD (real/train.py)."""
+    from real.train import train as run_train
+
+    cfg = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens, drafter, lr, address, mix)
+    typer.echo("  ".join(_STEP_HEADER))
+
+    def on_step(m) -> None:
+        typer.echo("  ".join(_step_row(m)))
+
+    try:
+        run = run_train(cfg, resume=resume, log=lambda m: typer.echo(m, err=True), on_step=on_step)
+    except ValueError as exc:
+        _fail(exc)
+    typer.echo(_table([_step_row(m) for m in run.metrics], _STEP_HEADER))
+    typer.echo(f"wrote {out}/metrics.csv, {out}/trace (tlt calibrate reads it), {out}/checkpoints"
+               + (f", {out}/drafter (vLLM loads it)" if run.drafter_dir else ""))
+
+
+@bench_app.command("real")
+def bench_real(
+    model: Path = typer.Option(..., help="Target model directory."),
+    steps: int = typer.Option(10, min=1, help="RL steps per policy."),
+    workers: int = typer.Option(2, min=1, help="Rollout workers per policy."),
+    seed: int = typer.Option(0, help="Seed shared by both runs."),
+    out: Path = typer.Option(Path("bench-real"), help="Directory for both runs (baseline/, tlt/)."),
+    prompts: int = typer.Option(16, min=1, help="Prompts per RL step."),
+    samples: int = typer.Option(4, min=2, help="Samples per prompt."),
+    max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
+    lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate."),
+) -> None:
+    """baseline vs tlt from the same model and seed, steps interleaved; last line JSON."""
+    from real.bench_real import bench_real as run_bench
+
+    cfg = _run_config(model, "baseline", out, steps, workers, seed, prompts, samples, max_tokens, None, lr, None, "default")
+    for name in ("baseline", "tlt"):
+        if (out / name / "checkpoints").exists():
+            _fail(ValueError(f"--out {out}: {out / name} holds a run already; choose another --out"))
+
+    def on_step(name, m) -> None:
+        typer.echo(f"{name:9s} " + "  ".join(_step_row(m)), err=True)
+
+    report = run_bench(cfg, log=lambda m: typer.echo(m, err=True), on_step=on_step)
+    rows = [[name] + _step_row(m) for name, ms in report["steps"].items() for m in ms]
+    typer.echo(_table(rows, ["policy"] + _STEP_HEADER))
+    typer.echo(json.dumps({k: round(v, 4) for k, v in report["summary"].items()}))
+
+
 def main() -> None:  # pragma: no cover - console entry when run as a module
     app()
 

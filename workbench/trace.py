@@ -68,6 +68,19 @@ RL_STEP_COLUMNS: dict[str, tuple[str, str]] = {
     "sync_s": ("f", "weight sync wall time (0 for a capture-only run)"),
     "drafter_train_s": ("f", "spot drafter training worker-seconds (0 if none)"),
 }
+# Optional (written by `tlt train`): one row per worker interval, the simulator's timeline format.
+TIMELINE_COLUMNS: dict[str, tuple[str, str]] = {
+    "step": ("i", "RL step"),
+    "worker": ("i", "worker (engine) index"),
+    "start_s": ("f", "seconds since the run started"),
+    "end_s": ("f", "seconds since the run started"),
+    "state": ("O", "decode, decode_sd, idle, drafter_train, train or sync (sim/results.py STATES)"),
+    "batch": ("i", "requests in the engine step (decode states)"),
+    "draft_len": ("i", "draft length of the engine step (decode_sd)"),
+    "tokens": ("f", "response tokens emitted (decode states); drafter steps (drafter_train)"),
+    "passes": ("f", "verify passes (1 per engine step)"),
+    "context": ("f", "mean context length of the engine step"),
+}
 TABLES = {"steps": STEP_COLUMNS, "requests": REQUEST_COLUMNS, "rl_steps": RL_STEP_COLUMNS}
 META_FIELDS = ("trace_version", "model", "policy", "prompts", "samples", "max_tokens", "seed", "machine", "engine")
 
@@ -86,6 +99,7 @@ class Trace:
     requests: pd.DataFrame
     rl_steps: pd.DataFrame
     path: Path | None = None
+    timeline: pd.DataFrame | None = None  # optional: per-worker states (`tlt train`), sim/results.py's columns
 
     @property
     def name(self) -> str:
@@ -145,7 +159,16 @@ def load_trace(path: str | Path) -> Trace:
         tables[name] = df
     if tables["steps"].empty or tables["requests"].empty:
         raise TraceError(path, "steps/requests", "empty", "a trace needs at least one engine step and one request")
-    return Trace(meta, tables["steps"], tables["requests"], tables["rl_steps"], path)
+    timeline = None
+    file = path / "timeline.parquet"
+    if file.is_file():
+        try:
+            timeline = pq.read_table(file).to_pandas()
+        except Exception as exc:
+            raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
+                             "the file is truncated or corrupt; re-run or delete timeline.parquet") from None
+        _check_table(file, timeline, TIMELINE_COLUMNS)
+    return Trace(meta, tables["steps"], tables["requests"], tables["rl_steps"], path, timeline)
 
 
 def write_trace(trace: Trace, path: str | Path) -> Path:
@@ -162,6 +185,10 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
         for name, columns in TABLES.items():
             getattr(trace, name)[list(columns)].to_parquet(tmp / f"{name}.parquet", index=False)
+        if trace.timeline is not None:
+            tl = trace.timeline[list(TIMELINE_COLUMNS)].copy()
+            tl["state"] = tl["state"].astype(str)
+            tl.to_parquet(tmp / "timeline.parquet", index=False)
 
     write_dir_atomic(path, fill)
     trace.path = path

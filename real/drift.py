@@ -1,0 +1,158 @@
+"""Drafter drift: a static drafter's acceptance falls as the policy moves; a spot-trained one holds.
+
+`drift_experiment` runs a small GRPO loop on the real components, without vLLM: each RL step
+samples `samples` responses for each of `prompts` task prompts from the current policy with
+`transformers` (temperature 1, seeded, KV cache), scores them with `real.task.reward` and takes
+one GRPO step (real/grpo.py). Two EAGLE drafters follow the policy, both started from the same
+saved drafter (`drafter_dir`, trained on the initial policy):
+
+- static: never trained. After each update it shares the new policy's embedding and LM head
+  (`SpotTrainer.set_target`), as vLLM's drafter shares the reloaded target's.
+- spot: the same, and then `spot_steps` drafter steps (`SpotTrainer.train_until`) on the hidden
+  states of the new policy's responses: the rollout of the next RL step, on which TLT's idle
+  rollout workers train it.
+
+After each update both are measured with `SpotTrainer.estimate_accept_len` (chain drafts of `k`
+tokens, greedy verification) on held-out records: responses to fixed test-split prompts sampled
+from the policy of that moment, which neither drafter trained on.
+
+    python -m real.drift --updates 20            # a table per update; last line JSON
+
+prints a table and, last, {"static_accept_len", "spot_accept_len", "ratio"} after the last update.
+Deterministic for a seed on one machine and torch build (fixed threads, deterministic algorithms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from real import task
+
+REFERENCE = Path(__file__).resolve().parents[1] / "traces" / "reference"
+
+
+def drift_experiment(model_dir: str | Path = REFERENCE / "model", drafter_dir: str | Path = REFERENCE / "drafter",
+                     updates: int = 20, prompts: int = 8, samples: int = 4, max_tokens: int = 200,
+                     lr: float = 5e-4, spot_steps: int = 40, seed: int = 0,
+                     log: Callable[[str], None] | None = print, *, k: int = 4, eval_prompts: int = 8,
+                     eval_samples: int = 1, eval_temperature: float = 0.0, max_starts: int = 32,
+                     spot_lr: float = 1e-3, spot_buffer: int = 2, minibatch: int = 16, measure_every: int = 1, mix: str = "default",
+                     threads: int = 1) -> dict:
+    """Run the loop; returns {"config", "updates": [one row per update, row 0 the start: update,
+    reward, static_accept_len, spot_accept_len, spot_loss, seconds], "initial_accept_len",
+    "static_accept_len", "spot_accept_len" (after the last update), "ratio" (spot / static),
+    "seconds"}. `reward` is the mean reward of the rollout sampled from that update's policy.
+    The accepted lengths are measured at the start, every `measure_every` updates and after the
+    last (None in the rows between). The held-out records are `eval_samples` responses to each
+    of `eval_prompts` test-split prompts at `eval_temperature` (0: greedy, where the estimate is
+    exact; sampled records give a lower bound). `minibatch`: rollouts per GRPO optimiser step.
+    `log` (None: silent) gets one line per update."""
+    from transformers import AutoTokenizer
+
+    from real.grpo import GRPOConfig, GRPOTrainer, Rollout
+    from real.model import _torch_settings, generate_responses
+    from real.spot import DrafterBuffer, SpotTrainer
+
+    if updates < 1 or prompts < 1 or samples < 2 or spot_steps < 0 or measure_every < 1:
+        raise ValueError(f"need updates >= 1, prompts >= 1, samples >= 2 (a GRPO group), spot_steps >= 0, "
+                         f"measure_every >= 1; got {updates}, {prompts}, {samples}, {spot_steps}, {measure_every}")
+    config = dict(model=str(model_dir), drafter=str(drafter_dir), updates=updates, prompts=prompts, samples=samples,
+                  max_tokens=max_tokens, lr=lr, spot_steps=spot_steps, seed=seed, k=k, eval_prompts=eval_prompts,
+                  eval_samples=eval_samples, eval_temperature=eval_temperature, max_starts=max_starts,
+                  spot_lr=spot_lr, spot_buffer=spot_buffer, minibatch=minibatch, measure_every=measure_every, mix=mix, threads=threads)
+    t_start = time.perf_counter()
+    with _torch_settings(threads):
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        grpo = GRPOTrainer(model_dir, GRPOConfig(lr=lr, minibatch=minibatch), seed=seed)
+        policy = grpo.model
+        static = SpotTrainer(copy.deepcopy(policy), drafter_dir, seed=seed)
+        spot = SpotTrainer(copy.deepcopy(policy), drafter_dir, lr=spot_lr, seed=seed)
+        held_out = task.make_problems(eval_prompts, seed=seed, mix=mix, split="test")
+        buffer = DrafterBuffer(spot_buffer)
+        never = threading.Event()
+
+        def sample(problems: list[task.Problem], n: int, sample_seed: int,
+                   temperature: float = 1.0) -> tuple[list[list[int]], list[Rollout]]:
+            """n responses per problem from the current policy: the sequences and the rollouts."""
+            texts = [p.prompt for p in problems for _ in range(n)]
+            responses = generate_responses(policy, tok, texts, max_tokens, batch_size=len(texts),
+                                           temperature=temperature, seed=sample_seed, keep_eos=True)
+            rollouts = []
+            for i, (text, resp) in enumerate(zip(texts, responses)):
+                answer = tok.decode(resp, skip_special_tokens=True)
+                prompt_ids = tok(text, add_special_tokens=False)["input_ids"]
+                rollouts.append(Rollout(prompt_ids, resp, task.reward(problems[i // n], answer), group=i // n))
+            return [r.prompt_ids + r.response_ids for r in rollouts], rollouts
+
+        def rollout(step: int) -> tuple[list[list[int]], list[Rollout]]:
+            problems = task.make_problems(prompts, seed=seed * 100_003 + step, mix=mix, split="train")
+            return sample(problems, samples, seed * 100_003 + step)
+
+        def row(update: int, batch: list[Rollout], spot_loss: float, t0: float) -> dict:
+            r = dict(update=update, reward=sum(b.reward for b in batch) / len(batch), static_accept_len=None,
+                     spot_accept_len=None, spot_loss=spot_loss)
+            if update % measure_every == 0 or update == updates:
+                # The same prompts and sampling seed at every measurement: only the policy moves.
+                seqs, _ = sample(held_out, eval_samples, seed * 100_003 + 50_000, eval_temperature)
+                records = static.hidden_records(seqs)
+                r["static_accept_len"] = static.estimate_accept_len(records, k, max_starts)
+                r["spot_accept_len"] = spot.estimate_accept_len(records, k, max_starts)
+            r["seconds"] = time.perf_counter() - t0
+            if log:
+                lens = "  ".join(f"{x:10.3f}" if x is not None else f"{'-':>10}"
+                                 for x in (r["static_accept_len"], r["spot_accept_len"]))
+                log(f"{update:>6}  {r['reward']:6.3f}  {lens}  {spot_loss:9.4f}  {r['seconds']:6.1f}s")
+            return r
+
+        if log:
+            log(f"{'update':>6}  {'reward':>6}  {'static_len':>10}  {'spot_len':>10}  {'spot_loss':>9}  {'time':>7}")
+        t0 = time.perf_counter()
+        _, batch = rollout(0)
+        rows = [row(0, batch, float("nan"), t0)]
+        for u in range(1, updates + 1):
+            t0 = time.perf_counter()
+            grpo.step(batch, keep_hidden=False)
+            target = copy.deepcopy(policy)  # frozen by set_target; the policy goes on training
+            static.set_target(target)
+            spot.set_target(target)
+            seqs, batch = rollout(u)  # the next RL step's rollout, from the updated policy
+            buffer.add(u, spot.hidden_records(seqs))
+            res = spot.train_until(never, buffer.records(), max_steps=spot_steps)
+            rows.append(row(u, batch, res.loss, t0))
+    last = rows[-1]
+    return dict(config=config, updates=rows, initial_accept_len=rows[0]["static_accept_len"],
+                static_accept_len=last["static_accept_len"], spot_accept_len=last["spot_accept_len"],
+                ratio=last["spot_accept_len"] / last["static_accept_len"], seconds=time.perf_counter() - t_start)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m real.drift", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=str(REFERENCE / "model"), help="the initial policy (HF model directory)")
+    ap.add_argument("--drafter", default=str(REFERENCE / "drafter"), help="EAGLE drafter trained on the initial policy")
+    ap.add_argument("--updates", type=int, default=20, help="GRPO updates")
+    ap.add_argument("--prompts", type=int, default=8, help="prompts per RL step")
+    ap.add_argument("--samples", type=int, default=4, help="responses per prompt (GRPO group size)")
+    ap.add_argument("--max-tokens", type=int, default=200, help="response cap")
+    ap.add_argument("--lr", type=float, default=5e-4, help="GRPO learning rate")
+    ap.add_argument("--spot-steps", type=int, default=40, help="spot drafter steps after each update")
+    ap.add_argument("--spot-lr", type=float, default=1e-3, help="spot drafter learning rate")
+    ap.add_argument("--k", type=int, default=4, help="draft length of the accepted-length estimate")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    args = ap.parse_args(argv)
+    out = drift_experiment(args.model, args.drafter, args.updates, args.prompts, args.samples, args.max_tokens,
+                           args.lr, args.spot_steps, args.seed, print, k=args.k, spot_lr=args.spot_lr,
+                           threads=args.threads)
+    print(f"start {out['initial_accept_len']:.3f}; {out['seconds']:.0f}s")
+    print(json.dumps({key: round(out[key], 4) for key in ("static_accept_len", "spot_accept_len", "ratio")}))
+    return out
+
+
+if __name__ == "__main__":
+    main()
