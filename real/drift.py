@@ -39,9 +39,9 @@ REFERENCE = Path(__file__).resolve().parents[1] / "traces" / "reference"
 
 def drift_experiment(model_dir: str | Path = REFERENCE / "model", drafter_dir: str | Path = REFERENCE / "drafter",
                      updates: int = 20, prompts: int = 8, samples: int = 4, max_tokens: int = 200,
-                     lr: float = 5e-4, spot_steps: int = 40, seed: int = 0,
-                     log: Callable[[str], None] | None = print, *, k: int = 4, eval_prompts: int = 8,
-                     eval_samples: int = 1, eval_temperature: float = 0.0, max_starts: int = 32,
+                     lr: float = 1e-3, spot_steps: int = 40, seed: int = 0,
+                     log: Callable[[str], None] | None = print, *, k: int = 4, eval_prompts: int = 16,
+                     eval_samples: int = 1, eval_temperature: float = 0.0, max_starts: int = 16,
                      spot_lr: float = 1e-3, spot_buffer: int = 2, minibatch: int = 16, measure_every: int = 1, mix: str = "default",
                      threads: int = 1) -> dict:
     """Run the loop; returns {"config", "updates": [one row per update, row 0 the start: update,
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--prompts", type=int, default=8, help="prompts per RL step")
     ap.add_argument("--samples", type=int, default=4, help="responses per prompt (GRPO group size)")
     ap.add_argument("--max-tokens", type=int, default=200, help="response cap")
-    ap.add_argument("--lr", type=float, default=5e-4, help="GRPO learning rate")
+    ap.add_argument("--lr", type=float, default=1e-3, help="GRPO learning rate")
     ap.add_argument("--spot-steps", type=int, default=40, help="spot drafter steps after each update")
     ap.add_argument("--spot-lr", type=float, default=1e-3, help="spot drafter learning rate")
     ap.add_argument("--k", type=int, default=4, help="draft length of the accepted-length estimate")

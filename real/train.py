@@ -88,6 +88,18 @@ class RunConfig:
             raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker needs a prompt group")
 
 
+REFERENCE_DRAFTER = Path(__file__).resolve().parent.parent / "traces" / "reference" / "drafter"
+
+
+def default_drafter(model: Path | str, policy: Policy, drafter: Path | None = None) -> Path | None:
+    """The warm-start drafter to use: the one given, else the reference model's shipped drafter for a
+    warm-starting EAGLE policy on the reference model (so `tlt train` and the app need no --drafter there)."""
+    if drafter is None and policy.drafter.kind == "eagle" and policy.drafter.warm_start:
+        if Path(model).resolve() == (REFERENCE_DRAFTER.parent / "model").resolve():
+            return REFERENCE_DRAFTER
+    return drafter
+
+
 def derive_seed(*parts: Any) -> int:
     """A 31-bit seed from the run seed and a purpose: independent streams, same for any run order."""
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "big") >> 1

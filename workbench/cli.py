@@ -582,16 +582,13 @@ def bench_rollout(
 
 def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, seed: int, prompts: int, samples: int,
                 max_tokens: int, drafter: Optional[Path], lr: float, address: Optional[str], mix: str):
-    from real.train import RunConfig, TrainError
+    from real.train import RunConfig, TrainError, default_drafter
 
     try:
         pol = load_policy(policy)
     except Exception as exc:
         _fail(exc)
-    if drafter is None and pol.drafter.kind == "eagle" and pol.drafter.warm_start:
-        ref = Path(__file__).resolve().parent.parent / "traces" / "reference" / "drafter"
-        if Path(model).resolve() == (ref.parent / "model").resolve():
-            drafter = ref  # the reference model's shipped drafter
+    drafter = default_drafter(model, pol, drafter)
     cfg = RunConfig(model=model, policy=pol, out=out, steps=steps, workers=workers, seed=seed, prompts=prompts,
                     samples=samples, max_tokens=max_tokens, drafter=drafter, lr=lr, address=address, mix=mix)
     try:

@@ -165,3 +165,25 @@ def step_lines_figure(per_step: pd.DataFrame, policies: Sequence[str] | None = N
     fig.update_yaxes(rangemode="tozero", row=1, col=2)
     fig.update_layout(height=340, margin=dict(l=10, r=10, t=40, b=10), legend=dict(title_text="policy"))
     return fig
+
+
+def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[str]]], x: str = "step",
+                        height: int = 320) -> go.Figure:
+    """One subplot per panel, one line per column of the panel, over `x` (e.g. a run's metrics.csv).
+
+    panels: (title, columns) pairs; a column absent from df is skipped, so an older file still draws.
+    """
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[title for title, _ in panels])
+    d = df.sort_values(x)
+    drawn = 0  # colours run on across panels: one colour per metric in the shared legend
+    for col, (_, metrics) in enumerate(panels, start=1):
+        for metric in (m for m in metrics if m in d.columns):
+            color = POLICY_COLORS[drawn % len(POLICY_COLORS)]
+            drawn += 1
+            fig.add_trace(go.Scatter(
+                x=d[x], y=d[metric], mode="lines+markers", name=metric, line=dict(color=color),
+                hovertemplate=f"{metric}<br>{x} %{{x}}: %{{y:.3g}}<extra></extra>",
+            ), row=1, col=col)
+    fig.update_xaxes(title_text=x, dtick=1 if len(d) <= 20 else None)
+    fig.update_layout(height=height, margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.25))
+    return fig
