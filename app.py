@@ -7,7 +7,7 @@ each page is a `render()` function in `workbench/ui/`. To add a page, write
 
 import streamlit as st
 
-from workbench.ui import compare_page, tune_page, whatif
+from workbench.ui import compare_page, train_page, tune_page, whatif
 
 st.set_page_config(page_title="TLT Workbench", page_icon=":material/speed:", layout="wide")
 
@@ -15,10 +15,11 @@ PAGES = [
     st.Page(whatif.render, title="What-if", icon=":material/science:", url_path="what-if", default=True),
     st.Page(compare_page.render, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(tune_page.render, title="Tune", icon=":material/tune:", url_path="tune"),
+    st.Page(train_page.render, title="Train (real)", icon=":material/model_training:", url_path="train"),
 ]
 
 with st.sidebar:
     st.markdown("### TLT Workbench")
-    st.caption("Long-tail RL rollouts with adaptive speculative decoding: simulate, compare, tune.")
+    st.caption("Long-tail RL rollouts with adaptive speculative decoding: simulate, compare, tune, train.")
 
 st.navigation(PAGES, position="sidebar").run()
