@@ -284,7 +284,7 @@ class RolloutEngine:
     def __init__(self, model_dir: str | Path, policy: Policy | None = None, drafter_dir: str | Path | None = None,
                  max_num_seqs: int = 64, max_model_len: int = 2048, seed: int = 0, dtype: str = "float32",
                  kv_cache_gib: float = 1.0, memory_utilization: float = 0.3, enforce_eager: bool | None = None,
-                 adaptive: bool = False, **llm_kwargs: Any):
+                 adaptive: bool = False, in_process: bool | None = None, **llm_kwargs: Any):
         from workbench.policy import load_policy
 
         self.model_dir = Path(model_dir)
@@ -299,6 +299,10 @@ class RolloutEngine:
         self.spec = speculative_config(self.policy, self.drafter_dir, max_num_seqs, adaptive=adaptive)
         # Draft lengths change between steps only with a scheduler in this process (see the module doc).
         self.adaptive = bool(adaptive and self.spec is not None)
+        # In-process: the engine core runs in this process (adaptive engines need it to reach the
+        # scheduler). Rollout workers run every engine this way, SD or not, so baseline and TLT
+        # engines pay the same per-step costs and use the same threads.
+        self.in_process = self.adaptive if in_process is None else bool(in_process or self.adaptive)
         if self.spec is None or self.spec["method"] != "eagle":
             self.drafter_dir = None  # the policy does not use it
 
@@ -318,7 +322,7 @@ class RolloutEngine:
         kw.update(llm_kwargs)
         self.engine_kwargs = {k: v for k, v in kw.items() if k != "speculative_config"}
         t0 = time.perf_counter()
-        with _engine_core_in_process(self.adaptive):
+        with _engine_core_in_process(self.in_process):
             self.llm = LLM(**kw)
         if on_cpu and self.spec is not None:
             # Without this, sampled (temperature > 0) requests are not lossless under SD on CPU.
@@ -362,7 +366,7 @@ class RolloutEngine:
         return {"vllm_version": vllm.__version__, "max_num_seqs": self.max_num_seqs,
                 "max_model_len": self.max_model_len, "dtype": self.dtype, "seed": self.seed,
                 "drafter": str(self.drafter_dir) if self.drafter_dir else None,
-                "speculative_config": self.spec, "adaptive": self.adaptive, "start_s": round(self.start_s, 2),
+                "speculative_config": self.spec, "adaptive": self.adaptive, "in_process": self.in_process, "start_s": round(self.start_s, 2),
                 "enforce_eager": self.engine_kwargs.get("enforce_eager"),
                 "kv_cache_memory_bytes": self.engine_kwargs.get("kv_cache_memory_bytes")}
 
@@ -653,7 +657,7 @@ class RolloutEngine:
         del llm
         import gc
 
-        if self.adaptive:
+        if self.in_process:
             gc.unfreeze()  # vLLM's engine core froze this process's heap (its own objects among them)
         gc.collect()
 

@@ -186,7 +186,10 @@ class TrainingRun:
             if cfg.address:
                 ray.init(address=cfg.address, log_to_driver=False)
             else:
-                ray.init(num_cpus=max(cfg.workers, os.cpu_count() or 1), include_dashboard=False,
+                # Ray's CPUs are scheduling slots: each worker takes one, and `tlt bench real`
+                # keeps two runs' workers alive at once, so a local Ray gets enough slots for
+                # that; the threads each worker really uses are set by `_start_workers`.
+                ray.init(num_cpus=max(os.cpu_count() or 1, 2 * cfg.workers), include_dashboard=False,
                          log_to_driver=False)
         self._start_workers()
         if ckpt is not None and ckpt.path("workers.pt").exists():

@@ -78,7 +78,7 @@ class RolloutWorker:
                                   kv_cache_gib=kv_cache_gib)
         self.kind = drafter_kind or policy.drafter.kind
         self.engine = RolloutEngine(model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
-                                    adaptive=True, **self.engine_kwargs)
+                                    adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()
         self.controller = self._controller()
         self.spot = SpotTrainer(model_dir, drafter_dir, lr=spot_lr, seed=seed + 7919 * worker,
@@ -122,7 +122,7 @@ class RolloutWorker:
 
         self.kind, self.drafter_dir = kind, drafter_dir
         self.engine = RolloutEngine(self.model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
-                                    adaptive=True, **self.engine_kwargs)
+                                    adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()
         self.controller = self._controller()
         if self.controller is not None and bandit is not None:
@@ -211,7 +211,7 @@ class RolloutWorker:
             self.spot.load_state_dict(state["spot"])
 
     def estimate_accept_len(self, records: Sequence[Any], k: int) -> float:
-        return self.spot.estimate_accept_len(list(records), k, max_starts=16) if self.spot else float("nan")
+        return self.spot.estimate_accept_len(list(records), k, max_starts=8) if self.spot else float("nan")
 
     def settings(self) -> dict[str, Any]:
         return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.kind}
