@@ -223,10 +223,10 @@ class TrainingRun:
         threads = max(1, (os.cpu_count() or 1) // cfg.workers) if not cfg.address else 1
         actor = ray.remote(num_cpus=1, max_concurrency=2)(RolloutWorker)
         self.workers = [
-            actor.remote(i, str(self.model_dir), cfg.policy, str(self.drafter_dir) if self.drafter_dir else None,
-                         derive_seed(cfg.seed, "worker", i), max_num_seqs=cfg.max_num_seqs,
-                         max_model_len=cfg.max_model_len, spot_lr=cfg.policy.training.lr, drafter_kind=self.kind,
-                         threads=threads)
+            actor.options(runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}}).remote(
+                i, str(self.model_dir), cfg.policy, str(self.drafter_dir) if self.drafter_dir else None,
+                derive_seed(cfg.seed, "worker", i), max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_model_len,
+                spot_lr=cfg.policy.training.lr, drafter_kind=self.kind, threads=threads)
             for i in range(cfg.workers)]
         self.settings = ray.get(self.workers[0].settings.remote())
         self.log(f"{cfg.workers} rollout workers up (policy {cfg.policy.name}, drafter {self.kind})")

