@@ -48,3 +48,28 @@ def bench_real(base: RunConfig, policies: tuple[str, str] = ("baseline", "tlt"),
         "reward_tlt": _mean([m.reward for m in t]),
     }
     return {"summary": summary, "steps": {p: runs[p].metrics for p in policies}}
+
+
+def spot_interference(trace_dir: str | Path) -> "pd.DataFrame":
+    """Median engine-step time by batch size, split by whether another worker was spot-training
+    the drafter at the time: how much spot training slows the rollout it shares a machine with."""
+    import pandas as pd
+
+    from workbench.trace import load_trace
+
+    tl = load_trace(trace_dir).timeline
+    if tl is None:
+        raise ValueError(f"{trace_dir}: no timeline.parquet (written by `tlt train`)")
+    dec = tl[tl["state"].isin(["decode", "decode_sd"])].copy()
+    spot = tl[tl["state"] == "drafter_train"]
+    dec["ms"] = (dec["end_s"] - dec["start_s"]) * 1e3
+
+    def during(row) -> bool:
+        o = spot[(spot["step"] == row["step"]) & (spot["worker"] != row["worker"])]
+        return bool(((o["start_s"] < row["end_s"]) & (o["end_s"] > row["start_s"])).any())
+
+    dec["other_training"] = dec.apply(during, axis=1) if len(spot) else False
+    dec["batch"] = pd.cut(dec["batch"], [0, 1, 2, 4, 8, 16, 32, 64, 1 << 20],
+                          labels=["1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", ">64"])
+    g = dec.groupby(["batch", "other_training"], observed=True)["ms"].agg(["count", "median"]).unstack("other_training")
+    return g

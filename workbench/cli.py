@@ -670,6 +670,10 @@ def bench_real(
     report = run_bench(cfg, log=lambda m: typer.echo(m, err=True), on_step=on_step)
     rows = [[name] + _step_row(m) for name, ms in report["steps"].items() for m in ms]
     typer.echo(_table(rows, ["policy"] + _STEP_HEADER))
+    from real.bench_real import spot_interference
+
+    typer.echo("tlt: median engine-step ms by batch, while another worker spot-trained (True) or not (False):")
+    typer.echo(spot_interference(out / "tlt" / "trace").round(2).to_string())
     typer.echo(json.dumps({k: round(v, 4) for k, v in report["summary"].items()}))
 
 
