@@ -12,6 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
+import pandas as pd
+
 from real.train import RunConfig, StepRecord, TrainingRun
 from workbench.policy import load_policy
 
@@ -50,11 +52,9 @@ def bench_real(base: RunConfig, policies: tuple[str, str] = ("baseline", "tlt"),
     return {"summary": summary, "steps": {p: runs[p].metrics for p in policies}}
 
 
-def spot_interference(trace_dir: str | Path) -> "pd.DataFrame":
+def spot_interference(trace_dir: str | Path) -> pd.DataFrame:
     """Median engine-step time by batch size, split by whether another worker was spot-training
     the drafter at the time: how much spot training slows the rollout it shares a machine with."""
-    import pandas as pd
-
     from workbench.trace import load_trace
 
     tl = load_trace(trace_dir).timeline

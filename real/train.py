@@ -25,12 +25,11 @@ One RL step, as the coordinator (this module, in the driver process) runs it:
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,9 +38,6 @@ import pandas as pd
 from workbench.config import to_mapping, write_atomic
 from workbench.policy import Policy
 
-METRIC_COLUMNS = ("step", "step_s", "rollout_s", "train_s", "sync_s", "bubble_frac", "spot_frac",
-                  "mean_accept_len", "reward", "pass_at_g", "drafter_loss", "drafter_steps", "drafter_kind",
-                  "tokens", "longest", "grpo_loss", "kl", "stop_latency_s")
 
 
 class TrainError(ValueError):
@@ -125,6 +121,9 @@ class StepRecord:
     grpo_loss: float
     kl: float
     stop_latency_s: float  # longest time from stop_spot() to a trainer returning
+
+
+METRIC_COLUMNS = tuple(f.name for f in fields(StepRecord))  # metrics.csv, in this order
 
 
 class TrainingRun:
@@ -259,7 +258,7 @@ class TrainingRun:
                    for j in range(cfg.samples)] for w in range(W)]
 
         # 1-2. rollout, with spot training on idle workers until the last shard is done.
-        training = pol.training.enabled and self.kind in ("eagle", "ngram") and pol.drafter.kind == "eagle"
+        training = pol.training.enabled and pol.drafter.kind == "eagle"
         buffer_ref = ray.put(self.buffer.records()) if training else None
         t0 = time.time()
         pending = {w.rollout.remote(shard, s, self.clock0): i for i, (w, shard) in enumerate(zip(self.workers, shards))}
@@ -281,7 +280,6 @@ class TrainingRun:
         for i in spot_refs.values():
             self.workers[i].stop_spot.remote()
         spots = ray.get(list(spot_refs))
-        rollout_s = t_rollout - t0
 
         # 3. rewards and the policy update.
         t_train0 = time.time()
@@ -469,11 +467,10 @@ class TrainingRun:
         """The final drafter as a checkpoint vLLM loads for serving (run_dir/drafter)."""
         if self.drafter_dir is None:
             return None
-        dst = self.out / "drafter"
         from workbench.config import write_dir_atomic
 
-        write_dir_atomic(dst, lambda tmp: [shutil.copy2(f, tmp / f.name) for f in Path(self.drafter_dir).iterdir()])
-        return dst
+        src = Path(self.drafter_dir)
+        return write_dir_atomic(self.out / "drafter", lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True))
 
 
 def train(cfg: RunConfig, resume: bool = False, log: Callable[[str], None] | None = print,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 from workbench.policy import Policy
@@ -61,8 +60,6 @@ class RolloutWorker:
     def __init__(self, worker: int, model_dir: str, policy: Policy, drafter_dir: str | None, seed: int,
                  max_num_seqs: int = 64, max_model_len: int = 2048, kv_cache_gib: float = 0.5,
                  spot_lr: float = 1e-4, drafter_kind: str | None = None, threads: int = 1):
-        import torch
-
         from real.engine import RolloutEngine
         from real.spot import SpotTrainer
 
