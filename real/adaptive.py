@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.bandit import SD_OFF_BUCKET, Arm, Bandit, make_bandit
-from workbench.policy import Policy
+from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, make_bandit
+from workbench.contracts.policy import Policy
 
 
 @dataclass

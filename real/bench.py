@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from workbench.policy import DrafterConfig, Policy, ScheduleBucket
+from workbench.contracts.policy import DrafterConfig, Policy, ScheduleBucket
 
 
 def bench_policy(method: str, max_batch: int, draft_len: int) -> Policy:

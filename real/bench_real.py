@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from real.train import RunConfig, StepRecord, TrainingRun
-from workbench.policy import load_policy
+from workbench.contracts.policy import load_policy
 
 
 def _mean(xs: list[float]) -> float:
@@ -55,7 +55,7 @@ def bench_real(base: RunConfig, policies: tuple[str, str] = ("baseline", "tlt"),
 def spot_interference(trace_dir: str | Path) -> pd.DataFrame:
     """Median engine-step time by batch size, split by whether another worker was spot-training
     the drafter at the time: how much spot training slows the rollout it shares a machine with."""
-    from workbench.trace import load_trace
+    from workbench.contracts.trace import load_trace
 
     tl = load_trace(trace_dir).timeline
     if tl is None:

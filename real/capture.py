@@ -21,9 +21,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from workbench.config import to_mapping
-from workbench.policy import Policy
-from workbench.trace import REQUEST_COLUMNS, RL_STEP_COLUMNS, STEP_COLUMNS, Trace, write_trace
+from workbench.contracts.schema import to_mapping
+from workbench.contracts.policy import Policy
+from workbench.contracts.trace import REQUEST_COLUMNS, RL_STEP_COLUMNS, STEP_COLUMNS, Trace, write_trace
 
 
 class CaptureError(ValueError):

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from workbench.config import write_atomic, write_dir_atomic
+from workbench.contracts.fileio import write_atomic, write_dir_atomic
 
 CHECKPOINT_VERSION = 1
 KEEP = 2  # checkpoints kept

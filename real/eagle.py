@@ -41,7 +41,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from workbench.config import write_dir_atomic
+from workbench.contracts.fileio import write_dir_atomic
 
 REG_WEIGHT = 1.0  # hidden-state regression (smooth L1), as EAGLE
 CE_WEIGHT = 0.1  # token cross-entropy against the target's distribution, as EAGLE

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from workbench.policy import Policy
+from workbench.contracts.policy import Policy
 
 WORKER_EXTENSION = "real.worker_ext.TLTWorkerExtension"
 NGRAM_LOOKUP_MAX = 4
@@ -285,7 +285,7 @@ class RolloutEngine:
                  max_num_seqs: int = 64, max_model_len: int = 2048, seed: int = 0, dtype: str = "float32",
                  kv_cache_gib: float = 1.0, memory_utilization: float = 0.3, enforce_eager: bool | None = None,
                  adaptive: bool = False, in_process: bool | None = None, **llm_kwargs: Any):
-        from workbench.policy import load_policy
+        from workbench.contracts.policy import load_policy
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():

@@ -36,7 +36,7 @@ import torch
 
 from real.eagle import _pad, load_target
 from real.model import _torch_settings
-from workbench.config import write_dir_atomic
+from workbench.contracts.fileio import write_dir_atomic
 
 # Weight files of an HF model directory: `save` writes its own, every other file is copied over.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf",

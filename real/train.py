@@ -35,8 +35,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from workbench.config import to_mapping, write_atomic
-from workbench.policy import Policy
+from workbench.contracts.schema import to_mapping
+from workbench.contracts.fileio import write_atomic
+from workbench.contracts.policy import Policy
 
 
 
@@ -369,7 +370,7 @@ class TrainingRun:
     # ------------------------------------------------------------ records
 
     def _record(self, s, problems, rollouts, spots, stats, t0, t_roll, t_train0, t_train, t_sync, req_rows) -> StepRecord:
-        from sim.results import TIMELINE_COLUMNS, Timeline
+        from workbench.contracts.trace import TIMELINE_COLUMNS, Timeline
 
         W = len(self.workers)
         span = max(t_roll - t0, 1e-9)
@@ -419,7 +420,7 @@ class TrainingRun:
 
     def trace(self):
         from real.capture import machine_info
-        from workbench.trace import REQUEST_COLUMNS, RL_STEP_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Trace
+        from workbench.contracts.trace import REQUEST_COLUMNS, RL_STEP_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Trace
 
         def frame(rows, cols):
             return pd.DataFrame(rows, columns=list(cols))
@@ -435,7 +436,7 @@ class TrainingRun:
 
     def write_outputs(self) -> None:
         """metrics.csv and trace/ under the run directory (atomic; rewritten after every step)."""
-        from workbench.trace import write_trace
+        from workbench.contracts.trace import write_trace
 
         df = self.metrics_frame()
         write_atomic(self.out / "metrics.csv", df.to_csv(index=False))
@@ -467,7 +468,7 @@ class TrainingRun:
         """The final drafter as a checkpoint vLLM loads for serving (run_dir/drafter)."""
         if self.drafter_dir is None:
             return None
-        from workbench.config import write_dir_atomic
+        from workbench.contracts.fileio import write_dir_atomic
 
         src = Path(self.drafter_dir)
         return write_dir_atomic(self.out / "drafter", lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True))

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from workbench.policy import Policy
+from workbench.contracts.policy import Policy
 
 
 @dataclass

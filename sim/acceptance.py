@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.profile import AcceptanceModel
+from workbench.contracts.profile import AcceptanceModel
 
 
 @dataclass(frozen=True)

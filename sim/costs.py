@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workbench.profile import DecodeCost, DrafterCost, PhaseCost
+from workbench.contracts.profile import DecodeCost, DrafterCost, PhaseCost
 
 
 def verify_step_s(c: DecodeCost, batch: int, context: float, draft_len: int) -> float:
@@ -29,7 +29,8 @@ def train_phase_s(c: PhaseCost, tokens: int, gpus: int) -> float:
     return c.train_gpu_s_per_token * tokens / gpus
 
 
-def goodput(c: DecodeCost, d: DrafterCost, kind: str, batch: int, context: float, draft_len: int,
-            accept_len: float) -> float:
-    """Tokens per second: G = B * E[L] / (T_verify + T_draft)."""
-    return batch * accept_len / (verify_step_s(c, batch, context, draft_len) + draft_step_s(d, kind, batch, draft_len))
+def segment_s(c: DecodeCost, d: DrafterCost, kind: str, batch: int, context: float, draft_len: int,
+              passes: float = 1.0) -> float:
+    """`passes` verify passes at a constant batch: each drafts `draft_len` tokens per sequence
+    with drafter `kind` and verifies them in one target forward (prefill not included)."""
+    return passes * (verify_step_s(c, batch, context, draft_len) + draft_step_s(d, kind, batch, draft_len))

@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass
 
 from sim.acceptance import stats_for
-from workbench.policy import Policy
-from workbench.profile import Profile
+from workbench.contracts.policy import Policy
+from workbench.contracts.profile import Profile
 
 # The switch compares drafters at this draft length: long enough that
 # acceptance differences show, short enough to be in every sensible arm set.

@@ -10,7 +10,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from workbench.workload import LengthModel
+from workbench.contracts.workload import LengthModel
 
 
 @dataclass(frozen=True)
@@ -48,22 +48,6 @@ def log_median(m: LengthModel, cap: int, step: int = 0) -> float:
 @lru_cache(maxsize=64)
 def _log_median_step0(m: LengthModel, cap: int) -> float:
     return brentq(lambda mu: clip_ratio_at(m, cap, mu) - m.clip_ratio, -20.0, math.log(cap) + 20.0)
-
-
-def observed_group_correlation(m: LengthModel) -> float:
-    """Intra-class correlation of log-lengths (uncensored) within a prompt's group.
-
-    Between groups: the prompt effect and the prompt's accuracy (through the
-    wrong-answer factor); within: sample noise and each answer's correctness.
-    """
-    sd_prompt, sd_sample = _sd_parts(m)
-    a, b = _beta(m)
-    w = math.log(m.wrong_factor)
-    var_acc = a * b / ((a + b) ** 2 * (a + b + 1))
-    mean_bern_var = m.mean_accuracy * (1 - m.mean_accuracy) - var_acc  # E[p(1-p)]
-    between = sd_prompt**2 + w**2 * var_acc
-    within = sd_sample**2 + w**2 * mean_bern_var
-    return between / (between + within)
 
 
 def sample_latent_log_lengths(m: LengthModel, cap: int, prompts: int, group: int, step: int,

@@ -3,37 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from workbench.config import write_atomic
-
-STATES = ("decode", "decode_sd", "idle", "drafter_train", "train", "sync")
-from workbench.trace import TIMELINE_COLUMNS as _DOCUMENTED
-
-# The trace schema documents the columns; a real run (`tlt train`) writes the same table.
-TIMELINE_COLUMNS = tuple(_DOCUMENTED)
-
-
-@dataclass
-class Timeline:
-    """Intervals, appended as plain tuples (cheap in the hot loop), turned into a DataFrame once."""
-
-    rows: list[tuple] = field(default_factory=list)
-
-    def add(self, step: int, worker: int, start: float, end: float, state: str,
-            batch: int = 0, draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0, context: float = 0.0) -> None:
-        if end <= start:
-            return  # zero-length: a worker that finished exactly as the rollout ended
-        self.rows.append((step, worker, start, end, state, batch, draft_len, tokens, passes, context))
-
-    def frame(self) -> pd.DataFrame:
-        df = pd.DataFrame(self.rows, columns=list(TIMELINE_COLUMNS))
-        df["state"] = pd.Categorical(df["state"], categories=list(STATES))
-        return df
+from workbench.contracts.fileio import write_atomic
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ bandits and acceptance noise have their own streams per worker.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -27,18 +28,23 @@ import numpy as np
 import simpy
 
 from sim.acceptance import AcceptStats, stats_for
-from sim.costs import draft_step_s, prefill_s, train_phase_s, verify_step_s
+from sim.costs import prefill_s, segment_s, train_phase_s
 from sim.drafter import DrafterState, active_kind, after_policy_update, after_training, initial_state
 from sim.engine import EngineBatch
 from sim.lengths import StepLengths, sample_step
-from sim.results import PolicyRun, StepInfo, StepMetrics, Timeline, step_metrics
-from workbench.bandit import SD_OFF_BUCKET, Bandit, make_bandit
-from workbench.policy import Policy
-from workbench.profile import Profile
-from workbench.workload import Workload
+from sim.results import PolicyRun, StepInfo, StepMetrics, step_metrics
+from workbench.contracts import seeds
+from workbench.contracts.bandit import SD_OFF_BUCKET, Bandit, make_bandit
+from workbench.contracts.policy import Policy
+from workbench.contracts.profile import Profile
+from workbench.contracts.schema import ConfigError
+from workbench.contracts.seeds import Stream
+from workbench.contracts.trace import Timeline
+from workbench.contracts.workload import Workload
 
-# Stream ids for numpy SeedSequence([seed, stream, ...]).
-_LENGTHS, _BANDIT, _NOISE = 0, 1, 2
+# Responses x steps (plus workers x steps) a run may simulate: ~2 minutes on this project's
+# 2-core machines (`tlt bench sim` measures the rate of yours).
+MAX_WORK = 2_000_000
 
 
 def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt: int = 0) -> StepLengths:
@@ -47,7 +53,7 @@ def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt:
     Each prompt has its own random stream, so a prompt's responses are the same
     whichever policy or rollout mode meets it (common random numbers).
     """
-    rng = np.random.default_rng([seed, _LENGTHS, step, index, attempt])
+    rng = seeds.rng(seed, Stream.LENGTHS, step, index, attempt)
     return sample_step(workload.lengths, workload.max_response_tokens, 1, workload.group_size, step, rng)
 
 
@@ -56,6 +62,19 @@ def step_lengths(workload: Workload, seed: int, step: int) -> StepLengths:
     groups = [group_lengths(workload, seed, step, j) for j in range(workload.prompts_per_step)]
     return StepLengths(np.concatenate([g.lengths for g in groups]), np.concatenate([g.correct for g in groups]),
                        np.repeat(np.arange(len(groups)), workload.group_size))
+
+
+def check_size(workload: Workload, steps: int) -> None:
+    """Refuse a run far beyond what a simulation should take (minutes here), before it starts.
+
+    The work is ~ linear in responses x steps plus workers x steps (docs/formats.md, "Limits");
+    `TLT_SIM_MAX_WORK` raises the limit for a user who means it."""
+    limit = int(os.environ.get("TLT_SIM_MAX_WORK", MAX_WORK))
+    work = steps * (workload.sequences_per_step + workload.workers)
+    if work > limit:
+        raise ConfigError(workload.name, "workers, prompts_per_step x group_size, steps", f"{work:,} units of work",
+                          f"at most {limit:,} per run ((prompts_per_step x group_size + workers) x steps; "
+                          f"docs/formats.md#limits): lower them, or set TLT_SIM_MAX_WORK to allow more")
 
 
 def shard(n: int, workers: int) -> list[range]:
@@ -85,7 +104,7 @@ class _Seq:
 
 
 @dataclass
-class _Rollout:
+class _RolloutRound:
     """What the workers of one rollout share."""
 
     step: int
@@ -126,8 +145,8 @@ class Simulator:
         self.replay = replay
         self.env = simpy.Environment()
         self.timeline = Timeline()
-        self.bandits: list[Bandit] = [make_bandit(policy, [seed, _BANDIT, w]) for w in range(workload.workers)]
-        self.noise = [np.random.default_rng([seed, _NOISE, w]) for w in range(workload.workers)]
+        self.bandits: list[Bandit] = [make_bandit(policy, seeds.seed_sequence(seed, Stream.BANDIT, w)) for w in range(workload.workers)]
+        self.noise = [seeds.rng(seed, Stream.NOISE, w) for w in range(workload.workers)]
         self.drafter: DrafterState = initial_state(policy)
         self.draft_lens = sorted({0, *policy.bandit.arms, *(row.draft_len for row in policy.schedule)})
         self._learning = policy.bandit.algorithm != "fixed"
@@ -135,18 +154,13 @@ class Simulator:
         self._deferred: list[_Group] = []  # tail batching: prompts waiting for a long round
 
     def run(self, steps: int | None = None, on_step: Callable[[StepMetrics], None] | None = None) -> PolicyRun:
+        """Simulate `steps` RL steps (default: the workload's); `on_step` hears of each as it ends."""
         n = steps if steps is not None else self.workload.steps
-        infos: list[StepInfo] = []
-        self.env.process(self._rl_steps(n, infos))
+        check_size(self.workload, n)
+        metrics: list[StepMetrics] = []
+        self.env.process(self._rl_steps(n, metrics, on_step))
         self.env.run()
-        df = self.timeline.frame()
-        metrics = []
-        for step, rows in df.groupby("step", sort=True):
-            m = step_metrics(step, rows, self.workload.workers, self.workload.max_response_tokens, infos[step])
-            metrics.append(m)
-            if on_step:
-                on_step(m)
-        return PolicyRun(self.policy.name, metrics, df)
+        return PolicyRun(self.policy.name, metrics, self.timeline.frame())
 
     def _new_groups(self, step: int, count: int, first: int = 0) -> list[_Group]:
         groups, g = [], self.workload.group_size
@@ -177,14 +191,15 @@ class Simulator:
             return groups, None, "long"
         return self._new_groups(step, launched), p, "short"
 
-    def _rl_steps(self, steps: int, infos: list):
+    def _rl_steps(self, steps: int, metrics: list[StepMetrics], on_step: Callable[[StepMetrics], None] | None):
         wl, env = self.workload, self.env
         for step in range(steps):
+            first_row = len(self.timeline.rows)  # a step's intervals are contiguous: phases follow the rollout
             groups, stop_at, round_kind = self._plan(step)
             seqs = [_Seq(gi, m) for gi, g in enumerate(groups) for m in range(len(g.lengths)) if g.generated[m] < g.lengths[m]]
             kind = active_kind(self.policy, self.profile, self.drafter)
             accept = {k: stats_for(self.profile.acceptance, kind, self.drafter.quality, k) for k in self.draft_lens}
-            ro = _Rollout(step, kind, accept, groups, seqs, stop_at, env.event(), env.event(), env.event())
+            ro = _RolloutRound(step, kind, accept, groups, seqs, stop_at, env.event(), env.event(), env.event())
             quality = self.drafter.quality
             decoders = [env.process(self._decode(w, ro, [seqs[i] for i in s])) for w, s in enumerate(shard(len(seqs), wl.workers))]
             waiters = [env.process(self._after_shard(w, ro, decoders[w])) for w in range(wl.workers)]
@@ -207,12 +222,15 @@ class Simulator:
             lengths = np.concatenate([g.lengths for g in trained]) if trained else np.zeros(0, dtype=np.int64)
             # The drafter trains on the hidden states of every token generated this step.
             self.drafter = after_training(self.drafter, self.policy, self.profile, ro.trained_tokens, int(ro.generated))
-            infos.append(StepInfo(lengths, kind, quality, ro.trained_tokens, round_kind, len(trained), len(unfinished)))
+            info = StepInfo(lengths, kind, quality, ro.trained_tokens, round_kind, len(trained), len(unfinished))
 
             tokens = int(lengths.sum()) + wl.prompt_tokens * len(lengths)
             yield from self._phase(step, "train", train_phase_s(self.profile.phases, tokens, wl.gpus))
             yield from self._phase(step, "sync", self.profile.phases.weight_sync_s)
             self.drafter = after_policy_update(self.drafter, self.profile)
+            metrics.append(step_metrics(step, self.timeline.frame(first_row), wl.workers, wl.max_response_tokens, info))
+            if on_step is not None:
+                on_step(metrics[-1])
 
     def _phase(self, step: int, state: str, seconds: float):
         start = self.env.now
@@ -220,7 +238,7 @@ class Simulator:
         for w in range(self.workload.workers):
             self.timeline.add(step, w, start, self.env.now, state)
 
-    def _decode(self, w: int, ro: _Rollout, seqs: list[_Seq]):
+    def _decode(self, w: int, ro: _RolloutRound, seqs: list[_Seq]):
         """Worker w decodes its shard, one segment of constant batch (or one bandit decision) at a time.
 
         Interrupted when enough groups are complete (partial rollouts, tail
@@ -250,7 +268,7 @@ class Simulator:
                 accept_len = min(k + 1.0, max(1.0, accept_len + sd * noise.standard_normal()))
             passes = min(need / accept_len, cap)
             context = engine.mean_context() + passes * accept_len / 2
-            decode_s = passes * (verify_step_s(dec, batch, context, k) + draft_step_s(prof.drafter, ro.kind, batch, k))
+            decode_s = segment_s(dec, prof.drafter, ro.kind, batch, context, k, passes)
             start = env.now
             try:
                 yield env.timeout(prefill + decode_s)
@@ -271,14 +289,14 @@ class Simulator:
                 ro.finished(seqs[i])
         return env.now
 
-    def _decoded(self, ro: _Rollout, w: int, start: float, batch: int, k: int, passes: float,
+    def _decoded(self, ro: _RolloutRound, w: int, start: float, batch: int, k: int, passes: float,
                  accept_len: float, context: float, engine: EngineBatch) -> None:
         tokens = passes * accept_len * batch
         ro.generated += tokens
         self.timeline.add(ro.step, w, start, self.env.now, "decode_sd" if k else "decode", batch, k, tokens,
                           passes * batch, context)
 
-    def _after_shard(self, w: int, ro: _Rollout, decoder: simpy.Process):
+    def _after_shard(self, w: int, ro: _RolloutRound, decoder: simpy.Process):
         """Worker w once its shard is done: idle, and spot-train the drafter when allowed, until the rollout ends."""
         env, training = self.env, self.policy.training
         yield decoder

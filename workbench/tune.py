@@ -68,11 +68,12 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from sim.simulator import simulate
-from workbench.config import ConfigError, FieldError, from_mapping, save, to_mapping
-from workbench.policy import BanditConfig, DrafterConfig, DrafterTraining, Policy, ScheduleBucket, load_policy
-from workbench.profile import Profile
-from workbench.workload import Workload
+from sim.sweep import sweep
+from workbench.contracts.schema import ConfigError, FieldError, from_mapping, save, to_mapping
+from workbench.contracts.policy import BanditConfig, DrafterConfig, DrafterTraining, Policy, ScheduleBucket, load_policy
+from workbench.contracts.profile import Profile
+from workbench.contracts.workload import Workload
+from workbench.tables import format_table
 
 DEFAULT_STORAGE = "sqlite:///tlt-studies.db"
 PRESETS = ("baseline", "static-sd", "tlt")
@@ -310,8 +311,8 @@ def evaluate(workload: Workload, policy: Policy, profile: Profile, seeds: Iterab
              steps: int | None = None) -> Evaluation:
     """Simulate `policy` once per seed (the same seeds for every policy: common random numbers)."""
     step_times, train, rollout, accept = [], [], [], []
-    for seed in seeds:
-        run = simulate(workload, policy, profile, seed=seed, steps=steps)
+    for r in sweep(workload, [policy], profile, list(seeds), steps):
+        run = r.run
         step_times.append(run.mean("step_time_s"))
         rollout.append(run.mean("rollout_time_s"))
         accept.append(run.mean("mean_accept_len"))
@@ -580,12 +581,6 @@ def comparison_frame(spec: TuneSpec, tuned: Policy, presets: Sequence[Policy] | 
     ref = df.loc[names.index(BASELINE), STEP_TIME] if BASELINE in names else df.loc[0, STEP_TIME]
     df.insert(2, "speedup", ref / df[STEP_TIME])
     return df
-
-
-def format_table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 def comparison_text(df: pd.DataFrame) -> str:

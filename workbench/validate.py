@@ -43,12 +43,13 @@ from typing import Any
 import numpy as np
 
 from sim.simulator import shard, simulate
-from workbench.calibrate import jsonable, predict_steps, step_draft_len, step_frame, trace_drafter_kind
-from workbench.config import ConfigError, from_mapping
-from workbench.policy import Policy, ScheduleBucket
-from workbench.profile import Profile
-from workbench.trace import Trace, TraceError
-from workbench.workload import Workload
+from workbench.contracts.fileio import jsonable
+from workbench.calibrate import predict_steps, step_draft_len, step_frame, trace_drafter_kind
+from workbench.contracts.schema import ConfigError, from_mapping
+from workbench.contracts.policy import Policy, ScheduleBucket
+from workbench.contracts.profile import Profile
+from workbench.contracts.trace import Trace, TraceError
+from workbench.contracts.workload import Workload
 
 
 @dataclass
@@ -243,7 +244,7 @@ def save_validations(results: list[Validation], out, profile: Profile) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from workbench.config import write_atomic
+    from workbench.contracts.fileio import write_atomic
 
     out = Path(out)
     errs = [abs(v.error_pct) for v in results]

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.results import STATES
+from workbench.contracts.trace import STATES
 
 # One colour per state; idle (the bubbles) in red so the waste stands out.
 STATE_COLORS = {

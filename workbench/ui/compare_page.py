@@ -15,11 +15,11 @@ import pandas as pd
 import streamlit as st
 
 from workbench.compare import Comparison, compare
-from workbench.config import ConfigError, FieldError
-from workbench.policy import load_policy, policy_presets
-from workbench.profile import load_profile
+from workbench.contracts.schema import ConfigError, FieldError
+from workbench.contracts.policy import load_policy, policy_presets
+from workbench.contracts.profile import load_profile
 from workbench.regret import RegretReport, bandit_regret
-from workbench.workload import load_workload, workload_presets
+from workbench.contracts.workload import load_workload, workload_presets
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
 _STATE_RESULT = "compare_result"

@@ -31,8 +31,8 @@ import pandas as pd
 import streamlit as st
 
 from real.train import METRIC_COLUMNS, RunConfig, TrainError, default_drafter
-from workbench.policy import load_policy, policy_presets
-from workbench.trace import TraceError, load_trace
+from workbench.contracts.policy import load_policy, policy_presets
+from workbench.contracts.trace import TraceError, load_trace
 from workbench.ui.charts import gantt_figure, metric_lines_figure
 from workbench.ui.whatif import MAX_GANTT_WORKERS
 

@@ -19,10 +19,10 @@ import streamlit as st
 import yaml
 
 from workbench import tune
-from workbench.config import ConfigError, FieldError, to_mapping
-from workbench.policy import Policy
-from workbench.profile import load_profile, profile_presets
-from workbench.workload import load_workload, workload_presets
+from workbench.contracts.schema import ConfigError, FieldError, to_mapping
+from workbench.contracts.policy import Policy
+from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.workload import load_workload, workload_presets
 
 _STATE_RESULT = "tune_result"
 

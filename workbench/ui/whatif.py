@@ -21,11 +21,11 @@ import yaml
 
 from sim.results import PolicyRun
 from sim.simulator import simulate
-from workbench.config import ConfigError, FieldError, from_mapping, to_mapping
-from workbench.policy import Policy, load_policy, policy_presets
-from workbench.profile import Profile, load_profile, profile_presets
+from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to_mapping
+from workbench.contracts.policy import Policy, load_policy, policy_presets
+from workbench.contracts.profile import Profile, load_profile, profile_presets
 from workbench.ui.charts import gantt_figure, step_lines_figure
-from workbench.workload import Workload, load_workload, workload_presets
+from workbench.contracts.workload import Workload, load_workload, workload_presets
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt")
 MAX_GANTT_WORKERS = 64

@@ -1,0 +1,126 @@
+"""Fixtures of the tools' tests: a synthetic engine that writes traces (no vLLM).
+
+`synthetic_trace(...)` is a token-level stand-in for a vLLM engine, for calibration tests.
+
+Each engine does continuous batching step by step, as vLLM does: waiting
+requests are admitted up to `max_batch` and prefilled in one step (emitting
+their first token); decoding requests draft `K` tokens from the Dynamic SD
+schedule (by the number of requests scheduled), each accepting the first `a`
+with P(a >= i) = alpha ** (i ** shape); a step takes exactly the simulator's
+cost form (sim/costs.py) times lognormal noise, with some outliers, slower
+warm-up steps and a fixed host gap between steps. `shared_acceptance`: every
+request of a step accepts the same number of drafts, drawn from a low-discrepancy
+sequence, so the batch moves in step and at the mean pace, as the simulator's does
+(a run "consistent with the simulator"). Response lengths come from
+a LengthModel through `sim.lengths.sample_step`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.costs import draft_step_s, prefill_s, verify_step_s
+from sim.lengths import sample_step
+from sim.simulator import shard
+from workbench.contracts.policy import Policy
+from workbench.contracts.profile import Profile
+from workbench.contracts.schema import from_mapping
+from workbench.contracts.trace import Trace
+from workbench.contracts.workload import LengthModel
+
+
+def _synthetic_trace(profile: Profile, policy: dict, *, prompts: int, samples: int, cap: int, workers: int, max_batch: int,
+               lengths: LengthModel = LengthModel(clip_ratio=0.05, sigma=0.8), rl_steps: int = 1, prompt_len: int = 48,
+               noise: float = 0.03, outliers: float = 0.01, warmup: int = 2, gap_s: float = 0.0005, seed: int = 0, shared_acceptance: bool = False,
+               replay: list[np.ndarray] | None = None) -> Trace:
+    rng = np.random.default_rng(seed)
+    pol = from_mapping(Policy, policy)
+    kind = pol.drafter.kind
+    acc = profile.acceptance
+    alpha, shape = (acc.ngram_alpha, acc.ngram_shape) if kind == "ngram" else (acc.eagle_alpha_fresh, acc.eagle_shape)
+
+    def draft_len(batch: int) -> int:
+        if kind == "none" or batch > pol.sd_threshold:
+            return 0
+        for row in pol.schedule:
+            if row.min_batch <= batch <= row.max_batch:
+                return row.draft_len
+        return 0
+
+    steps, reqs, rls = [], [], []
+    t0 = 0.0
+    for rl in range(rl_steps):
+        if replay is not None:
+            lens, correct = np.asarray(replay[rl]), np.ones(len(replay[rl]), bool)
+        else:
+            sl = sample_step(lengths, cap, prompts, samples, rl, rng)
+            lens, correct = sl.lengths, sl.correct
+        plen = rng.integers(prompt_len // 2, prompt_len * 3 // 2 + 1, len(lens))
+        ends = []
+        for w, rg in enumerate(shard(len(lens), workers)):
+            idx = list(rg)
+            waiting = list(idx)
+            running: list[int] = []
+            gen = {i: 0 for i in idx}
+            t = t0
+            n = 0
+            while waiting or running:
+                room = max_batch - len(running)
+                new, waiting = waiting[:room], waiting[room:]
+                decoding = list(running)
+                b = len(decoding)
+                k = draft_len(b + len(new)) if b else 0
+                ctx = float(np.mean([plen[i] + gen[i] for i in decoding])) if b else 0.0
+                p = int(sum(plen[i] for i in new))
+                cost = verify_step_s(profile.decode, b, ctx, k) + draft_step_s(profile.drafter, kind, b, k) + prefill_s(profile.decode, p)
+                cost *= float(np.exp(noise * rng.standard_normal()))
+                if rng.random() < outliers:
+                    cost *= 3.0
+                if rl == 0 and n < warmup:
+                    cost *= 2.0
+                per_pos = np.zeros(k, np.int64)
+                emitted = 0
+                r = np.array([alpha ** (j ** shape) for j in range(1, k + 1)])
+                u_step = (0.5 + n * 0.6180339887498949) % 1.0  # low-discrepancy: the mean shows quickly
+                for i in decoding:
+                    a = int(np.sum((u_step if shared_acceptance else rng.random()) < r)) if k else 0
+                    per_pos[:a] += 1
+                    step_tokens = min(1 + a, int(lens[i]) - gen[i])
+                    gen[i] += step_tokens
+                    emitted += step_tokens
+                for i in new:
+                    gen[i] += 1
+                    emitted += 1
+                steps.append(dict(rl_step=rl, engine=w, step=n, start_s=t, wall_s=cost, batch_size=b + len(new),
+                                  num_waiting=len(waiting), prefill_requests=len(new), prefill_tokens=p,
+                                  decode_requests=b, scheduled_tokens=b * (k + 1) + p, context_mean=ctx,
+                                  context_max=int(max([plen[i] + gen[i] for i in decoding], default=0)),
+                                  draft_len=k, num_drafts=b if k else 0, num_draft_tokens=b * k,
+                                  num_accepted_tokens=int(per_pos.sum()), accepted_per_pos=per_pos.tolist(),
+                                  new_tokens=emitted))
+                t += cost
+                for i in new + decoding:
+                    if gen[i] >= lens[i]:
+                        reqs.append(dict(rl_step=rl, engine=w, request_id=f"{rl}-{i}", prompt_id=i // samples,
+                                         sample=i % samples, prompt_tokens=int(plen[i]), response_tokens=int(lens[i]),
+                                         finish_reason="length" if lens[i] >= cap else "stop", start_s=t0, end_s=t,
+                                         reward=float(correct[i])))
+                running = [i for i in decoding + new if gen[i] < lens[i]]
+                t += gap_s
+                n += 1
+            ends.append(t - gap_s)
+        rollout = max(ends) - t0
+        rls.append(dict(rl_step=rl, rollout_s=rollout, train_s=0.0, sync_s=0.0, drafter_train_s=0.0))
+        t0 += rollout + 1.0
+    meta = dict(model="fake-tiny", policy=policy, prompts=prompts, samples=samples, max_tokens=cap, seed=seed,
+                machine={"cpu": "fake"}, engine={"max_num_seqs": max_batch, "drafter": kind})
+    return Trace(meta, pd.DataFrame(steps), pd.DataFrame(reqs), pd.DataFrame(rls))
+
+
+@pytest.fixture(scope="session")
+def synthetic_trace():
+    """`synthetic_trace(profile, policy_mapping, prompts=, samples=, cap=, workers=, max_batch=, ...)`:
+    a Trace from an engine whose step costs are the profile's own cost form (plus noise)."""
+    return _synthetic_trace

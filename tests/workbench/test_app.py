@@ -1,0 +1,269 @@
+"""Drive the Streamlit front end once, headless, through streamlit.testing's AppTest."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("plotly")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from workbench.ui.charts import STATE_COLORS, gantt_figure, merge_intervals  # noqa: E402
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+
+
+@pytest.fixture()
+def app() -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_whatif_runs_three_policies(app: AppTest) -> None:
+    app.selectbox(key="whatif_wl_preset").set_value("cpu-tiny")
+    app.number_input(key="whatif_steps_n").set_value(2)
+    app.run()
+    assert app.multiselect(key="whatif_policies").value == ["baseline", "static-sd", "tlt"]
+
+    app.button(key="whatif_run").click().run()
+    assert not app.exception, app.exception
+    assert not app.error, [e.value for e in app.error]
+
+    table = app.dataframe[0].value
+    assert list(table.index) == ["baseline", "static-sd", "tlt"]
+    for col in ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction", "speedup"):
+        assert col in table.columns
+    assert table.loc["baseline", "speedup"] == pytest.approx(1.0)
+    assert table.loc["tlt", "speedup"] == pytest.approx(table.loc["baseline", "step_time_s"] / table.loc["tlt", "step_time_s"])
+
+    tiles = {m.label: m.value for m in app.metric}
+    assert any("speedup" in label.lower() and "tlt" in label and value.endswith("x") for label, value in tiles.items()), tiles
+
+    charts = app.get("plotly_chart")
+    assert len(charts) >= 4  # the per-step lines and one Gantt per policy
+
+    # Moving a widget re-renders from session state, without simulating again.
+    result = app.session_state["whatif_result"]
+    app.selectbox(key="whatif_gantt_step:tlt").set_value(1).run()
+    assert not app.exception, app.exception
+    assert app.session_state["whatif_result"] is result
+
+
+def test_whatif_rejects_bad_fields(app: AppTest) -> None:
+    key = "whatif_wl:preset:paper-7b-8gpu:"
+    app.number_input(key=key + "workers").set_value(0).run()
+    assert not app.exception
+    assert any("workers" in e.value for e in app.error)
+    assert app.button(key="whatif_run").disabled
+
+    app.number_input(key=key + "workers").set_value(2)
+    app.number_input(key=key + "lengths.clip_ratio").set_value(0.7).run()
+    assert not app.exception
+    assert any("clip_ratio" in e.value for e in app.error)
+
+
+def test_gantt_merges_back_to_back_rows() -> None:
+    tl = pd.DataFrame(
+        [(0, 0, 0.0, 1.0, "decode", 4, 0, 40.0, 10.0),
+         (0, 0, 1.0, 2.0, "decode", 3, 0, 30.0, 10.0),
+         (0, 0, 2.0, 3.0, "idle", 0, 0, 0.0, 0.0),
+         (0, 1, 0.0, 3.0, "decode_sd", 2, 4, 60.0, 10.0),
+         (0, 0, 3.0, 4.0, "train", 0, 0, 0.0, 0.0),
+         (0, 1, 3.0, 4.0, "train", 0, 0, 0.0, 0.0)],
+        columns=["step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes"],
+    )
+    merged = merge_intervals(tl)
+    assert len(merged) == 5
+    first = merged.iloc[0]
+    assert (first.state, first.start_s, first.end_s, first.tokens, first.segments) == ("decode", 0.0, 2.0, 70.0, 2)
+    fig = gantt_figure(tl)
+    assert {t.name for t in fig.data} == {"decode", "decode (SD)", "idle (bubble)", "policy training"}
+    assert all(t.orientation == "h" for t in fig.data)
+    assert fig.layout.barmode == "overlay"
+
+
+# ---------------------------------------------------------------- Train (real)
+
+
+def _train_script() -> None:
+    # The page alone: AppTest cannot switch to an st.Page built from a function (no script path to name).
+    from workbench.ui import train_page
+
+    train_page.render()
+
+
+class _FakeProc:
+    """Stands in for subprocess.Popen: records the launch, starts nothing."""
+
+    calls: list = []
+    pid = 424242
+
+    def __init__(self, argv, **kwargs):
+        self.calls.append((list(argv), kwargs))
+        self.returncode = None
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self.returncode = -15  # as SIGTERM leaves it
+        return self.returncode
+
+
+@pytest.fixture()
+def train_app(monkeypatch) -> AppTest:
+    from workbench.ui import train_page
+
+    _FakeProc.calls = []
+    monkeypatch.setattr(train_page.subprocess, "Popen", _FakeProc)
+    at = AppTest.from_function(_train_script, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_train_page_renders_with_defaults(train_app: AppTest) -> None:
+    at = train_app
+    assert at.title[0].value == "Train (real)"
+    assert at.text_input(key="train_model").value == "traces/reference/model"
+    assert at.selectbox(key="train_policy_preset").value == "tlt"
+    assert at.text_input(key="train_out:tlt:0").value == "runs/tlt-0"
+    assert not at.error, [e.value for e in at.error]  # the reference model and tlt are a valid run
+    assert not at.button(key="train_start").disabled
+    assert any("train --model" in c.value and "--policy tlt" in c.value for c in at.caption)
+    assert not _FakeProc.calls
+
+
+def test_train_page_invalid_model_starts_nothing(train_app: AppTest, tmp_path: Path) -> None:
+    at = train_app
+    missing = str(tmp_path / "no-model")
+    at.text_input(key="train_model").set_value(missing)
+    at.text_input(key="train_out:tlt:0").set_value(str(tmp_path / "run"))
+    at.run()
+    assert not at.exception, at.exception
+    assert any(missing in e.value and "config.json" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.button(key="train_start").disabled  # AppTest, like a browser, cannot click it
+    assert not _FakeProc.calls
+    assert "train_launch" not in at.session_state
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_page_shows_a_policy_load_error(train_app: AppTest) -> None:
+    at = train_app
+    at.radio(key="train_policy_source").set_value("File").run()
+    at.text_input(key="train_policy_path").set_value("no/such-policy.yaml").run()
+    assert not at.exception, at.exception
+    assert any("no/such-policy.yaml" in e.value and "existing .yaml" in e.value for e in at.error), \
+        [e.value for e in at.error]
+    assert at.button(key="train_start").disabled
+
+
+def test_train_page_starts_and_stops_tlt_train(train_app: AppTest, tmp_path: Path, monkeypatch) -> None:
+    from workbench.ui import train_page
+
+    killed = []
+    monkeypatch.setattr(train_page.os, "killpg", lambda pid, sig: killed.append((pid, sig)))
+    at = train_app
+    run_dir = tmp_path / "run"
+    at.number_input(key="train_steps").set_value(3)
+    at.text_input(key="train_out:tlt:0").set_value(str(run_dir))
+    at.run()
+    at.button(key="train_start").click().run()
+    assert not at.exception, at.exception
+
+    (argv, kwargs), = _FakeProc.calls
+    exe = train_page.tlt_executable()  # the venv's tlt
+    assert argv[:len(exe) + 1] == [*exe, "train"]
+    opts = dict(zip(argv[argv.index("--model")::2], argv[argv.index("--model") + 1::2]))
+    assert opts["--model"] == str(train_page.ROOT / "traces" / "reference" / "model")
+    assert (opts["--policy"], opts["--steps"], opts["--workers"], opts["--out"]) == ("tlt", "3", "2", str(run_dir))
+    assert "--resume" not in argv
+    assert kwargs["start_new_session"] is True
+    assert Path(kwargs["stdout"].name) == run_dir / "train.log"
+    assert (run_dir / "train.log").read_text().startswith("$ ")
+
+    assert any(f"running (pid {_FakeProc.pid})" in i.value for i in at.info), [i.value for i in at.info]
+    assert at.button(key="train_start").disabled  # one run at a time
+    assert at.text_input(key="train_monitor_dir").value == str(run_dir)
+
+    at.button(key="train_stop").click().run()
+    assert not at.exception, at.exception
+    assert killed == [(_FakeProc.pid, train_page.signal.SIGTERM)]
+    assert any("stopped" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def _table_row(columns: dict) -> dict:
+    """One row of a trace table, a value of each column's kind."""
+    value = {"i": 1, "f": 0.5, "O": "x"}
+    return {name: ([1, 0] if name == "accepted_per_pos" else value[kind]) for name, (kind, _) in columns.items()}
+
+
+def _write_run(run_dir: Path) -> list:
+    """A finished run directory as `tlt train` leaves it: metrics.csv, trace/ with a timeline, train.log."""
+    from real.train import METRIC_COLUMNS, StepRecord
+    from workbench.contracts.trace import (
+        REQUEST_COLUMNS,
+        RL_STEP_COLUMNS,
+        STEP_COLUMNS,
+        TIMELINE_COLUMNS,
+        Trace,
+        write_trace,
+    )
+
+    records = [StepRecord(step=s, step_s=10.0 - s, rollout_s=8.0 - s, train_s=1.5, sync_s=0.5, bubble_frac=0.3,
+                          spot_frac=0.2, mean_accept_len=1.5 + 0.5 * s, reward=0.2 * s, pass_at_g=0.5,
+                          drafter_loss=2.0, drafter_steps=10 * s, drafter_kind="eagle", tokens=1000, longest=300,
+                          grpo_loss=0.1, kl=0.0, stop_latency_s=0.01) for s in range(3)]
+    run_dir.mkdir(parents=True)
+    pd.DataFrame([r.__dict__ for r in records], columns=list(METRIC_COLUMNS)).to_csv(run_dir / "metrics.csv",
+                                                                                     index=False)
+    timeline = pd.DataFrame(
+        [(step, w, t0 + a, t0 + b, state, batch, draft, tok, passes, 100.0)
+         for step, t0 in ((1, 10.0), (2, 20.0))
+         for w, a, b, state, batch, draft, tok, passes in (
+             (0, 0.0, 6.0, "decode_sd", 4, 3, 400.0, 100.0), (1, 0.0, 2.0, "decode", 4, 0, 100.0, 100.0),
+             (1, 2.0, 4.0, "drafter_train", 0, 0, 5.0, 0.0), (1, 4.0, 6.0, "idle", 0, 0, 0.0, 0.0),
+             (0, 6.0, 8.0, "train", 0, 0, 0.0, 0.0), (1, 6.0, 8.0, "train", 0, 0, 0.0, 0.0),
+             (0, 8.0, 9.0, "sync", 0, 0, 0.0, 0.0), (1, 8.0, 9.0, "sync", 0, 0, 0.0, 0.0))
+         if step == 2 or state != "drafter_train"],  # only the last step trains the drafter
+        columns=list(TIMELINE_COLUMNS))
+    meta = {"model": "m", "policy": {"name": "tlt"}, "prompts": 2, "samples": 2, "max_tokens": 8, "seed": 0,
+            "machine": {}, "engine": {}}
+    frames = [pd.DataFrame([_table_row(cols)]) for cols in (STEP_COLUMNS, REQUEST_COLUMNS, RL_STEP_COLUMNS)]
+    write_trace(Trace(meta, *frames, timeline=timeline), run_dir / "trace")
+    (run_dir / "train.log").write_text("".join(f"log line {i}\n" for i in range(100)))
+    return records
+
+
+def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path) -> None:
+    at = train_app
+    run_dir = tmp_path / "finished"
+    records = _write_run(run_dir)
+    at.text_input(key="train_monitor_dir").set_value(str(run_dir))
+    at.button(key="train_refresh").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+    from real.train import METRIC_COLUMNS
+
+    table = at.dataframe[0].value
+    assert list(table.columns) == list(METRIC_COLUMNS)
+    assert list(table["step"]) == [r.step for r in records]
+    assert list(table["mean_accept_len"]) == pytest.approx([r.mean_accept_len for r in records])
+    assert {m.label: m.value for m in at.metric}["Steps done"] == "3"
+
+    lines, gantt = (json.loads(c.proto.spec) for c in at.get("plotly_chart"))  # the metric lines, the Gantt chart
+    assert {t["name"] for t in lines["data"]} == {"step_s", "rollout_s", "mean_accept_len", "reward"}
+    assert any(s.value == "Worker timeline: RL step 2" for s in at.subheader), [s.value for s in at.subheader]
+    bars = {t["name"]: t for t in gantt["data"]}
+    assert set(bars) == {"decode", "decode (SD)", "idle (bubble)", "drafter spot training", "policy training",
+                         "weight sync"}  # drafter_train happens in step 2 only: the chart is the last step's
+    assert bars["idle (bubble)"]["marker"]["color"] == STATE_COLORS["idle"]  # red, as on the What-if page
+
+    log = at.code[0].value
+    assert log.splitlines()[-1] == "log line 99" and len(log.splitlines()) == 40
+

@@ -1,0 +1,121 @@
+"""`tlt compare` and workbench.compare: policies over seeds, with their spread."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from workbench.cli import app
+from workbench.compare import METRICS, compare
+from workbench.contracts.policy import load_policy, policy_presets
+from workbench.contracts.profile import load_profile
+from workbench.contracts.workload import load_workload
+
+runner = CliRunner()
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STATS = {"mean", "std", "min", "max", "ci95"}
+
+
+def _compare(out, seeds="3", policies="baseline,static-sd,tlt"):
+    return runner.invoke(app, ["compare", "--workload", "cpu-tiny", "--policies", policies, "--seeds", seeds,
+                               "--steps", "2", "--out", str(out)])
+
+
+def test_compare_writes_json_and_png(tmp_path):
+    out = tmp_path / "c"
+    res = _compare(out)
+    assert res.exit_code == 0, res.output
+    assert (out / "compare.png").read_bytes()[:8] == PNG_MAGIC
+    data = json.loads((out / "compare.json").read_text())
+    assert data["workload"] == "cpu-tiny" and data["seeds"] == [0, 1, 2] and data["steps"] == 2
+    assert data["reference_policy"] == "baseline" and data["common_random_numbers"] is True
+    assert list(data["policies"]) == ["baseline", "static-sd", "tlt"]
+    for name, entry in data["policies"].items():
+        for metric in ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len"):
+            assert set(entry[metric]) == STATS, (name, metric)
+            assert entry[metric]["min"] <= entry[metric]["mean"] <= entry[metric]["max"]
+            assert entry[metric]["std"] >= 0 and entry[metric]["ci95"] >= 0
+        assert [s["seed"] for s in entry["per_seed"]] == [0, 1, 2]
+        paired = entry["speedup_vs_first"]["paired"]
+        assert set(paired) == STATS
+    base = data["policies"]["baseline"]
+    assert base["speedup_vs_first"]["ratio_of_means"] == 1.0
+    assert base["speedup_vs_first"]["paired"]["mean"] == 1.0 and base["speedup_vs_first"]["paired"]["std"] == 0.0
+    tlt = data["policies"]["tlt"]
+    # The speedup is the ratio of mean step times (on the calibrated cpu-tiny profile SD barely
+    # pays, so its sign is the profile's business, not compare's).
+    assert tlt["speedup_vs_first"]["ratio_of_means"] == pytest.approx(
+        base["step_time_s"]["mean"] / tlt["step_time_s"]["mean"], rel=1e-3)
+    # The step-time spread is real: seeds draw different lengths.
+    assert base["step_time_s"]["std"] > 0
+    assert "speedup" in res.stdout and "tlt" in res.stdout
+    assert not list(out.glob(".*")), "no temp files left behind"
+
+
+def test_same_seeds_same_json(tmp_path):
+    assert _compare(tmp_path / "a", seeds="2").exit_code == 0
+    assert _compare(tmp_path / "b", seeds="2").exit_code == 0
+    assert (tmp_path / "a" / "compare.json").read_text() == (tmp_path / "b" / "compare.json").read_text()
+
+
+def test_bad_policy_exits_2_and_writes_nothing(tmp_path):
+    out = tmp_path / "o"
+    res = _compare(out, policies="baseline,no-such-policy")
+    assert res.exit_code == 2
+    assert "no-such-policy" in res.output and "baseline" in res.output
+    assert not out.exists()
+
+
+def test_summary_paired_speedups_and_any_policy():
+    """compare() only runs the simulator: every preset (april, rollpacker included) goes through."""
+    wl = load_workload("cpu-tiny")
+    names = policy_presets()
+    result = compare(wl, [load_policy(n) for n in names], load_profile(wl.profile), seeds=2, steps=2)
+    assert list(result.runs.columns) == ["policy", "seed", *METRICS]
+    assert len(result.runs) == 2 * len(names)
+    s = result.summary()
+    assert list(s.index) == names
+    assert s.loc[names[0], "speedup"] == 1.0
+    for name in names:
+        per_seed = result.paired_speedups(name)
+        assert s.loc[name, "speedup_paired_min"] == pytest.approx(per_seed.min())
+        assert s.loc[name, "speedup_paired_max"] == pytest.approx(per_seed.max())
+    fig = result.figure()
+    assert len(fig.axes) == 4
+
+
+def test_compare_rejects_duplicate_names_and_no_seeds():
+    wl = load_workload("cpu-tiny")
+    tlt = load_policy("tlt")
+    with pytest.raises(ValueError, match="tlt"):
+        compare(wl, [tlt, tlt], load_profile(wl.profile), seeds=1)
+    with pytest.raises(ValueError, match="seeds"):
+        compare(wl, [tlt], load_profile(wl.profile), seeds=0)
+
+
+def test_compare_page_runs():
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        from workbench.ui.compare_page import render
+
+        render()
+
+    at = AppTest.from_function(page, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    at.selectbox(key="compare_wl").set_value("cpu-tiny")
+    at.multiselect(key="compare_policies").set_value(["baseline", "tlt"])
+    at.number_input(key="compare_seeds").set_value(2)
+    at.number_input(key="compare_steps").set_value(2)
+    at.button(key="compare_run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    table = at.dataframe[0].value
+    assert list(table.index) == ["baseline", "tlt"]
+    at.button(key="compare_regret_run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    report = at.session_state["compare_regret_result"]
+    assert report.algorithms == ["beg", "ucb1", "egreedy", "fixed"]

@@ -1,0 +1,231 @@
+"""The tuner (`tlt tune`): it finds good policies, survives a kill, and writes files `tlt sim` runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+from workbench import tune
+from workbench.cli import app
+from workbench.contracts.policy import Policy, load_policy
+from workbench.contracts.profile import load_profile
+from workbench.contracts.schema import from_mapping, save, to_mapping
+from workbench.contracts.workload import load_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def small():
+    """paper-7b-8gpu cut to 16 prompts and 2 steps: the same long tail and costs, ~30 ms a simulation."""
+    wl = replace(load_workload("paper-7b-8gpu"), name="paper-7b-small", prompts_per_step=16, steps=2)
+    return wl, load_profile(wl.profile)
+
+
+@pytest.fixture()
+def small_file(small, tmp_path):
+    path = tmp_path / "small.yaml"
+    save(small[0], path)
+    return path
+
+
+def _complete(study: optuna.Study) -> dict[int, float]:
+    return {t.number: t.values[0] for t in study.get_trials(states=(TrialState.COMPLETE,))}
+
+
+def test_search_space_builds_only_valid_policies_that_round_trip(small):
+    wl, _ = small
+    for allow in (False, True):
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+        seen = set()
+        for _ in range(300):
+            trial = study.ask()
+            pol = tune.suggest_policy(trial, wl, allow_warm_start=allow)
+            pol.check()
+            assert from_mapping(Policy, to_mapping(pol)) == pol
+            assert pol.sd_threshold <= wl.max_batch
+            assert allow or not pol.drafter.warm_start
+            if pol.uses_sd:
+                assert pol.schedule[0].min_batch == 1 and pol.schedule[-1].max_batch == pol.sd_threshold
+            seen.add((pol.drafter.kind, pol.bandit.algorithm, pol.drafter.warm_start))
+            study.tell(trial, 0.0)
+        assert {k for k, _, _ in seen} == {"none", "ngram", "eagle"}
+        assert {a for k, a, _ in seen if k != "none"} == set(tune.ALGORITHMS)
+        assert any(w for _, _, w in seen) == allow
+
+
+def test_presets_in_the_space_are_enqueued_and_warm_start_is_not_by_default(small):
+    wl, _ = small
+    assert tune.params_for(load_policy("baseline"), wl) == {"drafter": "none"}
+    assert tune.params_for(load_policy("tlt"), wl) is not None
+    assert tune.params_for(load_policy("static-sd"), wl) is None  # warm start: outside the default space
+    assert tune.params_for(load_policy("static-sd"), wl, allow_warm_start=True) is not None
+
+
+def test_tuner_beats_the_best_preset_on_the_same_seeds(small):
+    wl, prof = small
+    spec = tune.TuneSpec(wl, prof, seeds=2)
+    study = tune.open_study(spec, "beat-presets", storage=None, sampler_seed=0)
+    tune.run_study(study, spec, 40)
+    assert len(_complete(study)) == 40
+
+    table = tune.comparison_frame(spec, tune.best_policy(study)).set_index("policy")
+    tuned = table.loc[f"tuned-{study.study_name}", "step_time_s"]
+    best_preset = table.loc[list(tune.PRESETS), "step_time_s"].min()
+    assert tuned <= best_preset, table
+    # Common random numbers: re-simulating the tuned policy gives exactly the trial's score,
+    # and each enqueued preset scored what the table's fresh simulation says.
+    assert tuned == pytest.approx(tune.best_trial(study).value, rel=1e-12)
+    for t in study.trials:
+        if "preset" in t.user_attrs:
+            assert t.value == pytest.approx(table.loc[t.user_attrs["preset"], "step_time_s"], rel=1e-12)
+
+    conv = tune.convergence_frame(study)
+    assert list(conv["trial"]) == list(range(40))
+    assert conv["best_so_far"].is_monotonic_decreasing
+    assert conv["best_so_far"].iloc[-1] == pytest.approx(tuned, rel=1e-12)
+
+
+def test_multi_objective_front_is_non_dominated(small):
+    wl, prof = small
+    spec = tune.TuneSpec(wl, prof, seeds=1, multi_objective=True)
+    study = tune.open_study(spec, "mo", storage=None, sampler_seed=0)
+    tune.run_study(study, spec, 25)
+    front = tune.pareto_frame(study)
+    assert len(front) >= 1
+    pts = list(zip(front["step_time_s"], front["train_gpu_s"]))
+    for i, (s, g) in enumerate(pts):
+        for j, (s2, g2) in enumerate(pts):
+            assert i == j or not (s2 <= s and g2 <= g and (s2 < s or g2 < g)), front
+    # Every trial is weakly dominated by a point of the front.
+    for t in study.get_trials(states=(TrialState.COMPLETE,)):
+        assert any(s <= t.values[0] and g <= t.values[1] for s, g in pts)
+    # The written policy is the fastest point of the front.
+    assert tune.best_policy(study).name == "tuned-mo"
+    assert tune.best_trial(study).values[0] == pytest.approx(front["step_time_s"].min())
+
+
+def test_written_policy_loads_and_runs_in_tlt_sim_unchanged(small_file, tmp_path):
+    db = f"sqlite:///{tmp_path / 'studies.db'}"
+    out = tmp_path / "tuned.yaml"
+    res = runner.invoke(app, ["tune", "--workload", str(small_file), "--trials", "8", "--seeds", "1",
+                              "--storage", db, "--study", "rt", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "tuned-rt" in res.stdout and "baseline" in res.stdout and "speedup" in res.stdout
+
+    study = optuna.load_study(study_name="rt", storage=db)
+    loaded = load_policy(out)
+    assert loaded.name == "tuned-rt"
+    best = tune.best_trial(study)
+    assert replace(loaded, name="x", description="") == replace(tune.policy_of(best), name="x", description="")
+
+    sim_out = tmp_path / "sim"
+    res = runner.invoke(app, ["sim", "--workload", str(small_file), "--policy", f"baseline,{out}",
+                              "--seed", "0", "--out", str(sim_out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((sim_out / "summary.json").read_text())
+    # One seed (0), the workload's steps: `tlt sim` reproduces the trial's score exactly.
+    assert summary["policies"]["tuned-rt"]["step_time_s"] == pytest.approx(best.value, rel=1e-12)
+
+
+def test_bad_inputs_exit_2(small_file, tmp_path):
+    db = f"sqlite:///{tmp_path / 'studies.db'}"
+    base = ["tune", "--trials", "2", "--seeds", "1", "--storage", db]
+    res = runner.invoke(app, base + ["--workload", "no-such-workload", "--out", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 2 and "no-such-workload" in res.output
+    res = runner.invoke(app, base + ["--workload", str(small_file), "--out", str(tmp_path / "p.txt")])
+    assert res.exit_code == 2 and "--out" in res.output
+    res = runner.invoke(app, base + ["--workload", str(small_file), "--study", "s", "--out", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 0, res.output
+    # The same study with other seeds would mix incomparable scores: refused.
+    res = runner.invoke(app, ["tune", "--trials", "4", "--seeds", "2", "--storage", db, "--workload", str(small_file),
+                              "--study", "s", "--out", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 2 and "seeds" in res.output
+    assert not (tmp_path / "p.txt").exists()
+
+
+def _tune_cmd(workload: Path, db: str, trials: int, out: Path) -> list[str]:
+    return [sys.executable, "-m", "workbench.cli", "tune", "--workload", str(workload), "--trials", str(trials),
+            "--seeds", "1", "--storage", db, "--study", "killed", "--out", str(out)]
+
+
+def test_killed_study_resumes_without_losing_finished_trials(small_file, tmp_path):
+    db = f"sqlite:///{tmp_path / 'studies.db'}"
+    out = tmp_path / "tuned.yaml"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(_tune_cmd(small_file, db, 10_000, out), cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "no 3 complete trials within 60 s"
+            try:
+                if len(_complete(optuna.load_study(study_name="killed", storage=db))) >= 3:
+                    break
+            except KeyError:  # the study does not exist yet
+                pass
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)  # no handler, no cleanup: as abrupt as a crash
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists()
+
+    before = _complete(optuna.load_study(study_name="killed", storage=db))
+    assert len(before) >= 3
+    total = len(before) + 4
+    res = subprocess.run(_tune_cmd(small_file, db, total, out), cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"{len(before)} complete trials, running 4 more" in res.stderr
+
+    after = _complete(optuna.load_study(study_name="killed", storage=db))
+    assert len(after) == total
+    assert {n: after[n] for n in before} == before  # finished trials kept, values unchanged
+    assert load_policy(out).name == "tuned-killed"
+
+
+def test_tune_page_runs_a_study_and_offers_the_policy():
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        from workbench.ui import tune_page
+
+        tune_page.render()
+
+    at = AppTest.from_function(page, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    at.selectbox(key="tune_wl").set_value("cpu-tiny").run()
+    at.number_input(key="tune_trials").set_value(10)
+    at.number_input(key="tune_seeds").set_value(1)
+    at.text_input(key="tune_storage").set_value("memory")
+    at.toggle(key="tune_multi").set_value(True)
+    at.run()
+    at.button(key="tune_run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    res = at.session_state["tune_result"]
+    assert len(res.convergence) == 10 and len(res.pareto) >= 1
+    assert len(at.get("plotly_chart")) == 2  # convergence and the Pareto front
+    tables = [d.value for d in at.dataframe]
+    assert any(list(t.index) == [*tune.PRESETS, res.best.name] for t in tables), tables
+    assert any(m.label == "Speedup vs baseline" for m in at.metric)
+    assert at.get("download_button")

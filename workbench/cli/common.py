@@ -1,0 +1,39 @@
+"""What every command does alike: fail with a clear message, load the inputs before any work."""
+
+from __future__ import annotations
+
+from typing import NoReturn, Optional
+
+import typer
+
+from sim.simulator import check_size
+from workbench.contracts.policy import Policy, load_policy
+from workbench.contracts.profile import Profile, load_profile
+from workbench.contracts.schema import ConfigError
+from workbench.contracts.workload import Workload, load_workload
+
+
+def fail(exc: Exception) -> NoReturn:
+    """Print the error (it names the file, the field and the fix) and exit 2."""
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def load_inputs(workload: str, policies: str, profile: Optional[str],
+                steps: Optional[int] = None) -> tuple[Workload, list[Policy], Profile]:
+    """Everything is loaded and validated, and the run's size checked, before any simulation
+    starts or any file is written."""
+    try:
+        wl = load_workload(workload)
+        prof = load_profile(profile or wl.profile)
+        pols = [load_policy(p.strip()) for p in policies.split(",") if p.strip()]
+        check_size(wl, steps or wl.steps)
+    except ConfigError as exc:
+        fail(exc)
+    if not pols:
+        fail(ValueError("--policy: give at least one policy name or file"))
+    names = [p.name for p in pols]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        fail(ValueError(f"--policy: two policies are named {dupes[0]!r}; give each file a distinct 'name' field"))
+    return wl, pols, prof

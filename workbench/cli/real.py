@@ -1,0 +1,253 @@
+"""The real backend's commands: `tlt model init`, `capture`, `drafter train`, `train`,
+`bench rollout` and `bench real`. The backend's modules load torch and vLLM, so they are
+imported when a command runs, not when `tlt` starts."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from workbench.cli.apps import app, bench_app, drafter_app, model_app
+from workbench.cli.common import fail
+from workbench.contracts.policy import load_policy
+from workbench.contracts.schema import ConfigError
+from workbench.tables import format_table
+
+
+@model_app.command("init")
+def model_init(
+    out: Path = typer.Option(..., help="Directory to write the model to (Hugging Face format: config.json, "
+                                       "model.safetensors, tokenizer files, training.json)."),
+    seed: int = typer.Option(0, help="Seed of the initial weights and of the training problems; same seed, same weights."),
+    steps: Optional[int] = typer.Option(None, min=1, help="SFT optimiser steps (default: real.model.DEFAULT_STEPS)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the training problems (real/task.py: default, easy, hard, flat)."),
+    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Evaluate greedy answers on held-out problems after training."),
+    threads: int = typer.Option(2, min=1, help="CPU threads for training (the weights depend on it: same seed and threads, same bytes)."),
+) -> None:
+    """Build a small Qwen2 and a character tokenizer, train it (SFT) on the GCD task, save it."""
+    from real import task
+
+    if mix not in task.MIXES:
+        fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
+    from real.model import DEFAULT_STEPS, init_model
+
+    info = init_model(out, seed=seed, steps=steps or DEFAULT_STEPS, mix=mix, evaluate_after=evaluate, threads=threads,
+                      log=lambda m: typer.echo(m, err=True))
+    typer.echo(f"wrote {out} (SFT {info['train_seconds']:.0f}s, final loss {info['final_loss']:.4f})")
+    if "eval" in info:
+        e = info["eval"]
+        typer.echo(f"greedy on {e['problems']} held-out problems: accuracy {e['accuracy']:.2f}; response tokens "
+                   f"p50 {e['response_tokens']['p50']:.0f} p90 {e['response_tokens']['p90']:.0f} "
+                   f"max {e['response_tokens']['max']}")
+
+
+# ---------------------------------------------------------------- real backend: capture, drafter, bench rollout
+
+
+@app.command()
+def capture(
+    model: Path = typer.Option(..., help="Target model directory (Hugging Face format, e.g. from `tlt model init`)."),
+    policy: str = typer.Option(..., help="Policy preset name or YAML/JSON file: its drafter kind and schedule set speculative decoding."),
+    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter checkpoint directory (`tlt drafter train`); required by an eagle policy."),
+    prompts: int = typer.Option(8, min=1, help="Problems drawn from real.task."),
+    samples: int = typer.Option(4, min=1, help="Responses per problem (the group size)."),
+    max_tokens: int = typer.Option(512, min=1, help="Response cap in tokens."),
+    seed: int = typer.Option(0, help="Seed of the problems and of sampling."),
+    mix: str = typer.Option("default", help="Difficulty mix of the problems (real/task.py)."),
+    temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature (0: greedy)."),
+    max_num_seqs: int = typer.Option(64, min=1, help="vLLM's max_num_seqs: the most requests decoded at once."),
+    out: Path = typer.Option(..., help="Trace directory to write (schema: traces/README.md)."),
+) -> None:
+    """Run one rollout on vLLM step by step and record it as a trace."""
+    from real.capture import CaptureError, capture as run_capture, check_inputs
+    from real.engine import EngineConfigError
+
+    try:
+        pol = load_policy(policy)
+    except ConfigError as exc:
+        fail(exc)
+    try:
+        check_inputs(model, pol, drafter, prompts, samples, max_tokens, mix, 2048)
+    except (CaptureError, EngineConfigError) as exc:
+        fail(exc)
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        fail(RuntimeError(f"capture needs vLLM ({exc}); install the project with its 'cpu' or 'gpu' extra"))
+    trace = run_capture(model, pol, drafter, prompts=prompts, samples=samples, max_tokens=max_tokens, seed=seed,
+                        mix=mix, temperature=temperature, max_num_seqs=max_num_seqs, out=out,
+                        log=lambda m: typer.echo(m, err=True))
+    s = trace.meta["summary"]
+    rows = [[pol.name, str(s["engine_steps"]), str(s["requests"]), str(s["response_tokens"]), f"{s['rollout_s']:.2f}",
+             f"{s['tokens_per_s']:,.0f}", "-" if s["mean_accepted_length"] is None else f"{s['mean_accepted_length']:.2f}",
+             f"{s['clip_ratio']:.2f}", "-" if s["mean_reward"] is None else f"{s['mean_reward']:.2f}"]]
+    typer.echo(format_table(rows, ["policy", "steps", "requests", "tokens", "rollout s", "tok/s", "accept len", "clipped", "reward"]))
+    typer.echo(f"wrote {out}")
+
+
+@drafter_app.command("train")
+def drafter_train(
+    model: Path = typer.Option(..., help="Target model directory."),
+    out: Path = typer.Option(..., help="Drafter checkpoint directory to write (vLLM loads it as EagleLlamaForCausalLM)."),
+    steps: int = typer.Option(300, min=1, help="Optimiser steps."),
+    seed: int = typer.Option(0, help="Seed of the prompts, the sampling, the initial weights and the batches."),
+    prompts: int = typer.Option(32, min=1, help="Prompts to sample the target on (real.task problems, else random-token prompts)."),
+    samples: int = typer.Option(4, min=1, help="Responses per prompt: one greedy, the rest sampled."),
+    max_tokens: int = typer.Option(256, min=1, help="Response cap of the training rollouts."),
+    lr: float = typer.Option(1e-3, min=0.0, help="AdamW learning rate (cosine decay to a tenth, 20 warm-up steps)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/task.py)."),
+    temperature: float = typer.Option(1.0, min=0.0, help="Temperature of the sampled responses."),
+) -> None:
+    """Sample the target, then train an EAGLE drafter on its hidden states (EAGLE loss)."""
+    from real.eagle import train_from_target
+
+    if not (model / "config.json").is_file():
+        fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
+    try:
+        from real import task
+
+        if mix not in getattr(task, "MIXES", {mix: None}):
+            fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
+    except ImportError:
+        pass
+    t0 = time.perf_counter()
+    path = train_from_target(model, out, steps=steps, seed=seed, prompts=prompts, samples=samples,
+                             max_tokens=max_tokens, lr=lr, mix=mix, temperature=temperature,
+                             log=lambda m: typer.echo(m, err=True))
+    info = json.loads((path / "tlt_drafter.json").read_text())
+    final = info.get("final", {})
+    typer.echo(f"wrote {path} in {time.perf_counter() - t0:.0f}s: loss {final.get('loss', float('nan')):.4f}, "
+               f"top-1 agreement with the target {final.get('top1', float('nan')):.3f} (last 50 steps)")
+
+
+@bench_app.command("rollout")
+def bench_rollout(
+    model: Path = typer.Option(..., help="Target model directory."),
+    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter directory; without it the eagle rows are left out."),
+    batches: str = typer.Option("1,8,64", help="Comma-separated batch sizes."),
+    max_tokens: int = typer.Option(256, min=1, help="Tokens decoded per sequence (greedy, ignore_eos)."),
+    draft_len: int = typer.Option(4, min=1, max=16, help="Draft length K of n-gram and EAGLE at every batch size."),
+    repeats: int = typer.Option(2, min=1, help="Timed runs per batch size; the best is kept."),
+    seed: int = typer.Option(0, help="Seed of the prompts."),
+) -> None:
+    """Decode throughput with no SD, n-gram and EAGLE at several batch sizes (greedy, same prompts)."""
+    from real.bench import bench_rollout as run_bench
+
+    try:
+        sizes = [int(b) for b in batches.split(",") if b.strip()]
+    except ValueError:
+        fail(ValueError(f"--batches {batches!r}: give comma-separated integers"))
+    if not sizes or min(sizes) < 1 or max(sizes) > 256:
+        fail(ValueError(f"--batches {batches!r}: sizes from 1 to 256"))
+    report = run_bench(model, drafter, sizes, max_tokens=max_tokens, draft_len=draft_len, repeats=repeats, seed=seed,
+                       log=lambda m: typer.echo(m, err=True))
+    rows = []
+    for method, per_b in report["results"].items():
+        for b, r in per_b.items():
+            rows.append([method, b, f"{r['tokens_per_s']:,.0f}", f"{r['speedup_vs_none']:.2f}x",
+                         "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}",
+                         "yes" if r["same_as_none"] else "NO"])
+    typer.echo(f"{model}: greedy, {max_tokens} tokens per sequence, K={draft_len}, best of {repeats}")
+    typer.echo(format_table(rows, ["method", "batch", "tok/s", "vs none", "accept len", "same tokens"]))
+    typer.echo(json.dumps(report))
+
+
+def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, seed: int, prompts: int, samples: int,
+                max_tokens: int, drafter: Optional[Path], lr: float, address: Optional[str], mix: str):
+    from real.train import RunConfig, TrainError, default_drafter
+
+    try:
+        pol = load_policy(policy)
+    except Exception as exc:
+        fail(exc)
+    drafter = default_drafter(model, pol, drafter)
+    cfg = RunConfig(model=model, policy=pol, out=out, steps=steps, workers=workers, seed=seed, prompts=prompts,
+                    samples=samples, max_tokens=max_tokens, drafter=drafter, lr=lr, address=address, mix=mix)
+    try:
+        cfg.check()
+    except TrainError as exc:
+        fail(exc)
+    return cfg
+
+
+_STEP_HEADER = ["step", "step s", "rollout s", "train s", "sync s", "bubble", "spot", "accept", "reward", "pass@G",
+                "drafter", "d-steps", "d-loss"]
+
+
+def _step_row(m) -> list[str]:
+    return [str(m.step), f"{m.step_s:.2f}", f"{m.rollout_s:.2f}", f"{m.train_s:.2f}", f"{m.sync_s:.2f}",
+            f"{m.bubble_frac:.0%}", f"{m.spot_frac:.0%}", f"{m.mean_accept_len:.2f}", f"{m.reward:.3f}",
+            f"{m.pass_at_g:.2f}", m.drafter_kind, str(m.drafter_steps),
+            "-" if m.drafter_loss != m.drafter_loss else f"{m.drafter_loss:.3f}"]
+
+
+@app.command()
+def train(
+    model: Path = typer.Option(..., help="Target model directory (Hugging Face format; e.g. traces/reference/model)."),
+    policy: str = typer.Option(..., help="Policy preset name or YAML/JSON file (e.g. one `tlt tune` wrote)."),
+    steps: int = typer.Option(20, min=1, help="RL steps to run (in all, counting steps done before a --resume)."),
+    workers: int = typer.Option(2, min=1, help="Rollout workers (Ray actors, one vLLM engine each)."),
+    seed: int = typer.Option(0, help="Seed of prompts, sampling, GRPO, drafter and bandits."),
+    out: Path = typer.Option(..., help="Run directory: checkpoints/, metrics.csv, trace/, drafter/."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last finished step."),
+    prompts: int = typer.Option(16, min=1, help="Prompts per RL step."),
+    samples: int = typer.Option(4, min=2, help="Samples per prompt (the GRPO group)."),
+    max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
+    drafter: Optional[Path] = typer.Option(None, help="Warm-start EAGLE drafter (policies with drafter.warm_start)."),
+    lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate (AdamW)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/task.py)."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address to join (default: a local Ray)."),
+) -> None:
+    """GRPO on vLLM rollouts with spot drafter training and adaptive SD (real/train.py)."""
+    from real.train import train as run_train
+
+    cfg = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens, drafter, lr, address, mix)
+    typer.echo("  ".join(_STEP_HEADER))
+
+    def on_step(m) -> None:
+        typer.echo("  ".join(_step_row(m)))
+
+    try:
+        run = run_train(cfg, resume=resume, log=lambda m: typer.echo(m, err=True), on_step=on_step)
+    except ValueError as exc:
+        fail(exc)
+    typer.echo(format_table([_step_row(m) for m in run.metrics], _STEP_HEADER))
+    typer.echo(f"wrote {out}/metrics.csv, {out}/trace (tlt calibrate reads it), {out}/checkpoints"
+               + (f", {out}/drafter (vLLM loads it)" if run.drafter_dir else ""))
+
+
+@bench_app.command("real")
+def bench_real(
+    model: Path = typer.Option(..., help="Target model directory."),
+    steps: int = typer.Option(10, min=1, help="RL steps per policy."),
+    workers: int = typer.Option(2, min=1, help="Rollout workers per policy."),
+    seed: int = typer.Option(0, help="Seed shared by both runs."),
+    out: Path = typer.Option(Path("bench-real"), help="Directory for both runs (baseline/, tlt/)."),
+    prompts: int = typer.Option(16, min=1, help="Prompts per RL step."),
+    samples: int = typer.Option(4, min=2, help="Samples per prompt."),
+    max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
+    lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate."),
+) -> None:
+    """baseline vs tlt from the same model and seed, steps interleaved; last line JSON."""
+    from real.bench_real import bench_real as run_bench
+
+    cfg = _run_config(model, "baseline", out, steps, workers, seed, prompts, samples, max_tokens, None, lr, None, "default")
+    for name in ("baseline", "tlt"):
+        if (out / name / "checkpoints").exists():
+            fail(ValueError(f"--out {out}: {out / name} holds a run already; choose another --out"))
+
+    def on_step(name, m) -> None:
+        typer.echo(f"{name:9s} " + "  ".join(_step_row(m)), err=True)
+
+    report = run_bench(cfg, log=lambda m: typer.echo(m, err=True), on_step=on_step)
+    rows = [[name] + _step_row(m) for name, ms in report["steps"].items() for m in ms]
+    typer.echo(format_table(rows, ["policy"] + _STEP_HEADER))
+    from real.bench_real import spot_interference
+
+    typer.echo("tlt: median engine-step ms by batch, while another worker spot-trained (True) or not (False):")
+    typer.echo(spot_interference(out / "tlt" / "trace").round(2).to_string())
+    typer.echo(json.dumps({k: round(v, 4) for k, v in report["summary"].items()}))

@@ -1,0 +1,264 @@
+"""`tlt sim`, `presets`, `check`, `compare`, `regret`, `tune` and `bench sim`: the simulator's commands."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+import yaml
+
+from sim.simulator import simulate
+from workbench import tune as tuning
+from workbench.cli.apps import app, bench_app
+from workbench.cli.common import fail, load_inputs
+from workbench.compare import compare as run_compare
+from workbench.contracts.fileio import write_atomic
+from workbench.contracts.policy import load_policy, policy_presets
+from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.schema import ConfigError, to_mapping
+from workbench.contracts.workload import load_workload, workload_presets
+from workbench.regret import bandit_regret, bandit_variants
+from workbench.tables import format_table
+
+
+@app.command()
+def sim(
+    workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
+    policy: str = typer.Option("baseline,static-sd,tlt", help="Comma-separated policy preset names or files; the first is the reference for speedups."),
+    steps: Optional[int] = typer.Option(None, min=1, help="RL steps to simulate (default: the workload's)."),
+    seed: int = typer.Option(0, help="Seed for every random choice; same seed, same result."),
+    out: Path = typer.Option(..., help="Output directory: summary.json and, per policy, NAME/metrics.json and NAME/timeline.parquet."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+) -> None:
+    """Simulate RL steps of a workload under one or more policies."""
+
+    wl, pols, prof = load_inputs(workload, policy, profile, steps)
+    n = steps or wl.steps
+    runs = []
+    for pol in pols:
+        t0 = time.perf_counter()
+        progress = lambda m, name=pol.name: typer.echo(  # noqa: E731
+            f"  {name}: step {m.step + 1}/{n}  step {m.step_time_s:,.1f}s  accept {m.mean_accept_len:.2f}", err=True)
+        run = simulate(wl, pol, prof, seed=seed, steps=n, on_step=progress)
+        typer.echo(f"simulated {pol.name} in {time.perf_counter() - t0:.2f}s", err=True)
+        runs.append(run)
+
+    ref = runs[0].mean("step_time_s")
+    summary = {"workload": wl.name, "profile": prof.name, "seed": seed, "steps": n, "policies": {}}
+    rows = []
+    for run in runs:
+        s = run.summary()
+        entry = {k: s[k] for k in ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len")}
+        entry["speedup_vs_first"] = ref / s["step_time_s"]
+        summary["policies"][run.policy_name] = entry
+        run.save(out / run.policy_name)
+        rows.append([run.policy_name, f"{s['step_time_s']:,.1f}", f"{s['rollout_time_s']:,.1f}",
+                     f"{s['bubble_fraction']:.3f}", f"{s['drafter_train_fraction']:.3f}",
+                     f"{s['mean_accept_len']:.2f}", f"{entry['speedup_vs_first']:.2f}x"])
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed}")
+    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "spot-train", "accept len", "speedup"]))
+    typer.echo(f"wrote {out}/summary.json")
+
+
+@app.command()
+def presets() -> None:
+    """List the named presets."""
+    typer.echo("workloads: " + ", ".join(workload_presets()))
+    typer.echo("policies:  " + ", ".join(policy_presets()))
+    typer.echo("profiles:  " + ", ".join(profile_presets()))
+
+
+@app.command()
+def check(
+    kind: str = typer.Argument(..., help="policy, workload or profile"),
+    path: str = typer.Argument(..., help="Preset name or YAML/JSON file"),
+) -> None:
+    """Validate a policy, workload or profile file and print it back in full."""
+
+    loaders = {"policy": load_policy, "workload": load_workload, "profile": load_profile}
+    if kind not in loaders:
+        fail(ValueError(f"kind {kind!r}: allowed: policy, workload, profile"))
+    try:
+        obj = loaders[kind](path)
+    except ConfigError as exc:
+        fail(exc)
+    typer.echo(yaml.safe_dump(to_mapping(obj), sort_keys=False), nl=False)
+
+
+@bench_app.command("sim")
+def bench_sim(
+    workload: str = typer.Option("paper-32b-128gpu", help="Workload to time."),
+    policy: str = typer.Option("tlt", help="Policy to time (tlt is the costliest: bandit decisions, spot training)."),
+    steps: int = typer.Option(3, min=1),
+    seed: int = typer.Option(0),
+) -> None:
+    """Time the simulator, and how its cost grows with workers x sequences."""
+
+    wl, pols, prof = load_inputs(workload, policy, None, steps)
+    pol = pols[0]
+    t0 = time.perf_counter()
+    simulate(wl, pol, prof, seed=seed, steps=steps)
+    per_step = (time.perf_counter() - t0) / steps
+
+    # Scale workers (and prompts with them, so each engine keeps its load) from
+    # a quarter to 8x: the cost per step should grow linearly in workers x sequences.
+    rows, points = [], []
+    for factor in (0.25, 0.5, 1, 2, 4, 8):
+        workers = max(1, round(wl.workers * factor))
+        scaled = replace(wl, workers=workers, prompts_per_step=max(1, round(wl.prompts_per_step * workers / wl.workers)))
+        t0 = time.perf_counter()
+        simulate(scaled, pol, prof, seed=seed, steps=1)
+        secs = time.perf_counter() - t0
+        work = scaled.workers * scaled.sequences_per_step
+        points.append((work, secs))
+        rows.append([str(scaled.workers), str(scaled.sequences_per_step), f"{secs:.3f}", f"{secs / work * 1e6:.3f}"])
+    slope = float(np.polyfit(np.log([p[0] for p in points]), np.log([p[1] for p in points]), 1)[0])
+    # Against sequences alone (each engine's load fixed) the cost should be ~linear.
+    seqs = [int(r[1]) for r in rows]
+    slope_seq = float(np.polyfit(np.log(seqs), np.log([p[1] for p in points]), 1)[0])
+    typer.echo(f"{wl.name} / {pol.name}: {per_step:.3f} s per simulated step ({steps} steps)")
+    typer.echo(format_table(rows, ["workers", "sequences", "seconds/step", "us per worker*seq"]))
+    typer.echo(f"growth exponent of cost in workers x sequences: {slope:.2f}; in sequences: {slope_seq:.2f}")
+    typer.echo(json.dumps({"workload": wl.name, "policy": pol.name, "seconds_per_step": round(per_step, 4),
+                           "exponent_workers_x_sequences": round(slope, 3), "exponent_sequences": round(slope_seq, 3)}))
+
+
+@app.command()
+def compare(
+    workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
+    policies: str = typer.Option("baseline,static-sd,tlt", help="Comma-separated policy preset names or files; the first is the reference for speedups."),
+    seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1; seed s draws the same response lengths for every policy (common random numbers)."),
+    out: Path = typer.Option(..., help="Output directory: compare.json and compare.png."),
+    steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+) -> None:
+    """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""
+
+    wl, pols, prof = load_inputs(workload, policies, profile, steps)
+    t0 = time.perf_counter()
+    progress = lambda done, total, name, seed: typer.echo(  # noqa: E731
+        f"  [{done}/{total}] {name} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
+    result = run_compare(wl, pols, prof, seeds, steps=steps, on_progress=progress)
+    result.save(out)
+    s = result.summary()
+    rows = []
+    for name, r in s.iterrows():
+        rows.append([name, f"{r['step_time_s_mean']:,.1f} ± {r['step_time_s_std']:,.1f}",
+                     f"{r['rollout_time_s_mean']:,.1f} ± {r['rollout_time_s_std']:,.1f}",
+                     f"{r['bubble_fraction_mean']:.3f} ± {r['bubble_fraction_std']:.3f}",
+                     f"{r['mean_accept_len_mean']:.2f} ± {r['mean_accept_len_std']:.2f}",
+                     f"{r['speedup']:.3f}x",
+                     f"{r['speedup_paired_min']:.3f}-{r['speedup_paired_max']:.3f}x"])
+    typer.echo(f"{wl.name} on {prof.name}, {result.steps} steps x seeds {result.seeds[0]}..{result.seeds[-1]} "
+               f"(same draws for every policy); mean ± std over seeds")
+    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "accept len", "speedup", "paired range"]))
+    typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; paired range = min-max over seeds "
+               f"of the per-seed ratio")
+    typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
+
+
+@app.command()
+def regret(
+    workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
+    policy: str = typer.Option("tlt", help="Base policy (preset or file); the four bandits differ from it only in bandit.algorithm."),
+    seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1 (the same draws for every bandit)."),
+    out: Path = typer.Option(..., help="Output directory: regret.json and regret.png."),
+    steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+) -> None:
+    """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed in hindsight)."""
+
+    wl, pols, prof = load_inputs(workload, policy, profile, steps)
+    if len(pols) != 1:
+        fail(ValueError(f"--policy: give one base policy, not {len(pols)}"))
+    base = pols[0]
+    try:
+        bandit_variants(base)
+    except ValueError as exc:
+        fail(exc)
+    t0 = time.perf_counter()
+    progress = lambda done, total, alg, seed: typer.echo(  # noqa: E731
+        f"  [{done}/{total}] {alg} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
+    report = bandit_regret(wl, base, prof, seeds, steps=steps, on_progress=progress)
+    report.save(out)
+    s = report.summary()
+    rows = [[r["label"], f"{r['regret_s_mean']:,.2f} ± {r['regret_s_std']:,.2f}",
+             f"{r['regret_pct_mean']:.2f}%", f"{r['clairvoyant_regret_s_mean']:,.2f}",
+             f"{r['decisions_mean']:,.0f}", f"{r['step_time_s_mean']:,.1f}"] for _, r in s.iterrows()]
+    typer.echo(f"{wl.name} on {prof.name}, base policy {base.name} (arms {list(base.bandit.arms)}), "
+               f"{report.steps} steps x seeds {report.seeds[0]}..{report.seeds[-1]}; mean ± std over seeds")
+    typer.echo(format_table(rows, ["bandit", "regret s", "% rollout", "clairvoyant s", "decisions", "step s"]))
+    votes: dict[tuple[int, int], Counter] = {}
+    for r in report.runs:
+        for o in r.oracle:
+            if o["oracle_draft_len"] is not None:
+                votes.setdefault((o["min_batch"], o["max_batch"]), Counter())[o["oracle_draft_len"]] += 1
+    oracle = ", ".join(f"{lo}-{hi}: {c.most_common(1)[0][0]}" for (lo, hi), c in sorted(votes.items()))
+    sched = ", ".join(f"{row.min_batch}-{row.max_batch}: {row.draft_len}" for row in base.schedule)
+    typer.echo(f"oracle draft length per bucket (most common over runs): {oracle}; {base.name}'s schedule: {sched}")
+    typer.echo("regret = worker-seconds lost vs the best fixed draft length per bucket in hindsight "
+               "(model time, docs/formats.md); % of rollout worker-time")
+    typer.echo(f"wrote {out}/regret.json and {out}/regret.png")
+
+
+@app.command()
+def tune(
+    workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+    trials: int = typer.Option(100, min=1, help="Complete trials the study should hold; a resumed study runs only the rest."),
+    seeds: int = typer.Option(3, min=1, help="Score each policy on seeds 0..K-1, the same for every trial (common random numbers)."),
+    steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
+    storage: str = typer.Option("sqlite:///tlt-studies.db", help="Optuna storage URL (default: tlt-studies.db in the current directory); 'memory' keeps nothing."),
+    study: Optional[str] = typer.Option(None, help="Study name; run again with the same name to resume it (default: tune-WORKLOAD, plus -mo in multi-objective mode)."),
+    out: Path = typer.Option(..., help="Where to write the best policy (.yaml, .yml or .json); it loads in `tlt sim`."),
+    multi_objective: bool = typer.Option(False, "--multi-objective", help="Minimise step time and drafter-training GPU-seconds per step; print the Pareto front and write its fastest point."),
+    allow_warm_start: bool = typer.Option(False, "--allow-warm-start", help="Let the search use an offline-trained (warm-start) drafter; the objective does not charge that training."),
+    sampler_seed: int = typer.Option(0, help="Seed of the TPE sampler."),
+) -> None:
+    """Tune a policy with Optuna over the simulator; resumable, and open in optuna-dashboard."""
+
+    wl, presets, prof = load_inputs(workload, ",".join(tuning.PRESETS), profile, steps)
+    if out.suffix not in (".yaml", ".yml", ".json"):
+        fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
+    name = study or f"tune-{wl.name}" + ("-mo" if multi_objective else "")
+    spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
+                           allow_warm_start=allow_warm_start)
+    try:
+        store = tuning.make_storage(storage)
+    except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
+        fail(ValueError(f"--storage {storage!r}: {exc}"))
+    try:
+        opt = tuning.open_study(spec, name, store, sampler_seed=sampler_seed)
+    except ConfigError as exc:
+        fail(exc)
+    have = len(tuning.complete_trials(opt))
+    where = "memory" if storage in ("", "memory", ":memory:") else storage
+    typer.echo(f"study {name!r} in {where}: {have} complete trials, running {max(0, trials - have)} more "
+               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps)", err=True)
+    t0 = time.perf_counter()
+    try:
+        tuning.run_study(opt, spec, trials, [tuning.Progress(trials, multi_objective)])
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: finished trials are kept; resume with --study {name}", err=True)
+        raise typer.Exit(130)
+    if not tuning.complete_trials(opt):
+        fail(ValueError(f"study {name!r} has no complete trial"))
+    typer.echo(f"tuned in {time.perf_counter() - t0:.1f}s", err=True)
+
+    best = tuning.best_policy(opt)
+    table = tuning.comparison_frame(spec, best, presets)
+    typer.echo(f"{wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps (same draws for every policy); "
+               f"study {name!r}, {len(tuning.complete_trials(opt))} trials, best trial {tuning.best_trial(opt).number}")
+    typer.echo(tuning.comparison_text(table))
+    if multi_objective:
+        typer.echo("Pareto front (step time vs drafter-training GPU-seconds per step):")
+        typer.echo(tuning.pareto_text(tuning.pareto_frame(opt)))
+    tuning.write_policy(best, out)
+    typer.echo(f"wrote {out} (policy {best.name!r})")

@@ -1,0 +1,151 @@
+"""Profile: the cost and acceptance model of one rollout engine on one machine.
+
+The functional forms that use these numbers are pure functions in
+`sim/costs.py`, `sim/acceptance.py` and `sim/drafter.py`; calibration fits
+the same forms, so a Profile means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.contracts.schema import check_part, load, preset_names, require
+
+PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
+
+
+@dataclass(frozen=True)
+class DecodeCost:
+    """Latency of one target forward that verifies K drafted tokens for B sequences.
+
+    T(B, ctx, K) = overhead_s + per_seq_s*B + kv_s_per_token*B*ctx
+                   + max(weights_s, compute_s_per_token*B*(K+1))
+    Reading the weights costs the same for 1 or many tokens (memory-bound), so
+    verifying drafts is nearly free until B*(K+1) tokens saturate compute; the
+    KV cache is read once per sequence whatever K is, so long contexts make
+    verification relatively cheaper.
+    """
+
+    overhead_s: float  # per engine step: scheduling, launches, sampling setup
+    per_seq_s: float  # per sequence in the batch: sampling, bookkeeping
+    weights_s: float  # reading the weights once (0 on a CPU, where compute dominates)
+    compute_s_per_token: float  # per token processed (B*(K+1) tokens per verify)
+    kv_s_per_token: float  # per sequence per context token (attention's KV read)
+    prefill_s_per_token: float  # per prompt token on admission
+
+    def check(self) -> None:
+        for name in ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token", "prefill_s_per_token"):
+            v = getattr(self, name)
+            require(0.0 <= v < 10.0, name, v, "seconds, >= 0 and < 10")
+        require(self.overhead_s + self.weights_s + self.per_seq_s > 0, "overhead_s", self.overhead_s,
+                "a positive step cost (overhead_s, per_seq_s or weights_s)")
+
+
+@dataclass(frozen=True)
+class DrafterCost:
+    """Proposing K tokens: the learned drafter runs K sequential one-layer forwards."""
+
+    eagle_step_s: float  # one drafter forward, fixed part
+    eagle_s_per_seq: float  # one drafter forward, per sequence
+    ngram_s_per_seq: float  # n-gram lookup per sequence per verify pass (CPU)
+
+    def check(self) -> None:
+        for name in ("eagle_step_s", "eagle_s_per_seq", "ngram_s_per_seq"):
+            v = getattr(self, name)
+            require(0.0 <= v < 1.0, name, v, "seconds, >= 0 and < 1")
+
+
+@dataclass(frozen=True)
+class AcceptanceModel:
+    """Per-position cumulative acceptance r_i = alpha ** (i ** shape), i = 1..K.
+
+    shape < 1 makes acceptance front-loaded: once the first drafted tokens are
+    accepted the next are likelier to be, as measured (the i.i.d. geometric
+    form, shape = 1, under-predicts long accepted runs). alpha for the learned
+    drafter moves between `eagle_alpha_cold` (untrained) and
+    `eagle_alpha_fresh` (aligned with the current policy) with its quality.
+    """
+
+    eagle_alpha_fresh: float
+    eagle_alpha_cold: float
+    eagle_shape: float
+    ngram_alpha: float
+    ngram_shape: float
+    staleness_per_update: float  # share of drafter quality lost per policy update
+
+    def check(self) -> None:
+        for name in ("eagle_alpha_fresh", "eagle_alpha_cold", "ngram_alpha"):
+            v = getattr(self, name)
+            require(0.0 <= v < 1.0, name, v, "a probability in [0, 1)")
+        require(self.eagle_alpha_cold <= self.eagle_alpha_fresh, "eagle_alpha_cold", self.eagle_alpha_cold,
+                f"at most eagle_alpha_fresh ({self.eagle_alpha_fresh})")
+        for name in ("eagle_shape", "ngram_shape"):
+            v = getattr(self, name)
+            require(0.1 <= v <= 2.0, name, v, "a number from 0.1 to 2")
+        require(0.0 <= self.staleness_per_update < 1.0, "staleness_per_update", self.staleness_per_update, "a share in [0, 1)")
+
+
+@dataclass(frozen=True)
+class DrafterLearning:
+    """How drafter training compute turns into drafter quality (a learning curve).
+
+    quality <- target - (target - quality) * exp(-effective_tokens / learn_tokens)
+    effective tokens are trained tokens, at most `useful_epochs` passes over the
+    buffer, scaled down when the learning rate is off `lr_best` (log-normal in lr).
+    """
+
+    train_tokens_per_s: float  # drafter training throughput per GPU
+    tokens_per_step: int  # tokens in one drafter optimiser step
+    learn_tokens: float  # e-folding tokens of the learning curve
+    useful_epochs: float  # passes over the buffer before more epochs stop helping
+    lr_best: float
+    lr_tolerance: float  # log-sd of the learning-rate efficiency curve
+
+    def check(self) -> None:
+        require(self.train_tokens_per_s > 0, "train_tokens_per_s", self.train_tokens_per_s, "a number > 0")
+        require(self.tokens_per_step >= 1, "tokens_per_step", self.tokens_per_step, "an integer >= 1")
+        require(self.learn_tokens > 0, "learn_tokens", self.learn_tokens, "a number > 0")
+        require(self.useful_epochs > 0, "useful_epochs", self.useful_epochs, "a number > 0")
+        require(0.0 < self.lr_best < 1.0, "lr_best", self.lr_best, "a number between 0 and 1")
+        require(self.lr_tolerance > 0, "lr_tolerance", self.lr_tolerance, "a number > 0")
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    """The RL step outside the rollout."""
+
+    train_gpu_s_per_token: float  # policy update (and log-probs) per prompt+response token, GPU-seconds
+    weight_sync_s: float  # pushing new weights (and the drafter) to every engine
+
+    def check(self) -> None:
+        require(self.train_gpu_s_per_token >= 0, "train_gpu_s_per_token", self.train_gpu_s_per_token, "a number >= 0")
+        require(self.weight_sync_s >= 0, "weight_sync_s", self.weight_sync_s, "a number >= 0")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    decode: DecodeCost
+    drafter: DrafterCost
+    acceptance: AcceptanceModel
+    learning: DrafterLearning
+    phases: PhaseCost
+    description: str = ""
+    source: str = ""  # provenance of the numbers
+    fitted_on: tuple[str, ...] = ()  # traces this profile was fitted on (empty: hand-set)
+    fit_error_pct: float | None = None  # median held-out error of the fit, if fitted
+
+    def check(self) -> None:
+        require(bool(self.name.strip()), "name", self.name, "a non-empty name")
+        for part in ("decode", "drafter", "acceptance", "learning", "phases"):
+            check_part(part, getattr(self, part))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    return load(Profile, name_or_path, PRESET_DIR)
+
+
+def profile_presets() -> list[str]:
+    return preset_names(PRESET_DIR)
+

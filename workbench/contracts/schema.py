@@ -1,0 +1,191 @@
+"""Reading, validating and saving the YAML/JSON files behind Policy, Workload and Profile.
+
+Every contract is a tree of frozen dataclasses. `from_mapping` builds one from
+parsed YAML/JSON, checking each field's type and then the dataclass's own
+`check()` rules, so a bad file fails with the file, the dotted field, the bad
+value and what is allowed, never with a bare KeyError deep in the simulator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from workbench.contracts.fileio import write_atomic
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config file (or mapping) that does not describe a valid contract."""
+
+    def __init__(self, source: str, field: str, value: Any, allowed: str):
+        self.source, self.field, self.value, self.allowed = source, field, value, allowed
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}field '{field}' has value {value!r}; allowed: {allowed}")
+
+
+class FieldError(ValueError):
+    """Raised by a dataclass's check(); from_mapping adds the file and the field path."""
+
+    def __init__(self, field: str, value: Any, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"field '{field}' has value {value!r}; allowed: {allowed}")
+
+
+def require(ok: bool, field: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise FieldError(field, value, allowed)
+
+
+def check_part(name: str, part: Any) -> None:
+    """Run a nested part's check(), naming the field by its path from the parent."""
+    try:
+        part.check()
+    except FieldError as exc:
+        raise FieldError(f"{name}.{exc.field}", exc.value, exc.allowed) from None
+
+
+def read_mapping(path: str | Path) -> dict:
+    """Parse a YAML or JSON file into a mapping, with errors that name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "<file>", str(path), "an existing .yaml, .yml or .json file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "<file>", f"not UTF-8 text (byte {exc.start})",
+                          "a YAML or JSON text file saved as UTF-8") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(str(path), "<file>", "unparseable", f"valid YAML/JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "<top level>", type(data).__name__, "a mapping of field: value")
+    return data
+
+
+def from_mapping(cls: type[T], data: Any, source: str = "", prefix: str = "") -> T:
+    """Build dataclass `cls` from `data`, validating types, unknown keys and check() rules."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, prefix or "<top level>", data, f"a mapping for {cls.__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(source, _join(prefix, unknown[0]), data[unknown[0]],
+                          f"one of the known fields: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for name, f in fields.items():
+        path = _join(prefix, name)
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(source, path, "<missing>", f"a value of type {_type_name(hints[name])}")
+            continue
+        kwargs[name] = _convert(hints[name], data[name], source, path)
+    try:
+        obj = cls(**kwargs)
+        if hasattr(obj, "check"):
+            obj.check()
+    except FieldError as exc:
+        raise ConfigError(source, _join(prefix, exc.field), exc.value, exc.allowed) from None
+    return obj
+
+
+def to_mapping(obj: Any) -> Any:
+    """Plain YAML/JSON-able form of a contract (tuples become lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_mapping(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_mapping(v) for v in obj]
+    return obj
+
+
+def save(obj: Any, path: str | Path) -> None:
+    """A contract as YAML (or JSON for a .json path), atomically."""
+    path = Path(path)
+    data = to_mapping(obj)
+    if path.suffix == ".json":
+        text = json.dumps(data, indent=2) + "\n"
+    else:
+        text = yaml.safe_dump(data, sort_keys=False)
+    write_atomic(path, text)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
+
+
+def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, source, path)
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(source, path, value, "one of " + ", ".join(repr(a) for a in args))
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(source, path, value, f"a list of {_type_name(args[0])}")
+        return tuple(_convert(args[0], v, source, f"{path}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, (list, tuple)) and hasattr(tp, "from_row"):
+            try:
+                value = tp.from_row(value)
+            except (TypeError, ValueError):
+                raise ConfigError(source, path, value, tp.ROW_HELP) from None
+        return from_mapping(tp, value, source, path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(source, path, value, "true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(source, path, value, "a whole number")
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            # PyYAML (YAML 1.1) reads "2.0e7" (no sign after e) as a string.
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(source, path, value, "a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(source, path, value, "a string")
+        return value
+    raise TypeError(f"unsupported field type {tp!r} at {path}")
+
+
+def load(cls: type[T], name_or_path: str | Path, preset_dir: Path) -> T:
+    """A named preset from `preset_dir`, or a file path."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml", ".json") or candidate.exists():
+        return from_mapping(cls, read_mapping(candidate), str(candidate))
+    preset = preset_dir / f"{name_or_path}.yaml"
+    if not preset.is_file():
+        names = ", ".join(preset_names(preset_dir))
+        raise ConfigError(str(name_or_path), "<name>", str(name_or_path),
+                          f"a preset name ({names}) or a path to a .yaml/.json file")
+    return from_mapping(cls, read_mapping(preset), str(preset))
+
+
+def preset_names(preset_dir: Path) -> list[str]:
+    return sorted(p.stem for p in preset_dir.glob("*.yaml"))

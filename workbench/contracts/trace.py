@@ -1,0 +1,276 @@
+"""Trace: what a real run records, per engine step, per request and per RL step.
+
+A trace is a directory (schema: `traces/README.md`):
+
+    meta.json          run configuration, machine, trace_version
+    steps.parquet      one row per engine step
+    requests.parquet   one row per request (one response)
+    rl_steps.parquet   one row per RL step (a capture-only run has one)
+    timeline.parquet   optional: what each worker did when (the simulator writes the same table)
+
+The row classes (`StepRow`, `RequestRow`, `RLStepRow`, `TimelineRow`) are the schema: the
+column tables derive from them, and producers build rows of them.
+
+`load_trace` refuses a malformed or truncated trace with an error naming the
+file, the column and the fix; `write_trace` writes into a temporary sibling
+directory and renames it, so a crash never leaves half a trace.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from workbench.contracts.fileio import write_dir_atomic
+
+TRACE_VERSION = 1
+
+
+def _col(doc: str) -> Any:
+    return field(metadata={"doc": doc})
+
+
+@dataclass
+class StepRow:
+    """One engine step (`steps.parquet`)."""
+
+    rl_step: int = _col("RL step this engine step belongs to")
+    engine: int = _col("engine (worker) index")
+    step: int = _col("engine step index within the engine, from 0")
+    start_s: float = _col("seconds since the run started")
+    wall_s: float = _col("wall time of the engine step")
+    batch_size: int = _col("requests scheduled this step (decoding or prefilling)")
+    num_waiting: int = _col("requests waiting for a slot")
+    prefill_requests: int = _col("requests prefilling this step")
+    prefill_tokens: int = _col("prompt tokens prefilled this step")
+    decode_requests: int = _col("requests decoding this step")
+    scheduled_tokens: int = _col("tokens scheduled this step, draft slots included")
+    context_mean: float = _col("mean context length (prompt + generated) of the decoding requests")
+    context_max: int = _col("longest context among the decoding requests")
+    draft_len: int = _col("draft tokens proposed per decoding request (0: no SD this step)")
+    num_drafts: int = _col("requests that got drafts this step")
+    num_draft_tokens: int = _col("draft tokens proposed")
+    num_accepted_tokens: int = _col("draft tokens accepted")
+    accepted_per_pos: list = _col("list: accepted draft tokens at positions 1..draft_len")
+    new_tokens: int = _col("response tokens emitted this step")
+
+
+@dataclass
+class RequestRow:
+    """One request: one response (`requests.parquet`)."""
+
+    rl_step: int = _col("RL step")
+    engine: int = _col("engine (worker) index")
+    request_id: str = _col("unique id")
+    prompt_id: int = _col("prompt index within the RL step")
+    sample: int = _col("sample index within the prompt's group")
+    prompt_tokens: int = _col("prompt length")
+    response_tokens: int = _col("response length")
+    finish_reason: str = _col("'stop' (EOS) or 'length' (cut at the cap)")
+    start_s: float = _col("seconds since the run started: request added")
+    end_s: float = _col("seconds since the run started: request finished")
+    reward: float = _col("task reward (NaN if not scored)")
+
+
+@dataclass
+class RLStepRow:
+    """One RL step (`rl_steps.parquet`)."""
+
+    rl_step: int = _col("RL step")
+    rollout_s: float = _col("rollout wall time")
+    train_s: float = _col("policy update wall time (0 for a capture-only run)")
+    sync_s: float = _col("weight sync wall time (0 for a capture-only run)")
+    drafter_train_s: float = _col("spot drafter training worker-seconds (0 if none)")
+
+
+# What a worker is doing during an interval of the timeline.
+STATES = ("decode", "decode_sd", "idle", "drafter_train", "train", "sync")
+
+
+@dataclass
+class TimelineRow:
+    """One worker interval (`timeline.parquet`): the simulator's output and `tlt train`'s alike."""
+
+    step: int = _col("RL step")
+    worker: int = _col("worker (engine) index")
+    start_s: float = _col("seconds since the run started")
+    end_s: float = _col("seconds since the run started")
+    state: str = _col("decode, decode_sd, idle, drafter_train, train or sync (STATES)")
+    batch: int = _col("requests in the engine step (decode states)")
+    draft_len: int = _col("draft length of the engine step (decode_sd)")
+    tokens: float = _col("response tokens emitted (decode states); drafter steps (drafter_train)")
+    passes: float = _col("verify passes (1 per engine step)")
+    context: float = _col("mean context length of the engine step")
+
+
+# Column -> (pandas kind: "i" int, "f" float, "O" text or list; what it means), from the row classes.
+_KINDS = {"int": "i", "float": "f", "str": "O", "list": "O"}
+
+
+def columns(row_class: type) -> dict[str, tuple[str, str]]:
+    return {f.name: (_KINDS[str(f.type)], f.metadata["doc"]) for f in fields(row_class)}
+
+
+STEP_COLUMNS = columns(StepRow)
+REQUEST_COLUMNS = columns(RequestRow)
+RL_STEP_COLUMNS = columns(RLStepRow)
+TIMELINE_COLUMNS = columns(TimelineRow)
+
+
+def rows_frame(rows: Sequence[Any], row_class: type) -> pd.DataFrame:
+    """Rows (instances of `row_class` or of a subclass with more fields) as a table of exactly
+    `row_class`'s columns, with their declared types."""
+    cols = columns(row_class)
+    df = pd.DataFrame([[getattr(r, c) for c in cols] for r in rows], columns=list(cols))
+    for col, (kind, _) in cols.items():
+        if kind == "i":
+            df[col] = df[col].astype("int64")
+        elif kind == "f":
+            df[col] = df[col].astype("float64")
+    return df
+
+
+class Timeline:
+    """Builds a timeline table: rows are appended as plain tuples (cheap in the simulator's hot
+    loop) and turned into a DataFrame once."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+
+    def add(self, step: int, worker: int, start: float, end: float, state: str,
+            batch: int = 0, draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0, context: float = 0.0) -> None:
+        if end <= start:
+            return  # zero-length: a worker that finished exactly as the rollout ended
+        self.rows.append((step, worker, start, end, state, batch, draft_len, tokens, passes, context))
+
+    def frame(self, first_row: int = 0) -> pd.DataFrame:
+        """The rows from `first_row` on as a table (state is categorical over STATES)."""
+        df = pd.DataFrame(self.rows[first_row:], columns=list(TIMELINE_COLUMNS))
+        df["state"] = pd.Categorical(df["state"], categories=list(STATES))
+        return df
+
+
+def accepted_length(accepted_tokens: float, drafts: float) -> float:
+    """Tokens emitted per verify pass: 1 + accepted draft tokens / drafts (vLLM's mean accepted
+    length; NaN when nothing was drafted)."""
+    return 1.0 + accepted_tokens / drafts if drafts else math.nan
+
+
+TABLES = {"steps": STEP_COLUMNS, "requests": REQUEST_COLUMNS, "rl_steps": RL_STEP_COLUMNS}
+META_FIELDS = ("trace_version", "model", "policy", "prompts", "samples", "max_tokens", "seed", "machine", "engine")
+
+
+class TraceError(ValueError):
+    """A trace directory that is missing, truncated or of the wrong schema."""
+
+    def __init__(self, path: Path | str, field: str, problem: str, fix: str):
+        super().__init__(f"{path}: {field}: {problem}; {fix}")
+
+
+@dataclass
+class Trace:
+    meta: dict[str, Any]
+    steps: pd.DataFrame
+    requests: pd.DataFrame
+    rl_steps: pd.DataFrame
+    path: Path | None = None
+    timeline: pd.DataFrame | None = None  # optional: per-worker states (`tlt train`), TIMELINE_COLUMNS
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path else "<unsaved trace>"
+
+
+def _check_table(path: Path, df: pd.DataFrame, columns: dict[str, tuple[str, str]]) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise TraceError(path, f"column '{missing[0]}'", "missing",
+                         f"a trace v{TRACE_VERSION} table has columns {', '.join(columns)} (traces/README.md)")
+    for col, (kind, _) in columns.items():
+        if len(df) and not _kind_ok(kind, df[col].dtype):
+            raise TraceError(path, f"column '{col}'", f"has dtype {df[col].dtype}",
+                             f"expected {_KIND_NAMES[kind]} values (traces/README.md)")
+
+
+_KIND_NAMES = {"i": "integer", "f": "float", "O": "text or list"}
+
+
+def _kind_ok(kind: str, dtype) -> bool:
+    if kind == "f":
+        return dtype.kind in "fiu"
+    if kind == "i":
+        return dtype.kind in "iu"
+    return dtype.kind in "OSU" or str(dtype) in ("string", "str")
+
+
+def load_trace(path: str | Path) -> Trace:
+    path = Path(path)
+    if not path.is_dir():
+        raise TraceError(path, "<directory>", "not found", "give a trace directory written by `tlt capture` or `tlt train`")
+    meta_path = path / "meta.json"
+    if not meta_path.is_file():
+        raise TraceError(meta_path, "<file>", "missing", "the trace is incomplete; capture it again")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise TraceError(meta_path, "<file>", f"not valid JSON ({exc})", "the trace is corrupt; capture it again") from None
+    for f in META_FIELDS:
+        if f not in meta:
+            raise TraceError(meta_path, f"field '{f}'", "missing", f"meta.json needs {', '.join(META_FIELDS)}")
+    if meta["trace_version"] != TRACE_VERSION:
+        raise TraceError(meta_path, "field 'trace_version'", f"is {meta['trace_version']!r}",
+                         f"this workbench reads version {TRACE_VERSION}; re-capture or upgrade")
+    tables = {}
+    for name, columns in TABLES.items():
+        file = path / f"{name}.parquet"
+        if not file.is_file():
+            raise TraceError(file, "<file>", "missing", "the trace is incomplete; capture it again")
+        try:
+            df = pq.read_table(file).to_pandas()
+        except Exception as exc:  # pyarrow raises several types for a truncated file
+            raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
+                             "the file is truncated or corrupt; capture it again") from None
+        _check_table(file, df, columns)
+        tables[name] = df
+    if tables["steps"].empty or tables["requests"].empty:
+        raise TraceError(path, "steps/requests", "empty", "a trace needs at least one engine step and one request")
+    timeline = None
+    file = path / "timeline.parquet"
+    if file.is_file():
+        try:
+            timeline = pq.read_table(file).to_pandas()
+        except Exception as exc:
+            raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
+                             "the file is truncated or corrupt; re-run or delete timeline.parquet") from None
+        _check_table(file, timeline, TIMELINE_COLUMNS)
+    return Trace(meta, tables["steps"], tables["requests"], tables["rl_steps"], path, timeline)
+
+
+def write_trace(trace: Trace, path: str | Path) -> Path:
+    """Validate and write atomically: everything goes to a temp dir that is renamed at the end."""
+    path = Path(path)
+    for name, columns in TABLES.items():
+        _check_table(path / f"{name}.parquet", getattr(trace, name), columns)
+    meta = {"trace_version": TRACE_VERSION, **trace.meta}
+    for f in META_FIELDS:
+        if f not in meta:
+            raise TraceError(path / "meta.json", f"field '{f}'", "missing", f"meta needs {', '.join(META_FIELDS)}")
+
+    def fill(tmp: Path) -> None:
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        for name, columns in TABLES.items():
+            getattr(trace, name)[list(columns)].to_parquet(tmp / f"{name}.parquet", index=False)
+        if trace.timeline is not None:
+            tl = trace.timeline[list(TIMELINE_COLUMNS)].copy()
+            tl["state"] = tl["state"].astype(str)
+            tl.to_parquet(tmp / "timeline.parquet", index=False)
+
+    write_dir_atomic(path, fill)
+    trace.path = path
+    return path

@@ -1,0 +1,91 @@
+"""Workload: the RL job whose rollouts are simulated (cluster shape, batch, length model)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from workbench.contracts.schema import check_part, load, preset_names, require
+
+PRESET_DIR = Path(__file__).parent / "presets" / "workloads"
+
+
+@dataclass(frozen=True)
+class LengthModel:
+    """Response lengths: a lognormal body, right-censored at the cap.
+
+    log(length) = mu_t + prompt effect + sample noise (+ log(wrong_factor) if wrong).
+    The prompt effect is shared by a prompt's group, which is what correlates
+    lengths within a group; each prompt has its own accuracy, and wrong answers
+    run longer. mu_t is solved so that a share `clip_ratio` of responses hits the
+    cap at step 0 (veRL's response_length/clip_ratio), then drifts by
+    `drift_per_step` in log space per RL step (lengths grow as RL goes on).
+    """
+
+    clip_ratio: float = 0.03
+    sigma: float = 0.9  # total log-sd of the body (prompt effect and sample noise together)
+    group_correlation: float = 0.5  # share of the body's log-variance shared within a group
+    mean_accuracy: float = 0.5  # mean share of correct answers
+    accuracy_concentration: float = 2.0  # Beta(a, b) with a + b = this; small = prompts either easy or hard
+    wrong_factor: float = 1.6  # wrong answers are this many times longer, in median
+    drift_per_step: float = 0.0
+
+    def check(self) -> None:
+        require(0.0 < self.clip_ratio < 0.5, "clip_ratio", self.clip_ratio, "a share between 0 and 0.5")
+        require(0.05 <= self.sigma <= 3.0, "sigma", self.sigma, "a log-sd from 0.05 to 3")
+        require(0.0 <= self.group_correlation < 1.0, "group_correlation", self.group_correlation, "a number in [0, 1)")
+        require(0.0 < self.mean_accuracy < 1.0, "mean_accuracy", self.mean_accuracy, "a share between 0 and 1")
+        require(self.accuracy_concentration > 0.0, "accuracy_concentration", self.accuracy_concentration, "a number > 0")
+        require(self.wrong_factor >= 1.0, "wrong_factor", self.wrong_factor, "a number >= 1")
+        require(abs(self.drift_per_step) <= 0.5, "drift_per_step", self.drift_per_step, "a number from -0.5 to 0.5")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    profile: str  # a Profile preset name or a path (relative paths: to the workload file)
+    workers: int  # rollout engines (data-parallel replicas)
+    prompts_per_step: int
+    group_size: int  # samples per prompt (GRPO's n)
+    max_response_tokens: int  # the cap
+    description: str = ""
+    source: str = ""  # where the numbers come from
+    gpus_per_worker: int = 1  # tensor parallelism of one engine
+    prompt_tokens: int = 512
+    max_batch: int = 256  # most sequences an engine decodes at once (vLLM max_num_seqs)
+    steps: int = 3
+    lengths: LengthModel = field(default_factory=LengthModel)
+
+    def check(self) -> None:
+        require(bool(self.name.strip()), "name", self.name, "a non-empty name")
+        require(self.workers >= 1, "workers", self.workers, "an integer >= 1")
+        require(self.gpus_per_worker >= 1, "gpus_per_worker", self.gpus_per_worker, "an integer >= 1")
+        require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, "an integer >= 1")
+        require(self.group_size >= 1, "group_size", self.group_size, "an integer >= 1")
+        require(16 <= self.max_response_tokens <= 1_048_576, "max_response_tokens", self.max_response_tokens,
+                "an integer from 16 to 1048576")
+        require(self.prompt_tokens >= 1, "prompt_tokens", self.prompt_tokens, "an integer >= 1")
+        require(self.max_batch >= 1, "max_batch", self.max_batch, "an integer >= 1")
+        require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
+        check_part("lengths", self.lengths)
+
+    @property
+    def sequences_per_step(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+def load_workload(name_or_path: str | Path) -> Workload:
+    wl = load(Workload, name_or_path, PRESET_DIR)
+    path = Path(name_or_path)
+    # A profile named by a relative path is read next to the workload file, not the cwd.
+    if path.is_file() and Path(wl.profile).suffix in (".yaml", ".yml", ".json") and not Path(wl.profile).is_absolute():
+        wl = replace(wl, profile=str(path.parent / wl.profile))
+    return wl
+
+
+def workload_presets() -> list[str]:
+    return preset_names(PRESET_DIR)
