@@ -1,18 +1,18 @@
 """GRPO (DeepSeekMath's group-relative policy optimisation) on a `transformers` causal LM.
 
-One `GRPOTrainer.step(rollouts)` is one RL step: the rollouts of a step (a group of responses per
+One `GRPOTrainer.step(responses)` is one RL step: the scored responses of a step (a group per
 prompt, each with a scalar reward) become group-normalised advantages, and the policy takes
 `epochs` passes of minibatch AdamW updates on the token-level clipped surrogate
 
     -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)  (+ kl_coef * k3 KL to a frozen reference)
 
 averaged over the response tokens of a minibatch (never the prompt's), where ratio =
-exp(logp_new - logp_old) and logp_old are the weights the rollouts were sampled from: the weights
+exp(logp_new - logp_old) and logp_old are the weights the responses were sampled from: the weights
 before this step's first update (vLLM's rollout weights, when the caller syncs every step).
 
 The first forward pass of a step (no grad, before any update) computes the old log-probs, the
 reference log-probs when there is a KL term, and the target's final-norm hidden states over
-prompt + response: the features the EAGLE drafter trains on (real/eagle.py), returned as
+prompt + response: the features the EAGLE drafter trains on (real/drafter/), returned as
 `HiddenRecord`s at no extra forward.
 
 `save(out_dir)` writes an HF model directory (safetensors, float32) that `transformers` and vLLM
@@ -34,9 +34,11 @@ from typing import Sequence
 
 import torch
 
-from real.eagle import _pad, load_target
-from real.model import _torch_settings
+from real.drafter.eagle import load_target
+from real.drafter.records import HiddenRecord
+from real.torch_utils import pad_right, torch_settings
 from workbench.contracts.fileio import write_dir_atomic
+from workbench.contracts.seeds import Stream, derive_seed
 
 # Weight files of an HF model directory: `save` writes its own, every other file is copied over.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf",
@@ -48,30 +50,20 @@ class GRPOConfig:
     lr: float = 1e-5  # AdamW
     clip_eps: float = 0.2  # PPO-style clipped ratio
     kl_coef: float = 0.0  # >0: KL to a frozen reference model (k3 estimator, as DeepSeekMath GRPO)
-    epochs: int = 1  # passes over the step's rollouts
+    epochs: int = 1  # passes over the step's responses
     minibatch: int = 16  # sequences per optimiser step
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
 
 
 @dataclass
-class Rollout:
-    """One response of one prompt."""
+class ScoredResponse:
+    """One response of one prompt, with its reward."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     reward: float
     group: int  # prompt index in the step; samples of one prompt share it
-
-
-@dataclass
-class HiddenRecord:
-    """What the drafter trains on."""
-
-    token_ids: list[int]  # prompt + response
-    # [len(token_ids), hidden_size] float32, detached, CPU: the target's final-norm hidden states
-    # (`model.model(...).last_hidden_state`), i.e. what vLLM hands an EAGLE drafter.
-    hidden: torch.Tensor
 
 
 @dataclass
@@ -118,10 +110,10 @@ def _forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[in
             raise ValueError(f"prompt length {p} of a {len(s)}-token sequence: the first response token "
                              "needs a prompt token before it")
     seqs = [torch.as_tensor(list(s), dtype=torch.long) for s in sequences]
-    ids, mask = _pad(seqs)
+    ids, mask = pad_right(seqs)
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
-    # Not real.eagle.target_hidden_states: that one is no-grad only and keeps a KV cache. The
+    # Not real.drafter.eagle.target_hidden_states: that one is no-grad only and keeps a KV cache. The
     # hidden state is hidden_states[-1] as there: the final-norm output, equal to last_hidden_state.
     out = model(input_ids=ids, attention_mask=mask.long(), output_hidden_states=hidden, use_cache=False)
     logits = out.logits[:, :-1].float()
@@ -155,7 +147,7 @@ class GRPOTrainer:
         self.threads = threads
         torch.manual_seed(seed)
         self._model = load_target(self.model_dir)
-        # Eval mode while training too: the rollouts were sampled without dropout, and the hidden
+        # Eval mode while training too: the responses were sampled without dropout, and the hidden
         # states handed to the drafter must be the ones vLLM computes.
         self._model.requires_grad_(True)
         self.reference = load_target(reference_dir or model_dir) if config.kl_coef > 0 else None
@@ -168,38 +160,61 @@ class GRPOTrainer:
         return self._model
 
     def _settings(self):
-        return _torch_settings(self.threads) if self.threads else nullcontext()
+        return torch_settings(self.threads) if self.threads else nullcontext()
 
-    def step(self, rollouts: Sequence[Rollout], keep_hidden: bool = True) -> tuple[StepStats, list[HiddenRecord]]:
-        """One GRPO update on a step's rollouts; returns its statistics and (with `keep_hidden`)
-        the pre-update hidden states, one record per rollout in the given order."""
-        if not rollouts:
-            raise ValueError("no rollouts")
+    def step(self, responses: Sequence[ScoredResponse],
+             keep_hidden: bool = True) -> tuple[StepStats, list[HiddenRecord]]:
+        """One GRPO update on a step's scored responses; returns its statistics and (with
+        `keep_hidden`) the pre-update hidden states, one record per response in the given order."""
+        if not responses:
+            raise ValueError("no responses")
         with self._settings():
-            return self._step(list(rollouts), keep_hidden)
+            return self._step(list(responses), keep_hidden)
 
-    def _step(self, rollouts: list[Rollout], keep_hidden: bool) -> tuple[StepStats, list[HiddenRecord]]:
+    def _step(self, responses: list[ScoredResponse], keep_hidden: bool) -> tuple[StepStats, list[HiddenRecord]]:
         t0 = time.perf_counter()
-        cfg, model = self.config, self._model
-        seqs = [list(r.prompt_ids) + list(r.response_ids) for r in rollouts]
-        plens = [len(r.prompt_ids) for r in rollouts]
-        adv = group_advantages([r.reward for r in rollouts], [r.group for r in rollouts])
-        n, mb = len(rollouts), cfg.minibatch
+        seqs = [list(r.prompt_ids) + list(r.response_ids) for r in responses]
+        plens = [len(r.prompt_ids) for r in responses]
+        adv = group_advantages([r.reward for r in responses], [r.group for r in responses])
+        n = len(responses)
+        old, ref, records = self._before_update(seqs, plens, keep_hidden)
+        sums, updates, tok_seen = self._update(seqs, plens, adv, old, ref)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps += 1
 
+        mean_adv = sum(adv) / n
+        stats = StepStats(
+            loss=sums["loss"] / max(1, updates), kl=sums["kl"] / max(1, tok_seen),
+            clip_frac=sums["clip"] / max(1, tok_seen), ratio_mean=sums["ratio"] / max(1, tok_seen),
+            grad_norm=sums["grad"] / max(1, updates), tokens=sum(o.numel() for o in old), sequences=n,
+            adv_std=math.sqrt(sum((x - mean_adv) ** 2 for x in adv) / n), seconds=time.perf_counter() - t0)
+        return stats, records
+
+    def _before_update(self, seqs: list[list[int]], plens: list[int], keep_hidden: bool
+                       ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[HiddenRecord]]:
+        """The no-grad pass before any update: old log-probs, reference log-probs (with a KL
+        term) and, with `keep_hidden`, the hidden-state records."""
+        mb = self.config.minibatch
         old: list[torch.Tensor] = []
         ref: list[torch.Tensor] = []
         records: list[HiddenRecord] = []
         with torch.no_grad():
-            for i in range(0, n, mb):
-                lps, hidden = _forward(model, seqs[i: i + mb], plens[i: i + mb], hidden=keep_hidden)
+            for i in range(0, len(seqs), mb):
+                lps, hidden = _forward(self._model, seqs[i: i + mb], plens[i: i + mb], hidden=keep_hidden)
                 old += lps
                 if hidden is not None:
                     records += [HiddenRecord(token_ids=s, hidden=h) for s, h in zip(seqs[i: i + mb], hidden)]
                 if self.reference is not None:
                     ref += response_logprobs(self.reference, seqs[i: i + mb], plens[i: i + mb])
+        return old, ref, records
 
+    def _update(self, seqs: list[list[int]], plens: list[int], adv: list[float], old: list[torch.Tensor],
+                ref: list[torch.Tensor]) -> tuple[dict[str, float], int, int]:
+        """`epochs` passes of minibatch updates; returns the summed statistics, the number of
+        optimiser steps and the response tokens they saw."""
+        cfg, n, mb = self.config, len(seqs), self.config.minibatch
         # The order depends on the seed and the step count only, so a resumed trainer replays it.
-        rng = random.Random(f"grpo/{self.seed}/{self.steps}")
+        rng = random.Random(derive_seed(self.seed, Stream.GRPO, self.steps))
         sums = dict(loss=0.0, kl=0.0, clip=0.0, ratio=0.0, grad=0.0)
         updates = tok_seen = 0
         for _ in range(cfg.epochs):
@@ -209,10 +224,9 @@ class GRPOTrainer:
                 idx = order[j: j + mb]
                 if not sum(old[i].numel() for i in idx):
                     continue  # nothing to average over: an AdamW step on zero gradients still moves
-                new = torch.cat(response_logprobs(model, [seqs[i] for i in idx], [plens[i] for i in idx]))
-                device = new.device
+                new = torch.cat(response_logprobs(self._model, [seqs[i] for i in idx], [plens[i] for i in idx]))
                 old_t = torch.cat([old[i] for i in idx])
-                a = torch.cat([torch.full((old[i].numel(),), adv[i], device=device) for i in idx])
+                a = torch.cat([torch.full((old[i].numel(),), adv[i], device=new.device) for i in idx])
                 ratio = torch.exp(new - old_t)
                 per_tok = -torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * a)
                 kl = None
@@ -236,16 +250,7 @@ class GRPOTrainer:
                     sums["kl"] += kl.sum().item() if kl is not None else 0.0
                 updates += 1
                 tok_seen += new.numel()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.steps += 1
-
-        mean_adv = sum(adv) / n
-        stats = StepStats(
-            loss=sums["loss"] / max(1, updates), kl=sums["kl"] / max(1, tok_seen),
-            clip_frac=sums["clip"] / max(1, tok_seen), ratio_mean=sums["ratio"] / max(1, tok_seen),
-            grad_norm=sums["grad"] / max(1, updates), tokens=sum(o.numel() for o in old), sequences=n,
-            adv_std=math.sqrt(sum((x - mean_adv) ** 2 for x in adv) / n), seconds=time.perf_counter() - t0)
-        return stats, records
+        return sums, updates, tok_seen
 
     def save(self, out_dir) -> Path:
         """An HF model directory of the current weights, atomically: the source directory's files
@@ -276,5 +281,4 @@ class GRPOTrainer:
             torch.set_rng_state(state["torch_rng"])
 
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "HiddenRecord", "Rollout", "StepStats", "group_advantages",
-           "response_logprobs"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "ScoredResponse", "StepStats", "group_advantages", "response_logprobs"]

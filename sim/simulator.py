@@ -29,7 +29,13 @@ import simpy
 
 from sim.acceptance import AcceptStats, stats_for
 from sim.costs import prefill_s, segment_s, train_phase_s
-from sim.drafter import DrafterState, active_kind, after_policy_update, after_training, initial_state
+from sim.drafter import (
+    DrafterState,
+    active_kind,
+    after_policy_update,
+    after_training,
+    initial_state,
+)
 from sim.engine import EngineBatch
 from sim.lengths import StepLengths, sample_step
 from sim.results import PolicyRun, StepInfo, StepMetrics, step_metrics
@@ -55,13 +61,6 @@ def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt:
     """
     rng = seeds.rng(seed, Stream.LENGTHS, step, index, attempt)
     return sample_step(workload.lengths, workload.max_response_tokens, 1, workload.group_size, step, rng)
-
-
-def step_lengths(workload: Workload, seed: int, step: int) -> StepLengths:
-    """A synchronous step's responses, prompt-major."""
-    groups = [group_lengths(workload, seed, step, j) for j in range(workload.prompts_per_step)]
-    return StepLengths(np.concatenate([g.lengths for g in groups]), np.concatenate([g.correct for g in groups]),
-                       np.repeat(np.arange(len(groups)), workload.group_size))
 
 
 def check_size(workload: Workload, steps: int) -> None:

@@ -16,18 +16,23 @@ and two speedups against the first policy:
 Nothing here knows what a policy does; it only runs the simulator. The JSON
 (`Comparison.to_json`, written as `compare.json`) is documented in
 `docs/formats.md`; `Comparison.figure()` draws the 4-panel `compare.png`.
+
+One seed: `summarize_runs` gives each simulated run's means over its steps and its
+speedup against the first run (what `tlt sim` prints and the What-if page shows).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
+from sim.results import PolicyRun
 from sim.sweep import ProgressFn, seed_list, spread, sweep
 from workbench.contracts.fileio import save_figure, write_atomic
 from workbench.contracts.policy import Policy
@@ -45,7 +50,38 @@ PANELS = (
     ("bubble_fraction", "Bubble fraction", "idle share of rollout worker-time"),
     ("mean_accept_len", "Mean accepted length", "tokens per verify pass"),
 )
-STATS = ("mean", "std", "min", "max", "ci95")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One simulated run (one policy, one seed): means over its steps, and its speedup against the first run."""
+
+    policy: str  # the run's label
+    step_time_s: float
+    rollout_time_s: float
+    bubble_fraction: float
+    mean_accept_len: float
+    drafter_train_fraction: float
+    tokens_per_s: float
+    speedup: float  # the first run's mean step time / this run's
+
+
+def summarize_runs(runs: Sequence[PolicyRun], labels: Sequence[str] | None = None) -> list[RunSummary]:
+    """Each run's summary (labelled by `labels`, default the policy names); the first is the reference."""
+    ref = runs[0].mean("step_time_s")
+    out = []
+    for label, run in zip(labels if labels is not None else [r.policy_name for r in runs], runs):
+        s = run.summary()
+        out.append(RunSummary(label, s["step_time_s"], s["rollout_time_s"], s["bubble_fraction"], s["mean_accept_len"],
+                              s["drafter_train_fraction"], s["tokens_per_s"],
+                              ref / s["step_time_s"] if s["step_time_s"] else float("nan")))
+    return out
+
+
+def summary_frame(summaries: Sequence[RunSummary]) -> pd.DataFrame:
+    """The summaries as a table, one row per run, indexed by policy."""
+    return pd.DataFrame([asdict(s) for s in summaries]).set_index("policy")
+
 
 @dataclass
 class Comparison:
@@ -114,11 +150,9 @@ class Comparison:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
-    def figure(self):
+    def figure(self) -> Figure:
         """Four panels (step time, rollout time, bubble fraction, accepted length):
         bars are means over seeds, error bars one standard deviation, dots the seeds."""
-        from matplotlib.figure import Figure
-
         n = len(self.policies)
         fig = Figure(figsize=(max(8.0, 2.2 + 1.3 * n * 2), 7.0), layout="constrained")
         axes = fig.subplots(2, 2).ravel()

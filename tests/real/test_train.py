@@ -16,19 +16,18 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.test_real_engine import HAVE_VLLM, REFERENCE_MODEL
 
-pytestmark = pytest.mark.skipif(not HAVE_VLLM or not (REFERENCE_MODEL / "config.json").is_file(),
-                                reason="needs vLLM and the shipped reference model")
+from real.run.coordinator import RunConfig, TrainingRun, run_training
+from workbench.contracts.policy import load_policy
+from workbench.contracts.trace import load_trace
+
+pytestmark = [pytest.mark.needs_vllm, pytest.mark.needs_reference]
 
 SMALL = dict(steps=2, workers=2, seed=3, prompts=8, samples=2, max_tokens=384)
 
 
-def _config(policy: str, out: Path, **kw):
-    from real.train import RunConfig
-    from workbench.contracts.policy import load_policy
-
-    return RunConfig(model=REFERENCE_MODEL, policy=load_policy(policy), out=out, **{**SMALL, **kw})
+def _config(model: Path, policy: str, out: Path, **kw) -> RunConfig:
+    return RunConfig(model=model, policy=load_policy(policy), out=out, **{**SMALL, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -41,20 +40,16 @@ def ray_local():
 
 
 @pytest.fixture(scope="module")
-def runs(ray_local, tmp_path_factory):
+def runs(ray_local, tmp_path_factory, reference_model):
     """A sampled tlt run and a sampled baseline run from the same model and seed (2 steps)."""
-    from real.train import train
-
     root = tmp_path_factory.mktemp("train")
     out = {}
     for name in ("tlt", "baseline"):
-        out[name] = train(_config(name, root / name), log=None)
+        out[name] = run_training(_config(reference_model, name, root / name), log=None)
     return out
 
 
 def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
-    from workbench.contracts.trace import load_trace
-
     run = runs["tlt"]
     trace = load_trace(run.out / "trace")
     tl = trace.timeline
@@ -88,8 +83,6 @@ def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
 def test_sampled_rewards_agree_between_tlt_and_baseline(runs):
     """Same model, seed and prompts: SD changes which random numbers decide tokens, not their
     distribution, so rewards agree within sampling noise."""
-    from workbench.contracts.trace import load_trace
-
     r = {name: load_trace(run.out / "trace").requests for name, run in runs.items()}
     means = {k: float(v["reward"].mean()) for k, v in r.items()}
     n = len(r["tlt"])
@@ -99,17 +92,16 @@ def test_sampled_rewards_agree_between_tlt_and_baseline(runs):
     assert sorted(r["tlt"]["request_id"]) == sorted(r["baseline"]["request_id"])
 
 
-def test_greedy_rollouts_are_identical_under_tlt_and_baseline(ray_local, tmp_path):
+def test_greedy_rollouts_are_identical_under_tlt_and_baseline(ray_local, tmp_path, reference_model):
     """Losslessness at the training level: same weights, greedy, tlt (n-gram drafts, bandit
     draft lengths) and baseline produce the same tokens, hence the same rewards."""
-    from real.train import TrainingRun
-
     texts = {}
     for name in ("baseline", "tlt"):
-        run = TrainingRun(_config(name, tmp_path / name, steps=1, temperature=0.0, prompts=4), log=None).open()
+        cfg = _config(reference_model, name, tmp_path / name, steps=1, temperature=0.0, prompts=4)
+        run = TrainingRun(cfg, log=None).open()
         try:
             run.step()
-            texts[name] = {row["request_id"]: (row["response_tokens"], row["reward"]) for row in run.rows["requests"]}
+            texts[name] = {row.request_id: (row.response_tokens, row.reward) for row in run.rows.requests}
             accept = run.metrics[0].mean_accept_len
             if name == "tlt":
                 assert accept > 1.0, "the tlt run must have drafted"
@@ -118,23 +110,21 @@ def test_greedy_rollouts_are_identical_under_tlt_and_baseline(ray_local, tmp_pat
     assert texts["tlt"] == texts["baseline"]
 
 
-def _tlt_train(out: Path, *extra: str) -> list[str]:
+def _tlt_train(model: Path, out: Path, *extra: str) -> list[str]:
     exe = Path(sys.executable).with_name("tlt")
-    return [str(exe), "train", "--model", str(REFERENCE_MODEL), "--policy", "baseline", "--out", str(out),
+    return [str(exe), "train", "--model", str(model), "--policy", "baseline", "--out", str(out),
             "--steps", str(SMALL["steps"]), "--workers", str(SMALL["workers"]), "--seed", str(SMALL["seed"]),
             "--prompts", str(SMALL["prompts"]), "--samples", str(SMALL["samples"]),
             "--max-tokens", str(SMALL["max_tokens"]), *extra]
 
 
-def test_resume_after_kill_loses_nothing(runs, tmp_path):
+def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
     """kill -9 the whole `tlt train` process group mid-run, resume: the finished step is kept
     and the run ends where an uninterrupted run with the same seed ends (baseline decoding is
     deterministic for a seed, so rewards must match request for request)."""
-    from workbench.contracts.trace import load_trace
-
     out = tmp_path / "killed"
     env = {**os.environ, "RAY_ADDRESS": ""}
-    proc = subprocess.Popen(_tlt_train(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen(_tlt_train(reference_model, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, env=env)
     deadline = time.time() + 300
     try:
@@ -148,7 +138,7 @@ def test_resume_after_kill_loses_nothing(runs, tmp_path):
         proc.wait()
     before = (out / "metrics.csv").read_text().splitlines()
     assert len(before) == 2, "one finished step before the kill"
-    done = subprocess.run(_tlt_train(out, "--resume"), capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(_tlt_train(reference_model, out, "--resume"), capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     after = (out / "metrics.csv").read_text().splitlines()
     assert len(after) == 3 and after[1] == before[1], "step 0's record must survive unchanged"

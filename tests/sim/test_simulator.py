@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.costs import verify_step_s
-from sim.simulator import shard, simulate, step_lengths
+from sim.lengths import StepLengths
+from sim.simulator import group_lengths, shard, simulate
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload
@@ -42,6 +43,13 @@ def cases(draw, policies=tuple(POLICIES)):
     seed = draw(st.integers(0, 10_000))
     return wl, policy, profile, seed
 
+
+
+def step_lengths(workload, seed: int, step: int) -> StepLengths:
+    """A synchronous step's responses, prompt-major: the groups the simulator draws, in order."""
+    groups = [group_lengths(workload, seed, step, j) for j in range(workload.prompts_per_step)]
+    return StepLengths(np.concatenate([g.lengths for g in groups]), np.concatenate([g.correct for g in groups]),
+                       np.repeat(np.arange(len(groups)), workload.group_size))
 
 def _close(a: float, b: float, rel: float = 1e-9) -> bool:
     return abs(a - b) <= rel * max(1.0, abs(a), abs(b))

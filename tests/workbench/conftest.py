@@ -17,6 +17,8 @@ a LengthModel through `sim.lengths.sample_step`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -31,24 +33,102 @@ from workbench.contracts.trace import Trace
 from workbench.contracts.workload import LengthModel
 
 
-def _synthetic_trace(profile: Profile, policy: dict, *, prompts: int, samples: int, cap: int, workers: int, max_batch: int,
-               lengths: LengthModel = LengthModel(clip_ratio=0.05, sigma=0.8), rl_steps: int = 1, prompt_len: int = 48,
-               noise: float = 0.03, outliers: float = 0.01, warmup: int = 2, gap_s: float = 0.0005, seed: int = 0, shared_acceptance: bool = False,
-               replay: list[np.ndarray] | None = None) -> Trace:
-    rng = np.random.default_rng(seed)
-    pol = from_mapping(Policy, policy)
-    kind = pol.drafter.kind
-    acc = profile.acceptance
-    alpha, shape = (acc.ngram_alpha, acc.ngram_shape) if kind == "ngram" else (acc.eagle_alpha_fresh, acc.eagle_shape)
+@dataclass
+class _FakeEngine:
+    """One engine's continuous batching, step by step (see the module docstring)."""
 
-    def draft_len(batch: int) -> int:
-        if kind == "none" or batch > pol.sd_threshold:
+    profile: Profile
+    policy: Policy
+    max_batch: int
+    samples: int
+    cap: int
+    noise: float
+    outliers: float
+    warmup: int
+    gap_s: float
+    shared_acceptance: bool
+    rng: np.random.Generator
+
+    def draft_len(self, batch: int) -> int:
+        pol = self.policy
+        if pol.drafter.kind == "none" or batch > pol.sd_threshold:
             return 0
         for row in pol.schedule:
             if row.min_batch <= batch <= row.max_batch:
                 return row.draft_len
         return 0
 
+    def step_cost(self, rl: int, n: int, b: int, ctx: float, k: int, p: int) -> float:
+        prof, rng = self.profile, self.rng
+        cost = (verify_step_s(prof.decode, b, ctx, k) + draft_step_s(prof.drafter, self.policy.drafter.kind, b, k)
+                + prefill_s(prof.decode, p))
+        cost *= float(np.exp(self.noise * rng.standard_normal()))
+        if rng.random() < self.outliers:
+            cost *= 3.0
+        if rl == 0 and n < self.warmup:
+            cost *= 2.0
+        return cost
+
+    def run(self, rl: int, w: int, idx: list[int], lens: np.ndarray, correct: np.ndarray, plen: np.ndarray,
+            t0: float, steps: list[dict], reqs: list[dict]) -> float:
+        """Serve requests `idx` of RL step `rl` on engine `w` from time t0; append its steps and finished
+        requests; return the end of its last step."""
+        acc = self.profile.acceptance
+        kind = self.policy.drafter.kind
+        alpha, shape = (acc.ngram_alpha, acc.ngram_shape) if kind == "ngram" else (acc.eagle_alpha_fresh, acc.eagle_shape)
+        waiting = list(idx)
+        running: list[int] = []
+        gen = {i: 0 for i in idx}
+        t, n = t0, 0
+        while waiting or running:
+            room = self.max_batch - len(running)
+            new, waiting = waiting[:room], waiting[room:]
+            decoding = list(running)
+            b = len(decoding)
+            k = self.draft_len(b + len(new)) if b else 0
+            ctx = float(np.mean([plen[i] + gen[i] for i in decoding])) if b else 0.0
+            p = int(sum(plen[i] for i in new))
+            cost = self.step_cost(rl, n, b, ctx, k, p)
+            per_pos = np.zeros(k, np.int64)
+            emitted = 0
+            r = np.array([alpha ** (j ** shape) for j in range(1, k + 1)])
+            u_step = (0.5 + n * 0.6180339887498949) % 1.0  # low-discrepancy: the mean shows quickly
+            for i in decoding:
+                a = int(np.sum((u_step if self.shared_acceptance else self.rng.random()) < r)) if k else 0
+                per_pos[:a] += 1
+                step_tokens = min(1 + a, int(lens[i]) - gen[i])
+                gen[i] += step_tokens
+                emitted += step_tokens
+            for i in new:
+                gen[i] += 1
+                emitted += 1
+            steps.append(dict(rl_step=rl, engine=w, step=n, start_s=t, wall_s=cost, batch_size=b + len(new),
+                              num_waiting=len(waiting), prefill_requests=len(new), prefill_tokens=p,
+                              decode_requests=b, scheduled_tokens=b * (k + 1) + p, context_mean=ctx,
+                              context_max=int(max([plen[i] + gen[i] for i in decoding], default=0)),
+                              draft_len=k, num_drafts=b if k else 0, num_draft_tokens=b * k,
+                              num_accepted_tokens=int(per_pos.sum()), accepted_per_pos=per_pos.tolist(),
+                              new_tokens=emitted))
+            t += cost
+            for i in new + decoding:
+                if gen[i] >= lens[i]:
+                    reqs.append(dict(rl_step=rl, engine=w, request_id=f"{rl}-{i}", prompt_id=i // self.samples,
+                                     sample=i % self.samples, prompt_tokens=int(plen[i]), response_tokens=int(lens[i]),
+                                     finish_reason="length" if lens[i] >= self.cap else "stop", start_s=t0, end_s=t,
+                                     reward=float(correct[i])))
+            running = [i for i in decoding + new if gen[i] < lens[i]]
+            t += self.gap_s
+            n += 1
+        return t - self.gap_s
+
+
+def _synthetic_trace(profile: Profile, policy: dict, *, prompts: int, samples: int, cap: int, workers: int, max_batch: int,
+               lengths: LengthModel = LengthModel(clip_ratio=0.05, sigma=0.8), rl_steps: int = 1, prompt_len: int = 48,
+               noise: float = 0.03, outliers: float = 0.01, warmup: int = 2, gap_s: float = 0.0005, seed: int = 0, shared_acceptance: bool = False,
+               replay: list[np.ndarray] | None = None) -> Trace:
+    rng = np.random.default_rng(seed)
+    engine = _FakeEngine(profile, from_mapping(Policy, policy), max_batch, samples, cap, noise, outliers, warmup, gap_s,
+                         shared_acceptance, rng)
     steps, reqs, rls = [], [], []
     t0 = 0.0
     for rl in range(rl_steps):
@@ -58,64 +138,13 @@ def _synthetic_trace(profile: Profile, policy: dict, *, prompts: int, samples: i
             sl = sample_step(lengths, cap, prompts, samples, rl, rng)
             lens, correct = sl.lengths, sl.correct
         plen = rng.integers(prompt_len // 2, prompt_len * 3 // 2 + 1, len(lens))
-        ends = []
-        for w, rg in enumerate(shard(len(lens), workers)):
-            idx = list(rg)
-            waiting = list(idx)
-            running: list[int] = []
-            gen = {i: 0 for i in idx}
-            t = t0
-            n = 0
-            while waiting or running:
-                room = max_batch - len(running)
-                new, waiting = waiting[:room], waiting[room:]
-                decoding = list(running)
-                b = len(decoding)
-                k = draft_len(b + len(new)) if b else 0
-                ctx = float(np.mean([plen[i] + gen[i] for i in decoding])) if b else 0.0
-                p = int(sum(plen[i] for i in new))
-                cost = verify_step_s(profile.decode, b, ctx, k) + draft_step_s(profile.drafter, kind, b, k) + prefill_s(profile.decode, p)
-                cost *= float(np.exp(noise * rng.standard_normal()))
-                if rng.random() < outliers:
-                    cost *= 3.0
-                if rl == 0 and n < warmup:
-                    cost *= 2.0
-                per_pos = np.zeros(k, np.int64)
-                emitted = 0
-                r = np.array([alpha ** (j ** shape) for j in range(1, k + 1)])
-                u_step = (0.5 + n * 0.6180339887498949) % 1.0  # low-discrepancy: the mean shows quickly
-                for i in decoding:
-                    a = int(np.sum((u_step if shared_acceptance else rng.random()) < r)) if k else 0
-                    per_pos[:a] += 1
-                    step_tokens = min(1 + a, int(lens[i]) - gen[i])
-                    gen[i] += step_tokens
-                    emitted += step_tokens
-                for i in new:
-                    gen[i] += 1
-                    emitted += 1
-                steps.append(dict(rl_step=rl, engine=w, step=n, start_s=t, wall_s=cost, batch_size=b + len(new),
-                                  num_waiting=len(waiting), prefill_requests=len(new), prefill_tokens=p,
-                                  decode_requests=b, scheduled_tokens=b * (k + 1) + p, context_mean=ctx,
-                                  context_max=int(max([plen[i] + gen[i] for i in decoding], default=0)),
-                                  draft_len=k, num_drafts=b if k else 0, num_draft_tokens=b * k,
-                                  num_accepted_tokens=int(per_pos.sum()), accepted_per_pos=per_pos.tolist(),
-                                  new_tokens=emitted))
-                t += cost
-                for i in new + decoding:
-                    if gen[i] >= lens[i]:
-                        reqs.append(dict(rl_step=rl, engine=w, request_id=f"{rl}-{i}", prompt_id=i // samples,
-                                         sample=i % samples, prompt_tokens=int(plen[i]), response_tokens=int(lens[i]),
-                                         finish_reason="length" if lens[i] >= cap else "stop", start_s=t0, end_s=t,
-                                         reward=float(correct[i])))
-                running = [i for i in decoding + new if gen[i] < lens[i]]
-                t += gap_s
-                n += 1
-            ends.append(t - gap_s)
+        ends = [engine.run(rl, w, list(rg), lens, correct, plen, t0, steps, reqs)
+                for w, rg in enumerate(shard(len(lens), workers))]
         rollout = max(ends) - t0
         rls.append(dict(rl_step=rl, rollout_s=rollout, train_s=0.0, sync_s=0.0, drafter_train_s=0.0))
         t0 += rollout + 1.0
     meta = dict(model="fake-tiny", policy=policy, prompts=prompts, samples=samples, max_tokens=cap, seed=seed,
-                machine={"cpu": "fake"}, engine={"max_num_seqs": max_batch, "drafter": kind})
+                machine={"cpu": "fake"}, engine={"max_num_seqs": max_batch, "drafter": engine.policy.drafter.kind})
     return Trace(meta, pd.DataFrame(steps), pd.DataFrame(reqs), pd.DataFrame(rls))
 
 

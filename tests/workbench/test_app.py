@@ -204,7 +204,7 @@ def _table_row(columns: dict) -> dict:
 
 def _write_run(run_dir: Path) -> list:
     """A finished run directory as `tlt train` leaves it: metrics.csv, trace/ with a timeline, train.log."""
-    from real.train import METRIC_COLUMNS, StepRecord
+    from real.run.records import METRIC_COLUMNS, StepRecord
     from workbench.contracts.trace import (
         REQUEST_COLUMNS,
         RL_STEP_COLUMNS,
@@ -248,7 +248,7 @@ def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path)
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
 
-    from real.train import METRIC_COLUMNS
+    from real.run.records import METRIC_COLUMNS
 
     table = at.dataframe[0].value
     assert list(table.columns) == list(METRIC_COLUMNS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,16 +19,19 @@ from typer.testing import CliRunner
 
 from sim.lengths import sample_step
 from workbench.calibrate import (
+    Calibration,
+    ParamFit,
     calibrate,
     fit_lengths,
     per_position_acceptance,
     predict_steps,
+    trace_drafter_kind,
 )
 from workbench.cli import app
 from workbench.contracts.profile import load_profile
 from workbench.contracts.trace import Trace, TraceError, load_trace, write_trace
 from workbench.contracts.workload import LengthModel, load_workload
-from workbench.validate import validate
+from workbench.validate import save_validations, validate
 
 runner = CliRunner()
 BASE = load_profile("cpu-tiny")
@@ -63,6 +67,11 @@ def cal(traces):
     return calibrate(list(traces.values()), BASE, name="fitted")
 
 
+def param(c: Calibration, part: str, name: str) -> ParamFit:
+    """How the calibration set one profile parameter."""
+    return next(p for p in c.params if (p.part, p.name) == (part, name))
+
+
 def close(got: float, want: float, rel: float) -> bool:
     return abs(got - want) <= rel * want
 
@@ -76,10 +85,11 @@ def test_recovers_step_costs(cal):
     assert close(dr.ngram_s_per_seq, TRUE.drafter.ngram_s_per_seq, 0.3)
     assert close(dr.eagle_s_per_seq, TRUE.drafter.eagle_s_per_seq, 0.3)
     assert close(dr.eagle_step_s, TRUE.drafter.eagle_step_s, 0.3)
-    assert all(cal.fitted[k] for k in ("decode.overhead_s", "decode.per_seq_s", "decode.compute_s_per_token",
-                                       "decode.kv_s_per_token", "drafter.ngram_s_per_seq", "drafter.eagle_step_s"))
+    assert all(param(cal, *k).fitted for k in (("decode", "overhead_s"), ("decode", "per_seq_s"),
+                                              ("decode", "compute_s_per_token"), ("decode", "kv_s_per_token"),
+                                              ("drafter", "ngram_s_per_seq"), ("drafter", "eagle_step_s")))
     # CPU-like: compute-bound from batch 1, so there is no knee and weights_s stays the base's 0.
-    assert not cal.fitted["decode.weights_s"] and d.weights_s == 0.0
+    assert not param(cal, "decode", "weights_s").fitted and d.weights_s == 0.0
     # Warm-up steps (2 per engine, 2x slower) are left out; outliers (1%, 3x) do not drag the fit.
     assert cal.costs.steps_dropped.get("warm-up", 0) >= 6
     assert cal.costs.mdape_pct < 4 and cal.costs.cv_mdape_pct < 4
@@ -98,7 +108,39 @@ def test_recovers_acceptance(cal):
     assert a.ngram_alpha == pytest.approx(0.65, abs=0.03) and a.ngram_shape == pytest.approx(0.6, abs=0.15)
     assert a.eagle_alpha_fresh == pytest.approx(0.8, abs=0.03) and a.eagle_shape == pytest.approx(0.7, abs=0.15)
     assert a.eagle_alpha_cold == BASE.acceptance.eagle_alpha_cold and a.staleness_per_update == BASE.acceptance.staleness_per_update
-    assert not cal.fitted["acceptance.staleness_per_update"]
+    assert not param(cal, "acceptance", "staleness_per_update").fitted
+
+
+PARAMETER_KEYS = [
+    "decode.overhead_s", "decode.compute_s_per_token", "decode.per_seq_s", "decode.prefill_s_per_token",
+    "decode.kv_s_per_token", "drafter.ngram_s_per_seq", "drafter.eagle_s_per_seq", "drafter.eagle_step_s",
+    "decode.weights_s", "acceptance.eagle_alpha_fresh", "acceptance.eagle_alpha_cold", "acceptance.eagle_shape",
+    "acceptance.ngram_alpha", "acceptance.ngram_shape", "acceptance.staleness_per_update",
+    "phases.train_gpu_s_per_token", "phases.weight_sync_s",
+]
+
+
+def test_report_keeps_its_file_format(cal):
+    """The calibration report (NAME.calibration.json) is a file format: its parameters are keyed 'part.field',
+    each with the profile's value, the base's, whether it was fitted, its relative error and why not."""
+    report = cal.report(BASE)
+    assert report["schema"] == "tlt-calibration/1"
+    assert list(report["parameters"]) == PARAMETER_KEYS
+    assert [row[0] for row in cal.param_rows(BASE)] == PARAMETER_KEYS
+    for key, entry in report["parameters"].items():
+        part, name = key.split(".")
+        assert list(entry) == ["value", "base", "fitted", "rel_se", "why_not_fitted"]
+        assert entry["value"] == getattr(getattr(cal.profile, part), name)
+        assert entry["base"] == getattr(getattr(BASE, part), name)
+        assert entry["fitted"] == param(cal, part, name).fitted
+        assert (entry["why_not_fitted"] is None) == (entry["fitted"] or part in ("acceptance", "phases"))
+        if part in ("acceptance", "phases") or key == "decode.weights_s":
+            assert entry["rel_se"] is None
+    assert 0 < report["parameters"]["decode.overhead_s"]["rel_se"] < 0.1
+    # The per-finish cost is fitted and reported, never stored: a Profile has no field for it.
+    assert report["decode"]["finish_s_stored"] is False and report["decode"]["finish_s"] >= 0
+    assert not hasattr(cal.profile.decode, "finish_s")
+    assert json.loads(json.dumps(report)) == report
 
 
 def test_per_position_acceptance_counts_drafts_per_position():
@@ -112,13 +154,14 @@ def test_per_position_acceptance_counts_drafts_per_position():
 
 def test_parameters_a_trace_cannot_identify_keep_the_base(traces):
     c = calibrate([traces["none"]], BASE)
-    for key in ("drafter.ngram_s_per_seq", "drafter.eagle_step_s", "drafter.eagle_s_per_seq", "acceptance.ngram_alpha",
-                "acceptance.eagle_alpha_fresh"):
-        assert not c.fitted[key]
-        part, name = key.split(".")
-        assert getattr(getattr(c.profile, part), name) == getattr(getattr(BASE, part), name)
+    for part, name in (("drafter", "ngram_s_per_seq"), ("drafter", "eagle_step_s"), ("drafter", "eagle_s_per_seq"),
+                       ("acceptance", "ngram_alpha"), ("acceptance", "eagle_alpha_fresh")):
+        p = param(c, part, name)
+        assert not p.fitted
+        assert p.value == getattr(getattr(c.profile, part), name) == getattr(getattr(BASE, part), name)
+    assert param(c, "drafter", "eagle_step_s").why_not_fitted.startswith("no such steps")
     # Without SD, K is always 0: per-sequence and per-token compute cost are one feature; one is kept.
-    assert c.fitted["decode.per_seq_s"] != c.fitted["decode.compute_s_per_token"]
+    assert param(c, "decode", "per_seq_s").fitted != param(c, "decode", "compute_s_per_token").fitted
     slope = c.profile.decode.per_seq_s + c.profile.decode.compute_s_per_token
     assert close(slope, TRUE.decode.per_seq_s + TRUE.decode.compute_s_per_token, 0.1)
 
@@ -131,7 +174,7 @@ def test_finds_the_knee_of_a_memory_bound_engine(tmp_path, synthetic_trace):
     pol = {"name": "ngram", "sd_threshold": 192, "schedule": [[1, 48, 4], [49, 192, 2]], "drafter": {"kind": "ngram"}}
     ts = [synthetic_trace(gpu, BASELINE, seed=5, gap_s=0.0, **shape), synthetic_trace(gpu, pol, seed=6, gap_s=0.0, **shape)]
     c = calibrate(ts, BASE)
-    assert c.fitted["decode.weights_s"]
+    assert param(c, "decode", "weights_s").fitted
     assert close(c.profile.decode.weights_s, 0.004, 0.2)
     assert close(c.profile.decode.compute_s_per_token, 2e-5, 0.15)
     assert close(c.profile.decode.overhead_s, 0.002, 0.3)
@@ -186,7 +229,6 @@ def test_cli_calibrate_writes_a_profile_and_a_workload_that_load(traces, tmp_pat
 
 
 def _corrupt(src: Path, dst: Path, how: str) -> None:
-    import shutil
     shutil.copytree(src, dst)
     if how == "column":
         df = pd.read_parquet(dst / "steps.parquet").drop(columns=["wall_s"])
@@ -240,21 +282,45 @@ def test_calibrate_then_validate_round_trips(tmp_path, synthetic_trace):
         assert abs(last["error_pct"]) < 3, (name, last)
         doc = json.loads((tmp_path / f"v-{name}" / "validate.json").read_text())
         assert doc["runs"][0]["held_out"] == (name == "held") and (tmp_path / f"v-{name}" / "validate.png").stat().st_size > 0
+        assert list(doc["runs"][0]["details"]) == VALIDATE_DETAILS
+
+
+VALIDATE_DETAILS = [
+    "trace", "profile", "workers", "prompts", "samples", "max_tokens", "max_batch", "prompt_tokens", "rl_steps",
+    "policy", "drafter", "schedule_overridden", "off_threshold_sd_steps", "shards_match", "measured_basis",
+    "predicted_per_step_s", "rollout_s", "span_s", "span_vs_rollout_pct", "tokens_traced", "tokens_simulated",
+    "accept_len_traced", "accept_len_simulated", "engine_steps_traced", "engine_steps_simulated",
+    "step_cost_rollout_s", "step_cost_per_rl_step_s", "cost_error_pct", "pace_error_pct",
+]
+
+
+def test_validate_json_details_keep_their_format(traces, tmp_path):
+    """validate.json's `details` keep the file's keys and order; a run with no SD schedule has no
+    schedule_overridden, and a bucket the trace ran at another draft length is listed as before."""
+    drifted = dict(traces["ngram"].meta, policy={**NGRAM, "schedule": [[1, 4, 1], [5, 16, 2], [17, 32, 1]]})
+    runs = [validate(BASE, traces["ngram"]), validate(BASE, traces["none"]),
+            validate(BASE, replace(traces["ngram"], meta=drifted, path=traces["ngram"].path.with_name("drifted")))]
+    save_validations(runs, tmp_path, BASE)
+    doc = json.loads((tmp_path / "validate.json").read_text())
+    assert doc["schema"] == "tlt-validate/1" and [r["trace"] for r in doc["runs"]] == ["ngram", "none", "drifted"]
+    assert list(doc["runs"][0]["details"]) == VALIDATE_DETAILS
+    assert list(doc["runs"][1]["details"]) == [k for k in VALIDATE_DETAILS if k != "schedule_overridden"]
+    assert doc["runs"][2]["details"]["schedule_overridden"] == [{"bucket": [1, 4], "schedule": 1, "traced": 4}]
+    assert runs[2].details.schedule_overridden[0].traced == 4
+    assert (tmp_path / "validate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_validate_replays_lengths_and_schedule(traces):
     v = validate(BASE, traces["ngram"])
     d = v.details
-    assert d["tokens_simulated"] == d["tokens_traced"]
-    assert d["shards_match"] == 1.0 and d["drafter"] == "ngram" and not d["schedule_overridden"]
-    assert d["measured_basis"] == "rl_steps.rollout_s" and abs(d["span_vs_rollout_pct"]) < 1
+    assert d.tokens_simulated == d.tokens_traced
+    assert d.shards_match == 1.0 and d.drafter == "ngram" and d.schedule_overridden == []
+    assert d.measured_basis == "rl_steps.rollout_s" and abs(d.span_vs_rollout_pct) < 1
     assert math.isfinite(v.error_pct) and v.error_pct == pytest.approx(
         100 * (v.predicted_rollout_s - v.measured_rollout_s) / v.measured_rollout_s)
 
 
 def test_drafter_kind_comes_from_what_the_engine_ran():
-    from workbench.calibrate import trace_drafter_kind
-
     pol = {"name": "p", "drafter": {"kind": "eagle"}}
     assert trace_drafter_kind({"policy": pol, "engine": {"speculative_config": {"method": "ngram"}}}) == "ngram"
     assert trace_drafter_kind({"policy": pol, "engine": {"speculative_config": None, "drafter": None}}) == "none"

@@ -5,8 +5,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from sim.simulator import simulate
 from workbench.cli import app
-from workbench.compare import METRICS, compare
+from workbench.compare import METRICS, compare, summarize_runs, summary_frame
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload
@@ -82,6 +83,29 @@ def test_summary_paired_speedups_and_any_policy():
         assert s.loc[name, "speedup_paired_max"] == pytest.approx(per_seed.max())
     fig = result.figure()
     assert len(fig.axes) == 4
+
+
+def test_run_summaries_are_what_tlt_sim_reports(tmp_path):
+    """One home for the per-policy summary: `tlt sim` writes it and the What-if page shows it."""
+    wl = load_workload("cpu-tiny")
+    prof = load_profile(wl.profile)
+    runs = [simulate(wl, load_policy(n), prof, seed=1, steps=2) for n in ("baseline", "tlt")]
+    summaries = summarize_runs(runs, ["base", "mine"])
+    assert [s.policy for s in summaries] == ["base", "mine"]
+    assert [s.policy for s in summarize_runs(runs)] == ["baseline", "tlt"]
+    for s, run in zip(summaries, runs):
+        for k, v in run.summary().items():
+            assert getattr(s, k) == v
+    assert summaries[0].speedup == 1.0
+    assert summaries[1].speedup == runs[0].mean("step_time_s") / runs[1].mean("step_time_s")
+    table = summary_frame(summaries)
+    assert list(table.index) == ["base", "mine"] and table.loc["mine", "speedup"] == summaries[1].speedup
+    res = runner.invoke(app, ["sim", "--workload", "cpu-tiny", "--policy", "baseline,tlt", "--steps", "2", "--seed", "1",
+                              "--out", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    written = json.loads((tmp_path / "s" / "summary.json").read_text())["policies"]
+    assert written["tlt"]["speedup_vs_first"] == summaries[1].speedup
+    assert written["tlt"]["step_time_s"] == summaries[1].step_time_s
 
 
 def test_compare_rejects_duplicate_names_and_no_seeds():

@@ -2,7 +2,7 @@
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -16,6 +16,7 @@ from workbench.contracts.workload import load_workload
 from workbench.regret import BANDITS, bandit_regret, bandit_variants, decision_segments
 
 runner = CliRunner()
+ORACLE_KEYS = ["bucket", "min_batch", "max_batch", "oracle_draft_len", "schedule_draft_len", "segments", "regret_s"]
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +52,13 @@ def test_every_bandit_has_finite_nonnegative_regret(report):
         assert r.clairvoyant_regret_s >= r.regret_s - 1e-9
         # The curve ends at the total; the buckets add up to it.
         assert r.curve[-1] == pytest.approx(r.regret_s, abs=1e-9)
-        assert sum(o["regret_s"] for o in r.oracle) == pytest.approx(r.regret_s, abs=1e-9)
+        assert sum(o.regret_s for o in r.oracle) == pytest.approx(r.regret_s, abs=1e-9)
         # A bucket whose played arm is the oracle's has exactly zero regret (the fixed table's buckets).
         if r.algorithm == "fixed":
             for o in r.oracle:
-                assert o["regret_s"] >= -1e-12
-                if o["oracle_draft_len"] == o["schedule_draft_len"]:
-                    assert o["regret_s"] == 0.0
+                assert o.regret_s >= -1e-12
+                if o.oracle_draft_len == o.schedule_draft_len:
+                    assert o.regret_s == 0.0
 
 
 def test_model_time_matches_the_simulator(toy):
@@ -85,7 +86,7 @@ def test_beg_mab_beats_a_poor_fixed_table(toy, report):
 def test_fixed_table_at_the_oracle_schedule_has_no_regret(toy, report):
     wl, prof, base = toy
     beg0 = next(r for r in report.runs if r.algorithm == "beg" and r.seed == 0)
-    oracle = {o["bucket"]: o["oracle_draft_len"] for o in beg0.oracle}
+    oracle = {o.bucket: o.oracle_draft_len for o in beg0.oracle}
     tuned = replace(base, schedule=tuple(replace(row, draft_len=oracle.get(i) if oracle.get(i) is not None
                                                  else row.draft_len) for i, row in enumerate(base.schedule)))
     rep = bandit_regret(wl, tuned, prof, seeds=[0], algorithms=["fixed"])
@@ -108,6 +109,24 @@ def test_json_and_png(report, tmp_path):
             assert len(curve["decision"]) == len(curve["cumulative_regret_s"]) > 0
             assert curve["decision"][-1] == run["decisions"]
             assert curve["cumulative_regret_s"][-1] == pytest.approx(run["regret_s"])
+            assert run["oracle_schedule"] and all(list(o) == ORACLE_KEYS for o in run["oracle_schedule"])
+    runs = {(r.algorithm, r.seed): r for r in report.runs}
+    for alg, entry in data["bandits"].items():
+        for run in entry["per_seed"]:
+            assert run["oracle_schedule"] == [asdict(o) for o in runs[alg, run["seed"]].oracle]
+
+
+def test_oracle_consensus_is_the_most_common_pick(report):
+    """What `tlt regret` prints: per bucket, the oracle draft length most runs chose."""
+    consensus = report.oracle_consensus()
+    assert consensus and [(lo, hi) for lo, hi, _ in consensus] == sorted({(lo, hi) for lo, hi, _ in consensus})
+    for lo, hi, k in consensus:
+        picks = [o.oracle_draft_len for r in report.runs for o in r.oracle
+                 if (o.min_batch, o.max_batch) == (lo, hi) and o.oracle_draft_len is not None]
+        assert picks.count(k) == max(picks.count(x) for x in picks)
+    frame = report.oracle_frame()
+    assert list(frame.columns[:2]) == ["bandit", "seed"] and len(frame) == len(report.runs)
+    assert {f"{lo}-{hi}" for lo, hi, _ in consensus} <= set(frame.columns)
 
 
 def test_cli_regret(tmp_path):

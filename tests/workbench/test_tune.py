@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -96,6 +97,24 @@ def test_tuner_beats_the_best_preset_on_the_same_seeds(small):
     assert list(conv["trial"]) == list(range(40))
     assert conv["best_so_far"].is_monotonic_decreasing
     assert conv["best_so_far"].iloc[-1] == pytest.approx(tuned, rel=1e-12)
+
+
+def test_a_fresh_study_replays_from_its_sampler_seed_and_prints_each_trial(small):
+    """The sampler is seeded from (sampler seed, trials already in the study): a fresh study with the same
+    seed samples the same trials; TrialPrinter prints one line per finished trial."""
+    wl, prof = small
+    spec = tune.TuneSpec(wl, prof, seeds=1)
+    sampled, out = {}, io.StringIO()
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        study = tune.open_study(spec, name, storage=None, sampler_seed=seed)
+        tune.run_study(study, spec, 6, [tune.TrialPrinter(6, stream=out)] if name == "a" else [])
+        sampled[name] = [t.params for t in study.trials]
+    assert sampled["a"] == sampled["b"]
+    assert sampled["a"][:2] == sampled["c"][:2]  # the enqueued presets
+    assert sampled["a"] != sampled["c"]
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 6 and lines[0].startswith("trial 1/6 (#0, ") and "[preset baseline]" in lines[0]
+    assert lines[-1].startswith("trial 6/6 (#5, ")
 
 
 def test_multi_objective_front_is_non_dominated(small):

@@ -7,18 +7,18 @@ import math
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 
 from workbench import calibrate as cal
 from workbench.cli.apps import app
 from workbench.cli.common import fail
-from workbench.contracts.fileio import write_atomic
+from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.tables import format_table
-from workbench.validate import save_validations, validate as run_validate
+from workbench.validate import save_validations, validations_summary
+from workbench.validate import validate as run_validate
 
 
 @app.command()
@@ -46,21 +46,18 @@ def calibrate(
         fail(exc)
     save(result.profile, out)
     report = out.with_name(out.stem + ".calibration.json")
-    write_atomic(report, json.dumps(result.report(base_prof), indent=2) + "\n")
+    write_json(report, result.report(base_prof))
     c = result.costs
     typer.echo(f"calibrated {result.profile.name!r} on {len(loaded)} trace(s), {c.steps_used} engine steps "
                f"(dropped: {', '.join(f'{v} {k}' for k, v in c.steps_dropped.items()) or 'none'}); base {base_prof.name}")
     typer.echo(format_table(result.param_rows(base_prof), ["parameter", "value", "base", "how"]))
     typer.echo("")
     typer.echo(f"step latency, median |error|: {c.mdape_pct:.2f}% in sample, {c.cv_mdape_pct:.2f}% held out "
-               f"({cal.CV_FOLDS}-fold); {int(c.residuals['outlier'].sum())} outlier steps (> 5 robust sd); "
+               f"({cal.CV_FOLDS}-fold); {c.outliers} outlier steps (> 5 robust sd); "
                f"robust fit scaled x{c.mean_scale:.3f} to match total time; knee {c.knee_tokens:.0f} tokens")
-    if not cal.HAS_FINISH:
-        typer.echo(f"a step after requests finish costs {1e3 * c.finish_s:.2f} ms more per finished request "
-                   f"(fitted, then spread over the profile's parameters: a Profile has no per-finish cost)")
-    rows = [[t, str(int((c.residuals["trace"] == t).sum())), f"{b:+.2f}%",
-             f"{float(np.median(np.abs(c.residuals.loc[c.residuals['trace'] == t, 'error_pct']))):.2f}%"]
-            for t, b in c.bias_pct.items()]
+    typer.echo(f"a step after requests finish costs {1e3 * c.finish_s:.2f} ms more per finished request "
+               f"(fitted, then spread over the profile's parameters: a Profile has no per-finish cost)")
+    rows = [[t.trace, str(t.steps), f"{t.bias_pct:+.2f}%", f"{t.median_abs_error_pct:.2f}%"] for t in c.per_trace()]
     typer.echo(format_table(rows, ["trace", "steps", "total-time bias", "median |error|"]))
     if c.warmup_excess_s > 0:
         typer.echo(f"warm-up steps left out took {c.warmup_excess_s:.3f}s more than the fit predicts (all engines)")
@@ -112,32 +109,24 @@ def validate(
     rows = []
     for v in results:
         d = v.details
-        rows.append([v.trace, str(d["workers"]), f"{d['prompts']}x{d['samples']}", str(d["max_batch"]), d["drafter"],
-                     f"{d['accept_len_traced']:.2f}/{d['accept_len_simulated']:.2f}",
+        rows.append([v.trace, str(d.workers), f"{d.prompts}x{d.samples}", str(d.max_batch), d.drafter,
+                     f"{d.accept_len_traced:.2f}/{d.accept_len_simulated:.2f}",
                      f"{v.predicted_rollout_s:,.3f}", f"{v.measured_rollout_s:,.3f}", f"{v.error_pct:+.2f}%"])
     typer.echo(f"profile {prof.name}: traced runs re-simulated with their own lengths, schedule and drafter")
     typer.echo(format_table(rows, ["trace", "engines", "prompts", "batch", "drafter", "accept len trace/sim",
                              "predicted s", "measured s", "error"]))
     for v in results:
         d = v.details
-        extra = f"; schedule buckets set from the trace: {d['schedule_overridden']}" if d.get("schedule_overridden") else ""
-        span = d.get("span_vs_rollout_pct")
-        typer.echo(f"{v.trace}: measured from {d['measured_basis']}"
+        extra = (f"; schedule buckets set from the trace: {[o.to_dict() for o in d.schedule_overridden]}"
+                 if d.schedule_overridden else "")
+        span = d.span_vs_rollout_pct
+        typer.echo(f"{v.trace}: measured from {d.measured_basis}"
                    + (f" (request span differs by {span:+.2f}%)" if span is not None else "")
-                   + f"; groups on their traced engine: {100 * d['shards_match']:.0f}%{extra}")
-        typer.echo(f"  engine steps traced {d['engine_steps_traced']}, simulated {d['engine_steps_simulated']:,.0f}; "
-                   f"the profile on the traced steps gives {d['step_cost_rollout_s']:,.3f}s "
-                   f"(cost model {d['cost_error_pct']:+.2f}%, simulator pacing {d['pace_error_pct']:+.2f}%)")
+                   + f"; groups on their traced engine: {100 * d.shards_match:.0f}%{extra}")
+        typer.echo(f"  engine steps traced {d.engine_steps_traced}, simulated {d.engine_steps_simulated:,.0f}; "
+                   f"the profile on the traced steps gives {d.step_cost_rollout_s:,.3f}s "
+                   f"(cost model {d.cost_error_pct:+.2f}%, simulator pacing {d.pace_error_pct:+.2f}%)")
     if out is not None:
         save_validations(results, out, prof)
         typer.echo(f"wrote {out}/validate.json and {out}/validate.png")
-    if len(results) == 1:
-        summary = results[0].summary()
-    else:
-        pred = sum(v.predicted_rollout_s for v in results)
-        meas = sum(v.measured_rollout_s for v in results)
-        summary = {"predicted_rollout_s": round(pred, 4), "measured_rollout_s": round(meas, 4),
-                   "error_pct": round(100 * (pred - meas) / meas, 3),
-                   "median_abs_error_pct": round(float(np.median([abs(v.error_pct) for v in results])), 3),
-                   "traces": {v.trace: v.summary() for v in results}}
-    typer.echo(json.dumps(summary))
+    typer.echo(json.dumps(validations_summary(results)))

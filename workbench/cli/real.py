@@ -1,16 +1,26 @@
 """The real backend's commands: `tlt model init`, `capture`, `drafter train`, `train`,
-`bench rollout` and `bench real`. The backend's modules load torch and vLLM, so they are
-imported when a command runs, not when `tlt` starts."""
+`bench rollout` and `bench real`. The backend's modules imported here load torch, vLLM and Ray
+only when they run; the torch-only ones (drafter training) are imported when their command runs."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from real.experiments.bench_rollout import bench_rollout as run_bench_rollout
+from real.experiments.bench_training import bench_real as run_bench_real
+from real.experiments.bench_training import spot_interference
+from real.rollout.spec_config import EngineConfigError
+from real.run.capture import CaptureError, check_inputs
+from real.run.capture import capture as run_capture
+from real.run.coordinator import RunConfig, TrainError, default_drafter, run_training
+from real.tiny import task
+from real.tiny.model import DEFAULT_STEPS, init_model
 from workbench.cli.apps import app, bench_app, drafter_app, model_app
 from workbench.cli.common import fail
 from workbench.contracts.policy import load_policy
@@ -23,18 +33,14 @@ def model_init(
     out: Path = typer.Option(..., help="Directory to write the model to (Hugging Face format: config.json, "
                                        "model.safetensors, tokenizer files, training.json)."),
     seed: int = typer.Option(0, help="Seed of the initial weights and of the training problems; same seed, same weights."),
-    steps: Optional[int] = typer.Option(None, min=1, help="SFT optimiser steps (default: real.model.DEFAULT_STEPS)."),
-    mix: str = typer.Option("default", help="Difficulty mix of the training problems (real/task.py: default, easy, hard, flat)."),
+    steps: Optional[int] = typer.Option(None, min=1, help="SFT optimiser steps (default: real.tiny.model.DEFAULT_STEPS)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the training problems (real/tiny/task.py: default, easy, hard, flat)."),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Evaluate greedy answers on held-out problems after training."),
     threads: int = typer.Option(2, min=1, help="CPU threads for training (the weights depend on it: same seed and threads, same bytes)."),
 ) -> None:
     """Build a small Qwen2 and a character tokenizer, train it (SFT) on the GCD task, save it."""
-    from real import task
-
     if mix not in task.MIXES:
         fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
-    from real.model import DEFAULT_STEPS, init_model
-
     info = init_model(out, seed=seed, steps=steps or DEFAULT_STEPS, mix=mix, evaluate_after=evaluate, threads=threads,
                       log=lambda m: typer.echo(m, err=True))
     typer.echo(f"wrote {out} (SFT {info['train_seconds']:.0f}s, final loss {info['final_loss']:.4f})")
@@ -53,19 +59,16 @@ def capture(
     model: Path = typer.Option(..., help="Target model directory (Hugging Face format, e.g. from `tlt model init`)."),
     policy: str = typer.Option(..., help="Policy preset name or YAML/JSON file: its drafter kind and schedule set speculative decoding."),
     drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter checkpoint directory (`tlt drafter train`); required by an eagle policy."),
-    prompts: int = typer.Option(8, min=1, help="Problems drawn from real.task."),
+    prompts: int = typer.Option(8, min=1, help="Problems drawn from real.tiny.task."),
     samples: int = typer.Option(4, min=1, help="Responses per problem (the group size)."),
     max_tokens: int = typer.Option(512, min=1, help="Response cap in tokens."),
     seed: int = typer.Option(0, help="Seed of the problems and of sampling."),
-    mix: str = typer.Option("default", help="Difficulty mix of the problems (real/task.py)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the problems (real/tiny/task.py)."),
     temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature (0: greedy)."),
     max_num_seqs: int = typer.Option(64, min=1, help="vLLM's max_num_seqs: the most requests decoded at once."),
     out: Path = typer.Option(..., help="Trace directory to write (schema: traces/README.md)."),
 ) -> None:
     """Run one rollout on vLLM step by step and record it as a trace."""
-    from real.capture import CaptureError, capture as run_capture, check_inputs
-    from real.engine import EngineConfigError
-
     try:
         pol = load_policy(policy)
     except ConfigError as exc:
@@ -95,25 +98,20 @@ def drafter_train(
     out: Path = typer.Option(..., help="Drafter checkpoint directory to write (vLLM loads it as EagleLlamaForCausalLM)."),
     steps: int = typer.Option(300, min=1, help="Optimiser steps."),
     seed: int = typer.Option(0, help="Seed of the prompts, the sampling, the initial weights and the batches."),
-    prompts: int = typer.Option(32, min=1, help="Prompts to sample the target on (real.task problems, else random-token prompts)."),
+    prompts: int = typer.Option(32, min=1, help="Prompts to sample the target on (real.tiny.task problems)."),
     samples: int = typer.Option(4, min=1, help="Responses per prompt: one greedy, the rest sampled."),
     max_tokens: int = typer.Option(256, min=1, help="Response cap of the training rollouts."),
     lr: float = typer.Option(1e-3, min=0.0, help="AdamW learning rate (cosine decay to a tenth, 20 warm-up steps)."),
-    mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/task.py)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/tiny/task.py)."),
     temperature: float = typer.Option(1.0, min=0.0, help="Temperature of the sampled responses."),
 ) -> None:
     """Sample the target, then train an EAGLE drafter on its hidden states (EAGLE loss)."""
-    from real.eagle import train_from_target
+    from real.drafter.training import train_from_target
 
     if not (model / "config.json").is_file():
         fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
-    try:
-        from real import task
-
-        if mix not in getattr(task, "MIXES", {mix: None}):
-            fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
-    except ImportError:
-        pass
+    if mix not in task.MIXES:
+        fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
     t0 = time.perf_counter()
     path = train_from_target(model, out, steps=steps, seed=seed, prompts=prompts, samples=samples,
                              max_tokens=max_tokens, lr=lr, mix=mix, temperature=temperature,
@@ -135,31 +133,27 @@ def bench_rollout(
     seed: int = typer.Option(0, help="Seed of the prompts."),
 ) -> None:
     """Decode throughput with no SD, n-gram and EAGLE at several batch sizes (greedy, same prompts)."""
-    from real.bench import bench_rollout as run_bench
-
     try:
         sizes = [int(b) for b in batches.split(",") if b.strip()]
     except ValueError:
         fail(ValueError(f"--batches {batches!r}: give comma-separated integers"))
     if not sizes or min(sizes) < 1 or max(sizes) > 256:
         fail(ValueError(f"--batches {batches!r}: sizes from 1 to 256"))
-    report = run_bench(model, drafter, sizes, max_tokens=max_tokens, draft_len=draft_len, repeats=repeats, seed=seed,
-                       log=lambda m: typer.echo(m, err=True))
+    report = run_bench_rollout(model, drafter, sizes, max_tokens=max_tokens, draft_len=draft_len, repeats=repeats,
+                               seed=seed, log=lambda m: typer.echo(m, err=True))
     rows = []
-    for method, per_b in report["results"].items():
+    for method, per_b in report.results.items():
         for b, r in per_b.items():
-            rows.append([method, b, f"{r['tokens_per_s']:,.0f}", f"{r['speedup_vs_none']:.2f}x",
-                         "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}",
-                         "yes" if r["same_as_none"] else "NO"])
+            rows.append([method, str(b), f"{r.tokens_per_s:,.0f}", f"{r.speedup_vs_none:.2f}x",
+                         "-" if r.mean_accepted_length is None else f"{r.mean_accepted_length:.2f}",
+                         "yes" if r.same_as_none else "NO"])
     typer.echo(f"{model}: greedy, {max_tokens} tokens per sequence, K={draft_len}, best of {repeats}")
     typer.echo(format_table(rows, ["method", "batch", "tok/s", "vs none", "accept len", "same tokens"]))
-    typer.echo(json.dumps(report))
+    typer.echo(json.dumps(report.to_json()))
 
 
 def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, seed: int, prompts: int, samples: int,
                 max_tokens: int, drafter: Optional[Path], lr: float, address: Optional[str], mix: str):
-    from real.train import RunConfig, TrainError, default_drafter
-
     try:
         pol = load_policy(policy)
     except Exception as exc:
@@ -199,12 +193,10 @@ def train(
     max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
     drafter: Optional[Path] = typer.Option(None, help="Warm-start EAGLE drafter (policies with drafter.warm_start)."),
     lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate (AdamW)."),
-    mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/task.py)."),
+    mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/tiny/task.py)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address to join (default: a local Ray)."),
 ) -> None:
-    """GRPO on vLLM rollouts with spot drafter training and adaptive SD (real/train.py)."""
-    from real.train import train as run_train
-
+    """GRPO on vLLM rollouts with spot drafter training and adaptive SD (real/run/coordinator.py)."""
     cfg = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens, drafter, lr, address, mix)
     typer.echo("  ".join(_STEP_HEADER))
 
@@ -212,7 +204,7 @@ def train(
         typer.echo("  ".join(_step_row(m)))
 
     try:
-        run = run_train(cfg, resume=resume, log=lambda m: typer.echo(m, err=True), on_step=on_step)
+        run = run_training(cfg, resume=resume, log=lambda m: typer.echo(m, err=True), on_step=on_step)
     except ValueError as exc:
         fail(exc)
     typer.echo(format_table([_step_row(m) for m in run.metrics], _STEP_HEADER))
@@ -233,8 +225,6 @@ def bench_real(
     lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate."),
 ) -> None:
     """baseline vs tlt from the same model and seed, steps interleaved; last line JSON."""
-    from real.bench_real import bench_real as run_bench
-
     cfg = _run_config(model, "baseline", out, steps, workers, seed, prompts, samples, max_tokens, None, lr, None, "default")
     for name in ("baseline", "tlt"):
         if (out / name / "checkpoints").exists():
@@ -243,11 +233,9 @@ def bench_real(
     def on_step(name, m) -> None:
         typer.echo(f"{name:9s} " + "  ".join(_step_row(m)), err=True)
 
-    report = run_bench(cfg, log=lambda m: typer.echo(m, err=True), on_step=on_step)
-    rows = [[name] + _step_row(m) for name, ms in report["steps"].items() for m in ms]
+    report = run_bench_real(cfg, log=lambda m: typer.echo(m, err=True), on_step=on_step)
+    rows = [[name] + _step_row(m) for name, ms in report.steps.items() for m in ms]
     typer.echo(format_table(rows, ["policy"] + _STEP_HEADER))
-    from real.bench_real import spot_interference
-
     typer.echo("tlt: median engine-step ms by batch, while another worker spot-trained (True) or not (False):")
     typer.echo(spot_interference(out / "tlt" / "trace").round(2).to_string())
-    typer.echo(json.dumps({k: round(v, 4) for k, v in report["summary"].items()}))
+    typer.echo(json.dumps({k: round(v, 4) for k, v in asdict(report.summary).items()}))

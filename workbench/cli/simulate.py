@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -18,6 +17,7 @@ from workbench import tune as tuning
 from workbench.cli.apps import app, bench_app
 from workbench.cli.common import fail, load_inputs
 from workbench.compare import compare as run_compare
+from workbench.compare import summarize_runs
 from workbench.contracts.fileio import write_atomic
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile, profile_presets
@@ -49,18 +49,15 @@ def sim(
         typer.echo(f"simulated {pol.name} in {time.perf_counter() - t0:.2f}s", err=True)
         runs.append(run)
 
-    ref = runs[0].mean("step_time_s")
     summary = {"workload": wl.name, "profile": prof.name, "seed": seed, "steps": n, "policies": {}}
     rows = []
-    for run in runs:
-        s = run.summary()
-        entry = {k: s[k] for k in ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len")}
-        entry["speedup_vs_first"] = ref / s["step_time_s"]
-        summary["policies"][run.policy_name] = entry
+    for run, s in zip(runs, summarize_runs(runs)):
+        summary["policies"][s.policy] = {"step_time_s": s.step_time_s, "rollout_time_s": s.rollout_time_s,
+                                         "bubble_fraction": s.bubble_fraction, "mean_accept_len": s.mean_accept_len,
+                                         "speedup_vs_first": s.speedup}
         run.save(out / run.policy_name)
-        rows.append([run.policy_name, f"{s['step_time_s']:,.1f}", f"{s['rollout_time_s']:,.1f}",
-                     f"{s['bubble_fraction']:.3f}", f"{s['drafter_train_fraction']:.3f}",
-                     f"{s['mean_accept_len']:.2f}", f"{entry['speedup_vs_first']:.2f}x"])
+        rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}", f"{s.bubble_fraction:.3f}",
+                     f"{s.drafter_train_fraction:.3f}", f"{s.mean_accept_len:.2f}", f"{s.speedup:.2f}x"])
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed}")
     typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "spot-train", "accept len", "speedup"]))
@@ -195,12 +192,7 @@ def regret(
     typer.echo(f"{wl.name} on {prof.name}, base policy {base.name} (arms {list(base.bandit.arms)}), "
                f"{report.steps} steps x seeds {report.seeds[0]}..{report.seeds[-1]}; mean ± std over seeds")
     typer.echo(format_table(rows, ["bandit", "regret s", "% rollout", "clairvoyant s", "decisions", "step s"]))
-    votes: dict[tuple[int, int], Counter] = {}
-    for r in report.runs:
-        for o in r.oracle:
-            if o["oracle_draft_len"] is not None:
-                votes.setdefault((o["min_batch"], o["max_batch"]), Counter())[o["oracle_draft_len"]] += 1
-    oracle = ", ".join(f"{lo}-{hi}: {c.most_common(1)[0][0]}" for (lo, hi), c in sorted(votes.items()))
+    oracle = ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in report.oracle_consensus())
     sched = ", ".join(f"{row.min_batch}-{row.max_batch}: {row.draft_len}" for row in base.schedule)
     typer.echo(f"oracle draft length per bucket (most common over runs): {oracle}; {base.name}'s schedule: {sched}")
     typer.echo("regret = worker-seconds lost vs the best fixed draft length per bucket in hindsight "
@@ -244,7 +236,7 @@ def tune(
                f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps)", err=True)
     t0 = time.perf_counter()
     try:
-        tuning.run_study(opt, spec, trials, [tuning.Progress(trials, multi_objective)])
+        tuning.run_study(opt, spec, trials, [tuning.TrialPrinter(trials, multi_objective)])
     except KeyboardInterrupt:
         typer.echo(f"interrupted: finished trials are kept; resume with --study {name}", err=True)
         raise typer.Exit(130)

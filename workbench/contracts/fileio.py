@@ -22,10 +22,6 @@ def write_atomic(path: str | Path, text: str) -> None:
     _write(Path(path), lambda fh: fh.write(text.encode()))
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    _write(Path(path), lambda fh: fh.write(data))
-
-
 def write_json(path: str | Path, doc: Any) -> None:
     """`doc` as indented JSON, numpy values made plain and NaN/inf written as null (`jsonable`)."""
     write_atomic(path, json.dumps(jsonable(doc), indent=2) + "\n")

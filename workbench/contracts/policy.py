@@ -12,7 +12,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from workbench.contracts.schema import FieldError, check_part, load, preset_names, require
+from workbench.contracts.schema import (
+    FieldError,
+    check_part,
+    load,
+    preset_names,
+    require,
+)
 
 PRESET_DIR = Path(__file__).parent / "presets" / "policies"
 

@@ -29,6 +29,9 @@ class Stream(IntEnum):
     CONTROLLER = 9  # a worker's engine bandit: (worker,)
     # Tools.
     TUNE_SAMPLER = 10  # the Optuna sampler of a (resumed) study: (trials already in it,)
+    # Real-backend experiments (real/experiments/drift.py).
+    EVAL_PROMPTS = 11  # the held-out problems the drafters are measured on
+    EVAL_SAMPLING = 12  # the sampling of the held-out responses
 
 
 def seed_sequence(seed: int, stream: Stream, *indices: int) -> np.random.SeedSequence:

@@ -11,15 +11,14 @@ simulating again.
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from workbench.compare import Comparison, compare
-from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile
-from workbench.regret import RegretReport, bandit_regret
+from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import load_workload, workload_presets
+from workbench.regret import RegretReport, bandit_regret
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
 _STATE_RESULT = "compare_result"
@@ -151,11 +150,9 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
         summary = report.summary()
         st.dataframe(summary[list(_REGRET_COLUMNS)], column_config=_REGRET_COLUMNS, width="stretch", hide_index=True)
         st.pyplot(report.figure(), clear_figure=False)
-        oracle = pd.DataFrame([{"bandit": r.algorithm, "seed": r.seed, **{f"{o['min_batch']}-{o['max_batch']}":
-                                o["oracle_draft_len"] for o in r.oracle}} for r in report.runs])
         st.markdown("Oracle draft length per bucket (per bandit and seed); the base schedule is "
                     + ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in report.schedule))
-        st.dataframe(oracle, width="stretch", hide_index=True)
+        st.dataframe(report.oracle_frame(), width="stretch", hide_index=True)
         st.download_button("Download regret.json", report.to_json(), file_name="regret.json",
                            mime="application/json", key="compare_dl_regret", on_click="ignore")
 

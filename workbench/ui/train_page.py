@@ -1,6 +1,6 @@
 """Train (real) page: start calibrated real training (`tlt train`) in the background and watch a run.
 
-The form mirrors `tlt train`'s options (workbench/cli.py). Everything is checked
+The form mirrors `tlt train`'s options (workbench/cli/real.py). Everything is checked
 here first (the model directory, the policy, `RunConfig.check`, a run directory
 that holds a run without "Resume"), so a run that would fail at once never starts.
 "Start" launches the venv's `tlt train` as a process of its own: the run
@@ -30,7 +30,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from real.train import METRIC_COLUMNS, RunConfig, TrainError, default_drafter
+from real.run.coordinator import RunConfig, TrainError, default_drafter
+from real.run.records import METRIC_COLUMNS
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.ui.charts import gantt_figure, metric_lines_figure

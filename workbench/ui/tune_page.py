@@ -19,9 +19,9 @@ import streamlit as st
 import yaml
 
 from workbench import tune
-from workbench.contracts.schema import ConfigError, FieldError, to_mapping
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.schema import ConfigError, FieldError, to_mapping
 from workbench.contracts.workload import load_workload, workload_presets
 
 _STATE_RESULT = "tune_result"
@@ -115,8 +115,7 @@ def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sample
     bar.progress(1.0, text="Comparing with the presets…")
     best = tune.best_policy(study)
     front = tune.pareto_frame(study)
-    front_policies = {int(t.number): tune.policy_of(t, f"{best.name}-trial-{t.number}")
-                      for t in study.get_trials(deepcopy=False) if t.number in set(front["trial"])}
+    front_policies = tune.front_policies(study, front, best.name)
     comparison = tune.comparison_frame(spec, best)
     bar.empty()
     return _Result(study_name, storage, spec, trials, ran, best, tune.convergence_frame(study), front, comparison,

@@ -21,11 +21,12 @@ import yaml
 
 from sim.results import PolicyRun
 from sim.simulator import simulate
-from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to_mapping
+from workbench.compare import summarize_runs, summary_frame
 from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import Profile, load_profile, profile_presets
-from workbench.ui.charts import gantt_figure, step_lines_figure
+from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to_mapping
 from workbench.contracts.workload import Workload, load_workload, workload_presets
+from workbench.ui.charts import gantt_figure, step_lines_figure
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt")
 MAX_GANTT_WORKERS = 64
@@ -252,13 +253,7 @@ def _run(workload: Workload, labels: list[str], policies: list[Policy], profile:
 
 
 def _metrics_table(res: _Result) -> pd.DataFrame:
-    ref = res.runs[0].mean("step_time_s")
-    rows = []
-    for label, run in zip(res.labels, res.runs):
-        s = run.summary()
-        rows.append({"policy": label, **{k: s[k] for k in _TABLE_COLUMNS if k in s},
-                     "speedup": ref / s["step_time_s"] if s["step_time_s"] else float("nan")})
-    return pd.DataFrame(rows).set_index("policy")[list(_TABLE_COLUMNS)]
+    return summary_frame(summarize_runs(res.runs, res.labels))[list(_TABLE_COLUMNS)]
 
 
 def _per_step(res: _Result) -> pd.DataFrame:

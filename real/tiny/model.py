@@ -1,9 +1,9 @@
-"""Our own tiny reasoning model: a small Qwen2, trained (SFT) on `real.task` in minutes on a CPU.
+"""Our own tiny reasoning model: a small Qwen2, trained (SFT) on `real.tiny.task` in minutes on a CPU.
 
 No weights can be downloaded here, so the real backend runs on a model the project builds
 itself: `init_model(out_dir, seed)` (the CLI: `tlt model init --out DIR --seed S`) makes a
 ~1M-parameter Qwen2 (hidden 128, 4 layers, 4 heads, 2 KV heads, MLP 512, 2,048 positions,
-untied LM head) with the character tokenizer of `real.tokenizer`, trains it by supervised
+untied LM head) with the character tokenizer of `real.tiny.tokenizer`, trains it by supervised
 fine-tuning on the GCD task's step-by-step solutions (loss on the response and the end of
 sequence only, never on the prompt), evaluates its greedy answers on held-out problems, and
 saves it in Hugging Face format (safetensors, float32) that `transformers` and vLLM load.
@@ -22,7 +22,7 @@ Measured on this project's machine (2 x86 cores, torch 2.13 CPU):
   Greedy on 100 held-out problems of the default mix: accuracy 0.70 (1-6 steps 0.75, 7-20 steps
   0.64, 21+ steps 0.60); response tokens p50 83, p90 317, max 996 (the reference solutions: 53,
   330, 916); wrong answers run longer (284 tokens on average, right ones 95).
-  `python -m real.check_vllm --model traces/reference/model`: vLLM's greedy tokens equal
+  `python -m real.experiments.check_vllm --model traces/reference/model`: vLLM's greedy tokens equal
   `greedy_generate`'s on 12 of 12 problems.
 - How the defaults were chosen: with two-digit numbers the model first learns to stop at once
   (400 steps: accuracy 0.16; 600 steps: 0.48 but greedy p90 32 tokens against 151 for the
@@ -40,13 +40,13 @@ import json
 import math
 import random
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from real import task
-from real.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer, save_tokenizer, vocab_size
+from real.tiny import task
+from real.tiny.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer, save_tokenizer, vocab_size
+from real.torch_utils import torch_settings
 
 # The model's shape (the issue fixes it; ~1.0M parameters).
 ARCH = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -62,7 +62,7 @@ THREADS = 2
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class SFTConfig:
     seed: int = 0
     steps: int = DEFAULT_STEPS
     mix: str = DEFAULT_MIX
@@ -72,8 +72,6 @@ class TrainConfig:
     weight_decay: float = 0.01
     tokens_per_batch: int = TOKENS_PER_BATCH
     threads: int = THREADS
-    eval_problems: int = EVAL_PROBLEMS
-    eval_mix: str = DEFAULT_MIX
 
 
 def qwen2_config(**overrides):
@@ -112,7 +110,7 @@ def make_batches(seqs: list[tuple[list[int], int]], tokens_per_batch: int, rng: 
     return batches
 
 
-def training_batches(tok, cfg: TrainConfig) -> list[tuple[list[list[int]], list[int]]]:
+def training_batches(tok, cfg: SFTConfig) -> list[tuple[list[list[int]], list[int]]]:
     """Exactly `cfg.steps` batches of (sequences, prompt lengths), from training-split problems."""
     rng = random.Random(f"sft-batches/{cfg.seed}")
     out: list = []
@@ -142,7 +140,7 @@ def _collate(batch, torch):
     return ids, labels
 
 
-def _lr_at(step: int, cfg: TrainConfig) -> float:
+def _lr_at(step: int, cfg: SFTConfig) -> float:
     warm = max(1, int(cfg.steps * cfg.warmup_frac))
     if step < warm:
         return cfg.lr * (step + 1) / warm
@@ -150,25 +148,10 @@ def _lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-@contextmanager
-def _torch_settings(threads: int):
-    """Fixed threads and deterministic algorithms for the block; the caller's settings after."""
-    import torch
-
-    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield torch
-    finally:
-        torch.set_num_threads(old_threads)
-        torch.use_deterministic_algorithms(old_det)
-
-
-def train(model, tok, cfg: TrainConfig, log: Callable[[str], None] = print) -> dict:
+def sft(model, tok, cfg: SFTConfig, log: Callable[[str], None] = print) -> dict:
     """SFT `model` in place; returns {'final_loss', 'train_seconds', 'loss_tokens', 'losses'}.
 
-    Call it inside `_torch_settings` (as `init_model` does) for a deterministic result."""
+    Call it inside `torch_settings` (as `init_model` does) for a deterministic result."""
     import torch
 
     batches = training_batches(tok, cfg)
@@ -207,7 +190,7 @@ def greedy_generate(model, tok, prompts: list[str], max_new_tokens: int = task.M
     """Greedy (argmax) responses' token ids, each up to and excluding </s> (or the cap).
 
     A batched argmax loop over the KV cache; prompts of a batch are left-padded. Equal to
-    vLLM's greedy output with the same cap (checked by scripts/check_vllm_model.py).
+    vLLM's greedy output with the same cap (checked by `python -m real.experiments.check_vllm`).
     """
     return generate_responses(model, tok, prompts, max_new_tokens, batch_size)
 
@@ -303,25 +286,24 @@ def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, m
         raise ValueError(f"mix {mix!r}: allowed: {', '.join(task.MIXES)}")
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    cfg = TrainConfig(seed=seed, steps=steps, mix=mix, lr=lr, eval_problems=eval_problems, eval_mix=mix,
-                      tokens_per_batch=tokens_per_batch, threads=threads)
+    cfg = SFTConfig(seed=seed, steps=steps, mix=mix, lr=lr, tokens_per_batch=tokens_per_batch, threads=threads)
     from transformers import Qwen2ForCausalLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    with _torch_settings(cfg.threads) as torch:
+    with torch_settings(cfg.threads) as torch:
         tok = build_tokenizer()
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(qwen2_config())
         params = sum(p.numel() for p in model.parameters())
         log(f"model: Qwen2, {params:,} parameters; SFT {steps} steps of {cfg.tokens_per_batch} tokens, "
             f"mix {mix}, seed {seed}, {cfg.threads} threads")
-        result = train(model, tok, cfg, log=log)
+        result = sft(model, tok, cfg, log=log)
         info = {
             "seed": seed, "steps": steps, "mix": mix, "lr": lr, "tokens_per_batch": cfg.tokens_per_batch,
             "threads": cfg.threads, "parameters": params, "architecture": dict(ARCH),
-            "task": "gcd by repeated subtraction (real/task.py)",
+            "task": "gcd by repeated subtraction (real/tiny/task.py)",
             "final_loss": round(result["final_loss"], 5), "train_seconds": round(result["train_seconds"], 1),
             "loss_tokens": result["loss_tokens"], "torch": torch.__version__,
         }
@@ -352,7 +334,7 @@ def model_card(info: dict) -> str:
         f"A {info['parameters']:,}-parameter Qwen2 (hidden {ARCH['hidden_size']}, {ARCH['num_hidden_layers']} layers, "
         f"{ARCH['num_attention_heads']} heads, {ARCH['num_key_value_heads']} KV heads, MLP {ARCH['intermediate_size']}, "
         "untied LM head, float32) with a one-token-per-character tokenizer, trained by SFT on the GCD-by-subtraction "
-        "task of `real/task.py`. Built by:", "",
+        "task of `real/tiny/task.py`. Built by:", "",
         f"    tlt model init --out DIR --seed {info['seed']} --steps {info['steps']} --mix {info['mix']}", "",
         f"SFT: {info['steps']} steps of {info['tokens_per_batch']} tokens, AdamW, peak lr {info['lr']}, "
         f"{info['threads']} threads, {info['train_seconds']:.0f} s; final loss {info['final_loss']:.4f} "
@@ -402,4 +384,4 @@ def load_model_dir(path: str | Path) -> Path:
     return p
 
 
-__all__ = ["init_model", "load_model_dir", "evaluate", "generate_responses", "greedy_generate", "qwen2_config", "TrainConfig"]
+__all__ = ["init_model", "load_model_dir", "evaluate", "generate_responses", "greedy_generate", "qwen2_config", "sft", "SFTConfig"]

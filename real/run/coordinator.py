@@ -3,7 +3,7 @@
 One RL step, as the coordinator (this module, in the driver process) runs it:
 
 1. rollout: the step's prompts are drawn (seeded by (seed, step)) and split by group over the
-   W rollout workers (Ray actors, real/worker.py), which decode their shards at once. Each
+   W rollout workers (Ray actors, real/run/worker.py), which decode their shards at once. Each
    engine's BanditController picks draft lengths between engine steps.
 2. spot training: as soon as `min_idle_workers` workers have finished, every idle worker
    trains the drafter on its fresh responses' hidden states plus the buffer of recent steps
@@ -11,34 +11,58 @@ One RL step, as the coordinator (this module, in the driver process) runs it:
    told to stop and returns within one drafter step. The rollout never waits for it: the
    coordinator stops trainers only after the last rollout returned, and a worker trains only
    once its own shard is done. Drafters trained by several workers are averaged by steps done.
-3. policy update: rewards (real/task.py), one GRPO step; its forward pass yields the hidden
+3. policy update: rewards (real/tiny/task.py), one GRPO step; its forward pass yields the hidden
    states the drafter buffer keeps.
 4. sync: new target (and drafter) weights are reloaded in place in every engine. With
    `ngram_fallback`, the engines switch between n-gram and EAGLE here when the learned
    drafter's estimated accepted length beats n-gram's measured one by `switch_margin`.
-5. checkpoint (atomic, real/checkpoint.py), metrics and the trace (workbench/trace.py, with
-   a per-worker timeline in the simulator's format) are written.
+5. checkpoint (atomic, real/run/checkpoints.py), metrics and the trace
+   (workbench/contracts/trace.py, with a per-worker timeline in the simulator's format; the
+   rows are built by real/run/records.py) are written.
 
-`TrainingRun.step()` runs one RL step, so `tlt bench real` can interleave two runs.
+Every random choice draws from the run seed's streams (`workbench.contracts.seeds`): the
+prompts and the sampling seeds of step s, the GRPO update, a fresh drafter, and each worker's
+engine, spot trainer and bandit. `TrainingRun.step()` runs one RL step, so `tlt bench real` can
+interleave two runs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 
-from workbench.contracts.schema import to_mapping
-from workbench.contracts.fileio import write_atomic
+from real.drafter.records import HiddenRecord
+from real.rollout.requests import RolloutRequest, Sampling
+from real.rollout.spec_config import adaptive_draft_cap
+from real.run.capture import machine_info
+from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
+from real.run.records import (
+    RunRows,
+    StepRecord,
+    StepTimes,
+    WorkerRollout,
+    WorkerSpot,
+    add_step_rows,
+    metrics_frame,
+    rollout_accept_len,
+    step_record,
+)
+from real.tiny import task
+from workbench.contracts.fileio import write_atomic, write_dir_atomic
 from workbench.contracts.policy import Policy
+from workbench.contracts.schema import to_mapping
+from workbench.contracts.seeds import Stream, derive_seed
+from workbench.contracts.trace import RequestRow, Trace, write_trace
 
+if TYPE_CHECKING:
+    from real.grpo import StepStats  # torch: imported where a run starts
 
 
 class TrainError(ValueError):
@@ -78,14 +102,14 @@ class RunConfig:
         if self.drafter is not None and not (Path(self.drafter) / "config.json").is_file():
             raise TrainError(f"--drafter {self.drafter}: not an EAGLE checkpoint (no config.json)")
         for name, v, lo in (("steps", self.steps, 1), ("workers", self.workers, 1), ("prompts", self.prompts, 1),
-                            ("samples", self.samples, 2)):
+                            ("samples", self.samples, 2), ("seed", self.seed, 0)):
             if v < lo:
                 raise TrainError(f"--{name} {v}: must be >= {lo}" + (" (GRPO needs a group)" if name == "samples" else ""))
         if self.prompts < self.workers:
             raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker needs a prompt group")
 
 
-REFERENCE_DRAFTER = Path(__file__).resolve().parent.parent / "traces" / "reference" / "drafter"
+REFERENCE_DRAFTER = Path(__file__).resolve().parents[2] / "traces" / "reference" / "drafter"
 
 
 def default_drafter(model: Path | str, policy: Policy, drafter: Path | None = None) -> Path | None:
@@ -97,36 +121,6 @@ def default_drafter(model: Path | str, policy: Policy, drafter: Path | None = No
     return drafter
 
 
-def derive_seed(*parts: Any) -> int:
-    """A 31-bit seed from the run seed and a purpose: independent streams, same for any run order."""
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "big") >> 1
-
-
-@dataclass
-class StepRecord:
-    step: int
-    step_s: float
-    rollout_s: float
-    train_s: float
-    sync_s: float
-    bubble_frac: float  # worker-time neither decoding nor training the drafter, during the rollout
-    spot_frac: float  # worker-time training the drafter, during the rollout
-    mean_accept_len: float  # tokens per verify pass over SD passes (1.0 with no SD)
-    reward: float
-    pass_at_g: float  # prompts with at least one correct sample
-    drafter_loss: float
-    drafter_steps: int
-    drafter_kind: str
-    tokens: int
-    longest: int
-    grpo_loss: float
-    kl: float
-    stop_latency_s: float  # longest time from stop_spot() to a trainer returning
-
-
-METRIC_COLUMNS = tuple(f.name for f in fields(StepRecord))  # metrics.csv, in this order
-
-
 class TrainingRun:
     """One `tlt train` run: open(), step() x N, close(). State lives under `cfg.out`."""
 
@@ -136,7 +130,7 @@ class TrainingRun:
         self.log = log or (lambda m: None)
         self.out = Path(cfg.out)
         self.metrics: list[StepRecord] = []
-        self.rows: dict[str, list[dict[str, Any]]] = {"steps": [], "requests": [], "rl_steps": [], "timeline": []}
+        self.rows = RunRows()
         self.next_step = 0
         self.kind = cfg.policy.drafter.kind
         self.workers: list[Any] = []
@@ -146,12 +140,10 @@ class TrainingRun:
     # ------------------------------------------------------------ set-up
 
     def open(self, resume: bool = False) -> "TrainingRun":
-        import ray
         import torch
 
-        from real.checkpoint import load_latest
+        from real.drafter.spot import DrafterBuffer
         from real.grpo import GRPOConfig, GRPOTrainer
-        from real.spot import DrafterBuffer
 
         cfg = self.cfg
         ckpt = load_latest(self.out) if resume else None
@@ -178,26 +170,14 @@ class TrainingRun:
             self.buffer = torch.load(ckpt.path("buffer.pt"), weights_only=False)
         self.trainer = GRPOTrainer(model_dir, GRPOConfig(lr=cfg.lr, kl_coef=cfg.kl_coef,
                                                          minibatch=min(16, cfg.prompts * cfg.samples)),
-                                   seed=derive_seed(cfg.seed, "grpo"), reference_dir=cfg.model if cfg.kl_coef > 0 else None)
+                                   seed=derive_seed(cfg.seed, Stream.GRPO),
+                                   reference_dir=cfg.model if cfg.kl_coef > 0 else None)
         if ckpt is not None:
             self.trainer.load_state_dict(torch.load(ckpt.path("trainer.pt"), weights_only=False))
-
-        if not ray.is_initialized():
-            if cfg.address:
-                ray.init(address=cfg.address, log_to_driver=False)
-            else:
-                # Ray's CPUs are scheduling slots: each worker takes one, and `tlt bench real`
-                # keeps two runs' workers alive at once, so a local Ray gets enough slots for
-                # that; the threads each worker really uses are set by `_start_workers`.
-                ray.init(num_cpus=max(os.cpu_count() or 1, 2 * cfg.workers), include_dashboard=False,
-                         log_to_driver=False)
-        self._start_workers()
-        if ckpt is not None and ckpt.path("workers.pt").exists():
-            states = torch.load(ckpt.path("workers.pt"), weights_only=False)
-            ray.get([w.load_state.remote(s) for w, s in zip(self.workers, states)])
+        self._start_workers(ckpt)
         return self
 
-    def _initial_drafter(self, ckpt) -> Path | None:
+    def _initial_drafter(self, ckpt: Checkpoint | None) -> Path | None:
         """The drafter the engines start with: the checkpoint's, the warm-start one, or a fresh one."""
         pol = self.cfg.policy
         if pol.drafter.kind != "eagle":
@@ -206,30 +186,45 @@ class TrainingRun:
             return ckpt.path("drafter")
         if pol.drafter.warm_start:
             return Path(self.cfg.drafter)
-        from real.eagle import EagleDrafter, load_target, save_drafter
-
         import torch
 
+        from real.drafter.checkpoint import save_drafter
+        from real.drafter.eagle import EagleDrafter, load_target
+
         target = load_target(self.cfg.model)
-        torch.manual_seed(derive_seed(self.cfg.seed, "drafter-init"))
+        torch.manual_seed(derive_seed(self.cfg.seed, Stream.DRAFTER_INIT))
         return save_drafter(EagleDrafter.from_target(target), self.out / "drafter-initial", target.config)
 
-    def _start_workers(self) -> None:
+    def _start_workers(self, ckpt: Checkpoint | None) -> None:
+        """Ray (a local one unless `address`), one RolloutWorker actor per worker, their saved state."""
         import ray
+        import torch
 
-        from real.worker import RolloutWorker
+        from real.run.worker import RolloutWorker
 
         cfg = self.cfg
+        if not ray.is_initialized():
+            if cfg.address:
+                ray.init(address=cfg.address, log_to_driver=False)
+            else:
+                # Ray's CPUs are scheduling slots: each worker takes one, and `tlt bench real`
+                # keeps two runs' workers alive at once, so a local Ray gets enough slots for
+                # that; the threads each worker really uses are set below.
+                ray.init(num_cpus=max(os.cpu_count() or 1, 2 * cfg.workers), include_dashboard=False,
+                         log_to_driver=False)
         threads = max(1, (os.cpu_count() or 1) // cfg.workers) if not cfg.address else 1
         actor = ray.remote(num_cpus=1, max_concurrency=2)(RolloutWorker)
         self.workers = [
             actor.options(runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}}).remote(
                 i, str(self.model_dir), cfg.policy, str(self.drafter_dir) if self.drafter_dir else None,
-                derive_seed(cfg.seed, "worker", i), max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_model_len,
+                cfg.seed, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_model_len,
                 spot_lr=cfg.policy.training.lr, drafter_kind=self.kind, threads=threads)
             for i in range(cfg.workers)]
         self.settings = ray.get(self.workers[0].settings.remote())
         self.log(f"{cfg.workers} rollout workers up (policy {cfg.policy.name}, drafter {self.kind})")
+        if ckpt is not None and ckpt.path("workers.pt").exists():
+            states = torch.load(ckpt.path("workers.pt"), weights_only=False)
+            ray.get([w.load_state.remote(s) for w, s in zip(self.workers, states)])
 
     def close(self) -> None:
         import ray
@@ -245,25 +240,45 @@ class TrainingRun:
     # ------------------------------------------------------------ one RL step
 
     def step(self) -> StepRecord:
+        """One RL step: rollout with spot training, policy update, sync; then its records and,
+        every `checkpoint_every` steps (and at the last), a checkpoint."""
+        cfg, s = self.cfg, self.next_step
+        problems = task.make_problems(cfg.prompts, derive_seed(cfg.seed, Stream.PROMPTS, s), cfg.mix)
+        training = cfg.policy.training.enabled and cfg.policy.drafter.kind == "eagle"
+        t0, rollouts, spots, t_rollout = self._rollout(problems, s, training)
+        t_train0 = time.time()
+        requests, stats, hidden = self._update(problems, rollouts, s, training)
+        new_model = self.trainer.save(self.out / "weights" / f"step-{s:06d}")
+        new_drafter = self._merge_drafters(spots, s) if spots else None
+        t_train = time.time()
+        self._sync(new_model, new_drafter, rollouts, hidden if training else [])
+        times = StepTimes(start=t0, rollout_end=t_rollout, train_start=t_train0, train_end=t_train, sync_end=time.time())
+
+        add_step_rows(self.rows, s, rollouts, spots, requests, times, self.clock0)
+        rec = step_record(s, rollouts, spots, requests, times, stats, self.kind)
+        self.metrics.append(rec)
+        self.next_step = s + 1
+        if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:
+            self.checkpoint()
+        return rec
+
+    def _rollout(self, problems: list[task.Problem], s: int, training: bool
+                 ) -> tuple[float, dict[int, WorkerRollout], list[WorkerSpot], float]:
+        """1-2. The workers decode their shards at once; once `min_idle_workers` are done, idle
+        workers spot-train the drafter until the last shard is done. Returns the rollout's start,
+        the workers' rollouts and spot sessions, and the rollout's end (epoch seconds)."""
         import ray
 
-        from real import task
-        from real.engine import RolloutRequest, Sampling
-        from real.grpo import Rollout
-
-        cfg, pol, s = self.cfg, self.cfg.policy, self.next_step
-        W = len(self.workers)
-        problems = task.make_problems(cfg.prompts, derive_seed(cfg.seed, "prompts", s), cfg.mix)
-        sampling = Sampling(temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=derive_seed(cfg.seed, "sample", s))
-        shards = [[RolloutRequest(i, j, p.prompt, sampling) for i, p in enumerate(problems) if i % W == w
-                   for j in range(cfg.samples)] for w in range(W)]
-
-        # 1-2. rollout, with spot training on idle workers until the last shard is done.
-        training = pol.training.enabled and pol.drafter.kind == "eagle"
+        cfg, pol = self.cfg, self.cfg.policy
+        n_workers = len(self.workers)
+        sampling = Sampling(temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                            seed=derive_seed(cfg.seed, Stream.SAMPLING, s))
+        shards = [[RolloutRequest(i, j, p.prompt, sampling) for i, p in enumerate(problems) if i % n_workers == w
+                   for j in range(cfg.samples)] for w in range(n_workers)]
         buffer_ref = ray.put(self.buffer.records()) if training else None
         t0 = time.time()
         pending = {w.rollout.remote(shard, s, self.clock0): i for i, (w, shard) in enumerate(zip(self.workers, shards))}
-        rollouts: dict[int, Any] = {}
+        rollouts: dict[int, WorkerRollout] = {}
         idle: list[int] = []
         spot_refs: dict[Any, int] = {}
         while pending:
@@ -275,54 +290,49 @@ class TrainingRun:
             if training and pending and len(idle) >= pol.training.min_idle_workers:
                 for i in idle:
                     if i not in spot_refs.values():
-                        seqs = [self._ids(rollouts[i], rid) for rid in rollouts[i].outputs]
+                        seqs = [rollouts[i].sequence(rid) for rid in rollouts[i].outputs]
                         spot_refs[self.workers[i].spot_train.remote(seqs, buffer_ref, pol.training.steps)] = i
         t_rollout = time.time()
         for i in spot_refs.values():
             self.workers[i].stop_spot.remote()
-        spots = ray.get(list(spot_refs))
+        return t0, rollouts, ray.get(list(spot_refs)), t_rollout
 
-        # 3. rewards and the policy update.
-        t_train0 = time.time()
-        req_rows, batch = [], []
-        for i in range(W):
+    def _update(self, problems: list[task.Problem], rollouts: dict[int, WorkerRollout], s: int, training: bool
+                ) -> tuple[list[RequestRow], StepStats, list[HiddenRecord]]:
+        """3. Rewards and one GRPO step; the drafter buffer keeps the step's hidden states."""
+        from real.grpo import ScoredResponse
+
+        requests, batch = [], []
+        for i in range(len(self.workers)):
             r = rollouts[i]
             for row in r.requests:
-                toks, text, _ = r.outputs[row["request_id"]]
-                row["reward"] = float(task.reward(problems[row["prompt_id"]], text))
-                req_rows.append(row)
-                batch.append(Rollout(list(r.prompt_ids[row["request_id"]]), list(toks), row["reward"], row["prompt_id"]))
+                out = r.outputs[row.request_id]
+                row.reward = float(task.reward(problems[row.prompt_id], out.text))
+                requests.append(row)
+                batch.append(ScoredResponse(list(r.prompt_ids[row.request_id]), list(out.token_ids), row.reward,
+                                            row.prompt_id))
         stats, hidden = self.trainer.step(batch, keep_hidden=training)
         if training:
             self.buffer.add(s, hidden)
-        new_model = self.trainer.save(self.out / "weights" / f"step-{s:06d}")
-        new_drafter = self._merge_drafters(spots, s) if spots else None
-        t_train = time.time()
+        return requests, stats, hidden
 
-        # 4. sync (and the n-gram <-> EAGLE switch).
+    def _sync(self, new_model: Path, new_drafter: Path | None, rollouts: dict[int, WorkerRollout],
+              records: list[HiddenRecord]) -> None:
+        """4. The new weights into every engine (in place), and the n-gram -> EAGLE switch."""
+        import ray
+
         ray.get([w.sync.remote(str(new_model), str(new_drafter) if new_drafter else None) for w in self.workers])
         self._prune(self.out / "weights", keep=new_model)
         if new_drafter is not None:
             self.drafter_dir = new_drafter
         self.model_dir = new_model
-        ngram_len = self._accept_len(rollouts.values()) if self.kind == "ngram" else math.nan
-        self._maybe_switch(ngram_len, hidden if training else [])
-        t_sync = time.time()
+        ngram_len = rollout_accept_len(rollouts.values()) if self.kind == "ngram" else math.nan
+        self._maybe_switch(ngram_len, records)
 
-        rec = self._record(s, problems, rollouts, spots, stats, t0, t_rollout, t_train0, t_train, t_sync, req_rows)
-        self.metrics.append(rec)
-        self.next_step = s + 1
-        if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:
-            self.checkpoint()
-        return rec
-
-    @staticmethod
-    def _ids(r: Any, rid: str) -> list[int]:
-        return list(r.prompt_ids[rid]) + list(r.outputs[rid][0])
-
-    def _merge_drafters(self, spots: list[Any], s: int) -> Path | None:
-        from real.eagle import EagleDrafter, save_drafter
-        from real.spot import average_states
+    def _merge_drafters(self, spots: list[WorkerSpot], s: int) -> Path | None:
+        from real.drafter.checkpoint import save_drafter
+        from real.drafter.eagle import EagleDrafter
+        from real.drafter.spot import average_states
 
         trained = [sp for sp in spots if sp.steps > 0]
         if not trained:
@@ -341,16 +351,11 @@ class TrainingRun:
             if p != keep:
                 shutil.rmtree(p, ignore_errors=True)
 
-    @staticmethod
-    def _accept_len(rollouts) -> float:
-        drafts = sum(r.drafts for r in rollouts)
-        return 1.0 + sum(r.accepted for r in rollouts) / drafts if drafts else math.nan
-
-    def _maybe_switch(self, ngram_len: float, records: list[Any]) -> None:
+    def _maybe_switch(self, ngram_len: float, records: list[HiddenRecord]) -> None:
         """n-gram -> EAGLE once the learned drafter's estimated accepted length wins by the margin.
 
         The estimate is greedy-chain agreement on this step's held-out hidden states, measured by
-        worker 0's spot trainer (real/spot.py); n-gram's is what vLLM counted this rollout."""
+        worker 0's spot trainer (real/drafter/spot.py); n-gram's is what vLLM counted this rollout."""
         import ray
 
         pol = self.cfg.policy
@@ -358,7 +363,7 @@ class TrainingRun:
             return
         if not records or self.drafter_dir is None or math.isnan(ngram_len):
             return
-        k = max(max(pol.bandit.arms, default=0), max((b.draft_len for b in pol.schedule), default=0))
+        k = adaptive_draft_cap(pol)  # the longest draft the engines may run
         # A small held-out sample: the check runs inside the sync, between RL steps.
         est = ray.get(self.workers[0].estimate_accept_len.remote(records[:8], k))
         self.log(f"  drafter check: EAGLE estimated {est:.2f} vs n-gram measured {ngram_len:.2f} tokens per pass")
@@ -367,87 +372,28 @@ class TrainingRun:
             self.kind = "eagle"
             self.log("  switched the engines from n-gram to the learned EAGLE drafter")
 
-    # ------------------------------------------------------------ records
-
-    def _record(self, s, problems, rollouts, spots, stats, t0, t_roll, t_train0, t_train, t_sync, req_rows) -> StepRecord:
-        from workbench.contracts.trace import TIMELINE_COLUMNS, Timeline
-
-        W = len(self.workers)
-        span = max(t_roll - t0, 1e-9)
-        decode = sum(min(r.end, t_roll) - max(r.start, t0) for r in rollouts.values())
-        spot = sum(max(0.0, min(sp.end, t_roll) - sp.start) for sp in spots)
-        rel = lambda t: t - self.clock0  # noqa: E731
-        tl = Timeline()
-        for i, r in rollouts.items():
-            for row in r.steps:
-                tl.add(s, i, row["start_s"], row["start_s"] + row["wall_s"], "decode_sd" if row["draft_len"] else "decode",
-                       row["batch_size"], row["draft_len"], row["new_tokens"], 1, row["context_mean"])
-            sp = next((x for x in spots if x.worker == i), None)
-            if sp is not None:
-                tl.add(s, i, rel(r.end), rel(sp.start), "idle")
-                tl.add(s, i, rel(sp.start), rel(sp.end), "drafter_train", tokens=sp.steps)
-                tl.add(s, i, rel(sp.end), rel(t_roll), "idle")
-            else:
-                tl.add(s, i, rel(r.end), rel(t_roll), "idle")
-            tl.add(s, i, rel(t_roll), rel(t_train), "train")
-            tl.add(s, i, rel(t_train), rel(t_sync), "sync")
-        self.rows["timeline"] += [dict(zip(TIMELINE_COLUMNS, row)) for row in tl.rows]
-        for r in rollouts.values():
-            self.rows["steps"] += [{k: v for k, v in row.items() if k not in ("exec_s", "finished", "chosen_k")}
-                                   for row in r.steps]
-        self.rows["requests"] += req_rows
-        self.rows["rl_steps"].append({"rl_step": s, "rollout_s": t_roll - t0, "train_s": t_train - t_train0,
-                                      "sync_s": t_sync - t_train, "drafter_train_s": spot})
-        rewards = [row["reward"] for row in req_rows]
-        by_prompt: dict[int, float] = {}
-        for row in req_rows:
-            by_prompt[row["prompt_id"]] = max(by_prompt.get(row["prompt_id"], 0.0), row["reward"])
-        trained = [sp for sp in spots if sp.steps > 0]
-        acc = self._accept_len(rollouts.values())
-        return StepRecord(
-            step=s, step_s=t_sync - t0, rollout_s=t_roll - t0, train_s=t_train - t_train0, sync_s=t_sync - t_train,
-            bubble_frac=max(0.0, 1.0 - (decode + spot) / (W * span)), spot_frac=spot / (W * span),
-            mean_accept_len=1.0 if math.isnan(acc) else acc,
-            reward=sum(rewards) / len(rewards), pass_at_g=sum(by_prompt.values()) / len(by_prompt),
-            drafter_loss=(sum(sp.loss * sp.steps for sp in trained) / sum(sp.steps for sp in trained)) if trained else math.nan,
-            drafter_steps=sum(sp.steps for sp in spots), drafter_kind=self.kind,
-            tokens=sum(row["response_tokens"] for row in req_rows), longest=max(row["response_tokens"] for row in req_rows),
-            grpo_loss=stats.loss, kl=stats.kl,
-            stop_latency_s=max((sp.stop_latency_s for sp in spots if sp.stopped), default=math.nan))
+    # ------------------------------------------------------------ outputs
 
     def metrics_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([asdict(m) for m in self.metrics], columns=list(METRIC_COLUMNS))
+        return metrics_frame(self.metrics)
 
-    def trace(self):
-        from real.capture import machine_info
-        from workbench.contracts.trace import REQUEST_COLUMNS, RL_STEP_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Trace
-
-        def frame(rows, cols):
-            return pd.DataFrame(rows, columns=list(cols))
-
+    def trace(self) -> Trace:
         meta = {"model": str(Path(self.cfg.model).resolve()), "policy": to_mapping(self.cfg.policy),
                 "prompts": self.cfg.prompts, "samples": self.cfg.samples, "max_tokens": self.cfg.max_tokens,
                 "seed": self.cfg.seed, "mix": self.cfg.mix, "temperature": self.cfg.temperature,
                 "workers": self.cfg.workers, "machine": machine_info(), "engine": self.settings,
-                "task": "real.task", "source": "tlt train", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        tl = pd.DataFrame(self.rows["timeline"], columns=list(TIMELINE_COLUMNS))
-        return Trace(meta, frame(self.rows["steps"], STEP_COLUMNS), frame(self.rows["requests"], REQUEST_COLUMNS),
-                     frame(self.rows["rl_steps"], RL_STEP_COLUMNS), timeline=tl)
+                "task": task.__name__, "source": "tlt train", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        return self.rows.frames(meta)
 
     def write_outputs(self) -> None:
         """metrics.csv and trace/ under the run directory (atomic; rewritten after every step)."""
-        from workbench.contracts.trace import write_trace
-
-        df = self.metrics_frame()
-        write_atomic(self.out / "metrics.csv", df.to_csv(index=False))
-        if self.rows["steps"]:
+        write_atomic(self.out / "metrics.csv", self.metrics_frame().to_csv(index=False))
+        if self.rows.steps:
             write_trace(self.trace(), self.out / "trace")
 
     def checkpoint(self) -> None:
         import ray
         import torch
-
-        from real.checkpoint import save_checkpoint
 
         states = ray.get([w.state.remote() for w in self.workers])
         files = {
@@ -468,14 +414,13 @@ class TrainingRun:
         """The final drafter as a checkpoint vLLM loads for serving (run_dir/drafter)."""
         if self.drafter_dir is None:
             return None
-        from workbench.contracts.fileio import write_dir_atomic
-
         src = Path(self.drafter_dir)
         return write_dir_atomic(self.out / "drafter", lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True))
 
 
-def train(cfg: RunConfig, resume: bool = False, log: Callable[[str], None] | None = print,
-          on_step: Callable[[StepRecord], None] | None = None) -> TrainingRun:
+def run_training(cfg: RunConfig, resume: bool = False, log: Callable[[str], None] | None = print,
+                 on_step: Callable[[StepRecord], None] | None = None) -> TrainingRun:
+    """`tlt train`: open (or resume) the run, run its remaining steps, write its outputs and the final drafter."""
     run = TrainingRun(cfg, log).open(resume=resume)
     try:
         while run.next_step < cfg.steps:

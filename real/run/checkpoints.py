@@ -13,23 +13,16 @@ then does LATEST move (`write_atomic`: temp file + rename), and only after that 
 directories deleted (the last 2 are kept). A crash at any point leaves LATEST naming a complete
 checkpoint. `load_latest` trusts LATEST when it names a complete directory, else takes the
 newest complete step directory; a `state.json` that does not parse is an error naming it.
-
-`rng_state()` is JSON-able (it can go into `state`): Python's `random`, numpy's global
-generator and torch's CPU generator (where torch is installed); `restore_rng` puts them back.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import random
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import Callable
 
 from workbench.contracts.fileio import write_atomic, write_dir_atomic
 
@@ -125,36 +118,3 @@ def _read(directory: Path) -> Checkpoint:
         raise CheckpointError(f"{path}: checkpoint version {data.get('version')!r}; this code reads {CHECKPOINT_VERSION}")
     return Checkpoint(data["step"], directory, data["state"])
 
-
-# ---------------------------------------------------------------- random generators
-
-
-def rng_state() -> dict[str, Any]:
-    """The global random generators' states, JSON-able: Python's `random` (lists), numpy's
-    legacy global generator (lists) and torch's CPU generator (base64 of its byte state; absent
-    where torch is not installed)."""
-    version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-    out: dict[str, Any] = {"python": [version, list(internal), gauss],
-                           "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
-    try:
-        import torch
-    except ImportError:
-        return out
-    out["torch"] = base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode("ascii")
-    return out
-
-
-def restore_rng(state: dict[str, Any]) -> None:
-    """Put back the generators `rng_state` saved (a generator missing from `state` is left alone)."""
-    if "python" in state:
-        version, internal, gauss = state["python"]
-        random.setstate((version, tuple(internal), gauss))
-    if "numpy" in state:
-        name, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    if "torch" in state:
-        import torch
-
-        raw = np.frombuffer(base64.b64decode(state["torch"]), dtype=np.uint8).copy()
-        torch.set_rng_state(torch.from_numpy(raw))

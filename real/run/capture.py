@@ -1,12 +1,12 @@
 """Trace capture: one rollout of the task's prompts on the real engine, recorded step by step.
 
 `tlt capture --model DIR --policy NAME|FILE [--drafter DIR] --prompts N --samples G
---max-tokens L --seed S [--mix M] --out TRACE_DIR` draws N problems from `real.task`
+--max-tokens L --seed S [--mix M] --out TRACE_DIR` draws N problems from `real.tiny.task`
 (`make_problems(N, S, M)`), adds N x G requests at once to a `RolloutEngine` (speculative
 decoding from the policy), drives it one engine step at a time and writes a trace
-(`workbench.trace`, schema in traces/README.md): one row per engine step, one per request (with
-the task reward), one RL-step row, and meta (model, policy mapping, drafter, the run's
-parameters, machine, engine settings, and a summary).
+(`workbench.contracts.trace`, schema in traces/README.md): one row per engine step, one per
+request (with the task reward), one RL-step row, and meta (model, policy mapping, drafter, the
+run's parameters, machine, engine settings, and a summary).
 """
 
 from __future__ import annotations
@@ -21,23 +21,26 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from workbench.contracts.schema import to_mapping
+from real.rollout.engine import RolloutEngine
+from real.rollout.requests import EngineStepRow, RolloutRequest, RunResult, Sampling
+from real.rollout.spec_config import speculative_config
+from real.tiny import task
+from real.tiny.model import load_model_dir
 from workbench.contracts.policy import Policy
-from workbench.contracts.trace import REQUEST_COLUMNS, RL_STEP_COLUMNS, STEP_COLUMNS, Trace, write_trace
+from workbench.contracts.schema import to_mapping
+from workbench.contracts.trace import (
+    RequestRow,
+    RLStepRow,
+    StepRow,
+    Trace,
+    accepted_length,
+    rows_frame,
+    write_trace,
+)
 
 
 class CaptureError(ValueError):
     """Bad capture inputs, found before any engine starts."""
-
-
-def _task():
-    try:
-        from real import task
-    except ImportError as exc:  # pragma: no cover - real.task ships with the project
-        raise CaptureError(f"capture needs real/task.py (the task's prompts and rewards), which failed to import: {exc}")
-    if not hasattr(task, "make_problems"):
-        raise CaptureError("capture needs real.task.make_problems(n, seed, mix); this real/task.py has none")
-    return task
 
 
 def machine_info() -> dict[str, Any]:
@@ -77,38 +80,19 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def _frame(rows: list[dict[str, Any]], columns: dict[str, tuple[str, str]]) -> pd.DataFrame:
-    df = pd.DataFrame(rows, columns=list(columns))
-    for col, (kind, _) in columns.items():
-        if kind == "i":
-            df[col] = df[col].astype("int64")
-        elif kind == "f":
-            df[col] = df[col].astype("float64")
-    return df
-
-
 def check_inputs(model: str | Path, policy: Policy, drafter: str | Path | None, prompts: int, samples: int,
                  max_tokens: int, mix: str, max_model_len: int) -> None:
     """Everything that can be refused before an engine starts (the start costs ~30 s)."""
-    from real.engine import speculative_config
-
     try:
-        from real.model import load_model_dir
-
         load_model_dir(model)
-    except ImportError:  # pragma: no cover
-        if not (Path(model) / "config.json").is_file():
-            raise CaptureError(f"--model {model}: no config.json (give a Hugging Face model directory)")
     except (FileNotFoundError, ValueError) as exc:
         raise CaptureError(str(exc)) from None
     if prompts < 1 or samples < 1 or max_tokens < 1:
         raise CaptureError("--prompts, --samples and --max-tokens must be >= 1")
     if max_tokens >= max_model_len:
         raise CaptureError(f"--max-tokens {max_tokens}: must leave room for the prompt in max_model_len {max_model_len}")
-    task = _task()
-    mixes = getattr(task, "MIXES", None)
-    if mixes is not None and mix not in mixes:
-        raise CaptureError(f"--mix {mix!r}: allowed: {', '.join(mixes)}")
+    if mix not in task.MIXES:
+        raise CaptureError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}")
     speculative_config(policy, drafter)  # raises naming --drafter when an eagle policy lacks one
 
 
@@ -121,10 +105,7 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
     `engine`: an already running RolloutEngine to use (its policy and drafter are then the
     engine's; `policy` and `drafter` only go to the meta); else one is started and closed.
     """
-    from real.engine import RolloutEngine, RolloutRequest, Sampling
-
     check_inputs(model, policy, drafter, prompts, samples, max_tokens, mix, max_model_len)
-    task = _task()
     problems = task.make_problems(prompts, seed, mix)
     own = engine is None
     if own:
@@ -138,58 +119,28 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
         engine.llm.reset_prefix_cache()
         sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
         requests = [RolloutRequest(i, s, p.prompt, sampling) for i, p in enumerate(problems) for s in range(samples)]
-        total = len(requests)
-        state = {"done": 0, "last": time.perf_counter(), "tokens": 0}
-        t_run = time.perf_counter()
-
-        def on_step(row: dict[str, Any]) -> None:
-            state["tokens"] += row["new_tokens"]
-            now = time.perf_counter()
-            if log and now - state["last"] >= progress_every_s:
-                state["last"] = now
-                log(f"  step {row['step'] + 1}: batch {row['batch_size']}, waiting {row['num_waiting']}, "
-                    f"{row['finished']}/{total} requests finished, {state['tokens']} tokens, {now - t_run:.1f}s")
-
         if log:
             log(f"capturing {prompts} prompts x {samples} samples, up to {max_tokens} tokens, temperature {temperature}, seed {seed}")
-        run = engine.run_steps(requests, on_step=on_step)
-        by_id = {r.request_id: (problems[r.prompt_id], r) for r in requests}
-        score = getattr(task, "reward", None)
+        run = engine.run_steps(requests, on_step=_progress(len(requests), log, progress_every_s))
         for row in run.requests:
-            problem, _ = by_id[row["request_id"]]
-            if score is not None:
-                row["reward"] = float(score(problem, run.outputs[row["request_id"]].text))
+            row.reward = float(task.reward(problems[row.prompt_id], run.outputs[row.request_id].text))
         settings = engine.settings()
     finally:
         if own:
             engine.close()
 
-    steps = _frame(run.steps, STEP_COLUMNS)
-    reqs = _frame(run.requests, REQUEST_COLUMNS)
-    rl = _frame([{"rl_step": 0, "rollout_s": run.wall_s, "train_s": 0.0, "sync_s": 0.0, "drafter_train_s": 0.0}],
-                RL_STEP_COLUMNS)
-    drafted = int(steps["num_draft_tokens"].sum())
-    n_drafts = int(steps["num_drafts"].sum())
-    tokens = int(reqs["response_tokens"].sum())
-    exec_s = [r.get("exec_s", math.nan) for r in run.steps]
-    summary = {
-        "engine_steps": len(steps), "requests": len(reqs), "response_tokens": tokens,
-        "rollout_s": round(run.wall_s, 4), "tokens_per_s": round(tokens / run.wall_s, 2) if run.wall_s else None,
-        "model_exec_s": round(float(sum(x for x in exec_s if x == x)), 4),
-        "acceptance_rate": round(int(steps["num_accepted_tokens"].sum()) / drafted, 4) if drafted else None,
-        "mean_accepted_length": round(1 + int(steps["num_accepted_tokens"].sum()) / n_drafts, 4) if n_drafts else None,
-        "clip_ratio": round(float((reqs["finish_reason"] == "length").mean()), 4),
-        "mean_reward": round(float(reqs["reward"].mean()), 4) if reqs["reward"].notna().any() else None,
-    }
+    steps = rows_frame(run.steps, StepRow)
+    reqs = rows_frame(run.requests, RequestRow)
+    rl = rows_frame([RLStepRow(rl_step=0, rollout_s=run.wall_s, train_s=0.0, sync_s=0.0, drafter_train_s=0.0)], RLStepRow)
     meta = {
         "model": str(Path(model).resolve()),
         "policy": to_mapping(policy),
         "drafter": str(Path(settings["drafter"]).resolve()) if settings.get("drafter") else None,
         "prompts": prompts, "samples": samples, "max_tokens": max_tokens, "seed": seed,
-        "mix": mix, "temperature": temperature, "task": getattr(task, "__name__", "real.task"),
+        "mix": mix, "temperature": temperature, "task": task.__name__,
         "machine": machine_info(),
         "engine": settings,
-        "summary": summary,
+        "summary": _summary(run, steps, reqs),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join(sys.argv) if sys.argv else None,
         "notes": "steps.wall_s is the time between two engine outputs seen by the driver (they add up to "
@@ -199,3 +150,36 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
     if out is not None:
         write_trace(trace, out)
     return trace
+
+
+def _progress(total: int, log: Callable[[str], None] | None, every_s: float) -> Callable[[EngineStepRow], None]:
+    """An `on_step` that logs the rollout's progress at most every `every_s` seconds."""
+    state = {"last": time.perf_counter(), "tokens": 0}
+    t_run = time.perf_counter()
+
+    def on_step(row: EngineStepRow) -> None:
+        state["tokens"] += row.new_tokens
+        now = time.perf_counter()
+        if log and now - state["last"] >= every_s:
+            state["last"] = now
+            log(f"  step {row.step + 1}: batch {row.batch_size}, waiting {row.num_waiting}, "
+                f"{row.finished}/{total} requests finished, {state['tokens']} tokens, {now - t_run:.1f}s")
+
+    return on_step
+
+
+def _summary(run: RunResult, steps: pd.DataFrame, reqs: pd.DataFrame) -> dict[str, Any]:
+    drafted = int(steps["num_draft_tokens"].sum())
+    n_drafts = int(steps["num_drafts"].sum())
+    accepted = int(steps["num_accepted_tokens"].sum())
+    tokens = int(reqs["response_tokens"].sum())
+    exec_s = [r.exec_s for r in run.steps]
+    return {
+        "engine_steps": len(steps), "requests": len(reqs), "response_tokens": tokens,
+        "rollout_s": round(run.wall_s, 4), "tokens_per_s": round(tokens / run.wall_s, 2) if run.wall_s else None,
+        "model_exec_s": round(float(sum(x for x in exec_s if not math.isnan(x))), 4),
+        "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
+        "mean_accepted_length": round(accepted_length(accepted, n_drafts), 4) if n_drafts else None,
+        "clip_ratio": round(float((reqs["finish_reason"] == "length").mean()), 4),
+        "mean_reward": round(float(reqs["reward"].mean()), 4) if reqs["reward"].notna().any() else None,
+    }

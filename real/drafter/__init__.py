@@ -1,0 +1,1 @@
+"""The EAGLE drafter: its module and loss, training, checkpoints and spot training."""

@@ -1,0 +1,1 @@
+"""Measurements on the real backend: rollout and training benchmarks, drafter drift, the vLLM check."""

@@ -1,0 +1,1 @@
+"""Decoding on vLLM with speculative decoding taken from a Policy (`engine.RolloutEngine`)."""

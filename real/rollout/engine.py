@@ -1,0 +1,474 @@
+"""The rollout engine: `vllm.LLM` with speculative decoding taken from a Policy.
+
+    engine = RolloutEngine("model/", load_policy("static-sd"), drafter_dir="drafter/")
+    results = engine.generate(["2+2="], n=4, sampling=Sampling(temperature=1.0, max_tokens=64))
+    run = engine.run_steps([RolloutRequest(0, 0, "2+2=", Sampling(max_tokens=64))], on_step=print)
+    engine.reload(target_dir="model-v2/", drafter_dir="drafter-v2/")   # in place, no restart
+
+The Policy -> `speculative_config` translation is real/rollout/spec_config.py (no vLLM needed);
+requests, responses and step rows are real/rollout/requests.py.
+
+The engine runs in vLLM's default multiprocess mode (an engine-core process and a worker
+process); scripts that start it need an `if __name__ == "__main__":` guard. Facts about vLLM
+on CPU this relies on are in docs/vllm-cpu-notes.md.
+
+`adaptive=True` (with a policy that uses SD): draft lengths change while the engine runs.
+`num_speculative_tokens` is then the largest arm the policy's bandit may pick, the Dynamic SD
+table is always given, and the engine core (scheduler and CPU worker) runs in this process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0` while `LLM` starts): a multiprocess engine core steps on
+its own, ahead of `step()`, and its scheduler is out of reach. `set_draft_lengths(rows)` then
+replaces the scheduler's batch-size -> K lookup between two `step()`s, and
+`run_steps(..., controller=...)` lets real/rollout/adaptive.py's BanditController do it every step.
+In-process, vLLM seeds this process's RNGs, starts a one-rank torch.distributed group in it and
+freezes its heap (`close()` unfreezes it); it does not pin OpenMP threads to cores
+(`VLLM_CPU_OMP_THREADS_BIND` is for worker processes), and the engine shares the process's
+torch threads (`torch.set_num_threads`, OMP_NUM_THREADS).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from real.rollout.requests import (
+    EngineStepRow,
+    PromptResult,
+    RolloutRequest,
+    RunResult,
+    Sample,
+    Sampling,
+    SpecCounters,
+    StepController,
+)
+from real.rollout.spec_config import EngineConfigError, speculative_config
+from real.rollout.vllm_env import engine_core_in_process, quiet_iteration_log, running_on_cpu
+from workbench.contracts.policy import Policy, load_policy
+from workbench.contracts.trace import RequestRow
+
+WORKER_EXTENSION = "real.rollout.worker_ext.TLTWorkerExtension"
+
+
+@dataclass
+class _Tracked:
+    """A request `run_steps` is driving: what it has generated so far."""
+
+    request: RolloutRequest
+    prompt_tokens: int
+    start_s: float
+    generated: int = 0
+    tokens: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    end_s: float = math.nan
+
+    def row(self, rl_step: int, engine: int) -> RequestRow:
+        r = self.request
+        return RequestRow(rl_step=rl_step, engine=engine, request_id=r.request_id, prompt_id=r.prompt_id,
+                          sample=r.sample, prompt_tokens=self.prompt_tokens, response_tokens=self.generated,
+                          finish_reason=self.finish_reason or "abort", start_s=self.start_s, end_s=self.end_s,
+                          reward=math.nan)
+
+    def sample(self) -> Sample:
+        return Sample(self.tokens, "".join(self.text), self.finish_reason or "abort")
+
+
+class RolloutEngine:
+    """A `vllm.LLM` whose speculative decoding comes from a Policy; weights reload in place."""
+
+    def __init__(self, model_dir: str | Path, policy: Policy | None = None, drafter_dir: str | Path | None = None,
+                 max_num_seqs: int = 64, max_model_len: int = 2048, seed: int = 0, dtype: str = "float32",
+                 kv_cache_gib: float = 1.0, memory_utilization: float = 0.3, enforce_eager: bool | None = None,
+                 adaptive: bool = False, in_process: bool | None = None, **llm_kwargs: Any):
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "config.json").is_file():
+            raise EngineConfigError(f"--model {self.model_dir}: no config.json (give a Hugging Face model directory)")
+        self.policy = policy if policy is not None else load_policy("baseline")
+        self.drafter_dir = Path(drafter_dir) if drafter_dir is not None else None
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.seed = seed
+        self.dtype = dtype
+        self.spec = speculative_config(self.policy, self.drafter_dir, max_num_seqs, adaptive=adaptive)
+        # Draft lengths change between steps only with a scheduler in this process (see the module doc).
+        self.adaptive = bool(adaptive and self.spec is not None)
+        # In-process: the engine core runs in this process (adaptive engines need it to reach the
+        # scheduler). Rollout workers run every engine this way, SD or not, so baseline and TLT
+        # engines pay the same per-step costs and use the same threads.
+        self.in_process = self.adaptive if in_process is None else bool(in_process or self.adaptive)
+        if self.spec is None or self.spec["method"] != "eagle":
+            self.drafter_dir = None  # the policy does not use it
+
+        from vllm import LLM
+
+        on_cpu = running_on_cpu()
+        kw: dict[str, Any] = dict(
+            model=str(self.model_dir), dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+            seed=seed, enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+            disable_log_stats=False, enable_logging_iteration_details=True,
+            worker_extension_cls=WORKER_EXTENSION, speculative_config=self.spec,
+            gpu_memory_utilization=memory_utilization,
+        )
+        if on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            # An explicit KV cache size on CPU: small engines, and no warm-up pass at start.
+            kw["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        kw.update(llm_kwargs)
+        self.engine_kwargs = {k: v for k, v in kw.items() if k != "speculative_config"}
+        t0 = time.perf_counter()
+        with engine_core_in_process(self.in_process):
+            self.llm = LLM(**kw)
+        if on_cpu and self.spec is not None:
+            # Without this, sampled (temperature > 0) requests are not lossless under SD on CPU.
+            self.llm.collective_rpc("tlt_apply_cpu_fixes")
+        self.start_s = time.perf_counter() - t0
+        quiet_iteration_log()
+        self._stats: list[Any] = []
+        self._recording = False
+        core = self.llm.llm_engine.engine_core
+        orig = core.get_output
+
+        def get_output(*a, **k):
+            out = orig(*a, **k)
+            if self._recording:
+                self._stats.append(getattr(out, "scheduler_stats", None))
+            return out
+
+        core.get_output = get_output
+        self._scheduler = None
+        if self.adaptive:
+            self._scheduler = core.engine_core.scheduler
+            if getattr(self._scheduler, "dynamic_sd_lookup", None) is None:  # pragma: no cover - another vLLM
+                raise RuntimeError("vLLM's scheduler has no Dynamic SD lookup (dynamic_sd_lookup): this vLLM "
+                                   "cannot change draft lengths between steps")
+
+    # ------------------------------------------------------------ facts
+
+    @property
+    def draft_method(self) -> str:
+        return self.spec["method"] if self.spec else "none"
+
+    @property
+    def max_draft_len(self) -> int:
+        """vLLM's `num_speculative_tokens`: the largest draft length this engine can run (0: no SD)."""
+        return int(self.spec["num_speculative_tokens"]) if self.spec else 0
+
+    def settings(self) -> dict[str, Any]:
+        """Engine settings for a trace's meta."""
+        import vllm
+
+        return {"vllm_version": vllm.__version__, "max_num_seqs": self.max_num_seqs,
+                "max_model_len": self.max_model_len, "dtype": self.dtype, "seed": self.seed,
+                "drafter": str(self.drafter_dir) if self.drafter_dir else None,
+                "speculative_config": self.spec, "adaptive": self.adaptive, "in_process": self.in_process,
+                "start_s": round(self.start_s, 2),
+                "enforce_eager": self.engine_kwargs.get("enforce_eager"),
+                "kv_cache_memory_bytes": self.engine_kwargs.get("kv_cache_memory_bytes"),
+                "draft_lengths": [list(row) for row in self.current_draft_lengths()]}
+
+    def tokenizer(self):
+        return self.llm.get_tokenizer()
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer().encode(text))
+
+    def spec_counters(self) -> SpecCounters:
+        """Cumulative spec-decode counters since the engine started."""
+        c = SpecCounters()
+        for m in self.llm.get_metrics():
+            name = m.name.removeprefix("vllm:spec_decode_")
+            if name == "num_drafts":
+                c.num_drafts = int(m.value)
+            elif name == "num_draft_tokens":
+                c.num_draft_tokens = int(m.value)
+            elif name == "num_accepted_tokens":
+                c.num_accepted_tokens = int(m.value)
+            elif name == "num_accepted_tokens_per_pos":
+                c.accepted_per_pos = [int(v) for v in m.values]
+        return c
+
+    # ------------------------------------------------------------ draft lengths
+
+    def current_draft_lengths(self) -> list[tuple[int, int, int]]:
+        """The draft length per batch size the scheduler uses now, as `(min_batch, max_batch, K)`
+        rows covering 1..max_num_seqs (equal neighbours merged)."""
+        if self._scheduler is not None:
+            lookup = list(self._scheduler.dynamic_sd_lookup)
+        else:  # fixed for the engine's life: what it was started with
+            table, k = (self.spec or {}).get("num_speculative_tokens_per_batch_size"), self.max_draft_len
+            if table:
+                from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+                lookup = build_dynamic_sd_schedule_lookup(table, self.max_num_seqs, k)
+            else:
+                lookup = [0] + [k] * self.max_num_seqs
+        rows: list[tuple[int, int, int]] = []
+        for batch in range(1, self.max_num_seqs + 1):
+            k = int(lookup[batch])
+            if rows and rows[-1][2] == k:
+                rows[-1] = (rows[-1][0], batch, k)
+            else:
+                rows.append((batch, batch, k))
+        return rows
+
+    def set_draft_lengths(self, rows: Sequence[tuple[int, int, int]]) -> None:
+        """Replace the draft length per batch size, between two engine steps (`adaptive=True` engines).
+
+        `rows` are `(min_batch, max_batch, K)` with inclusive, non-overlapping ranges; K=0 is SD off.
+        Batch sizes no row covers get K=0 (unlike vLLM's start-up table, which carries the last
+        row's K forward), and ranges are cut at max_num_seqs. The batch is the number of requests
+        scheduled in a step; the K it maps to is the draft length proposed at the end of that step
+        and verified in the next one (the K a step row reports is the previous step's).
+        """
+        if self._scheduler is None:
+            raise EngineConfigError(
+                "draft lengths change while the engine runs only with RolloutEngine(..., adaptive=True) and a "
+                f"policy that uses speculative decoding (this engine: adaptive={self.adaptive}, "
+                f"draft method {self.draft_method})")
+        cap = self.max_draft_len
+        lookup = [0] * (self.max_num_seqs + 1)
+        covered: set[int] = set()
+        for row in rows:
+            if len(row) != 3:
+                raise EngineConfigError(f"draft length row {row!r}: give (min_batch, max_batch, draft_len)")
+            lo, hi, k = (int(v) for v in row)
+            if not 1 <= lo <= hi or k < 0:
+                raise EngineConfigError(f"draft length row {row!r}: needs 1 <= min_batch <= max_batch and K >= 0")
+            if k > cap:
+                raise EngineConfigError(
+                    f"draft length row {row!r}: K={k} is above this engine's num_speculative_tokens ({cap}), the "
+                    f"most it was started for (the largest of its policy's bandit arms and schedule)")
+            span = set(range(lo, min(hi, self.max_num_seqs) + 1))
+            if span & covered:
+                raise EngineConfigError(f"draft length row {row!r} overlaps an earlier row")
+            covered |= span
+            for batch in span:
+                lookup[batch] = k
+        self._scheduler.dynamic_sd_lookup = lookup
+
+    # ------------------------------------------------------------ generation
+
+    def token_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        """A prompt's token ids (a text is encoded with the model's tokenizer)."""
+        ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("empty prompt")
+        return ids
+
+    def _prompt(self, p: str | Sequence[int]) -> dict[str, Any]:
+        return {"prompt_token_ids": self.token_ids(p)}
+
+    def generate(self, prompts: Sequence[str | Sequence[int]], n: int = 1,
+                 sampling: Sampling | None = None) -> list[PromptResult]:
+        """`n` samples per prompt; one PromptResult per prompt, in order."""
+        sampling = sampling or Sampling()
+        if sampling.seed is None:
+            params: Any = sampling.to_vllm(n=n)
+        else:  # prompt i's samples get seeds seed + i*n + j: reproducible, and distinct across prompts
+            params = [sampling.to_vllm(n=n, seed=sampling.seed + i * n) for i in range(len(prompts))]
+        outs = self.llm.generate([self._prompt(p) for p in prompts], params, use_tqdm=False)
+        return [PromptResult(list(o.prompt_token_ids),
+                             [Sample(list(c.token_ids), c.text, str(c.finish_reason)) for c in
+                              sorted(o.outputs, key=lambda c: c.index)]) for o in outs]
+
+    def run_steps(self, requests: Sequence[RolloutRequest], on_step: Callable[[EngineStepRow], None] | None = None,
+                  rl_step: int = 0, engine: int = 0, clock0: float | None = None,
+                  controller: StepController | None = None) -> RunResult:
+        """Drive the engine one step at a time; record every step and every request.
+
+        All requests are added at once (a rollout); the engine queues those above
+        `max_num_seqs`. A request with a `sampling.seed` gets seed + its index, so samples of
+        one prompt differ and a run is reproducible. Per step: `wall_s` is the time between
+        two engine outputs seen by this process (the steps' walls add up to the run's wall
+        time), `start_s` when the step began; counts come from vLLM's scheduler stats
+        (`iteration_details`, `spec_decoding_stats`), context lengths from the tracked
+        requests (prompt + tokens generated before the step, over requests that are decoding).
+        `draft_len` is the step's K: the last draft position vLLM counted drafts at (equal to
+        num_draft_tokens / num_drafts when every request got a full draft; n-gram may propose
+        fewer for some). Rows (`EngineStepRow`) also carry `exec_s` (vLLM's own model-execution
+        time for the step) and `finished` (requests finished so far), which the trace leaves out.
+
+        `controller` (e.g. real.rollout.adaptive.BanditController) is called around every engine
+        step: `before_step(batch_size)` with the requests the step will schedule (unfinished ones,
+        at most max_num_seqs), where it may `set_draft_lengths`, and `after_step(row)` with the
+        step's row before `on_step` sees it (it sets `chosen_k`).
+        """
+        eng = self.llm.llm_engine
+        if eng.has_unfinished_requests():
+            raise RuntimeError("the engine still has unfinished requests")
+        ids = [r.request_id for r in requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError("two requests share a (prompt_id, sample)")
+        prompts = [self._prompt(r.prompt) for r in requests]
+        t0 = time.perf_counter() if clock0 is None else clock0
+        now = lambda: time.perf_counter() - t0  # noqa: E731
+        self._stats.clear()
+        self._recording = True
+        try:
+            tracked: dict[str, _Tracked] = {}
+            alias: dict[str, str] = {}
+            for i, (r, p) in enumerate(zip(requests, prompts)):
+                seed = None if r.sampling.seed is None else r.sampling.seed + i
+                tracked[r.request_id] = _Tracked(r, len(p["prompt_token_ids"]), now())
+                got = eng.add_request(r.request_id, p, r.sampling.to_vllm(seed=seed, delta=True))
+                if isinstance(got, str):
+                    alias[got] = r.request_id
+            steps = self._drive(tracked, alias, now, controller, on_step, rl_step=rl_step, engine=engine)
+        finally:
+            self._recording = False
+        return RunResult(steps, [t.row(rl_step, engine) for t in tracked.values()],
+                         {key: t.sample() for key, t in tracked.items()}, now())
+
+    def _drive(self, tracked: dict[str, _Tracked], alias: dict[str, str], now: Callable[[], float],
+               controller: StepController | None, on_step: Callable[[EngineStepRow], None] | None,
+               rl_step: int, engine: int) -> list[EngineStepRow]:
+        """Step the engine until every request is finished; one row per model step."""
+        eng = self.llm.llm_engine
+        steps: list[EngineStepRow] = []
+        live = set(tracked)
+        t_prev = now()
+        while eng.has_unfinished_requests():
+            decoding = [tracked[k] for k in live if tracked[k].generated > 0]
+            ctx = [s.prompt_tokens + s.generated for s in decoding]
+            n_before = len(self._stats)
+            if controller is not None:
+                controller.before_step(min(len(live), self.max_num_seqs))
+            outs = eng.step()
+            t_now = now()
+            new_stats = [s for s in self._stats[n_before:] if s is not None]
+            new_tokens = _take_outputs(outs, tracked, alias, live, t_now)
+            ss = new_stats[-1] if new_stats else None
+            if getattr(ss, "iteration_details", None) is None and new_tokens == 0:
+                continue  # no model step (a stats-only output): its time goes to the next step
+            row = _step_row(ss, ctx, len(decoding), new_tokens, rl_step=rl_step, engine=engine, step=len(steps),
+                            start_s=t_prev, wall_s=t_now - t_prev, finished=len(tracked) - len(live))
+            t_prev = t_now
+            steps.append(row)
+            if controller is not None:
+                controller.after_step(row)
+            if on_step is not None:
+                on_step(row)
+        return steps
+
+    # ------------------------------------------------------------ weights
+
+    def reload(self, target_dir: str | Path | None = None, drafter_dir: str | Path | None = None) -> dict[str, float]:
+        """Load new target and/or drafter weights into the running engine, then drop the prefix cache.
+
+        The new weights must have the same architecture and shapes as the ones the engine was
+        started with. Returns the seconds each reload took.
+        """
+        if self.llm.llm_engine.has_unfinished_requests():
+            raise RuntimeError("reload between calls, not while requests are running")
+        took: dict[str, float] = {}
+        if target_dir is not None:
+            tdir = Path(target_dir)
+            if not (tdir / "config.json").is_file():
+                raise EngineConfigError(f"{tdir}: no config.json (not a model directory)")
+            t = time.perf_counter()
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(tdir)})
+            took["target_s"] = time.perf_counter() - t
+            self.model_dir = tdir
+        if drafter_dir is not None:
+            if self.draft_method != "eagle":
+                raise EngineConfigError("this engine has no EAGLE drafter (its policy's drafter.kind is not eagle)")
+            ddir = Path(drafter_dir)
+            if not (ddir / "config.json").is_file():
+                raise EngineConfigError(f"{ddir}: not an EAGLE checkpoint (no config.json)")
+            t = time.perf_counter()
+            self.llm.collective_rpc("tlt_reload_drafter", args=(str(ddir),))
+            took["drafter_s"] = time.perf_counter() - t
+            self.drafter_dir = ddir
+        # Without this, KV blocks cached for an old prompt would be reused under new weights.
+        self.llm.reset_prefix_cache()
+        return took
+
+    def close(self) -> None:
+        """Shut the engine down (its processes exit); the object is unusable afterwards."""
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        self._scheduler = None
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # pragma: no cover - best effort
+            pass
+        del llm
+        if self.in_process:
+            gc.unfreeze()  # vLLM's engine core froze this process's heap (its own objects among them)
+        gc.collect()
+
+    def __enter__(self) -> "RolloutEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _take_outputs(outs: Sequence[Any], tracked: dict[str, _Tracked], alias: dict[str, str], live: set[str],
+                  t_now: float) -> int:
+    """Add one step's (delta) outputs to the tracked requests; finished ones leave `live`.
+    Returns the response tokens the step emitted."""
+    new_tokens = 0
+    for o in outs:
+        key = alias.get(o.request_id, o.request_id)
+        s = tracked.get(key)
+        if s is None:
+            continue
+        for c in o.outputs[:1]:
+            s.tokens.extend(c.token_ids)
+            s.text.append(c.text)
+            s.generated += len(c.token_ids)
+            new_tokens += len(c.token_ids)
+            if o.finished:
+                s.finish_reason = str(c.finish_reason)
+        if o.finished:
+            s.end_s = t_now
+            live.discard(key)
+    return new_tokens
+
+
+def _step_row(ss: Any, ctx: list[int], n_decoding: int, new_tokens: int, **where: Any) -> EngineStepRow:
+    """The row of one engine step from vLLM's scheduler stats `ss`; `where`: rl_step, engine, step,
+    start_s, wall_s and finished."""
+    d = getattr(ss, "iteration_details", None)
+    sd = getattr(ss, "spec_decoding_stats", None)
+    if d is not None:
+        prefill_req, prefill_tok = int(d.num_ctx_requests), int(d.num_ctx_tokens)
+        decode_req, decode_tok = int(d.num_generation_requests), int(d.num_generation_tokens)
+    else:  # no details (should not happen with log stats on): fall back to the tracked requests
+        prefill_req = prefill_tok = 0
+        decode_req, decode_tok = n_decoding, n_decoding
+    draft_len = num_drafts = num_draft_tokens = num_accepted = 0
+    per_pos: list[int] = []
+    if sd is not None and sd.num_drafts > 0:
+        num_drafts, num_draft_tokens, num_accepted = int(sd.num_drafts), int(sd.num_draft_tokens), int(sd.num_accepted_tokens)
+        drafted = list(getattr(sd, "num_draft_tokens_per_pos", []) or [])
+        # The step's K: the last position that got a draft (= num_draft_tokens / num_drafts
+        # when every request got a full-length draft; n-gram can propose fewer).
+        draft_len = max((i + 1 for i, v in enumerate(drafted) if v > 0),
+                        default=round(num_draft_tokens / num_drafts))
+        per_pos = [int(v) for v in list(sd.num_accepted_tokens_per_pos)[:draft_len]]
+        per_pos += [0] * (draft_len - len(per_pos))
+    return EngineStepRow(
+        **where,
+        batch_size=prefill_req + decode_req,
+        num_waiting=int(getattr(ss, "num_waiting_reqs", 0) or 0),
+        prefill_requests=prefill_req,
+        prefill_tokens=prefill_tok,
+        decode_requests=decode_req,
+        scheduled_tokens=prefill_tok + decode_tok,
+        context_mean=float(sum(ctx) / len(ctx)) if ctx else 0.0,
+        context_max=int(max(ctx)) if ctx else 0,
+        draft_len=int(draft_len),
+        num_drafts=num_drafts,
+        num_draft_tokens=num_draft_tokens,
+        num_accepted_tokens=num_accepted,
+        accepted_per_pos=per_pos,
+        new_tokens=int(new_tokens),
+        exec_s=float(d.elapsed_ms) / 1e3 if d is not None else math.nan,
+    )

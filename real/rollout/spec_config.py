@@ -1,0 +1,108 @@
+"""Policy -> vLLM `speculative_config`: the one translation, pure (no vLLM needed).
+
+- `drafter.kind` none (or `sd_threshold` 0): no speculative decoding;
+- ngram: `method: ngram`, `prompt_lookup_max` 4, `prompt_lookup_min` 2;
+- eagle: `method: eagle` with the drafter checkpoint directory (`drafter_dir`, required);
+- `num_speculative_tokens` is the largest draft length in the schedule, and the schedule
+  becomes vLLM's Dynamic SD table `num_speculative_tokens_per_batch_size`: rows above
+  `sd_threshold` are cut to draft length 0, and a final `(threshold+1, max_num_seqs, 0)` row
+  turns SD off for every larger batch (vLLM otherwise carries the last row's K forward).
+  A schedule with one draft length for every batch size is passed as plain static SD.
+- `adaptive` (draft lengths that change while the engine runs, real/rollout/adaptive.py):
+  `num_speculative_tokens` is the largest arm the policy's bandit may pick
+  (`adaptive_draft_cap`) and the table is always given.
+
+`bucket_ranges` is the cut of the schedule's buckets on an engine, shared by the table and by
+the BanditController that rewrites it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.contracts.policy import Policy
+
+NGRAM_LOOKUP_MAX = 4
+NGRAM_LOOKUP_MIN = 2
+
+
+class EngineConfigError(ValueError):
+    """A policy / drafter / engine setting combination the engine cannot run."""
+
+
+def bucket_ranges(policy: Policy, max_num_seqs: int) -> dict[int, tuple[int, int]]:
+    """Schedule bucket index -> its batch sizes `(min_batch, max_batch)` on an engine of
+    `max_num_seqs`: cut at `sd_threshold` and at `max_num_seqs`; buckets left empty are absent."""
+    top = min(policy.sd_threshold, max_num_seqs)
+    return {i: (row.min_batch, min(row.max_batch, top)) for i, row in enumerate(policy.schedule)
+            if row.min_batch <= min(row.max_batch, top)}
+
+
+def close_table(rows: list[tuple[int, int, int]], max_num_seqs: int) -> list[tuple[int, int, int]]:
+    """`rows` plus a final `(last+1, max_num_seqs, 0)` row when they stop below `max_num_seqs`."""
+    if rows and rows[-1][1] < max_num_seqs:
+        return rows + [(rows[-1][1] + 1, max_num_seqs, 0)]
+    return rows
+
+
+def dynamic_schedule(policy: Policy, max_num_seqs: int) -> list[tuple[int, int, int]]:
+    """The policy's schedule as vLLM's `num_speculative_tokens_per_batch_size` rows.
+
+    Rows are cut at `sd_threshold` (draft length 0 above it) and at `max_num_seqs`; a final
+    `(threshold+1, max_num_seqs, 0)` row is added when the schedule stops below `max_num_seqs`.
+    Empty when the policy does not use SD.
+    """
+    if not policy.uses_sd:
+        return []
+    rows = [(lo, hi, policy.schedule[i].draft_len) for i, (lo, hi) in sorted(bucket_ranges(policy, max_num_seqs).items())]
+    return close_table(rows, max_num_seqs)
+
+
+def adaptive_draft_cap(policy: Policy) -> int:
+    """The largest draft length an adaptive engine may be asked for: the largest arm the policy's
+    bandit may pick (a `fixed` bandit picks none: the schedule's), at least the schedule's largest."""
+    k = max((row.draft_len for row in policy.schedule), default=0)
+    if policy.bandit.algorithm != "fixed":
+        k = max(k, *policy.bandit.arms)
+    return k
+
+
+def _eagle_dir(policy: Policy, drafter_dir: str | Path | None) -> Path:
+    if drafter_dir is None:
+        raise EngineConfigError(
+            f"policy '{policy.name}' uses an EAGLE drafter: give its checkpoint directory with "
+            f"--drafter DIR (train one with `tlt drafter train`)")
+    ddir = Path(drafter_dir)
+    if not (ddir / "config.json").is_file() or not any(ddir.glob("*.safetensors")):
+        raise EngineConfigError(
+            f"--drafter {ddir}: not an EAGLE checkpoint (needs config.json and *.safetensors, as "
+            f"written by `tlt drafter train`)")
+    return ddir
+
+
+def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
+                       max_num_seqs: int = 64, adaptive: bool = False) -> dict[str, Any] | None:
+    """vLLM's `speculative_config` for a policy; None for no speculative decoding.
+
+    `adaptive`: room for draft lengths to change while the engine runs: `num_speculative_tokens`
+    is `adaptive_draft_cap(policy)` and the Dynamic SD table is always given (vLLM builds the
+    scheduler's lookup only from one), even for a uniform schedule or one of draft length 0.
+    """
+    if not policy.uses_sd:
+        return None
+    rows = dynamic_schedule(policy, max_num_seqs)
+    k_max = adaptive_draft_cap(policy) if adaptive else max((k for _, _, k in rows), default=0)
+    if k_max == 0:
+        return None
+    kind = policy.drafter.kind
+    if kind == "ngram":
+        spec: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": k_max,
+                                "prompt_lookup_max": NGRAM_LOOKUP_MAX, "prompt_lookup_min": NGRAM_LOOKUP_MIN}
+    elif kind == "eagle":
+        spec = {"method": "eagle", "model": str(_eagle_dir(policy, drafter_dir)), "num_speculative_tokens": k_max}
+    else:  # pragma: no cover - Policy.check() allows only none/ngram/eagle
+        raise EngineConfigError(f"drafter.kind {kind!r}: allowed: none, ngram, eagle")
+    if adaptive or len({k for _, _, k in rows}) > 1:
+        spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in rows]
+    return spec

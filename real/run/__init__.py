@@ -1,0 +1,1 @@
+"""`tlt train` (Ray workers, the RL-step coordinator, checkpoints) and `tlt capture`."""

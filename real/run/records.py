@@ -1,0 +1,184 @@
+"""What a `tlt train` run records: the workers' reports, one StepRecord per RL step (metrics.csv),
+and the trace's rows, with the per-worker timeline in the simulator's format.
+
+Times in the workers' reports are epoch seconds (`time.time()`, comparable across the processes
+of one machine); the trace's rows are seconds since the run began.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable
+
+import pandas as pd
+
+from real.rollout.requests import EngineStepRow, Sample
+from workbench.contracts.trace import (
+    RequestRow,
+    RLStepRow,
+    StepRow,
+    Timeline,
+    TimelineRow,
+    Trace,
+    accepted_length,
+    rows_frame,
+)
+
+
+@dataclass
+class WorkerRollout:
+    """What one worker's rollout produced (rows in the trace schema, times in epoch seconds)."""
+
+    worker: int
+    start: float
+    end: float
+    steps: list[EngineStepRow]
+    requests: list[RequestRow]
+    outputs: dict[str, Sample]  # request_id -> the response
+    prompt_ids: dict[str, list[int]] = field(default_factory=dict)  # request_id -> prompt token ids
+    drafts: int = 0
+    accepted: int = 0
+    draft_method: str = "none"
+
+    def sequence(self, request_id: str) -> list[int]:
+        """Prompt + response token ids of one request."""
+        return list(self.prompt_ids[request_id]) + list(self.outputs[request_id].token_ids)
+
+
+@dataclass
+class WorkerSpot:
+    """A spot-training session: the SpotResult's numbers, the drafter it left, its times."""
+
+    worker: int
+    start: float
+    end: float
+    steps: int
+    loss: float
+    top1: float
+    stopped: bool
+    stop_latency_s: float  # from stop_spot() to spot_train returning (NaN when not stopped)
+    state: dict[str, Any] = field(default_factory=dict)  # drafter weights (torch tensors)
+    fresh_records: int = 0
+
+
+@dataclass
+class StepRecord:
+    step: int
+    step_s: float
+    rollout_s: float
+    train_s: float
+    sync_s: float
+    bubble_frac: float  # worker-time neither decoding nor training the drafter, during the rollout
+    spot_frac: float  # worker-time training the drafter, during the rollout
+    mean_accept_len: float  # tokens per verify pass over SD passes (1.0 with no SD)
+    reward: float
+    pass_at_g: float  # prompts with at least one correct sample
+    drafter_loss: float
+    drafter_steps: int
+    drafter_kind: str
+    tokens: int
+    longest: int
+    grpo_loss: float
+    kl: float
+    stop_latency_s: float  # longest time from stop_spot() to a trainer returning
+
+
+METRIC_COLUMNS = tuple(f.name for f in fields(StepRecord))  # metrics.csv, in this order
+
+
+@dataclass
+class RunRows:
+    """The trace's rows so far (checkpointed with the run, so a resumed run's trace is whole)."""
+
+    steps: list[StepRow] = field(default_factory=list)
+    requests: list[RequestRow] = field(default_factory=list)
+    rl_steps: list[RLStepRow] = field(default_factory=list)
+    timeline: list[TimelineRow] = field(default_factory=list)
+
+    def frames(self, meta: dict[str, Any]) -> Trace:
+        """The rows as a trace (meta given by the caller)."""
+        return Trace(meta, rows_frame(self.steps, StepRow), rows_frame(self.requests, RequestRow),
+                     rows_frame(self.rl_steps, RLStepRow), timeline=rows_frame(self.timeline, TimelineRow))
+
+
+@dataclass
+class StepTimes:
+    """When the phases of one RL step ended, in epoch seconds."""
+
+    start: float
+    rollout_end: float
+    train_start: float
+    train_end: float
+    sync_end: float
+
+
+def rollout_accept_len(rollouts: Iterable[WorkerRollout]) -> float:
+    """Tokens per verify pass over the workers' SD passes (NaN without drafts)."""
+    rollouts = list(rollouts)
+    return accepted_length(sum(r.accepted for r in rollouts), sum(r.drafts for r in rollouts))
+
+
+def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], times: StepTimes,
+                  clock0: float) -> list[TimelineRow]:
+    """What each worker did during the RL step: its engine steps, idle time, spot training,
+    then the policy update and the sync (times since the run began)."""
+    rel = lambda t: t - clock0  # noqa: E731
+    tl = Timeline()
+    for i, r in rollouts.items():
+        for row in r.steps:
+            tl.add(step, i, row.start_s, row.start_s + row.wall_s, "decode_sd" if row.draft_len else "decode",
+                   row.batch_size, row.draft_len, row.new_tokens, 1, row.context_mean)
+        sp = next((x for x in spots if x.worker == i), None)
+        if sp is not None:
+            tl.add(step, i, rel(r.end), rel(sp.start), "idle")
+            tl.add(step, i, rel(sp.start), rel(sp.end), "drafter_train", tokens=sp.steps)
+            tl.add(step, i, rel(sp.end), rel(times.rollout_end), "idle")
+        else:
+            tl.add(step, i, rel(r.end), rel(times.rollout_end), "idle")
+        tl.add(step, i, rel(times.rollout_end), rel(times.train_end), "train")
+        tl.add(step, i, rel(times.train_end), rel(times.sync_end), "sync")
+    return [TimelineRow(*row) for row in tl.rows]
+
+
+def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], requests: list[RequestRow],
+                times: StepTimes, grpo: Any, drafter_kind: str) -> StepRecord:
+    """The RL step's metrics (`grpo`: the GRPO update's StepStats)."""
+    n_workers = len(rollouts)
+    span = max(times.rollout_end - times.start, 1e-9)
+    decode = sum(min(r.end, times.rollout_end) - max(r.start, times.start) for r in rollouts.values())
+    spot = sum(max(0.0, min(sp.end, times.rollout_end) - sp.start) for sp in spots)
+    rewards = [row.reward for row in requests]
+    by_prompt: dict[int, float] = {}
+    for row in requests:
+        by_prompt[row.prompt_id] = max(by_prompt.get(row.prompt_id, 0.0), row.reward)
+    trained = [sp for sp in spots if sp.steps > 0]
+    acc = rollout_accept_len(rollouts.values())
+    return StepRecord(
+        step=step, step_s=times.sync_end - times.start, rollout_s=times.rollout_end - times.start,
+        train_s=times.train_end - times.train_start, sync_s=times.sync_end - times.train_end,
+        bubble_frac=max(0.0, 1.0 - (decode + spot) / (n_workers * span)), spot_frac=spot / (n_workers * span),
+        mean_accept_len=1.0 if math.isnan(acc) else acc,
+        reward=sum(rewards) / len(rewards), pass_at_g=sum(by_prompt.values()) / len(by_prompt),
+        drafter_loss=(sum(sp.loss * sp.steps for sp in trained) / sum(sp.steps for sp in trained)) if trained else math.nan,
+        drafter_steps=sum(sp.steps for sp in spots), drafter_kind=drafter_kind,
+        tokens=sum(row.response_tokens for row in requests), longest=max(row.response_tokens for row in requests),
+        grpo_loss=grpo.loss, kl=grpo.kl,
+        stop_latency_s=max((sp.stop_latency_s for sp in spots if sp.stopped), default=math.nan))
+
+
+def add_step_rows(rows: RunRows, step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot],
+                  requests: list[RequestRow], times: StepTimes, clock0: float) -> None:
+    """Append one RL step's rows to the run's trace rows."""
+    rows.timeline += step_timeline(step, rollouts, spots, times, clock0)
+    for r in rollouts.values():
+        rows.steps += r.steps
+    rows.requests += requests
+    spot = sum(max(0.0, min(sp.end, times.rollout_end) - sp.start) for sp in spots)
+    rows.rl_steps.append(RLStepRow(rl_step=step, rollout_s=times.rollout_end - times.start,
+                                   train_s=times.train_end - times.train_start, sync_s=times.sync_end - times.train_end,
+                                   drafter_train_s=spot))
+
+
+def metrics_frame(metrics: list[StepRecord]) -> pd.DataFrame:
+    return pd.DataFrame([[getattr(m, c) for c in METRIC_COLUMNS] for m in metrics], columns=list(METRIC_COLUMNS))

@@ -1,0 +1,101 @@
+"""What `tlt train` records per RL step (real/run/records.py) and what it refuses before starting
+(real/run/coordinator.py's RunConfig): no Ray, vLLM or torch needed."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+
+from real.rollout.requests import EngineStepRow, Sample
+from real.run.coordinator import RunConfig, TrainError
+from real.run.records import (
+    METRIC_COLUMNS,
+    RunRows,
+    StepTimes,
+    WorkerRollout,
+    WorkerSpot,
+    add_step_rows,
+    metrics_frame,
+    step_record,
+)
+from workbench.contracts.policy import load_policy
+from workbench.contracts.trace import RequestRow, load_trace, write_trace
+
+CLOCK0 = 1000.0  # the run began here (epoch seconds)
+
+
+def _step(step: int, start_s: float, wall_s: float, draft_len: int, drafts: int, accepted: int) -> EngineStepRow:
+    return EngineStepRow(rl_step=0, engine=0, step=step, start_s=start_s, wall_s=wall_s, batch_size=2, num_waiting=0,
+                         prefill_requests=0, prefill_tokens=0, decode_requests=2, scheduled_tokens=2 + drafts * draft_len,
+                         context_mean=20.0, context_max=24, draft_len=draft_len, num_drafts=drafts,
+                         num_draft_tokens=drafts * draft_len, num_accepted_tokens=accepted,
+                         accepted_per_pos=[accepted] + [0] * (draft_len - 1) if draft_len else [], new_tokens=2 + accepted,
+                         exec_s=0.001, finished=0, chosen_k=draft_len)
+
+
+def _request(worker: int, prompt: int, sample: int, tokens: int, reward: float) -> RequestRow:
+    return RequestRow(rl_step=0, engine=worker, request_id=f"p{prompt}-s{sample}", prompt_id=prompt, sample=sample,
+                      prompt_tokens=10, response_tokens=tokens, finish_reason="stop", start_s=0.0, end_s=1.0,
+                      reward=reward)
+
+
+@pytest.fixture
+def step_zero():
+    """Two workers: worker 0 decodes from 0 to 4 s with SD, worker 1 from 0 to 2 s without and
+    then spot-trains from 2.5 to 4.2 s; the update ends at 5 s, the sync at 6 s (run time)."""
+    w0 = WorkerRollout(0, CLOCK0, CLOCK0 + 4.0, [_step(0, 0.0, 2.0, 0, 0, 0), _step(1, 2.0, 2.0, 3, 2, 4)],
+                       [_request(0, 0, 0, 30, 1.0), _request(0, 0, 1, 50, 0.0)],
+                       {"p0-s0": Sample([5] * 30, "A: 1", "stop"), "p0-s1": Sample([6] * 50, "A: 2", "stop")},
+                       {"p0-s0": [1, 2], "p0-s1": [1, 2]}, drafts=2, accepted=4, draft_method="ngram")
+    w1 = WorkerRollout(1, CLOCK0, CLOCK0 + 2.0, [_step(0, 0.0, 2.0, 0, 0, 0)],
+                       [_request(1, 1, 0, 10, 0.0), _request(1, 1, 1, 12, 0.0)], {}, {})
+    spot = WorkerSpot(1, CLOCK0 + 2.5, CLOCK0 + 4.2, steps=7, loss=0.5, top1=0.4, stopped=True, stop_latency_s=0.2)
+    times = StepTimes(start=CLOCK0, rollout_end=CLOCK0 + 4.0, train_start=CLOCK0 + 4.0, train_end=CLOCK0 + 5.0,
+                      sync_end=CLOCK0 + 6.0)
+    return {0: w0, 1: w1}, [spot], times
+
+
+def test_a_worker_rollout_gives_its_sequences():
+    w = WorkerRollout(0, 0.0, 1.0, [], [], {"p0-s0": Sample([7, 8], "x", "stop")}, {"p0-s0": [1, 2, 3]})
+    assert w.sequence("p0-s0") == [1, 2, 3, 7, 8]
+
+
+def test_step_record_and_rows(step_zero, tmp_path):
+    rollouts, spots, times = step_zero
+    requests = [r for w in rollouts.values() for r in w.requests]
+    grpo = type("Stats", (), {"loss": 0.25, "kl": 0.0})()
+    rec = step_record(0, rollouts, spots, requests, times, grpo, "eagle")
+    assert (rec.step_s, rec.rollout_s, rec.train_s, rec.sync_s) == (6.0, 4.0, 1.0, 1.0)
+    assert rec.mean_accept_len == 3.0  # 1 + 4 accepted / 2 drafts
+    assert rec.reward == 0.25 and rec.pass_at_g == 0.5  # prompt 0 has a right sample, prompt 1 none
+    # Worker-time over 2 workers x 4 s: decoding 4 + 2 s, spot training 1.5 s (cut at the rollout's end).
+    assert rec.spot_frac == pytest.approx(1.5 / 8) and rec.bubble_frac == pytest.approx(1 - 7.5 / 8)
+    assert (rec.drafter_steps, rec.drafter_loss, rec.stop_latency_s) == (7, 0.5, 0.2)
+    assert (rec.tokens, rec.longest, rec.grpo_loss, rec.drafter_kind) == (102, 50, 0.25, "eagle")
+    assert list(metrics_frame([rec]).columns) == list(METRIC_COLUMNS)
+
+    rows = RunRows()
+    add_step_rows(rows, 0, rollouts, spots, requests, times, CLOCK0)
+    states = [(r.worker, r.state, round(r.start_s, 6), round(r.end_s, 6)) for r in rows.timeline]
+    assert states == [(0, "decode", 0.0, 2.0), (0, "decode_sd", 2.0, 4.0), (0, "train", 4.0, 5.0), (0, "sync", 5.0, 6.0),
+                      (1, "decode", 0.0, 2.0), (1, "idle", 2.0, 2.5), (1, "drafter_train", 2.5, 4.2),
+                      (1, "train", 4.0, 5.0), (1, "sync", 5.0, 6.0)]  # worker 1 trained past the rollout's end
+    assert [r.drafter_train_s for r in rows.rl_steps] == [pytest.approx(1.5)]
+    rows = pickle.loads(pickle.dumps(rows))  # checkpoints keep the rows (torch.save pickles them)
+    meta = {"model": "m", "policy": {"name": "tlt"}, "prompts": 2, "samples": 2, "max_tokens": 64, "seed": 0,
+            "machine": {}, "engine": {}}
+    write_trace(rows.frames(meta), tmp_path / "trace")
+    t = load_trace(tmp_path / "trace")
+    assert len(t.steps) == 3 and "exec_s" not in t.steps.columns and t.steps["draft_len"].tolist() == [0, 3, 0]
+    assert t.steps["accepted_per_pos"].map(list).tolist() == [[], [4, 0, 0], []]
+    assert len(t.requests) == 4 and t.timeline["state"].tolist() == [s for _, s, _, _ in states]
+    assert math.isclose(t.rl_steps["rollout_s"][0], 4.0)
+
+
+@pytest.mark.needs_reference
+def test_run_config_refuses_a_negative_seed(reference_model, tmp_path):
+    cfg = RunConfig(model=reference_model, policy=load_policy("baseline"), out=tmp_path / "run", seed=-1)
+    with pytest.raises(TrainError, match="--seed -1"):
+        cfg.check()

@@ -1,0 +1,52 @@
+"""Calibration: fit a Profile (and a LengthModel) to captured traces.
+
+`calibrate(traces, base)` fits, in exactly the functional forms the simulator
+uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module:
+
+- `trace_view`: the traces as the fit sees them: the drafter each engine ran,
+  each step's draft length, and one frame of every engine step (`step_frame`);
+- `costs`: the decode and drafter cost over every engine step of every trace
+  (`fit_costs`: a robust non-negative fit with a 1-D search over the
+  saturation knee; parameters the traces cannot identify keep the base
+  profile's value, and each `ParamFit` says which were fitted);
+- `acceptance`: per-position acceptance per drafter kind (`fit_acceptance`),
+  then (alpha, shape) of r_i = alpha ** (i ** shape);
+- `lengths`: the length model (`fit_lengths`), a censored (Tobit) fit of log lengths;
+- `phases`: policy-update and weight-sync costs (`fit_phases`);
+- `report`: `calibrate()` itself, the `Calibration` it returns and its
+  report (`Calibration.report()`, the `.calibration.json` file).
+
+The fit error stored in the profile (`fit_error_pct`) is the median absolute
+per-step latency error on held-out steps (5-fold cross-validation; runs of
+consecutive steps are held out together).
+"""
+
+from workbench.calibrate.acceptance import (
+    AcceptanceFit,
+    fit_acceptance,
+    per_position_acceptance,
+)
+from workbench.calibrate.costs import (
+    CV_FOLDS,
+    CostFit,
+    ParamFit,
+    TraceFit,
+    features,
+    fit_costs,
+    predict_steps,
+)
+from workbench.calibrate.lengths import LengthFit, fit_lengths
+from workbench.calibrate.phases import fit_phases
+from workbench.calibrate.report import Calibration, calibrate, trace_workload_spec
+from workbench.calibrate.trace_view import (
+    WARMUP_STEPS,
+    step_draft_len,
+    step_frame,
+    trace_drafter_kind,
+)
+
+__all__ = [
+    "CV_FOLDS", "WARMUP_STEPS", "AcceptanceFit", "Calibration", "CostFit", "LengthFit", "ParamFit", "TraceFit",
+    "calibrate", "features", "fit_acceptance", "fit_costs", "fit_lengths", "fit_phases", "per_position_acceptance",
+    "predict_steps", "step_draft_len", "step_frame", "trace_drafter_kind", "trace_workload_spec",
+]

@@ -1,0 +1,159 @@
+"""The traces as the fit sees them: the drafter an engine ran, each step's draft length, and
+one frame of every engine step with the cost fit's inputs (`step_frame`); and `sig`, the
+rounding every fitted value is stored with."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from workbench.contracts.policy import Policy
+from workbench.contracts.schema import from_mapping
+from workbench.contracts.trace import Trace, TraceError
+
+WARMUP_STEPS = 5
+DRAFTER_KINDS = ("none", "ngram", "eagle")
+
+
+def sig(x: float, digits: int = 5) -> float:
+    """Round to `digits` significant digits (profiles are read by people too)."""
+    return float(f"{float(x):.{digits - 1}e}")
+
+
+def trace_drafter_kind(meta: dict) -> str:
+    """The drafter the traced engine ran: from meta['engine']['speculative_config'] (None: no SD;
+    else its method) when the capture recorded it, else meta['engine']['drafter'] if that names a
+    kind, else the policy's."""
+    eng = meta.get("engine") or {}
+    if "speculative_config" in eng:
+        spec = eng["speculative_config"]
+        if not spec:
+            return "none"
+        method = str(spec.get("method", "")).lower() if isinstance(spec, dict) else ""
+        if method == "ngram":
+            return "ngram"
+        if method.startswith("eagle"):
+            return "eagle"
+    d = eng.get("drafter")
+    if isinstance(d, dict):
+        d = d.get("kind") or d.get("method")
+    if isinstance(d, str) and d.lower() in DRAFTER_KINDS:
+        return d.lower()
+    kind = ((meta.get("policy") or {}).get("drafter") or {}).get("kind", "none")
+    if kind not in DRAFTER_KINDS:
+        raise TraceError("meta.json", "field 'policy.drafter.kind'", f"is {kind!r}", f"one of {', '.join(DRAFTER_KINDS)}")
+    return kind
+
+
+def parse_positions(value) -> np.ndarray:
+    """accepted_per_pos as an int array: a list/array, or its JSON text."""
+    if value is None:
+        return np.zeros(0, dtype=np.int64)
+    if isinstance(value, (bytes, str)):
+        value = value.strip()
+        value = json.loads(value) if value else []
+    if isinstance(value, float) and math.isnan(value):
+        return np.zeros(0, dtype=np.int64)
+    return np.asarray(list(value), dtype=np.float64).astype(np.int64)
+
+
+def scheduled_draft_len(meta: dict, batch_size: np.ndarray) -> np.ndarray | None:
+    """Draft length the traced policy's fixed schedule gives each step's batch (None: no fixed schedule)."""
+    try:
+        pol = from_mapping(Policy, {"name": "trace", **(meta.get("policy") or {})})
+    except Exception:
+        return None
+    if not pol.uses_sd or pol.bandit.algorithm != "fixed" or trace_drafter_kind(meta) == "none":
+        return None
+    k = np.zeros(len(batch_size), dtype=np.int64)
+    for row in pol.schedule:
+        hit = (batch_size >= row.min_batch) & (batch_size <= min(row.max_batch, pol.sd_threshold))
+        k[hit] = row.draft_len
+    return k
+
+
+def step_draft_len(steps: pd.DataFrame, meta: dict | None = None) -> np.ndarray:
+    """Draft length per engine step, as the simulator sees it.
+
+    The captured draft_len (the longest draft any request got), or, where a
+    capture left it 0 though requests got drafts, the length of
+    accepted_per_pos. With `meta`, a decoding step where the policy's fixed
+    schedule asked for drafts but no request got one (n-gram found no match)
+    counts as drafting the schedule's length with nothing accepted: the
+    simulator runs the schedule, so its costs and acceptance must average over
+    such steps too.
+    """
+    k = steps["draft_len"].to_numpy(np.int64).copy()
+    odd = (k == 0) & (steps["num_drafts"].to_numpy() > 0)
+    if odd.any():
+        k[odd] = [len(parse_positions(v)) for v in steps.loc[odd, "accepted_per_pos"]]
+    if meta is not None:
+        sched = scheduled_draft_len(meta, steps["batch_size"].to_numpy())
+        if sched is not None:
+            missed = (k == 0) & (steps["decode_requests"].to_numpy() > 0) & (sched > 0)
+            k[missed] = sched[missed]
+    return k
+
+
+def finished_before(s: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
+    """Per step (of `s`, sorted by rl_step, engine, step): requests of the same engine that finished
+    at the end of its previous step (a request's end_s is the end of the step that finished it)."""
+    out = np.zeros(len(s), dtype=np.int64)
+    req = requests[np.isfinite(requests["end_s"].to_numpy(float))]
+    groups = req.groupby(["rl_step", "engine"])["end_s"]
+    for (rl, eng), idx in s.groupby(["rl_step", "engine"]).indices.items():
+        if (rl, eng) not in groups.groups:
+            continue
+        ends = (s["start_s"].to_numpy(float) + s["wall_s"].to_numpy(float))[idx]
+        done = groups.get_group((rl, eng)).to_numpy(float)
+        at = np.clip(np.searchsorted(ends, done - 1e-6), 0, len(idx) - 1)  # the step that finished each request
+        per_step = np.bincount(at, minlength=len(idx))
+        out[idx[1:]] = per_step[:-1]
+    return out
+
+
+def _trace_steps(t: Trace, warmup_steps: int, target: str) -> pd.DataFrame:
+    """One trace's engine steps as `step_frame` rows."""
+    s = t.steps.sort_values(["rl_step", "engine", "step"]).reset_index(drop=True)
+    kind = trace_drafter_kind(t.meta)
+    wall = s["wall_s"].to_numpy(float)
+    start = s["start_s"].to_numpy(float)
+    same = (s["engine"].to_numpy()[1:] == s["engine"].to_numpy()[:-1]) & (s["rl_step"].to_numpy()[1:] == s["rl_step"].to_numpy()[:-1])
+    gap = np.zeros(len(s))
+    gap[:-1] = np.where(same, np.clip(start[1:] - start[:-1] - wall[:-1], 0.0, None), 0.0)
+    first_rl = s.groupby("engine")["rl_step"].transform("min")
+    rank = s.groupby(["engine", "rl_step"]).cumcount()
+    b = s["decode_requests"].to_numpy(np.int64)
+    p = s["prefill_tokens"].to_numpy(np.int64)
+    finished = finished_before(s, t.requests)
+    f = pd.DataFrame({
+        "trace": t.name, "rl_step": s["rl_step"], "engine": s["engine"], "step": s["step"],
+        "kind": kind, "B": b, "ctx": s["context_mean"].to_numpy(float), "K": step_draft_len(s, t.meta), "P": p,
+        "wall_s": wall, "gap_s": gap, "y": wall + gap if target == "cycle" else wall, "F": finished,
+        "warmup": ((s["rl_step"] == first_rl) & (rank < warmup_steps)).to_numpy(),
+    })
+    f.loc[f["B"] == 0, "ctx"] = 0.0
+    f.loc[f["B"] == 0, "K"] = 0
+    f["ctx"] = f["ctx"].fillna(0.0)
+    f["why_dropped"] = np.select([~np.isfinite(f["y"]) | (f["y"] <= 0), (b == 0) & (p == 0)],
+                                 ["no time", "empty step"], "")
+    return f
+
+
+def step_frame(traces: Sequence[Trace], warmup_steps: int = WARMUP_STEPS, target: str = "cycle") -> pd.DataFrame:
+    """Every engine step of every trace, with the fit's inputs and whether it is used.
+
+    target "wall": the step's own wall time. "cycle": wall time plus the gap to
+    the same engine's next step in the same RL step (host-side work between
+    steps), which is what a rollout's wall time is made of, so a profile fitted
+    on it predicts rollouts, not just steps (a capture whose wall_s runs from
+    one engine output to the next, as `real/engine.py`'s does, has no gap).
+    `warmup` marks the first `warmup_steps` steps of every engine's first RL step.
+    """
+    if target not in ("wall", "cycle"):
+        raise ValueError(f"target {target!r}: allowed: wall, cycle")
+    return pd.concat([_trace_steps(t, warmup_steps, target) for t in traces], ignore_index=True)

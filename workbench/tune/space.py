@@ -1,0 +1,235 @@
+"""The tuner's search space: one valid Policy from an Optuna trial (`suggest_policy`), and back
+(`params_for`: the trial parameters that rebuild a policy, to enqueue the presets).
+
+Lossless only. The space is the speculative-decoding and drafter part of a
+Policy; `rollout` keeps its default (`sync`), since partial rollouts and tail
+batching change what RL trains on, not only how fast it gets there. Warm start
+(`drafter.warm_start`) is in the space only with `allow_warm_start` (see
+`workbench.tune`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Sequence
+
+import optuna
+
+from workbench.contracts.policy import (
+    BanditConfig,
+    DrafterConfig,
+    DrafterTraining,
+    Policy,
+    ScheduleBucket,
+)
+from workbench.contracts.schema import FieldError, to_mapping
+from workbench.contracts.workload import Workload
+
+# Bump when the search space changes: a study is only resumed with the space it was created with.
+SPACE_VERSION = 1
+
+# SD thresholds tried (SD is off above this batch); capped at the workload's max_batch,
+# which is always a choice. 0 (never SD) is drafter "none".
+THRESHOLDS = (4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+MAX_DRAFT_LEN = 8  # per-bucket draft lengths of a fixed table: 0..8
+# Arm sets a bandit may choose from (draft lengths; 0 = SD off for that decision).
+ARM_SETS = {
+    "0,2,4": (0, 2, 4),
+    "0,2,4,6": (0, 2, 4, 6),
+    "0,1,2,3,4": (0, 1, 2, 3, 4),
+    "0,2,4,6,8": (0, 2, 4, 6, 8),
+    "0,3,6": (0, 3, 6),
+    "1,2,4": (1, 2, 4),
+    "2,4,6": (2, 4, 6),
+    "2,4,6,8": (2, 4, 6, 8),
+}
+ALGORITHMS = ("fixed", "beg", "ucb1", "egreedy")
+DRAFTERS = ("none", "ngram", "eagle")
+LR_RANGE = (1e-6, 1e-2)
+TRAIN_STEPS_RANGE = (100, 20000)
+BUFFER_RANGE = (1, 4)
+EPSILON_RANGE = (0.01, 0.5)
+WINDOW_RANGE = (4, 256)
+INTERVAL_RANGE = (8, 512)
+SWITCH_MARGIN_RANGE = (0.0, 0.5)
+
+
+def threshold_choices(max_batch: int) -> list[int]:
+    """SD thresholds for a workload: the fixed set up to max_batch, and max_batch itself."""
+    return sorted({t for t in THRESHOLDS if t < max_batch} | {max_batch})
+
+
+def _edge_candidates(threshold: int) -> list[int]:
+    """Powers of two below the threshold: the possible upper bounds of all buckets but the last."""
+    return [2**i for i in range(int(math.log2(threshold)) + 1) if 2**i < threshold]
+
+
+def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: bool = False,
+                   name: str = "trial") -> Policy:
+    """One valid Policy from the trial's suggestions (constructed valid; never pruned).
+
+    Parameters are conditional: a bucket's draft length exists only for a fixed
+    table, epsilon only for the epsilon-greedy bandits, training settings only
+    for a trained EAGLE drafter. Parameter names are stable across trials (a
+    bucket's draft length is named by its upper batch bound) so TPE learns
+    across them.
+    """
+    kind = trial.suggest_categorical("drafter", list(DRAFTERS))
+    if kind == "none":
+        return _checked(Policy(name=name, description="no speculative decoding"))
+
+    threshold = trial.suggest_categorical("sd_threshold", threshold_choices(workload.max_batch))
+    algorithm = trial.suggest_categorical("bandit", list(ALGORITHMS))
+    if algorithm == "egreedy":
+        uppers = [threshold]  # one pool over every batch size: buckets are unused
+    else:
+        uppers = [p for p in _edge_candidates(threshold) if trial.suggest_categorical(f"edge_{p}", [False, True])]
+        uppers.append(threshold)
+
+    if algorithm == "fixed":
+        lens = [trial.suggest_int(f"draft_len_{u}", 0, MAX_DRAFT_LEN) for u in uppers]
+        bandit = BanditConfig(algorithm="fixed")
+    else:
+        arms = ARM_SETS[trial.suggest_categorical("arms", list(ARM_SETS))]
+        defaults = BanditConfig()
+        epsilon = (trial.suggest_float("epsilon", *EPSILON_RANGE, log=True)
+                   if algorithm in ("beg", "egreedy") else defaults.epsilon)
+        window = trial.suggest_int("window", *WINDOW_RANGE, log=True) if algorithm == "beg" else defaults.window
+        interval = trial.suggest_int("decision_interval", *INTERVAL_RANGE, log=True)
+        bandit = BanditConfig(algorithm=algorithm, arms=arms, epsilon=epsilon, window=window,
+                              decision_interval=interval)
+        # The bandit only uses the rows as buckets; their draft length (the median
+        # arm) is what a fixed-table engine would fall back to.
+        lens = [_median_arm(arms)] * len(uppers)
+
+    schedule, lo = [], 1
+    for upper, k in zip(uppers, lens):
+        schedule.append(ScheduleBucket(lo, upper, k))
+        lo = upper + 1
+
+    drafter, training = DrafterConfig(kind=kind), DrafterTraining()
+    if kind == "eagle":
+        warm = trial.suggest_categorical("warm_start", [False, True]) if allow_warm_start else False
+        fallback = trial.suggest_categorical("ngram_fallback", [False, True])
+        margin = trial.suggest_float("switch_margin", *SWITCH_MARGIN_RANGE) if fallback else 0.0
+        drafter = DrafterConfig(kind="eagle", warm_start=warm, ngram_fallback=fallback, switch_margin=margin)
+        if trial.suggest_categorical("training", [False, True]):
+            training = DrafterTraining(
+                enabled=True,
+                min_idle_workers=trial.suggest_int("min_idle_workers", 1, workload.workers),
+                lr=trial.suggest_float("lr", *LR_RANGE, log=True),
+                steps=trial.suggest_int("train_steps", *TRAIN_STEPS_RANGE, log=True),
+                buffer=trial.suggest_int("buffer", *BUFFER_RANGE),
+            )
+    return _checked(Policy(name=name, description=describe(threshold, algorithm, kind), sd_threshold=threshold,
+                           schedule=tuple(schedule), bandit=bandit, drafter=drafter, training=training))
+
+
+def _median_arm(arms: Sequence[int]) -> int:
+    return sorted(arms)[len(arms) // 2]
+
+
+def _checked(policy: Policy) -> Policy:
+    try:
+        policy.check()
+    except FieldError as exc:  # a bug in the space, not a bad trial: say which policy
+        raise AssertionError(f"search space built an invalid policy: {exc}: {to_mapping(policy)}") from exc
+    return policy
+
+
+def describe(threshold: int, algorithm: str, kind: str) -> str:
+    return f"{kind} drafter, {algorithm} draft lengths, SD up to batch {threshold}"
+
+
+def canonical(policy: Policy) -> Policy:
+    """The policy with the fields its behaviour does not depend on reset to defaults.
+
+    Two policies with equal canonical forms simulate identically: name and
+    description; bandit settings an algorithm does not read; a bandit's schedule
+    draft lengths (it only uses the rows as buckets); the switch margin without
+    n-gram fallback; training settings when training is off.
+    """
+    p = replace(policy, name="-", description="")
+    if p.drafter.kind == "none" or p.sd_threshold == 0:
+        return replace(p, sd_threshold=0, schedule=(), bandit=BanditConfig(), drafter=DrafterConfig(),
+                       training=DrafterTraining())
+    b, d = BanditConfig(), p.bandit
+    if d.algorithm == "fixed":
+        bandit = BanditConfig(algorithm="fixed")
+    else:
+        bandit = BanditConfig(algorithm=d.algorithm, arms=tuple(sorted(d.arms)),
+                              epsilon=d.epsilon if d.algorithm in ("beg", "egreedy") else b.epsilon,
+                              window=d.window if d.algorithm == "beg" else b.window,
+                              decision_interval=d.decision_interval)
+    # Rows above the threshold are never used; the last used row ends at the threshold.
+    rows = tuple(replace(r, max_batch=min(r.max_batch, p.sd_threshold)) for r in p.schedule
+                 if r.min_batch <= p.sd_threshold)
+    if d.algorithm != "fixed":
+        rows = tuple(replace(r, draft_len=0) for r in rows)
+    if d.algorithm == "egreedy":
+        rows = (ScheduleBucket(1, max(p.sd_threshold, 1), 0),)
+    drafter = p.drafter
+    if not drafter.ngram_fallback:
+        drafter = replace(drafter, switch_margin=0.0)
+    training = p.training if p.training.enabled else DrafterTraining()
+    return replace(p, bandit=bandit, schedule=rows, drafter=drafter, training=training)
+
+
+def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = False) -> dict[str, Any] | None:
+    """The trial parameters that rebuild `policy` (up to `canonical`), or None if it lies outside the space.
+
+    Used to enqueue the presets as the study's first trials.
+    """
+    pol = canonical(policy)
+    params: dict[str, Any] = {"drafter": policy.drafter.kind if policy.uses_sd else "none"}
+    if params["drafter"] != "none":
+        params["sd_threshold"] = policy.sd_threshold
+        params["bandit"] = policy.bandit.algorithm
+        uppers = [r.max_batch for r in policy.schedule if r.max_batch < policy.sd_threshold]
+        if policy.bandit.algorithm != "egreedy":
+            for p in _edge_candidates(policy.sd_threshold):
+                params[f"edge_{p}"] = p in uppers
+        if policy.bandit.algorithm == "fixed":
+            for r in policy.schedule:
+                if r.min_batch <= policy.sd_threshold:
+                    params[f"draft_len_{min(r.max_batch, policy.sd_threshold)}"] = r.draft_len
+        else:
+            keys = [k for k, v in ARM_SETS.items() if sorted(v) == sorted(policy.bandit.arms)]
+            if not keys:
+                return None
+            params.update(arms=keys[0], epsilon=policy.bandit.epsilon, window=policy.bandit.window,
+                          decision_interval=policy.bandit.decision_interval)
+        if policy.drafter.kind == "eagle":
+            params.update(warm_start=policy.drafter.warm_start, ngram_fallback=policy.drafter.ngram_fallback,
+                          switch_margin=policy.drafter.switch_margin, training=policy.training.enabled)
+            t = policy.training
+            params.update(min_idle_workers=t.min_idle_workers, lr=t.lr, train_steps=t.steps, buffer=t.buffer)
+    trial = StrictFixedTrial(params)
+    try:
+        rebuilt = suggest_policy(trial, workload, allow_warm_start)
+    except (ValueError, KeyError, AssertionError):
+        return None
+    if canonical(rebuilt) != pol:
+        return None
+    return {k: v for k, v in params.items() if k in trial.used}
+
+
+class StrictFixedTrial(optuna.trial.FixedTrial):
+    """A FixedTrial that refuses values outside a parameter's distribution and records what was asked."""
+
+    def __init__(self, params: dict[str, Any]):
+        super().__init__(params)
+        self.used: set[str] = set()
+
+    def _suggest(self, name: str, distribution: optuna.distributions.BaseDistribution) -> Any:
+        if name not in self._params:
+            raise KeyError(name)
+        value = self._params[name]
+        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+            if value not in distribution.choices:
+                raise ValueError(name)
+        elif not distribution._contains(distribution.to_internal_repr(value)):
+            raise ValueError(name)
+        self.used.add(name)
+        return super()._suggest(name, distribution)

@@ -1,0 +1,231 @@
+"""The tuner's study: a TuneSpec (what it optimises), the objective (`evaluate` a trial's policy
+on the spec's seeds), and the Optuna study that holds the trials (`open_study`, `run_study`).
+
+Storage. Studies live in an RDB URL, by default `sqlite:///tlt-studies.db`
+(a file in the current directory). Each finished trial is committed as it
+ends, so a study killed at any moment keeps every finished trial; running again
+with the same study name resumes it, counting its complete trials towards the
+requested total. The study records what it was created for (workload, profile,
+seeds, steps, objective, search space: `TuneSpec.fingerprint`); resuming it with
+anything else is refused, since trials scored differently cannot be compared.
+
+The sampler (TPE) is seeded from the user's seed and the number of trials the
+study already holds (`derive_seed(seed, Stream.TUNE_SAMPLER, n)`), so a fresh
+study is reproducible end to end, and a resumed one is reproducible per trial
+(a trial's value depends on its policy alone) but does not replay the sequence
+an uninterrupted run would have sampled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from sim.sweep import sweep
+from workbench.contracts.policy import Policy, load_policy
+from workbench.contracts.profile import Profile
+from workbench.contracts.schema import ConfigError, to_mapping
+from workbench.contracts.seeds import Stream, derive_seed
+from workbench.contracts.workload import Workload
+from workbench.tune.space import SPACE_VERSION, params_for, suggest_policy
+
+DEFAULT_STORAGE = "sqlite:///tlt-studies.db"
+PRESETS = ("baseline", "static-sd", "tlt")
+STEP_TIME = "step_time_s"
+TRAIN_GPU_S = "train_gpu_s"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A policy simulated for each seed: means over steps, then over seeds."""
+
+    step_time_s: float  # mean RL step time
+    train_gpu_s: float  # drafter spot-training GPU-seconds per RL step
+    rollout_time_s: float
+    mean_accept_len: float
+    per_seed_step_time_s: tuple[float, ...]
+
+
+def evaluate(workload: Workload, policy: Policy, profile: Profile, seeds: Iterable[int],
+             steps: int | None = None) -> Evaluation:
+    """Simulate `policy` once per seed (the same seeds for every policy: common random numbers)."""
+    step_times, train, rollout, accept = [], [], [], []
+    for r in sweep(workload, [policy], profile, list(seeds), steps):
+        run = r.run
+        step_times.append(run.mean("step_time_s"))
+        rollout.append(run.mean("rollout_time_s"))
+        accept.append(run.mean("mean_accept_len"))
+        # Spot-training worker-seconds -> GPU-seconds (a worker is gpus_per_worker GPUs).
+        train.append(sum(s.drafter_train_fraction * s.rollout_time_s for s in run.steps) / len(run.steps)
+                     * workload.workers * workload.gpus_per_worker)
+    n = len(step_times)
+    return Evaluation(sum(step_times) / n, sum(train) / n, sum(rollout) / n, sum(accept) / n, tuple(step_times))
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """What a study optimises; recorded in the study so a resume cannot change it."""
+
+    workload: Workload
+    profile: Profile
+    seeds: int = 3
+    steps: int | None = None  # RL steps per simulation (None: the workload's)
+    multi_objective: bool = False
+    allow_warm_start: bool = False
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds))
+
+    @property
+    def n_steps(self) -> int:
+        return self.steps or self.workload.steps
+
+    def fingerprint(self) -> dict[str, Any]:
+        def digest(obj: Any) -> str:
+            return hashlib.sha256(json.dumps(to_mapping(obj), sort_keys=True).encode()).hexdigest()[:16]
+
+        return {"workload": self.workload.name, "workload_sha": digest(self.workload),
+                "profile": self.profile.name, "profile_sha": digest(self.profile),
+                "seeds": self.seeds, "steps": self.n_steps, "multi_objective": self.multi_objective,
+                "allow_warm_start": self.allow_warm_start, "space_version": SPACE_VERSION}
+
+
+def objective(spec: TuneSpec) -> Callable[[optuna.trial.Trial], float | tuple[float, float]]:
+    """The Optuna objective: build the trial's policy, simulate it on every seed, record it."""
+
+    def run(trial: optuna.trial.Trial) -> float | tuple[float, float]:
+        policy = suggest_policy(trial, spec.workload, spec.allow_warm_start, name=f"trial-{trial.number}")
+        t0 = time.perf_counter()
+        ev = evaluate(spec.workload, policy, spec.profile, spec.seed_list, spec.n_steps)
+        trial.set_user_attr("policy", to_mapping(policy))
+        trial.set_user_attr(STEP_TIME, ev.step_time_s)
+        trial.set_user_attr(TRAIN_GPU_S, ev.train_gpu_s)
+        trial.set_user_attr("per_seed_step_time_s", list(ev.per_seed_step_time_s))
+        trial.set_user_attr("sim_seconds", time.perf_counter() - t0)
+        if spec.multi_objective:
+            return ev.step_time_s, ev.train_gpu_s
+        return ev.step_time_s
+
+    return run
+
+
+def make_storage(url: str | None) -> optuna.storages.BaseStorage:
+    """An RDB storage for a URL (heartbeats mark trials of killed runs as failed), or in-memory for None/'memory'."""
+    if url is None or url in ("", "memory", ":memory:"):
+        return optuna.storages.InMemoryStorage()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
+        # A trial whose process was killed stops beating; the next run marks it failed
+        # once it has been silent for grace_period seconds.
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=10, grace_period=30)
+
+
+def open_study(spec: TuneSpec, study_name: str, storage: str | optuna.storages.BaseStorage | None = DEFAULT_STORAGE,
+               sampler_seed: int = 0) -> optuna.Study:
+    """Create the study, or load it to resume; refuse one created for something else.
+
+    Raises ConfigError (field 'study') when the stored study optimises another
+    workload, profile, seed count, step count, objective or search space.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store = storage if isinstance(storage, optuna.storages.BaseStorage) else make_storage(storage)
+    directions = ["minimize", "minimize"] if spec.multi_objective else ["minimize"]
+    try:
+        existing = optuna.load_study(study_name=study_name, storage=store)
+    except KeyError:
+        existing = None
+    want = spec.fingerprint()
+    # A study created by a run killed before it recorded its inputs is as good as new.
+    fresh = existing is None or (not existing.trials and "tune" not in existing.user_attrs)
+    if not fresh:
+        have = existing.user_attrs.get("tune")
+        if have != want:
+            if isinstance(have, dict):
+                diff = ", ".join(f"{k} was {have.get(k)!r}, now {v!r}" for k, v in want.items() if have.get(k) != v)
+            else:
+                diff = "it was not created by tlt tune"
+            raise ConfigError(f"study {study_name!r}", "study", study_name,
+                              f"a new study name, or the inputs it was created with ({diff})")
+    n_before = 0 if existing is None else len(existing.trials)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # Multivariate TPE with groups: the space is conditional (which parameters exist
+        # depends on the drafter, the bandit and the bucket edges).
+        sampler = optuna.samplers.TPESampler(seed=derive_seed(sampler_seed, Stream.TUNE_SAMPLER, n_before),
+                                             multivariate=True, group=True, n_startup_trials=10)
+        study = optuna.create_study(storage=store, study_name=study_name, directions=directions, sampler=sampler,
+                                    load_if_exists=True)
+        if fresh:
+            study.set_user_attr("tune", want)
+            study.set_metric_names([STEP_TIME, "train_gpu_s_per_step"] if spec.multi_objective else [STEP_TIME])
+            for name in PRESETS:
+                params = params_for(load_policy(name), spec.workload, spec.allow_warm_start)
+                if params is not None:
+                    study.enqueue_trial(params, user_attrs={"preset": name}, skip_if_exists=True)
+        if isinstance(store, optuna.storages.RDBStorage) and store.get_heartbeat_interval():
+            # Trials of a killed run that have been silent past the grace period: mark them failed
+            # now (optimize() also does, before each trial), so they do not show as running forever.
+            optuna.storages.fail_stale_trials(study)
+    return study
+
+
+def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
+def run_study(study: optuna.Study, spec: TuneSpec, trials: int,
+              callbacks: Sequence[Callable[[optuna.Study, FrozenTrial], None]] = ()) -> int:
+    """Run trials until the study holds `trials` complete ones; returns how many ran now."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    remaining = trials - len(complete_trials(study))
+    if remaining <= 0:
+        return 0
+    func = objective(spec)
+    # Stops at `trials` complete ones even when another process works on the same study.
+    stop = optuna.study.MaxTrialsCallback(trials, states=(TrialState.COMPLETE,))
+    ran = 0
+    while remaining > 0:
+        before = len(complete_trials(study))
+        study.optimize(func, n_trials=remaining, callbacks=[*callbacks, stop], gc_after_trial=False)
+        done = len(complete_trials(study)) - before
+        ran += done
+        remaining = trials - len(complete_trials(study))
+        if done == 0:  # every trial failed: do not spin
+            break
+    return ran
+
+
+class TrialPrinter:
+    """An Optuna callback printing one line per finished trial (to stderr by default)."""
+
+    def __init__(self, total: int, multi_objective: bool = False, stream=None):
+        self.total, self.multi, self.stream = total, multi_objective, stream or sys.stderr
+        self.t0 = time.perf_counter()
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        done = len(complete_trials(study))
+        elapsed = time.perf_counter() - self.t0
+        head = f"trial {done}/{self.total} (#{trial.number}, {elapsed:.1f}s)"
+        if trial.state != TrialState.COMPLETE:
+            print(f"{head}  {trial.state.name.lower()}", file=self.stream, flush=True)
+            return
+        preset = trial.user_attrs.get("preset")
+        tag = f"  [preset {preset}]" if preset else ""
+        if self.multi:
+            front = len(study.best_trials)
+            print(f"{head}  step {trial.values[0]:,.2f} s  train {trial.values[1]:,.0f} GPU-s/step  "
+                  f"front {front}{tag}", file=self.stream, flush=True)
+        else:
+            best = study.best_trial
+            print(f"{head}  step {trial.value:,.2f} s  best {best.value:,.2f} s (#{best.number}){tag}",
+                  file=self.stream, flush=True)
