@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.contracts.policy import Strategy
 from workbench.contracts.profile import AcceptanceModel
 
 
@@ -18,9 +19,9 @@ class AcceptStats:
 NO_SD = AcceptStats(1.0, 0.0)
 
 
-def cumulative_acceptance(alpha: float, shape: float, draft_len: int) -> list[float]:
-    """r_i = P(the first i drafted tokens are all accepted), i = 1..draft_len."""
-    return [alpha ** (i**shape) for i in range(1, draft_len + 1)]
+def cumulative_acceptance(alpha: float, shape: float, depth: int) -> list[float]:
+    """r_i = P(the first i drafted tokens are all accepted), i = 1..depth."""
+    return [alpha ** (i**shape) for i in range(1, depth + 1)]
 
 
 def accept_stats(r: list[float]) -> AcceptStats:
@@ -36,9 +37,17 @@ def eagle_alpha(m: AcceptanceModel, quality: float) -> float:
     return m.eagle_alpha_cold + (m.eagle_alpha_fresh - m.eagle_alpha_cold) * quality
 
 
-def stats_for(m: AcceptanceModel, kind: str, quality: float, draft_len: int) -> AcceptStats:
-    if kind == "none" or draft_len == 0:
+def tree_alpha(alpha: float, width_gain: float, strategy: Strategy) -> float:
+    """The per-level acceptance scale of a strategy: more candidates per level catch more of the
+    target's tokens, with diminishing returns; a chain keeps `alpha`."""
+    width = max(1.0, (strategy.verify_tokens - 1) / strategy.depth)
+    return 1.0 - (1.0 - alpha) * width ** (-width_gain)
+
+
+def stats_for(m: AcceptanceModel, kind: str, quality: float, strategy: Strategy | int) -> AcceptStats:
+    """Tokens per verify pass for drafter `kind` at `quality` under a strategy (an int: a chain)."""
+    s = Strategy.parse(strategy)
+    if kind == "none" or s.steps == 0:
         return NO_SD
-    if kind == "ngram":
-        return accept_stats(cumulative_acceptance(m.ngram_alpha, m.ngram_shape, draft_len))
-    return accept_stats(cumulative_acceptance(eagle_alpha(m, quality), m.eagle_shape, draft_len))
+    alpha, shape = (m.ngram_alpha, m.ngram_shape) if kind == "ngram" else (eagle_alpha(m, quality), m.eagle_shape)
+    return accept_stats(cumulative_acceptance(tree_alpha(alpha, m.tree_width_gain, s), shape, s.depth))

@@ -1,23 +1,32 @@
-"""Cost model: pure functions over a Profile's DecodeCost, DrafterCost and PhaseCost."""
+"""Cost model: pure functions over a Profile's DecodeCost, DrafterCost and PhaseCost.
+
+A strategy is a `Strategy` or an int (a chain of that many drafted tokens; 0: no SD).
+"""
 
 from __future__ import annotations
 
+from workbench.contracts.policy import Strategy
 from workbench.contracts.profile import DecodeCost, DrafterCost, PhaseCost
 
 
-def verify_step_s(c: DecodeCost, batch: int, context: float, draft_len: int) -> float:
-    """One target forward over `batch` sequences, each with `draft_len` drafted tokens to verify."""
+def verify_step_s(c: DecodeCost, batch: int, context: float, strategy: Strategy | int) -> float:
+    """One target forward over `batch` sequences, each verifying the strategy's tokens (a chain of
+    K drafts verifies K + 1 positions, no SD one)."""
+    tokens = Strategy.parse(strategy).verify_tokens
+    compute = c.compute_s_per_token * batch * tokens
     return (c.overhead_s + c.per_seq_s * batch + c.kv_s_per_token * batch * context
-            + max(c.weights_s, c.compute_s_per_token * batch * (draft_len + 1)))
+            + max(c.weights_s, compute) + (1.0 - c.overlap) * min(c.weights_s, compute))
 
 
-def draft_step_s(c: DrafterCost, kind: str, batch: int, draft_len: int) -> float:
-    """Proposing `draft_len` tokens for each of `batch` sequences."""
-    if draft_len == 0 or kind == "none":
+def draft_step_s(d: DrafterCost, kind: str, batch: int, strategy: Strategy | int) -> float:
+    """Proposing the strategy's drafts for each of `batch` sequences: the learned drafter runs one
+    forward per step over batch x top-k candidates; n-gram is a lookup per sequence."""
+    s = Strategy.parse(strategy)
+    if s.steps == 0 or kind == "none":
         return 0.0
     if kind == "ngram":
-        return c.ngram_s_per_seq * batch
-    return draft_len * (c.eagle_step_s + c.eagle_s_per_seq * batch)
+        return d.ngram_s_per_seq * batch
+    return s.steps * (d.eagle_step_s + d.eagle_s_per_seq * batch * s.topk)
 
 
 def prefill_s(c: DecodeCost, prompt_tokens: int) -> float:
@@ -29,8 +38,8 @@ def train_phase_s(c: PhaseCost, tokens: int, gpus: int) -> float:
     return c.train_gpu_s_per_token * tokens / gpus
 
 
-def segment_s(c: DecodeCost, d: DrafterCost, kind: str, batch: int, context: float, draft_len: int,
+def segment_s(c: DecodeCost, d: DrafterCost, kind: str, batch: int, context: float, strategy: Strategy | int,
               passes: float = 1.0) -> float:
-    """`passes` verify passes at a constant batch: each drafts `draft_len` tokens per sequence
-    with drafter `kind` and verifies them in one target forward (prefill not included)."""
-    return passes * (verify_step_s(c, batch, context, draft_len) + draft_step_s(d, kind, batch, draft_len))
+    """`passes` verify passes at a constant batch: drafting and verifying with `strategy`
+    (prefill not included)."""
+    return passes * (verify_step_s(c, batch, context, strategy) + draft_step_s(d, kind, batch, strategy))

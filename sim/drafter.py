@@ -23,8 +23,10 @@ class DrafterState:
     buffer_tokens: tuple[int, ...] = ()  # response tokens per kept RL step, newest first
 
 
-def initial_state(policy: Policy) -> DrafterState:
-    return DrafterState(quality=1.0 if policy.drafter.warm_start else 0.0)
+def initial_state(policy: Policy, profile: Profile) -> DrafterState:
+    """A cold drafter knows nothing of the policy; a warm-started one starts at the quality an
+    offline-trained drafter has (the profile's `warm_start_quality`)."""
+    return DrafterState(quality=profile.acceptance.warm_start_quality if policy.drafter.warm_start else 0.0)
 
 
 def active_kind(policy: Policy, profile: Profile, state: DrafterState) -> str:

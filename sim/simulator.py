@@ -40,8 +40,8 @@ from sim.engine import EngineBatch
 from sim.lengths import StepLengths, sample_step
 from sim.results import PolicyRun, StepInfo, StepMetrics, step_metrics
 from workbench.contracts import seeds
-from workbench.contracts.bandit import SD_OFF_BUCKET, Bandit, make_bandit
-from workbench.contracts.policy import Policy
+from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, make_bandit
+from workbench.contracts.policy import Policy, Strategy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.seeds import Stream
@@ -51,6 +51,7 @@ from workbench.contracts.workload import Workload
 # Responses x steps (plus workers x steps) a run may simulate: ~2 minutes on this project's
 # 2-core machines (`tlt bench sim` measures the rate of yours).
 MAX_WORK = 2_000_000
+NO_SD_STRATEGY = Strategy.chain(0)
 
 
 def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt: int = 0) -> StepLengths:
@@ -108,7 +109,7 @@ class _RolloutRound:
 
     step: int
     kind: str  # drafter in use
-    accept: dict[int, AcceptStats]  # draft length -> tokens per verify pass
+    accept: dict[Strategy, AcceptStats]  # tokens per verify pass under each strategy
     groups: list[_Group]
     seqs: list[_Seq]
     stop_at: int | None  # stop once this many groups are complete (None: run to the end)
@@ -120,6 +121,7 @@ class _RolloutRound:
     idle_workers: int = 0
     trained_tokens: float = 0.0
     generated: float = 0.0  # response tokens generated in this rollout
+    spot: bool = False  # idle workers train the drafter in this rollout
 
     def __post_init__(self):
         self.left = [int(np.sum(g.generated < g.lengths)) for g in self.groups]
@@ -135,6 +137,32 @@ class _RolloutRound:
                 self.stop.succeed()
 
 
+@dataclass(frozen=True)
+class _Segment:
+    arm: Arm | None  # what the bandit chose (None: no SD, nothing to learn)
+    strategy: Strategy
+    passes: float
+    accept_len: float
+
+
+class _WarmUp:
+    """FastRL's rule: once a batch was above the threshold, SD waits for `sd_warmup_steps`
+    consecutive decode steps at or below it."""
+
+    def __init__(self, policy: Policy):
+        self.threshold, self.steps = policy.sd_threshold, policy.sd_warmup_steps
+        self.remaining = 0.0
+
+    def left(self, batch: int) -> float:
+        if batch > self.threshold:
+            self.remaining = float(self.steps)
+        return self.remaining
+
+    def ran(self, batch: int, passes: float) -> None:
+        if batch <= self.threshold:
+            self.remaining = max(0.0, self.remaining - passes)
+
+
 class Simulator:
     def __init__(self, workload: Workload, policy: Policy, profile: Profile, seed: int = 0,
                  replay: list[np.ndarray] | None = None):
@@ -146,8 +174,9 @@ class Simulator:
         self.timeline = Timeline()
         self.bandits: list[Bandit] = [make_bandit(policy, seeds.seed_sequence(seed, Stream.BANDIT, w)) for w in range(workload.workers)]
         self.noise = [seeds.rng(seed, Stream.NOISE, w) for w in range(workload.workers)]
-        self.drafter: DrafterState = initial_state(policy)
-        self.draft_lens = sorted({0, *policy.bandit.arms, *(row.draft_len for row in policy.schedule)})
+        self.drafter: DrafterState = initial_state(policy, profile)
+        self.strategies = {NO_SD_STRATEGY, *(Strategy.chain(a) for a in policy.bandit.arms),
+                           *(row.strategy for row in policy.schedule)}
         self._learning = policy.bandit.algorithm != "fixed"
         self._carried: list[_Group] = []  # partial: unfinished groups resumed next step
         self._deferred: list[_Group] = []  # tail batching: prompts waiting for a long round
@@ -197,8 +226,9 @@ class Simulator:
             groups, stop_at, round_kind = self._plan(step)
             seqs = [_Seq(gi, m) for gi, g in enumerate(groups) for m in range(len(g.lengths)) if g.generated[m] < g.lengths[m]]
             kind = active_kind(self.policy, self.profile, self.drafter)
-            accept = {k: stats_for(self.profile.acceptance, kind, self.drafter.quality, k) for k in self.draft_lens}
-            ro = _RolloutRound(step, kind, accept, groups, seqs, stop_at, env.event(), env.event(), env.event())
+            accept = {s: stats_for(self.profile.acceptance, kind, self.drafter.quality, s) for s in self.strategies}
+            ro = _RolloutRound(step, kind, accept, groups, seqs, stop_at, env.event(), env.event(), env.event(),
+                               spot=self._spot_trains(step))
             quality = self.drafter.quality
             decoders = [env.process(self._decode(w, ro, [seqs[i] for i in s])) for w, s in enumerate(shard(len(seqs), wl.workers))]
             waiters = [env.process(self._after_shard(w, ro, decoders[w])) for w in range(wl.workers)]
@@ -231,6 +261,11 @@ class Simulator:
             if on_step is not None:
                 on_step(metrics[-1])
 
+    def _spot_trains(self, step: int) -> bool:
+        """Spot training runs in every `interval_steps`-th rollout (FastRL trains every 10 RL steps)."""
+        t = self.policy.training
+        return t.enabled and step % t.interval_steps == 0
+
     def _phase(self, step: int, state: str, seconds: float):
         start = self.env.now
         yield self.env.timeout(seconds)
@@ -245,55 +280,64 @@ class Simulator:
         unfinished response keeps what it generated.
         """
         env, dec, prof = self.env, self.profile.decode, self.profile
-        bandit, noise = self.bandits[w], self.noise[w]
         groups, prompt = ro.groups, self.workload.prompt_tokens
         done_before = [float(groups[q.group].generated[q.member]) for q in seqs]
         engine = EngineBatch([groups[q.group].lengths[q.member] - g for q, g in zip(seqs, done_before)],
                              [prompt + int(g) for g in done_before], self.workload.max_batch)
-        interval = self.policy.bandit.decision_interval
+        warm = _WarmUp(self.policy)
         while not engine.done:
             prefill = prefill_s(dec, engine.admit())
             batch = engine.batch
-            arm = bandit.select(batch) if ro.kind != "none" else None
-            k = arm.draft_len if arm else 0
-            stats = ro.accept[k]
-            need = engine.tokens_to_next_finish()
-            learning = self._learning and arm is not None and arm.bucket != SD_OFF_BUCKET
-            cap = interval if learning else math.inf
-            accept_len = stats.mean
-            if stats.var > 0 and need > 0:
-                # The mean of passes*batch verify outcomes: the reward the bandit sees is noisy.
-                sd = math.sqrt(stats.var / (min(need / accept_len, cap) * batch))
-                accept_len = min(k + 1.0, max(1.0, accept_len + sd * noise.standard_normal()))
-            passes = min(need / accept_len, cap)
-            context = engine.mean_context() + passes * accept_len / 2
-            decode_s = segment_s(dec, prof.drafter, ro.kind, batch, context, k, passes)
+            seg = self._plan_segment(w, ro, batch, engine.tokens_to_next_finish(), warm.left(batch))
+            context = engine.mean_context() + seg.passes * seg.accept_len / 2
+            decode_s = segment_s(dec, prof.drafter, ro.kind, batch, context, seg.strategy, seg.passes)
             start = env.now
             try:
                 yield env.timeout(prefill + decode_s)
             except simpy.Interrupt:
                 ran = env.now - start
-                passes *= max(0.0, ran - prefill) / decode_s if decode_s > 0 else 0.0
-                self._decoded(ro, w, start, batch, k, passes, accept_len, context, engine)
-                for i in engine.advance(passes * accept_len):
+                passes = seg.passes * max(0.0, ran - prefill) / decode_s if decode_s > 0 else 0.0
+                self._decoded(ro, w, start, batch, seg.strategy, passes, seg.accept_len, context)
+                for i in engine.advance(passes * seg.accept_len):
                     ro.finished(seqs[i])
                 for i in engine.unfinished():
                     q = seqs[i]
                     groups[q.group].generated[q.member] = done_before[i] + engine.generated(i)
                 return env.now
-            self._decoded(ro, w, start, batch, k, passes, accept_len, context, engine)
-            if arm is not None and decode_s > 0:
-                bandit.update(arm, passes * accept_len * batch / decode_s)
-            for i in engine.advance(passes * accept_len):
+            self._decoded(ro, w, start, batch, seg.strategy, seg.passes, seg.accept_len, context)
+            warm.ran(batch, seg.passes)
+            if seg.arm is not None and decode_s > 0:
+                self.bandits[w].update(seg.arm, seg.passes * seg.accept_len * batch / decode_s)
+            for i in engine.advance(seg.passes * seg.accept_len):
                 ro.finished(seqs[i])
         return env.now
 
-    def _decoded(self, ro: _RolloutRound, w: int, start: float, batch: int, k: int, passes: float,
-                 accept_len: float, context: float, engine: EngineBatch) -> None:
+    def _plan_segment(self, w: int, ro: _RolloutRound, batch: int, need: float, warm_left: float) -> _Segment:
+        """How the next segment runs: the bandit's strategy (none while SD warms up again), how many
+        verify passes (to the next completion, at most one decision interval or the warm-up left),
+        and the accepted length it sees (its mean over the segment's verify outcomes)."""
+        arm = self.bandits[w].select(batch) if ro.kind != "none" else None
+        cap = math.inf
+        if arm is not None and arm.bucket != SD_OFF_BUCKET and warm_left > 0:
+            arm, cap = None, warm_left  # FastRL: SD back on only after enough decode steps at or below the threshold
+        elif arm is not None and self._learning and arm.bucket != SD_OFF_BUCKET:
+            cap = self.policy.bandit.decision_interval
+        strategy = arm.strategy if arm is not None else NO_SD_STRATEGY
+        stats = ro.accept[strategy]
+        accept_len = stats.mean
+        if stats.var > 0 and need > 0:
+            # The mean of passes*batch verify outcomes: the reward the bandit sees is noisy.
+            sd = math.sqrt(stats.var / (min(need / accept_len, cap) * batch))
+            accept_len = min(strategy.depth + 1.0, max(1.0, accept_len + sd * self.noise[w].standard_normal()))
+        return _Segment(arm, strategy, min(need / accept_len, cap), accept_len)
+
+    def _decoded(self, ro: _RolloutRound, w: int, start: float, batch: int, strategy: Strategy, passes: float,
+                 accept_len: float, context: float) -> None:
         tokens = passes * accept_len * batch
         ro.generated += tokens
+        k = strategy.steps
         self.timeline.add(ro.step, w, start, self.env.now, "decode_sd" if k else "decode", batch, k, tokens,
-                          passes * batch, context)
+                          passes * batch, context, strategy.name if k else "")
 
     def _after_shard(self, w: int, ro: _RolloutRound, decoder: simpy.Process):
         """Worker w once its shard is done: idle, and spot-train the drafter when allowed, until the rollout ends."""
@@ -301,9 +345,9 @@ class Simulator:
         yield decoder
         finished = env.now
         ro.idle_workers += 1
-        if training.enabled and ro.idle_workers >= training.min_idle_workers and not ro.spot_open.triggered:
+        if ro.spot and ro.idle_workers >= training.min_idle_workers and not ro.spot_open.triggered:
             ro.spot_open.succeed()
-        yield (ro.spot_open | ro.done) if training.enabled else ro.done
+        yield (ro.spot_open | ro.done) if ro.spot else ro.done
         self.timeline.add(ro.step, w, finished, env.now, "idle")
         if ro.done.triggered:
             return

@@ -185,7 +185,7 @@ def test_schedule_must_start_at_batch_1_and_rows_be_well_formed(tmp_path):
     path = _write(tmp_path / "bad3.yaml", _with(GOOD_POLICY, "schedule", [[1, 8, 40], [9, 32, 2]]))
     with pytest.raises(ConfigError) as exc:
         load_policy(path)
-    _assert_clear(exc.value, path, "schedule[0].draft_len", "40", "0 to 16")
+    _assert_clear(exc.value, path, "schedule[0].draft_len", "40", "0 to 32")
 
 
 def test_threshold_beyond_schedule(tmp_path):

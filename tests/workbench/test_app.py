@@ -222,7 +222,7 @@ def _write_run(run_dir: Path) -> list:
     pd.DataFrame([r.__dict__ for r in records], columns=list(METRIC_COLUMNS)).to_csv(run_dir / "metrics.csv",
                                                                                      index=False)
     timeline = pd.DataFrame(
-        [(step, w, t0 + a, t0 + b, state, batch, draft, tok, passes, 100.0)
+        [(step, w, t0 + a, t0 + b, state, batch, draft, tok, passes, 100.0, str(draft) if draft else "")
          for step, t0 in ((1, 10.0), (2, 20.0))
          for w, a, b, state, batch, draft, tok, passes in (
              (0, 0.0, 6.0, "decode_sd", 4, 3, 400.0, 100.0), (1, 0.0, 2.0, "decode", 4, 0, 100.0, 100.0),

@@ -77,7 +77,8 @@ def test_presets_in_the_space_are_enqueued_and_warm_start_is_not_by_default(smal
 
 def test_tuner_beats_the_best_preset_on_the_same_seeds(small):
     wl, prof = small
-    spec = tune.TuneSpec(wl, prof, seeds=2)
+    # Warm start allowed: every preset lies in the space, so each is one of the first trials.
+    spec = tune.TuneSpec(wl, prof, seeds=2, allow_warm_start=True)
     study = tune.open_study(spec, "beat-presets", storage=None, sampler_seed=0)
     tune.run_study(study, spec, 40)
     assert len(_complete(study)) == 40

@@ -23,15 +23,26 @@ from typing import Any
 
 import numpy as np
 
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import Policy, Strategy
 
 SD_OFF_BUCKET = -1
 
 
 @dataclass(frozen=True)
 class Arm:
+    """A choice for one bucket: how to speculate (`strategy`; a chain draft length converts)."""
+
     bucket: int  # schedule row, or SD_OFF_BUCKET above the threshold
-    draft_len: int
+    strategy: Strategy
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.strategy, Strategy):
+            object.__setattr__(self, "strategy", Strategy.parse(self.strategy))
+
+    @property
+    def draft_len(self) -> int:
+        """Draft steps (a chain's length); what the learning bandits and vLLM's K count."""
+        return self.strategy.steps
 
 
 class Bandit:
@@ -52,7 +63,8 @@ class Bandit:
         if arm.bucket != SD_OFF_BUCKET:
             self._learn(arm, float(reward))
 
-    def _choose(self, bucket: int) -> int:
+    def _choose(self, bucket: int) -> int | Strategy:
+        """A draft length (learning bandits choose among chain arms) or the row's strategy."""
         raise NotImplementedError
 
     def _learn(self, arm: Arm, reward: float) -> None:
@@ -79,10 +91,10 @@ def _unrows(rows: list[list], value=float) -> dict:
 
 
 class FixedTable(Bandit):
-    """The schedule's draft length for each bucket, never changed (vLLM's Dynamic SD)."""
+    """The schedule's strategy for each bucket, never changed (vLLM's Dynamic SD, FastRL's buckets)."""
 
-    def _choose(self, bucket: int) -> int:
-        return self.policy.schedule[bucket].draft_len
+    def _choose(self, bucket: int) -> Strategy:
+        return self.policy.strategy_of(bucket)
 
     def _learn(self, arm: Arm, reward: float) -> None:
         pass
@@ -138,7 +150,8 @@ class EpsilonGreedy(_Sampled):
 
 
 class BEGMAB(_Sampled):
-    """TLT's bucketed epsilon-greedy: per bucket, mean of the last `window` rewards per arm."""
+    """TLT's bucketed epsilon-greedy: per bucket, the mean (or, as FastRL does, the median) of
+    the last `window` rewards per arm."""
 
     def __init__(self, policy: Policy, seed: int | np.random.SeedSequence):
         super().__init__(policy, seed)
@@ -151,6 +164,8 @@ class BEGMAB(_Sampled):
             return untried[0]
         if self.rng.random() < self.policy.bandit.epsilon:
             return self.arms[int(self.rng.integers(len(self.arms)))]
+        if self.policy.bandit.reward_stat == "median":
+            return self._argmax([float(np.median(self.recent[(bucket, a)])) for a in self.arms])
         return self._argmax([self.recent_sum[(bucket, a)] / len(self.recent[(bucket, a)]) for a in self.arms])
 
     def _learn(self, arm: Arm, reward: float) -> None:

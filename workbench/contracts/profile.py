@@ -19,12 +19,15 @@ PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
 class DecodeCost:
     """Latency of one target forward that verifies K drafted tokens for B sequences.
 
-    T(B, ctx, K) = overhead_s + per_seq_s*B + kv_s_per_token*B*ctx
-                   + max(weights_s, compute_s_per_token*B*(K+1))
-    Reading the weights costs the same for 1 or many tokens (memory-bound), so
-    verifying drafts is nearly free until B*(K+1) tokens saturate compute; the
-    KV cache is read once per sequence whatever K is, so long contexts make
-    verification relatively cheaper.
+    T(B, ctx, T) = overhead_s + per_seq_s*B + kv_s_per_token*B*ctx
+                   + max(W, C) + (1 - overlap) * min(W, C),
+    W = weights_s, C = compute_s_per_token*B*T, T the tokens verified per sequence
+    (a chain of K drafts: K + 1). Reading the weights costs the same for 1 or many
+    tokens (memory-bound), so verifying drafts is nearly free until B*T tokens
+    saturate compute when the two overlap fully (overlap 1, a roofline); with
+    overlap 0 the compute adds to the weight reading (what the published H100
+    microbenchmarks fit best). The KV cache is read once per sequence whatever T
+    is, so long contexts make verification relatively cheaper.
     """
 
     overhead_s: float  # per engine step: scheduling, launches, sampling setup
@@ -33,21 +36,24 @@ class DecodeCost:
     compute_s_per_token: float  # per token processed (B*(K+1) tokens per verify)
     kv_s_per_token: float  # per sequence per context token (attention's KV read)
     prefill_s_per_token: float  # per prompt token on admission
+    overlap: float = 1.0  # share of the smaller of weight reading and compute hidden under the larger
 
     def check(self) -> None:
         for name in ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token", "prefill_s_per_token"):
             v = getattr(self, name)
             require(0.0 <= v < 10.0, name, v, "seconds, >= 0 and < 10")
+        require(0.0 <= self.overlap <= 1.0, "overlap", self.overlap, "a share from 0 to 1")
         require(self.overhead_s + self.weights_s + self.per_seq_s > 0, "overhead_s", self.overhead_s,
                 "a positive step cost (overhead_s, per_seq_s or weights_s)")
 
 
 @dataclass(frozen=True)
 class DrafterCost:
-    """Proposing K tokens: the learned drafter runs K sequential one-layer forwards."""
+    """Proposing drafts: the learned drafter runs one forward per draft step over batch x top-k
+    candidates (a chain: top-k 1)."""
 
     eagle_step_s: float  # one drafter forward, fixed part
-    eagle_s_per_seq: float  # one drafter forward, per sequence
+    eagle_s_per_seq: float  # one drafter forward, per sequence and candidate
     ngram_s_per_seq: float  # n-gram lookup per sequence per verify pass (CPU)
 
     def check(self) -> None:
@@ -58,13 +64,20 @@ class DrafterCost:
 
 @dataclass(frozen=True)
 class AcceptanceModel:
-    """Per-position cumulative acceptance r_i = alpha ** (i ** shape), i = 1..K.
+    """Per-position cumulative acceptance r_i = a ** (i ** shape), i = 1..depth.
 
     shape < 1 makes acceptance front-loaded: once the first drafted tokens are
     accepted the next are likelier to be, as measured (the i.i.d. geometric
     form, shape = 1, under-predicts long accepted runs). alpha for the learned
     drafter moves between `eagle_alpha_cold` (untrained) and
     `eagle_alpha_fresh` (aligned with the current policy) with its quality.
+
+    A tree verifies several candidates per depth: with w = (tokens - 1) / depth
+    candidates per level, the chance that the target's token is among them rises,
+    a = 1 - (1 - alpha) * w ** -tree_width_gain (saturating in w; a chain has
+    w = 1, a = alpha). A warm-started drafter (trained offline on the base
+    model) starts at quality `warm_start_quality`, below one aligned with the
+    RL policy (the TLT paper's Table G: 4.59 vs 6.53 tokens per pass).
     """
 
     eagle_alpha_fresh: float
@@ -73,6 +86,8 @@ class AcceptanceModel:
     ngram_alpha: float
     ngram_shape: float
     staleness_per_update: float  # share of drafter quality lost per policy update
+    tree_width_gain: float = 0.0  # 0: extra candidates per level do not help (chains only)
+    warm_start_quality: float = 1.0  # quality of an offline-trained (warm-started) drafter
 
     def check(self) -> None:
         for name in ("eagle_alpha_fresh", "eagle_alpha_cold", "ngram_alpha"):
@@ -84,6 +99,8 @@ class AcceptanceModel:
             v = getattr(self, name)
             require(0.1 <= v <= 2.0, name, v, "a number from 0.1 to 2")
         require(0.0 <= self.staleness_per_update < 1.0, "staleness_per_update", self.staleness_per_update, "a share in [0, 1)")
+        require(0.0 <= self.tree_width_gain <= 3.0, "tree_width_gain", self.tree_width_gain, "a number from 0 to 3")
+        require(0.0 <= self.warm_start_quality <= 1.0, "warm_start_quality", self.warm_start_quality, "a quality from 0 to 1")
 
 
 @dataclass(frozen=True)

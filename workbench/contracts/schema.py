@@ -187,5 +187,5 @@ def load(cls: type[T], name_or_path: str | Path, preset_dir: Path) -> T:
     return from_mapping(cls, read_mapping(preset), str(preset))
 
 
-def preset_names(preset_dir: Path) -> list[str]:
-    return sorted(p.stem for p in preset_dir.glob("*.yaml"))
+def preset_names(preset_dir: Path, pattern: str = "*.yaml") -> list[str]:
+    return sorted(p.stem for p in preset_dir.glob(pattern))

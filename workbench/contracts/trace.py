@@ -107,6 +107,7 @@ class TimelineRow:
     tokens: float = _col("response tokens emitted (decode states); drafter steps (drafter_train)")
     passes: float = _col("verify passes (1 per engine step)")
     context: float = _col("mean context length of the engine step")
+    strategy: str = _col("speculation of decode_sd rows: a chain's draft length ('4') or a tree ('8_4_48'); '' otherwise")
 
 
 # Column -> (pandas kind: "i" int, "f" float, "O" text or list; what it means), from the row classes.
@@ -143,11 +144,15 @@ class Timeline:
     def __init__(self) -> None:
         self.rows: list[tuple] = []
 
-    def add(self, step: int, worker: int, start: float, end: float, state: str,
-            batch: int = 0, draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0, context: float = 0.0) -> None:
+    def add(self, step: int, worker: int, start: float, end: float, state: str, batch: int = 0,
+            draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0, context: float = 0.0,
+            strategy: str | None = None) -> None:
+        """`strategy` defaults to the chain of `draft_len` (empty when nothing is drafted)."""
         if end <= start:
             return  # zero-length: a worker that finished exactly as the rollout ended
-        self.rows.append((step, worker, start, end, state, batch, draft_len, tokens, passes, context))
+        if strategy is None:
+            strategy = str(draft_len) if draft_len else ""
+        self.rows.append((step, worker, start, end, state, batch, draft_len, tokens, passes, context, strategy))
 
     def frame(self, first_row: int = 0) -> pd.DataFrame:
         """The rows from `first_row` on as a table (state is categorical over STATES)."""
@@ -248,6 +253,9 @@ def load_trace(path: str | Path) -> Trace:
         except Exception as exc:
             raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
                              "the file is truncated or corrupt; re-run or delete timeline.parquet") from None
+        if "strategy" not in timeline.columns and "draft_len" in timeline.columns:
+            # Timelines written before the column existed held chains only.
+            timeline["strategy"] = [str(k) if k else "" for k in timeline["draft_len"]]
         _check_table(file, timeline, TIMELINE_COLUMNS)
     return Trace(meta, tables["steps"], tables["requests"], tables["rl_steps"], path, timeline)
 
