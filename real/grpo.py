@@ -10,10 +10,19 @@ averaged over the response tokens of a minibatch (never the prompt's), where rat
 exp(logp_new - logp_old) and logp_old are the weights the responses were sampled from: the weights
 before this step's first update (vLLM's rollout weights, when the caller syncs every step).
 
-The first forward pass of a step (no grad, before any update) computes the old log-probs, the
-reference log-probs when there is a KL term, and the target's final-norm hidden states over
-prompt + response: the features the EAGLE drafter trains on (real/drafter/), returned as
-`HiddenRecord`s at no extra forward.
+The first pass of a step (no grad, before any update) computes the old log-probs, the reference
+log-probs when there is a KL term (the frozen reference's forward over the same packed chunks),
+and the target's final-norm hidden states over prompt + response: the features the EAGLE
+drafter trains on (real/drafter/), returned as `HiddenRecord`s at no extra forward.
+
+Packing (`GRPOConfig.pack`, the default): forwards run on packed rows without padding
+(real/packing.py: sequences concatenated, attention within each), cut into micro-batches of at
+most `micro_tokens` tokens (dynamic batch size) whose gradients accumulate into the minibatch's
+one optimiser step. The optimisation is the padded one's: the same minibatches in the same
+order, one optimiser step each, the loss averaged over the minibatch's response tokens; loss
+and gradients agree with `pack=False` (one right-padded forward per minibatch, kept as the
+reference and for `tlt bench grpo`) to float rounding. On the reference model's long-tailed
+batches the padded forward spent most of its work on padding (real/experiments/bench_grpo.py).
 
 `save(out_dir)` writes an HF model directory (safetensors, float32) that `transformers` and vLLM
 reload, atomically; `state_dict()` / `load_state_dict()` carry the optimiser and the step count,
@@ -36,6 +45,7 @@ import torch
 
 from real.drafter.eagle import load_target
 from real.drafter.records import HiddenRecord
+from real.packing import packed_forward, token_chunks
 from real.torch_utils import pad_right, torch_settings
 from workbench.contracts.fileio import write_dir_atomic
 from workbench.contracts.seeds import Stream, derive_seed
@@ -54,6 +64,8 @@ class GRPOConfig:
     minibatch: int = 16  # sequences per optimiser step
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
+    pack: bool = True  # packed, padding-free forwards (real/packing.py); False: right-padded ones
+    micro_tokens: int = 16384  # packed: tokens per forward (memory only; the optimisation is the same)
 
 
 @dataclass
@@ -101,10 +113,9 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[int], eps: float
     return adv
 
 
-def _forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int],
-             hidden: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-    """Per sequence, the log-probs of its response tokens, and (with `hidden`) its final-norm
-    hidden states over all its positions. One right-padded forward."""
+def padded_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int],
+                   hidden: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """`packed_forward`'s contract with one right-padded forward (the path before packing)."""
     for s, p in zip(sequences, prompt_lens):
         if not 1 <= p <= len(s):
             raise ValueError(f"prompt length {p} of a {len(s)}-token sequence: the first response token "
@@ -130,7 +141,7 @@ def _forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[in
 def response_logprobs(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int]) -> list[torch.Tensor]:
     """Log-probs of each sequence's response tokens (positions prompt_len..end) under `model`;
     differentiable unless called under no_grad."""
-    return _forward(model, sequences, prompt_lens)[0]
+    return packed_forward(model, sequences, prompt_lens)[0]
 
 
 class GRPOTrainer:
@@ -139,8 +150,9 @@ class GRPOTrainer:
         """The policy from `model_dir` (float32, CPU); a frozen reference (from `reference_dir`,
         default `model_dir`) only when `config.kl_coef > 0`. `threads`: torch threads (and
         deterministic algorithms) during `step`; None leaves the caller's settings."""
-        if config.minibatch < 1 or config.epochs < 1:
-            raise ValueError(f"minibatch and epochs must be >= 1, got {config.minibatch}, {config.epochs}")
+        if config.minibatch < 1 or config.epochs < 1 or config.micro_tokens < 1:
+            raise ValueError(f"minibatch, epochs and micro_tokens must be >= 1, got {config.minibatch}, "
+                             f"{config.epochs}, {config.micro_tokens}")
         self.model_dir = Path(model_dir)
         self.config = config
         self.seed = seed
@@ -190,22 +202,55 @@ class GRPOTrainer:
             adv_std=math.sqrt(sum((x - mean_adv) ** 2 for x in adv) / n), seconds=time.perf_counter() - t0)
         return stats, records
 
+    def gradients(self, responses: Sequence[ScoredResponse]) -> tuple[float, dict[str, torch.Tensor]]:
+        """The loss and gradients of the first minibatch `step` would update on (its order, its
+        loss normalisation), at the current weights, with no optimiser step; gradients are cleared
+        afterwards. For comparing the packed and padded paths (tests, `tlt bench grpo`)."""
+        if not responses:
+            raise ValueError("no responses")
+        with self._settings():
+            seqs = [list(r.prompt_ids) + list(r.response_ids) for r in responses]
+            plens = [len(r.prompt_ids) for r in responses]
+            adv = group_advantages([r.reward for r in responses], [r.group for r in responses])
+            old, ref, _ = self._before_update(seqs, plens, keep_hidden=False)
+            order = list(range(len(seqs)))
+            random.Random(derive_seed(self.seed, Stream.GRPO, self.steps)).shuffle(order)
+            idx = order[: self.config.minibatch]
+            sums = dict(loss=0.0, kl=0.0, clip=0.0, ratio=0.0)
+            self.optimizer.zero_grad(set_to_none=True)
+            self._accumulate(idx, max(1, sum(old[i].numel() for i in idx)), seqs, plens, adv, old, ref, sums)
+            named = self._model.named_parameters()
+            grads = {k: p.grad.detach().clone() for k, p in named if p.grad is not None}
+            self.optimizer.zero_grad(set_to_none=True)
+        return sums["loss"], grads
+
+    def _chunks(self, seqs: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Micro-batches (indices into `seqs`): by token budget when packing, else by minibatch size."""
+        if self.config.pack:
+            return token_chunks([len(x) for x in seqs], self.config.micro_tokens)
+        mb = self.config.minibatch
+        return [list(range(i, min(i + mb, len(seqs)))) for i in range(0, len(seqs), mb)]
+
+    def _forward(self, model, seqs: Sequence[Sequence[int]], plens: Sequence[int], hidden: bool = False):
+        return (packed_forward if self.config.pack else padded_forward)(model, seqs, plens, hidden=hidden)
+
     def _before_update(self, seqs: list[list[int]], plens: list[int], keep_hidden: bool
                        ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[HiddenRecord]]:
-        """The no-grad pass before any update: old log-probs, reference log-probs (with a KL
-        term) and, with `keep_hidden`, the hidden-state records."""
-        mb = self.config.minibatch
+        """The one no-grad pass before any update, chunk by chunk: old log-probs and, with
+        `keep_hidden`, the hidden-state records from the policy's forward; reference log-probs
+        (with a KL term) from the reference's forward of the same chunk."""
         old: list[torch.Tensor] = []
         ref: list[torch.Tensor] = []
         records: list[HiddenRecord] = []
         with torch.no_grad():
-            for i in range(0, len(seqs), mb):
-                lps, hidden = _forward(self._model, seqs[i: i + mb], plens[i: i + mb], hidden=keep_hidden)
+            for idx in self._chunks(seqs):
+                s, p = [seqs[i] for i in idx], [plens[i] for i in idx]
+                lps, hidden = self._forward(self._model, s, p, hidden=keep_hidden)
                 old += lps
                 if hidden is not None:
-                    records += [HiddenRecord(token_ids=s, hidden=h) for s, h in zip(seqs[i: i + mb], hidden)]
+                    records += [HiddenRecord(token_ids=x, hidden=h) for x, h in zip(s, hidden)]
                 if self.reference is not None:
-                    ref += response_logprobs(self.reference, seqs[i: i + mb], plens[i: i + mb])
+                    ref += self._forward(self.reference, s, p)[0]
         return old, ref, records
 
     def _update(self, seqs: list[list[int]], plens: list[int], adv: list[float], old: list[torch.Tensor],
@@ -222,35 +267,47 @@ class GRPOTrainer:
             rng.shuffle(order)
             for j in range(0, n, mb):
                 idx = order[j: j + mb]
-                if not sum(old[i].numel() for i in idx):
+                tokens = sum(old[i].numel() for i in idx)
+                if not tokens:
                     continue  # nothing to average over: an AdamW step on zero gradients still moves
-                new = torch.cat(response_logprobs(self._model, [seqs[i] for i in idx], [plens[i] for i in idx]))
-                old_t = torch.cat([old[i] for i in idx])
-                a = torch.cat([torch.full((old[i].numel(),), adv[i], device=new.device) for i in idx])
-                ratio = torch.exp(new - old_t)
-                per_tok = -torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * a)
-                kl = None
-                if self.reference is not None:
-                    log_r = torch.cat([ref[i] for i in idx]) - new
-                    # k3 = r - log r - 1 >= 0 exactly; the clamp removes rounding's -1e-15.
-                    kl = (torch.expm1(log_r) - log_r).clamp_min(0.0)
-                    per_tok = per_tok + cfg.kl_coef * kl
-                loss = per_tok.mean()
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                self._accumulate(idx, tokens, seqs, plens, adv, old, ref, sums)
                 clip_to = cfg.max_grad_norm if cfg.max_grad_norm and cfg.max_grad_norm > 0 else math.inf
-                grad_norm = torch.nn.utils.clip_grad_norm_(self._params, clip_to)
+                sums["grad"] += float(torch.nn.utils.clip_grad_norm_(self._params, clip_to))
                 self.optimizer.step()
-                with torch.no_grad():
-                    clipped = ((ratio < 1 - cfg.clip_eps) & (a < 0)) | ((ratio > 1 + cfg.clip_eps) & (a > 0))
-                    sums["loss"] += loss.item()
-                    sums["grad"] += float(grad_norm)
-                    sums["clip"] += clipped.sum().item()
-                    sums["ratio"] += ratio.sum().item()
-                    sums["kl"] += kl.sum().item() if kl is not None else 0.0
                 updates += 1
-                tok_seen += new.numel()
+                tok_seen += tokens
         return sums, updates, tok_seen
+
+    def _accumulate(self, idx: list[int], tokens: int, seqs: list[list[int]], plens: list[int], adv: list[float],
+                    old: list[torch.Tensor], ref: list[torch.Tensor], sums: dict[str, float]) -> None:
+        """Gradients of one minibatch's loss (the mean over its `tokens` response tokens of the
+        clipped surrogate, plus the KL term) into `.grad`, micro-batch by micro-batch; its
+        statistics added to `sums`."""
+        cfg = self.config
+        for part in self._chunks([seqs[i] for i in idx]):
+            mi = [idx[k] for k in part]
+            new = torch.cat(self._forward(self._model, [seqs[i] for i in mi], [plens[i] for i in mi])[0])
+            old_t = torch.cat([old[i] for i in mi])
+            a = torch.cat([torch.full((old[i].numel(),), adv[i], device=new.device) for i in mi])
+            ratio = torch.exp(new - old_t)
+            per_tok = -torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * a)
+            kl = None
+            if self.reference is not None:
+                log_r = torch.cat([ref[i] for i in mi]) - new
+                # k3 = r - log r - 1 >= 0 exactly; the clamp removes rounding's -1e-15.
+                kl = (torch.expm1(log_r) - log_r).clamp_min(0.0)
+                per_tok = per_tok + cfg.kl_coef * kl
+            # Summed over the micro-batch, divided by the whole minibatch's tokens: the parts add
+            # up to the minibatch mean, so gradients equal one forward of the whole minibatch.
+            loss = per_tok.sum() / tokens
+            loss.backward()
+            with torch.no_grad():
+                clipped = ((ratio < 1 - cfg.clip_eps) & (a < 0)) | ((ratio > 1 + cfg.clip_eps) & (a > 0))
+                sums["loss"] += loss.item()
+                sums["clip"] += clipped.sum().item()
+                sums["ratio"] += ratio.sum().item()
+                sums["kl"] += kl.sum().item() if kl is not None else 0.0
 
     def save(self, out_dir) -> Path:
         """An HF model directory of the current weights, atomically: the source directory's files
@@ -281,4 +338,5 @@ class GRPOTrainer:
             torch.set_rng_state(state["torch_rng"])
 
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "ScoredResponse", "StepStats", "group_advantages", "response_logprobs"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "ScoredResponse", "StepStats", "group_advantages", "padded_forward",
+           "response_logprobs"]

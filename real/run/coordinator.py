@@ -11,11 +11,17 @@ One RL step, as the coordinator (this module, in the driver process) runs it:
    told to stop and returns within one drafter step. The rollout never waits for it: the
    coordinator stops trainers only after the last rollout returned, and a worker trains only
    once its own shard is done. Drafters trained by several workers are averaged by steps done.
-3. policy update: rewards (real/tiny/task.py), one GRPO step; its forward pass yields the hidden
-   states the drafter buffer keeps.
+3. policy update: rewards (real/tiny/task.py), one GRPO step (real/grpo.py: packed forwards,
+   no padding) on all of this machine's cores, which the waiting workers leave free; its first,
+   no-grad pass yields the hidden states the drafter buffer keeps.
 4. sync: new target (and drafter) weights are reloaded in place in every engine. With
-   `ngram_fallback`, the engines switch between n-gram and EAGLE here when the learned
-   drafter's estimated accepted length beats n-gram's measured one by `switch_margin`.
+   `ngram_fallback`, the engines switch between n-gram and EAGLE here, both ways, by
+   `choose_drafter`: the drafter they do not run takes over when its tokens per verify pass
+   beat the running one's by `switch_margin` (relative). Both are judged on the same held-out
+   responses of this step at the engines' largest draft length (`DrafterCheck`): the learned
+   drafter the engines would run next step by its greedy-chain agreement with the target, n-gram
+   by replaying vLLM's prompt lookup over the same responses (real/drafter/spot.py). A switch
+   restarts every worker's engine in its process (real/run/worker.py).
 5. checkpoint (atomic, real/run/checkpoints.py), metrics and the trace
    (workbench/contracts/trace.py, with a per-worker timeline in the simulator's format; the
    rows are built by real/run/records.py) are written.
@@ -28,7 +34,6 @@ interleave two runs.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import time
@@ -44,6 +49,7 @@ from real.rollout.spec_config import adaptive_draft_cap
 from real.run.capture import machine_info
 from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
 from real.run.records import (
+    DrafterCheck,
     RunRows,
     StepRecord,
     StepTimes,
@@ -63,6 +69,18 @@ from workbench.contracts.trace import RequestRow, Trace, write_trace
 
 if TYPE_CHECKING:
     from real.grpo import StepStats  # torch: imported where a run starts
+
+
+def choose_drafter(current: str, check: DrafterCheck, margin: float) -> str:
+    """The drafter the engines run next step: the other one of "ngram" and "eagle" once its
+    estimated tokens per pass beat the running one's by the relative `margin`, else `current`.
+    The margin works both ways, so estimates that differ by less never flip the engines back and
+    forth (each switch restarts them); a NaN estimate never wins."""
+    if current == "ngram" and check.eagle > check.ngram * (1.0 + margin):
+        return "eagle"
+    if current == "eagle" and check.ngram > check.eagle * (1.0 + margin):
+        return "ngram"
+    return current
 
 
 class TrainError(ValueError):
@@ -168,10 +186,13 @@ class TrainingRun:
         self.buffer = DrafterBuffer(cfg.policy.training.buffer)
         if ckpt is not None and ckpt.path("buffer.pt").exists():
             self.buffer = torch.load(ckpt.path("buffer.pt"), weights_only=False)
+        # The update runs in this process while every rollout worker waits for the sync: all of
+        # this machine's cores are its own then (a Ray cluster's workers are on other machines).
         self.trainer = GRPOTrainer(model_dir, GRPOConfig(lr=cfg.lr, kl_coef=cfg.kl_coef,
                                                          minibatch=min(16, cfg.prompts * cfg.samples)),
                                    seed=derive_seed(cfg.seed, Stream.GRPO),
-                                   reference_dir=cfg.model if cfg.kl_coef > 0 else None)
+                                   reference_dir=cfg.model if cfg.kl_coef > 0 else None,
+                                   threads=os.cpu_count() or 1)
         if ckpt is not None:
             self.trainer.load_state_dict(torch.load(ckpt.path("trainer.pt"), weights_only=False))
         self._start_workers(ckpt)
@@ -245,17 +266,18 @@ class TrainingRun:
         cfg, s = self.cfg, self.next_step
         problems = task.make_problems(cfg.prompts, derive_seed(cfg.seed, Stream.PROMPTS, s), cfg.mix)
         training = cfg.policy.training.enabled and cfg.policy.drafter.kind == "eagle"
+        ran = self.kind  # the drafter this step decodes with; its sync may switch to the other
         t0, rollouts, spots, t_rollout = self._rollout(problems, s, training)
         t_train0 = time.time()
-        requests, stats, hidden = self._update(problems, rollouts, s, training)
+        requests, stats, hidden = self._update(problems, rollouts, s, training, training or self.judges_drafters)
         new_model = self.trainer.save(self.out / "weights" / f"step-{s:06d}")
         new_drafter = self._merge_drafters(spots, s) if spots else None
         t_train = time.time()
-        self._sync(new_model, new_drafter, rollouts, hidden if training else [])
+        self._sync(new_model, new_drafter, rollouts, hidden)
         times = StepTimes(start=t0, rollout_end=t_rollout, train_start=t_train0, train_end=t_train, sync_end=time.time())
 
         add_step_rows(self.rows, s, rollouts, spots, requests, times, self.clock0)
-        rec = step_record(s, rollouts, spots, requests, times, stats, self.kind)
+        rec = step_record(s, rollouts, spots, requests, times, stats, ran)
         self.metrics.append(rec)
         self.next_step = s + 1
         if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:
@@ -297,8 +319,13 @@ class TrainingRun:
             self.workers[i].stop_spot.remote()
         return t0, rollouts, ray.get(list(spot_refs)), t_rollout
 
-    def _update(self, problems: list[task.Problem], rollouts: dict[int, WorkerRollout], s: int, training: bool
-                ) -> tuple[list[RequestRow], StepStats, list[HiddenRecord]]:
+    @property
+    def judges_drafters(self) -> bool:
+        """Whether this run switches between n-gram and the learned drafter (`_maybe_switch`)."""
+        return self.cfg.policy.drafter.kind == "eagle" and self.cfg.policy.drafter.ngram_fallback
+
+    def _update(self, problems: list[task.Problem], rollouts: dict[int, WorkerRollout], s: int, training: bool,
+                keep_hidden: bool) -> tuple[list[RequestRow], StepStats, list[HiddenRecord]]:
         """3. Rewards and one GRPO step; the drafter buffer keeps the step's hidden states."""
         from real.grpo import ScoredResponse
 
@@ -311,14 +338,14 @@ class TrainingRun:
                 requests.append(row)
                 batch.append(ScoredResponse(list(r.prompt_ids[row.request_id]), list(out.token_ids), row.reward,
                                             row.prompt_id))
-        stats, hidden = self.trainer.step(batch, keep_hidden=training)
+        stats, hidden = self.trainer.step(batch, keep_hidden=keep_hidden)
         if training:
             self.buffer.add(s, hidden)
         return requests, stats, hidden
 
     def _sync(self, new_model: Path, new_drafter: Path | None, rollouts: dict[int, WorkerRollout],
               records: list[HiddenRecord]) -> None:
-        """4. The new weights into every engine (in place), and the n-gram -> EAGLE switch."""
+        """4. The new weights into every engine (in place), and the n-gram <-> EAGLE switch."""
         import ray
 
         ray.get([w.sync.remote(str(new_model), str(new_drafter) if new_drafter else None) for w in self.workers])
@@ -326,8 +353,7 @@ class TrainingRun:
         if new_drafter is not None:
             self.drafter_dir = new_drafter
         self.model_dir = new_model
-        ngram_len = rollout_accept_len(rollouts.values()) if self.kind == "ngram" else math.nan
-        self._maybe_switch(ngram_len, records)
+        self._maybe_switch(rollout_accept_len(rollouts.values()), records)
 
     def _merge_drafters(self, spots: list[WorkerSpot], s: int) -> Path | None:
         from real.drafter.checkpoint import save_drafter
@@ -351,26 +377,32 @@ class TrainingRun:
             if p != keep:
                 shutil.rmtree(p, ignore_errors=True)
 
-    def _maybe_switch(self, ngram_len: float, records: list[HiddenRecord]) -> None:
-        """n-gram -> EAGLE once the learned drafter's estimated accepted length wins by the margin.
-
-        The estimate is greedy-chain agreement on this step's held-out hidden states, measured by
-        worker 0's spot trainer (real/drafter/spot.py); n-gram's is what vLLM counted this rollout."""
+    def _maybe_switch(self, measured: float, records: list[HiddenRecord]) -> None:
+        """Switch every engine to the other drafter when `choose_drafter` says so (the module doc,
+        step 4). `measured`: vLLM's count for the drafter that ran this rollout, for the log."""
         import ray
 
         pol = self.cfg.policy
-        if not (pol.drafter.kind == "eagle" and pol.drafter.ngram_fallback and self.kind == "ngram"):
+        if not self.judges_drafters or not records or self.drafter_dir is None:
             return
-        if not records or self.drafter_dir is None or math.isnan(ngram_len):
-            return
-        k = adaptive_draft_cap(pol)  # the longest draft the engines may run
-        # A small held-out sample: the check runs inside the sync, between RL steps.
-        est = ray.get(self.workers[0].estimate_accept_len.remote(records[:8], k))
-        self.log(f"  drafter check: EAGLE estimated {est:.2f} vs n-gram measured {ngram_len:.2f} tokens per pass")
-        if est > ngram_len * (1.0 + pol.drafter.switch_margin):
-            ray.get([w.switch_drafter.remote("eagle", str(self.drafter_dir)) for w in self.workers])
-            self.kind = "eagle"
-            self.log("  switched the engines from n-gram to the learned EAGLE drafter")
+        check = self.check_drafters(records)
+        self.log(f"  drafter check: EAGLE {check.eagle:.2f} vs n-gram {check.ngram:.2f} estimated tokens per pass "
+                 f"({self.kind} ran, vLLM measured {measured:.2f})")
+        kind = choose_drafter(self.kind, check, pol.drafter.switch_margin)
+        if kind != self.kind:
+            ray.get([w.switch_drafter.remote(kind, str(self.drafter_dir)) for w in self.workers])
+            self.log(f"  switched the engines from {self.kind} to {kind}")
+            self.kind = kind
+
+    def check_drafters(self, records: list[HiddenRecord]) -> DrafterCheck:
+        """Both drafters judged by worker 0 on up to 8 of the step's records, spread over its
+        workers and prompts, at the longest draft the engines may run."""
+        import ray
+
+        k = adaptive_draft_cap(self.cfg.policy)
+        # A small sample: the check runs inside the sync, between RL steps.
+        sample = records[:: max(1, len(records) // 8)][:8]
+        return ray.get(self.workers[0].check_drafters.remote(sample, k))
 
     # ------------------------------------------------------------ outputs
 

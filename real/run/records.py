@@ -46,6 +46,15 @@ class WorkerRollout:
         return list(self.prompt_ids[request_id]) + list(self.outputs[request_id].token_ids)
 
 
+@dataclass(frozen=True)
+class DrafterCheck:
+    """Both drafters judged on the same held-out records at the same draft length: estimated
+    tokens per verify pass under greedy verification (real/drafter/spot.py)."""
+
+    eagle: float  # the learned drafter as the engines will run it next step
+    ngram: float  # vLLM's n-gram prompt lookup, replayed on the records
+
+
 @dataclass
 class WorkerSpot:
     """A spot-training session: the SpotResult's numbers, the drafter it left, its times."""

@@ -10,6 +10,8 @@ the step's timeline:
     stop_spot()                  called from another thread: the actor runs two calls at once
                                  (Ray `max_concurrency=2`), so a stop reaches a running spot_train
     sync(target_dir, drafter)    reload weights in place before the next rollout
+    check_drafters(records, k)   the learned drafter and n-gram judged alike (the switch rule's input)
+    switch_drafter(kind, drafter) restart the engine with the other drafter (n-gram <-> EAGLE)
 
 The stop flag is cleared by `sync` (between RL steps), never by `spot_train`: with a threaded
 actor, a stop sent just after a spot_train may run first, and must still stop it.
@@ -34,7 +36,7 @@ from real.drafter.spot import SpotTrainer
 from real.rollout.adaptive import BanditController
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import RolloutRequest, Sampling
-from real.run.records import WorkerRollout, WorkerSpot
+from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
 from real.tiny.task import make_problems
 from workbench.contracts.policy import Policy
 from workbench.contracts.seeds import Stream, derive_seed
@@ -61,8 +63,11 @@ class RolloutWorker:
                                     adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()
         self.controller = self._controller()
+        # The switch between n-gram and EAGLE judges the drafter with the spot trainer's copy, so
+        # a fallback policy has one even when it does not train.
+        judges = policy.drafter.kind == "eagle" and policy.drafter.ngram_fallback
         self.spot = SpotTrainer(model_dir, drafter_dir, lr=spot_lr, seed=derive_seed(seed, Stream.SPOT, worker),
-                                max_len=max_model_len) if policy.training.enabled else None
+                                max_len=max_model_len) if policy.training.enabled or judges else None
         self._stop = threading.Event()
         self._stop_at = float("nan")
 
@@ -95,7 +100,11 @@ class RolloutWorker:
                                 seed=derive_seed(self.seed, Stream.CONTROLLER, self.worker))
 
     def switch_drafter(self, kind: str, drafter_dir: str | None) -> float:
-        """Restart the engine with another drafter kind (the n-gram -> EAGLE switch); seconds taken."""
+        """Restart the engine with another drafter kind (n-gram -> EAGLE or back); seconds taken.
+
+        vLLM fixes a drafter when an engine starts, so the engine is rebuilt in this process
+        (real/rollout/vllm_fixes.py makes that possible on CPU); weights, bandit and spot trainer
+        carry over."""
         self._pin_threads()
         t = time.perf_counter()
         bandit = self.controller.state_dict() if self.controller else None
@@ -191,9 +200,15 @@ class RolloutWorker:
         if state.get("spot") is not None and self.spot is not None:
             self.spot.load_state_dict(state["spot"])
 
-    def estimate_accept_len(self, records: Sequence[HiddenRecord], k: int) -> float:
+    def check_drafters(self, records: Sequence[HiddenRecord], k: int) -> DrafterCheck:
+        """The learned drafter (this worker's spot-trainer copy, which sync keeps equal to the
+        engines') and n-gram, judged on the same records at draft length `k`."""
         self._pin_threads()
-        return self.spot.estimate_accept_len(list(records), k, max_starts=8) if self.spot else float("nan")
+        if self.spot is None:
+            return DrafterCheck(float("nan"), float("nan"))
+        records = list(records)
+        return DrafterCheck(eagle=self.spot.estimate_accept_len(records, k, max_starts=8),
+                            ngram=self.spot.estimate_ngram_accept_len(records, k, max_starts=8))
 
     def settings(self) -> dict[str, Any]:
         return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.kind}

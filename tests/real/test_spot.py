@@ -215,3 +215,51 @@ def test_average_states(random_target):
     assert all(torch.allclose(mean[k], (s1[k] + s2[k]) / 2) for k in s1)
     with pytest.raises(ValueError):
         average_states([s1, s2], [0, 0])
+
+
+# ---------------------------------------------------------------- n-gram, judged like the drafter
+
+
+def test_ngram_replay_proposes_what_vllms_ngram_drafter_does():
+    pytest.importorskip("vllm")
+    import numpy as np
+    from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as vllm_propose
+
+    from real.drafter.ngram import propose
+
+    rng = np.random.default_rng(0)
+    cases = [[1, 2, 3, 1, 2], [1, 2], [5], [7, 7, 7, 7, 7], [1, 2, 3, 4, 9, 1, 2, 3, 4, 8, 2, 3, 4]]
+    cases += [rng.integers(0, v, n).tolist() for v, n in ((3, 40), (4, 12), (6, 80), (2, 9), (50, 30)) for _ in range(20)]
+    for tokens in cases:
+        for k in (1, 3, 6):
+            want = vllm_propose(np.asarray(tokens, dtype=np.int32), min_ngram=2, max_ngram=4, max_model_len=4096, k=k)
+            assert propose(tokens, k) == want.tolist(), (tokens, k)
+
+
+def test_ngram_estimate_counts_the_lookup_drafts_the_target_accepts(random_target, records):
+    """On greedy records the target's references are the records' own next tokens, so the
+    estimate is 1 + the mean common prefix of the lookup's draft and what the record did next."""
+    from real.drafter.ngram import propose
+    from real.drafter.records import HiddenRecord
+    from real.drafter.spot import SpotTrainer
+
+    # Without their first 2 tokens, every reference a chain is judged on lies past the 4-token
+    # prompt: lm_head(hidden[i]) is the record's token i + 1 for every i >= 1.
+    greedy = [HiddenRecord(r.token_ids[2:], r.hidden[2:]) for r in records]
+    trainer = SpotTrainer(random_target)
+    k = 3
+    expected = []
+    for r in greedy:
+        ids = r.token_ids
+        # what the target would say after the record's last token: the last chain is judged on it
+        after = int(trainer.drafter.lm_head(r.hidden[-1]).argmax())
+        for t in range(len(ids) - 1 - k + 1):
+            n = 0
+            for d, nxt in zip(propose(ids[: t + 2], k), ids[t + 2:] + [after]):
+                if d != nxt:
+                    break
+                n += 1
+            expected.append(n)
+    est = trainer.estimate_ngram_accept_len(greedy, k, max_starts=1000)
+    assert est == pytest.approx(1.0 + sum(expected) / len(expected), abs=1e-6)
+    assert 1.0 < est <= k + 1  # the random target's greedy loops give the lookup something to find

@@ -92,22 +92,51 @@ def test_sampled_rewards_agree_between_tlt_and_baseline(runs):
     assert sorted(r["tlt"]["request_id"]) == sorted(r["baseline"]["request_id"])
 
 
-def test_greedy_rollouts_are_identical_under_tlt_and_baseline(ray_local, tmp_path, reference_model):
-    """Losslessness at the training level: same weights, greedy, tlt (n-gram drafts, bandit
-    draft lengths) and baseline produce the same tokens, hence the same rewards."""
-    texts = {}
-    for name in ("baseline", "tlt"):
-        cfg = _config(reference_model, name, tmp_path / name, steps=1, temperature=0.0, prompts=4)
-        run = TrainingRun(cfg, log=None).open()
-        try:
+def test_switches_between_ngram_and_eagle_inside_tlt_train_keep_greedy_outputs(ray_local, tmp_path, reference_model,
+                                                                               monkeypatch):
+    """Real switches inside `tlt train`: after step 0 the rule is handed an EAGLE estimate above
+    n-gram's and every Ray worker restarts its vLLM engine with the (cold) learned drafter in its
+    process; after step 1 the reverse, back to n-gram; step 2 runs on. The rule, the restarts and
+    the run are production code; only the rule's input is forced (the real check still runs and
+    must give finite estimates). Greedy decoding: every step's responses are token for token
+    what vLLM without SD gives for the same prompts. (Greedy groups have equal rewards, hence zero
+    advantages: the weights stay the model's, and one plain engine is the baseline of all steps.)"""
+    from real.rollout.engine import RolloutEngine
+    from real.rollout.requests import Sampling
+    from real.run.records import DrafterCheck
+
+    cfg = _config(reference_model, "tlt", tmp_path / "tlt", steps=3, temperature=0.0, prompts=4, max_tokens=256)
+    run = TrainingRun(cfg, log=None).open()
+    seen: list = []
+    update, check = run.trainer.step, run.check_drafters
+    measured: list = []
+    forced = [DrafterCheck(eagle=2.0, ngram=1.0), DrafterCheck(eagle=1.0, ngram=2.0), DrafterCheck(1.0, 1.0)]
+
+    def record(batch, keep_hidden=True):
+        seen.append([(r.prompt_ids, r.response_ids) for r in batch])
+        return update(batch, keep_hidden=keep_hidden)
+
+    def scripted(records):
+        measured.append(check(records))
+        return forced[len(measured) - 1]
+
+    monkeypatch.setattr(run.trainer, "step", record)
+    monkeypatch.setattr(run, "check_drafters", scripted)
+    try:
+        for _ in range(3):
             run.step()
-            texts[name] = {row.request_id: (row.response_tokens, row.reward) for row in run.rows.requests}
-            accept = run.metrics[0].mean_accept_len
-            if name == "tlt":
-                assert accept > 1.0, "the tlt run must have drafted"
-        finally:
-            run.close()
-    assert texts["tlt"] == texts["baseline"]
+    finally:
+        run.close()
+    assert [m.drafter_kind for m in run.metrics] == ["ngram", "eagle", "ngram"]
+    assert run.metrics[0].mean_accept_len > 1.0, "n-gram must have drafted"
+    k = 6  # the tlt preset's largest bandit arm: the draft length both drafters are judged at
+    assert len(measured) == 3 and all(1.0 <= c.eagle <= k + 1 and 1.0 <= c.ngram <= k + 1 for c in measured)
+    assert len(seen) == 3
+    with RolloutEngine(reference_model, in_process=True, kv_cache_gib=0.25) as engine:
+        for step, batch in enumerate(seen):
+            prompts = [p for p, _ in batch]
+            got = engine.generate(prompts, 1, Sampling(temperature=0.0, max_tokens=cfg.max_tokens))
+            assert [g.samples[0].token_ids for g in got] == [r for _, r in batch], f"step {step} differs from no SD"
 
 
 def _tlt_train(model: Path, out: Path, *extra: str) -> list[str]:

@@ -1,10 +1,12 @@
 """The real backend's commands: `tlt model init`, `capture`, `drafter train`, `train`,
-`bench rollout` and `bench real`. The backend's modules imported here load torch, vLLM and Ray
-only when they run; the torch-only ones (drafter training) are imported when their command runs."""
+`bench rollout`, `bench grpo` and `bench real`. The backend's modules imported here load torch,
+vLLM and Ray only when they run; the torch-only ones (drafter training) are imported when their
+command runs."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Optional
 
 import typer
 
+from real.experiments.bench_grpo import bench_grpo as run_bench_grpo
 from real.experiments.bench_rollout import bench_rollout as run_bench_rollout
 from real.experiments.bench_training import bench_real as run_bench_real
 from real.experiments.bench_training import spot_interference
@@ -150,6 +153,33 @@ def bench_rollout(
     typer.echo(f"{model}: greedy, {max_tokens} tokens per sequence, K={draft_len}, best of {repeats}")
     typer.echo(format_table(rows, ["method", "batch", "tok/s", "vs none", "accept len", "same tokens"]))
     typer.echo(json.dumps(report.to_json()))
+
+
+@bench_app.command("grpo")
+def bench_grpo(
+    model: Path = typer.Option(..., help="Model directory (Hugging Face format) to sample the batch from and update."),
+    seed: int = typer.Option(0, help="Seed of the problems, the sampling and the GRPO minibatch order."),
+    prompts: int = typer.Option(16, min=1, help="Task problems in the batch (tlt train's default step)."),
+    samples: int = typer.Option(4, min=2, help="Responses per problem (the GRPO group)."),
+    max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens: the tail's length."),
+    repeats: int = typer.Option(3, min=1, help="Timed steps per path, interleaved; medians reported."),
+) -> None:
+    """Time one GRPO step, packed vs padded, on a long-tailed batch: the model's own sampled responses
+    (vLLM, temperature 1) to task prompts. Both paths in the same run, steps interleaved; last line JSON."""
+    if not (model / "config.json").is_file():
+        fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
+    report = run_bench_grpo(model, prompts=prompts, samples=samples, max_tokens=max_tokens, repeats=repeats,
+                            seed=seed, log=lambda m: typer.echo(m, err=True))
+    resp = sorted(report.response_tokens)
+    typer.echo(f"{model}: {report.sequences} sequences, {report.tokens} tokens (response tokens p50 "
+               f"{resp[len(resp) // 2]}, max {resp[-1]}); minibatches of {report.minibatch}, {report.threads} threads")
+    rows = [[name, f"{statistics.median(ts):.2f}", f"{min(ts):.2f}", f"{report.tokens_per_s(ts):,.0f}", str(work)]
+            for name, ts, work in (("packed", report.packed_s, report.tokens),
+                                   ("padded", report.padded_s, report.padded_tokens))]
+    typer.echo(format_table(rows, ["path", "median step s", "min s", "tokens/s", "tokens per pass"]))
+    typer.echo(f"first minibatch before any update: |loss difference| {report.loss_diff:.2e}, "
+               f"largest |gradient difference| {report.grad_diff:.2e}")
+    typer.echo(json.dumps(report.summary()))
 
 
 def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, seed: int, prompts: int, samples: int,
