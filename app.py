@@ -7,7 +7,7 @@ each page is a `render()` function in `workbench/ui/`. To add a page, write
 
 import streamlit as st
 
-from workbench.ui import compare_page, train_page, tune_page, whatif
+from workbench.ui import compare_page, paper_page, train_page, tune_page, whatif
 
 st.set_page_config(page_title="TLT Workbench", page_icon=":material/speed:", layout="wide")
 
@@ -16,6 +16,7 @@ PAGES = [
     st.Page(compare_page.render, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(tune_page.render, title="Tune", icon=":material/tune:", url_path="tune"),
     st.Page(train_page.render, title="Train (real)", icon=":material/model_training:", url_path="train"),
+    st.Page(paper_page.render, title="TLT paper", icon=":material/article:", url_path="paper"),
 ]
 
 with st.sidebar:

@@ -8,6 +8,7 @@
   `sd_threshold` are cut to draft length 0, and a final `(threshold+1, max_num_seqs, 0)` row
   turns SD off for every larger batch (vLLM otherwise carries the last row's K forward).
   A schedule with one draft length for every batch size is passed as plain static SD.
+- a tree strategy in the schedule (top-k > 1) is refused, naming the row: vLLM drafts chains;
 - `adaptive` (draft lengths that change while the engine runs, real/rollout/adaptive.py):
   `num_speculative_tokens` is the largest arm the policy's bandit may pick
   (`adaptive_draft_cap`) and the table is always given.
@@ -68,6 +69,16 @@ def adaptive_draft_cap(policy: Policy) -> int:
     return k
 
 
+def refuse_trees(policy: Policy) -> None:
+    """vLLM drafts chains: a tree strategy (top-k > 1, SGLang/FastRL's EAGLE trees) is simulator-only."""
+    for i, row in enumerate(policy.schedule):
+        if not row.strategy.is_chain:
+            raise EngineConfigError(
+                f"policy '{policy.name}': schedule[{i}] is the tree strategy {row.strategy.name} (top-k {row.topk}); "
+                f"vLLM drafts chains: give a draft length there (e.g. [{row.min_batch}, {row.max_batch}, "
+                f"{row.strategy.depth}]) or simulate the policy with `tlt sim` instead")
+
+
 def _eagle_dir(policy: Policy, drafter_dir: str | Path | None) -> Path:
     if drafter_dir is None:
         raise EngineConfigError(
@@ -91,6 +102,7 @@ def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
     """
     if not policy.uses_sd:
         return None
+    refuse_trees(policy)
     rows = dynamic_schedule(policy, max_num_seqs)
     k_max = adaptive_draft_cap(policy) if adaptive else max((k for _, _, k in rows), default=0)
     if k_max == 0:

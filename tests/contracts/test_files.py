@@ -16,6 +16,7 @@ from workbench.contracts.policy import (
     DrafterTraining,
     Policy,
     ScheduleBucket,
+    Strategy,
     load_policy,
     policy_presets,
 )
@@ -317,3 +318,51 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert path.read_bytes() == before
     assert sorted(p.name for p in path.parent.iterdir()) == ["policy.yaml"]
+
+
+# --------------------------------------------------------------------------- speculation strategies
+
+
+def test_strategies_parse_chains_and_trees():
+    assert Strategy.parse(4) == Strategy.parse("4") == Strategy(4, 1, 5) == Strategy.chain(4)
+    tree = Strategy.parse("8_4_48")
+    assert (tree.steps, tree.topk, tree.verify_tokens, tree.depth, tree.name) == (8, 4, 48, 8, "8_4_48")
+    # FastRL's 8_4_8 verifies 8 positions: the root and 7 drafts, so the tree is 7 deep.
+    assert Strategy.parse("8_4_8").depth == 7
+    assert Strategy.chain(0).verify_tokens == 1 and Strategy.chain(0).depth == 0
+    with pytest.raises(ValueError, match="steps_topk_tokens"):
+        Strategy.parse("8_4")
+
+
+def test_a_tree_schedule_loads_and_bad_trees_name_the_field(tmp_path):
+    good = _with(GOOD_POLICY, "schedule", [[1, 1, "8_4_48"], [2, 4, "8_4_32"], [5, 32, 4]])
+    good = _with(good, "bandit", {"algorithm": "fixed"})
+    pol = load_policy(_write(tmp_path / "tree.yaml", good))
+    assert [r.strategy.name for r in pol.schedule] == ["8_4_48", "8_4_32", "4"]
+    assert pol.strategy_of(0) == Strategy(8, 4, 48)
+    for rows, field, value in (([[1, 32, "8_4_500"]], "schedule[0].tokens", "500"),
+                               ([[1, 32, "8_40_48"]], "schedule[0].topk", "40"),
+                               ([[1, 32, 8448]], "schedule[0].draft_len", "8448")):
+        path = _write(tmp_path / "bad.yaml", _with(_with(GOOD_POLICY, "schedule", rows), "bandit", {"algorithm": "fixed"}))
+        with pytest.raises(ConfigError) as exc:
+            load_policy(path)
+        _assert_clear(exc.value, path, field, value, "")
+    # A learning bandit chooses among chain arms: a tree row would be silently unused.
+    path = _write(tmp_path / "mixed.yaml", _with(GOOD_POLICY, "schedule", [[1, 32, "8_4_48"]]))
+    with pytest.raises(ConfigError) as exc:
+        load_policy(path)
+    assert "schedule[0]" in str(exc.value) and "fixed" in str(exc.value)
+
+
+def test_fastrl_rules_are_policy_fields(tmp_path):
+    pol = load_policy("tlt-paper")
+    assert pol.sd_threshold == 32 and pol.sd_warmup_steps == 10 and pol.training.interval_steps == 10
+    assert [r.strategy.name for r in pol.schedule] == ["8_4_48", "8_4_32", "8_4_16", "8_4_8"]
+    assert [(r.min_batch, r.max_batch) for r in pol.schedule] == [(1, 1), (2, 4), (5, 20), (21, 32)]
+    for part, field, value in (("sd_warmup_steps", "sd_warmup_steps", -1),
+                               ("training", "training.interval_steps", {"interval_steps": 0}),
+                               ("bandit", "bandit.reward_stat", {"reward_stat": "mode"})):
+        path = _write(tmp_path / "bad.yaml", _with(GOOD_POLICY, part, value))
+        with pytest.raises(ConfigError) as exc:
+            load_policy(path)
+        assert f"'{field}'" in str(exc.value), exc.value

@@ -23,7 +23,7 @@ from sim.drafter import (
     initial_state,
     lr_efficiency,
 )
-from workbench.contracts.policy import DrafterConfig
+from workbench.contracts.policy import DrafterConfig, Strategy
 
 # --------------------------------------------------------------------------- cost model
 
@@ -262,3 +262,40 @@ def test_warm_start(policies, gpu_profile):
     base_aligned = replace(gpu_profile, acceptance=replace(gpu_profile.acceptance, warm_start_quality=0.4))
     assert initial_state(policies["static-sd"], base_aligned).quality == 0.4
 
+
+
+# --------------------------------------------------------------------------- trees
+
+
+def _tree_model(gpu_profile, gain=0.8):
+    return replace(gpu_profile.acceptance, tree_width_gain=gain)
+
+
+def test_tree_acceptance_is_bounded_grows_with_tokens_and_saturates(gpu_profile):
+    acc = _tree_model(gpu_profile)
+    lens = [stats_for(acc, "eagle", 1.0, Strategy(8, 4, t)).mean for t in (9, 16, 32, 48, 64, 96)]
+    assert all(1.0 < v <= 9.0 for v in lens), lens  # at most depth + 1 tokens per pass
+    assert all(b > a for a, b in zip(lens, lens[1:])), lens  # more candidates per level, more accepted
+    gains = [b - a for a, b in zip(lens, lens[1:])]
+    per_token = [g / dt for g, dt in zip(gains, (7, 16, 16, 16, 32))]
+    assert all(b < a for a, b in zip(per_token, per_token[1:])), per_token  # diminishing returns
+    # Deeper trees accept more with the same width; a 9-token top-4 tree of depth 8 is the chain of 8.
+    assert stats_for(acc, "eagle", 1.0, Strategy(8, 4, 48)).mean > stats_for(acc, "eagle", 1.0, Strategy(4, 4, 24)).mean
+    assert stats_for(acc, "eagle", 1.0, Strategy(8, 4, 9)).mean == pytest.approx(stats_for(acc, "eagle", 1.0, 8).mean)
+    # Without a width gain a tree is no better than its deepest chain.
+    flat = _tree_model(gpu_profile, 0.0)
+    assert stats_for(flat, "eagle", 1.0, Strategy(8, 4, 64)).mean == pytest.approx(stats_for(flat, "eagle", 1.0, 8).mean)
+
+
+def test_tree_costs_grow_with_tokens_steps_and_topk(gpu_profile):
+    c, d = gpu_profile.decode, gpu_profile.drafter
+    verify = [verify_step_s(c, 16, 1024, Strategy(8, 4, t)) for t in (9, 16, 48, 64)]
+    assert all(b > a for a, b in zip(verify, verify[1:])), verify
+    assert verify_step_s(c, 16, 1024, Strategy(8, 4, 9)) == pytest.approx(verify_step_s(c, 16, 1024, 8))
+    assert draft_step_s(d, "eagle", 16, Strategy(8, 8, 48)) > draft_step_s(d, "eagle", 16, Strategy(8, 4, 48))
+    assert draft_step_s(d, "eagle", 16, Strategy(12, 4, 48)) > draft_step_s(d, "eagle", 16, Strategy(8, 4, 48))
+    # Overlap 1 is a roofline (the larger of weight reading and compute); 0 adds them.
+    roof, added = replace(c, overlap=1.0), replace(c, overlap=0.0)
+    for b in (1, 32, 512):
+        assert verify_step_s(added, b, 1024, 4) >= verify_step_s(roof, b, 1024, 4)
+    assert verify_step_s(added, 1, 0, 4) - verify_step_s(roof, 1, 0, 4) == pytest.approx(min(c.weights_s, c.compute_s_per_token * 5))

@@ -216,3 +216,54 @@ def test_steps_are_reported_as_they_end_and_match_the_run(paper_7b, policies, gp
     seen = []
     run = simulate(paper_7b, policies["tlt"], gpu_profile, seed=2, steps=3, on_step=seen.append)
     assert seen == run.steps and [m.step for m in seen] == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------- FastRL's adaptive rules
+
+
+def _paper_run(sd_warmup_steps: int, steps: int = 1, interval: int = 10):
+    wl = replace(load_workload("tlt-eval-qwen2.5-7b"), workers=2, prompts_per_step=16, steps=steps)
+    pol = load_policy("tlt-paper")
+    pol = replace(pol, sd_warmup_steps=sd_warmup_steps, training=replace(pol.training, interval_steps=interval))
+    return simulate(wl, pol, load_profile(wl.profile), seed=3, steps=steps), pol
+
+
+def test_each_bucket_runs_its_strategy():
+    run, pol = _paper_run(0)
+    sd = run.timeline[run.timeline["state"] == "decode_sd"]
+    assert len(sd) > 0
+    for batch, strategy in zip(sd["batch"], sd["strategy"]):
+        assert strategy == pol.strategy_of(pol.bucket_of(int(batch))).name
+    assert (run.timeline.loc[run.timeline["batch"] > pol.sd_threshold, "state"] != "decode_sd").all()
+
+
+def test_sd_waits_for_the_warm_up_steps_after_a_batch_above_the_threshold():
+    passes_before_sd = {}
+    for warmup in (0, 10):
+        run, pol = _paper_run(warmup)
+        tl = run.timeline
+        for w, rows in tl[tl["state"].isin(["decode", "decode_sd"])].groupby("worker"):
+            rows = rows.sort_values("start_s")
+            below = rows[rows["batch"] <= pol.sd_threshold]
+            first_sd = below.index[below["state"] == "decode_sd"][0]
+            plain = below.loc[:first_sd]
+            plain = plain[plain["state"] == "decode"]
+            passes_before_sd[(warmup, w)] = float((plain["passes"] / plain["batch"]).sum())
+    for w in (0, 1):
+        assert passes_before_sd[(0, w)] == 0.0  # SD at once
+        assert passes_before_sd[(10, w)] == pytest.approx(10.0)  # ten decode steps without it first
+
+
+def test_spot_training_runs_every_interval_steps_only():
+    run, _ = _paper_run(10, steps=5, interval=2)
+    trained = [m.step for m in run.steps if m.drafter_trained_tokens > 0]
+    assert trained and set(trained) <= {0, 2, 4}
+    states = run.timeline.groupby("step")["state"].apply(lambda s: "drafter_train" in set(s.astype(str)))
+    assert not states.loc[[1, 3]].any()
+
+
+def test_a_warm_started_drafter_starts_at_the_profiles_warm_quality():
+    run, _ = _paper_run(10, steps=2)
+    prof = load_profile("h100-qwen2.5-7b-tp4")
+    assert run.steps[0].drafter_quality == pytest.approx(prof.acceptance.warm_start_quality)
+    assert run.steps[1].drafter_quality > run.steps[0].drafter_quality  # spot-trained in step 0

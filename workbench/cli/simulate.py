@@ -18,11 +18,12 @@ from workbench.cli.apps import app, bench_app
 from workbench.cli.common import fail, load_inputs
 from workbench.compare import compare as run_compare
 from workbench.compare import summarize_runs
-from workbench.contracts.fileio import write_atomic
+from workbench.contracts.fileio import save_figure, write_atomic
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile, profile_presets
 from workbench.contracts.schema import ConfigError, to_mapping
 from workbench.contracts.workload import load_workload, workload_presets
+from workbench.plots import batch_figure
 from workbench.regret import bandit_regret, bandit_variants
 from workbench.tables import format_table
 
@@ -33,7 +34,7 @@ def sim(
     policy: str = typer.Option("baseline,static-sd,tlt", help="Comma-separated policy preset names or files; the first is the reference for speedups."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps to simulate (default: the workload's)."),
     seed: int = typer.Option(0, help="Seed for every random choice; same seed, same result."),
-    out: Path = typer.Option(..., help="Output directory: summary.json and, per policy, NAME/metrics.json and NAME/timeline.parquet."),
+    out: Path = typer.Option(..., help="Output directory: summary.json and, per policy, NAME/metrics.json, NAME/timeline.parquet and NAME/batch.png (each worker's running batch in the last step)."),
     profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
 ) -> None:
     """Simulate RL steps of a workload under one or more policies."""
@@ -56,6 +57,9 @@ def sim(
                                          "bubble_fraction": s.bubble_fraction, "mean_accept_len": s.mean_accept_len,
                                          "speedup_vs_first": s.speedup}
         run.save(out / run.policy_name)
+        last = run.steps[-1].step
+        save_figure(batch_figure(run.timeline, last, f"{run.policy_name} on {wl.name}: running batch per worker, "
+                                                     f"RL step {last}"), out / run.policy_name / "batch.png")
         rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}", f"{s.bubble_fraction:.3f}",
                      f"{s.drafter_train_fraction:.3f}", f"{s.mean_accept_len:.2f}", f"{s.speedup:.2f}x"])
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")

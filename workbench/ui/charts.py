@@ -1,4 +1,4 @@
-"""Plotly figures for the Streamlit pages: worker Gantt charts and per-step lines.
+"""Plotly figures for the Streamlit pages: worker Gantt charts, running batch, per-step lines.
 
 The simulator's timeline has one row per constant-batch segment (tens of
 thousands for a large cluster); `merge_intervals` joins back-to-back rows of
@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.contracts.trace import STATES
+from workbench.plots import NO_SD_LABEL, BatchLine, strategies
 
 # One colour per state; idle (the bubbles) in red so the waste stands out.
 STATE_COLORS = {
@@ -186,4 +187,25 @@ def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[s
             ), row=1, col=col)
     fig.update_xaxes(title_text=x, dtick=1 if len(d) <= 20 else None)
     fig.update_layout(height=height, margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def batch_lines_figure(lines: Sequence[BatchLine], title: str = "", x_max: float | None = None) -> go.Figure:
+    """Running batch per worker over one step (log scale), one colour per speculation strategy."""
+    fig = go.Figure()
+    names = strategies(list(lines))
+    colors = {s: ("#4C78A8" if s == NO_SD_LABEL else POLICY_COLORS[(i + 1) % len(POLICY_COLORS)]) for i, s in enumerate(names)}
+    shown: set[str] = set()
+    for ln in lines:
+        fig.add_trace(go.Scatter(
+            x=ln.x, y=ln.y, mode="lines", name=ln.strategy, legendgroup=ln.strategy,
+            showlegend=ln.strategy not in shown, line=dict(color=colors[ln.strategy], width=1.5),
+            hovertemplate=f"worker {ln.worker} · {ln.strategy}<br>batch %{{y:.0f}} at %{{x:.2f}} s<extra></extra>"))
+        shown.add(ln.strategy)
+    fig.update_layout(title=dict(text=title) if title else None, height=360, margin=dict(l=10, r=10, t=45, b=10),
+                      legend=dict(title="speculation", orientation="h", yanchor="bottom", y=1.0, x=0),
+                      xaxis=dict(title="seconds from step start", rangemode="tozero"),
+                      yaxis=dict(title="running batch", type="log"))
+    if x_max is not None:
+        fig.update_xaxes(range=[0, x_max])
     return fig

@@ -26,7 +26,8 @@ from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import Profile, load_profile, profile_presets
 from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to_mapping
 from workbench.contracts.workload import Workload, load_workload, workload_presets
-from workbench.ui.charts import gantt_figure, step_lines_figure
+from workbench.plots import batch_lines
+from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt")
 MAX_GANTT_WORKERS = 64
@@ -310,7 +311,9 @@ def _show_tiles(res: _Result, table: pd.DataFrame) -> None:
 def _show_gantts(res: _Result) -> None:
     st.subheader("Worker timelines")
     st.caption("Each bar is what a worker did. Red = idle (a bubble): the worker finished its share and waits for "
-               "the slowest one. TLT fills that time with drafter spot training (orange).")
+               "the slowest one. TLT fills that time with drafter spot training (orange). Below each chart, the "
+               "running batch: a worker decoding a few sequences at batch 1-8 uses hardware sized for hundreds; "
+               "that is where speculative decoding (coloured by strategy) pays.")
     # Step lengths per policy, to put every policy's chart on one x scale for the same step.
     spans = {(label, m.step): m.step_time_s for label, run in zip(res.labels, res.runs) for m in run.steps}
     tabs = st.tabs(res.labels)
@@ -327,6 +330,10 @@ def _show_gantts(res: _Result) -> None:
             fig = gantt_figure(rows, max_workers=MAX_GANTT_WORKERS,
                                x_max=x_max * 1.01 if x_max else None)
             st.plotly_chart(fig, key=f"whatif_gantt:{label}", width="stretch")
+            lines = batch_lines(run.timeline, step, MAX_GANTT_WORKERS)
+            st.plotly_chart(batch_lines_figure(lines, "Running batch per worker (the long tail; colour: speculation)",
+                                               x_max * 1.01 if x_max else None),
+                            key=f"whatif_batch:{label}", width="stretch")
             st.download_button(f"Download {label} timeline (parquet)", _parquet(run.timeline),
                                file_name=f"timeline-{_slug(res.workload.name)}-{_slug(label)}.parquet",
                                mime="application/vnd.apache.parquet", key=f"whatif_dl_tl:{label}",

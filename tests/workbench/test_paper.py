@@ -1,0 +1,100 @@
+"""`tlt paper`: the published tables as measurements, the fitted profiles, the reproduction."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from workbench.calibrate.published import load_published
+from workbench.cli import app
+from workbench.contracts.profile import load_profile
+from workbench.contracts.schema import ConfigError
+from workbench.paper import report
+from workbench.paper.profiles import CASES, refit
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return refit()
+
+
+def test_the_published_tables_load_as_measurements():
+    pub = load_published()
+    tables = {m.table for m in pub.measurements}
+    assert tables == {"C", "D", "depth_tv", "E"}
+    assert len([m for m in pub.measurements if m.table == "C"]) == 24
+    assert len(pub.table_a) == 8 and pub.table_g["rl_adapted"] == 6.53
+    assert pub.table_e_strategy.name == "8_4_48"  # quoted in the YAML: unquoted, YAML reads 8448
+
+
+def test_a_malformed_tables_file_names_itself(tmp_path):
+    bad = tmp_path / "tables.yaml"
+    bad.write_text("table_c: {model: x}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_published(bad)
+    assert str(bad) in str(exc.value)
+
+
+def test_the_fit_reproduces_the_microbenchmarks_and_the_presets_are_its_output(fitted):
+    fit, profiles = fitted
+    assert fit.median_abs_error_pct < 5.0
+    assert [p.name for p in profiles] == [c.profile for c in CASES]
+    # The shipped presets are exactly what the fit writes (regenerate with `tlt paper --write-profiles`).
+    assert report.stale_presets(profiles) == []
+    for p in profiles:
+        assert load_profile(p.name).fitted_on and "tlt paper" in p.source
+
+
+def test_shape_scaling_is_consistent(fitted):
+    _, profiles = fitted
+    by = {p.name: p for p in profiles}
+    tp1, tp4 = by["h100-qwen2.5-7b-tp1"].decode, by["h100-qwen2.5-7b-tp4"].decode
+    # Tensor parallelism splits the weights and the compute, and adds all-reduces to the fixed cost.
+    assert tp4.weights_s == pytest.approx(tp1.weights_s / 4, rel=1e-3)
+    assert tp4.compute_s_per_token == pytest.approx(tp1.compute_s_per_token / 4, rel=1e-3)
+    assert tp4.overhead_s > tp1.overhead_s
+    # The same architecture, the same costs.
+    assert by["h100-r1-distill-qwen-7b-tp4"].decode == tp4
+    # Bigger models read more per GPU at the same TP.
+    assert by["h100-llama3.3-70b-tp8"].decode.weights_s > by["h100-qwen2.5-32b-tp8"].decode.weights_s
+
+
+def test_tlt_paper_prints_and_writes_the_same_rows(tmp_path):
+    res = runner.invoke(app, ["paper", "--out", str(tmp_path), "--steps", "2"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "paper.json").read_text())
+    rows = doc["rows"]
+    assert {r["table"] for r in rows} == {"A", "C", "E", "G"}
+    assert len([r for r in rows if r["table"] == "A"]) == 8 and len([r for r in rows if r["table"] == "C"]) == 24
+    for r in rows:
+        assert r["basis"] in ("fit", "predicted")
+        assert r["error_pct"] == pytest.approx(100 * (r["predicted"] / r["published"] - 1))
+        assert f"{r['published']:,.2f}" in res.stdout and f"{r['predicted']:,.2f}" in res.stdout
+    last = json.loads(res.stdout.strip().splitlines()[-1])
+    assert set(last) >= {"median_abs_error_pct", "max_abs_error_pct", "rows"} and last["rows"] == len(rows)
+    assert last == doc["summary"]
+    assert {e["case"] for e in doc["explanations"]} == {"qwen2.5-7b", "r1-distill-qwen-7b", "qwen2.5-32b", "llama3.3-70b"}
+
+
+def test_the_paper_page_fits_on_arrival_and_colours_the_gap():
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        from workbench.ui import paper_page
+
+        paper_page.render()
+
+    at = AppTest.from_function(page, default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    assert any("fit" in m.label.lower() for m in at.metric)
+    at.number_input(key="paper_steps").set_value(1)
+    at.button(key="paper_run").click().run()
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert len(table) == 36 and set(table["basis"]) == {"fit", "predicted"}
+    assert {"published", "predicted", "gap %"} <= set(table.columns)

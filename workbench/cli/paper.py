@@ -1,0 +1,55 @@
+"""`tlt paper`: the simulator against the TLT paper's published figures."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from workbench.calibrate.published import PUBLISHED, load_published
+from workbench.cli.apps import app
+from workbench.cli.common import fail
+from workbench.contracts.schema import ConfigError, save
+from workbench.paper import report
+from workbench.paper.profiles import refit
+from workbench.paper.reproduce import reproduce
+
+
+@app.command()
+def paper(
+    out: Path = typer.Option(..., help="Output directory: paper.json (and profiles/ with --write-profiles)."),
+    steps: int = typer.Option(20, min=1, help="RL steps simulated per Table A case."),
+    seeds: int = typer.Option(1, min=1, help="Simulate seeds 0..K-1 per case (the same draws for every system)."),
+    published: Path = typer.Option(PUBLISHED, help="The published tables (YAML)."),
+    write_profiles: bool = typer.Option(False, "--write-profiles", help="Also write the refitted GPU profiles to OUT/profiles/ (copy them over workbench/contracts/presets/profiles/ to update the presets)."),
+) -> None:
+    """Reproduce the TLT paper: Table A (end to end) predicted; Tables C and E fitted; Table G predicted."""
+    t0 = time.perf_counter()
+    try:
+        pub = load_published(published)
+    except ConfigError as exc:
+        fail(exc)
+    fit, profiles = refit(published)
+    typer.echo(f"fitted {len(fit.rows)} published microbenchmarks: median |error| {fit.median_abs_error_pct:.1f}%, "
+               f"max {fit.max_abs_error_pct:.1f}% ({time.perf_counter() - t0:.1f}s)", err=True)
+    stale = report.stale_presets(profiles)
+    if stale:
+        typer.echo(f"warning: the shipped profile presets {', '.join(stale)} differ from this fit; rerun with "
+                   "--write-profiles and copy them into workbench/contracts/presets/profiles/", err=True)
+    if write_profiles:
+        for p in profiles:
+            save(p, out / "profiles" / f"{p.name}.yaml")
+    rep = reproduce(fit, pub, steps=steps, seeds=list(range(seeds)),
+                    on_progress=lambda m: typer.echo(f"  {m} ({time.perf_counter() - t0:.1f}s)", err=True))
+    path = report.write(rep, out)
+    typer.echo(f"TLT paper vs the simulator ({steps} steps x {seeds} seed(s) per Table A case); "
+               "fit: the profiles were fitted to that row; predicted: not fitted to it")
+    typer.echo(report.rows_text(rep))
+    typer.echo("")
+    typer.echo("Where Table A's time goes (baseline's slowest engine, decode time per batch bucket; SD is off above 32):")
+    typer.echo(report.explanations_text(rep))
+    typer.echo(f"wrote {path}" + (f" and {out / 'profiles'}/" if write_profiles else ""))
+    typer.echo(json.dumps(report.summary(rep)))
+

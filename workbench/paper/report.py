@@ -1,0 +1,63 @@
+"""`tlt paper`'s outputs: the side-by-side table, `paper.json`, and the check that the shipped
+profile presets are what a fresh fit of the published tables gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from workbench.contracts.fileio import jsonable, write_json
+from workbench.contracts.profile import Profile, load_profile
+from workbench.contracts.schema import to_mapping
+from workbench.paper.reproduce import Reproduction
+from workbench.tables import format_table
+
+SCHEMA = "tlt-paper/1"
+
+
+def summary(rep: Reproduction) -> dict:
+    """The last line's JSON: errors over every row, and over the predicted rows alone."""
+    errs = [abs(r.error_pct) for r in rep.rows]
+    pred = [abs(r.error_pct) for r in rep.rows if r.basis == "predicted"]
+    return {"median_abs_error_pct": round(float(np.median(errs)), 2), "max_abs_error_pct": round(float(max(errs)), 2),
+            "rows": len(rep.rows), "predicted_median_abs_error_pct": round(float(np.median(pred)), 2),
+            "predicted_max_abs_error_pct": round(float(max(pred)), 2)}
+
+
+def document(rep: Reproduction) -> dict:
+    return {"schema": SCHEMA, "steps": rep.steps, "seeds": rep.seeds,
+            "rows": [{"table": r.table, "case": r.case, "published": r.published, "predicted": r.predicted,
+                      "error_pct": r.error_pct, "basis": r.basis, "unit": r.unit} for r in rep.rows],
+            "explanations": [to_mapping(e) for e in rep.explanations], "summary": summary(rep)}
+
+
+def json_text(rep: Reproduction) -> str:
+    return json.dumps(jsonable(document(rep)), indent=2) + "\n"
+
+
+def write(rep: Reproduction, out: str | Path) -> Path:
+    path = Path(out) / "paper.json"
+    write_json(path, document(rep))
+    return path
+
+
+def rows_text(rep: Reproduction) -> str:
+    rows = [[r.table, r.case, f"{r.published:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%", r.basis]
+            for r in rep.rows]
+    return format_table(rows, ["table", "case", "published", "predicted", "error", "basis"])
+
+
+def explanations_text(rep: Reproduction) -> str:
+    buckets = list(rep.explanations[0].critical_decode_share) if rep.explanations else []
+    rows = [[e.case, f"{e.baseline_step_s:,.0f}", f"{100 * e.baseline_rollout_share:.0f}%", f"{e.rollout_speedup:.2f}x",
+             f"{e.mean_accept_len:.2f}"] + [f"{100 * e.critical_decode_share[b]:.0f}%" for b in buckets]
+            for e in rep.explanations]
+    return format_table(rows, ["model", "baseline step s", "rollout share", "tlt rollout", "tlt accept"]
+                        + [f"batch {b}" for b in buckets])
+
+
+def stale_presets(refitted: list[Profile]) -> list[str]:
+    """Profile presets that differ from a fresh fit (the shipped files were not regenerated)."""
+    return [p.name for p in refitted if to_mapping(load_profile(p.name)) != to_mapping(p)]
