@@ -86,7 +86,7 @@ def gpu_profile():
 
 @pytest.fixture(scope="session")
 def policies():
-    return {name: load_policy(name) for name in ("baseline", "static-sd", "tlt")}
+    return {name: load_policy(name) for name in ("baseline", "static-sd", "tlt", "tlt-cold")}
 
 
 @pytest.fixture(scope="session")

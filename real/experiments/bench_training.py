@@ -42,7 +42,7 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def bench_real(base: RunConfig, policies: tuple[str, str] = ("baseline", "tlt"),
+def bench_real(base: RunConfig, policies: tuple[str, str] = ("baseline", "tlt-cold"),
                log: Callable[[str], None] | None = print,
                on_step: Callable[[str, StepRecord], None] | None = None) -> TrainingBench:
     runs: dict[str, TrainingRun] = {}

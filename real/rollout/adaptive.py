@@ -1,6 +1,6 @@
 """Draft lengths chosen by a Bandit while a vLLM engine runs, between two engine steps.
 
-    engine = RolloutEngine(model, load_policy("tlt"), drafter_dir=..., adaptive=True)
+    engine = RolloutEngine(model, load_policy("tlt-cold"), drafter_dir=..., adaptive=True)
     controller = BanditController(engine, seed=0)
     run = engine.run_steps(requests, controller=controller)  # each row's `chosen_k` is set
 

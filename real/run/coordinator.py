@@ -45,7 +45,7 @@ import pandas as pd
 
 from real.drafter.records import HiddenRecord
 from real.rollout.requests import RolloutRequest, Sampling
-from real.rollout.spec_config import adaptive_draft_cap
+from real.rollout.spec_config import EngineConfigError, adaptive_draft_cap, refuse_trees
 from real.run.capture import machine_info
 from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
 from real.run.records import (
@@ -114,6 +114,10 @@ class RunConfig:
         if self.policy.rollout.mode != "sync":
             raise TrainError(f"--policy {self.policy.name}: rollout.mode '{self.policy.rollout.mode}' is simulator-only; "
                              f"tlt train runs mode 'sync' (set rollout.mode: sync)")
+        try:
+            refuse_trees(self.policy)
+        except EngineConfigError as exc:
+            raise TrainError(f"--policy {self.policy.name}: {exc}") from None
         if self.policy.drafter.kind == "eagle" and self.policy.drafter.warm_start and self.drafter is None:
             raise TrainError(f"--policy {self.policy.name}: drafter.warm_start needs --drafter DIR "
                              f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter)")

@@ -261,9 +261,16 @@ def test_every_preset_loads():
 
 def test_preset_semantics():
     assert not load_policy("baseline").uses_sd
-    static, tlt = load_policy("static-sd"), load_policy("tlt")
+    static, tlt, cold = load_policy("static-sd"), load_policy("tlt"), load_policy("tlt-cold")
     assert static.uses_sd and static.bandit.algorithm == "fixed" and not static.training.enabled
-    assert tlt.uses_sd and tlt.bandit.algorithm == "beg" and tlt.training.enabled and tlt.drafter.ngram_fallback
+    # The paper's TLT: a warm-started drafter, FastRL's fixed tree strategies, spot training.
+    assert tlt.uses_sd and tlt.drafter.warm_start and tlt.training.enabled and tlt.bandit.algorithm == "fixed"
+    assert not all(row.strategy.is_chain for row in tlt.schedule)
+    # The cold start: a drafter trained from scratch, n-gram while it is worse, BEG-MAB over chains.
+    assert cold.uses_sd and cold.bandit.algorithm == "beg" and cold.training.enabled and cold.drafter.ngram_fallback
+    assert not cold.drafter.warm_start and all(row.strategy.is_chain for row in cold.schedule)
+    base = load_policy("tlt-base")
+    assert base.drafter.kind == "ngram" and (base.sd_threshold, base.sd_warmup_steps) == (tlt.sd_threshold, tlt.sd_warmup_steps)
 
 
 def _custom_policy() -> Policy:
@@ -277,7 +284,7 @@ def _custom_policy() -> Policy:
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json", ".yml"])
-@pytest.mark.parametrize("which", ["custom", "baseline", "static-sd", "tlt"])
+@pytest.mark.parametrize("which", ["custom", "baseline", "static-sd", "tlt", "tlt-cold", "tlt-base"])
 def test_policy_round_trips(tmp_path, suffix, which):
     policy = _custom_policy() if which == "custom" else load_policy(which)
     path = tmp_path / f"policy{suffix}"
@@ -355,7 +362,7 @@ def test_a_tree_schedule_loads_and_bad_trees_name_the_field(tmp_path):
 
 
 def test_fastrl_rules_are_policy_fields(tmp_path):
-    pol = load_policy("tlt-paper")
+    pol = load_policy("tlt")
     assert pol.sd_threshold == 32 and pol.sd_warmup_steps == 10 and pol.training.interval_steps == 10
     assert [r.strategy.name for r in pol.schedule] == ["8_4_48", "8_4_32", "8_4_16", "8_4_8"]
     assert [(r.min_batch, r.max_batch) for r in pol.schedule] == [(1, 1), (2, 4), (5, 20), (21, 32)]

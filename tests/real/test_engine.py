@@ -43,7 +43,7 @@ def _policy(kind: str, rows=((1, 4, 4), (5, 16, 2)), threshold: int = 16, name: 
 
 
 def test_schedule_cut_at_threshold_and_closed_with_k0():
-    tlt = load_policy("tlt")  # rows up to 32, threshold 32
+    tlt = load_policy("tlt-cold")  # rows up to 32, threshold 32
     rows = dynamic_schedule(tlt, 64)
     assert rows == [(1, 1, 6), (2, 4, 4), (5, 8, 4), (9, 16, 3), (17, 32, 2), (33, 64, 0)]
     mid = _policy("ngram", rows=((1, 8, 4), (9, 32, 2)), threshold=12)

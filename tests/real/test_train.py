@@ -44,13 +44,13 @@ def runs(ray_local, tmp_path_factory, reference_model):
     """A sampled tlt run and a sampled baseline run from the same model and seed (2 steps)."""
     root = tmp_path_factory.mktemp("train")
     out = {}
-    for name in ("tlt", "baseline"):
+    for name in ("tlt-cold", "baseline"):
         out[name] = run_training(_config(reference_model, name, root / name), log=None)
     return out
 
 
 def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
-    run = runs["tlt"]
+    run = runs["tlt-cold"]
     trace = load_trace(run.out / "trace")
     tl = trace.timeline
     assert set(tl["worker"]) == {0, 1} and set(tl["step"]) == {0, 1}
@@ -85,11 +85,11 @@ def test_sampled_rewards_agree_between_tlt_and_baseline(runs):
     distribution, so rewards agree within sampling noise."""
     r = {name: load_trace(run.out / "trace").requests for name, run in runs.items()}
     means = {k: float(v["reward"].mean()) for k, v in r.items()}
-    n = len(r["tlt"])
-    pooled = (means["tlt"] + means["baseline"]) / 2
+    n = len(r["tlt-cold"])
+    pooled = (means["tlt-cold"] + means["baseline"]) / 2
     se = math.sqrt(max(pooled * (1 - pooled), 0.05) * 2 / n)
-    assert abs(means["tlt"] - means["baseline"]) < 3 * se, (means, se)
-    assert sorted(r["tlt"]["request_id"]) == sorted(r["baseline"]["request_id"])
+    assert abs(means["tlt-cold"] - means["baseline"]) < 3 * se, (means, se)
+    assert sorted(r["tlt-cold"]["request_id"]) == sorted(r["baseline"]["request_id"])
 
 
 def test_switches_between_ngram_and_eagle_inside_tlt_train_keep_greedy_outputs(ray_local, tmp_path, reference_model,
@@ -105,7 +105,7 @@ def test_switches_between_ngram_and_eagle_inside_tlt_train_keep_greedy_outputs(r
     from real.rollout.requests import Sampling
     from real.run.records import DrafterCheck
 
-    cfg = _config(reference_model, "tlt", tmp_path / "tlt", steps=3, temperature=0.0, prompts=4, max_tokens=256)
+    cfg = _config(reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=3, temperature=0.0, prompts=4, max_tokens=256)
     run = TrainingRun(cfg, log=None).open()
     seen: list = []
     update, check = run.trainer.step, run.check_drafters

@@ -74,8 +74,9 @@ def _sd_over_plain(profile, kind, accept_len, batch, context, k=4):
 
 
 def test_sd_beats_no_sd_at_batch_1(gpu_profile):
-    # The aligned EAGLE drafter (the profile's operating point, ~3.5 tokens per verify at K=4).
-    assert _sd_over_plain(gpu_profile, "eagle", _fresh_eagle_len(gpu_profile, 4), 1, 1024) > 2.0
+    # The aligned EAGLE drafter at K=4 (~3.7 tokens per verify) on a 7B TP4 engine, whose four draft
+    # steps cost about a target step: a clear gain, well below the accepted length.
+    assert _sd_over_plain(gpu_profile, "eagle", _fresh_eagle_len(gpu_profile, 4), 1, 1024) > 1.5
     ngram = stats_for(gpu_profile.acceptance, "ngram", 0.0, 4).mean
     assert _sd_over_plain(gpu_profile, "ngram", ngram, 1, 1024) > 1.5
 
@@ -184,7 +185,7 @@ def test_policy_update_makes_the_drafter_stale(gpu_profile):
 
 def test_training_raises_quality_toward_the_buffers_freshness(gpu_profile, policies):
     # At the profile's best learning rate (the learning curve's efficiency is 1 there).
-    tlt = replace(policies["tlt"], training=replace(policies["tlt"].training, lr=gpu_profile.learning.lr_best))
+    tlt = replace(policies["tlt-cold"], training=replace(policies["tlt-cold"].training, lr=gpu_profile.learning.lr_best))
     decay = 1 - gpu_profile.acceptance.staleness_per_update
     new, old = 20_000_000, 10_000_000
     state = DrafterState(0.2, (old,))
@@ -202,7 +203,7 @@ def test_training_raises_quality_toward_the_buffers_freshness(gpu_profile, polic
 
 
 def test_buffer_keeps_only_the_configured_number_of_steps(gpu_profile, policies):
-    tlt = policies["tlt"]  # buffer: 2
+    tlt = policies["tlt-cold"]  # buffer: 2
     s = initial_state(tlt, gpu_profile)
     for tokens in (100, 200, 300):
         s = after_training(s, tlt, gpu_profile, 0.0, tokens)
@@ -210,17 +211,17 @@ def test_buffer_keeps_only_the_configured_number_of_steps(gpu_profile, policies)
 
 
 def test_training_disabled_leaves_quality_unchanged(gpu_profile, policies):
-    off = replace(policies["tlt"], training=replace(policies["tlt"].training, enabled=False))
+    off = replace(policies["tlt-cold"], training=replace(policies["tlt-cold"].training, enabled=False))
     s = DrafterState(0.3, (5_000_000,))
     after = after_training(s, off, gpu_profile, trained_tokens=1e12, new_tokens=5_000_000)
     assert after.quality == s.quality
     # Enabled but nothing trained: also unchanged.
-    after = after_training(s, policies["tlt"], gpu_profile, trained_tokens=0.0, new_tokens=5_000_000)
+    after = after_training(s, policies["tlt-cold"], gpu_profile, trained_tokens=0.0, new_tokens=5_000_000)
     assert after.quality == s.quality
 
 
 def test_learning_rate_far_from_best_helps_less(gpu_profile, policies):
-    tlt = policies["tlt"]
+    tlt = policies["tlt-cold"]
     best = gpu_profile.learning.lr_best
     s = DrafterState(0.1, ())
     gains = {}
@@ -233,7 +234,7 @@ def test_learning_rate_far_from_best_helps_less(gpu_profile, policies):
 
 
 def test_active_kind_falls_back_to_ngram_while_cold(gpu_profile, policies):
-    tlt = policies["tlt"]
+    tlt = policies["tlt-cold"]
     assert tlt.drafter.ngram_fallback
     assert active_kind(tlt, gpu_profile, initial_state(tlt, gpu_profile)) == "ngram"
     assert active_kind(tlt, gpu_profile, DrafterState(0.0)) == "ngram"
@@ -248,7 +249,7 @@ def test_active_kind_falls_back_to_ngram_while_cold(gpu_profile, policies):
 
 
 def test_switch_margin_delays_the_switch(gpu_profile, policies):
-    tlt = policies["tlt"]
+    tlt = policies["tlt-cold"]
     wide = replace(tlt, drafter=replace(tlt.drafter, switch_margin=0.5))
     qs = np.linspace(0, 1, 101)
     first = lambda pol: next(q for q in qs if active_kind(pol, gpu_profile, DrafterState(q)) == "eagle")
@@ -257,7 +258,7 @@ def test_switch_margin_delays_the_switch(gpu_profile, policies):
 
 def test_warm_start(policies, gpu_profile):
     assert initial_state(policies["static-sd"], gpu_profile).quality == gpu_profile.acceptance.warm_start_quality
-    assert initial_state(policies["tlt"], gpu_profile).quality == 0.0
+    assert initial_state(policies["tlt-cold"], gpu_profile).quality == 0.0
     # An offline-trained drafter starts at the profile's warm-start quality, below an aligned one.
     base_aligned = replace(gpu_profile, acceptance=replace(gpu_profile.acceptance, warm_start_quality=0.4))
     assert initial_state(policies["static-sd"], base_aligned).quality == 0.4

@@ -1,4 +1,4 @@
-"""End to end on the FastRL 7B example: a static drafter goes stale, TLT's holds and pays."""
+"""End to end on the FastRL 7B example: a static drafter goes stale, a spot-trained one holds, TLT pays."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from sim.simulator import simulate
 from workbench.contracts.profile import load_profile
+from workbench.contracts.workload import load_workload
 
 STEPS = 20
 # Spot training reaches the drafter's plateau within 5-10 steps here (it depends on how
@@ -20,11 +21,11 @@ WARMUP = 10
 def runs(paper_7b, policies):
     wl = replace(paper_7b, steps=STEPS)
     profile = load_profile(wl.profile)
-    # The mechanisms under test (staleness, spot training, the n-gram switch), with the drafter
+    # The cold-start mechanisms (staleness, spot training, the n-gram switch) with the drafter
     # trained at the profile's best learning rate: not a preset's hyperparameter.
-    tlt = policies["tlt"]
-    tlt = replace(tlt, training=replace(tlt.training, lr=profile.learning.lr_best))
-    chosen = {"baseline": policies["baseline"], "static-sd": policies["static-sd"], "tlt": tlt}
+    cold = policies["tlt-cold"]
+    cold = replace(cold, training=replace(cold.training, lr=profile.learning.lr_best))
+    chosen = {"baseline": policies["baseline"], "static-sd": policies["static-sd"], "tlt-cold": cold}
     return {name: simulate(wl, pol, profile, seed=0) for name, pol in chosen.items()}
 
 
@@ -59,37 +60,45 @@ def test_static_drafter_goes_stale(runs):
     assert all(m.drafter_trained_tokens == 0 for m in runs["static-sd"].steps)
 
 
-def test_tlt_drafter_holds_after_warm_up(runs):
-    at4 = accept_len_at(runs["tlt"], 4)
+def test_a_cold_drafter_holds_after_warm_up(runs):
+    at4 = accept_len_at(runs["tlt-cold"], 4)
     held = [at4[s] for s in range(WARMUP, STEPS)]  # K=4 is used every step
     assert min(held) >= 0.9 * max(held), at4
     static4 = accept_len_at(runs["static-sd"], 4)
     assert held[-1] > 1.1 * static4[max(static4)], (at4, static4)
     # Overall, whatever draft lengths the bandit picked, it ends well above static-sd.
-    tlt = [m.mean_accept_len for m in runs["tlt"].steps]
+    tlt = [m.mean_accept_len for m in runs["tlt-cold"].steps]
     static = [m.mean_accept_len for m in runs["static-sd"].steps]
     assert tlt[-1] > 1.2 * static[-1], (tlt, static)
     assert np.mean(tlt[WARMUP:]) > 1.2 * np.mean(static[WARMUP:])
     # It starts cold on the n-gram drafter and switches to the learned one.
-    kinds = [m.drafter_kind for m in runs["tlt"].steps]
+    kinds = [m.drafter_kind for m in runs["tlt-cold"].steps]
     assert kinds[0] == "ngram" and all(k == "eagle" for k in kinds[WARMUP:])
     # Spot training needs idle time: a step whose engines finish within one drafter step of
     # each other trains nothing; most steps leave some.
-    assert sum(m.drafter_trained_tokens > 0 for m in runs["tlt"].steps) >= 0.8 * STEPS
-    assert all(m.drafter_quality > 0.9 for m in runs["tlt"].steps[WARMUP:])
+    assert sum(m.drafter_trained_tokens > 0 for m in runs["tlt-cold"].steps) >= 0.8 * STEPS
+    assert all(m.drafter_quality > 0.9 for m in runs["tlt-cold"].steps[WARMUP:])
 
 
-def test_tlt_steps_are_faster_than_baseline(runs):
-    base = [m.step_time_s for m in runs["baseline"].steps]
-    tlt = [m.step_time_s for m in runs["tlt"].steps]
-    # Same responses every step (common random numbers): TLT is faster on each.
+@pytest.fixture(scope="module")
+def paper_runs(policies):
+    """The paper's evaluation workload for Qwen2.5-7B (a short run), baseline vs the paper's TLT."""
+    wl = replace(load_workload("tlt-eval-qwen2.5-7b"), steps=6)
+    profile = load_profile(wl.profile)
+    return {name: simulate(wl, policies[name], profile, seed=0) for name in ("baseline", "tlt")}
+
+
+def test_tlt_steps_are_faster_than_baseline(paper_runs):
+    """The paper's TLT (warm-started trees per bucket): every step faster on the same responses."""
+    base = [m.step_time_s for m in paper_runs["baseline"].steps]
+    tlt = [m.step_time_s for m in paper_runs["tlt"].steps]
     assert all(t < b for t, b in zip(tlt, base)), list(zip(tlt, base))
     assert sum(base) / sum(tlt) > 1.1
-    assert runs["tlt"].mean("rollout_time_s") < runs["baseline"].mean("rollout_time_s")
+    assert paper_runs["tlt"].mean("rollout_time_s") < paper_runs["baseline"].mean("rollout_time_s")
 
 
 def test_the_long_tail_leaves_bubbles_that_tlt_fills(runs):
     base = runs["baseline"]
     assert base.mean("bubble_fraction") > 0.05
-    assert runs["tlt"].mean("drafter_train_fraction") > 0.0
-    assert runs["tlt"].mean("bubble_fraction") < base.mean("bubble_fraction")
+    assert runs["tlt-cold"].mean("drafter_train_fraction") > 0.0
+    assert runs["tlt-cold"].mean("bubble_fraction") < base.mean("bubble_fraction")

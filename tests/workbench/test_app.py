@@ -130,11 +130,11 @@ def test_train_page_renders_with_defaults(train_app: AppTest) -> None:
     at = train_app
     assert at.title[0].value == "Train (real)"
     assert at.text_input(key="train_model").value == "traces/reference/model"
-    assert at.selectbox(key="train_policy_preset").value == "tlt"
-    assert at.text_input(key="train_out:tlt:0").value == "runs/tlt-0"
+    assert at.selectbox(key="train_policy_preset").value == "tlt-cold"
+    assert at.text_input(key="train_out:tlt-cold:0").value == "runs/tlt-cold-0"
     assert not at.error, [e.value for e in at.error]  # the reference model and tlt are a valid run
     assert not at.button(key="train_start").disabled
-    assert any("train --model" in c.value and "--policy tlt" in c.value for c in at.caption)
+    assert any("train --model" in c.value and "--policy tlt-cold" in c.value for c in at.caption)
     assert not _FakeProc.calls
 
 
@@ -142,7 +142,7 @@ def test_train_page_invalid_model_starts_nothing(train_app: AppTest, tmp_path: P
     at = train_app
     missing = str(tmp_path / "no-model")
     at.text_input(key="train_model").set_value(missing)
-    at.text_input(key="train_out:tlt:0").set_value(str(tmp_path / "run"))
+    at.text_input(key="train_out:tlt-cold:0").set_value(str(tmp_path / "run"))
     at.run()
     assert not at.exception, at.exception
     assert any(missing in e.value and "config.json" in e.value for e in at.error), [e.value for e in at.error]
@@ -170,7 +170,7 @@ def test_train_page_starts_and_stops_tlt_train(train_app: AppTest, tmp_path: Pat
     at = train_app
     run_dir = tmp_path / "run"
     at.number_input(key="train_steps").set_value(3)
-    at.text_input(key="train_out:tlt:0").set_value(str(run_dir))
+    at.text_input(key="train_out:tlt-cold:0").set_value(str(run_dir))
     at.run()
     at.button(key="train_start").click().run()
     assert not at.exception, at.exception
@@ -180,7 +180,7 @@ def test_train_page_starts_and_stops_tlt_train(train_app: AppTest, tmp_path: Pat
     assert argv[:len(exe) + 1] == [*exe, "train"]
     opts = dict(zip(argv[argv.index("--model")::2], argv[argv.index("--model") + 1::2]))
     assert opts["--model"] == str(train_page.ROOT / "traces" / "reference" / "model")
-    assert (opts["--policy"], opts["--steps"], opts["--workers"], opts["--out"]) == ("tlt", "3", "2", str(run_dir))
+    assert (opts["--policy"], opts["--steps"], opts["--workers"], opts["--out"]) == ("tlt-cold", "3", "2", str(run_dir))
     assert "--resume" not in argv
     assert kwargs["start_new_session"] is True
     assert Path(kwargs["stdout"].name) == run_dir / "train.log"

@@ -29,7 +29,7 @@ def toy():
     # and the calibrated cpu-tiny profile has one (~2% of decode time here).
     prof = replace(prof, acceptance=replace(prof.acceptance, staleness_per_update=0.0),
                    decode=replace(prof.decode, prefill_s_per_token=0.0))
-    base = load_policy("tlt")
+    base = load_policy("tlt-cold")
     base = replace(base, drafter=replace(base.drafter, warm_start=True), training=replace(base.training, enabled=False))
     return wl, prof, base
 
@@ -100,7 +100,7 @@ def test_json_and_png(report, tmp_path):
     json_path, png_path = report.save(tmp_path / "r")
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(json_path.read_text())
-    assert data["base_policy"] == "tlt" and data["seeds"] == [0, 1]
+    assert data["base_policy"] == "tlt-cold" and data["seeds"] == [0, 1]
     assert list(data["bandits"]) == ["beg", "ucb1", "egreedy", "fixed"]
     for entry in data["bandits"].values():
         assert {"mean", "std", "min", "max", "ci95"} <= set(entry["regret_s"])
@@ -131,7 +131,7 @@ def test_oracle_consensus_is_the_most_common_pick(report):
 
 def test_cli_regret(tmp_path):
     out = tmp_path / "r"
-    res = runner.invoke(app, ["regret", "--workload", "cpu-tiny", "--policy", "tlt", "--seeds", "2",
+    res = runner.invoke(app, ["regret", "--workload", "cpu-tiny", "--policy", "tlt-cold", "--seeds", "2",
                               "--steps", "2", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert (out / "regret.json").is_file() and (out / "regret.png").is_file()

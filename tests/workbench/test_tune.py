@@ -70,7 +70,8 @@ def test_search_space_builds_only_valid_policies_that_round_trip(small):
 def test_presets_in_the_space_are_enqueued_and_warm_start_is_not_by_default(small):
     wl, _ = small
     assert tune.params_for(load_policy("baseline"), wl) == {"drafter": "none"}
-    assert tune.params_for(load_policy("tlt"), wl) is not None
+    assert tune.params_for(load_policy("tlt-cold"), wl) is not None
+    assert tune.params_for(load_policy("tlt"), wl) is None  # EAGLE trees: outside the (chain) space
     assert tune.params_for(load_policy("static-sd"), wl) is None  # warm start: outside the default space
     assert tune.params_for(load_policy("static-sd"), wl, allow_warm_start=True) is not None
 

@@ -8,7 +8,7 @@ simulator's own forms (sim/costs.py, sim/acceptance.py):
 
 - the acceptance model of the RL-adapted EAGLE drafter: alpha, shape and tree_width_gain;
 - the engine factors the shapes cannot give (workbench/calibrate/shapes.py): verify MFU,
-  overlap of weight reading and compute, drafter step factor and drafter MFU;
+  overlap of weight reading and compute, the drafter step's fixed cost and the drafter's MFU;
 - a nuisance: the benchmarks' mean context (not published; it sets the KV reading per sequence).
 
 The absolute scale comes from Table E's no-SD rate (Qwen2.5-7B, TP1, batch 1): the launch
@@ -141,10 +141,10 @@ class PublishedFit:
         return float(max(abs(r.error_pct) for r in self.rows))
 
 
-_NAMES = ("alpha", "shape", "width_gain", "verify_mfu", "overlap", "drafter_step_factor", "drafter_mfu", "context")
-_START = (0.8, 0.8, 0.4, 0.4, 0.5, 1.5, 0.3, 4000.0)
-_LOW = (0.05, 0.1, 0.0, 0.02, 0.0, 0.1, 0.01, 0.0)
-_HIGH = (0.999, 2.0, 3.0, 1.0, 1.0, 20.0, 1.0, 32768.0)
+_NAMES = ("alpha", "shape", "width_gain", "verify_mfu", "overlap", "drafter_launch_s", "drafter_mfu", "context")
+_START = (0.8, 0.8, 0.4, 0.4, 0.5, 3e-4, 0.3, 4000.0)
+_LOW = (0.05, 0.1, 0.0, 0.02, 0.0, 0.0, 0.01, 0.0)
+_HIGH = (0.999, 2.0, 3.0, 1.0, 1.0, 0.01, 1.0, 32768.0)
 
 
 def launch_overhead_s(pub: Published, arch: Architecture, gpu: GPU, factors: EngineFactors, context: float) -> float:
@@ -163,7 +163,7 @@ def unpack(x: np.ndarray, pub: Published, archs: dict[str, Architecture], gpu: G
     acceptance = replace(base, eagle_alpha_fresh=p["alpha"], eagle_shape=p["shape"], tree_width_gain=p["width_gain"],
                          eagle_alpha_cold=min(base.eagle_alpha_cold, p["alpha"]))
     factors = EngineFactors(launch_overhead_s=0.0, verify_mfu=p["verify_mfu"], overlap=p["overlap"],
-                            drafter_step_factor=p["drafter_step_factor"], drafter_mfu=p["drafter_mfu"])
+                            drafter_launch_s=p["drafter_launch_s"], drafter_mfu=p["drafter_mfu"])
     launch = launch_overhead_s(pub, archs[pub.table_e_model], gpu, factors, p["context"])
     return Fitted(acceptance, replace(factors, launch_overhead_s=launch), p["context"])
 

@@ -9,7 +9,8 @@ datasheet figures, the cost model's parameters scale as:
     kv_s_per_token      = KV bytes per context token on one GPU / (HBM bandwidth x hbm_efficiency)
     compute_s_per_token = 2 x decode params / TP / (peak FLOP/s x verify_mfu)
     overhead_s          = launch_overhead_s + 2 x layers x allreduce_s (TP > 1)
-    eagle_step_s        = drafter weights bytes / TP / (bandwidth x efficiency) x drafter_step_factor
+    eagle_step_s        = drafter_launch_s + drafter weights bytes / TP / (bandwidth x efficiency)
+                          (+ 2 all-reduces with TP: the drafter's one layer)
     eagle_s_per_seq     = 2 x drafter params / TP / (peak FLOP/s x drafter_mfu)
 
 `EngineFactors` holds what the shape cannot give (efficiencies, launch overhead, all-reduce
@@ -44,7 +45,7 @@ class EngineFactors:
     launch_overhead_s: float  # per decode step outside the weights' reading (scheduling, launches, sampling)
     verify_mfu: float  # achieved share of peak FLOP/s on the verify forward's tokens
     overlap: float  # DecodeCost.overlap: how much of the weight reading hides under compute
-    drafter_step_factor: float  # one drafter forward / the time to read its weights
+    drafter_launch_s: float  # one drafter forward's fixed cost (launches, tree bookkeeping): no TP split
     drafter_mfu: float  # achieved share of peak FLOP/s per drafted candidate
     hbm_efficiency: float = 0.85  # assumed: achieved share of peak bandwidth when streaming weights/KV
     allreduce_s: float = 15e-6  # assumed: one decode-size all-reduce over NVLink (NCCL small message)
@@ -83,6 +84,6 @@ def decode_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> Deco
 
 
 def drafter_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors, ngram_s_per_seq: float) -> DrafterCost:
-    step = drafter_read_s(arch, gpu, tp, f) * f.drafter_step_factor + (2 * f.allreduce_s if tp > 1 else 0.0)
+    step = f.drafter_launch_s + drafter_read_s(arch, gpu, tp, f) + (2 * f.allreduce_s if tp > 1 else 0.0)
     per_seq = 2 * arch.drafter_params / tp / (gpu.bf16_flops * f.drafter_mfu)
     return DrafterCost(eagle_step_s=step, eagle_s_per_seq=per_seq, ngram_s_per_seq=ngram_s_per_seq)

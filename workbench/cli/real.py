@@ -256,7 +256,7 @@ def bench_real(
 ) -> None:
     """baseline vs tlt from the same model and seed, steps interleaved; last line JSON."""
     cfg = _run_config(model, "baseline", out, steps, workers, seed, prompts, samples, max_tokens, None, lr, None, "default")
-    for name in ("baseline", "tlt"):
+    for name in ("baseline", "tlt-cold"):
         if (out / name / "checkpoints").exists():
             fail(ValueError(f"--out {out}: {out / name} holds a run already; choose another --out"))
 
@@ -267,5 +267,5 @@ def bench_real(
     rows = [[name] + _step_row(m) for name, ms in report.steps.items() for m in ms]
     typer.echo(format_table(rows, ["policy"] + _STEP_HEADER))
     typer.echo("tlt: median engine-step ms by batch, while another worker spot-trained (True) or not (False):")
-    typer.echo(spot_interference(out / "tlt" / "trace").round(2).to_string())
+    typer.echo(spot_interference(out / "tlt-cold" / "trace").round(2).to_string())
     typer.echo(json.dumps({k: round(v, 4) for k, v in asdict(report.summary).items()}))

@@ -96,7 +96,7 @@ def check(
 @bench_app.command("sim")
 def bench_sim(
     workload: str = typer.Option("paper-32b-128gpu", help="Workload to time."),
-    policy: str = typer.Option("tlt", help="Policy to time (tlt is the costliest: bandit decisions, spot training)."),
+    policy: str = typer.Option("tlt-cold", help="Policy to time (tlt-cold is the costliest: bandit decisions every interval, spot training)."),
     steps: int = typer.Option(3, min=1),
     seed: int = typer.Option(0),
 ) -> None:
@@ -168,7 +168,7 @@ def compare(
 @app.command()
 def regret(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
-    policy: str = typer.Option("tlt", help="Base policy (preset or file); the four bandits differ from it only in bandit.algorithm."),
+    policy: str = typer.Option("tlt-cold", help="Base policy (preset or file; chains); the four bandits differ from it only in bandit.algorithm."),
     seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1 (the same draws for every bandit)."),
     out: Path = typer.Option(..., help="Output directory: regret.json and regret.png."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),

@@ -107,7 +107,7 @@ def _source(case: Case, arch: Architecture, gpu: GPU, fit: PublishedFit, pub: Pu
     return (f"tlt paper --refit: least squares on log error over {len(fit.rows)} published microbenchmarks "
             f"({pub.source}; Tables C, D, depth x TV, E), median |error| {fit.median_abs_error_pct:.1f}%, max "
             f"{fit.max_abs_error_pct:.1f}%. Fitted: acceptance alpha/shape/tree_width_gain of the RL-adapted drafter; "
-            f"verify MFU {f.verify_mfu:.3f}, overlap {f.overlap:.3f}, drafter step factor {f.drafter_step_factor:.2f}, "
+            f"verify MFU {f.verify_mfu:.3f}, overlap {f.overlap:.3f}, drafter step fixed cost {1e3 * f.drafter_launch_s:.3f} ms, "
             f"drafter MFU {f.drafter_mfu:.3f}, benchmark context {fit.fitted.context:.0f} tokens (a nuisance). From "
             f"Table E's no-SD rate: launch overhead {1e3 * f.launch_overhead_s:.3f} ms. Carried to {arch.name} TP{case.tp} "
             f"by shape ({gpu.source}; assumed: HBM efficiency {f.hbm_efficiency}, all-reduce {1e6 * f.allreduce_s:.0f} us, "

@@ -33,7 +33,7 @@ from workbench.paper.profiles import CASES
 # Table A's models -> the evaluation workload presets; systems -> policy presets.
 WORKLOADS = {"qwen2.5-7b": "tlt-eval-qwen2.5-7b", "r1-distill-qwen-7b": "tlt-eval-r1-distill-7b",
              "qwen2.5-32b": "tlt-eval-qwen2.5-32b", "llama3.3-70b": "tlt-eval-llama3.3-70b"}
-SYSTEMS = {"tlt-base": "tlt-base", "tlt": "tlt-paper"}
+SYSTEMS = {"tlt-base": "tlt-base", "tlt": "tlt"}
 BASELINE = "baseline"
 BATCH_BUCKETS = (0, 1, 4, 20, 32, 64, 1 << 30)  # FastRL's strategy buckets, then SD off above 32
 TABLE_G_WORKLOAD = "qwen2.5-7b"

@@ -127,7 +127,7 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
         if not bases:
             st.info("No policy preset uses speculative decoding.")
             return
-        base_name = st.selectbox("Base policy", bases, index=bases.index("tlt") if "tlt" in bases else 0,
+        base_name = st.selectbox("Base policy", bases, index=bases.index("tlt-cold") if "tlt-cold" in bases else 0,
                                  key="compare_regret_base")
         if st.button("Run regret analysis", key="compare_regret_run", disabled=workload is None):
             bar = st.progress(0.0, text="Simulating bandits…")

@@ -41,7 +41,7 @@ from workbench.ui.whatif import MAX_GANTT_WORKERS
 # checks and the run all see the same files whichever directory `streamlit run` started in.
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = "traces/reference/model"
-DEFAULT_POLICY = "tlt"
+DEFAULT_POLICY = "tlt-cold"  # the real backend runs chains: `tlt` (the paper's trees) is simulator-only
 UPLOAD_DIR = ROOT / "runs" / "policies"  # uploaded policies: the run is another process and needs a file
 LOG_NAME = "train.log"
 LOG_LINES = 40
