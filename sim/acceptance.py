@@ -44,10 +44,29 @@ def tree_alpha(alpha: float, width_gain: float, strategy: Strategy) -> float:
     return 1.0 - (1.0 - alpha) * width ** (-width_gain)
 
 
+def suffix_match(m: AcceptanceModel, history: bool, siblings: float) -> float:
+    """The chance a pass finds a continuation in earlier responses: the prompt's answers from an
+    earlier epoch (`history`) and the finished share of its group's other answers (`siblings`)."""
+    return 1.0 - (1.0 - m.suffix_history_match * float(history)) * (1.0 - m.suffix_group_match * siblings)
+
+
+def suffix_stats(m: AcceptanceModel, strategy: Strategy | int, history: bool, siblings: float) -> AcceptStats:
+    """Tokens per verify pass of model-free drafts from earlier responses: a found continuation's
+    first i tokens pass with suffix_alpha ** (i ** suffix_shape); no continuation, no draft accepted."""
+    s = Strategy.parse(strategy)
+    if s.steps == 0:
+        return NO_SD
+    match = suffix_match(m, history, siblings)
+    return accept_stats([match * r for r in cumulative_acceptance(m.suffix_alpha, m.suffix_shape, s.depth)])
+
+
 def stats_for(m: AcceptanceModel, kind: str, quality: float, strategy: Strategy | int) -> AcceptStats:
-    """Tokens per verify pass for drafter `kind` at `quality` under a strategy (an int: a chain)."""
+    """Tokens per verify pass for drafter `kind` at `quality` under a strategy (an int: a chain).
+    For `suffix` drafts: with no earlier response to draft from (see `suffix_stats`)."""
     s = Strategy.parse(strategy)
     if kind == "none" or s.steps == 0:
         return NO_SD
+    if kind == "suffix":
+        return suffix_stats(m, s, False, 0.0)
     alpha, shape = (m.ngram_alpha, m.ngram_shape) if kind == "ngram" else (eagle_alpha(m, quality), m.eagle_shape)
     return accept_stats(cumulative_acceptance(tree_alpha(alpha, m.tree_width_gain, s), shape, s.depth))

@@ -24,7 +24,7 @@ def draft_step_s(d: DrafterCost, kind: str, batch: int, strategy: Strategy | int
     s = Strategy.parse(strategy)
     if s.steps == 0 or kind == "none":
         return 0.0
-    if kind == "ngram":
+    if kind in ("ngram", "suffix"):  # model-free: a CPU lookup per sequence (prompt or earlier responses)
         return d.ngram_s_per_seq * batch
     return s.steps * (d.eagle_step_s + d.eagle_s_per_seq * batch * s.topk)
 

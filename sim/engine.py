@@ -29,6 +29,13 @@ class EngineBatch:
         self.progress = 0.0
         self._base_sum = 0.0  # over active sequences: starting context - admission progress
 
+    def add(self, remaining: float, context: int) -> int:
+        """Queue one more sequence (streaming rollouts); returns its index."""
+        self.remaining.append(remaining)
+        self.context.append(context)
+        self.pending.append(len(self.remaining) - 1)
+        return len(self.remaining) - 1
+
     @property
     def batch(self) -> int:
         return len(self.finish_at)
@@ -55,6 +62,10 @@ class EngineBatch:
     def generated(self, i: int) -> float:
         """Tokens sequence i has generated in this engine so far (0 if never admitted)."""
         return self.progress - self.admitted_at[i] if i in self.admitted_at else 0.0
+
+    def active(self) -> list[int]:
+        """The sequences decoding now."""
+        return [i for _, i in self.finish_at]
 
     def unfinished(self) -> list[int]:
         return [i for _, i in self.finish_at] + list(self.pending)

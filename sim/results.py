@@ -33,6 +33,10 @@ class StepMetrics:
     round_kind: str = "sync"  # sync; partial (APRIL); short or long round (tail batching)
     groups_trained: int = 0  # prompt groups complete and trained on this step
     groups_left: int = 0  # groups left unfinished: carried to the next step (partial) or deferred (tail batching)
+    policy_lag: float = 0.0  # mean policy updates between the weights that started a trained response and this step
+    max_policy_lag: int = 0  # the stalest trained response (0: on-policy)
+    tail_fraction: float = 0.0  # worker-seconds decoding in the tail (tail_metrics) / worker-seconds in the rollout
+    tail_token_share: float = 0.0  # share of the step's decoded tokens that the tail produced
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,46 @@ class StepInfo:
     round_kind: str
     groups_trained: int
     groups_left: int
+    policy_lag: float = 0.0
+    max_policy_lag: int = 0
+
+
+ROLLOUT_STATES = ("decode", "decode_sd", "idle", "drafter_train")
+DECODE_STATES = ("decode", "decode_sd")
+# The tail is a worker decoding a few sequences on hardware sized for many: a decode interval whose
+# running batch is at most the step's full batch (the largest any worker ran) / TAIL_DIVISOR. At a
+# full batch of 256 that is batch <= 32, the batch up to which the TLT paper turns SD on.
+TAIL_DIVISOR = 8
+
+
+@dataclass(frozen=True)
+class Tail:
+    """How much of a step's rollout went to decoding at a small batch (docs/formats.md, "The tail")."""
+
+    full_batch: int  # the largest running batch of any worker in the step
+    tail_batch: int  # decode intervals at a batch <= this are the tail: max(1, full_batch // TAIL_DIVISOR)
+    fraction: float  # tail decode worker-seconds / rollout worker-seconds
+    token_share: float  # tokens decoded in the tail / tokens decoded
+
+
+def rollout_seconds(iv: pd.DataFrame) -> float:
+    """From a step's first interval to the end of its last rollout interval (decode, idle, spot training)."""
+    rollout_end = iv.loc[iv["state"].isin(ROLLOUT_STATES), "end_s"].max()
+    return float(rollout_end - iv["start_s"].min())
+
+
+def tail_metrics(iv: pd.DataFrame, rollout_worker_s: float) -> Tail:
+    """The tail of one step's intervals (simulated or traced: the same timeline columns)."""
+    decode = iv[iv["state"].isin(DECODE_STATES)]
+    if decode.empty:
+        return Tail(0, 0, 0.0, 0.0)
+    full = int(decode["batch"].max())
+    limit = max(1, full // TAIL_DIVISOR)
+    tail = decode["batch"] <= limit
+    seconds = float((decode["end_s"] - decode["start_s"])[tail].sum())
+    tokens = float(decode["tokens"].sum())
+    return Tail(full, limit, seconds / rollout_worker_s if rollout_worker_s else 0.0,
+                float(decode.loc[tail, "tokens"].sum()) / tokens if tokens else 0.0)
 
 
 def step_metrics(step: int, iv: pd.DataFrame, workers: int, cap: int, info: StepInfo) -> StepMetrics:
@@ -54,10 +98,9 @@ def step_metrics(step: int, iv: pd.DataFrame, workers: int, cap: int, info: Step
     dur = iv["end_s"] - iv["start_s"]
     by_state = dur.groupby(iv["state"], observed=False).sum()
     start, end = iv["start_s"].min(), iv["end_s"].max()
-    rollout_states = iv["state"].isin(["decode", "decode_sd", "idle", "drafter_train"])
-    rollout_end = iv.loc[rollout_states, "end_s"].max()
-    rollout = rollout_end - start
+    rollout = rollout_seconds(iv)
     worker_s = rollout * workers
+    tail = tail_metrics(iv, worker_s)
     sd = iv["state"] == "decode_sd"
     sd_passes = iv.loc[sd, "passes"].sum()
     sd_tokens = iv.loc[sd, "tokens"].sum()
@@ -82,6 +125,10 @@ def step_metrics(step: int, iv: pd.DataFrame, workers: int, cap: int, info: Step
         round_kind=info.round_kind,
         groups_trained=info.groups_trained,
         groups_left=info.groups_left,
+        policy_lag=info.policy_lag,
+        max_policy_lag=info.max_policy_lag,
+        tail_fraction=tail.fraction,
+        tail_token_share=tail.token_share,
     )
 
 
@@ -100,7 +147,8 @@ class PolicyRun:
         return float(np.mean([getattr(s, name) for s in self.steps]))
 
     def summary(self) -> dict[str, float]:
-        return {name: self.mean(name) for name in SUMMARY_FIELDS + ("drafter_train_fraction", "tokens_per_s")}
+        return {name: self.mean(name) for name in SUMMARY_FIELDS + ("drafter_train_fraction", "tokens_per_s",
+                                                                    "tail_fraction")}
 
     def save(self, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)

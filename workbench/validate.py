@@ -44,7 +44,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from sim.simulator import shard, simulate
+from sim.rollout import shard
+from sim.simulator import simulate
 from workbench.calibrate.costs import predict_steps
 from workbench.calibrate.trace_view import (
     step_draft_len,

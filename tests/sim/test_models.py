@@ -13,6 +13,7 @@ from sim.acceptance import (
     cumulative_acceptance,
     eagle_alpha,
     stats_for,
+    suffix_stats,
 )
 from sim.costs import draft_step_s, segment_s, verify_step_s
 from sim.drafter import (
@@ -300,3 +301,32 @@ def test_tree_costs_grow_with_tokens_steps_and_topk(gpu_profile):
     for b in (1, 32, 512):
         assert verify_step_s(added, b, 1024, 4) >= verify_step_s(roof, b, 1024, 4)
     assert verify_step_s(added, 1, 0, 4) - verify_step_s(roof, 1, 0, 4) == pytest.approx(min(c.weights_s, c.compute_s_per_token * 5))
+
+
+# --------------------------------------------------------------------------- drafts from history and siblings
+
+
+def test_suffix_acceptance_grows_with_repetition(gpu_profile):
+    acc = gpu_profile.acceptance
+    k = Strategy.chain(8)
+    none = suffix_stats(acc, k, history=False, siblings=0.0).mean
+    siblings = [suffix_stats(acc, k, False, s).mean for s in (0.0, 0.3, 0.7, 1.0)]
+    assert none == pytest.approx(1.0)  # nothing to draft from: every pass is the target's own token
+    assert all(b > a for a, b in zip(siblings, siblings[1:]))
+    assert suffix_stats(acc, k, True, 0.0).mean > none
+    assert suffix_stats(acc, k, True, 1.0).mean > max(suffix_stats(acc, k, True, 0.0).mean, siblings[-1])
+    more = replace(acc, suffix_history_match=0.9)
+    assert suffix_stats(more, k, True, 0.0).mean > suffix_stats(acc, k, True, 0.0).mean
+    assert suffix_stats(acc, k, True, 1.0).mean <= 9.0
+
+
+def test_suffix_drafts_pay_after_the_first_epoch():
+    from sim.simulator import simulate
+    from workbench.contracts.policy import load_policy
+    from workbench.contracts.profile import load_profile
+    from workbench.contracts.workload import load_workload
+
+    wl = replace(load_workload("peer-spec-rl-7b-8gpu"), prompts_per_step=32, epoch_steps=2)
+    run = simulate(wl, load_policy("history-sd"), load_profile(wl.profile), seed=1, steps=4)
+    before, after = [m.mean_accept_len for m in run.steps[:2]], [m.mean_accept_len for m in run.steps[2:]]
+    assert min(after) > max(before) > 1.0  # siblings only, then the prompts' earlier answers too

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from sim.costs import verify_step_s
 from sim.lengths import StepLengths
-from sim.simulator import group_lengths, shard, simulate
+from sim.rollout import shard
+from sim.simulator import group_lengths, simulate
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload

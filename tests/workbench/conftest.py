@@ -25,7 +25,7 @@ import pytest
 
 from sim.costs import draft_step_s, prefill_s, verify_step_s
 from sim.lengths import sample_step
-from sim.simulator import shard
+from sim.rollout import shard
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import from_mapping

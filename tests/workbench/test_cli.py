@@ -19,7 +19,8 @@ def test_sim_writes_summary_metrics_and_timelines(tmp_path):
     assert summary["workload"] == "cpu-tiny" and summary["seed"] == 1
     assert list(summary["policies"]) == ["baseline", "static-sd", "tlt"]
     for name, entry in summary["policies"].items():
-        assert set(entry) == {"step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "speedup_vs_first"}
+        assert set(entry) == {"step_time_s", "rollout_time_s", "bubble_fraction", "tail_fraction", "mean_accept_len",
+                              "speedup_vs_first"}
         metrics = json.loads((out / name / "metrics.json").read_text())
         assert len(metrics["steps"]) == 2
         timeline = pd.read_parquet(out / name / "timeline.parquet")
@@ -94,3 +95,15 @@ def test_a_workload_far_too_large_is_refused_before_it_starts(tmp_path):
         assert res.exit_code == 2, res.output
         assert "huge" in res.output and "TLT_SIM_MAX_WORK" in res.output and "prompts_per_step" in res.output
     assert not out.exists()
+
+
+def test_every_policy_preset_runs_in_tlt_sim(tmp_path):
+    from workbench.contracts.policy import policy_presets
+
+    names = policy_presets()
+    assert {"async-1", "async-4", "history-sd", "tlt-async-1", "tlt-partial", "tlt", "tlt-base", "tlt-cold"} <= set(names)
+    res = runner.invoke(app, ["sim", "--workload", "tlt-eval-qwen2.5-7b", "--policy", ",".join(names), "--steps", "1",
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert list(summary["policies"]) == names

@@ -98,3 +98,17 @@ def test_the_paper_page_fits_on_arrival_and_colours_the_gap():
     table = at.dataframe[0].value
     assert len(table) == 36 and set(table["basis"]) == {"fit", "predicted"}
     assert {"published", "predicted", "gap %"} <= set(table.columns)
+
+
+def test_tlt_paper_peers_sets_each_claim_beside_its_prediction(tmp_path):
+    res = runner.invoke(app, ["paper", "--peers", "--out", str(tmp_path), "--steps", "2"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "peers.json").read_text())
+    peers = [r["case"].split(":")[0] for r in doc["rows"]]
+    assert peers == ["RollPacker", "APRIL", "veRL fully async", "SPEC-RL"]
+    for r in doc["rows"]:
+        assert r["predicted"] > 0 and r["basis"] == "predicted" and f"{r['predicted']:,.2f}" in res.stdout
+    # SPEC-RL's drafts come from earlier epochs: its steps are counted after the first pass.
+    spec = next(e for e in doc["explanations"] if e["peer"] == "SPEC-RL")
+    assert spec["steps_counted"].startswith("32-") and spec["accept_len"] > 1.0
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == doc["summary"]

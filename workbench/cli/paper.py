@@ -11,10 +11,13 @@ import typer
 from workbench.calibrate.published import PUBLISHED, load_published
 from workbench.cli.apps import app
 from workbench.cli.common import fail
+from workbench.contracts.fileio import write_json
 from workbench.contracts.schema import ConfigError, save
 from workbench.paper import report
+from workbench.paper.peers import peer_rows
 from workbench.paper.profiles import refit
 from workbench.paper.reproduce import reproduce
+from workbench.tables import format_table
 
 
 @app.command()
@@ -24,9 +27,13 @@ def paper(
     seeds: int = typer.Option(1, min=1, help="Simulate seeds 0..K-1 per case (the same draws for every system)."),
     published: Path = typer.Option(PUBLISHED, help="The published tables (YAML)."),
     write_profiles: bool = typer.Option(False, "--write-profiles", help="Also write the refitted GPU profiles to OUT/profiles/ (copy them over workbench/contracts/presets/profiles/ to update the presets)."),
+    peers: bool = typer.Option(False, "--peers", help="Instead: TLT's peers (RollPacker, APRIL, fully-async RL, SPEC-RL), each in its own setting, against its published claim."),
 ) -> None:
     """Reproduce the TLT paper: Table A (end to end) predicted; Tables C and E fitted; Table G predicted."""
     t0 = time.perf_counter()
+    if peers:
+        _peers(out, steps, seeds, t0)
+        return
     try:
         pub = load_published(published)
     except ConfigError as exc:
@@ -52,4 +59,19 @@ def paper(
     typer.echo(report.explanations_text(rep))
     typer.echo(f"wrote {path}" + (f" and {out / 'profiles'}/" if write_profiles else ""))
     typer.echo(json.dumps(report.summary(rep)))
+
+
+def _peers(out: Path, steps: int, seeds: int, t0: float) -> None:
+    rows, expl = peer_rows(steps, list(range(seeds)),
+                           on_progress=lambda m: typer.echo(f"  {m} ({time.perf_counter() - t0:.1f}s)", err=True))
+    doc = report.peers_document(rows, expl, steps, list(range(seeds)))
+    write_json(out / "peers.json", doc)
+    typer.echo(f"TLT's peers in their own settings ({steps} steps x {seeds} seed(s); published: the middle of the claim)")
+    typer.echo(format_table([[r.case, f"{r.published:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%"] for r in rows],
+                            ["case", "published", "predicted", "error"]))
+    typer.echo("")
+    typer.echo("What drives each prediction (means over the steps counted):")
+    typer.echo(report.peers_text(expl))
+    typer.echo(f"wrote {out / 'peers.json'}")
+    typer.echo(json.dumps(doc["summary"]))
 

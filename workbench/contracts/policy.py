@@ -24,8 +24,8 @@ PRESET_DIR = Path(__file__).parent / "presets" / "policies"
 
 BanditAlgorithm = Literal["fixed", "beg", "ucb1", "egreedy"]
 RewardStat = Literal["mean", "median"]
-DrafterKind = Literal["none", "ngram", "eagle"]
-RolloutMode = Literal["sync", "partial", "tail_batching"]
+DrafterKind = Literal["none", "ngram", "eagle", "suffix"]
+RolloutMode = Literal["sync", "partial", "tail_batching", "async"]
 
 
 MAX_DRAFT_STEPS = 32
@@ -199,24 +199,69 @@ class DrafterTraining:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """How a step's rollout ends. Only `sync` is lossless; see docs/formats.md.
+    """How a step's rollout ends and how it meets training. Only `sync` is lossless and
+    on-policy; see docs/formats.md.
 
-    sync: every response of the step's prompts is generated to the end.
+    sync: every response of the step's prompts is generated to the end, then trained on.
     partial (APRIL): launch (1 + oversample) x prompts; stop once `prompts_per_step`
       groups are complete; unfinished responses are kept and resumed next step.
     tail_batching (RollPacker): short rounds launch (1 + oversample) x prompts and
       stop the same way, deferring unfinished prompts (their work is dropped); once
       `prompts_per_step` prompts are deferred, a long round runs them all to the end.
+    async (veRL one-step-off-policy, AReaL): `train_share` of the GPUs train while the
+      others roll out; the rollout of step t + k (k = `max_staleness`) may run while step t
+      trains, on weights up to k updates old. Weights are pushed between rollouts, or, with
+      `interrupt` (AReaL), as soon as they exist, interrupting the generations in flight.
+      With `stream` (AReaL, veRL's fully_async_policy) there are no rollouts: engines pull
+      prompts as their batches free slots, at most (version + 1 + k) x prompts_per_step
+      launched, and each update trains the first prompts_per_step groups to complete, in
+      `minibatches` updates as they arrive, before the new weights are pushed.
     """
 
     mode: RolloutMode = "sync"
     oversample: float = 0.0
+    max_staleness: float = 1.0  # async: how far rollouts may run ahead of training, in policy updates
+    train_share: float = 0.25  # async: share of the engines (their GPUs) that train instead of rolling out
+    interrupt: bool = False  # async: push new weights into running rollouts (AReaL's interruptible generation)
+    stream: bool = False  # async: stream prompts through the engines and groups into training (fully async)
+    minibatches: int = 1  # stream: updates a step's groups are trained in, each as soon as its groups complete
 
     def check(self) -> None:
         require(0.0 <= self.oversample <= 4.0, "oversample", self.oversample, "a share from 0 to 4")
-        if self.mode != "sync":
+        if self.stream:
+            require(self.mode == "async", "stream", self.stream, "false unless mode is 'async'")
+            require(0.0 <= self.max_staleness <= 16.0, "max_staleness", self.max_staleness,
+                    "a number from 0 to 16 with stream (veRL's staleness_threshold, AReaL's eta)")
+        else:
+            require(float(self.max_staleness).is_integer() and 1 <= self.max_staleness <= 16, "max_staleness",
+                    self.max_staleness, "an integer from 1 to 16 (a fraction needs stream: true)")
+        require(1 <= self.minibatches <= 64, "minibatches", self.minibatches, "an integer from 1 to 64")
+        require(self.stream or self.minibatches == 1, "minibatches", self.minibatches, "1 unless stream is true")
+        require(0.0 < self.train_share < 1.0, "train_share", self.train_share, "a share between 0 and 1")
+        if self.mode in ("partial", "tail_batching"):
             require(self.oversample > 0.0, "oversample", self.oversample,
                     f"> 0 for mode '{self.mode}' (it needs extra prompts to stop early)")
+        if self.mode in ("sync", "async"):
+            require(self.oversample == 0.0, "oversample", self.oversample, f"0 for mode '{self.mode}' (it stops no rollout early)")
+        if self.mode != "async":
+            require(not self.interrupt, "interrupt", self.interrupt, "false unless mode is 'async'")
+
+    @property
+    def lossless(self) -> bool:
+        """Trains on exactly what the baseline would: on-policy samples, every prompt to the end."""
+        return self.mode == "sync"
+
+    @property
+    def nature(self) -> str:
+        """What the mode does to the RL algorithm, in a few words (shown beside speedups)."""
+        if self.mode == "sync":
+            return "lossless"
+        if self.mode == "partial":
+            return "off-policy (resumed responses)"
+        if self.mode == "tail_batching":
+            return "on-policy, prompts reordered"
+        k = f"{self.max_staleness:g}"
+        return f"off-policy (streamed, staleness {k})" if self.stream else f"off-policy (up to {k} behind)"
 
 
 @dataclass(frozen=True)
@@ -241,6 +286,9 @@ class Policy:
             check_part(part, getattr(self, part))
         for i, row in enumerate(self.schedule):
             check_part(f"schedule[{i}]", row)
+        if self.rollout.stream and self.training.enabled:
+            raise FieldError("training.enabled", True, "false with rollout.stream (streaming keeps every engine busy: "
+                                                       "spot training has no idle engine to run on)")
         if self.drafter.kind == "none":
             return
         require(len(self.schedule) >= 1, "schedule", [], "at least one [min_batch, max_batch, draft_len] row when SD is on")

@@ -88,6 +88,17 @@ class AcceptanceModel:
     staleness_per_update: float  # share of drafter quality lost per policy update
     tree_width_gain: float = 0.0  # 0: extra candidates per level do not help (chains only)
     warm_start_quality: float = 1.0  # quality of an offline-trained (warm-started) drafter
+    # Model-free drafts from earlier responses (drafter.kind suffix: SPEC-RL, RhymeRL's HistoSpec,
+    # Seer's grouped SD, suffix decoding). A pass finds a continuation to draft with probability
+    # m = 1 - (1 - suffix_history_match * H) * (1 - suffix_group_match * S), H = 1 when the prompt
+    # was answered in an earlier epoch, S = the share of its group's other responses already
+    # finished; a found continuation's first i tokens are accepted with suffix_alpha ** (i ** shape).
+    # Defaults: assumed from those papers' descriptions (answers to a prompt repeat heavily across
+    # epochs, less across siblings), not fitted.
+    suffix_alpha: float = 0.85
+    suffix_shape: float = 0.5
+    suffix_history_match: float = 0.6
+    suffix_group_match: float = 0.3
 
     def check(self) -> None:
         for name in ("eagle_alpha_fresh", "eagle_alpha_cold", "ngram_alpha"):
@@ -101,6 +112,10 @@ class AcceptanceModel:
         require(0.0 <= self.staleness_per_update < 1.0, "staleness_per_update", self.staleness_per_update, "a share in [0, 1)")
         require(0.0 <= self.tree_width_gain <= 3.0, "tree_width_gain", self.tree_width_gain, "a number from 0 to 3")
         require(0.0 <= self.warm_start_quality <= 1.0, "warm_start_quality", self.warm_start_quality, "a quality from 0 to 1")
+        require(0.0 <= self.suffix_alpha < 1.0, "suffix_alpha", self.suffix_alpha, "a probability in [0, 1)")
+        require(0.1 <= self.suffix_shape <= 2.0, "suffix_shape", self.suffix_shape, "a number from 0.1 to 2")
+        for name in ("suffix_history_match", "suffix_group_match"):
+            require(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "a share from 0 to 1")
 
 
 @dataclass(frozen=True)

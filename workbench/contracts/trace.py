@@ -154,9 +154,11 @@ class Timeline:
             strategy = str(draft_len) if draft_len else ""
         self.rows.append((step, worker, start, end, state, batch, draft_len, tokens, passes, context, strategy))
 
-    def frame(self, first_row: int = 0) -> pd.DataFrame:
-        """The rows from `first_row` on as a table (state is categorical over STATES)."""
-        df = pd.DataFrame(self.rows[first_row:], columns=list(TIMELINE_COLUMNS))
+    def frame(self, first_row: int = 0, step: int | None = None) -> pd.DataFrame:
+        """The rows from `first_row` on (of one RL step, if given) as a table (state is
+        categorical over STATES)."""
+        rows = self.rows[first_row:] if step is None else [r for r in self.rows[first_row:] if r[0] == step]
+        df = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
         df["state"] = pd.Categorical(df["state"], categories=list(STATES))
         return df
 

@@ -54,6 +54,7 @@ class Workload:
     prompt_tokens: int = 512
     max_batch: int = 256  # most sequences an engine decodes at once (vLLM max_num_seqs)
     steps: int = 3
+    epoch_steps: int = 0  # RL steps per pass over the prompt set (0: no prompt comes back within the run)
     lengths: LengthModel = field(default_factory=LengthModel)
 
     def check(self) -> None:
@@ -67,6 +68,7 @@ class Workload:
         require(self.prompt_tokens >= 1, "prompt_tokens", self.prompt_tokens, "an integer >= 1")
         require(self.max_batch >= 1, "max_batch", self.max_batch, "an integer >= 1")
         require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
+        require(self.epoch_steps >= 0, "epoch_steps", self.epoch_steps, "an integer >= 0")
         check_part("lengths", self.lengths)
 
     @property

@@ -15,12 +15,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sim.acceptance import stats_for
-from workbench.calibrate.published import PUBLISHED, Published, PublishedFit, fit_published, load_published
+from workbench.calibrate.published import (
+    PUBLISHED,
+    Published,
+    PublishedFit,
+    fit_published,
+    load_published,
+)
 from workbench.calibrate.shapes import GPU, H100_SXM, decode_cost, drafter_cost
 from workbench.calibrate.trace_view import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.policy import Strategy
-from workbench.contracts.profile import AcceptanceModel, DrafterLearning, PhaseCost, Profile
+from workbench.contracts.profile import (
+    AcceptanceModel,
+    DrafterLearning,
+    PhaseCost,
+    Profile,
+)
 
 # Assumptions (not measured here; each is written into the profiles' `source`).
 TRAIN_MFU = 0.40  # policy update: forward + backward with recomputation + old/ref log-prob forwards

@@ -11,7 +11,8 @@ import numpy as np
 from workbench.contracts.fileio import jsonable, write_json
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import to_mapping
-from workbench.paper.reproduce import Reproduction
+from workbench.paper.peers import PeerExplanation
+from workbench.paper.reproduce import PaperRow, Reproduction
 from workbench.tables import format_table
 
 SCHEMA = "tlt-paper/1"
@@ -61,3 +62,22 @@ def explanations_text(rep: Reproduction) -> str:
 def stale_presets(refitted: list[Profile]) -> list[str]:
     """Profile presets that differ from a fresh fit (the shipped files were not regenerated)."""
     return [p.name for p in refitted if to_mapping(load_profile(p.name)) != to_mapping(p)]
+
+
+def peers_document(rows: list[PaperRow], expl: list[PeerExplanation], steps: int, seeds: list[int]) -> dict:
+    pred = [abs(r.error_pct) for r in rows]
+    return {"schema": SCHEMA, "steps": steps, "seeds": seeds,
+            "rows": [{"table": r.table, "case": r.case, "published": r.published, "predicted": r.predicted,
+                      "error_pct": r.error_pct, "basis": r.basis, "unit": r.unit} for r in rows],
+            "explanations": [to_mapping(e) for e in expl],
+            "summary": {"median_abs_error_pct": round(float(np.median(pred)), 2),
+                        "max_abs_error_pct": round(float(max(pred)), 2), "rows": len(rows)}}
+
+
+def peers_text(expl: list[PeerExplanation]) -> str:
+    rows = [[e.peer, e.steps_counted, f"{100 * e.baseline_rollout_share:.0f}%", f"{100 * e.baseline_bubble:.0f}%",
+             f"{100 * e.policy_rollout_share:.0f}%", f"{e.policy_lag:.2f}", f"{e.groups_left:.1f}", f"{e.accept_len:.2f}"]
+            for e in expl]
+    return format_table(rows, ["peer", "steps", "baseline rollout share", "baseline bubble", "policy rollout share",
+                               "policy lag", "groups left", "accept len"])
+

@@ -20,10 +20,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from sim.results import PolicyRun
-from sim.sweep import sweep
 from sim.acceptance import stats_for
 from sim.costs import segment_s
+from sim.results import PolicyRun
+from sim.sweep import sweep
 from workbench.calibrate.published import NO_SD, Published, PublishedFit
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile

@@ -1,0 +1,287 @@
+"""One rollout on a pool of engines: each decodes its shard, then idles or spot-trains the drafter.
+
+`RolloutPool.start(ro)` starts, per engine, a decoder (its shard with continuous batching, one
+segment of constant batch or one bandit decision at a time; sim/engine.py) and a waiter (idle,
+or spot training once enough engines are idle, until the rollout ends). The pool also knows
+which weights each engine runs: a push of new weights pauses the engines for the sync and, in
+AReaL's interruptible mode, reaches them mid-rollout (at their next segment boundary), where
+the sequences in flight prefill their context again under the new weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from sim.acceptance import AcceptStats, suffix_stats
+from sim.costs import prefill_s, segment_s
+from sim.engine import EngineBatch
+from workbench.contracts import seeds
+from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, make_bandit
+from workbench.contracts.policy import Policy, Strategy
+from workbench.contracts.profile import Profile
+from workbench.contracts.seeds import Stream
+from workbench.contracts.trace import Timeline
+from workbench.contracts.workload import Workload
+
+NO_SD_STRATEGY = Strategy.chain(0)
+
+
+def shard(n: int, workers: int) -> list[range]:
+    """Contiguous shards (groups stay on one worker where they fit), as veRL splits a batch."""
+    bounds = np.linspace(0, n, workers + 1).round().astype(int)
+    return [range(bounds[w], bounds[w + 1]) for w in range(workers)]
+
+
+@dataclass
+class Group:
+    """One prompt's group of responses, possibly spread over several rollouts."""
+
+    key: tuple[int, int]  # (step it was drawn at, index): its identity when deferred
+    lengths: np.ndarray
+    generated: np.ndarray  # tokens generated so far per response (carried over by partial rollouts)
+    attempt: int = 0
+    version: int | None = None  # weights version its generation started under (None: not started)
+    started_s: float | None = None  # streaming: when its first response was admitted
+    finished_s: float | None = None  # streaming: when its last response finished
+
+    @property
+    def complete(self) -> bool:
+        return bool(np.all(self.generated >= self.lengths))
+
+
+@dataclass
+class Seq:
+    group: int  # index into the rollout's groups
+    member: int  # index within the group
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """How the engines draft: the drafter in use and what it yields."""
+
+    kind: str  # drafter in use
+    accept: dict[Strategy, AcceptStats]  # tokens per verify pass under each strategy
+    history: bool = False  # suffix drafts: the prompts were answered in an earlier epoch
+
+
+@dataclass
+class RolloutRound:
+    """What the engines of one rollout share."""
+
+    step: int
+    drafting: Drafting
+    groups: list[Group]
+    seqs: list[Seq]
+    stop_at: int | None  # stop once this many groups are complete (None: run to the end)
+    done: simpy.Event  # decoding is over
+    stop: simpy.Event  # enough groups are complete
+    spot_open: simpy.Event  # enough engines are idle to start spot training
+    left: list[int] = field(default_factory=list)  # responses still to finish per group
+    complete_groups: int = 0
+    idle_workers: int = 0
+    trained_tokens: float = 0.0
+    generated: float = 0.0  # response tokens generated in this rollout
+    spot: bool = False  # idle engines train the drafter in this rollout
+
+    def __post_init__(self):
+        self.left = [int(np.sum(g.generated < g.lengths)) for g in self.groups]
+        self.complete_groups = sum(1 for n in self.left if n == 0)
+
+    def finished(self, seq: Seq) -> None:
+        g = self.groups[seq.group]
+        g.generated[seq.member] = g.lengths[seq.member]
+        self.left[seq.group] -= 1
+        if self.left[seq.group] == 0:
+            self.complete_groups += 1
+            if self.stop_at is not None and self.complete_groups >= self.stop_at and not self.stop.triggered:
+                self.stop.succeed()
+
+
+@dataclass(frozen=True)
+class Segment:
+    arm: Arm | None  # what the bandit chose (None: no SD, nothing to learn)
+    strategy: Strategy
+    passes: float
+    accept_len: float
+
+
+class WarmUp:
+    """FastRL's rule: once a batch was above the threshold, SD waits for `sd_warmup_steps`
+    consecutive decode steps at or below it."""
+
+    def __init__(self, policy: Policy):
+        self.threshold, self.steps = policy.sd_threshold, policy.sd_warmup_steps
+        self.remaining = 0.0
+
+    def left(self, batch: int) -> float:
+        if batch > self.threshold:
+            self.remaining = float(self.steps)
+        return self.remaining
+
+    def ran(self, batch: int, passes: float) -> None:
+        if batch <= self.threshold:
+            self.remaining = max(0.0, self.remaining - passes)
+
+
+class RolloutPool:
+    """`workers` engines with their bandits and acceptance noise (own random streams per engine)."""
+
+    def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload, policy: Policy,
+                 profile: Profile, seed: int, workers: int):
+        self.env, self.timeline = env, timeline
+        self.workload, self.policy, self.profile = workload, policy, profile
+        self.workers = workers
+        self.bandits: list[Bandit] = [make_bandit(policy, seeds.seed_sequence(seed, Stream.BANDIT, w)) for w in range(workers)]
+        self.noise = [seeds.rng(seed, Stream.NOISE, w) for w in range(workers)]
+        self.learning = policy.bandit.algorithm != "fixed"
+        self.version = [0] * workers  # the weights each engine runs
+        self.latest = 0  # the newest weights pushed to the pool
+        self.interruptible = policy.rollout.interrupt
+        self._suffix_cache: dict[tuple[Strategy, bool, float], AcceptStats] = {}
+
+    def start(self, ro: RolloutRound) -> tuple[list[simpy.Process], list[simpy.Process]]:
+        """Each engine's decoder over its shard, and its waiter (idle or spot training)."""
+        env = self.env
+        shards = shard(len(ro.seqs), self.workers)
+        decoders = [env.process(self._decode(w, ro, [ro.seqs[i] for i in s])) for w, s in enumerate(shards)]
+        waiters = [env.process(self._after_shard(w, ro, decoders[w])) for w in range(self.workers)]
+        return decoders, waiters
+
+    def sync_all(self, step: int, version: int):
+        """Push weights `version` to every engine between rollouts: all pause for the sync."""
+        start = self.env.now
+        yield self.env.timeout(self.profile.phases.weight_sync_s)
+        for w in range(self.workers):
+            self.timeline.add(step, w, start, self.env.now, "sync")
+            self.version[w] = version
+        self.latest = max(self.latest, version)
+
+    def push(self, version: int) -> None:
+        """New weights exist; interruptible engines take them at their next segment boundary."""
+        self.latest = max(self.latest, version)
+
+    def resync(self, w: int, step: int, engine: EngineBatch):
+        """AReaL's interruption: pause for the sync, then prefill the sequences in flight again."""
+        start = self.env.now
+        in_flight = engine.batch * engine.mean_context() if engine.batch else 0.0
+        yield self.env.timeout(self.profile.phases.weight_sync_s + prefill_s(self.profile.decode, int(in_flight)))
+        self.timeline.add(step, w, start, self.env.now, "sync")
+        self.version[w] = self.latest
+
+    def _decode(self, w: int, ro: RolloutRound, seqs: list[Seq]):
+        """Engine w decodes its shard, one segment of constant batch (or one bandit decision) at a time.
+
+        Interrupted when enough groups are complete (partial rollouts, tail batching): the
+        segment in flight counts up to that moment, and each unfinished response keeps what it
+        generated."""
+        env, dec, prof = self.env, self.profile.decode, self.profile
+        groups, prompt = ro.groups, self.workload.prompt_tokens
+        done_before = [float(groups[q.group].generated[q.member]) for q in seqs]
+        engine = EngineBatch([groups[q.group].lengths[q.member] - g for q, g in zip(seqs, done_before)],
+                             [prompt + int(g) for g in done_before], self.workload.max_batch)
+        warm, kind = WarmUp(self.policy), ro.drafting.kind
+        while not engine.done:
+            if self.interruptible and self.version[w] < self.latest:
+                yield from self.resync(w, ro.step, engine)
+            prefill = prefill_s(dec, engine.admit())
+            batch = engine.batch
+            siblings = self.sibling_share([groups[seqs[i].group] for i in engine.active()]) if kind == "suffix" else 0.0
+            seg = self._plan_segment(w, ro.drafting, batch, engine.tokens_to_next_finish(), warm.left(batch), siblings)
+            context = engine.mean_context() + seg.passes * seg.accept_len / 2
+            decode_s = segment_s(dec, prof.drafter, kind, batch, context, seg.strategy, seg.passes)
+            start = env.now
+            try:
+                yield env.timeout(prefill + decode_s)
+            except simpy.Interrupt:
+                ran = env.now - start
+                passes = seg.passes * max(0.0, ran - prefill) / decode_s if decode_s > 0 else 0.0
+                ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, passes, seg.accept_len, context)
+                for i in engine.advance(passes * seg.accept_len):
+                    ro.finished(seqs[i])
+                for i in engine.unfinished():
+                    q = seqs[i]
+                    groups[q.group].generated[q.member] = done_before[i] + engine.generated(i)
+                return env.now
+            ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, seg.passes, seg.accept_len, context)
+            warm.ran(batch, seg.passes)
+            if seg.arm is not None and decode_s > 0:
+                self.bandits[w].update(seg.arm, seg.passes * seg.accept_len * batch / decode_s)
+            for i in engine.advance(seg.passes * seg.accept_len):
+                ro.finished(seqs[i])
+        return env.now
+
+    @staticmethod
+    def sibling_share(active: list[Group]) -> float:
+        """Suffix drafts: over the sequences decoding now (each given by its group), the mean
+        finished share of their group's other responses (the continuations a grouped drafter can
+        draw on), rounded to tenths."""
+        if not active:
+            return 0.0
+        share: dict[int, float] = {}
+        for g in active:
+            if id(g) not in share:
+                n = len(g.lengths)
+                share[id(g)] = float(np.sum(g.generated >= g.lengths)) / (n - 1) if n > 1 else 0.0
+        return round(float(np.mean([share[id(g)] for g in active])), 1)
+
+    def _plan_segment(self, w: int, drafting: Drafting, batch: int, need: float, warm_left: float,
+                      siblings: float = 0.0) -> Segment:
+        """How the next segment runs: the bandit's strategy (none while SD warms up again), how many
+        verify passes (to the next completion, at most one decision interval or the warm-up left),
+        and the accepted length it sees (its mean over the segment's verify outcomes)."""
+        arm = self.bandits[w].select(batch) if drafting.kind != "none" else None
+        cap = math.inf
+        if arm is not None and arm.bucket != SD_OFF_BUCKET and warm_left > 0:
+            arm, cap = None, warm_left  # FastRL: SD back on only after enough decode steps at or below the threshold
+        elif arm is not None and self.learning and arm.bucket != SD_OFF_BUCKET:
+            cap = self.policy.bandit.decision_interval
+        strategy = arm.strategy if arm is not None else NO_SD_STRATEGY
+        stats = drafting.accept[strategy]
+        if drafting.kind == "suffix" and strategy.steps:
+            stats = self._suffix_stats(strategy, drafting.history, siblings)
+        accept_len = stats.mean
+        if stats.var > 0 and need > 0:
+            # The mean of passes*batch verify outcomes: the reward the bandit sees is noisy.
+            sd = math.sqrt(stats.var / (min(need / accept_len, cap) * batch))
+            accept_len = min(strategy.depth + 1.0, max(1.0, accept_len + sd * self.noise[w].standard_normal()))
+        return Segment(arm, strategy, min(need / accept_len, cap), accept_len)
+
+    def _suffix_stats(self, strategy: Strategy, history: bool, siblings: float) -> AcceptStats:
+        key = (strategy, history, siblings)
+        if key not in self._suffix_cache:
+            self._suffix_cache[key] = suffix_stats(self.profile.acceptance, strategy, history, siblings)
+        return self._suffix_cache[key]
+
+    def decoded(self, step: int, w: int, start: float, batch: int, strategy: Strategy, passes: float,
+                accept_len: float, context: float) -> float:
+        """Record engine w's decode interval from `start` to now; returns the tokens it generated."""
+        tokens = passes * accept_len * batch
+        k = strategy.steps
+        self.timeline.add(step, w, start, self.env.now, "decode_sd" if k else "decode", batch, k, tokens,
+                          passes * batch, context, strategy.name if k else "")
+        return tokens
+
+    def _after_shard(self, w: int, ro: RolloutRound, decoder: simpy.Process):
+        """Engine w once its shard is done: idle, and spot-train the drafter when allowed, until the rollout ends."""
+        env, training = self.env, self.policy.training
+        yield decoder
+        finished = env.now
+        ro.idle_workers += 1
+        if ro.spot and ro.idle_workers >= training.min_idle_workers and not ro.spot_open.triggered:
+            ro.spot_open.succeed()
+        yield (ro.spot_open | ro.done) if ro.spot else ro.done
+        self.timeline.add(ro.step, w, finished, env.now, "idle")
+        if ro.done.triggered:
+            return
+        # Spot training until the rollout ends, which preempts it: only whole drafter steps
+        # count, the one cut short is dropped, never waited for, so the rollout is never delayed.
+        learn = self.profile.learning
+        step_s = learn.tokens_per_step / (learn.train_tokens_per_s * self.workload.gpus_per_worker)
+        start = env.now
+        yield ro.done
+        ro.trained_tokens += math.floor((env.now - start) / step_s) * learn.tokens_per_step
+        self.timeline.add(ro.step, w, start, env.now, "drafter_train")
