@@ -60,7 +60,8 @@ class PeerExplanation:
     steps_counted: str
     baseline_rollout_share: float  # rollout / step, baseline
     baseline_bubble: float  # idle engine-time share of the baseline's rollout
-    policy_rollout_share: float
+    policy_rollout_share: float | None  # None when the policy streams: its steps have no rollout of their own
+    policy_train_share: float  # train / step: with async, the trainer's busy share of the pace
     policy_lag: float  # mean policy updates behind its trained samples
     groups_left: float  # mean groups left unfinished per step (partial, tail batching)
     accept_len: float  # tokens per verify pass (history drafts)
@@ -81,9 +82,12 @@ def _explain(case: PeerCase, base: list[PolicyRun], pol: list[PolicyRun], first:
         vals = [getattr(s, name) / (getattr(s, ratio_to) if ratio_to else 1.0) for r in runs for s in r.steps[first:]]
         return float(np.mean(vals))
 
+    streamed = load_policy(case.policy).rollout.stream
     return PeerExplanation(case.peer, f"{first}-{len(base[0].steps) - 1}", avg(base, "rollout_time_s", "step_time_s"),
-                           avg(base, "bubble_fraction"), avg(pol, "rollout_time_s", "step_time_s"),
-                           avg(pol, "policy_lag"), avg(pol, "groups_left"), avg(pol, "mean_accept_len"))
+                           avg(base, "bubble_fraction"),
+                           None if streamed else avg(pol, "rollout_time_s", "step_time_s"),
+                           avg(pol, "train_time_s", "step_time_s"), avg(pol, "policy_lag"), avg(pol, "groups_left"),
+                           avg(pol, "mean_accept_len"))
 
 
 def peer_rows(steps: int, seeds: list[int],

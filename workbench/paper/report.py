@@ -76,8 +76,9 @@ def peers_document(rows: list[PaperRow], expl: list[PeerExplanation], steps: int
 
 def peers_text(expl: list[PeerExplanation]) -> str:
     rows = [[e.peer, e.steps_counted, f"{100 * e.baseline_rollout_share:.0f}%", f"{100 * e.baseline_bubble:.0f}%",
-             f"{100 * e.policy_rollout_share:.0f}%", f"{e.policy_lag:.2f}", f"{e.groups_left:.1f}", f"{e.accept_len:.2f}"]
+             "streamed" if e.policy_rollout_share is None else f"{100 * e.policy_rollout_share:.0f}%",
+             f"{100 * e.policy_train_share:.0f}%", f"{e.policy_lag:.2f}", f"{e.groups_left:.1f}", f"{e.accept_len:.2f}"]
             for e in expl]
     return format_table(rows, ["peer", "steps", "baseline rollout share", "baseline bubble", "policy rollout share",
-                               "policy lag", "groups left", "accept len"])
+                               "policy train share", "policy lag", "groups left", "accept len"])
 
