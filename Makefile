@@ -4,7 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: app test bench clean
+# The browser tests (tests/browser) drive Debian's Chromium through Playwright; Playwright's own
+# browser download is unreachable from our machines. Installed when missing (needs root, or sudo).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: app test test-browser chromium bench clean
 
 # Reinstall whenever pyproject.toml changes; -e so the checkout is what runs.
 $(STAMP): pyproject.toml
@@ -16,11 +21,25 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
+# Chromium also draws the figures' PNG/SVG downloads (kaleido); the app runs without it, the buttons then say why.
 app: $(STAMP)
+	@test -x $(CHROMIUM) || $(MAKE) chromium || echo "No Chromium: figure PNG/SVG downloads are off."
 	$(BIN)/streamlit run app.py
 
-test: $(STAMP)
-	$(BIN)/python -m pytest
+# TLT_REQUIRE_BROWSER: with Chromium just installed, a browser test that cannot start fails instead of skipping.
+test: $(STAMP) $(CHROMIUM)
+	TLT_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
+
+# Only the end-to-end tests: `streamlit run app.py` on a free port, each page in headless Chromium.
+test-browser: $(STAMP) $(CHROMIUM)
+	TLT_REQUIRE_BROWSER=1 $(BIN)/python -m pytest tests/browser
+
+chromium: $(CHROMIUM)
+
+# fonts-liberation: without a Latin font the pages (and the screenshots) render as boxes.
+$(CHROMIUM):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium fonts-liberation
 
 bench: $(STAMP)
 	$(BIN)/tlt bench sim

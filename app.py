@@ -3,6 +3,11 @@
 Run with `streamlit run app.py`. This file only sets the page up and routes;
 each page is a `render()` function in `workbench/ui/`. To add a page, write
 `workbench/ui/<page>.py` with a `render()` and add an `st.Page` to PAGES below.
+
+Every page answers at its own URL (/what-if, /compare, ...). Streamlit serves its default
+page at "/" only and matches no URL to it (its url_path is ""), so a default page with a
+url_path of its own answers "Page not found" there. The default is therefore a hidden page
+that only forwards "/" to the What-if page.
 """
 
 import streamlit as st
@@ -12,15 +17,22 @@ from workbench.ui import compare_page, paper_page, train_page, tune_page, whatif
 st.set_page_config(page_title="TLT Workbench", page_icon=":material/speed:", layout="wide")
 
 PAGES = [
-    st.Page(whatif.render, title="What-if", icon=":material/science:", url_path="what-if", default=True),
+    st.Page(whatif.render, title="What-if", icon=":material/science:", url_path="what-if"),
     st.Page(compare_page.render, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(tune_page.render, title="Tune", icon=":material/tune:", url_path="tune"),
     st.Page(train_page.render, title="Train (real)", icon=":material/model_training:", url_path="train"),
     st.Page(paper_page.render, title="TLT paper", icon=":material/article:", url_path="paper"),
 ]
 
+
+def _home() -> None:
+    st.switch_page(PAGES[0])
+
+
+HOME = st.Page(_home, title="Home", url_path="home", default=True, visibility="hidden")
+
 with st.sidebar:
     st.markdown("### TLT Workbench")
     st.caption("Long-tail RL rollouts with adaptive speculative decoding: simulate, compare, tune, train.")
 
-st.navigation(PAGES, position="sidebar").run()
+st.navigation([HOME, *PAGES], position="sidebar").run()

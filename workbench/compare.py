@@ -2,8 +2,8 @@
 
 `compare(workload, policies, profile, seeds)` simulates every policy once per
 seed and keeps, per (policy, seed), the means over the simulated RL steps of
-step time, rollout time, bubble fraction, mean accepted length and spot-training
-share. `Comparison.summary()` gives per policy the mean, standard deviation
+step time, rollout time, bubble fraction, mean accepted length, spot-training
+share and tail fraction. `Comparison.summary()` gives per policy the mean, standard deviation
 (ddof 1), min, max and 95% t-interval half-width of each metric over the seeds,
 and two speedups against the first policy:
 
@@ -42,7 +42,8 @@ from workbench.contracts.workload import Workload
 SCHEMA = "tlt-compare/1"
 
 # Per-seed metrics (means over the simulated steps), in table order.
-METRICS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction")
+METRICS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction",
+           "tail_fraction")
 # The four drawn in compare.png: (metric, panel title, y label).
 PANELS = (
     ("step_time_s", "RL step time", "seconds"),
@@ -59,11 +60,16 @@ class RunSummary:
     policy: str  # the run's label
     step_time_s: float
     rollout_time_s: float
-    bubble_fraction: float
+    bubble_fraction: float  # idle worker-time / rollout worker-time: workers that finished and wait
+    tail_fraction: float  # worker-time decoding at a small batch / rollout worker-time (sim.results.tail_metrics)
     mean_accept_len: float
     drafter_train_fraction: float
     tokens_per_s: float
     speedup: float  # the first run's mean step time / this run's
+
+
+_RUN_FIELDS = ("step_time_s", "rollout_time_s", "bubble_fraction", "tail_fraction", "mean_accept_len",
+               "drafter_train_fraction", "tokens_per_s")
 
 
 def summarize_runs(runs: Sequence[PolicyRun], labels: Sequence[str] | None = None) -> list[RunSummary]:
@@ -72,9 +78,8 @@ def summarize_runs(runs: Sequence[PolicyRun], labels: Sequence[str] | None = Non
     out = []
     for label, run in zip(labels if labels is not None else [r.policy_name for r in runs], runs):
         s = run.summary()
-        out.append(RunSummary(label, s["step_time_s"], s["rollout_time_s"], s["bubble_fraction"], s["mean_accept_len"],
-                              s["drafter_train_fraction"], s["tokens_per_s"],
-                              ref / s["step_time_s"] if s["step_time_s"] else float("nan")))
+        out.append(RunSummary(policy=label, **{f: s[f] for f in _RUN_FIELDS},
+                              speedup=ref / s["step_time_s"] if s["step_time_s"] else float("nan")))
     return out
 
 
@@ -93,6 +98,7 @@ class Comparison:
     seeds: list[int]
     policies: list[str]  # in the order given; the first is the reference for speedups
     runs: pd.DataFrame  # tidy: policy, seed, *METRICS (per-seed means over steps)
+    natures: list[str]  # per policy: what it does to the RL algorithm (RolloutConfig.nature)
 
     @property
     def reference(self) -> str:
@@ -111,7 +117,7 @@ class Comparison:
         ref_mean = float(np.mean(self._by_seed(self.reference, "step_time_s")))
         rows = []
         for name in self.policies:
-            row: dict[str, float | None] = {"policy": name}
+            row: dict[str, float | str | None] = {"policy": name, "nature": self.natures[self.policies.index(name)]}
             for metric in METRICS:
                 for stat, v in spread(self._by_seed(name, metric)).items():
                     row[f"{metric}_{stat}"] = v
@@ -136,6 +142,7 @@ class Comparison:
         }
         for name in self.policies:
             entry: dict = {metric: spread(self._by_seed(name, metric)) for metric in METRICS}
+            entry["nature"] = self.natures[self.policies.index(name)]
             entry["speedup_vs_first"] = {
                 "ratio_of_means": ref_mean / entry["step_time_s"]["mean"],
                 "paired": spread(self.paired_speedups(name)),
@@ -200,4 +207,4 @@ def compare(workload: Workload, policies: Sequence[Policy], profile: Profile, se
             for r in sweep(workload, policies, profile, seeds, steps, on_progress)]
     runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS])
     return Comparison(workload.name, profile.name, steps if steps is not None else workload.steps,
-                      seed_list(seeds), [p.name for p in policies], runs)
+                      seed_list(seeds), [p.name for p in policies], runs, [p.rollout.nature for p in policies])

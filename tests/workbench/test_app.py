@@ -11,6 +11,7 @@ pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from workbench.ui.charts import STATE_COLORS, gantt_figure, merge_intervals  # noqa: E402
+from workbench.ui.train_page import DEFAULT_POLICY  # noqa: E402
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 
@@ -50,6 +51,21 @@ def test_whatif_runs_three_policies(app: AppTest) -> None:
     result = app.session_state["whatif_result"]
     app.selectbox(key="whatif_gantt_step:tlt").set_value(1).run()
     assert not app.exception, app.exception
+    assert app.session_state["whatif_result"] is result
+
+
+def test_whatif_shows_the_default_comparison_on_arrival(app: AppTest) -> None:
+    """Nothing pressed: the first run of the page simulated the defaults and shows them, tail included."""
+    assert not app.error, [e.value for e in app.error]
+    result = app.session_state["whatif_result"]
+    assert list(result.labels) == ["baseline", "static-sd", "tlt"]
+    table = app.dataframe[0].value
+    assert list(table.index) == ["baseline", "static-sd", "tlt"]
+    assert (table["tail_fraction"] > 0).all() and (table["tail_fraction"] + table["bubble_fraction"] <= 1).all()
+    tiles = {m.label: m.value for m in app.metric}
+    assert tiles["Tail: tlt"] == f"{table.loc['tlt', 'tail_fraction']:.1%}", tiles
+    # A later rerun keeps that result rather than simulating again.
+    app.run()
     assert app.session_state["whatif_result"] is result
 
 
@@ -130,11 +146,11 @@ def test_train_page_renders_with_defaults(train_app: AppTest) -> None:
     at = train_app
     assert at.title[0].value == "Train (real)"
     assert at.text_input(key="train_model").value == "traces/reference/model"
-    assert at.selectbox(key="train_policy_preset").value == "tlt-cold"
-    assert at.text_input(key="train_out:tlt-cold:0").value == "runs/tlt-cold-0"
+    assert at.selectbox(key="train_policy_preset").value == DEFAULT_POLICY
+    assert at.text_input(key=f"train_out:{DEFAULT_POLICY}:0").value == f"runs/{DEFAULT_POLICY}-0"
     assert not at.error, [e.value for e in at.error]  # the reference model and tlt are a valid run
     assert not at.button(key="train_start").disabled
-    assert any("train --model" in c.value and "--policy tlt-cold" in c.value for c in at.caption)
+    assert any("train --model" in c.value and f"--policy {DEFAULT_POLICY}" in c.value for c in at.caption)
     assert not _FakeProc.calls
 
 
@@ -142,7 +158,7 @@ def test_train_page_invalid_model_starts_nothing(train_app: AppTest, tmp_path: P
     at = train_app
     missing = str(tmp_path / "no-model")
     at.text_input(key="train_model").set_value(missing)
-    at.text_input(key="train_out:tlt-cold:0").set_value(str(tmp_path / "run"))
+    at.text_input(key=f"train_out:{DEFAULT_POLICY}:0").set_value(str(tmp_path / "run"))
     at.run()
     assert not at.exception, at.exception
     assert any(missing in e.value and "config.json" in e.value for e in at.error), [e.value for e in at.error]
@@ -170,7 +186,7 @@ def test_train_page_starts_and_stops_tlt_train(train_app: AppTest, tmp_path: Pat
     at = train_app
     run_dir = tmp_path / "run"
     at.number_input(key="train_steps").set_value(3)
-    at.text_input(key="train_out:tlt-cold:0").set_value(str(run_dir))
+    at.text_input(key=f"train_out:{DEFAULT_POLICY}:0").set_value(str(run_dir))
     at.run()
     at.button(key="train_start").click().run()
     assert not at.exception, at.exception
@@ -180,7 +196,7 @@ def test_train_page_starts_and_stops_tlt_train(train_app: AppTest, tmp_path: Pat
     assert argv[:len(exe) + 1] == [*exe, "train"]
     opts = dict(zip(argv[argv.index("--model")::2], argv[argv.index("--model") + 1::2]))
     assert opts["--model"] == str(train_page.ROOT / "traces" / "reference" / "model")
-    assert (opts["--policy"], opts["--steps"], opts["--workers"], opts["--out"]) == ("tlt-cold", "3", "2", str(run_dir))
+    assert (opts["--policy"], opts["--steps"], opts["--workers"], opts["--out"]) == (DEFAULT_POLICY, "3", "2", str(run_dir))
     assert "--resume" not in argv
     assert kwargs["start_new_session"] is True
     assert Path(kwargs["stdout"].name) == run_dir / "train.log"
@@ -225,7 +241,7 @@ def _write_run(run_dir: Path) -> list:
         [(step, w, t0 + a, t0 + b, state, batch, draft, tok, passes, 100.0, str(draft) if draft else "")
          for step, t0 in ((1, 10.0), (2, 20.0))
          for w, a, b, state, batch, draft, tok, passes in (
-             (0, 0.0, 6.0, "decode_sd", 4, 3, 400.0, 100.0), (1, 0.0, 2.0, "decode", 4, 0, 100.0, 100.0),
+             (0, 0.0, 6.0, "decode_sd", 4, 3, 400.0, 100.0), (1, 0.0, 2.0, "decode", 1, 0, 100.0, 100.0),
              (1, 2.0, 4.0, "drafter_train", 0, 0, 5.0, 0.0), (1, 4.0, 6.0, "idle", 0, 0, 0.0, 0.0),
              (0, 6.0, 8.0, "train", 0, 0, 0.0, 0.0), (1, 6.0, 8.0, "train", 0, 0, 0.0, 0.0),
              (0, 8.0, 9.0, "sync", 0, 0, 0.0, 0.0), (1, 8.0, 9.0, "sync", 0, 0, 0.0, 0.0))
@@ -266,4 +282,47 @@ def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path)
 
     log = at.code[0].value
     assert log.splitlines()[-1] == "log line 99" and len(log.splitlines()) == 40
+
+    # The waste per step, from the trace: worker 1 decodes 2 s at batch 1 (the tail: full batch 4, tail
+    # batch max(1, 4 // 8) = 1) of 2 workers x 6 s; it idles 2 s; its 100 tokens are 1/5 of the step's.
+    assert any(s.value == "Where the rollout's worker-time went" for s in at.subheader)
+    waste = at.dataframe[1].value.set_index("step")
+    assert list(waste.index) == [1, 2]
+    assert waste.loc[2, ["tail_fraction", "bubble_fraction", "tail_token_share"]].tolist() == \
+        pytest.approx([2 / 12, 2 / 12, 0.2])
+    assert (waste.loc[2, "full_batch"], waste.loc[2, "tail_batch"]) == (4, 1)
+    assert {m.label: m.value for m in at.metric}["Tail (last step)"] == f"{2 / 12:.1%}"
+
+
+def test_train_page_shows_a_failed_run_with_its_error(tmp_path: Path) -> None:
+    """A run that crashes (a real process, ending on a Python traceback) is shown as failed, with the
+    exception, not as a log line among others."""
+    import sys
+
+    from workbench.ui import train_page
+
+    run_dir = tmp_path / "crashed"
+    argv = [sys.executable, "-c", "import sys; print('step 0 starts', flush=True); "
+                                  "raise RuntimeError('vLLM engine died: out of memory')"]
+    run = train_page.launch(argv, run_dir, resume=False, steps=3)
+    assert run.proc.wait(timeout=60) == 1
+    at = AppTest.from_function(_train_script, default_timeout=60)
+    at.session_state["train_launch"] = run
+    at.session_state["train_monitor_dir"] = str(run_dir)
+    at.run()
+    assert not at.exception, at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith(f"failed (pid {run.proc.pid})") and "exit code 1" in e
+               and "RuntimeError: vLLM engine died: out of memory" in e for e in errors), errors
+    assert any("Traceback (most recent call last)" in c.value and c.value.rstrip().endswith("out of memory")
+               for c in at.code), [c.value for c in at.code]
+    assert not at.button(key="train_start").disabled  # a failed run does not hold the page
+
+    # The same directory watched from a fresh session (the run started elsewhere): the log alone says it failed.
+    other = AppTest.from_function(_train_script, default_timeout=60)
+    other.session_state["train_monitor_dir"] = str(run_dir)
+    other.run()
+    assert not other.exception, other.exception
+    assert any("The log ends with an error: RuntimeError: vLLM engine died" in e.value for e in other.error), \
+        [e.value for e in other.error]
 

@@ -2,6 +2,7 @@
 
 import json
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -11,6 +12,7 @@ from workbench.compare import METRICS, compare, summarize_runs, summary_frame
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload
+from workbench.waste import step_waste, timeline_waste, waste_frame
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -106,6 +108,9 @@ def test_run_summaries_are_what_tlt_sim_reports(tmp_path):
     written = json.loads((tmp_path / "s" / "summary.json").read_text())["policies"]
     assert written["tlt"]["speedup_vs_first"] == summaries[1].speedup
     assert written["tlt"]["step_time_s"] == summaries[1].step_time_s
+    assert written["tlt"]["tail_fraction"] == summaries[1].tail_fraction
+    header = next(line for line in res.output.splitlines() if line.lstrip().startswith("policy"))
+    assert header.split()[:5] == ["policy", "step", "s", "rollout", "s"] and "tail" in header.split()
 
 
 def test_compare_rejects_duplicate_names_and_no_seeds():
@@ -143,3 +148,59 @@ def test_compare_page_runs():
     assert not at.error, [e.value for e in at.error]
     report = at.session_state["compare_regret_result"]
     assert report.algorithms == ["beg", "ucb1", "egreedy", "fixed"]
+
+
+# ---------------------------------------------------------------- the waste: bubble and tail
+
+
+def _interval(worker, start, end, state, batch=0, tokens=0.0):
+    return {"step": 3, "worker": worker, "start_s": start, "end_s": end, "state": state, "batch": batch,
+            "draft_len": 0, "tokens": tokens, "passes": 0.0}
+
+
+def test_waste_of_a_timeline_worked_by_hand():
+    """Two workers, full batch 64 (tail batch 8): worker 0 decodes at 64 then 8 (the tail), worker 1
+    decodes at 16 (not the tail) and idles (the bubble); training and sync are outside the rollout."""
+    rows = pd.DataFrame([
+        _interval(0, 10.0, 14.0, "decode", 64, 800.0), _interval(0, 14.0, 20.0, "decode_sd", 8, 100.0),
+        _interval(1, 10.0, 15.0, "decode", 16, 300.0), _interval(1, 15.0, 20.0, "idle"),
+        _interval(0, 20.0, 30.0, "train"), _interval(1, 20.0, 30.0, "train")])
+    w = step_waste(3, rows)
+    assert (w.step, w.workers, w.rollout_s, w.full_batch, w.tail_batch) == (3, 2, 10.0, 64, 8)
+    assert w.tail_fraction == pytest.approx(6.0 / 20.0)  # worker 0's 6 s at batch 8, of 2 x 10 worker-seconds
+    assert w.bubble_fraction == pytest.approx(5.0 / 20.0)
+    assert w.tail_token_share == pytest.approx(100.0 / 1200.0)
+    # One sequence more in the tail interval's batch and it is no longer the tail.
+    rows.loc[1, "batch"] = 9
+    assert step_waste(3, rows).tail_fraction == 0.0
+
+
+def test_waste_from_a_timeline_is_the_simulators_own():
+    """What the Train page computes from a real run's trace is what the simulator reports: the same
+    function of the same timeline columns, here fed a simulated run's timeline."""
+    wl = load_workload("cpu-tiny")
+    run = simulate(wl, load_policy("baseline"), load_profile(wl.profile), seed=2, steps=2)
+    steps = timeline_waste(run.timeline)
+    assert [w.step for w in steps] == [m.step for m in run.steps]
+    assert any(m.tail_fraction > 0 for m in run.steps)  # the long tail is there to measure
+    for w, m in zip(steps, run.steps):
+        assert w.workers == wl.workers
+        assert w.tail_fraction == pytest.approx(m.tail_fraction)
+        assert w.tail_token_share == pytest.approx(m.tail_token_share)
+        assert w.bubble_fraction == pytest.approx(m.bubble_fraction)
+        assert 0.0 <= w.tail_fraction + w.bubble_fraction <= 1.0
+    frame = waste_frame(steps)
+    assert list(frame["tail_fraction"]) == [w.tail_fraction for w in steps]
+    assert waste_frame([]).columns.tolist() == frame.columns.tolist()
+
+
+def test_compare_says_what_each_policy_does_to_rl(tmp_path):
+    """Lossless and off-policy policies side by side: the nature is in the table and the JSON."""
+    out = tmp_path / "c"
+    res = runner.invoke(app, ["compare", "--workload", "cpu-tiny", "--policies", "baseline,history-sd,async-1,april",
+                              "--seeds", "1", "--steps", "2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    natures = {name: e["nature"] for name, e in json.loads((out / "compare.json").read_text())["policies"].items()}
+    assert natures == {"baseline": "lossless", "history-sd": "lossless", "async-1": "off-policy (up to 1 behind)",
+                       "april": "off-policy (resumed responses)"}
+    assert "off-policy (up to 1 behind)" in res.stdout and "what it does to RL" in res.stdout

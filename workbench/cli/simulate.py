@@ -54,17 +54,19 @@ def sim(
     rows = []
     for run, s in zip(runs, summarize_runs(runs)):
         summary["policies"][s.policy] = {"step_time_s": s.step_time_s, "rollout_time_s": s.rollout_time_s,
-                                         "bubble_fraction": s.bubble_fraction, "mean_accept_len": s.mean_accept_len,
-                                         "speedup_vs_first": s.speedup}
+                                         "bubble_fraction": s.bubble_fraction, "tail_fraction": s.tail_fraction,
+                                         "mean_accept_len": s.mean_accept_len, "speedup_vs_first": s.speedup}
         run.save(out / run.policy_name)
         last = run.steps[-1].step
         save_figure(batch_figure(run.timeline, last, f"{run.policy_name} on {wl.name}: running batch per worker, "
                                                      f"RL step {last}"), out / run.policy_name / "batch.png")
         rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}", f"{s.bubble_fraction:.3f}",
-                     f"{s.drafter_train_fraction:.3f}", f"{s.mean_accept_len:.2f}", f"{s.speedup:.2f}x"])
+                     f"{s.tail_fraction:.3f}", f"{s.drafter_train_fraction:.3f}", f"{s.mean_accept_len:.2f}",
+                     f"{s.speedup:.2f}x"])
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed}")
-    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "spot-train", "accept len", "speedup"]))
+    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "spot-train", "accept len",
+                                   "speedup"]))
     typer.echo(f"wrote {out}/summary.json")
 
 
@@ -156,10 +158,11 @@ def compare(
                      f"{r['bubble_fraction_mean']:.3f} ± {r['bubble_fraction_std']:.3f}",
                      f"{r['mean_accept_len_mean']:.2f} ± {r['mean_accept_len_std']:.2f}",
                      f"{r['speedup']:.3f}x",
-                     f"{r['speedup_paired_min']:.3f}-{r['speedup_paired_max']:.3f}x"])
+                     f"{r['speedup_paired_min']:.3f}-{r['speedup_paired_max']:.3f}x", r["nature"]])
     typer.echo(f"{wl.name} on {prof.name}, {result.steps} steps x seeds {result.seeds[0]}..{result.seeds[-1]} "
                f"(same draws for every policy); mean ± std over seeds")
-    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "accept len", "speedup", "paired range"]))
+    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "accept len", "speedup", "paired range",
+                                   "what it does to RL"]))
     typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; paired range = min-max over seeds "
                f"of the per-seed ratio")
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")

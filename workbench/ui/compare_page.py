@@ -19,6 +19,7 @@ from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import load_workload, workload_presets
 from workbench.regret import RegretReport, bandit_regret
+from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
 _STATE_RESULT = "compare_result"
@@ -31,6 +32,9 @@ _SUMMARY_COLUMNS = {
     "rollout_time_s_std": st.column_config.NumberColumn("± std ", format="%.1f"),
     "bubble_fraction_mean": st.column_config.NumberColumn("Bubble", format="percent",
                                                           help="Idle worker-time / worker-time in the rollout."),
+    "tail_fraction_mean": st.column_config.NumberColumn("Tail", format="percent",
+                                                        help="Worker-time decoding at a batch <= 1/8 of the step's "
+                                                             "largest / worker-time in the rollout."),
     "mean_accept_len_mean": st.column_config.NumberColumn("Accepted len", format="%.2f",
                                                           help="Tokens per verify pass over SD passes (1 = no SD)."),
     "drafter_train_fraction_mean": st.column_config.NumberColumn("Spot training", format="percent"),
@@ -39,6 +43,9 @@ _SUMMARY_COLUMNS = {
     "speedup_paired_min": st.column_config.NumberColumn("Paired min", format="%.3fx",
                                                         help="Smallest per-seed speedup (same draws for both policies)."),
     "speedup_paired_max": st.column_config.NumberColumn("Paired max", format="%.3fx"),
+    "nature": st.column_config.TextColumn("What it does to RL",
+                                          help="lossless: trains on exactly what the baseline would; off-policy: on "
+                                               "samples from older weights (docs/formats.md, rollout modes)."),
 }
 _REGRET_COLUMNS = {
     "label": st.column_config.TextColumn("Bandit"),
@@ -95,6 +102,23 @@ def _run_compare(workload, profile, policies, seeds: int, steps: int) -> Compari
     return result
 
 
+def _report(result: Comparison, summary) -> Report:
+    """The comparison as a document to send: inputs, the summary table, the figure, the per-seed rows."""
+    rep = Report(f"Compare: {result.workload}",
+                 [f"Profile {result.profile} · {result.steps} step(s) · seeds {result.seeds[0]}..{result.seeds[-1]} "
+                  "(common random numbers: every policy sees the same response lengths for a seed)",
+                  f"Policies {', '.join(result.policies)}; speedups against {result.reference}"])
+    table = summary[list(_SUMMARY_COLUMNS)].rename(columns={k: v["label"] for k, v in _SUMMARY_COLUMNS.items()})
+    rep.heading("Summary over seeds").table(table, {c: (pct if c in ("Bubble", "Spot training", "Tail") else
+                                                        fixed(3) if "Speedup" in c or "Paired" in c else fixed(2))
+                                                    for c in table.columns})
+    rep.text("Bubble: idle worker-time / rollout worker-time (workers that finished, waiting for the slowest). "
+             "Tail: worker-time decoding at a batch <= 1/8 of the step's largest / rollout worker-time.")
+    rep.figure(result.figure(), f"compare-{result.workload}")
+    rep.heading("Per seed").table(result.runs.set_index(["policy", "seed"]))
+    return rep
+
+
 def _show_compare(result: Comparison) -> None:
     st.subheader("Results")
     st.caption(f"Workload **{result.workload}** · profile **{result.profile}** · {result.steps} step(s) · "
@@ -106,8 +130,14 @@ def _show_compare(result: Comparison) -> None:
                "policy's; paired min/max = the range over seeds of the per-seed ratio.")
     fig = result.figure()
     st.pyplot(fig, clear_figure=False)
-    st.download_button("Download compare.json", result.to_json(), file_name="compare.json",
-                       mime="application/json", key="compare_dl_json", on_click="ignore")
+    figure_downloads(fig, f"compare-{result.workload}", "compare_fig")
+    c1, c2, _ = st.columns([1, 1, 2])
+    c1.download_button("Download compare.json", result.to_json(), file_name="compare.json",
+                       mime="application/json", key="compare_dl_json", on_click="ignore",
+                       icon=":material/data_object:")
+    with c2:
+        report_button("Download report (HTML)", lambda: _report(result, summary),
+                      f"compare-{result.workload}.html", "compare_dl_report")
     with st.expander("Per seed"):
         st.dataframe(result.runs, width="stretch", hide_index=True)
 
@@ -149,7 +179,9 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
                    f"{report.steps} step(s) · seeds {report.seeds[0]}..{report.seeds[-1]}")
         summary = report.summary()
         st.dataframe(summary[list(_REGRET_COLUMNS)], column_config=_REGRET_COLUMNS, width="stretch", hide_index=True)
-        st.pyplot(report.figure(), clear_figure=False)
+        regret_fig = report.figure()
+        st.pyplot(regret_fig, clear_figure=False)
+        figure_downloads(regret_fig, f"regret-{report.workload}", "compare_regret_fig")
         st.markdown("Oracle draft length per bucket (per bandit and seed); the base schedule is "
                     + ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in report.schedule))
         st.dataframe(report.oracle_frame(), width="stretch", hide_index=True)

@@ -66,8 +66,11 @@ def render() -> None:
             done.append(msg)
             bar.progress(len(done) / 4, text=msg)
 
-        st.session_state[_STATE] = reproduce(fit, load_published(), steps=steps, seeds=list(range(seeds)),
-                                             on_progress=progress)
+        try:
+            st.session_state[_STATE] = reproduce(fit, load_published(), steps=steps, seeds=list(range(seeds)),
+                                                 on_progress=progress)
+        except Exception as exc:  # a simulator bug must not take the page down
+            st.error(f"The reproduction failed: {type(exc).__name__}: {exc}")
         bar.empty()
     rep: Reproduction | None = st.session_state.get(_STATE)
     if rep is None:

@@ -7,17 +7,17 @@ that holds a run without "Resume"), so a run that would fail at once never start
 outlives the page's reruns (its Popen handle lives in st.session_state) and
 "Stop" sends SIGTERM to its process group, Ray's and vLLM's children included.
 
-The monitor reads any run directory, running or finished: metrics.csv (a row per
-finished RL step, rewritten atomically after each), the tail of train.log, and
-the last RL step's worker timeline from trace/ (the simulator's timeline format,
-so the What-if page's Gantt chart draws it). It never polls by itself: a sleep
-loop would hold the script run (and hang AppTest); "Refresh" reruns the page.
+The monitor (`workbench/ui/run_monitor.py`) reads any run directory, running or
+finished. A run started here is watched by itself: the status and the monitor are a
+fragment that Streamlit's front end reruns every REFRESH_S seconds while the run goes on
+(a sleep loop would hold the script run, and hang AppTest); "Refresh" reads any other
+run directory again. A run that exits with an error is shown as failed, with the error
+its log ends on; a run started elsewhere is judged by its log alone.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import shlex
 import signal
@@ -27,36 +27,24 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import streamlit as st
 
 from real.run.coordinator import RunConfig, TrainError, default_drafter
-from real.run.records import METRIC_COLUMNS
 from workbench.contracts.policy import load_policy, policy_presets
-from workbench.contracts.trace import TraceError, load_trace
-from workbench.ui.charts import gantt_figure, metric_lines_figure
-from workbench.ui.whatif import MAX_GANTT_WORKERS
+from workbench.ui.run_monitor import LOG_NAME, find_failure, log_tail, show_run
 
 # Relative paths are read from the workbench root, and `tlt train` runs there, so the form, the
 # checks and the run all see the same files whichever directory `streamlit run` started in.
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = "traces/reference/model"
-DEFAULT_POLICY = "tlt-cold"  # the real backend runs chains: `tlt` (the paper's trees) is simulator-only
+DEFAULT_POLICY = "tlt-vllm"  # the paper's configuration as vLLM runs it (chains); `tlt` (the paper's trees) is simulator-only
 UPLOAD_DIR = ROOT / "runs" / "policies"  # uploaded policies: the run is another process and needs a file
-LOG_NAME = "train.log"
-LOG_LINES = 40
-_LOG_TAIL_BYTES = 64 * 1024  # enough for LOG_LINES lines; a long run's log is never read whole
 STOP_WAIT_S = 5.0  # how long "Stop" waits for the run to exit before it reports "stopping"
 
 _STATE_LAUNCH = "train_launch"
 _KEY_MONITOR = "train_monitor_dir"
-
-# (title, metrics.csv columns): one line chart each.
-_LINE_PANELS = (
-    ("Step and rollout time (s)", ("step_s", "rollout_s")),
-    ("Mean accepted length (tokens / verify pass)", ("mean_accept_len",)),
-    ("Reward", ("reward",)),
-)
+_KEY_WAS_RUNNING = "train_was_running"
+REFRESH_S = 3.0  # while a run started here goes on, its status and monitor redraw this often
 
 
 @dataclass(frozen=True)
@@ -84,6 +72,7 @@ class Launch:
     argv: list[str]
     out: Path
     started: float
+    steps: int  # RL steps planned in all
     stopping: bool = False
 
 
@@ -114,8 +103,7 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
         problems.append("Give a run directory.")
     elif not form.resume and (resolve(form.out) / "checkpoints").exists():
         # TrainingRun.open refuses this too, but only after the process started; say it here.
-        problems.append(f"Run directory '{form.out}' holds a run already: tick Resume to continue it, "
-                        f"or choose another directory.")
+        problems.append(occupied(form.out))
     if problems:
         return None, problems
     drafter = default_drafter(model, policy, resolve(form.drafter) if form.drafter.strip() else None)
@@ -127,6 +115,10 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
     except TrainError as exc:
         return None, [str(exc)]
     return cfg, []
+
+
+def occupied(out: str) -> str:
+    return f"Run directory '{out}' holds a run already: tick Resume to continue it, or choose another directory."
 
 
 def tlt_executable() -> list[str]:
@@ -151,7 +143,7 @@ def train_command(cfg: RunConfig, form: TrainForm) -> list[str]:
 # ---------------------------------------------------------------- the background run
 
 
-def launch(argv: list[str], out: Path, resume: bool) -> Launch:
+def launch(argv: list[str], out: Path, resume: bool, steps: int) -> Launch:
     out.mkdir(parents=True, exist_ok=True)
     # A resumed run appends, so the log keeps the earlier steps' lines.
     with open(out / LOG_NAME, "ab" if resume else "wb") as log:
@@ -159,9 +151,11 @@ def launch(argv: list[str], out: Path, resume: bool) -> Launch:
         log.flush()
         # start_new_session: the run is its own process group (pgid == pid), so Stop reaches its children,
         # and a closed browser tab or a Ctrl-C in the Streamlit terminal does not kill it.
+        # Plain Python tracebacks: typer's framed ones wrap the error across lines of box drawing.
+        env = {**os.environ, "_TYPER_STANDARD_TRACEBACK": "1"}
         proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    return Launch(proc, argv, out, time.time())
+                                start_new_session=True, env=env)
+    return Launch(proc, argv, out, time.time(), steps)
 
 
 def stop(run: Launch) -> None:
@@ -191,103 +185,28 @@ def _show_launch() -> None:
         return
     rc = run.proc.poll()  # also reaps a finished child
     c1, c2 = st.columns([4, 1])
+    where = f"(pid {run.proc.pid}) · `{run.out}`"
     if rc is None:
         state = "stopping (SIGTERM sent)" if run.stopping else "running"
-        c1.info(f"{state} (pid {run.proc.pid}) · `{run.out}` · started {time.strftime('%H:%M:%S', time.localtime(run.started))}")
+        c1.info(f"{state} {where} · started {time.strftime('%H:%M:%S', time.localtime(run.started))}")
         if c2.button("Stop", key="train_stop", help="SIGTERM to the run's process group; the last checkpoint stays."):
             stop(run)
             st.rerun()
     elif rc == 0:
-        c1.success(f"finished (pid {run.proc.pid}) · `{run.out}`")
+        c1.success(f"finished {where}")
+    elif rc == -signal.SIGTERM or run.stopping:
+        c1.warning(f"stopped {where}, exit code {rc}: the last finished step's checkpoint stays; tick Resume to "
+                   "continue it.")
     else:
-        how = "stopped" if rc == -signal.SIGTERM else "failed"
-        c1.warning(f"{how} (pid {run.proc.pid}, exit code {rc}) · `{run.out}`: see train.log below.")
+        tail = log_tail(run.out / LOG_NAME, lines=200)
+        failure = find_failure(tail) if tail else None
+        c1.error(f"failed {where}, exit code {rc}: " + (failure.message if failure else "see train.log below."))
+        if failure is not None:
+            with st.expander("The error", expanded=True):
+                st.code(failure.detail, language=None)
 
 
-# ---------------------------------------------------------------- reading a run directory
-
-
-def read_metrics(run_dir: Path) -> pd.DataFrame | None:
-    """metrics.csv with METRIC_COLUMNS first, or None before the first step finished."""
-    file = run_dir / "metrics.csv"
-    if not file.is_file():
-        return None
-    df = pd.read_csv(file)
-    cols = [c for c in METRIC_COLUMNS if c in df.columns]
-    return df[cols + [c for c in df.columns if c not in cols]]
-
-
-def log_tail(file: Path, lines: int = LOG_LINES) -> str | None:
-    if not file.is_file():
-        return None
-    with open(file, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        f.seek(max(0, f.tell() - _LOG_TAIL_BYTES))
-        text = f.read().decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])  # splitlines also breaks vLLM's \r progress bars
-
-
-def _stamp(trace_dir: Path) -> int:
-    # The trace is rewritten (a fresh directory renamed in) after every step: newest file time = version.
-    return max((f.stat().st_mtime_ns for f in trace_dir.iterdir()), default=0)
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def last_step_timeline(trace_dir: str, stamp: int) -> tuple[int, pd.DataFrame] | None:
-    """The last RL step's timeline rows, or None for a trace without a timeline. Cached per trace
-    version (`stamp`), so reruns while the run goes on do not re-read the parquet files."""
-    timeline = load_trace(trace_dir).timeline
-    if timeline is None or timeline.empty:
-        return None
-    step = int(timeline["step"].max())
-    return step, timeline[timeline["step"] == step].reset_index(drop=True)
-
-
-def _show_tiles(df: pd.DataFrame) -> None:
-    last = df.iloc[-1]
-    cols = st.columns(4)
-    cols[0].metric("Steps done", f"{len(df)}", help=f"Last finished RL step: {int(last['step'])}.")
-    cols[1].metric("Last step time", f"{last['step_s']:.1f} s")
-    accept = last["mean_accept_len"]
-    cols[2].metric("Accepted length", "-" if math.isnan(accept) else f"{accept:.2f}")
-    cols[3].metric("Reward", f"{last['reward']:.3f}")
-
-
-def _show_metrics(run_dir: Path) -> None:
-    try:
-        df = read_metrics(run_dir)
-    except (OSError, ValueError) as exc:  # pandas raises ValueError subclasses for a malformed CSV
-        st.error(f"{run_dir / 'metrics.csv'} cannot be read: {exc}")
-        return
-    if df is None or df.empty:
-        st.info(f"No metrics.csv in `{run_dir}` yet: it is written when the first RL step finishes.")
-        return
-    missing = [c for c in METRIC_COLUMNS if c not in df.columns]
-    if missing:
-        st.warning(f"metrics.csv lacks {', '.join(missing)}: written by another version of `tlt train`?")
-    else:
-        _show_tiles(df)
-    st.dataframe(df, hide_index=True, width="stretch", key="train_metrics")
-    st.plotly_chart(metric_lines_figure(df, _LINE_PANELS), key="train_lines", width="stretch")
-
-
-def _show_timeline(run_dir: Path) -> None:
-    trace_dir = run_dir / "trace"
-    if not trace_dir.is_dir():
-        return
-    try:
-        found = last_step_timeline(str(trace_dir), _stamp(trace_dir))
-    except (TraceError, OSError) as exc:  # OSError: the trace was replaced while being read
-        st.warning(f"The trace cannot be read: {exc}")
-        return
-    if found is None:
-        st.info("The trace has no timeline table (a `tlt capture` trace, or an older `tlt train`).")
-        return
-    step, rows = found
-    st.subheader(f"Worker timeline: RL step {step}")
-    st.caption("Each bar is what a worker did. Red = idle (a bubble): the worker finished its share and waits "
-               "for the slowest one; orange = drafter spot training in that time.")
-    st.plotly_chart(gantt_figure(rows, max_workers=MAX_GANTT_WORKERS), key="train_gantt", width="stretch")
+# ---------------------------------------------------------------- the monitor
 
 
 def _monitor(default_dir: str) -> None:
@@ -301,12 +220,28 @@ def _monitor(default_dir: str) -> None:
     if not path.strip() or not run_dir.is_dir():
         st.info(f"No run directory at `{path}` yet.")
         return
-    _show_metrics(run_dir)
-    _show_timeline(run_dir)
-    tail = log_tail(run_dir / LOG_NAME)
-    if tail is not None:
-        st.markdown(f"**{LOG_NAME}** (last {LOG_LINES} lines)")
-        st.code(tail or "(empty)", language=None)
+    run = _current()
+    ours = run is not None and run.out == run_dir
+    running = ours and run.proc.poll() is None
+    if not ours:  # a run started elsewhere: its log is all there is to say how it ended
+        tail = log_tail(run_dir / LOG_NAME, lines=200)
+        failure = find_failure(tail) if tail else None
+        if failure is not None:
+            st.error(f"The log ends with an error: {failure.message}")
+    show_run(run_dir, total=run.steps if ours else None, running=running)
+
+
+def _live(default_dir: str) -> None:
+    """The run's status and the monitor; while a run started here goes on, this part reruns by
+    itself every REFRESH_S seconds (a fragment: the form keeps its state), and once more in full
+    when the run ends, so Start comes back."""
+    running = _is_running()
+    if st.session_state.get(_KEY_WAS_RUNNING) and not running:
+        st.session_state[_KEY_WAS_RUNNING] = False
+        st.rerun()
+    st.session_state[_KEY_WAS_RUNNING] = running
+    _show_launch()
+    _monitor(default_dir)
 
 
 # ---------------------------------------------------------------- the form and the page
@@ -366,8 +301,14 @@ def render() -> None:
                "speculative decoding (`tlt train`), in the background; watch its steps and worker timelines.")
     form = _form()
     cfg, problems = check_form(form)
+    run = _current()
     for problem in problems:
-        st.error(problem)
+        # The directory of the run started here holds that run: a fact to state, not a mistake in the form.
+        if run is not None and problem == occupied(form.out) and resolve(form.out) == run.out:
+            st.info(f"Run directory '{form.out}' holds the run started here: tick Resume to continue it, or "
+                    "choose another directory for a new run.")
+        else:
+            st.error(problem)
     running = _is_running()
     clicked = st.button("Start", type="primary", disabled=bool(problems) or running, key="train_start")
     if cfg is not None:
@@ -376,11 +317,10 @@ def render() -> None:
         # Check again at the click: a disabled button cannot be clicked in a browser, but the state may have
         # changed since it was drawn (another tab of this session started a run).
         if clicked and not running:
-            st.session_state[_STATE_LAUNCH] = launch(argv, cfg.out, form.resume)
+            st.session_state[_STATE_LAUNCH] = launch(argv, cfg.out, form.resume, cfg.steps)
             st.session_state[_KEY_MONITOR] = form.out  # watch the new run
             st.rerun()  # redraw with the run going: Start disabled, Stop shown
     if running:
         st.caption("One run at a time from this page: stop the current one to start another.")
     st.divider()
-    _show_launch()
-    _monitor(form.out)
+    st.fragment(_live, run_every=REFRESH_S if running else None)(form.out)

@@ -23,6 +23,7 @@ from workbench.contracts.policy import Policy
 from workbench.contracts.profile import load_profile, profile_presets
 from workbench.contracts.schema import ConfigError, FieldError, to_mapping
 from workbench.contracts.workload import load_workload, workload_presets
+from workbench.ui.export import figure_downloads
 
 _STATE_RESULT = "tune_result"
 
@@ -146,10 +147,14 @@ def _show(res: _Result) -> None:
                    f"{table.loc[best_preset, tune.STEP_TIME] / tuned[tune.STEP_TIME]:.3f}x")
 
     st.subheader("Convergence")
-    st.plotly_chart(convergence_figure(res.convergence), key="tune_convergence", width="stretch")
+    conv_fig = convergence_figure(res.convergence)
+    st.plotly_chart(conv_fig, key="tune_convergence", width="stretch")
+    figure_downloads(conv_fig, f"convergence-{res.study_name}", "tune_fig_convergence")
     if spec.multi_objective:
         st.subheader("Pareto front: step time vs drafter-training compute")
-        st.plotly_chart(pareto_figure(res.convergence, res.pareto), key="tune_pareto", width="stretch")
+        front_fig = pareto_figure(res.convergence, res.pareto)
+        st.plotly_chart(front_fig, key="tune_pareto", width="stretch")
+        figure_downloads(front_fig, f"pareto-{res.study_name}", "tune_fig_pareto")
         st.dataframe(res.pareto, hide_index=True, width="stretch", key="tune_pareto_table")
         st.caption("Spot training uses GPUs that would otherwise idle: it costs no step time, but it is GPU time. "
                    "Each point is a policy no other trial beats on both.")

@@ -19,7 +19,7 @@ import pandas as pd
 import streamlit as st
 import yaml
 
-from sim.results import PolicyRun
+from sim.results import TAIL_DIVISOR, PolicyRun, tail_metrics
 from sim.simulator import simulate
 from workbench.compare import summarize_runs, summary_frame
 from workbench.contracts.policy import Policy, load_policy, policy_presets
@@ -28,12 +28,14 @@ from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 from workbench.plots import batch_lines
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
+from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt")
 MAX_GANTT_WORKERS = 64
 _CACHE_SIZE = 32  # simulated (workload, policy, profile, seed, steps) kept per session
 _STATE_CACHE = "whatif_cache"
 _STATE_RESULT = "whatif_result"
+_STATE_ARRIVED = "whatif_arrived"  # the first visit of a session simulates the defaults
 
 # (field, label, kind, step, format, help): the Workload fields the page lets a user edit.
 _WORKLOAD_FIELDS = (
@@ -55,6 +57,10 @@ _TABLE_COLUMNS = {
     "step_time_s": st.column_config.NumberColumn("Step time (s)", format="%.1f", help="Mean RL step: rollout + training + weight sync."),
     "rollout_time_s": st.column_config.NumberColumn("Rollout (s)", format="%.1f"),
     "bubble_fraction": st.column_config.NumberColumn("Bubble", format="percent", help="Idle worker-time / worker-time in the rollout."),
+    "tail_fraction": st.column_config.NumberColumn(
+        "Tail", format="percent",
+        help=f"Worker-time decoding at a running batch <= 1/{TAIL_DIVISOR} of the step's largest / worker-time in "
+             "the rollout: a worker finishing its last few sequences on hardware sized for many."),
     "mean_accept_len": st.column_config.NumberColumn("Accepted len", format="%.2f", help="Tokens per verify pass over SD passes (1 = no SD)."),
     "drafter_train_fraction": st.column_config.NumberColumn("Spot training", format="percent", help="Rollout worker-time spent training the drafter."),
     "tokens_per_s": st.column_config.NumberColumn("Tokens/s", format="%.0f", help="Response tokens / rollout time."),
@@ -287,24 +293,37 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
+def _tail_limit(res: _Result) -> str:
+    """The tail's batch limit in the first run's first step, in words ("batch <= 32 of 256")."""
+    run = res.runs[0]
+    rows = run.timeline[run.timeline["step"] == run.timeline["step"].min()]
+    tail = tail_metrics(rows, 1.0)
+    return f"batch <= {tail.tail_batch} of {tail.full_batch}" if tail.full_batch else f"batch <= 1/{TAIL_DIVISOR} of the full"
+
+
 def _show_tiles(res: _Result, table: pd.DataFrame) -> None:
     first, last = res.labels[0], res.labels[-1]
     a, b = table.loc[first], table.loc[last]
-    cols = st.columns(4)
+    cols = st.columns(5)
+    tail_help = (f"Share of rollout worker-time spent decoding at a small batch ({_tail_limit(res)}): waste inside "
+                 "a worker, beside the bubble's idle workers.")
     if len(res.labels) == 1:
         cols[0].metric(f"Step time: {first}", f"{a['step_time_s']:.1f} s")
         cols[1].metric("Rollout", f"{a['rollout_time_s']:.1f} s")
         cols[2].metric("Bubble", f"{a['bubble_fraction']:.1%}")
-        cols[3].metric("Accepted length", f"{a['mean_accept_len']:.2f}")
+        cols[3].metric("Tail", f"{a['tail_fraction']:.1%}", help=tail_help)
+        cols[4].metric("Accepted length", f"{a['mean_accept_len']:.2f}")
         st.caption("Pick two or more policies to see speedups.")
         return
     cols[0].metric(f"Step-time speedup: {last} vs {first}", f"{b['speedup']:.2f}x",
                    help="Mean step time of the first policy / mean step time of the last.")
     rollout = a["rollout_time_s"] / b["rollout_time_s"] if b["rollout_time_s"] else float("nan")
     cols[1].metric("Rollout speedup", f"{rollout:.2f}x", help="Rollout phase only (training and sync are unchanged).")
-    cols[2].metric(f"Bubble: {last}", f"{b['bubble_fraction']:.1%}",
-                   delta=f"{(b['bubble_fraction'] - a['bubble_fraction']) * 100:+.1f} pts vs {first}", delta_color="inverse")
-    cols[3].metric(f"Accepted length: {last}", f"{b['mean_accept_len']:.2f}",
+    for col, name, label, hlp in ((cols[2], "bubble_fraction", "Bubble", "Idle worker-time / rollout worker-time."),
+                                  (cols[3], "tail_fraction", "Tail", tail_help)):
+        col.metric(f"{label}: {last}", f"{b[name]:.1%}", delta=f"{(b[name] - a[name]) * 100:+.1f} pts vs {first}",
+                   delta_color="inverse", help=hlp)
+    cols[4].metric(f"Accepted length: {last}", f"{b['mean_accept_len']:.2f}",
                    delta=f"{b['mean_accept_len'] - a['mean_accept_len']:+.2f} vs {first}")
 
 
@@ -329,15 +348,47 @@ def _show_gantts(res: _Result) -> None:
                 c2.info(f"Showing the first {MAX_GANTT_WORKERS} of {workers} workers.")
             fig = gantt_figure(rows, max_workers=MAX_GANTT_WORKERS,
                                x_max=x_max * 1.01 if x_max else None)
+            name = f"{_slug(res.workload.name)}-{_slug(label)}-step{step}"
             st.plotly_chart(fig, key=f"whatif_gantt:{label}", width="stretch")
+            figure_downloads(fig, f"timeline-{name}", f"whatif_fig_gantt:{label}")
             lines = batch_lines(run.timeline, step, MAX_GANTT_WORKERS)
-            st.plotly_chart(batch_lines_figure(lines, "Running batch per worker (the long tail; colour: speculation)",
-                                               x_max * 1.01 if x_max else None),
-                            key=f"whatif_batch:{label}", width="stretch")
+            batch = batch_lines_figure(lines, "Running batch per worker (the long tail; colour: speculation)",
+                                       x_max * 1.01 if x_max else None)
+            st.plotly_chart(batch, key=f"whatif_batch:{label}", width="stretch")
+            figure_downloads(batch, f"batch-{name}", f"whatif_fig_batch:{label}")
             st.download_button(f"Download {label} timeline (parquet)", _parquet(run.timeline),
                                file_name=f"timeline-{_slug(res.workload.name)}-{_slug(label)}.parquet",
                                mime="application/vnd.apache.parquet", key=f"whatif_dl_tl:{label}",
                                on_click="ignore")
+
+
+_WASTE_TEXT = ("Two wastes of rollout worker-time: the bubble, workers idle because they finished and wait for the "
+               "slowest, and the tail, workers still decoding but at a small batch (at most 1/8 of the step's "
+               "largest) on hardware sized for the full one.")
+
+
+def _report(res: _Result, table: pd.DataFrame) -> Report:
+    """The result as a document to send: inputs, the table, the per-step lines, each policy's first step."""
+    rep = Report(f"What-if: {res.workload.name}",
+                 [f"Profile {res.profile.name} · {res.steps} step(s) · seed {res.seed} · policies "
+                  + ", ".join(res.labels) + f" (speedups against {res.labels[0]})",
+                  (f"{res.workload.workers} workers x {res.workload.gpus_per_worker} GPUs, "
+                   f"{res.workload.sequences_per_step:,} sequences per step, up to "
+                   f"{res.workload.max_response_tokens:,} tokens each")])
+    shown = table.rename(columns={k: v["label"] for k, v in _TABLE_COLUMNS.items()})
+    rep.heading("Results").table(shown, {"Step time (s)": fixed(1), "Rollout (s)": fixed(1), "Bubble": pct,
+                                         "Tail": pct, "Accepted len": fixed(2), "Spot training": pct,
+                                         "Tokens/s": fixed(0), "Speedup": times})
+    rep.text(f"Means over the simulated steps. {_WASTE_TEXT} Tail limit: {_tail_limit(res)}.")
+    rep.heading("Per step").figure(step_lines_figure(_per_step(res), res.labels), "steps")
+    for label, run in zip(res.labels, res.runs):
+        step = int(run.timeline["step"].min())
+        rep.heading(f"{label}: RL step {step}")
+        rep.figure(gantt_figure(run.timeline[run.timeline["step"] == step], max_workers=MAX_GANTT_WORKERS),
+                   f"timeline-{_slug(label)}")
+        rep.figure(batch_lines_figure(batch_lines(run.timeline, step, MAX_GANTT_WORKERS), "Running batch per worker"),
+                   f"batch-{_slug(label)}")
+    return rep
 
 
 def _show_result(res: _Result, current_signature: str | None) -> None:
@@ -351,13 +402,20 @@ def _show_result(res: _Result, current_signature: str | None) -> None:
     _show_tiles(res, table)
     st.dataframe(table, column_config=_TABLE_COLUMNS, width="stretch")
     st.caption(f"Means over the simulated steps. Speedup = {res.labels[0]}'s mean step time / the policy's "
-               "(above 1: faster). A bubble is rollout time a worker spends idle, waiting for the slowest worker.")
-    st.download_button("Download summary (JSON)", _summary_json(res, table),
-                       file_name=f"whatif-{_slug(res.workload.name)}.json", mime="application/json",
-                       key="whatif_dl_summary", on_click="ignore")
+               f"(above 1: faster). {_WASTE_TEXT}")
+    c1, c2, _ = st.columns([1, 1, 2])
+    with c1:
+        st.download_button("Download summary (JSON)", _summary_json(res, table),
+                           file_name=f"whatif-{_slug(res.workload.name)}.json", mime="application/json",
+                           key="whatif_dl_summary", on_click="ignore", icon=":material/data_object:")
+    with c2:
+        report_button("Download report (HTML)", lambda: _report(res, table),
+                      f"whatif-{_slug(res.workload.name)}.html", "whatif_dl_report")
 
     st.subheader("Per step")
-    st.plotly_chart(step_lines_figure(_per_step(res), res.labels), key="whatif_steps", width="stretch")
+    steps_fig = step_lines_figure(_per_step(res), res.labels)
+    st.plotly_chart(steps_fig, key="whatif_steps", width="stretch")
+    figure_downloads(steps_fig, f"steps-{_slug(res.workload.name)}", "whatif_fig_steps")
     st.caption("A learned drafter improves over the steps as idle workers train it; lengths can drift upward.")
     _show_gantts(res)
 
@@ -393,7 +451,12 @@ def render() -> None:
     ready = not problems
     signature = _signature(workload, labels, policies, profile, seed, steps) if ready else None
 
-    if st.button("Run simulation", type="primary", disabled=not ready, key="whatif_run"):
+    clicked = st.button("Run simulation", type="primary", disabled=not ready, key="whatif_run")
+    # Results on arrival: a session's first visit simulates the defaults (well under a second for the
+    # default workload) instead of showing an empty page.
+    arrived = not st.session_state.get(_STATE_ARRIVED)
+    st.session_state[_STATE_ARRIVED] = True
+    if ready and (clicked or (arrived and _STATE_RESULT not in st.session_state)):
         result = _run(workload, labels, policies, profile, seed, steps)
         if result is not None:
             st.session_state[_STATE_RESULT] = result

@@ -1,0 +1,220 @@
+"""End-to-end tests of the Streamlit app in a real browser: Playwright (Python) driving Debian's
+Chromium against `streamlit run app.py` on a free localhost port.
+
+One Streamlit server and one browser serve the whole session; each test opens its page in a
+fresh browser context (a new Streamlit session), so tests do not share widget state. Each test
+saves a screenshot under its temporary directory (`tmp_path`).
+
+Where Chromium (/usr/bin/chromium, or $TLT_CHROMIUM) or the `playwright` package is missing,
+these tests skip with the reason; under CI (`CI` set, as `.ci/run` runs) or with
+TLT_REQUIRE_BROWSER=1 they fail instead, so a broken install cannot pass silently. `make test`
+installs both (the Makefile's chromium step, the `test` extra). Run only these tests with
+`make test-browser` or `.venv/bin/python -m pytest tests/browser`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path(os.environ.get("TLT_CHROMIUM", "/usr/bin/chromium"))
+# As this project's machines need them: no sandbox as root, and no background traffic to Google's
+# hosts (the network is closed; Chromium would retry many connections at every start).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+SERVER_START_S = 180  # a cold start imports streamlit, pandas, plotly, torch's and vLLM's Python parts
+PAGE_S = 120  # the longest a page may take to show what a test waits for (2 busy cores)
+
+
+def _required() -> bool:
+    return bool(os.environ.get("CI")) or os.environ.get("TLT_REQUIRE_BROWSER") == "1"
+
+
+def _missing() -> str | None:
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed (pip install -e '.[test]')"
+    if not CHROMIUM.is_file():
+        return f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium; `make test` installs it)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def browser():
+    missing = _missing()
+    if missing:
+        if _required():
+            pytest.fail(f"browser tests must run under CI, but {missing}")
+        pytest.skip(missing)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        # launch() gives every run a fresh, temporary profile (the --user-data-dir the machines need).
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def app_url(browser, tmp_path_factory) -> str:
+    """`streamlit run app.py` on a free port, for the session; its log is in the session's temp dir."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
+           "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none", "--global.developmentMode", "false"]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_S
+    while not _healthy(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"streamlit did not start (exit {proc.poll()}):\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.5)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture()
+def page(browser, app_url, tmp_path, request):
+    """A new browser context (a new Streamlit session); a screenshot is saved at the end, pass or fail."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    context.set_default_timeout(PAGE_S * 1000)
+    pg = context.new_page()
+    pg.app_url = app_url
+    yield pg
+    try:
+        pg.screenshot(path=str(tmp_path / f"{request.node.name[:80]}-end.png"))
+    finally:
+        context.close()
+
+
+@pytest.fixture()
+def open_page() -> Callable:
+    """open_page(page, path, ready_text): go to APP/path and wait until ready_text shows."""
+
+    def _open(pg, path: str, ready_text: str):
+        pg.goto(f"{pg.app_url}/{path}")
+        appear(pg, pg.get_by_text(ready_text, exact=False))
+        settle(pg)
+        return pg
+
+    return _open
+
+
+def appear(pg, locator) -> None:
+    """Wait until `locator` shows, or fail at once with the exception a broken page shows instead
+    (not after PAGE_S with a timeout that does not say why)."""
+    exception = pg.locator("[data-testid=stException]")
+    locator.or_(exception).first.wait_for()
+    assert exception.count() == 0, exception.first.inner_text()
+
+
+@pytest.fixture(name="appear")
+def appear_fixture() -> Callable:
+    return appear
+
+
+def settle(pg, quiet_ms: int = 300) -> None:
+    """Wait until the script run the last action started has finished."""
+    pg.wait_for_timeout(quiet_ms)  # the front end marks the app "running" a moment after a widget changes
+    pg.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for()
+
+
+@pytest.fixture()
+def healthy() -> Callable:
+    """healthy(page): assert the page shows no uncaught exception, no error box and no 'Page not found'."""
+
+    def _check(pg, errors_ok: bool = False) -> None:
+        exceptions = pg.locator("[data-testid=stException]")
+        assert exceptions.count() == 0, exceptions.first.inner_text()
+        assert pg.get_by_text("Page not found").count() == 0, "Streamlit says 'Page not found'"
+        if not errors_ok:
+            errors = pg.locator("[data-testid=stAlertContentError]")
+            assert errors.count() == 0, errors.first.inner_text()
+
+    return _check
+
+
+@pytest.fixture()
+def shot(tmp_path) -> Callable:
+    """shot(page, name, show=None): a screenshot under the test's temporary directory; returns its path.
+    `show`: a text scrolled into view first (Streamlit scrolls inside a div, so a full-page shot
+    would still show only the viewport)."""
+
+    def _shot(pg, name: str, show: str | None = None) -> Path:
+        if show is not None:
+            pg.get_by_text(show).first.scroll_into_view_if_needed()
+        path = tmp_path / f"{name}.png"
+        pg.screenshot(path=str(path))
+        assert path.stat().st_size > 10_000  # a rendered page, not a blank one
+        return path
+
+    return _shot
+
+
+@pytest.fixture()
+def widgets() -> "Widgets":
+    return Widgets()
+
+
+class Widgets:
+    """Set Streamlit widgets the way a user does (type, pick, click), then wait for the rerun."""
+
+    def number(self, pg, label: str, value: float) -> None:
+        box = pg.locator("[data-testid=stNumberInput]").filter(has=pg.get_by_text(label, exact=True)).first
+        field = box.locator("input")
+        field.fill(str(value))
+        field.press("Enter")
+        settle(pg)
+
+    def text(self, pg, label: str, value: str) -> None:
+        box = pg.locator("[data-testid=stTextInput]").filter(has=pg.get_by_text(label, exact=True)).first
+        field = box.locator("input")
+        field.fill(value)
+        field.press("Enter")
+        settle(pg)
+
+    def select(self, pg, label: str, option: str) -> None:
+        box = pg.locator("[data-testid=stSelectbox]").filter(has=pg.get_by_text(label, exact=True)).first
+        box.locator("input").click()
+        pg.get_by_role("option", name=option, exact=True).click()
+        settle(pg)
+
+    def click(self, pg, label: str) -> None:
+        pg.get_by_role("button", name=label, exact=True).click()
+        settle(pg)
+
+    def download(self, pg, label: str, dest: Path, timeout_s: float = PAGE_S) -> Path:
+        with pg.expect_download(timeout=timeout_s * 1000) as info:
+            pg.get_by_role("button", name=label).first.click()
+        info.value.save_as(str(dest))
+        return dest
