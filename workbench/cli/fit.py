@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -39,9 +40,15 @@ def calibrate(
         base_prof = load_profile(base)
     except ConfigError as exc:
         fail(exc)
+    t0 = time.perf_counter()
     try:
-        loaded = [load_trace(t) for t in traces]
+        loaded = []
+        for i, t in enumerate(traces):
+            loaded.append(load_trace(t))
+            typer.echo(f"  [{i + 1}/{len(traces)}] read {t} ({time.perf_counter() - t0:.1f}s)", err=True)
+        typer.echo("  fitting step latency (5-fold held out), acceptance and lengths ...", err=True)
         result = cal.calibrate(loaded, base_prof, name=name or out.stem, warmup_steps=warmup_steps)
+        typer.echo(f"  fitted ({time.perf_counter() - t0:.1f}s)", err=True)
     except (TraceError, ValueError) as exc:
         fail(exc)
     save(result.profile, out)
