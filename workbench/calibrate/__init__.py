@@ -13,6 +13,7 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
   then (alpha, shape) of r_i = alpha ** (i ** shape);
 - `lengths`: the length model (`fit_lengths`), a censored (Tobit) fit of log lengths;
 - `phases`: policy-update and weight-sync costs (`fit_phases`);
+- `operators`: a Profile from `python -m real.profiler` measurements (`fit_operators`);
 - `report`: `calibrate()` itself, the `Calibration` it returns and its
   report (`Calibration.report()`, the `.calibration.json` file).
 

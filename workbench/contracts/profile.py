@@ -181,3 +181,43 @@ def load_profile(name_or_path: str | Path) -> Profile:
 def profile_presets() -> list[str]:
     return preset_names(PRESET_DIR)
 
+
+
+# What a profile's numbers rest on, from what it records (`fitted_on`, `fit_error_pct`): the
+# prefixes are those the writers use (workbench/calibrate/operators.py writes "profiler:",
+# workbench/paper/profiles.py "tlt-paper:", `tlt calibrate` the traces' names).
+MEASURED_PREFIX = "profiler:"
+PUBLISHED_PREFIX = "tlt-paper:"
+
+
+def provenance_kind(p: Profile) -> str:
+    """'measured' (operator-level, `tlt profile`), 'published' (fitted to published
+    microbenchmarks), 'calibrated' (fitted to traces of real runs) or 'hand-set'."""
+    if any(f.startswith(MEASURED_PREFIX) for f in p.fitted_on):
+        return "measured"
+    if any(f.startswith(PUBLISHED_PREFIX) for f in p.fitted_on):
+        return "published"
+    return "calibrated" if p.fitted_on else "hand-set"
+
+
+def provenance(p: Profile) -> str:
+    """One line for pickers and profile pages: the kind, what it was fitted on and its fit error."""
+    kind = provenance_kind(p)
+    err = f", fit error {p.fit_error_pct:.1f}%" if p.fit_error_pct is not None else ""
+    if kind == "measured":
+        on = "; ".join(f[len(MEASURED_PREFIX):] for f in p.fitted_on if f.startswith(MEASURED_PREFIX))
+        return f"measured (operator level): {on}{err}"
+    if kind == "published":
+        return f"fitted to {len(p.fitted_on)} published tables{err}"
+    if kind == "calibrated":
+        return f"calibrated on {len(p.fitted_on)} trace(s): {', '.join(p.fitted_on)}{err}"
+    return "hand-set (datasheets and assumptions)"
+
+
+def profile_choice_label(name: str) -> str:
+    """A picker's label for a profile preset or file: its name and what its numbers rest on
+    (`provenance_kind`); the bare name when it does not load (the page reports why on pick)."""
+    try:
+        return f"{name} · {provenance_kind(load_profile(name))}"
+    except ValueError:  # ConfigError and FieldError both are: a label must not break a picker
+        return name

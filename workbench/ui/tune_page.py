@@ -20,7 +20,7 @@ import yaml
 
 from workbench import tune
 from workbench.contracts.policy import Policy
-from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.profile import load_profile, profile_choice_label, profile_presets
 from workbench.contracts.schema import ConfigError, FieldError, to_mapping
 from workbench.contracts.workload import load_workload, workload_presets
 from workbench.ui.export import figure_downloads
@@ -203,7 +203,8 @@ def render() -> None:
             return
         profiles = profile_presets()
         own = workload.profile if workload.profile in profiles else profiles[0]
-        prof_name = st.selectbox("Profile", profiles, index=profiles.index(own), key=f"tune_profile:{wl_name}")
+        prof_name = st.selectbox("Profile", profiles, index=profiles.index(own), key=f"tune_profile:{wl_name}",
+                                 format_func=profile_choice_label)
         try:
             profile = load_profile(prof_name)
         except (ConfigError, FieldError) as exc:

@@ -23,7 +23,7 @@ from sim.results import TAIL_DIVISOR, PolicyRun, tail_metrics
 from sim.simulator import simulate
 from workbench.compare import summarize_runs, summary_frame
 from workbench.contracts.policy import Policy, load_policy, policy_presets
-from workbench.contracts.profile import Profile, load_profile, profile_presets
+from workbench.contracts.profile import Profile, load_profile, profile_choice_label, profile_presets, provenance
 from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to_mapping
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 from workbench.plots import batch_lines
@@ -197,8 +197,10 @@ def _pick_profile(workload: Workload | None, wl_id: str) -> Profile | None:
     if own and own not in options:
         options.insert(0, own)  # a profile file named by the workload
     index = options.index(own) if own in options else 0
-    name = st.selectbox("Profile", options, index=index, key=f"whatif_profile:{wl_id}",
-                        help="Cost and acceptance model of one engine; defaults to the workload's own.")
+    name = st.selectbox("Profile", options, index=index, key=f"whatif_profile:{wl_id}", format_func=profile_choice_label,
+                        help="Cost and acceptance model of one engine; defaults to the workload's own. "
+                             "Measured: `tlt profile`; published: fitted to the TLT paper's microbenchmarks; "
+                             "calibrated: fitted to traces of real runs.")
     try:
         profile = load_profile(name)
     except (ConfigError, FieldError) as exc:
@@ -206,6 +208,7 @@ def _pick_profile(workload: Workload | None, wl_id: str) -> Profile | None:
         return None
     if profile.description:
         st.caption(profile.description)
+    st.caption(provenance(profile))
     return profile
 
 

@@ -1,0 +1,131 @@
+"""`tlt profile`: measure a model's operators on this machine's CPU or GPU and fit a Profile.
+
+The measuring is `python -m real.profiler` (real/profiler/, which also runs alone on a bare GPU
+machine); the fit is workbench/calibrate/operators.py. `--measurements` fits a file measured
+elsewhere instead of measuring.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from workbench.calibrate.operators import OperatorFit, fit_operators, fit_report
+from workbench.cli.apps import app
+from workbench.cli.common import fail
+from workbench.contracts.fileio import write_json
+from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.schema import ConfigError, save
+from workbench.tables import format_table
+
+
+def default_base(device: str, arch: str, tp: int) -> str:
+    """What operators cannot measure comes from a profile of the same kind: the CPU engine's, or
+    the H100 profile of this model and TP (the paper-fitted one) when there is one."""
+    if device == "cpu":
+        return "cpu-tiny"
+    same = f"h100-{Path(arch).stem}-tp{tp}"
+    return same if same in profile_presets() else "h100-qwen2.5-7b-tp1"
+
+
+def outputs(out: Path) -> tuple[Path, Path]:
+    """The raw measurements and the fit error, beside the profile."""
+    return out.with_name(out.stem + ".measurements.parquet"), out.with_name(out.stem + ".fit.json")
+
+
+def _measure(arch: str, device: str, tp: int, dtype: Optional[str], grid: Optional[str], repeats: Optional[int],
+             passes: Optional[int], threads: Optional[int], seed: int, check_rounds: int):
+    from real.profiler.settings import make_settings
+
+    try:
+        st = make_settings(arch, device, tp, dtype, grid, repeats, seed=seed, threads=threads,
+                           check_rounds=check_rounds, passes=passes)
+    except ConfigError as exc:
+        fail(exc)
+    try:
+        from real.profiler.measure import measure
+    except ImportError as exc:
+        fail(ValueError(f"--device {device}: measuring needs torch ({exc}); or fit a file measured elsewhere "
+                        "with --measurements"))
+
+    def progress(i: int, n: int, line: str) -> None:
+        typer.echo(f"[{i}/{n}] {line}", err=True)
+
+    try:
+        return measure(st, progress=progress)
+    except RuntimeError as exc:
+        fail(exc)
+
+
+def _print(fit: OperatorFit) -> None:
+    p = fit.profile
+    d, dr = p.decode, p.drafter
+    typer.echo(f"profile {p.name!r}: overhead {1e3 * d.overhead_s:.3f} ms, per seq {1e6 * d.per_seq_s:.2f} us, "
+               f"weights {1e3 * d.weights_s:.3f} ms, compute {1e6 * d.compute_s_per_token:.2f} us/token, "
+               f"kv {1e9 * d.kv_s_per_token:.2f} ns/seq/token, prefill {1e6 * d.prefill_s_per_token:.2f} us/token; "
+               f"drafter {1e3 * dr.eagle_step_s:.3f} ms + {1e6 * dr.eagle_s_per_seq:.2f} us/candidate; "
+               f"train {1e6 * p.phases.train_gpu_s_per_token:.2f} us/token")
+    rows = [[q.op, str(q.batch), str(q.context), str(q.tokens), str(q.topk), f"{1e3 * q.measured_s:.3f}",
+             f"{1e3 * q.predicted_s:.3f}", f"{q.error_pct:+.1f}%"] for q in fit.points]
+    typer.echo(format_table(rows, ["op", "B", "C", "T", "top-k", "measured ms", "fitted ms", "error"]))
+    typer.echo(f"fit error: median |error| {fit.median_abs_error_pct:.2f}%, max {fit.max_abs_error_pct:.2f}% "
+               f"over {len(fit.points)} points")
+    if fit.eager:
+        ratio = sorted(e.measured_s / g.measured_s for e, g in zip(fit.eager, fit.points) if g.op != "prefill")
+        typer.echo(f"eager / CUDA graph step time: median {ratio[len(ratio) // 2]:.2f}x (from {ratio[0]:.2f}x to "
+                   f"{ratio[-1]:.2f}x)")
+    for r in fit.whole.itertuples():
+        typer.echo(f"whole-model check, decode B={r.batch} C={r.context} {r.mode}: sum over layers "
+                   f"{1e3 * r.sum_s:.3f} ms, whole model {1e3 * r.whole_s:.3f} ms ({r.error_pct:+.1f}%)")
+
+
+@app.command()
+def profile(
+    out: Path = typer.Option(..., help="The fitted profile (.yaml, .yml or .json); the raw measurements "
+                             "(OUT.measurements.parquet) and the fit error (OUT.fit.json) are written beside it."),
+    arch: Optional[str] = typer.Option(None, help="Architecture preset (qwen2.5-7b, r1-distill-qwen-7b, qwen2.5-32b, "
+                                       "llama3.3-70b, tiny-gcd) or a Hugging Face config.json."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    tp: int = typer.Option(1, help="Tensor-parallel degree: one rank's shapes are measured, collectives assumed."),
+    dtype: Optional[str] = typer.Option(None, help="float32, bfloat16 or float16 (default: bfloat16 on cuda, float32 on cpu)."),
+    grid: Optional[str] = typer.Option(None, help="Points to measure: cuda, cpu or test (default: the device's)."),
+    repeats: Optional[int] = typer.Option(None, help="Timed runs per point (default: 30 cuda, 20 cpu)."),
+    passes: Optional[int] = typer.Option(None, help="Interleaved passes over the points, each keeping its fastest (default: 1 cuda, 3 cpu)."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: 1 on cpu, timed on its own CPU clock; torch's on cuda)."),
+    seed: int = typer.Option(0, help="Seeds the random weights and inputs."),
+    check_rounds: int = typer.Option(5, help="Interleaved rounds of the whole-model check (0: skip it)."),
+    measurements: Optional[Path] = typer.Option(None, help="Fit this measurements file (from `python -m real.profiler`) instead of measuring."),
+    base: Optional[str] = typer.Option(None, help="Profile for what operators cannot measure (acceptance, learning curve, "
+                                       "weight sync); default: cpu-tiny on cpu, else the H100 profile of this model and TP."),
+    name: Optional[str] = typer.Option(None, help="The profile's name (default: the --out file's stem)."),
+) -> None:
+    """Measure decode, verify, EAGLE drafter, prefill and training costs per decoder layer (random weights) and fit a profile."""
+    if out.suffix not in (".yaml", ".yml", ".json"):
+        fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
+    if (arch is None) == (measurements is None):
+        fail(ConfigError("--arch", "<option>", "both or neither of --arch and --measurements",
+                         "--arch to measure here, or --measurements FILE to fit a file measured elsewhere"))
+    from real.profiler.table import read_measurements, write_measurements
+
+    if measurements is not None:
+        try:
+            m = read_measurements(measurements)
+        except ConfigError as exc:
+            fail(exc)
+    else:
+        m = _measure(arch, device, tp, dtype, grid, repeats, passes, threads, seed, check_rounds)
+    meta = m.meta
+    try:
+        base_prof = load_profile(base or default_base(meta["device"], str(meta["architecture"]), int(meta["tp"])))
+        fit = fit_operators(m, base_prof, name or out.stem)
+    except (ConfigError, ValueError) as exc:
+        fail(exc)
+    raw, report = outputs(out)
+    # Everything is measured and fitted before the first file is written; each is written atomically.
+    write_measurements(raw, m)
+    write_json(report, fit_report(fit, m, raw.name))
+    save(fit.profile, out)
+    _print(fit)
+    typer.echo(f"wrote {out}, {raw} (raw measurements) and {report} (fit error)")
