@@ -112,7 +112,7 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
@@ -136,7 +136,7 @@ class Attention(nn.Module):
         freqs = positions.to(torch.float32)[..., None] * self.inv_freq  # [b, t, hd/2]
         emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # neox-style RoPE, as vLLM's Llama
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         if self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)

@@ -35,10 +35,11 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from real.drafter import ngram
 from real.drafter.checkpoint import load_drafter
-from real.drafter.eagle import EagleConfig, EagleDrafter, load_target
+from real.drafter.eagle import EagleConfig, EagleDrafter, load_target, rotate_half
 from real.drafter.records import HiddenRecord
 from real.drafter.training import DrafterTrainConfig, featurize, train_step
 from real.torch_utils import pad_right
@@ -187,7 +188,8 @@ class SpotTrainer:
     # ------------------------------------------------------------ evaluation
 
     @torch.no_grad()
-    def estimate_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64) -> float:
+    def estimate_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64,
+                            drafter: EagleDrafter | None = None, stop: threading.Event | None = None) -> float:
         """Expected tokens per verify pass with a chain draft of `k` tokens under greedy
         verification: 1 + the mean number of leading draft tokens the target accepts.
 
@@ -199,21 +201,38 @@ class SpotTrainer:
         `lm_head(hidden[t+j])`. That reference is the target's greedy choice only while the
         record's own tokens follow the accepted drafts; where a sampled record leaves them, its
         hidden states say nothing about the greedy path and the chain is cut there. So the
-        estimate is exact on greedy records and a lower bound on sampled ones."""
-        self.drafter.eval()
-        accepted = [self._chain_accepts(ids, hidden, ref, chunk, k)
-                    for ids, hidden, ref, starts in self._chain_starts(records, k, max_starts)
-                    for chunk in starts.split(self.config.batch_size)]
+        estimate is exact on greedy records and a lower bound on sampled ones.
+
+        `drafter`: judge another drafter on this target (default: the one being trained), e.g.
+        `static_drafter(state)`. `stop`: when set, the estimate gives up between two records and
+        returns NaN (an idle worker judging drafters is stopped when the rollout ends)."""
+        drafter = drafter or self.drafter
+        drafter.eval()
+        accepted = []
+        for ids, hidden, ref, starts in self._chain_starts(records, k, max_starts):
+            if stop is not None and stop.is_set():
+                return float("nan")
+            accepted.append(self._chain_accepts(ids, hidden, ref, starts, k, drafter))
         return 1.0 + torch.cat(accepted).float().mean().item()
 
+    def static_drafter(self, state: dict[str, torch.Tensor]) -> EagleDrafter:
+        """A drafter with the weights `state` on this trainer's current target (its embedding and LM
+        head, as vLLM shares the reloaded target's): e.g. the run's initial drafter, never trained."""
+        drafter = EagleDrafter.from_target(self.target)
+        drafter.load_drafter_state_dict(state)
+        return drafter.eval()
+
     @torch.no_grad()
-    def estimate_ngram_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64) -> float:
+    def estimate_ngram_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64,
+                                  stop: threading.Event | None = None) -> float:
         """`estimate_accept_len` for vLLM's n-gram drafter: the same start positions, target
         references and chain cut, with the draft vLLM's prompt lookup makes from the tokens seen
         (real/drafter/ngram.py). A start where the lookup finds no match drafts nothing and counts
-        as one token per pass, as it decodes."""
+        as one token per pass, as it decodes. `stop`: as for `estimate_accept_len`."""
         accepted: list[torch.Tensor] = []
         for ids, _, ref, starts in self._chain_starts(records, k, max_starts):
+            if stop is not None and stop.is_set():
+                return float("nan")
             tokens = ids.tolist()
             counts = []
             for t in starts.tolist():
@@ -248,31 +267,81 @@ class SpotTrainer:
         return out
 
     def _chain_accepts(self, ids: torch.Tensor, hidden: torch.Tensor, ref: torch.Tensor,
-                       starts: torch.Tensor, k: int) -> torch.Tensor:
+                       starts: torch.Tensor, k: int, drafter: EagleDrafter) -> torch.Tensor:
         """Accepted draft tokens for chains starting at each of `starts` in one record."""
         rows = len(starts)
-        span = int(starts.max()) + k
-        hid = hidden.new_zeros(rows, span, hidden.shape[-1])
-        tok = ids.new_zeros(rows, span)
-        for b, t in enumerate(starts.tolist()):
-            hid[b, : t + 1] = hidden[: t + 1]
-            tok[b, : t + 1] = ids[1: t + 2]
         alive = torch.ones(rows, dtype=torch.bool)
         count = torch.zeros(rows, dtype=torch.long)
-        arange = torch.arange(rows)
-        for j in range(1, k + 1):
-            at = starts + j - 1  # where step j's input sits
-            out = self.drafter.predict_hidden(hid[:, : int(at.max()) + 1], tok[:, : int(at.max()) + 1])
-            g = out[arange, at]
-            d = self.drafter.lm_head(g).argmax(-1)
+        for j, d in enumerate(chain_drafts(drafter, ids, hidden, starts, k), start=1):
             alive &= d == ref[starts + j]
             count += alive.long()
             if j < k:
-                hid[arange, at + 1] = g
-                tok[arange, at + 1] = d
                 # the next reference, lm_head(hidden[t+j+1]), holds only if the record went on with d
                 alive &= ids[starts + j + 1] == d
         return count
+
+
+@torch.no_grad()
+def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor, k: int):
+    """The `k` tokens the drafter proposes after each start t of one record, as vLLM's EAGLE
+    proposer runs it: its context is the pairs (hidden[i], ids[i+1]) for i <= t, then it feeds back
+    its own predicted hidden state and argmax token, position after position. Yields one [starts]
+    tensor of draft tokens per draft step.
+
+    The same arithmetic as `drafter.predict_hidden` over [context; drafts so far] for every step
+    (causal attention: a position sees only earlier ones), but the context's keys and values are
+    computed once for all starts and each step computes only the new positions: the cost of a
+    chain no longer grows with the context times the draft length."""
+    layer = drafter.layers[0]
+    attn = layer.self_attn
+    last = int(starts.max())
+    x = drafter.fc(torch.cat((drafter.embed_tokens(ids[1: last + 2]).to(hidden.dtype), hidden[: last + 1]), dim=-1))
+    q, key, val = _qkv(attn, x[None], torch.arange(last + 1)[None])  # [1, heads, T, hd]
+    out = F.scaled_dot_product_attention(q, key, val, is_causal=True)
+    g = _layer_rest(layer, x[None], out)[0][starts]  # step 1: the context's own output at t
+    d = drafter.lm_head(g).argmax(-1)
+    yield d
+    span = torch.arange(last + 1)
+    # context mask per start: keys at positions <= t
+    ctx_mask = (span[None, :] <= starts[:, None])[:, None, None, :]  # [S, 1, 1, T]
+    keys, vals = [], []
+    for j in range(2, k + 1):
+        xs = drafter.fc(torch.cat((drafter.embed_tokens(d).to(g.dtype), g), dim=-1))[:, None]  # [S, 1, H]
+        qs, ks, vs = _qkv(attn, xs, (starts + j - 1)[:, None])  # [S, heads, 1, hd]
+        keys.append(ks)
+        vals.append(vs)
+        k_all = torch.cat((key.expand(len(starts), -1, -1, -1), *keys), dim=2)
+        v_all = torch.cat((val.expand(len(starts), -1, -1, -1), *vals), dim=2)
+        mask = torch.cat((ctx_mask, torch.ones(len(starts), 1, 1, len(keys), dtype=torch.bool)), dim=-1)
+        o = F.scaled_dot_product_attention(qs, k_all, v_all, attn_mask=mask)
+        g = _layer_rest(layer, xs, o)[:, 0]
+        d = drafter.lm_head(g).argmax(-1)
+        yield d
+
+
+def _qkv(attn: nn.Module, x: torch.Tensor, positions: torch.Tensor):
+    """The attention's rotated queries and keys and its values, heads repeated for grouped KV
+    (as `Attention.forward` computes them): each [B, heads, T, head_dim]."""
+    b, t, _ = x.shape
+    q = attn.q_proj(x).view(b, t, attn.nh, attn.hd).transpose(1, 2)
+    k = attn.k_proj(x).view(b, t, attn.nkv, attn.hd).transpose(1, 2)
+    v = attn.v_proj(x).view(b, t, attn.nkv, attn.hd).transpose(1, 2)
+    freqs = positions.to(torch.float32)[..., None] * attn.inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+    q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    if attn.nkv != attn.nh:
+        k = k.repeat_interleave(attn.nh // attn.nkv, dim=1)
+        v = v.repeat_interleave(attn.nh // attn.nkv, dim=1)
+    return q, k, v
+
+
+def _layer_rest(layer: nn.Module, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+    """The decoder layer after its attention kernel: output projection, residual, MLP."""
+    b, t, _ = x.shape
+    attn = layer.self_attn
+    y = x + attn.o_proj(attn_out.transpose(1, 2).reshape(b, t, attn.nh * attn.hd))
+    return y + layer.mlp(layer.post_attention_layernorm(y))
 
 
 def average_states(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:

@@ -1,5 +1,9 @@
 """Draft lengths chosen by a Bandit while a vLLM engine runs, between two engine steps.
 
+`make_controller` picks the controller for a policy: FastRL's BEG-MAB (`bandit.algorithm: beg`
+with `reward_stat: median`) learns from every engine step (real/rollout/step_bandit.py); every
+other bandit runs here, per stint as the simulator runs it:
+
     engine = RolloutEngine(model, load_policy("tlt-cold"), drafter_dir=..., adaptive=True)
     controller = BanditController(engine, seed=0)
     run = engine.run_steps(requests, controller=controller)  # each row's `chosen_k` is set
@@ -24,11 +28,12 @@ The rule is the simulator's (sim/simulator.py), on real engine steps:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
 from real.rollout.requests import EngineStepRow
 from real.rollout.spec_config import bucket_ranges, close_table
+from real.rollout.step_bandit import StepBandit
 from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, make_bandit
 from workbench.contracts.policy import Policy
 
@@ -115,6 +120,10 @@ class BanditController:
 
     # ------------------------------------------------------------ checkpoints
 
+    def end_rollout(self) -> None:
+        """Between rollouts: nothing to forget (a stint's tokens and time span rollouts, as in the
+        simulator); StepBandit's counterpart forgets the last step's draft length."""
+
     def state_dict(self) -> dict[str, Any]:
         """The bandit's state, the buckets' draft lengths and the open stints (JSON-serialisable)."""
         return {"bandit": self.bandit.state_dict(), "steps": self.steps,
@@ -133,3 +142,19 @@ class BanditController:
         self.stints = {int(b): _Stint(Arm(int(ab), int(ak)), int(n), int(tok), float(w))
                        for b, ab, ak, n, tok, w in state["stints"]}
         self._apply()
+
+
+def make_controller(engine: Any, policy: Policy | None = None, seed: int = 0, start: Sequence[int] | None = None) -> Any:
+    """The policy's controller on `engine`: a StepBandit for FastRL's BEG-MAB (beg, median), which
+    starts each bucket at `start` (one draft length per schedule row, e.g. what a profile predicts
+    best: workbench/schedule.py); else a BanditController, which starts at the policy's schedule
+    (`start` then becomes the schedule's draft lengths)."""
+    policy = policy if policy is not None else engine.policy
+    if policy.bandit.algorithm == "beg" and policy.bandit.reward_stat == "median":
+        return StepBandit(engine, policy, seed=seed, start=start)
+    if start is not None:
+        if len(start) != len(policy.schedule):
+            raise ValueError(f"start: {len(start)} draft lengths for the {len(policy.schedule)} rows of "
+                             f"policy '{policy.name}'")
+        policy = replace(policy, schedule=tuple(replace(row, draft_len=int(k)) for row, k in zip(policy.schedule, start)))
+    return BanditController(engine, policy, seed=seed)

@@ -9,6 +9,10 @@
   turns SD off for every larger batch (vLLM otherwise carries the last row's K forward).
   A schedule with one draft length for every batch size is passed as plain static SD.
 - a tree strategy in the schedule (top-k > 1) is refused, naming the row: vLLM drafts chains;
+- what this backend cannot run is refused before anything starts, naming the field and the fix
+  (`refuse_undraftable`): `drafter.kind: suffix` (vLLM's suffix decoding needs the
+  arctic-inference package, which this backend does not install); `tlt train` also refuses
+  every rollout mode but `sync` (`refuse_unrunnable`: `async`, `stream`, `partial`, ...);
 - `adaptive` (draft lengths that change while the engine runs, real/rollout/adaptive.py):
   `num_speculative_tokens` is the largest arm the policy's bandit may pick
   (`adaptive_draft_cap`) and the table is always given.
@@ -79,6 +83,35 @@ def refuse_trees(policy: Policy) -> None:
                 f"{row.strategy.depth}]) or simulate the policy with `tlt sim` instead")
 
 
+def refuse_undraftable(policy: Policy) -> None:
+    """What no vLLM engine of this backend can draft, refused naming the field and the fix: tree
+    strategies (`refuse_trees`) and suffix drafters."""
+    refuse_trees(policy)
+    if policy.drafter.kind == "suffix":
+        raise EngineConfigError(
+            f"policy '{policy.name}': drafter.kind 'suffix' is simulator-only here (vLLM's suffix decoding "
+            f"needs the arctic-inference package, which the real backend does not ship): set drafter.kind to "
+            f"'ngram' (model-free, the nearest) or 'eagle', or simulate the policy with `tlt sim`")
+
+
+def refuse_unrunnable(policy: Policy) -> None:
+    """Everything in `policy` that `tlt train` cannot run (the simulator runs all of it), refused
+    naming the field and the fix: `refuse_undraftable`, and rollout modes other than sync (the
+    real backend rolls out every response of a step to the end, then trains on it). A single
+    engine's rollout (`tlt capture`) has no mode, so `speculative_config` checks only the drafting."""
+    refuse_undraftable(policy)
+    rollout = policy.rollout
+    if rollout.stream:
+        raise EngineConfigError(
+            f"policy '{policy.name}': rollout.stream is simulator-only (the real backend rolls out, then "
+            f"trains): set rollout.stream: false and rollout.mode: sync, or simulate the policy with `tlt sim`")
+    if rollout.mode != "sync":
+        raise EngineConfigError(
+            f"policy '{policy.name}': rollout.mode '{rollout.mode}' is simulator-only (the real backend runs "
+            f"every response of a step to the end, then trains on it): set rollout.mode: sync, or simulate "
+            f"the policy with `tlt sim`")
+
+
 def _eagle_dir(policy: Policy, drafter_dir: str | Path | None) -> Path:
     if drafter_dir is None:
         raise EngineConfigError(
@@ -100,9 +133,9 @@ def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
     is `adaptive_draft_cap(policy)` and the Dynamic SD table is always given (vLLM builds the
     scheduler's lookup only from one), even for a uniform schedule or one of draft length 0.
     """
+    refuse_undraftable(policy)
     if not policy.uses_sd:
         return None
-    refuse_trees(policy)
     rows = dynamic_schedule(policy, max_num_seqs)
     k_max = adaptive_draft_cap(policy) if adaptive else max((k for _, _, k in rows), default=0)
     if k_max == 0:
@@ -113,8 +146,8 @@ def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
                                 "prompt_lookup_max": NGRAM_LOOKUP_MAX, "prompt_lookup_min": NGRAM_LOOKUP_MIN}
     elif kind == "eagle":
         spec = {"method": "eagle", "model": str(_eagle_dir(policy, drafter_dir)), "num_speculative_tokens": k_max}
-    else:  # pragma: no cover - Policy.check() allows only none/ngram/eagle
-        raise EngineConfigError(f"drafter.kind {kind!r}: allowed: none, ngram, eagle")
+    else:  # pragma: no cover - refuse_undraftable() leaves only none/ngram/eagle
+        raise EngineConfigError(f"drafter.kind {kind!r}: the real backend runs none, ngram or eagle")
     if adaptive or len({k for _, _, k in rows}) > 1:
         spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in rows]
     return spec

@@ -4,13 +4,16 @@ One RL step, as the coordinator (this module, in the driver process) runs it:
 
 1. rollout: the step's prompts are drawn (seeded by (seed, step)) and split by group over the
    W rollout workers (Ray actors, real/run/worker.py), which decode their shards at once. Each
-   engine's BanditController picks draft lengths between engine steps.
-2. spot training: as soon as `min_idle_workers` workers have finished, every idle worker
-   trains the drafter on its fresh responses' hidden states plus the buffer of recent steps
+   engine's controller (real/rollout/adaptive.py) picks draft lengths between engine steps,
+   starting from `RunConfig.start_tables` (what a profile predicts best, workbench/schedule.py).
+2. idle workers: as soon as `min_idle_workers` workers have finished, every idle worker first
+   judges the drafters on its fresh responses (for the switch rule, step 4, and the staleness
+   figures) and then trains the drafter on their hidden states plus the buffer of recent steps
    (from the trainer's forward pass, real/grpo.py), until the last worker finishes; then it is
    told to stop and returns within one drafter step. The rollout never waits for it: the
    coordinator stops trainers only after the last rollout returned, and a worker trains only
    once its own shard is done. Drafters trained by several workers are averaged by steps done.
+   Training runs in every `training.interval_steps`-th RL step; the judging in every step.
 3. policy update: rewards (real/tiny/task.py), one GRPO step (real/grpo.py: packed forwards,
    no padding) on all of this machine's cores, which the waiting workers leave free; its first,
    no-grad pass yields the hidden states the drafter buffer keeps.
@@ -19,9 +22,12 @@ One RL step, as the coordinator (this module, in the driver process) runs it:
    `choose_drafter`: the drafter they do not run takes over when its tokens per verify pass
    beat the running one's by `switch_margin` (relative). Both are judged on the same held-out
    responses of this step at the engines' largest draft length (`DrafterCheck`): the learned
-   drafter the engines would run next step by its greedy-chain agreement with the target, n-gram
-   by replaying vLLM's prompt lookup over the same responses (real/drafter/spot.py). A switch
-   restarts every worker's engine in its process (real/run/worker.py).
+   drafter the engines ran by its greedy-chain agreement with the target, n-gram by replaying
+   vLLM's prompt lookup over the same responses (real/drafter/spot.py). The judging happens in
+   an idle worker's time (step 2), on responses no drafter trained on; only when no worker was
+   idle long enough does the sync judge, on the update's hidden states. A switch restarts every
+   worker's engine in its process (real/run/worker.py). A cold learned drafter starts behind
+   n-gram; a warm-started one (`drafter.warm_start`) starts on the engines.
 5. checkpoint (atomic, real/run/checkpoints.py), metrics and the trace
    (workbench/contracts/trace.py, with a per-worker timeline in the simulator's format; the
    rows are built by real/run/records.py) are written.
@@ -34,10 +40,11 @@ interleave two runs.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -45,8 +52,9 @@ import pandas as pd
 
 from real.drafter.records import HiddenRecord
 from real.rollout.requests import RolloutRequest, Sampling
-from real.rollout.spec_config import EngineConfigError, adaptive_draft_cap, refuse_trees
+from real.rollout.spec_config import adaptive_draft_cap
 from real.run.capture import machine_info
+from real.run.config import REFERENCE_DRAFTER, RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
 from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
 from real.run.records import (
     DrafterCheck,
@@ -62,7 +70,6 @@ from real.run.records import (
 )
 from real.tiny import task
 from workbench.contracts.fileio import write_atomic, write_dir_atomic
-from workbench.contracts.policy import Policy
 from workbench.contracts.schema import to_mapping
 from workbench.contracts.seeds import Stream, derive_seed
 from workbench.contracts.trace import RequestRow, Trace, write_trace
@@ -81,66 +88,6 @@ def choose_drafter(current: str, check: DrafterCheck, margin: float) -> str:
     if current == "eagle" and check.ngram > check.eagle * (1.0 + margin):
         return "ngram"
     return current
-
-
-class TrainError(ValueError):
-    """A `tlt train` input that cannot run (names the option and the fix)."""
-
-
-@dataclass
-class RunConfig:
-    model: Path
-    policy: Policy
-    out: Path
-    steps: int = 20
-    workers: int = 2
-    seed: int = 0
-    prompts: int = 16  # prompts per RL step
-    samples: int = 4  # group size G
-    max_tokens: int = 1024
-    temperature: float = 1.0
-    mix: str = "default"
-    drafter: Path | None = None  # warm-start drafter (policies with drafter.warm_start)
-    lr: float = 2e-5  # GRPO
-    kl_coef: float = 0.0
-    max_num_seqs: int = 64
-    max_model_len: int = 2048
-    address: str | None = None  # Ray cluster to join; None: a local Ray
-    checkpoint_every: int = 1
-
-    def check(self) -> None:
-        if not (Path(self.model) / "config.json").is_file():
-            raise TrainError(f"--model {self.model}: no config.json (give a Hugging Face model directory)")
-        if self.policy.rollout.mode != "sync":
-            raise TrainError(f"--policy {self.policy.name}: rollout.mode '{self.policy.rollout.mode}' is simulator-only; "
-                             f"tlt train runs mode 'sync' (set rollout.mode: sync)")
-        try:
-            refuse_trees(self.policy)
-        except EngineConfigError as exc:
-            raise TrainError(f"--policy {self.policy.name}: {exc}") from None
-        if self.policy.drafter.kind == "eagle" and self.policy.drafter.warm_start and self.drafter is None:
-            raise TrainError(f"--policy {self.policy.name}: drafter.warm_start needs --drafter DIR "
-                             f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter)")
-        if self.drafter is not None and not (Path(self.drafter) / "config.json").is_file():
-            raise TrainError(f"--drafter {self.drafter}: not an EAGLE checkpoint (no config.json)")
-        for name, v, lo in (("steps", self.steps, 1), ("workers", self.workers, 1), ("prompts", self.prompts, 1),
-                            ("samples", self.samples, 2), ("seed", self.seed, 0)):
-            if v < lo:
-                raise TrainError(f"--{name} {v}: must be >= {lo}" + (" (GRPO needs a group)" if name == "samples" else ""))
-        if self.prompts < self.workers:
-            raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker needs a prompt group")
-
-
-REFERENCE_DRAFTER = Path(__file__).resolve().parents[2] / "traces" / "reference" / "drafter"
-
-
-def default_drafter(model: Path | str, policy: Policy, drafter: Path | None = None) -> Path | None:
-    """The warm-start drafter to use: the one given, else the reference model's shipped drafter for a
-    warm-starting EAGLE policy on the reference model (so `tlt train` and the app need no --drafter there)."""
-    if drafter is None and policy.drafter.kind == "eagle" and policy.drafter.warm_start:
-        if Path(model).resolve() == (REFERENCE_DRAFTER.parent / "model").resolve():
-            return REFERENCE_DRAFTER
-    return drafter
 
 
 class TrainingRun:
@@ -184,7 +131,7 @@ class TrainingRun:
             self.rows = torch.load(ckpt.path("rows.pt"), weights_only=False)
             self.clock0 = time.time() - st["elapsed_s"]
             self.log(f"resuming {self.out} after step {ckpt.step}")
-        elif self.kind == "eagle" and cfg.policy.drafter.ngram_fallback:
+        elif self.kind == "eagle" and cfg.policy.drafter.ngram_fallback and not cfg.policy.drafter.warm_start:
             self.kind = "ngram"  # a cold drafter starts behind n-gram; the switch rule decides
         self.model_dir, self.drafter_dir = Path(model_dir), drafter_dir
         self.buffer = DrafterBuffer(cfg.policy.training.buffer)
@@ -243,7 +190,8 @@ class TrainingRun:
             actor.options(runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}}).remote(
                 i, str(self.model_dir), cfg.policy, str(self.drafter_dir) if self.drafter_dir else None,
                 cfg.seed, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_model_len,
-                spot_lr=cfg.policy.training.lr, drafter_kind=self.kind, threads=threads)
+                spot_lr=cfg.policy.training.lr, drafter_kind=self.kind, threads=threads,
+                start_tables={k: list(v) for k, v in cfg.start_tables.items()})
             for i in range(cfg.workers)]
         self.settings = ray.get(self.workers[0].settings.remote())
         self.log(f"{cfg.workers} rollout workers up (policy {cfg.policy.name}, drafter {self.kind})")
@@ -269,19 +217,20 @@ class TrainingRun:
         every `checkpoint_every` steps (and at the last), a checkpoint."""
         cfg, s = self.cfg, self.next_step
         problems = task.make_problems(cfg.prompts, derive_seed(cfg.seed, Stream.PROMPTS, s), cfg.mix)
-        training = cfg.policy.training.enabled and cfg.policy.drafter.kind == "eagle"
+        keeps = cfg.policy.training.enabled and cfg.policy.drafter.kind == "eagle"  # a drafter buffer
+        training = keeps and s % cfg.policy.training.interval_steps == 0
         ran = self.kind  # the drafter this step decodes with; its sync may switch to the other
         t0, rollouts, spots, t_rollout = self._rollout(problems, s, training)
         t_train0 = time.time()
-        requests, stats, hidden = self._update(problems, rollouts, s, training, training or self.judges_drafters)
+        requests, stats, hidden = self._update(problems, rollouts, s, keeps, keeps or self.judges_drafters)
         new_model = self.trainer.save(self.out / "weights" / f"step-{s:06d}")
         new_drafter = self._merge_drafters(spots, s) if spots else None
         t_train = time.time()
-        self._sync(new_model, new_drafter, rollouts, hidden)
+        check = self._sync(new_model, new_drafter, rollouts, hidden, spots)
         times = StepTimes(start=t0, rollout_end=t_rollout, train_start=t_train0, train_end=t_train, sync_end=time.time())
 
         add_step_rows(self.rows, s, rollouts, spots, requests, times, self.clock0)
-        rec = step_record(s, rollouts, spots, requests, times, stats, ran)
+        rec = step_record(s, rollouts, spots, requests, times, stats, ran, check)
         self.metrics.append(rec)
         self.next_step = s + 1
         if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:
@@ -291,8 +240,9 @@ class TrainingRun:
     def _rollout(self, problems: list[task.Problem], s: int, training: bool
                  ) -> tuple[float, dict[int, WorkerRollout], list[WorkerSpot], float]:
         """1-2. The workers decode their shards at once; once `min_idle_workers` are done, idle
-        workers spot-train the drafter until the last shard is done. Returns the rollout's start,
-        the workers' rollouts and spot sessions, and the rollout's end (epoch seconds)."""
+        workers judge the drafters and spot-train the learned one (`training`) until the last
+        shard is done. Returns the rollout's start, the workers' rollouts and idle sessions, and
+        the rollout's end (epoch seconds)."""
         import ray
 
         cfg, pol = self.cfg, self.cfg.policy
@@ -302,6 +252,9 @@ class TrainingRun:
         shards = [[RolloutRequest(i, j, p.prompt, sampling) for i, p in enumerate(problems) if i % n_workers == w
                    for j in range(cfg.samples)] for w in range(n_workers)]
         buffer_ref = ray.put(self.buffer.records()) if training else None
+        idle_work = training or self.judges_drafters
+        check_k = adaptive_draft_cap(pol) if self.judges_drafters or pol.drafter.warm_start else 0
+        max_steps = pol.training.steps if training else 0
         t0 = time.time()
         pending = {w.rollout.remote(shard, s, self.clock0): i for i, (w, shard) in enumerate(zip(self.workers, shards))}
         rollouts: dict[int, WorkerRollout] = {}
@@ -313,11 +266,12 @@ class TrainingRun:
                 i = pending.pop(ref)
                 rollouts[i] = ray.get(ref)
                 idle.append(i)
-            if training and pending and len(idle) >= pol.training.min_idle_workers:
+            if idle_work and pending and len(idle) >= pol.training.min_idle_workers:
                 for i in idle:
                     if i not in spot_refs.values():
                         seqs = [rollouts[i].sequence(rid) for rid in rollouts[i].outputs]
-                        spot_refs[self.workers[i].spot_train.remote(seqs, buffer_ref, pol.training.steps)] = i
+                        ref = self.workers[i].spot_train.remote(seqs, buffer_ref or [], max_steps, check_k)
+                        spot_refs[ref] = i
         t_rollout = time.time()
         for i in spot_refs.values():
             self.workers[i].stop_spot.remote()
@@ -348,8 +302,9 @@ class TrainingRun:
         return requests, stats, hidden
 
     def _sync(self, new_model: Path, new_drafter: Path | None, rollouts: dict[int, WorkerRollout],
-              records: list[HiddenRecord]) -> None:
-        """4. The new weights into every engine (in place), and the n-gram <-> EAGLE switch."""
+              records: list[HiddenRecord], spots: list[WorkerSpot]) -> DrafterCheck | None:
+        """4. The new weights into every engine (in place), and the n-gram <-> EAGLE switch.
+        Returns the drafters' check the switch used (None: not judged)."""
         import ray
 
         ray.get([w.sync.remote(str(new_model), str(new_drafter) if new_drafter else None) for w in self.workers])
@@ -357,7 +312,18 @@ class TrainingRun:
         if new_drafter is not None:
             self.drafter_dir = new_drafter
         self.model_dir = new_model
-        self._maybe_switch(rollout_accept_len(rollouts.values()), records)
+        check = self.judge(records, spots) if self.judges_drafters or self.cfg.policy.drafter.warm_start else None
+        if check is not None:
+            self._maybe_switch(rollout_accept_len(rollouts.values()), check)
+        return check
+
+    def judge(self, records: list[HiddenRecord], spots: list[WorkerSpot]) -> DrafterCheck | None:
+        """The drafters' check of this step: the idle workers' (step 2), else, for a run that
+        switches, the sync's own on the update's `records` (None: nothing to judge on)."""
+        check = idle_check(spots)
+        if check is None and self.judges_drafters and records and self.drafter_dir is not None:
+            check = self.check_drafters(records)
+        return check
 
     def _merge_drafters(self, spots: list[WorkerSpot], s: int) -> Path | None:
         from real.drafter.checkpoint import save_drafter
@@ -381,18 +347,17 @@ class TrainingRun:
             if p != keep:
                 shutil.rmtree(p, ignore_errors=True)
 
-    def _maybe_switch(self, measured: float, records: list[HiddenRecord]) -> None:
-        """Switch every engine to the other drafter when `choose_drafter` says so (the module doc,
-        step 4). `measured`: vLLM's count for the drafter that ran this rollout, for the log."""
+    def _maybe_switch(self, measured: float, check: DrafterCheck) -> None:
+        """Switch every engine to the other drafter when `choose_drafter` says so on `check` (the
+        module doc, step 4). `measured`: vLLM's count for the drafter that ran, for the log."""
         import ray
 
-        pol = self.cfg.policy
-        if not self.judges_drafters or not records or self.drafter_dir is None:
+        static = "" if math.isnan(check.static) else f", the initial drafter kept static {check.static:.2f}"
+        self.log(f"  drafter check: EAGLE {check.eagle:.2f} vs n-gram {check.ngram:.2f} estimated tokens per pass"
+                 f"{static} ({self.kind} ran, vLLM measured {measured:.2f})")
+        if not self.judges_drafters or self.drafter_dir is None:
             return
-        check = self.check_drafters(records)
-        self.log(f"  drafter check: EAGLE {check.eagle:.2f} vs n-gram {check.ngram:.2f} estimated tokens per pass "
-                 f"({self.kind} ran, vLLM measured {measured:.2f})")
-        kind = choose_drafter(self.kind, check, pol.drafter.switch_margin)
+        kind = choose_drafter(self.kind, check, self.cfg.policy.drafter.switch_margin)
         if kind != self.kind:
             ray.get([w.switch_drafter.remote(kind, str(self.drafter_dir)) for w in self.workers])
             self.log(f"  switched the engines from {self.kind} to {kind}")
@@ -415,6 +380,8 @@ class TrainingRun:
 
     def trace(self) -> Trace:
         meta = {"model": str(Path(self.cfg.model).resolve()), "policy": to_mapping(self.cfg.policy),
+                "start_tables": {k: list(v) for k, v in self.cfg.start_tables.items()},
+                "start_source": self.cfg.start_source,
                 "prompts": self.cfg.prompts, "samples": self.cfg.samples, "max_tokens": self.cfg.max_tokens,
                 "seed": self.cfg.seed, "mix": self.cfg.mix, "temperature": self.cfg.temperature,
                 "workers": self.cfg.workers, "machine": machine_info(), "engine": self.settings,
@@ -452,6 +419,17 @@ class TrainingRun:
             return None
         src = Path(self.drafter_dir)
         return write_dir_atomic(self.out / "drafter", lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True))
+
+
+def idle_check(spots: list[WorkerSpot]) -> DrafterCheck | None:
+    """The drafters' check the idle workers made this step: their estimates averaged (None: none
+    finished one)."""
+    checks = [sp.check for sp in spots if sp.check is not None]
+    if not checks:
+        return None
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return DrafterCheck(eagle=mean([c.eagle for c in checks]), ngram=mean([c.ngram for c in checks]),
+                        static=mean([c.static for c in checks]))
 
 
 def run_training(cfg: RunConfig, resume: bool = False, log: Callable[[str], None] | None = print,

@@ -51,8 +51,9 @@ class DrafterCheck:
     """Both drafters judged on the same held-out records at the same draft length: estimated
     tokens per verify pass under greedy verification (real/drafter/spot.py)."""
 
-    eagle: float  # the learned drafter as the engines will run it next step
+    eagle: float  # the learned drafter as the engines run it
     ngram: float  # vLLM's n-gram prompt lookup, replayed on the records
+    static: float = math.nan  # the run's initial (warm-start) drafter, never trained: staleness
 
 
 @dataclass
@@ -69,6 +70,7 @@ class WorkerSpot:
     stop_latency_s: float  # from stop_spot() to spot_train returning (NaN when not stopped)
     state: dict[str, Any] = field(default_factory=dict)  # drafter weights (torch tensors)
     fresh_records: int = 0
+    check: DrafterCheck | None = None  # the drafters judged on the fresh records before training (None: stopped first)
 
 
 @dataclass
@@ -91,6 +93,11 @@ class StepRecord:
     grpo_loss: float
     kl: float
     stop_latency_s: float  # longest time from stop_spot() to a trainer returning
+    # The drafters judged on this step's responses (DrafterCheck; NaN where not judged): the
+    # learned drafter the engines ran, n-gram, and the initial drafter kept static (warm starts).
+    eagle_est: float = math.nan
+    ngram_est: float = math.nan
+    static_est: float = math.nan
 
 
 METRIC_COLUMNS = tuple(f.name for f in fields(StepRecord))  # metrics.csv, in this order
@@ -151,8 +158,8 @@ def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[Wor
 
 
 def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], requests: list[RequestRow],
-                times: StepTimes, grpo: Any, drafter_kind: str) -> StepRecord:
-    """The RL step's metrics (`grpo`: the GRPO update's StepStats)."""
+                times: StepTimes, grpo: Any, drafter_kind: str, check: DrafterCheck | None = None) -> StepRecord:
+    """The RL step's metrics (`grpo`: the GRPO update's StepStats; `check`: the drafters judged)."""
     n_workers = len(rollouts)
     span = max(times.rollout_end - times.start, 1e-9)
     decode = sum(min(r.end, times.rollout_end) - max(r.start, times.start) for r in rollouts.values())
@@ -173,7 +180,9 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
         drafter_steps=sum(sp.steps for sp in spots), drafter_kind=drafter_kind,
         tokens=sum(row.response_tokens for row in requests), longest=max(row.response_tokens for row in requests),
         grpo_loss=grpo.loss, kl=grpo.kl,
-        stop_latency_s=max((sp.stop_latency_s for sp in spots if sp.stopped), default=math.nan))
+        stop_latency_s=max((sp.stop_latency_s for sp in spots if sp.stopped), default=math.nan),
+        eagle_est=check.eagle if check else math.nan, ngram_est=check.ngram if check else math.nan,
+        static_est=check.static if check else math.nan)
 
 
 def add_step_rows(rows: RunRows, step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot],

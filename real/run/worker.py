@@ -5,8 +5,11 @@ what it is told and reports what happened (real/run/records.py), with wall-clock
 (`time.time()`, comparable across the processes of one machine) so the coordinator can draw
 the step's timeline:
 
-    rollout(requests, rl_step)   decode its shard; the BanditController picks draft lengths
-    spot_train(sequences, buffer) train the drafter on fresh hidden states until stop_spot()
+    rollout(requests, rl_step)   decode its shard; the controller (real/rollout/adaptive.py) picks
+                                 draft lengths between engine steps
+    spot_train(sequences, buffer, max_steps, check_k)
+                                 judge the drafters on its fresh responses (when check_k), then train
+                                 the drafter on their hidden states plus the buffer until stop_spot()
     stop_spot()                  called from another thread: the actor runs two calls at once
                                  (Ray `max_concurrency=2`), so a stop reaches a running spot_train
     sync(target_dir, drafter)    reload weights in place before the next rollout
@@ -15,6 +18,14 @@ the step's timeline:
 
 The stop flag is cleared by `sync` (between RL steps), never by `spot_train`: with a threaded
 actor, a stop sent just after a spot_train may run first, and must still stop it.
+
+`sync` reloads the engine at once but hands the new weights to the spot trainer only when it
+next works (`_catch_up`: at the next spot session, drafter check or checkpoint): loading a
+target there takes a few tenths of a second that the step would otherwise wait for, and an
+idle worker has them to spare.
+
+The controller's state is kept per drafter kind: after an n-gram <-> EAGLE switch and back, the
+engine resumes what it had learnt of that drafter (the two pay differently per batch size).
 
 Every random choice draws from the run seed's streams (`workbench.contracts.seeds`): the
 worker's engine (Stream.ENGINE), spot trainer (Stream.SPOT) and bandit (Stream.CONTROLLER), each
@@ -32,8 +43,8 @@ import torch
 
 from real.drafter.checkpoint import load_drafter
 from real.drafter.records import HiddenRecord
-from real.drafter.spot import SpotTrainer
-from real.rollout.adaptive import BanditController
+from real.drafter.spot import SpotResult, SpotTrainer
+from real.rollout.adaptive import make_controller
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import RolloutRequest, Sampling
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
@@ -45,8 +56,11 @@ from workbench.contracts.seeds import Stream, derive_seed
 class RolloutWorker:
     def __init__(self, worker: int, model_dir: str, policy: Policy, drafter_dir: str | None, seed: int,
                  max_num_seqs: int = 64, max_model_len: int = 2048, kv_cache_gib: float = 0.5,
-                 spot_lr: float = 1e-4, drafter_kind: str | None = None, threads: int = 1):
-        """`seed`: the run's seed; the worker's streams derive from it and `worker`."""
+                 spot_lr: float = 1e-4, drafter_kind: str | None = None, threads: int = 1,
+                 start_tables: dict[str, Sequence[int]] | None = None):
+        """`seed`: the run's seed; the worker's streams derive from it and `worker`. `start_tables`:
+        per drafter kind, the draft length each schedule row starts at (workbench/schedule.py);
+        a kind without one starts at the policy's schedule."""
         # The engine runs in this process (real/rollout/engine.py) and shares its torch threads with the
         # spot trainer: a worker gets its share of the machine's cores, no more.
         self.threads = max(1, threads)
@@ -59,6 +73,8 @@ class RolloutWorker:
         self.engine_kwargs = dict(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                                   seed=derive_seed(seed, Stream.ENGINE, worker), kv_cache_gib=kv_cache_gib)
         self.kind = drafter_kind or policy.drafter.kind
+        self.start_tables = {k: tuple(int(x) for x in v) for k, v in (start_tables or {}).items()}
+        self.controller_states: dict[str, dict[str, Any]] = {}  # kind -> its controller's state when switched away
         self.engine = RolloutEngine(model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
                                     adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()
@@ -68,6 +84,9 @@ class RolloutWorker:
         judges = policy.drafter.kind == "eagle" and policy.drafter.ngram_fallback
         self.spot = SpotTrainer(model_dir, drafter_dir, lr=spot_lr, seed=derive_seed(seed, Stream.SPOT, worker),
                                 max_len=max_model_len) if policy.training.enabled or judges else None
+        # The drafter the run started from, never trained: what spot training is judged against.
+        self.static_state = self.spot.drafter_state() if self.spot is not None and policy.drafter.warm_start else None
+        self._pending: tuple[str | None, str | None] = (None, None)  # (target, drafter) not yet in the spot trainer
         self._stop = threading.Event()
         self._stop_at = float("nan")
 
@@ -93,11 +112,14 @@ class RolloutWorker:
     def _engine_drafter(self) -> str | None:
         return self.drafter_dir if self.kind == "eagle" else None
 
-    def _controller(self) -> BanditController | None:
+    def _controller(self) -> Any:
         if not self.engine.spec:
             return None
-        return BanditController(self.engine, self._engine_policy(),
-                                seed=derive_seed(self.seed, Stream.CONTROLLER, self.worker))
+        ctl = make_controller(self.engine, self._engine_policy(), seed=derive_seed(self.seed, Stream.CONTROLLER, self.worker),
+                              start=self.start_tables.get(self.kind))
+        if self.kind in self.controller_states:
+            ctl.load_state_dict(self.controller_states[self.kind])
+        return ctl
 
     def switch_drafter(self, kind: str, drafter_dir: str | None) -> float:
         """Restart the engine with another drafter kind (n-gram -> EAGLE or back); seconds taken.
@@ -107,15 +129,14 @@ class RolloutWorker:
         carry over."""
         self._pin_threads()
         t = time.perf_counter()
-        bandit = self.controller.state_dict() if self.controller else None
+        if self.controller is not None:
+            self.controller_states[self.kind] = self.controller.state_dict()
         self.engine.close()
         self.kind, self.drafter_dir = kind, drafter_dir
         self.engine = RolloutEngine(self.model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
                                     adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()
         self.controller = self._controller()
-        if self.controller is not None and bandit is not None:
-            self.controller.load_state_dict(bandit)
         return time.perf_counter() - t
 
     # ------------------------------------------------------------ the RL step
@@ -126,6 +147,8 @@ class RolloutWorker:
         c0 = self.engine.spec_counters() if self.engine.spec else None
         run = self.engine.run_steps(requests, rl_step=rl_step, engine=self.worker, clock0=None,
                                     controller=self.controller)
+        if self.controller is not None:
+            self.controller.end_rollout()  # the next rollout's first step verifies nothing of this one's
         end = time.time()
         # Rows carry seconds since this rollout began; the trace wants seconds since the run began.
         shift = start - clock0
@@ -143,12 +166,15 @@ class RolloutWorker:
         return out
 
     def spot_train(self, sequences: Sequence[Sequence[int]], buffer: Sequence[HiddenRecord],
-                   max_steps: int | None) -> WorkerSpot:
-        """Train the drafter on this worker's fresh responses plus the buffer until stopped."""
+                   max_steps: int | None, check_k: int = 0) -> WorkerSpot:
+        """This worker's idle time: with `check_k`, judge the drafters (`judge`) on its fresh
+        responses, which no drafter has trained on yet; then train the drafter on them plus the
+        buffer until stopped (`max_steps` 0: judge only)."""
         self._pin_threads()
         start = time.time()
         if self.spot is None:
             return WorkerSpot(self.worker, start, start, 0, float("nan"), float("nan"), False, float("nan"))
+        self._catch_up()
         # Hidden states of the fresh responses, a minibatch at a time so a stop lands within one
         # forward pass here too.
         fresh: list[HiddenRecord] = []
@@ -158,11 +184,33 @@ class RolloutWorker:
             if self._stop.is_set():
                 break
             fresh += self.spot.hidden_records(seqs[i:i + chunk])
-        res = self.spot.train_until(self._stop, fresh + list(buffer), max_steps)
+        check = self.judge(fresh, check_k) if check_k and fresh else None
+        if max_steps == 0:
+            res = SpotResult(0, 0.0, float("nan"), float("nan"), self._stop.is_set())
+        else:
+            res = self.spot.train_until(self._stop, fresh + list(buffer), max_steps)
         end = time.time()
         latency = end - self._stop_at if res.stopped else float("nan")
         return WorkerSpot(self.worker, start, end, res.steps, res.loss, res.top1, res.stopped, latency,
-                          self.spot.drafter_state(), len(fresh))
+                          self.spot.drafter_state() if res.steps else {}, len(fresh), check)
+
+    def judge(self, records: Sequence[HiddenRecord], k: int) -> DrafterCheck | None:
+        """The drafters on up to 8 of `records` (spread over them), 8 chain starts each, at draft
+        length `k`: the learned drafter as the engines run it, n-gram, and the initial drafter
+        kept static (warm starts only). None when stopped before the end."""
+        records = list(records)
+        sample = records[:: max(1, len(records) // 8)][:8]
+        try:
+            eagle = self.spot.estimate_accept_len(sample, k, max_starts=8, stop=self._stop)
+            ngram = self.spot.estimate_ngram_accept_len(sample, k, max_starts=8, stop=self._stop)
+            static = (self.spot.estimate_accept_len(sample, k, max_starts=8, stop=self._stop,
+                                                    drafter=self.spot.static_drafter(self.static_state))
+                      if self.static_state is not None else float("nan"))
+        except ValueError:  # no record long enough for a chain of k
+            return None
+        if self._stop.is_set():
+            return None
+        return DrafterCheck(eagle=eagle, ngram=ngram, static=static)
 
     def stop_spot(self) -> float:
         self._stop_at = time.time()
@@ -170,7 +218,8 @@ class RolloutWorker:
         return self._stop_at
 
     def sync(self, target_dir: str | None, drafter_dir: str | None) -> float:
-        """Load the new target (and drafter) into the engine and the spot trainer; seconds taken."""
+        """Load the new target (and drafter) into the engine; the spot trainer gets them when it next
+        works (the module doc). Seconds taken."""
         self._pin_threads()
         t = time.perf_counter()
         self._stop.clear()
@@ -182,23 +231,37 @@ class RolloutWorker:
         if drafter_dir is not None:
             self.drafter_dir = str(drafter_dir)
         if self.spot is not None:
-            if target_dir is not None:
-                self.spot.set_target(target_dir)
-            if drafter_dir is not None:
-                self.spot.load_drafter_state(load_drafter(drafter_dir, self.spot.target).drafter_state_dict())
+            target, drafter = self._pending
+            self._pending = (target_dir or target, drafter_dir or drafter)
         return time.perf_counter() - t
+
+    def _catch_up(self) -> None:
+        """The spot trainer onto the weights `sync` left pending: the new target's embedding and LM
+        head, then the merged drafter's weights."""
+        target, drafter = self._pending
+        self._pending = (None, None)
+        if target is not None:
+            self.spot.set_target(target)
+        if drafter is not None:
+            self.spot.load_drafter_state(load_drafter(drafter, self.spot.target).drafter_state_dict())
 
     # ------------------------------------------------------------ checkpoints
 
     def state(self) -> dict[str, Any]:
+        if self.spot is not None:
+            self._catch_up()
         return {"bandit": self.controller.state_dict() if self.controller else None,
+                "bandits": dict(self.controller_states), "static": self.static_state,
                 "spot": self.spot.state_dict() if self.spot else None, "kind": self.kind}
 
     def load_state(self, state: dict[str, Any]) -> None:
+        self.controller_states = dict(state.get("bandits") or {})
         if state.get("bandit") is not None and self.controller is not None:
             self.controller.load_state_dict(state["bandit"])
         if state.get("spot") is not None and self.spot is not None:
             self.spot.load_state_dict(state["spot"])
+        if state.get("static") is not None:
+            self.static_state = state["static"]
 
     def check_drafters(self, records: Sequence[HiddenRecord], k: int) -> DrafterCheck:
         """The learned drafter (this worker's spot-trainer copy, which sync keeps equal to the
@@ -206,9 +269,12 @@ class RolloutWorker:
         self._pin_threads()
         if self.spot is None:
             return DrafterCheck(float("nan"), float("nan"))
+        self._catch_up()
         records = list(records)
+        static = (self.spot.estimate_accept_len(records, k, max_starts=8, drafter=self.spot.static_drafter(self.static_state))
+                  if self.static_state is not None else float("nan"))
         return DrafterCheck(eagle=self.spot.estimate_accept_len(records, k, max_starts=8),
-                            ngram=self.spot.estimate_ngram_accept_len(records, k, max_starts=8))
+                            ngram=self.spot.estimate_ngram_accept_len(records, k, max_starts=8), static=static)
 
     def settings(self) -> dict[str, Any]:
         return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.kind}

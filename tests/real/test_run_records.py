@@ -117,3 +117,18 @@ def test_the_drafter_switch_rule_goes_both_ways_by_the_margin():
     nan = math.nan
     assert choose_drafter("ngram", DrafterCheck(eagle=nan, ngram=2.0), m) == "ngram"
     assert choose_drafter("eagle", DrafterCheck(eagle=nan, ngram=2.0), m) == "eagle"
+
+
+def test_the_idle_workers_checks_are_averaged_and_a_stopped_one_counts_for_nothing():
+    from real.run.coordinator import idle_check
+    from real.run.records import DrafterCheck, WorkerSpot
+
+    def spot(worker, check):
+        return WorkerSpot(worker, 0.0, 1.0, 3, 0.5, 0.4, True, 0.1, check=check)
+
+    assert idle_check([]) is None and idle_check([spot(0, None)]) is None
+    got = idle_check([spot(0, DrafterCheck(4.0, 1.5, 3.0)), spot(1, None), spot(2, DrafterCheck(5.0, 2.5, 4.0))])
+    assert (got.eagle, got.ngram, got.static) == (4.5, 2.0, 3.5)
+    # A cold run judges no static drafter: its NaN stays NaN, the switch rule reads eagle and n-gram only.
+    cold = idle_check([spot(0, DrafterCheck(2.0, 1.2))])
+    assert math.isnan(cold.static) and (cold.eagle, cold.ngram) == (2.0, 1.2)

@@ -7,6 +7,7 @@ one torch thread.
 from __future__ import annotations
 
 import json
+import math
 import threading
 
 import pytest
@@ -263,3 +264,43 @@ def test_ngram_estimate_counts_the_lookup_drafts_the_target_accepts(random_targe
     est = trainer.estimate_ngram_accept_len(greedy, k, max_starts=1000)
     assert est == pytest.approx(1.0 + sum(expected) / len(expected), abs=1e-6)
     assert 1.0 < est <= k + 1  # the random target's greedy loops give the lookup something to find
+
+
+def test_chain_drafts_are_the_drafters_own_greedy_chain(random_target, records):
+    """The cached chain (context keys once, one new position per draft step) drafts exactly what
+    re-running the drafter over [context; drafts so far] at every step drafts."""
+    import torch
+
+    from real.drafter.spot import SpotTrainer, chain_drafts
+
+    trainer = SpotTrainer(random_target, lr=3e-3, seed=0)
+    trainer.train_until(threading.Event(), records[:8], max_steps=20)  # a drafter that agrees sometimes
+    drafter = trainer.drafter.eval()
+    rec = records[0]
+    ids, hidden = torch.tensor(rec.token_ids), rec.hidden
+    starts, k = torch.tensor([2, 7, 15]), 4
+    fast = torch.stack(list(chain_drafts(drafter, ids, hidden, starts, k)), dim=1)
+    with torch.no_grad():
+        for row, t in enumerate(starts.tolist()):
+            hid, tok = hidden[: t + 1].clone(), ids[1: t + 2].clone()
+            for j in range(k):
+                g = drafter.predict_hidden(hid[None], tok[None])[0, -1]
+                d = drafter.lm_head(g).argmax(-1)
+                assert int(d) == int(fast[row, j]), (t, j)
+                hid, tok = torch.cat((hid, g[None])), torch.cat((tok, d[None]))
+
+
+def test_a_static_drafter_is_judged_on_the_current_target(random_target, records):
+    """`static_drafter(state)` rebuilds a drafter from saved weights: judged on the same records it
+    gives what the trainer's drafter gave when it had those weights, however far training went."""
+    from real.drafter.spot import SpotTrainer
+
+    trainer = SpotTrainer(random_target, lr=3e-3, seed=0)
+    initial = trainer.drafter_state()
+    before = trainer.estimate_accept_len(records[:4], k=3)
+    trainer.train_until(threading.Event(), records, max_steps=20)
+    static = trainer.static_drafter(initial)
+    assert trainer.estimate_accept_len(records[:4], k=3, drafter=static) == pytest.approx(before)
+    stop = threading.Event()
+    stop.set()
+    assert math.isnan(trainer.estimate_accept_len(records[:4], k=3, stop=stop))

@@ -6,6 +6,7 @@ command runs."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict
@@ -27,8 +28,15 @@ from real.tiny.model import DEFAULT_STEPS, init_model
 from workbench.cli.apps import app, bench_app, drafter_app, model_app
 from workbench.cli.common import fail
 from workbench.contracts.policy import load_policy
+from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
+from workbench.schedule import start_tables, with_table
 from workbench.tables import format_table
+
+DEFAULT_PROFILE = "cpu-tiny"
+PROFILE_HELP = ("Profile (preset or file) whose cost and acceptance models pick the draft length each batch bucket "
+                "starts at (workbench/schedule.py; a learning bandit corrects it online); 'none': the policy's own "
+                "schedule. Fixed-table policies always run their schedule as written.")
 
 
 @model_app.command("init")
@@ -183,14 +191,30 @@ def bench_grpo(
 
 
 def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, seed: int, prompts: int, samples: int,
-                max_tokens: int, drafter: Optional[Path], lr: float, address: Optional[str], mix: str):
+                max_tokens: int, drafter: Optional[Path], lr: float, address: Optional[str], mix: str,
+                profile: str = DEFAULT_PROFILE) -> RunConfig:
+    """The run's RunConfig, checked; for a learning bandit, its start tables predicted on `profile`
+    ('none': the policy's own schedule)."""
     try:
         pol = load_policy(policy)
     except Exception as exc:
         fail(exc)
+    tables: dict = {}
+    source = ""
+    if profile.strip().lower() != "none":
+        try:
+            prof = load_profile(profile)
+        except ConfigError as exc:
+            fail(exc)
+        predicted = start_tables(pol, prof)
+        if predicted:
+            tables = {k: v.table for k, v in predicted.items()}
+            pol = with_table(pol, tables[pol.drafter.kind])
+            source = f"profile {prof.name} (workbench/schedule.py)"
     drafter = default_drafter(model, pol, drafter)
     cfg = RunConfig(model=model, policy=pol, out=out, steps=steps, workers=workers, seed=seed, prompts=prompts,
-                    samples=samples, max_tokens=max_tokens, drafter=drafter, lr=lr, address=address, mix=mix)
+                    samples=samples, max_tokens=max_tokens, drafter=drafter, lr=lr, address=address, mix=mix,
+                    start_tables=tables, start_source=source)
     try:
         cfg.check()
     except TrainError as exc:
@@ -198,15 +222,33 @@ def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, s
     return cfg
 
 
+def _show_start(cfg: RunConfig) -> None:
+    """The draft lengths each bucket starts at, per drafter kind (stderr: the run's log)."""
+    if not cfg.start_tables:
+        return
+    rows = cfg.policy.schedule
+    for kind, table in cfg.start_tables.items():
+        cells = ", ".join(f"{r.min_batch}-{r.max_batch}: {k}" for r, k in zip(rows, table))
+        typer.echo(f"{cfg.policy.name}: {kind} starts at draft lengths {cells} (from {cfg.start_source}; "
+                   f"SD off above batch {cfg.policy.sd_threshold})", err=True)
+
+
 _STEP_HEADER = ["step", "step s", "rollout s", "train s", "sync s", "bubble", "spot", "accept", "reward", "pass@G",
-                "drafter", "d-steps", "d-loss"]
+                "drafter", "d-steps", "d-loss", "est eagle/static/ngram"]
 
 
 def _step_row(m) -> list[str]:
     return [str(m.step), f"{m.step_s:.2f}", f"{m.rollout_s:.2f}", f"{m.train_s:.2f}", f"{m.sync_s:.2f}",
             f"{m.bubble_frac:.0%}", f"{m.spot_frac:.0%}", f"{m.mean_accept_len:.2f}", f"{m.reward:.3f}",
             f"{m.pass_at_g:.2f}", m.drafter_kind, str(m.drafter_steps),
-            "-" if m.drafter_loss != m.drafter_loss else f"{m.drafter_loss:.3f}"]
+            "-" if m.drafter_loss != m.drafter_loss else f"{m.drafter_loss:.3f}", _estimates(m)]
+
+
+def _estimates(m) -> str:
+    """The drafters judged this step (estimated tokens per verify pass): the learned one the engines
+    ran, the initial one kept static (staleness), n-gram; '-' where not judged."""
+    cells = ["-" if math.isnan(v) else f"{v:.2f}" for v in (m.eagle_est, m.static_est, m.ngram_est)]
+    return "-" if cells == ["-"] * 3 else "/".join(cells)
 
 
 @app.command()
@@ -221,13 +263,17 @@ def train(
     prompts: int = typer.Option(16, min=1, help="Prompts per RL step."),
     samples: int = typer.Option(4, min=2, help="Samples per prompt (the GRPO group)."),
     max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
-    drafter: Optional[Path] = typer.Option(None, help="Warm-start EAGLE drafter (policies with drafter.warm_start)."),
+    drafter: Optional[Path] = typer.Option(None, help="Warm-start EAGLE drafter (policies with drafter.warm_start; "
+                                                      "on the reference model, traces/reference/drafter by default)."),
     lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate (AdamW)."),
     mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/tiny/task.py)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address to join (default: a local Ray)."),
+    profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
 ) -> None:
     """GRPO on vLLM rollouts with spot drafter training and adaptive SD (real/run/coordinator.py)."""
-    cfg = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens, drafter, lr, address, mix)
+    cfg = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens, drafter, lr, address, mix,
+                      profile)
+    _show_start(cfg)
     typer.echo("  ".join(_STEP_HEADER))
 
     def on_step(m) -> None:
@@ -245,27 +291,54 @@ def train(
 @bench_app.command("real")
 def bench_real(
     model: Path = typer.Option(..., help="Target model directory."),
+    policy: str = typer.Option("tlt-vllm", help="The TLT policy (preset name or file) compared with baseline."),
+    drafter: Optional[Path] = typer.Option(None, help="Warm-start EAGLE drafter for a warm-starting policy "
+                                                      "(default on the reference model: traces/reference/drafter)."),
+    profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
     steps: int = typer.Option(10, min=1, help="RL steps per policy."),
     workers: int = typer.Option(2, min=1, help="Rollout workers per policy."),
     seed: int = typer.Option(0, help="Seed shared by both runs."),
-    out: Path = typer.Option(Path("bench-real"), help="Directory for both runs (baseline/, tlt/)."),
+    out: Path = typer.Option(Path("bench-real"), help="Directory for both runs (baseline/ and one named after the policy)."),
     prompts: int = typer.Option(16, min=1, help="Prompts per RL step."),
     samples: int = typer.Option(4, min=2, help="Samples per prompt."),
     max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
     lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate."),
 ) -> None:
-    """baseline vs tlt from the same model and seed, steps interleaved; last line JSON."""
-    cfg = _run_config(model, "baseline", out, steps, workers, seed, prompts, samples, max_tokens, None, lr, None, "default")
-    for name in ("baseline", "tlt-cold"):
-        if (out / name / "checkpoints").exists():
-            fail(ValueError(f"--out {out}: {out / name} holds a run already; choose another --out"))
+    """baseline vs a TLT policy (default tlt-vllm) from the same model and seed, steps interleaved;
+    then the phases, the speed per batch bucket and the response lengths; last line JSON."""
+    base = _run_config(model, "baseline", out / "baseline", steps, workers, seed, prompts, samples, max_tokens, None,
+                       lr, None, "default", "none")
+    tlt = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens, drafter, lr, None,
+                      "default", profile)
+    if tlt.policy.name == "baseline":
+        fail(ValueError(f"--policy {policy}: compare another policy with baseline"))
+    tlt.out = out / tlt.policy.name
+    for cfg in (base, tlt):
+        if (cfg.out / "checkpoints").exists():
+            fail(ValueError(f"--out {out}: {cfg.out} holds a run already; choose another --out"))
+    _show_start(tlt)
 
     def on_step(name, m) -> None:
         typer.echo(f"{name:9s} " + "  ".join(_step_row(m)), err=True)
 
-    report = run_bench_real(cfg, log=lambda m: typer.echo(m, err=True), on_step=on_step)
+    report = run_bench_real([base, tlt], log=lambda m: typer.echo(m, err=True), on_step=on_step)
+    _show_bench(report, tlt)
+    typer.echo(f"{tlt.policy.name}: median engine-step ms by batch, while another worker spot-trained (True) or not (False):")
+    typer.echo(spot_interference(tlt.out / "trace").round(2).to_string())
+    typer.echo(json.dumps({k: round(v, 4) for k, v in asdict(report.summary).items()}))
+
+
+def _show_bench(report, tlt: RunConfig) -> None:
     rows = [[name] + _step_row(m) for name, ms in report.steps.items() for m in ms]
     typer.echo(format_table(rows, ["policy"] + _STEP_HEADER))
-    typer.echo("tlt: median engine-step ms by batch, while another worker spot-trained (True) or not (False):")
-    typer.echo(spot_interference(out / "tlt-cold" / "trace").round(2).to_string())
-    typer.echo(json.dumps({k: round(v, 4) for k, v in asdict(report.summary).items()}))
+    rows = [[name, f"{p.step_s:.2f}", f"{p.rollout_s:.2f}", f"{p.train_s:.2f}", f"{p.sync_s:.2f}",
+             f"{p.rollout_share:.0%}"] for name, p in report.phases.items()]
+    typer.echo("mean seconds per RL step, by phase:")
+    typer.echo(format_table(rows, ["policy", "step", "rollout", "update", "sync", "rollout share"]))
+    rows = [[b.bucket, f"{b.baseline_time_share:.0%}", f"{b.baseline_rate:.0f}", f"{b.tlt_rate:.0f}",
+             f"{b.speedup:.2f}x", b.tlt_draft_lens] for b in report.buckets]
+    typer.echo("decoding by batch size (tokens per sequence per second; prefill steps left out):")
+    typer.echo(format_table(rows, ["batch", "baseline time", "baseline", tlt.policy.name, "speedup", "draft lengths run"]))
+    rows = [[name, f"{s.p50:.0f}", f"{s.p90:.0f}", str(s.max), f"{s.clip_ratio:.1%}"] for name, s in report.lengths.items()]
+    typer.echo(f"response tokens (cap {tlt.max_tokens}):")
+    typer.echo(format_table(rows, ["policy", "p50", "p90", "max", "clipped"]))

@@ -111,7 +111,7 @@ def _report(result: Comparison, summary) -> Report:
     table = summary[list(_SUMMARY_COLUMNS)].rename(columns={k: v["label"] for k, v in _SUMMARY_COLUMNS.items()})
     rep.heading("Summary over seeds").table(table, {c: (pct if c in ("Bubble", "Spot training", "Tail") else
                                                         fixed(3) if "Speedup" in c or "Paired" in c else fixed(2))
-                                                    for c in table.columns})
+                                                    for c in table.select_dtypes("number").columns})
     rep.text("Bubble: idle worker-time / rollout worker-time (workers that finished, waiting for the slowest). "
              "Tail: worker-time decoding at a batch <= 1/8 of the step's largest / rollout worker-time.")
     rep.figure(result.figure(), f"compare-{result.workload}")

@@ -1,0 +1,78 @@
+"""`tlt train`'s settings: `RunConfig`, its checks (`TrainError` names the option and the fix),
+and the warm-start drafter a run on the shipped reference model gets by default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
+from workbench.contracts.policy import Policy
+
+
+class TrainError(ValueError):
+    """A `tlt train` input that cannot run (names the option and the fix)."""
+
+
+@dataclass
+class RunConfig:
+    model: Path
+    policy: Policy
+    out: Path
+    steps: int = 20
+    workers: int = 2
+    seed: int = 0
+    prompts: int = 16  # prompts per RL step
+    samples: int = 4  # group size G
+    max_tokens: int = 1024
+    temperature: float = 1.0
+    mix: str = "default"
+    drafter: Path | None = None  # warm-start drafter (policies with drafter.warm_start)
+    lr: float = 2e-5  # GRPO
+    kl_coef: float = 0.0
+    max_num_seqs: int = 64
+    max_model_len: int = 2048
+    address: str | None = None  # Ray cluster to join; None: a local Ray
+    checkpoint_every: int = 1
+    # Per drafter kind, the draft length each schedule row starts at (workbench/schedule.py's
+    # prediction from a profile); a kind without one starts at the policy's schedule.
+    start_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    start_source: str = ""  # where start_tables came from (e.g. "profile cpu-tiny"), for the trace
+
+    def check(self) -> None:
+        if not (Path(self.model) / "config.json").is_file():
+            raise TrainError(f"--model {self.model}: no config.json (give a Hugging Face model directory)")
+        try:
+            refuse_unrunnable(self.policy)
+        except EngineConfigError as exc:
+            raise TrainError(f"--policy {self.policy.name}: {exc}") from None
+        if self.policy.drafter.kind == "eagle" and self.policy.drafter.warm_start and self.drafter is None:
+            raise TrainError(f"--policy {self.policy.name}: drafter.warm_start needs --drafter DIR "
+                             f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter; only the reference "
+                             f"model ships one), or a cold-starting policy such as tlt-cold")
+        if self.drafter is not None and not (Path(self.drafter) / "config.json").is_file():
+            raise TrainError(f"--drafter {self.drafter}: not an EAGLE checkpoint (no config.json)")
+        for name, v, lo in (("steps", self.steps, 1), ("workers", self.workers, 1), ("prompts", self.prompts, 1),
+                            ("samples", self.samples, 2), ("seed", self.seed, 0)):
+            if v < lo:
+                raise TrainError(f"--{name} {v}: must be >= {lo}" + (" (GRPO needs a group)" if name == "samples" else ""))
+        if self.prompts < self.workers:
+            raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker needs a prompt group")
+        for kind, table in self.start_tables.items():
+            if kind not in ("ngram", "eagle") or len(table) != len(self.policy.schedule) or min(table, default=0) < 0:
+                raise TrainError(f"start table {kind}: {list(table)}: one draft length >= 0 per schedule row "
+                                 f"({len(self.policy.schedule)}) of policy '{self.policy.name}', for ngram or eagle")
+
+
+REFERENCE_DRAFTER = Path(__file__).resolve().parents[2] / "traces" / "reference" / "drafter"
+
+
+def default_drafter(model: Path | str, policy: Policy, drafter: Path | None = None) -> Path | None:
+    """The warm-start drafter to use: the one given, else the reference model's shipped drafter for a
+    warm-starting EAGLE policy on the reference model (so `tlt train` and the app need no --drafter there)."""
+    if drafter is None and policy.drafter.kind == "eagle" and policy.drafter.warm_start:
+        if Path(model).resolve() == (REFERENCE_DRAFTER.parent / "model").resolve():
+            return REFERENCE_DRAFTER
+    return drafter
+
+
