@@ -13,11 +13,11 @@ real/rollout/adaptive.py):
   arm by its measured value or, with probability `bandit.epsilon`, one of the others. A climb,
   not a sweep of every arm: a chain's value rises with K to one peak and falls past it (more
   tokens a pass, more drafting and verifying), so arms beyond a worse neighbour are worse still,
-  and on a CPU each sweep stint of a far-off arm (K=0 runs the EAGLE drafter all the same, for
-  its KV cache, at half no SD's speed; K=1-2 at batch 1) cost more than its choices won back
-  (`tlt bench real`: 3-4% of the decode time in a 6-step bench). The epsilon share still tries
-  every arm now and then. K=0 (SD off) is always an arm, so a bucket where SD loses climbs down
-  to SD off.
+  and a sweep's stints of far-off arms cost more than they teach: in a quiet 6-step
+  `tlt bench real` trace they took ~3% of the TLT engines' decode time (K=0 still runs the
+  EAGLE drafter's first pass, for its KV cache, so it decoded at 40-60% of a plain engine's
+  speed; K=1-2 at small batches). The epsilon share still tries every arm now and then. K=0
+  (SD off) is always an arm, so a bucket where SD loses climbs down to SD off.
 - It learns from every engine step (not once per stint): a step's `new_tokens` per decoding
   request and its `wall_s` join the window (`bandit.window` steps) of the arm that step ran.
   vLLM verifies in step s the drafts proposed at the end of step s - 1, so step s's tokens are
