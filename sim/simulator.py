@@ -227,8 +227,14 @@ class Simulator:
         wl = self.workload
         for step in range(steps):
             rolled = yield from self._rollout(step)
-            yield from self._phase(step, "train", train_phase_s(self.profile.phases, rolled.tokens, wl.gpus))
-            yield from self._phase(step, "sync", self.profile.phases.weight_sync_s)
+            ph = self.profile.phases
+            spot = self._spot_trains(step)
+            # The wait for the spot trainers to stop goes on the timeline as sync (no worker rolls out
+            # or updates then); `spot_stop_s` is what the sync took longer for it.
+            if spot and ph.spot_stop_s > 0:
+                yield from self._phase(step, "sync", ph.spot_stop_s)
+            yield from self._phase(step, "train", train_phase_s(ph, rolled.tokens, wl.gpus))
+            yield from self._phase(step, "sync", ph.weight_sync_s + (ph.drafter_sync_s if spot else 0.0))
             self._version += 1
             self.pool.version = [self._version] * self.engines
             self.drafter = after_policy_update(self.drafter, self.profile)

@@ -205,3 +205,39 @@ def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
     a = resumed.sort_values(key)[key + ["response_tokens", "reward"]].reset_index(drop=True)
     b = reference.sort_values(key)[key + ["response_tokens", "reward"]].reset_index(drop=True)
     assert a.equals(b), "the resumed run must generate exactly what the uninterrupted run did"
+
+
+def test_validate_predicts_every_phase_of_a_real_run(runs):
+    """`tlt validate RUN_DIR` re-simulates the whole run: per-phase and per-step rows, then the JSON."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    r = CliRunner().invoke(app, ["validate", "--profile", "cpu-tiny", str(runs["tlt-vllm"].out)])
+    assert r.exit_code == 0, r.output
+    assert "phase (mean per step)" in r.output and "held out" in r.output
+    last = json.loads(r.output.strip().splitlines()[-1])
+    assert last["measured_step_s"] > 0 and last["predicted_step_s"] > 0 and math.isfinite(last["error_pct"])
+    assert set(last["phases"]) == {"rollout", "train", "sync", "other", "step"}
+    assert last["phases"]["rollout"]["measured_s"] > 0 and last["phases"]["train"]["predicted_s"] > 0
+
+
+def test_bench_prediction_from_real_runs(runs):
+    """Run-level parameters fitted on the baseline run (in-sample for it, held out for tlt-vllm), then
+    both runs predicted: finite speedups, and every parameter row says how it was set."""
+    from workbench.bench_prediction import predict_bench
+    from workbench.calibrate.runs import fit_runs
+    from workbench.contracts.profile import load_profile
+
+    fit = fit_runs([runs["baseline"].out], load_profile("cpu-tiny"))
+    assert all(row[3] for row in fit.table_rows())
+    assert {p.key: p for p in fit.params}["phases.train_gpu_s_per_token"].fitted
+    b = predict_bench({"baseline": runs["baseline"].out, "tlt-vllm": runs["tlt-vllm"].out}, fit.profile, "baseline")
+    rows = {r.name: r for r in b.rows}
+    assert rows["baseline"].in_sample and not rows["tlt-vllm"].in_sample
+    t = rows["tlt-vllm"]
+    assert all(math.isfinite(v) and v > 0 for v in (t.predicted_step_s, t.measured_step_s, t.predicted_speedup_step,
+                                                    t.measured_speedup_step, t.predicted_speedup_rollout))
+    json.dumps(b.to_json())
+    spot = fit_runs([runs["tlt-vllm"].out], load_profile("cpu-tiny"))
+    assert {"learning.train_tokens_per_s", "acceptance.staleness_per_update", "learning.learn_tokens"} <= {p.key for p in spot.params}

@@ -17,6 +17,7 @@ a LengthModel through `sim.lengths.sample_step`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,3 +154,73 @@ def synthetic_trace():
     """`synthetic_trace(profile, policy_mapping, prompts=, samples=, cap=, workers=, max_batch=, ...)`:
     a Trace from an engine whose step costs are the profile's own cost form (plus noise)."""
     return _synthetic_trace
+
+
+# ------------------------------------------------------------ synthetic `tlt train` run directories
+
+def _synthetic_run(out, profile: Profile, policy: dict, *, prompts: int = 6, samples: int = 4, cap: int = 256,
+                   workers: int = 2, max_batch: int = 16, rl_steps: int = 4, spot_s: tuple[float, ...] = (),
+                   drafter_steps: tuple[int, ...] = (), eagle_est: tuple[float, ...] = (),
+                   static_est: tuple[float, ...] = (), other_s: float = 0.1, seed: int = 0):
+    """A run directory as `tlt train --out` writes it (metrics.csv, trace/ with a timeline), from the
+    synthetic engine: rollouts at the profile's step costs, updates taking exactly the profile's
+    `train_gpu_s_per_token` x prompt+response tokens / GPUs, syncs its `weight_sync_s`, `spot_s[t]`
+    seconds of drafter_train on worker 0 in step t doing `drafter_steps[t]` steps, and the given
+    drafter estimates (NaN where not given). A policy that spot-trains also waits the profile's
+    `spot_stop_s` for its trainers to stop (metrics.csv stop_latency_s) and syncs `drafter_sync_s` more."""
+    from pathlib import Path
+
+    from workbench.contracts.fileio import write_atomic
+    from workbench.contracts.trace import write_trace
+
+    t = _synthetic_trace(profile, policy, prompts=prompts, samples=samples, cap=cap, workers=workers,
+                         max_batch=max_batch, rl_steps=rl_steps, noise=0.01, outliers=0.0, warmup=0, seed=seed,
+                         shared_acceptance=True)
+    tokens = t.requests.groupby("rl_step")[["prompt_tokens", "response_tokens"]].sum().sum(axis=1)
+    t.rl_steps["train_s"] = [profile.phases.train_gpu_s_per_token * tokens[s] / workers for s in t.rl_steps["rl_step"]]
+    trains = bool(policy.get("training", {}).get("enabled", False))
+    stop_s = profile.phases.spot_stop_s if trains else float("nan")
+    t.rl_steps["sync_s"] = profile.phases.weight_sync_s + (profile.phases.drafter_sync_s if trains else 0.0)
+    t.rl_steps["drafter_train_s"] = [spot_s[s] if s < len(spot_s) else 0.0 for s in t.rl_steps["rl_step"]]
+    rows = []
+    for s in t.rl_steps.itertuples():
+        st = t.steps[t.steps["rl_step"] == s.rl_step]
+        t0, end = float(st["start_s"].min()), float((st["start_s"] + st["wall_s"]).max())
+        for w in range(workers):
+            e = st[st["engine"] == w]
+            w_end = float((e["start_s"] + e["wall_s"]).max())
+            rows.append(dict(step=s.rl_step, worker=w, start_s=t0, end_s=w_end, state="decode", batch=int(e["batch_size"].max()),
+                             draft_len=0, tokens=0.0, passes=float(len(e)), context=0.0, strategy=""))
+            spot = spot_s[s.rl_step] if w == 0 and s.rl_step < len(spot_s) else 0.0
+            if spot > 0:
+                n = drafter_steps[s.rl_step] if s.rl_step < len(drafter_steps) else 0
+                rows.append(dict(step=s.rl_step, worker=w, start_s=w_end, end_s=w_end + spot, state="drafter_train", batch=0,
+                                 draft_len=0, tokens=float(n), passes=0.0, context=0.0, strategy=""))
+            rows.append(dict(step=s.rl_step, worker=w, start_s=w_end + spot, end_s=max(end, w_end + spot), state="idle",
+                             batch=0, draft_len=0, tokens=0.0, passes=0.0, context=0.0, strategy=""))
+    t.timeline = pd.DataFrame(rows)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_trace(t, out / "trace")
+
+    def pick(seq, i):
+        return seq[i] if i < len(seq) else float("nan")
+
+    kind = policy.get("drafter", {}).get("kind", "none")
+    wait = 0.0 if math.isnan(stop_s) else stop_s
+    metrics = pd.DataFrame([dict(step=s.rl_step, step_s=s.rollout_s + s.train_s + s.sync_s + wait + other_s,
+                                 rollout_s=s.rollout_s, train_s=s.train_s, sync_s=s.sync_s, stop_latency_s=stop_s,
+                                 mean_accept_len=1.0, drafter_kind=kind,
+                                 drafter_steps=int(pick(drafter_steps, s.rl_step)) if s.rl_step < len(drafter_steps) else 0,
+                                 tokens=int(t.requests[t.requests["rl_step"] == s.rl_step]["response_tokens"].sum()),
+                                 eagle_est=pick(eagle_est, s.rl_step), static_est=pick(static_est, s.rl_step))
+                            for s in t.rl_steps.itertuples()])
+    write_atomic(out / "metrics.csv", metrics.to_csv(index=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def synthetic_run():
+    """`synthetic_run(out_dir, profile, policy_mapping, ...)`: a `tlt train` run directory whose phases
+    follow the profile's forms (see `_synthetic_run`)."""
+    return _synthetic_run

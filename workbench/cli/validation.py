@@ -1,36 +1,61 @@
-"""`tlt validate`: judge a profile by re-simulating traced runs."""
+"""`tlt validate`: judge a profile by re-simulating traced runs, or whole `tlt train` runs.
+
+A trace directory (`tlt capture`) is judged on its rollout (`workbench.validate`); a run directory
+(`tlt train --out`: metrics.csv beside trace/) on every phase of every RL step
+(`workbench.run_prediction`). One command takes one kind, so its last JSON line has one meaning.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from workbench.calibrate.runs import TRACE_DIR, is_run_dir
 from workbench.cli.apps import app
 from workbench.cli.common import fail
-from workbench.contracts.profile import load_profile
+from workbench.contracts.fileio import write_json
+from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.trace import TraceError, load_trace
+from workbench.run_prediction import PHASES, RunPrediction, error_pct, predict_run
 from workbench.tables import format_table
 from workbench.validate import save_validations, validations_summary
 from workbench.validate import validate as run_validate
 
+RUN_SCHEMA = "tlt-validate-run/1"
+
 
 @app.command()
 def validate(
-    traces: list[Path] = typer.Argument(..., help="Trace directory to re-simulate (several: each, then the total)."),
+    traces: list[Path] = typer.Argument(..., help="Trace directory to re-simulate, or a `tlt train` run directory "
+                                        "(metrics.csv and trace/: every phase of every RL step predicted); several: each, then the total."),
     profile: str = typer.Option(..., help="Profile preset name or file to test (e.g. one `tlt calibrate` wrote)."),
-    seed: int = typer.Option(0, help="Seed of the simulator's acceptance noise."),
-    out: Optional[Path] = typer.Option(None, help="Also write OUT/validate.json (every run in detail) and OUT/validate.png."),
+    seed: int = typer.Option(0, help="Seed of the simulator's acceptance noise (and bandits)."),
+    out: Optional[Path] = typer.Option(None, help="Also write OUT/validate.json and OUT/validate.png (traces) or "
+                                       "OUT/validate-run.json (runs)."),
 ) -> None:
-    """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s, error_pct}."""
+    """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s, error_pct},
+    or for run directories {predicted_step_s, measured_step_s, error_pct, phases}."""
 
     try:
         prof = load_profile(profile)
     except ConfigError as exc:
         fail(exc)
+    runs = [is_run_dir(t) for t in traces]
+    if any(runs) and not all(runs):
+        fail(ValueError(f"{traces[runs.index(False)] if any(runs) else traces[0]}: mixes trace and run directories; "
+                        "validate traces (tlt capture) and runs (tlt train --out) in separate commands"))
+    if all(runs):
+        validate_runs(traces, prof, seed, out)
+    else:
+        validate_traces(traces, prof, seed, out)
+
+
+def validate_traces(traces: list[Path], prof: Profile, seed: int, out: Optional[Path]) -> None:
     results = []
     try:
         for t in traces:
@@ -61,3 +86,47 @@ def validate(
         save_validations(results, out, prof)
         typer.echo(f"wrote {out}/validate.json and {out}/validate.png")
     typer.echo(json.dumps(validations_summary(results)))
+
+
+def _pct(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:+.1f}%"
+
+
+def show_run(p: RunPrediction) -> None:
+    """One run's per-phase means and per-step rows."""
+    sample = "IN-SAMPLE: the profile was fitted on this run" if p.in_sample else "held out: the profile was not fitted on this run"
+    typer.echo(f"run {p.run} (policy {p.policy}), profile {p.profile}, {len(p.steps)} RL steps; {sample}")
+    typer.echo(format_table([[ph, f"{p.predicted.get(ph):.3f}", f"{p.measured.get(ph):.3f}", _pct(p.phase_error_pct(ph))]
+                             for ph in PHASES], ["phase (mean per step)", "predicted s", "measured s", "error"]))
+    rows = []
+    for s in p.steps:
+        pr, me = s.predicted, s.measured
+        rows.append([str(s.step)] + [f"{pr.get(ph):.2f}/{me.get(ph):.2f}" for ph in ("rollout", "train", "sync", "step")]
+                    + [_pct(error_pct(pr.step_s, me.step_s)), f"{s.accept_len_predicted:.2f}/{s.accept_len_measured:.2f}",
+                       f"{s.drafter_predicted}/{s.drafter_measured or '?'}"])
+    typer.echo(format_table(rows, ["step", "rollout s pred/meas", "update s", "sync s", "step s", "step error",
+                                   "accept len", "drafter"]))
+    typer.echo("  sync includes the wait for the spot trainers to stop (metrics.csv stop_latency_s; the profile's "
+               "phases.spot_stop_s); 'other' is the rest of the measured step (rewards, the checkpoint), "
+               "which the simulator does not model")
+
+
+def validate_runs(runs: list[Path], prof: Profile, seed: int, out: Optional[Path]) -> None:
+    try:
+        preds = [predict_run(load_trace(r / TRACE_DIR), prof, seed=seed) for r in runs]
+    except (TraceError, ValueError) as exc:
+        fail(exc)
+    typer.echo(f"profile {prof.name}: runs re-simulated from their own responses and their recorded policy "
+               "(bandit, drafter and spot training simulated, not replayed)")
+    for p in preds:
+        show_run(p)
+    if out is not None:
+        write_json(out / "validate-run.json", {"schema": RUN_SCHEMA, "profile": prof.name,
+                                               "fitted_on": list(prof.fitted_on), "runs": [p.to_dict() for p in preds]})
+        typer.echo(f"wrote {out}/validate-run.json")
+    if len(preds) == 1:
+        typer.echo(json.dumps(preds[0].summary()))
+        return
+    pred, meas = sum(p.predicted.step_s for p in preds), sum(p.measured.step_s for p in preds)
+    typer.echo(json.dumps({"predicted_step_s": round(pred, 4), "measured_step_s": round(meas, 4),
+                           "error_pct": round(error_pct(pred, meas), 3), "runs": {p.run: p.summary() for p in preds}}))

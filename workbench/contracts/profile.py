@@ -148,11 +148,17 @@ class PhaseCost:
     """The RL step outside the rollout."""
 
     train_gpu_s_per_token: float  # policy update (and log-probs) per prompt+response token, GPU-seconds
-    weight_sync_s: float  # pushing new weights (and the drafter) to every engine
+    weight_sync_s: float  # pushing new weights to every engine
+    # A step whose rollout spot-trained the drafter also waits, after its last rollout returns, for
+    # the spot trainers to stop (the drafter step in flight finishes: `tlt train`'s stop_latency_s),
+    # and its sync pushes the new drafter to every engine and judges it (`tlt train` measures both;
+    # `fit_runs` fits them). Synchronous RL only.
+    spot_stop_s: float = 0.0
+    drafter_sync_s: float = 0.0
 
     def check(self) -> None:
-        require(self.train_gpu_s_per_token >= 0, "train_gpu_s_per_token", self.train_gpu_s_per_token, "a number >= 0")
-        require(self.weight_sync_s >= 0, "weight_sync_s", self.weight_sync_s, "a number >= 0")
+        for name in ("train_gpu_s_per_token", "weight_sync_s", "spot_stop_s", "drafter_sync_s"):
+            require(getattr(self, name) >= 0, name, getattr(self, name), "a number >= 0")
 
 
 @dataclass(frozen=True)
