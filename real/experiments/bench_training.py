@@ -1,21 +1,30 @@
-"""`tlt bench real`: `baseline` and a TLT policy trained from the same model and seed, interleaved.
+"""`tlt bench real`: N policies (the first the reference, e.g. `baseline`) trained from the same
+model and seed, interleaved.
 
-Both runs are open at once (their own Ray workers and engines); their RL steps alternate,
-baseline first, so slow drifts of the machine hit both alike. The step and rollout speedups
-are ratios of mean times over all steps; rewards are the mean over all steps' samples.
+All runs are open at once (each its own Ray workers and engines); their RL steps go round-robin,
+reference first, so slow drifts of the machine hit all alike. The step and rollout speedups of a
+policy are ratios of the reference's mean times over its own, over all steps, and the median of
+the paired per-step ratios; rewards are the mean over all steps' samples. The paper's
+configuration (`paper_policy`: the first non-reference policy named tlt-vllm, tlt or tlt-cold,
+else the second policy) is the one `summary` (the JSON's original keys) describes.
 
 Besides the speedups it says what limits them, from the runs' records and traces:
 - `phases`: mean seconds per RL step in rollout, update and sync, and the rollout's share of the
   step (the paper's baseline spends ~85% of a step in rollout);
-- `buckets`: per batch bucket, the share of the baseline's decoding time spent there and the TLT
-  engines' speed there relative to the baseline's (tokens per sequence per second over the
-  steps that decoded at that batch, prefill steps left out), with the draft lengths they ran;
-- `lengths`: the baseline's response-length shape (p50, p90, max, share cut at the cap).
+- `buckets`: per non-reference policy and batch bucket, the share of the reference's decoding time
+  spent there and the policy's engines' speed there relative to the reference's (tokens per
+  sequence per second over the steps that decoded at that batch, prefill steps left out), with
+  the draft lengths they ran;
+- `lengths`: each run's response-length shape (p50, p90, max, share cut at the cap).
+
+Ray: a local Ray started here gets one scheduling slot per worker of all runs (the coordinator's
+own `ray.init` would size it for two runs), since every run's workers stay alive at once.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +38,8 @@ from workbench.contracts.trace import load_trace
 
 # Batch buckets of the per-bucket figures (upper edges, inclusive).
 BUCKET_EDGES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# The paper's configuration among a bench's policies, by preference of name (`paper_policy`).
+PAPER_NAMES = ("tlt-vllm", "tlt", "tlt-cold")
 
 
 @dataclass
@@ -47,6 +58,21 @@ class TrainingBenchSummary:
     # ratio of means is not.
     speedup_step_median: float = math.nan
     speedup_rollout_median: float = math.nan
+
+
+@dataclass
+class PolicyResult:
+    """One policy's run against the reference's (the reference itself: speedups 1)."""
+
+    step_s: float  # mean seconds per RL step
+    rollout_s: float
+    speedup_step: float  # reference mean / this mean
+    speedup_rollout: float
+    speedup_step_median: float  # median of the paired per-step ratios reference / this
+    speedup_rollout_median: float
+    reward: float
+    mean_accept_len: float
+    rollout_share: float
 
 
 @dataclass
@@ -87,11 +113,15 @@ class LengthShape:
 
 @dataclass
 class TrainingBench:
-    summary: TrainingBenchSummary
-    steps: dict[str, list[StepRecord]]  # policy -> its run's step records
+    summary: TrainingBenchSummary  # the reference against the paper's configuration
+    steps: dict[str, list[StepRecord]]  # policy -> its run's step records, in the bench's order
+    reference: str = ""
+    paper_policy: str = ""
+    policies: dict[str, PolicyResult] = field(default_factory=dict)
     phases: dict[str, PhaseTimes] = field(default_factory=dict)
-    buckets: list[BucketRow] = field(default_factory=list)
+    buckets: dict[str, list[BucketRow]] = field(default_factory=dict)  # per non-reference policy
     lengths: dict[str, LengthShape] = field(default_factory=dict)
+    runs: dict[str, Path] = field(default_factory=dict)  # policy -> its run directory
 
 
 def _mean(xs: list[float]) -> float:
@@ -110,14 +140,62 @@ def paired_median(baseline: list[float], tlt: list[float]) -> float:
     return statistics.median(ratios) if ratios else math.nan
 
 
+def paper_policy(names: list[str]) -> str:
+    """The paper's configuration among a bench's policies (`names[0]` is the reference): the first
+    other one named in PAPER_NAMES, else the second."""
+    if len(names) < 2:
+        raise ValueError(f"a bench needs a reference and at least one policy (got {names})")
+    return next((n for n in names[1:] if n in PAPER_NAMES), names[1])
+
+
+def policy_result(ref: list[StepRecord], run: list[StepRecord]) -> PolicyResult:
+    """One run's figures against the reference run's (steps paired by index)."""
+    pr, pp = phase_times(ref), phase_times(run)
+    return PolicyResult(
+        step_s=pp.step_s, rollout_s=pp.rollout_s, speedup_step=pr.step_s / pp.step_s,
+        speedup_rollout=pr.rollout_s / pp.rollout_s,
+        speedup_step_median=paired_median([m.step_s for m in ref], [m.step_s for m in run]),
+        speedup_rollout_median=paired_median([m.rollout_s for m in ref], [m.rollout_s for m in run]),
+        reward=_mean([m.reward for m in run]), mean_accept_len=_mean([m.mean_accept_len for m in run]),
+        rollout_share=pp.rollout_share)
+
+
+def summarize(steps: dict[str, list[StepRecord]]) -> tuple[str, dict[str, PolicyResult], TrainingBenchSummary]:
+    """The paper's configuration, every policy's result and the summary, from the runs' records
+    (`steps` in the bench's order, the first the reference)."""
+    names = list(steps)
+    paper = paper_policy(names)
+    results = {n: policy_result(steps[names[0]], steps[n]) for n in names}
+    b, t = results[names[0]], results[paper]
+    summary = TrainingBenchSummary(
+        speedup_step=t.speedup_step, speedup_rollout=t.speedup_rollout, mean_accept_len=t.mean_accept_len,
+        reward_baseline=b.reward, reward_tlt=t.reward, rollout_share_baseline=b.rollout_share,
+        rollout_share_tlt=t.rollout_share, speedup_step_median=t.speedup_step_median,
+        speedup_rollout_median=t.speedup_rollout_median)
+    return paper, results, summary
+
+
+def _init_ray(configs: list[RunConfig]) -> None:
+    """A local Ray with a slot per worker of every run (all stay alive at once), unless one is up."""
+    import ray
+
+    if not ray.is_initialized() and not any(c.address for c in configs):
+        ray.init(num_cpus=max(os.cpu_count() or 1, sum(c.workers for c in configs)), include_dashboard=False,
+                 log_to_driver=False)
+
+
 def bench_real(configs: list[RunConfig], log: Callable[[str], None] | None = print,
                on_step: Callable[[str, StepRecord], None] | None = None) -> TrainingBench:
-    """Train every config (the first is the reference, e.g. `baseline`; the second the TLT policy)
-    for `configs[0].steps` steps, their steps interleaved; each run in its own `out`."""
-    if len(configs) != 2 or len({c.policy.name for c in configs}) != 2:
-        raise ValueError("bench_real compares two runs of two differently named policies")
+    """Train every config (the first is the reference, e.g. `baseline`) for `configs[0].steps`
+    steps, their steps interleaved round-robin; each run in its own `out`."""
+    names = [c.policy.name for c in configs]
+    if len(configs) < 2 or len(set(names)) != len(names):
+        raise ValueError(f"bench_real compares two or more runs of differently named policies (got {names})")
+    if len({Path(c.out).resolve() for c in configs}) != len(configs):
+        raise ValueError("bench_real: every run needs its own out directory")
     runs: dict[str, TrainingRun] = {}
     try:
+        _init_ray(configs)
         for cfg in configs:
             runs[cfg.policy.name] = TrainingRun(cfg, log).open()
         for _ in range(configs[0].steps):
@@ -130,20 +208,15 @@ def bench_real(configs: list[RunConfig], log: Callable[[str], None] | None = pri
     finally:
         for run in runs.values():
             run.close()
-    names = [c.policy.name for c in configs]
-    b, t = (runs[p].metrics for p in names)
-    pb, pt = phase_times(b), phase_times(t)
-    summary = TrainingBenchSummary(
-        speedup_step=pb.step_s / pt.step_s, speedup_rollout=pb.rollout_s / pt.rollout_s,
-        mean_accept_len=_mean([m.mean_accept_len for m in t]),
-        reward_baseline=_mean([m.reward for m in b]), reward_tlt=_mean([m.reward for m in t]),
-        rollout_share_baseline=pb.rollout_share, rollout_share_tlt=pt.rollout_share,
-        speedup_step_median=paired_median([m.step_s for m in b], [m.step_s for m in t]),
-        speedup_rollout_median=paired_median([m.rollout_s for m in b], [m.rollout_s for m in t]))
+    steps = {p: runs[p].metrics for p in names}
+    paper, results, summary = summarize(steps)
     traces = {p: load_trace(runs[p].out / "trace") for p in names}
-    return TrainingBench(summary, {p: runs[p].metrics for p in names}, phases={names[0]: pb, names[1]: pt},
-                         buckets=bucket_rows(traces[names[0]].steps, traces[names[1]].steps),
-                         lengths={p: length_shape(traces[p].requests, configs[0].max_tokens) for p in names})
+    ref = traces[names[0]].steps
+    return TrainingBench(summary, steps, reference=names[0], paper_policy=paper, policies=results,
+                         phases={p: phase_times(steps[p]) for p in names},
+                         buckets={p: bucket_rows(ref, traces[p].steps) for p in names[1:]},
+                         lengths={p: length_shape(traces[p].requests, configs[0].max_tokens) for p in names},
+                         runs={p: runs[p].out for p in names})
 
 
 def _bucketed(steps: pd.DataFrame) -> pd.DataFrame:

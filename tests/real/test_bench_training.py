@@ -1,4 +1,4 @@
-"""real/experiments/bench_training.py's report, from hand-made trace tables (no vLLM, no Ray):
+"""real/experiments/bench_training.py's report, from hand-made trace tables and step records (no vLLM, no Ray):
 where the baseline's decoding time goes per batch bucket, how fast each run decodes there, the
 rollout's share of the step, and the response-length shape."""
 
@@ -9,7 +9,15 @@ import math
 import pandas as pd
 import pytest
 
-from real.experiments.bench_training import bucket_rows, length_shape, paired_median, phase_times
+from real.experiments.bench_training import (
+    TrainingBench,
+    bucket_rows,
+    length_shape,
+    paired_median,
+    paper_policy,
+    phase_times,
+    summarize,
+)
 from real.run.records import StepRecord
 
 
@@ -65,3 +73,69 @@ def test_the_paired_median_speedup_ignores_one_outlier_step():
     assert sum(base) / sum(tlt) < 1.0
     assert paired_median(base, tlt) == pytest.approx(2.0)
     assert math.isnan(paired_median([], []))
+
+
+def _run(step_s, rollout_s, reward, accept) -> list[StepRecord]:
+    recs = []
+    for st, ro in zip(step_s, rollout_s):
+        r = _record(st, ro, (st - ro) * 0.75, (st - ro) * 0.25)
+        r.reward, r.mean_accept_len = reward, accept
+        recs.append(r)
+    return recs
+
+
+def _three_runs() -> dict[str, list[StepRecord]]:
+    """baseline, n-gram and TLT over three paired steps; the n-gram run is named before TLT."""
+    return {"baseline": _run([10.0, 12.0, 11.0], [8.0, 10.0, 9.0], 0.5, 1.0),
+            "ngram-sd": _run([9.0, 11.0, 10.0], [7.0, 9.0, 8.0], 0.5, 1.8),
+            "tlt-vllm": _run([8.0, 8.0, 22.0], [6.0, 6.0, 20.0], 0.6, 3.5)}
+
+
+def test_the_paper_configuration_is_the_first_tlt_named_policy_else_the_second():
+    assert paper_policy(["baseline", "ngram-sd", "tlt-vllm", "tlt"]) == "tlt-vllm"
+    assert paper_policy(["baseline", "tuned", "tlt-cold"]) == "tlt-cold"
+    assert paper_policy(["baseline", "tuned", "other"]) == "tuned"
+    with pytest.raises(ValueError, match="at least one policy"):
+        paper_policy(["baseline"])
+
+
+def test_n_policies_are_each_compared_with_the_reference_and_the_summary_keeps_the_paper_policy():
+    paper, results, summary = summarize(_three_runs())
+    assert paper == "tlt-vllm" and list(results) == ["baseline", "ngram-sd", "tlt-vllm"]
+    ref = results["baseline"]
+    assert (ref.speedup_step, ref.speedup_rollout, ref.speedup_step_median) == (1.0, 1.0, 1.0)
+    ng = results["ngram-sd"]
+    assert ng.speedup_step == pytest.approx(33 / 30) and ng.speedup_rollout == pytest.approx(27 / 24)
+    assert ng.speedup_step_median == pytest.approx(11 / 10) and ng.mean_accept_len == 1.8
+    tlt = results["tlt-vllm"]
+    # An outlier third step: the ratio of means says TLT lost, the paired median that it won.
+    assert tlt.speedup_step == pytest.approx(33 / 38) and tlt.speedup_step < 1
+    assert tlt.speedup_step_median == pytest.approx(1.25)
+    assert tlt.rollout_share == pytest.approx(32 / 38) and tlt.reward == pytest.approx(0.6)
+    # The original summary keys describe the paper's configuration (not simply the second run).
+    assert summary.speedup_step == tlt.speedup_step and summary.speedup_rollout_median == tlt.speedup_rollout_median
+    assert (summary.reward_baseline, summary.reward_tlt, summary.mean_accept_len) == (0.5, pytest.approx(0.6), 3.5)
+    assert summary.rollout_share_baseline == ref.rollout_share
+
+
+def test_the_bench_json_adds_every_policy_and_the_prediction_beside_the_original_keys():
+    from workbench.bench_prediction import BenchPrediction, PolicyPrediction
+    from workbench.cli.real import bench_json
+
+    steps = _three_runs()
+    paper, results, summary = summarize(steps)
+    report = TrainingBench(summary, steps, reference="baseline", paper_policy=paper, policies=results)
+    rows = [PolicyPrediction(n, r.step_s, r.step_s * 0.9, r.speedup_step, pred, err, r.rollout_s, r.rollout_s,
+                             r.speedup_rollout, r.speedup_rollout, 0.0, False)
+            for (n, r), pred, err in zip(results.items(), (1.0, 1.2, 1.1), (0.0, 9.1, math.nan))]
+    data = bench_json(report, BenchPrediction("cpu-tiny", "baseline", rows, []))
+    assert list(data)[:9] == ["speedup_step", "speedup_rollout", "mean_accept_len", "reward_baseline", "reward_tlt",
+                              "rollout_share_baseline", "rollout_share_tlt", "speedup_step_median",
+                              "speedup_rollout_median"]
+    assert data["paper_policy"] == "tlt-vllm" and data["speedup_step"] == round(33 / 38, 4)
+    assert data["predicted_speedup_step"] == 1.1 and data["prediction_error_pct"] is None  # NaN -> null
+    assert set(data["policies"]) == {"baseline", "ngram-sd", "tlt-vllm"}
+    ng = data["policies"]["ngram-sd"]
+    assert ng["speedup_step"] == round(33 / 30, 4) and ng["predicted_speedup_step"] == 1.2
+    assert ng["prediction_error_pct"] == 9.1 and "step_s" in ng and "rollout_share" in ng
+    assert "predicted_speedup_step" not in bench_json(report, None)

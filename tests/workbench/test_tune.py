@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from workbench import tune
 from workbench.cli import app
-from workbench.contracts.policy import Policy, load_policy
+from workbench.contracts.policy import BanditConfig, DrafterConfig, Policy, ScheduleBucket, load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import from_mapping, save, to_mapping
 from workbench.contracts.workload import load_workload
@@ -62,16 +62,61 @@ def test_search_space_builds_only_valid_policies_that_round_trip(small):
                 assert pol.schedule[0].min_batch == 1 and pol.schedule[-1].max_batch == pol.sd_threshold
             seen.add((pol.drafter.kind, pol.bandit.algorithm, pol.drafter.warm_start))
             study.tell(trial, 0.0)
-        assert {k for k, _, _ in seen} == {"none", "ngram", "eagle"}
+        assert {k for k, _, _ in seen} == {"none", "ngram", "eagle", "suffix"}
         assert {a for k, a, _ in seen if k != "none"} == set(tune.ALGORITHMS)
         assert any(w for _, _, w in seen) == allow
+
+
+def test_the_real_space_never_yields_a_policy_the_real_backend_refuses(small):
+    """`backend="real"`: over many sampled trials, every policy passes `tlt train`'s own check
+    (real/run/config.py -> refuse_unrunnable); the simulator's space, sampled the same way, does
+    hold policies it refuses (EAGLE trees, suffix drafts), so the check can fail."""
+    from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
+
+    wl, _ = small
+    refused = {}
+    for backend in tune.BACKENDS:
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
+        refused[backend] = 0
+        for _ in range(400):
+            trial = study.ask()
+            pol = tune.suggest_policy(trial, wl, allow_warm_start=True, backend=backend)
+            try:
+                refuse_unrunnable(pol)
+            except EngineConfigError:
+                refused[backend] += 1
+                assert tune.refusal(pol, "real") and tune.refusal(pol, "sim") is None
+            study.tell(trial, 0.0)
+    assert refused["real"] == 0 and refused["sim"] > 20, refused
+
+
+def test_the_backend_is_part_of_the_study_and_auto_follows_the_profile(small):
+    wl, prof = small
+    assert tune.default_backend(prof) == "sim"  # fitted to the paper's published figures
+    assert tune.default_backend(load_profile("cpu-tiny")) == "real"  # calibrated on real traces
+    with pytest.raises(ValueError, match="backend 'gpu'"):
+        tune.TuneSpec(wl, prof, backend="gpu")
+    # EAGLE trees (the paper's 8_4_16 here) lie in the simulator's space, not in the real backend's.
+    tree = Policy(name="t", sd_threshold=32, schedule=(ScheduleBucket(1, 4, 8, topk=4, tokens=16), ScheduleBucket(5, 32, 3)),
+                  bandit=BanditConfig(algorithm="fixed"), drafter=DrafterConfig(kind="eagle"))
+    assert tune.params_for(tree, wl, backend="sim") == {"drafter": "eagle", "sd_threshold": 32, "bandit": "fixed",
+                                                        **{f"edge_{p}": p == 4 for p in (1, 2, 4, 8, 16)},
+                                                        "tree_4": "8_4_16", "tree_32": "chain", "draft_len_32": 3,
+                                                        "ngram_fallback": False, "training": False}
+    assert tune.params_for(tree, wl, backend="real") is None
+    assert tune.params_for(replace(tree, schedule=(ScheduleBucket(1, 4, 8), ScheduleBucket(5, 32, 3))), wl,
+                           backend="real") is not None
+    store = optuna.storages.InMemoryStorage()
+    tune.open_study(tune.TuneSpec(wl, prof, seeds=1, backend="real"), "b", store)
+    with pytest.raises(Exception, match="backend was 'real', now 'sim'"):
+        tune.open_study(tune.TuneSpec(wl, prof, seeds=1, backend="sim"), "b", store)
 
 
 def test_presets_in_the_space_are_enqueued_and_warm_start_is_not_by_default(small):
     wl, _ = small
     assert tune.params_for(load_policy("baseline"), wl) == {"drafter": "none"}
     assert tune.params_for(load_policy("tlt-cold"), wl) is not None
-    assert tune.params_for(load_policy("tlt"), wl) is None  # EAGLE trees: outside the (chain) space
+    assert tune.params_for(load_policy("tlt"), wl) is None  # bucket edges 4, 20: not powers of two
     assert tune.params_for(load_policy("static-sd"), wl) is None  # warm start: outside the default space
     assert tune.params_for(load_policy("static-sd"), wl, allow_warm_start=True) is not None
 
@@ -174,7 +219,13 @@ def test_bad_inputs_exit_2(small_file, tmp_path):
     res = runner.invoke(app, ["tune", "--trials", "4", "--seeds", "2", "--storage", db, "--workload", str(small_file),
                               "--study", "s", "--out", str(tmp_path / "p.yaml")])
     assert res.exit_code == 2 and "seeds" in res.output
-    assert not (tmp_path / "p.txt").exists()
+    res = runner.invoke(app, base + ["--workload", str(small_file), "--backend", "gpu", "--out", str(tmp_path / "q.yaml")])
+    assert res.exit_code == 2 and "--backend" in res.output and "auto, sim, real" in res.output
+    # The same study for another backend's space: refused, naming the backend.
+    res = runner.invoke(app, base + ["--workload", str(small_file), "--study", "s", "--backend", "real",
+                                     "--out", str(tmp_path / "q.yaml")])
+    assert res.exit_code == 2 and "backend was 'sim', now 'real'" in res.output
+    assert not (tmp_path / "p.txt").exists() and not (tmp_path / "q.yaml").exists()
 
 
 def _tune_cmd(workload: Path, db: str, trials: int, out: Path) -> list[str]:

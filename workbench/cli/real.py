@@ -25,6 +25,7 @@ from real.run.capture import capture as run_capture
 from real.run.coordinator import RunConfig, TrainError, default_drafter, run_training
 from real.tiny import task
 from real.tiny.model import DEFAULT_STEPS, init_model
+from workbench.bench_prediction import predict_bench
 from workbench.cli.apps import app, bench_app, drafter_app, model_app
 from workbench.cli.common import fail
 from workbench.contracts.policy import load_policy
@@ -291,54 +292,129 @@ def train(
 @bench_app.command("real")
 def bench_real(
     model: Path = typer.Option(..., help="Target model directory."),
-    policy: str = typer.Option("tlt-vllm", help="The TLT policy (preset name or file) compared with baseline."),
+    policies: Optional[str] = typer.Option(None, help="Comma-separated policies (preset names or files), the first "
+                                                      "the reference, e.g. baseline,tlt-vllm,tuned.yaml; all run at "
+                                                      "once, their steps round-robin (default: baseline,--policy)."),
+    policy: Optional[str] = typer.Option(None, help="Shorthand for --policies baseline,POLICY (default tlt-vllm)."),
     drafter: Optional[Path] = typer.Option(None, help="Warm-start EAGLE drafter for a warm-starting policy "
                                                       "(default on the reference model: traces/reference/drafter)."),
-    profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
+    profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP + " Also the profile the simulator predicts "
+                                                                     "every policy's speedup on, printed beside the "
+                                                                     "measured one ('none': no prediction)."),
     steps: int = typer.Option(10, min=1, help="RL steps per policy."),
-    workers: int = typer.Option(2, min=1, help="Rollout workers per policy."),
-    seed: int = typer.Option(0, help="Seed shared by both runs."),
-    out: Path = typer.Option(Path("bench-real"), help="Directory for both runs (baseline/ and one named after the policy)."),
+    workers: int = typer.Option(2, min=1, help="Rollout workers per policy (all runs' workers are alive at once)."),
+    seed: int = typer.Option(0, help="Seed shared by all runs."),
+    out: Path = typer.Option(Path("bench-real"), help="Directory for the runs (one OUT/NAME per policy)."),
     prompts: int = typer.Option(16, min=1, help="Prompts per RL step."),
     samples: int = typer.Option(4, min=2, help="Samples per prompt."),
     max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
     lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate."),
 ) -> None:
-    """baseline vs a TLT policy (default tlt-vllm) from the same model and seed, steps interleaved;
-    then the phases, the speed per batch bucket and the response lengths; last line JSON."""
-    base = _run_config(model, "baseline", out / "baseline", steps, workers, seed, prompts, samples, max_tokens, None,
-                       lr, None, "default", "none")
-    tlt = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens, drafter, lr, None,
-                      "default", profile)
-    if tlt.policy.name == "baseline":
-        fail(ValueError(f"--policy {policy}: compare another policy with baseline"))
-    tlt.out = out / tlt.policy.name
-    for cfg in (base, tlt):
-        if (cfg.out / "checkpoints").exists():
-            fail(ValueError(f"--out {out}: {cfg.out} holds a run already; choose another --out"))
-    _show_start(tlt)
+    """Policies (default baseline vs tlt-vllm) from the same model and seed, steps interleaved; then one
+    row per policy (speedups over the first, predicted beside measured), the phases, the speed per
+    batch bucket and the response lengths; last line JSON."""
+    if policies is not None and policy is not None:
+        fail(ValueError("--policy P is shorthand for --policies baseline,P: give one of them"))
+    names = [p.strip() for p in (policies or f"baseline,{policy or 'tlt-vllm'}").split(",") if p.strip()]
+    configs = [_run_config(model, p, out, steps, workers, seed, prompts, samples, max_tokens, drafter, lr, None,
+                           "default", profile) for p in names]
+    _check_bench(configs, policies, out)
+    for cfg in configs:
+        _show_start(cfg)
 
     def on_step(name, m) -> None:
         typer.echo(f"{name:9s} " + "  ".join(_step_row(m)), err=True)
 
-    report = run_bench_real([base, tlt], log=lambda m: typer.echo(m, err=True), on_step=on_step)
-    _show_bench(report, tlt)
-    typer.echo(f"{tlt.policy.name}: median engine-step ms by batch, while another worker spot-trained (True) or not (False):")
-    typer.echo(spot_interference(tlt.out / "trace").round(2).to_string())
-    typer.echo(json.dumps({k: round(v, 4) for k, v in asdict(report.summary).items()}))
+    report = run_bench_real(configs, log=lambda m: typer.echo(m, err=True), on_step=on_step)
+    prediction = _predict(report, profile, seed)
+    _show_bench(report, configs[0].max_tokens, prediction)
+    typer.echo(f"{report.paper_policy}: median engine-step ms by batch, while another worker spot-trained (True) "
+               "or not (False):")
+    typer.echo(spot_interference(report.runs[report.paper_policy] / "trace").round(2).to_string())
+    typer.echo(json.dumps(bench_json(report, prediction)))
 
 
-def _show_bench(report, tlt: RunConfig) -> None:
+def _check_bench(configs: list[RunConfig], given: Optional[str], out: Path) -> None:
+    """Two or more differently named policies, each run into a fresh OUT/NAME (sets `cfg.out`)."""
+    names = [c.policy.name for c in configs]
+    opt = f"--policies {given}" if given is not None else f"--policy {names[-1]}"
+    if len(configs) < 2:
+        fail(ValueError(f"{opt}: name two or more policies, the first the reference (e.g. baseline,tlt-vllm)"))
+    for name in names:
+        if names.count(name) > 1:
+            fail(ValueError(f"{opt}: two policies are named '{name}' (each run is written to OUT/NAME): "
+                            "rename one in its file"))
+        if name in (".", "..") or "/" in name or "\\" in name:
+            fail(ValueError(f"{opt}: policy name '{name}' is not a directory name (each run is written to OUT/NAME)"))
+    for cfg in configs:
+        cfg.out = out / cfg.policy.name
+        if (cfg.out / "checkpoints").exists():
+            fail(ValueError(f"--out {out}: {cfg.out} holds a run already; choose another --out"))
+
+
+def _predict(report, profile: str, seed: int):
+    """The simulator's prediction of every run (workbench/bench_prediction.py), or None for --profile none."""
+    if profile.strip().lower() == "none":
+        return None
+    try:
+        return predict_bench(report.runs, load_profile(profile), report.reference, seed=seed)
+    except (ValueError, KeyError, OSError) as exc:  # the measurement (minutes of runs) still gets reported
+        typer.echo(f"no prediction on profile {profile}: {exc}", err=True)
+        return None
+
+
+def rnd(v):
+    """A JSON value: floats to 4 places, NaN as null."""
+    if isinstance(v, float):
+        return None if math.isnan(v) else round(v, 4)
+    return v
+
+
+def bench_json(report, prediction) -> dict:
+    """The last line: the paper's configuration's figures under the original keys, and every policy's."""
+    pred = {r.name: r for r in prediction.rows} if prediction is not None else {}
+    per = {}
+    for name, r in report.policies.items():
+        per[name] = {k: rnd(v) for k, v in asdict(r).items()}
+        if name in pred:
+            per[name].update(predicted_speedup_step=rnd(pred[name].predicted_speedup_step),
+                             prediction_error_pct=rnd(pred[name].prediction_error_pct))
+    data = {k: rnd(v) for k, v in asdict(report.summary).items()}
+    if report.paper_policy in pred:
+        data.update({k: per[report.paper_policy][k] for k in ("predicted_speedup_step", "prediction_error_pct")})
+    data.update(reference=report.reference, paper_policy=report.paper_policy, policies=per)
+    return data
+
+
+def _show_bench(report, max_tokens: int, prediction) -> None:
     rows = [[name] + _step_row(m) for name, ms in report.steps.items() for m in ms]
     typer.echo(format_table(rows, ["policy"] + _STEP_HEADER))
+    pred = {r.name: r for r in prediction.rows} if prediction is not None else {}
+    rows = []
+    for name, r in report.policies.items():
+        row = [name, f"{r.step_s:.2f}", f"{r.rollout_s:.2f}", f"{r.speedup_step:.2f}x ({r.speedup_step_median:.2f}x)",
+               f"{r.speedup_rollout:.2f}x ({r.speedup_rollout_median:.2f}x)", f"{r.reward:.3f}",
+               f"{r.mean_accept_len:.2f}", f"{r.rollout_share:.0%}"]
+        if pred:
+            p = pred.get(name)
+            row += ["-" if p is None else f"{p.predicted_speedup_step:.2f}x",
+                    "-" if p is None or math.isnan(p.prediction_error_pct) else f"{p.prediction_error_pct:+.1f}%"]
+        rows.append(row)
+    header = ["policy", "step s", "rollout s", "step speedup (paired median)", "rollout speedup (paired median)",
+              "reward", "accept len", "rollout share"] + (["predicted step speedup", "error"] if pred else [])
+    typer.echo(f"per policy, speedups over {report.reference}"
+               + (f" (predicted on profile {prediction.profile})" if pred else "") + ":")
+    typer.echo(format_table(rows, header))
     rows = [[name, f"{p.step_s:.2f}", f"{p.rollout_s:.2f}", f"{p.train_s:.2f}", f"{p.sync_s:.2f}",
              f"{p.rollout_share:.0%}"] for name, p in report.phases.items()]
     typer.echo("mean seconds per RL step, by phase:")
     typer.echo(format_table(rows, ["policy", "step", "rollout", "update", "sync", "rollout share"]))
-    rows = [[b.bucket, f"{b.baseline_time_share:.0%}", f"{b.baseline_rate:.0f}", f"{b.tlt_rate:.0f}",
-             f"{b.speedup:.2f}x", b.tlt_draft_lens] for b in report.buckets]
-    typer.echo("decoding by batch size (tokens per sequence per second; prefill steps left out):")
-    typer.echo(format_table(rows, ["batch", "baseline time", "baseline", tlt.policy.name, "speedup", "draft lengths run"]))
+    for name, buckets in report.buckets.items():
+        rows = [[b.bucket, f"{b.baseline_time_share:.0%}", f"{b.baseline_rate:.0f}", f"{b.tlt_rate:.0f}",
+                 f"{b.speedup:.2f}x", b.tlt_draft_lens] for b in buckets]
+        typer.echo(f"{name}: decoding by batch size (tokens per sequence per second; prefill steps left out):")
+        typer.echo(format_table(rows, ["batch", f"{report.reference} time", report.reference, name, "speedup",
+                                       "draft lengths run"]))
     rows = [[name, f"{s.p50:.0f}", f"{s.p90:.0f}", str(s.max), f"{s.clip_ratio:.1%}"] for name, s in report.lengths.items()]
-    typer.echo(f"response tokens (cap {tlt.max_tokens}):")
+    typer.echo(f"response tokens (cap {max_tokens}):")
     typer.echo(format_table(rows, ["policy", "p50", "p90", "max", "clipped"]))

@@ -220,6 +220,10 @@ def tune(
     multi_objective: bool = typer.Option(False, "--multi-objective", help="Minimise step time and drafter-training GPU-seconds per step; print the Pareto front and write its fastest point."),
     allow_warm_start: bool = typer.Option(False, "--allow-warm-start", help="Let the search use an offline-trained (warm-start) drafter; the objective does not charge that training."),
     sampler_seed: int = typer.Option(0, help="Seed of the TPE sampler."),
+    backend: str = typer.Option("auto", help="Where the tuned policy will run: 'real' searches only what `tlt train` "
+                                             "runs (chains; none/ngram/eagle drafters), 'sim' everything the simulator "
+                                             "runs (EAGLE trees and suffix drafts too); 'auto': real on a profile "
+                                             "calibrated from real traces (e.g. cpu-tiny), else sim."),
 ) -> None:
     """Tune a policy with Optuna over the simulator; resumable, and open in optuna-dashboard."""
 
@@ -227,8 +231,11 @@ def tune(
     if out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
     name = study or f"tune-{wl.name}" + ("-mo" if multi_objective else "")
+    if backend not in ("auto", *tuning.BACKENDS):
+        fail(ConfigError("--backend", "backend", backend, f"auto, {', '.join(tuning.BACKENDS)}"))
+    backend = tuning.default_backend(prof) if backend == "auto" else backend
     spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
-                           allow_warm_start=allow_warm_start)
+                           allow_warm_start=allow_warm_start, backend=backend)
     try:
         store = tuning.make_storage(storage)
     except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
@@ -240,7 +247,8 @@ def tune(
     have = len(tuning.complete_trials(opt))
     where = "memory" if storage in ("", "memory", ":memory:") else storage
     typer.echo(f"study {name!r} in {where}: {have} complete trials, running {max(0, trials - have)} more "
-               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps)", err=True)
+               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps; {backend} backend's space)",
+               err=True)
     t0 = time.perf_counter()
     try:
         tuning.run_study(opt, spec, trials, [tuning.TrialPrinter(trials, multi_objective)])
@@ -260,4 +268,5 @@ def tune(
         typer.echo("Pareto front (step time vs drafter-training GPU-seconds per step):")
         typer.echo(tuning.pareto_text(tuning.pareto_frame(opt)))
     tuning.write_policy(best, out)
-    typer.echo(f"wrote {out} (policy {best.name!r})")
+    runs = "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged" if backend == "real" else "`tlt sim` runs it"
+    typer.echo(f"wrote {out} (policy {best.name!r}; {runs})")

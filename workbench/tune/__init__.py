@@ -41,6 +41,15 @@ The presets that fall inside the search space (`baseline` and `tlt`, plus
 so the tuner starts from them and its answer is never worse than the best of
 them on the same seeds.
 
+Backends. `TuneSpec.backend` "sim" (the default) searches everything the
+simulator runs losslessly, EAGLE trees and the suffix drafter included; "real"
+(`tlt tune --backend real`) only what `tlt train` runs (chains, none/ngram/eagle
+drafters, sync rollouts), so the tuned file deploys on the real backend
+unchanged. The CLI's default `auto` picks "real" when the profile was calibrated
+from traces of real runs (`provenance_kind` "calibrated": the cpu-tiny preset and
+what `tlt calibrate` writes), since such a profile describes a machine the real
+backend ran on; "sim" otherwise.
+
 Modules: `space` (the search space), `study` (the spec, the objective, the
 study and its per-trial printer), `report` (the best policy and the tables).
 """
@@ -57,7 +66,7 @@ from workbench.tune.report import (
     policy_of,
     write_policy,
 )
-from workbench.tune.space import ALGORITHMS, canonical, params_for, suggest_policy
+from workbench.tune.space import ALGORITHMS, BACKENDS, canonical, check_backend, default_backend, params_for, refusal, suggest_policy
 from workbench.tune.study import (
     DEFAULT_STORAGE,
     PRESETS,
@@ -75,8 +84,8 @@ from workbench.tune.study import (
 )
 
 __all__ = [
-    "ALGORITHMS", "DEFAULT_STORAGE", "PRESETS", "STEP_TIME", "TRAIN_GPU_S", "Evaluation", "TrialPrinter", "TuneSpec",
+    "ALGORITHMS", "BACKENDS", "DEFAULT_STORAGE", "PRESETS", "STEP_TIME", "TRAIN_GPU_S", "Evaluation", "TrialPrinter", "TuneSpec",
     "best_policy", "best_trial", "canonical", "comparison_frame", "comparison_text", "complete_trials",
     "convergence_frame", "evaluate", "front_policies", "make_storage", "objective", "open_study", "pareto_frame",
-    "pareto_text", "params_for", "policy_of", "run_study", "suggest_policy", "write_policy",
+    "pareto_text", "params_for", "policy_of", "refusal", "run_study", "check_backend", "default_backend", "suggest_policy", "write_policy",
 ]

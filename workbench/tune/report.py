@@ -16,6 +16,7 @@ from optuna.trial import FrozenTrial
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.schema import from_mapping, save
 from workbench.tables import format_table
+from workbench.tune.space import refusal
 from workbench.tune.study import (
     PRESETS,
     STEP_TIME,
@@ -114,6 +115,8 @@ def comparison_frame(spec: TuneSpec, tuned: Policy, presets: Sequence[Policy] | 
         note = ""
         if pol.drafter.warm_start and not spec.allow_warm_start:
             note = "warm start (offline drafter training, uncharged; outside the search space)"
+        if refusal(pol, spec.backend):
+            note = f"{spec.backend} backend cannot run it (trees or suffix drafts: outside the search space)"
         rows.append({"policy": pol.name, STEP_TIME: ev.step_time_s, "rollout_time_s": ev.rollout_time_s,
                      TRAIN_GPU_S: ev.train_gpu_s, "mean_accept_len": ev.mean_accept_len, "note": note})
     df = pd.DataFrame(rows)

@@ -6,6 +6,13 @@ Policy; `rollout` keeps its default (`sync`), since partial rollouts and tail
 batching change what RL trains on, not only how fast it gets there. Warm start
 (`drafter.warm_start`) is in the space only with `allow_warm_start` (see
 `workbench.tune`).
+
+Backends. `backend="sim"` searches everything the simulator runs losslessly, including
+what only SGLang-style engines do: EAGLE trees (`steps_topk_tokens`) in a fixed table's
+buckets and the `suffix` drafter. `backend="real"` keeps to what `tlt train` runs (vLLM
+drafts chains; no suffix decoding here): no trees, no suffix, so a policy tuned for it runs
+on the real backend unchanged. Every policy of the real space is also passed through the real
+backend's own refusal (`real.rollout.spec_config.refuse_unrunnable`), so the two cannot drift.
 """
 
 from __future__ import annotations
@@ -16,18 +23,21 @@ from typing import Any, Sequence
 
 import optuna
 
+from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
 from workbench.contracts.policy import (
     BanditConfig,
     DrafterConfig,
     DrafterTraining,
     Policy,
     ScheduleBucket,
+    Strategy,
 )
+from workbench.contracts.profile import Profile, provenance_kind
 from workbench.contracts.schema import FieldError, to_mapping
 from workbench.contracts.workload import Workload
 
 # Bump when the search space changes: a study is only resumed with the space it was created with.
-SPACE_VERSION = 1
+SPACE_VERSION = 2
 
 # SD thresholds tried (SD is off above this batch); capped at the workload's max_batch,
 # which is always a choice. 0 (never SD) is drafter "none".
@@ -45,7 +55,12 @@ ARM_SETS = {
     "2,4,6,8": (2, 4, 6, 8),
 }
 ALGORITHMS = ("fixed", "beg", "ucb1", "egreedy")
-DRAFTERS = ("none", "ngram", "eagle")
+BACKENDS = ("sim", "real")
+# Drafter kinds per backend: the real backend has no suffix decoding (spec_config.refuse_undraftable).
+DRAFTERS = {"sim": ("none", "ngram", "eagle", "suffix"), "real": ("none", "ngram", "eagle")}
+# EAGLE trees a fixed-table bucket may use in the simulator's space ("chain": its draft_len_* instead):
+# the paper's SGLang settings (the `tlt` preset's), depth 8, top-4, 8 to 48 tokens verified.
+TREES = ("chain", "8_4_8", "8_4_16", "8_4_32", "8_4_48")
 LR_RANGE = (1e-6, 1e-2)
 TRAIN_STEPS_RANGE = (100, 20000)
 BUFFER_RANGE = (1, 4)
@@ -65,19 +80,25 @@ def _edge_candidates(threshold: int) -> list[int]:
     return [2**i for i in range(int(math.log2(threshold)) + 1) if 2**i < threshold]
 
 
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: allowed: {', '.join(BACKENDS)}")
+
+
 def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: bool = False,
-                   name: str = "trial") -> Policy:
+                   name: str = "trial", backend: str = "sim") -> Policy:
     """One valid Policy from the trial's suggestions (constructed valid; never pruned).
 
     Parameters are conditional: a bucket's draft length exists only for a fixed
     table, epsilon only for the epsilon-greedy bandits, training settings only
     for a trained EAGLE drafter. Parameter names are stable across trials (a
     bucket's draft length is named by its upper batch bound) so TPE learns
-    across them.
+    across them. `backend` "real" keeps to what `tlt train` runs (module docstring).
     """
-    kind = trial.suggest_categorical("drafter", list(DRAFTERS))
+    check_backend(backend)
+    kind = trial.suggest_categorical("drafter", list(DRAFTERS[backend]))
     if kind == "none":
-        return _checked(Policy(name=name, description="no speculative decoding"))
+        return _checked(Policy(name=name, description="no speculative decoding"), backend)
 
     threshold = trial.suggest_categorical("sd_threshold", threshold_choices(workload.max_batch))
     algorithm = trial.suggest_categorical("bandit", list(ALGORITHMS))
@@ -88,7 +109,8 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
         uppers.append(threshold)
 
     if algorithm == "fixed":
-        lens = [trial.suggest_int(f"draft_len_{u}", 0, MAX_DRAFT_LEN) for u in uppers]
+        trees = backend == "sim" and kind == "eagle"  # SGLang/FastRL trees are EAGLE's
+        lens = [_fixed_strategy(trial, u, trees) for u in uppers]
         bandit = BanditConfig(algorithm="fixed")
     else:
         arms = ARM_SETS[trial.suggest_categorical("arms", list(ARM_SETS))]
@@ -101,11 +123,12 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
                               decision_interval=interval)
         # The bandit only uses the rows as buckets; their draft length (the median
         # arm) is what a fixed-table engine would fall back to.
-        lens = [_median_arm(arms)] * len(uppers)
+        lens = [Strategy.chain(_median_arm(arms))] * len(uppers)
 
     schedule, lo = [], 1
-    for upper, k in zip(uppers, lens):
-        schedule.append(ScheduleBucket(lo, upper, k))
+    for upper, s in zip(uppers, lens):
+        tree = {} if s.is_chain else {"topk": s.topk, "tokens": s.tokens}
+        schedule.append(ScheduleBucket(lo, upper, s.steps, **tree))
         lo = upper + 1
 
     drafter, training = DrafterConfig(kind=kind), DrafterTraining()
@@ -123,18 +146,46 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
                 buffer=trial.suggest_int("buffer", *BUFFER_RANGE),
             )
     return _checked(Policy(name=name, description=describe(threshold, algorithm, kind), sd_threshold=threshold,
-                           schedule=tuple(schedule), bandit=bandit, drafter=drafter, training=training))
+                           schedule=tuple(schedule), bandit=bandit, drafter=drafter, training=training), backend)
+
+
+def _fixed_strategy(trial: optuna.trial.BaseTrial, upper: int, trees: bool) -> Strategy:
+    """A fixed-table bucket's strategy: a tree (`tree_U`, only where `trees`) or a chain (`draft_len_U`)."""
+    tree = trial.suggest_categorical(f"tree_{upper}", list(TREES)) if trees else "chain"
+    if tree != "chain":
+        return Strategy.parse(tree)
+    return Strategy.chain(trial.suggest_int(f"draft_len_{upper}", 0, MAX_DRAFT_LEN))
+
+
+def default_backend(profile: Profile) -> str:
+    """"real" for a profile calibrated on traces of real runs (it describes a machine the real
+    backend ran on, and it has no tree data: vLLM drafts chains), "sim" for any other."""
+    return "real" if provenance_kind(profile) == "calibrated" else "sim"
+
+
+def refusal(policy: Policy, backend: str) -> str | None:
+    """Why `backend` cannot run `policy` (None: it can). The simulator runs every valid policy."""
+    check_backend(backend)
+    if backend == "real":
+        try:
+            refuse_unrunnable(policy)
+        except EngineConfigError as exc:
+            return str(exc)
+    return None
 
 
 def _median_arm(arms: Sequence[int]) -> int:
     return sorted(arms)[len(arms) // 2]
 
 
-def _checked(policy: Policy) -> Policy:
+def _checked(policy: Policy, backend: str = "sim") -> Policy:
+    """The policy, checked as a file would be and, for the real backend, as `tlt train` checks it."""
     try:
         policy.check()
-    except FieldError as exc:  # a bug in the space, not a bad trial: say which policy
-        raise AssertionError(f"search space built an invalid policy: {exc}: {to_mapping(policy)}") from exc
+        if backend == "real":
+            refuse_unrunnable(policy)
+    except (FieldError, EngineConfigError) as exc:  # a bug in the space, not a bad trial: say which policy
+        raise AssertionError(f"search space ({backend}) built a policy it must not: {exc}: {to_mapping(policy)}") from exc
     return policy
 
 
@@ -176,7 +227,8 @@ def canonical(policy: Policy) -> Policy:
     return replace(p, bandit=bandit, schedule=rows, drafter=drafter, training=training)
 
 
-def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = False) -> dict[str, Any] | None:
+def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = False,
+               backend: str = "sim") -> dict[str, Any] | None:
     """The trial parameters that rebuild `policy` (up to `canonical`), or None if it lies outside the space.
 
     Used to enqueue the presets as the study's first trials.
@@ -193,7 +245,9 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
         if policy.bandit.algorithm == "fixed":
             for r in policy.schedule:
                 if r.min_batch <= policy.sd_threshold:
-                    params[f"draft_len_{min(r.max_batch, policy.sd_threshold)}"] = r.draft_len
+                    upper = min(r.max_batch, policy.sd_threshold)
+                    params[f"draft_len_{upper}"] = r.draft_len
+                    params[f"tree_{upper}"] = "chain" if r.strategy.is_chain else r.strategy.name
         else:
             keys = [k for k, v in ARM_SETS.items() if sorted(v) == sorted(policy.bandit.arms)]
             if not keys:
@@ -207,7 +261,7 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
             params.update(min_idle_workers=t.min_idle_workers, lr=t.lr, train_steps=t.steps, buffer=t.buffer)
     trial = StrictFixedTrial(params)
     try:
-        rebuilt = suggest_policy(trial, workload, allow_warm_start)
+        rebuilt = suggest_policy(trial, workload, allow_warm_start, backend=backend)
     except (ValueError, KeyError, AssertionError):
         return None
     if canonical(rebuilt) != pol:

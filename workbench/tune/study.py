@@ -35,7 +35,7 @@ from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, to_mapping
 from workbench.contracts.seeds import Stream, derive_seed
 from workbench.contracts.workload import Workload
-from workbench.tune.space import SPACE_VERSION, params_for, suggest_policy
+from workbench.tune.space import SPACE_VERSION, check_backend, params_for, suggest_policy
 
 DEFAULT_STORAGE = "sqlite:///tlt-studies.db"
 PRESETS = ("baseline", "static-sd", "tlt-cold", "tlt")
@@ -80,6 +80,10 @@ class TuneSpec:
     steps: int | None = None  # RL steps per simulation (None: the workload's)
     multi_objective: bool = False
     allow_warm_start: bool = False
+    backend: str = "sim"  # "real": only what `tlt train` runs (workbench/tune/space.py)
+
+    def __post_init__(self) -> None:
+        check_backend(self.backend)
 
     @property
     def seed_list(self) -> list[int]:
@@ -96,14 +100,15 @@ class TuneSpec:
         return {"workload": self.workload.name, "workload_sha": digest(self.workload),
                 "profile": self.profile.name, "profile_sha": digest(self.profile),
                 "seeds": self.seeds, "steps": self.n_steps, "multi_objective": self.multi_objective,
-                "allow_warm_start": self.allow_warm_start, "space_version": SPACE_VERSION}
+                "allow_warm_start": self.allow_warm_start, "backend": self.backend, "space_version": SPACE_VERSION}
 
 
 def objective(spec: TuneSpec) -> Callable[[optuna.trial.Trial], float | tuple[float, float]]:
     """The Optuna objective: build the trial's policy, simulate it on every seed, record it."""
 
     def run(trial: optuna.trial.Trial) -> float | tuple[float, float]:
-        policy = suggest_policy(trial, spec.workload, spec.allow_warm_start, name=f"trial-{trial.number}")
+        policy = suggest_policy(trial, spec.workload, spec.allow_warm_start, name=f"trial-{trial.number}",
+                                backend=spec.backend)
         t0 = time.perf_counter()
         ev = evaluate(spec.workload, policy, spec.profile, spec.seed_list, spec.n_steps)
         trial.set_user_attr("policy", to_mapping(policy))
@@ -169,7 +174,7 @@ def open_study(spec: TuneSpec, study_name: str, storage: str | optuna.storages.B
             study.set_user_attr("tune", want)
             study.set_metric_names([STEP_TIME, "train_gpu_s_per_step"] if spec.multi_objective else [STEP_TIME])
             for name in PRESETS:
-                params = params_for(load_policy(name), spec.workload, spec.allow_warm_start)
+                params = params_for(load_policy(name), spec.workload, spec.allow_warm_start, spec.backend)
                 if params is not None:
                     study.enqueue_trial(params, user_attrs={"preset": name}, skip_if_exists=True)
         if isinstance(store, optuna.storages.RDBStorage) and store.get_heartbeat_interval():
