@@ -326,3 +326,26 @@ def test_train_page_shows_a_failed_run_with_its_error(tmp_path: Path) -> None:
     assert any("The log ends with an error: RuntimeError: vLLM engine died" in e.value for e in other.error), \
         [e.value for e in other.error]
 
+
+
+def test_train_page_predicts_a_finished_run_beside_its_measurement(tmp_path: Path, synthetic_run) -> None:
+    """A finished run, re-simulated with a profile: per phase, predicted next to measured; a profile
+    that does not load is an error naming it, not a crash."""
+    from workbench.contracts.profile import load_profile
+
+    run_dir = synthetic_run(tmp_path / "run", load_profile("cpu-tiny"), {"name": "baseline"}, seed=1)
+    at = AppTest.from_function(_train_script, default_timeout=60)
+    at.session_state["train_monitor_dir"] = str(run_dir)
+    at.run()
+    assert not at.exception, at.exception
+    at.button(key="train_predict").click().run()
+    assert not at.exception, at.exception
+    phases = next(d.value for d in at.dataframe if "phase" in d.value.columns)
+    assert list(phases["phase"]) == ["Rollout", "Update", "Sync (with the spot stop)", "Other", "Step"]
+    assert (phases["measured_s"].iloc[[0, 1, 4]] > 0).all() and (phases["predicted_s"].iloc[[0, 1, 4]] > 0).all()
+    assert any("held out: the profile was not fitted on this run" in m.value for m in at.markdown)
+
+    at.text_input(key="train_predict_profile").set_value("no-such-profile.yaml").run()
+    at.button(key="train_predict").click().run()
+    assert not at.exception, at.exception
+    assert any("no-such-profile.yaml" in e.value for e in at.error), [e.value for e in at.error]

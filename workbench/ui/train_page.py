@@ -32,6 +32,7 @@ import streamlit as st
 from real.run.coordinator import RunConfig, TrainError, default_drafter
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.ui.run_monitor import LOG_NAME, find_failure, log_tail, show_run
+from workbench.ui.run_prediction_view import show_prediction
 
 # Relative paths are read from the workbench root, and `tlt train` runs there, so the form, the
 # checks and the run all see the same files whichever directory `streamlit run` started in.
@@ -143,10 +144,12 @@ def train_command(cfg: RunConfig, form: TrainForm) -> list[str]:
 # ---------------------------------------------------------------- the background run
 
 
-def launch(argv: list[str], out: Path, resume: bool, steps: int) -> Launch:
+def launch(argv: list[str], out: Path, resume: bool, steps: int, log_name: str = LOG_NAME) -> Launch:
+    """Start `argv` in the background, its output going to `out/log_name` (the Calibrate page runs
+    `tlt calibrate` this way too)."""
     out.mkdir(parents=True, exist_ok=True)
     # A resumed run appends, so the log keeps the earlier steps' lines.
-    with open(out / LOG_NAME, "ab" if resume else "wb") as log:
+    with open(out / log_name, "ab" if resume else "wb") as log:
         log.write(f"$ {shlex.join(argv)}\n".encode())
         log.flush()
         # start_new_session: the run is its own process group (pgid == pid), so Stop reaches its children,
@@ -229,6 +232,8 @@ def _monitor(default_dir: str) -> None:
         if failure is not None:
             st.error(f"The log ends with an error: {failure.message}")
     show_run(run_dir, total=run.steps if ours else None, running=running)
+    if not running and (run_dir / "trace" / "rl_steps.parquet").is_file():
+        show_prediction(run_dir, ROOT)
 
 
 def _live(default_dir: str) -> None:

@@ -230,11 +230,18 @@ def render() -> None:
                                help="Let the search use a drafter trained offline before RL; the objective does "
                                     "not charge that training, so the search will always pick it.")
             sampler_seed = int(st.number_input("Sampler seed", min_value=0, value=0, step=1, key="tune_sampler_seed"))
+            auto = tune.default_backend(profile)
+            backend = st.radio("Search space", tune.BACKENDS, index=tune.BACKENDS.index(auto), horizontal=True,
+                               key=f"tune_backend:{profile.name}",
+                               help="real: only what `tlt train` runs (chains; none, n-gram or EAGLE; sync "
+                                    "rollouts), the default for a profile calibrated on this machine; sim: every "
+                                    "policy the simulator runs (trees, suffix drafter).")
 
     ready = bool(study_name.strip())
     if not ready:
         st.warning("Give the study a name.")
-    spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi, allow_warm_start=warm)
+    spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi, allow_warm_start=warm,
+                         backend=backend)
     if st.button("Run study", type="primary", disabled=not ready, key="tune_run"):
         result = _run(spec, study_name.strip(), storage.strip(), trials, sampler_seed)
         if result is not None:
