@@ -281,7 +281,7 @@ class RolloutEngine:
 
     def run_steps(self, requests: Sequence[RolloutRequest], on_step: Callable[[EngineStepRow], None] | None = None,
                   rl_step: int = 0, engine: int = 0, clock0: float | None = None,
-                  controller: StepController | None = None) -> RunResult:
+                  controller: StepController | None = None, max_in_flight: int | None = None) -> RunResult:
         """Drive the engine one step at a time; record every step and every request.
 
         All requests are added at once (a rollout); the engine queues those above
@@ -300,6 +300,9 @@ class RolloutEngine:
         step: `before_step(batch_size)` with the requests the step will schedule (unfinished ones,
         at most max_num_seqs), where it may `set_draft_lengths`, and `after_step(row)` with the
         step's row before `on_step` sees it (it sets `chosen_k`).
+
+        `max_in_flight`: at most this many requests in the engine; the rest wait here, in order (as
+        in vLLM's FIFO queue above max_num_seqs: a smaller max_num_seqs without a restart).
         """
         eng = self.llm.llm_engine
         if eng.has_unfinished_requests():
@@ -307,6 +310,8 @@ class RolloutEngine:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("two requests share a (prompt_id, sample)")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight {max_in_flight}: must be >= 1 (or None: no cap)")
         prompts = [self._prompt(r.prompt) for r in requests]
         t0 = time.perf_counter() if clock0 is None else clock0
         now = lambda: time.perf_counter() - t0  # noqa: E731
@@ -315,13 +320,21 @@ class RolloutEngine:
         try:
             tracked: dict[str, _Tracked] = {}
             alias: dict[str, str] = {}
-            for i, (r, p) in enumerate(zip(requests, prompts)):
-                seed = None if r.sampling.seed is None else r.sampling.seed + i
-                tracked[r.request_id] = _Tracked(r, len(p["prompt_token_ids"]), now())
-                got = eng.add_request(r.request_id, p, r.sampling.to_vllm(seed=seed, delta=True))
-                if isinstance(got, str):
-                    alias[got] = r.request_id
-            steps = self._drive(tracked, alias, now, controller, on_step, rl_step=rl_step, engine=engine)
+            todo, cap = list(enumerate(zip(requests, prompts)))[::-1], max_in_flight or len(requests)
+
+            def admit(live: set[str]) -> None:  # add requests, in order, until `cap` are unfinished
+                while todo and len(live) < cap:
+                    i, (r, p) = todo.pop()
+                    seed = None if r.sampling.seed is None else r.sampling.seed + i
+                    tracked[r.request_id] = _Tracked(r, len(p["prompt_token_ids"]), now())
+                    got = eng.add_request(r.request_id, p, r.sampling.to_vllm(seed=seed, delta=True))
+                    if isinstance(got, str):
+                        alias[got] = r.request_id
+                    live.add(r.request_id)
+
+            admit(set())
+            steps = self._drive(tracked, alias, now, controller, on_step, rl_step=rl_step, engine=engine,
+                                admit=admit, held=lambda: len(todo))
         finally:
             self._recording = False
         return RunResult(steps, [t.row(rl_step, engine) for t in tracked.values()],
@@ -329,8 +342,10 @@ class RolloutEngine:
 
     def _drive(self, tracked: dict[str, _Tracked], alias: dict[str, str], now: Callable[[], float],
                controller: StepController | None, on_step: Callable[[EngineStepRow], None] | None,
-               rl_step: int, engine: int) -> list[EngineStepRow]:
-        """Step the engine until every request is finished; one row per model step."""
+               rl_step: int, engine: int, admit: Callable[[set[str]], None] = lambda live: None,
+               held: Callable[[], int] = lambda: 0) -> list[EngineStepRow]:
+        """Step the engine until every request is finished; one row per model step (`admit(live)` adds
+        requests held back by max_in_flight as others finish)."""
         eng = self.llm.llm_engine
         steps: list[EngineStepRow] = []
         live = set(tracked)
@@ -345,11 +360,14 @@ class RolloutEngine:
             t_now = now()
             new_stats = [s for s in self._stats[n_before:] if s is not None]
             new_tokens = _take_outputs(outs, tracked, alias, live, t_now)
+            waiting_here = held()  # requests run_steps holds back (max_in_flight) wait too
+            admit(live)
             ss = new_stats[-1] if new_stats else None
             if getattr(ss, "iteration_details", None) is None and new_tokens == 0:
                 continue  # no model step (a stats-only output): its time goes to the next step
             row = _step_row(ss, ctx, len(decoding), new_tokens, rl_step=rl_step, engine=engine, step=len(steps),
                             start_s=t_prev, wall_s=t_now - t_prev, finished=len(tracked) - len(live))
+            row.num_waiting += waiting_here
             t_prev = t_now
             steps.append(row)
             if controller is not None:

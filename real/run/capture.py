@@ -23,11 +23,11 @@ import pandas as pd
 
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import EngineStepRow, RolloutRequest, RunResult, Sampling
-from real.rollout.spec_config import speculative_config
+from real.rollout.spec_config import dynamic_schedule, speculative_config
 from real.tiny import task
 from real.tiny.model import load_model_dir
 from workbench.contracts.policy import Policy
-from workbench.contracts.schema import to_mapping
+from workbench.contracts.schema import from_mapping, to_mapping
 from workbench.contracts.trace import (
     RequestRow,
     RLStepRow,
@@ -99,11 +99,17 @@ def check_inputs(model: str | Path, policy: Policy, drafter: str | Path | None, 
 def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None, prompts: int = 8,
             samples: int = 4, max_tokens: int = 512, seed: int = 0, mix: str = "default", temperature: float = 1.0,
             max_num_seqs: int = 64, max_model_len: int = 2048, out: str | Path | None = None,
-            engine: Any = None, log: Callable[[str], None] | None = print, progress_every_s: float = 2.0) -> Trace:
+            engine: Any = None, log: Callable[[str], None] | None = print, progress_every_s: float = 2.0,
+            max_in_flight: int | None = None) -> Trace:
     """Capture one rollout as a Trace (written to `out` when given).
 
-    `engine`: an already running RolloutEngine to use (its policy and drafter are then the
-    engine's; `policy` and `drafter` only go to the meta); else one is started and closed.
+    `engine`: an already running RolloutEngine to use (its drafter is then the engine's; an
+    adaptive engine is given `policy`'s schedule as its draft lengths first, `set_draft_lengths`;
+    else `policy` only goes to the meta); else one is started and closed.
+    `max_in_flight`: the batch cap, held by the driver (`RolloutEngine.run_steps`) instead of
+    vLLM's max_num_seqs, so one running engine captures several caps; the meta's
+    `engine.max_num_seqs` is then the cap (what the run behaved as), `engine.started_max_num_seqs`
+    the engine's.
     """
     check_inputs(model, policy, drafter, prompts, samples, max_tokens, mix, max_model_len)
     problems = task.make_problems(prompts, seed, mix)
@@ -117,14 +123,22 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
         # Warm up (lazy initialisation, n-gram JIT) outside the trace, then forget the prompt.
         engine.generate([problems[0].prompt], 1, Sampling(temperature=0.0, max_tokens=4))
         engine.llm.reset_prefix_cache()
+        if not own and getattr(engine, "adaptive", False):
+            engine.set_draft_lengths(dynamic_schedule(policy, engine.max_num_seqs))
         sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
         requests = [RolloutRequest(i, s, p.prompt, sampling) for i, p in enumerate(problems) for s in range(samples)]
         if log:
             log(f"capturing {prompts} prompts x {samples} samples, up to {max_tokens} tokens, temperature {temperature}, seed {seed}")
-        run = engine.run_steps(requests, on_step=_progress(len(requests), log, progress_every_s))
+        cpu0 = time.process_time()
+        run = engine.run_steps(requests, on_step=_progress(len(requests), log, progress_every_s),
+                               max_in_flight=max_in_flight)
+        cpu_s = time.process_time() - cpu0
         for row in run.requests:
             row.reward = float(task.reward(problems[row.prompt_id], run.outputs[row.request_id].text))
         settings = engine.settings()
+        if max_in_flight is not None and max_in_flight < engine.max_num_seqs:
+            settings.update(max_num_seqs=int(max_in_flight), started_max_num_seqs=engine.max_num_seqs,
+                            in_flight_cap="held by the driver (RolloutEngine.run_steps max_in_flight)")
     finally:
         if own:
             engine.close()
@@ -140,11 +154,14 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
         "mix": mix, "temperature": temperature, "task": task.__name__,
         "machine": machine_info(),
         "engine": settings,
-        "summary": _summary(run, steps, reqs),
+        "summary": {**_summary(run, steps, reqs), "process_cpu_s": round(cpu_s, 4),
+                    "cpu_share": round(cpu_s / run.wall_s, 4) if run.wall_s > 0 else None},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join(sys.argv) if sys.argv else None,
         "notes": "steps.wall_s is the time between two engine outputs seen by the driver (they add up to "
-                 "rollout_s); summary.model_exec_s is vLLM's own model-execution time summed over steps.",
+                 "rollout_s); summary.model_exec_s is vLLM's own model-execution time summed over steps; "
+                 "summary.process_cpu_s the CPU time of this process (all its threads) over the rollout, "
+                 "cpu_share that over rollout_s (below 1: the process waited for a core).",
     }
     trace = Trace(meta, steps, reqs, rl)
     if out is not None:
@@ -183,3 +200,124 @@ def _summary(run: RunResult, steps: pd.DataFrame, reqs: pd.DataFrame) -> dict[st
         "clip_ratio": round(float((reqs["finish_reason"] == "length").mean()), 4),
         "mean_reward": round(float(reqs["reward"].mean()), 4) if reqs["reward"].notna().any() else None,
     }
+
+
+class ReferenceForward:
+    """The machine's speed now, for `tlt calibrate --model`'s drift normalisation: a fixed set of
+    forward passes of the target model in this process, timed.
+
+    Why this yardstick: the calibration runs three kinds of engine (no SD, n-gram, EAGLE) one at a
+    time, so no engine step can measure the machine the same way throughout; the target's own
+    forward, in the process that runs the in-process engine, with its torch threads, is made of the
+    same kernels and the same per-op Python/torch dispatch as an engine step (a batch-1 step of the
+    tiny model is mostly dispatch: a 1x8-token forward takes ~3 ms here, a step 4-6 ms), so what
+    slows the engine (another process on the cores, a lower clock) slows it alike. Mostly small
+    (decode-like) passes, one larger one for compute; `measure()` returns the median over `repeats`
+    of the time of one set, so one interruption does not move it. The calibration prints how it
+    tracks the engine (the report's `tracking`).
+    """
+
+    def __init__(self, model_dir: str | Path, repeats: int = 5, small: int = 10, seed: int = 0):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+        gen = torch.Generator().manual_seed(seed)
+        vocab = int(self.model.config.vocab_size)
+        self.inputs = [torch.randint(0, vocab, (1, 8), generator=gen)] * small + \
+                      [torch.randint(0, vocab, (8, 32), generator=gen)]
+        self.repeats = repeats
+
+    def measure(self) -> float:
+        """Seconds for one set of forwards (median of `repeats`); `last_cpu_s`: this process's CPU
+        seconds for it (median), which other processes on the cores do not inflate."""
+        times, cpu = [], []
+        with self.torch.inference_mode():
+            for _ in range(self.repeats):
+                t, c = time.perf_counter(), time.process_time()
+                for ids in self.inputs:
+                    self.model(input_ids=ids, use_cache=False)
+                times.append(time.perf_counter() - t)
+                cpu.append(time.process_time() - c)
+        self.last_cpu_s = float(sorted(cpu)[len(cpu) // 2])
+        return float(sorted(times)[len(times) // 2])
+
+
+class EngineSession:
+    """One in-process engine at a time, reused for many captures (`tlt calibrate --model`).
+
+    `start(kind)` closes the running engine and starts one for drafter `kind` (none, ngram,
+    eagle): an engine start costs 10-30 s on CPU, so captures of one kind share it. SD engines
+    are adaptive (`RolloutEngine(..., adaptive=True)`, as `tlt train`'s workers run them), started
+    for draft lengths up to `max_draft_len`; each capture sets its own schedule. Every engine runs
+    in this process, so `reference_s()` (`ReferenceForward`) times the machine with the same
+    threads the engine steps use: `threads` torch threads, 1 by default as `tlt train`'s rollout
+    workers run (two OpenMP threads on a shared 2-core host wait on each other: steps 10-40x
+    slower beside another busy process, docs/vllm-cpu-notes.md).
+    """
+
+    def __init__(self, model: str | Path, drafter: str | Path | None = None, max_num_seqs: int = 64,
+                 max_model_len: int = 2048, max_draft_len: int = 4, seed: int = 0, threads: int = 1):
+        import torch
+
+        self.torch, self.threads = torch, max(1, threads)
+        self._pin_threads()
+        self.model, self.drafter = Path(model), Path(drafter) if drafter else None
+        self.max_num_seqs, self.max_model_len, self.max_draft_len, self.seed = max_num_seqs, max_model_len, max_draft_len, seed
+        self.engine: RolloutEngine | None = None
+        self.kind: str | None = None
+        self.reference = ReferenceForward(self.model, seed=seed)
+        self.reference.measure()  # first calls pay lazy initialisation
+
+    def _pin_threads(self) -> None:
+        if self.torch.get_num_threads() != self.threads:
+            self.torch.set_num_threads(self.threads)
+
+    def engine_policy(self, kind: str) -> Policy:
+        """The policy an engine for `kind` starts with: the longest draft everywhere (captures set theirs)."""
+        if kind == "none":
+            return from_mapping(Policy, {"name": "selfcal-none", "drafter": {"kind": "none"}})
+        return from_mapping(Policy, {"name": f"selfcal-{kind}", "sd_threshold": self.max_num_seqs,
+                                     "schedule": [[1, self.max_num_seqs, self.max_draft_len]],
+                                     "bandit": {"algorithm": "fixed"}, "training": {"enabled": False},
+                                     "drafter": {"kind": kind, "warm_start": kind == "eagle"}})
+
+    def start(self, kind: str) -> float:
+        """Close the running engine, start one for `kind`, warm it up; seconds taken."""
+        if kind == "eagle" and self.drafter is None:
+            raise CaptureError("an EAGLE capture needs --drafter (an EAGLE checkpoint directory)")
+        t = time.perf_counter()
+        self.close()
+        self._pin_threads()
+        self.engine = RolloutEngine(self.model, self.engine_policy(kind), drafter_dir=self.drafter if kind == "eagle" else None,
+                                    max_num_seqs=self.max_num_seqs, max_model_len=self.max_model_len, seed=self.seed,
+                                    adaptive=kind != "none", in_process=True)
+        self.kind = kind
+        # Lazy initialisation and the n-gram proposer's JIT compile stay out of every capture.
+        self.engine.generate([task.make_problems(1, seed=0)[0].prompt], 1, Sampling(temperature=0.0, max_tokens=32))
+        self.engine.llm.reset_prefix_cache()
+        return time.perf_counter() - t
+
+    def capture(self, policy: Policy, *, prompts: int, samples: int, max_tokens: int, seed: int, mix: str,
+                max_in_flight: int) -> Trace:
+        """One capture on the running engine (`policy`'s schedule; its drafter kind must be the engine's)."""
+        if self.engine is None or policy.drafter.kind != self.kind:
+            raise CaptureError(f"capture of drafter {policy.drafter.kind!r} on an engine for {self.kind!r}: start() it first")
+        self._pin_threads()
+        return capture(self.model, policy, self.drafter if self.kind == "eagle" else None, prompts=prompts,
+                       samples=samples, max_tokens=max_tokens, seed=seed, mix=mix, max_model_len=self.max_model_len,
+                       engine=self.engine, log=None, max_in_flight=max_in_flight)
+
+    def reference_s(self) -> float:
+        self._pin_threads()
+        return self.reference.measure()
+
+    def reference_cpu_s(self) -> float:
+        """The CPU seconds of the last `reference_s()` measurement."""
+        return self.reference.last_cpu_s
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine, self.kind = None, None

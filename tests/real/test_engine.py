@@ -461,3 +461,25 @@ def test_capture_writes_a_trace_that_loads(lab, tmp_path):
     (out / "meta.json").unlink()
     with pytest.raises(TraceError, match="meta.json"):
         load_trace(out)
+
+
+@pytest.mark.needs_vllm
+def test_max_in_flight_caps_the_batch_and_admits_in_order(lab):
+    """The driver-side batch cap (`run_steps(max_in_flight=)`, what `tlt calibrate --model` varies
+    per capture): never more requests scheduled than the cap, the rest added in order as others
+    finish and counted as waiting, and the capture's meta records the cap as max_num_seqs."""
+    from real.run.capture import capture
+
+    # Whichever engine the lab holds (the cap is the driver's, the same for every engine): no extra start.
+    eng = lab.engine or lab.start("none", lab.m1, load_policy("baseline"))
+    trace = capture(lab.m1, load_policy("baseline"), prompts=5, samples=2, max_tokens=24, seed=3, engine=eng,
+                    log=None, max_in_flight=3)
+    s, r = trace.steps, trace.requests
+    assert len(r) == 10 and s["batch_size"].max() == 3 and s["num_waiting"].iloc[0] == 7
+    assert s["num_waiting"].iloc[-1] == 0 and s["new_tokens"].sum() == r["response_tokens"].sum()
+    order = r.sort_values(["prompt_id", "sample"])["start_s"].to_numpy()
+    assert (order[1:] >= order[:-1]).all() and order[-1] > order[0]  # added in order, the later ones later
+    assert trace.meta["engine"]["max_num_seqs"] == 3 and trace.meta["engine"]["started_max_num_seqs"] == 16
+    assert 0 < trace.meta["summary"]["cpu_share"]
+    with pytest.raises(ValueError, match="max_in_flight"):
+        eng.run_steps([], max_in_flight=0)

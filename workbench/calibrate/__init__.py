@@ -15,7 +15,13 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
 - `phases`: policy-update and weight-sync costs (`fit_phases`);
 - `operators`: a Profile from `python -m real.profiler` measurements (`fit_operators`);
 - `report`: `calibrate()` itself, the `Calibration` it returns and its
-  report (`Calibration.report()`, the `.calibration.json` file).
+  report (`Calibration.report()`, the `.calibration.json` file);
+- `drift`: a trace's times rescaled to the machine's median speed (the factor `tlt calibrate
+  --model` records in each capture's meta; `apply_recorded` applies it once);
+- `self_calibration`: `tlt calibrate --model`: plan, capture (an injectable `Machine`), normalise,
+  fit, validate on held-out captures, write (`run_self_calibration`, `write_self_calibration`).
+  Import it as `workbench.calibrate.self_calibration` (not re-exported here: it uses
+  `workbench.validate`, which imports this package).
 
 The fit error stored in the profile (`fit_error_pct`) is the median absolute
 per-step latency error on held-out steps (5-fold cross-validation; runs of

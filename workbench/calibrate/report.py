@@ -113,6 +113,10 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, w
     models = {json.dumps(t.meta.get("model"), sort_keys=True, default=str) for t in traces}
     if len(machines) > 1 or len(models) > 1:
         notes.append("the traces come from more than one machine or model: one profile describes one engine on one machine")
+    scaled = [t.name for t in traces if (t.meta.get("drift") or {}).get("applied")]
+    if scaled:
+        notes.append(f"times of {len(scaled)} trace(s) scaled by the drift factor their meta records "
+                     f"(tlt calibrate --model; workbench/calibrate/drift.py): {', '.join(scaled)}")
     costs = fit_costs(step_frame(traces, warmup_steps, target), base)
     decode = costs.decode()
     if decode.overhead_s + decode.weights_s + decode.per_seq_s <= 0:

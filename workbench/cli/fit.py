@@ -1,8 +1,10 @@
-"""`tlt calibrate`: fit a profile to traces."""
+"""`tlt calibrate`: fit a profile to traces, or (`--model`) capture them on this machine first."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -15,18 +17,31 @@ from workbench.cli.common import fail
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
+from workbench.calibrate.drift import apply_recorded
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.tables import format_table
 
 
 @app.command()
 def calibrate(
-    traces: list[Path] = typer.Argument(..., help="Trace directories (written by `tlt capture` or `tlt train`) to fit on."),
+    traces: Optional[list[Path]] = typer.Argument(None, help="Trace directories (written by `tlt capture` or `tlt train`) to fit on; "
+                                                           "optional with --model."),
     out: Path = typer.Option(..., help="The fitted profile (.yaml, .yml or .json); it loads wherever a profile does (`tlt sim --profile`)."),
     base: str = typer.Option("cpu-tiny", help="Profile preset or file: its values are kept for what the traces cannot identify."),
     name: Optional[str] = typer.Option(None, help="The fitted profile's name (default: the --out file's stem)."),
     lengths_out: Optional[Path] = typer.Option(None, "--lengths-out", help="Also write a workload file (.yaml/.json): the traces' shape, the fitted length model and this profile."),
     warmup_steps: int = typer.Option(5, min=0, help="First engine steps of each engine that may be warm-up (dropped when they do not fit)."),
+    model: Optional[Path] = typer.Option(None, help="Calibrate THIS machine: capture a fit set and a held-out set on this model "
+                                                    "(no SD, n-gram, and EAGLE with --drafter), interleaved and drift-normalised, then fit and validate."),
+    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter for --model (default on the reference model: traces/reference/drafter; "
+                                                      "without one the EAGLE captures are left out)."),
+    rounds: int = typer.Option(2, min=1, help="With --model: how many times every fit shape is captured per drafter kind."),
+    seed: int = typer.Option(0, help="With --model: seed of the captures' prompts and sampling."),
+    drift: str = typer.Option("auto", help="With --model: drift normalisation of the profile: reference (the reference's "
+                                           "wall time around each capture), cpu (its CPU time over the capture's CPU share), "
+                                           "auto (cpu where measured). Every method's held-out errors are reported."),
+    drift_window: int = typer.Option(2, min=1, help="With --model: a capture's slowness is the median of the reference "
+                                                    "measurements nearest it, this many on each side."),
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance) and a length model to traces."""
 
@@ -37,12 +52,24 @@ def calibrate(
         base_prof = load_profile(base)
     except ConfigError as exc:
         fail(exc)
+    if model is not None:
+        if traces:
+            fail(ValueError("give either trace directories or --model (which captures its own), not both"))
+        if drift not in ("auto", "reference", "cpu"):
+            fail(ConfigError("--drift", "<option>", drift, "auto, reference or cpu"))
+        self_calibrate_cli(model, drafter, out, base_prof, name, lengths_out, warmup_steps, rounds, seed, drift, drift_window)
+        return
+    if not traces:
+        fail(ValueError("tlt calibrate needs trace directories (TRACE_DIR...) or --model DIR to capture them on this machine"))
     t0 = time.perf_counter()
     try:
         loaded = []
         for i, t in enumerate(traces):
-            loaded.append(load_trace(t))
-            typer.echo(f"  [{i + 1}/{len(traces)}] read {t} ({time.perf_counter() - t0:.1f}s)", err=True)
+            tr, factor = apply_recorded(load_trace(t))
+            loaded.append(tr)
+            typer.echo(f"  [{i + 1}/{len(traces)}] read {t} ({time.perf_counter() - t0:.1f}s)"
+                       + ("" if factor is None else f"; times scaled x{factor:.4f}, the drift factor its meta records "
+                          "(tlt calibrate --model)"), err=True)
         typer.echo("  fitting step latency (5-fold held out), acceptance and lengths ...", err=True)
         result = cal.calibrate(loaded, base_prof, name=name or out.stem, warmup_steps=warmup_steps)
         typer.echo(f"  fitted ({time.perf_counter() - t0:.1f}s)", err=True)
@@ -51,8 +78,20 @@ def calibrate(
     save(result.profile, out)
     report = out.with_name(out.stem + ".calibration.json")
     write_json(report, result.report(base_prof))
+    _print_fit(result, len(loaded), base_prof)
+    typer.echo(f"wrote {out} and {report} (the fit in full)")
+    if lengths_out is not None:
+        if result.lengths is None:
+            fail(ValueError("--lengths-out: the traces did not support a length model (see the notes above)"))
+        wl = cal.trace_workload_spec(loaded[0], result.lengths, out, lengths_out, result.profile.name)
+        save(wl, lengths_out)
+        typer.echo(f"wrote {lengths_out}")
+
+
+def _print_fit(result, n_traces: int, base_prof) -> None:
+    """The fit in tables: parameters, step-latency error, per-trace bias, acceptance, length model, notes."""
     c = result.costs
-    typer.echo(f"calibrated {result.profile.name!r} on {len(loaded)} trace(s), {c.steps_used} engine steps "
+    typer.echo(f"calibrated {result.profile.name!r} on {n_traces} trace(s), {c.steps_used} engine steps "
                f"(dropped: {', '.join(f'{v} {k}' for k, v in c.steps_dropped.items()) or 'none'}); base {base_prof.name}")
     typer.echo(format_table(result.param_rows(base_prof), ["parameter", "value", "base", "how"]))
     typer.echo("")
@@ -82,10 +121,65 @@ def calibrate(
                    f"{math.exp(lf.log_median_model):.0f} as the model's clip_ratio implies")
     for note in result.notes:
         typer.echo(f"note: {note}")
-    typer.echo(f"wrote {out} and {report} (the fit in full)")
-    if lengths_out is not None:
-        if result.lengths is None:
-            fail(ValueError("--lengths-out: the traces did not support a length model (see the notes above)"))
-        wl = cal.trace_workload_spec(loaded[0], result.lengths, out, lengths_out, result.profile.name)
-        save(wl, lengths_out)
-        typer.echo(f"wrote {lengths_out}")
+
+
+def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_prof, name: Optional[str],
+                       lengths_out: Optional[Path], warmup_steps: int, rounds: int, seed: int, drift: str,
+                       drift_window: int) -> None:
+    """`tlt calibrate --model`: the checks before any engine starts, the run, its files and its summary."""
+    from real.run.capture import CaptureError
+    from real.run.config import default_drafter
+    from real.tiny.model import load_model_dir
+    from workbench.calibrate import self_calibration as sc
+
+    try:
+        load_model_dir(model)  # its errors name --model
+        drafter = default_drafter(model, next(s.policy() for s in sc.plan_captures() if s.kind == "eagle"), drafter)
+        if drafter is not None and not (Path(drafter) / "config.json").is_file():
+            raise CaptureError(f"--drafter {drafter}: no config.json (give an EAGLE checkpoint from `tlt drafter train`)")
+    except (FileNotFoundError, ValueError) as exc:
+        fail(exc)
+    # vLLM logs every engine start at INFO on stdout; the progress lines (stderr) say what runs.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        fail(RuntimeError(f"--model needs vLLM ({exc}); install the project with its 'cpu' or 'gpu' extra"))
+    kinds = sc.KINDS if drafter is not None else ("none", "ngram")
+    plan = sc.plan_captures(kinds, rounds=rounds, seed=seed)
+    captures_dir = out.with_name(out.stem + ".captures")
+    workload_out = lengths_out or out.with_name(out.stem + ".workload" + out.suffix)
+    typer.echo(f"self-calibration of this machine on {model}: {len(plan)} captures ({', '.join(kinds)}; {rounds} round(s)), "
+               f"drafter {drafter or 'none (no EAGLE captures)'}", err=True)
+    try:
+        machine = sc.VllmMachine(model, drafter, seed=seed)
+        result = sc.run_self_calibration(machine, plan, base_prof, name or out.stem, captures_dir,
+                                         progress=lambda p: typer.echo(p.line(), err=True), warmup_steps=warmup_steps,
+                                         method=drift, window=drift_window)
+        written = sc.write_self_calibration(result, out, base_prof, captures_dir, workload_out)
+    except (TraceError, ValueError) as exc:
+        fail(exc)
+    _print_self_calibration(result)
+    typer.echo(f"wrote {', '.join(map(str, written))}")
+    typer.echo(json.dumps(result.summary(out)))
+
+
+def _print_self_calibration(result) -> None:
+    c = result.calibration.costs
+    typer.echo(f"calibrated {result.profile.name!r} on {sum(r.spec.role == 'fit' for r in result.captures)} fit captures, "
+               f"{c.steps_used} engine steps; step latency median |error| {c.cv_mdape_pct:.2f}% held out ({cal.CV_FOLDS}-fold)")
+    refs = [r.reference_s for r in result.references]
+    factors = [r.drift.factor for r in result.captures]
+    tracking = ", ".join(f"{m} {c:.2f}" for m, c in result.tracking.correlation_by_method.items())
+    typer.echo(f"drift: reference {1e3 * min(refs):.1f}-{1e3 * max(refs):.1f} ms over {len(refs)} measurements; "
+               f"profile normalised by {result.method} (window {result.window}): factors x{min(factors):.3f}-x{max(factors):.3f}; correlation of "
+               f"the slowness measure with the engine's over {len(result.tracking.engine_ratio)} captures: {tracking}")
+    methods = list(result.heldout[0].errors_by_method) if result.heldout else []
+    typer.echo(format_table([[h.trace, h.kind, f"x{h.drift_factor:.3f}", f"{h.measured_rollout_s:.2f}",
+                              f"{h.predicted_rollout_s:.2f}", f"{h.error_pct:+.2f}%", f"{h.raw_error_pct:+.2f}%",
+                              *(f"{h.errors_by_method[m]:+.2f}%" for m in methods)] for h in result.heldout],
+                            ["held out", "kind", "drift", "measured s", "predicted s", "error", "raw error",
+                             *(f"error ({m})" for m in methods)]))
+    typer.echo(format_table([[b.kind, f"{b.min_batch}-{b.max_batch}", str(b.steps), f"{b.measured_ms:.2f}",
+                              f"{b.predicted_ms:.2f}", f"{b.error_pct:+.1f}%"] for b in result.buckets],
+                            ["kind", "batch", "steps", "measured ms", "predicted ms", "error"]))
