@@ -202,3 +202,36 @@ def test_cli_names_a_bad_metrics_file(runs, tmp_path):
     pd.read_csv(d / "metrics.csv").drop(columns=["sync_s"]).to_csv(d / "metrics.csv", index=False)
     r = CliRunner().invoke(app, ["validate", "--profile", "cpu-tiny", str(d)])
     assert r.exit_code == 2 and "metrics.csv" in r.output and "sync_s" in r.output
+
+
+def test_cli_calibrate_fits_whole_runs_on_top_of_a_profile(runs, tmp_path):
+    """`tlt calibrate --run R...` alone (on top of --base), and after a trace fit of the runs' own
+    traces (a run directory stands for its trace): the run-level parameters land in the profile
+    and the report's `runs` section; a directory that is not a run is refused before anything is
+    written."""
+    from workbench.contracts.schema import to_mapping
+
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(to_mapping(TRUE)))
+    out = tmp_path / "only.yaml"
+    r = CliRunner().invoke(app, ["calibrate", "--run", str(runs["baseline"]), "--run", str(runs["sd"]),
+                                 "--base", str(base), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    prof = load_profile(out)
+    assert prof.phases.spot_stop_s == pytest.approx(0.3, rel=1e-3)
+    assert prof.phases.drafter_sync_s == pytest.approx(0.15, rel=1e-3)
+    report = json.loads((tmp_path / "only.calibration.json").read_text())
+    assert report["runs"]["runs"] == ["baseline", "sd"]
+    assert {"run:baseline", "run:sd"} <= set(prof.fitted_on)
+
+    both = tmp_path / "both.yaml"
+    r = CliRunner().invoke(app, ["calibrate", str(runs["baseline"]), str(runs["sd"]), "--run", str(runs["baseline"]),
+                                 "--run", str(runs["sd"]), "--out", str(both)])
+    assert r.exit_code == 0, r.output
+    fitted = load_profile(both)
+    assert fitted.phases.weight_sync_s == pytest.approx(0.2, rel=1e-3)
+    assert json.loads((tmp_path / "both.calibration.json").read_text())["runs"]["runs"] == ["baseline", "sd"]
+
+    bad = CliRunner().invoke(app, ["calibrate", "--run", str(tmp_path), "--out", str(tmp_path / "x.yaml")])
+    assert bad.exit_code == 2 and "not a run directory" in bad.output
+    assert not (tmp_path / "x.yaml").exists()

@@ -373,7 +373,11 @@ def fit_runs(run_dirs: Sequence[str | Path], base: Profile) -> RunFit:
     """`base` updated from whole `tlt train` runs (module docstring); each row says how."""
     if not run_dirs:
         raise ValueError("fit_runs: no run directory given; pass at least one `tlt train --out` directory")
-    runs = [load_run(d) for d in run_dirs]
+    return fit_loaded_runs([load_run(d) for d in run_dirs], base)
+
+
+def fit_loaded_runs(runs: Sequence[Run], base: Profile) -> RunFit:
+    """`fit_runs` on runs already read (`load_run`)."""
     phases, phase_params = fit_phases([r.trace for r in runs], base.phases)
     prof = replace(base, phases=phases)
     how = {"phases.train_gpu_s_per_token": "median over RL steps of train_s x GPUs / prompt+response tokens",

@@ -18,6 +18,8 @@ from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
 from workbench.calibrate.drift import apply_recorded
+from workbench.calibrate.report import SCHEMA as REPORT_SCHEMA
+from workbench.calibrate.runs import TABLE_HEADERS, TRACE_DIR, fit_loaded_runs, is_run_dir, load_run
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.tables import format_table
 
@@ -42,6 +44,10 @@ def calibrate(
                                            "auto (cpu where measured). Every method's held-out errors are reported."),
     drift_window: int = typer.Option(2, min=1, help="With --model: a capture's slowness is the median of the reference "
                                                     "measurements nearest it, this many on each side."),
+    runs: Optional[list[Path]] = typer.Option(None, "--run", help="A `tlt train` run directory (repeat for more): fits what "
+                                              "whole runs show on top of the rest (update and sync cost, the spot trainers' "
+                                              "stop and throughput, the drafter's learning curve and staleness). Alone: on "
+                                              "top of --base."),
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance) and a length model to traces."""
 
@@ -50,14 +56,19 @@ def calibrate(
             fail(ConfigError(what, "<file>", str(path), "a .yaml, .yml or .json file name"))
     try:
         base_prof = load_profile(base)
-    except ConfigError as exc:
+        loaded_runs = [load_run(r) for r in runs or []]  # refused before anything runs or is written
+    except (ConfigError, TraceError) as exc:
         fail(exc)
+    if model is None and not traces and loaded_runs:
+        fit_runs_only(loaded_runs, base_prof, out, name)
+        return
     if model is not None:
         if traces:
             fail(ValueError("give either trace directories or --model (which captures its own), not both"))
         if drift not in ("auto", "reference", "cpu"):
             fail(ConfigError("--drift", "<option>", drift, "auto, reference or cpu"))
         self_calibrate_cli(model, drafter, out, base_prof, name, lengths_out, warmup_steps, rounds, seed, drift, drift_window)
+        add_runs(loaded_runs, out)
         return
     if not traces:
         fail(ValueError("tlt calibrate needs trace directories (TRACE_DIR...) or --model DIR to capture them on this machine"))
@@ -65,7 +76,7 @@ def calibrate(
     try:
         loaded = []
         for i, t in enumerate(traces):
-            tr, factor = apply_recorded(load_trace(t))
+            tr, factor = apply_recorded(load_trace(t / TRACE_DIR if is_run_dir(t) else t))
             loaded.append(tr)
             typer.echo(f"  [{i + 1}/{len(traces)}] read {t} ({time.perf_counter() - t0:.1f}s)"
                        + ("" if factor is None else f"; times scaled x{factor:.4f}, the drift factor its meta records "
@@ -80,12 +91,56 @@ def calibrate(
     write_json(report, result.report(base_prof))
     _print_fit(result, len(loaded), base_prof)
     typer.echo(f"wrote {out} and {report} (the fit in full)")
+    add_runs(loaded_runs, out)
     if lengths_out is not None:
         if result.lengths is None:
             fail(ValueError("--lengths-out: the traces did not support a length model (see the notes above)"))
         wl = cal.trace_workload_spec(loaded[0], result.lengths, out, lengths_out, result.profile.name)
         save(wl, lengths_out)
         typer.echo(f"wrote {lengths_out}")
+
+
+def _print_runs(fit) -> None:
+    typer.echo(f"whole runs ({', '.join(fit.runs)}):")
+    typer.echo(format_table(fit.table_rows(), TABLE_HEADERS))
+    for note in fit.notes:
+        typer.echo(f"note: {note}")
+
+
+def add_runs(loaded_runs: list, out: Path) -> None:
+    """The profile just written at `out`, refitted with what whole runs show; its report gains a
+    `runs` section (workbench/calibrate/runs.py)."""
+    if not loaded_runs:
+        return
+    try:
+        fit = fit_loaded_runs(loaded_runs, load_profile(out))
+    except (TraceError, ValueError) as exc:
+        fail(exc)
+    report = out.with_name(out.stem + ".calibration.json")
+    data = json.loads(report.read_text(encoding="utf-8")) if report.is_file() else {}
+    data["runs"] = fit.to_dict()
+    save(fit.profile, out)
+    write_json(report, data)
+    _print_runs(fit)
+    typer.echo(f"wrote {out} and {report} again, with the whole runs' parameters")
+
+
+def fit_runs_only(loaded_runs: list, base_prof, out: Path, name: Optional[str]) -> None:
+    """`tlt calibrate --run RUN_DIR... --base P --out Q`: only what whole runs show, on top of P."""
+    from dataclasses import replace
+
+    try:
+        fit = fit_loaded_runs(loaded_runs, replace(base_prof, name=name or out.stem))
+    except (TraceError, ValueError) as exc:
+        fail(exc)
+    save(fit.profile, out)
+    report = out.with_name(out.stem + ".calibration.json")
+    write_json(report, {"schema": REPORT_SCHEMA, "profile": fit.profile.name, "base_profile": base_prof.name,
+                        "fitted_on": list(fit.profile.fitted_on), "parameters": {
+                            p.key: {"value": p.value, "base": None, "fitted": p.fitted, "why_not_fitted": p.why_not_fitted}
+                            for p in fit.params}, "runs": fit.to_dict()})
+    _print_runs(fit)
+    typer.echo(f"wrote {out} and {report}")
 
 
 def _print_fit(result, n_traces: int, base_prof) -> None:
