@@ -16,6 +16,7 @@ PAGES = {
     "what-if": "What-if",
     "compare": "Compare",
     "tune": "Tune",
+    "calibrate": "Calibrate",
     "train": "Train (real)",
     "paper": "The TLT paper, reproduced",
 }
@@ -99,6 +100,22 @@ def test_paper_reproduction_runs(page, open_page, appear, healthy, shot, widgets
     shot(page, "paper")
 
 
+def test_calibrate_shows_the_shipped_calibration_and_checks_the_form(page, open_page, appear, healthy, shot, widgets,
+                                                                   tmp_path):
+    """The shipped self-calibration's report on arrival; a model directory that is not one is named and
+    nothing can start. (A real calibration takes minutes: `tlt calibrate --model` is tested on the CLI.)"""
+    open_page(page, "calibrate", "Calibration report")
+    appear(page, page.get_by_text("Held-out captures, worst |error|"))
+    healthy(page)
+    tiles = page.locator("[data-testid=stMetric]").all_inner_texts()
+    assert any(t.startswith("Held-out captures, worst |error|") for t in tiles), tiles
+    shot(page, "calibrate", show="Held-out captures")
+    widgets.text(page, "Model directory", str(tmp_path / "no-model"))
+    appear(page, page.get_by_text(re.compile(r"Model directory '.*no-model' has no config.json")))
+    assert page.get_by_role("button", name="Calibrate this machine").is_disabled()
+    healthy(page, errors_ok=True)
+
+
 @pytest.mark.needs_vllm
 @pytest.mark.needs_reference
 def test_train_runs_one_real_step(page, open_page, appear, healthy, shot, widgets, tmp_path):
@@ -131,6 +148,10 @@ def test_train_runs_one_real_step(page, open_page, appear, healthy, shot, widget
     assert any(t.startswith("Tail (last step)") for t in tiles), tiles
     assert (run_dir / "metrics.csv").is_file() and (run_dir / "trace" / "timeline.parquet").is_file()
     shot(page, "train-finished", show="Where the rollout's worker-time went")
+    # The simulator's prediction of the finished run, beside what it measured.
+    widgets.click(page, "Predict this run")
+    appear(page, page.get_by_text(re.compile(r"mean step predicted .* measured")))
+    healthy(page)
     # The finished run no longer holds the page: its directory is taken (Resume continues it), another starts.
     page.get_by_text("holds the run started here").wait_for()
     assert page.get_by_role("button", name="Start").is_disabled()

@@ -349,3 +349,54 @@ def test_train_page_predicts_a_finished_run_beside_its_measurement(tmp_path: Pat
     at.button(key="train_predict").click().run()
     assert not at.exception, at.exception
     assert any("no-such-profile.yaml" in e.value for e in at.error), [e.value for e in at.error]
+
+
+# ---------------------------------------------------------------- Calibrate
+
+
+def _calibrate_script() -> None:
+    from workbench.ui import calibrate_page
+
+    calibrate_page.render()
+
+
+def test_calibrate_page_shows_the_shipped_self_calibration(monkeypatch) -> None:
+    """On arrival: the shipped self-calibration's report (held-out captures, per-bucket latency)."""
+    from workbench.ui import calibrate_page
+
+    report = calibrate_page.resolve(calibrate_page.SHIPPED_REPORT)
+    monkeypatch.setattr(calibrate_page, "DEFAULT_OUT", "runs/no-such-dir/profile.yaml")
+    at = AppTest.from_function(_calibrate_script, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="calibrate_report_path").value == calibrate_page.SHIPPED_REPORT
+    tables = [d.value for d in at.dataframe]
+    held = next(t for t in tables if "raw_error_pct" in t.columns)
+    shipped = json.loads(report.read_text())["self_calibration"]["heldout"]
+    assert list(held["capture"]) == [h["trace"] for h in shipped]
+    assert any("measured_ms" in t.columns and len(t) > 3 for t in tables)
+    assert {m.label for m in at.metric} >= {"Held-out captures, worst |error|", "Step latency, held-out steps"}
+
+
+def test_calibrate_page_checks_the_form_then_starts_tlt_calibrate(monkeypatch, tmp_path: Path) -> None:
+    from workbench.ui import calibrate_page, train_page
+
+    _FakeProc.calls = []
+    monkeypatch.setattr(train_page.subprocess, "Popen", _FakeProc)
+    at = AppTest.from_function(_calibrate_script, default_timeout=60)
+    at.run()
+    at.text_input(key="calibrate_model").set_value(str(tmp_path / "nope")).run()
+    assert any("has no config.json" in e.value and "nope" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.button(key="calibrate_start").disabled
+    at.text_input(key="calibrate_model").set_value(calibrate_page.DEFAULT_MODEL)
+    at.text_input(key="calibrate_out").set_value(str(tmp_path / "me.yaml")).run()
+    assert not at.button(key="calibrate_start").disabled
+    at.button(key="calibrate_start").click().run()
+    assert not at.exception, at.exception
+    argv, kwargs = _FakeProc.calls[-1]
+    assert argv[argv.index("calibrate") + 1:] == [
+        "--model", str(calibrate_page.resolve(calibrate_page.DEFAULT_MODEL)), "--out", str(tmp_path / "me.yaml"),
+        "--drafter", str(calibrate_page.resolve(calibrate_page.DEFAULT_DRAFTER))]
+    assert kwargs["stdout"].name == str(tmp_path / "me.calibrate.log")
+    assert any(i.value.startswith("calibrating (pid") for i in at.info), [i.value for i in at.info]
+    assert at.text_input(key="calibrate_report_path").value == str(tmp_path / "me.calibration.json")
