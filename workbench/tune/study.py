@@ -38,7 +38,7 @@ from workbench.contracts.workload import Workload
 from workbench.tune.space import SPACE_VERSION, check_backend, params_for, suggest_policy
 
 DEFAULT_STORAGE = "sqlite:///tlt-studies.db"
-PRESETS = ("baseline", "static-sd", "tlt-cold", "tlt")
+PRESETS = ("baseline", "static-sd", "tlt-cold", "tlt", "tlt-vllm")  # tlt-vllm: the paper's configuration as `tlt train` runs it
 STEP_TIME = "step_time_s"
 TRAIN_GPU_S = "train_gpu_s"
 
