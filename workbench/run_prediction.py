@@ -22,8 +22,9 @@ forward; the simulator puts `phases.spot_stop_s` on its timeline as sync); the s
 `metrics.csv`'s step_s when the trace sits in a run directory (else their sum). The rest,
 `other_s` (rewards, the checkpoint), has no counterpart in the simulator, which predicts 0.
 
-A profile whose `fitted_on` names the run (`run:NAME` from `fit_runs`, or the trace's name) makes
-the prediction in-sample; `in_sample` says so and the CLI labels it.
+A profile whose `fitted_on` names the run (`run:` and its directory's full path, as `fit_runs`
+and a trace fit of RUN/trace record it) makes the prediction in-sample; `in_sample` says so and
+the CLI labels it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from sim.simulator import simulate
+from workbench.calibrate.trace_view import fitted_name
 from workbench.calibrate.runs import (
     TRACE_DIR,
     is_run_dir,
@@ -133,9 +135,8 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_in_sample(trace: Trace, profile: Profile) -> bool:
-    label = run_label(trace)
-    names = set(profile.fitted_on)
-    return f"run:{label}" in names or label in names or (trace.name != "trace" and trace.name in names)
+    """The profile was fitted on this run (its trace or the run itself: `fitted_name`)."""
+    return fitted_name(trace) in set(profile.fitted_on)
 
 
 def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]]:

@@ -50,7 +50,7 @@ def test_phase_costs_are_recovered_from_a_run(runs):
     fit = fit_runs([runs["baseline"]], load_profile("cpu-tiny"))
     assert fit.profile.phases.train_gpu_s_per_token == pytest.approx(3e-4, rel=1e-3)
     assert fit.profile.phases.weight_sync_s == pytest.approx(0.2, rel=1e-3)
-    assert "run:baseline" in fit.profile.fitted_on
+    assert f"run:{runs['baseline'].resolve()}" in fit.profile.fitted_on
     rows = {r[0]: r for r in fit.table_rows()}
     assert rows["phases.weight_sync_s"][2] == "fitted"
     # a baseline run shows no spot training and no drafter estimate: those keep the base's value and say why
@@ -222,7 +222,7 @@ def test_cli_calibrate_fits_whole_runs_on_top_of_a_profile(runs, tmp_path):
     assert prof.phases.drafter_sync_s == pytest.approx(0.15, rel=1e-3)
     report = json.loads((tmp_path / "only.calibration.json").read_text())
     assert report["runs"]["runs"] == ["baseline", "sd"]
-    assert {"run:baseline", "run:sd"} <= set(prof.fitted_on)
+    assert {f"run:{runs['baseline'].resolve()}", f"run:{runs['sd'].resolve()}"} <= set(prof.fitted_on)
 
     both = tmp_path / "both.yaml"
     r = CliRunner().invoke(app, ["calibrate", str(runs["baseline"]), str(runs["sd"]), "--run", str(runs["baseline"]),
@@ -235,3 +235,14 @@ def test_cli_calibrate_fits_whole_runs_on_top_of_a_profile(runs, tmp_path):
     bad = CliRunner().invoke(app, ["calibrate", "--run", str(tmp_path), "--out", str(tmp_path / "x.yaml")])
     assert bad.exit_code == 2 and "not a run directory" in bad.output
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_a_run_of_the_same_name_elsewhere_is_held_out(runs, tmp_path):
+    """Two benches both have a `baseline` run: a profile fitted on one predicts the other held out."""
+    import shutil
+
+    other = tmp_path / "bench" / "baseline"
+    shutil.copytree(runs["baseline"], other)
+    fit = fit_runs([runs["baseline"]], load_profile("cpu-tiny"))
+    assert predict_run(load_trace(runs["baseline"] / "trace"), fit.profile).in_sample
+    assert not predict_run(load_trace(other / "trace"), fit.profile).in_sample

@@ -20,7 +20,7 @@ from workbench.calibrate.acceptance import (
 from workbench.calibrate.costs import CV_FOLDS, CostFit, ParamFit, fit_costs
 from workbench.calibrate.lengths import LengthFit, fit_lengths
 from workbench.calibrate.phases import fit_phases
-from workbench.calibrate.trace_view import WARMUP_STEPS, step_frame
+from workbench.calibrate.trace_view import WARMUP_STEPS, fitted_name, step_frame
 from workbench.contracts.fileio import jsonable
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Trace
@@ -84,7 +84,7 @@ class Calibration:
 def _source(traces: Sequence[Trace], base: Profile, costs: CostFit, acc_fits: dict[str, AcceptanceFit],
             kept: list[str], warmup_steps: int, target: str) -> str:
     """The profile's `source`: how it was made."""
-    names = tuple(t.name for t in traces)
+    names = tuple(fitted_name(t) for t in traces)
     return (f"tlt calibrate on {len(traces)} trace(s) ({', '.join(names)}), {costs.steps_used} engine steps: "
             f"decode and drafter costs by a robust (soft-l1, relative residual) non-negative least-squares fit "
             f"of sim/costs.py's form to each step's {'wall time plus the gap to the next step' if target == 'cycle' else 'wall time'}, "
@@ -135,7 +135,7 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, w
         notes.append(f"length model not fitted: {exc}")
 
     params = [*costs.params, *acc_params, *phase_params]
-    names = tuple(t.name for t in traces)
+    names = tuple(fitted_name(t) for t in traces)
     source = _source(traces, base, costs, acc_fits, [p.key for p in params if not p.fitted], warmup_steps, target)
     cv = costs.cv_mdape_pct if math.isfinite(costs.cv_mdape_pct) else costs.mdape_pct
     profile = Profile(name=name or f"{base.name}-calibrated", decode=decode, drafter=costs.drafter(), acceptance=acc,

@@ -50,7 +50,7 @@ from sim.acceptance import accept_stats, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.calibrate.costs import ParamFit
 from workbench.calibrate.phases import fit_phases
-from workbench.calibrate.trace_view import sig
+from workbench.calibrate.trace_view import fitted_name, sig
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, from_mapping
@@ -396,7 +396,7 @@ def fit_loaded_runs(runs: Sequence[Run], base: Profile) -> RunFit:
             for part, name, why in NOT_IDENTIFIED]
     how.update({p.key: f"kept: {p.why_not_fitted}" for p in kept})
     labels = [r.label for r in runs]
-    prof = replace(prof, fitted_on=tuple(base.fitted_on) + tuple(f"run:{x}" for x in labels),
+    prof = replace(prof, fitted_on=tuple(base.fitted_on) + tuple(fitted_name(r.trace) for r in runs),
                    source=(base.source + "; " if base.source else "") + f"run-level parameters fitted on runs {', '.join(labels)} (fit_runs)")
     prof.check()
     return RunFit(prof, [*phase_params, *extra_params, *spot_params, stale, learn, *kept], how, labels, notes)

@@ -157,3 +157,13 @@ def step_frame(traces: Sequence[Trace], warmup_steps: int = WARMUP_STEPS, target
     if target not in ("wall", "cycle"):
         raise ValueError(f"target {target!r}: allowed: wall, cycle")
     return pd.concat([_trace_steps(t, warmup_steps, target) for t in traces], ignore_index=True)
+
+
+def fitted_name(trace: Trace) -> str:
+    """How a profile's `fitted_on` names a trace: a `tlt train` run's trace (RUN/trace, metrics.csv
+    beside it) as `run:` and the run directory's full path, since every run's trace directory is
+    called `trace` and two benches both have a `baseline` run; any other trace by its directory name."""
+    p = trace.path
+    if p is not None and p.name == "trace" and (p.parent / "metrics.csv").is_file():
+        return f"run:{p.parent.resolve()}"
+    return trace.name
