@@ -19,7 +19,7 @@ import streamlit as st
 
 from workbench.ui.calibration_report import show_report
 from workbench.ui.run_monitor import find_failure, log_tail
-from workbench.ui.train_page import Launch, launch, resolve, stop, tlt_executable
+from workbench.ui.train_page import is_running, launch, rerun_once_finished, resolve, session_launch, stop, tlt_executable
 
 DEFAULT_MODEL = "traces/reference/model"
 DEFAULT_DRAFTER = "traces/reference/drafter"
@@ -71,17 +71,8 @@ def calibrate_command(form: CalibrateForm) -> list[str]:
     return argv
 
 
-def _current() -> Launch | None:
-    return st.session_state.get(_STATE)
-
-
-def _is_running() -> bool:
-    run = _current()
-    return run is not None and run.proc.poll() is None
-
-
 def _show_launch() -> None:
-    run = _current()
+    run = session_launch(_STATE)
     if run is None:
         return
     rc = run.proc.poll()
@@ -106,11 +97,7 @@ def _show_launch() -> None:
 
 def _live() -> None:
     """The calibration's status and log; reruns by itself while it goes on, then once in full."""
-    running = _is_running()
-    if st.session_state.get(_KEY_WAS_RUNNING) and not running:
-        st.session_state[_KEY_WAS_RUNNING] = False
-        st.rerun()
-    st.session_state[_KEY_WAS_RUNNING] = running
+    rerun_once_finished(_STATE, _KEY_WAS_RUNNING)
     _show_launch()
 
 
@@ -145,7 +132,7 @@ def render() -> None:
     problems = check_form(form)
     for problem in problems:
         st.error(problem)
-    running = _is_running()
+    running = is_running(_STATE)
     clicked = st.button("Calibrate this machine", type="primary", disabled=bool(problems) or running,
                         key="calibrate_start")
     if not problems:

@@ -173,17 +173,29 @@ def stop(run: Launch) -> None:
         pass  # still shutting Ray down: the status says "stopping" until Refresh finds it gone
 
 
-def _current() -> Launch | None:
-    return st.session_state.get(_STATE_LAUNCH)
+def session_launch(key: str = _STATE_LAUNCH) -> Launch | None:
+    """The background run this session started under `key` (the Calibrate page has its own key)."""
+    return st.session_state.get(key)
 
 
-def _is_running() -> bool:
-    run = _current()
+def is_running(key: str = _STATE_LAUNCH) -> bool:
+    run = session_launch(key)
     return run is not None and run.proc.poll() is None
 
 
+def rerun_once_finished(key: str, was_running_key: str) -> bool:
+    """In a fragment that redraws a background run: whether it runs; once it has stopped, one full
+    rerun of the page (so its Start button comes back)."""
+    running = is_running(key)
+    if st.session_state.get(was_running_key) and not running:
+        st.session_state[was_running_key] = False
+        st.rerun()
+    st.session_state[was_running_key] = running
+    return running
+
+
 def _show_launch() -> None:
-    run = _current()
+    run = session_launch()
     if run is None:
         return
     rc = run.proc.poll()  # also reaps a finished child
@@ -223,7 +235,7 @@ def _monitor(default_dir: str) -> None:
     if not path.strip() or not run_dir.is_dir():
         st.info(f"No run directory at `{path}` yet.")
         return
-    run = _current()
+    run = session_launch()
     ours = run is not None and run.out == run_dir
     running = ours and run.proc.poll() is None
     if not ours:  # a run started elsewhere: its log is all there is to say how it ended
@@ -240,11 +252,7 @@ def _live(default_dir: str) -> None:
     """The run's status and the monitor; while a run started here goes on, this part reruns by
     itself every REFRESH_S seconds (a fragment: the form keeps its state), and once more in full
     when the run ends, so Start comes back."""
-    running = _is_running()
-    if st.session_state.get(_KEY_WAS_RUNNING) and not running:
-        st.session_state[_KEY_WAS_RUNNING] = False
-        st.rerun()
-    st.session_state[_KEY_WAS_RUNNING] = running
+    rerun_once_finished(_STATE_LAUNCH, _KEY_WAS_RUNNING)
     _show_launch()
     _monitor(default_dir)
 
@@ -306,7 +314,7 @@ def render() -> None:
                "speculative decoding (`tlt train`), in the background; watch its steps and worker timelines.")
     form = _form()
     cfg, problems = check_form(form)
-    run = _current()
+    run = session_launch()
     for problem in problems:
         # The directory of the run started here holds that run: a fact to state, not a mistake in the form.
         if run is not None and problem == occupied(form.out) and resolve(form.out) == run.out:
@@ -314,7 +322,7 @@ def render() -> None:
                     "choose another directory for a new run.")
         else:
             st.error(problem)
-    running = _is_running()
+    running = is_running()
     clicked = st.button("Start", type="primary", disabled=bool(problems) or running, key="train_start")
     if cfg is not None:
         argv = train_command(cfg, form)
