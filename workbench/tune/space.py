@@ -37,7 +37,7 @@ from workbench.contracts.schema import FieldError, to_mapping
 from workbench.contracts.workload import Workload
 
 # Bump when the search space changes: a study is only resumed with the space it was created with.
-SPACE_VERSION = 2
+SPACE_VERSION = 3
 
 # SD thresholds tried (SD is off above this batch); capped at the workload's max_batch,
 # which is always a choice. 0 (never SD) is drafter "none".
@@ -53,6 +53,7 @@ ARM_SETS = {
     "1,2,4": (1, 2, 4),
     "2,4,6": (2, 4, 6),
     "2,4,6,8": (2, 4, 6, 8),
+    "0,1,2,3,4,6,8": (0, 1, 2, 3, 4, 6, 8),  # tlt-vllm's: every short chain, SD off an arm
 }
 ALGORITHMS = ("fixed", "beg", "ucb1", "egreedy")
 BACKENDS = ("sim", "real")
@@ -66,7 +67,7 @@ TRAIN_STEPS_RANGE = (100, 20000)
 BUFFER_RANGE = (1, 4)
 EPSILON_RANGE = (0.01, 0.5)
 WINDOW_RANGE = (4, 256)
-INTERVAL_RANGE = (8, 512)
+INTERVAL_RANGE = (2, 512)  # tlt-vllm decides every 4 engine steps
 SWITCH_MARGIN_RANGE = (0.0, 0.5)
 
 
@@ -119,8 +120,10 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
                    if algorithm in ("beg", "egreedy") else defaults.epsilon)
         window = trial.suggest_int("window", *WINDOW_RANGE, log=True) if algorithm == "beg" else defaults.window
         interval = trial.suggest_int("decision_interval", *INTERVAL_RANGE, log=True)
+        # The median of an arm's rewards shrugs off the outlier steps of a shared machine.
+        stat = trial.suggest_categorical("reward_stat", ["mean", "median"])
         bandit = BanditConfig(algorithm=algorithm, arms=arms, epsilon=epsilon, window=window,
-                              decision_interval=interval)
+                              decision_interval=interval, reward_stat=stat)
         # The bandit only uses the rows as buckets; their draft length (the median
         # arm) is what a fixed-table engine would fall back to.
         lens = [Strategy.chain(_median_arm(arms))] * len(uppers)
@@ -212,7 +215,7 @@ def canonical(policy: Policy) -> Policy:
         bandit = BanditConfig(algorithm=d.algorithm, arms=tuple(sorted(d.arms)),
                               epsilon=d.epsilon if d.algorithm in ("beg", "egreedy") else b.epsilon,
                               window=d.window if d.algorithm == "beg" else b.window,
-                              decision_interval=d.decision_interval)
+                              decision_interval=d.decision_interval, reward_stat=d.reward_stat)
     # Rows above the threshold are never used; the last used row ends at the threshold.
     rows = tuple(replace(r, max_batch=min(r.max_batch, p.sd_threshold)) for r in p.schedule
                  if r.min_batch <= p.sd_threshold)
@@ -253,7 +256,7 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
             if not keys:
                 return None
             params.update(arms=keys[0], epsilon=policy.bandit.epsilon, window=policy.bandit.window,
-                          decision_interval=policy.bandit.decision_interval)
+                          decision_interval=policy.bandit.decision_interval, reward_stat=policy.bandit.reward_stat)
         if policy.drafter.kind == "eagle":
             params.update(warm_start=policy.drafter.warm_start, ngram_fallback=policy.drafter.ngram_fallback,
                           switch_margin=policy.drafter.switch_margin, training=policy.training.enabled)
