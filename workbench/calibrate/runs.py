@@ -6,9 +6,11 @@ per-worker `timeline.parquet`) and fits, in exactly the forms the simulator uses
 - `phases.train_gpu_s_per_token`, `phases.weight_sync_s`: `fit_phases` over the runs' RL steps
   (update seconds x GPUs / prompt+response tokens; sync seconds), medians.
 - `phases.spot_stop_s`, `phases.drafter_sync_s` (`fit_spot_phases`): over the runs whose policy
-  spot-trains, the median wait for the spot trainers to stop (metrics.csv `stop_latency_s`; none
-  running: 0) and their median sync beyond `weight_sync_s`, which then comes from the runs that do
-  not spot-train (the new drafter is pushed and judged only where one trains).
+  spot-trains, the mean wait for the spot trainers to stop (metrics.csv `stop_latency_s`; none
+  running: 0) and their mean sync beyond the mean sync of the runs that do not spot-train (the new
+  drafter is pushed and judged only where one trains). Means, not medians: the wait is skewed (one
+  step in three waits for a whole drafter step) and the simulator adds one constant per step, so
+  only the mean keeps the mean step time right.
 - `learning.train_tokens_per_s`, `learning.tokens_per_step`: the simulator's spot trainer
   (sim/rollout.py) counts only whole drafter steps in each `drafter_train` interval,
   floor(interval / step_s). The step time is the one whose count over the runs' intervals equals
@@ -234,11 +236,12 @@ def fit_spot_phases(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[P
         how["phases.spot_stop_s"] = how["phases.drafter_sync_s"] = f"kept: {why}"
         return base, [ParamFit("phases", "spot_stop_s", ph.spot_stop_s, False, why_not_fitted=why),
                       ParamFit("phases", "drafter_sync_s", ph.drafter_sync_s, False, why_not_fitted=why)], how
-    stop = sig(float(np.median(np.concatenate([spot_wait(r.metrics) for r in spot]))))
-    spot_sync = float(np.median([float(x) for r in spot for x in r.trace.rl_steps["sync_s"]]))
-    extra = sig(max(0.0, spot_sync - ph.weight_sync_s)) if plain else 0.0
-    how["phases.spot_stop_s"] = "median over the spot-training runs' steps of stop_latency_s (none running: 0)"
-    how["phases.drafter_sync_s"] = ("median sync_s of the spot-training runs minus weight_sync_s" if plain else
+    stop = sig(float(np.mean(np.concatenate([spot_wait(r.metrics) for r in spot]))))
+    spot_sync = float(np.mean([float(x) for r in spot for x in r.trace.rl_steps["sync_s"]]))
+    plain_sync = float(np.mean([float(x) for r in plain for x in r.trace.rl_steps["sync_s"]])) if plain else 0.0
+    extra = sig(max(0.0, spot_sync - plain_sync)) if plain else 0.0
+    how["phases.spot_stop_s"] = "mean over the spot-training runs' steps of stop_latency_s (none running: 0)"
+    how["phases.drafter_sync_s"] = ("mean sync_s of the spot-training runs minus that of the others" if plain else
                                     "kept at 0: without a run that does not spot-train, weight_sync_s holds it")
     ph = replace(ph, spot_stop_s=stop, drafter_sync_s=extra)
     return replace(base, phases=ph), [ParamFit("phases", "spot_stop_s", stop, True),
