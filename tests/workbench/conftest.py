@@ -18,7 +18,7 @@ a LengthModel through `sim.lengths.sample_step`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -28,7 +28,7 @@ from sim.costs import draft_step_s, prefill_s, verify_step_s
 from sim.lengths import sample_step
 from sim.rollout import shard
 from workbench.contracts.policy import Policy
-from workbench.contracts.profile import Profile
+from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import from_mapping
 from workbench.contracts.trace import Trace
 from workbench.contracts.workload import LengthModel
@@ -147,6 +147,19 @@ def _synthetic_trace(profile: Profile, policy: dict, *, prompts: int, samples: i
     meta = dict(model="fake-tiny", policy=policy, prompts=prompts, samples=samples, max_tokens=cap, seed=seed,
                 machine={"cpu": "fake"}, engine={"max_num_seqs": max_batch, "drafter": engine.policy.drafter.kind})
     return Trace(meta, pd.DataFrame(steps), pd.DataFrame(reqs), pd.DataFrame(rls))
+
+
+@pytest.fixture(scope="session")
+def synthetic_machine() -> Profile:
+    """The "machine" the synthetic engine runs on: cpu-tiny's form with costs a fit must find."""
+    base = load_profile("cpu-tiny")
+    return replace(
+        base,
+        decode=replace(base.decode, overhead_s=0.005, per_seq_s=1.5e-4, compute_s_per_token=3.0e-5,
+                       kv_s_per_token=2.0e-7, prefill_s_per_token=3.0e-5),
+        drafter=replace(base.drafter, ngram_s_per_seq=4.0e-5, eagle_step_s=0.002, eagle_s_per_seq=6.0e-5),
+        acceptance=replace(base.acceptance, ngram_alpha=0.65, ngram_shape=0.6, eagle_alpha_fresh=0.8, eagle_shape=0.7),
+    )
 
 
 @pytest.fixture(scope="session")

@@ -35,14 +35,6 @@ from workbench.validate import save_validations, validate
 
 runner = CliRunner()
 BASE = load_profile("cpu-tiny")
-# The "machine" the fake engine runs on: cpu-tiny's form with costs the fit must find.
-TRUE = replace(
-    BASE,
-    decode=replace(BASE.decode, overhead_s=0.005, per_seq_s=1.5e-4, compute_s_per_token=3.0e-5, kv_s_per_token=2.0e-7,
-                   prefill_s_per_token=3.0e-5),
-    drafter=replace(BASE.drafter, ngram_s_per_seq=4.0e-5, eagle_step_s=0.002, eagle_s_per_seq=6.0e-5),
-    acceptance=replace(BASE.acceptance, ngram_alpha=0.65, ngram_shape=0.6, eagle_alpha_fresh=0.8, eagle_shape=0.7),
-)
 BASELINE = {"name": "baseline"}
 NGRAM = {"name": "ngram-dyn", "sd_threshold": 32, "schedule": [[1, 4, 4], [5, 16, 2], [17, 32, 1]],
          "drafter": {"kind": "ngram"}}
@@ -52,12 +44,12 @@ SHAPE = dict(prompts=16, samples=4, cap=384, workers=2, max_batch=32)
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory, synthetic_trace):
+def traces(tmp_path_factory, synthetic_trace, synthetic_machine):
     """Written and read back, as the CLI sees them: no SD, n-gram and EAGLE Dynamic SD."""
     root = tmp_path_factory.mktemp("traces")
     out = {}
     for name, pol, seed in (("none", BASELINE, 1), ("ngram", NGRAM, 2), ("eagle", EAGLE, 3)):
-        write_trace(synthetic_trace(TRUE, pol, seed=seed, gap_s=0.0, **SHAPE), root / name)
+        write_trace(synthetic_trace(synthetic_machine, pol, seed=seed, gap_s=0.0, **SHAPE), root / name)
         out[name] = load_trace(root / name)
     return out
 
@@ -76,15 +68,15 @@ def close(got: float, want: float, rel: float) -> bool:
     return abs(got - want) <= rel * want
 
 
-def test_recovers_step_costs(cal):
+def test_recovers_step_costs(cal, synthetic_machine):
     d, dr = cal.profile.decode, cal.profile.drafter
-    assert close(d.overhead_s, TRUE.decode.overhead_s, 0.05)
-    assert close(d.per_seq_s, TRUE.decode.per_seq_s, 0.1)
-    assert close(d.compute_s_per_token, TRUE.decode.compute_s_per_token, 0.2)
-    assert close(d.kv_s_per_token, TRUE.decode.kv_s_per_token, 0.25)
-    assert close(dr.ngram_s_per_seq, TRUE.drafter.ngram_s_per_seq, 0.3)
-    assert close(dr.eagle_s_per_seq, TRUE.drafter.eagle_s_per_seq, 0.3)
-    assert close(dr.eagle_step_s, TRUE.drafter.eagle_step_s, 0.3)
+    assert close(d.overhead_s, synthetic_machine.decode.overhead_s, 0.05)
+    assert close(d.per_seq_s, synthetic_machine.decode.per_seq_s, 0.1)
+    assert close(d.compute_s_per_token, synthetic_machine.decode.compute_s_per_token, 0.2)
+    assert close(d.kv_s_per_token, synthetic_machine.decode.kv_s_per_token, 0.25)
+    assert close(dr.ngram_s_per_seq, synthetic_machine.drafter.ngram_s_per_seq, 0.3)
+    assert close(dr.eagle_s_per_seq, synthetic_machine.drafter.eagle_s_per_seq, 0.3)
+    assert close(dr.eagle_step_s, synthetic_machine.drafter.eagle_step_s, 0.3)
     assert all(param(cal, *k).fitted for k in (("decode", "overhead_s"), ("decode", "per_seq_s"),
                                               ("decode", "compute_s_per_token"), ("decode", "kv_s_per_token"),
                                               ("drafter", "ngram_s_per_seq"), ("drafter", "eagle_step_s")))
@@ -152,7 +144,7 @@ def test_per_position_acceptance_counts_drafts_per_position():
     assert r.tolist() == pytest.approx([13 / 20, 9 / 20, 4 / 10, 2 / 10])
 
 
-def test_parameters_a_trace_cannot_identify_keep_the_base(traces):
+def test_parameters_a_trace_cannot_identify_keep_the_base(traces, synthetic_machine):
     c = calibrate([traces["none"]], BASE)
     for part, name in (("drafter", "ngram_s_per_seq"), ("drafter", "eagle_step_s"), ("drafter", "eagle_s_per_seq"),
                        ("acceptance", "ngram_alpha"), ("acceptance", "eagle_alpha_fresh")):
@@ -163,13 +155,13 @@ def test_parameters_a_trace_cannot_identify_keep_the_base(traces):
     # Without SD, K is always 0: per-sequence and per-token compute cost are one feature; one is kept.
     assert param(c, "decode", "per_seq_s").fitted != param(c, "decode", "compute_s_per_token").fitted
     slope = c.profile.decode.per_seq_s + c.profile.decode.compute_s_per_token
-    assert close(slope, TRUE.decode.per_seq_s + TRUE.decode.compute_s_per_token, 0.1)
+    assert close(slope, synthetic_machine.decode.per_seq_s + synthetic_machine.decode.compute_s_per_token, 0.1)
 
 
-def test_finds_the_knee_of_a_memory_bound_engine(tmp_path, synthetic_trace):
+def test_finds_the_knee_of_a_memory_bound_engine(tmp_path, synthetic_trace, synthetic_machine):
     """GPU-like: reading the weights costs the same up to 200 tokens per step (weights_s = compute * 200)."""
-    gpu = replace(TRUE, decode=replace(TRUE.decode, overhead_s=0.002, per_seq_s=1e-5, weights_s=0.004,
-                                       compute_s_per_token=2e-5, kv_s_per_token=1e-8))
+    gpu = replace(synthetic_machine, decode=replace(synthetic_machine.decode, overhead_s=0.002, per_seq_s=1e-5,
+                                                    weights_s=0.004, compute_s_per_token=2e-5, kv_s_per_token=1e-8))
     shape = dict(prompts=48, samples=4, cap=256, workers=1, max_batch=192, lengths=LengthModel(clip_ratio=0.05, sigma=0.4))
     pol = {"name": "ngram", "sd_threshold": 192, "schedule": [[1, 48, 4], [49, 192, 2]], "drafter": {"kind": "ngram"}}
     ts = [synthetic_trace(gpu, BASELINE, seed=5, gap_s=0.0, **shape), synthetic_trace(gpu, pol, seed=6, gap_s=0.0, **shape)]
@@ -259,15 +251,15 @@ def test_malformed_traces_fail_with_a_clear_error(traces, tmp_path, how, words):
     assert not out.exists()
 
 
-def test_calibrate_then_validate_round_trips(tmp_path, synthetic_trace):
+def test_calibrate_then_validate_round_trips(tmp_path, synthetic_trace, synthetic_machine):
     """Fit on one run, validate on it and on a held-out run with another prompt mix, batch size and engine count.
 
     The runs are consistent with the simulator (every request of a step accepts the same number
     of drafts, no warm-up, no host gap), so what is left is the fit's own error."""
     kw = dict(noise=0.03, outliers=0.0, warmup=0, gap_s=0.0, shared_acceptance=True)
-    fit_on = synthetic_trace(TRUE, NGRAM, seed=11, **SHAPE, **kw)
-    fit_base = synthetic_trace(TRUE, BASELINE, seed=12, **SHAPE, **kw)
-    held_out = synthetic_trace(TRUE, NGRAM, seed=13, prompts=8, samples=8, cap=384, workers=1, max_batch=16, **kw)
+    fit_on = synthetic_trace(synthetic_machine, NGRAM, seed=11, **SHAPE, **kw)
+    fit_base = synthetic_trace(synthetic_machine, BASELINE, seed=12, **SHAPE, **kw)
+    held_out = synthetic_trace(synthetic_machine, NGRAM, seed=13, prompts=8, samples=8, cap=384, workers=1, max_batch=16, **kw)
     for name, t in (("fit", fit_on), ("fit-base", fit_base), ("held", held_out)):
         write_trace(t, tmp_path / name)
     out = tmp_path / "p.json"

@@ -30,13 +30,6 @@ from workbench.contracts.workload import LengthModel, load_workload
 
 runner = CliRunner()
 BASE = load_profile("cpu-tiny")
-TRUE = replace(
-    BASE,
-    decode=replace(BASE.decode, overhead_s=0.005, per_seq_s=1.5e-4, compute_s_per_token=3.0e-5, kv_s_per_token=2.0e-7,
-                   prefill_s_per_token=3.0e-5),
-    drafter=replace(BASE.drafter, ngram_s_per_seq=4.0e-5, eagle_step_s=0.002, eagle_s_per_seq=6.0e-5),
-    acceptance=replace(BASE.acceptance, ngram_alpha=0.65, ngram_shape=0.6, eagle_alpha_fresh=0.8, eagle_shape=0.7),
-)
 MIXES = {"default": LengthModel(clip_ratio=0.05, sigma=0.8), "hard": LengthModel(clip_ratio=0.15, sigma=1.0)}
 
 
@@ -55,7 +48,7 @@ class SyntheticMachine:
     """A Machine whose captures are synthetic traces of `profile`; from engine session
     `slow_from` on, everything (captures and reference) runs `slowdown` times slower."""
 
-    def __init__(self, make, profile: Profile = TRUE, slow_from: int | None = None, slowdown: float = 1.0):
+    def __init__(self, make, profile: Profile, slow_from: int | None = None, slowdown: float = 1.0):
         self.make, self.profile, self.slow_from, self.slowdown = make, profile, slow_from, slowdown
         self.sessions, self.kind, self.closed = -1, None, False
 
@@ -109,15 +102,15 @@ def run(make, root: Path, compare_raw: bool = True, machine_class=SyntheticMachi
 
 
 @pytest.fixture(scope="module")
-def steady(synthetic_trace, tmp_path_factory):
-    return run(synthetic_trace, tmp_path_factory.mktemp("steady"), compare_raw=False)
+def steady(synthetic_trace, synthetic_machine, tmp_path_factory):
+    return run(synthetic_trace, tmp_path_factory.mktemp("steady"), compare_raw=False, profile=synthetic_machine)
 
 
 @pytest.fixture(scope="module")
-def drifting(synthetic_trace, tmp_path_factory):
+def drifting(synthetic_trace, synthetic_machine, tmp_path_factory):
     """The machine runs 40% slower from the third engine session on (round 1)."""
     return run(synthetic_trace, tmp_path_factory.mktemp("drifting"), machine_class=ContendedMachine, slow_from=2,
-               slowdown=1.4)[0]
+               slowdown=1.4, profile=synthetic_machine)[0]
 
 
 def test_plan_interleaves_kinds_and_repeats_every_shape():
@@ -159,12 +152,13 @@ def test_drift_factor_math():
         drift_factors([(1.0, 1.0)], [0.0])
 
 
-def test_recovers_a_synthetic_machine(steady):
+def test_recovers_a_synthetic_machine(steady, synthetic_machine):
     res, seen = steady
     d, dr = res.profile.decode, res.profile.drafter
-    for got, want, rel in ((d.overhead_s, TRUE.decode.overhead_s, 0.05), (d.per_seq_s, TRUE.decode.per_seq_s, 0.15),
-                           (d.compute_s_per_token, TRUE.decode.compute_s_per_token, 0.25),
-                           (dr.ngram_s_per_seq, TRUE.drafter.ngram_s_per_seq, 0.35)):
+    true_d, true_dr = synthetic_machine.decode, synthetic_machine.drafter
+    for got, want, rel in ((d.overhead_s, true_d.overhead_s, 0.05), (d.per_seq_s, true_d.per_seq_s, 0.15),
+                           (d.compute_s_per_token, true_d.compute_s_per_token, 0.25),
+                           (dr.ngram_s_per_seq, true_dr.ngram_s_per_seq, 0.35)):
         assert abs(got - want) <= rel * want, (got, want)
     assert res.profile.fit_error_pct < 4
     assert len(res.heldout) == 4 and res.heldout_max_abs_error_pct < 5, res.heldout
@@ -228,8 +222,8 @@ def test_writes_profile_report_workload_and_captures_that_refit_the_same(driftin
     assert got.decode == want.decode and got.drafter == want.drafter
 
 
-def test_scale_trace_scales_every_time(synthetic_trace):
-    t = synthetic_trace(TRUE, {"name": "baseline"}, prompts=2, samples=2, cap=32, workers=1, max_batch=4)
+def test_scale_trace_scales_every_time(synthetic_trace, synthetic_machine):
+    t = synthetic_trace(synthetic_machine, {"name": "baseline"}, prompts=2, samples=2, cap=32, workers=1, max_batch=4)
     s = scale_trace(t, 0.5)
     for table, col in (("steps", "wall_s"), ("steps", "start_s"), ("requests", "end_s"), ("rl_steps", "rollout_s")):
         assert np.allclose(getattr(s, table)[col], 0.5 * getattr(t, table)[col])
