@@ -27,8 +27,11 @@ app: $(STAMP)
 	$(BIN)/streamlit run app.py
 
 # TLT_REQUIRE_BROWSER: with Chromium just installed, a browser test that cannot start fails instead of skipping.
+# Two pytest workers, a test file each at a time (module fixtures such as test_train's runs stay in one
+# worker): much of the suite waits on engine and browser start-up, so two workers overlap on two cores.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(CHROMIUM)
-	TLT_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
+	TLT_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Only the end-to-end tests: `streamlit run app.py` on a free port, each page in headless Chromium.
 test-browser: $(STAMP) $(CHROMIUM)
