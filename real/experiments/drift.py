@@ -55,6 +55,7 @@ from transformers import AutoTokenizer
 from real.drafter.spot import DrafterBuffer, SpotTrainer
 from real.grpo import GRPOConfig, GRPOTrainer, ScoredResponse
 from real.tiny import task
+from real.tiny.model import variant_of
 from real.tiny.model import generate_responses
 from real.torch_utils import torch_settings
 from workbench.contracts.seeds import Stream, derive_seed
@@ -93,6 +94,7 @@ class _DriftLoop:
 
     def __init__(self, cfg: DriftConfig, log: Callable[[str], None] | None):
         self.cfg, self.log = cfg, log
+        self.variant = variant_of(cfg.model)
         self.tok = AutoTokenizer.from_pretrained(cfg.model)
         self.grpo = GRPOTrainer(cfg.model, GRPOConfig(lr=cfg.lr, minibatch=cfg.minibatch),
                                 seed=derive_seed(cfg.seed, Stream.GRPO))
@@ -114,7 +116,7 @@ class _DriftLoop:
         for i, (text, resp) in enumerate(zip(texts, responses)):
             answer = self.tok.decode(resp, skip_special_tokens=True)
             prompt_ids = self.tok(text, add_special_tokens=False)["input_ids"]
-            scored.append(ScoredResponse(prompt_ids, resp, task.reward(problems[i // n], answer), group=i // n))
+            scored.append(ScoredResponse(prompt_ids, resp, task.reward(problems[i // n], answer, self.variant), group=i // n))
         return [r.prompt_ids + r.response_ids for r in scored], scored
 
     def rollout(self, step: int) -> tuple[list[list[int]], list[ScoredResponse]]:

@@ -69,6 +69,7 @@ from real.run.records import (
     step_record,
 )
 from real.tiny import task
+from real.tiny.model import variant_of
 from workbench.contracts.fileio import write_atomic, write_dir_atomic
 from workbench.contracts.schema import to_mapping
 from workbench.contracts.seeds import Stream, derive_seed
@@ -105,6 +106,7 @@ class TrainingRun:
         self.workers: list[Any] = []
         self.clock0 = time.time()
         self.settings: dict[str, Any] = {}
+        self.variant = variant_of(cfg.model)  # the reward the model was built for (real/tiny/task.py)
 
     # ------------------------------------------------------------ set-up
 
@@ -222,7 +224,7 @@ class TrainingRun:
         ran = self.kind  # the drafter this step decodes with; its sync may switch to the other
         t0, rollouts, spots, t_rollout = self._rollout(problems, s, training)
         t_train0 = time.time()
-        requests, stats, hidden = self._update(problems, rollouts, s, keeps, keeps or self.judges_drafters)
+        requests, stats, hidden, style_share = self._update(problems, rollouts, s, keeps, keeps or self.judges_drafters)
         new_model = self.trainer.save(self.out / "weights" / f"step-{s:06d}")
         new_drafter = self._merge_drafters(spots, s) if spots else None
         t_train = time.time()
@@ -230,7 +232,7 @@ class TrainingRun:
         times = StepTimes(start=t0, rollout_end=t_rollout, train_start=t_train0, train_end=t_train, sync_end=time.time())
 
         add_step_rows(self.rows, s, rollouts, spots, requests, times, self.clock0)
-        rec = step_record(s, rollouts, spots, requests, times, stats, ran, check)
+        rec = step_record(s, rollouts, spots, requests, times, stats, ran, check, style_share)
         self.metrics.append(rec)
         self.next_step = s + 1
         if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:
@@ -283,23 +285,26 @@ class TrainingRun:
         return self.cfg.policy.drafter.kind == "eagle" and self.cfg.policy.drafter.ngram_fallback
 
     def _update(self, problems: list[task.Problem], rollouts: dict[int, WorkerRollout], s: int, training: bool,
-                keep_hidden: bool) -> tuple[list[RequestRow], StepStats, list[HiddenRecord]]:
-        """3. Rewards and one GRPO step; the drafter buffer keeps the step's hidden states."""
+                keep_hidden: bool) -> tuple[list[RequestRow], StepStats, list[HiddenRecord], float]:
+        """3. Rewards and one GRPO step; the drafter buffer keeps the step's hidden states. Also
+        returns the share of responses in the style the reward asks for (NaN: any style scores)."""
         from real.grpo import ScoredResponse
 
         requests, batch = [], []
+        rewarded, styled = task.variant(self.variant).rewarded, 0
         for i in range(len(self.workers)):
             r = rollouts[i]
             for row in r.requests:
                 out = r.outputs[row.request_id]
-                row.reward = float(task.reward(problems[row.prompt_id], out.text))
+                row.reward = float(task.reward(problems[row.prompt_id], out.text, self.variant))
+                styled += task.style_of(out.text) in rewarded
                 requests.append(row)
                 batch.append(ScoredResponse(list(r.prompt_ids[row.request_id]), list(out.token_ids), row.reward,
                                             row.prompt_id))
         stats, hidden = self.trainer.step(batch, keep_hidden=keep_hidden)
         if training:
             self.buffer.add(s, hidden)
-        return requests, stats, hidden
+        return requests, stats, hidden, (styled / len(requests) if rewarded else math.nan)
 
     def _sync(self, new_model: Path, new_drafter: Path | None, rollouts: dict[int, WorkerRollout],
               records: list[HiddenRecord], spots: list[WorkerSpot]) -> DrafterCheck | None:
@@ -385,7 +390,7 @@ class TrainingRun:
                 "prompts": self.cfg.prompts, "samples": self.cfg.samples, "max_tokens": self.cfg.max_tokens,
                 "seed": self.cfg.seed, "mix": self.cfg.mix, "temperature": self.cfg.temperature,
                 "workers": self.cfg.workers, "machine": machine_info(), "engine": self.settings,
-                "task": task.__name__, "source": "tlt train", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                "task": task.__name__, "task_variant": self.variant, "source": "tlt train", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         return self.rows.frames(meta)
 
     def write_outputs(self) -> None:

@@ -72,6 +72,7 @@ class SFTConfig:
     weight_decay: float = 0.01
     tokens_per_batch: int = TOKENS_PER_BATCH
     threads: int = THREADS
+    variant: str = "gcd"  # real.tiny.task.VARIANTS: which solution styles SFT teaches
 
 
 def qwen2_config(**overrides):
@@ -116,12 +117,15 @@ def training_batches(tok, cfg: SFTConfig) -> list[tuple[list[list[int]], list[in
     out: list = []
     round_ = 0
     # Expected tokens per sequence: prompt, one line per step, answer line, </s>.
-    line = 3 * task.WIDTH + 3
+    digits = "0" * task.WIDTH
+    line = sum(share * len(task.LINE_FORMATS[style].format(x=digits, y=digits, z=digits))
+               for style, share in task.variant(cfg.variant).styles)
     mean_len = 20 + line * sum(s * p for s, p in task.difficulty_pmf(cfg.mix).items()) + 8
     while len(out) < cfg.steps:
         # Enough problems for the remaining steps (padding wastes some of each batch).
         need = int((cfg.steps - len(out)) * cfg.tokens_per_batch / mean_len * 0.9) + 64
-        probs = task.make_problems(need, seed=cfg.seed * 1000 + round_, mix=cfg.mix, split="train")
+        probs = task.make_problems(need, seed=cfg.seed * 1000 + round_, mix=cfg.mix, split="train",
+                                   variant_name=cfg.variant)
         seqs = [encode(tok, p) for p in probs]
         for b in make_batches(seqs, cfg.tokens_per_batch, rng):
             out.append(([seqs[i][0] for i in b], [seqs[i][1] for i in b]))
@@ -243,13 +247,16 @@ def _percentile(xs: list[float], q: float) -> float:
 
 
 def evaluate(model, tok, n: int = EVAL_PROBLEMS, seed: int = 0, mix: str = DEFAULT_MIX,
-             split: str = "test") -> dict:
-    """Greedy accuracy and response lengths (tokens, </s> excluded) on `n` held-out problems."""
-    probs = task.make_problems(n, seed=10_000 + seed, mix=mix, split=split)
+             split: str = "test", variant_name: str = "gcd") -> dict:
+    """Greedy accuracy and response lengths (tokens, </s> excluded) on `n` held-out problems;
+    for a variant with a preferred style, also the reward (right and in that style) and the
+    styles of the responses."""
+    probs = task.make_problems(n, seed=10_000 + seed, mix=mix, split=split, variant_name=variant_name)
     t0 = time.perf_counter()
     resp = greedy_generate(model, tok, [p.prompt for p in probs])
     texts = [tok.decode(r, skip_special_tokens=True) for r in resp]
     rewards = [task.reward(p, t) for p, t in zip(probs, texts)]
+    styles = [task.style_of(t) for t in texts]
     lens = [len(r) for r in resp]
     ref = [len(tok(p.solution, add_special_tokens=False)["input_ids"]) for p in probs]
     by: dict[str, list[float]] = {}
@@ -270,13 +277,16 @@ def evaluate(model, tok, n: int = EVAL_PROBLEMS, seed: int = 0, mix: str = DEFAU
         "mean_tokens_wrong": sum(wrong) / len(wrong) if wrong else None,
         "hit_cap": sum(l >= task.MAX_RESPONSE_TOKENS for l in lens),
         "exact_solutions": sum(t == p.solution for p, t in zip(probs, texts)),
+        "variant": variant_name,
+        "reward": sum(task.reward(p, t, variant_name) for p, t in zip(probs, texts)) / n,
+        "style_shares": {st: styles.count(st) / n for st in (*task.LINE_FORMATS, None) if styles.count(st)},
     }
 
 
 def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, mix: str = DEFAULT_MIX,
                lr: float = DEFAULT_LR, evaluate_after: bool = True, eval_problems: int = EVAL_PROBLEMS,
                log: Callable[[str], None] = print, minutes_budget: Optional[float] = 10.0,
-               tokens_per_batch: int = TOKENS_PER_BATCH, threads: int = THREADS) -> dict:
+               tokens_per_batch: int = TOKENS_PER_BATCH, threads: int = THREADS, variant_name: str = "gcd") -> dict:
     """Build, train and save the tiny reasoning model in `out_dir`; returns training.json's content.
 
     The number of steps is fixed (not a time budget) so that the result is deterministic;
@@ -286,7 +296,9 @@ def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, m
         raise ValueError(f"mix {mix!r}: allowed: {', '.join(task.MIXES)}")
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    cfg = SFTConfig(seed=seed, steps=steps, mix=mix, lr=lr, tokens_per_batch=tokens_per_batch, threads=threads)
+    task.variant(variant_name)
+    cfg = SFTConfig(seed=seed, steps=steps, mix=mix, lr=lr, tokens_per_batch=tokens_per_batch, threads=threads,
+                    variant=variant_name)
     from transformers import Qwen2ForCausalLM
 
     out = Path(out_dir)
@@ -298,12 +310,12 @@ def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, m
         model = Qwen2ForCausalLM(qwen2_config())
         params = sum(p.numel() for p in model.parameters())
         log(f"model: Qwen2, {params:,} parameters; SFT {steps} steps of {cfg.tokens_per_batch} tokens, "
-            f"mix {mix}, seed {seed}, {cfg.threads} threads")
+            f"mix {mix}, task variant {variant_name}, seed {seed}, {cfg.threads} threads")
         result = sft(model, tok, cfg, log=log)
         info = {
             "seed": seed, "steps": steps, "mix": mix, "lr": lr, "tokens_per_batch": cfg.tokens_per_batch,
             "threads": cfg.threads, "parameters": params, "architecture": dict(ARCH),
-            "task": "gcd by repeated subtraction (real/tiny/task.py)",
+            "task": "gcd by repeated subtraction (real/tiny/task.py)", "variant": variant_name,
             "final_loss": round(result["final_loss"], 5), "train_seconds": round(result["train_seconds"], 1),
             "loss_tokens": result["loss_tokens"], "torch": torch.__version__,
         }
@@ -317,7 +329,7 @@ def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, m
         if evaluate_after:  # after saving: evaluation does not change the weights
             log(f"evaluating greedy answers on {eval_problems} held-out problems (mix {mix}) ...")
             # The same held-out problems whatever the seed, so that models compare.
-            info["eval"] = evaluate(model, tok, n=eval_problems, seed=0, mix=mix)
+            info["eval"] = evaluate(model, tok, n=eval_problems, seed=0, mix=mix, variant_name=variant_name)
             e = info["eval"]
             log(f"accuracy {e['accuracy']:.2f}; response tokens p50 {e['response_tokens']['p50']:.0f} "
                 f"p90 {e['response_tokens']['p90']:.0f} max {e['response_tokens']['max']} ({e['eval_seconds']}s)")
@@ -335,7 +347,8 @@ def model_card(info: dict) -> str:
         f"{ARCH['num_attention_heads']} heads, {ARCH['num_key_value_heads']} KV heads, MLP {ARCH['intermediate_size']}, "
         "untied LM head, float32) with a one-token-per-character tokenizer, trained by SFT on the GCD-by-subtraction "
         "task of `real/tiny/task.py`. Built by:", "",
-        f"    tlt model init --out DIR --seed {info['seed']} --steps {info['steps']} --mix {info['mix']}", "",
+        f"    tlt model init --out DIR --seed {info['seed']} --steps {info['steps']} --mix {info['mix']}"
+        + (f" --variant {info['variant']}" if info.get("variant", "gcd") != "gcd" else ""), "",
         f"SFT: {info['steps']} steps of {info['tokens_per_batch']} tokens, AdamW, peak lr {info['lr']}, "
         f"{info['threads']} threads, {info['train_seconds']:.0f} s; final loss {info['final_loss']:.4f} "
         f"(torch {info['torch']}). Same seed, steps, mix, thread count and torch build: same weights, byte for byte.",
@@ -351,6 +364,23 @@ def model_card(info: dict) -> str:
     lines += ["", "`training.json` holds these figures. Load with `transformers.AutoModelForCausalLM` / "
               "`AutoTokenizer` or `vllm.LLM(model=DIR, dtype=\"float32\")`.", ""]
     return "\n".join(lines)
+
+
+def variant_of(model_dir: str | Path) -> str:
+    """The task variant a model was trained for (its training.json's `variant`): the reward
+    its RL runs use. `gcd` for models without one (older builds, models not built here)."""
+    info = Path(model_dir) / "training.json"
+    if not info.is_file():
+        return "gcd"
+    try:
+        name = json.loads(info.read_text()).get("variant", "gcd")
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{info}: not valid JSON ({exc}); rebuild the model with `tlt model init`") from None
+    try:
+        task.variant(name)
+    except ValueError as exc:
+        raise ValueError(f"{info}: field 'variant': {exc}") from None
+    return name
 
 
 def load_model_dir(path: str | Path) -> Path:
@@ -384,4 +414,4 @@ def load_model_dir(path: str | Path) -> Path:
     return p
 
 
-__all__ = ["init_model", "load_model_dir", "evaluate", "generate_responses", "greedy_generate", "qwen2_config", "sft", "SFTConfig"]
+__all__ = ["init_model", "load_model_dir", "variant_of", "evaluate", "generate_responses", "greedy_generate", "qwen2_config", "sft", "SFTConfig"]

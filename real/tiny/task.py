@@ -36,6 +36,16 @@ deterministic: the same (n, seed, mix, split) gives the same problems on any mac
 
 The reward is verifiable: `reward(problem, response)` is 1.0 when the response's first answer
 line (`A: <integer>`) parses and equals gcd(a, b), else 0.0. The steps are not checked.
+
+Variants (`VARIANTS`): `gcd` is the above. `gcd-styles` is a task whose RL signal changes what
+the model writes, for measuring drafter staleness: its SFT solutions come in two styles,
+`compact` (`651-217=434`, 3 in 4) and `spaced` (`651 - 217 = 434`, 15 tokens a line, 1 in 4),
+and its reward is 1.0 only for a right answer written in the `spaced` style (a format
+requirement, as RL reward functions for LLMs often add). RL then moves the policy from mostly
+compact to spaced responses, 25% longer, which a drafter trained offline on the SFT model's
+own outputs has seen little of. The prompts of a (n, seed, mix, split) are the same in every
+variant; only the solutions' style (drawn from its own seeded stream) and the reward differ.
+A model records its variant in `training.json` (`real.tiny.model.variant_of`).
 """
 
 from __future__ import annotations
@@ -58,6 +68,30 @@ MIXES: dict[str, float | None] = {"default": 2.0, "easy": 3.0, "hard": 1.2, "fla
 SPLITS = ("train", "test", "all")
 
 _ANSWER = re.compile(r"^A:[ \t]*([+-]?\d+)[ \t]*$", re.MULTILINE)
+# A solution line per style, as `solve` writes it; `style_of` reads a response's first line.
+LINE_FORMATS = {"compact": "{x}-{y}={z}\n", "spaced": "{x} - {y} = {z}\n"}
+_FIRST_LINE = {"compact": re.compile(r"^\d+-\d+=\d+$"), "spaced": re.compile(r"^\d+ - \d+ = \d+$")}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A task variant: the mix of solution styles SFT teaches, and the styles the reward accepts."""
+
+    name: str
+    styles: tuple[tuple[str, float], ...]  # (style, share of SFT solutions)
+    rewarded: tuple[str, ...] = ()         # a right answer scores only in these styles (empty: any)
+
+
+VARIANTS: dict[str, Variant] = {
+    "gcd": Variant("gcd", (("compact", 1.0),)),
+    "gcd-styles": Variant("gcd-styles", (("compact", 0.75), ("spaced", 0.25)), ("spaced",)),
+}
+
+
+def variant(name: str) -> Variant:
+    if name not in VARIANTS:
+        raise ValueError(f"task variant {name!r}: allowed: {', '.join(VARIANTS)}")
+    return VARIANTS[name]
 
 
 @dataclass(frozen=True)
@@ -72,22 +106,25 @@ class Problem:
     difficulty: int
     a: int
     b: int
+    style: str = "compact"
 
 
 def prompt_for(a: int, b: int) -> str:
     return f"Q: gcd({a},{b})=?\n"
 
 
-def solve(a: int, b: int) -> tuple[str, int, int]:
-    """The reference solution of gcd(a, b): (text, answer, steps)."""
+def solve(a: int, b: int, style: str = "compact") -> tuple[str, int, int]:
+    """The reference solution of gcd(a, b) in `style`: (text, answer, steps)."""
     if not (0 < a < 10 ** WIDTH and 0 < b < 10 ** WIDTH):
         raise ValueError(f"gcd({a},{b}): operands must be 1..{10 ** WIDTH - 1}")
+    if style not in LINE_FORMATS:
+        raise ValueError(f"style {style!r}: allowed: {', '.join(LINE_FORMATS)}")
     x, y = max(a, b), min(a, b)
-    w = WIDTH
+    w, line = WIDTH, LINE_FORMATS[style]
     lines = []
     while True:
         z = x - y
-        lines.append(f"{x:0{w}d}-{y:0{w}d}={z:0{w}d}\n")
+        lines.append(line.format(x=f"{x:0{w}d}", y=f"{y:0{w}d}", z=f"{z:0{w}d}"))
         if z == 0:
             break
         x, y = max(z, y), min(z, y)
@@ -103,9 +140,9 @@ def steps_of(a: int, b: int) -> int:
     return n
 
 
-def make_problem(a: int, b: int) -> Problem:
-    text, answer, steps = solve(a, b)
-    return Problem(prompt=prompt_for(a, b), solution=text, answer=answer, difficulty=steps, a=a, b=b)
+def make_problem(a: int, b: int, style: str = "compact") -> Problem:
+    text, answer, steps = solve(a, b, style)
+    return Problem(prompt=prompt_for(a, b), solution=text, answer=answer, difficulty=steps, a=a, b=b, style=style)
 
 
 def split_of(a: int, b: int) -> str:
@@ -141,8 +178,10 @@ def difficulty_pmf(mix: str = "default") -> dict[int, float]:
     return {s: v / total for s, v in w.items()}
 
 
-def make_problems(n: int, seed: int = 0, mix: str = "default", split: str = "all") -> list[Problem]:
-    """`n` problems drawn for `seed` under difficulty mix `mix` from the pairs of `split`.
+def make_problems(n: int, seed: int = 0, mix: str = "default", split: str = "all",
+                  variant_name: str = "gcd") -> list[Problem]:
+    """`n` problems drawn for `seed` under difficulty mix `mix` from the pairs of `split`, their
+    solutions in styles drawn from `variant_name`'s SFT mix.
 
     A difficulty is drawn from the mix, then a pair uniformly among the split's pairs with
     that many steps (each split has hundreds for every difficulty; were one missing, the
@@ -157,14 +196,17 @@ def make_problems(n: int, seed: int = 0, mix: str = "default", split: str = "all
     pool = _pairs_by_steps(split)
     avail = sorted(pool)
     levels, weights = list(pmf), list(pmf.values())
+    styles, shares = zip(*variant(variant_name).styles)
     rng = random.Random(f"gcd-task/{seed}/{mix}/{split}")
+    # Styles from their own stream, so that every variant draws the same prompts.
+    style_rng = random.Random(f"gcd-style/{seed}/{mix}/{split}/{variant_name}")
     out = []
     for _ in range(n):
         s = rng.choices(levels, weights)[0]
         if s not in pool:
             s = min(avail, key=lambda t: (abs(t - s), t))
         code = pool[s][rng.randrange(len(pool[s]))]
-        out.append(make_problem(code // 1000, code % 1000))
+        out.append(make_problem(code // 1000, code % 1000, style_rng.choices(styles, shares)[0]))
     return out
 
 
@@ -174,6 +216,16 @@ def parse_answer(response: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def reward(problem: Problem, response: str) -> float:
-    """1.0 when the response's answer parses and is right, else 0.0."""
-    return 1.0 if parse_answer(response) == problem.answer else 0.0
+def style_of(response: str) -> str | None:
+    """The style of the response's first line, or None when it is in neither."""
+    first = response.split("\n", 1)[0]
+    return next((name for name, pat in _FIRST_LINE.items() if pat.match(first)), None)
+
+
+def reward(problem: Problem, response: str, variant_name: str = "gcd") -> float:
+    """1.0 when the response's answer parses and is right (and, for a variant that prefers a
+    style, the response is written in it), else 0.0."""
+    if parse_answer(response) != problem.answer:
+        return 0.0
+    rewarded = variant(variant_name).rewarded
+    return 0.0 if rewarded and style_of(response) not in rewarded else 1.0

@@ -102,6 +102,28 @@ def test_mix_changes_the_length_distribution():
         assert math.isclose(sum(pmf.values()), 1.0) and min(pmf) == 1 and max(pmf) == task.MAX_STEPS
 
 
+def test_styles_variant_teaches_two_styles_and_rewards_one():
+    """gcd-styles: the same prompts as gcd, solutions in two styles (about 1 in 4 spaced), and
+    only a right answer in the spaced style scores."""
+    plain = task.make_problems(400, seed=5)
+    styled = task.make_problems(400, seed=5, variant_name="gcd-styles")
+    assert [p.prompt for p in plain] == [p.prompt for p in styled]
+    assert {p.style for p in plain} == {"compact"}
+    spaced = [p for p in styled if p.style == "spaced"]
+    assert 0.18 < len(spaced) / len(styled) < 0.32
+    p = spaced[0]
+    assert p.solution.split("\n")[0] == f"{max(p.a, p.b):03d} - {min(p.a, p.b):03d} = {abs(p.a - p.b):03d}"
+    compact = task.make_problem(p.a, p.b)
+    assert (task.style_of(p.solution), task.style_of(compact.solution)) == ("spaced", "compact")
+    assert task.style_of("A: 7") is None
+    assert task.reward(p, p.solution, "gcd-styles") == 1.0
+    assert task.reward(p, compact.solution, "gcd-styles") == 0.0       # right, in the other style
+    assert task.reward(p, p.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.0
+    assert task.reward(p, compact.solution) == task.reward(p, p.solution) == 1.0  # plain gcd: any style
+    with pytest.raises(ValueError, match="variant"):
+        task.reward(p, p.solution, "nope")
+
+
 # ---------------------------------------------------------------- the tokenizer
 
 
@@ -228,3 +250,21 @@ def test_cli_model_init(tmp_path):
     assert info["steps"] == 2 and info["seed"] == 2
     bad = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "n"), "--mix", "nope"])
     assert bad.exit_code == 2 and "mix" in bad.output
+    bad = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "n"), "--variant", "nope"])
+    assert bad.exit_code == 2 and "--variant" in bad.output and not (tmp_path / "n").exists()
+
+
+@pytest.mark.needs_torch
+def test_a_model_records_its_task_variant(tmp_path, tiny_models):
+    """`tlt train` rewards by the variant the model was built for (training.json)."""
+    from real.tiny.model import init_model, variant_of
+
+    root, _ = tiny_models
+    assert variant_of(root / "a") == "gcd"
+    init_model(tmp_path / "s", seed=0, steps=1, evaluate_after=False, log=lambda _m: None, tokens_per_batch=1024,
+               threads=1, variant_name="gcd-styles")
+    assert variant_of(tmp_path / "s") == "gcd-styles"
+    info = tmp_path / "s" / "training.json"
+    info.write_text(info.read_text().replace('"gcd-styles"', '"nope"'))
+    with pytest.raises(ValueError, match=r"training\.json: field 'variant'"):
+        variant_of(tmp_path / "s")

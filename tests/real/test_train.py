@@ -117,6 +117,10 @@ def test_sampled_rewards_agree_between_tlt_and_baseline(runs):
     se = math.sqrt(max(pooled * (1 - pooled), 0.05) * 2 / n)
     assert abs(means["tlt-vllm"] - means["baseline"]) < 3 * se, (means, se)
     assert sorted(r["tlt-vllm"]["request_id"]) == sorted(r["baseline"]["request_id"])
+    # The reference model was built for the plain task: any style scores, so no style share.
+    run = runs["baseline"]
+    assert load_trace(run.out / "trace").meta["task_variant"] == "gcd"
+    assert all(math.isnan(m.style_share) for m in run.metrics)
 
 
 def test_switches_between_ngram_and_eagle_inside_tlt_train_keep_greedy_outputs(ray_local, tmp_path, reference_model,

@@ -49,18 +49,23 @@ def model_init(
     mix: str = typer.Option("default", help="Difficulty mix of the training problems (real/tiny/task.py: default, easy, hard, flat)."),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Evaluate greedy answers on held-out problems after training."),
     threads: int = typer.Option(2, min=1, help="CPU threads for training (the weights depend on it: same seed and threads, same bytes)."),
+    variant: str = typer.Option("gcd", help="Task variant (real/tiny/task.py): gcd, or gcd-styles (two solution styles, "
+                                            "the reward prefers one: RL then changes what the model writes)."),
 ) -> None:
     """Build a small Qwen2 and a character tokenizer, train it (SFT) on the GCD task, save it."""
     if mix not in task.MIXES:
         fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
+    if variant not in task.VARIANTS:
+        fail(ValueError(f"--variant {variant!r}: allowed: {', '.join(task.VARIANTS)}"))
     info = init_model(out, seed=seed, steps=steps or DEFAULT_STEPS, mix=mix, evaluate_after=evaluate, threads=threads,
-                      log=lambda m: typer.echo(m, err=True))
+                      log=lambda m: typer.echo(m, err=True), variant_name=variant)
     typer.echo(f"wrote {out} (SFT {info['train_seconds']:.0f}s, final loss {info['final_loss']:.4f})")
     if "eval" in info:
         e = info["eval"]
         typer.echo(f"greedy on {e['problems']} held-out problems: accuracy {e['accuracy']:.2f}; response tokens "
                    f"p50 {e['response_tokens']['p50']:.0f} p90 {e['response_tokens']['p90']:.0f} "
-                   f"max {e['response_tokens']['max']}")
+                   f"max {e['response_tokens']['max']}"
+                   + (f"; reward {e['reward']:.2f}, styles {e['style_shares']}" if variant != "gcd" else ""))
 
 
 # ---------------------------------------------------------------- real backend: capture, drafter, bench rollout
@@ -235,14 +240,15 @@ def _show_start(cfg: RunConfig) -> None:
 
 
 _STEP_HEADER = ["step", "step s", "rollout s", "train s", "sync s", "bubble", "spot", "accept", "reward", "pass@G",
-                "drafter", "d-steps", "d-loss", "est eagle/static/ngram"]
+                "drafter", "d-steps", "d-loss", "est eagle/static/ngram", "styled"]
 
 
 def _step_row(m) -> list[str]:
     return [str(m.step), f"{m.step_s:.2f}", f"{m.rollout_s:.2f}", f"{m.train_s:.2f}", f"{m.sync_s:.2f}",
             f"{m.bubble_frac:.0%}", f"{m.spot_frac:.0%}", f"{m.mean_accept_len:.2f}", f"{m.reward:.3f}",
             f"{m.pass_at_g:.2f}", m.drafter_kind, str(m.drafter_steps),
-            "-" if m.drafter_loss != m.drafter_loss else f"{m.drafter_loss:.3f}", _estimates(m)]
+            "-" if m.drafter_loss != m.drafter_loss else f"{m.drafter_loss:.3f}", _estimates(m),
+            "-" if math.isnan(m.style_share) else f"{m.style_share:.0%}"]
 
 
 def _estimates(m) -> str:
