@@ -84,7 +84,7 @@ class StepRecord:
     spot_frac: float  # worker-time training the drafter, during the rollout
     mean_accept_len: float  # tokens per verify pass over SD passes (1.0 with no SD)
     reward: float
-    pass_at_g: float  # prompts with at least one correct sample
+    pass_at_g: float  # mean best reward per prompt: with 0/1 rewards, prompts with at least one correct sample
     drafter_loss: float
     drafter_steps: int
     drafter_kind: str

@@ -40,10 +40,12 @@ line (`A: <integer>`) parses and equals gcd(a, b), else 0.0. The steps are not c
 Variants (`VARIANTS`): `gcd` is the above. `gcd-styles` is a task whose RL signal changes what
 the model writes, for measuring drafter staleness: its SFT solutions come in two styles,
 `compact` (`651-217=434`, 3 in 4) and `spaced` (`651 - 217 = 434`, 15 tokens a line, 1 in 4),
-and its reward is 1.0 only for a right answer written in the `spaced` style (a format
-requirement, as RL reward functions for LLMs often add). RL then moves the policy from mostly
-compact to spaced responses, 25% longer, which a drafter trained offline on the SFT model's
-own outputs has seen little of. The prompts of a (n, seed, mix, split) are the same in every
+and its reward adds a format term to the accuracy term, as DeepSeek-R1's rule-based reward
+does: 0.5 for a right answer plus 0.5 for a response written in the `spaced` style. RL then
+moves the policy from mostly compact to spaced responses, 25% longer, which a drafter trained
+offline on the SFT model's own outputs has seen little of. (Scoring only right answers in the
+spaced style moved nothing in 20 RL steps of `tlt train` at lr 1e-4: the SFT model writes a
+quarter of its samples spaced and gets few of those right, so rewards were 0-6%.) The prompts of a (n, seed, mix, split) are the same in every
 variant; only the solutions' style (drawn from its own seeded stream) and the reward differ.
 A model records its variant in `training.json` (`real.tiny.model.variant_of`).
 """
@@ -75,16 +77,18 @@ _FIRST_LINE = {"compact": re.compile(r"^\d+-\d+=\d+$"), "spaced": re.compile(r"^
 
 @dataclass(frozen=True)
 class Variant:
-    """A task variant: the mix of solution styles SFT teaches, and the styles the reward accepts."""
+    """A task variant: the mix of solution styles SFT teaches, and the reward's format term:
+    `format_weight` of the reward is for writing in a `rewarded` style, the rest for a right answer."""
 
     name: str
     styles: tuple[tuple[str, float], ...]  # (style, share of SFT solutions)
-    rewarded: tuple[str, ...] = ()         # a right answer scores only in these styles (empty: any)
+    rewarded: tuple[str, ...] = ()         # the styles the format term pays for (empty: no format term)
+    format_weight: float = 0.0
 
 
 VARIANTS: dict[str, Variant] = {
     "gcd": Variant("gcd", (("compact", 1.0),)),
-    "gcd-styles": Variant("gcd-styles", (("compact", 0.75), ("spaced", 0.25)), ("spaced",)),
+    "gcd-styles": Variant("gcd-styles", (("compact", 0.75), ("spaced", 0.25)), ("spaced",), 0.5),
 }
 
 
@@ -223,9 +227,9 @@ def style_of(response: str) -> str | None:
 
 
 def reward(problem: Problem, response: str, variant_name: str = "gcd") -> float:
-    """1.0 when the response's answer parses and is right (and, for a variant that prefers a
-    style, the response is written in it), else 0.0."""
-    if parse_answer(response) != problem.answer:
-        return 0.0
-    rewarded = variant(variant_name).rewarded
-    return 0.0 if rewarded and style_of(response) not in rewarded else 1.0
+    """The plain task: 1.0 when the response's answer parses and is right, else 0.0. A variant
+    with a format term: (1 - w) for a right answer plus w for a response in a rewarded style."""
+    v = variant(variant_name)
+    right = 1.0 if parse_answer(response) == problem.answer else 0.0
+    styled = 1.0 if style_of(response) in v.rewarded else 0.0
+    return (1.0 - v.format_weight) * right + v.format_weight * styled

@@ -104,7 +104,7 @@ def test_mix_changes_the_length_distribution():
 
 def test_styles_variant_teaches_two_styles_and_rewards_one():
     """gcd-styles: the same prompts as gcd, solutions in two styles (about 1 in 4 spaced), and
-    only a right answer in the spaced style scores."""
+    a reward of 0.5 for a right answer plus 0.5 for the spaced style."""
     plain = task.make_problems(400, seed=5)
     styled = task.make_problems(400, seed=5, variant_name="gcd-styles")
     assert [p.prompt for p in plain] == [p.prompt for p in styled]
@@ -117,8 +117,9 @@ def test_styles_variant_teaches_two_styles_and_rewards_one():
     assert (task.style_of(p.solution), task.style_of(compact.solution)) == ("spaced", "compact")
     assert task.style_of("A: 7") is None
     assert task.reward(p, p.solution, "gcd-styles") == 1.0
-    assert task.reward(p, compact.solution, "gcd-styles") == 0.0       # right, in the other style
-    assert task.reward(p, p.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.0
+    assert task.reward(p, compact.solution, "gcd-styles") == 0.5       # right, in the other style
+    assert task.reward(p, p.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.5
+    assert task.reward(p, compact.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.0
     assert task.reward(p, compact.solution) == task.reward(p, p.solution) == 1.0  # plain gcd: any style
     with pytest.raises(ValueError, match="variant"):
         task.reward(p, p.solution, "nope")
