@@ -8,8 +8,9 @@ the step's timeline:
     rollout(requests, rl_step)   decode its shard; the controller (real/rollout/adaptive.py) picks
                                  draft lengths between engine steps
     spot_train(sequences, buffer, max_steps, check_k)
-                                 judge the drafters on its fresh responses (when check_k), then train
-                                 the drafter on their hidden states plus the buffer until stop_spot()
+                                 judge the drafters on a sample of its fresh responses (when check_k),
+                                 then train the drafter on their hidden states plus the buffer until
+                                 stop_spot()
     stop_spot()                  called from another thread: the actor runs two calls at once
                                  (Ray `max_concurrency=2`), so a stop reaches a running spot_train
     sync(target_dir, drafter)    reload weights in place before the next rollout
@@ -51,6 +52,10 @@ from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
 from real.tiny.task import make_problems
 from workbench.contracts.policy import Policy
 from workbench.contracts.seeds import Stream, derive_seed
+
+
+# Fresh responses an idle worker featurizes, judges the drafters on and trains on (spot_train).
+FRESH_SAMPLE = 8
 
 
 class RolloutWorker:
@@ -167,9 +172,14 @@ class RolloutWorker:
 
     def spot_train(self, sequences: Sequence[Sequence[int]], buffer: Sequence[HiddenRecord],
                    max_steps: int | None, check_k: int = 0) -> WorkerSpot:
-        """This worker's idle time: with `check_k`, judge the drafters (`judge`) on its fresh
-        responses, which no drafter has trained on yet; then train the drafter on them plus the
-        buffer until stopped (`max_steps` 0: judge only)."""
+        """This worker's idle time: with `check_k`, judge the drafters (`judge`) on a sample of its
+        fresh responses, which no drafter has trained on yet; then train the drafter on them plus
+        the buffer until stopped (`max_steps` 0: judge only).
+
+        Only `FRESH_SAMPLE` responses, spread over the worker's shard, are featurized here: the
+        target's forward over all of them took 1-2 s, longer than most idle windows, so drafter
+        steps seldom started (0 in 15 of 20 RL steps of one run). All of them reach the buffer
+        from the policy update's forward anyway, for the next session."""
         self._pin_threads()
         start = time.time()
         if self.spot is None:
@@ -178,7 +188,7 @@ class RolloutWorker:
         # Hidden states of the fresh responses, a minibatch at a time so a stop lands within one
         # forward pass here too.
         fresh: list[HiddenRecord] = []
-        seqs = [list(s) for s in sequences]
+        seqs = [list(s) for s in sequences[:: max(1, len(sequences) // FRESH_SAMPLE)][:FRESH_SAMPLE]]
         chunk = self.spot.config.batch_size
         for i in range(0, len(seqs), chunk):
             if self._stop.is_set():
@@ -195,11 +205,11 @@ class RolloutWorker:
                           self.spot.drafter_state() if res.steps else {}, len(fresh), check)
 
     def judge(self, records: Sequence[HiddenRecord], k: int) -> DrafterCheck | None:
-        """The drafters on up to 8 of `records` (spread over them), 8 chain starts each, at draft
-        length `k`: the learned drafter as the engines run it, n-gram, and the initial drafter
-        kept static (warm starts only). None when stopped before the end."""
+        """The drafters on up to `FRESH_SAMPLE` of `records` (spread over them), 8 chain starts
+        each, at draft length `k`: the learned drafter as the engines run it, n-gram, and the
+        initial drafter kept static (warm starts only). None when stopped before the end."""
         records = list(records)
-        sample = records[:: max(1, len(records) // 8)][:8]
+        sample = records[:: max(1, len(records) // FRESH_SAMPLE)][:FRESH_SAMPLE]
         try:
             eagle = self.spot.estimate_accept_len(sample, k, max_starts=8, stop=self._stop)
             ngram = self.spot.estimate_ngram_accept_len(sample, k, max_starts=8, stop=self._stop)
