@@ -11,6 +11,7 @@ the sequences in flight prefill their context again under the new weights.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,10 +48,27 @@ class Group:
     version: int | None = None  # weights version its generation started under (None: not started)
     started_s: float | None = None  # streaming: when its first response was admitted
     finished_s: float | None = None  # streaming: when its last response finished
+    # Responses at their length, counted as they finish (`finish`, the only way a response gets
+    # there once decoding started): suffix drafts read the share every segment.
+    finished_count: int = field(init=False)
+
+    def __post_init__(self):
+        self.finished_count = int(np.sum(self.generated >= self.lengths))
 
     @property
     def complete(self) -> bool:
         return bool(np.all(self.generated >= self.lengths))
+
+    @property
+    def finished_share(self) -> float:
+        """The share of a response's siblings that finished (its own not among them: it is decoding)."""
+        n = len(self.lengths)
+        return float(self.finished_count) / (n - 1) if n > 1 else 0.0
+
+    def finish(self, member: int) -> None:
+        if self.generated[member] < self.lengths[member]:  # one already at its length (0) counted at creation
+            self.finished_count += 1
+        self.generated[member] = self.lengths[member]
 
 
 @dataclass
@@ -92,8 +110,7 @@ class RolloutRound:
         self.complete_groups = sum(1 for n in self.left if n == 0)
 
     def finished(self, seq: Seq) -> None:
-        g = self.groups[seq.group]
-        g.generated[seq.member] = g.lengths[seq.member]
+        self.groups[seq.group].finish(seq.member)
         self.left[seq.group] -= 1
         if self.left[seq.group] == 0:
             self.complete_groups += 1
@@ -127,6 +144,26 @@ class WarmUp:
             self.remaining = max(0.0, self.remaining - passes)
 
 
+class SiblingShare:
+    """Suffix drafts: `RolloutPool.sibling_share` over one engine's active sequences (`group_of`:
+    an engine index's group), recomputed only when it can have changed. Without a finish anywhere
+    in the pool no group's share moved and this engine's batch only grew by admissions, so the
+    pool's finish count and the batch size tell; a bandit's decision interval ends most segments
+    with neither."""
+
+    def __init__(self, group_of: Callable[[int], Group]):
+        self.group_of = group_of
+        self._seen: tuple[int, int] | None = None  # (pool finishes, batch) the value is for
+        self._value = 0.0
+
+    def at(self, engine: EngineBatch, pool_finishes: int) -> float:
+        seen = (pool_finishes, engine.batch)
+        if seen != self._seen:
+            self._seen = seen
+            self._value = RolloutPool.sibling_share([self.group_of(i) for i in engine.active()])
+        return self._value
+
+
 class RolloutPool:
     """`workers` engines with their bandits and acceptance noise (own random streams per engine)."""
 
@@ -142,6 +179,7 @@ class RolloutPool:
         self.latest = 0  # the newest weights pushed to the pool
         self.interruptible = policy.rollout.interrupt
         self._suffix_cache: dict[tuple[Strategy, bool, float], AcceptStats] = {}
+        self.finishes = 0  # responses finished on any engine (`SiblingShare` tells changes by it)
 
     def start(self, ro: RolloutRound) -> tuple[list[simpy.Process], list[simpy.Process]]:
         """Each engine's decoder over its shard, and its waiter (idle or spot training)."""
@@ -184,12 +222,13 @@ class RolloutPool:
         engine = EngineBatch([groups[q.group].lengths[q.member] - g for q, g in zip(seqs, done_before)],
                              [prompt + int(g) for g in done_before], self.workload.max_batch)
         warm, kind = WarmUp(self.policy), ro.drafting.kind
+        shares = SiblingShare([groups[q.group] for q in seqs].__getitem__)
         while not engine.done:
             if self.interruptible and self.version[w] < self.latest:
                 yield from self.resync(w, ro.step, engine)
             prefill = prefill_s(dec, engine.admit())
             batch = engine.batch
-            siblings = self.sibling_share([groups[seqs[i].group] for i in engine.active()]) if kind == "suffix" else 0.0
+            siblings = shares.at(engine, self.finishes) if kind == "suffix" else 0.0
             seg = self._plan_segment(w, ro.drafting, batch, engine.tokens_to_next_finish(), warm.left(batch), siblings)
             context = engine.mean_context() + seg.passes * seg.accept_len / 2
             decode_s = segment_s(dec, prof.drafter, kind, batch, context, seg.strategy, seg.passes)
@@ -200,7 +239,7 @@ class RolloutPool:
                 ran = env.now - start
                 passes = seg.passes * max(0.0, ran - prefill) / decode_s if decode_s > 0 else 0.0
                 ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, passes, seg.accept_len, context)
-                for i in engine.advance(passes * seg.accept_len):
+                for i in self.advance(engine, passes * seg.accept_len):
                     ro.finished(seqs[i])
                 for i in engine.unfinished():
                     q = seqs[i]
@@ -210,9 +249,15 @@ class RolloutPool:
             warm.ran(batch, seg.passes)
             if seg.arm is not None and decode_s > 0:
                 self.bandits[w].update(seg.arm, seg.passes * seg.accept_len * batch / decode_s)
-            for i in engine.advance(seg.passes * seg.accept_len):
+            for i in self.advance(engine, seg.passes * seg.accept_len):
                 ro.finished(seqs[i])
         return env.now
+
+    def advance(self, engine: EngineBatch, per_seq_tokens: float) -> list[int]:
+        """`engine.advance`, counting the finishes pool-wide."""
+        finished = engine.advance(per_seq_tokens)
+        self.finishes += len(finished)
+        return finished
 
     @staticmethod
     def sibling_share(active: list[Group]) -> float:
@@ -221,12 +266,7 @@ class RolloutPool:
         draw on), rounded to tenths."""
         if not active:
             return 0.0
-        share: dict[int, float] = {}
-        for g in active:
-            if id(g) not in share:
-                n = len(g.lengths)
-                share[id(g)] = float(np.sum(g.generated >= g.lengths)) / (n - 1) if n > 1 else 0.0
-        return round(float(np.mean([share[id(g)] for g in active])), 1)
+        return round(float(np.mean([g.finished_share for g in active])), 1)
 
     def _plan_segment(self, w: int, drafting: Drafting, batch: int, need: float, warm_left: float,
                       siblings: float = 0.0) -> Segment:

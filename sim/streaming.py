@@ -22,7 +22,7 @@ import simpy
 
 from sim.costs import prefill_s, segment_s
 from sim.engine import EngineBatch
-from sim.rollout import Drafting, Group, RolloutPool, WarmUp
+from sim.rollout import Drafting, Group, RolloutPool, SiblingShare, WarmUp
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Timeline
@@ -81,6 +81,7 @@ class StreamingPool(RolloutPool):
         engine = EngineBatch([], [], self.workload.max_batch)
         owners: list[tuple[Group, int]] = []  # engine index -> (group, member)
         warm = WarmUp(self.policy)
+        shares = SiblingShare(lambda i: owners[i][0])
         while not self.closed:
             if self.version[w] < self.latest:
                 if self.interruptible:
@@ -93,7 +94,7 @@ class StreamingPool(RolloutPool):
             if engine.batch == 0 and not engine.pending:
                 yield from self._wait(w)
                 continue
-            yield from self._segment(w, engine, owners, warm)
+            yield from self._segment(w, engine, owners, warm, shares)
 
     def _pull(self, w: int, engine: EngineBatch, owners: list[tuple[Group, int]]) -> None:
         """Fill engine w's free slots from the queue; a group's weights version is the one its first
@@ -132,7 +133,8 @@ class StreamingPool(RolloutPool):
         self.version[w] = self.latest
         self._rearm(w)
 
-    def _segment(self, w: int, engine: EngineBatch, owners: list[tuple[Group, int]], warm: WarmUp):
+    def _segment(self, w: int, engine: EngineBatch, owners: list[tuple[Group, int]], warm: WarmUp,
+                 shares: SiblingShare):
         """Decode until the next response finishes, or until new work or weights cut it short (then
         the passes made so far count; a prefill is never cut)."""
         env, dec, d = self.env, self.profile.decode, self.drafting
@@ -142,7 +144,7 @@ class StreamingPool(RolloutPool):
             yield env.timeout(prefill)
         batch = engine.batch
         self.running[w] = batch
-        siblings = self.sibling_share([owners[i][0] for i in engine.active()]) if d.kind == "suffix" else 0.0
+        siblings = shares.at(engine, self.finishes) if d.kind == "suffix" else 0.0
         seg = self._plan_segment(w, d, batch, engine.tokens_to_next_finish(), warm.left(batch), siblings)
         context = engine.mean_context() + seg.passes * seg.accept_len / 2
         decode_s = segment_s(dec, self.profile.drafter, d.kind, batch, context, seg.strategy, seg.passes)
@@ -157,9 +159,9 @@ class StreamingPool(RolloutPool):
         warm.ran(batch, passes)
         if share >= 1.0 and seg.arm is not None and decode_s > 0:
             self.bandits[w].update(seg.arm, passes * seg.accept_len * batch / decode_s)
-        for i in engine.advance(passes * seg.accept_len):
+        for i in self.advance(engine, passes * seg.accept_len):
             g, m = owners[i]
-            g.generated[m] = g.lengths[m]
+            g.finish(m)
             if g.complete:
                 g.finished_s = env.now
                 self.done.put(g)
