@@ -48,8 +48,8 @@ class RunConfig:
             raise TrainError(f"--policy {self.policy.name}: {exc}") from None
         if self.policy.drafter.kind == "eagle" and self.policy.drafter.warm_start and self.drafter is None:
             raise TrainError(f"--policy {self.policy.name}: drafter.warm_start needs --drafter DIR "
-                             f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter; only the reference "
-                             f"model ships one), or a cold-starting policy such as tlt-cold")
+                             f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter; only the shipped models "
+                             f"under traces/reference/ have one), or a cold-starting policy such as tlt-cold")
         if self.drafter is not None and not (Path(self.drafter) / "config.json").is_file():
             raise TrainError(f"--drafter {self.drafter}: not an EAGLE checkpoint (no config.json)")
         for name, v, lo in (("steps", self.steps, 1), ("workers", self.workers, 1), ("prompts", self.prompts, 1),
@@ -64,15 +64,19 @@ class RunConfig:
                                  f"({len(self.policy.schedule)}) of policy '{self.policy.name}', for ngram or eagle")
 
 
-REFERENCE_DRAFTER = Path(__file__).resolve().parents[2] / "traces" / "reference" / "drafter"
+# The shipped models (traces/reference/model, traces/reference/styles/model) each have their
+# drafter beside them, in `drafter/`.
+SHIPPED = Path(__file__).resolve().parents[2] / "traces" / "reference"
 
 
 def default_drafter(model: Path | str, policy: Policy, drafter: Path | None = None) -> Path | None:
-    """The warm-start drafter to use: the one given, else the reference model's shipped drafter for a
-    warm-starting EAGLE policy on the reference model (so `tlt train` and the app need no --drafter there)."""
+    """The warm-start drafter to use: the one given, else a shipped model's own drafter for a
+    warm-starting EAGLE policy on a shipped model (so `tlt train` and the app need no --drafter there)."""
     if drafter is None and policy.drafter.kind == "eagle" and policy.drafter.warm_start:
-        if Path(model).resolve() == (REFERENCE_DRAFTER.parent / "model").resolve():
-            return REFERENCE_DRAFTER
+        m = Path(model).resolve()
+        beside = m.parent / "drafter"
+        if m.name == "model" and m.parent.is_relative_to(SHIPPED) and (beside / "config.json").is_file():
+            return beside
     return drafter
 
 

@@ -39,15 +39,17 @@ line (`A: <integer>`) parses and equals gcd(a, b), else 0.0. The steps are not c
 
 Variants (`VARIANTS`): `gcd` is the above. `gcd-styles` is a task whose RL signal changes what
 the model writes, for measuring drafter staleness: its SFT solutions come in two styles,
-`compact` (`651-217=434`, 3 in 4) and `spaced` (`651 - 217 = 434`, 15 tokens a line, 1 in 4),
-and its reward adds a format term to the accuracy term, as DeepSeek-R1's rule-based reward
-does: 0.5 for a right answer plus 0.5 for a response written in the `spaced` style. RL then
-moves the policy from mostly compact to spaced responses, 25% longer, which a drafter trained
-offline on the SFT model's own outputs has seen little of. (Scoring only right answers in the
-spaced style moved nothing in 20 RL steps of `tlt train` at lr 1e-4: the SFT model writes a
-quarter of its samples spaced and gets few of those right, so rewards were 0-6%.) The prompts of a (n, seed, mix, split) are the same in every
-variant; only the solutions' style (drawn from its own seeded stream) and the reward differ.
-A model records its variant in `training.json` (`real.tiny.model.variant_of`).
+`compact` (`651-217=434`, 3 in 4) and `spaced` (`651 - 217 = 434`, 1 in 4; 16 tokens a line
+against 12), and its reward adds a format term to the accuracy term, as DeepSeek-R1's
+rule-based reward does: 0.5 for a right answer plus 0.5 for a response in the `spaced` style.
+RL then moves the policy from mostly compact to spaced responses, a third longer; a drafter
+trained offline on the SFT model's greedy outputs (all compact) has never seen that style.
+A spaced solution of more than 63 steps runs past the 1,024-token cap (RL clips it: a cost of
+the format on the hardest problems). Scoring only right answers in the spaced style moved
+nothing in 20 RL steps of `tlt train` at lr 1e-4: the SFT model samples a quarter of its
+responses spaced and gets few of those right, so rewards were 0-6%. The prompts of a
+(n, seed, mix, split) are the same in every variant; only the solutions' style (drawn from
+its own seeded stream) and the reward differ. A model records its variant in `training.json` (`real.tiny.model.variant_of`).
 """
 
 from __future__ import annotations
