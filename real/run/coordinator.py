@@ -54,7 +54,7 @@ from real.drafter.records import HiddenRecord
 from real.rollout.requests import RolloutRequest, Sampling
 from real.rollout.spec_config import adaptive_draft_cap
 from real.run.capture import machine_info
-from real.run.config import REFERENCE_DRAFTER, RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
+from real.run.config import RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
 from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
 from real.run.records import (
     DrafterCheck,
