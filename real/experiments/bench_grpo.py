@@ -69,7 +69,8 @@ def _responses(model: Path, prompts: int, samples: int, max_tokens: int, seed: i
     with RolloutEngine(model, in_process=True, max_num_seqs=64, seed=derive_seed(seed, Stream.ENGINE, 0),
                        kv_cache_gib=0.5) as engine:
         results = engine.generate([p.prompt for p in problems], samples, sampling)
-    return [ScoredResponse(list(r.prompt_token_ids), list(s.token_ids), float(task.reward(p, s.text, variant_of(model))), i)
+    variant = variant_of(model)
+    return [ScoredResponse(list(r.prompt_token_ids), list(s.token_ids), float(task.reward(p, s.text, variant)), i)
             for i, (p, r) in enumerate(zip(problems, results)) for s in r.samples]
 
 

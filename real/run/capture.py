@@ -25,8 +25,7 @@ from real.rollout.engine import RolloutEngine
 from real.rollout.requests import EngineStepRow, RolloutRequest, RunResult, Sampling
 from real.rollout.spec_config import dynamic_schedule, speculative_config
 from real.tiny import task
-from real.tiny.model import variant_of
-from real.tiny.model import load_model_dir
+from real.tiny.model import load_model_dir, variant_of
 from workbench.contracts.policy import Policy
 from workbench.contracts.schema import from_mapping, to_mapping
 from workbench.contracts.trace import (
@@ -134,8 +133,9 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
         run = engine.run_steps(requests, on_step=_progress(len(requests), log, progress_every_s),
                                max_in_flight=max_in_flight)
         cpu_s = time.process_time() - cpu0
+        variant = variant_of(model)
         for row in run.requests:
-            row.reward = float(task.reward(problems[row.prompt_id], run.outputs[row.request_id].text, variant_of(model)))
+            row.reward = float(task.reward(problems[row.prompt_id], run.outputs[row.request_id].text, variant))
         settings = engine.settings()
         if max_in_flight is not None and max_in_flight < engine.max_num_seqs:
             settings.update(max_num_seqs=int(max_in_flight), started_max_num_seqs=engine.max_num_seqs,

@@ -58,6 +58,11 @@ from workbench.contracts.seeds import Stream, derive_seed
 FRESH_SAMPLE = 8
 
 
+def spread(items: Sequence[Any], n: int) -> list[Any]:
+    """Up to `n` of `items`, evenly spaced over them (the first always among them)."""
+    return list(items[:: max(1, len(items) // n)][:n])
+
+
 class RolloutWorker:
     def __init__(self, worker: int, model_dir: str, policy: Policy, drafter_dir: str | None, seed: int,
                  max_num_seqs: int = 64, max_model_len: int = 2048, kv_cache_gib: float = 0.5,
@@ -188,7 +193,7 @@ class RolloutWorker:
         # Hidden states of the fresh responses, a minibatch at a time so a stop lands within one
         # forward pass here too.
         fresh: list[HiddenRecord] = []
-        seqs = [list(s) for s in sequences[:: max(1, len(sequences) // FRESH_SAMPLE)][:FRESH_SAMPLE]]
+        seqs = [list(s) for s in spread(sequences, FRESH_SAMPLE)]
         chunk = self.spot.config.batch_size
         for i in range(0, len(seqs), chunk):
             if self._stop.is_set():
@@ -208,8 +213,7 @@ class RolloutWorker:
         """The drafters on up to `FRESH_SAMPLE` of `records` (spread over them), 8 chain starts
         each, at draft length `k`: the learned drafter as the engines run it, n-gram, and the
         initial drafter kept static (warm starts only). None when stopped before the end."""
-        records = list(records)
-        sample = records[:: max(1, len(records) // FRESH_SAMPLE)][:FRESH_SAMPLE]
+        sample = spread(records, FRESH_SAMPLE)
         try:
             eagle = self.spot.estimate_accept_len(sample, k, max_starts=8, stop=self._stop)
             ngram = self.spot.estimate_ngram_accept_len(sample, k, max_starts=8, stop=self._stop)

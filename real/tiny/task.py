@@ -49,7 +49,8 @@ the format on the hardest problems). Scoring only right answers in the spaced st
 nothing in 20 RL steps of `tlt train` at lr 1e-4: the SFT model samples a quarter of its
 responses spaced and gets few of those right, so rewards were 0-6%. The prompts of a
 (n, seed, mix, split) are the same in every variant; only the solutions' style (drawn from
-its own seeded stream) and the reward differ. A model records its variant in `training.json` (`real.tiny.model.variant_of`).
+its own seeded stream) and the reward differ. A model records its variant in `training.json`
+(`real.tiny.model.variant_of`).
 """
 
 from __future__ import annotations
