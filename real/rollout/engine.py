@@ -144,6 +144,7 @@ class RolloutEngine:
 
         core.get_output = get_output
         self._scheduler = None
+        self._draft_clock = _DraftClock.attach(core, self.in_process and self.spec is not None)
         if self.adaptive:
             self._scheduler = core.engine_core.scheduler
             if getattr(self._scheduler, "dynamic_sd_lookup", None) is None:  # pragma: no cover - another vLLM
@@ -356,8 +357,10 @@ class RolloutEngine:
             n_before = len(self._stats)
             if controller is not None:
                 controller.before_step(min(len(live), self.max_num_seqs))
+            drafted0 = self._draft_clock.seconds
             outs = eng.step()
             t_now = now()
+            draft_s = self._draft_clock.seconds - drafted0 if self._draft_clock.on else math.nan
             new_stats = [s for s in self._stats[n_before:] if s is not None]
             new_tokens = _take_outputs(outs, tracked, alias, live, t_now)
             waiting_here = held()  # requests run_steps holds back (max_in_flight) wait too
@@ -366,7 +369,7 @@ class RolloutEngine:
             if getattr(ss, "iteration_details", None) is None and new_tokens == 0:
                 continue  # no model step (a stats-only output): its time goes to the next step
             row = _step_row(ss, ctx, len(decoding), new_tokens, rl_step=rl_step, engine=engine, step=len(steps),
-                            start_s=t_prev, wall_s=t_now - t_prev, finished=len(tracked) - len(live))
+                            start_s=t_prev, wall_s=t_now - t_prev, finished=len(tracked) - len(live), draft_s=draft_s)
             row.num_waiting += waiting_here
             t_prev = t_now
             steps.append(row)
@@ -430,6 +433,44 @@ class RolloutEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _DraftClock:
+    """Seconds the engine's model runner spent drafting (`propose_draft_token_ids`: the proposer's
+    input preparation and its forward passes), summed; `on` only where it is timed.
+
+    Why: vLLM's EAGLE engine runs the drafter's first pass at every step, K=0 included, to keep the
+    drafter's KV cache whole, so "SD off" in an EAGLE engine is not plain decoding (on CPU its
+    K=0 steps ran at 40-60% of a plain engine's speed). A step's wall time minus its drafting is
+    what the same step costs a plain engine; real/run/sd_guard.py compares SD against that. Timed
+    only with the engine core in this process, on CPU, where the runner's work is synchronous
+    (a GPU's would need a device sync per step)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.on = False
+
+    @classmethod
+    def attach(cls, core: Any, wanted: bool) -> "_DraftClock":
+        clock = cls()
+        runner = None
+        if wanted and running_on_cpu():
+            worker = getattr(getattr(getattr(core, "engine_core", None), "model_executor", None), "driver_worker", None)
+            runner = getattr(getattr(worker, "worker", None), "model_runner", None)
+        propose = getattr(runner, "propose_draft_token_ids", None)
+        if propose is None:
+            return clock
+
+        def timed(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return propose(*a, **k)
+            finally:
+                clock.seconds += time.perf_counter() - t
+
+        runner.propose_draft_token_ids = timed
+        clock.on = True
+        return clock
 
 
 def _take_outputs(outs: Sequence[Any], tracked: dict[str, _Tracked], alias: dict[str, str], live: set[str],

@@ -69,11 +69,12 @@ class RolloutRequest:
 
 @dataclass
 class EngineStepRow(StepRow):
-    """One engine step as `run_steps` records it: the trace's columns, then three of the engine's."""
+    """One engine step as `run_steps` records it: the trace's columns, then four of the engine's."""
 
     exec_s: float = math.nan  # vLLM's own model-execution time for the step (iteration_details.elapsed_ms)
     finished: int = 0  # requests finished so far
     chosen_k: int | None = None  # the draft length a StepController gave the step's batch (None: no controller)
+    draft_s: float = math.nan  # seconds the step spent drafting (NaN: not timed; real/rollout/engine.py `_DraftClock`)
 
 
 @dataclass
