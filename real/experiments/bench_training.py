@@ -73,6 +73,12 @@ class PolicyResult:
     reward: float
     mean_accept_len: float
     rollout_share: float
+    # SD's decode speed over a plain engine's, as the run's SD guard estimated it from its own steps
+    # (real/run/sd_guard.py; mean over the steps it judged, NaN: none), and the steps run without a
+    # drafter (all of a baseline's): the estimate beside the speedups measured against the
+    # reference checks it.
+    sd_speedup_est: float = math.nan
+    sd_off_steps: int = 0
 
 
 @dataclass
@@ -157,7 +163,9 @@ def policy_result(ref: list[StepRecord], run: list[StepRecord]) -> PolicyResult:
         speedup_step_median=paired_median([m.step_s for m in ref], [m.step_s for m in run]),
         speedup_rollout_median=paired_median([m.rollout_s for m in ref], [m.rollout_s for m in run]),
         reward=_mean([m.reward for m in run]), mean_accept_len=_mean([m.mean_accept_len for m in run]),
-        rollout_share=pp.rollout_share)
+        rollout_share=pp.rollout_share,
+        sd_speedup_est=_mean([m.sd_speedup for m in run if not math.isnan(m.sd_speedup)]),
+        sd_off_steps=sum(m.drafter_kind == "none" for m in run))
 
 
 def summarize(steps: dict[str, list[StepRecord]]) -> tuple[str, dict[str, PolicyResult], TrainingBenchSummary]:

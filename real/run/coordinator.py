@@ -27,7 +27,10 @@ One RL step, as the coordinator (this module, in the driver process) runs it:
    an idle worker's time (step 2), on responses no drafter trained on; only when no worker was
    idle long enough does the sync judge, on the update's hidden states. A switch restarts every
    worker's engine in its process (real/run/worker.py). A cold learned drafter starts behind
-   n-gram; a warm-started one (`drafter.warm_start`) starts on the engines.
+   n-gram; a warm-started one (`drafter.warm_start`) starts on the engines. Adaptive policies
+   (a bandit other than `fixed`) also restart the engines without a drafter while SD decodes
+   slower than a plain engine would, judged on the rollout's own steps, and bring SD back once
+   the drafter's estimate predicts it wins (real/run/sd_guard.py).
 5. checkpoint (atomic, real/run/checkpoints.py), metrics and the trace
    (workbench/contracts/trace.py, with a per-worker timeline in the simulator's format; the
    rows are built by real/run/records.py) are written.
@@ -44,7 +47,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -56,6 +59,7 @@ from real.rollout.spec_config import adaptive_draft_cap
 from real.run.capture import machine_info
 from real.run.config import RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
 from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
+from real.run.sd_guard import SDOff, SDVerdict, rollout_verdict, sd_next
 from real.run.records import (
     DrafterCheck,
     RunRows,
@@ -106,6 +110,7 @@ class TrainingRun:
         self.workers: list[Any] = []
         self.clock0 = time.time()
         self.settings: dict[str, Any] = {}
+        self.sd_off: SDOff | None = None  # why the engines run without a drafter (real/run/sd_guard.py)
         self.variant = variant_of(cfg.model)  # the reward the model was built for (real/tiny/task.py)
 
     # ------------------------------------------------------------ set-up
@@ -129,6 +134,7 @@ class TrainingRun:
             st = ckpt.state
             self.next_step = ckpt.step + 1
             self.kind = st["kind"]
+            self.sd_off = SDOff(**st["sd_off"]) if st.get("sd_off") else None
             self.metrics = [StepRecord(**m) for m in st["metrics"]]
             self.rows = torch.load(ckpt.path("rows.pt"), weights_only=False)
             self.clock0 = time.time() - st["elapsed_s"]
@@ -228,11 +234,12 @@ class TrainingRun:
         new_model = self.trainer.save(self.out / "weights" / f"step-{s:06d}")
         new_drafter = self._merge_drafters(spots, s) if spots else None
         t_train = time.time()
-        check = self._sync(new_model, new_drafter, rollouts, hidden, spots)
+        check, verdict = self._sync(new_model, new_drafter, rollouts, hidden, spots)
         times = StepTimes(start=t0, rollout_end=t_rollout, train_start=t_train0, train_end=t_train, sync_end=time.time())
 
         add_step_rows(self.rows, s, rollouts, spots, requests, times, self.clock0)
-        rec = step_record(s, rollouts, spots, requests, times, stats, ran, check, style_share)
+        rec = step_record(s, rollouts, spots, requests, times, stats, ran, check, style_share,
+                          verdict.speedup if verdict else math.nan)
         self.metrics.append(rec)
         self.next_step = s + 1
         if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:
@@ -281,7 +288,7 @@ class TrainingRun:
 
     @property
     def judges_drafters(self) -> bool:
-        """Whether this run switches between n-gram and the learned drafter (`_maybe_switch`)."""
+        """Whether this run switches between n-gram and the learned drafter (`_next_engines`)."""
         return self.cfg.policy.drafter.kind == "eagle" and self.cfg.policy.drafter.ngram_fallback
 
     def _update(self, problems: list[task.Problem], rollouts: dict[int, WorkerRollout], s: int, training: bool,
@@ -307,9 +314,10 @@ class TrainingRun:
         return requests, stats, hidden, (styled / len(requests) if rewarded else math.nan)
 
     def _sync(self, new_model: Path, new_drafter: Path | None, rollouts: dict[int, WorkerRollout],
-              records: list[HiddenRecord], spots: list[WorkerSpot]) -> DrafterCheck | None:
-        """4. The new weights into every engine (in place), and the n-gram <-> EAGLE switch.
-        Returns the drafters' check the switch used (None: not judged)."""
+              records: list[HiddenRecord], spots: list[WorkerSpot]) -> tuple[DrafterCheck | None, SDVerdict | None]:
+        """4. The new weights into every engine (in place), then the engines' next drafter
+        (`_next_engines`). Returns the drafters' check (None: not judged) and SD's verdict on this
+        rollout (None: not judged)."""
         import ray
 
         ray.get([w.sync.remote(str(new_model), str(new_drafter) if new_drafter else None) for w in self.workers])
@@ -318,9 +326,8 @@ class TrainingRun:
             self.drafter_dir = new_drafter
         self.model_dir = new_model
         check = self.judge(records, spots) if self.judges_drafters or self.cfg.policy.drafter.warm_start else None
-        if check is not None:
-            self._maybe_switch(rollout_accept_len(rollouts.values()), check)
-        return check
+        verdict = self._next_engines(rollouts, check)
+        return check, verdict
 
     def judge(self, records: list[HiddenRecord], spots: list[WorkerSpot]) -> DrafterCheck | None:
         """The drafters' check of this step: the idle workers' (step 2), else, for a run that
@@ -352,21 +359,50 @@ class TrainingRun:
             if p != keep:
                 shutil.rmtree(p, ignore_errors=True)
 
-    def _maybe_switch(self, measured: float, check: DrafterCheck) -> None:
-        """Switch every engine to the other drafter when `choose_drafter` says so on `check` (the
-        module doc, step 4). `measured`: vLLM's count for the drafter that ran, for the log."""
+    @property
+    def guards_sd(self) -> bool:
+        """Whether this run turns SD off where a plain engine decodes faster (real/run/sd_guard.py):
+        adaptive policies, whose bandit is there to never lose to no SD."""
+        pol = self.cfg.policy
+        return pol.drafter.kind != "none" and pol.bandit.algorithm != "fixed"
+
+    def _next_engines(self, rollouts: dict[int, WorkerRollout], check: DrafterCheck | None) -> SDVerdict | None:
+        """The drafter every engine runs next step (the module doc, step 4): n-gram or EAGLE by
+        `choose_drafter` on `check`, or none while SD loses to a plain engine (`sd_next` on this
+        rollout's verdict); a change restarts the engines. Returns the verdict (None: not judged)."""
         import ray
 
-        static = "" if math.isnan(check.static) else f", the initial drafter kept static {check.static:.2f}"
-        self.log(f"  drafter check: EAGLE {check.eagle:.2f} vs n-gram {check.ngram:.2f} estimated tokens per pass"
-                 f"{static} ({self.kind} ran, vLLM measured {measured:.2f})")
-        if not self.judges_drafters or self.drafter_dir is None:
-            return
-        kind = choose_drafter(self.kind, check, self.cfg.policy.drafter.switch_margin)
-        if kind != self.kind:
-            ray.get([w.switch_drafter.remote(kind, str(self.drafter_dir)) for w in self.workers])
-            self.log(f"  switched the engines from {self.kind} to {kind}")
-            self.kind = kind
+        margin = self.cfg.policy.drafter.switch_margin
+        ran = self.kind
+        if check is not None:
+            static = "" if math.isnan(check.static) else f", the initial drafter kept static {check.static:.2f}"
+            self.log(f"  drafter check: EAGLE {check.eagle:.2f} vs n-gram {check.ngram:.2f} estimated tokens per pass"
+                     f"{static} ({ran} ran, vLLM measured {rollout_accept_len(rollouts.values()):.2f})")
+        pick = lambda k: choose_drafter(k, check, margin) if check is not None and self.judges_drafters else k  # noqa: E731
+        verdict = None
+        if ran == "none":
+            back = pick(self.sd_off.kind)
+            nxt = back if sd_next(self.sd_off, None, back, estimate_of(check, back), margin) is None else "none"
+        else:
+            nxt = pick(ran)
+            if self.guards_sd:
+                verdict = rollout_verdict(r.steps for r in rollouts.values())
+                off = sd_next(None, verdict, ran, estimate_of(check, ran), margin)
+                if verdict is not None:
+                    self.log(f"  SD vs a plain engine: {verdict.speedup:.2f}x decode speed on this rollout "
+                             f"({verdict.steps} engine steps)")
+                if off is not None:
+                    self.sd_off, nxt = replace(off, kind=nxt), "none"
+        if nxt == "eagle" and self.drafter_dir is None:
+            nxt = ran
+        if nxt != ran:
+            ray.get([w.switch_drafter.remote(nxt, str(self.drafter_dir) if self.drafter_dir else None)
+                     for w in self.workers])
+            self.log(f"  switched the engines from {ran} to {nxt}")
+            self.kind = nxt
+            if nxt != "none":
+                self.sd_off = None
+        return verdict
 
     def check_drafters(self, records: list[HiddenRecord]) -> DrafterCheck:
         """Both drafters judged by worker 0 on up to 8 of the step's records, spread over its
@@ -413,7 +449,7 @@ class TrainingRun:
         }
         if self.drafter_dir is not None:
             files["drafter"] = lambda p: shutil.copytree(self.drafter_dir, p)
-        state = {"kind": self.kind, "metrics": [asdict(m) for m in self.metrics], "elapsed_s": time.time() - self.clock0,
+        state = {"kind": self.kind, "sd_off": asdict(self.sd_off) if self.sd_off else None, "metrics": [asdict(m) for m in self.metrics], "elapsed_s": time.time() - self.clock0,
                  "policy": to_mapping(self.cfg.policy), "seed": self.cfg.seed}
         save_checkpoint(self.out, self.next_step - 1, state, files)
         self.write_outputs()
@@ -424,6 +460,13 @@ class TrainingRun:
             return None
         src = Path(self.drafter_dir)
         return write_dir_atomic(self.out / "drafter", lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True))
+
+
+def estimate_of(check: DrafterCheck | None, kind: str) -> float:
+    """The check's estimated tokens per verify pass for drafter `kind` (NaN: not judged)."""
+    if check is None:
+        return math.nan
+    return {"eagle": check.eagle, "ngram": check.ngram}.get(kind, math.nan)
 
 
 def idle_check(spots: list[WorkerSpot]) -> DrafterCheck | None:

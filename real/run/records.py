@@ -101,6 +101,9 @@ class StepRecord:
     # Share of the step's responses in the style the reward asks for (task variants with a
     # preferred style, real/tiny/task.py; NaN for the plain task).
     style_share: float = math.nan
+    # SD's decode speed over a plain engine's on this rollout, the plain side estimated from the
+    # same steps (real/run/sd_guard.py; NaN: not judged, e.g. while SD is off).
+    sd_speedup: float = math.nan
 
 
 METRIC_COLUMNS = tuple(f.name for f in fields(StepRecord))  # metrics.csv, in this order
@@ -162,7 +165,7 @@ def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[Wor
 
 def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], requests: list[RequestRow],
                 times: StepTimes, grpo: Any, drafter_kind: str, check: DrafterCheck | None = None,
-                style_share: float = math.nan) -> StepRecord:
+                style_share: float = math.nan, sd_speedup: float = math.nan) -> StepRecord:
     """The RL step's metrics (`grpo`: the GRPO update's StepStats; `check`: the drafters judged)."""
     n_workers = len(rollouts)
     span = max(times.rollout_end - times.start, 1e-9)
@@ -186,7 +189,8 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
         grpo_loss=grpo.loss, kl=grpo.kl,
         stop_latency_s=max((sp.stop_latency_s for sp in spots if sp.stopped), default=math.nan),
         eagle_est=check.eagle if check else math.nan, ngram_est=check.ngram if check else math.nan,
-        static_est=check.static if check else math.nan, style_share=style_share)
+        static_est=check.static if check else math.nan, style_share=style_share,
+        sd_speedup=sd_speedup)
 
 
 def add_step_rows(rows: RunRows, step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot],

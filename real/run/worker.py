@@ -15,7 +15,7 @@ the step's timeline:
                                  (Ray `max_concurrency=2`), so a stop reaches a running spot_train
     sync(target_dir, drafter)    reload weights in place before the next rollout
     check_drafters(records, k)   the learned drafter and n-gram judged alike (the switch rule's input)
-    switch_drafter(kind, drafter) restart the engine with the other drafter (n-gram <-> EAGLE)
+    switch_drafter(kind, drafter) restart the engine with another drafter (n-gram, EAGLE, or none)
 
 The stop flag is cleared by `sync` (between RL steps), never by `spot_train`: with a threaded
 actor, a stop sent just after a spot_train may run first, and must still stop it.
@@ -132,7 +132,8 @@ class RolloutWorker:
         return ctl
 
     def switch_drafter(self, kind: str, drafter_dir: str | None) -> float:
-        """Restart the engine with another drafter kind (n-gram -> EAGLE or back); seconds taken.
+        """Restart the engine with another drafter kind: "ngram", "eagle" or "none" (plain decoding,
+        where SD loses: real/run/sd_guard.py); seconds taken.
 
         vLLM fixes a drafter when an engine starts, so the engine is rebuilt in this process
         (real/rollout/vllm_fixes.py makes that possible on CPU); weights, bandit and spot trainer
@@ -142,7 +143,7 @@ class RolloutWorker:
         if self.controller is not None:
             self.controller_states[self.kind] = self.controller.state_dict()
         self.engine.close()
-        self.kind, self.drafter_dir = kind, drafter_dir
+        self.kind, self.drafter_dir = kind, drafter_dir or self.drafter_dir
         self.engine = RolloutEngine(self.model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
                                     adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()

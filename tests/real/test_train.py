@@ -123,25 +123,33 @@ def test_sampled_rewards_agree_between_tlt_and_baseline(runs):
     assert all(math.isnan(m.style_share) for m in run.metrics)
 
 
-def test_switches_between_ngram_and_eagle_inside_tlt_train_keep_greedy_outputs(ray_local, tmp_path, reference_model,
-                                                                               monkeypatch):
+def test_switches_between_ngram_eagle_and_no_sd_inside_tlt_train_keep_greedy_outputs(ray_local, tmp_path,
+                                                                                     reference_model, monkeypatch):
     """Real switches inside `tlt train`: after step 0 the rule is handed an EAGLE estimate above
     n-gram's and every Ray worker restarts its vLLM engine with the (cold) learned drafter in its
-    process; after step 1 the reverse, back to n-gram; step 2 runs on. The rule, the restarts and
-    the run are production code; only the rule's input is forced (the real check still runs and
-    must give finite estimates). Greedy decoding: every step's responses are token for token
-    what vLLM without SD gives for the same prompts. (Greedy groups have equal rewards, hence zero
-    advantages: the weights stay the model's, and one plain engine is the baseline of all steps.)"""
+    process; after step 1 the SD guard is handed a verdict that SD decoded at half a plain
+    engine's speed, and the engines restart without a drafter; after step 2 an n-gram estimate
+    that predicts SD wins again brings them back, with n-gram; step 3 runs on. The rules, the
+    restarts and the run are production code; only the rules' inputs are forced (the real
+    check and verdict still run, and must be finite). Greedy decoding: every step's responses are
+    token for token what vLLM without SD gives for the same prompts. (Greedy groups have equal
+    rewards, hence zero advantages: the weights stay the model's, and one plain engine is the
+    baseline of all steps.)"""
     from real.rollout.engine import RolloutEngine
     from real.rollout.requests import Sampling
+    from real.run import coordinator
     from real.run.records import DrafterCheck
+    from real.run.sd_guard import SDVerdict
 
-    cfg = _config(reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=3, temperature=0.0, prompts=4, max_tokens=256)
+    cfg = _config(reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=4, temperature=0.0, prompts=4, max_tokens=256)
     run = TrainingRun(cfg, log=None).open()
     seen: list = []
-    update, check = run.trainer.step, run.judge
+    update, check, verdict = run.trainer.step, run.judge, coordinator.rollout_verdict
     measured: list = []
-    forced = [DrafterCheck(eagle=2.0, ngram=1.0), DrafterCheck(eagle=1.0, ngram=2.0), DrafterCheck(1.0, 1.0)]
+    verdicts: list = []
+    forced = [DrafterCheck(eagle=2.0, ngram=1.0), DrafterCheck(eagle=2.0, ngram=1.0), DrafterCheck(eagle=1.0, ngram=5.0),
+              DrafterCheck(1.0, 1.0)]
+    forced_speedup = {0: 1.5, 1: 0.5, 3: 1.5}  # step -> SD's speed over plain (step 2 ran without SD: not judged)
 
     def record(batch, keep_hidden=True):
         seen.append([(r.prompt_ids, r.response_ids) for r in batch])
@@ -151,18 +159,28 @@ def test_switches_between_ngram_and_eagle_inside_tlt_train_keep_greedy_outputs(r
         measured.append(check(records, spots))
         return forced[len(measured) - 1]
 
+    def scripted_verdict(engines):
+        verdicts.append(verdict(engines))
+        return SDVerdict(sd_s=1.0, plain_s=forced_speedup[run.next_step], steps=1)
+
     monkeypatch.setattr(run.trainer, "step", record)
     monkeypatch.setattr(run, "judge", scripted)
+    monkeypatch.setattr(coordinator, "rollout_verdict", scripted_verdict)
     try:
-        for _ in range(3):
+        for _ in range(4):
             run.step()
     finally:
         run.close()
-    assert [m.drafter_kind for m in run.metrics] == ["ngram", "eagle", "ngram"]
+    assert [m.drafter_kind for m in run.metrics] == ["ngram", "eagle", "none", "ngram"]
     assert run.metrics[0].mean_accept_len > 1.0, "n-gram must have drafted"
+    assert run.metrics[2].mean_accept_len == 1.0 and math.isnan(run.metrics[2].sd_speedup), "no SD in step 2"
+    assert [m.sd_speedup for m in run.metrics[:2]] == [1.5, 0.5]
     k = 6  # the tlt preset's largest bandit arm: the draft length both drafters are judged at
-    assert len(measured) == 3 and all(1.0 <= c.eagle <= k + 1 and 1.0 <= c.ngram <= k + 1 for c in measured)
-    assert len(seen) == 3
+    assert len(measured) == 4 and all(1.0 <= c.eagle <= k + 1 and 1.0 <= c.ngram <= k + 1 for c in measured)
+    # The real verdicts of the SD steps (None where too few steps verified no drafts to fit a plain
+    # engine's cost: 4 requests a worker, all in SD's buckets).
+    assert len(verdicts) == 3 and all(v is None or (v.speedup > 0 and v.steps > 0) for v in verdicts)
+    assert len(seen) == 4
     with RolloutEngine(reference_model, in_process=True, kv_cache_gib=0.25) as engine:
         for step, batch in enumerate(seen):
             prompts = [p for p, _ in batch]

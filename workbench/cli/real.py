@@ -240,7 +240,7 @@ def _show_start(cfg: RunConfig) -> None:
 
 
 _STEP_HEADER = ["step", "step s", "rollout s", "train s", "sync s", "bubble", "spot", "accept", "reward", "pass@G",
-                "drafter", "d-steps", "d-loss", "est eagle/static/ngram", "styled"]
+                "drafter", "d-steps", "d-loss", "est eagle/static/ngram", "styled", "SD/plain"]
 
 
 def _step_row(m) -> list[str]:
@@ -248,7 +248,8 @@ def _step_row(m) -> list[str]:
             f"{m.bubble_frac:.0%}", f"{m.spot_frac:.0%}", f"{m.mean_accept_len:.2f}", f"{m.reward:.3f}",
             f"{m.pass_at_g:.2f}", m.drafter_kind, str(m.drafter_steps),
             "-" if m.drafter_loss != m.drafter_loss else f"{m.drafter_loss:.3f}", _estimates(m),
-            "-" if math.isnan(m.style_share) else f"{m.style_share:.0%}"]
+            "-" if math.isnan(m.style_share) else f"{m.style_share:.0%}",
+            "-" if math.isnan(m.sd_speedup) else f"{m.sd_speedup:.2f}x"]
 
 
 def _estimates(m) -> str:
@@ -400,14 +401,16 @@ def _show_bench(report, max_tokens: int, prediction) -> None:
     for name, r in report.policies.items():
         row = [name, f"{r.step_s:.2f}", f"{r.rollout_s:.2f}", f"{r.speedup_step:.2f}x ({r.speedup_step_median:.2f}x)",
                f"{r.speedup_rollout:.2f}x ({r.speedup_rollout_median:.2f}x)", f"{r.reward:.3f}",
-               f"{r.mean_accept_len:.2f}", f"{r.rollout_share:.0%}"]
+               f"{r.mean_accept_len:.2f}", f"{r.rollout_share:.0%}",
+               "-" if math.isnan(r.sd_speedup_est) else f"{r.sd_speedup_est:.2f}x", str(r.sd_off_steps)]
         if pred:
             p = pred.get(name)
             row += ["-" if p is None else f"{p.predicted_speedup_step:.2f}x",
                     "-" if p is None or math.isnan(p.prediction_error_pct) else f"{p.prediction_error_pct:+.1f}%"]
         rows.append(row)
     header = ["policy", "step s", "rollout s", "step speedup (paired median)", "rollout speedup (paired median)",
-              "reward", "accept len", "rollout share"] + (["predicted step speedup", "error"] if pred else [])
+              "reward", "accept len", "rollout share", "SD/plain est", "no-SD steps"] + \
+        (["predicted step speedup", "error"] if pred else [])
     typer.echo(f"per policy, speedups over {report.reference}"
                + (f" (predicted on profile {prediction.profile})" if pred else "") + ":")
     typer.echo(format_table(rows, header))

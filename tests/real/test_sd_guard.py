@@ -1,0 +1,89 @@
+"""The SD guard's pure rules (real/run/sd_guard.py): a plain engine's cost fitted on an SD
+engine's steps, SD's verdict on a rollout, and when the engines turn SD off and back on."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from real.rollout.requests import EngineStepRow
+from real.run.sd_guard import MIN_STEPS, PlainCost, SDOff, SDVerdict, plain_cost, rollout_verdict, sd_next, sd_verdict
+
+
+def _step(batch: int, wall: float, draft: float, new_tokens: int | None = None, draft_len: int = 0,
+          prefill: int = 0) -> EngineStepRow:
+    return EngineStepRow(rl_step=0, engine=0, step=0, start_s=0.0, wall_s=wall, batch_size=batch + prefill,
+                         num_waiting=0, prefill_requests=prefill, prefill_tokens=prefill * 20, decode_requests=batch,
+                         scheduled_tokens=batch, context_mean=100.0, context_max=100, draft_len=draft_len,
+                         num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0, accepted_per_pos=[],
+                         new_tokens=batch if new_tokens is None else new_tokens, draft_s=draft)
+
+
+def _plain_steps(fixed: float, per_seq: float, batches=(64, 48, 40, 33), each: int = 4, draft: float = 0.002):
+    """K=0 steps of an EAGLE engine: wall = a plain step + the drafter's first pass."""
+    return [_step(b, fixed + per_seq * b + draft, draft) for b in batches for _ in range(each)]
+
+
+def test_plain_cost_recovers_fixed_and_per_sequence_cost_from_wall_minus_drafting():
+    cost = plain_cost(_plain_steps(0.004, 0.0001))
+    assert cost is not None and cost.steps == 16
+    assert cost.fixed_s == pytest.approx(0.004) and cost.per_seq_s == pytest.approx(0.0001)
+    assert cost.step_s(1) == pytest.approx(0.0041)
+
+
+def test_plain_cost_ignores_slow_outliers_steps_that_verified_drafts_prefills_and_untimed_steps():
+    steps = _plain_steps(0.004, 0.0001)
+    steps.append(_step(64, 5.0, 0.002))  # one slow step of a shared machine: a median per batch size
+    steps += [_step(8, 0.02, 0.003, new_tokens=20, draft_len=3)]  # verified drafts: not a plain step's target pass
+    steps += [_step(8, 0.5, 0.001, prefill=4), _step(8, 0.5, math.nan)]
+    cost = plain_cost(steps)
+    assert cost.fixed_s == pytest.approx(0.004) and cost.per_seq_s == pytest.approx(0.0001)
+
+
+def test_plain_cost_needs_enough_steps_at_two_batch_sizes():
+    assert plain_cost(_plain_steps(0.004, 0.0001, batches=(64,), each=20)) is None
+    assert plain_cost(_plain_steps(0.004, 0.0001, batches=(64, 33), each=(MIN_STEPS - 1) // 2)) is None
+
+
+def test_verdict_prices_each_steps_tokens_at_the_plain_steps_they_need():
+    cost = PlainCost(fixed_s=0.004, per_seq_s=0.0, steps=10)
+    # batch 2, 6 tokens (3 per sequence) in 0.006 s: a plain engine needs 3 steps, 0.012 s
+    v = sd_verdict([_step(2, 0.006, 0.001, new_tokens=6, draft_len=2), _step(2, 0.5, 0.0, prefill=1)], cost)
+    assert (v.sd_s, v.plain_s, v.steps) == (pytest.approx(0.006), pytest.approx(0.012), 1)
+    assert v.speedup == pytest.approx(2.0)
+
+
+def test_an_engine_whose_k0_steps_pay_a_drafter_pass_and_whose_drafts_accept_little_loses_to_plain():
+    """The styles model's case: SD at batch 4 emits 1.3 tokens a sequence per step for 1.5 plain
+    steps' time, and K=0 at large batches pays the drafter's pass; a plain engine wins."""
+    rows = _plain_steps(0.004, 0.0001, draft=0.003)
+    rows += [_step(4, 1.5 * 0.0044, 0.002, new_tokens=round(4 * 1.3), draft_len=2) for _ in range(50)]
+    v = rollout_verdict([rows])
+    assert v is not None and v.speedup < 1.0
+    # The same steps accepting 3 tokens a sequence per step: SD wins.
+    rows = _plain_steps(0.004, 0.0001, draft=0.003) + [_step(4, 1.5 * 0.0044, 0.002, new_tokens=12, draft_len=2)
+                                                       for _ in range(50)]
+    assert rollout_verdict([rows]).speedup > 1.0
+
+
+def test_rollout_verdict_sums_engines_each_at_its_own_cost_and_skips_engines_without_a_fit():
+    fast, slow = _plain_steps(0.002, 0.0), _plain_steps(0.008, 0.0)
+    v = rollout_verdict([fast, slow, [_step(4, 0.01, 0.0, new_tokens=8, draft_len=1)]])
+    assert v.steps == len(fast) + len(slow)
+    assert rollout_verdict([[_step(4, 0.01, 0.0)]]) is None
+
+
+def test_sd_turns_off_below_one_over_one_plus_margin_and_remembers_why():
+    assert sd_next(None, SDVerdict(1.0, 0.95, 10), "eagle", 2.0, margin=0.1) is None  # within the margin
+    assert sd_next(None, None, "eagle", 2.0, margin=0.1) is None  # not judged: SD stays on
+    off = sd_next(None, SDVerdict(1.0, 0.8, 10), "eagle", 2.0, margin=0.1)
+    assert off == SDOff("eagle", 0.8, 2.0)
+
+
+def test_sd_comes_back_when_the_drafters_estimate_predicts_it_wins_by_the_margin():
+    off = SDOff("eagle", 0.8, 2.0)
+    assert sd_next(off, None, "eagle", 2.6, margin=0.1) is off  # predicts 1.04x: not enough
+    assert sd_next(off, None, "eagle", 2.8, margin=0.1) is None  # predicts 1.12x
+    assert sd_next(off, None, "eagle", math.nan, margin=0.1) is off  # not judged this step
+    assert sd_next(SDOff("eagle", 0.8, math.nan), None, "eagle", 9.0, margin=0.1).kind == "eagle"  # never judged
