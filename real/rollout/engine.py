@@ -6,7 +6,7 @@
     engine.reload(target_dir="model-v2/", drafter_dir="drafter-v2/")   # in place, no restart
 
 The Policy -> `speculative_config` translation is real/rollout/spec_config.py (no vLLM needed);
-requests, responses and step rows are real/rollout/requests.py.
+requests, responses and step rows are real/rollout/requests.py; the drafting timer draft_clock.py.
 
 The engine runs in vLLM's default multiprocess mode (an engine-core process and a worker
 process); scripts that start it need an `if __name__ == "__main__":` guard. Facts about vLLM
@@ -45,6 +45,7 @@ from real.rollout.requests import (
     SpecCounters,
     StepController,
 )
+from real.rollout.draft_clock import DraftClock
 from real.rollout.spec_config import EngineConfigError, speculative_config
 from real.rollout.vllm_env import engine_core_in_process, quiet_iteration_log, running_on_cpu
 from real.rollout.vllm_fixes import apply_engine_start_fixes
@@ -143,8 +144,7 @@ class RolloutEngine:
             return out
 
         core.get_output = get_output
-        self._scheduler = None
-        self._draft_clock = _DraftClock.attach(core, self.in_process and self.spec is not None)
+        self._scheduler, self._draft_clock = None, DraftClock.attach(core, self.in_process and self.spec is not None)
         if self.adaptive:
             self._scheduler = core.engine_core.scheduler
             if getattr(self._scheduler, "dynamic_sd_lookup", None) is None:  # pragma: no cover - another vLLM
@@ -294,8 +294,9 @@ class RolloutEngine:
         requests (prompt + tokens generated before the step, over requests that are decoding).
         `draft_len` is the step's K: the last draft position vLLM counted drafts at (equal to
         num_draft_tokens / num_drafts when every request got a full draft; n-gram may propose
-        fewer for some). Rows (`EngineStepRow`) also carry `exec_s` (vLLM's own model-execution
-        time for the step) and `finished` (requests finished so far), which the trace leaves out.
+        fewer for some). Rows (`EngineStepRow`) also carry `exec_s` (vLLM's model-execution time),
+        `draft_s` (drafting time, real/rollout/draft_clock.py) and `finished` (requests finished so
+        far), which the trace leaves out.
 
         `controller` (e.g. real.rollout.adaptive.BanditController) is called around every engine
         step: `before_step(batch_size)` with the requests the step will schedule (unfinished ones,
@@ -359,8 +360,7 @@ class RolloutEngine:
                 controller.before_step(min(len(live), self.max_num_seqs))
             drafted0 = self._draft_clock.seconds
             outs = eng.step()
-            t_now = now()
-            draft_s = self._draft_clock.seconds - drafted0 if self._draft_clock.on else math.nan
+            t_now, draft_s = now(), self._draft_clock.since(drafted0)
             new_stats = [s for s in self._stats[n_before:] if s is not None]
             new_tokens = _take_outputs(outs, tracked, alias, live, t_now)
             waiting_here = held()  # requests run_steps holds back (max_in_flight) wait too
@@ -433,44 +433,6 @@ class RolloutEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class _DraftClock:
-    """Seconds the engine's model runner spent drafting (`propose_draft_token_ids`: the proposer's
-    input preparation and its forward passes), summed; `on` only where it is timed.
-
-    Why: vLLM's EAGLE engine runs the drafter's first pass at every step, K=0 included, to keep the
-    drafter's KV cache whole, so "SD off" in an EAGLE engine is not plain decoding (on CPU its
-    K=0 steps ran at 40-60% of a plain engine's speed). A step's wall time minus its drafting is
-    what the same step costs a plain engine; real/run/sd_guard.py compares SD against that. Timed
-    only with the engine core in this process, on CPU, where the runner's work is synchronous
-    (a GPU's would need a device sync per step)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.on = False
-
-    @classmethod
-    def attach(cls, core: Any, wanted: bool) -> "_DraftClock":
-        clock = cls()
-        runner = None
-        if wanted and running_on_cpu():
-            worker = getattr(getattr(getattr(core, "engine_core", None), "model_executor", None), "driver_worker", None)
-            runner = getattr(getattr(worker, "worker", None), "model_runner", None)
-        propose = getattr(runner, "propose_draft_token_ids", None)
-        if propose is None:
-            return clock
-
-        def timed(*a: Any, **k: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return propose(*a, **k)
-            finally:
-                clock.seconds += time.perf_counter() - t
-
-        runner.propose_draft_token_ids = timed
-        clock.on = True
-        return clock
 
 
 def _take_outputs(outs: Sequence[Any], tracked: dict[str, _Tracked], alias: dict[str, str], live: set[str],

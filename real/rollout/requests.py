@@ -74,7 +74,7 @@ class EngineStepRow(StepRow):
     exec_s: float = math.nan  # vLLM's own model-execution time for the step (iteration_details.elapsed_ms)
     finished: int = 0  # requests finished so far
     chosen_k: int | None = None  # the draft length a StepController gave the step's batch (None: no controller)
-    draft_s: float = math.nan  # seconds the step spent drafting (NaN: not timed; real/rollout/engine.py `_DraftClock`)
+    draft_s: float = math.nan  # seconds the step spent drafting (NaN: not timed; real/rollout/draft_clock.py)
 
 
 @dataclass

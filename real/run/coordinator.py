@@ -59,7 +59,7 @@ from real.rollout.spec_config import adaptive_draft_cap
 from real.run.capture import machine_info
 from real.run.config import RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
 from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
-from real.run.sd_guard import SDOff, SDVerdict, rollout_verdict, sd_next
+from real.run.sd_guard import PlainSteps, SDOff, SDVerdict, rollout_verdict, sd_next
 from real.run.records import (
     DrafterCheck,
     RunRows,
@@ -68,6 +68,8 @@ from real.run.records import (
     WorkerRollout,
     WorkerSpot,
     add_step_rows,
+    estimate_of,
+    idle_check,
     metrics_frame,
     rollout_accept_len,
     step_record,
@@ -111,6 +113,7 @@ class TrainingRun:
         self.clock0 = time.time()
         self.settings: dict[str, Any] = {}
         self.sd_off: SDOff | None = None  # why the engines run without a drafter (real/run/sd_guard.py)
+        self.plain_steps = PlainSteps()  # per worker, what its plain engine's cost is fitted on
         self.variant = variant_of(cfg.model)  # the reward the model was built for (real/tiny/task.py)
 
     # ------------------------------------------------------------ set-up
@@ -331,9 +334,11 @@ class TrainingRun:
 
     def judge(self, records: list[HiddenRecord], spots: list[WorkerSpot]) -> DrafterCheck | None:
         """The drafters' check of this step: the idle workers' (step 2), else, for a run that
-        switches, the sync's own on the update's `records` (None: nothing to judge on)."""
+        switches, the sync's own on the update's `records` (None: nothing to judge on). Not the
+        sync's while SD is off: bringing SD back can wait for an idle worker's check, and the
+        sync's took up to 9 s of a step on this machine."""
         check = idle_check(spots)
-        if check is None and self.judges_drafters and records and self.drafter_dir is not None:
+        if check is None and self.judges_drafters and self.kind != "none" and records and self.drafter_dir is not None:
             check = self.check_drafters(records)
         return check
 
@@ -381,12 +386,16 @@ class TrainingRun:
         pick = lambda k: choose_drafter(k, check, margin) if check is not None and self.judges_drafters else k  # noqa: E731
         verdict = None
         if ran == "none":
+            if self.sd_off is None:  # a policy without SD
+                return None
             back = pick(self.sd_off.kind)
-            nxt = back if sd_next(self.sd_off, None, back, estimate_of(check, back), margin) is None else "none"
+            off = sd_next(self.sd_off, None, back, estimate_of(check, back), margin)
+            nxt = back if off is None else "none"
+            self.sd_off = off or self.sd_off
         else:
             nxt = pick(ran)
             if self.guards_sd:
-                verdict = rollout_verdict(r.steps for r in rollouts.values())
+                verdict = rollout_verdict((self.plain_steps.add(i, r.steps), r.steps) for i, r in rollouts.items())
                 off = sd_next(None, verdict, ran, estimate_of(check, ran), margin)
                 if verdict is not None:
                     self.log(f"  SD vs a plain engine: {verdict.speedup:.2f}x decode speed on this rollout "
@@ -460,24 +469,6 @@ class TrainingRun:
             return None
         src = Path(self.drafter_dir)
         return write_dir_atomic(self.out / "drafter", lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True))
-
-
-def estimate_of(check: DrafterCheck | None, kind: str) -> float:
-    """The check's estimated tokens per verify pass for drafter `kind` (NaN: not judged)."""
-    if check is None:
-        return math.nan
-    return {"eagle": check.eagle, "ngram": check.ngram}.get(kind, math.nan)
-
-
-def idle_check(spots: list[WorkerSpot]) -> DrafterCheck | None:
-    """The drafters' check the idle workers made this step: their estimates averaged (None: none
-    finished one)."""
-    checks = [sp.check for sp in spots if sp.check is not None]
-    if not checks:
-        return None
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    return DrafterCheck(eagle=mean([c.eagle for c in checks]), ngram=mean([c.ngram for c in checks]),
-                        static=mean([c.static for c in checks]))
 
 
 def run_training(cfg: RunConfig, resume: bool = False, log: Callable[[str], None] | None = print,

@@ -141,6 +141,24 @@ def rollout_accept_len(rollouts: Iterable[WorkerRollout]) -> float:
     return accepted_length(sum(r.accepted for r in rollouts), sum(r.drafts for r in rollouts))
 
 
+def estimate_of(check: DrafterCheck | None, kind: str) -> float:
+    """The check's estimated tokens per verify pass for drafter `kind` (NaN: not judged)."""
+    if check is None:
+        return math.nan
+    return {"eagle": check.eagle, "ngram": check.ngram}.get(kind, math.nan)
+
+
+def idle_check(spots: list[WorkerSpot]) -> DrafterCheck | None:
+    """The drafters' check the idle workers made this step: their estimates averaged (None: none
+    finished one)."""
+    checks = [sp.check for sp in spots if sp.check is not None]
+    if not checks:
+        return None
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return DrafterCheck(eagle=mean([c.eagle for c in checks]), ngram=mean([c.ngram for c in checks]),
+                        static=mean([c.static for c in checks]))
+
+
 def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], times: StepTimes,
                   clock0: float) -> list[TimelineRow]:
     """What each worker did during the RL step: its engine steps, idle time, spot training,

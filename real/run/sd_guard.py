@@ -14,8 +14,15 @@ restart (real/run/worker.py `switch_drafter("none")`), decided between RL steps 
   time at that batch size. `plain_cost` fits those times against the batch size (fixed cost +
   per-sequence cost: a CPU step is mostly fixed cost, so the fit carries from the large batches,
   where K=0 always runs, to the small ones of the tail). Measured side by side on the reference
-  model, the estimate is 5-7% slower than a real plain engine (the scheduler's spec bookkeeping
-  is not timed), so the guard leans towards keeping SD by that much.
+  model (`python -m real.experiments.plain_estimate`), the estimate is 7-18% slower than a real
+  plain engine at batch 1-48 (what the drafter costs outside the runner's drafting methods is
+  not timed), so the guard leans towards keeping SD by that much.
+  An engine whose bandit keeps SD on in every bucket runs few such steps (the reference model:
+  K=0 in 0-2% of its small-batch steps), so the fit pools each engine's last KEEP of them over
+  RL steps (`PlainSteps`). Its weak spot, measured on the reference model: such steps come mostly
+  from large batches, and the fit's extrapolation to batch 1-4 overestimated a plain step there
+  (~9 ms fitted against 5-6 ms measured on a plain engine), so the guard priced SD at 3.36x where
+  the bench measured 1.77x against the real plain engine: it errs towards keeping SD.
 - `sd_verdict` prices every decoding step of the rollout both ways: its measured wall time, and
   the plain steps its tokens need (new tokens / batch) at the fitted cost. Speedup = plain / SD.
 - `sd_next` turns SD off when the speedup is below 1 / (1 + margin) (the policy's
@@ -23,14 +30,17 @@ restart (real/run/worker.py `switch_drafter("none")`), decided between RL steps 
   drafter has improved enough that the speedup it had, scaled by its estimated tokens per verify
   pass now over then (`DrafterCheck`, judged by idle workers every step: spot training goes on
   while SD is off), reaches 1 + margin. A pass costs about the same whatever it accepts, so
-  SD's rate scales with the tokens a pass emits.
+  SD's rate scales with the tokens a pass emits. "Now" is the mean of the last RECENT estimates,
+  at least MIN_RECENT of them: one step's, on 8 fresh responses, swung 2.45 -> 3.22 -> 4.73 over
+  three steps of the styles model while the drafter kept static moved alike (2.58 -> 3.30 ->
+  4.53), and one such step brought SD back at 0.77x for two restarts (~11 s).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from real.rollout.requests import EngineStepRow
@@ -65,28 +75,39 @@ class SDVerdict:
         return self.plain_s / self.sd_s if self.sd_s > 0 else math.nan
 
 
+# Estimates judged while SD is off that the return rule averages (the newest), and the fewest it needs.
+RECENT = 3
+MIN_RECENT = 2
+
+
 @dataclass(frozen=True)
 class SDOff:
-    """Why SD is off: the drafter that ran, its measured speedup and estimated tokens per pass then."""
+    """Why SD is off: the drafter that ran, its measured speedup and estimated tokens per pass then,
+    and the estimates judged since (the newest RECENT)."""
 
     kind: str  # "eagle" or "ngram": what the engines return to
     speedup: float
     estimate: float  # NaN: never judged, so SD stays off
+    recent: tuple[float, ...] = ()
 
 
 def _decoding(row: EngineStepRow) -> bool:
     return row.prefill_requests == 0 and row.decode_requests > 0 and row.wall_s > 0
 
 
+def plain_equivalent(steps: Iterable[EngineStepRow]) -> list[EngineStepRow]:
+    """The decoding steps that verified no drafts and timed their drafting: their wall time minus
+    drafting is a plain step's."""
+    return [r for r in steps if _decoding(r) and r.draft_len == 0 and not math.isnan(r.draft_s)]
+
+
 def plain_cost(steps: Iterable[EngineStepRow]) -> PlainCost | None:
-    """Fit fixed + per-sequence cost on the steps that verified no drafts and timed their drafting
-    (their wall time minus drafting is a plain step's). Per batch size the median time (robust to
-    the shared machine's slow steps), then least squares weighted by steps. None: too few steps or
-    a single batch size."""
+    """Fit fixed + per-sequence cost on the plain-equivalent steps among `steps`. Per batch size
+    the median time (robust to the shared machine's slow steps), then least squares weighted by
+    steps. None: too few steps or a single batch size."""
     by_batch: dict[int, list[float]] = {}
-    for r in steps:
-        if _decoding(r) and r.draft_len == 0 and not math.isnan(r.draft_s):
-            by_batch.setdefault(int(r.decode_requests), []).append(r.wall_s - r.draft_s)
+    for r in plain_equivalent(steps):
+        by_batch.setdefault(int(r.decode_requests), []).append(r.wall_s - r.draft_s)
     n = sum(len(v) for v in by_batch.values())
     if n < MIN_STEPS or len(by_batch) < 2:
         return None
@@ -99,6 +120,20 @@ def plain_cost(steps: Iterable[EngineStepRow]) -> PlainCost | None:
     var = sum(ws[b] * (xs[b] - mx) ** 2 for b in by_batch)
     slope = max(0.0, sum(ws[b] * (xs[b] - mx) * (ys[b] - my) for b in by_batch) / var)
     return PlainCost(fixed_s=my - slope * mx, per_seq_s=slope, steps=n)
+
+
+class PlainSteps:
+    """Each engine's most recent plain-equivalent steps, over RL steps: what its plain cost is
+    fitted on."""
+
+    def __init__(self, keep: int = 512):
+        self.keep = keep
+        self.rows: dict[int, list[EngineStepRow]] = {}
+
+    def add(self, engine: int, steps: Iterable[EngineStepRow]) -> list[EngineStepRow]:
+        """Add a rollout's steps of `engine`; returns the steps its fit uses now."""
+        self.rows[engine] = (self.rows.get(engine, []) + plain_equivalent(steps))[-self.keep:]
+        return self.rows[engine]
 
 
 def sd_verdict(steps: Iterable[EngineStepRow], cost: PlainCost) -> SDVerdict:
@@ -114,12 +149,12 @@ def sd_verdict(steps: Iterable[EngineStepRow], cost: PlainCost) -> SDVerdict:
     return SDVerdict(sd_s=sd, plain_s=plain, steps=n)
 
 
-def rollout_verdict(engines: Iterable[list[EngineStepRow]]) -> SDVerdict | None:
-    """One verdict over several engines' rollouts, each priced at its own fitted plain cost (an
-    engine without a fit is left out; None: no engine had one)."""
+def rollout_verdict(engines: Iterable[tuple[list[EngineStepRow], list[EngineStepRow]]]) -> SDVerdict | None:
+    """One verdict over several engines' rollouts, given per engine (the steps its plain cost is
+    fitted on, the rollout's steps); an engine without a fit is left out (None: no engine had one)."""
     parts = []
-    for steps in engines:
-        cost = plain_cost(steps)
+    for fit_on, steps in engines:
+        cost = plain_cost(fit_on)
         if cost is not None:
             parts.append(sd_verdict(steps, cost))
     if not parts:
@@ -134,7 +169,11 @@ def sd_next(off: SDOff | None, verdict: SDVerdict | None, kind: str, estimate: f
         if verdict is not None and verdict.speedup * (1.0 + margin) < 1.0:
             return SDOff(kind, verdict.speedup, estimate)
         return None
-    if math.isnan(off.estimate) or math.isnan(estimate) or off.estimate <= 0:
+    if math.isnan(off.estimate) or off.estimate <= 0:
         return off
-    predicted = off.speedup * estimate / off.estimate
+    recent = off.recent if math.isnan(estimate) else (off.recent + (estimate,))[-RECENT:]
+    off = replace(off, recent=recent)
+    if len(recent) < MIN_RECENT:
+        return off
+    predicted = off.speedup * (sum(recent) / len(recent)) / off.estimate
     return None if predicted >= 1.0 + margin else off

@@ -120,7 +120,7 @@ def test_the_drafter_switch_rule_goes_both_ways_by_the_margin():
 
 
 def test_the_idle_workers_checks_are_averaged_and_a_stopped_one_counts_for_nothing():
-    from real.run.coordinator import idle_check
+    from real.run.records import idle_check
     from real.run.records import DrafterCheck, WorkerSpot
 
     def spot(worker, check):

@@ -8,7 +8,17 @@ import math
 import pytest
 
 from real.rollout.requests import EngineStepRow
-from real.run.sd_guard import MIN_STEPS, PlainCost, SDOff, SDVerdict, plain_cost, rollout_verdict, sd_next, sd_verdict
+from real.run.sd_guard import (
+    MIN_STEPS,
+    PlainCost,
+    PlainSteps,
+    SDOff,
+    SDVerdict,
+    plain_cost,
+    rollout_verdict,
+    sd_next,
+    sd_verdict,
+)
 
 
 def _step(batch: int, wall: float, draft: float, new_tokens: int | None = None, draft_len: int = 0,
@@ -59,19 +69,33 @@ def test_an_engine_whose_k0_steps_pay_a_drafter_pass_and_whose_drafts_accept_lit
     steps' time, and K=0 at large batches pays the drafter's pass; a plain engine wins."""
     rows = _plain_steps(0.004, 0.0001, draft=0.003)
     rows += [_step(4, 1.5 * 0.0044, 0.002, new_tokens=round(4 * 1.3), draft_len=2) for _ in range(50)]
-    v = rollout_verdict([rows])
+    v = rollout_verdict([(rows, rows)])
     assert v is not None and v.speedup < 1.0
     # The same steps accepting 3 tokens a sequence per step: SD wins.
     rows = _plain_steps(0.004, 0.0001, draft=0.003) + [_step(4, 1.5 * 0.0044, 0.002, new_tokens=12, draft_len=2)
                                                        for _ in range(50)]
-    assert rollout_verdict([rows]).speedup > 1.0
+    assert rollout_verdict([(rows, rows)]).speedup > 1.0
 
 
 def test_rollout_verdict_sums_engines_each_at_its_own_cost_and_skips_engines_without_a_fit():
-    fast, slow = _plain_steps(0.002, 0.0), _plain_steps(0.008, 0.0)
-    v = rollout_verdict([fast, slow, [_step(4, 0.01, 0.0, new_tokens=8, draft_len=1)]])
+    fast, slow = _plain_steps(0.002, 0.0), _plain_steps(0.008, 0.0, each=2)  # 16 and 8 K=0 steps
+    lone = [_step(4, 0.01, 0.0, new_tokens=8, draft_len=1)]
+    v = rollout_verdict([(fast, fast), (slow, slow), (lone, lone)])
     assert v.steps == len(fast) + len(slow)
-    assert rollout_verdict([[_step(4, 0.01, 0.0)]]) is None
+    # Each engine against its own plain cost (one fit over both would price all at 0.002 s: 0.33x).
+    assert v.speedup == pytest.approx((16 * 0.002 + 8 * 0.008) / (16 * 0.004 + 8 * 0.010))
+    assert rollout_verdict([(lone, lone)]) is None
+
+
+def test_an_engine_with_few_k0_steps_a_rollout_is_judged_on_those_of_its_recent_rollouts():
+    pool = PlainSteps(keep=12)
+    sd_only = [_step(4, 0.004, 0.001, new_tokens=12, draft_len=3) for _ in range(30)]
+    first = _plain_steps(0.004, 0.0001, batches=(64, 40), each=3)  # 6 steps: no fit alone
+    assert plain_cost(pool.add(0, first + sd_only)) is None
+    fit_on = pool.add(0, _plain_steps(0.004, 0.0001, batches=(48, 33), each=3) + sd_only)
+    assert len(fit_on) == 12 and plain_cost(fit_on) is not None
+    assert len(pool.add(0, first)) == 12  # the oldest leave
+    assert pool.add(1, sd_only) == []  # per engine
 
 
 def test_sd_turns_off_below_one_over_one_plus_margin_and_remembers_why():
@@ -81,9 +105,22 @@ def test_sd_turns_off_below_one_over_one_plus_margin_and_remembers_why():
     assert off == SDOff("eagle", 0.8, 2.0)
 
 
-def test_sd_comes_back_when_the_drafters_estimate_predicts_it_wins_by_the_margin():
+def test_sd_comes_back_when_the_mean_of_recent_estimates_predicts_it_wins_by_the_margin():
     off = SDOff("eagle", 0.8, 2.0)
-    assert sd_next(off, None, "eagle", 2.6, margin=0.1) is off  # predicts 1.04x: not enough
-    assert sd_next(off, None, "eagle", 2.8, margin=0.1) is None  # predicts 1.12x
-    assert sd_next(off, None, "eagle", math.nan, margin=0.1) is off  # not judged this step
+    off = sd_next(off, None, "eagle", 3.0, margin=0.1)
+    assert off == SDOff("eagle", 0.8, 2.0, (3.0,))  # one estimate is not enough, however high
+    off = sd_next(off, None, "eagle", 2.2, margin=0.1)
+    assert off is not None and off.recent == (3.0, 2.2)  # mean 2.6 predicts 1.04x: not enough
+    assert sd_next(off, None, "eagle", math.nan, margin=0.1) == off  # not judged this step
+    assert sd_next(off, None, "eagle", 3.3, margin=0.1) is None  # mean 2.83 predicts 1.13x
+
+
+def test_one_high_estimate_among_recent_ones_does_not_bring_sd_back():
+    """The styles bench's steps: 2.94 when SD went off at 0.77x, then 2.45, 3.22, 4.73 (the static
+    drafter moved alike: the responses, not the drafter, changed)."""
+    off = SDOff("eagle", 0.77, 2.94)
+    for est in (2.45, 3.22, 4.73):
+        off = sd_next(off, None, "eagle", est, margin=0.1)
+        assert off is not None
+    assert off.recent == (2.45, 3.22, 4.73)
     assert sd_next(SDOff("eagle", 0.8, math.nan), None, "eagle", 9.0, margin=0.1).kind == "eagle"  # never judged

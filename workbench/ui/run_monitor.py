@@ -41,6 +41,7 @@ _LINE_PANELS = (
     ("Mean accepted length (tokens / verify pass)", ("mean_accept_len",)),
     ("Reward", ("reward",)),
 )
+_TILE_COLUMNS = ("step", "step_s", "rollout_s", "mean_accept_len", "reward")
 _WASTE_COLUMNS = {
     "step": st.column_config.NumberColumn("Step"),
     "rollout_s": st.column_config.NumberColumn("Rollout (s)", format="%.2f"),
@@ -164,7 +165,9 @@ def _show_tiles(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
 
 
 def _show_metrics(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
-    missing = [c for c in METRIC_COLUMNS if c not in df.columns]
+    # Columns added later (style_share, sd_speedup) are only missing from older runs' files: the
+    # tiles and lines need just these.
+    missing = [c for c in _TILE_COLUMNS if c not in df.columns]
     if missing:
         st.warning(f"metrics.csv lacks {', '.join(missing)}: written by another version of `tlt train`?")
     else:

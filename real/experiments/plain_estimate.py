@@ -1,0 +1,90 @@
+"""How well an EAGLE engine's K=0 steps predict a plain engine: the SD guard's input, checked.
+
+The SD guard (real/run/sd_guard.py) prices a rollout on a plain engine from the SD engine's own
+steps that verified no drafts: their wall time minus the drafting the engine timed
+(`EngineStepRow.draft_s`). This runs greedy batches of the task's prompts on a plain engine and
+on an EAGLE engine held at K=0, alternately (`--rounds` of each, engines restarted in this
+process, so drifts of a shared machine hit both), and prints per batch size the median step time
+of each, the estimate, and the estimate over the plain engine's time (1.0: exact; above: the
+estimate is slower, so the guard keeps SD a little longer than it should):
+
+    python -m real.experiments.plain_estimate --model traces/reference/model --drafter traces/reference/drafter
+
+The last line is JSON: per batch size `plain_ms`, `eagle_k0_ms`, `estimate_ms`, `estimate_over_plain`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from real.rollout.engine import RolloutEngine
+from real.rollout.requests import RolloutRequest, Sampling
+from real.tiny.task import make_problems
+from workbench.contracts.policy import load_policy
+
+
+def step_times(engine: RolloutEngine, batch: int, max_tokens: int, seed: int) -> tuple[list[float], list[float]]:
+    """Wall and drafting seconds of the steps that decoded the whole batch (prefill left out)."""
+    reqs = [RolloutRequest(i, 0, p.prompt, Sampling(temperature=0.0, max_tokens=max_tokens))
+            for i, p in enumerate(make_problems(batch, seed=seed))]
+    run = engine.run_steps(reqs)
+    steps = [r for r in run.steps if r.prefill_requests == 0 and r.decode_requests == batch]
+    return [r.wall_s for r in steps], [0.0 if r.draft_s != r.draft_s else r.draft_s for r in steps]
+
+
+def measure(model: Path, drafter: Path, batches: list[int], rounds: int, max_tokens: int, seed: int) -> dict[int, dict[str, float]]:
+    walls: dict[tuple[str, int], list[float]] = {}
+    estimates: dict[int, list[float]] = {}
+    for r in range(rounds):
+        for name in ("plain", "eagle"):
+            policy, d = (load_policy("baseline"), None) if name == "plain" else (load_policy("tlt-vllm"), drafter)
+            engine = RolloutEngine(model, policy, drafter_dir=d, adaptive=True, in_process=True, kv_cache_gib=0.5, seed=seed)
+            try:
+                if engine.spec:
+                    engine.set_draft_lengths([(1, engine.max_num_seqs, 0)])
+                step_times(engine, 2, 16, seed)  # warm-up
+                for b in batches:
+                    wall, draft = step_times(engine, b, max_tokens, seed)
+                    walls.setdefault((name, b), []).append(statistics.median(wall))
+                    if name == "eagle":
+                        estimates.setdefault(b, []).append(statistics.median(w - d for w, d in zip(wall, draft)))
+            finally:
+                engine.close()
+            print(f"round {r + 1}/{rounds}: {name} measured", flush=True)
+    out = {}
+    for b in batches:
+        plain, eagle, est = (statistics.median(walls[("plain", b)]), statistics.median(walls[("eagle", b)]),
+                             statistics.median(estimates[b]))
+        out[b] = {"plain_ms": round(plain * 1e3, 3), "eagle_k0_ms": round(eagle * 1e3, 3),
+                  "estimate_ms": round(est * 1e3, 3), "estimate_over_plain": round(est / plain, 3)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m real.experiments.plain_estimate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--drafter", type=Path, required=True)
+    ap.add_argument("--batches", default="1,4,16,48", help="batch sizes, comma-separated")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    try:
+        batches = [int(x) for x in a.batches.split(",")]
+    except ValueError:
+        ap.error(f"--batches {a.batches!r}: give batch sizes separated by commas, e.g. 1,4,16")
+    if a.rounds < 1 or any(b < 1 for b in batches):
+        ap.error("--rounds and every batch size must be >= 1")
+    res = measure(a.model, a.drafter, batches, a.rounds, a.max_tokens, a.seed)
+    for b, r in res.items():
+        print(f"batch {b:3d}: plain {r['plain_ms']:.2f} ms, EAGLE at K=0 {r['eagle_k0_ms']:.2f} ms, "
+              f"estimate {r['estimate_ms']:.2f} ms ({r['estimate_over_plain']:.2f}x the plain engine's)")
+    print(json.dumps({str(b): r for b, r in res.items()}))
+    return res
+
+
+if __name__ == "__main__":
+    main()
