@@ -15,8 +15,10 @@ restart (real/run/worker.py `switch_drafter("none")`), decided between RL steps 
   per-sequence cost: a CPU step is mostly fixed cost, so the fit carries from the large batches,
   where K=0 always runs, to the small ones of the tail). Measured side by side on the reference
   model (`python -m real.experiments.plain_estimate`), the estimate is 7-18% slower than a real
-  plain engine at batch 1-48 (what the drafter costs outside the runner's drafting methods is
-  not timed), so the guard leans towards keeping SD by that much.
+  plain engine at batch 1-48 with K held at 0, and 1.2-1.55x slower for K=0 steps mixed into a
+  rollout at K=1 (styles model; README, "Never slower than no SD"): what an EAGLE engine pays
+  outside the runner's drafting methods is not timed. So the guard leans towards keeping SD by
+  that much and misses smaller losses; a measured plain engine would remove the bias.
   An engine whose bandit keeps SD on in every bucket runs few such steps (the reference model:
   K=0 in 0-2% of its small-batch steps), so the fit pools each engine's last KEEP of them over
   RL steps (`PlainSteps`). Its weak spot, measured on the reference model: such steps come mostly
