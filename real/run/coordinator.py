@@ -29,8 +29,8 @@ One RL step, as the coordinator (this module, in the driver process) runs it:
    worker's engine in its process (real/run/worker.py). A cold learned drafter starts behind
    n-gram; a warm-started one (`drafter.warm_start`) starts on the engines. Adaptive policies
    (a bandit other than `fixed`) also restart the engines without a drafter while SD decodes
-   slower than a plain engine would, judged on the rollout's own steps, and bring SD back once
-   the drafter's estimate predicts it wins (real/run/sd_guard.py).
+   slower than a plain engine would (each worker measures one at start-up), and bring SD back
+   once the drafter's estimates predict it wins (real/run/sd_guard.py).
 5. checkpoint (atomic, real/run/checkpoints.py), metrics and the trace
    (workbench/contracts/trace.py, with a per-worker timeline in the simulator's format; the
    rows are built by real/run/records.py) are written.
@@ -54,12 +54,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from real.drafter.records import HiddenRecord
-from real.rollout.requests import RolloutRequest, Sampling
+from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.rollout.spec_config import adaptive_draft_cap
 from real.run.capture import machine_info
 from real.run.config import RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
 from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
-from real.run.sd_guard import PlainSteps, SDOff, SDVerdict, rollout_verdict, sd_next
+from real.run.sd_guard import SDOff, SDVerdict, guards_sd, rollout_verdict, sd_next
 from real.run.records import (
     DrafterCheck,
     RunRows,
@@ -113,7 +113,7 @@ class TrainingRun:
         self.clock0 = time.time()
         self.settings: dict[str, Any] = {}
         self.sd_off: SDOff | None = None  # why the engines run without a drafter (real/run/sd_guard.py)
-        self.plain_steps = PlainSteps()  # per worker, what its plain engine's cost is fitted on
+        self.plain_rows: list[list[EngineStepRow]] = []  # per worker, its plain engine's measured steps
         self.variant = variant_of(cfg.model)  # the reward the model was built for (real/tiny/task.py)
 
     # ------------------------------------------------------------ set-up
@@ -205,6 +205,7 @@ class TrainingRun:
                 start_tables={k: list(v) for k, v in cfg.start_tables.items()})
             for i in range(cfg.workers)]
         self.settings = ray.get(self.workers[0].settings.remote())
+        self.plain_rows = ray.get([w.plain_steps.remote() for w in self.workers])
         self.log(f"{cfg.workers} rollout workers up (policy {cfg.policy.name}, drafter {self.kind})")
         if ckpt is not None and ckpt.path("workers.pt").exists():
             states = torch.load(ckpt.path("workers.pt"), weights_only=False)
@@ -366,10 +367,8 @@ class TrainingRun:
 
     @property
     def guards_sd(self) -> bool:
-        """Whether this run turns SD off where a plain engine decodes faster (real/run/sd_guard.py):
-        adaptive policies, whose bandit is there to never lose to no SD."""
-        pol = self.cfg.policy
-        return pol.drafter.kind != "none" and pol.bandit.algorithm != "fixed"
+        """Whether this run turns SD off where a plain engine decodes faster (real/run/sd_guard.py)."""
+        return guards_sd(self.cfg.policy)
 
     def _next_engines(self, rollouts: dict[int, WorkerRollout], check: DrafterCheck | None) -> SDVerdict | None:
         """The drafter every engine runs next step (the module doc, step 4): n-gram or EAGLE by
@@ -395,7 +394,7 @@ class TrainingRun:
         else:
             nxt = pick(ran)
             if self.guards_sd:
-                verdict = rollout_verdict((self.plain_steps.add(i, r.steps), r.steps) for i, r in rollouts.items())
+                verdict = rollout_verdict((self.plain_rows[i], r.steps) for i, r in rollouts.items())
                 off = sd_next(None, verdict, ran, estimate_of(check, ran), margin)
                 if verdict is not None:
                     self.log(f"  SD vs a plain engine: {verdict.speedup:.2f}x decode speed on this rollout "

@@ -101,8 +101,8 @@ class StepRecord:
     # Share of the step's responses in the style the reward asks for (task variants with a
     # preferred style, real/tiny/task.py; NaN for the plain task).
     style_share: float = math.nan
-    # SD's decode speed over a plain engine's on this rollout, the plain side estimated from the
-    # same steps (real/run/sd_guard.py; NaN: not judged, e.g. while SD is off).
+    # SD's decode speed over a plain engine's on this rollout, priced at the plain engine each
+    # worker measured at start-up (real/run/sd_guard.py; NaN: not judged, e.g. while SD is off).
     sd_speedup: float = math.nan
 
 

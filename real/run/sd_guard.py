@@ -1,4 +1,4 @@
-"""Whether speculative decoding pays on these engines, judged from a rollout's own engine steps.
+"""Whether speculative decoding pays on these engines: a rollout's engine steps against a plain engine's.
 
 An adaptive engine's bandit (real/rollout/step_bandit.py) picks a draft length per batch bucket
 and has K=0 among its arms, but in vLLM's EAGLE engine K=0 is not plain decoding: the drafter's
@@ -8,23 +8,17 @@ bandit, never seeing a plain engine, settled on K=1-2. Only an engine without a 
 plainly, and vLLM fixes the drafter when an engine starts, so "SD off" for a whole engine is a
 restart (real/run/worker.py `switch_drafter("none")`), decided between RL steps here:
 
-- What a plain engine would have taken for the rollout is estimated from the rollout itself, no
-  probe run: every step that verified no drafts ran the target exactly as a plain engine would,
-  and the engine timed its drafting (`EngineStepRow.draft_s`), so wall - draft is a plain step's
-  time at that batch size. `plain_cost` fits those times against the batch size (fixed cost +
-  per-sequence cost: a CPU step is mostly fixed cost, so the fit carries from the large batches,
-  where K=0 always runs, to the small ones of the tail). Measured side by side on the reference
-  model (`python -m real.experiments.plain_estimate`), the estimate is 7-18% slower than a real
-  plain engine at batch 1-48 with K held at 0, and 1.2-1.55x slower for K=0 steps mixed into a
-  rollout at K=1 (styles model; README, "Never slower than no SD"): what an EAGLE engine pays
-  outside the runner's drafting methods is not timed. So the guard leans towards keeping SD by
-  that much and misses smaller losses; a measured plain engine would remove the bias.
-  An engine whose bandit keeps SD on in every bucket runs few such steps (the reference model:
-  K=0 in 0-2% of its small-batch steps), so the fit pools each engine's last KEEP of them over
-  RL steps (`PlainSteps`). Its weak spot, measured on the reference model: such steps come mostly
-  from large batches, and the fit's extrapolation to batch 1-4 overestimated a plain step there
-  (~9 ms fitted against 5-6 ms measured on a plain engine), so the guard priced SD at 3.36x where
-  the bench measured 1.77x against the real plain engine: it errs towards keeping SD.
+- What a plain engine would have taken for the rollout is priced on a plain engine measured
+  by each worker before its SD engine starts (real/run/worker.py `_measure_plain`: greedy
+  requests capped so the batch falls one by one from 32 to 1, a few seconds): `plain_cost` fits
+  its step times against the batch size (fixed cost + per-sequence cost). The first version
+  estimated the plain engine from the SD engine's own K=0 steps, wall time minus the drafting
+  the engine timed (`EngineStepRow.draft_s`): no extra engine, but those steps cost 1.07-1.18x a
+  plain step with K held at 0 and 1.2-1.55x mixed into a rollout at K=1 (`python -m
+  real.experiments.plain_estimate`; README, "Never slower than no SD"), so that guard missed
+  losses smaller than ~1.5x. The measured engine has no such bias; its error is the machine's
+  drift between start-up and the step judged, which `tlt bench real` shows beside the speedups
+  it measures against the baseline (`sd_speedup_est`).
 - `sd_verdict` prices every decoding step of the rollout both ways: its measured wall time, and
   the plain steps its tokens need (new tokens / batch) at the fitted cost. Speedup = plain / SD.
 - `sd_next` turns SD off when the speedup is below 1 / (1 + margin) (the policy's
@@ -46,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from real.rollout.requests import EngineStepRow
+from workbench.contracts.policy import Policy
 
 # Fewest plain-equivalent steps (and distinct batch sizes) a cost fit needs.
 MIN_STEPS = 8
@@ -93,13 +88,19 @@ class SDOff:
     recent: tuple[float, ...] = ()
 
 
+def guards_sd(policy: Policy) -> bool:
+    """Whether a run of `policy` is guarded: adaptive SD (a bandit other than `fixed`), whose
+    bandit is there to never lose to no SD."""
+    return policy.drafter.kind != "none" and policy.bandit.algorithm != "fixed"
+
+
 def _decoding(row: EngineStepRow) -> bool:
     return row.prefill_requests == 0 and row.decode_requests > 0 and row.wall_s > 0
 
 
 def plain_equivalent(steps: Iterable[EngineStepRow]) -> list[EngineStepRow]:
     """The decoding steps that verified no drafts and timed their drafting: their wall time minus
-    drafting is a plain step's."""
+    drafting is a plain step's (a plain engine's steps, with `draft_s` 0, are all of them)."""
     return [r for r in steps if _decoding(r) and r.draft_len == 0 and not math.isnan(r.draft_s)]
 
 
@@ -122,20 +123,6 @@ def plain_cost(steps: Iterable[EngineStepRow]) -> PlainCost | None:
     var = sum(ws[b] * (xs[b] - mx) ** 2 for b in by_batch)
     slope = max(0.0, sum(ws[b] * (xs[b] - mx) * (ys[b] - my) for b in by_batch) / var)
     return PlainCost(fixed_s=my - slope * mx, per_seq_s=slope, steps=n)
-
-
-class PlainSteps:
-    """Each engine's most recent plain-equivalent steps, over RL steps: what its plain cost is
-    fitted on."""
-
-    def __init__(self, keep: int = 512):
-        self.keep = keep
-        self.rows: dict[int, list[EngineStepRow]] = {}
-
-    def add(self, engine: int, steps: Iterable[EngineStepRow]) -> list[EngineStepRow]:
-        """Add a rollout's steps of `engine`; returns the steps its fit uses now."""
-        self.rows[engine] = (self.rows.get(engine, []) + plain_equivalent(steps))[-self.keep:]
-        return self.rows[engine]
 
 
 def sd_verdict(steps: Iterable[EngineStepRow], cost: PlainCost) -> SDVerdict:

@@ -47,8 +47,9 @@ from real.drafter.records import HiddenRecord
 from real.drafter.spot import SpotResult, SpotTrainer
 from real.rollout.adaptive import make_controller
 from real.rollout.engine import RolloutEngine
-from real.rollout.requests import RolloutRequest, Sampling
+from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
+from real.run.sd_guard import guards_sd
 from real.tiny.task import make_problems
 from workbench.contracts.policy import Policy
 from workbench.contracts.seeds import Stream, derive_seed
@@ -56,6 +57,8 @@ from workbench.contracts.seeds import Stream, derive_seed
 
 # Fresh responses an idle worker featurizes, judges the drafters on and trains on (spot_train).
 FRESH_SAMPLE = 8
+# The largest batch the plain engine is measured at (`_measure_plain`): a worker's share of a step.
+PLAIN_BATCH = 32
 
 
 def spread(items: Sequence[Any], n: int) -> list[Any]:
@@ -85,6 +88,8 @@ class RolloutWorker:
         self.kind = drafter_kind or policy.drafter.kind
         self.start_tables = {k: tuple(int(x) for x in v) for k, v in (start_tables or {}).items()}
         self.controller_states: dict[str, dict[str, Any]] = {}  # kind -> its controller's state when switched away
+        # What the SD guard prices SD against, measured on a plain engine before the SD one starts.
+        self.plain_rows = self._measure_plain() if guards_sd(policy) else []
         self.engine = RolloutEngine(model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
                                     adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()
@@ -109,11 +114,29 @@ class RolloutWorker:
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
 
-    def _warm_up(self) -> None:
+    def _warm_up(self, engine: RolloutEngine | None = None) -> None:
         """One short greedy request, so lazy initialisation and the n-gram proposer's JIT compile
         (tens of seconds on CPU) are not charged to the first RL step's rollout."""
-        self.engine.generate([make_problems(1, seed=0)[0].prompt], 1, Sampling(temperature=0.0, max_tokens=32))
-        self.engine.llm.reset_prefix_cache()
+        engine = engine or self.engine
+        engine.generate([make_problems(1, seed=0)[0].prompt], 1, Sampling(temperature=0.0, max_tokens=32))
+        engine.llm.reset_prefix_cache()
+
+    def _measure_plain(self) -> list[EngineStepRow]:
+        """A plain engine's decode steps at every batch size from PLAIN_BATCH down to 1 (greedy task
+        prompts, request i capped at 16 + 8 i tokens, so one finishes every 8 steps), on this
+        worker's threads: the SD guard's plain engine (real/run/sd_guard.py). A few seconds, once."""
+        plain = replace(self.policy, drafter=replace(self.policy.drafter, kind="none", warm_start=False,
+                                                     ngram_fallback=False))
+        engine = RolloutEngine(self.model_dir, plain, adaptive=True, in_process=True, **self.engine_kwargs)
+        try:
+            self._warm_up(engine)
+            n = min(PLAIN_BATCH, engine.max_num_seqs)
+            problems = make_problems(n, seed=derive_seed(self.seed, Stream.ENGINE, self.worker))
+            run = engine.run_steps([RolloutRequest(i, 0, p.prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i))
+                                    for i, p in enumerate(problems)])
+        finally:
+            engine.close()
+        return [replace(r, draft_s=0.0) for r in run.steps]
 
     def _engine_policy(self) -> Policy:
         return self.policy if self.kind == self.policy.drafter.kind else \
@@ -290,6 +313,9 @@ class RolloutWorker:
                   if self.static_state is not None else float("nan"))
         return DrafterCheck(eagle=self.spot.estimate_accept_len(records, k, max_starts=8),
                             ngram=self.spot.estimate_ngram_accept_len(records, k, max_starts=8), static=static)
+
+    def plain_steps(self) -> list[EngineStepRow]:
+        return self.plain_rows
 
     def settings(self) -> dict[str, Any]:
         return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.kind}

@@ -11,9 +11,9 @@ from real.rollout.requests import EngineStepRow
 from real.run.sd_guard import (
     MIN_STEPS,
     PlainCost,
-    PlainSteps,
     SDOff,
     SDVerdict,
+    guards_sd,
     plain_cost,
     rollout_verdict,
     sd_next,
@@ -87,15 +87,18 @@ def test_rollout_verdict_sums_engines_each_at_its_own_cost_and_skips_engines_wit
     assert rollout_verdict([(lone, lone)]) is None
 
 
-def test_an_engine_with_few_k0_steps_a_rollout_is_judged_on_those_of_its_recent_rollouts():
-    pool = PlainSteps(keep=12)
-    sd_only = [_step(4, 0.004, 0.001, new_tokens=12, draft_len=3) for _ in range(30)]
-    first = _plain_steps(0.004, 0.0001, batches=(64, 40), each=3)  # 6 steps: no fit alone
-    assert plain_cost(pool.add(0, first + sd_only)) is None
-    fit_on = pool.add(0, _plain_steps(0.004, 0.0001, batches=(48, 33), each=3) + sd_only)
-    assert len(fit_on) == 12 and plain_cost(fit_on) is not None
-    assert len(pool.add(0, first)) == 12  # the oldest leave
-    assert pool.add(1, sd_only) == []  # per engine
+def test_a_plain_engines_own_steps_are_what_the_cost_is_fitted_on():
+    """The workers' measured plain engine: no drafts, drafting 0 (what `_measure_plain` records)."""
+    rows = [_step(b, 0.004 + 0.0001 * b, 0.0) for b in range(32, 0, -1) for _ in range(8)]
+    cost = plain_cost(rows)
+    assert cost.steps == 256 and cost.fixed_s == pytest.approx(0.004) and cost.per_seq_s == pytest.approx(0.0001)
+
+
+def test_only_adaptive_sd_policies_are_guarded():
+    from workbench.contracts.policy import load_policy
+
+    assert guards_sd(load_policy("tlt-vllm")) and guards_sd(load_policy("tlt-cold"))
+    assert not guards_sd(load_policy("baseline")) and not guards_sd(load_policy("tlt"))  # tlt: a fixed schedule
 
 
 def test_sd_turns_off_below_one_over_one_plus_margin_and_remembers_why():

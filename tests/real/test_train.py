@@ -71,6 +71,18 @@ def test_the_warm_started_drafter_decodes_from_the_first_step_and_is_judged_agai
     assert meta["start_tables"]["eagle"] == list(run.cfg.start_tables["eagle"])
 
 
+def test_the_guarded_run_prices_every_sd_rollout_against_a_plain_engine_it_measured(runs):
+    """tlt-vllm is adaptive, so its workers measured a plain engine at start-up, from a batch of
+    32 down to 1, and every step that ran SD has the guard's verdict; the baseline has neither."""
+    run = runs["tlt-vllm"]
+    assert len(run.plain_rows) == 2
+    for rows in run.plain_rows:
+        sizes = {r.decode_requests for r in rows if r.prefill_requests == 0}
+        assert 1 in sizes and max(sizes) > 16 and len(sizes) >= 16
+    assert all(m.sd_speedup > 0 for m in run.metrics if m.drafter_kind != "none")
+    assert runs["baseline"].plain_rows == [[], []] and all(math.isnan(m.sd_speedup) for m in runs["baseline"].metrics)
+
+
 def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
     run = runs["tlt-vllm"]
     trace = load_trace(run.out / "trace")
