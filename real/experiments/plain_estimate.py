@@ -11,6 +11,12 @@ estimate is slower, so the guard keeps SD a little longer than it should):
     python -m real.experiments.plain_estimate --model traces/reference/model --drafter traces/reference/drafter
 
 The last line is JSON: per batch size `plain_ms`, `eagle_k0_ms`, `estimate_ms`, `estimate_over_plain`.
+
+`--check-guard` checks the guard's own plain engine instead: on one plain engine, per round, the
+measurement a worker makes at start-up (real/run/worker.py `plain_requests`) and then a sampled
+rollout of 8 prompts x 4 (cap 1024), priced at that fit (1.0: the fit prices a plain rollout at
+its own time; above: the guard leans towards keeping SD). Its last line is JSON: per round
+`priced_over_measured`, `fixed_ms`, `per_seq_ms`.
 """
 
 from __future__ import annotations
@@ -63,10 +69,36 @@ def measure(model: Path, drafter: Path, batches: list[int], rounds: int, max_tok
     return out
 
 
+def check_guard(model: Path, rounds: int, seed: int) -> list[dict[str, float]]:
+    from dataclasses import replace
+
+    from real.run.sd_guard import plain_cost, sd_verdict
+    from real.run.worker import PLAIN_BATCH, plain_requests
+
+    engine = RolloutEngine(model, load_policy("baseline"), in_process=True, kv_cache_gib=0.5, seed=seed)
+    out = []
+    try:
+        step_times(engine, 2, 16, seed)  # warm-up
+        for r in range(rounds):
+            cal = engine.run_steps(plain_requests(PLAIN_BATCH, seed + r))
+            cost = plain_cost([replace(s, draft_s=0.0) for s in cal.steps])
+            reqs = [RolloutRequest(i, j, p.prompt, Sampling(temperature=1.0, max_tokens=1024, seed=seed + r))
+                    for i, p in enumerate(make_problems(8, seed=1000 + seed + r)) for j in range(4)]
+            v = sd_verdict(engine.run_steps(reqs).steps, cost)
+            out.append({"priced_over_measured": round(v.speedup, 3), "fixed_ms": round(cost.fixed_s * 1e3, 3),
+                        "per_seq_ms": round(cost.per_seq_s * 1e3, 4)})
+            print(f"round {r + 1}/{rounds}: a plain rollout priced at {v.speedup:.3f}x its measured time "
+                  f"(fit {cost.fixed_s * 1e3:.2f} ms + {cost.per_seq_s * 1e3:.3f} ms per sequence)", flush=True)
+    finally:
+        engine.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m real.experiments.plain_estimate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--drafter", type=Path, required=True)
+    ap.add_argument("--drafter", type=Path, help="the EAGLE drafter (not needed with --check-guard)")
+    ap.add_argument("--check-guard", action="store_true", help="check the SD guard's plain engine measurement instead")
     ap.add_argument("--batches", default="1,4,16,48", help="batch sizes, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -78,6 +110,12 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error(f"--batches {a.batches!r}: give batch sizes separated by commas, e.g. 1,4,16")
     if a.rounds < 1 or any(b < 1 for b in batches):
         ap.error("--rounds and every batch size must be >= 1")
+    if a.check_guard:
+        checks = check_guard(a.model, a.rounds, a.seed)
+        print(json.dumps(checks))
+        return {"check_guard": checks}
+    if a.drafter is None:
+        ap.error("--drafter DIR is needed (the EAGLE drafter of --model), unless --check-guard")
     res = measure(a.model, a.drafter, batches, a.rounds, a.max_tokens, a.seed)
     for b, r in res.items():
         print(f"batch {b:3d}: plain {r['plain_ms']:.2f} ms, EAGLE at K=0 {r['eagle_k0_ms']:.2f} ms, "

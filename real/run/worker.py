@@ -57,13 +57,26 @@ from workbench.contracts.seeds import Stream, derive_seed
 
 # Fresh responses an idle worker featurizes, judges the drafters on and trains on (spot_train).
 FRESH_SAMPLE = 8
-# The largest batch the plain engine is measured at (`_measure_plain`): a worker's share of a step.
+# The largest batch the plain engine is measured at (`_measure_plain`): a worker's share of a step;
+# and the task prompts strung into each of its prompts.
 PLAIN_BATCH = 32
+PLAIN_PROMPTS = 12
 
 
 def spread(items: Sequence[Any], n: int) -> list[Any]:
     """Up to `n` of `items`, evenly spaced over them (the first always among them)."""
     return list(items[:: max(1, len(items) // n)][:n])
+
+
+def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
+    """The plain engine's measurement: n greedy requests, request i capped at 16 + 8 i tokens, so
+    the batch falls by one every 8 steps. Each prompt strings PLAIN_PROMPTS task prompts together,
+    so contexts run ~250-500 tokens as in a rollout: with one task prompt (contexts up to ~280) the
+    fit priced plain rollouts at 0.76-1.04x of their own time (median 0.91x), with these at
+    0.93-1.11x (nine rounds; `python -m real.experiments.plain_estimate --check-guard`)."""
+    problems = make_problems(n * PLAIN_PROMPTS, seed=seed)
+    prompts = [" ".join(p.prompt for p in problems[i * PLAIN_PROMPTS:(i + 1) * PLAIN_PROMPTS]) for i in range(n)]
+    return [RolloutRequest(i, 0, prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i)) for i, prompt in enumerate(prompts)]
 
 
 class RolloutWorker:
@@ -122,18 +135,16 @@ class RolloutWorker:
         engine.llm.reset_prefix_cache()
 
     def _measure_plain(self) -> list[EngineStepRow]:
-        """A plain engine's decode steps at every batch size from PLAIN_BATCH down to 1 (greedy task
-        prompts, request i capped at 16 + 8 i tokens, so one finishes every 8 steps), on this
-        worker's threads: the SD guard's plain engine (real/run/sd_guard.py). A few seconds, once."""
+        """A plain engine's decode steps at every batch size from PLAIN_BATCH down to 1
+        (`plain_requests`), on this worker's threads: the SD guard's plain engine
+        (real/run/sd_guard.py). A few seconds, once."""
         plain = replace(self.policy, drafter=replace(self.policy.drafter, kind="none", warm_start=False,
                                                      ngram_fallback=False))
         engine = RolloutEngine(self.model_dir, plain, adaptive=True, in_process=True, **self.engine_kwargs)
         try:
             self._warm_up(engine)
-            n = min(PLAIN_BATCH, engine.max_num_seqs)
-            problems = make_problems(n, seed=derive_seed(self.seed, Stream.ENGINE, self.worker))
-            run = engine.run_steps([RolloutRequest(i, 0, p.prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i))
-                                    for i, p in enumerate(problems)])
+            run = engine.run_steps(plain_requests(min(PLAIN_BATCH, engine.max_num_seqs),
+                                                  derive_seed(self.seed, Stream.ENGINE, self.worker)))
         finally:
             engine.close()
         return [replace(r, draft_s=0.0) for r in run.steps]
