@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def step_times(engine: RolloutEngine, batch: int, max_tokens: int, seed: int) ->
             for i, p in enumerate(make_problems(batch, seed=seed))]
     run = engine.run_steps(reqs)
     steps = [r for r in run.steps if r.prefill_requests == 0 and r.decode_requests == batch]
-    return [r.wall_s for r in steps], [0.0 if r.draft_s != r.draft_s else r.draft_s for r in steps]
+    return [r.wall_s for r in steps], [0.0 if math.isnan(r.draft_s) else r.draft_s for r in steps]
 
 
 def measure(model: Path, drafter: Path, batches: list[int], rounds: int, max_tokens: int, seed: int) -> dict[int, dict[str, float]]:

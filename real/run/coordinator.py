@@ -59,7 +59,7 @@ from real.rollout.spec_config import adaptive_draft_cap
 from real.run.capture import machine_info
 from real.run.config import RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
 from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
-from real.run.sd_guard import SDOff, SDVerdict, guards_sd, rollout_verdict, sd_next
+from real.run.sd_guard import PlainCost, SDOff, SDVerdict, guards_sd, plain_cost, rollout_verdict, sd_next
 from real.run.records import (
     DrafterCheck,
     RunRows,
@@ -114,6 +114,7 @@ class TrainingRun:
         self.settings: dict[str, Any] = {}
         self.sd_off: SDOff | None = None  # why the engines run without a drafter (real/run/sd_guard.py)
         self.plain_rows: list[list[EngineStepRow]] = []  # per worker, its plain engine's measured steps
+        self.plain_costs: list[PlainCost | None] = []  # and their fit, what SD is priced against
         self.variant = variant_of(cfg.model)  # the reward the model was built for (real/tiny/task.py)
 
     # ------------------------------------------------------------ set-up
@@ -206,6 +207,11 @@ class TrainingRun:
             for i in range(cfg.workers)]
         self.settings = ray.get(self.workers[0].settings.remote())
         self.plain_rows = ray.get([w.plain_steps.remote() for w in self.workers])
+        self.plain_costs = [plain_cost(rows) for rows in self.plain_rows]
+        for i, c in enumerate(self.plain_costs):
+            if c is not None:
+                self.log(f"  worker {i}'s plain engine: {c.fixed_s * 1e3:.2f} ms + {c.per_seq_s * 1e3:.3f} ms per "
+                         f"sequence a decode step ({c.steps} steps measured)")
         self.log(f"{cfg.workers} rollout workers up (policy {cfg.policy.name}, drafter {self.kind})")
         if ckpt is not None and ckpt.path("workers.pt").exists():
             states = torch.load(ckpt.path("workers.pt"), weights_only=False)
@@ -365,11 +371,6 @@ class TrainingRun:
             if p != keep:
                 shutil.rmtree(p, ignore_errors=True)
 
-    @property
-    def guards_sd(self) -> bool:
-        """Whether this run turns SD off where a plain engine decodes faster (real/run/sd_guard.py)."""
-        return guards_sd(self.cfg.policy)
-
     def _next_engines(self, rollouts: dict[int, WorkerRollout], check: DrafterCheck | None) -> SDVerdict | None:
         """The drafter every engine runs next step (the module doc, step 4): n-gram or EAGLE by
         `choose_drafter` on `check`, or none while SD loses to a plain engine (`sd_next` on this
@@ -393,8 +394,8 @@ class TrainingRun:
             self.sd_off = off or self.sd_off
         else:
             nxt = pick(ran)
-            if self.guards_sd:
-                verdict = rollout_verdict((self.plain_rows[i], r.steps) for i, r in rollouts.items())
+            if guards_sd(self.cfg.policy):
+                verdict = rollout_verdict((self.plain_costs[i], r.steps) for i, r in rollouts.items())
                 off = sd_next(None, verdict, ran, estimate_of(check, ran), margin)
                 if verdict is not None:
                     self.log(f"  SD vs a plain engine: {verdict.speedup:.2f}x decode speed on this rollout "

@@ -138,14 +138,10 @@ def sd_verdict(steps: Iterable[EngineStepRow], cost: PlainCost) -> SDVerdict:
     return SDVerdict(sd_s=sd, plain_s=plain, steps=n)
 
 
-def rollout_verdict(engines: Iterable[tuple[list[EngineStepRow], list[EngineStepRow]]]) -> SDVerdict | None:
-    """One verdict over several engines' rollouts, given per engine (the steps its plain cost is
-    fitted on, the rollout's steps); an engine without a fit is left out (None: no engine had one)."""
-    parts = []
-    for fit_on, steps in engines:
-        cost = plain_cost(fit_on)
-        if cost is not None:
-            parts.append(sd_verdict(steps, cost))
+def rollout_verdict(engines: Iterable[tuple[PlainCost | None, list[EngineStepRow]]]) -> SDVerdict | None:
+    """One verdict over several engines' rollouts, given per engine (its plain cost, the rollout's
+    steps); an engine without a cost is left out (None: no engine had one)."""
+    parts = [sd_verdict(steps, cost) for cost, steps in engines if cost is not None]
     if not parts:
         return None
     return SDVerdict(sum(p.sd_s for p in parts), sum(p.plain_s for p in parts), sum(p.steps for p in parts))

@@ -69,22 +69,22 @@ def test_an_engine_whose_k0_steps_pay_a_drafter_pass_and_whose_drafts_accept_lit
     steps' time, and K=0 at large batches pays the drafter's pass; a plain engine wins."""
     rows = _plain_steps(0.004, 0.0001, draft=0.003)
     rows += [_step(4, 1.5 * 0.0044, 0.002, new_tokens=round(4 * 1.3), draft_len=2) for _ in range(50)]
-    v = rollout_verdict([(rows, rows)])
+    v = rollout_verdict([(plain_cost(rows), rows)])
     assert v is not None and v.speedup < 1.0
     # The same steps accepting 3 tokens a sequence per step: SD wins.
     rows = _plain_steps(0.004, 0.0001, draft=0.003) + [_step(4, 1.5 * 0.0044, 0.002, new_tokens=12, draft_len=2)
                                                        for _ in range(50)]
-    assert rollout_verdict([(rows, rows)]).speedup > 1.0
+    assert rollout_verdict([(plain_cost(rows), rows)]).speedup > 1.0
 
 
 def test_rollout_verdict_sums_engines_each_at_its_own_cost_and_skips_engines_without_a_fit():
     fast, slow = _plain_steps(0.002, 0.0), _plain_steps(0.008, 0.0, each=2)  # 16 and 8 K=0 steps
     lone = [_step(4, 0.01, 0.0, new_tokens=8, draft_len=1)]
-    v = rollout_verdict([(fast, fast), (slow, slow), (lone, lone)])
+    v = rollout_verdict([(plain_cost(fast), fast), (plain_cost(slow), slow), (plain_cost(lone), lone)])
     assert v.steps == len(fast) + len(slow)
     # Each engine against its own plain cost (one fit over both would price all at 0.002 s: 0.33x).
     assert v.speedup == pytest.approx((16 * 0.002 + 8 * 0.008) / (16 * 0.004 + 8 * 0.010))
-    assert rollout_verdict([(lone, lone)]) is None
+    assert rollout_verdict([(plain_cost(lone), lone)]) is None
 
 
 def test_a_plain_engines_own_steps_are_what_the_cost_is_fitted_on():

@@ -191,8 +191,8 @@ def test_switches_between_ngram_eagle_and_no_sd_inside_tlt_train_keep_greedy_out
     # While SD is off only an idle worker's check counts (the sync does not judge then).
     assert len(measured) == 5 and all(measured[i] is not None for i in (0, 1, 4))
     assert all(1.0 <= c.eagle <= k + 1 and 1.0 <= c.ngram <= k + 1 for c in measured if c is not None)
-    # The real verdicts of the SD steps (None where too few steps verified no drafts to fit a plain
-    # engine's cost: 4 requests a worker, all in SD's buckets).
+    # The real verdicts of the SD steps, priced at the plain engine each worker measured at start-up
+    # (None only if a worker's measurement gave no fit).
     assert len(verdicts) == 3 and all(v is None or (v.speedup > 0 and v.steps > 0) for v in verdicts)
     assert len(seen) == 5
     with RolloutEngine(reference_model, in_process=True, kv_cache_gib=0.25) as engine:
