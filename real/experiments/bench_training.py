@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -79,6 +79,11 @@ class PolicyResult:
     # reference checks it.
     sd_speedup_est: float = math.nan
     sd_off_steps: int = 0
+    # The guard's verdict before step 0 (its probe; NaN: not probed), and the seconds the run's
+    # set-up took (engines, the plain engine, the probe and any restart it caused): set-up is in
+    # no step's time, so a policy that sets up longer says so here.
+    sd_probe_speedup: float = math.nan
+    setup_s: float = math.nan
 
 
 @dataclass
@@ -218,6 +223,9 @@ def bench_real(configs: list[RunConfig], log: Callable[[str], None] | None = pri
             run.close()
     steps = {p: runs[p].metrics for p in names}
     paper, results, summary = summarize(steps)
+    for p, run in runs.items():
+        results[p] = replace(results[p], setup_s=run.setup_s,
+                             sd_probe_speedup=run.probe.speedup if run.probe else math.nan)
     traces = {p: load_trace(runs[p].out / "trace") for p in names}
     ref = traces[names[0]].steps
     return TrainingBench(summary, steps, reference=names[0], paper_policy=paper, policies=results,

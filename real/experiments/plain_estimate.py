@@ -13,7 +13,7 @@ estimate is slower, so the guard keeps SD a little longer than it should):
 The last line is JSON: per batch size `plain_ms`, `eagle_k0_ms`, `estimate_ms`, `estimate_over_plain`.
 
 `--check-guard` checks the guard's own plain engine instead: on one plain engine, per round, the
-measurement a worker makes at start-up (real/run/worker.py `plain_requests`) and then a sampled
+measurement a worker makes at start-up (real/run/sd_guard.py `plain_requests`) and then a sampled
 rollout of 8 prompts x 4 (cap 1024), priced at that fit (1.0: the fit prices a plain rollout at
 its own time; above: the guard leans towards keeping SD). Its last line is JSON: per round
 `priced_over_measured`, `fixed_ms`, `per_seq_ms`.
@@ -74,7 +74,7 @@ def check_guard(model: Path, rounds: int, seed: int) -> list[dict[str, float]]:
     from dataclasses import replace
 
     from real.run.sd_guard import plain_cost, sd_verdict
-    from real.run.worker import PLAIN_BATCH, plain_requests
+    from real.run.sd_guard import PLAIN_BATCH, plain_requests
 
     engine = RolloutEngine(model, load_policy("baseline"), in_process=True, kv_cache_gib=0.5, seed=seed)
     out = []

@@ -30,7 +30,9 @@ One RL step, as the coordinator (this module, in the driver process) runs it:
    n-gram; a warm-started one (`drafter.warm_start`) starts on the engines. Adaptive policies
    (a bandit other than `fixed`) also restart the engines without a drafter while SD decodes
    slower than a plain engine would (each worker measures one at start-up), and bring SD back
-   once the drafter's estimates predict it wins (real/run/sd_guard.py).
+   once the drafter's estimates predict it wins (real/run/sd_guard.py); the first verdict comes
+   from a short probe rollout before step 0 (`_probe_sd`), so a model where SD loses starts
+   without it. The rules: real/run/engine_choice.py.
 5. checkpoint (atomic, real/run/checkpoints.py), metrics and the trace
    (workbench/contracts/trace.py, with a per-worker timeline in the simulator's format; the
    rows are built by real/run/records.py) are written.
@@ -47,7 +49,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -59,7 +61,8 @@ from real.rollout.spec_config import adaptive_draft_cap
 from real.run.capture import machine_info
 from real.run.config import RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
 from real.run.checkpoints import Checkpoint, load_latest, save_checkpoint
-from real.run.sd_guard import PlainCost, SDOff, SDVerdict, guards_sd, plain_cost, rollout_verdict, sd_next
+from real.run.engine_choice import next_engines
+from real.run.sd_guard import PlainCost, SDOff, SDVerdict, guards_sd, plain_cost, probe_requests, rollout_verdict, sd_next
 from real.run.records import (
     DrafterCheck,
     RunRows,
@@ -68,7 +71,6 @@ from real.run.records import (
     WorkerRollout,
     WorkerSpot,
     add_step_rows,
-    estimate_of,
     idle_check,
     metrics_frame,
     rollout_accept_len,
@@ -83,18 +85,6 @@ from workbench.contracts.trace import RequestRow, Trace, write_trace
 
 if TYPE_CHECKING:
     from real.grpo import StepStats  # torch: imported where a run starts
-
-
-def choose_drafter(current: str, check: DrafterCheck, margin: float) -> str:
-    """The drafter the engines run next step: the other one of "ngram" and "eagle" once its
-    estimated tokens per pass beat the running one's by the relative `margin`, else `current`.
-    The margin works both ways, so estimates that differ by less never flip the engines back and
-    forth (each switch restarts them); a NaN estimate never wins."""
-    if current == "ngram" and check.eagle > check.ngram * (1.0 + margin):
-        return "eagle"
-    if current == "eagle" and check.ngram > check.eagle * (1.0 + margin):
-        return "ngram"
-    return current
 
 
 class TrainingRun:
@@ -115,6 +105,8 @@ class TrainingRun:
         self.sd_off: SDOff | None = None  # why the engines run without a drafter (real/run/sd_guard.py)
         self.plain_rows: list[list[EngineStepRow]] = []  # per worker, its plain engine's measured steps
         self.plain_costs: list[PlainCost | None] = []  # and their fit, what SD is priced against
+        self.probe: SDVerdict | None = None  # SD's verdict before step 0 (`_probe_sd`; None: not probed)
+        self.setup_s = math.nan  # seconds `open` took: engines, the plain engine, the probe
         self.variant = variant_of(cfg.model)  # the reward the model was built for (real/tiny/task.py)
 
     # ------------------------------------------------------------ set-up
@@ -126,6 +118,7 @@ class TrainingRun:
         from real.grpo import GRPOConfig, GRPOTrainer
 
         cfg = self.cfg
+        t_open = time.perf_counter()
         ckpt = load_latest(self.out) if resume else None
         if not resume and (self.out / "checkpoints").exists():
             raise TrainError(f"--out {self.out}: holds a run already; add --resume to continue it or choose another --out")
@@ -159,6 +152,9 @@ class TrainingRun:
         if ckpt is not None:
             self.trainer.load_state_dict(torch.load(ckpt.path("trainer.pt"), weights_only=False))
         self._start_workers(ckpt)
+        if ckpt is None and guards_sd(cfg.policy):
+            self._probe_sd()
+        self.setup_s = time.perf_counter() - t_open
         return self
 
     def _initial_drafter(self, ckpt: Checkpoint | None) -> Path | None:
@@ -371,47 +367,60 @@ class TrainingRun:
             if p != keep:
                 shutil.rmtree(p, ignore_errors=True)
 
-    def _next_engines(self, rollouts: dict[int, WorkerRollout], check: DrafterCheck | None) -> SDVerdict | None:
-        """The drafter every engine runs next step (the module doc, step 4): n-gram or EAGLE by
-        `choose_drafter` on `check`, or none while SD loses to a plain engine (`sd_next` on this
-        rollout's verdict); a change restarts the engines. Returns the verdict (None: not judged)."""
+    def _probe_sd(self) -> None:
+        """Before a fresh guarded run's first step: whether SD pays on this model, on this machine.
+        Every worker decodes the probe (`probe_requests`: a worker's share of a step, sampled as
+        the run samples, capped short) on its SD engine, all at once as in a rollout, priced at
+        its plain engine; where SD loses (`sd_next`) the engines restart without a drafter now,
+        in set-up, instead of after a first RL step that decoded slower than no SD would."""
         import ray
 
-        margin = self.cfg.policy.drafter.switch_margin
+        cfg = self.cfg
+        n = min(cfg.max_num_seqs, -(-cfg.prompts // cfg.workers) * cfg.samples)
+        steps = ray.get([w.probe.remote(probe_requests(n, derive_seed(cfg.seed, Stream.PROBE, i), cfg.temperature,
+                                                       cfg.max_tokens, cfg.mix))
+                         for i, w in enumerate(self.workers)])
+        self.probe = rollout_verdict(zip(self.plain_costs, steps))
+        if self.probe is None:
+            return
+        off = sd_next(None, self.probe, self.kind, math.nan, cfg.policy.drafter.switch_margin)
+        self.log(f"  probe: {self.kind} decodes at {self.probe.speedup:.2f}x a plain engine's speed "
+                 f"({self.probe.steps} engine steps)" + ("; SD off from the first step" if off else ""))
+        if off is not None:
+            self.sd_off = off
+            self._switch_engines("none")
+
+    def _next_engines(self, rollouts: dict[int, WorkerRollout], check: DrafterCheck | None) -> SDVerdict | None:
+        """The drafter every engine runs next step (the module doc, step 4; the rules:
+        real/run/engine_choice.py); a change restarts the engines. Returns SD's verdict on this
+        rollout (None: not judged)."""
         ran = self.kind
         if check is not None:
             static = "" if math.isnan(check.static) else f", the initial drafter kept static {check.static:.2f}"
             self.log(f"  drafter check: EAGLE {check.eagle:.2f} vs n-gram {check.ngram:.2f} estimated tokens per pass"
                      f"{static} ({ran} ran, vLLM measured {rollout_accept_len(rollouts.values()):.2f})")
-        pick = lambda k: choose_drafter(k, check, margin) if check is not None and self.judges_drafters else k  # noqa: E731
         verdict = None
-        if ran == "none":
-            if self.sd_off is None:  # a policy without SD
-                return None
-            back = pick(self.sd_off.kind)
-            off = sd_next(self.sd_off, None, back, estimate_of(check, back), margin)
-            nxt = back if off is None else "none"
-            self.sd_off = off or self.sd_off
-        else:
-            nxt = pick(ran)
-            if guards_sd(self.cfg.policy):
-                verdict = rollout_verdict((self.plain_costs[i], r.steps) for i, r in rollouts.items())
-                off = sd_next(None, verdict, ran, estimate_of(check, ran), margin)
-                if verdict is not None:
-                    self.log(f"  SD vs a plain engine: {verdict.speedup:.2f}x decode speed on this rollout "
-                             f"({verdict.steps} engine steps)")
-                if off is not None:
-                    self.sd_off, nxt = replace(off, kind=nxt), "none"
-        if nxt == "eagle" and self.drafter_dir is None:
-            nxt = ran
-        if nxt != ran:
-            ray.get([w.switch_drafter.remote(nxt, str(self.drafter_dir) if self.drafter_dir else None)
-                     for w in self.workers])
-            self.log(f"  switched the engines from {ran} to {nxt}")
-            self.kind = nxt
-            if nxt != "none":
-                self.sd_off = None
+        if ran != "none" and guards_sd(self.cfg.policy):
+            verdict = rollout_verdict((self.plain_costs[i], r.steps) for i, r in rollouts.items())
+            if verdict is not None:
+                self.log(f"  SD vs a plain engine: {verdict.speedup:.2f}x decode speed on this rollout "
+                         f"({verdict.steps} engine steps)")
+        choice = next_engines(ran, self.sd_off, check, verdict, switches=self.judges_drafters,
+                              margin=self.cfg.policy.drafter.switch_margin, has_drafter=self.drafter_dir is not None)
+        self.sd_off = choice.sd_off
+        self._switch_engines(choice.kind)
         return verdict
+
+    def _switch_engines(self, kind: str) -> None:
+        """Every worker's engine restarted with drafter `kind` (in its process), unless it runs it."""
+        import ray
+
+        if kind == self.kind:
+            return
+        ray.get([w.switch_drafter.remote(kind, str(self.drafter_dir) if self.drafter_dir else None)
+                 for w in self.workers])
+        self.log(f"  switched the engines from {self.kind} to {kind}")
+        self.kind = kind
 
     def check_drafters(self, records: list[HiddenRecord]) -> DrafterCheck:
         """Both drafters judged by worker 0 on up to 8 of the step's records, spread over its
@@ -432,6 +441,8 @@ class TrainingRun:
         meta = {"model": str(Path(self.cfg.model).resolve()), "policy": to_mapping(self.cfg.policy),
                 "start_tables": {k: list(v) for k, v in self.cfg.start_tables.items()},
                 "start_source": self.cfg.start_source,
+                "sd_probe": {**asdict(self.probe), "speedup": self.probe.speedup} if self.probe else None,
+                "setup_s": self.setup_s,
                 "prompts": self.cfg.prompts, "samples": self.cfg.samples, "max_tokens": self.cfg.max_tokens,
                 "seed": self.cfg.seed, "mix": self.cfg.mix, "temperature": self.cfg.temperature,
                 "workers": self.cfg.workers, "machine": machine_info(), "engine": self.settings,

@@ -21,6 +21,10 @@ restart (real/run/worker.py `switch_drafter("none")`), decided between RL steps 
   it measures against the baseline (`sd_speedup_est`).
 - `sd_verdict` prices every decoding step of the rollout both ways: its measured wall time, and
   the plain steps its tokens need (new tokens / batch) at the fitted cost. Speedup = plain / SD.
+- The first verdict comes before the run's first step, from the probe (`probe_requests`: a short
+  sampled rollout on every worker's SD engine at once, the batch falling from a worker's share
+  of a step to 1): where SD loses, the engines start the run without a drafter, so no RL step's
+  rollout is the measurement. Judged on every rollout with SD after that.
 - `sd_next` turns SD off when the speedup is below 1 / (1 + margin) (the policy's
   `drafter.switch_margin`, the hysteresis the n-gram <-> EAGLE switch uses), and back on when the
   drafter has improved enough that the speedup it had, scaled by its estimated tokens per verify
@@ -39,11 +43,42 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from real.rollout.requests import EngineStepRow
+from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
+from real.tiny.task import make_problems
 from workbench.contracts.policy import Policy
 
 # Fewest plain-equivalent steps (and distinct batch sizes) a cost fit needs.
 MIN_STEPS = 8
+# The largest batch the plain engine is measured at (`plain_requests`): a worker's share of a
+# step; and the task prompts strung into each of its prompts.
+PLAIN_BATCH = 32
+PLAIN_PROMPTS = 12
+# The longest cap of the probe (`probe_requests`), in tokens.
+PROBE_TOKENS = 264
+
+
+def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
+    """The plain engine's measurement: n greedy requests, request i capped at 16 + 8 i tokens, so
+    the batch falls by one every 8 steps. Each prompt strings PLAIN_PROMPTS task prompts together,
+    so contexts run ~250-500 tokens as in a rollout: with one task prompt (contexts up to ~280) the
+    fit priced plain rollouts at 0.76-1.04x of their own time (median 0.91x), with these at
+    0.93-1.11x (nine rounds; `python -m real.experiments.plain_estimate --check-guard`)."""
+    problems = make_problems(n * PLAIN_PROMPTS, seed=seed)
+    prompts = [" ".join(p.prompt for p in problems[i * PLAIN_PROMPTS:(i + 1) * PLAIN_PROMPTS]) for i in range(n)]
+    return [RolloutRequest(i, 0, prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i)) for i, prompt in enumerate(prompts)]
+
+
+def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: str) -> list[RolloutRequest]:
+    """The probe, a short sampled rollout SD is judged on before the run's first step
+    (real/run/coordinator.py `_probe_sd`): n task problems drawn for `seed` from `mix`, sampled
+    as a rollout samples them, their caps rising evenly from 16 to PROBE_TOKENS (and at most the
+    run's cap), so the batch falls from n to 1 as in a rollout, over as many tokens whatever n:
+    with a worker's shard of 8 and caps up to 72 the probe was ~25 engine steps, in which the
+    bandit's first draws weighed most (0.70-0.78x where longer probes measured 1.27-1.52x)."""
+    sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    rise = (PROBE_TOKENS - 16) / max(1, n - 1)
+    return [RolloutRequest(i, 0, p.prompt, replace(sampling, max_tokens=min(max_tokens, 16 + round(rise * i))))
+            for i, p in enumerate(make_problems(n, seed=seed, mix=mix))]
 
 
 @dataclass(frozen=True)
@@ -84,7 +119,7 @@ class SDOff:
 
     kind: str  # "eagle" or "ngram": what the engines return to
     speedup: float
-    estimate: float  # NaN: never judged, so SD stays off
+    estimate: float  # NaN: not judged yet (the probe turned SD off before step 0); the first estimate judged is taken
     recent: tuple[float, ...] = ()
 
 
@@ -155,7 +190,9 @@ def sd_next(off: SDOff | None, verdict: SDVerdict | None, kind: str, estimate: f
             return SDOff(kind, verdict.speedup, estimate)
         return None
     if math.isnan(off.estimate) or off.estimate <= 0:
-        return off
+        # Turned off before any estimate (by the probe, before step 0): the first one judged, on the
+        # drafter that lost, is what later ones are compared with.
+        return off if math.isnan(estimate) or estimate <= 0 else replace(off, estimate=estimate)
     recent = off.recent if math.isnan(estimate) else (off.recent + (estimate,))[-RECENT:]
     off = replace(off, recent=recent)
     if len(recent) < MIN_RECENT:

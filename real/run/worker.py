@@ -16,6 +16,7 @@ the step's timeline:
     sync(target_dir, drafter)    reload weights in place before the next rollout
     check_drafters(records, k)   the learned drafter and n-gram judged alike (the switch rule's input)
     switch_drafter(kind, drafter) restart the engine with another drafter (n-gram, EAGLE, or none)
+    probe(requests)              before the run's first step, a short rollout the SD guard judges
 
 The stop flag is cleared by `sync` (between RL steps), never by `spot_train`: with a threaded
 actor, a stop sent just after a spot_train may run first, and must still stop it.
@@ -49,7 +50,7 @@ from real.rollout.adaptive import make_controller
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
-from real.run.sd_guard import guards_sd
+from real.run.sd_guard import PLAIN_BATCH, guards_sd, plain_requests
 from real.tiny.task import make_problems
 from workbench.contracts.policy import Policy
 from workbench.contracts.seeds import Stream, derive_seed
@@ -57,26 +58,11 @@ from workbench.contracts.seeds import Stream, derive_seed
 
 # Fresh responses an idle worker featurizes, judges the drafters on and trains on (spot_train).
 FRESH_SAMPLE = 8
-# The largest batch the plain engine is measured at (`_measure_plain`): a worker's share of a step;
-# and the task prompts strung into each of its prompts.
-PLAIN_BATCH = 32
-PLAIN_PROMPTS = 12
 
 
 def spread(items: Sequence[Any], n: int) -> list[Any]:
     """Up to `n` of `items`, evenly spaced over them (the first always among them)."""
     return list(items[:: max(1, len(items) // n)][:n])
-
-
-def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
-    """The plain engine's measurement: n greedy requests, request i capped at 16 + 8 i tokens, so
-    the batch falls by one every 8 steps. Each prompt strings PLAIN_PROMPTS task prompts together,
-    so contexts run ~250-500 tokens as in a rollout: with one task prompt (contexts up to ~280) the
-    fit priced plain rollouts at 0.76-1.04x of their own time (median 0.91x), with these at
-    0.93-1.11x (nine rounds; `python -m real.experiments.plain_estimate --check-guard`)."""
-    problems = make_problems(n * PLAIN_PROMPTS, seed=seed)
-    prompts = [" ".join(p.prompt for p in problems[i * PLAIN_PROMPTS:(i + 1) * PLAIN_PROMPTS]) for i in range(n)]
-    return [RolloutRequest(i, 0, prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i)) for i, prompt in enumerate(prompts)]
 
 
 class RolloutWorker:
@@ -327,6 +313,17 @@ class RolloutWorker:
 
     def plain_steps(self) -> list[EngineStepRow]:
         return self.plain_rows
+
+    def probe(self, requests: Sequence[RolloutRequest]) -> list[EngineStepRow]:
+        """Decode `requests` on the SD engine, its controller choosing draft lengths as in a rollout
+        (and learning from it): the steps the SD guard judges before the run's first step
+        (real/run/coordinator.py `_probe_sd`)."""
+        self._pin_threads()
+        run = self.engine.run_steps(requests, controller=self.controller)
+        if self.controller is not None:
+            self.controller.end_rollout()
+        self.engine.llm.reset_prefix_cache()
+        return run.steps
 
     def settings(self) -> dict[str, Any]:
         return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.kind}

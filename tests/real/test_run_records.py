@@ -104,7 +104,7 @@ def test_run_config_refuses_a_negative_seed(reference_model, tmp_path):
 def test_the_drafter_switch_rule_goes_both_ways_by_the_margin():
     """The drafter not running takes over once it beats the running one by the relative margin;
     within the margin (either way) nothing moves, so the engines do not flip back and forth."""
-    from real.run.coordinator import choose_drafter
+    from real.run.engine_choice import choose_drafter
     from real.run.records import DrafterCheck
 
     m = 0.05
@@ -132,3 +132,26 @@ def test_the_idle_workers_checks_are_averaged_and_a_stopped_one_counts_for_nothi
     # A cold run judges no static drafter: its NaN stays NaN, the switch rule reads eagle and n-gram only.
     cold = idle_check([spot(0, DrafterCheck(2.0, 1.2))])
     assert math.isnan(cold.static) and (cold.eagle, cold.ngram) == (2.0, 1.2)
+
+
+def test_the_engines_next_drafter_follows_the_switch_rule_and_the_sd_guard():
+    """next_engines: the n-gram <-> EAGLE rule, SD off where the verdict loses (returning to the
+    drafter the rule picks), back when estimates predict a win, and never EAGLE without a drafter."""
+    from real.run.engine_choice import EngineChoice, next_engines
+    from real.run.records import DrafterCheck
+    from real.run.sd_guard import SDOff, SDVerdict
+
+    kw = dict(switches=True, margin=0.1, has_drafter=True)
+    wins, loses = SDVerdict(1.0, 1.5, 10), SDVerdict(1.0, 0.5, 10)
+    eagle_better = DrafterCheck(eagle=3.0, ngram=1.0)
+    assert next_engines("ngram", None, eagle_better, wins, **kw) == EngineChoice("eagle", None)
+    assert next_engines("ngram", None, eagle_better, wins, **{**kw, "has_drafter": False}).kind == "ngram"
+    assert next_engines("ngram", None, eagle_better, None, **{**kw, "switches": False}).kind == "ngram"
+    off = next_engines("ngram", None, eagle_better, loses, **kw)
+    assert off == EngineChoice("none", SDOff("eagle", 0.5, 3.0))  # returns to what the rule picked, by its estimate
+    improved = DrafterCheck(eagle=9.0, ngram=1.0)
+    still = next_engines("none", off.sd_off, improved, None, **kw)
+    assert still.kind == "none" and still.sd_off.recent == (9.0,)  # one estimate is not enough
+    back = next_engines("none", still.sd_off, improved, None, **kw)  # 0.5 x 9 / 3: predicts 1.5x
+    assert back == EngineChoice("eagle", None)
+    assert next_engines("none", None, eagle_better, None, **kw) == EngineChoice("none", None)  # a policy without SD

@@ -126,4 +126,16 @@ def test_one_high_estimate_among_recent_ones_does_not_bring_sd_back():
         off = sd_next(off, None, "eagle", est, margin=0.1)
         assert off is not None
     assert off.recent == (2.45, 3.22, 4.73)
-    assert sd_next(SDOff("eagle", 0.8, math.nan), None, "eagle", 9.0, margin=0.1).kind == "eagle"  # never judged
+
+
+def test_sd_turned_off_before_any_estimate_compares_later_ones_with_the_first():
+    """The probe turns SD off before step 0, with no estimate of the drafter yet: the first one
+    judged is the reference, and SD returns only once later ones predict a win."""
+    off = SDOff("eagle", 0.5, math.nan)
+    assert sd_next(off, None, "eagle", math.nan, margin=0.1) == off  # not judged: nothing to compare with
+    off = sd_next(off, None, "eagle", 9.0, margin=0.1)
+    assert off == SDOff("eagle", 0.5, 9.0)  # however high, the first estimate is only the reference
+    for est in (12.0, 15.0, 30.0):
+        off = sd_next(off, None, "eagle", est, margin=0.1)
+        assert off is not None  # 0.5 x mean / 9 predicts 0.75x, then 1.06x: short of 1.1
+    assert sd_next(off, None, "eagle", 45.0, margin=0.1) is None  # mean 30 of the last 3 predicts 1.67x

@@ -73,8 +73,12 @@ def test_the_warm_started_drafter_decodes_from_the_first_step_and_is_judged_agai
 
 def test_the_guarded_run_prices_every_sd_rollout_against_a_plain_engine_it_measured(runs):
     """tlt-vllm is adaptive, so its workers measured a plain engine at start-up, from a batch of
-    32 down to 1, and every step that ran SD has the guard's verdict; the baseline has neither."""
+    32 down to 1, the guard judged SD on a probe before step 0 (recorded in the trace), and every
+    step that ran SD has its verdict; the baseline has none of these."""
     run = runs["tlt-vllm"]
+    assert run.probe is not None and run.probe.steps > 0 and run.probe.speedup > 0
+    assert load_trace(run.out / "trace").meta["sd_probe"]["speedup"] == pytest.approx(run.probe.speedup)
+    assert runs["baseline"].probe is None
     assert len(run.plain_rows) == 2
     for rows in run.plain_rows:
         sizes = {r.decode_requests for r in rows if r.prefill_requests == 0}
@@ -135,18 +139,18 @@ def test_sampled_rewards_agree_between_tlt_and_baseline(runs):
     assert all(math.isnan(m.style_share) for m in run.metrics)
 
 
-def test_switches_between_ngram_eagle_and_no_sd_inside_tlt_train_keep_greedy_outputs(ray_local, tmp_path,
+def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_outputs(ray_local, tmp_path,
                                                                                      reference_model, monkeypatch):
-    """Real switches inside `tlt train`: after step 0 the rule is handed an EAGLE estimate above
-    n-gram's and every Ray worker restarts its vLLM engine with the (cold) learned drafter in its
-    process; after step 1 the SD guard is handed a verdict that SD decoded at half a plain
-    engine's speed, and the engines restart without a drafter; after steps 2 and 3 n-gram
-    estimates that predict SD wins again bring them back, with n-gram; step 4 runs on. The rules, the
-    restarts and the run are production code; only the rules' inputs are forced (the real
-    check and verdict still run, and must be finite). Greedy decoding: every step's responses are
-    token for token what vLLM without SD gives for the same prompts. (Greedy groups have equal
-    rewards, hence zero advantages: the weights stay the model's, and one plain engine is the
-    baseline of all steps.)"""
+    """Real switches inside `tlt train`: the SD guard's probe before step 0 is handed a verdict that
+    SD decoded at half a plain engine's speed, so every Ray worker restarts its vLLM engine without
+    a drafter in set-up and steps 0-2 run plain; after step 2 n-gram estimates that predict SD wins
+    bring n-gram back; after step 3 the rule is handed an EAGLE estimate above n-gram's and the
+    engines restart with the (cold) learned drafter; after step 4 a losing verdict turns SD off
+    again. The rules, the probe, the restarts and the run are production code; only the rules'
+    inputs are forced (the real checks and verdicts still run, and must be finite). Greedy
+    decoding: every step's responses are token for token what vLLM without SD gives for the same
+    prompts. (Greedy groups have equal rewards, hence zero advantages: the weights stay the
+    model's, and one plain engine is the baseline of all steps.)"""
     from real.rollout.engine import RolloutEngine
     from real.rollout.requests import Sampling
     from real.run import coordinator
@@ -154,14 +158,23 @@ def test_switches_between_ngram_eagle_and_no_sd_inside_tlt_train_keep_greedy_out
     from real.run.sd_guard import SDVerdict
 
     cfg = _config(reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=5, temperature=0.0, prompts=4, max_tokens=256)
-    run = TrainingRun(cfg, log=None).open()
-    seen: list = []
-    update, check, verdict = run.trainer.step, run.judge, coordinator.rollout_verdict
-    measured: list = []
+    verdict = coordinator.rollout_verdict
     verdicts: list = []
-    forced = [DrafterCheck(eagle=2.0, ngram=1.0), DrafterCheck(eagle=2.0, ngram=1.0), DrafterCheck(eagle=1.0, ngram=5.0),
-              DrafterCheck(eagle=1.0, ngram=5.0), DrafterCheck(1.0, 1.0)]
-    forced_speedup = {0: 1.5, 1: 0.5, 4: 1.5}  # step -> SD's speed over plain (steps 2-3 ran without SD: not judged)
+    forced_speedup = [0.5, 1.5, 0.5]  # the probe's, step 3's and step 4's (steps 0-2 ran without SD: not judged)
+
+    def scripted_verdict(engines):
+        verdicts.append(verdict(engines))
+        return SDVerdict(sd_s=1.0, plain_s=forced_speedup[len(verdicts) - 1], steps=1)
+
+    monkeypatch.setattr(coordinator, "rollout_verdict", scripted_verdict)
+    run = TrainingRun(cfg, log=None).open()
+    assert run.probe.speedup == 0.5 and run.kind == "none" and run.sd_off.kind == "ngram"
+    seen: list = []
+    update, check = run.trainer.step, run.judge
+    measured: list = []
+    # Step 0's n-gram estimate is the reference (SD went off before any); steps 1-2 predict 0.5 x 5 / 1.
+    forced = [DrafterCheck(eagle=1.0, ngram=1.0), DrafterCheck(eagle=1.0, ngram=5.0), DrafterCheck(eagle=1.0, ngram=5.0),
+              DrafterCheck(eagle=2.0, ngram=1.0), DrafterCheck(1.0, 1.0)]
 
     def record(batch, keep_hidden=True):
         seen.append([(r.prompt_ids, r.response_ids) for r in batch])
@@ -171,28 +184,24 @@ def test_switches_between_ngram_eagle_and_no_sd_inside_tlt_train_keep_greedy_out
         measured.append(check(records, spots))
         return forced[len(measured) - 1]
 
-    def scripted_verdict(engines):
-        verdicts.append(verdict(engines))
-        return SDVerdict(sd_s=1.0, plain_s=forced_speedup[run.next_step], steps=1)
-
     monkeypatch.setattr(run.trainer, "step", record)
     monkeypatch.setattr(run, "judge", scripted)
-    monkeypatch.setattr(coordinator, "rollout_verdict", scripted_verdict)
     try:
         for _ in range(5):
             run.step()
     finally:
         run.close()
-    assert [m.drafter_kind for m in run.metrics] == ["ngram", "eagle", "none", "none", "ngram"]
-    assert run.metrics[0].mean_accept_len > 1.0, "n-gram must have drafted"
-    assert run.metrics[2].mean_accept_len == 1.0 and math.isnan(run.metrics[2].sd_speedup), "no SD in step 2"
-    assert [m.sd_speedup for m in run.metrics[:2]] == [1.5, 0.5]
+    assert [m.drafter_kind for m in run.metrics] == ["none", "none", "none", "ngram", "eagle"]
+    assert run.kind == "none" and run.sd_off.kind == "eagle"  # after step 4's losing verdict
+    assert run.metrics[0].mean_accept_len == 1.0 and math.isnan(run.metrics[0].sd_speedup), "no SD in step 0"
+    assert run.metrics[3].mean_accept_len > 1.0, "n-gram must have drafted"
+    assert [m.sd_speedup for m in run.metrics[3:]] == [1.5, 0.5]
     k = 6  # the tlt preset's largest bandit arm: the draft length both drafters are judged at
     # While SD is off only an idle worker's check counts (the sync does not judge then).
-    assert len(measured) == 5 and all(measured[i] is not None for i in (0, 1, 4))
+    assert len(measured) == 5 and all(measured[i] is not None for i in (3, 4))
     assert all(1.0 <= c.eagle <= k + 1 and 1.0 <= c.ngram <= k + 1 for c in measured if c is not None)
-    # The real verdicts of the SD steps, priced at the plain engine each worker measured at start-up
-    # (None only if a worker's measurement gave no fit).
+    # The real verdicts of the probe and the SD steps, priced at the plain engine each worker
+    # measured at start-up (None only if a worker's measurement gave no fit).
     assert len(verdicts) == 3 and all(v is None or (v.speedup > 0 and v.steps > 0) for v in verdicts)
     assert len(seen) == 5
     with RolloutEngine(reference_model, in_process=True, kv_cache_gib=0.25) as engine:

@@ -402,14 +402,16 @@ def _show_bench(report, max_tokens: int, prediction) -> None:
         row = [name, f"{r.step_s:.2f}", f"{r.rollout_s:.2f}", f"{r.speedup_step:.2f}x ({r.speedup_step_median:.2f}x)",
                f"{r.speedup_rollout:.2f}x ({r.speedup_rollout_median:.2f}x)", f"{r.reward:.3f}",
                f"{r.mean_accept_len:.2f}", f"{r.rollout_share:.0%}",
-               "-" if math.isnan(r.sd_speedup_est) else f"{r.sd_speedup_est:.2f}x", str(r.sd_off_steps)]
+               "-" if math.isnan(r.sd_probe_speedup) else f"{r.sd_probe_speedup:.2f}x",
+               "-" if math.isnan(r.sd_speedup_est) else f"{r.sd_speedup_est:.2f}x", str(r.sd_off_steps),
+               f"{r.setup_s:.1f}"]
         if pred:
             p = pred.get(name)
             row += ["-" if p is None else f"{p.predicted_speedup_step:.2f}x",
                     "-" if p is None or math.isnan(p.prediction_error_pct) else f"{p.prediction_error_pct:+.1f}%"]
         rows.append(row)
     header = ["policy", "step s", "rollout s", "step speedup (paired median)", "rollout speedup (paired median)",
-              "reward", "accept len", "rollout share", "SD/plain est", "no-SD steps"] + \
+              "reward", "accept len", "rollout share", "SD/plain probe", "SD/plain est", "no-SD steps", "set-up s"] + \
         (["predicted step speedup", "error"] if pred else [])
     typer.echo(f"per policy, speedups over {report.reference}"
                + (f" (predicted on profile {prediction.profile})" if pred else "") + ":")

@@ -32,6 +32,8 @@ class Stream(IntEnum):
     # Real-backend experiments (real/experiments/drift.py).
     EVAL_PROMPTS = 11  # the held-out problems the drafters are measured on
     EVAL_SAMPLING = 12  # the sampling of the held-out responses
+    # The real backend again (values are never reused).
+    PROBE = 13  # the SD guard's probe before step 0, its problems and sampling: (worker,)
 
 
 def seed_sequence(seed: int, stream: Stream, *indices: int) -> np.random.SeedSequence:

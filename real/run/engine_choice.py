@@ -1,0 +1,58 @@
+"""The drafter every engine runs next RL step: n-gram, EAGLE or none (pure rules; the coordinator,
+real/run/coordinator.py, restarts the engines when the answer changes).
+
+Two rules decide it, both with the policy's `drafter.switch_margin` as hysteresis, since every
+change restarts every worker's engine:
+- `choose_drafter` (runs with `ngram_fallback`): n-gram or the learned drafter, whichever's
+  estimated tokens per verify pass (`DrafterCheck`) beats the other's by the margin;
+- the SD guard (`sd_next`, real/run/sd_guard.py; adaptive policies): no drafter while SD decodes
+  slower than a plain engine, and the drafter back once its estimates predict SD wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from real.run.records import DrafterCheck, estimate_of
+from real.run.sd_guard import SDOff, SDVerdict, sd_next
+
+
+def choose_drafter(current: str, check: DrafterCheck, margin: float) -> str:
+    """The drafter the engines run next step: the other one of "ngram" and "eagle" once its
+    estimated tokens per pass beat the running one's by the relative `margin`, else `current`.
+    The margin works both ways, so estimates that differ by less never flip the engines back and
+    forth (each switch restarts them); a NaN estimate never wins."""
+    if current == "ngram" and check.eagle > check.ngram * (1.0 + margin):
+        return "eagle"
+    if current == "eagle" and check.ngram > check.eagle * (1.0 + margin):
+        return "ngram"
+    return current
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    kind: str  # "ngram", "eagle" or "none"
+    sd_off: SDOff | None  # why SD is off (None: it is on, or the policy has none)
+
+
+def next_engines(ran: str, sd_off: SDOff | None, check: DrafterCheck | None, verdict: SDVerdict | None, *,
+                 switches: bool, margin: float, has_drafter: bool) -> EngineChoice:
+    """What the engines run after a step that ran `ran` (SD off for `sd_off` when "none").
+    `check`: the drafters judged this step (None: not judged); `verdict`: SD against a plain
+    engine on this rollout (None: not judged or not guarded); `switches`: the policy switches
+    between n-gram and EAGLE; `has_drafter`: a learned drafter exists to switch to."""
+    pick = (lambda k: choose_drafter(k, check, margin)) if check is not None and switches else (lambda k: k)
+    if ran == "none":
+        if sd_off is None:  # a policy without SD
+            return EngineChoice("none", None)
+        # Estimates are compared with the reference of the drafter SD returns to, never across drafters.
+        off = sd_next(sd_off, None, sd_off.kind, estimate_of(check, sd_off.kind), margin)
+        nxt, sd_off = (pick(sd_off.kind), sd_off) if off is None else ("none", off)
+    else:
+        nxt = pick(ran)
+        off = sd_next(None, verdict, nxt, estimate_of(check, nxt), margin)
+        if off is not None:
+            nxt, sd_off = "none", off
+    if nxt == "eagle" and not has_drafter:
+        nxt = ran
+    return EngineChoice(nxt, sd_off if nxt == "none" else None)
