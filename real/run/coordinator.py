@@ -201,8 +201,9 @@ class TrainingRun:
                 spot_lr=cfg.policy.training.lr, drafter_kind=self.kind, threads=threads,
                 start_tables={k: list(v) for k, v in cfg.start_tables.items()})
             for i in range(cfg.workers)]
+        ray.get([w.ready.remote() for w in self.workers])  # all constructed: `start` runs on all at once
+        self.plain_rows = ray.get([w.start.remote() for w in self.workers])
         self.settings = ray.get(self.workers[0].settings.remote())
-        self.plain_rows = ray.get([w.plain_steps.remote() for w in self.workers])
         self.plain_costs = [plain_cost(rows) for rows in self.plain_rows]
         for i, c in enumerate(self.plain_costs):
             if c is not None:
