@@ -379,7 +379,7 @@ class TrainingRun:
         cfg = self.cfg
         n = min(cfg.max_num_seqs, -(-cfg.prompts // cfg.workers) * cfg.samples)
         steps = ray.get([w.probe.remote(probe_requests(n, derive_seed(cfg.seed, Stream.PROBE, i), cfg.temperature,
-                                                       cfg.max_tokens, cfg.mix))
+                                                       cfg.max_tokens, cfg.mix, self.variant))
                          for i, w in enumerate(self.workers)])
         self.probe = rollout_verdict(zip(self.plain_costs, steps))
         if self.probe is None:

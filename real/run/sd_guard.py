@@ -53,8 +53,10 @@ MIN_STEPS = 8
 # step; and the task prompts strung into each of its prompts.
 PLAIN_BATCH = 32
 PLAIN_PROMPTS = 12
-# The longest cap of the probe (`probe_requests`), in tokens.
+# The longest cap of the probe (`probe_requests`), in tokens, and the share of its reference
+# solutions' lines its prompts carry.
 PROBE_TOKENS = 264
+PROBE_PREFIX = 0.5
 
 
 def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
@@ -68,17 +70,38 @@ def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
     return [RolloutRequest(i, 0, prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i)) for i, prompt in enumerate(prompts)]
 
 
-def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: str) -> list[RolloutRequest]:
+def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: str,
+                   variant: str = "gcd") -> list[RolloutRequest]:
     """The probe, a short sampled rollout SD is judged on before the run's first step
     (real/run/coordinator.py `_probe_sd`): n task problems drawn for `seed` from `mix`, sampled
-    as a rollout samples them, their caps rising evenly from 16 to PROBE_TOKENS (and at most the
-    run's cap), so the batch falls from n to 1 as in a rollout, over as many tokens whatever n:
-    with a worker's shard of 8 and caps up to 72 the probe was ~25 engine steps, in which the
-    bandit's first draws weighed most (0.70-0.78x where longer probes measured 1.27-1.52x)."""
-    sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    as a rollout samples them.
+
+    Depth: a rollout's tail decodes deep into long responses, and there a drafter may accept
+    far less (on the styles model tokens per sequence per step fell from ~2.1 at contexts up to
+    300 tokens to ~1.15 beyond 500, in one bench's first step), so a probe that decoded only
+    the first 264 tokens of fresh responses read 1.02x where that step measured 0.83x. Each
+    prompt therefore carries the first PROBE_PREFIX of its reference solution's lines (the
+    text the model was fine-tuned on: `variant`'s styles), so contexts run as deep as a
+    rollout's responses, long-tailed like them, without decoding them all (in a /tmp script,
+    three probes each: styles model 0.59 / 0.75 / 0.90x, reference 1.70 / 2.07 / 2.12x; with
+    three quarters of the lines the reference's probes decoded ~39 steps).
+    Batch: problems sorted by solution length, request i capped at a length rising evenly from
+    16 to PROBE_TOKENS (at most the run's cap), so the batch falls from n to 1 with the deepest
+    contexts last, as in a rollout's tail; with a shard of 8 and caps up to 72 the probe was ~25
+    engine steps, in which the bandit's first draws weighed most."""
+    problems = sorted(make_problems(n, seed=seed, mix=mix, variant_name=variant), key=lambda p: len(p.solution))
+    # No per-request seed: long prompts make vLLM chunk their prefill, and its rollback of a
+    # seeded generator after a partial prefill fails on CPU ("CPU Generator does not use
+    # offset"); the engine's own seed (Stream.ENGINE) draws the probe's samples.
+    sampling = Sampling(temperature=temperature, max_tokens=max_tokens)
     rise = (PROBE_TOKENS - 16) / max(1, n - 1)
-    return [RolloutRequest(i, 0, p.prompt, replace(sampling, max_tokens=min(max_tokens, 16 + round(rise * i))))
-            for i, p in enumerate(make_problems(n, seed=seed, mix=mix))]
+    reqs = []
+    for i, p in enumerate(problems):
+        lines = p.solution.splitlines(keepends=True)
+        prefix = "".join(lines[:int(len(lines) * PROBE_PREFIX)])
+        reqs.append(RolloutRequest(i, 0, p.prompt + prefix,
+                                   replace(sampling, max_tokens=min(max_tokens, 16 + round(rise * i)))))
+    return reqs
 
 
 @dataclass(frozen=True)

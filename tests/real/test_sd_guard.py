@@ -139,3 +139,16 @@ def test_sd_turned_off_before_any_estimate_compares_later_ones_with_the_first():
         off = sd_next(off, None, "eagle", est, margin=0.1)
         assert off is not None  # 0.5 x mean / 9 predicts 0.75x, then 1.06x: short of 1.1
     assert sd_next(off, None, "eagle", 45.0, margin=0.1) is None  # mean 30 of the last 3 predicts 1.67x
+
+
+def test_the_probe_falls_from_a_full_batch_to_one_with_the_deepest_contexts_last():
+    """Caps rise evenly from 16 to PROBE_TOKENS (never past the run's cap) over problems sorted by
+    solution length, each prompt carrying the first half of its solution's lines."""
+    from real.run.sd_guard import PROBE_TOKENS, probe_requests
+
+    reqs = probe_requests(32, seed=5, temperature=1.0, max_tokens=1024, mix="default")
+    caps = [r.sampling.max_tokens for r in reqs]
+    assert caps[0] == 16 and caps[-1] == PROBE_TOKENS and caps == sorted(caps)
+    assert all(r.sampling.temperature == 1.0 and r.sampling.seed is None for r in reqs)
+    assert len(reqs[-1].prompt) > len(reqs[0].prompt) and reqs[-1].prompt.count("\n") > 2
+    assert max(r.sampling.max_tokens for r in probe_requests(8, 5, 1.0, 100, "default")) == 100
