@@ -58,8 +58,13 @@ def runs(ray_local, tmp_path_factory, reference_model, reference_drafter):
 
 def test_the_warm_started_drafter_decodes_from_the_first_step_and_is_judged_against_itself_kept_static(runs):
     run = runs["tlt-vllm"]
-    assert [m.drafter_kind for m in run.metrics] == ["eagle", "eagle"]
-    assert all(m.mean_accept_len > 1.5 for m in run.metrics), [m.mean_accept_len for m in run.metrics]
+    # The SD guard's probe decides before step 0 from timings (on the reference model SD wins by
+    # 1.2-2.1x on a quiet machine; a machine loaded by other work can make it lose): the engines
+    # start with the warm drafter unless the probe measured SD slower than a plain engine.
+    kept = run.probe.speedup * (1.0 + run.cfg.policy.drafter.switch_margin) >= 1.0
+    assert run.metrics[0].drafter_kind == ("eagle" if kept else "none"), run.probe
+    sd = [m for m in run.metrics if m.drafter_kind == "eagle"]
+    assert all(m.mean_accept_len > 1.5 for m in sd), [m.mean_accept_len for m in sd]
     # Judged in an idle worker's time (or the sync's): the drafter the engines ran, n-gram and the
     # shipped drafter never trained. At step 0 the first two are one and the same drafter.
     judged = [m for m in run.metrics if not math.isnan(m.eagle_est)]
