@@ -371,7 +371,8 @@ class TrainingRun:
     def _probe_sd(self) -> None:
         """Before a fresh guarded run's first step: whether SD pays on this model, on this machine.
         Every worker decodes the probe (`probe_requests`: a worker's share of a step, sampled as
-        the run samples, capped short) on its SD engine, all at once as in a rollout, priced at
+        the run samples, capped short, its prompts carrying half their reference solutions so
+        contexts run as deep as a rollout's) on its SD engine, all at once as in a rollout, priced at
         its plain engine; where SD loses (`sd_next`) the engines restart without a drafter now,
         in set-up, instead of after a first RL step that decoded slower than no SD would."""
         import ray
