@@ -11,7 +11,10 @@ before it ran, never from what it measured:
   included: the bandit (BEG-MAB per bucket) starts from the recorded schedule (the run's
   `start_tables`), a warm-started drafter starts at the profile's `warm_start_quality`, spot
   training on idle workers and its learning curve, staleness per update and the n-gram switch
-  are the profile's (`fit_runs` fits them from other runs). Unlike `validate` (a capture: the
+  are the profile's (`fit_runs` fits them from other runs). Where the run's SD guard turned SD
+  off in set-up (the probe before step 0: meta `sd_probe.sd_off`), the engines are simulated
+  without a drafter; the simulator has no guard of its own, so SD's later return (metrics.csv
+  `drafter_kind`) is not predicted and shows as the per-step drafter predicted vs measured. Unlike `validate` (a capture: the
   traced draft lengths forced, alpha fitted to the traced acceptance, staleness 0), nothing is
   taken from the run's own acceptance or draft lengths: a training run's point is that the
   drafter and the bandit move, and predicting that is the job.
@@ -172,6 +175,8 @@ def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, se
                          "give a `tlt train` run; `tlt validate TRACE_DIR` judges a capture's rollout")
     wl = trace_workload(trace, profile)
     pol = policy if policy is not None else run_policy(trace)
+    if policy is None and (trace.meta.get("sd_probe") or {}).get("sd_off"):
+        pol = pol.without_sd()  # decided in set-up, before step 0 (module docstring)
     if pol.rollout.mode != "sync":
         raise TraceError(trace.path or trace.name, "policy.rollout.mode", f"'{pol.rollout.mode}'",
                          "a `tlt train` run is synchronous; predict it with a sync policy")

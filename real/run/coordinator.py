@@ -33,14 +33,12 @@ One RL step, as the coordinator (this module, in the driver process) runs it:
    once the drafter's estimates predict it wins (real/run/sd_guard.py); the first verdict comes
    from a short probe rollout before step 0 (`_probe_sd`), so a model where SD loses starts
    without it. The rules: real/run/engine_choice.py.
-5. checkpoint (atomic, real/run/checkpoints.py), metrics and the trace
-   (workbench/contracts/trace.py, with a per-worker timeline in the simulator's format; the
-   rows are built by real/run/records.py) are written.
+5. checkpoint (atomic, real/run/checkpoints.py), metrics and the trace (workbench/contracts/
+   trace.py; a per-worker timeline in the simulator's format; rows by real/run/records.py).
 
 Every random choice draws from the run seed's streams (`workbench.contracts.seeds`): the
-prompts and the sampling seeds of step s, the GRPO update, a fresh drafter, and each worker's
-engine, spot trainer and bandit. `TrainingRun.step()` runs one RL step, so `tlt bench real` can
-interleave two runs.
+prompts and sampling seeds of step s, the GRPO update, a fresh drafter, each worker's engine,
+spot trainer and bandit. `TrainingRun.step()` runs one RL step: `tlt bench real` interleaves runs.
 """
 
 from __future__ import annotations
@@ -106,6 +104,7 @@ class TrainingRun:
         self.plain_rows: list[list[EngineStepRow]] = []  # per worker, its plain engine's measured steps
         self.plain_costs: list[PlainCost | None] = []  # and their fit, what SD is priced against
         self.probe: SDVerdict | None = None  # SD's verdict before step 0 (`_probe_sd`; None: not probed)
+        self.probe_off = False  # whether the probe turned SD off before step 0
         self.setup_s = math.nan  # seconds `open` took: engines, the plain engine, the probe
         self.variant = variant_of(cfg.model)  # the reward the model was built for (real/tiny/task.py)
 
@@ -389,7 +388,7 @@ class TrainingRun:
         self.log(f"  probe: {self.kind} decodes at {self.probe.speedup:.2f}x a plain engine's speed "
                  f"({self.probe.steps} engine steps)" + ("; SD off from the first step" if off else ""))
         if off is not None:
-            self.sd_off = off
+            self.sd_off, self.probe_off = off, True
             self._switch_engines("none")
 
     def _next_engines(self, rollouts: dict[int, WorkerRollout], check: DrafterCheck | None) -> SDVerdict | None:
@@ -443,7 +442,8 @@ class TrainingRun:
         meta = {"model": str(Path(self.cfg.model).resolve()), "policy": to_mapping(self.cfg.policy),
                 "start_tables": {k: list(v) for k, v in self.cfg.start_tables.items()},
                 "start_source": self.cfg.start_source,
-                "sd_probe": {**asdict(self.probe), "speedup": self.probe.speedup} if self.probe else None,
+                "sd_probe": {**asdict(self.probe), "speedup": self.probe.speedup, "sd_off": self.probe_off}
+                if self.probe else None,
                 "setup_s": self.setup_s,
                 "prompts": self.cfg.prompts, "samples": self.cfg.samples, "max_tokens": self.cfg.max_tokens,
                 "seed": self.cfg.seed, "mix": self.cfg.mix, "temperature": self.cfg.temperature,

@@ -142,9 +142,8 @@ class RolloutWorker:
         """A plain engine's decode steps at every batch size from PLAIN_BATCH down to 1
         (`plain_requests`), on this worker's threads: the SD guard's plain engine
         (real/run/sd_guard.py). A few seconds, once."""
-        plain = replace(self.policy, drafter=replace(self.policy.drafter, kind="none", warm_start=False,
-                                                     ngram_fallback=False))
-        engine = RolloutEngine(self.model_dir, plain, adaptive=True, in_process=True, **self.engine_kwargs)
+        engine = RolloutEngine(self.model_dir, self.policy.without_sd(), adaptive=True, in_process=True,
+                               **self.engine_kwargs)
         try:
             self._warm_up(engine)
             run = engine.run_steps(plain_requests(min(PLAIN_BATCH, engine.max_num_seqs),

@@ -161,6 +161,18 @@ def test_predict_run_per_phase_and_in_sample_label(runs):
     json.dumps(held.to_dict())  # plain JSON
 
 
+def test_a_run_whose_probe_turned_sd_off_is_predicted_without_a_drafter(runs):
+    trace = load_trace(runs["sd"] / "trace")
+    assert {s.drafter_predicted for s in predict_run(trace, TRUE).steps} == {"eagle"}
+    probed = replace(trace, meta={**trace.meta, "sd_probe": {"sd_s": 2.0, "plain_s": 1.4, "steps": 90,
+                                                             "speedup": 0.7, "sd_off": True}})
+    off = predict_run(probed, TRUE)
+    assert {s.drafter_predicted for s in off.steps} == {"none"}
+    assert all(s.accept_len_predicted == pytest.approx(1.0) for s in off.steps)
+    # the same responses decoded plainly: what the run's policy without SD predicts
+    assert off.predicted.rollout_s == pytest.approx(predict_run(trace, TRUE, run_policy(trace).without_sd()).predicted.rollout_s)
+
+
 def test_predict_run_refuses_a_capture(synthetic_trace):
     t = synthetic_trace(TRUE, BASELINE, prompts=4, samples=2, cap=64, workers=1, max_batch=8)
     with pytest.raises(TraceError, match="no RL step trained"):

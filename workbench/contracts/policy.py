@@ -329,6 +329,12 @@ class Policy:
     def with_name(self, name: str) -> "Policy":
         return replace(self, name=name)
 
+    def without_sd(self) -> "Policy":
+        """The same policy decoding without a drafter: what an SD guard runs where SD loses
+        (real/run/sd_guard.py), and the plain engine it prices SD against."""
+        return replace(self, drafter=DrafterConfig(kind="none", switch_margin=self.drafter.switch_margin),
+                       training=replace(self.training, enabled=False))
+
 
 def load_policy(name_or_path: str | Path) -> Policy:
     return load(Policy, name_or_path, PRESET_DIR)
