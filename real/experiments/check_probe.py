@@ -6,13 +6,14 @@ worker's plain engine. Each round here starts one rollout worker as a run starts
 (real/run/worker.py: plain engine measured, then the SD engine with a fresh bandit), decodes the
 probe, then a rollout shaped like a worker's share of an RL step (`--prompts` / `--workers`
 problems x `--samples`, sampled, cap `--max-tokens`), and prices both at the worker's plain
-engine, as the guard does. A probe that predicts well reads on the same side of 1 as the step;
-it reads lower where SD wins (a fresh bandit's first draws), so the guard's margin matters:
+engine, as the guard does. A probe that predicts well reads on the same side of 1 as the step
+(it decodes with the bandit's first draws and fewer, shallower steps, so it misses by ~0.1-0.2x):
 
     python -m real.experiments.check_probe --model traces/reference/styles/model --rounds 3
 
 The drafter defaults to the one shipped beside a shipped model. The last line is JSON: per round
-`probe`, `step` (SD's speed over a plain engine's) and their engine steps.
+`probe`, `step` (SD's speed over a plain engine's) and their engine steps. The worker starts at
+the policy's own draft lengths, not at a profile's prediction as `tlt bench real` starts it.
 """
 
 from __future__ import annotations

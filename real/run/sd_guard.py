@@ -82,9 +82,11 @@ def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: 
     the first 264 tokens of fresh responses read 1.02x where that step measured 0.83x. Each
     prompt therefore carries the first PROBE_PREFIX of its reference solution's lines (the
     text the model was fine-tuned on: `variant`'s styles), so contexts run as deep as a
-    rollout's responses, long-tailed like them, without decoding them all (in a /tmp script,
-    three probes each: styles model 0.59 / 0.75 / 0.90x, reference 1.70 / 2.07 / 2.12x; with
-    three quarters of the lines the reference's probes decoded ~39 steps).
+    rollout's responses, long-tailed like them, without decoding them all (with three
+    quarters of the lines the reference's probes decoded ~39 steps). Checked against the first
+    step by `python -m real.experiments.check_probe` (one worker, 3 rounds): styles model probe
+    0.76 / 0.90 / 0.82x where the step measured 0.69 / 0.77 / 0.64x; reference 1.23 / 1.55 /
+    1.45x where it measured 1.35 / 1.50 / 1.35x.
     Batch: problems sorted by solution length, request i capped at a length rising evenly from
     16 to PROBE_TOKENS (at most the run's cap), so the batch falls from n to 1 with the deepest
     contexts last, as in a rollout's tail; with a shard of 8 and caps up to 72 the probe was ~25
