@@ -319,7 +319,16 @@ class GRPOTrainer:
             for f in sorted(self.model_dir.iterdir()):
                 if f.is_file() and f.name != "config.json" and not f.name.endswith(_WEIGHT_SUFFIXES):
                     shutil.copy2(f, tmp / f.name)
-            self._model.save_pretrained(str(tmp), safe_serialization=True)
+            # One bar for one shard, printed every RL step, would bury `tlt train`'s step lines.
+            from transformers.utils import logging as hf_logging
+
+            was_on = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()
+            try:
+                self._model.save_pretrained(str(tmp), safe_serialization=True)
+            finally:
+                if was_on:
+                    hf_logging.enable_progress_bar()
 
         write_dir_atomic(out, fill)
         return out
