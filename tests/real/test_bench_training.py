@@ -139,3 +139,24 @@ def test_the_bench_json_adds_every_policy_and_the_prediction_beside_the_original
     assert ng["speedup_step"] == round(33 / 30, 4) and ng["predicted_speedup_step"] == 1.2
     assert ng["prediction_error_pct"] == 9.1 and "step_s" in ng and "rollout_share" in ng
     assert "predicted_speedup_step" not in bench_json(report, None)
+
+
+def test_spot_interference_compares_like_steps_only():
+    """Steps beside another worker's spot training are the tail's (deep contexts, long drafts): each
+    is compared with steps alone at its batch, draft length and context, never with the whole bucket."""
+    from real.experiments.bench_training import matched_slowdown
+    from workbench.contracts.trace import Timeline
+
+    tl, t = Timeline(), 0.0
+    for ms, k, ctx in [(10, 2, 300)] * 5 + [(20, 8, 1050)] * 5:  # worker 0 alone: shallow K=2, deep K=8
+        tl.add(0, 0, t, t + ms / 1e3, "decode_sd", batch=1, draft_len=k, context=ctx)
+        t += ms / 1e3
+    tl.add(0, 1, t, t + 1.0, "drafter_train", tokens=3)  # worker 1 trains the drafter
+    for ms in (22, 23, 24):  # worker 0's deep K=8 steps beside it: 1.1-1.2x the like steps alone
+        tl.add(0, 0, t, t + ms / 1e3, "decode_sd", batch=1, draft_len=8, context=1100)
+        t += ms / 1e3
+    tl.add(0, 0, t, t + 0.03, "decode_sd", batch=1, draft_len=6, context=1100)  # no like step alone
+    g = matched_slowdown(tl.frame())
+    row = g.loc["1"]
+    assert row["beside_training"] == 4 and row["matched"] == 3
+    assert row["slowdown"] == pytest.approx(23 / 20)  # the bucket's median alone (15 ms) would say 1.53x

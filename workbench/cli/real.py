@@ -335,8 +335,8 @@ def bench_real(
     report = run_bench_real(configs, log=lambda m: typer.echo(m, err=True), on_step=on_step)
     prediction = _predict(report, profile, seed)
     _show_bench(report, configs[0].max_tokens, prediction)
-    typer.echo(f"{report.paper_policy}: median engine-step ms by batch, while another worker spot-trained (True) "
-               "or not (False):")
+    typer.echo(f"{report.paper_policy}: engine steps beside another worker's spot training, each over like steps "
+               "without it (same batch size, draft length, context within 2x):")
     typer.echo(spot_interference(report.runs[report.paper_policy] / "trace").round(2).to_string())
     typer.echo(json.dumps(bench_json(report, prediction)))
 
