@@ -111,6 +111,8 @@ class BucketRow:
     tlt_rate: float
     speedup: float  # tlt_rate / baseline_rate
     tlt_draft_lens: str  # the draft lengths the TLT engines verified there, by share of steps
+    best_draft_len: int = -1  # the draft length that decoded fastest there (at least MIN_ARM_STEPS steps; -1: none)
+    best_speedup: float = math.nan  # its rate over the baseline's
 
 
 @dataclass
@@ -250,8 +252,15 @@ def _bucketed(steps: pd.DataFrame) -> pd.DataFrame:
     return dec
 
 
+# Fewest steps a draft length needs in a bucket to be that bucket's best (a handful is noise).
+MIN_ARM_STEPS = 20
+
+
 def bucket_rows(baseline_steps: pd.DataFrame, tlt_steps: pd.DataFrame) -> list[BucketRow]:
-    """Per batch bucket: the baseline's share of decode time there and both runs' speed there."""
+    """Per batch bucket: the baseline's share of decode time there, both runs' speed there, and
+    the draft length that decoded fastest there. That best is read off the run's own steps, whose
+    contexts differ between draft lengths (the bandit moves with the tail), so it bounds roughly
+    what choosing draft lengths better would give."""
     base, tlt = _bucketed(baseline_steps), _bucketed(tlt_steps)
     total = base["wall_s"].sum()
     rows = []
@@ -262,10 +271,22 @@ def bucket_rows(baseline_steps: pd.DataFrame, tlt_steps: pd.DataFrame) -> list[B
         rate_b = b["per_seq"].sum() / b["wall_s"].sum() if len(b) else math.nan
         rate_t = t["per_seq"].sum() / t["wall_s"].sum() if len(t) else math.nan
         ks = t["draft_len"].value_counts(normalize=True).sort_index()
+        arms = {int(k): g["per_seq"].sum() / g["wall_s"].sum() for k, g in t.groupby("draft_len") if len(g) >= MIN_ARM_STEPS}
+        best_k = max(arms, key=arms.get) if arms and rate_b > 0 else -1
         rows.append(BucketRow(str(label), float(b["wall_s"].sum() / total) if total else math.nan, float(rate_b),
                               float(rate_t), float(rate_t / rate_b) if rate_b else math.nan,
-                              " ".join(f"K{k}:{v:.0%}" for k, v in ks.items() if v >= 0.005)))
+                              " ".join(f"K{k}:{v:.0%}" for k, v in ks.items() if v >= 0.005),
+                              best_k, float(arms[best_k] / rate_b) if best_k >= 0 else math.nan))
     return rows
+
+
+def decode_speedup(rows: list[BucketRow], best: bool = False) -> float:
+    """SD's speedup of the baseline's whole decode: each bucket's speedup weighted by the
+    baseline's time there (the time its decoding would take at those speeds); `best`: at each
+    bucket's best draft length where it has one. NaN: no bucket both runs reached."""
+    parts = [(r.baseline_time_share, r.best_speedup if best and r.best_draft_len >= 0 else r.speedup) for r in rows]
+    parts = [(w, x) for w, x in parts if w > 0 and x > 0]
+    return sum(w for w, _ in parts) / sum(w / x for w, x in parts) if parts else math.nan
 
 
 def length_shape(requests: pd.DataFrame, max_tokens: int) -> LengthShape:

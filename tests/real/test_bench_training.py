@@ -41,6 +41,23 @@ def test_bucket_rows_compare_tokens_per_sequence_per_second_and_leave_prefill_ou
     assert rows["5-8"].tlt_rate == pytest.approx(3 / 0.05) and rows["5-8"].tlt_draft_lens == "K0:50% K2:50%"
 
 
+def test_the_fastest_draft_length_per_bucket_and_the_whole_decode_speedup():
+    from real.experiments.bench_training import MIN_ARM_STEPS, decode_speedup
+
+    base = _steps([(1, 1, 1, 0.01, 0, 0)] * 10 + [(8, 8, 8, 0.01, 0, 0)] * 30)  # 100 tok/seq/s at both
+    n = MIN_ARM_STEPS
+    tlt = _steps([(1, 1, 2, 0.01, 1, 0)] * n + [(1, 1, 4, 0.01, 3, 0)] * n  # K1 2x, K3 4x
+                 + [(1, 1, 9, 0.01, 8, 0)] * (n - 1)  # faster still, but too few steps to count
+                 + [(8, 8, 16, 0.01, 2, 0)] * n)  # K2 2x
+    rows = {r.bucket: r for r in bucket_rows(base, tlt)}
+    assert (rows["1"].best_draft_len, rows["1"].best_speedup) == (3, pytest.approx(4.0))
+    assert (rows["5-8"].best_draft_len, rows["5-8"].best_speedup) == (2, pytest.approx(2.0))
+    # the baseline spent a quarter of its decode at batch 1: weighted by that time, not by steps
+    one = rows["1"].speedup
+    assert decode_speedup(list(rows.values())) == pytest.approx(1 / (0.25 / one + 0.75 / 2.0))
+    assert decode_speedup(list(rows.values()), best=True) == pytest.approx(1 / (0.25 / 4.0 + 0.75 / 2.0))
+
+
 def test_a_bucket_only_one_run_reached_has_no_speedup():
     rows = bucket_rows(_steps([(2, 2, 2, 0.01, 0, 0)]), _steps([(3, 3, 3, 0.01, 2, 0)]))
     by = {r.bucket: r for r in rows}

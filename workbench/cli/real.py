@@ -18,7 +18,7 @@ import typer
 from real.experiments.bench_grpo import bench_grpo as run_bench_grpo
 from real.experiments.bench_rollout import bench_rollout as run_bench_rollout
 from real.experiments.bench_training import bench_real as run_bench_real
-from real.experiments.bench_training import spot_interference
+from real.experiments.bench_training import MIN_ARM_STEPS, decode_speedup, spot_interference
 from real.rollout.spec_config import EngineConfigError
 from real.run.capture import CaptureError, check_inputs
 from real.run.capture import capture as run_capture
@@ -422,10 +422,14 @@ def _show_bench(report, max_tokens: int, prediction) -> None:
     typer.echo(format_table(rows, ["policy", "step", "rollout", "update", "sync", "rollout share"]))
     for name, buckets in report.buckets.items():
         rows = [[b.bucket, f"{b.baseline_time_share:.0%}", f"{b.baseline_rate:.0f}", f"{b.tlt_rate:.0f}",
-                 f"{b.speedup:.2f}x", b.tlt_draft_lens] for b in buckets]
+                 f"{b.speedup:.2f}x", b.tlt_draft_lens,
+                 "-" if b.best_draft_len < 0 else f"K{b.best_draft_len} ({b.best_speedup:.2f}x)"] for b in buckets]
         typer.echo(f"{name}: decoding by batch size (tokens per sequence per second; prefill steps left out):")
         typer.echo(format_table(rows, ["batch", f"{report.reference} time", report.reference, name, "speedup",
-                                       "draft lengths run"]))
+                                       "draft lengths run", "fastest draft length"]))
+        typer.echo(f"{name}: decoding {decode_speedup(buckets):.2f}x {report.reference}'s over all batch sizes; "
+                   f"{decode_speedup(buckets, best=True):.2f}x at each bucket's fastest draft length (read off this "
+                   f"run, >= {MIN_ARM_STEPS} steps; its contexts differ by draft length: a rough bound)")
     rows = [[name, f"{s.p50:.0f}", f"{s.p90:.0f}", str(s.max), f"{s.clip_ratio:.1%}"] for name, s in report.lengths.items()]
     typer.echo(f"response tokens (cap {max_tokens}):")
     typer.echo(format_table(rows, ["policy", "p50", "p90", "max", "clipped"]))
