@@ -14,10 +14,10 @@ before it ran, never from what it measured:
   are the profile's (`fit_runs` fits them from other runs). Where the run's SD guard turned SD
   off in set-up (the probe before step 0: meta `sd_probe.sd_off`), the engines are simulated
   without a drafter; the simulator has no guard of its own, so SD's later return (metrics.csv
-  `drafter_kind`) is not predicted and shows as the per-step drafter predicted vs measured. Unlike `validate` (a capture: the
-  traced draft lengths forced, alpha fitted to the traced acceptance, staleness 0), nothing is
-  taken from the run's own acceptance or draft lengths: a training run's point is that the
-  drafter and the bandit move, and predicting that is the job.
+  `drafter_kind`) is not predicted and shows as the per-step drafter predicted vs measured.
+  Unlike `validate` (a capture: the traced draft lengths forced, alpha fitted to the traced
+  acceptance, staleness 0), nothing is taken from the run's own acceptance or draft lengths: a
+  training run's point is that the drafter and the bandit move, and predicting that is the job.
 
 Measured per step: `rl_steps.parquet`'s rollout_s, train_s and sync_s, the sync with the wait for
 the spot trainers to stop added (metrics.csv `stop_latency_s`: up to one drafter step or judging
