@@ -23,7 +23,7 @@ import json
 import math
 from pathlib import Path
 
-from real.rollout.requests import RolloutRequest, Sampling
+from real.rollout.requests import RolloutRequest, Sampling, group_requests
 from real.run.config import default_drafter
 from real.run.sd_guard import plain_cost, probe_requests, sd_verdict
 from real.run.worker import RolloutWorker
@@ -37,7 +37,7 @@ def step_requests(groups: int, samples: int, max_tokens: int, seed: int, variant
     """A worker's share of an RL step: `groups` problems x `samples`, sampled at temperature 1."""
     sampling = Sampling(temperature=1.0, max_tokens=max_tokens, seed=derive_seed(seed, Stream.SAMPLING, 0))
     problems = make_problems(groups, seed=derive_seed(seed, Stream.PROMPTS, 0), variant_name=variant)
-    return [RolloutRequest(i, j, p.prompt, sampling) for i, p in enumerate(problems) for j in range(samples)]
+    return group_requests([p.prompt for p in problems], samples, sampling)
 
 
 def check_round(model: Path, drafter: Path | None, policy: str, groups: int, samples: int, max_tokens: int,

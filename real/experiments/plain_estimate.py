@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path
 
 from real.rollout.engine import RolloutEngine
-from real.rollout.requests import RolloutRequest, Sampling
+from real.rollout.requests import RolloutRequest, Sampling, group_requests
 from real.tiny.task import make_problems
 from workbench.contracts.policy import load_policy
 
@@ -83,8 +83,8 @@ def check_guard(model: Path, rounds: int, seed: int) -> list[dict[str, float]]:
         for r in range(rounds):
             cal = engine.run_steps(plain_requests(PLAIN_BATCH, seed + r))
             cost = plain_cost([replace(s, draft_s=0.0) for s in cal.steps])
-            reqs = [RolloutRequest(i, j, p.prompt, Sampling(temperature=1.0, max_tokens=1024, seed=seed + r))
-                    for i, p in enumerate(make_problems(8, seed=1000 + seed + r)) for j in range(4)]
+            reqs = group_requests([p.prompt for p in make_problems(8, seed=1000 + seed + r)], 4,
+                                  Sampling(temperature=1.0, max_tokens=1024, seed=seed + r))
             v = sd_verdict(engine.run_steps(reqs).steps, cost)
             out.append({"priced_over_measured": round(v.speedup, 3), "fixed_ms": round(cost.fixed_s * 1e3, 3),
                         "per_seq_ms": round(cost.per_seq_s * 1e3, 4)})

@@ -67,6 +67,11 @@ class RolloutRequest:
         return f"p{self.prompt_id}-s{self.sample}"
 
 
+def group_requests(prompts: Sequence[str | Sequence[int]], samples: int, sampling: Sampling) -> list[RolloutRequest]:
+    """GRPO's groups: `samples` requests per prompt, all sampled alike, prompt by prompt."""
+    return [RolloutRequest(i, j, prompt, sampling) for i, prompt in enumerate(prompts) for j in range(samples)]
+
+
 @dataclass
 class EngineStepRow(StepRow):
     """One engine step as `run_steps` records it: the trace's columns, then four of the engine's."""

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from real.rollout.engine import RolloutEngine
-from real.rollout.requests import EngineStepRow, RolloutRequest, RunResult, Sampling
+from real.rollout.requests import EngineStepRow, RunResult, Sampling, group_requests
 from real.rollout.spec_config import dynamic_schedule, speculative_config
 from real.tiny import task
 from real.tiny.model import load_model_dir, variant_of
@@ -126,7 +126,7 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
         if not own and getattr(engine, "adaptive", False):
             engine.set_draft_lengths(dynamic_schedule(policy, engine.max_num_seqs))
         sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
-        requests = [RolloutRequest(i, s, p.prompt, sampling) for i, p in enumerate(problems) for s in range(samples)]
+        requests = group_requests([p.prompt for p in problems], samples, sampling)
         if log:
             log(f"capturing {prompts} prompts x {samples} samples, up to {max_tokens} tokens, temperature {temperature}, seed {seed}")
         cpu0 = time.process_time()
