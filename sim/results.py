@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,7 @@ class StepMetrics:
     max_policy_lag: int = 0  # the stalest trained response (0: on-policy)
     tail_fraction: float = 0.0  # worker-seconds decoding in the tail (tail_metrics) / worker-seconds in the rollout
     tail_token_share: float = 0.0  # share of the step's decoded tokens that the tail produced
+    groups_generated: int = 0  # groups decoded for this step (DAPO's dynamic sampling: more than it trained on)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class StepInfo:
     groups_left: int
     policy_lag: float = 0.0
     max_policy_lag: int = 0
+    groups_generated: int = 0
 
 
 ROLLOUT_STATES = ("decode", "decode_sd", "idle", "drafter_train")
@@ -129,7 +131,28 @@ def step_metrics(step: int, iv: pd.DataFrame, workers: int, cap: int, info: Step
         max_policy_lag=info.max_policy_lag,
         tail_fraction=tail.fraction,
         tail_token_share=tail.token_share,
+        groups_generated=info.groups_generated,
     )
+
+
+@dataclass(frozen=True)
+class FilterRecord:
+    """One generation round of DAPO's dynamic sampling, in veRL's (PolyTrace's) dapo_filter_indices form."""
+
+    workload_step: int  # generation batch, counted over the run
+    trainer_step: int  # the update it feeds (1-based, as veRL counts)
+    gen_batch_index: int  # its round within that update (1-based)
+    prompt_count: int  # groups generated
+    n_sampling: int
+    train_batch_size: int
+    num_prompt_in_batch_before: int  # groups kept by the earlier rounds of this update
+    kept_prompt_indices: list[int]  # groups whose rewards were not all equal
+    used_prompt_indices: list[int]  # of those, the ones the update trained on
+
+    def row(self) -> dict:
+        d = asdict(self)
+        d["kept_prompt_count"], d["used_prompt_count"] = len(self.kept_prompt_indices), len(self.used_prompt_indices)
+        return d
 
 
 SUMMARY_FIELDS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len")
@@ -142,6 +165,7 @@ class PolicyRun:
     policy_name: str
     steps: list[StepMetrics]
     timeline: pd.DataFrame
+    filtering: list[FilterRecord] = field(default_factory=list)  # DAPO's dynamic sampling: what each round kept
 
     def mean(self, name: str) -> float:
         return float(np.mean([getattr(s, name) for s in self.steps]))
@@ -157,3 +181,5 @@ class PolicyRun:
         tmp = out_dir / ".timeline.parquet.tmp"
         self.timeline.to_parquet(tmp, index=False)
         tmp.replace(out_dir / "timeline.parquet")
+        if self.filtering:
+            write_atomic(out_dir / "dapo_filter_indices.jsonl", "".join(json.dumps(r.row()) + "\n" for r in self.filtering))

@@ -37,6 +37,19 @@ def shard(n: int, workers: int) -> list[range]:
     return [range(bounds[w], bounds[w + 1]) for w in range(workers)]
 
 
+def shard_seqs(seqs: list[Seq], groups: list[Group], workers: int) -> list[list[int]]:
+    """Each engine's sequences (indices into seqs): by the rank that generated each group when a
+    replayed file recorded one for every group and has exactly `workers` ranks (the real run's
+    split), else contiguous shards."""
+    ranks = {g.rank for g in groups}
+    if None not in ranks and ranks <= set(range(workers)) and len(ranks) == workers:
+        by_rank: list[list[int]] = [[] for _ in range(workers)]
+        for i, q in enumerate(seqs):
+            by_rank[groups[q.group].rank].append(i)
+        return by_rank
+    return [list(s) for s in shard(len(seqs), workers)]
+
+
 @dataclass
 class Group:
     """One prompt's group of responses, possibly spread over several rollouts."""
@@ -48,12 +61,19 @@ class Group:
     version: int | None = None  # weights version its generation started under (None: not started)
     started_s: float | None = None  # streaming: when its first response was admitted
     finished_s: float | None = None  # streaming: when its last response finished
+    prompt_tokens: int | None = None  # None: the workload's prompt_tokens
+    rank: int | None = None  # replay: the data-parallel rank that generated it
+    mixed: bool = True  # rewards not all equal (what DAPO's dynamic sampling keeps)
     # Responses at their length, counted as they finish (`finish`, the only way a response gets
     # there once decoding started): suffix drafts read the share every segment.
     finished_count: int = field(init=False)
 
     def __post_init__(self):
         self.finished_count = int(np.sum(self.generated >= self.lengths))
+
+    def prompt(self, default: int) -> int:
+        """Its prompt's tokens (`default`: the workload's, when the group has none of its own)."""
+        return default if self.prompt_tokens is None else self.prompt_tokens
 
     @property
     def complete(self) -> bool:
@@ -184,7 +204,7 @@ class RolloutPool:
     def start(self, ro: RolloutRound) -> tuple[list[simpy.Process], list[simpy.Process]]:
         """Each engine's decoder over its shard, and its waiter (idle or spot training)."""
         env = self.env
-        shards = shard(len(ro.seqs), self.workers)
+        shards = shard_seqs(ro.seqs, ro.groups, self.workers)
         decoders = [env.process(self._decode(w, ro, [ro.seqs[i] for i in s])) for w, s in enumerate(shards)]
         waiters = [env.process(self._after_shard(w, ro, decoders[w])) for w in range(self.workers)]
         return decoders, waiters
@@ -220,7 +240,8 @@ class RolloutPool:
         groups, prompt = ro.groups, self.workload.prompt_tokens
         done_before = [float(groups[q.group].generated[q.member]) for q in seqs]
         engine = EngineBatch([groups[q.group].lengths[q.member] - g for q, g in zip(seqs, done_before)],
-                             [prompt + int(g) for g in done_before], self.workload.max_batch)
+                             [groups[q.group].prompt(prompt) + int(g) for q, g in zip(seqs, done_before)],
+                             self.workload.max_batch)
         warm, kind = WarmUp(self.policy), ro.drafting.kind
         shares = SiblingShare([groups[q.group] for q in seqs].__getitem__)
         while not engine.done:

@@ -32,14 +32,15 @@ import simpy
 from sim.acceptance import stats_for
 from sim.costs import train_phase_s
 from sim.drafter import DrafterState, active_kind, after_policy_update, after_training, initial_state
-from sim.lengths import StepLengths, sample_step
-from sim.results import PolicyRun, StepInfo, StepMetrics, step_metrics
+from sim.lengths import GroupDraw, model_group, observed_group
+from sim.results import FilterRecord, PolicyRun, StepInfo, StepMetrics, step_metrics
 from sim.rollout import NO_SD_STRATEGY, Drafting, Group, RolloutPool, RolloutRound, Seq
 from sim.streaming import StreamingPool
 from workbench.contracts import seeds
 from workbench.contracts.policy import Policy, Strategy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
+from workbench.contracts.length_data import read_observed
 from workbench.contracts.seeds import Stream
 from workbench.contracts.trace import Timeline
 from workbench.contracts.workload import Workload
@@ -49,14 +50,25 @@ from workbench.contracts.workload import Workload
 MAX_WORK = 2_000_000
 
 
-def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt: int = 0) -> StepLengths:
-    """The responses of the `index`-th new prompt of `step` (a re-run of a deferred prompt is a new attempt).
+def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt: int = 0,
+                  batch: int | None = None) -> GroupDraw:
+    """The responses of the `index`-th new prompt of generation batch `batch` (default: `step`; DAPO's
+    dynamic sampling runs several batches a step) at RL step `step` (a re-run of a deferred prompt
+    is a new attempt).
 
     Each prompt has its own random stream, so a prompt's responses are the same
     whichever policy or rollout mode meets it (common random numbers).
     """
-    rng = seeds.rng(seed, Stream.LENGTHS, step, index, attempt)
-    return sample_step(workload.lengths, workload.max_response_tokens, 1, workload.group_size, step, rng)
+    batch = step if batch is None else batch
+    m, cap = workload.lengths, workload.max_response_tokens
+    if m.kind != "lognormal":
+        return observed_group(read_observed(m.data), m.kind, cap, seed, batch, index, attempt)
+    return model_group(m, cap, workload.group_size, step, seeds.rng(seed, Stream.LENGTHS, batch, index, attempt))
+
+
+def new_group(key: tuple[int, int], draw: GroupDraw, attempt: int = 0) -> Group:
+    return Group(key, draw.lengths, np.zeros(len(draw.lengths)), attempt, prompt_tokens=draw.prompt_tokens,
+                 rank=draw.rank, mixed=draw.mixed)
 
 
 def check_size(workload: Workload, steps: int) -> None:
@@ -127,6 +139,12 @@ class Simulator:
         self._version = 0  # weights version: policy updates done
         self._launched = 0  # streaming: groups let in so far
         self._stream_done: list[_Streamed] = []  # streaming: steps trained, reported once their rows are written
+        self._batches = 0  # dynamic sampling: generation batches drawn so far
+        self.filtering: list[FilterRecord] = []
+        if workload.dynamic_sampling.enabled and (policy.rollout.stream or policy.rollout.mode not in ("sync", "async")):
+            raise ConfigError(workload.name, "dynamic_sampling.enabled", True,
+                              f"false for policy '{policy.name}': DAPO's filtering is simulated with sync and async "
+                              "rollouts only (not partial, tail_batching or streaming)")
 
     def run(self, steps: int | None = None, on_step: Callable[[StepMetrics], None] | None = None) -> PolicyRun:
         """Simulate `steps` RL steps (default: the workload's); `on_step` hears of each as it ends."""
@@ -139,18 +157,18 @@ class Simulator:
         self.env.run()
         if ro.stream:
             self._report_stream(metrics, on_step, None)
-        return PolicyRun(self.policy.name, metrics, self.timeline.frame())
+        return PolicyRun(self.policy.name, metrics, self.timeline.frame(), self.filtering)
 
     # ------------------------------------------------------------ what each step runs
 
-    def _new_groups(self, step: int, count: int, first: int = 0) -> list[Group]:
+    def _new_groups(self, step: int, count: int, first: int = 0, batch: int | None = None) -> list[Group]:
         groups, g = [], self.workload.group_size
         for j in range(first, first + count):
             if self.replay is not None:
                 lengths = np.asarray(self.replay[step][j * g:(j + 1) * g])
+                groups.append(Group((step, j), lengths, np.zeros(len(lengths))))
             else:
-                lengths = group_lengths(self.workload, self.seed, step, j).lengths
-            groups.append(Group((step, j), lengths, np.zeros(len(lengths))))
+                groups.append(new_group((step, j), group_lengths(self.workload, self.seed, step, j, batch=batch)))
         return groups
 
     def _plan(self, step: int) -> tuple[list[Group], int | None, str]:
@@ -167,15 +185,29 @@ class Simulator:
             groups = []
             for g in rerun:  # fresh samples of the same prompts
                 attempt = g.attempt + 1
-                lengths = group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt).lengths
-                groups.append(Group(g.key, lengths, np.zeros(len(lengths)), attempt))
+                groups.append(new_group(g.key, group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt),
+                                        attempt))
             return groups, None, "long"
         return self._new_groups(step, launched), p, "short"
 
     def _rollout(self, step: int):
-        """One rollout on the pool (a SimPy sub-process); returns what training needs."""
-        env, first_row = self.env, len(self.timeline.rows)
-        groups, stop_at, round_kind = self._plan(step)
+        """One step's rollout on the pool (a SimPy sub-process); returns what training needs."""
+        first_row = len(self.timeline.rows)
+        if self.workload.dynamic_sampling.enabled:
+            trained, generated, tally = yield from self._filtered_rounds(step)
+            left, round_kind = 0, self.policy.rollout.mode
+        else:
+            groups, stop_at, round_kind = self._plan(step)
+            trained, unfinished, tally = yield from self._round(step, groups, stop_at, round_kind)
+            left, generated = len(unfinished), len(groups)
+        kind, quality, spot_tokens = tally
+        info = trained_info(step, trained, left, kind, quality, spot_tokens, round_kind)
+        return _Rolled(step, replace(info, groups_generated=generated), self._tokens(trained), first_row)
+
+    def _round(self, step: int, groups: list[Group], stop_at: int | None, round_kind: str):
+        """Decode `groups` on the pool until all (or `stop_at`) are complete; returns the complete
+        groups, the unfinished ones, and (drafter kind, its quality, tokens spot-trained)."""
+        env = self.env
         version = min(self.pool.version)
         for g in groups:
             g.version = version if g.version is None else g.version
@@ -203,8 +235,28 @@ class Simulator:
             self._deferred.extend(unfinished)
         # The drafter trains on the hidden states of every token generated this step.
         self.drafter = after_training(self.drafter, self.policy, self.profile, ro.trained_tokens, int(ro.generated))
-        info = trained_info(step, trained, len(unfinished), drafting.kind, quality, ro.trained_tokens, round_kind)
-        return _Rolled(step, info, self._tokens(trained), first_row)
+        return trained, unfinished, (drafting.kind, quality, ro.trained_tokens)
+
+    def _filtered_rounds(self, step: int):
+        """DAPO's dynamic sampling: rounds of ceil(prompts x oversample) new groups, each decoded in
+        full, keeping the mixed-reward groups until the update's batch is full (or max_rounds ran)."""
+        p, ds, mode = self.workload.prompts_per_step, self.workload.dynamic_sampling, self.policy.rollout.mode
+        launch = math.ceil(p * ds.oversample - 1e-9)
+        kept: list[Group] = []
+        kind, quality, spot_tokens = "", 0.0, 0.0
+        for r in range(ds.max_rounds):
+            batch, self._batches = self._batches, self._batches + 1
+            groups = self._new_groups(step, launch, 0, batch)
+            done, _, (k, q, t) = yield from self._round(step, groups, None, mode)
+            kind, quality, spot_tokens = (k, q, spot_tokens + t) if r == 0 else (kind, quality, spot_tokens + t)
+            mixed = [i for i, g in enumerate(groups) if g.mixed and g.complete]
+            used = mixed[:max(0, p - len(kept))]
+            self.filtering.append(FilterRecord(batch, step + 1, r + 1, launch, self.workload.group_size, p, len(kept),
+                                               mixed, used))
+            kept += [groups[i] for i in used]
+            if len(kept) >= p:
+                break
+        return kept, launch * (r + 1), (kind, quality, spot_tokens)
 
     def _drafting(self, step: int) -> Drafting:
         """How the engines draft now: the drafter in use (after the switch rule) and its acceptance."""
@@ -214,7 +266,7 @@ class Simulator:
 
     def _tokens(self, groups: list[Group]) -> int:
         """Prompt + response tokens the update trains on."""
-        return sum(int(g.lengths.sum()) + self.workload.prompt_tokens * len(g.lengths) for g in groups)
+        return sum(int(g.lengths.sum()) + g.prompt(self.workload.prompt_tokens) * len(g.lengths) for g in groups)
 
     def _spot_trains(self, step: int) -> bool:
         """Spot training runs in every `interval_steps`-th rollout (FastRL trains every 10 RL steps)."""

@@ -32,6 +32,11 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> None:
     _write(Path(path), lambda fh: fig.savefig(fh, format="png", dpi=dpi))
 
 
+def write_parquet(path: str | Path, frame: Any) -> None:
+    """A pandas DataFrame as Parquet (no index), atomically."""
+    _write(Path(path), lambda fh: frame.to_parquet(fh, index=False))
+
+
 def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
     """Build a directory with `fill(tmp_dir)` next to `path`, then swap it in: never half a directory."""
     path = Path(path)

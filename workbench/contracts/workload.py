@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from workbench.contracts.schema import check_part, load, preset_names, require
 
@@ -20,6 +21,14 @@ class LengthModel:
     run longer. mu_t is solved so that a share `clip_ratio` of responses hits the
     cap at step 0 (veRL's response_length/clip_ratio), then drifts by
     `drift_per_step` in log space per RL step (lengths grow as RL goes on).
+    With `median_tokens` > 0 that median is given instead (a fit to real lengths) and
+    `clip_ratio` only records the share at the cap the model implies.
+
+    `kind` picks where lengths come from: `lognormal` (the model above); `replay` (the
+    observed groups in `data`, a Parquet file written by `tlt workload import`: step s of
+    seed 0 is observed generation batch s exactly, other steps and seeds resample whole
+    groups of an observed batch); `empirical` (whole groups drawn from all observed
+    batches pooled, no step structure).
     """
 
     clip_ratio: float = 0.03
@@ -29,15 +38,41 @@ class LengthModel:
     accuracy_concentration: float = 2.0  # Beta(a, b) with a + b = this; small = prompts either easy or hard
     wrong_factor: float = 1.6  # wrong answers are this many times longer, in median
     drift_per_step: float = 0.0
+    kind: Literal["lognormal", "replay", "empirical"] = "lognormal"
+    data: str = ""  # replay, empirical: the observed groups (Parquet; a relative path is read next to the workload file)
+    median_tokens: float = 0.0  # > 0: median of correct answers at step 0 (clip_ratio is then what it implies)
 
     def check(self) -> None:
-        require(0.0 < self.clip_ratio < 0.5, "clip_ratio", self.clip_ratio, "a share between 0 and 0.5")
+        require(self.kind == "lognormal" or bool(self.data.strip()), "data", self.data,
+                f"the path of the observed lengths (Parquet from `tlt workload import`) for kind '{self.kind}'")
+        require(self.median_tokens >= 0.0, "median_tokens", self.median_tokens,
+                "a number of tokens >= 0 (0: solved from clip_ratio)")
+        if self.median_tokens > 0:
+            require(0.0 <= self.clip_ratio < 0.5, "clip_ratio", self.clip_ratio, "a share from 0 to 0.5")
+        else:
+            require(0.0 < self.clip_ratio < 0.5, "clip_ratio", self.clip_ratio, "a share between 0 and 0.5")
         require(0.05 <= self.sigma <= 3.0, "sigma", self.sigma, "a log-sd from 0.05 to 3")
         require(0.0 <= self.group_correlation < 1.0, "group_correlation", self.group_correlation, "a number in [0, 1)")
         require(0.0 < self.mean_accuracy < 1.0, "mean_accuracy", self.mean_accuracy, "a share between 0 and 1")
         require(self.accuracy_concentration > 0.0, "accuracy_concentration", self.accuracy_concentration, "a number > 0")
         require(self.wrong_factor >= 1.0, "wrong_factor", self.wrong_factor, "a number >= 1")
         require(abs(self.drift_per_step) <= 0.5, "drift_per_step", self.drift_per_step, "a number from -0.5 to 0.5")
+
+
+@dataclass(frozen=True)
+class DynamicSampling:
+    """DAPO's dynamic sampling: each generation round launches ceil(prompts_per_step x oversample)
+    groups; groups whose rewards are all equal (all right or all wrong) are dropped; rounds go on
+    until `prompts_per_step` groups are kept (or `max_rounds` ran), and the update trains on the
+    first `prompts_per_step` kept. The rollout pays for every group generated."""
+
+    enabled: bool = False
+    oversample: float = 1.0  # veRL: gen_batch_size / train_batch_size
+    max_rounds: int = 10  # veRL: max_num_gen_batches (the update takes what it has after that many)
+
+    def check(self) -> None:
+        require(1.0 <= self.oversample <= 100.0, "oversample", self.oversample, "a factor from 1 to 100")
+        require(self.max_rounds >= 1, "max_rounds", self.max_rounds, "an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -56,6 +91,7 @@ class Workload:
     steps: int = 3
     epoch_steps: int = 0  # RL steps per pass over the prompt set (0: no prompt comes back within the run)
     lengths: LengthModel = field(default_factory=LengthModel)
+    dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
@@ -70,6 +106,7 @@ class Workload:
         require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
         require(self.epoch_steps >= 0, "epoch_steps", self.epoch_steps, "an integer >= 0")
         check_part("lengths", self.lengths)
+        check_part("dynamic_sampling", self.dynamic_sampling)
 
     @property
     def sequences_per_step(self) -> int:
@@ -86,6 +123,11 @@ def load_workload(name_or_path: str | Path) -> Workload:
     # A profile named by a relative path is read next to the workload file, not the cwd.
     if path.is_file() and Path(wl.profile).suffix in (".yaml", ".yml", ".json") and not Path(wl.profile).is_absolute():
         wl = replace(wl, profile=str(path.parent / wl.profile))
+    # So is the observed-lengths file; a preset's lies beside the preset.
+    data = Path(wl.lengths.data)
+    if wl.lengths.data and not data.is_absolute():
+        home = path.parent if path.is_file() else PRESET_DIR
+        wl = replace(wl, lengths=replace(wl.lengths, data=str(home / data)))
     return wl
 
 
