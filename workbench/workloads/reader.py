@@ -1,0 +1,260 @@
+"""`tlt workload import`: real response lengths in, as the observed-lengths table and a Workload.
+
+Reads, by content (a directory: every .jsonl, .csv and .parquet in it):
+- PolyTrace `packed_lengths` JSONL (one line per prompt: step, rank, dp_rank, local_index,
+  input, output, validate), with its `dapo_filter_indices.jsonl` (which groups DAPO kept);
+- a generic table (CSV, JSONL or Parquet), one row per response: `step`, `prompt` (group id),
+  `length`, optional `prompt_tokens`, `correct`, `rank`;
+- a per-step summary with veRL's metric names (`response_length/mean`, `/max`, `/min`,
+  `/clip_ratio`): no single lengths, so it can only be fitted (`SummaryTable`).
+Errors name the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench.contracts.length_data import COLUMNS, UNKNOWN, ObservedLengths, from_frame
+from workbench.contracts.schema import ConfigError
+
+SUMMARY_MEAN = "response_length/mean"
+SUMMARY_FIELDS = ("max", "min", "clip_ratio")
+GENERIC_REQUIRED = ("step", "prompt", "length")
+POLYTRACE_REQUIRED = ("step", "output")
+SUFFIXES = (".jsonl", ".csv", ".parquet")
+
+
+@dataclass(frozen=True)
+class SummaryTable:
+    """veRL's per-step length metrics (NaN where a column is absent)."""
+
+    step: np.ndarray
+    mean: np.ndarray
+    max: np.ndarray
+    min: np.ndarray
+    clip_ratio: np.ndarray
+
+
+@dataclass(frozen=True)
+class DapoFilter:
+    """What DAPO's dynamic sampling kept, per generation batch (PolyTrace's dapo_filter_indices)."""
+
+    kept: dict[int, list[int]]  # workload_step -> kept prompt indices
+    train_batch_size: int
+    prompt_count: int
+    trainer_steps: int  # updates the batches fed
+
+
+@dataclass(frozen=True)
+class Imported:
+    files: list[str]
+    observed: ObservedLengths | None = None
+    summary: SummaryTable | None = None
+    dapo: DapoFilter | None = None
+    steps: list[int] = field(default_factory=list)  # the file's step numbers, one per batch
+    notes: list[str] = field(default_factory=list)
+
+
+def expand(paths: list[str | Path]) -> list[Path]:
+    """Files given, and each directory's .jsonl/.csv/.parquet files (sorted)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix in SUFFIXES and f.is_file())
+            if not found:
+                raise ConfigError(str(p), "<directory>", str(p), f"a directory holding {', '.join(SUFFIXES)} files")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise ConfigError(str(p), "<file>", str(p), "an existing file or directory")
+    return out
+
+
+def _jsonl(path: Path) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{n}", "<line>", line.strip()[:60], f"one JSON object per line ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise ConfigError(f"{path}:{n}", "<line>", row, "a JSON object")
+            rows.append(row)
+    if not rows:
+        raise ConfigError(str(path), "<file>", "empty", "at least one line")
+    return rows
+
+
+def _int(value, where: str, name: str, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < low:
+        raise ConfigError(where, name, value, f"a whole number >= {low}")
+    return int(value)
+
+
+def _table(path: Path) -> pd.DataFrame | list[dict]:
+    if path.suffix == ".jsonl":
+        return _jsonl(path)
+    try:
+        return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+    except Exception as exc:  # pandas and pyarrow raise several kinds for a malformed file
+        raise ConfigError(str(path), "<file>", "unreadable", f"a {path.suffix[1:]} table ({exc})") from None
+
+
+def read_files(paths: list[str | Path]) -> Imported:
+    """Every file parsed and combined (all of one kind: lengths, or a summary)."""
+    files = expand(paths)
+    frames, summaries, dapo, notes = [], [], None, []
+    for path in files:
+        data = _table(path)
+        keys = set(data[0]) if isinstance(data, list) else set(data.columns)
+        if "kept_prompt_indices" in keys:
+            dapo = _dapo(path, data)
+        elif isinstance(data, list) and {"output", "input"} <= keys:
+            frame, skipped = _polytrace(path, data)
+            frames.append(frame)
+            if skipped:
+                notes.append(f"{path.name}: skipped {skipped} validation lines (validate: true)")
+        elif SUMMARY_MEAN in keys:
+            summaries.append(_summary(path, data))
+        elif set(GENERIC_REQUIRED) <= keys:
+            frames.append(_generic(path, data))
+        else:
+            raise ConfigError(str(path), "<columns>", ", ".join(sorted(keys))[:120],
+                              "PolyTrace packed_lengths lines (step, input, output), a table with step, prompt, length "
+                              f"(optional prompt_tokens, correct, rank), or veRL's '{SUMMARY_MEAN}' per step")
+    if frames and summaries:
+        raise ConfigError(", ".join(map(str, files)), "<files>", "lengths and a summary",
+                          "one kind per import: response lengths, or veRL's per-step summary")
+    if summaries:
+        s = pd.concat(summaries).sort_values("step")
+        return Imported([str(f) for f in files], summary=SummaryTable(*(s[c].to_numpy(float) for c in
+                        ("step", "mean", "max", "min", "clip_ratio"))), notes=notes)
+    if not frames:
+        raise ConfigError(", ".join(map(str, files)), "<files>", "no response lengths", "at least one lengths file")
+    return _combine(files, frames, dapo, notes)
+
+
+def _combine(files: list[Path], frames: list[pd.DataFrame], dapo: DapoFilter | None, notes: list[str]) -> Imported:
+    df = pd.concat(frames, ignore_index=True)
+    steps = sorted(df["step"].unique().tolist())
+    df["batch"] = np.searchsorted(np.array(steps), df["step"].to_numpy())
+    if dapo is not None:
+        mixed = np.zeros(len(df), dtype=np.int8)
+        for step, kept in dapo.kept.items():
+            mixed[(df["step"] == step).to_numpy() & df["group"].isin(kept).to_numpy()] = 1
+        known = df["step"].isin(list(dapo.kept)).to_numpy()
+        df["mixed"] = np.where(known, mixed, df["mixed"])
+        notes.append("correctness is not in the files: groups DAPO kept (dapo_filter_indices) are marked mixed-reward, "
+                     "the others all-equal, so filtering replays what DAPO kept")
+    obs = from_frame(df[list(COLUMNS)], ", ".join(map(str, files)))
+    return Imported([str(f) for f in files], observed=obs, dapo=dapo, steps=[int(s) for s in steps], notes=notes)
+
+
+def _polytrace(path: Path, rows: list[dict]) -> tuple[pd.DataFrame, int]:
+    """One row per response; the prompt's index in its batch is dp_rank-major (veRL splits a batch
+    contiguously over the dp ranks), which is how dapo_filter_indices numbers prompts."""
+    per: list[tuple] = []
+    skipped = 0
+    for n, row in enumerate(rows, 1):
+        where = f"{path}:{n}"
+        for name in POLYTRACE_REQUIRED:
+            if name not in row:
+                raise ConfigError(where, name, "<missing>", "PolyTrace packed_lengths fields step, input, output")
+        if row.get("validate", False):
+            skipped += 1
+            continue
+        out = row["output"]
+        if not isinstance(out, list) or not out:
+            raise ConfigError(where, "output", out, "a non-empty list of response lengths")
+        lengths = [_int(v, where, f"output[{i}]") for i, v in enumerate(out)]
+        dp = _int(row.get("dp_rank", row.get("rank", 0)), where, "dp_rank")
+        per.append((_int(row["step"], where, "step"), dp, _int(row.get("local_index", n - 1), where, "local_index"),
+                    _int(row.get("rank", dp), where, "rank"), _int(row.get("input", UNKNOWN), where, "input", UNKNOWN),
+                    lengths))
+    meta = pd.DataFrame([p[:5] for p in per], columns=["step", "dp", "local", "rank", "prompt_tokens"])
+    # prompts of lower dp ranks come first in the batch
+    counts = meta.groupby(["step", "dp"]).size().groupby(level=0).cumsum() - meta.groupby(["step", "dp"]).size()
+    offset = counts.reindex(pd.MultiIndex.from_frame(meta[["step", "dp"]])).to_numpy()
+    meta["group"] = offset + meta["local"].to_numpy()
+    sizes = [len(p[5]) for p in per]
+    frame = meta.loc[meta.index.repeat(sizes), ["step", "group", "rank", "prompt_tokens"]].reset_index(drop=True)
+    frame["length"] = np.concatenate([p[5] for p in per]).astype(np.int64)
+    frame["correct"], frame["mixed"] = UNKNOWN, UNKNOWN
+    return frame, skipped
+
+
+def _dapo(path: Path, data) -> DapoFilter:
+    rows = data if isinstance(data, list) else data.to_dict("records")
+    kept, tbs, count, updates = {}, 0, 0, set()
+    for n, row in enumerate(rows, 1):
+        where = f"{path}:{n}"
+        for name in ("workload_step", "kept_prompt_indices", "train_batch_size", "prompt_count"):
+            if name not in row:
+                raise ConfigError(where, name, "<missing>", "dapo_filter_indices fields workload_step, prompt_count, "
+                                  "train_batch_size, kept_prompt_indices")
+        idx = row["kept_prompt_indices"]
+        if not isinstance(idx, list):
+            raise ConfigError(where, "kept_prompt_indices", idx, "a list of prompt indices")
+        kept[_int(row["workload_step"], where, "workload_step")] = [_int(i, where, "kept_prompt_indices") for i in idx]
+        updates.add(row.get("trainer_step", n))
+        tbs, count = _int(row["train_batch_size"], where, "train_batch_size", 1), _int(row["prompt_count"], where,
+                                                                                        "prompt_count", 1)
+    return DapoFilter(kept, tbs, count, len(updates))
+
+
+def _generic(path: Path, data) -> pd.DataFrame:
+    df = pd.DataFrame(data) if isinstance(data, list) else data
+    line0 = 1 if path.suffix == ".jsonl" else 2 if path.suffix == ".csv" else 0  # first data row's line (0: row number)
+    out = pd.DataFrame()
+    for name in ("step", "length", "prompt_tokens", "rank"):
+        if name not in df.columns:
+            out[name] = UNKNOWN
+            continue
+        values = pd.to_numeric(df[name], errors="coerce")
+        bad = values.isna() | (values < 0) | (values != values.round())
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            where = f"{path}:{row + line0}" if line0 else f"{path} (row {row})"
+            raise ConfigError(where, name, df[name].iloc[row], "a whole number >= 0")
+        out[name] = values.astype(np.int64)
+    # a prompt's id may be any text or number: its order of first appearance within the step numbers it
+    out["group"] = df.groupby(df["step"], sort=False)["prompt"].transform(lambda s: pd.factorize(s)[0]).to_numpy()
+    out["correct"] = _correct(path, df, line0) if "correct" in df.columns else UNKNOWN
+    out["mixed"] = UNKNOWN
+    if "correct" in df.columns:
+        agg = out.groupby(["step", "group"])["correct"].transform(lambda c: int(c.min() != c.max()))
+        out["mixed"] = agg.astype(np.int8)
+    return out
+
+
+def _correct(path: Path, df: pd.DataFrame, line0: int) -> np.ndarray:
+    raw = df["correct"]
+    mapped = raw.map(lambda v: {True: 1, False: 0, 1: 1, 0: 0, 1.0: 1, 0.0: 0, "true": 1, "false": 0, "True": 1,
+                                "False": 0}.get(v, None) if not isinstance(v, float) or v == v else None)
+    if mapped.isna().any():
+        row = int(np.flatnonzero(mapped.isna().to_numpy())[0])
+        where = f"{path}:{row + line0}" if line0 else f"{path} (row {row})"
+        raise ConfigError(where, "correct", raw.iloc[row], "true/false or 1/0")
+    return mapped.to_numpy().astype(np.int8)
+
+
+def _summary(path: Path, data) -> pd.DataFrame:
+    df = pd.DataFrame(data) if isinstance(data, list) else data
+    step_col = next((c for c in ("step", "training/global_step", "_step") if c in df.columns), None)
+    out = pd.DataFrame({"step": df[step_col] if step_col else np.arange(len(df))})
+    for name, col in [("mean", SUMMARY_MEAN)] + [(f, f"response_length/{f}") for f in SUMMARY_FIELDS]:
+        values = pd.to_numeric(df[col], errors="coerce") if col in df.columns else pd.Series(np.nan, index=df.index)
+        if col in df.columns and values.isna().any():
+            row = int(np.flatnonzero(values.isna().to_numpy())[0])
+            raise ConfigError(f"{path} (row {row})", col, df[col].iloc[row], "a number")
+        out[name] = values.to_numpy(float)
+    return out
