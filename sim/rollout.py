@@ -124,15 +124,19 @@ class RolloutRound:
     trained_tokens: float = 0.0
     generated: float = 0.0  # response tokens generated in this rollout
     spot: bool = False  # idle engines train the drafter in this rollout
+    mixed_only: bool = False  # DAPO's dynamic sampling: only mixed-reward groups count towards stop_at
 
     def __post_init__(self):
         self.left = [int(np.sum(g.generated < g.lengths)) for g in self.groups]
-        self.complete_groups = sum(1 for n in self.left if n == 0)
+        self.complete_groups = sum(1 for n, g in zip(self.left, self.groups) if n == 0 and self._counts(g))
+
+    def _counts(self, g: Group) -> bool:
+        return g.mixed or not self.mixed_only
 
     def finished(self, seq: Seq) -> None:
         self.groups[seq.group].finish(seq.member)
         self.left[seq.group] -= 1
-        if self.left[seq.group] == 0:
+        if self.left[seq.group] == 0 and self._counts(self.groups[seq.group]):
             self.complete_groups += 1
             if self.stop_at is not None and self.complete_groups >= self.stop_at and not self.stop.triggered:
                 self.stop.succeed()

@@ -141,10 +141,10 @@ class Simulator:
         self._stream_done: list[_Streamed] = []  # streaming: steps trained, reported once their rows are written
         self._batches = 0  # dynamic sampling: generation batches drawn so far
         self.filtering: list[FilterRecord] = []
-        if workload.dynamic_sampling.enabled and (policy.rollout.stream or policy.rollout.mode not in ("sync", "async")):
+        if workload.dynamic_sampling.enabled and policy.rollout.stream:
             raise ConfigError(workload.name, "dynamic_sampling.enabled", True,
-                              f"false for policy '{policy.name}': DAPO's filtering is simulated with sync and async "
-                              "rollouts only (not partial, tail_batching or streaming)")
+                              f"false for policy '{policy.name}': DAPO's filtering is not simulated with streaming "
+                              "rollouts")
 
     def run(self, steps: int | None = None, on_step: Callable[[StepMetrics], None] | None = None) -> PolicyRun:
         """Simulate `steps` RL steps (default: the workload's); `on_step` hears of each as it ends."""
@@ -174,7 +174,8 @@ class Simulator:
     def _plan(self, step: int) -> tuple[list[Group], int | None, str]:
         """This step's groups, when to stop, and what kind of round it is."""
         p, mode = self.workload.prompts_per_step, self.policy.rollout.mode
-        launched = math.ceil(p * (1.0 + self.policy.rollout.oversample))
+        ds = self.workload.dynamic_sampling
+        launched = math.ceil(p * (1.0 + self.policy.rollout.oversample) * (ds.oversample if ds.enabled else 1.0))
         if mode in ("sync", "async"):
             return self._new_groups(step, p), None, mode
         if mode == "partial":
@@ -193,13 +194,16 @@ class Simulator:
     def _rollout(self, step: int):
         """One step's rollout on the pool (a SimPy sub-process); returns what training needs."""
         first_row = len(self.timeline.rows)
-        if self.workload.dynamic_sampling.enabled:
+        ds = self.workload.dynamic_sampling
+        if ds.enabled and self.policy.rollout.mode in ("sync", "async"):
             trained, generated, tally = yield from self._filtered_rounds(step)
             left, round_kind = 0, self.policy.rollout.mode
         else:
             groups, stop_at, round_kind = self._plan(step)
             trained, unfinished, tally = yield from self._round(step, groups, stop_at, round_kind)
             left, generated = len(unfinished), len(groups)
+            if ds.enabled:  # partial, tail batching: one over-provisioned round, stopped at enough mixed groups
+                trained = self._keep_mixed(step, groups, trained)
         kind, quality, spot_tokens = tally
         info = trained_info(step, trained, left, kind, quality, spot_tokens, round_kind)
         return _Rolled(step, replace(info, groups_generated=generated), self._tokens(trained), first_row)
@@ -214,7 +218,7 @@ class Simulator:
         seqs = [Seq(gi, m) for gi, g in enumerate(groups) for m in range(len(g.lengths)) if g.generated[m] < g.lengths[m]]
         drafting = self._drafting(step)
         ro = RolloutRound(step, drafting, groups, seqs, stop_at, env.event(), env.event(), env.event(),
-                          spot=self._spot_trains(step))
+                          spot=self._spot_trains(step), mixed_only=self.workload.dynamic_sampling.enabled)
         quality = self.drafter.quality
         decoders, waiters = self.pool.start(ro)
         if stop_at is not None:
@@ -236,6 +240,16 @@ class Simulator:
         # The drafter trains on the hidden states of every token generated this step.
         self.drafter = after_training(self.drafter, self.policy, self.profile, ro.trained_tokens, int(ro.generated))
         return trained, unfinished, (drafting.kind, quality, ro.trained_tokens)
+
+    def _keep_mixed(self, step: int, groups: list[Group], trained: list[Group]) -> list[Group]:
+        """The first prompts_per_step complete mixed-reward groups (the rest are dropped, paid for)."""
+        p, complete = self.workload.prompts_per_step, {id(g) for g in trained}
+        mixed = [i for i, g in enumerate(groups) if g.mixed and id(g) in complete]
+        used = mixed[:p]
+        self.filtering.append(FilterRecord(self._batches, step + 1, 1, len(groups), self.workload.group_size, p, 0,
+                                           mixed, used))
+        self._batches += 1
+        return [groups[i] for i in used]
 
     def _filtered_rounds(self, step: int):
         """DAPO's dynamic sampling: rounds of ceil(prompts x oversample) new groups, each decoded in
