@@ -64,7 +64,7 @@ def _mixture_quantiles(theta: np.ndarray, probs: np.ndarray, log_cap: float) -> 
     """Quantiles of log-length under the censored mixture a N(mu, sd) + (1 - a) N(mu + w, sd)."""
     mu, log_sd, logit_a, log_w = theta
     sd, a, w = math.exp(log_sd), 1.0 / (1.0 + math.exp(-logit_a)), math.exp(log_w)
-    grid = np.linspace(mu - 6 * sd, mu + w + 6 * sd, 2000)
+    grid = np.linspace(mu - 6 * sd, mu + w + 6 * sd, 800)
     cdf = a * norm.cdf((grid - mu) / sd) + (1 - a) * norm.cdf((grid - mu - w) / sd)
     return np.minimum(np.interp(probs, cdf, grid), log_cap)
 
@@ -163,9 +163,11 @@ def _goodness(obs: ObservedLengths, cap: int, model: LengthModel, labelled: bool
     return LengthFit(model, rows, ks, labelled, not misses, "; ".join(parts))
 
 
-def _draws(obs: ObservedLengths, cap: int, model: LengthModel, replicates: int = 40) -> tuple[np.ndarray, np.ndarray]:
+def _draws(obs: ObservedLengths, cap: int, model: LengthModel) -> tuple[np.ndarray, np.ndarray]:
     """The fitted model sampled with the observed batches' shape (groups x group size per batch),
-    `replicates` times; returns all lengths and each replicate's longest."""
+    enough times for stable quantiles (at least 3, at most 40, ~400k lengths); returns all lengths
+    and each replicate's longest."""
+    replicates = int(np.clip(400_000 // max(1, obs.responses), 3, 40))
     rng = np.random.default_rng(0)  # fixed: the goodness of fit is a property of the fit, not of a seed
     sizes = np.diff(obs.starts)
     group = int(np.median(sizes))

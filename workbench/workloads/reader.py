@@ -226,20 +226,21 @@ def _generic(path: Path, data) -> pd.DataFrame:
             where = f"{path}:{row + line0}" if line0 else f"{path} (row {row})"
             raise ConfigError(where, name, df[name].iloc[row], "a whole number >= 0")
         out[name] = values.astype(np.int64)
-    # a prompt's id may be any text or number: its order of first appearance within the step numbers it
-    out["group"] = df.groupby(df["step"], sort=False)["prompt"].transform(lambda s: pd.factorize(s)[0]).to_numpy()
+    # a prompt's id may be any text or number: (step, id) pairs are numbered by first appearance
+    out["group"] = pd.factorize(pd.MultiIndex.from_arrays([out["step"], df["prompt"].astype(str)]))[0]
     out["correct"] = _correct(path, df, line0) if "correct" in df.columns else UNKNOWN
     out["mixed"] = UNKNOWN
     if "correct" in df.columns:
-        agg = out.groupby(["step", "group"])["correct"].transform(lambda c: int(c.min() != c.max()))
-        out["mixed"] = agg.astype(np.int8)
+        by = out.groupby(["step", "group"])["correct"]
+        out["mixed"] = (by.transform("min") != by.transform("max")).astype(np.int8)
     return out
 
 
 def _correct(path: Path, df: pd.DataFrame, line0: int) -> np.ndarray:
     raw = df["correct"]
-    mapped = raw.map(lambda v: {True: 1, False: 0, 1: 1, 0: 0, 1.0: 1, 0.0: 0, "true": 1, "false": 0, "True": 1,
-                                "False": 0}.get(v, None) if not isinstance(v, float) or v == v else None)
+    if raw.dtype == bool:
+        return raw.to_numpy().astype(np.int8)
+    mapped = raw.astype(str).str.strip().str.lower().map({"true": 1, "false": 0, "1": 1, "0": 0, "1.0": 1, "0.0": 0})
     if mapped.isna().any():
         row = int(np.flatnonzero(mapped.isna().to_numpy())[0])
         where = f"{path}:{row + line0}" if line0 else f"{path} (row {row})"
