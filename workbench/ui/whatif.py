@@ -29,6 +29,7 @@ from workbench.contracts.workload import Workload, load_workload, workload_prese
 from workbench.plots import batch_lines
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times
+from workbench.ui.length_upload import length_file_workload
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt")
 MAX_GANTT_WORKERS = 64
@@ -102,8 +103,10 @@ def _parse_upload(cls: type, upload) -> Any:
 def _base_workload() -> tuple[Workload | None, str]:
     """The chosen preset or uploaded workload, and an id that changes when the choice does."""
     presets = workload_presets()
-    source = st.radio("Workload", ["Preset", "File"], horizontal=True, key="whatif_wl_source",
-                      help="A named preset, or a workload YAML/JSON file of your own.")
+    source = st.radio("Workload", ["Preset", "File", "Length file"], horizontal=True, key="whatif_wl_source",
+                      help="A named preset, a workload YAML/JSON file of your own, or your real response lengths.")
+    if source == "Length file":
+        return length_file_workload()
     if source == "Preset":
         default = presets.index("paper-7b-8gpu") if "paper-7b-8gpu" in presets else 0
         name = st.selectbox("Workload preset", presets, index=default, key="whatif_wl_preset")

@@ -1,0 +1,123 @@
+"""What-if's "Length file" source: upload real response lengths, see them beside the model, simulate them.
+
+The upload goes through `tlt workload import` (workbench.workloads.build.import_workload) into a
+directory of this session, so the page simulates exactly the Workload the command would write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+from sim.lengths import sample_step
+from workbench.contracts.length_data import ObservedLengths, read_observed
+from workbench.contracts.schema import ConfigError, FieldError
+from workbench.contracts.workload import Workload, load_workload, workload_presets
+from workbench.workloads.build import MODES, import_workload
+
+_STATE_DIRS = "whatif_length_dirs"  # upload digest -> the directory its import lives in
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    workload: Workload
+    observed: ObservedLengths | None
+    lines: list[str]
+
+
+def import_upload(files: list[tuple[str, bytes]], base: str, mode: str, cap: int | None, into: Path) -> Uploaded:
+    """Write the uploaded files into `into` and import them as `tlt workload import` would."""
+    into.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, data in files:
+        path = into / Path(name).name
+        path.write_bytes(data)
+        paths.append(path)
+    out = into / "uploaded.yaml"
+    res = import_workload(paths, out, load_workload(base), mode, cap, "uploaded-lengths",
+                          source=f"uploaded: {', '.join(n for n, _ in files)}")
+    wl = load_workload(out)
+    return Uploaded(wl, read_observed(wl.lengths.data) if res.data is not None else None, res.lines)
+
+
+def model_draw(obs: ObservedLengths, wl: Workload, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The workload's length model (its lognormal fit) drawn with the observed batches' shape: all
+    lengths and each batch's index."""
+    rng = np.random.default_rng(seed)
+    out, batch = [], []
+    for b, ids in enumerate(obs.batch_groups):
+        x = sample_step(wl.lengths, wl.max_response_tokens, len(ids), wl.group_size, b, rng).lengths
+        out.append(x)
+        batch.append(np.full(len(x), b))
+    return np.concatenate(out), np.concatenate(batch)
+
+
+def histogram_figure(obs: ObservedLengths, drawn: np.ndarray, cap: int) -> go.Figure:
+    """Observed vs model lengths on log-spaced bins (the tail is what matters)."""
+    top = max(int(obs.length.max()), int(drawn.max()), 2)
+    bins = np.unique(np.geomspace(1, min(cap, top) + 1, 60).astype(int))
+    fig = go.Figure()
+    for name, x in (("observed", np.minimum(obs.length, cap)), ("model (lognormal fit)", drawn)):
+        counts, edges = np.histogram(x, bins=bins)
+        fig.add_bar(x=edges[:-1], y=counts / max(1, len(x)), width=np.diff(edges), name=name, opacity=0.6)
+    fig.update_layout(barmode="overlay", xaxis_type="log", xaxis_title="response tokens", yaxis_title="share",
+                      title="Response lengths", height=320, margin=dict(t=40, b=40))
+    return fig
+
+
+def tail_figure(obs: ObservedLengths, drawn: np.ndarray, drawn_batch: np.ndarray) -> go.Figure:
+    """Per step: the longest response over the median, observed vs model."""
+    steps = np.arange(obs.batches)
+    ratio = lambda x: float(x.max() / max(1.0, np.median(x)))  # noqa: E731
+    fig = go.Figure()
+    fig.add_scatter(x=steps, y=[ratio(obs.length[obs.batch == b]) for b in steps], mode="lines+markers",
+                    name="observed")
+    fig.add_scatter(x=steps, y=[ratio(drawn[drawn_batch == b]) for b in steps], mode="lines+markers",
+                    name="model (lognormal fit)")
+    fig.update_layout(xaxis_title="observed step", yaxis_title="longest / median", title="Per-step tail",
+                      height=320, margin=dict(t=40, b=40))
+    return fig
+
+
+def length_file_workload() -> tuple[Workload | None, str]:
+    """The panel: upload, options, report and charts; the imported Workload and an id for the page."""
+    uploads = st.file_uploader("Length files (PolyTrace packed_lengths JSONL with dapo_filter_indices.jsonl, a "
+                               "CSV/JSONL/Parquet table of step, prompt, length, or veRL's response_length/* per step)",
+                               type=["jsonl", "csv", "parquet"], accept_multiple_files=True, key="whatif_len_files")
+    cols = st.columns(3)
+    presets = workload_presets()
+    base = cols[0].selectbox("Hardware from", presets, key="whatif_len_base",
+                             index=presets.index("tlt-eval-qwen2.5-32b") if "tlt-eval-qwen2.5-32b" in presets else 0,
+                             help="The workload whose profile, workers and TP the lengths run on.")
+    mode = cols[1].radio("Length model", MODES, horizontal=True, key="whatif_len_mode",
+                         help="replay: the observed steps as they were; fit: the lognormal mixture fitted to them; "
+                              "empirical: whole observed groups drawn at random.")
+    cap = cols[2].number_input("Cap (0: infer)", min_value=0, value=0, step=1024, key="whatif_len_cap")
+    if not uploads:
+        st.info("Upload response lengths: `tlt workload import` reads the same files.")
+        return None, ""
+    files = [(u.name, u.getvalue()) for u in uploads]
+    digest = hashlib.sha1(b"".join(hashlib.sha1(n.encode() + d).digest() for n, d in files)
+                          + f"{base}:{mode}:{cap}".encode()).hexdigest()[:12]
+    dirs = st.session_state.setdefault(_STATE_DIRS, {})
+    into = Path(dirs.setdefault(digest, tempfile.mkdtemp(prefix="tlt-lengths-")))
+    try:
+        up = import_upload(files, base, mode, int(cap) or None, into)
+    except (ConfigError, FieldError) as exc:
+        st.error(f"Length file rejected: {exc}")
+        return None, ""
+    with st.expander("What the files hold (the import's report)", expanded=True):
+        st.code("\n".join(up.lines), language=None)
+    if up.observed is not None:
+        drawn, batch = model_draw(up.observed, up.workload)
+        left, right = st.columns(2)
+        left.plotly_chart(histogram_figure(up.observed, drawn, up.workload.max_response_tokens),
+                          use_container_width=True, key="whatif_len_hist")
+        right.plotly_chart(tail_figure(up.observed, drawn, batch), use_container_width=True, key="whatif_len_tail")
+    return up.workload, f"lengths:{digest}"
