@@ -261,7 +261,7 @@ class Simulator:
         for r in range(ds.max_rounds):
             batch, self._batches = self._batches, self._batches + 1
             groups = self._new_groups(step, launch, 0, batch)
-            done, _, (k, q, t) = yield from self._round(step, groups, None, mode)
+            _, _, (k, q, t) = yield from self._round(step, groups, None, mode)
             kind, quality, spot_tokens = (k, q, spot_tokens + t) if r == 0 else (kind, quality, spot_tokens + t)
             mixed = [i for i, g in enumerate(groups) if g.mixed and g.complete]
             used = mixed[:max(0, p - len(kept))]

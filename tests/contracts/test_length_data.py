@@ -8,7 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.contracts.length_data import COLUMNS, from_frame, read_observed, write_observed
+from workbench.contracts.length_data import (
+    COLUMNS,
+    from_frame,
+    read_observed,
+    write_observed,
+)
 from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.workload import DynamicSampling, LengthModel, load_workload
 

@@ -11,7 +11,12 @@ import pytest
 from sim.lengths import LengthModel, for_cap
 from sim.rollout import Group, Seq, shard_seqs
 from sim.simulator import group_lengths, simulate
-from workbench.contracts.length_data import COLUMNS, from_frame, read_observed, write_observed
+from workbench.contracts.length_data import (
+    COLUMNS,
+    from_frame,
+    read_observed,
+    write_observed,
+)
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
@@ -143,7 +148,7 @@ def test_filtering_on_the_lognormal_model_keeps_mixed_correctness(tmp_path):
 
 
 def test_partial_rollouts_with_filtering_train_on_mixed_groups_only(replay):
-    wl, obs = replay
+    wl, _ = replay
     wl = replace(wl, prompts_per_step=2, dynamic_sampling=DynamicSampling(True, 2.0))
     run = simulate(wl, load_policy("april"), PROFILE, seed=0, steps=2)
     assert run.filtering and all(m.groups_trained <= 2 for m in run.steps)

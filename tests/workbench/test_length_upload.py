@@ -9,12 +9,17 @@ import pytest
 
 pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
-from sim.simulator import simulate  # noqa: E402
-from workbench.contracts.policy import load_policy  # noqa: E402
-from workbench.contracts.profile import load_profile  # noqa: E402
-from workbench.ui.length_upload import histogram_figure, import_upload, model_draw, tail_figure  # noqa: E402
+from sim.simulator import simulate
+from workbench.contracts.policy import load_policy
+from workbench.contracts.profile import load_profile
+from workbench.ui.length_upload import (
+    histogram_figure,
+    import_upload,
+    model_draw,
+    tail_figure,
+)
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 

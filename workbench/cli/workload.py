@@ -6,7 +6,6 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 import yaml
@@ -16,7 +15,13 @@ from workbench.cli.common import fail
 from workbench.contracts.length_data import read_observed
 from workbench.contracts.schema import ConfigError, to_mapping
 from workbench.contracts.workload import load_workload
-from workbench.workloads.build import MODES, format_report, import_workload, infer_cap, report
+from workbench.workloads.build import (
+    MODES,
+    format_report,
+    import_workload,
+    infer_cap,
+    report,
+)
 from workbench.workloads.fit import fit_lengths
 
 
@@ -27,12 +32,12 @@ def import_(
                                        "[prompt_tokens, correct, rank], or veRL's per-step response_length/* metrics."),
     out: Path = typer.Option(..., help="The Workload YAML to write (the lengths go beside it: OUT.lengths.parquet)."),
     mode: str = typer.Option("replay", help=f"Length model: {', '.join(MODES)}."),
-    cap: Optional[int] = typer.Option(None, min=16, help="max_response_tokens of the run (default: a mass at the longest "
+    cap: int | None = typer.Option(None, min=16, help="max_response_tokens of the run (default: a mass at the longest "
                                       "length, else the next power of two)."),
     base: str = typer.Option("tlt-eval-qwen2.5-32b", help="Workload preset or file whose hardware (profile, workers, "
                              "TP, max_batch) the new workload runs on."),
-    name: Optional[str] = typer.Option(None, help="Workload name (default: OUT's stem)."),
-    responses_per_step: Optional[int] = typer.Option(None, min=2, help="Summary tables only: responses behind each "
+    name: str | None = typer.Option(None, help="Workload name (default: OUT's stem)."),
+    responses_per_step: int | None = typer.Option(None, min=2, help="Summary tables only: responses behind each "
                                                      "step's max (default: the base's prompts x group size)."),
 ) -> None:
     """Import real response lengths: report what is in them, fit the length model, write a Workload."""

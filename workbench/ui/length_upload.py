@@ -67,22 +67,26 @@ def histogram_figure(obs: ObservedLengths, drawn: np.ndarray, cap: int) -> go.Fi
         counts, edges = np.histogram(x, bins=bins)
         fig.add_bar(x=edges[:-1], y=counts / max(1, len(x)), width=np.diff(edges), name=name, opacity=0.6)
     fig.update_layout(barmode="overlay", xaxis_type="log", xaxis_title="response tokens", yaxis_title="share",
-                      title="Response lengths", height=320, margin=dict(t=40, b=40))
+                      title="Response lengths", height=320, margin={"t": 40, "b": 40})
     return fig
 
 
 def tail_figure(obs: ObservedLengths, drawn: np.ndarray, drawn_batch: np.ndarray) -> go.Figure:
     """Per step: the longest response over the median, observed vs model."""
     steps = np.arange(obs.batches)
-    ratio = lambda x: float(x.max() / max(1.0, np.median(x)))  # noqa: E731
+    ratio = lambda x: float(x.max() / max(1.0, np.median(x)))
     fig = go.Figure()
     fig.add_scatter(x=steps, y=[ratio(obs.length[obs.batch == b]) for b in steps], mode="lines+markers",
                     name="observed")
     fig.add_scatter(x=steps, y=[ratio(drawn[drawn_batch == b]) for b in steps], mode="lines+markers",
                     name="model (lognormal fit)")
     fig.update_layout(xaxis_title="observed step", yaxis_title="longest / median", title="Per-step tail",
-                      height=320, margin=dict(t=40, b=40))
+                      height=320, margin={"t": 40, "b": 40})
     return fig
+
+
+def _tail_ratio(x: np.ndarray) -> float:
+    return float(x.max() / max(1.0, float(np.median(x))))
 
 
 def length_file_workload() -> tuple[Workload | None, str]:

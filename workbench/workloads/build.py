@@ -132,10 +132,10 @@ def fit_summary(summary: SummaryTable, cap: int, responses_per_step: int) -> tup
         m, top, clip = summary.mean[i], summary.max[i], summary.clip_ratio[i]
         if not (m > 0):
             raise ConfigError(f"step {summary.step[i]:g}", "response_length/mean", m, "a mean length > 0")
-        if top == top and top > m:
+        if np.isfinite(top) and top > m:
             gap = math.log(top / m)
             sd = z_n - math.sqrt(max(0.0, z_n * z_n - 2 * gap))
-        elif clip == clip and 0 < clip < 0.5:
+        elif np.isfinite(clip) and 0 < clip < 0.5:
             # log cap = mu + sd z_c and log mean = mu + sd^2 / 2
             z_c = float(_norm_ppf(1 - clip))
             gap = math.log(cap / m)
@@ -150,8 +150,8 @@ def fit_summary(summary: SummaryTable, cap: int, responses_per_step: int) -> tup
     mu0 = float(np.mean(mus) - drift * x.mean())
     model = LengthModel(clip_ratio=0.0, sigma=float(f"{np.mean(sds):.4g}"), mean_accuracy=0.5, wrong_factor=1.0,
                         drift_per_step=float(f"{np.clip(drift, -0.5, 0.5):.4g}"), median_tokens=float(f"{math.exp(mu0):.5g}"))
-    notes = ["a per-step summary has no single lengths: one lognormal per step (no correct/wrong mixture, "
-             "group_correlation left at 0.5); replay and the KS statistic need response lengths"]
+    notes = [("a per-step summary has no single lengths: one lognormal per step (no correct/wrong mixture, "
+              "group_correlation left at 0.5); replay and the KS statistic need response lengths")]
     return model, notes
 
 
@@ -166,8 +166,8 @@ def rescaled(model: LengthModel, cap_from: int, cap_to: int) -> LengthModel:
 
 def format_report(r: ImportReport, fit: LengthFit | None) -> list[str]:
     """The report as text lines (the CLI prints them)."""
-    lines = [f"{r.responses:,} responses, {r.steps} steps, {r.groups} groups; group size {r.group_size[1]} "
-             f"(min {r.group_size[0]}, max {r.group_size[2]})",
+    lines = [(f"{r.responses:,} responses, {r.steps} steps, {r.groups} groups; group size {r.group_size[1]} "
+              f"(min {r.group_size[0]}, max {r.group_size[2]})"),
              f"cap {r.cap} ({r.cap_how}); clip ratio {r.clip_ratio:.4f}",
              "lengths: " + ", ".join(f"{k} {v:,.0f}" for k, v in r.quantiles.items()),
              f"prompt tokens (median): {r.prompt_tokens:,.0f}" if r.prompt_tokens is not None else
@@ -178,8 +178,8 @@ def format_report(r: ImportReport, fit: LengthFit | None) -> list[str]:
              "mixed-reward groups: " + (f"{r.mixed_share:.1%}" if r.mixed_share is not None else
                                         "unknown (dynamic sampling would keep every group)"),
              "step  groups  responses    p50    p90     max  max/p50  clip"]
-    lines += [f"{s.step:>4}  {s.groups:>6}  {s.responses:>9}  {s.p50:>5.0f}  {s.p90:>5.0f}  {s.max:>6}  {s.tail_ratio:>7.1f}"
-              f"  {s.clip_ratio:.3f}" for s in r.per_step]
+    lines += [(f"{s.step:>4}  {s.groups:>6}  {s.responses:>9}  {s.p50:>5.0f}  {s.p90:>5.0f}  {s.max:>6}  "
+               f"{s.tail_ratio:>7.1f}  {s.clip_ratio:.3f}") for s in r.per_step]
     if fit is not None:
         lines.append("fit (lognormal mixture)  observed   fitted   error")
         lines += [f"  {row.quantity:<22} {row.observed:>8.4g} {row.fitted:>8.4g}  {row.error:+.3f}" for row in fit.rows]

@@ -19,7 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workbench.contracts.length_data import COLUMNS, UNKNOWN, ObservedLengths, from_frame
+from workbench.contracts.length_data import (
+    COLUMNS,
+    UNKNOWN,
+    ObservedLengths,
+    from_frame,
+)
 from workbench.contracts.schema import ConfigError
 
 SUMMARY_MEAN = "response_length/mean"
