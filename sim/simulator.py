@@ -17,6 +17,9 @@ so rollouts overlap training, on weights up to k updates old (each step reports 
 Random numbers: each prompt's responses come from (seed, step, prompt index) alone, so every
 policy sees the same responses (common random numbers); bandits and acceptance noise have
 their own streams per engine.
+
+DAPO's dynamic sampling (Workload.dynamic_sampling): a step decodes rounds of new groups and
+trains on the mixed-reward ones; each round is a rollout on the pool, and the step pays for all.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import norm
 
-from sim.lengths import for_cap
 from workbench.contracts.length_data import UNKNOWN, ObservedLengths, write_observed
 from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.workload import DynamicSampling, LengthModel, Workload
@@ -150,18 +149,19 @@ def fit_summary(summary: SummaryTable, cap: int, responses_per_step: int) -> tup
     mu0 = float(np.mean(mus) - drift * x.mean())
     model = LengthModel(clip_ratio=0.0, sigma=float(f"{np.mean(sds):.4g}"), mean_accuracy=0.5, wrong_factor=1.0,
                         drift_per_step=float(f"{np.clip(drift, -0.5, 0.5):.4g}"), median_tokens=float(f"{math.exp(mu0):.5g}"))
-    notes = [("a per-step summary has no single lengths: one lognormal per step (no correct/wrong mixture, "
-              "group_correlation left at 0.5); replay and the KS statistic need response lengths")]
+    notes = ["step   mean: observed  fitted    max: observed  fitted"]
+    for i, step in enumerate(summary.step):
+        mu = mu0 + drift * i
+        fit_mean, fit_max = math.exp(mu + model.sigma ** 2 / 2), min(cap, math.exp(mu + model.sigma * z_n))
+        notes.append(f"{step:>4g}   {summary.mean[i]:>14,.0f}  {fit_mean:>6,.0f}   {summary.max[i]:>13,.0f}  "
+                     f"{fit_max:>6,.0f}")
+    notes.append("a per-step summary has no single lengths: one lognormal per step (no correct/wrong mixture, "
+                 "group_correlation left at 0.5); replay and the KS statistic need response lengths")
     return model, notes
 
 
 def _norm_ppf(p: float) -> float:
     return float(norm.ppf(p))
-
-
-def rescaled(model: LengthModel, cap_from: int, cap_to: int) -> LengthModel:
-    """The fitted shape for another cap (e.g. the DAPO fit at the paper's 32k): `sim.lengths.for_cap`."""
-    return for_cap(model, cap_from, cap_to)
 
 
 def format_report(r: ImportReport, fit: LengthFit | None) -> list[str]:
