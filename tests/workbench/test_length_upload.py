@@ -57,3 +57,34 @@ def test_the_page_offers_a_length_file_source():
     at.radio(key="whatif_wl_source").set_value("Length file").run()
     assert not at.exception, at.exception
     assert any("tlt workload import" in i.value for i in at.info)
+
+
+def _panel_with_an_upload() -> None:
+    """The panel as What-if runs it, with the uploader answering one CSV (AppTest cannot upload)."""
+    import numpy as np
+    import streamlit as st
+
+    from workbench.ui import length_upload
+
+    class Upload:
+        name = "mine.csv"
+
+        def getvalue(self) -> bytes:
+            rng = np.random.default_rng(1)
+            rows = [f"{s},q{p},{int(np.ceil(rng.lognormal(5, 1.0)))},{int(m < p % 3)}"
+                    for s in range(3) for p in range(6) for m in range(4)]
+            return ("step,prompt,length,correct\n" + "\n".join(rows) + "\n").encode()
+
+    st.file_uploader = lambda *a, **k: [Upload()]
+    wl, wl_id = length_upload.length_file_workload()
+    st.session_state["panel_result"] = (wl.name if wl else None, wl_id)
+
+
+def test_the_panel_shows_the_report_and_both_charts():
+    at = AppTest.from_function(_panel_with_an_upload, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    name, wl_id = at.session_state["panel_result"]
+    assert name == "uploaded-lengths" and wl_id.startswith("lengths:")
+    assert "72 responses" in at.code[0].value
+    assert len(at.get("plotly_chart")) == 2
