@@ -1,9 +1,9 @@
 """Self-calibration: `tlt calibrate --model DIR` captures a fit set and a held-out set on this
 machine, normalises the machine's drift, fits a Profile and validates it, in one run.
 
-Why it is built this way: the machine drifts (a batch-1 step took 5.9 ms during one capture set
-and 4.3 ms minutes later), so a profile fitted on captures taken at one moment and validated on
-captures taken at another showed |error| of 12-62%. Here
+Why it is built this way: the machine drifts by tens of percent within minutes, so a profile
+fitted on captures taken at one moment and validated on captures taken at another mostly
+measures the drift. Here
 
 - the plan (`plan_captures`) interleaves the drafter kinds (no SD, n-gram, EAGLE) in rounds, each
   round in another kind order, and repeats every fit shape in every round, so no kind or shape
