@@ -22,9 +22,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Chromium also draws the figures' PNG/SVG downloads (kaleido); the app runs without it, the buttons then say why.
+# The app listens on 127.0.0.1 only (.streamlit/config.toml); ADDRESS=0.0.0.0 serves it to the network, on purpose.
+ADDRESS ?=
 app: $(STAMP)
 	@test -x $(CHROMIUM) || $(MAKE) chromium || echo "No Chromium: figure PNG/SVG downloads are off."
-	$(BIN)/streamlit run app.py
+	$(BIN)/streamlit run app.py $(if $(ADDRESS),--server.address $(ADDRESS))
 
 # TLT_REQUIRE_BROWSER: with Chromium just installed, a browser test that cannot start fails instead of skipping.
 # Two pytest workers, a test file each at a time (module fixtures such as test_train's runs stay in one

@@ -20,12 +20,11 @@ sequence count). This module is that on CPU:
 
 Why not transformers' own packing (`position_ids` restarting, no attention mask, attention
 "sdpa"): in transformers 5.19 that builds a dense block-diagonal [T, T] mask over the whole
-row and runs attention over all T^2 pairs; measured on the reference model, a 16-sequence
-minibatch took 2.8 s forward+backward that way, 1.0 s per span, 6.7 s padded.
+row and runs attention over all T^2 pairs, the squared total instead of the sum of squares.
 
-Log-probabilities equal a padded forward's up to float rounding (measured: 3e-5 absolute on
-the reference model; other kernels sum in another order). The attention ignores dropout:
-the trainer runs the model in eval mode (real/grpo.py says why).
+Log-probabilities equal a padded forward's up to float rounding (other kernels sum in another
+order; `tlt bench grpo` reports the largest loss and gradient differences). The attention
+ignores dropout: the trainer runs the model in eval mode (real/grpo.py says why).
 """
 
 from __future__ import annotations

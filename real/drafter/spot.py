@@ -290,8 +290,8 @@ def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor,
 
     The same arithmetic as `drafter.predict_hidden` over [context; drafts so far] for every step
     (causal attention: a position sees only earlier ones), but the context's keys and values are
-    computed once for all starts and each step computes only the new positions: the cost of a
-    chain no longer grows with the context times the draft length."""
+    computed once for all starts and each step computes only the new positions, so the cost of a
+    chain does not grow with the context times the draft length."""
     layer = drafter.layers[0]
     attn = layer.self_attn
     last = int(starts.max())

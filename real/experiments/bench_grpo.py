@@ -5,7 +5,7 @@ The batch is real: the model's own responses (vLLM, temperature 1) to `prompts` 
 update on, with the tail the model really has (the reference model's responses run from ~20
 tokens to the 1024 cap). Two GRPOTrainers start from the model with the same seed and config
 (`tlt train`'s: minibatches of 16, one epoch), one packed (real/packing.py), one padded (one
-right-padded forward per minibatch, the path before packing). Their steps alternate, the first
+right-padded forward per minibatch, the reference path). Their steps alternate, the first
 of each pair swapped every repeat (packed, padded, padded, packed, ...), after one untimed step
 each, so the machine's drifts hit both alike; a step's cost does not depend on its weights.
 

@@ -300,10 +300,8 @@ def spot_interference(trace_dir: str | Path) -> pd.DataFrame:
     engine steps that overlapped another worker's drafter training (`beside_training`), each over
     the median of the steps that did not at the same batch size, draft length and context (within
     a power of two); `matched` of them had such steps, `slowdown` is the median ratio (1: none).
-    Compared like for like because the steps beside training are the tail's: in one reference
-    bench they ran at batch 1 with a median context of 975 tokens against 574 and more often at
-    K=8, so plain medians by batch read 18.3 against 13.1 ms (+39%) where matched steps read +21%
-    (on a plain engine, SD off: +12%; 2 workers on 2 cores, one thread each)."""
+    Compared like for like because the steps beside training are the tail's (deeper contexts,
+    other draft lengths): plain medians by batch size would count those differences as slowdown."""
     tl = load_trace(trace_dir).timeline
     if tl is None:
         raise ValueError(f"{trace_dir}: no timeline.parquet (written by `tlt train`)")

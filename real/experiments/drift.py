@@ -24,19 +24,9 @@ Deterministic for a seed on one machine and torch build (fixed threads, determin
 every random choice draws from the seed's streams (`workbench.contracts.seeds`: the problems and
 sampling of each RL step, the held-out problems and their sampling, GRPO, the spot trainer).
 
-Measured (2 busy x86 cores, torch CPU, the defaults: 8 prompts x 4 samples, 200 tokens, GRPO lr
-1e-3, 40 spot steps at lr 1e-3, seed 0), accepted length from 3.090 at the start:
-- 8 updates (tests/real/test_drafter_drift.py, ~60 s): static 2.414, spot 3.180.
-- 20 updates (`python -m real.experiments.drift --updates 20`, 3 min 50 s): static 1.703, spot
-  3.828, ratio 2.25; the static drafter's lowest was 1.484 (update 17), the spot's 2.855 (update
-  13). Over the first updates the static drafter's accepted length rises a little (3.355 after
-  update 1) before it falls.
-At lr 1e-3 the policy drifts by degrading: the rollouts' mean reward falls from 0.50 to 0 by
-update 10 and stays near 0 (copying slips, then malformed lines). Gentler rates keep the policy
-working but move the drafters less in 20 updates (measured with the random draws of an earlier
-seed scheme): lr 4e-4, reward 0.06-0.59, static 2.570, spot 3.293 (ratio 1.28); lr 2e-4, reward
-0.12-0.84, static 3.285 (no fall), spot 3.773 (the spot drafter's gain is then further
-training, not drift).
+The default GRPO learning rate (1e-3) moves the policy far within a few updates, by degrading it
+(its reward falls towards 0); gentler rates keep the policy working but move the drafters less.
+Figures: docs/results.md, "Drafter staleness".
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""How well an EAGLE engine's K=0 steps predict a plain engine: the SD guard's input, checked.
+"""The SD guard's plain engine, checked: what a plain engine's steps cost, and how well they are priced.
 
-The SD guard (real/run/sd_guard.py) prices a rollout on a plain engine from the SD engine's own
-steps that verified no drafts: their wall time minus the drafting the engine timed
-(`EngineStepRow.draft_s`). This runs greedy batches of the task's prompts on a plain engine and
-on an EAGLE engine held at K=0, alternately (`--rounds` of each, engines restarted in this
-process, so drifts of a shared machine hit both), and prints per batch size the median step time
-of each, the estimate, and the estimate over the plain engine's time (1.0: exact; above: the
-estimate is slower, so the guard keeps SD a little longer than it should):
+Why the guard measures a plain engine at all (real/run/sd_guard.py): an EAGLE engine held at K=0
+is not plain decoding (the drafter's first pass still runs), so its K=0 steps, net of the drafting
+the engine times (`EngineStepRow.draft_s`), would overstate what a plain engine takes. This runs
+greedy batches of the task's prompts on a plain engine and on an EAGLE engine held at K=0,
+alternately (`--rounds` of each, engines restarted in this process, so drifts of a shared machine
+hit both), and prints per batch size the median step time of each, that estimate, and the
+estimate over the plain engine's time (1.0: exact; above: the K=0 steps are slower):
 
     python -m real.experiments.plain_estimate --model traces/reference/model --drafter traces/reference/drafter
 

@@ -3,13 +3,13 @@
 On a CPU every run is timed with `perf_counter`, or, when torch runs on one thread, with that
 thread's CPU clock (`thread_time`): on a CPU shared with other processes (this project's
 2-core machines) a run that is descheduled midway then costs what it computed, not how long it
-waited (wall-clock medians of the same point moved 2-4x with the machine's load). On CUDA the runs are queued back to back with
-a CUDA event recorded between them, so each interval is what the GPU spent on one run, or,
-when the host cannot launch kernels as fast as the GPU runs them (eager mode at small
-batches), the host's launch time: either way, the step's time in a running engine. A graph
-run replays one captured step (production engines capture decode steps so that launching a
-step's hundreds of kernels costs one launch); every graph captures into one shared memory
-pool, as an engine does.
+waited (wall-clock medians of the same point move severalfold with the machine's load). On CUDA
+the runs are queued back to back with a CUDA event recorded between them, so each interval is
+what the GPU spent on one run, or, when the host cannot launch kernels as fast as the GPU runs
+them (eager mode at small batches), the host's launch time: either way, the step's time in a
+running engine. A graph run replays one captured step (production engines capture decode steps
+so that launching a step's hundreds of kernels costs one launch); every graph captures into one
+shared memory pool, as an engine does.
 """
 
 from __future__ import annotations

@@ -15,23 +15,13 @@ and their order drawn from the seed).
 `load_model_dir(path)` checks that any directory given as `--model` is a Hugging Face
 causal-LM directory (our own or any other) before an engine is started on it.
 
-Measured on this project's machine (2 x86 cores, torch 2.13 CPU):
-- `tlt model init --out traces/reference/model --seed 0` (the defaults: 1,200 steps of 4,096
-  tokens, 4.1M loss tokens, peak lr 3e-3, 2 threads): SFT 453 s (0.33 s a step on an otherwise
-  idle machine), 8 min 15 s for the whole command with the evaluation; final loss 0.012.
-  Greedy on 100 held-out problems of the default mix: accuracy 0.70 (1-6 steps 0.75, 7-20 steps
-  0.64, 21+ steps 0.60); response tokens p50 83, p90 317, max 996 (the reference solutions: 53,
-  330, 916); wrong answers run longer (284 tokens on average, right ones 95).
-  `python -m real.experiments.check_vllm --model traces/reference/model`: vLLM's greedy tokens equal
-  `greedy_generate`'s on 12 of 12 problems.
-- How the defaults were chosen: with two-digit numbers the model first learns to stop at once
-  (400 steps: accuracy 0.16; 600 steps: 0.48 but greedy p90 32 tokens against 151 for the
-  reference, no long tail), then learns the procedure suddenly, and then the arithmetic is
-  perfect (1,200 steps: 0.98). Three-digit numbers (too many pairs to memorise) leave a slip
-  rate per step after the procedure is learnt: 1,200 steps gives 0.70-0.82 with the full tail.
-  Fewer steps risk the "stop at once" regime, where the tail disappears.
-- Threads matter for speed: two threads share two cores badly with any other busy process (up
-  to 5x slower a step); `--threads 1` is more robust on a busy machine (other weights, though).
+Why the defaults (`DEFAULT_STEPS` = 1,200 steps of 4,096 tokens, three-digit numbers): trained
+too briefly the model learns to stop at once and its responses lose the long tail; on two-digit
+numbers it ends up doing the arithmetic perfectly, so RL has nothing to improve. Three-digit
+numbers (too many pairs to memorise) leave a slip rate per step: some answers are wrong, and the
+wrong ones run longer.
+`--threads 1` trains more robustly on a busy machine (two threads share two cores badly with any
+other process), with other weights. The shipped model's figures: docs/results.md.
 """
 
 from __future__ import annotations

@@ -45,9 +45,9 @@ rule-based reward does: 0.5 for a right answer plus 0.5 for a response in the `s
 RL then moves the policy from mostly compact to spaced responses, a third longer; a drafter
 trained offline on the SFT model's greedy outputs (all compact) has never seen that style.
 A spaced solution of more than 63 steps runs past the 1,024-token cap (RL clips it: a cost of
-the format on the hardest problems). Scoring only right answers in the spaced style moved
-nothing in 20 RL steps of `tlt train` at lr 1e-4: the SFT model samples a quarter of its
-responses spaced and gets few of those right, so rewards were 0-6%. The prompts of a
+the format on the hardest problems). The two terms are added, not required together: the SFT
+model samples a quarter of its responses spaced and gets few of those right, so a reward for
+right spaced answers only would leave RL almost no signal. The prompts of a
 (n, seed, mix, split) are the same in every variant; only the solutions' style (drawn from
 its own seeded stream) and the reward differ. A model records its variant in `training.json`
 (`real.tiny.model.variant_of`).

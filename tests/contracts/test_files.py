@@ -21,7 +21,7 @@ from workbench.contracts.policy import (
     policy_presets,
 )
 from workbench.contracts.profile import load_profile, profile_presets
-from workbench.contracts.schema import ConfigError, save
+from workbench.contracts.schema import ConfigError, differences, save
 from workbench.contracts.workload import load_workload, workload_presets
 
 GOOD_POLICY = {
@@ -373,3 +373,14 @@ def test_fastrl_rules_are_policy_fields(tmp_path):
         with pytest.raises(ConfigError) as exc:
             load_policy(path)
         assert f"'{field}'" in str(exc.value), exc.value
+
+
+def test_differences_compares_numbers_within_a_relative_tolerance():
+    prof = load_profile("cpu-tiny")
+    near = replace(prof, decode=replace(prof.decode, overhead_s=prof.decode.overhead_s * (1 + 1e-5)))
+    far = replace(prof, decode=replace(prof.decode, overhead_s=prof.decode.overhead_s * 1.01))
+    renamed = replace(prof, name="other")
+    assert differences(prof, near, rel_tol=1e-3) == []
+    assert differences(prof, far, rel_tol=1e-3) == ["decode.overhead_s"]
+    assert differences(prof, renamed, rel_tol=1e-3) == ["name"]
+    assert differences({"a": [1.0, 2.0]}, {"a": [1.0]}, rel_tol=1e-3) == ["a"]

@@ -21,7 +21,11 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
 - `self_calibration`: `tlt calibrate --model`: plan, capture (an injectable `Machine`), normalise,
   fit, validate on held-out captures, write (`run_self_calibration`, `write_self_calibration`).
   Import it as `workbench.calibrate.self_calibration` (not re-exported here: it uses
-  `workbench.validate`, which imports this package).
+  `workbench.validate`, which imports this package);
+- `runs`: whole `tlt train` runs -> update, sync, spot-trainer and drafter-learning parameters
+  (`fit_runs`, `tlt calibrate --run`);
+- `published`: published microbenchmarks -> GPU engine factors and tree acceptance
+  (`fit_published`), carried to other models and TP degrees by `shapes`.
 
 The fit error stored in the profile (`fit_error_pct`) is the median absolute
 per-step latency error on held-out steps (5-fold cross-validation; runs of

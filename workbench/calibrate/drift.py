@@ -1,23 +1,22 @@
 """Drift normalisation: a trace's times rescaled to the machine's typical speed.
 
-The machine a calibration runs on changes speed within minutes (on the 2-core CPU host a
-batch-1 step took 5.9 ms during one set of captures and 4.3 ms minutes later), so captures
-taken at different moments disagree by tens of percent about the same step. `tlt calibrate
---model` measures a fixed reference (real/run/capture.py's `ReferenceForward`) before and
-after every capture; a capture taken while the reference ran slow is scaled down by as much:
+The machine a calibration runs on changes speed within minutes, so captures taken at different
+moments disagree by tens of percent about the same step. `tlt calibrate --model` measures a
+fixed reference (real/run/capture.py's `ReferenceForward`) before and after every capture; a
+capture taken while the reference ran slow is scaled down by as much:
 
     factor = median(every reference of the run) / median(the references nearest the capture)
 
 (the `window` nearest on each side: 1 takes the one just before and the one just after; 2, the
 default of `tlt calibrate --model`, two on each side, which damps one measurement that hit or
-missed a burst of another process: on this host single measurements scatter by ~20% between
-neighbours, while the drift the normalisation is for moves over minutes)
+missed a burst of another process: single measurements scatter between neighbours, while the
+drift the normalisation is for moves over minutes)
 
-and every time in the trace (steps, requests, RL steps, timeline) is multiplied by it. The
-(`cpu_drift_factors` measures the slowness another way.) The
-trace on disk keeps its raw times and records the factor in `meta["drift"]`; `apply_recorded`
-scales a loaded trace by it once (meta["drift"]["applied"] says it was), so
-`tlt calibrate PROFILE.captures/fit-*` fits what the self-calibration fitted.
+and every time in the trace (steps, requests, RL steps, timeline) is multiplied by it.
+`cpu_drift_factors` measures the slowness another way: the reference's CPU time over the
+capture's CPU share. The trace on disk keeps its raw times and records the factor in
+`meta["drift"]`; `apply_recorded` scales a loaded trace by it once (meta["drift"]["applied"]
+says it was), so `tlt calibrate PROFILE.captures/fit-*` fits what the self-calibration fitted.
 """
 
 from __future__ import annotations

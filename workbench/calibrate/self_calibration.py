@@ -1,9 +1,9 @@
 """Self-calibration: `tlt calibrate --model DIR` captures a fit set and a held-out set on this
 machine, normalises the machine's drift, fits a Profile and validates it, in one run.
 
-Why it is built this way: the machine drifts (a batch-1 step took 5.9 ms during one capture set
-and 4.3 ms minutes later), so a profile fitted on captures taken at one moment and validated on
-captures taken at another showed |error| of 12-62%. Here
+Why it is built this way: the machine drifts by tens of percent within minutes, so a profile
+fitted on captures taken at one moment and validated on captures taken at another mostly
+measures the drift. Here
 
 - the plan (`plan_captures`) interleaves the drafter kinds (no SD, n-gram, EAGLE) in rounds, each
   round in another kind order, and repeats every fit shape in every round, so no kind or shape
@@ -51,8 +51,8 @@ KINDS = ("none", "ngram", "eagle")
 FIT_SHAPES = ((16, 4, 1024, 64), (16, 4, 512, 32), (8, 4, 512, 8), (16, 4, 256, 16))
 # Draft-length schedules (min_batch, max_batch, K) of the SD fit captures, rotated over the shapes so
 # each K meets several batch sizes. K runs up to 8, the SD engines' num_speculative_tokens and the
-# longest draft the tuner and `tlt-vllm` use: a profile fitted on K <= 4 alone extrapolated the
-# n-gram drafter's acceptance and verify cost to a tuned K = 8 and overpredicted its speedup 14%.
+# longest draft the tuner and `tlt-vllm` use, so no tuned K = 8 rests on acceptance and verify costs
+# extrapolated from shorter drafts.
 FIT_SCHEDULES = (((1, 8, 6), (9, 32, 2)), ((1, 64, 3),), ((1, 4, 8), (5, 16, 1), (17, 64, 2)),
                  ((1, 16, 4), (17, 64, 1)))
 MAX_DRAFT_LEN = 8

@@ -46,7 +46,7 @@ def paper(
         typer.echo(f"warning: the shipped profile presets {', '.join(stale)} differ from this fit; rerun with "
                    "--write-profiles and copy them into workbench/contracts/presets/profiles/", err=True)
     if write_profiles:
-        for p in profiles:
+        for p in report.profiles_to_write(profiles):
             save(p, out / "profiles" / f"{p.name}.yaml")
     rep = reproduce(fit, pub, steps=steps, seeds=list(range(seeds)),
                     on_progress=lambda m: typer.echo(f"  {m} ({time.perf_counter() - t0:.1f}s)", err=True))

@@ -1,9 +1,9 @@
 """Policy: how a rollout engine uses speculative decoding and trains its drafter.
 
 One file drives the simulator and the real backend alike. Presets live in
-`workbench/presets/policies/` (`baseline`, `static-sd`, `tlt`); any YAML/JSON
-file with the same fields works too. The format is documented field by field
-in `docs/formats.md`.
+`workbench/contracts/presets/policies/` (`baseline`, `static-sd`, `tlt`, ...; `tlt presets`
+lists them); any YAML/JSON file with the same fields works too. The format is documented
+field by field in `docs/formats.md`.
 """
 
 from __future__ import annotations

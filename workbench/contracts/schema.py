@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from pathlib import Path
@@ -105,6 +106,25 @@ def to_mapping(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [to_mapping(v) for v in obj]
     return obj
+
+
+def differences(a: Any, b: Any, rel_tol: float, path: str = "") -> list[str]:
+    """Where two contracts (or their mappings) differ: numbers beyond `rel_tol` relative, anything else
+    unequal. Fitted numbers differ in their last digits between CPUs (BLAS, instruction sets), so files
+    written by a fit are compared this way, never for equality."""
+    a, b = to_mapping(a), to_mapping(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [path or "."]
+        return [d for k in a for d in differences(a[k], b[k], rel_tol, _join(path, str(k)))]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [path or "."]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, rel_tol, f"{path}[{i}]")]
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        return [] if math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0) or (a != a and b != b) else [path or "."]
+    return [] if a == b else [path or "."]
 
 
 def save(obj: Any, path: str | Path) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from workbench.contracts.fileio import jsonable, write_json
 from workbench.contracts.profile import Profile, load_profile
-from workbench.contracts.schema import to_mapping
+from workbench.contracts.schema import differences, to_mapping
 from workbench.paper.peers import PeerExplanation
 from workbench.paper.reproduce import PaperRow, Reproduction
 from workbench.tables import format_table
@@ -59,9 +59,21 @@ def explanations_text(rep: Reproduction) -> str:
                         + [f"batch {b}" for b in buckets])
 
 
+# A refit on another CPU moves a fitted number in its last digits (BLAS, instruction sets); the presets carry
+# five significant digits, so anything within this is the same fit.
+REFIT_REL_TOL = 1e-3
+
+
 def stale_presets(refitted: list[Profile]) -> list[str]:
-    """Profile presets that differ from a fresh fit (the shipped files were not regenerated)."""
-    return [p.name for p in refitted if to_mapping(load_profile(p.name)) != to_mapping(p)]
+    """Profile presets that differ from a fresh fit beyond REFIT_REL_TOL (the shipped files were not regenerated)."""
+    return [p.name for p in refitted if differences(load_profile(p.name), p, REFIT_REL_TOL)]
+
+
+def profiles_to_write(refitted: list[Profile]) -> list[Profile]:
+    """What `--write-profiles` writes: the shipped preset where the refit agrees with it within REFIT_REL_TOL
+    (so a refit on another machine writes the same files), the refit where it does not."""
+    stale = set(stale_presets(refitted))
+    return [p if p.name in stale else load_profile(p.name) for p in refitted]
 
 
 def peers_document(rows: list[PaperRow], expl: list[PeerExplanation], steps: int, seeds: list[int]) -> dict:
