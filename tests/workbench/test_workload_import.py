@@ -175,3 +175,14 @@ def test_cli_import_then_show(tmp_path):
     assert load_workload(out).lengths.kind == "empirical"
     shown = runner.invoke(app, ["workload", "show", str(out)])
     assert shown.exit_code == 0 and "kind: empirical" in shown.output and "KS statistic" in shown.output
+
+
+def test_a_cap_heavy_file_is_fitted_with_its_mass_at_the_cap():
+    true = LengthModel(clip_ratio=0.12, sigma=0.9, mean_accuracy=0.6, wrong_factor=2.0)
+    rng = np.random.default_rng(4)
+    s = sample_step(true, 2048, 400, 8, 0, rng)
+    obs = from_frame(pd.DataFrame([(0, int(p), -1, -1, int(x), -1, -1) for p, x in zip(s.prompt, s.lengths)],
+                                  columns=list(COLUMNS)))
+    fit = fit_lengths(obs, 2048)
+    clip = next(r for r in fit.rows if r.quantity == "clip_ratio")
+    assert clip.observed > 0.1 and abs(clip.error) <= 0.02 and fit.ok
