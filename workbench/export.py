@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,8 @@ def export_policy(policy: Policy, target: str, drafter_dir: str | Path | None = 
 def check_out(target: str, out: str | Path) -> None:
     """vLLM's `--config` and Hydra read only .yaml/.yml files: refuse another name before writing."""
     if target in ("vllm", "verl") and Path(out).suffix not in (".yaml", ".yml"):
-        raise ExportError(f"--out {out}: {target} reads a .yaml or .yml file (e.g. --out {Path(out).stem}.{target}.yaml)")
+        raise ExportError(f"--out {out}: {target} reads a .yaml or .yml file "
+                          f"(e.g. --out {Path(out).stem}.{target}.yaml)")
 
 
 # ---------------------------------------------------------------- what no serving config carries
@@ -104,8 +106,9 @@ def trainer_notes(policy: Policy, target: str) -> list[str]:
 def training_note(policy: Policy, target: str) -> list[str]:
     if not policy.training.enabled:
         return []
-    return [f"dropped: training (spot training of the drafter on idle workers): {target} has no such setting "
-            f"(FastRL's trainer has: tlt export --to sglang writes it as speculative.train.*)"]
+    note = (f"dropped: training (spot training of the drafter on idle workers): {target} has no such setting "
+            f"(FastRL's trainer has: tlt export --to sglang writes it as speculative.train.*)")
+    return [note]
 
 
 def _vllm_refusal(policy: Policy, exc: EngineConfigError, target: str) -> ExportError:
@@ -136,7 +139,7 @@ def vllm_notes(policy: Policy, target: str = "vllm") -> list[str]:
 def header(policy: Policy, target: str, usage: list[str], notes: list[str]) -> str:
     lines = [f"# tlt export: policy '{policy.name}' for {target}.", *[f"# {u}" for u in usage]]
     if notes:
-        lines.append("# Notes (approximated: the file runs something close; dropped: not set; exact: said another way):")
+        lines.append("# Notes (approximated: runs something close; dropped: not set; exact: said another way):")
         lines += [f"#   - {n}" for n in notes]
     else:
         lines.append("# The target expresses the whole policy.")
@@ -201,13 +204,14 @@ def sd_buckets(policy: Policy, target: str) -> list[Bucket]:
 def fastrl_buckets(policy: Policy, buckets: list[Bucket]) -> None:
     """FastRL's BEG/PREDEFINED MAB gives the i-th batch bucket the strategy with the i-th largest
     `num_draft_tokens`: verified tokens must fall strictly from bucket to bucket."""
-    for a, b in zip(buckets, buckets[1:]):
+    for a, b in pairwise(buckets):
         if b.strategy.verify_tokens >= a.strategy.verify_tokens:
             raise ExportError(
-                f"sglang: policy '{policy.name}': batch {b.min_batch}-{b.max_batch} verifies {b.strategy.verify_tokens} "
-                f"tokens ({b.strategy.name}), batch {a.min_batch}-{a.max_batch} {a.strategy.verify_tokens} "
-                f"({a.strategy.name}); FastRL's MAB (speculative_mab_bs_threshold) gives larger batches strictly "
-                f"fewer verified tokens: make the schedule's verified tokens fall with the batch size")
+                f"sglang: policy '{policy.name}': batch {b.min_batch}-{b.max_batch} verifies "
+                f"{b.strategy.verify_tokens} tokens ({b.strategy.name}), batch {a.min_batch}-{a.max_batch} "
+                f"{a.strategy.verify_tokens} ({a.strategy.name}); FastRL's MAB (speculative_mab_bs_threshold) "
+                f"gives larger batches strictly fewer verified tokens: make the schedule's verified tokens fall "
+                f"with the batch size")
 
 
 def sglang_name(s: Strategy) -> str:
@@ -265,13 +269,13 @@ def fastrl_notes(policy: Policy, buckets: list[Bucket]) -> list[str]:
 def ngram_args(policy: Policy, buckets: list[Bucket]) -> tuple[list[tuple[str, str]], list[str]]:
     """SGLang's NGRAM worker: one chain for every batch size (no threshold, no buckets there)."""
     last = buckets[-1]
-    notes = [f"approximated: SGLang's NGRAM worker drafts one length at every batch size (FastRL's bs_threshold and "
-             f"MAB are EAGLE-only): draft length {last.strategy.steps}, the largest batches' "
-             f"({last.min_batch}-{last.max_batch}), where a longer draft costs most; SD stays on above "
-             f"sd_threshold {policy.sd_threshold}"]
+    note = (f"approximated: SGLang's NGRAM worker drafts one length at every batch size (FastRL's bs_threshold and "
+            f"MAB are EAGLE-only): draft length {last.strategy.steps}, the largest batches' "
+            f"({last.min_batch}-{last.max_batch}), where a longer draft costs most; SD stays on above "
+            f"sd_threshold {policy.sd_threshold}")
     args = [("--speculative-algorithm", "NGRAM"), ("--speculative-num-draft-tokens", str(last.strategy.verify_tokens)),
             ("--speculative-ngram-min-bfs-breadth", "1"), ("--speculative-ngram-max-bfs-breadth", "1")]
-    return args, notes
+    return args, [note]
 
 
 def sglang_parts(policy: Policy, drafter_dir: str | Path | None) -> tuple[list[tuple[str, str]], list[str], list[str]]:
@@ -305,7 +309,7 @@ def sglang_export(policy: Policy, drafter_dir: str | Path | None, max_num_seqs: 
     args, overrides, notes = sglang_parts(policy, drafter_dir)
     usage = ["bash: source THIS_FILE, then",
              'serve:  python -m sglang.launch_server --model-path MODEL "${SGLANG_ARGS[@]}"',
-             'train:  python3 -m verl.trainer.main_fastrl "${FASTRL_OVERRIDES[@]}" <your data, model, trainer overrides>',
+             'train:  python3 -m verl.trainer.main_fastrl "${FASTRL_OVERRIDES[@]}" <data, model, trainer overrides>',
              "Argument names are FastRL's SGLang fork's (mit-han-lab/fastrl third-party/sglang); upstream SGLang",
              f"lacks {FASTRL_THRESHOLD_ARG} and --speculative-eagle-mab-* (FastRL's adaptive SD and MAB).",
              f"max_num_seqs {max_num_seqs}: set it as --max-running-requests (FastRL's trainer sets 512)."]
@@ -329,11 +333,11 @@ def upstream_sglang_kwargs(policy: Policy, drafter_dir: str | Path | None) -> tu
     kwargs = {"speculative_algorithm": "EAGLE", "speculative_draft_model_path": str(ddir),
               "speculative_num_steps": last.strategy.steps, "speculative_eagle_topk": last.strategy.topk,
               "speculative_num_draft_tokens": last.strategy.verify_tokens}
-    notes = [f"approximated: upstream SGLang (veRL's engine_kwargs.sglang) runs one strategy at every batch size: "
-             f"{last.strategy.name}, the largest batches' ({last.min_batch}-{last.max_batch}), where a larger tree "
-             f"costs most; per-bucket trees and SD off above sd_threshold {policy.sd_threshold} need FastRL "
-             f"(tlt export --to sglang)"]
-    return kwargs, notes
+    note = (f"approximated: upstream SGLang (veRL's engine_kwargs.sglang) runs one strategy at every batch size: "
+            f"{last.strategy.name}, the largest batches' ({last.min_batch}-{last.max_batch}), where a larger tree "
+            f"costs most; per-bucket trees and SD off above sd_threshold {policy.sd_threshold} need FastRL "
+            f"(tlt export --to sglang)")
+    return kwargs, [note]
 
 
 def verl_export(policy: Policy, drafter_dir: str | Path | None, max_num_seqs: int) -> Export:

@@ -242,7 +242,8 @@ def _fastrl_plays_the_schedule(policy: Policy, a) -> None:
 
     default = f"{a.speculative_num_steps}_{a.speculative_eagle_topk}_{a.speculative_num_draft_tokens}"
     mab = BucketedEpsilonGreedyMAB(strategies=sorted({default, *a.speculative_eagle_mab_configs}),
-                                   window_size=a.speculative_mab_window_size, bs_threshold=a.speculative_mab_bs_threshold)
+                                   window_size=a.speculative_mab_window_size,
+                                   bs_threshold=a.speculative_mab_bs_threshold)
     for batch in range(1, a.apdative_speculative_batch_size_threshold + 1):
         s = policy.strategy_of(policy.bucket_of(batch))
         assert mab.select_strategy(batch) == f"{s.steps}_{s.topk}_{s.verify_tokens}", (policy.name, batch)
