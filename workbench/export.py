@@ -356,8 +356,9 @@ def verl_export(policy: Policy, drafter_dir: str | Path | None, max_num_seqs: in
             notes.append("the policy does not use speculative decoding: plain decoding")
         else:
             rollout["engine_kwargs"] = {"vllm": {"speculative_config": spec}}
-    usage = ["Merge into your veRL trainer config (or give each leaf as a Hydra override, e.g.",
-             f"actor_rollout_ref.rollout.name={rollout['name']}); veRL passes engine_kwargs.vllm to vLLM verbatim",
-             "and engine_kwargs.sglang to SGLang's ServerArgs."]
+    usage = ["Merge into your veRL trainer config, or give each leaf as a Hydra override (e.g.",
+             f"actor_rollout_ref.rollout.name={rollout['name']}; keys under engine_kwargs, empty in veRL's defaults,",
+             "with a leading +). veRL passes engine_kwargs.vllm to vLLM verbatim and engine_kwargs.sglang to",
+             "SGLang's ServerArgs."]
     body = {"actor_rollout_ref": {"rollout": rollout}}
     return Export("verl", policy.name, header(policy, "veRL", usage, notes) + dump_yaml(body), tuple(notes), "yaml")
