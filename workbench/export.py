@@ -116,13 +116,14 @@ def _vllm_refusal(policy: Policy, exc: EngineConfigError, target: str) -> Export
     return ExportError(f"{target}: {exc}{hint}")
 
 
-def vllm_spec(policy: Policy, drafter_dir: str | Path | None, max_num_seqs: int) -> dict[str, Any] | None:
+def vllm_spec(policy: Policy, drafter_dir: str | Path | None, max_num_seqs: int,
+              target: str = "vllm") -> dict[str, Any] | None:
     """vLLM's speculative_config, by the real engine's own translation (a static table)."""
     ddir = Path(drafter_dir).resolve() if drafter_dir is not None else None
     try:
         return speculative_config(policy, ddir, max_num_seqs, adaptive=False)
     except EngineConfigError as exc:
-        raise _vllm_refusal(policy, exc, "vllm") from None
+        raise _vllm_refusal(policy, exc, target) from None
 
 
 def vllm_notes(policy: Policy, target: str = "vllm") -> list[str]:
@@ -350,7 +351,7 @@ def verl_export(policy: Policy, drafter_dir: str | Path | None, max_num_seqs: in
         notes = trainer_notes(policy, "verl") + training_note(policy, "verl") + notes
         rollout["engine_kwargs"] = {"sglang": kwargs}
     else:
-        spec = vllm_spec(policy, drafter_dir, max_num_seqs)
+        spec = vllm_spec(policy, drafter_dir, max_num_seqs, "verl")
         notes = vllm_notes(policy, "verl")
         if spec is None:
             notes.append("the policy does not use speculative decoding: plain decoding")
