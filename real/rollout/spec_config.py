@@ -112,7 +112,8 @@ def refuse_unrunnable(policy: Policy) -> None:
             f"the policy with `tlt sim`")
 
 
-def _eagle_dir(policy: Policy, drafter_dir: str | Path | None) -> Path:
+def eagle_checkpoint(policy: Policy, drafter_dir: str | Path | None) -> Path:
+    """The EAGLE drafter directory an eagle policy needs, checked (the engine and `tlt export` alike)."""
     if drafter_dir is None:
         raise EngineConfigError(
             f"policy '{policy.name}' uses an EAGLE drafter: give its checkpoint directory with "
@@ -145,7 +146,7 @@ def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
         spec: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": k_max,
                                 "prompt_lookup_max": NGRAM_LOOKUP_MAX, "prompt_lookup_min": NGRAM_LOOKUP_MIN}
     elif kind == "eagle":
-        spec = {"method": "eagle", "model": str(_eagle_dir(policy, drafter_dir)), "num_speculative_tokens": k_max}
+        spec = {"method": "eagle", "model": str(eagle_checkpoint(policy, drafter_dir)), "num_speculative_tokens": k_max}
     else:  # pragma: no cover - refuse_undraftable() leaves only none/ngram/eagle
         raise EngineConfigError(f"drafter.kind {kind!r}: the real backend runs none, ngram or eagle")
     if adaptive or len({k for _, _, k in rows}) > 1:

@@ -400,3 +400,59 @@ def test_calibrate_page_checks_the_form_then_starts_tlt_calibrate(monkeypatch, t
     assert kwargs["stdout"].name == str(tmp_path / "me.calibrate.log")
     assert any(i.value.startswith("calibrating (pid") for i in at.info), [i.value for i in at.info]
     assert at.text_input(key="calibrate_report_path").value == str(tmp_path / "me.calibration.json")
+
+
+# ---------------------------------------------------------------- Compare and Tune: the policy exported
+
+
+def _compare_script() -> None:
+    from workbench.ui import compare_page
+
+    compare_page.render()
+
+
+def _tune_script() -> None:
+    from workbench.ui import tune_page
+
+    tune_page.render()
+
+
+def _downloads(at: AppTest) -> dict[str, str]:
+    """Download buttons shown: label -> file name."""
+    return {b.proto.label: b.proto.url for b in at.get("download_button")}
+
+
+def test_compare_offers_the_fastest_policy_for_each_stack() -> None:
+    at = AppTest.from_function(_compare_script, default_timeout=120)
+    at.run()
+    at.selectbox(key="compare_wl").set_value("cpu-tiny")
+    at.multiselect(key="compare_policies").set_value(["baseline", "tlt-base"])
+    at.number_input(key="compare_seeds").set_value(1)
+    at.number_input(key="compare_steps").set_value(1)
+    at.button(key="compare_run").click().run()
+    assert not at.exception, at.exception
+    summary = at.dataframe[0].value
+    fastest = str(summary["step_time_s_mean"].idxmin())
+    assert at.selectbox(key="compare_export_pick").value == fastest
+    at.selectbox(key="compare_export_pick").set_value("tlt-base").run()
+    labels = set(_downloads(at))
+    assert {"Download for vLLM", "Download for SGLang / FastRL", "Download for veRL"} <= labels
+    # SGLang's n-gram worker has one draft length: the approximation is listed under the buttons.
+    notes = next(e for e in at.expander if e.label.startswith("What the targets cannot express"))
+    assert any("SGLang / FastRL: approximated" in m.value for m in notes.markdown)
+
+
+def test_tune_offers_the_tuned_policy_for_each_stack() -> None:
+    """cpu-tiny's profile is this machine's: the study searches what `tlt train` runs (chains), which
+    every target expresses."""
+    at = AppTest.from_function(_tune_script, default_timeout=300)
+    at.run()
+    at.selectbox(key="tune_wl").set_value("cpu-tiny").run()
+    at.number_input(key="tune_trials").set_value(2)
+    at.number_input(key="tune_seeds").set_value(1)
+    at.number_input(key="tune_steps:cpu-tiny").set_value(1)
+    at.text_input(key="tune_storage").set_value("memory")
+    at.button(key="tune_run").click().run()
+    assert not at.exception, at.exception
+    assert {"Download policy (YAML)", "Download for vLLM", "Download for SGLang / FastRL",
+            "Download for veRL"} <= set(_downloads(at))

@@ -1,10 +1,11 @@
 """The `tlt` command line (layer 3): parse, call the tools, print.
 
 Commands live by job: `simulate.py` (sim, presets, check, compare, regret, tune, bench sim),
-`fit.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level
-measurement), `real.py` (model init, capture, drafter train, train, bench rollout, bench grpo,
-bench real) and `paper.py` (the TLT paper's figures). Importing them registers their commands
-on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
+`fit.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level measurement),
+`real.py` (model, capture, drafter, train, bench rollout, bench grpo, bench real), `paper.py` (the TLT
+paper's figures), `workload.py` (workload import and show: lengths from logs) and `export.py` (export: a
+policy for vLLM, SGLang / FastRL or veRL). Importing them registers
+their commands on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
 """
 
 from workbench.cli import simulate  # noqa: F401, I001
@@ -14,6 +15,7 @@ from workbench.cli import profile  # noqa: F401
 from workbench.cli import real  # noqa: F401
 from workbench.cli import paper  # noqa: F401
 from workbench.cli import workload  # noqa: F401
+from workbench.cli import export  # noqa: F401
 from workbench.cli.apps import app
 
 __all__ = ["app"]

@@ -19,7 +19,7 @@ from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import load_workload, workload_presets
 from workbench.regret import RegretReport, bandit_regret
-from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button
+from workbench.ui.export import Report, figure_downloads, fixed, pct, policy_export_buttons, report_button
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
 _STATE_RESULT = "compare_result"
@@ -140,6 +140,10 @@ def _show_compare(result: Comparison) -> None:
                       f"compare-{result.workload}.html", "compare_dl_report")
     with st.expander("Per seed"):
         st.dataframe(result.runs, width="stretch", hide_index=True)
+    fastest = str(summary["step_time_s_mean"].idxmin())
+    pick = st.selectbox("Policy to export", result.policies, index=result.policies.index(fastest),
+                        key="compare_export_pick", help="The fastest policy here is picked first.")
+    policy_export_buttons(load_policy(pick), "compare_export")
 
 
 def _regret_panel(workload, profile, seeds: int, steps: int) -> None:

@@ -1,4 +1,5 @@
-"""Downloads the pages share: a figure as PNG or SVG, and a result as one self-contained HTML report.
+"""Downloads the pages share: a figure as PNG or SVG, a result as one self-contained HTML report, and a
+policy exported for vLLM, SGLang / FastRL and veRL (`policy_export_buttons`).
 
 Plotly figures become images through kaleido, which drives a Chrome (Debian's chromium here, the
 one the browser tests use). Starting it takes seconds, so nothing is drawn until a button is
@@ -25,6 +26,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 from matplotlib.figure import Figure
+
+from workbench.contracts.policy import Policy
+from workbench.export import TARGETS, ExportError, export_policy
 
 CHROME_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 MIME = {"png": "image/png", "svg": "image/svg+xml", "html": "text/html"}
@@ -187,3 +191,34 @@ def report_button(label: str, build: Callable[[], Report], file_name: str, key: 
                        icon=":material/description:", on_click="ignore",
                        help="One HTML file with the inputs, the tables and the interactive figures; it opens "
                             "offline in any browser, so it can be sent as it is.")
+
+
+DEFAULT_DRAFTER = "traces/reference/drafter"  # the shipped EAGLE drafter (of traces/reference/model)
+TARGET_LABELS = {"vllm": "vLLM", "sglang": "SGLang / FastRL", "verl": "veRL"}
+TARGET_MIME = {"yaml": "application/x-yaml", "sh": "text/x-shellscript"}
+
+
+def policy_export_buttons(policy: Policy, key: str) -> None:
+    """One download per target: the policy as `tlt export --to TARGET` writes it (workbench/export.py).
+    A target that cannot run the policy says why instead; what a file approximates or drops is
+    listed in the file and under the buttons."""
+    st.markdown(f"**Export {policy.name} for a real stack** (as `tlt export {policy.name}.yaml --to ...` writes it)")
+    drafter = ""
+    if policy.drafter.kind == "eagle":
+        drafter = st.text_input("EAGLE drafter checkpoint directory (written into the files)", key=f"{key}_drafter",
+                                value=DEFAULT_DRAFTER if os.path.isdir(DEFAULT_DRAFTER) else "")
+    cols = st.columns(len(TARGETS))
+    notes: list[str] = []
+    for col, target in zip(cols, TARGETS):
+        label = TARGET_LABELS[target]
+        try:
+            exp = export_policy(policy, target, drafter.strip() or None)
+        except ExportError as exc:
+            col.caption(f"{label}: not exported. {exc}")
+            continue
+        col.download_button(f"Download for {label}", exp.text, file_name=exp.file_name, mime=TARGET_MIME[exp.suffix],
+                            key=f"{key}_{target}", on_click="ignore", icon=":material/rocket_launch:")
+        notes += [f"{label}: {n}" for n in exp.notes]
+    if notes:
+        with st.expander(f"What the targets cannot express ({len(notes)} notes)"):
+            st.markdown("\n".join(f"- {n}" for n in notes))

@@ -23,7 +23,7 @@ from workbench.contracts.policy import Policy
 from workbench.contracts.profile import load_profile, profile_choice_label, profile_presets
 from workbench.contracts.schema import ConfigError, FieldError, to_mapping
 from workbench.contracts.workload import load_workload, workload_presets
-from workbench.ui.export import figure_downloads
+from workbench.ui.export import figure_downloads, policy_export_buttons
 
 _STATE_RESULT = "tune_result"
 
@@ -184,6 +184,7 @@ def _show(res: _Result) -> None:
                        mime="application/x-yaml", key="tune_download", on_click="ignore")
     st.caption(f"Run it with `tlt sim --workload {spec.workload.name} --policy baseline,{policy.name}.yaml "
                f"--out DIR`, or resume the study with `tlt tune --study {res.study_name} --storage {res.storage}`.")
+    policy_export_buttons(policy, "tune_export")
 
 
 def render() -> None:

@@ -1,0 +1,39 @@
+"""`tlt export`: a policy as the file a real team's stack reads (vLLM, SGLang / FastRL, veRL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from workbench.cli.apps import app
+from workbench.cli.common import fail
+from workbench.contracts.fileio import write_atomic
+from workbench.contracts.policy import load_policy
+from workbench.contracts.schema import ConfigError
+from workbench.export import DEFAULT_MAX_NUM_SEQS, TARGETS, ExportError, check_out, export_policy
+
+
+@app.command("export")
+def export_cmd(
+    policy: str = typer.Argument(..., help="Policy preset name or YAML/JSON file (e.g. a tuned one from `tlt tune`)."),
+    to: str = typer.Option(..., "--to", help=f"Target: {', '.join(TARGETS)}."),
+    out: Path = typer.Option(..., help="File to write: vllm and verl a YAML file, sglang a bash file."),
+    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter checkpoint directory (eagle policies need one)."),
+    max_num_seqs: int = typer.Option(DEFAULT_MAX_NUM_SEQS, min=1, help="The engine's batch limit: vLLM's "
+                                     "per-batch table is closed there (vLLM's default 256)."),
+) -> None:
+    """Export a policy to vLLM (`vllm serve --config`), SGLang / FastRL (server arguments and FastRL's
+    trainer overrides) or veRL (a rollout config fragment). What the target cannot express is written
+    in the file as comments and on stderr; what it would run differently is refused."""
+    try:
+        pol = load_policy(policy)
+        result = export_policy(pol, to, drafter, max_num_seqs)
+        check_out(to, out)
+    except (ConfigError, ExportError) as exc:
+        fail(exc)
+    write_atomic(out, result.text)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"wrote {out} (policy {pol.name} for {to}; {len(result.notes)} notes)")
