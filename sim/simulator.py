@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import simpy
@@ -109,16 +109,17 @@ class _Streamed:
 
 class Simulator:
     def __init__(self, workload: Workload, policy: Policy, profile: Profile, seed: int = 0,
-                 replay: list[np.ndarray] | None = None):
+                 replay: list[np.ndarray] | None = None, start: Sequence[int] | None = None):
         """`replay[step]`, if given, holds that step's response lengths (prompt-major, group_size
-        per prompt) to use instead of sampling them: how a traced run is re-simulated."""
+        per prompt) to use instead of sampling them: how a traced run is re-simulated. `start`:
+        the draft length each schedule row starts at (`climb`; the schedule's by default)."""
         self.workload, self.policy, self.profile, self.seed = workload, policy, profile, seed
         self.replay = replay
         self.env = simpy.Environment()
         self.timeline = Timeline()
         self.engines = rollout_engines(workload, policy)
         pool = StreamingPool if policy.rollout.stream else RolloutPool
-        self.pool = pool(self.env, self.timeline, workload, policy, profile, seed, self.engines)
+        self.pool = pool(self.env, self.timeline, workload, policy, profile, seed, self.engines, start)
         self.drafter: DrafterState = initial_state(policy, profile)
         self.strategies = {NO_SD_STRATEGY, *(Strategy.chain(a) for a in policy.bandit.arms),
                            *(row.strategy for row in policy.schedule)}
@@ -383,5 +384,5 @@ def trained_info(step: int, trained: list[Group], left: int, kind: str, quality:
 
 def simulate(workload: Workload, policy: Policy, profile: Profile, seed: int = 0, steps: int | None = None,
              on_step: Callable[[StepMetrics], None] | None = None,
-             replay: list[np.ndarray] | None = None) -> PolicyRun:
-    return Simulator(workload, policy, profile, seed, replay).run(steps, on_step)
+             replay: list[np.ndarray] | None = None, start: Sequence[int] | None = None) -> PolicyRun:
+    return Simulator(workload, policy, profile, seed, replay, start).run(steps, on_step)

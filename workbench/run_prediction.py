@@ -8,8 +8,8 @@ before it ran, never from what it measured:
 - each RL step's own response lengths (`replay=`, `workbench.validate.trace_replay`): the lengths
   are the RL algorithm's output, the same whatever the speed, so they are an input here;
 - the policy as the run's meta records it, run by the simulator's own models, adaptive parts
-  included: the bandit (BEG-MAB per bucket) starts from the recorded schedule (the run's
-  `start_tables`), a warm-started drafter starts at the profile's `warm_start_quality`, spot
+  included: the bandit starts from the run's start table for its drafter (meta `start_tables`,
+  `run_start_table`), a warm-started drafter starts at the profile's `warm_start_quality`, spot
   training on idle workers and its learning curve, staleness per update and the n-gram switch
   are the profile's (`fit_runs` fits them from other runs). Where the run's SD guard turned SD
   off in set-up (the probe before step 0: meta `sd_probe.sd_off`), the engines are simulated
@@ -167,6 +167,15 @@ def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]
     return times, extra
 
 
+def run_start_table(trace: Trace, policy: Policy) -> tuple[int, ...] | None:
+    """The draft length each schedule row of `policy` started at in the run (meta `start_tables`,
+    for the policy's own drafter kind; None: the run started at the policy's schedule)."""
+    table = (trace.meta.get("start_tables") or {}).get(policy.drafter.kind)
+    if table is None or len(table) != len(policy.schedule):
+        return None
+    return tuple(int(k) for k in table)
+
+
 def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, seed: int = 0) -> RunPrediction:
     """Re-simulate a `tlt train` run with `profile` (module docstring); `policy` replaces the one the
     run's meta records (a what-if on the same responses)."""
@@ -181,7 +190,8 @@ def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, se
         raise TraceError(trace.path or trace.name, "policy.rollout.mode", f"'{pol.rollout.mode}'",
                          "a `tlt train` run is synchronous; predict it with a sync policy")
     replay, shards_match = trace_replay(trace, wl)
-    sim = simulate(wl, pol, profile, seed=seed, steps=wl.steps, replay=replay)
+    start = run_start_table(trace, pol) if policy is None else None
+    sim = simulate(wl, pol, profile, seed=seed, steps=wl.steps, replay=replay, start=start)
     measured, extra = measured_times(trace)
     if len(measured) != len(sim.steps):
         raise TraceError(trace.path or trace.name, "rl_steps.parquet", f"{len(measured)} RL steps for {len(sim.steps)} in requests",

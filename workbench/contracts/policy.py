@@ -22,7 +22,7 @@ from workbench.contracts.schema import (
 
 PRESET_DIR = Path(__file__).parent / "presets" / "policies"
 
-BanditAlgorithm = Literal["fixed", "beg", "ucb1", "egreedy"]
+BanditAlgorithm = Literal["fixed", "beg", "ucb1", "egreedy", "climb"]
 RewardStat = Literal["mean", "median"]
 DrafterKind = Literal["none", "ngram", "eagle", "suffix"]
 RolloutMode = Literal["sync", "partial", "tail_batching", "async"]
@@ -146,10 +146,12 @@ class BanditConfig:
 
     algorithm: BanditAlgorithm = "fixed"
     arms: tuple[int, ...] = (0, 2, 4)  # draft lengths the bandit may pick; 0 = SD off
-    epsilon: float = 0.1  # exploration rate (beg, egreedy)
-    window: int = 32  # rewards remembered per arm (beg): forgets as the policy drifts
-    decision_interval: int = 64  # engine steps between two choices (and two reward updates)
-    reward_stat: RewardStat = "mean"  # beg: the window's mean, or its median (FastRL's, robust to outlier steps)
+    epsilon: float = 0.1  # exploration rate (beg, egreedy, climb)
+    window: int = 32  # rewards (climb: steps) remembered per arm (beg, climb): forgets as the policy drifts
+    decision_interval: int = 64  # engine steps between two choices
+    # beg: judge an arm by its window's mean or median reward; climb: by its mean or median step
+    # time (median: FastRL's, robust to outlier steps)
+    reward_stat: RewardStat = "mean"
 
     def check(self) -> None:
         require(len(self.arms) >= 1, "arms", list(self.arms), "a non-empty list of draft lengths")
