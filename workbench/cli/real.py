@@ -31,7 +31,7 @@ from workbench.cli.common import fail
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
-from workbench.schedule import start_tables, with_table
+from workbench.schedule import start_tables
 from workbench.tables import format_table
 
 DEFAULT_PROFILE = "cpu-tiny"
@@ -213,9 +213,8 @@ def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, s
         except ConfigError as exc:
             fail(exc)
         predicted = start_tables(pol, prof)
-        if predicted:
+        if predicted:  # the run starts there; the policy stays as written (the trace records both)
             tables = {k: v.table for k, v in predicted.items()}
-            pol = with_table(pol, tables[pol.drafter.kind])
             source = f"profile {prof.name} (workbench/schedule.py)"
     drafter = default_drafter(model, pol, drafter)
     cfg = RunConfig(model=model, policy=pol, out=out, steps=steps, workers=workers, seed=seed, prompts=prompts,
