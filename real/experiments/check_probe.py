@@ -1,6 +1,6 @@
 """Whether the SD guard's probe predicts the first RL step: its verdict against that step's.
 
-A fresh guarded run (real/run/coordinator.py `_probe_sd`) decides before step 0 whether SD pays
+A fresh guarded run (real/run/coordinator.py `probe_sd`) decides before step 0 whether SD pays
 on this model, from a probe rollout (real/run/sd_guard.py `probe_requests`) priced at each
 worker's plain engine. Each round here starts one rollout worker as a run starts it
 (real/run/worker.py: plain engine measured, then the SD engine with a fresh bandit), decodes the
