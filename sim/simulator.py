@@ -180,7 +180,9 @@ class Simulator:
         version = min(self.pool.version)
         for g in groups:
             g.version = version if g.version is None else g.version
-        seqs = [Seq(gi, m) for gi, g in enumerate(groups) for m in range(len(g.lengths)) if g.generated[m] < g.lengths[m]]
+        seqs = [
+            Seq(gi, m) for gi, g in enumerate(groups) for m in range(len(g.lengths)) if g.generated[m] < g.lengths[m]
+        ]
         drafting = self._drafting(step)
         ro = RolloutRound(step, drafting, groups, seqs, stop_at, env.event(), env.event(), env.event(),
                           spot=self._spot_trains(step))
@@ -362,7 +364,9 @@ class Simulator:
         rows = self.timeline.frame(result.first_row, step)
         pool = rows[rows["worker"] < self.engines]
         sync = pool[pool["state"] == "sync"]
-        m = step_metrics(step, pool[pool["state"] != "sync"], self.engines, self.workload.max_response_tokens, result.info)
+        m = step_metrics(
+            step, pool[pool["state"] != "sync"], self.engines, self.workload.max_response_tokens, result.info
+        )
         return replace(m, step_time_s=float(self.env.now - last_update), train_time_s=float(self.env.now - train_start),
                        sync_time_s=float((sync["end_s"] - sync["start_s"]).sum() / self.engines))
 

@@ -196,7 +196,8 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
         bubble_frac=max(0.0, 1.0 - (decode + spot) / (n_workers * span)), spot_frac=spot / (n_workers * span),
         mean_accept_len=1.0 if math.isnan(acc) else acc,
         reward=sum(rewards) / len(rewards), pass_at_g=sum(by_prompt.values()) / len(by_prompt),
-        drafter_loss=(sum(sp.loss * sp.steps for sp in trained) / sum(sp.steps for sp in trained)) if trained else math.nan,
+        drafter_loss=(sum(sp.loss * sp.steps for sp in trained) / sum(sp.steps for sp in trained)
+                      if trained else math.nan),
         drafter_steps=sum(sp.steps for sp in spots), drafter_kind=drafter_kind,
         tokens=sum(row.response_tokens for row in requests), longest=max(row.response_tokens for row in requests),
         grpo_loss=grpo.loss, kl=grpo.kl,

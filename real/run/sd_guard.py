@@ -51,7 +51,10 @@ def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
     it will be applied to (`python -m real.experiments.plain_estimate --check-guard` checks it)."""
     problems = make_problems(n * PLAIN_PROMPTS, seed=seed)
     prompts = [" ".join(p.prompt for p in problems[i * PLAIN_PROMPTS:(i + 1) * PLAIN_PROMPTS]) for i in range(n)]
-    return [RolloutRequest(i, 0, prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i)) for i, prompt in enumerate(prompts)]
+    return [
+        RolloutRequest(i, 0, prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i))
+        for i, prompt in enumerate(prompts)
+    ]
 
 
 def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: str,

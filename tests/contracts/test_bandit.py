@@ -222,7 +222,10 @@ def test_fixed_table_returns_the_schedule():
 def test_same_seed_same_choices(algorithm):
     def run(seed):
         rng = np.random.default_rng(0)
-        return _run(make_bandit(make_policy(algorithm, epsilon=0.3), seed), 4, {0: 1.0, 2: 1.1, 4: 1.05, 6: 1.08}, 500, rng)
+        return _run(
+            make_bandit(make_policy(algorithm, epsilon=0.3), seed), 4, {0: 1.0, 2: 1.1, 4: 1.05, 6: 1.08}, 500, rng
+        )
+
     assert run(1) == run(1)
 
 

@@ -27,12 +27,30 @@ CLOCK0 = 1000.0  # the run began here (epoch seconds)
 
 
 def _step(step: int, start_s: float, wall_s: float, draft_len: int, drafts: int, accepted: int) -> EngineStepRow:
-    return EngineStepRow(rl_step=0, engine=0, step=step, start_s=start_s, wall_s=wall_s, batch_size=2, num_waiting=0,
-                         prefill_requests=0, prefill_tokens=0, decode_requests=2, scheduled_tokens=2 + drafts * draft_len,
-                         context_mean=20.0, context_max=24, draft_len=draft_len, num_drafts=drafts,
-                         num_draft_tokens=drafts * draft_len, num_accepted_tokens=accepted,
-                         accepted_per_pos=[accepted] + [0] * (draft_len - 1) if draft_len else [], new_tokens=2 + accepted,
-                         exec_s=0.001, finished=0, chosen_k=draft_len)
+    return EngineStepRow(
+        rl_step=0,
+        engine=0,
+        step=step,
+        start_s=start_s,
+        wall_s=wall_s,
+        batch_size=2,
+        num_waiting=0,
+        prefill_requests=0,
+        prefill_tokens=0,
+        decode_requests=2,
+        scheduled_tokens=2 + drafts * draft_len,
+        context_mean=20.0,
+        context_max=24,
+        draft_len=draft_len,
+        num_drafts=drafts,
+        num_draft_tokens=drafts * draft_len,
+        num_accepted_tokens=accepted,
+        accepted_per_pos=[accepted] + [0] * (draft_len - 1) if draft_len else [],
+        new_tokens=2 + accepted,
+        exec_s=0.001,
+        finished=0,
+        chosen_k=draft_len,
+    )
 
 
 def _request(worker: int, prompt: int, sample: int, tokens: int, reward: float) -> RequestRow:
@@ -79,9 +97,17 @@ def test_step_record_and_rows(step_zero, tmp_path):
     rows = RunRows()
     add_step_rows(rows, 0, rollouts, spots, requests, times, CLOCK0)
     states = [(r.worker, r.state, round(r.start_s, 6), round(r.end_s, 6)) for r in rows.timeline]
-    assert states == [(0, "decode", 0.0, 2.0), (0, "decode_sd", 2.0, 4.0), (0, "train", 4.0, 5.0), (0, "sync", 5.0, 6.0),
-                      (1, "decode", 0.0, 2.0), (1, "idle", 2.0, 2.5), (1, "drafter_train", 2.5, 4.2),
-                      (1, "train", 4.0, 5.0), (1, "sync", 5.0, 6.0)]  # worker 1 trained past the rollout's end
+    assert states == [
+        (0, "decode", 0.0, 2.0),
+        (0, "decode_sd", 2.0, 4.0),
+        (0, "train", 4.0, 5.0),
+        (0, "sync", 5.0, 6.0),
+        (1, "decode", 0.0, 2.0),
+        (1, "idle", 2.0, 2.5),
+        (1, "drafter_train", 2.5, 4.2),
+        (1, "train", 4.0, 5.0),
+        (1, "sync", 5.0, 6.0),
+    ]  # worker 1 trained past the rollout's end
     assert [r.drafter_train_s for r in rows.rl_steps] == [pytest.approx(1.5)]
     rows = pickle.loads(pickle.dumps(rows))  # checkpoints keep the rows (torch.save pickles them)
     meta = {"model": "m", "policy": {"name": "tlt"}, "prompts": 2, "samples": 2, "max_tokens": 64, "seed": 0,

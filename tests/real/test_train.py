@@ -166,7 +166,9 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     from real.run.records import DrafterCheck
     from real.run.sd_guard import SDVerdict
 
-    cfg = _config(reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=5, temperature=0.0, prompts=4, max_tokens=256)
+    cfg = _config(
+        reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=5, temperature=0.0, prompts=4, max_tokens=256
+    )
     verdict = coordinator.rollout_verdict
     verdicts: list = []
     forced_speedup = [0.5, 1.5, 0.5]  # the probe's, step 3's and step 4's (steps 0-2 ran without SD: not judged)
@@ -182,8 +184,13 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     update, check = run.trainer.step, run.check_drafters
     measured: list = []
     # Step 0's n-gram estimate is the reference (SD went off before any); steps 1-2 predict 0.5 x 5 / 1.
-    forced = [DrafterCheck(eagle=1.0, ngram=1.0), DrafterCheck(eagle=1.0, ngram=5.0), DrafterCheck(eagle=1.0, ngram=5.0),
-              DrafterCheck(eagle=2.0, ngram=1.0), DrafterCheck(1.0, 1.0)]
+    forced = [
+        DrafterCheck(eagle=1.0, ngram=1.0),
+        DrafterCheck(eagle=1.0, ngram=5.0),
+        DrafterCheck(eagle=1.0, ngram=5.0),
+        DrafterCheck(eagle=2.0, ngram=1.0),
+        DrafterCheck(1.0, 1.0),
+    ]
 
     def record(batch, keep_hidden=True):
         seen.append([(r.prompt_ids, r.response_ids) for r in batch])
@@ -248,7 +255,9 @@ def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
         proc.wait()
     before = (out / "metrics.csv").read_text().splitlines()
     assert len(before) == 2, "one finished step before the kill"
-    done = subprocess.run(_tlt_train(reference_model, out, "--resume"), capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        _tlt_train(reference_model, out, "--resume"), capture_output=True, text=True, env=env, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     after = (out / "metrics.csv").read_text().splitlines()
     assert len(after) == 3 and after[1] == before[1], "step 0's record must survive unchanged"
@@ -294,4 +303,6 @@ def test_bench_prediction_from_real_runs(runs):
                                                     t.measured_speedup_step, t.predicted_speedup_rollout))
     json.dumps(b.to_json())
     spot = fit_runs([runs["tlt-vllm"].out], load_profile("cpu-tiny"))
-    assert {"learning.train_tokens_per_s", "acceptance.staleness_per_update", "learning.learn_tokens"} <= {p.key for p in spot.params}
+    assert {"learning.train_tokens_per_s", "acceptance.staleness_per_update", "learning.learn_tokens"} <= {
+        p.key for p in spot.params
+    }

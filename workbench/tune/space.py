@@ -186,7 +186,9 @@ def _checked(policy: Policy, backend: str = "sim") -> Policy:
         if backend == "real":
             refuse_unrunnable(policy)
     except (FieldError, EngineConfigError) as exc:  # a bug in the space, not a bad trial: say which policy
-        raise AssertionError(f"search space ({backend}) built a policy it must not: {exc}: {to_mapping(policy)}") from exc
+        raise AssertionError(
+            f"search space ({backend}) built a policy it must not: {exc}: {to_mapping(policy)}"
+        ) from exc
     return policy
 
 
