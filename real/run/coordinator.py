@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from real.drafter.records import HiddenRecord
-from real.rollout.requests import RolloutRequest, Sampling
+from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.rollout.spec_config import adaptive_draft_cap
 from real.run.checkpoints import Checkpoint, load_latest
 from real.run.config import RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
@@ -54,11 +54,7 @@ class TrainingRun(RunOutputs):
         self.log = log or (lambda m: None)
         self.engines = EngineState.initial(cfg.policy, cfg.start_tables)
         self.pool: WorkerPool | None = None
-
-    @property
-    def plain_rows(self):
-        """Per worker, its plain engine's measured steps (what the SD guard prices SD against)."""
-        return self.pool.plain_rows if self.pool else []
+        self.plain_rows: list[list[EngineStepRow]] = []  # per worker, the plain engine's steps SD is priced against
 
     # ------------------------------------------------------------ set-up
 
@@ -105,7 +101,7 @@ class TrainingRun(RunOutputs):
 
         self.pool = WorkerPool(self.cfg, str(self.model_dir), str(self.drafter_dir) if self.drafter_dir else None,
                                self.engines)
-        self.settings = self.pool.settings
+        self.settings, self.plain_rows = self.pool.settings, self.pool.plain_rows
         for i, c in enumerate(self.pool.plain_costs):
             if c is not None:
                 self.log(f"  worker {i}'s plain engine: {c.fixed_s * 1e3:.2f} ms + {c.per_seq_s * 1e3:.3f} ms per "
