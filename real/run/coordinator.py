@@ -128,7 +128,7 @@ class TrainingRun(RunOutputs):
         ro = self.pool.rollout(self._shards(problems, s), s, self.clock0, self._idle_work(training))
         t_train0 = time.time()
         update = policy_update(self.trainer, problems, ro.rollouts, self.variant, keeps or self.engines.switches)
-        if training:
+        if keeps:
             self.buffer.add(s, update.hidden)
         new_model = self.trainer.save(self.out / "weights" / f"step-{s:06d}")
         new_drafter = merge_drafters(ro.spots, self.trainer.model, self.out / "drafters", s) if ro.spots else None
