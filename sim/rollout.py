@@ -11,7 +11,7 @@ the sequences in flight prefill their context again under the new weights.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +21,7 @@ from sim.acceptance import AcceptStats, suffix_stats
 from sim.costs import prefill_s, segment_s
 from sim.engine import EngineBatch
 from workbench.contracts import seeds
-from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, make_bandit
+from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, StepReward, make_bandit
 from workbench.contracts.policy import Policy, Strategy
 from workbench.contracts.profile import Profile
 from workbench.contracts.seeds import Stream
@@ -150,6 +150,12 @@ class Segment:
     accept_len: float
 
 
+def segment_reward(seg: Segment, batch: int, decode_s: float) -> StepReward:
+    """What a segment earned its arm: `passes` verify passes of `batch` sequences, each emitting
+    `accept_len` tokens a pass, in `decode_s` (its rate: tokens per second)."""
+    return StepReward(seg.passes * seg.accept_len, decode_s, batch, seg.passes)
+
+
 class WarmUp:
     """FastRL's rule: once a batch was above the threshold, SD waits for `sd_warmup_steps`
     consecutive decode steps at or below it."""
@@ -192,11 +198,13 @@ class RolloutPool:
     """`workers` engines with their bandits and acceptance noise (own random streams per engine)."""
 
     def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload, policy: Policy,
-                 profile: Profile, seed: int, workers: int):
+                 profile: Profile, seed: int, workers: int, start: Sequence[int] | None = None):
+        """`start`: the draft length each schedule row starts at (`climb`; see `make_bandit`)."""
         self.env, self.timeline = env, timeline
         self.workload, self.policy, self.profile = workload, policy, profile
         self.workers = workers
-        self.bandits: list[Bandit] = [make_bandit(policy, seeds.seed_sequence(seed, Stream.BANDIT, w)) for w in range(workers)]
+        self.bandits: list[Bandit] = [make_bandit(policy, seeds.seed_sequence(seed, Stream.BANDIT, w), start)
+                                      for w in range(workers)]
         self.noise = [seeds.rng(seed, Stream.NOISE, w) for w in range(workers)]
         self.learning = policy.bandit.algorithm != "fixed"
         self.version = [0] * workers  # the weights each engine runs
@@ -273,7 +281,7 @@ class RolloutPool:
             ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, seg.passes, seg.accept_len, context)
             warm.ran(batch, seg.passes)
             if seg.arm is not None and decode_s > 0:
-                self.bandits[w].update(seg.arm, seg.passes * seg.accept_len * batch / decode_s)
+                self.bandits[w].update(seg.arm, segment_reward(seg, batch, decode_s))
             for i in self.advance(engine, seg.passes * seg.accept_len):
                 ro.finished(seqs[i])
         return env.now

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import simpy
@@ -124,16 +124,17 @@ class _Streamed:
 
 class Simulator:
     def __init__(self, workload: Workload, policy: Policy, profile: Profile, seed: int = 0,
-                 replay: list[np.ndarray] | None = None):
+                 replay: list[np.ndarray] | None = None, start: Sequence[int] | None = None):
         """`replay[step]`, if given, holds that step's response lengths (prompt-major, group_size
-        per prompt) to use instead of sampling them: how a traced run is re-simulated."""
+        per prompt) to use instead of sampling them: how a traced run is re-simulated. `start`:
+        the draft length each schedule row starts at (`climb`; the schedule's by default)."""
         self.workload, self.policy, self.profile, self.seed = workload, policy, profile, seed
         self.replay = replay
         self.env = simpy.Environment()
         self.timeline = Timeline()
         self.engines = rollout_engines(workload, policy)
         pool = StreamingPool if policy.rollout.stream else RolloutPool
-        self.pool = pool(self.env, self.timeline, workload, policy, profile, seed, self.engines)
+        self.pool = pool(self.env, self.timeline, workload, policy, profile, seed, self.engines, start)
         self.drafter: DrafterState = initial_state(policy, profile)
         self.strategies = {NO_SD_STRATEGY, *(Strategy.chain(a) for a in policy.bandit.arms),
                            *(row.strategy for row in policy.schedule)}
@@ -218,7 +219,9 @@ class Simulator:
         version = min(self.pool.version)
         for g in groups:
             g.version = version if g.version is None else g.version
-        seqs = [Seq(gi, m) for gi, g in enumerate(groups) for m in range(len(g.lengths)) if g.generated[m] < g.lengths[m]]
+        seqs = [
+            Seq(gi, m) for gi, g in enumerate(groups) for m in range(len(g.lengths)) if g.generated[m] < g.lengths[m]
+        ]
         drafting = self._drafting(step)
         ro = RolloutRound(step, drafting, groups, seqs, stop_at, env.event(), env.event(), env.event(),
                           spot=self._spot_trains(step), mixed_only=self.workload.dynamic_sampling.enabled)
@@ -430,7 +433,9 @@ class Simulator:
         rows = self.timeline.frame(result.first_row, step)
         pool = rows[rows["worker"] < self.engines]
         sync = pool[pool["state"] == "sync"]
-        m = step_metrics(step, pool[pool["state"] != "sync"], self.engines, self.workload.max_response_tokens, result.info)
+        m = step_metrics(
+            step, pool[pool["state"] != "sync"], self.engines, self.workload.max_response_tokens, result.info
+        )
         return replace(m, step_time_s=float(self.env.now - last_update), train_time_s=float(self.env.now - train_start),
                        sync_time_s=float((sync["end_s"] - sync["start_s"]).sum() / self.engines))
 
@@ -452,5 +457,5 @@ def trained_info(step: int, trained: list[Group], left: int, kind: str, quality:
 
 def simulate(workload: Workload, policy: Policy, profile: Profile, seed: int = 0, steps: int | None = None,
              on_step: Callable[[StepMetrics], None] | None = None,
-             replay: list[np.ndarray] | None = None) -> PolicyRun:
-    return Simulator(workload, policy, profile, seed, replay).run(steps, on_step)
+             replay: list[np.ndarray] | None = None, start: Sequence[int] | None = None) -> PolicyRun:
+    return Simulator(workload, policy, profile, seed, replay, start).run(steps, on_step)

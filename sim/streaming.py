@@ -17,6 +17,7 @@ done), so a step's rows are the pool's time between two updates.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 import simpy
 
@@ -31,8 +32,8 @@ from workbench.contracts.workload import Workload
 
 class StreamingPool(RolloutPool):
     def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload, policy: Policy,
-                 profile: Profile, seed: int, workers: int):
-        super().__init__(env, timeline, workload, policy, profile, seed, workers)
+                 profile: Profile, seed: int, workers: int, start: Sequence[int] | None = None):
+        super().__init__(env, timeline, workload, policy, profile, seed, workers, start)
         self.queue: deque[tuple[Group, int]] = deque()  # (group, member) in launch order
         self.done = simpy.Store(env)  # complete groups, in the order they completed
         self.drafting: Drafting | None = None  # set by the simulator after every update

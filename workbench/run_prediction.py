@@ -8,8 +8,8 @@ before it ran, never from what it measured:
 - each RL step's own response lengths (`replay=`, `workbench.validate.trace_replay`): the lengths
   are the RL algorithm's output, the same whatever the speed, so they are an input here;
 - the policy as the run's meta records it, run by the simulator's own models, adaptive parts
-  included: the bandit (BEG-MAB per bucket) starts from the recorded schedule (the run's
-  `start_tables`), a warm-started drafter starts at the profile's `warm_start_quality`, spot
+  included: the bandit starts from the run's start table for its drafter (meta `start_tables`,
+  `run_start_table`), a warm-started drafter starts at the profile's `warm_start_quality`, spot
   training on idle workers and its learning curve, staleness per update and the n-gram switch
   are the profile's (`fit_runs` fits them from other runs). Where the run's SD guard turned SD
   off in set-up (the probe before step 0: meta `sd_probe.sd_off`), the engines are simulated
@@ -116,11 +116,21 @@ class RunPrediction:
 
     def summary(self) -> dict[str, Any]:
         """The JSON line `tlt validate RUN_DIR` ends with."""
-        return {"run": self.run, "predicted_step_s": round(self.predicted.step_s, 4),
-                "measured_step_s": round(self.measured.step_s, 4), "error_pct": _round(self.error_pct),
-                "in_sample": self.in_sample,
-                "phases": {p: {"predicted_s": round(self.predicted.get(p), 4), "measured_s": round(self.measured.get(p), 4),
-                               "error_pct": _round(self.phase_error_pct(p))} for p in PHASES}}
+        return {
+            "run": self.run,
+            "predicted_step_s": round(self.predicted.step_s, 4),
+            "measured_step_s": round(self.measured.step_s, 4),
+            "error_pct": _round(self.error_pct),
+            "in_sample": self.in_sample,
+            "phases": {
+                p: {
+                    "predicted_s": round(self.predicted.get(p), 4),
+                    "measured_s": round(self.measured.get(p), 4),
+                    "error_pct": _round(self.phase_error_pct(p)),
+                }
+                for p in PHASES
+            },
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary(), "profile": self.profile, "policy": self.policy, "shards_match": self.shards_match,
@@ -147,7 +157,11 @@ def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]
     rl = trace.rl_steps.sort_values("rl_step").reset_index(drop=True)
     metrics = trace_metrics(trace)
     n = len(rl)
-    extra: dict[str, list[Any]] = {"mean_accept_len": [math.nan] * n, "drafter_kind": [""] * n, "drafter_steps": [math.nan] * n}
+    extra: dict[str, list[Any]] = {
+        "mean_accept_len": [math.nan] * n,
+        "drafter_kind": [""] * n,
+        "drafter_steps": [math.nan] * n,
+    }
     step_s = [float(r.rollout_s + r.train_s + r.sync_s) for r in rl.itertuples()]
     if metrics is not None:
         by_step = metrics.set_index("step")
@@ -167,6 +181,15 @@ def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]
     return times, extra
 
 
+def run_start_table(trace: Trace, policy: Policy) -> tuple[int, ...] | None:
+    """The draft length each schedule row of `policy` started at in the run (meta `start_tables`,
+    for the policy's own drafter kind; None: the run started at the policy's schedule)."""
+    table = (trace.meta.get("start_tables") or {}).get(policy.drafter.kind)
+    if table is None or len(table) != len(policy.schedule):
+        return None
+    return tuple(int(k) for k in table)
+
+
 def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, seed: int = 0) -> RunPrediction:
     """Re-simulate a `tlt train` run with `profile` (module docstring); `policy` replaces the one the
     run's meta records (a what-if on the same responses)."""
@@ -181,11 +204,16 @@ def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, se
         raise TraceError(trace.path or trace.name, "policy.rollout.mode", f"'{pol.rollout.mode}'",
                          "a `tlt train` run is synchronous; predict it with a sync policy")
     replay, shards_match = trace_replay(trace, wl)
-    sim = simulate(wl, pol, profile, seed=seed, steps=wl.steps, replay=replay)
+    start = run_start_table(trace, pol) if policy is None else None
+    sim = simulate(wl, pol, profile, seed=seed, steps=wl.steps, replay=replay, start=start)
     measured, extra = measured_times(trace)
     if len(measured) != len(sim.steps):
-        raise TraceError(trace.path or trace.name, "rl_steps.parquet", f"{len(measured)} RL steps for {len(sim.steps)} in requests",
-                         "the trace is incomplete; use the run's own trace/ directory")
+        raise TraceError(
+            trace.path or trace.name,
+            "rl_steps.parquet",
+            f"{len(measured)} RL steps for {len(sim.steps)} in requests",
+            "the trace is incomplete; use the run's own trace/ directory",
+        )
     rows = []
     for i, m in enumerate(sim.steps):
         pred = PhaseTimes(m.rollout_time_s, m.train_time_s, m.sync_time_s, 0.0, m.step_time_s)
@@ -196,7 +224,9 @@ def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, se
                          mean_times([r.predicted for r in rows]), mean_times([r.measured for r in rows]), shards_match)
 
 
-def predict_run_dir(run_dir: str | Path, profile: Profile, policy: Policy | None = None, seed: int = 0) -> RunPrediction:
+def predict_run_dir(
+    run_dir: str | Path, profile: Profile, policy: Policy | None = None, seed: int = 0
+) -> RunPrediction:
     """`predict_run` on a `tlt train --out` directory (its trace/ beside metrics.csv)."""
     if not is_run_dir(run_dir):
         raise TraceError(run_dir, "<directory>", "not a run directory (needs metrics.csv and trace/)",

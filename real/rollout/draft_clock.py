@@ -19,12 +19,11 @@ class DraftClock:
     input preparation and its forward passes), summed; `on` only where it is timed.
 
     Why: vLLM's EAGLE engine runs the drafter's first pass at every step, K=0 included, to keep the
-    drafter's KV cache whole, so "SD off" in an EAGLE engine is not plain decoding (on CPU its
-    K=0 steps took 1.34-1.44x a plain engine's time at batch 1-48, side by side: python -m
-    real.experiments.plain_estimate). A step's wall time minus its drafting is about what the
-    same step costs a plain engine (1.07-1.18x, same run); real/run/sd_guard.py uses it. Timed
-    only with the engine core in this process, on CPU, where the runner's work is synchronous
-    (a GPU's would need a device sync per step)."""
+    drafter's KV cache whole, so "SD off" in an EAGLE engine is not plain decoding; a step's wall
+    time minus its drafting is close to what the same step costs a plain engine
+    (`python -m real.experiments.plain_estimate` compares them). Timed only with the engine core
+    in this process, on CPU, where the runner's work is synchronous (a GPU's would need a device
+    sync per step)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0

@@ -1,5 +1,5 @@
-"""The drafter every engine runs next RL step: n-gram, EAGLE or none (pure rules; the coordinator,
-real/run/coordinator.py, restarts the engines when the answer changes).
+"""The drafter every engine runs next RL step: n-gram, EAGLE or none (pure rules, which
+real/run/engine_state.py's `EngineState.next` applies).
 
 Two rules decide it, both with the policy's `drafter.switch_margin` as hysteresis, since every
 change restarts every worker's engine:
@@ -11,9 +11,10 @@ change restarts every worker's engine:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from real.run.records import DrafterCheck, estimate_of
+from real.run.records import DrafterCheck
 from real.run.sd_guard import SDOff, SDVerdict, sd_next
 
 
@@ -42,15 +43,16 @@ def next_engines(ran: str, sd_off: SDOff | None, check: DrafterCheck | None, ver
     engine on this rollout (None: not judged or not guarded); `switches`: the policy switches
     between n-gram and EAGLE; `has_drafter`: a learned drafter exists to switch to."""
     pick = (lambda k: choose_drafter(k, check, margin)) if check is not None and switches else (lambda k: k)
+    estimate = (lambda k: check.estimate(k)) if check is not None else (lambda k: math.nan)
     if ran == "none":
         if sd_off is None:  # a policy without SD
             return EngineChoice("none", None)
         # Estimates are compared with the reference of the drafter SD returns to, never across drafters.
-        off = sd_next(sd_off, None, sd_off.kind, estimate_of(check, sd_off.kind), margin)
+        off = sd_next(sd_off, None, sd_off.kind, estimate(sd_off.kind), margin)
         nxt, sd_off = (pick(sd_off.kind), sd_off) if off is None else ("none", off)
     else:
         nxt = pick(ran)
-        off = sd_next(None, verdict, nxt, estimate_of(check, nxt), margin)
+        off = sd_next(None, verdict, nxt, estimate(nxt), margin)
         if off is not None:
             nxt, sd_off = "none", off
     if nxt == "eagle" and not has_drafter:

@@ -39,7 +39,6 @@ class WorkerRollout:
     prompt_ids: dict[str, list[int]] = field(default_factory=dict)  # request_id -> prompt token ids
     drafts: int = 0
     accepted: int = 0
-    draft_method: str = "none"
 
     def sequence(self, request_id: str) -> list[int]:
         """Prompt + response token ids of one request."""
@@ -54,6 +53,20 @@ class DrafterCheck:
     eagle: float  # the learned drafter as the engines run it
     ngram: float  # vLLM's n-gram prompt lookup, replayed on the records
     static: float = math.nan  # the run's initial (warm-start) drafter, never trained: staleness
+
+    def estimate(self, kind: str) -> float:
+        """The estimated tokens per verify pass of drafter `kind` (NaN for "none")."""
+        return {"eagle": self.eagle, "ngram": self.ngram}.get(kind, math.nan)
+
+    @staticmethod
+    def mean(checks: Iterable[DrafterCheck | None]) -> DrafterCheck | None:
+        """Several workers' checks averaged (None: none finished one)."""
+        done = [c for c in checks if c is not None]
+        if not done:
+            return None
+        avg = lambda xs: sum(xs) / len(xs)  # noqa: E731
+        return DrafterCheck(eagle=avg([c.eagle for c in done]), ngram=avg([c.ngram for c in done]),
+                            static=avg([c.static for c in done]))
 
 
 @dataclass
@@ -141,24 +154,6 @@ def rollout_accept_len(rollouts: Iterable[WorkerRollout]) -> float:
     return accepted_length(sum(r.accepted for r in rollouts), sum(r.drafts for r in rollouts))
 
 
-def estimate_of(check: DrafterCheck | None, kind: str) -> float:
-    """The check's estimated tokens per verify pass for drafter `kind` (NaN: not judged)."""
-    if check is None:
-        return math.nan
-    return {"eagle": check.eagle, "ngram": check.ngram}.get(kind, math.nan)
-
-
-def idle_check(spots: list[WorkerSpot]) -> DrafterCheck | None:
-    """The drafters' check the idle workers made this step: their estimates averaged (None: none
-    finished one)."""
-    checks = [sp.check for sp in spots if sp.check is not None]
-    if not checks:
-        return None
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    return DrafterCheck(eagle=mean([c.eagle for c in checks]), ngram=mean([c.ngram for c in checks]),
-                        static=mean([c.static for c in checks]))
-
-
 def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], times: StepTimes,
                   clock0: float) -> list[TimelineRow]:
     """What each worker did during the RL step: its engine steps, idle time, spot training,
@@ -201,7 +196,8 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
         bubble_frac=max(0.0, 1.0 - (decode + spot) / (n_workers * span)), spot_frac=spot / (n_workers * span),
         mean_accept_len=1.0 if math.isnan(acc) else acc,
         reward=sum(rewards) / len(rewards), pass_at_g=sum(by_prompt.values()) / len(by_prompt),
-        drafter_loss=(sum(sp.loss * sp.steps for sp in trained) / sum(sp.steps for sp in trained)) if trained else math.nan,
+        drafter_loss=(sum(sp.loss * sp.steps for sp in trained) / sum(sp.steps for sp in trained)
+                      if trained else math.nan),
         drafter_steps=sum(sp.steps for sp in spots), drafter_kind=drafter_kind,
         tokens=sum(row.response_tokens for row in requests), longest=max(row.response_tokens for row in requests),
         grpo_loss=grpo.loss, kl=grpo.kl,

@@ -1,39 +1,24 @@
 """Whether speculative decoding pays on these engines: a rollout's engine steps against a plain engine's.
 
-An adaptive engine's bandit (real/rollout/step_bandit.py) picks a draft length per batch bucket
-and has K=0 among its arms, but in vLLM's EAGLE engine K=0 is not plain decoding: the drafter's
-first pass still runs at every step, for its KV cache, so a model whose drafter accepts little
-decoded slower than a plain engine in every bucket (the styles model: 0.70-0.95x) while the
-bandit, never seeing a plain engine, settled on K=1-2. Only an engine without a drafter decodes
-plainly, and vLLM fixes the drafter when an engine starts, so "SD off" for a whole engine is a
-restart (real/run/worker.py `switch_drafter("none")`), decided between RL steps here:
+An adaptive engine's bandit has K=0 among its arms, but in vLLM's EAGLE engine K=0 is not plain
+decoding (the drafter's first pass still runs every step, for its KV cache), so a drafter that
+accepts little can decode slower than a plain engine in every bucket without the bandit ever
+seeing it. Only an engine without a drafter decodes plainly, and vLLM fixes the drafter when an
+engine starts, so "SD off" is a restart (real/run/engine_state.py), decided between RL steps here:
 
-- What a plain engine would have taken for the rollout is priced on a plain engine measured
-  by each worker before its SD engine starts (real/run/worker.py `_measure_plain`: greedy
-  requests capped so the batch falls one by one from 32 to 1, a few seconds): `plain_cost` fits
-  its step times against the batch size (fixed cost + per-sequence cost). The first version
-  estimated the plain engine from the SD engine's own K=0 steps, wall time minus the drafting
-  the engine timed (`EngineStepRow.draft_s`): no extra engine, but those steps cost 1.07-1.18x a
-  plain step with K held at 0 and 1.2-1.55x mixed into a rollout at K=1 (`python -m
-  real.experiments.plain_estimate`; README, "Never slower than no SD"), so that guard missed
-  losses smaller than ~1.5x. The measured engine has no such bias; its error is the machine's
-  drift between start-up and the step judged, which `tlt bench real` shows beside the speedups
-  it measures against the baseline (`sd_speedup_est`).
-- `sd_verdict` prices every decoding step of the rollout both ways: its measured wall time, and
-  the plain steps its tokens need (new tokens / batch) at the fitted cost. Speedup = plain / SD.
-- The first verdict comes before the run's first step, from the probe (`probe_requests`: a short
-  sampled rollout on every worker's SD engine at once, the batch falling from a worker's share
-  of a step to 1): where SD loses, the engines start the run without a drafter, so no RL step's
-  rollout is the measurement. Judged on every rollout with SD after that.
-- `sd_next` turns SD off when the speedup is below 1 / (1 + margin) (the policy's
-  `drafter.switch_margin`, the hysteresis the n-gram <-> EAGLE switch uses), and back on when the
-  drafter has improved enough that the speedup it had, scaled by its estimated tokens per verify
-  pass now over then (`DrafterCheck`, judged by idle workers every step: spot training goes on
-  while SD is off), reaches 1 + margin. A pass costs about the same whatever it accepts, so
-  SD's rate scales with the tokens a pass emits. "Now" is the mean of the last RECENT estimates,
-  at least MIN_RECENT of them: one step's, on 8 fresh responses, swung 2.45 -> 3.22 -> 4.73 over
-  three steps of the styles model while the drafter kept static moved alike (2.58 -> 3.30 ->
-  4.53), and one such step brought SD back at 0.77x for two restarts (~11 s).
+- `plain_cost`: a plain engine's step time against batch size (fixed + per-sequence cost),
+  fitted on a plain engine each worker measures before its SD engine starts (`plain_requests`).
+  A measured engine, not the SD engine's own K=0 steps: those carry the drafter's pass.
+- `sd_verdict`: every decoding step of a rollout priced both ways, its measured wall time and the
+  plain steps its tokens need at the fitted cost. Speedup = plain / SD.
+- The first verdict comes before the run's first step, from a probe (`probe_requests`), so no RL
+  step's rollout is the measurement; then every rollout with SD is judged.
+- `sd_next`: SD off when the speedup is below 1 / (1 + margin) (the policy's
+  `drafter.switch_margin`, the n-gram <-> EAGLE hysteresis), and back on once the speedup it had,
+  scaled by the drafter's estimated tokens per verify pass now over then (`DrafterCheck`, checked
+  by idle workers every step), reaches 1 + margin: a pass costs about the same whatever it
+  accepts. "Now" is the mean of the last RECENT estimates, at least MIN_RECENT of them, since one
+  step's estimate on a few fresh responses is noisy.
 """
 
 from __future__ import annotations
@@ -62,35 +47,29 @@ PROBE_PREFIX = 0.5
 def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
     """The plain engine's measurement: n greedy requests, request i capped at 16 + 8 i tokens, so
     the batch falls by one every 8 steps. Each prompt strings PLAIN_PROMPTS task prompts together,
-    so contexts run ~250-500 tokens as in a rollout: with one task prompt (contexts up to ~280) the
-    fit priced plain rollouts at 0.76-1.04x of their own time (median 0.91x), with these at
-    0.93-1.11x (nine rounds; `python -m real.experiments.plain_estimate --check-guard`)."""
+    so contexts run as deep as a rollout's (~250-500 tokens): the fit prices a step at the context
+    it will be applied to (`python -m real.experiments.plain_estimate --check-guard` checks it)."""
     problems = make_problems(n * PLAIN_PROMPTS, seed=seed)
     prompts = [" ".join(p.prompt for p in problems[i * PLAIN_PROMPTS:(i + 1) * PLAIN_PROMPTS]) for i in range(n)]
-    return [RolloutRequest(i, 0, prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i)) for i, prompt in enumerate(prompts)]
+    return [
+        RolloutRequest(i, 0, prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i))
+        for i, prompt in enumerate(prompts)
+    ]
 
 
 def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: str,
                    variant: str = "gcd") -> list[RolloutRequest]:
     """The probe, a short sampled rollout SD is judged on before the run's first step
-    (real/run/coordinator.py `_probe_sd`): n task problems drawn for `seed` from `mix`, sampled
+    (real/run/coordinator.py `probe_sd`): n task problems drawn for `seed` from `mix`, sampled
     as a rollout samples them.
 
-    Depth: a rollout's tail decodes deep into long responses, and there a drafter may accept
-    far less (on the styles model tokens per sequence per step fell from ~2.1 at contexts up to
-    300 tokens to ~1.15 beyond 500, in one bench's first step), so a probe that decoded only
-    the first 264 tokens of fresh responses read 1.02x where that step measured 0.83x. Each
-    prompt therefore carries the first PROBE_PREFIX of its reference solution's lines (the
-    text the model was fine-tuned on: `variant`'s styles), so contexts run as deep as a
-    rollout's responses, long-tailed like them, without decoding them all (with three
-    quarters of the lines the reference's probes decoded ~39 steps). Checked against the first
-    step by `python -m real.experiments.check_probe` (one worker, 3 rounds): styles model probe
-    0.76 / 0.90 / 0.82x where the step measured 0.69 / 0.77 / 0.64x; reference 1.23 / 1.55 /
-    1.45x where it measured 1.35 / 1.50 / 1.35x.
-    Batch: problems sorted by solution length, request i capped at a length rising evenly from
-    16 to PROBE_TOKENS (at most the run's cap), so the batch falls from n to 1 with the deepest
-    contexts last, as in a rollout's tail; with a shard of 8 and caps up to 72 the probe was ~25
-    engine steps, in which the bandit's first draws weighed most."""
+    Depth: a rollout's tail decodes deep into long responses, where a drafter may accept far
+    less, so each prompt carries the first PROBE_PREFIX of its reference solution's lines (text in
+    the model's own styles, `variant`): contexts run as deep as a rollout's without decoding them
+    all. Batch: problems sorted by solution length, request i capped at a length rising evenly
+    from 16 to PROBE_TOKENS (at most the run's cap), so the batch falls from n to 1 with the
+    deepest contexts last, as in a rollout's tail. `python -m real.experiments.check_probe`
+    compares its verdict with the first step's."""
     problems = sorted(make_problems(n, seed=seed, mix=mix, variant_name=variant), key=lambda p: len(p.solution))
     # No per-request seed: long prompts make vLLM chunk their prefill, and its rollback of a
     # seeded generator after a partial prefill fails on CPU ("CPU Generator does not use

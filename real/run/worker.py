@@ -1,31 +1,29 @@
 """A rollout worker: one vLLM engine, its bandit, and a spot drafter trainer, run as a Ray actor.
 
-The coordinator (real/run/coordinator.py) owns the schedule of an RL step; a worker only does
-what it is told and reports what happened (real/run/records.py), with wall-clock times
-(`time.time()`, comparable across the processes of one machine) so the coordinator can draw
-the step's timeline:
+The coordinator (real/run/coordinator.py, through real/run/pool.py) owns the schedule of an RL
+step and the engines' state (real/run/engine_state.py); a worker only does what it is told and
+reports what happened (real/run/records.py), with wall-clock times (`time.time()`, comparable
+across the processes of one machine) so the coordinator can draw the step's timeline:
 
-    rollout(requests, rl_step)   decode its shard; the controller (real/rollout/adaptive.py) picks
-                                 draft lengths between engine steps
+    start()                       measure a plain engine (guarded policies), then start the SD engine
+    rollout(requests, rl_step)    decode its shard; the controller (real/rollout/adaptive.py) picks
+                                  draft lengths between engine steps
     spot_train(sequences, buffer, max_steps, check_k)
-                                 judge the drafters on a sample of its fresh responses (when check_k),
-                                 then train the drafter on their hidden states plus the buffer until
-                                 stop_spot()
-    stop_spot()                  called from another thread: the actor runs two calls at once
-                                 (Ray `max_concurrency=2`), so a stop reaches a running spot_train
-    sync(target_dir, drafter)    reload weights in place before the next rollout
-    check_drafters(records, k)   the learned drafter and n-gram judged alike (the switch rule's input)
-    switch_drafter(kind, drafter) restart the engine with another drafter (n-gram, EAGLE, or none)
-    start()                      measure a plain engine (guarded policies), then start the SD engine
-    probe(requests)              before the run's first step, a short rollout the SD guard judges
+                                  check the drafters on a sample of its fresh responses (when check_k),
+                                  then train the drafter on their hidden states plus the buffer until
+                                  stop_spot()
+    stop_spot()                   called from another thread: the actor runs two calls at once
+                                  (Ray `max_concurrency=2`), so a stop reaches a running spot_train
+    sync(target_dir, drafter)     reload weights in place before the next rollout
+    check_drafters(records, k)    the learned drafter and n-gram checked alike (the switch rule's input)
+    run_engine(engines, drafter)  restart the engine as an EngineState says (n-gram, EAGLE or none)
+    probe(requests)               before the run's first step, a short rollout the SD guard judges
 
 The stop flag is cleared by `sync` (between RL steps), never by `spot_train`: with a threaded
 actor, a stop sent just after a spot_train may run first, and must still stop it.
 
 `sync` reloads the engine at once but hands the new weights to the spot trainer only when it
-next works (`_catch_up`: at the next spot session, drafter check or checkpoint): loading a
-target there takes a few tenths of a second that the step would otherwise wait for, and an
-idle worker has them to spare.
+next works (`_catch_up`), so the step does not wait for it and an idle worker pays instead.
 
 The controller's state is kept per drafter kind: after an n-gram <-> EAGLE switch and back, the
 engine resumes what it had learnt of that drafter (the two pay differently per batch size).
@@ -47,17 +45,17 @@ import torch
 from real.drafter.checkpoint import load_drafter
 from real.drafter.records import HiddenRecord
 from real.drafter.spot import SpotResult, SpotTrainer
-from real.rollout.adaptive import make_controller
+from real.rollout.adaptive import BanditController
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
-from real.run.sd_guard import PLAIN_BATCH, guards_sd, plain_requests
+from real.run.engine_state import EngineState
+from real.run.sd_guard import PLAIN_BATCH, plain_requests
 from real.tiny.task import make_problems
-from workbench.contracts.policy import Policy
 from workbench.contracts.seeds import Stream, derive_seed
 
 
-# Fresh responses an idle worker featurizes, judges the drafters on and trains on (spot_train).
+# Fresh responses an idle worker featurizes, checks the drafters on and trains on (spot_train).
 FRESH_SAMPLE = 8
 
 
@@ -67,37 +65,33 @@ def spread(items: Sequence[Any], n: int) -> list[Any]:
 
 
 class RolloutWorker:
-    def __init__(self, worker: int, model_dir: str, policy: Policy, drafter_dir: str | None, seed: int,
-                 max_num_seqs: int = 64, max_model_len: int = 2048, kv_cache_gib: float = 0.5,
-                 spot_lr: float = 1e-4, drafter_kind: str | None = None, threads: int = 1,
-                 start_tables: dict[str, Sequence[int]] | None = None):
-        """`seed`: the run's seed; the worker's streams derive from it and `worker`. `start_tables`:
-        per drafter kind, the draft length each schedule row starts at (workbench/schedule.py);
-        a kind without one starts at the policy's schedule."""
+    def __init__(self, worker: int, model_dir: str, engines: EngineState, drafter_dir: str | None, seed: int,
+                 max_num_seqs: int = 64, max_model_len: int = 2048, kv_cache_gib: float = 0.5, threads: int = 1):
+        """`engines`: what the engine runs (real/run/engine_state.py); `seed`: the run's seed, the
+        worker's streams derive from it and `worker`."""
         # The engine runs in this process (real/rollout/engine.py) and shares its torch threads with the
         # spot trainer: a worker gets its share of the machine's cores, no more.
         self.threads = max(1, threads)
         self._pin_threads()
         self.worker = worker
-        self.policy = policy
+        self.engines = engines
+        self.policy = engines.policy
         self.seed = seed
         self.model_dir = str(model_dir)
         self.drafter_dir = drafter_dir
         self.engine_kwargs = dict(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                                   seed=derive_seed(seed, Stream.ENGINE, worker), kv_cache_gib=kv_cache_gib)
-        self.kind = drafter_kind or policy.drafter.kind
-        self.start_tables = {k: tuple(int(x) for x in v) for k, v in (start_tables or {}).items()}
         self.controller_states: dict[str, dict[str, Any]] = {}  # kind -> its controller's state when switched away
         self.plain_rows: list[EngineStepRow] = []  # what the SD guard prices SD against (`start`)
         self.engine: RolloutEngine | None = None  # started by `start`
-        self.controller: Any = None
-        # The switch between n-gram and EAGLE judges the drafter with the spot trainer's copy, so
+        self.controller: BanditController | None = None
+        # The switch between n-gram and EAGLE checks the drafter with the spot trainer's copy, so
         # a fallback policy has one even when it does not train.
-        judges = policy.drafter.kind == "eagle" and policy.drafter.ngram_fallback
-        self.spot = SpotTrainer(model_dir, drafter_dir, lr=spot_lr, seed=derive_seed(seed, Stream.SPOT, worker),
-                                max_len=max_model_len) if policy.training.enabled or judges else None
+        pol = self.policy
+        self.spot = SpotTrainer(model_dir, drafter_dir, lr=pol.training.lr, seed=derive_seed(seed, Stream.SPOT, worker),
+                                max_len=max_model_len) if pol.training.enabled or engines.switches else None
         # The drafter the run started from, never trained: what spot training is judged against.
-        self.static_state = self.spot.drafter_state() if self.spot is not None and policy.drafter.warm_start else None
+        self.static_state = self.spot.drafter_state() if self.spot is not None and pol.drafter.warm_start else None
         self._pending: tuple[str | None, str | None] = (None, None)  # (target, drafter) not yet in the spot trainer
         self._stop = threading.Event()
         self._stop_at = float("nan")
@@ -112,17 +106,25 @@ class RolloutWorker:
         """Measure a plain engine (guarded policies: real/run/sd_guard.py), then start the SD
         engine; returns the plain engine's steps. The coordinator calls it on every worker at
         once, after all are constructed (`ready`), so the measurement runs beside the other
-        workers' measurements, as a rollout runs beside their decoding: measured beside another
-        worker's start-up, one worker's fixed cost came out at 11.5 ms against the other's 5.2 ms,
-        and the guard's verdicts at 1.3x the speedup measured against the baseline."""
+        workers' as a rollout runs beside their decoding (alone, it reads a different machine)."""
         self._pin_threads()
-        if guards_sd(self.policy):
+        if self.engines.guarded:
             self.plain_rows = self._measure_plain()
-        self.engine = RolloutEngine(self.model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
+        self._start_engine()
+        return self.plain_rows
+
+    def _start_engine(self) -> None:
+        drafter = self.drafter_dir if self.engines.kind == "eagle" else None
+        self.engine = RolloutEngine(self.model_dir, self.engines.engine_policy(), drafter_dir=drafter,
                                     adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()
-        self.controller = self._controller()
-        return self.plain_rows
+        self.controller = None
+        if self.engine.spec:
+            seed = derive_seed(self.seed, Stream.CONTROLLER, self.worker)
+            self.controller = BanditController(self.engine, self.engines.engine_policy(), seed=seed,
+                                               start=self.engines.start_table())
+            if self.engines.kind in self.controller_states:
+                self.controller.load_state_dict(self.controller_states[self.engines.kind])
 
     def _pin_threads(self) -> None:
         """Ray runs a threaded actor's calls on a pool of OS threads, and OpenMP's thread count is
@@ -152,24 +154,8 @@ class RolloutWorker:
             engine.close()
         return [replace(r, draft_s=0.0) for r in run.steps]
 
-    def _engine_policy(self) -> Policy:
-        return self.policy if self.kind == self.policy.drafter.kind else \
-            replace(self.policy, drafter=replace(self.policy.drafter, kind=self.kind))
-
-    def _engine_drafter(self) -> str | None:
-        return self.drafter_dir if self.kind == "eagle" else None
-
-    def _controller(self) -> Any:
-        if not self.engine.spec:
-            return None
-        ctl = make_controller(self.engine, self._engine_policy(), seed=derive_seed(self.seed, Stream.CONTROLLER, self.worker),
-                              start=self.start_tables.get(self.kind))
-        if self.kind in self.controller_states:
-            ctl.load_state_dict(self.controller_states[self.kind])
-        return ctl
-
-    def switch_drafter(self, kind: str, drafter_dir: str | None) -> float:
-        """Restart the engine with another drafter kind: "ngram", "eagle" or "none" (plain decoding,
+    def run_engine(self, engines: EngineState, drafter_dir: str | None) -> float:
+        """Restart the engine as `engines` says: drafter "ngram", "eagle" or "none" (plain decoding,
         where SD loses: real/run/sd_guard.py); seconds taken.
 
         vLLM fixes a drafter when an engine starts, so the engine is rebuilt in this process
@@ -178,13 +164,10 @@ class RolloutWorker:
         self._pin_threads()
         t = time.perf_counter()
         if self.controller is not None:
-            self.controller_states[self.kind] = self.controller.state_dict()
+            self.controller_states[self.engines.kind] = self.controller.state_dict()
         self.engine.close()
-        self.kind, self.drafter_dir = kind, drafter_dir or self.drafter_dir
-        self.engine = RolloutEngine(self.model_dir, self._engine_policy(), drafter_dir=self._engine_drafter(),
-                                    adaptive=True, in_process=True, **self.engine_kwargs)
-        self._warm_up()
-        self.controller = self._controller()
+        self.engines, self.drafter_dir = engines, drafter_dir or self.drafter_dir
+        self._start_engine()
         return time.perf_counter() - t
 
     # ------------------------------------------------------------ the RL step
@@ -206,8 +189,7 @@ class RolloutWorker:
             row.start_s += shift
             row.end_s += shift
         out = WorkerRollout(self.worker, start, end, run.steps, run.requests, run.outputs,
-                            {r.request_id: self.engine.token_ids(r.prompt) for r in requests},
-                            draft_method=self.engine.draft_method)
+                            {r.request_id: self.engine.token_ids(r.prompt) for r in requests})
         if c0 is not None:
             c = self.engine.spec_counters() - c0
             out.drafts, out.accepted = c.num_drafts, c.num_accepted_tokens
@@ -215,13 +197,12 @@ class RolloutWorker:
 
     def spot_train(self, sequences: Sequence[Sequence[int]], buffer: Sequence[HiddenRecord],
                    max_steps: int | None, check_k: int = 0) -> WorkerSpot:
-        """This worker's idle time: with `check_k`, judge the drafters (`judge`) on a sample of its
-        fresh responses, which no drafter has trained on yet; then train the drafter on them plus
-        the buffer until stopped (`max_steps` 0: judge only).
+        """This worker's idle time: with `check_k`, check the drafters (`check_drafters`) on a
+        sample of its fresh responses, which no drafter has trained on yet; then train the drafter
+        on them plus the buffer until stopped (`max_steps` 0: check only).
 
         Only `FRESH_SAMPLE` responses, spread over the worker's shard, are featurized here: the
-        target's forward over all of them took 1-2 s, longer than most idle windows, so drafter
-        steps seldom started (0 in 15 of 20 RL steps of one run). All of them reach the buffer
+        target's forward over all of them outlasts most idle windows. All of them reach the buffer
         from the policy update's forward anyway, for the next session."""
         self._pin_threads()
         start = time.time()
@@ -237,7 +218,7 @@ class RolloutWorker:
             if self._stop.is_set():
                 break
             fresh += self.spot.hidden_records(seqs[i:i + chunk])
-        check = self.judge(fresh, check_k) if check_k and fresh else None
+        check = self.check_drafters(fresh, check_k) if check_k and fresh else None
         if max_steps == 0:
             res = SpotResult(0, 0.0, float("nan"), float("nan"), self._stop.is_set())
         else:
@@ -247,10 +228,16 @@ class RolloutWorker:
         return WorkerSpot(self.worker, start, end, res.steps, res.loss, res.top1, res.stopped, latency,
                           self.spot.drafter_state() if res.steps else {}, len(fresh), check)
 
-    def judge(self, records: Sequence[HiddenRecord], k: int) -> DrafterCheck | None:
+    def check_drafters(self, records: Sequence[HiddenRecord], k: int) -> DrafterCheck | None:
         """The drafters on up to `FRESH_SAMPLE` of `records` (spread over them), 8 chain starts
-        each, at draft length `k`: the learned drafter as the engines run it, n-gram, and the
-        initial drafter kept static (warm starts only). None when stopped before the end."""
+        each, at draft length `k`: the learned drafter as the engines run it (this worker's
+        spot-trainer copy, which `sync` keeps equal to the engines'), n-gram, and the initial
+        drafter kept static (warm starts only). None: no spot trainer, no record long enough for
+        a chain of `k`, or stopped before the end."""
+        self._pin_threads()
+        if self.spot is None:
+            return None
+        self._catch_up()
         sample = spread(records, FRESH_SAMPLE)
         try:
             eagle = self.spot.estimate_accept_len(sample, k, max_starts=8, stop=self._stop)
@@ -276,7 +263,7 @@ class RolloutWorker:
         t = time.perf_counter()
         self._stop.clear()
         self._stop_at = float("nan")
-        eagle = self.engine.draft_method == "eagle"
+        eagle = self.engines.kind == "eagle"
         self.engine.reload(target_dir=target_dir, drafter_dir=drafter_dir if eagle else None)
         if target_dir is not None:
             self.model_dir = str(target_dir)
@@ -304,7 +291,7 @@ class RolloutWorker:
             self._catch_up()
         return {"bandit": self.controller.state_dict() if self.controller else None,
                 "bandits": dict(self.controller_states), "static": self.static_state,
-                "spot": self.spot.state_dict() if self.spot else None, "kind": self.kind}
+                "spot": self.spot.state_dict() if self.spot else None, "kind": self.engines.kind}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.controller_states = dict(state.get("bandits") or {})
@@ -315,23 +302,10 @@ class RolloutWorker:
         if state.get("static") is not None:
             self.static_state = state["static"]
 
-    def check_drafters(self, records: Sequence[HiddenRecord], k: int) -> DrafterCheck:
-        """The learned drafter (this worker's spot-trainer copy, which sync keeps equal to the
-        engines') and n-gram, judged on the same records at draft length `k`."""
-        self._pin_threads()
-        if self.spot is None:
-            return DrafterCheck(float("nan"), float("nan"))
-        self._catch_up()
-        records = list(records)
-        static = (self.spot.estimate_accept_len(records, k, max_starts=8, drafter=self.spot.static_drafter(self.static_state))
-                  if self.static_state is not None else float("nan"))
-        return DrafterCheck(eagle=self.spot.estimate_accept_len(records, k, max_starts=8),
-                            ngram=self.spot.estimate_ngram_accept_len(records, k, max_starts=8), static=static)
-
     def probe(self, requests: Sequence[RolloutRequest]) -> list[EngineStepRow]:
         """Decode `requests` on the SD engine, its controller choosing draft lengths as in a rollout
         (and learning from it): the steps the SD guard judges before the run's first step
-        (real/run/coordinator.py `_probe_sd`)."""
+        (real/run/coordinator.py `probe_sd`)."""
         self._pin_threads()
         run = self.engine.run_steps(requests, controller=self.controller)
         if self.controller is not None:
@@ -340,7 +314,7 @@ class RolloutWorker:
         return run.steps
 
     def settings(self) -> dict[str, Any]:
-        return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.kind}
+        return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.engines.kind}
 
     def close(self) -> None:
         if self.engine is not None:

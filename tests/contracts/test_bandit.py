@@ -10,6 +10,8 @@ import pytest
 from workbench.contracts.bandit import (
     BEGMAB,
     SD_OFF_BUCKET,
+    Climb,
+    StepReward,
     UCB1,
     Arm,
     EpsilonGreedy,
@@ -40,6 +42,7 @@ def test_make_bandit_builds_the_configured_algorithm():
     assert isinstance(make_bandit(make_policy("beg"), 0), BEGMAB)
     assert isinstance(make_bandit(make_policy("ucb1"), 0), UCB1)
     assert isinstance(make_bandit(make_policy("egreedy"), 0), EpsilonGreedy)
+    assert isinstance(make_bandit(make_policy("climb"), 0), Climb)
 
 
 def _run(bandit, batch, means, pulls, rng, noise=0.3):
@@ -112,7 +115,7 @@ def test_beg_window_forgets_old_rewards():
     assert Counter(chosen[-1000:]).most_common(1)[0][0] == 2
 
 
-@pytest.mark.parametrize("algorithm", ["fixed", "beg", "ucb1", "egreedy"])
+@pytest.mark.parametrize("algorithm", ["fixed", "beg", "ucb1", "egreedy", "climb"])
 def test_above_the_threshold_sd_is_off_and_rewards_are_ignored(algorithm):
     bandit = make_bandit(make_policy(algorithm), 5)
     rng = np.random.default_rng(5)
@@ -139,7 +142,7 @@ def test_sd_off_everywhere_when_policy_does_not_use_sd():
     no_drafter = Policy(name="nosd", sd_threshold=0, drafter=DrafterConfig(kind="none"))
     assert make_bandit(no_drafter, 0).select(1) == Arm(SD_OFF_BUCKET, 0)
     # A drafter but threshold 0: SD is off at every batch size, for every algorithm.
-    for algorithm in ("fixed", "beg", "ucb1", "egreedy"):
+    for algorithm in ("fixed", "beg", "ucb1", "egreedy", "climb"):
         pol = Policy(name="off", sd_threshold=0, schedule=SCHEDULE,
                      bandit=BanditConfig(algorithm=algorithm), drafter=DrafterConfig(kind="eagle"))
         bandit = make_bandit(pol, 0)
@@ -215,15 +218,18 @@ def test_fixed_table_returns_the_schedule():
     assert bandit.counts == {}
 
 
-@pytest.mark.parametrize("algorithm", ["beg", "ucb1", "egreedy"])
+@pytest.mark.parametrize("algorithm", ["beg", "ucb1", "egreedy", "climb"])
 def test_same_seed_same_choices(algorithm):
     def run(seed):
         rng = np.random.default_rng(0)
-        return _run(make_bandit(make_policy(algorithm, epsilon=0.3), seed), 4, {0: 1.0, 2: 1.1, 4: 1.05, 6: 1.08}, 500, rng)
+        return _run(
+            make_bandit(make_policy(algorithm, epsilon=0.3), seed), 4, {0: 1.0, 2: 1.1, 4: 1.05, 6: 1.08}, 500, rng
+        )
+
     assert run(1) == run(1)
 
 
-@pytest.mark.parametrize("algorithm", ["fixed", "beg", "ucb1", "egreedy"])
+@pytest.mark.parametrize("algorithm", ["fixed", "beg", "ucb1", "egreedy", "climb"])
 def test_state_dict_round_trip_resumes_the_same_choices(algorithm):
     """A bandit checkpointed (through JSON) and resumed chooses as one never stopped."""
     import json
@@ -255,3 +261,37 @@ def test_state_dict_round_trip_resumes_the_same_choices(algorithm):
     other = make_bandit(make_policy(algorithm, arms=(0, 2)), 1)
     with pytest.raises(ValueError, match="arms"):
         other.load_state_dict(state)
+
+
+def test_climb_starts_at_its_table_then_climbs_to_the_best_neighbour_by_tokens_per_sequence_per_second():
+    """Each bucket's first choice is its start; then the untried neighbour of the best arm (the
+    longer first), then the best with epsilon 0. Values are mean tokens over median seconds, so one
+    slow step moves nothing."""
+    bandit = make_bandit(make_policy("climb", arms=(0, 2, 4, 6), epsilon=0.0), 0, start=(2, 0))
+    assert bandit.arms == (0, 2, 4, 6) and bandit.start == (2, 0)
+    speed = {0: 1.0, 2: 1.6, 4: 2.0, 6: 1.5}  # tokens per sequence per step; every step 10 ms
+    chosen = []
+    for i in range(8):
+        arm = bandit.select(3)
+        chosen.append(arm.draft_len)
+        for wall in (0.01, 0.01, 0.5 if i == 2 else 0.01):
+            bandit.update(arm, StepReward(speed[arm.draft_len], wall, batch=3))
+    assert chosen[:4] == [2, 4, 6, 4] and set(chosen[3:]) == {4}
+    assert bandit.value(0, 4) == pytest.approx(200.0) and bandit.best(0) == 4
+    assert bandit.select(20) == Arm(1, 0)  # the other bucket starts at its own start
+    # A segment of several steps joins the window as its mean step.
+    bandit.update(Arm(1, 0), StepReward(tokens=8.0, seconds=0.08, batch=20, steps=4))
+    assert bandit.value(1, 0) == pytest.approx(2.0 / 0.02)
+    with pytest.raises(ValueError, match="2 rows"):
+        make_bandit(make_policy("climb"), 0, start=(1, 2, 3))
+
+
+def test_a_step_reward_is_a_rate_for_the_scalar_bandits():
+    """`beg` learns the same from a StepReward as from its tokens per second."""
+    a, b = make_bandit(make_policy("beg", window=4), 1), make_bandit(make_policy("beg", window=4), 1)
+    r = StepReward(tokens=6.0, seconds=0.5, batch=4, steps=2)
+    assert r.rate == pytest.approx(48.0)
+    for bandit, reward in ((a, r), (b, r.rate)):
+        for _ in range(5):
+            bandit.update(bandit.select(3), reward)
+    assert a.state_dict() == b.state_dict()

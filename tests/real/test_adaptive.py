@@ -107,9 +107,8 @@ def test_controller_chooses_per_bucket_every_interval_and_learns_per_stint():
     # One update per finished stint (arms 0 and 1 of bucket 1), with the stint's tokens per second.
     assert ctl.bandit.counts == {(1, 0): 1, (1, 1): 1}
     assert ctl.bandit.recent[(1, 1)][0] == pytest.approx(100.0)
-    # The open stints (bucket 1's third choice, bucket 0's first) are learnt when they end: at
-    # their bucket's next choice, once they have run the interval.
-    assert {b: (st.arm.draft_len, st.steps) for b, st in ctl.stints.items()} == {1: (2, 1), 0: (0, 2)}
+    # The open choices (bucket 1's third, bucket 0's first) are learnt once they have run the interval.
+    assert {b: (ctl.k[b], n) for b, n in ctl.since.items()} == {1: (2, 1), 0: (0, 2)}
     _drive(ctl, [3, 3, 8, 8, 8], tokens_per_s=100.0)
     assert ctl.bandit.counts == {(1, 0): 1, (1, 1): 1, (1, 2): 1, (0, 0): 1}
     assert ctl.overhead_s > 0
@@ -120,7 +119,7 @@ def test_controller_counts_a_step_for_the_bucket_it_scheduled_and_resumes_from_a
     ctl = BanditController(_FakeEngine(pol), seed=3)
     ctl.before_step(8)  # predicted bucket 1, but the step scheduled 3 requests (bucket 0, never chosen)
     ctl.after_step(row := _row(3, 3, 0.01))
-    assert row.chosen_k == 4 and ctl.stints[1].steps == 0
+    assert row.chosen_k == 4 and ctl.since == {1: 0}
     _drive(ctl, [8, 3, 8, 8, 3, 3, 8], tokens_per_s=50.0)
     state, table = json.loads(json.dumps(ctl.state_dict())), ctl.rows()
     later = [8, 8, 3, 8, 3, 3, 8, 8, 8, 3] * 5
@@ -243,7 +242,7 @@ def test_bandit_controller_choices_reach_vllm_and_the_bandit_learns(bandit_run, 
     resumed.load_state_dict(state)
     assert engine.current_draft_lengths() == _merged(controller.rows())
     assert resumed.bandit.counts == pulls
-    assert {b: s.arm for b, s in resumed.stints.items()} == {b: s.arm for b, s in controller.stints.items()}
+    assert (resumed.k, resumed.since, resumed.stints) == (controller.k, controller.since, controller.stints)
 
 
 def _merged(rows):

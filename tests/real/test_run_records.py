@@ -27,12 +27,30 @@ CLOCK0 = 1000.0  # the run began here (epoch seconds)
 
 
 def _step(step: int, start_s: float, wall_s: float, draft_len: int, drafts: int, accepted: int) -> EngineStepRow:
-    return EngineStepRow(rl_step=0, engine=0, step=step, start_s=start_s, wall_s=wall_s, batch_size=2, num_waiting=0,
-                         prefill_requests=0, prefill_tokens=0, decode_requests=2, scheduled_tokens=2 + drafts * draft_len,
-                         context_mean=20.0, context_max=24, draft_len=draft_len, num_drafts=drafts,
-                         num_draft_tokens=drafts * draft_len, num_accepted_tokens=accepted,
-                         accepted_per_pos=[accepted] + [0] * (draft_len - 1) if draft_len else [], new_tokens=2 + accepted,
-                         exec_s=0.001, finished=0, chosen_k=draft_len)
+    return EngineStepRow(
+        rl_step=0,
+        engine=0,
+        step=step,
+        start_s=start_s,
+        wall_s=wall_s,
+        batch_size=2,
+        num_waiting=0,
+        prefill_requests=0,
+        prefill_tokens=0,
+        decode_requests=2,
+        scheduled_tokens=2 + drafts * draft_len,
+        context_mean=20.0,
+        context_max=24,
+        draft_len=draft_len,
+        num_drafts=drafts,
+        num_draft_tokens=drafts * draft_len,
+        num_accepted_tokens=accepted,
+        accepted_per_pos=[accepted] + [0] * (draft_len - 1) if draft_len else [],
+        new_tokens=2 + accepted,
+        exec_s=0.001,
+        finished=0,
+        chosen_k=draft_len,
+    )
 
 
 def _request(worker: int, prompt: int, sample: int, tokens: int, reward: float) -> RequestRow:
@@ -48,7 +66,7 @@ def step_zero():
     w0 = WorkerRollout(0, CLOCK0, CLOCK0 + 4.0, [_step(0, 0.0, 2.0, 0, 0, 0), _step(1, 2.0, 2.0, 3, 2, 4)],
                        [_request(0, 0, 0, 30, 1.0), _request(0, 0, 1, 50, 0.0)],
                        {"p0-s0": Sample([5] * 30, "A: 1", "stop"), "p0-s1": Sample([6] * 50, "A: 2", "stop")},
-                       {"p0-s0": [1, 2], "p0-s1": [1, 2]}, drafts=2, accepted=4, draft_method="ngram")
+                       {"p0-s0": [1, 2], "p0-s1": [1, 2]}, drafts=2, accepted=4)
     w1 = WorkerRollout(1, CLOCK0, CLOCK0 + 2.0, [_step(0, 0.0, 2.0, 0, 0, 0)],
                        [_request(1, 1, 0, 10, 0.0), _request(1, 1, 1, 12, 0.0)], {}, {})
     spot = WorkerSpot(1, CLOCK0 + 2.5, CLOCK0 + 4.2, steps=7, loss=0.5, top1=0.4, stopped=True, stop_latency_s=0.2)
@@ -79,9 +97,17 @@ def test_step_record_and_rows(step_zero, tmp_path):
     rows = RunRows()
     add_step_rows(rows, 0, rollouts, spots, requests, times, CLOCK0)
     states = [(r.worker, r.state, round(r.start_s, 6), round(r.end_s, 6)) for r in rows.timeline]
-    assert states == [(0, "decode", 0.0, 2.0), (0, "decode_sd", 2.0, 4.0), (0, "train", 4.0, 5.0), (0, "sync", 5.0, 6.0),
-                      (1, "decode", 0.0, 2.0), (1, "idle", 2.0, 2.5), (1, "drafter_train", 2.5, 4.2),
-                      (1, "train", 4.0, 5.0), (1, "sync", 5.0, 6.0)]  # worker 1 trained past the rollout's end
+    assert states == [
+        (0, "decode", 0.0, 2.0),
+        (0, "decode_sd", 2.0, 4.0),
+        (0, "train", 4.0, 5.0),
+        (0, "sync", 5.0, 6.0),
+        (1, "decode", 0.0, 2.0),
+        (1, "idle", 2.0, 2.5),
+        (1, "drafter_train", 2.5, 4.2),
+        (1, "train", 4.0, 5.0),
+        (1, "sync", 5.0, 6.0),
+    ]  # worker 1 trained past the rollout's end
     assert [r.drafter_train_s for r in rows.rl_steps] == [pytest.approx(1.5)]
     rows = pickle.loads(pickle.dumps(rows))  # checkpoints keep the rows (torch.save pickles them)
     meta = {"model": "m", "policy": {"name": "tlt"}, "prompts": 2, "samples": 2, "max_tokens": 64, "seed": 0,
@@ -120,17 +146,20 @@ def test_the_drafter_switch_rule_goes_both_ways_by_the_margin():
 
 
 def test_the_idle_workers_checks_are_averaged_and_a_stopped_one_counts_for_nothing():
-    from real.run.records import idle_check
     from real.run.records import DrafterCheck, WorkerSpot
 
     def spot(worker, check):
         return WorkerSpot(worker, 0.0, 1.0, 3, 0.5, 0.4, True, 0.1, check=check)
 
-    assert idle_check([]) is None and idle_check([spot(0, None)]) is None
-    got = idle_check([spot(0, DrafterCheck(4.0, 1.5, 3.0)), spot(1, None), spot(2, DrafterCheck(5.0, 2.5, 4.0))])
+    def mean(spots):
+        return DrafterCheck.mean(sp.check for sp in spots)
+
+    assert mean([]) is None and mean([spot(0, None)]) is None
+    got = mean([spot(0, DrafterCheck(4.0, 1.5, 3.0)), spot(1, None), spot(2, DrafterCheck(5.0, 2.5, 4.0))])
     assert (got.eagle, got.ngram, got.static) == (4.5, 2.0, 3.5)
-    # A cold run judges no static drafter: its NaN stays NaN, the switch rule reads eagle and n-gram only.
-    cold = idle_check([spot(0, DrafterCheck(2.0, 1.2))])
+    assert (got.estimate("eagle"), got.estimate("ngram")) == (4.5, 2.0) and math.isnan(got.estimate("none"))
+    # A cold run checks no static drafter: its NaN stays NaN, the switch rule reads eagle and n-gram only.
+    cold = mean([spot(0, DrafterCheck(2.0, 1.2))])
     assert math.isnan(cold.static) and (cold.eagle, cold.ngram) == (2.0, 1.2)
 
 
@@ -155,3 +184,30 @@ def test_the_engines_next_drafter_follows_the_switch_rule_and_the_sd_guard():
     back = next_engines("none", still.sd_off, improved, None, **kw)  # 0.5 x 9 / 3: predicts 1.5x
     assert back == EngineChoice("eagle", None)
     assert next_engines("none", None, eagle_better, None, **kw) == EngineChoice("none", None)  # a policy without SD
+
+
+def test_one_engine_state_says_what_every_engine_runs_and_keeps_the_policy_as_written():
+    """EngineState: a cold learned drafter with n-gram fallback starts behind n-gram; the engine's
+    policy runs the state's drafter, the user's policy is never rewritten; the start table is the
+    running drafter's; `next` applies the switch rule and the SD guard; a checkpoint round-trips."""
+    import json
+
+    from real.run.engine_state import EngineState
+    from real.run.records import DrafterCheck
+    from real.run.sd_guard import SDOff, SDVerdict
+
+    cold = load_policy("tlt-cold")
+    tables = {"ngram": (2, 2, 1, 1, 0), "eagle": (4, 4, 2, 2, 0)}
+    st = EngineState.initial(cold, tables)
+    assert st.kind == "ngram" and st.switches and st.guarded and st.sd_off is None
+    assert st.engine_policy().drafter.kind == "ngram" and st.policy is cold and cold.drafter.kind == "eagle"
+    assert st.engine_policy().schedule == cold.schedule and st.start_table() == (2, 2, 1, 1, 0)
+    assert EngineState.initial(load_policy("tlt-vllm")).kind == "eagle"  # warm-started: on the engines at once
+    eagle = st.next(DrafterCheck(eagle=3.0, ngram=1.0), SDVerdict(1.0, 1.5, 10), has_drafter=True)
+    assert eagle.kind == "eagle" and eagle.start_table() == (4, 4, 2, 2, 0) and st.kind == "ngram"
+    off = eagle.next(DrafterCheck(eagle=3.0, ngram=1.0), SDVerdict(1.0, 0.5, 10), has_drafter=True)
+    assert off.kind == "none" and off.sd_off == SDOff("eagle", 0.5, 3.0)
+    off = off.next(DrafterCheck(eagle=3.2, ngram=1.0), None, has_drafter=True)
+    saved = json.loads(json.dumps(off.state_dict()))
+    back = EngineState.initial(cold, tables).load_state_dict(saved)
+    assert back == off and back.sd_off.recent == (3.2,)

@@ -45,12 +45,12 @@ def runs(ray_local, tmp_path_factory, reference_model, reference_drafter):
     start tables predicted on cpu-tiny) and a sampled baseline run, same model and seed (2 steps).
     The cold start (tlt-cold) runs in the switch test below."""
     from workbench.contracts.profile import load_profile
-    from workbench.schedule import start_tables, with_table
+    from workbench.schedule import start_tables
 
     root = tmp_path_factory.mktemp("train")
     pol = load_policy("tlt-vllm")
     tables = {k: v.table for k, v in start_tables(pol, load_profile("cpu-tiny")).items()}
-    tlt = RunConfig(model=reference_model, policy=with_table(pol, tables["eagle"]), out=root / "tlt-vllm",
+    tlt = RunConfig(model=reference_model, policy=pol, out=root / "tlt-vllm",
                     drafter=reference_drafter, start_tables=tables, **SMALL)
     return {"tlt-vllm": run_training(tlt, log=None),
             "baseline": run_training(_config(reference_model, "baseline", root / "baseline"), log=None)}
@@ -72,8 +72,12 @@ def test_the_warm_started_drafter_decodes_from_the_first_step_and_is_judged_agai
     first = run.metrics[0]
     if not math.isnan(first.eagle_est):
         assert first.eagle_est == pytest.approx(first.static_est)
+    # The trace records the policy as written and, beside it, the table each bucket started at.
     meta = load_trace(run.out / "trace").meta
     assert meta["start_tables"]["eagle"] == list(run.cfg.start_tables["eagle"])
+    assert meta["policy"]["bandit"]["algorithm"] == "climb"
+    written = [r.draft_len for r in load_policy("tlt-vllm").schedule]
+    assert [row["draft_len"] for row in meta["policy"]["schedule"]] == written
 
 
 def test_the_guarded_run_prices_every_sd_rollout_against_a_plain_engine_it_measured(runs):
@@ -162,7 +166,9 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     from real.run.records import DrafterCheck
     from real.run.sd_guard import SDVerdict
 
-    cfg = _config(reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=5, temperature=0.0, prompts=4, max_tokens=256)
+    cfg = _config(
+        reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=5, temperature=0.0, prompts=4, max_tokens=256
+    )
     verdict = coordinator.rollout_verdict
     verdicts: list = []
     forced_speedup = [0.5, 1.5, 0.5]  # the probe's, step 3's and step 4's (steps 0-2 ran without SD: not judged)
@@ -173,31 +179,36 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
 
     monkeypatch.setattr(coordinator, "rollout_verdict", scripted_verdict)
     run = TrainingRun(cfg, log=None).open()
-    assert run.probe.speedup == 0.5 and run.kind == "none" and run.sd_off.kind == "ngram"
+    assert run.probe.speedup == 0.5 and run.engines.kind == "none" and run.engines.sd_off.kind == "ngram"
     seen: list = []
-    update, check = run.trainer.step, run.judge
+    update, check = run.trainer.step, run.check_drafters
     measured: list = []
     # Step 0's n-gram estimate is the reference (SD went off before any); steps 1-2 predict 0.5 x 5 / 1.
-    forced = [DrafterCheck(eagle=1.0, ngram=1.0), DrafterCheck(eagle=1.0, ngram=5.0), DrafterCheck(eagle=1.0, ngram=5.0),
-              DrafterCheck(eagle=2.0, ngram=1.0), DrafterCheck(1.0, 1.0)]
+    forced = [
+        DrafterCheck(eagle=1.0, ngram=1.0),
+        DrafterCheck(eagle=1.0, ngram=5.0),
+        DrafterCheck(eagle=1.0, ngram=5.0),
+        DrafterCheck(eagle=2.0, ngram=1.0),
+        DrafterCheck(1.0, 1.0),
+    ]
 
     def record(batch, keep_hidden=True):
         seen.append([(r.prompt_ids, r.response_ids) for r in batch])
         return update(batch, keep_hidden=keep_hidden)
 
-    def scripted(records, spots):
-        measured.append(check(records, spots))
+    def scripted(records, ro):
+        measured.append(check(records, ro))
         return forced[len(measured) - 1]
 
     monkeypatch.setattr(run.trainer, "step", record)
-    monkeypatch.setattr(run, "judge", scripted)
+    monkeypatch.setattr(run, "check_drafters", scripted)
     try:
         for _ in range(5):
             run.step()
     finally:
         run.close()
     assert [m.drafter_kind for m in run.metrics] == ["none", "none", "none", "ngram", "eagle"]
-    assert run.kind == "none" and run.sd_off.kind == "eagle"  # after step 4's losing verdict
+    assert run.engines.kind == "none" and run.engines.sd_off.kind == "eagle"  # after step 4's losing verdict
     assert run.metrics[0].mean_accept_len == 1.0 and math.isnan(run.metrics[0].sd_speedup), "no SD in step 0"
     assert run.metrics[3].mean_accept_len > 1.0, "n-gram must have drafted"
     assert [m.sd_speedup for m in run.metrics[3:]] == [1.5, 0.5]
@@ -244,7 +255,9 @@ def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
         proc.wait()
     before = (out / "metrics.csv").read_text().splitlines()
     assert len(before) == 2, "one finished step before the kill"
-    done = subprocess.run(_tlt_train(reference_model, out, "--resume"), capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        _tlt_train(reference_model, out, "--resume"), capture_output=True, text=True, env=env, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     after = (out / "metrics.csv").read_text().splitlines()
     assert len(after) == 3 and after[1] == before[1], "step 0's record must survive unchanged"
@@ -290,4 +303,6 @@ def test_bench_prediction_from_real_runs(runs):
                                                     t.measured_speedup_step, t.predicted_speedup_rollout))
     json.dumps(b.to_json())
     spot = fit_runs([runs["tlt-vllm"].out], load_profile("cpu-tiny"))
-    assert {"learning.train_tokens_per_s", "acceptance.staleness_per_update", "learning.learn_tokens"} <= {p.key for p in spot.params}
+    assert {"learning.train_tokens_per_s", "acceptance.staleness_per_update", "learning.learn_tokens"} <= {
+        p.key for p in spot.params
+    }

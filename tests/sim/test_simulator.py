@@ -268,3 +268,22 @@ def test_a_warm_started_drafter_starts_at_the_profiles_warm_quality():
     prof = load_profile("h100-qwen2.5-7b-tp4")
     assert run.steps[0].drafter_quality == pytest.approx(prof.acceptance.warm_start_quality)
     assert run.steps[1].drafter_quality > run.steps[0].drafter_quality  # spot-trained in step 0
+
+
+def test_the_climb_bandit_starts_each_bucket_at_its_start_table_and_moves_from_there():
+    """`climb` (tlt-vllm's bandit) in the simulator: each bucket's first SD segment runs the start
+    table's draft length, later ones what the climb chose from the rewards."""
+    wl = replace(BASE, workers=1, prompts_per_step=8, group_size=4, steps=1)
+    pol = replace(load_policy("tlt-vllm"), sd_warmup_steps=0)
+    assert pol.bandit.algorithm == "climb"
+    start = (1, 1, 1, 1, 1, 0)
+    run = simulate(wl, pol, PROFILES["cpu-tiny"], seed=0, start=start)
+    tl = run.timeline[run.timeline["state"].isin(["decode", "decode_sd"]) & (run.timeline["batch"] <= pol.sd_threshold)]
+    buckets = [pol.bucket_of(int(b)) for b in tl["batch"]]
+    first = {}
+    for b, k in zip(buckets, tl["draft_len"]):
+        first.setdefault(b, int(k))
+    assert first and all(k == start[b] for b, k in first.items())
+    assert set(tl["draft_len"]) - {0, 1}  # the climb tried longer chains
+    default = simulate(wl, pol, PROFILES["cpu-tiny"], seed=0).timeline
+    assert not default["draft_len"].equals(run.timeline["draft_len"])

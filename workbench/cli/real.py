@@ -31,7 +31,7 @@ from workbench.cli.common import fail
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
-from workbench.schedule import start_tables, with_table
+from workbench.schedule import start_tables
 from workbench.tables import format_table
 
 DEFAULT_PROFILE = "cpu-tiny"
@@ -42,15 +42,31 @@ PROFILE_HELP = ("Profile (preset or file) whose cost and acceptance models pick 
 
 @model_app.command("init")
 def model_init(
-    out: Path = typer.Option(..., help="Directory to write the model to (Hugging Face format: config.json, "
-                                       "model.safetensors, tokenizer files, training.json)."),
-    seed: int = typer.Option(0, help="Seed of the initial weights and of the training problems; same seed, same weights."),
-    steps: Optional[int] = typer.Option(None, min=1, help="SFT optimiser steps (default: real.tiny.model.DEFAULT_STEPS)."),
-    mix: str = typer.Option("default", help="Difficulty mix of the training problems (real/tiny/task.py: default, easy, hard, flat)."),
-    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Evaluate greedy answers on held-out problems after training."),
-    threads: int = typer.Option(2, min=1, help="CPU threads for training (the weights depend on it: same seed and threads, same bytes)."),
-    variant: str = typer.Option("gcd", help="Task variant (real/tiny/task.py): gcd, or gcd-styles (two solution styles, "
-                                            "the reward prefers one: RL then changes what the model writes)."),
+    out: Path = typer.Option(
+        ...,
+        help="Directory to write the model to (Hugging Face format: config.json, "
+        "model.safetensors, tokenizer files, training.json).",
+    ),
+    seed: int = typer.Option(
+        0, help="Seed of the initial weights and of the training problems; same seed, same weights."
+    ),
+    steps: Optional[int] = typer.Option(
+        None, min=1, help="SFT optimiser steps (default: real.tiny.model.DEFAULT_STEPS)."
+    ),
+    mix: str = typer.Option(
+        "default", help="Difficulty mix of the training problems (real/tiny/task.py: default, easy, hard, flat)."
+    ),
+    evaluate: bool = typer.Option(
+        True, "--eval/--no-eval", help="Evaluate greedy answers on held-out problems after training."
+    ),
+    threads: int = typer.Option(
+        2, min=1, help="CPU threads for training (the weights depend on it: same seed and threads, same bytes)."
+    ),
+    variant: str = typer.Option(
+        "gcd",
+        help="Task variant (real/tiny/task.py): gcd, or gcd-styles (two solution styles, "
+        "the reward prefers one: RL then changes what the model writes).",
+    ),
 ) -> None:
     """Build a small Qwen2 and a character tokenizer, train it (SFT) on the GCD task, save it."""
     if mix not in task.MIXES:
@@ -74,8 +90,12 @@ def model_init(
 @app.command()
 def capture(
     model: Path = typer.Option(..., help="Target model directory (Hugging Face format, e.g. from `tlt model init`)."),
-    policy: str = typer.Option(..., help="Policy preset name or YAML/JSON file: its drafter kind and schedule set speculative decoding."),
-    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter checkpoint directory (`tlt drafter train`); required by an eagle policy."),
+    policy: str = typer.Option(
+        ..., help="Policy preset name or YAML/JSON file: its drafter kind and schedule set speculative decoding."
+    ),
+    drafter: Optional[Path] = typer.Option(
+        None, help="EAGLE drafter checkpoint directory (`tlt drafter train`); required by an eagle policy."
+    ),
     prompts: int = typer.Option(8, min=1, help="Problems drawn from real.tiny.task."),
     samples: int = typer.Option(4, min=1, help="Responses per problem (the group size)."),
     max_tokens: int = typer.Option(512, min=1, help="Response cap in tokens."),
@@ -102,17 +122,33 @@ def capture(
                         mix=mix, temperature=temperature, max_num_seqs=max_num_seqs, out=out,
                         log=lambda m: typer.echo(m, err=True))
     s = trace.meta["summary"]
-    rows = [[pol.name, str(s["engine_steps"]), str(s["requests"]), str(s["response_tokens"]), f"{s['rollout_s']:.2f}",
-             f"{s['tokens_per_s']:,.0f}", "-" if s["mean_accepted_length"] is None else f"{s['mean_accepted_length']:.2f}",
-             f"{s['clip_ratio']:.2f}", "-" if s["mean_reward"] is None else f"{s['mean_reward']:.2f}"]]
-    typer.echo(format_table(rows, ["policy", "steps", "requests", "tokens", "rollout s", "tok/s", "accept len", "clipped", "reward"]))
+    rows = [
+        [
+            pol.name,
+            str(s["engine_steps"]),
+            str(s["requests"]),
+            str(s["response_tokens"]),
+            f"{s['rollout_s']:.2f}",
+            f"{s['tokens_per_s']:,.0f}",
+            "-" if s["mean_accepted_length"] is None else f"{s['mean_accepted_length']:.2f}",
+            f"{s['clip_ratio']:.2f}",
+            "-" if s["mean_reward"] is None else f"{s['mean_reward']:.2f}",
+        ]
+    ]
+    typer.echo(
+        format_table(
+            rows, ["policy", "steps", "requests", "tokens", "rollout s", "tok/s", "accept len", "clipped", "reward"]
+        )
+    )
     typer.echo(f"wrote {out}")
 
 
 @drafter_app.command("train")
 def drafter_train(
     model: Path = typer.Option(..., help="Target model directory."),
-    out: Path = typer.Option(..., help="Drafter checkpoint directory to write (vLLM loads it as EagleLlamaForCausalLM)."),
+    out: Path = typer.Option(
+        ..., help="Drafter checkpoint directory to write (vLLM loads it as EagleLlamaForCausalLM)."
+    ),
     steps: int = typer.Option(300, min=1, help="Optimiser steps."),
     seed: int = typer.Option(0, help="Seed of the prompts, the sampling, the initial weights and the batches."),
     prompts: int = typer.Option(32, min=1, help="Prompts to sample the target on (real.tiny.task problems)."),
@@ -142,7 +178,9 @@ def drafter_train(
 @bench_app.command("rollout")
 def bench_rollout(
     model: Path = typer.Option(..., help="Target model directory."),
-    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter directory; without it the eagle rows are left out."),
+    drafter: Optional[Path] = typer.Option(
+        None, help="EAGLE drafter directory; without it the eagle rows are left out."
+    ),
     batches: str = typer.Option("1,8,64", help="Comma-separated batch sizes."),
     max_tokens: int = typer.Option(256, min=1, help="Tokens decoded per sequence (greedy, ignore_eos)."),
     draft_len: int = typer.Option(4, min=1, max=16, help="Draft length K of n-gram and EAGLE at every batch size."),
@@ -213,9 +251,8 @@ def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, s
         except ConfigError as exc:
             fail(exc)
         predicted = start_tables(pol, prof)
-        if predicted:
+        if predicted:  # the run starts there; the policy stays as written (the trace records both)
             tables = {k: v.table for k, v in predicted.items()}
-            pol = with_table(pol, tables[pol.drafter.kind])
             source = f"profile {prof.name} (workbench/schedule.py)"
     drafter = default_drafter(model, pol, drafter)
     cfg = RunConfig(model=model, policy=pol, out=out, steps=steps, workers=workers, seed=seed, prompts=prompts,
@@ -430,6 +467,8 @@ def _show_bench(report, max_tokens: int, prediction) -> None:
         typer.echo(f"{name}: decoding {decode_speedup(buckets):.2f}x {report.reference}'s over all batch sizes; "
                    f"{decode_speedup(buckets, best=True):.2f}x at each bucket's fastest draft length (read off this "
                    f"run, >= {MIN_ARM_STEPS} steps; its contexts differ by draft length: a rough bound)")
-    rows = [[name, f"{s.p50:.0f}", f"{s.p90:.0f}", str(s.max), f"{s.clip_ratio:.1%}"] for name, s in report.lengths.items()]
+    rows = [
+        [name, f"{s.p50:.0f}", f"{s.p90:.0f}", str(s.max), f"{s.clip_ratio:.1%}"] for name, s in report.lengths.items()
+    ]
     typer.echo(f"response tokens (cap {max_tokens}):")
     typer.echo(format_table(rows, ["policy", "p50", "p90", "max", "clipped"]))

@@ -1,8 +1,18 @@
 """Bandit: picks the draft length for the current batch size from measured rewards.
 
-One interface, `select(batch_size) -> Arm` and `update(arm, reward)`, with the
-reward the accepted tokens per second of the engine steps that ran with that
-arm. The same classes run in the simulator and in the real rollout engine.
+One interface, `select(batch_size) -> Arm` and `update(arm, reward)`, with the reward what
+the engine steps that ran with that arm earned: a `StepReward` (tokens per sequence, seconds,
+batch, steps) or a plain float (tokens per second). The same classes run in the simulator
+(sim/rollout.py) and in the real rollout engine (real/rollout/adaptive.py), chosen by name
+(`bandit.algorithm`, `make_bandit`):
+
+- `fixed` (FixedTable): the schedule's strategy per bucket, never changed;
+- `beg` (BEGMAB): TLT's bucketed epsilon-greedy on the mean or median of each arm's last
+  `window` rewards (tokens per second);
+- `ucb1` (UCB1): UCB1 per bucket;
+- `egreedy` (EpsilonGreedy): epsilon-greedy over one pool for every batch size;
+- `climb` (Climb): per bucket, a climb from a start table to the best draft length, by tokens
+  per sequence per second measured step by step, then epsilon-greedy.
 
 Batches larger than the policy's `sd_threshold` always get draft length 0
 (SD off) and their rewards are ignored: above the threshold verification
@@ -17,15 +27,37 @@ generator (JSON-serialisable), so a resumed run makes the same choices as one ne
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from workbench.contracts.policy import Policy, Strategy
 
 SD_OFF_BUCKET = -1
+
+
+@dataclass(frozen=True)
+class StepReward:
+    """What `steps` engine steps of one arm earned: the tokens each decoding sequence emitted over
+    them, their seconds, and the sequences decoding. `rate` is the tokens per second the scalar
+    bandits learn from; `climb` learns the per-step tokens per sequence and seconds."""
+
+    tokens: float  # tokens per decoding sequence, over the steps
+    seconds: float  # wall time of the steps
+    batch: float = 1.0  # sequences decoding
+    steps: float = 1.0
+
+    @property
+    def rate(self) -> float:
+        return self.tokens * self.batch / self.seconds
+
+
+def as_reward(reward: float | StepReward) -> StepReward:
+    """A plain float is a rate: that many tokens in one second."""
+    return reward if isinstance(reward, StepReward) else StepReward(float(reward), 1.0)
 
 
 @dataclass(frozen=True)
@@ -59,9 +91,9 @@ class Bandit:
             return Arm(SD_OFF_BUCKET, 0)
         return Arm(bucket, self._choose(bucket))
 
-    def update(self, arm: Arm, reward: float) -> None:
+    def update(self, arm: Arm, reward: float | StepReward) -> None:
         if arm.bucket != SD_OFF_BUCKET:
-            self._learn(arm, float(reward))
+            self._learn(arm, reward.rate if isinstance(reward, StepReward) else float(reward))
 
     def _choose(self, bucket: int) -> int | Strategy:
         """A draft length (learning bandits choose among chain arms) or the row's strategy."""
@@ -166,7 +198,8 @@ class BEGMAB(_Sampled):
             return self.arms[int(self.rng.integers(len(self.arms)))]
         if self.policy.bandit.reward_stat == "median":
             return self._argmax([float(np.median(self.recent[(bucket, a)])) for a in self.arms])
-        return self._argmax([self.recent_sum[(bucket, a)] / len(self.recent[(bucket, a)]) for a in self.arms])
+        return self._argmax([self.recent_sum[(bucket, a)] / len(self.recent[(bucket, a)])
+                             for a in self.arms])
 
     def _learn(self, arm: Arm, reward: float) -> None:
         key = (arm.bucket, arm.draft_len)
@@ -175,7 +208,8 @@ class BEGMAB(_Sampled):
         dropped = window[0] if len(window) == window.maxlen else 0.0
         window.append(reward)
         # Recompute now and then so float drift cannot build up over millions of updates.
-        self.recent_sum[key] = sum(window) if self.counts[key] % 4096 == 0 else self.recent_sum.get(key, 0.0) + reward - dropped
+        self.recent_sum[key] = (sum(window) if self.counts[key] % 4096 == 0
+                                else self.recent_sum.get(key, 0.0) + reward - dropped)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "recent": _rows({k: list(v) for k, v in self.recent.items()}),
@@ -205,8 +239,8 @@ class UCB1(_Sampled):
             return untried[0]
         n = sum(self.counts[(bucket, a)] for a in self.arms)
         scale = self.scale[bucket] or 1.0
-        values = [self._mean((bucket, a)) / scale + math.sqrt(2.0 * math.log(n) / self.counts[(bucket, a)])
-                  for a in self.arms]
+        values = [self._mean((bucket, a)) / scale
+                  + math.sqrt(2.0 * math.log(n) / self.counts[(bucket, a)]) for a in self.arms]
         return self._argmax(values)
 
     def _learn(self, arm: Arm, reward: float) -> None:
@@ -221,10 +255,111 @@ class UCB1(_Sampled):
         self.scale = _unrows(state["scale"])
 
 
-def make_bandit(policy: Policy, seed: int | np.random.SeedSequence) -> Bandit:
-    """The policy's bandit; `seed` an int or a stream of `workbench.contracts.seeds`."""
+class Climb(Bandit):
+    """Per bucket, a climb from `start` (one draft length per schedule row; the schedule's by
+    default) to the best draft length, then epsilon-greedy around it.
+
+    Each choice after a bucket's first (which is its start): while the best arm so far has a
+    neighbour (the next shorter or longer chain among the arms) with no measurement, that
+    neighbour, the longer first; then the best arm or, with probability `epsilon`, one of the
+    others. A chain's value rises with K to one peak and falls past it, so arms beyond a worse
+    neighbour are worse still and a sweep of every arm would cost more than it teaches; K=0 (SD
+    off) is always an arm, so a bucket where SD loses climbs down to it.
+
+    An arm's value is tokens per sequence per second: its window's (`window` steps) mean tokens per
+    sequence per step over its median (`reward_stat: median`, robust to slow outlier steps) or
+    mean step time. Not the median of per-step ratios: at batch 1 a step emits 1..K+1 tokens and
+    that median sits at the mode, which favours long drafts. Per sequence, so steps of one bucket
+    compare whatever their batch size. A `StepReward` of several steps joins the window as one
+    step of its mean tokens and time (the simulator's segment of constant batch)."""
+
+    def __init__(self, policy: Policy, seed: int | np.random.SeedSequence, start: Sequence[int] | None = None):
+        super().__init__(policy)
+        start = [row.draft_len for row in policy.schedule] if start is None else [int(k) for k in start]
+        if len(start) != len(policy.schedule):
+            raise ValueError(f"start: {len(start)} draft lengths for the {len(policy.schedule)} rows of "
+                             f"policy '{policy.name}'")
+        self.start = tuple(start)
+        self.arms = tuple(sorted(set(self.arms) | {0} | set(self.start)))
+        self.rng = np.random.default_rng(seed)
+        self.median = policy.bandit.reward_stat == "median"
+        self.chosen: dict[int, int] = {}  # bucket -> its draft length now (absent: never chosen)
+        self.windows: dict[tuple[int, int], deque[tuple[float, float]]] = {}  # (tokens, seconds) per step
+
+    def value(self, bucket: int, arm: int) -> float | None:
+        """Measured tokens per sequence per second of `arm` in `bucket` (None: never measured)."""
+        w = self.windows.get((bucket, arm))
+        if not w:
+            return None
+        tokens = sum(t for t, _ in w) / len(w)
+        wall = statistics.median(s for _, s in w) if self.median else sum(s for _, s in w) / len(w)
+        return tokens / wall if wall > 0 else None
+
+    def best(self, bucket: int) -> int:
+        """The arm with the highest measured value (ties: the shorter; the start while none is)."""
+        values = {a: v for a in self.arms if (v := self.value(bucket, a)) is not None}
+        if not values:
+            return self.start[bucket]
+        return max(values, key=lambda a: (values[a], -a))
+
+    def _choose(self, bucket: int) -> int:
+        if bucket not in self.chosen:
+            arm = self.start[bucket]
+        else:
+            best = self.best(bucket)
+            i = self.arms.index(best)
+            near = [a for a in self.arms[max(i - 1, 0):i + 2] if (bucket, a) not in self.windows]
+            if near:
+                arm = max(near)
+            elif len(self.arms) > 1 and self.rng.random() < self.policy.bandit.epsilon:
+                others = [a for a in self.arms if a != best]
+                arm = others[int(self.rng.integers(len(others)))]
+            else:
+                arm = best
+        self.chosen[bucket] = arm
+        return arm
+
+    def update(self, arm: Arm, reward: float | StepReward) -> None:
+        if arm.bucket == SD_OFF_BUCKET:
+            return
+        r = as_reward(reward)
+        if r.seconds <= 0 or r.steps <= 0:
+            return
+        key = (arm.bucket, arm.draft_len)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        w = self.windows.setdefault(key, deque(maxlen=self.policy.bandit.window))
+        w.append((r.tokens / r.steps, r.seconds / r.steps))
+
+    def summary(self) -> dict[int, dict[int, float]]:
+        """bucket -> arm -> measured value, for logs and reports."""
+        buckets = sorted({b for b, _ in self.windows})
+        return {b: {a: v for a in self.arms if (v := self.value(b, a)) is not None} for b in buckets}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "rng": self.rng.bit_generator.state, "start": list(self.start),
+                "chosen": _rows(self.chosen), "counts": _rows(self.counts),
+                "windows": [[b, a, [list(x) for x in w]] for (b, a), w in sorted(self.windows.items())]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.rng.bit_generator.state = state["rng"]
+        self.chosen = _unrows(state["chosen"], int)
+        self.counts = _unrows(state["counts"], int)
+        window = self.policy.bandit.window
+        self.windows = {(int(b), int(a)): deque(((float(t), float(s)) for t, s in w), maxlen=window)
+                        for b, a, w in state["windows"]}
+
+
+ALGORITHMS = {"fixed": FixedTable, "beg": BEGMAB, "ucb1": UCB1, "egreedy": EpsilonGreedy, "climb": Climb}
+
+
+def make_bandit(policy: Policy, seed: int | np.random.SeedSequence, start: Sequence[int] | None = None) -> Bandit:
+    """The policy's bandit; `seed` an int or a stream of `workbench.contracts.seeds`. `start`: one
+    draft length per schedule row that `climb` starts each bucket at (the schedule's by default;
+    e.g. what a profile predicts best, workbench/schedule.py); the other algorithms have no start."""
     algorithm = policy.bandit.algorithm
     if algorithm == "fixed":
         return FixedTable(policy)
-    cls = {"beg": BEGMAB, "ucb1": UCB1, "egreedy": EpsilonGreedy}[algorithm]
-    return cls(policy, seed)
+    if algorithm == "climb":
+        return Climb(policy, seed, start)
+    return ALGORITHMS[algorithm](policy, seed)

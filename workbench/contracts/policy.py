@@ -22,7 +22,7 @@ from workbench.contracts.schema import (
 
 PRESET_DIR = Path(__file__).parent / "presets" / "policies"
 
-BanditAlgorithm = Literal["fixed", "beg", "ucb1", "egreedy"]
+BanditAlgorithm = Literal["fixed", "beg", "ucb1", "egreedy", "climb"]
 RewardStat = Literal["mean", "median"]
 DrafterKind = Literal["none", "ngram", "eagle", "suffix"]
 RolloutMode = Literal["sync", "partial", "tail_batching", "async"]
@@ -92,8 +92,12 @@ class Strategy:
             require(self.topk == 1 and self.tokens == 1, "tokens", self.tokens, "0 or 1 when steps is 0 (no SD)")
             return
         if self.is_chain:
-            require(self.tokens == self.steps + 1, "tokens", self.tokens,
-                    f"0 or steps + 1 ({self.steps + 1}) for a chain (top-k 1 verifies its drafts and one more position)")
+            require(
+                self.tokens == self.steps + 1,
+                "tokens",
+                self.tokens,
+                f"0 or steps + 1 ({self.steps + 1}) for a chain (top-k 1 verifies its drafts and one more position)",
+            )
             return
         # A tree of `steps` levels keeps top-k nodes at the first level and top-k^2 candidates after.
         most = 1 + self.topk + (self.steps - 1) * self.topk**2
@@ -113,8 +117,10 @@ class ScheduleBucket:
     topk: int = 1
     tokens: int = 0  # tokens verified per sequence; 0: a chain's draft_len + 1
 
-    ROW_HELP = ("a [min_batch, max_batch, draft_len] row, a [min_batch, max_batch, \"steps_topk_tokens\"] row "
-                "(e.g. [1, 1, \"8_4_48\"], quoted: YAML reads 8_4_48 as the number 8448), or a mapping with those fields")
+    ROW_HELP = (
+        'a [min_batch, max_batch, draft_len] row, a [min_batch, max_batch, "steps_topk_tokens"] row '
+        '(e.g. [1, 1, "8_4_48"], quoted: YAML reads 8_4_48 as the number 8448), or a mapping with those fields'
+    )
 
     @classmethod
     def from_row(cls, row: list | tuple) -> dict:
@@ -130,7 +136,9 @@ class ScheduleBucket:
 
     def check(self) -> None:
         require(self.min_batch >= 1, "min_batch", self.min_batch, "an integer >= 1")
-        require(self.max_batch >= self.min_batch, "max_batch", self.max_batch, f"an integer >= min_batch ({self.min_batch})")
+        require(
+            self.max_batch >= self.min_batch, "max_batch", self.max_batch, f"an integer >= min_batch ({self.min_batch})"
+        )
         require(0 <= self.draft_len <= MAX_DRAFT_STEPS, "draft_len", self.draft_len,
                 f"an integer from 0 to {MAX_DRAFT_STEPS} (a tree strategy is a quoted \"steps_topk_tokens\" string)")
         s = self.strategy
@@ -146,10 +154,12 @@ class BanditConfig:
 
     algorithm: BanditAlgorithm = "fixed"
     arms: tuple[int, ...] = (0, 2, 4)  # draft lengths the bandit may pick; 0 = SD off
-    epsilon: float = 0.1  # exploration rate (beg, egreedy)
-    window: int = 32  # rewards remembered per arm (beg): forgets as the policy drifts
-    decision_interval: int = 64  # engine steps between two choices (and two reward updates)
-    reward_stat: RewardStat = "mean"  # beg: the window's mean, or its median (FastRL's, robust to outlier steps)
+    epsilon: float = 0.1  # exploration rate (beg, egreedy, climb)
+    window: int = 32  # rewards (climb: steps) remembered per arm (beg, climb): forgets as the policy drifts
+    decision_interval: int = 64  # engine steps between two choices
+    # beg: judge an arm by its window's mean or median reward; climb: by its mean or median step
+    # time (median: FastRL's, robust to outlier steps)
+    reward_stat: RewardStat = "mean"
 
     def check(self) -> None:
         require(len(self.arms) >= 1, "arms", list(self.arms), "a non-empty list of draft lengths")
@@ -242,7 +252,12 @@ class RolloutConfig:
             require(self.oversample > 0.0, "oversample", self.oversample,
                     f"> 0 for mode '{self.mode}' (it needs extra prompts to stop early)")
         if self.mode in ("sync", "async"):
-            require(self.oversample == 0.0, "oversample", self.oversample, f"0 for mode '{self.mode}' (it stops no rollout early)")
+            require(
+                self.oversample == 0.0,
+                "oversample",
+                self.oversample,
+                f"0 for mode '{self.mode}' (it stops no rollout early)",
+            )
         if self.mode != "async":
             require(not self.interrupt, "interrupt", self.interrupt, "false unless mode is 'async'")
 
@@ -291,8 +306,15 @@ class Policy:
                                                        "spot training has no idle engine to run on)")
         if self.drafter.kind == "none":
             return
-        require(len(self.schedule) >= 1, "schedule", [], "at least one [min_batch, max_batch, draft_len] row when SD is on")
-        require(self.schedule[0].min_batch == 1, "schedule[0].min_batch", self.schedule[0].min_batch, "1 (buckets start at batch 1)")
+        require(
+            len(self.schedule) >= 1, "schedule", [], "at least one [min_batch, max_batch, draft_len] row when SD is on"
+        )
+        require(
+            self.schedule[0].min_batch == 1,
+            "schedule[0].min_batch",
+            self.schedule[0].min_batch,
+            "1 (buckets start at batch 1)",
+        )
         for i in range(1, len(self.schedule)):
             prev, cur = self.schedule[i - 1], self.schedule[i]
             require(cur.min_batch == prev.max_batch + 1, f"schedule[{i}].min_batch", cur.min_batch,
@@ -300,7 +322,9 @@ class Policy:
         require(self.schedule[-1].max_batch >= self.sd_threshold, "sd_threshold", self.sd_threshold,
                 f"at most the schedule's last max_batch ({self.schedule[-1].max_batch})")
         if self.training.enabled and self.drafter.kind != "eagle":
-            raise FieldError("training.enabled", True, "false unless drafter.kind is 'eagle' (n-gram has nothing to train)")
+            raise FieldError(
+                "training.enabled", True, "false unless drafter.kind is 'eagle' (n-gram has nothing to train)"
+            )
         trees = [i for i, row in enumerate(self.schedule) if not row.strategy.is_chain]
         if trees and self.bandit.algorithm != "fixed":
             i = trees[0]

@@ -186,7 +186,9 @@ def _checked(policy: Policy, backend: str = "sim") -> Policy:
         if backend == "real":
             refuse_unrunnable(policy)
     except (FieldError, EngineConfigError) as exc:  # a bug in the space, not a bad trial: say which policy
-        raise AssertionError(f"search space ({backend}) built a policy it must not: {exc}: {to_mapping(policy)}") from exc
+        raise AssertionError(
+            f"search space ({backend}) built a policy it must not: {exc}: {to_mapping(policy)}"
+        ) from exc
     return policy
 
 
@@ -199,7 +201,7 @@ def canonical(policy: Policy) -> Policy:
 
     Two policies with equal canonical forms simulate identically: name and
     description; bandit settings an algorithm does not read; a bandit's schedule
-    draft lengths (it only uses the rows as buckets); the switch margin without
+    draft lengths (it only uses the rows as buckets; `climb` starts at them); the switch margin without
     n-gram fallback; training settings when training is off.
     """
     p = replace(policy, name="-", description="")
@@ -211,13 +213,13 @@ def canonical(policy: Policy) -> Policy:
         bandit = BanditConfig(algorithm="fixed")
     else:
         bandit = BanditConfig(algorithm=d.algorithm, arms=tuple(sorted(d.arms)),
-                              epsilon=d.epsilon if d.algorithm in ("beg", "egreedy") else b.epsilon,
-                              window=d.window if d.algorithm == "beg" else b.window,
+                              epsilon=d.epsilon if d.algorithm in ("beg", "egreedy", "climb") else b.epsilon,
+                              window=d.window if d.algorithm in ("beg", "climb") else b.window,
                               decision_interval=d.decision_interval, reward_stat=d.reward_stat)
     # Rows above the threshold are never used; the last used row ends at the threshold.
     rows = tuple(replace(r, max_batch=min(r.max_batch, p.sd_threshold)) for r in p.schedule
                  if r.min_batch <= p.sd_threshold)
-    if d.algorithm != "fixed":
+    if d.algorithm not in ("fixed", "climb"):  # climb starts at the rows' draft lengths
         rows = tuple(replace(r, draft_len=0) for r in rows)
     if d.algorithm == "egreedy":
         rows = (ScheduleBucket(1, max(p.sd_threshold, 1), 0),)
