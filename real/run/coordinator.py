@@ -131,7 +131,7 @@ class TrainingRun:
             self.next_step = ckpt.step + 1
             self.kind = st["kind"]
             self.sd_off = SDOff(**st["sd_off"]) if st.get("sd_off") else None
-            self.metrics = [StepRecord(**m) for m in st["metrics"]]
+            self.metrics = [StepRecord.from_dict(m) for m in st["metrics"]]
             self.rows = torch.load(ckpt.path("rows.pt"), weights_only=False)
             self.clock0 = time.time() - st["elapsed_s"]
             self.log(f"resuming {self.out} after step {ckpt.step}")
@@ -245,7 +245,7 @@ class TrainingRun:
 
         add_step_rows(self.rows, s, rollouts, spots, requests, times, self.clock0)
         rec = step_record(s, rollouts, spots, requests, times, stats, ran, check, style_share,
-                          verdict.speedup if verdict else math.nan)
+                          verdict.speedup if verdict else math.nan, clock0=self.clock0)
         self.metrics.append(rec)
         self.next_step = s + 1
         if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:

@@ -27,7 +27,7 @@ CLOCK0 = 1000.0  # the run began here (epoch seconds)
 
 
 def _step(step: int, start_s: float, wall_s: float, draft_len: int, drafts: int, accepted: int) -> EngineStepRow:
-    return EngineStepRow(rl_step=0, engine=0, step=step, start_s=start_s, wall_s=wall_s, batch_size=2, num_waiting=0,
+    return EngineStepRow(rl_step=0, worker=0, engine_step=step, start_s=start_s, wall_s=wall_s, batch_size=2, num_waiting=0,
                          prefill_requests=0, prefill_tokens=0, decode_requests=2, scheduled_tokens=2 + drafts * draft_len,
                          context_mean=20.0, context_max=24, draft_len=draft_len, num_drafts=drafts,
                          num_draft_tokens=drafts * draft_len, num_accepted_tokens=accepted,
@@ -36,7 +36,7 @@ def _step(step: int, start_s: float, wall_s: float, draft_len: int, drafts: int,
 
 
 def _request(worker: int, prompt: int, sample: int, tokens: int, reward: float) -> RequestRow:
-    return RequestRow(rl_step=0, engine=worker, request_id=f"p{prompt}-s{sample}", prompt_id=prompt, sample=sample,
+    return RequestRow(rl_step=0, worker=worker, request_id=f"p{prompt}-s{sample}", prompt_id=prompt, sample=sample,
                       prompt_tokens=10, response_tokens=tokens, finish_reason="stop", start_s=0.0, end_s=1.0,
                       reward=reward)
 
@@ -66,12 +66,13 @@ def test_step_record_and_rows(step_zero, tmp_path):
     rollouts, spots, times = step_zero
     requests = [r for w in rollouts.values() for r in w.requests]
     grpo = type("Stats", (), {"loss": 0.25, "kl": 0.0})()
-    rec = step_record(0, rollouts, spots, requests, times, grpo, "eagle")
+    rec = step_record(0, rollouts, spots, requests, times, grpo, "eagle", clock0=CLOCK0)
     assert (rec.step_s, rec.rollout_s, rec.train_s, rec.sync_s) == (6.0, 4.0, 1.0, 1.0)
     assert rec.mean_accept_len == 3.0  # 1 + 4 accepted / 2 drafts
     assert rec.reward == 0.25 and rec.pass_at_g == 0.5  # prompt 0 has a right sample, prompt 1 none
     # Worker-time over 2 workers x 4 s: decoding 4 + 2 s, spot training 1.5 s (cut at the rollout's end).
-    assert rec.spot_frac == pytest.approx(1.5 / 8) and rec.bubble_frac == pytest.approx(1 - 7.5 / 8)
+    assert rec.drafter_train_fraction == pytest.approx(1.5 / 8) and rec.bubble_fraction == pytest.approx(1 - 7.5 / 8)
+    assert rec.tail_fraction == 0.0  # every decode step ran the full batch (2)
     assert (rec.drafter_steps, rec.drafter_loss, rec.stop_latency_s) == (7, 0.5, 0.2)
     assert (rec.tokens, rec.longest, rec.grpo_loss, rec.drafter_kind) == (102, 50, 0.25, "eagle")
     assert list(metrics_frame([rec]).columns) == list(METRIC_COLUMNS)

@@ -42,7 +42,7 @@ def accept_len_at(run, draft_len: int) -> dict[int, float]:
     """
     df = run.timeline
     rows = df[(df["state"] == "decode_sd") & (df["draft_len"] == draft_len)]
-    sums = rows.groupby("step")[["tokens", "passes"]].sum()
+    sums = rows.groupby("rl_step")[["tokens", "passes"]].sum()
     return {int(step): float(r.tokens / r.passes) for step, r in sums.iterrows() if r.passes > 0}
 
 

@@ -79,7 +79,7 @@ def test_tokens_generated_equal_the_response_lengths(case):
     wl, policy, profile, seed = case
     run = simulate(wl, policy, profile, seed)
     assert [m.step for m in run.steps] == list(range(wl.steps))
-    per_step = run.timeline.groupby("step")["tokens"].sum()
+    per_step = run.timeline.groupby("rl_step")["tokens"].sum()
     for step in range(wl.steps):
         expected = int(step_lengths(wl, seed, step).lengths.sum())
         assert per_step[step] == pytest.approx(expected, rel=1e-6)
@@ -259,7 +259,7 @@ def test_spot_training_runs_every_interval_steps_only():
     run, _ = _paper_run(10, steps=5, interval=2)
     trained = [m.step for m in run.steps if m.drafter_trained_tokens > 0]
     assert trained and set(trained) <= {0, 2, 4}
-    states = run.timeline.groupby("step")["state"].apply(lambda s: "drafter_train" in set(s.astype(str)))
+    states = run.timeline.groupby("rl_step")["state"].apply(lambda s: "drafter_train" in set(s.astype(str)))
     assert not states.loc[[1, 3]].any()
 
 

@@ -90,7 +90,7 @@ def test_gantt_merges_back_to_back_rows() -> None:
          (0, 1, 0.0, 3.0, "decode_sd", 2, 4, 60.0, 10.0),
          (0, 0, 3.0, 4.0, "train", 0, 0, 0.0, 0.0),
          (0, 1, 3.0, 4.0, "train", 0, 0, 0.0, 0.0)],
-        columns=["step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes"],
+        columns=["rl_step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes"],
     )
     merged = merge_intervals(tl)
     assert len(merged) == 5
@@ -230,8 +230,8 @@ def _write_run(run_dir: Path) -> list:
         write_trace,
     )
 
-    records = [StepRecord(step=s, step_s=10.0 - s, rollout_s=8.0 - s, train_s=1.5, sync_s=0.5, bubble_frac=0.3,
-                          spot_frac=0.2, mean_accept_len=1.5 + 0.5 * s, reward=0.2 * s, pass_at_g=0.5,
+    records = [StepRecord(step=s, step_s=10.0 - s, rollout_s=8.0 - s, train_s=1.5, sync_s=0.5, bubble_fraction=0.3,
+                          drafter_train_fraction=0.2, mean_accept_len=1.5 + 0.5 * s, reward=0.2 * s, pass_at_g=0.5,
                           drafter_loss=2.0, drafter_steps=10 * s, drafter_kind="eagle", tokens=1000, longest=300,
                           grpo_loss=0.1, kl=0.0, stop_latency_s=0.01) for s in range(3)]
     run_dir.mkdir(parents=True)
@@ -286,10 +286,11 @@ def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path)
     # The waste per step, from the trace: worker 1 decodes 2 s at batch 1 (the tail: full batch 4, tail
     # batch max(1, 4 // 8) = 1) of 2 workers x 6 s; it idles 2 s; its 100 tokens are 1/5 of the step's.
     assert any(s.value == "Where the rollout's worker-time went" for s in at.subheader)
-    waste = at.dataframe[1].value.set_index("step")
+    waste = at.dataframe[1].value.set_index("rl_step")
     assert list(waste.index) == [1, 2]
     assert waste.loc[2, ["tail_fraction", "bubble_fraction", "tail_token_share"]].tolist() == \
         pytest.approx([2 / 12, 2 / 12, 0.2])
+    assert waste.loc[2, "drafter_train_fraction"] == pytest.approx(2 / 12)  # worker 1 spot-trains 2 s
     assert (waste.loc[2, "full_batch"], waste.loc[2, "tail_batch"]) == (4, 1)
     assert {m.label: m.value for m in at.metric}["Tail (last step)"] == f"{2 / 12:.1%}"
 

@@ -164,7 +164,7 @@ def spot_intervals(run: Run) -> list[tuple[list[float], int]]:
     done = dict(zip(run.metrics["step"].astype(int), run.metrics["drafter_steps"].fillna(0).astype(int)))
     out = []
     for step, n in done.items():
-        s = spot[spot["step"] == step]
+        s = spot[spot["rl_step"] == step]
         out.append(((s["end_s"] - s["start_s"]).astype(float).tolist(), int(n)))
     return out
 

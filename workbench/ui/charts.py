@@ -41,28 +41,28 @@ _TOL = 1e-9  # seconds: rows closer than this are back to back
 
 
 def merge_intervals(timeline: pd.DataFrame) -> pd.DataFrame:
-    """Join back-to-back rows of the same step, worker and state into one interval.
+    """Join back-to-back rows of the same RL step, worker and state into one interval.
 
-    Returns one row per merged interval with columns step, worker, state,
+    Returns one row per merged interval with columns rl_step, worker, state,
     start_s, end_s, tokens, passes (sums), batch_min, batch_max,
     draft_min, draft_max and segments (rows merged).
     """
-    cols = ["step", "worker", "state", "start_s", "end_s", "tokens", "passes",
+    cols = ["rl_step", "worker", "state", "start_s", "end_s", "tokens", "passes",
             "batch_min", "batch_max", "draft_min", "draft_max", "segments"]
     if timeline.empty:
         return pd.DataFrame(columns=cols)
-    df = timeline.sort_values(["step", "worker", "start_s"], kind="stable").reset_index(drop=True)
+    df = timeline.sort_values(["rl_step", "worker", "start_s"], kind="stable").reset_index(drop=True)
     state = df["state"].astype(str).to_numpy()
     worker = df["worker"].to_numpy()
-    step = df["step"].to_numpy()
+    rl_step = df["rl_step"].to_numpy()
     start = df["start_s"].to_numpy(dtype=float)
     end = df["end_s"].to_numpy(dtype=float)
     new_run = np.ones(len(df), dtype=bool)
-    new_run[1:] = ((state[1:] != state[:-1]) | (worker[1:] != worker[:-1]) | (step[1:] != step[:-1])
+    new_run[1:] = ((state[1:] != state[:-1]) | (worker[1:] != worker[:-1]) | (rl_step[1:] != rl_step[:-1])
                    | (start[1:] > end[:-1] + _TOL))
     run = np.cumsum(new_run)
     out = df.assign(state=state, _run=run).groupby("_run", sort=True).agg(
-        step=("step", "first"),
+        rl_step=("rl_step", "first"),
         worker=("worker", "first"),
         state=("state", "first"),
         start_s=("start_s", "min"),
@@ -86,7 +86,7 @@ def gantt_figure(timeline: pd.DataFrame, title: str = "", max_workers: int | Non
                  relative: bool = True, x_max: float | None = None, height: int | None = None) -> go.Figure:
     """Worker-by-time Gantt chart of a timeline (usually one RL step's rows).
 
-    timeline: the simulator's columns (step, worker, start_s, end_s, state,
+    timeline: the simulator's columns (rl_step, worker, start_s, end_s, state,
     batch, draft_len, tokens, passes). max_workers keeps workers 0..n-1 only.
     relative: the x axis counts seconds from the first interval's start.
     x_max: fix the x axis' right end (to line up several charts).
