@@ -95,6 +95,25 @@ def test_step_record_and_rows(step_zero, tmp_path):
     assert math.isclose(t.rl_steps["rollout_s"][0], 4.0)
 
 
+def test_a_record_under_its_former_names_loads(step_zero):
+    """A checkpoint (or metrics.csv) written before the fields were renamed, and before tail_fraction:
+    resuming it reads the old names as the new ones."""
+    from dataclasses import asdict
+
+    from real.run.records import OLD_METRIC_NAMES, StepRecord
+
+    rollouts, spots, times = step_zero
+    requests = [r for w in rollouts.values() for r in w.requests]
+    rec = step_record(0, rollouts, spots, requests, times, type("S", (), {"loss": 0.0, "kl": 0.0})(), "eagle",
+                      clock0=CLOCK0)
+    old = {next((o for o, n in OLD_METRIC_NAMES.items() if n == k), k): v for k, v in asdict(rec).items()
+           if k != "tail_fraction"}
+    assert {"bubble_frac", "spot_frac"} <= set(old) and "bubble_fraction" not in old
+    back = StepRecord.from_dict(old)
+    assert (back.bubble_fraction, back.drafter_train_fraction) == (rec.bubble_fraction, rec.drafter_train_fraction)
+    assert math.isnan(back.tail_fraction) and StepRecord.from_dict(asdict(rec)) == rec
+
+
 @pytest.mark.needs_reference
 def test_run_config_refuses_a_negative_seed(reference_model, tmp_path):
     cfg = RunConfig(model=reference_model, policy=load_policy("baseline"), out=tmp_path / "run", seed=-1)

@@ -401,3 +401,15 @@ def test_calibrate_page_checks_the_form_then_starts_tlt_calibrate(monkeypatch, t
     assert kwargs["stdout"].name == str(tmp_path / "me.calibrate.log")
     assert any(i.value.startswith("calibrating (pid") for i in at.info), [i.value for i in at.info]
     assert at.text_input(key="calibrate_report_path").value == str(tmp_path / "me.calibration.json")
+
+
+def test_an_older_runs_metrics_read_under_the_new_names(tmp_path: Path) -> None:
+    """metrics.csv from before the rename (bubble_frac, spot_frac): the Train page reads them as
+    bubble_fraction and drafter_train_fraction."""
+    from workbench.ui.run_monitor import read_metrics
+
+    pd.DataFrame({"step": [0, 1], "bubble_frac": [0.3, 0.25], "spot_frac": [0.2, 0.1]}).to_csv(tmp_path / "metrics.csv",
+                                                                                             index=False)
+    df = read_metrics(tmp_path)
+    assert list(df.columns) == ["step", "bubble_fraction", "drafter_train_fraction"]
+    assert df["bubble_fraction"].tolist() == [0.3, 0.25] and df["drafter_train_fraction"].tolist() == [0.2, 0.1]
