@@ -1,6 +1,6 @@
 """Where a rollout's worker-time goes, per RL step, from any timeline: the simulator's or a real run's trace.
 
-Two kinds of waste (docs/formats.md, "The tail"), and spot training beside them:
+Two kinds of waste (docs/formats.md, "The rollout's worker-time"), and spot training beside them:
 
 - the bubble: worker-seconds idle, a worker that finished its shard waiting for the slowest;
 - the tail: worker-seconds decoding at a running batch <= the step's full batch / 8, a worker

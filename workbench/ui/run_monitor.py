@@ -185,7 +185,7 @@ def _show_trace(timeline: pd.DataFrame, waste: pd.DataFrame) -> None:
     st.subheader("Where the rollout's worker-time went")
     st.caption("Per RL step, from the trace's worker timeline: the bubble (workers idle, waiting for the slowest) "
                "and the tail (workers decoding at a batch <= 1/8 of the step's largest): the same definitions as "
-               "the simulator's (docs/formats.md, \"The tail\").")
+               "the simulator's (docs/formats.md, \"The rollout's worker-time\").")
     st.dataframe(waste.drop(columns=["workers"]), column_config=_WASTE_COLUMNS, hide_index=True, width="stretch",
                  key="train_waste")
     step = int(timeline["rl_step"].max())
