@@ -226,7 +226,8 @@ def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], float]:
                              f"a validated trace needs prompts x samples = {wl.prompts_per_step} x {wl.group_size} per RL step "
                              "(sync rollouts)")
         group_worker = r.groupby("prompt_id")["worker"].min()
-        order = r.assign(group_worker=r["prompt_id"].map(group_worker)).sort_values(["group_worker", "prompt_id", "sample"])
+        order = r.assign(group_worker=r["prompt_id"].map(group_worker))
+        order = order.sort_values(["group_worker", "prompt_id", "sample"])
         replay.append(order["response_tokens"].to_numpy(np.int64))
         workers = order["worker"].to_numpy()
         worker_ids = {e: i for i, e in enumerate(sorted(set(workers)))}

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from real.rollout.requests import EngineStepRow, Sample
+from workbench.contracts.timeline import rollout_split
 from workbench.contracts.trace import (
     RequestRow,
     RLStepRow,
@@ -24,7 +25,6 @@ from workbench.contracts.trace import (
     accepted_length,
     rows_frame,
 )
-from workbench.contracts.timeline import rollout_split
 
 
 @dataclass

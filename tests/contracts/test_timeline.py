@@ -141,11 +141,12 @@ def test_rewriting_an_old_trace_writes_this_version(tmp_path):
     assert json.loads((tmp_path / "t" / "meta.json").read_text())["trace_version"] == TRACE_VERSION
     again = load_trace(tmp_path / "t")
     assert again.meta["trace_version"] == TRACE_VERSION
-    pd.testing.assert_frame_equal(again.steps.drop(columns="accepted_per_pos"), t.steps.drop(columns="accepted_per_pos"))
+    plain = [c for c in t.steps.columns if c != "accepted_per_pos"]  # lists compare element-wise
+    pd.testing.assert_frame_equal(again.steps[plain], t.steps[plain])
     pd.testing.assert_frame_equal(again.timeline.astype({"state": str}), t.timeline.astype({"state": str}))
 
 
-@pytest.mark.parametrize("name", ["fit-none", "fit-ngram", "fit-eagle", "heldout-none", "heldout-ngram", "heldout-eagle"])
+@pytest.mark.parametrize("name", [f"{s}-{k}" for s in ("fit", "heldout") for k in ("none", "ngram", "eagle")])
 def test_the_shipped_reference_traces_are_version_1_and_load(name):
     t = load_trace(REFERENCE / name)
     assert t.meta["trace_version"] == 1

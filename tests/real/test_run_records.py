@@ -27,7 +27,8 @@ CLOCK0 = 1000.0  # the run began here (epoch seconds)
 
 
 def _step(step: int, start_s: float, wall_s: float, draft_len: int, drafts: int, accepted: int) -> EngineStepRow:
-    return EngineStepRow(rl_step=0, worker=0, engine_step=step, start_s=start_s, wall_s=wall_s, batch_size=2, num_waiting=0,
+    return EngineStepRow(rl_step=0, worker=0, engine_step=step, start_s=start_s, wall_s=wall_s, batch_size=2,
+                         num_waiting=0,
                          prefill_requests=0, prefill_tokens=0, decode_requests=2, scheduled_tokens=2 + drafts * draft_len,
                          context_mean=20.0, context_max=24, draft_len=draft_len, num_drafts=drafts,
                          num_draft_tokens=drafts * draft_len, num_accepted_tokens=accepted,

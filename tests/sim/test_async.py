@@ -48,7 +48,8 @@ def runs(workload):
 
 def _lanes(run):
     tl = run.timeline.sort_values(["worker", "start_s"])
-    return {int(w): list(zip(g["start_s"], g["end_s"], g["state"].astype(str), g["rl_step"])) for w, g in tl.groupby("worker")}
+    return {int(w): list(zip(g["start_s"], g["end_s"], g["state"].astype(str), g["rl_step"]))
+            for w, g in tl.groupby("worker")}
 
 
 @pytest.mark.parametrize("name,k", [("async-1", 1), ("rollouts-4", 4)])

@@ -202,15 +202,16 @@ def _synthetic_run(out, profile: Profile, policy: dict, *, prompts: int = 6, sam
         for w in range(workers):
             e = st[st["worker"] == w]
             w_end = float((e["start_s"] + e["wall_s"]).max())
-            rows.append(dict(rl_step=s.rl_step, worker=w, start_s=t0, end_s=w_end, state="decode", batch=int(e["batch_size"].max()),
-                             draft_len=0, tokens=0.0, passes=float(len(e)), context=0.0, strategy=""))
+            rows.append(dict(rl_step=s.rl_step, worker=w, start_s=t0, end_s=w_end, state="decode",
+                             batch=int(e["batch_size"].max()), draft_len=0, tokens=0.0, passes=float(len(e)),
+                             context=0.0, strategy=""))
             spot = spot_s[s.rl_step] if w == 0 and s.rl_step < len(spot_s) else 0.0
             if spot > 0:
                 n = drafter_steps[s.rl_step] if s.rl_step < len(drafter_steps) else 0
-                rows.append(dict(rl_step=s.rl_step, worker=w, start_s=w_end, end_s=w_end + spot, state="drafter_train", batch=0,
-                                 draft_len=0, tokens=float(n), passes=0.0, context=0.0, strategy=""))
-            rows.append(dict(rl_step=s.rl_step, worker=w, start_s=w_end + spot, end_s=max(end, w_end + spot), state="idle",
-                             batch=0, draft_len=0, tokens=0.0, passes=0.0, context=0.0, strategy=""))
+                rows.append(dict(rl_step=s.rl_step, worker=w, start_s=w_end, end_s=w_end + spot, state="drafter_train",
+                                 batch=0, draft_len=0, tokens=float(n), passes=0.0, context=0.0, strategy=""))
+            rows.append(dict(rl_step=s.rl_step, worker=w, start_s=w_end + spot, end_s=max(end, w_end + spot),
+                             state="idle", batch=0, draft_len=0, tokens=0.0, passes=0.0, context=0.0, strategy=""))
     t.timeline = pd.DataFrame(rows)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -302,7 +302,9 @@ def _tail_limit(res: _Result) -> str:
     run = res.runs[0]
     rows = run.timeline[run.timeline["rl_step"] == run.timeline["rl_step"].min()]
     tail = rollout_split(rows)
-    return f"batch <= {tail.tail_batch} of {tail.full_batch}" if tail.full_batch else f"batch <= 1/{TAIL_DIVISOR} of the full"
+    if not tail.full_batch:
+        return f"batch <= 1/{TAIL_DIVISOR} of the full"
+    return f"batch <= {tail.tail_batch} of {tail.full_batch}"
 
 
 def _show_tiles(res: _Result, table: pd.DataFrame) -> None:
