@@ -15,7 +15,7 @@ from workbench.contracts.timeline import rollout_split
 
 @dataclass(frozen=True)
 class StepMetrics:
-    step: int
+    rl_step: int
     step_time_s: float
     rollout_time_s: float
     train_time_s: float
@@ -56,7 +56,7 @@ class StepInfo:
     max_policy_lag: int = 0
 
 
-def step_metrics(step: int, iv: pd.DataFrame, workers: int, cap: int, info: StepInfo) -> StepMetrics:
+def step_metrics(rl_step: int, iv: pd.DataFrame, workers: int, cap: int, info: StepInfo) -> StepMetrics:
     """Metrics of one step from its intervals (`iv`: the step's timeline rows)."""
     lengths = info.lengths
     dur = iv["end_s"] - iv["start_s"]
@@ -69,7 +69,7 @@ def step_metrics(step: int, iv: pd.DataFrame, workers: int, cap: int, info: Step
     sd_tokens = iv.loc[sd, "tokens"].sum()
     tokens = sd_tokens + iv.loc[iv["state"] == "decode", "tokens"].sum()  # same grouping as sd_tokens: share <= 1
     return StepMetrics(
-        step=step,
+        rl_step=rl_step,
         step_time_s=float(end - start),
         rollout_time_s=float(rollout),
         train_time_s=float(by_state["train"] / workers),

@@ -100,7 +100,7 @@ def decision_segments(run, policy: Policy, profile: Profile) -> pd.DataFrame:
     K in the union of the buckets' candidates (NaN outside a bucket's set).
     """
     tl = run.timeline
-    by_step = {m.step: m for m in run.steps}
+    by_step = {m.rl_step: m for m in run.steps}
     decode = tl[tl["state"].isin(["decode", "decode_sd"])].copy()
     kinds = decode["rl_step"].map(lambda s: by_step[s].drafter_kind)
     buckets = decode["batch"].map(lambda b: policy.bucket_of(int(b)))

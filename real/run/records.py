@@ -76,7 +76,7 @@ class WorkerSpot:
 
 @dataclass
 class StepRecord:
-    step: int
+    rl_step: int
     step_s: float
     rollout_s: float
     train_s: float
@@ -118,7 +118,7 @@ class StepRecord:
 
 METRIC_COLUMNS = tuple(f.name for f in fields(StepRecord))  # metrics.csv, in this order
 # Columns of metrics.csv (and fields of checkpointed records) under their former names.
-OLD_METRIC_NAMES = {"bubble_frac": "bubble_fraction", "spot_frac": "drafter_train_fraction"}
+OLD_METRIC_NAMES = {"step": "rl_step", "bubble_frac": "bubble_fraction", "spot_frac": "drafter_train_fraction"}
 
 
 @dataclass
@@ -208,7 +208,7 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
     trained = [sp for sp in spots if sp.steps > 0]
     acc = rollout_accept_len(rollouts.values())
     return StepRecord(
-        step=step, step_s=times.sync_end - times.start, rollout_s=times.rollout_end - times.start,
+        rl_step=step, step_s=times.sync_end - times.start, rollout_s=times.rollout_end - times.start,
         train_s=times.train_end - times.train_start, sync_s=times.sync_end - times.train_end,
         bubble_fraction=split.bubble_fraction, drafter_train_fraction=split.drafter_train_fraction,
         mean_accept_len=1.0 if math.isnan(acc) else acc,

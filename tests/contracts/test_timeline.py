@@ -132,7 +132,7 @@ def test_simulated_figures_are_as_before(policy):
     # The waste tool reads the same figures off the simulator's timeline.
     for w, m in zip(timeline_waste(run.timeline), run.steps, strict=True):
         assert (w.rl_step, w.split.bubble_fraction, w.split.tail_fraction) == \
-            (m.step, pytest.approx(m.bubble_fraction, rel=REL), pytest.approx(m.tail_fraction, rel=REL))
+            (m.rl_step, pytest.approx(m.bubble_fraction, rel=REL), pytest.approx(m.tail_fraction, rel=REL))
 
 
 def test_rewriting_an_old_trace_writes_this_version(tmp_path):

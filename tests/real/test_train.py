@@ -120,7 +120,7 @@ def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
     stopped = [m.stop_latency_s for m in run.metrics if not math.isnan(m.stop_latency_s)]
     assert stopped and max(stopped) < 2.0, stopped  # within one drafter step (~0.05-0.2 s here), not the rollout
     # Outputs a user relies on: per-step metrics, the trace with its timeline, a servable drafter.
-    assert list(run.metrics_frame()["step"]) == [0, 1]
+    assert list(run.metrics_frame()["rl_step"]) == [0, 1]
     assert (run.out / "metrics.csv").is_file()
     assert set(trace.requests["rl_step"]) == {0, 1} and len(trace.requests) == 2 * 8 * 2
     assert set(trace.steps["worker"]) == {0, 1}

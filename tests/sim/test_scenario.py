@@ -31,7 +31,7 @@ def runs(paper_7b, policies):
 
 def test_every_step_is_reported(runs):
     for run in runs.values():
-        assert [m.step for m in run.steps] == list(range(STEPS))
+        assert [m.rl_step for m in run.steps] == list(range(STEPS))
 
 
 def accept_len_at(run, draft_len: int) -> dict[int, float]:

@@ -222,7 +222,7 @@ def _synthetic_run(out, profile: Profile, policy: dict, *, prompts: int = 6, sam
 
     kind = policy.get("drafter", {}).get("kind", "none")
     wait = 0.0 if math.isnan(stop_s) else stop_s
-    metrics = pd.DataFrame([dict(step=s.rl_step, step_s=s.rollout_s + s.train_s + s.sync_s + wait + other_s,
+    metrics = pd.DataFrame([dict(rl_step=s.rl_step, step_s=s.rollout_s + s.train_s + s.sync_s + wait + other_s,
                                  rollout_s=s.rollout_s, train_s=s.train_s, sync_s=s.sync_s, stop_latency_s=stop_s,
                                  mean_accept_len=1.0, drafter_kind=kind,
                                  drafter_steps=int(pick(drafter_steps, s.rl_step)) if s.rl_step < len(drafter_steps) else 0,

@@ -230,7 +230,7 @@ def _write_run(run_dir: Path) -> list:
         write_trace,
     )
 
-    records = [StepRecord(step=s, step_s=10.0 - s, rollout_s=8.0 - s, train_s=1.5, sync_s=0.5, bubble_fraction=0.3,
+    records = [StepRecord(rl_step=s, step_s=10.0 - s, rollout_s=8.0 - s, train_s=1.5, sync_s=0.5, bubble_fraction=0.3,
                           drafter_train_fraction=0.2, mean_accept_len=1.5 + 0.5 * s, reward=0.2 * s, pass_at_g=0.5,
                           drafter_loss=2.0, drafter_steps=10 * s, drafter_kind="eagle", tokens=1000, longest=300,
                           grpo_loss=0.1, kl=0.0, stop_latency_s=0.01) for s in range(3)]
@@ -268,7 +268,7 @@ def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path)
 
     table = at.dataframe[0].value
     assert list(table.columns) == list(METRIC_COLUMNS)
-    assert list(table["step"]) == [r.step for r in records]
+    assert list(table["rl_step"]) == [r.rl_step for r in records]
     assert list(table["mean_accept_len"]) == pytest.approx([r.mean_accept_len for r in records])
     assert {m.label: m.value for m in at.metric}["Steps done"] == "3"
 
@@ -404,12 +404,12 @@ def test_calibrate_page_checks_the_form_then_starts_tlt_calibrate(monkeypatch, t
 
 
 def test_an_older_runs_metrics_read_under_the_new_names(tmp_path: Path) -> None:
-    """metrics.csv from before the rename (bubble_frac, spot_frac): the Train page reads them as
-    bubble_fraction and drafter_train_fraction."""
+    """metrics.csv from before the rename (step, bubble_frac, spot_frac): the Train page reads them as
+    rl_step, bubble_fraction and drafter_train_fraction."""
     from workbench.ui.run_monitor import read_metrics
 
     pd.DataFrame({"step": [0, 1], "bubble_frac": [0.3, 0.25], "spot_frac": [0.2, 0.1]}).to_csv(tmp_path / "metrics.csv",
                                                                                              index=False)
     df = read_metrics(tmp_path)
-    assert list(df.columns) == ["step", "bubble_fraction", "drafter_train_fraction"]
+    assert list(df.columns) == ["rl_step", "bubble_fraction", "drafter_train_fraction"]
     assert df["bubble_fraction"].tolist() == [0.3, 0.25] and df["drafter_train_fraction"].tolist() == [0.2, 0.1]

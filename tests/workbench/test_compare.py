@@ -182,7 +182,7 @@ def test_waste_from_a_timeline_is_the_simulators_own():
     wl = load_workload("cpu-tiny")
     run = simulate(wl, load_policy("baseline"), load_profile(wl.profile), seed=2, steps=2)
     steps = timeline_waste(run.timeline)
-    assert [w.rl_step for w in steps] == [m.step for m in run.steps]
+    assert [w.rl_step for w in steps] == [m.rl_step for m in run.steps]
     assert any(m.tail_fraction > 0 for m in run.steps)  # the long tail is there to measure
     for w, m in zip((s.split for s in steps), run.steps):
         assert w.workers == wl.workers

@@ -244,7 +244,7 @@ _STEP_HEADER = ["step", "step s", "rollout s", "train s", "sync s", "bubble", "t
 
 
 def _step_row(m) -> list[str]:
-    return [str(m.step), f"{m.step_s:.2f}", f"{m.rollout_s:.2f}", f"{m.train_s:.2f}", f"{m.sync_s:.2f}",
+    return [str(m.rl_step), f"{m.step_s:.2f}", f"{m.rollout_s:.2f}", f"{m.train_s:.2f}", f"{m.sync_s:.2f}",
             f"{m.bubble_fraction:.0%}", "-" if math.isnan(m.tail_fraction) else f"{m.tail_fraction:.0%}",
             f"{m.drafter_train_fraction:.0%}", f"{m.mean_accept_len:.2f}", f"{m.reward:.3f}",
             f"{m.pass_at_g:.2f}", m.drafter_kind, str(m.drafter_steps),

@@ -148,16 +148,16 @@ def gantt_figure(timeline: pd.DataFrame, title: str = "", max_workers: int | Non
 def step_lines_figure(per_step: pd.DataFrame, policies: Sequence[str] | None = None) -> go.Figure:
     """Step time and mean accepted length per RL step, one line per policy.
 
-    per_step: columns policy, step, step_time_s, mean_accept_len.
+    per_step: columns policy, rl_step, step_time_s, mean_accept_len.
     """
     policies = list(policies) if policies is not None else list(dict.fromkeys(per_step["policy"]))
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Step time (s)", "Mean accepted length (tokens / verify pass)"))
     for i, name in enumerate(policies):
-        d = per_step[per_step["policy"] == name].sort_values("step")
+        d = per_step[per_step["policy"] == name].sort_values("rl_step")
         color = POLICY_COLORS[i % len(POLICY_COLORS)]
         for col, metric in ((1, "step_time_s"), (2, "mean_accept_len")):
             fig.add_trace(go.Scatter(
-                x=d["step"], y=d[metric], mode="lines+markers", name=name, legendgroup=name,
+                x=d["rl_step"], y=d[metric], mode="lines+markers", name=name, legendgroup=name,
                 showlegend=col == 1, line=dict(color=color),
                 hovertemplate=f"{name}<br>step %{{x}}: %{{y:.3g}}<extra></extra>",
             ), row=1, col=col)
@@ -168,7 +168,7 @@ def step_lines_figure(per_step: pd.DataFrame, policies: Sequence[str] | None = N
     return fig
 
 
-def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[str]]], x: str = "step",
+def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[str]]], x: str = "rl_step",
                         height: int = 320) -> go.Figure:
     """One subplot per panel, one line per column of the panel, over `x` (e.g. a run's metrics.csv).
 

@@ -41,7 +41,7 @@ _LINE_PANELS = (
     ("Mean accepted length (tokens / verify pass)", ("mean_accept_len",)),
     ("Reward", ("reward",)),
 )
-_TILE_COLUMNS = ("step", "step_s", "rollout_s", "mean_accept_len", "reward")
+_TILE_COLUMNS = ("rl_step", "step_s", "rollout_s", "mean_accept_len", "reward")
 _WASTE_COLUMNS = {
     "rl_step": st.column_config.NumberColumn("Step"),
     "rollout_s": st.column_config.NumberColumn("Rollout (s)", format="%.2f"),
@@ -155,7 +155,7 @@ def show_progress(df: pd.DataFrame | None, total: int | None, last_line: str | N
 def _show_tiles(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
     last = df.iloc[-1]
     cols = st.columns(5)
-    cols[0].metric("Steps done", f"{len(df)}", help=f"Last finished RL step: {int(last['step'])}.")
+    cols[0].metric("Steps done", f"{len(df)}", help=f"Last finished RL step: {int(last['rl_step'])}.")
     cols[1].metric("Last step time", f"{last['step_s']:.1f} s")
     accept = last["mean_accept_len"]
     cols[2].metric("Accepted length", "-" if math.isnan(accept) else f"{accept:.2f}")

@@ -242,7 +242,7 @@ def _run(workload: Workload, labels: list[str], policies: list[Policy], profile:
             continue
 
         def on_step(m, i=i, label=label):
-            bar.progress(min(1.0, (i + (m.step + 1) / steps) / n), text=f"{label}: step {m.step + 1}/{steps}")
+            bar.progress(min(1.0, (i + (m.rl_step + 1) / steps) / n), text=f"{label}: step {m.rl_step + 1}/{steps}")
 
         bar.progress(i / n, text=f"Simulating {label} ({i + 1}/{n})…")
         try:
@@ -340,7 +340,7 @@ def _show_gantts(res: _Result) -> None:
                "running batch: a worker decoding a few sequences at batch 1-8 uses hardware sized for hundreds; "
                "that is where speculative decoding (coloured by strategy) pays.")
     # Step lengths per policy, to put every policy's chart on one x scale for the same step.
-    spans = {(label, m.step): m.step_time_s for label, run in zip(res.labels, res.runs) for m in run.steps}
+    spans = {(label, m.rl_step): m.step_time_s for label, run in zip(res.labels, res.runs) for m in run.steps}
     tabs = st.tabs(res.labels)
     for tab, label, run in zip(tabs, res.labels, res.runs):
         with tab:
