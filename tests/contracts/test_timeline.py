@@ -166,6 +166,7 @@ def test_a_version_1_table_missing_a_column_names_it(tmp_path):
     shutil.copytree(V1, tmp_path / "t")
     steps = pd.read_parquet(tmp_path / "t" / "steps.parquet").drop(columns="engine")
     steps.to_parquet(tmp_path / "t" / "steps.parquet", index=False)
-    with pytest.raises(TraceError, match=r"steps.parquet: column 'worker': missing"):
+    with pytest.raises(TraceError, match=r"steps.parquet: column 'engine': missing; a trace v1 table has it "
+                                         r"\(v2 calls it 'worker'"):
         load_trace(tmp_path / "t")
     assert OLD_COLUMNS[1]["steps"]["engine"] == "worker"

@@ -219,6 +219,15 @@ def _kind_ok(kind: str, dtype) -> bool:
     return dtype.kind in "OSU" or str(dtype) in ("string", "str")
 
 
+def _upgrade(file: Path, df: pd.DataFrame, version: int, renames: dict[str, str]) -> pd.DataFrame:
+    """An older version's table under this version's column names (`renames`: old -> new)."""
+    for old, new in renames.items():
+        if old not in df.columns and new not in df.columns:
+            raise TraceError(file, f"column '{old}'", "missing",
+                             f"a trace v{version} table has it (v{TRACE_VERSION} calls it '{new}'; traces/README.md)")
+    return df.rename(columns=renames)
+
+
 def load_trace(path: str | Path) -> Trace:
     """A trace of this version or an older one (OLD_COLUMNS), its tables in this version's columns;
     `meta["trace_version"]` says which version the files are."""
@@ -236,11 +245,11 @@ def load_trace(path: str | Path) -> Trace:
         if f not in meta:
             raise TraceError(meta_path, f"field '{f}'", "missing", f"meta.json needs {', '.join(META_FIELDS)}")
     version = meta["trace_version"]
-    if version != TRACE_VERSION and not (isinstance(version, int) and version in OLD_COLUMNS):
+    if version != TRACE_VERSION and not (type(version) is int and version in OLD_COLUMNS):
         raise TraceError(meta_path, "field 'trace_version'", f"is {version!r}",
                          f"this workbench reads versions {', '.join(map(str, [*OLD_COLUMNS, TRACE_VERSION]))}; "
                          "re-capture or upgrade")
-    renames = OLD_COLUMNS.get(version, {})
+    renames = OLD_COLUMNS.get(version, {}) if type(version) is int else {}
     tables = {}
     for name, columns in TABLES.items():
         file = path / f"{name}.parquet"
@@ -251,7 +260,7 @@ def load_trace(path: str | Path) -> Trace:
         except Exception as exc:  # pyarrow raises several types for a truncated file
             raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
                              "the file is truncated or corrupt; capture it again") from None
-        df = df.rename(columns=renames.get(name, {}))
+        df = _upgrade(file, df, version, renames.get(name, {}))
         _check_table(file, df, columns)
         tables[name] = df
     if tables["steps"].empty or tables["requests"].empty:
@@ -264,7 +273,7 @@ def load_trace(path: str | Path) -> Trace:
         except Exception as exc:
             raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
                              "the file is truncated or corrupt; re-run or delete timeline.parquet") from None
-        timeline = timeline.rename(columns=renames.get("timeline", {}))
+        timeline = _upgrade(file, timeline, version, renames.get("timeline", {}))
         if "strategy" not in timeline.columns and "draft_len" in timeline.columns:
             # Timelines written before the column existed held chains only.
             timeline["strategy"] = [str(k) if k else "" for k in timeline["draft_len"]]
