@@ -12,6 +12,7 @@ the same inputs must give them still.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import fields
 from pathlib import Path
@@ -31,6 +32,7 @@ from workbench.contracts.trace import (
     STEP_COLUMNS,
     TIMELINE_COLUMNS,
     TRACE_VERSION,
+    RequestRow,
     TimelineRow,
     TraceError,
     load_trace,
@@ -170,3 +172,29 @@ def test_a_version_1_table_missing_a_column_names_it(tmp_path):
                                          r"\(v2 calls it 'worker'"):
         load_trace(tmp_path / "t")
     assert OLD_COLUMNS[1]["steps"]["engine"] == "worker"
+
+
+def test_rows_pickled_under_version_1_names_load_under_this_versions():
+    """A `tlt train` checkpoint keeps the trace's rows pickled (rows.pt); one from a run begun before
+    version 2 holds them under version 1's field names, and resuming it must read them."""
+    import pickle
+
+    from real.run.records import RunRows
+
+    t = load_trace(V1)
+    rows = RunRows()
+    rows.steps = [EngineStepRow(**r) for r in t.steps.head(2).to_dict("records")]
+    rows.requests = [RequestRow(**r) for r in t.requests.head(2).to_dict("records")]
+    rows.timeline = [TimelineRow(**r) for r in t.timeline.astype({"state": str}).head(2).to_dict("records")]
+    for row in rows.steps + rows.requests + rows.timeline:  # as version 1's classes pickled them
+        for table in ("steps", "requests", "timeline"):
+            if row._table == table:
+                for old, new in OLD_COLUMNS[1][table].items():
+                    row.__dict__[old] = row.__dict__.pop(new)
+    assert "engine" in rows.steps[0].__dict__ and "step" in rows.timeline[0].__dict__
+    back = pickle.loads(pickle.dumps(rows))
+    assert [(r.worker, r.engine_step) for r in back.steps] == [(0, 0), (0, 1)]
+    assert "engine" not in back.steps[0].__dict__ and math.isnan(back.steps[0].exec_s)
+    assert [r.worker for r in back.requests] == [0, 0] and [r.rl_step for r in back.timeline] == [0, 0]
+    trace = back.frames(t.meta)
+    assert list(trace.steps.columns) == list(STEP_COLUMNS) and list(trace.timeline.columns) == list(TIMELINE_COLUMNS)

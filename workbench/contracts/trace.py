@@ -39,9 +39,22 @@ def _col(doc: str) -> Any:
     return field(metadata={"doc": doc})
 
 
+class _Upgrades:
+    """Rows unpickled under an older version's field names (the rows a `tlt train` checkpoint keeps,
+    from a run begun before) take this version's."""
+
+    _table = ""  # the OLD_COLUMNS table whose renames apply
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        renames = {old: new for tables in OLD_COLUMNS.values() for old, new in tables.get(self._table, {}).items()}
+        self.__dict__.update({renames.get(k, k): v for k, v in state.items()})
+
+
 @dataclass
-class StepRow:
+class StepRow(_Upgrades):
     """One engine step (`steps.parquet`)."""
+
+    _table = "steps"
 
     rl_step: int = _col("RL step this engine step belongs to")
     worker: int = _col("worker (engine) index")
@@ -65,8 +78,10 @@ class StepRow:
 
 
 @dataclass
-class RequestRow:
+class RequestRow(_Upgrades):
     """One request: one response (`requests.parquet`)."""
+
+    _table = "requests"
 
     rl_step: int = _col("RL step")
     worker: int = _col("worker (engine) index")
@@ -97,8 +112,10 @@ STATES = ("decode", "decode_sd", "idle", "drafter_train", "train", "sync")
 
 
 @dataclass
-class TimelineRow:
+class TimelineRow(_Upgrades):
     """One worker interval (`timeline.parquet`): the simulator's output and `tlt train`'s alike."""
+
+    _table = "timeline"
 
     rl_step: int = _col("RL step")
     worker: int = _col("worker (engine) index")
