@@ -10,15 +10,17 @@ import numpy as np
 import pandas as pd
 
 from workbench.contracts.fileio import write_atomic
+from workbench.contracts.timeline import rollout_split
 
 
 @dataclass(frozen=True)
 class StepMetrics:
-    step: int
+    rl_step: int
     step_time_s: float
     rollout_time_s: float
     train_time_s: float
     sync_time_s: float
+    # The rollout's worker-time split (workbench/contracts/timeline.py, rollout_split): idle, spot training.
     bubble_fraction: float  # idle worker-seconds / worker-seconds in the rollout
     drafter_train_fraction: float  # spot-training worker-seconds / worker-seconds in the rollout
     mean_accept_len: float  # tokens per verify pass over passes that drafted (1.0 when none did)
@@ -35,7 +37,7 @@ class StepMetrics:
     groups_left: int = 0  # groups left unfinished: carried to the next step (partial) or deferred (tail batching)
     policy_lag: float = 0.0  # mean policy updates between the weights that started a trained response and this step
     max_policy_lag: int = 0  # the stalest trained response (0: on-policy)
-    tail_fraction: float = 0.0  # worker-seconds decoding in the tail (tail_metrics) / worker-seconds in the rollout
+    tail_fraction: float = 0.0  # worker-seconds decoding in the tail / worker-seconds in the rollout (rollout_split)
     tail_token_share: float = 0.0  # share of the step's decoded tokens that the tail produced
     groups_generated: int = 0  # groups decoded for this step (DAPO's dynamic sampling: more than it trained on)
 
@@ -56,65 +58,26 @@ class StepInfo:
     groups_generated: int = 0
 
 
-ROLLOUT_STATES = ("decode", "decode_sd", "idle", "drafter_train")
-DECODE_STATES = ("decode", "decode_sd")
-# The tail is a worker decoding a few sequences on hardware sized for many: a decode interval whose
-# running batch is at most the step's full batch (the largest any worker ran) / TAIL_DIVISOR. At a
-# full batch of 256 that is batch <= 32, the batch up to which the TLT paper turns SD on.
-TAIL_DIVISOR = 8
-
-
-@dataclass(frozen=True)
-class Tail:
-    """How much of a step's rollout went to decoding at a small batch (docs/formats.md, "The tail")."""
-
-    full_batch: int  # the largest running batch of any worker in the step
-    tail_batch: int  # decode intervals at a batch <= this are the tail: max(1, full_batch // TAIL_DIVISOR)
-    fraction: float  # tail decode worker-seconds / rollout worker-seconds
-    token_share: float  # tokens decoded in the tail / tokens decoded
-
-
-def rollout_seconds(iv: pd.DataFrame) -> float:
-    """From a step's first interval to the end of its last rollout interval (decode, idle, spot training)."""
-    rollout_end = iv.loc[iv["state"].isin(ROLLOUT_STATES), "end_s"].max()
-    return float(rollout_end - iv["start_s"].min())
-
-
-def tail_metrics(iv: pd.DataFrame, rollout_worker_s: float) -> Tail:
-    """The tail of one step's intervals (simulated or traced: the same timeline columns)."""
-    decode = iv[iv["state"].isin(DECODE_STATES)]
-    if decode.empty:
-        return Tail(0, 0, 0.0, 0.0)
-    full = int(decode["batch"].max())
-    limit = max(1, full // TAIL_DIVISOR)
-    tail = decode["batch"] <= limit
-    seconds = float((decode["end_s"] - decode["start_s"])[tail].sum())
-    tokens = float(decode["tokens"].sum())
-    return Tail(full, limit, seconds / rollout_worker_s if rollout_worker_s else 0.0,
-                float(decode.loc[tail, "tokens"].sum()) / tokens if tokens else 0.0)
-
-
-def step_metrics(step: int, iv: pd.DataFrame, workers: int, cap: int, info: StepInfo) -> StepMetrics:
+def step_metrics(rl_step: int, iv: pd.DataFrame, workers: int, cap: int, info: StepInfo) -> StepMetrics:
     """Metrics of one step from its intervals (`iv`: the step's timeline rows)."""
     lengths = info.lengths
     dur = iv["end_s"] - iv["start_s"]
     by_state = dur.groupby(iv["state"], observed=False).sum()
     start, end = iv["start_s"].min(), iv["end_s"].max()
-    rollout = rollout_seconds(iv)
-    worker_s = rollout * workers
-    tail = tail_metrics(iv, worker_s)
+    split = rollout_split(iv, workers)
+    rollout = split.rollout_s
     sd = iv["state"] == "decode_sd"
     sd_passes = iv.loc[sd, "passes"].sum()
     sd_tokens = iv.loc[sd, "tokens"].sum()
     tokens = sd_tokens + iv.loc[iv["state"] == "decode", "tokens"].sum()  # same grouping as sd_tokens: share <= 1
     return StepMetrics(
-        step=step,
+        rl_step=rl_step,
         step_time_s=float(end - start),
         rollout_time_s=float(rollout),
         train_time_s=float(by_state["train"] / workers),
         sync_time_s=float(by_state["sync"] / workers),
-        bubble_fraction=float(by_state["idle"] / worker_s) if worker_s else 0.0,
-        drafter_train_fraction=float(by_state["drafter_train"] / worker_s) if worker_s else 0.0,
+        bubble_fraction=split.bubble_fraction,
+        drafter_train_fraction=split.drafter_train_fraction,
         mean_accept_len=float(sd_tokens / sd_passes) if sd_passes else 1.0,
         sd_token_share=float(sd_tokens / tokens) if tokens else 0.0,
         tokens=int(round(tokens)),
@@ -129,8 +92,8 @@ def step_metrics(step: int, iv: pd.DataFrame, workers: int, cap: int, info: Step
         groups_left=info.groups_left,
         policy_lag=info.policy_lag,
         max_policy_lag=info.max_policy_lag,
-        tail_fraction=tail.fraction,
-        tail_token_share=tail.token_share,
+        tail_fraction=split.tail_fraction,
+        tail_token_share=split.tail_token_share,
         groups_generated=info.groups_generated,
     )
 

@@ -61,7 +61,7 @@ class RunSummary:
     step_time_s: float
     rollout_time_s: float
     bubble_fraction: float  # idle worker-time / rollout worker-time: workers that finished and wait
-    tail_fraction: float  # worker-time decoding at a small batch / rollout worker-time (sim.results.tail_metrics)
+    tail_fraction: float  # worker-time decoding at a small batch / rollout worker-time (contracts' rollout_split)
     mean_accept_len: float
     drafter_train_fraction: float
     tokens_per_s: float

@@ -28,13 +28,13 @@ class BatchLine:
     y: np.ndarray  # running batch
 
 
-def batch_lines(timeline: pd.DataFrame, step: int, max_workers: int | None = None) -> list[BatchLine]:
-    rows = timeline[(timeline["step"] == step) & timeline["state"].astype(str).isin(["decode", "decode_sd"])]
+def batch_lines(timeline: pd.DataFrame, rl_step: int, max_workers: int | None = None) -> list[BatchLine]:
+    rows = timeline[(timeline["rl_step"] == rl_step) & timeline["state"].astype(str).isin(["decode", "decode_sd"])]
     if max_workers is not None:
         rows = rows[rows["worker"] < max_workers]
     if rows.empty:
         return []
-    t0 = float(timeline.loc[timeline["step"] == step, "start_s"].min())
+    t0 = float(timeline.loc[timeline["rl_step"] == rl_step, "start_s"].min())
     label = rows["strategy"].astype(str).replace("", NO_SD_LABEL) if "strategy" in rows else NO_SD_LABEL
     rows = rows.assign(label=label)
     out = []

@@ -95,20 +95,20 @@ def candidate_arms(policy: Policy, bucket: int) -> list[int]:
 def decision_segments(run, policy: Policy, profile: Profile) -> pd.DataFrame:
     """A run's decision segments with their model time under every candidate arm.
 
-    Columns: step, worker, start_s, batch, bucket, chosen, tokens, context,
+    Columns: rl_step, worker, start_s, batch, bucket, chosen, tokens, context,
     observed_s, kind, and t_K (model seconds under draft length K) for every
     K in the union of the buckets' candidates (NaN outside a bucket's set).
     """
     tl = run.timeline
-    by_step = {m.step: m for m in run.steps}
+    by_step = {m.rl_step: m for m in run.steps}
     decode = tl[tl["state"].isin(["decode", "decode_sd"])].copy()
-    kinds = decode["step"].map(lambda s: by_step[s].drafter_kind)
+    kinds = decode["rl_step"].map(lambda s: by_step[s].drafter_kind)
     buckets = decode["batch"].map(lambda b: policy.bucket_of(int(b)))
     keep = (kinds != "none").to_numpy() & buckets.notna().to_numpy()
     seg = decode[keep].copy()
     seg["kind"] = kinds[keep].to_numpy()
     seg["bucket"] = buckets[keep].astype(int).to_numpy()
-    seg["quality"] = seg["step"].map(lambda s: by_step[s].drafter_quality).to_numpy(float)
+    seg["quality"] = seg["rl_step"].map(lambda s: by_step[s].drafter_quality).to_numpy(float)
     if "context" not in seg.columns:
         raise ValueError("the timeline has no 'context' column (mean context of each segment); "
                          "regret needs the simulator that writes it")
@@ -134,7 +134,7 @@ def decision_segments(run, policy: Policy, profile: Profile) -> pd.DataFrame:
             cols[k][i] = segment_s(dec, dft, kind, batch, context, k, passes)
     for k in union:
         seg[f"t_{k}"] = cols[k]
-    keep_cols = ["step", "worker", "start_s", "batch", "bucket", "chosen", "tokens", "context", "observed_s", "kind"]
+    keep_cols = ["rl_step", "worker", "start_s", "batch", "bucket", "chosen", "tokens", "context", "observed_s", "kind"]
     return seg[keep_cols + [f"t_{k}" for k in union]]
 
 

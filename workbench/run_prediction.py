@@ -84,7 +84,7 @@ def error_pct(predicted: float, measured: float) -> float:
 class RunStep:
     """One RL step, predicted and measured."""
 
-    step: int
+    rl_step: int
     predicted: PhaseTimes
     measured: PhaseTimes
     accept_len_predicted: float
@@ -164,7 +164,7 @@ def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]
     }
     step_s = [float(r.rollout_s + r.train_s + r.sync_s) for r in rl.itertuples()]
     if metrics is not None:
-        by_step = metrics.set_index("step")
+        by_step = metrics.set_index("rl_step")
         for i, s in enumerate(rl["rl_step"].astype(int)):
             if s in by_step.index:
                 row = by_step.loc[s]
@@ -173,7 +173,7 @@ def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]
                     if c in by_step.columns:
                         values[i] = row[c] if c != "drafter_kind" else str(row[c])
     # The wait for the spot trainers to stop is sync on both sides (the simulator's timeline puts it there).
-    wait = spot_wait(metrics.set_index("step").reindex(rl["rl_step"].astype(int)).reset_index()) \
+    wait = spot_wait(metrics.set_index("rl_step").reindex(rl["rl_step"].astype(int)).reset_index()) \
         if metrics is not None else np.zeros(n)
     times = [PhaseTimes(float(r.rollout_s), float(r.train_s), float(r.sync_s) + wait[i],
                         max(0.0, step_s[i] - float(r.rollout_s + r.train_s + r.sync_s) - wait[i]), step_s[i])
@@ -217,7 +217,7 @@ def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, se
     rows = []
     for i, m in enumerate(sim.steps):
         pred = PhaseTimes(m.rollout_time_s, m.train_time_s, m.sync_time_s, 0.0, m.step_time_s)
-        rows.append(RunStep(m.step, pred, measured[i], m.mean_accept_len, float(extra["mean_accept_len"][i]),
+        rows.append(RunStep(m.rl_step, pred, measured[i], m.mean_accept_len, float(extra["mean_accept_len"][i]),
                             m.drafter_kind, extra["drafter_kind"][i], m.drafter_trained_tokens,
                             float(extra["drafter_steps"][i])))
     return RunPrediction(run_label(trace), profile.name, pol.name, is_in_sample(trace, profile), rows,

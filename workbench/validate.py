@@ -149,7 +149,7 @@ def trace_workload(trace: Trace, profile: Profile) -> Workload:
     meta, steps, req = trace.meta, trace.steps, trace.requests
     eng = meta.get("engine") or {}
     max_batch = eng.get("max_num_seqs") or int(steps["batch_size"].max())
-    wl = Workload(name=f"trace:{trace.name}", profile=profile.name, workers=int(steps["engine"].nunique()),
+    wl = Workload(name=f"trace:{trace.name}", profile=profile.name, workers=int(steps["worker"].nunique()),
                   prompts_per_step=int(meta["prompts"]), group_size=int(meta["samples"]),
                   max_response_tokens=int(meta["max_tokens"]),
                   prompt_tokens=max(1, int(round(float(req["prompt_tokens"].mean())))),
@@ -225,15 +225,16 @@ def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], float]:
                              f"RL step {rl} has {len(r)} responses in {len(sizes)} prompts",
                              f"a validated trace needs prompts x samples = {wl.prompts_per_step} x {wl.group_size} per RL step "
                              "(sync rollouts)")
-        group_engine = r.groupby("prompt_id")["engine"].min()
-        order = r.assign(group_engine=r["prompt_id"].map(group_engine)).sort_values(["group_engine", "prompt_id", "sample"])
+        group_worker = r.groupby("prompt_id")["worker"].min()
+        order = r.assign(group_worker=r["prompt_id"].map(group_worker))
+        order = order.sort_values(["group_worker", "prompt_id", "sample"])
         replay.append(order["response_tokens"].to_numpy(np.int64))
-        engines = order["engine"].to_numpy()
-        eng_ids = {e: i for i, e in enumerate(sorted(set(engines)))}
+        workers = order["worker"].to_numpy()
+        worker_ids = {e: i for i, e in enumerate(sorted(set(workers)))}
         expect = np.empty(len(order), int)
         for w, rg in enumerate(shard(len(order), wl.workers)):
             expect[list(rg)] = w
-        matches.append(float(np.mean([eng_ids[e] == x for e, x in zip(engines, expect)])))
+        matches.append(float(np.mean([worker_ids[e] == x for e, x in zip(workers, expect)])))
     return replay, float(np.mean(matches))
 
 
@@ -262,14 +263,14 @@ def step_cost_rollout(profile: Profile, trace: Trace) -> tuple[float, list[float
     so it cannot reproduce requests that run faster or slower than the mean)."""
     f = step_frame([trace], warmup_steps=0, target="wall")
     f["pred"] = predict_steps(profile, f)
-    s = trace.steps.sort_values(["rl_step", "engine", "step"]).reset_index(drop=True)
+    s = trace.steps.sort_values(["rl_step", "worker", "engine_step"]).reset_index(drop=True)
     f["start_s"] = s["start_s"].to_numpy(float)
     total, per_step = 0.0, []
     for rl in _rl_index(trace):
         r = trace.requests[trace.requests["rl_step"] == rl]
         t0 = float(r["start_s"].min())
         g = f[f["rl_step"] == rl]
-        ends = [float(e["start_s"].min()) - t0 + float(e["pred"].sum()) for _, e in g.groupby("engine")]
+        ends = [float(e["start_s"].min()) - t0 + float(e["pred"].sum()) for _, e in g.groupby("worker")]
         per_step.append(max(ends) if ends else 0.0)
         total += per_step[-1]
     return total, per_step

@@ -315,7 +315,7 @@ def matched_slowdown(tl: pd.DataFrame) -> pd.DataFrame:
     dec["ms"] = (dec["end_s"] - dec["start_s"]) * 1e3
 
     def during(row) -> bool:
-        o = spot[(spot["step"] == row["step"]) & (spot["worker"] != row["worker"])]
+        o = spot[(spot["rl_step"] == row["rl_step"]) & (spot["worker"] != row["worker"])]
         return bool(((o["start_s"] < row["end_s"]) & (o["end_s"] > row["start_s"])).any())
 
     dec["beside"] = dec.apply(during, axis=1) if len(spot) else False

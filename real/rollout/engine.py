@@ -68,9 +68,9 @@ class _Tracked:
     finish_reason: str | None = None
     end_s: float = math.nan
 
-    def row(self, rl_step: int, engine: int) -> RequestRow:
+    def row(self, rl_step: int, worker: int) -> RequestRow:
         r = self.request
-        return RequestRow(rl_step=rl_step, engine=engine, request_id=r.request_id, prompt_id=r.prompt_id,
+        return RequestRow(rl_step=rl_step, worker=worker, request_id=r.request_id, prompt_id=r.prompt_id,
                           sample=r.sample, prompt_tokens=self.prompt_tokens, response_tokens=self.generated,
                           finish_reason=self.finish_reason or "abort", start_s=self.start_s, end_s=self.end_s,
                           reward=math.nan)
@@ -281,7 +281,7 @@ class RolloutEngine:
                               sorted(o.outputs, key=lambda c: c.index)]) for o in outs]
 
     def run_steps(self, requests: Sequence[RolloutRequest], on_step: Callable[[EngineStepRow], None] | None = None,
-                  rl_step: int = 0, engine: int = 0, clock0: float | None = None,
+                  rl_step: int = 0, worker: int = 0, clock0: float | None = None,
                   controller: StepController | None = None, max_in_flight: int | None = None) -> RunResult:
         """Drive the engine one step at a time; record every step and every request.
 
@@ -335,16 +335,16 @@ class RolloutEngine:
                     live.add(r.request_id)
 
             admit(set())
-            steps = self._drive(tracked, alias, now, controller, on_step, rl_step=rl_step, engine=engine,
+            steps = self._drive(tracked, alias, now, controller, on_step, rl_step=rl_step, worker=worker,
                                 admit=admit, held=lambda: len(todo))
         finally:
             self._recording = False
-        return RunResult(steps, [t.row(rl_step, engine) for t in tracked.values()],
+        return RunResult(steps, [t.row(rl_step, worker) for t in tracked.values()],
                          {key: t.sample() for key, t in tracked.items()}, now())
 
     def _drive(self, tracked: dict[str, _Tracked], alias: dict[str, str], now: Callable[[], float],
                controller: StepController | None, on_step: Callable[[EngineStepRow], None] | None,
-               rl_step: int, engine: int, admit: Callable[[set[str]], None] = lambda live: None,
+               rl_step: int, worker: int, admit: Callable[[set[str]], None] = lambda live: None,
                held: Callable[[], int] = lambda: 0) -> list[EngineStepRow]:
         """Step the engine until every request is finished; one row per model step (`admit(live)` adds
         requests held back by max_in_flight as others finish)."""
@@ -368,7 +368,7 @@ class RolloutEngine:
             ss = new_stats[-1] if new_stats else None
             if getattr(ss, "iteration_details", None) is None and new_tokens == 0:
                 continue  # no model step (a stats-only output): its time goes to the next step
-            row = _step_row(ss, ctx, len(decoding), new_tokens, rl_step=rl_step, engine=engine, step=len(steps),
+            row = _step_row(ss, ctx, len(decoding), new_tokens, rl_step=rl_step, worker=worker, engine_step=len(steps),
                             start_s=t_prev, wall_s=t_now - t_prev, finished=len(tracked) - len(live), draft_s=draft_s)
             row.num_waiting += waiting_here
             t_prev = t_now
@@ -459,7 +459,7 @@ def _take_outputs(outs: Sequence[Any], tracked: dict[str, _Tracked], alias: dict
 
 
 def _step_row(ss: Any, ctx: list[int], n_decoding: int, new_tokens: int, **where: Any) -> EngineStepRow:
-    """The row of one engine step from vLLM's scheduler stats `ss`; `where`: rl_step, engine, step,
+    """The row of one engine step from vLLM's scheduler stats `ss`; `where`: rl_step, worker, engine_step,
     start_s, wall_s and finished."""
     d = getattr(ss, "iteration_details", None)
     sd = getattr(ss, "spec_decoding_stats", None)

@@ -180,7 +180,7 @@ def _progress(total: int, log: Callable[[str], None] | None, every_s: float) -> 
         now = time.perf_counter()
         if log and now - state["last"] >= every_s:
             state["last"] = now
-            log(f"  step {row.step + 1}: batch {row.batch_size}, waiting {row.num_waiting}, "
+            log(f"  step {row.engine_step + 1}: batch {row.batch_size}, waiting {row.num_waiting}, "
                 f"{row.finished}/{total} requests finished, {state['tokens']} tokens, {now - t_run:.1f}s")
 
     return on_step

@@ -139,7 +139,7 @@ class TrainingRun(RunOutputs):
 
         add_step_rows(self.rows, s, ro.rollouts, ro.spots, update.requests, times, self.clock0)
         rec = step_record(s, ro.rollouts, ro.spots, update.requests, times, update.stats, ran, check,
-                          update.style_share, verdict.speedup if verdict else math.nan)
+                          update.style_share, verdict.speedup if verdict else math.nan, clock0=self.clock0)
         self.metrics.append(rec)
         self.next_step = s + 1
         if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:

@@ -92,7 +92,7 @@ class RunOutputs:
 
         st = ckpt.state
         self.next_step = ckpt.step + 1
-        self.metrics = [StepRecord(**m) for m in st["metrics"]]
+        self.metrics = [StepRecord.from_dict(m) for m in st["metrics"]]
         self.rows = torch.load(ckpt.path("rows.pt"), weights_only=False)
         self.clock0 = time.time() - st["elapsed_s"]
         return engines.load_state_dict(st)

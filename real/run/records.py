@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from real.rollout.requests import EngineStepRow, Sample
+from workbench.contracts.timeline import rollout_split
 from workbench.contracts.trace import (
     RequestRow,
     RLStepRow,
@@ -88,13 +89,15 @@ class WorkerSpot:
 
 @dataclass
 class StepRecord:
-    step: int
+    rl_step: int
     step_s: float
     rollout_s: float
     train_s: float
     sync_s: float
-    bubble_frac: float  # worker-time neither decoding nor training the drafter, during the rollout
-    spot_frac: float  # worker-time training the drafter, during the rollout
+    # The rollout's worker-time split (workbench/contracts/timeline.py, rollout_split), from
+    # the step's start to its last worker's finish: idle (the bubble), training the drafter.
+    bubble_fraction: float
+    drafter_train_fraction: float
     mean_accept_len: float  # tokens per verify pass over SD passes (1.0 with no SD)
     reward: float
     pass_at_g: float  # mean best reward per prompt: with 0/1 rewards, prompts with at least one correct sample
@@ -117,9 +120,18 @@ class StepRecord:
     # SD's decode speed over a plain engine's on this rollout, priced at the plain engine each
     # worker measured at start-up (real/run/sd_guard.py; NaN: not judged, e.g. while SD is off).
     sd_speedup: float = math.nan
+    # Worker-time decoding at a small batch (the tail; rollout_split) over the rollout's worker-time.
+    tail_fraction: float = math.nan
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> StepRecord:
+        """A record from its fields by name (a checkpoint's, or a metrics.csv row), old names too."""
+        return cls(**{OLD_METRIC_NAMES.get(k, k): v for k, v in values.items()})
 
 
 METRIC_COLUMNS = tuple(f.name for f in fields(StepRecord))  # metrics.csv, in this order
+# Columns of metrics.csv (and fields of checkpointed records) under their former names.
+OLD_METRIC_NAMES = {"step": "rl_step", "bubble_frac": "bubble_fraction", "spot_frac": "drafter_train_fraction"}
 
 
 @dataclass
@@ -156,11 +168,12 @@ def rollout_accept_len(rollouts: Iterable[WorkerRollout]) -> float:
 
 def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], times: StepTimes,
                   clock0: float) -> list[TimelineRow]:
-    """What each worker did during the RL step: its engine steps, idle time, spot training,
-    then the policy update and the sync (times since the run began)."""
+    """What each worker did during the RL step: idle until its rollout began, its engine steps,
+    idle time, spot training, then the policy update and the sync (times since the run began)."""
     rel = lambda t: t - clock0  # noqa: E731
     tl = Timeline()
     for i, r in rollouts.items():
+        tl.add(step, i, rel(times.start), rel(r.start), "idle")  # waiting for its share of the step
         for row in r.steps:
             tl.add(step, i, row.start_s, row.start_s + row.wall_s, "decode_sd" if row.draft_len else "decode",
                    row.batch_size, row.draft_len, row.new_tokens, 1, row.context_mean)
@@ -178,12 +191,11 @@ def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[Wor
 
 def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], requests: list[RequestRow],
                 times: StepTimes, grpo: Any, drafter_kind: str, check: DrafterCheck | None = None,
-                style_share: float = math.nan, sd_speedup: float = math.nan) -> StepRecord:
-    """The RL step's metrics (`grpo`: the GRPO update's StepStats; `check`: the drafters judged)."""
-    n_workers = len(rollouts)
-    span = max(times.rollout_end - times.start, 1e-9)
-    decode = sum(min(r.end, times.rollout_end) - max(r.start, times.start) for r in rollouts.values())
-    spot = sum(max(0.0, min(sp.end, times.rollout_end) - sp.start) for sp in spots)
+                style_share: float = math.nan, sd_speedup: float = math.nan, *, clock0: float) -> StepRecord:
+    """The RL step's metrics (`grpo`: the GRPO update's StepStats; `check`: the drafters judged;
+    `clock0`: when the run began, the origin of the engine steps' `start_s`)."""
+    timeline = rows_frame(step_timeline(step, rollouts, spots, times, clock0), TimelineRow)
+    split = rollout_split(timeline, len(rollouts), window=(times.start - clock0, times.rollout_end - clock0))
     rewards = [row.reward for row in requests]
     by_prompt: dict[int, float] = {}
     for row in requests:
@@ -191,9 +203,9 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
     trained = [sp for sp in spots if sp.steps > 0]
     acc = rollout_accept_len(rollouts.values())
     return StepRecord(
-        step=step, step_s=times.sync_end - times.start, rollout_s=times.rollout_end - times.start,
+        rl_step=step, step_s=times.sync_end - times.start, rollout_s=times.rollout_end - times.start,
         train_s=times.train_end - times.train_start, sync_s=times.sync_end - times.train_end,
-        bubble_frac=max(0.0, 1.0 - (decode + spot) / (n_workers * span)), spot_frac=spot / (n_workers * span),
+        bubble_fraction=split.bubble_fraction, drafter_train_fraction=split.drafter_train_fraction,
         mean_accept_len=1.0 if math.isnan(acc) else acc,
         reward=sum(rewards) / len(rewards), pass_at_g=sum(by_prompt.values()) / len(by_prompt),
         drafter_loss=(sum(sp.loss * sp.steps for sp in trained) / sum(sp.steps for sp in trained)
@@ -204,7 +216,7 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
         stop_latency_s=max((sp.stop_latency_s for sp in spots if sp.stopped), default=math.nan),
         eagle_est=check.eagle if check else math.nan, ngram_est=check.ngram if check else math.nan,
         static_est=check.static if check else math.nan, style_share=style_share,
-        sd_speedup=sd_speedup)
+        sd_speedup=sd_speedup, tail_fraction=split.tail_fraction)
 
 
 def add_step_rows(rows: RunRows, step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot],

@@ -176,7 +176,7 @@ class RolloutWorker:
         self._pin_threads()
         start = time.time()
         c0 = self.engine.spec_counters() if self.engine.spec else None
-        run = self.engine.run_steps(requests, rl_step=rl_step, engine=self.worker, clock0=None,
+        run = self.engine.run_steps(requests, rl_step=rl_step, worker=self.worker, clock0=None,
                                     controller=self.controller)
         if self.controller is not None:
             self.controller.end_rollout()  # the next rollout's first step verifies nothing of this one's

@@ -75,7 +75,8 @@ class _FakeEngine:
 
 def _row(batch_size: int, new_tokens: int, wall_s: float) -> EngineStepRow:
     """An engine step row with the fields the controller reads; the rest zero."""
-    return EngineStepRow(rl_step=0, engine=0, step=0, start_s=0.0, wall_s=wall_s, batch_size=batch_size, num_waiting=0,
+    return EngineStepRow(rl_step=0, worker=0, engine_step=0, start_s=0.0, wall_s=wall_s, batch_size=batch_size,
+                         num_waiting=0,
                          prefill_requests=0, prefill_tokens=0, decode_requests=batch_size, scheduled_tokens=batch_size,
                          context_mean=0.0, context_max=0, draft_len=0, num_drafts=0, num_draft_tokens=0,
                          num_accepted_tokens=0, accepted_per_pos=[], new_tokens=new_tokens)

@@ -73,7 +73,7 @@ def test_length_shape_counts_responses_cut_at_the_cap():
 
 def _record(step_s: float, rollout_s: float, train_s: float, sync_s: float) -> StepRecord:
     fields = {f: math.nan for f in StepRecord.__dataclass_fields__}
-    fields.update(step=0, step_s=step_s, rollout_s=rollout_s, train_s=train_s, sync_s=sync_s)
+    fields.update(rl_step=0, step_s=step_s, rollout_s=rollout_s, train_s=train_s, sync_s=sync_s)
     return StepRecord(**fields)
 
 

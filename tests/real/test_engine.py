@@ -436,7 +436,7 @@ def test_capture_writes_a_trace_that_loads(lab, tmp_path):
     assert len(t.requests) == 12 and set(t.requests["finish_reason"]) <= {"stop", "length"}
     assert (t.requests["response_tokens"] <= 64).all() and (t.requests["response_tokens"] >= 1).all()
     assert t.steps["new_tokens"].sum() == t.requests["response_tokens"].sum()
-    assert list(t.steps["step"]) == list(range(len(t.steps)))
+    assert list(t.steps["engine_step"]) == list(range(len(t.steps)))
     assert (t.steps["wall_s"] > 0).all() and math.isclose(t.steps["wall_s"].sum(), t.rl_steps["rollout_s"][0], rel_tol=0.05)
     assert (t.steps["batch_size"] == t.steps["prefill_requests"] + t.steps["decode_requests"]).all()
     sd = t.steps[t.steps["num_drafts"] > 0]

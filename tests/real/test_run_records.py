@@ -29,8 +29,8 @@ CLOCK0 = 1000.0  # the run began here (epoch seconds)
 def _step(step: int, start_s: float, wall_s: float, draft_len: int, drafts: int, accepted: int) -> EngineStepRow:
     return EngineStepRow(
         rl_step=0,
-        engine=0,
-        step=step,
+        worker=0,
+        engine_step=step,
         start_s=start_s,
         wall_s=wall_s,
         batch_size=2,
@@ -54,7 +54,7 @@ def _step(step: int, start_s: float, wall_s: float, draft_len: int, drafts: int,
 
 
 def _request(worker: int, prompt: int, sample: int, tokens: int, reward: float) -> RequestRow:
-    return RequestRow(rl_step=0, engine=worker, request_id=f"p{prompt}-s{sample}", prompt_id=prompt, sample=sample,
+    return RequestRow(rl_step=0, worker=worker, request_id=f"p{prompt}-s{sample}", prompt_id=prompt, sample=sample,
                       prompt_tokens=10, response_tokens=tokens, finish_reason="stop", start_s=0.0, end_s=1.0,
                       reward=reward)
 
@@ -84,12 +84,13 @@ def test_step_record_and_rows(step_zero, tmp_path):
     rollouts, spots, times = step_zero
     requests = [r for w in rollouts.values() for r in w.requests]
     grpo = type("Stats", (), {"loss": 0.25, "kl": 0.0})()
-    rec = step_record(0, rollouts, spots, requests, times, grpo, "eagle")
+    rec = step_record(0, rollouts, spots, requests, times, grpo, "eagle", clock0=CLOCK0)
     assert (rec.step_s, rec.rollout_s, rec.train_s, rec.sync_s) == (6.0, 4.0, 1.0, 1.0)
     assert rec.mean_accept_len == 3.0  # 1 + 4 accepted / 2 drafts
     assert rec.reward == 0.25 and rec.pass_at_g == 0.5  # prompt 0 has a right sample, prompt 1 none
     # Worker-time over 2 workers x 4 s: decoding 4 + 2 s, spot training 1.5 s (cut at the rollout's end).
-    assert rec.spot_frac == pytest.approx(1.5 / 8) and rec.bubble_frac == pytest.approx(1 - 7.5 / 8)
+    assert rec.drafter_train_fraction == pytest.approx(1.5 / 8) and rec.bubble_fraction == pytest.approx(1 - 7.5 / 8)
+    assert rec.tail_fraction == 0.0  # every decode step ran the full batch (2)
     assert (rec.drafter_steps, rec.drafter_loss, rec.stop_latency_s) == (7, 0.5, 0.2)
     assert (rec.tokens, rec.longest, rec.grpo_loss, rec.drafter_kind) == (102, 50, 0.25, "eagle")
     assert list(metrics_frame([rec]).columns) == list(METRIC_COLUMNS)
@@ -118,6 +119,25 @@ def test_step_record_and_rows(step_zero, tmp_path):
     assert t.steps["accepted_per_pos"].map(list).tolist() == [[], [4, 0, 0], []]
     assert len(t.requests) == 4 and t.timeline["state"].tolist() == [s for _, s, _, _ in states]
     assert math.isclose(t.rl_steps["rollout_s"][0], 4.0)
+
+
+def test_a_record_under_its_former_names_loads(step_zero):
+    """A checkpoint (or metrics.csv) written before the fields were renamed, and before tail_fraction:
+    resuming it reads the old names as the new ones."""
+    from dataclasses import asdict
+
+    from real.run.records import OLD_METRIC_NAMES, StepRecord
+
+    rollouts, spots, times = step_zero
+    requests = [r for w in rollouts.values() for r in w.requests]
+    rec = step_record(0, rollouts, spots, requests, times, type("S", (), {"loss": 0.0, "kl": 0.0})(), "eagle",
+                      clock0=CLOCK0)
+    old = {next((o for o, n in OLD_METRIC_NAMES.items() if n == k), k): v for k, v in asdict(rec).items()
+           if k != "tail_fraction"}
+    assert {"bubble_frac", "spot_frac"} <= set(old) and "bubble_fraction" not in old
+    back = StepRecord.from_dict(old)
+    assert (back.bubble_fraction, back.drafter_train_fraction) == (rec.bubble_fraction, rec.drafter_train_fraction)
+    assert math.isnan(back.tail_fraction) and StepRecord.from_dict(asdict(rec)) == rec
 
 
 @pytest.mark.needs_reference

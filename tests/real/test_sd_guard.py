@@ -23,7 +23,7 @@ from real.run.sd_guard import (
 
 def _step(batch: int, wall: float, draft: float, new_tokens: int | None = None, draft_len: int = 0,
           prefill: int = 0) -> EngineStepRow:
-    return EngineStepRow(rl_step=0, engine=0, step=0, start_s=0.0, wall_s=wall, batch_size=batch + prefill,
+    return EngineStepRow(rl_step=0, worker=0, engine_step=0, start_s=0.0, wall_s=wall, batch_size=batch + prefill,
                          num_waiting=0, prefill_requests=prefill, prefill_tokens=prefill * 20, decode_requests=batch,
                          scheduled_tokens=batch, context_mean=100.0, context_max=100, draft_len=draft_len,
                          num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0, accepted_per_pos=[],

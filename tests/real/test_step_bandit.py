@@ -45,7 +45,8 @@ class _Engine:
 
 
 def _row(batch: int, new_tokens: int, wall_s: float, prefill: int = 0) -> EngineStepRow:
-    return EngineStepRow(rl_step=0, engine=0, step=0, start_s=0.0, wall_s=wall_s, batch_size=batch, num_waiting=0,
+    return EngineStepRow(rl_step=0, worker=0, engine_step=0, start_s=0.0, wall_s=wall_s, batch_size=batch,
+                         num_waiting=0,
                          prefill_requests=prefill, prefill_tokens=0, decode_requests=batch - prefill,
                          scheduled_tokens=batch, context_mean=0.0, context_max=0, draft_len=0, num_drafts=0,
                          num_draft_tokens=0, num_accepted_tokens=0, accepted_per_pos=[], new_tokens=new_tokens)

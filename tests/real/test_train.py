@@ -100,10 +100,10 @@ def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
     run = runs["tlt-vllm"]
     trace = load_trace(run.out / "trace")
     tl = trace.timeline
-    assert set(tl["worker"]) == {0, 1} and set(tl["step"]) == {0, 1}
+    assert set(tl["worker"]) == {0, 1} and set(tl["rl_step"]) == {0, 1}
     overlaps = 0
     for step in (0, 1):
-        s = tl[tl["step"] == step]
+        s = tl[tl["rl_step"] == step]
         spot = s[s["state"] == "drafter_train"]
         for _, t in spot.iterrows():
             other = s[(s["worker"] != t["worker"]) & s["state"].isin(["decode", "decode_sd"])]
@@ -124,10 +124,10 @@ def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
     stopped = [m.stop_latency_s for m in run.metrics if not math.isnan(m.stop_latency_s)]
     assert stopped and max(stopped) < 2.0, stopped  # within one drafter step (~0.05-0.2 s here), not the rollout
     # Outputs a user relies on: per-step metrics, the trace with its timeline, a servable drafter.
-    assert list(run.metrics_frame()["step"]) == [0, 1]
+    assert list(run.metrics_frame()["rl_step"]) == [0, 1]
     assert (run.out / "metrics.csv").is_file()
     assert set(trace.requests["rl_step"]) == {0, 1} and len(trace.requests) == 2 * 8 * 2
-    assert set(trace.steps["engine"]) == {0, 1}
+    assert set(trace.steps["worker"]) == {0, 1}
     assert (run.out / "drafter" / "config.json").is_file()
     assert json.loads((run.out / "drafter" / "config.json").read_text())["architectures"] == ["EagleLlamaForCausalLM"]
 

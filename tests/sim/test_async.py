@@ -48,7 +48,8 @@ def runs(workload):
 
 def _lanes(run):
     tl = run.timeline.sort_values(["worker", "start_s"])
-    return {int(w): list(zip(g["start_s"], g["end_s"], g["state"].astype(str), g["step"])) for w, g in tl.groupby("worker")}
+    return {int(w): list(zip(g["start_s"], g["end_s"], g["state"].astype(str), g["rl_step"]))
+            for w, g in tl.groupby("worker")}
 
 
 @pytest.mark.parametrize("name,k", [("async-1", 1), ("rollouts-4", 4)])
@@ -73,14 +74,14 @@ def test_the_trainer_has_its_own_lane_and_trains_each_step_after_its_rollout(run
     assert engines == 6
     tl = run.timeline
     train = tl[tl["state"] == "train"]
-    assert set(train["worker"]) == {engines} and sorted(train["step"]) == list(range(STEPS))
-    for step, t in train.groupby("step"):
-        pool = tl[(tl["step"] == step) & (tl["worker"] < engines) & tl["state"].isin(["decode", "decode_sd"])]
+    assert set(train["worker"]) == {engines} and sorted(train["rl_step"]) == list(range(STEPS))
+    for step, t in train.groupby("rl_step"):
+        pool = tl[(tl["rl_step"] == step) & (tl["worker"] < engines) & tl["state"].isin(["decode", "decode_sd"])]
         assert pool["end_s"].max() <= t["start_s"].min() + 1e-9
     # The rollout of step j waits for the weights of version j - 1 (the update of step j - 2).
-    ends = train.set_index("step")["end_s"]
+    ends = train.set_index("rl_step")["end_s"]
     for step in range(2, STEPS):
-        decode = tl[(tl["step"] == step) & tl["state"].isin(["decode", "decode_sd"])]
+        decode = tl[(tl["rl_step"] == step) & tl["state"].isin(["decode", "decode_sd"])]
         assert decode["start_s"].min() >= ends[step - 2] - 1e-9
     # Its step time is the pace of updates.
     step_times = [m.step_time_s for m in run.steps]

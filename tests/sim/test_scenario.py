@@ -31,7 +31,7 @@ def runs(paper_7b, policies):
 
 def test_every_step_is_reported(runs):
     for run in runs.values():
-        assert [m.step for m in run.steps] == list(range(STEPS))
+        assert [m.rl_step for m in run.steps] == list(range(STEPS))
 
 
 def accept_len_at(run, draft_len: int) -> dict[int, float]:
@@ -42,7 +42,7 @@ def accept_len_at(run, draft_len: int) -> dict[int, float]:
     """
     df = run.timeline
     rows = df[(df["state"] == "decode_sd") & (df["draft_len"] == draft_len)]
-    sums = rows.groupby("step")[["tokens", "passes"]].sum()
+    sums = rows.groupby("rl_step")[["tokens", "passes"]].sum()
     return {int(step): float(r.tokens / r.passes) for step, r in sums.iterrows() if r.passes > 0}
 
 

@@ -78,8 +78,8 @@ def test_each_workers_intervals_tile_the_simulated_time(case):
 def test_tokens_generated_equal_the_response_lengths(case):
     wl, policy, profile, seed = case
     run = simulate(wl, policy, profile, seed)
-    assert [m.step for m in run.steps] == list(range(wl.steps))
-    per_step = run.timeline.groupby("step")["tokens"].sum()
+    assert [m.rl_step for m in run.steps] == list(range(wl.steps))
+    per_step = run.timeline.groupby("rl_step")["tokens"].sum()
     for step in range(wl.steps):
         expected = int(step_lengths(wl, seed, step).lengths.sum())
         assert per_step[step] == pytest.approx(expected, rel=1e-6)
@@ -107,7 +107,7 @@ def test_baseline_rollout_is_at_least_the_longest_responses_decode_time(case):
     wl, policy, profile, seed = case
     run = simulate(wl, policy, profile, seed)
     for m in run.steps:
-        longest = int(step_lengths(wl, seed, m.step).lengths.max())
+        longest = int(step_lengths(wl, seed, m.rl_step).lengths.max())
         bound = _solo_decode_s(profile, wl.prompt_tokens, longest)
         assert m.rollout_time_s >= bound * (1 - 1e-9), (m.rollout_time_s, bound)
         assert m.step_time_s >= m.rollout_time_s
@@ -216,7 +216,7 @@ def test_more_workers_finish_the_rollout_sooner():
 def test_steps_are_reported_as_they_end_and_match_the_run(paper_7b, policies, gpu_profile):
     seen = []
     run = simulate(paper_7b, policies["tlt"], gpu_profile, seed=2, steps=3, on_step=seen.append)
-    assert seen == run.steps and [m.step for m in seen] == [0, 1, 2]
+    assert seen == run.steps and [m.rl_step for m in seen] == [0, 1, 2]
 
 
 # --------------------------------------------------------------------------- FastRL's adaptive rules
@@ -257,9 +257,9 @@ def test_sd_waits_for_the_warm_up_steps_after_a_batch_above_the_threshold():
 
 def test_spot_training_runs_every_interval_steps_only():
     run, _ = _paper_run(10, steps=5, interval=2)
-    trained = [m.step for m in run.steps if m.drafter_trained_tokens > 0]
+    trained = [m.rl_step for m in run.steps if m.drafter_trained_tokens > 0]
     assert trained and set(trained) <= {0, 2, 4}
-    states = run.timeline.groupby("step")["state"].apply(lambda s: "drafter_train" in set(s.astype(str)))
+    states = run.timeline.groupby("rl_step")["state"].apply(lambda s: "drafter_train" in set(s.astype(str)))
     assert not states.loc[[1, 3]].any()
 
 

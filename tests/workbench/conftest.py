@@ -103,7 +103,7 @@ class _FakeEngine:
             for i in new:
                 gen[i] += 1
                 emitted += 1
-            steps.append(dict(rl_step=rl, engine=w, step=n, start_s=t, wall_s=cost, batch_size=b + len(new),
+            steps.append(dict(rl_step=rl, worker=w, engine_step=n, start_s=t, wall_s=cost, batch_size=b + len(new),
                               num_waiting=len(waiting), prefill_requests=len(new), prefill_tokens=p,
                               decode_requests=b, scheduled_tokens=b * (k + 1) + p, context_mean=ctx,
                               context_max=int(max([plen[i] + gen[i] for i in decoding], default=0)),
@@ -113,7 +113,7 @@ class _FakeEngine:
             t += cost
             for i in new + decoding:
                 if gen[i] >= lens[i]:
-                    reqs.append(dict(rl_step=rl, engine=w, request_id=f"{rl}-{i}", prompt_id=i // self.samples,
+                    reqs.append(dict(rl_step=rl, worker=w, request_id=f"{rl}-{i}", prompt_id=i // self.samples,
                                      sample=i % self.samples, prompt_tokens=int(plen[i]), response_tokens=int(lens[i]),
                                      finish_reason="length" if lens[i] >= self.cap else "stop", start_s=t0, end_s=t,
                                      reward=float(correct[i])))
@@ -200,17 +200,18 @@ def _synthetic_run(out, profile: Profile, policy: dict, *, prompts: int = 6, sam
         st = t.steps[t.steps["rl_step"] == s.rl_step]
         t0, end = float(st["start_s"].min()), float((st["start_s"] + st["wall_s"]).max())
         for w in range(workers):
-            e = st[st["engine"] == w]
+            e = st[st["worker"] == w]
             w_end = float((e["start_s"] + e["wall_s"]).max())
-            rows.append(dict(step=s.rl_step, worker=w, start_s=t0, end_s=w_end, state="decode", batch=int(e["batch_size"].max()),
-                             draft_len=0, tokens=0.0, passes=float(len(e)), context=0.0, strategy=""))
+            rows.append(dict(rl_step=s.rl_step, worker=w, start_s=t0, end_s=w_end, state="decode",
+                             batch=int(e["batch_size"].max()), draft_len=0, tokens=0.0, passes=float(len(e)),
+                             context=0.0, strategy=""))
             spot = spot_s[s.rl_step] if w == 0 and s.rl_step < len(spot_s) else 0.0
             if spot > 0:
                 n = drafter_steps[s.rl_step] if s.rl_step < len(drafter_steps) else 0
-                rows.append(dict(step=s.rl_step, worker=w, start_s=w_end, end_s=w_end + spot, state="drafter_train", batch=0,
-                                 draft_len=0, tokens=float(n), passes=0.0, context=0.0, strategy=""))
-            rows.append(dict(step=s.rl_step, worker=w, start_s=w_end + spot, end_s=max(end, w_end + spot), state="idle",
-                             batch=0, draft_len=0, tokens=0.0, passes=0.0, context=0.0, strategy=""))
+                rows.append(dict(rl_step=s.rl_step, worker=w, start_s=w_end, end_s=w_end + spot, state="drafter_train",
+                                 batch=0, draft_len=0, tokens=float(n), passes=0.0, context=0.0, strategy=""))
+            rows.append(dict(rl_step=s.rl_step, worker=w, start_s=w_end + spot, end_s=max(end, w_end + spot),
+                             state="idle", batch=0, draft_len=0, tokens=0.0, passes=0.0, context=0.0, strategy=""))
     t.timeline = pd.DataFrame(rows)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -221,7 +222,7 @@ def _synthetic_run(out, profile: Profile, policy: dict, *, prompts: int = 6, sam
 
     kind = policy.get("drafter", {}).get("kind", "none")
     wait = 0.0 if math.isnan(stop_s) else stop_s
-    metrics = pd.DataFrame([dict(step=s.rl_step, step_s=s.rollout_s + s.train_s + s.sync_s + wait + other_s,
+    metrics = pd.DataFrame([dict(rl_step=s.rl_step, step_s=s.rollout_s + s.train_s + s.sync_s + wait + other_s,
                                  rollout_s=s.rollout_s, train_s=s.train_s, sync_s=s.sync_s, stop_latency_s=stop_s,
                                  mean_accept_len=1.0, drafter_kind=kind,
                                  drafter_steps=int(pick(drafter_steps, s.rl_step)) if s.rl_step < len(drafter_steps) else 0,

@@ -90,7 +90,7 @@ def test_gantt_merges_back_to_back_rows() -> None:
          (0, 1, 0.0, 3.0, "decode_sd", 2, 4, 60.0, 10.0),
          (0, 0, 3.0, 4.0, "train", 0, 0, 0.0, 0.0),
          (0, 1, 3.0, 4.0, "train", 0, 0, 0.0, 0.0)],
-        columns=["step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes"],
+        columns=["rl_step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes"],
     )
     merged = merge_intervals(tl)
     assert len(merged) == 5
@@ -230,8 +230,8 @@ def _write_run(run_dir: Path) -> list:
         write_trace,
     )
 
-    records = [StepRecord(step=s, step_s=10.0 - s, rollout_s=8.0 - s, train_s=1.5, sync_s=0.5, bubble_frac=0.3,
-                          spot_frac=0.2, mean_accept_len=1.5 + 0.5 * s, reward=0.2 * s, pass_at_g=0.5,
+    records = [StepRecord(rl_step=s, step_s=10.0 - s, rollout_s=8.0 - s, train_s=1.5, sync_s=0.5, bubble_fraction=0.3,
+                          drafter_train_fraction=0.2, mean_accept_len=1.5 + 0.5 * s, reward=0.2 * s, pass_at_g=0.5,
                           drafter_loss=2.0, drafter_steps=10 * s, drafter_kind="eagle", tokens=1000, longest=300,
                           grpo_loss=0.1, kl=0.0, stop_latency_s=0.01) for s in range(3)]
     run_dir.mkdir(parents=True)
@@ -268,7 +268,7 @@ def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path)
 
     table = at.dataframe[0].value
     assert list(table.columns) == list(METRIC_COLUMNS)
-    assert list(table["step"]) == [r.step for r in records]
+    assert list(table["rl_step"]) == [r.rl_step for r in records]
     assert list(table["mean_accept_len"]) == pytest.approx([r.mean_accept_len for r in records])
     assert {m.label: m.value for m in at.metric}["Steps done"] == "3"
 
@@ -286,10 +286,11 @@ def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path)
     # The waste per step, from the trace: worker 1 decodes 2 s at batch 1 (the tail: full batch 4, tail
     # batch max(1, 4 // 8) = 1) of 2 workers x 6 s; it idles 2 s; its 100 tokens are 1/5 of the step's.
     assert any(s.value == "Where the rollout's worker-time went" for s in at.subheader)
-    waste = at.dataframe[1].value.set_index("step")
+    waste = at.dataframe[1].value.set_index("rl_step")
     assert list(waste.index) == [1, 2]
     assert waste.loc[2, ["tail_fraction", "bubble_fraction", "tail_token_share"]].tolist() == \
         pytest.approx([2 / 12, 2 / 12, 0.2])
+    assert waste.loc[2, "drafter_train_fraction"] == pytest.approx(2 / 12)  # worker 1 spot-trains 2 s
     assert (waste.loc[2, "full_batch"], waste.loc[2, "tail_batch"]) == (4, 1)
     assert {m.label: m.value for m in at.metric}["Tail (last step)"] == f"{2 / 12:.1%}"
 
@@ -456,3 +457,15 @@ def test_tune_offers_the_tuned_policy_for_each_stack() -> None:
     assert not at.exception, at.exception
     assert {"Download policy (YAML)", "Download for vLLM", "Download for SGLang / FastRL",
             "Download for veRL"} <= set(_downloads(at))
+
+
+def test_an_older_runs_metrics_read_under_the_new_names(tmp_path: Path) -> None:
+    """metrics.csv from before the rename (step, bubble_frac, spot_frac): the Train page reads them as
+    rl_step, bubble_fraction and drafter_train_fraction."""
+    from workbench.ui.run_monitor import read_metrics
+
+    pd.DataFrame({"step": [0, 1], "bubble_frac": [0.3, 0.25], "spot_frac": [0.2, 0.1]}).to_csv(tmp_path / "metrics.csv",
+                                                                                             index=False)
+    df = read_metrics(tmp_path)
+    assert list(df.columns) == ["rl_step", "bubble_fraction", "drafter_train_fraction"]
+    assert df["bubble_fraction"].tolist() == [0.3, 0.25] and df["drafter_train_fraction"].tolist() == [0.2, 0.1]

@@ -12,7 +12,8 @@ from workbench.compare import METRICS, compare, summarize_runs, summary_frame
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload
-from workbench.waste import step_waste, timeline_waste, waste_frame
+from workbench.contracts.timeline import rollout_split
+from workbench.waste import timeline_waste, waste_frame
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -154,7 +155,7 @@ def test_compare_page_runs():
 
 
 def _interval(worker, start, end, state, batch=0, tokens=0.0):
-    return {"step": 3, "worker": worker, "start_s": start, "end_s": end, "state": state, "batch": batch,
+    return {"rl_step": 3, "worker": worker, "start_s": start, "end_s": end, "state": state, "batch": batch,
             "draft_len": 0, "tokens": tokens, "passes": 0.0}
 
 
@@ -165,14 +166,14 @@ def test_waste_of_a_timeline_worked_by_hand():
         _interval(0, 10.0, 14.0, "decode", 64, 800.0), _interval(0, 14.0, 20.0, "decode_sd", 8, 100.0),
         _interval(1, 10.0, 15.0, "decode", 16, 300.0), _interval(1, 15.0, 20.0, "idle"),
         _interval(0, 20.0, 30.0, "train"), _interval(1, 20.0, 30.0, "train")])
-    w = step_waste(3, rows)
-    assert (w.step, w.workers, w.rollout_s, w.full_batch, w.tail_batch) == (3, 2, 10.0, 64, 8)
+    w = rollout_split(rows)
+    assert (w.workers, w.rollout_s, w.full_batch, w.tail_batch) == (2, 10.0, 64, 8)
     assert w.tail_fraction == pytest.approx(6.0 / 20.0)  # worker 0's 6 s at batch 8, of 2 x 10 worker-seconds
     assert w.bubble_fraction == pytest.approx(5.0 / 20.0)
     assert w.tail_token_share == pytest.approx(100.0 / 1200.0)
     # One sequence more in the tail interval's batch and it is no longer the tail.
     rows.loc[1, "batch"] = 9
-    assert step_waste(3, rows).tail_fraction == 0.0
+    assert rollout_split(rows).tail_fraction == 0.0
 
 
 def test_waste_from_a_timeline_is_the_simulators_own():
@@ -181,16 +182,16 @@ def test_waste_from_a_timeline_is_the_simulators_own():
     wl = load_workload("cpu-tiny")
     run = simulate(wl, load_policy("baseline"), load_profile(wl.profile), seed=2, steps=2)
     steps = timeline_waste(run.timeline)
-    assert [w.step for w in steps] == [m.step for m in run.steps]
+    assert [w.rl_step for w in steps] == [m.rl_step for m in run.steps]
     assert any(m.tail_fraction > 0 for m in run.steps)  # the long tail is there to measure
-    for w, m in zip(steps, run.steps):
+    for w, m in zip((s.split for s in steps), run.steps):
         assert w.workers == wl.workers
         assert w.tail_fraction == pytest.approx(m.tail_fraction)
         assert w.tail_token_share == pytest.approx(m.tail_token_share)
         assert w.bubble_fraction == pytest.approx(m.bubble_fraction)
         assert 0.0 <= w.tail_fraction + w.bubble_fraction <= 1.0
     frame = waste_frame(steps)
-    assert list(frame["tail_fraction"]) == [w.tail_fraction for w in steps]
+    assert list(frame["tail_fraction"]) == [w.split.tail_fraction for w in steps]
     assert waste_frame([]).columns.tolist() == frame.columns.tolist()
 
 

@@ -410,7 +410,7 @@ def fit_costs(f: pd.DataFrame, base: Profile, folds: int = CV_FOLDS) -> CostFit:
     rel_se = _rel_se(X, y, rel, inl, fit.active, theta)
     cv_err = _cv_errors(X, y, base_vec, fit.active, fit.f_scale, folds)
 
-    residuals = g[["trace", "rl_step", "engine", "step", "B", "ctx", "K", "P", "F", "kind"]].copy()
+    residuals = g[["trace", "rl_step", "worker", "engine_step", "B", "ctx", "K", "P", "F", "kind"]].copy()
     residuals["measured_s"] = y
     residuals["predicted_s"] = pred
     residuals["error_pct"] = 100 * rel

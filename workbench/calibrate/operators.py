@@ -47,7 +47,7 @@ def fitted_mode(m: Measurements) -> str:
 
 
 def _step(op: str, b: int, ctx: float, k: int, p: int, kind: str, y: float, i: int) -> dict:
-    return {"trace": op, "rl_step": 0, "engine": 0, "step": i, "B": b, "ctx": ctx, "K": k, "P": p, "F": 0,
+    return {"trace": op, "rl_step": 0, "worker": 0, "engine_step": i, "B": b, "ctx": ctx, "K": k, "P": p, "F": 0,
             "kind": kind, "y": y, "warmup": False, "why_dropped": ""}
 
 

@@ -17,7 +17,7 @@ def fit_phases(traces: Sequence[Trace], base: PhaseCost) -> tuple[PhaseCost, lis
     """Policy-update and weight-sync costs from RL steps that trained (train_s > 0); else the base's."""
     per_token, sync = [], []
     for t in traces:
-        gpus = int(t.steps["engine"].nunique()) * int((t.meta.get("engine") or {}).get("tensor_parallel_size", 1) or 1)
+        gpus = int(t.steps["worker"].nunique()) * int((t.meta.get("engine") or {}).get("tensor_parallel_size", 1) or 1)
         tokens = t.requests.groupby("rl_step")[["prompt_tokens", "response_tokens"]].sum().sum(axis=1)
         for _, row in t.rl_steps.iterrows():
             n = tokens.get(row["rl_step"], 0)

@@ -154,7 +154,7 @@ def trace_workload_spec(trace: Trace, lengths: LengthModel, profile_path, worklo
     relative to the workload file, as `load_workload` reads it)."""
     eng = trace.meta.get("engine") or {}
     rel = os.path.relpath(Path(profile_path).resolve(), Path(workload_path).resolve().parent)
-    wl = Workload(name=f"{profile_name}-workload", profile=rel, workers=int(trace.steps["engine"].nunique()),
+    wl = Workload(name=f"{profile_name}-workload", profile=rel, workers=int(trace.steps["worker"].nunique()),
                   prompts_per_step=int(trace.meta["prompts"]), group_size=int(trace.meta["samples"]),
                   max_response_tokens=int(trace.meta["max_tokens"]),
                   prompt_tokens=max(1, int(round(float(trace.requests["prompt_tokens"].mean())))),

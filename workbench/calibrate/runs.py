@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from real.rollout.spec_config import adaptive_draft_cap
+from real.run.records import OLD_METRIC_NAMES
 from sim.acceptance import accept_stats, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.calibrate.costs import ParamFit
@@ -63,7 +64,7 @@ TRACE_DIR = "trace"
 # real/drafter/spot.py: SpotTrainer's minibatch (batch_size=8 sequences); real/run/worker.py
 # does not override it.
 SPOT_BATCH_SEQUENCES = 8
-METRIC_COLUMNS = ("step", "step_s", "rollout_s", "train_s", "sync_s", "drafter_steps")
+METRIC_COLUMNS = ("rl_step", "step_s", "rollout_s", "train_s", "sync_s", "drafter_steps")
 LEARN_GRID = np.logspace(2, 12, 101)  # learn_tokens candidates: instant to never, per the form
 LR_CRITICAL = 3.84  # chi-square(1) at 5%: the learning curve must beat "no learning" by this
 TABLE_HEADERS = ["parameter", "value", "set", "how"]
@@ -95,13 +96,13 @@ def run_label(trace: Trace) -> str:
 def read_metrics(path: Path) -> pd.DataFrame:
     """metrics.csv, checked for the columns the fits and the prediction use."""
     try:
-        m = pd.read_csv(path)
+        m = pd.read_csv(path).rename(columns=OLD_METRIC_NAMES)  # a file from before the rename reads alike
     except (OSError, ValueError) as exc:
         raise TraceError(path, "<file>", f"not a readable CSV ({exc})", "give the metrics.csv `tlt train` wrote") from None
     missing = [c for c in METRIC_COLUMNS if c not in m.columns]
     if missing:
         raise TraceError(path, f"column '{missing[0]}'", "missing", "give the metrics.csv `tlt train` wrote (docs/formats.md, Real runs)")
-    return m.sort_values("step").reset_index(drop=True)
+    return m.sort_values("rl_step").reset_index(drop=True)
 
 
 def trace_metrics(trace: Trace) -> pd.DataFrame | None:
@@ -161,10 +162,10 @@ def spot_intervals(run: Run) -> list[tuple[list[float], int]]:
     steps it did (metrics.csv)."""
     tl = run.trace.timeline
     spot = tl[tl["state"] == "drafter_train"]
-    done = dict(zip(run.metrics["step"].astype(int), run.metrics["drafter_steps"].fillna(0).astype(int)))
+    done = dict(zip(run.metrics["rl_step"].astype(int), run.metrics["drafter_steps"].fillna(0).astype(int)))
     out = []
     for step, n in done.items():
-        s = spot[spot["step"] == step]
+        s = spot[spot["rl_step"] == step]
         out.append(((s["end_s"] - s["start_s"]).astype(float).tolist(), int(n)))
     return out
 
@@ -276,7 +277,7 @@ def judged_draft_len(trace: Trace) -> int:
 def _est_columns(run: Run) -> pd.DataFrame:
     m = run.metrics
     cols = [c for c in ("eagle_est", "static_est") if c in m.columns]
-    return m[["step", "drafter_steps", *cols]].copy()
+    return m[["rl_step", "drafter_steps", *cols]].copy()
 
 
 def fit_staleness(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit, str]:
@@ -288,7 +289,7 @@ def fit_staleness(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit
         if "static_est" not in m.columns:
             continue
         k = judged_draft_len(r.trace)
-        pts = [(float(t), math.log(a - acc.eagle_alpha_cold)) for t, e in zip(m["step"], m["static_est"])
+        pts = [(float(t), math.log(a - acc.eagle_alpha_cold)) for t, e in zip(m["rl_step"], m["static_est"])
                if np.isfinite(e) and (a := chain_alpha(float(e), acc.eagle_shape, k)) > acc.eagle_alpha_cold]
         if len(pts) >= 3:  # per-run intercepts: demean within the run
             t, y = np.array(pts).T
@@ -317,7 +318,7 @@ def quality_ratio(run: Run, prof: Profile, learn_tokens: float) -> np.ndarray:
     tokens = run.trace.requests.groupby("rl_step")["response_tokens"].sum()
     q0, s = p.acceptance.warm_start_quality, p.acceptance.staleness_per_update
     state, out = DrafterState(q0), []
-    for t, n in zip(run.metrics["step"].astype(int), run.metrics["drafter_steps"].fillna(0)):
+    for t, n in zip(run.metrics["rl_step"].astype(int), run.metrics["drafter_steps"].fillna(0)):
         out.append(state.quality / (q0 * (1.0 - s) ** t))
         state = after_training(state, pol, p, float(n) * p.learning.tokens_per_step, int(tokens.get(t, 0)))
         state = after_policy_update(state, p)

@@ -100,16 +100,16 @@ def step_draft_len(steps: pd.DataFrame, meta: dict | None = None) -> np.ndarray:
 
 
 def finished_before(s: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
-    """Per step (of `s`, sorted by rl_step, engine, step): requests of the same engine that finished
+    """Per step (of `s`, sorted by rl_step, worker, engine_step): requests of the same worker that finished
     at the end of its previous step (a request's end_s is the end of the step that finished it)."""
     out = np.zeros(len(s), dtype=np.int64)
     req = requests[np.isfinite(requests["end_s"].to_numpy(float))]
-    groups = req.groupby(["rl_step", "engine"])["end_s"]
-    for (rl, eng), idx in s.groupby(["rl_step", "engine"]).indices.items():
-        if (rl, eng) not in groups.groups:
+    groups = req.groupby(["rl_step", "worker"])["end_s"]
+    for (rl, w), idx in s.groupby(["rl_step", "worker"]).indices.items():
+        if (rl, w) not in groups.groups:
             continue
         ends = (s["start_s"].to_numpy(float) + s["wall_s"].to_numpy(float))[idx]
-        done = groups.get_group((rl, eng)).to_numpy(float)
+        done = groups.get_group((rl, w)).to_numpy(float)
         at = np.clip(np.searchsorted(ends, done - 1e-6), 0, len(idx) - 1)  # the step that finished each request
         per_step = np.bincount(at, minlength=len(idx))
         out[idx[1:]] = per_step[:-1]
@@ -118,20 +118,21 @@ def finished_before(s: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
 
 def _trace_steps(t: Trace, warmup_steps: int, target: str) -> pd.DataFrame:
     """One trace's engine steps as `step_frame` rows."""
-    s = t.steps.sort_values(["rl_step", "engine", "step"]).reset_index(drop=True)
+    s = t.steps.sort_values(["rl_step", "worker", "engine_step"]).reset_index(drop=True)
     kind = trace_drafter_kind(t.meta)
     wall = s["wall_s"].to_numpy(float)
     start = s["start_s"].to_numpy(float)
-    same = (s["engine"].to_numpy()[1:] == s["engine"].to_numpy()[:-1]) & (s["rl_step"].to_numpy()[1:] == s["rl_step"].to_numpy()[:-1])
+    worker, rl_step = s["worker"].to_numpy(), s["rl_step"].to_numpy()
+    same = (worker[1:] == worker[:-1]) & (rl_step[1:] == rl_step[:-1])
     gap = np.zeros(len(s))
     gap[:-1] = np.where(same, np.clip(start[1:] - start[:-1] - wall[:-1], 0.0, None), 0.0)
-    first_rl = s.groupby("engine")["rl_step"].transform("min")
-    rank = s.groupby(["engine", "rl_step"]).cumcount()
+    first_rl = s.groupby("worker")["rl_step"].transform("min")
+    rank = s.groupby(["worker", "rl_step"]).cumcount()
     b = s["decode_requests"].to_numpy(np.int64)
     p = s["prefill_tokens"].to_numpy(np.int64)
     finished = finished_before(s, t.requests)
     f = pd.DataFrame({
-        "trace": t.name, "rl_step": s["rl_step"], "engine": s["engine"], "step": s["step"],
+        "trace": t.name, "rl_step": s["rl_step"], "worker": s["worker"], "engine_step": s["engine_step"],
         "kind": kind, "B": b, "ctx": s["context_mean"].to_numpy(float), "K": step_draft_len(s, t.meta), "P": p,
         "wall_s": wall, "gap_s": gap, "y": wall + gap if target == "cycle" else wall, "F": finished,
         "warmup": ((s["rl_step"] == first_rl) & (rank < warmup_steps)).to_numpy(),

@@ -276,13 +276,14 @@ def _show_start(cfg: RunConfig) -> None:
                    f"SD off above batch {cfg.policy.sd_threshold})", err=True)
 
 
-_STEP_HEADER = ["step", "step s", "rollout s", "train s", "sync s", "bubble", "spot", "accept", "reward", "pass@G",
-                "drafter", "d-steps", "d-loss", "est eagle/static/ngram", "styled", "SD/plain"]
+_STEP_HEADER = ["step", "step s", "rollout s", "train s", "sync s", "bubble", "tail", "spot-train", "accept", "reward",
+                "pass@G", "drafter", "d-steps", "d-loss", "est eagle/static/ngram", "styled", "SD/plain"]
 
 
 def _step_row(m) -> list[str]:
-    return [str(m.step), f"{m.step_s:.2f}", f"{m.rollout_s:.2f}", f"{m.train_s:.2f}", f"{m.sync_s:.2f}",
-            f"{m.bubble_frac:.0%}", f"{m.spot_frac:.0%}", f"{m.mean_accept_len:.2f}", f"{m.reward:.3f}",
+    return [str(m.rl_step), f"{m.step_s:.2f}", f"{m.rollout_s:.2f}", f"{m.train_s:.2f}", f"{m.sync_s:.2f}",
+            f"{m.bubble_fraction:.0%}", "-" if math.isnan(m.tail_fraction) else f"{m.tail_fraction:.0%}",
+            f"{m.drafter_train_fraction:.0%}", f"{m.mean_accept_len:.2f}", f"{m.reward:.3f}",
             f"{m.pass_at_g:.2f}", m.drafter_kind, str(m.drafter_steps),
             "-" if m.drafter_loss != m.drafter_loss else f"{m.drafter_loss:.3f}", _estimates(m),
             "-" if math.isnan(m.style_share) else f"{m.style_share:.0%}",

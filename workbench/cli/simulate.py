@@ -45,7 +45,7 @@ def sim(
     for pol in pols:
         t0 = time.perf_counter()
         progress = lambda m, name=pol.name: typer.echo(  # noqa: E731
-            f"  {name}: step {m.step + 1}/{n}  step {m.step_time_s:,.1f}s  accept {m.mean_accept_len:.2f}", err=True)
+            f"  {name}: step {m.rl_step + 1}/{n}  step {m.step_time_s:,.1f}s  accept {m.mean_accept_len:.2f}", err=True)
         run = simulate(wl, pol, prof, seed=seed, steps=n, on_step=progress)
         typer.echo(f"simulated {pol.name} in {time.perf_counter() - t0:.2f}s", err=True)
         runs.append(run)
@@ -57,7 +57,7 @@ def sim(
                                          "bubble_fraction": s.bubble_fraction, "tail_fraction": s.tail_fraction,
                                          "mean_accept_len": s.mean_accept_len, "speedup_vs_first": s.speedup}
         run.save(out / run.policy_name)
-        last = run.steps[-1].step
+        last = run.steps[-1].rl_step
         save_figure(batch_figure(run.timeline, last, f"{run.policy_name} on {wl.name}: running batch per worker, "
                                                      f"RL step {last}"), out / run.policy_name / "batch.png")
         rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}", f"{s.bubble_fraction:.3f}",

@@ -26,7 +26,7 @@ from workbench.tables import format_table
 from workbench.validate import save_validations, validations_summary
 from workbench.validate import validate as run_validate
 
-RUN_SCHEMA = "tlt-validate-run/1"
+RUN_SCHEMA = "tlt-validate-run/2"  # 2: a step's key is rl_step (1: step)
 
 
 @app.command()
@@ -101,7 +101,7 @@ def show_run(p: RunPrediction) -> None:
     rows = []
     for s in p.steps:
         pr, me = s.predicted, s.measured
-        rows.append([str(s.step)] + [f"{pr.get(ph):.2f}/{me.get(ph):.2f}" for ph in ("rollout", "train", "sync", "step")]
+        rows.append([str(s.rl_step)] + [f"{pr.get(ph):.2f}/{me.get(ph):.2f}" for ph in ("rollout", "train", "sync", "step")]
                     + [_pct(error_pct(pr.step_s, me.step_s)), f"{s.accept_len_predicted:.2f}/{s.accept_len_measured:.2f}",
                        f"{s.drafter_predicted}/{s.drafter_measured or '?'}"])
     typer.echo(format_table(rows, ["step", "rollout s pred/meas", "update s", "sync s", "step s", "step error",

@@ -29,20 +29,36 @@ import pyarrow.parquet as pq
 
 from workbench.contracts.fileio import write_dir_atomic
 
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+# Older versions still read, and how their columns map to this one's, per table.
+OLD_COLUMNS = {1: {"steps": {"engine": "worker", "step": "engine_step"}, "requests": {"engine": "worker"},
+                   "timeline": {"step": "rl_step"}}}
 
 
 def _col(doc: str) -> Any:
     return field(metadata={"doc": doc})
 
 
+class _Upgrades:
+    """Rows unpickled under an older version's field names (the rows a `tlt train` checkpoint keeps,
+    from a run begun before) take this version's."""
+
+    _table = ""  # the OLD_COLUMNS table whose renames apply
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        renames = {old: new for tables in OLD_COLUMNS.values() for old, new in tables.get(self._table, {}).items()}
+        self.__dict__.update({renames.get(k, k): v for k, v in state.items()})
+
+
 @dataclass
-class StepRow:
+class StepRow(_Upgrades):
     """One engine step (`steps.parquet`)."""
 
+    _table = "steps"
+
     rl_step: int = _col("RL step this engine step belongs to")
-    engine: int = _col("engine (worker) index")
-    step: int = _col("engine step index within the engine, from 0")
+    worker: int = _col("worker (engine) index")
+    engine_step: int = _col("engine step index within the worker's engine, from 0")
     start_s: float = _col("seconds since the run started")
     wall_s: float = _col("wall time of the engine step")
     batch_size: int = _col("requests scheduled this step (decoding or prefilling)")
@@ -62,11 +78,13 @@ class StepRow:
 
 
 @dataclass
-class RequestRow:
+class RequestRow(_Upgrades):
     """One request: one response (`requests.parquet`)."""
 
+    _table = "requests"
+
     rl_step: int = _col("RL step")
-    engine: int = _col("engine (worker) index")
+    worker: int = _col("worker (engine) index")
     request_id: str = _col("unique id")
     prompt_id: int = _col("prompt index within the RL step")
     sample: int = _col("sample index within the prompt's group")
@@ -94,10 +112,12 @@ STATES = ("decode", "decode_sd", "idle", "drafter_train", "train", "sync")
 
 
 @dataclass
-class TimelineRow:
+class TimelineRow(_Upgrades):
     """One worker interval (`timeline.parquet`): the simulator's output and `tlt train`'s alike."""
 
-    step: int = _col("RL step")
+    _table = "timeline"
+
+    rl_step: int = _col("RL step")
     worker: int = _col("worker (engine) index")
     start_s: float = _col("seconds since the run started")
     end_s: float = _col("seconds since the run started")
@@ -144,7 +164,7 @@ class Timeline:
     def __init__(self) -> None:
         self.rows: list[tuple] = []
 
-    def add(self, step: int, worker: int, start: float, end: float, state: str, batch: int = 0,
+    def add(self, rl_step: int, worker: int, start: float, end: float, state: str, batch: int = 0,
             draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0, context: float = 0.0,
             strategy: str | None = None) -> None:
         """`strategy` defaults to the chain of `draft_len` (empty when nothing is drafted)."""
@@ -152,12 +172,12 @@ class Timeline:
             return  # zero-length: a worker that finished exactly as the rollout ended
         if strategy is None:
             strategy = str(draft_len) if draft_len else ""
-        self.rows.append((step, worker, start, end, state, batch, draft_len, tokens, passes, context, strategy))
+        self.rows.append((rl_step, worker, start, end, state, batch, draft_len, tokens, passes, context, strategy))
 
-    def frame(self, first_row: int = 0, step: int | None = None) -> pd.DataFrame:
+    def frame(self, first_row: int = 0, rl_step: int | None = None) -> pd.DataFrame:
         """The rows from `first_row` on (of one RL step, if given) as a table (state is
         categorical over STATES)."""
-        rows = self.rows[first_row:] if step is None else [r for r in self.rows[first_row:] if r[0] == step]
+        rows = self.rows[first_row:] if rl_step is None else [r for r in self.rows[first_row:] if r[0] == rl_step]
         df = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
         df["state"] = pd.Categorical(df["state"], categories=list(STATES))
         return df
@@ -216,7 +236,18 @@ def _kind_ok(kind: str, dtype) -> bool:
     return dtype.kind in "OSU" or str(dtype) in ("string", "str")
 
 
+def _upgrade(file: Path, df: pd.DataFrame, version: int, renames: dict[str, str]) -> pd.DataFrame:
+    """An older version's table under this version's column names (`renames`: old -> new)."""
+    for old, new in renames.items():
+        if old not in df.columns and new not in df.columns:
+            raise TraceError(file, f"column '{old}'", "missing",
+                             f"a trace v{version} table has it (v{TRACE_VERSION} calls it '{new}'; traces/README.md)")
+    return df.rename(columns=renames)
+
+
 def load_trace(path: str | Path) -> Trace:
+    """A trace of this version or an older one (OLD_COLUMNS), its tables in this version's columns;
+    `meta["trace_version"]` says which version the files are."""
     path = Path(path)
     if not path.is_dir():
         raise TraceError(path, "<directory>", "not found", "give a trace directory written by `tlt capture` or `tlt train`")
@@ -230,9 +261,12 @@ def load_trace(path: str | Path) -> Trace:
     for f in META_FIELDS:
         if f not in meta:
             raise TraceError(meta_path, f"field '{f}'", "missing", f"meta.json needs {', '.join(META_FIELDS)}")
-    if meta["trace_version"] != TRACE_VERSION:
-        raise TraceError(meta_path, "field 'trace_version'", f"is {meta['trace_version']!r}",
-                         f"this workbench reads version {TRACE_VERSION}; re-capture or upgrade")
+    version = meta["trace_version"]
+    if version != TRACE_VERSION and not (type(version) is int and version in OLD_COLUMNS):
+        raise TraceError(meta_path, "field 'trace_version'", f"is {version!r}",
+                         f"this workbench reads versions {', '.join(map(str, [*OLD_COLUMNS, TRACE_VERSION]))}; "
+                         "re-capture or upgrade")
+    renames = OLD_COLUMNS.get(version, {}) if type(version) is int else {}
     tables = {}
     for name, columns in TABLES.items():
         file = path / f"{name}.parquet"
@@ -243,6 +277,7 @@ def load_trace(path: str | Path) -> Trace:
         except Exception as exc:  # pyarrow raises several types for a truncated file
             raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
                              "the file is truncated or corrupt; capture it again") from None
+        df = _upgrade(file, df, version, renames.get(name, {}))
         _check_table(file, df, columns)
         tables[name] = df
     if tables["steps"].empty or tables["requests"].empty:
@@ -255,6 +290,7 @@ def load_trace(path: str | Path) -> Trace:
         except Exception as exc:
             raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
                              "the file is truncated or corrupt; re-run or delete timeline.parquet") from None
+        timeline = _upgrade(file, timeline, version, renames.get("timeline", {}))
         if "strategy" not in timeline.columns and "draft_len" in timeline.columns:
             # Timelines written before the column existed held chains only.
             timeline["strategy"] = [str(k) if k else "" for k in timeline["draft_len"]]
@@ -267,7 +303,8 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     path = Path(path)
     for name, columns in TABLES.items():
         _check_table(path / f"{name}.parquet", getattr(trace, name), columns)
-    meta = {"trace_version": TRACE_VERSION, **trace.meta}
+    # The tables are this version's, whatever version the trace was read from.
+    meta = {"trace_version": TRACE_VERSION, **{k: v for k, v in trace.meta.items() if k != "trace_version"}}
     for f in META_FIELDS:
         if f not in meta:
             raise TraceError(path / "meta.json", f"field '{f}'", "missing", f"meta needs {', '.join(META_FIELDS)}")

@@ -98,7 +98,7 @@ def _critical_shares(run: PolicyRun) -> dict[str, float]:
     dec = tl[tl["state"].isin(["decode", "decode_sd"])].copy()
     dec["dur"] = dec["end_s"] - dec["start_s"]
     parts = []
-    for _, s in dec.groupby("step"):
+    for _, s in dec.groupby("rl_step"):
         last = s.groupby("worker")["end_s"].max().idxmax()
         parts.append(s[s["worker"] == last])
     crit = pd.concat(parts)

@@ -41,28 +41,28 @@ _TOL = 1e-9  # seconds: rows closer than this are back to back
 
 
 def merge_intervals(timeline: pd.DataFrame) -> pd.DataFrame:
-    """Join back-to-back rows of the same step, worker and state into one interval.
+    """Join back-to-back rows of the same RL step, worker and state into one interval.
 
-    Returns one row per merged interval with columns step, worker, state,
+    Returns one row per merged interval with columns rl_step, worker, state,
     start_s, end_s, tokens, passes (sums), batch_min, batch_max,
     draft_min, draft_max and segments (rows merged).
     """
-    cols = ["step", "worker", "state", "start_s", "end_s", "tokens", "passes",
+    cols = ["rl_step", "worker", "state", "start_s", "end_s", "tokens", "passes",
             "batch_min", "batch_max", "draft_min", "draft_max", "segments"]
     if timeline.empty:
         return pd.DataFrame(columns=cols)
-    df = timeline.sort_values(["step", "worker", "start_s"], kind="stable").reset_index(drop=True)
+    df = timeline.sort_values(["rl_step", "worker", "start_s"], kind="stable").reset_index(drop=True)
     state = df["state"].astype(str).to_numpy()
     worker = df["worker"].to_numpy()
-    step = df["step"].to_numpy()
+    rl_step = df["rl_step"].to_numpy()
     start = df["start_s"].to_numpy(dtype=float)
     end = df["end_s"].to_numpy(dtype=float)
     new_run = np.ones(len(df), dtype=bool)
-    new_run[1:] = ((state[1:] != state[:-1]) | (worker[1:] != worker[:-1]) | (step[1:] != step[:-1])
+    new_run[1:] = ((state[1:] != state[:-1]) | (worker[1:] != worker[:-1]) | (rl_step[1:] != rl_step[:-1])
                    | (start[1:] > end[:-1] + _TOL))
     run = np.cumsum(new_run)
     out = df.assign(state=state, _run=run).groupby("_run", sort=True).agg(
-        step=("step", "first"),
+        rl_step=("rl_step", "first"),
         worker=("worker", "first"),
         state=("state", "first"),
         start_s=("start_s", "min"),
@@ -86,7 +86,7 @@ def gantt_figure(timeline: pd.DataFrame, title: str = "", max_workers: int | Non
                  relative: bool = True, x_max: float | None = None, height: int | None = None) -> go.Figure:
     """Worker-by-time Gantt chart of a timeline (usually one RL step's rows).
 
-    timeline: the simulator's columns (step, worker, start_s, end_s, state,
+    timeline: the simulator's columns (rl_step, worker, start_s, end_s, state,
     batch, draft_len, tokens, passes). max_workers keeps workers 0..n-1 only.
     relative: the x axis counts seconds from the first interval's start.
     x_max: fix the x axis' right end (to line up several charts).
@@ -148,16 +148,16 @@ def gantt_figure(timeline: pd.DataFrame, title: str = "", max_workers: int | Non
 def step_lines_figure(per_step: pd.DataFrame, policies: Sequence[str] | None = None) -> go.Figure:
     """Step time and mean accepted length per RL step, one line per policy.
 
-    per_step: columns policy, step, step_time_s, mean_accept_len.
+    per_step: columns policy, rl_step, step_time_s, mean_accept_len.
     """
     policies = list(policies) if policies is not None else list(dict.fromkeys(per_step["policy"]))
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Step time (s)", "Mean accepted length (tokens / verify pass)"))
     for i, name in enumerate(policies):
-        d = per_step[per_step["policy"] == name].sort_values("step")
+        d = per_step[per_step["policy"] == name].sort_values("rl_step")
         color = POLICY_COLORS[i % len(POLICY_COLORS)]
         for col, metric in ((1, "step_time_s"), (2, "mean_accept_len")):
             fig.add_trace(go.Scatter(
-                x=d["step"], y=d[metric], mode="lines+markers", name=name, legendgroup=name,
+                x=d["rl_step"], y=d[metric], mode="lines+markers", name=name, legendgroup=name,
                 showlegend=col == 1, line=dict(color=color),
                 hovertemplate=f"{name}<br>step %{{x}}: %{{y:.3g}}<extra></extra>",
             ), row=1, col=col)
@@ -168,7 +168,7 @@ def step_lines_figure(per_step: pd.DataFrame, policies: Sequence[str] | None = N
     return fig
 
 
-def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[str]]], x: str = "step",
+def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[str]]], x: str = "rl_step",
                         height: int = 320) -> go.Figure:
     """One subplot per panel, one line per column of the panel, over `x` (e.g. a run's metrics.csv).
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from real.run.records import METRIC_COLUMNS
+from real.run.records import METRIC_COLUMNS, OLD_METRIC_NAMES
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.ui.charts import gantt_figure, metric_lines_figure
 from workbench.ui.export import figure_downloads
@@ -41,9 +41,9 @@ _LINE_PANELS = (
     ("Mean accepted length (tokens / verify pass)", ("mean_accept_len",)),
     ("Reward", ("reward",)),
 )
-_TILE_COLUMNS = ("step", "step_s", "rollout_s", "mean_accept_len", "reward")
+_TILE_COLUMNS = ("rl_step", "step_s", "rollout_s", "mean_accept_len", "reward")
 _WASTE_COLUMNS = {
-    "step": st.column_config.NumberColumn("Step"),
+    "rl_step": st.column_config.NumberColumn("Step"),
     "rollout_s": st.column_config.NumberColumn("Rollout (s)", format="%.2f"),
     "bubble_fraction": st.column_config.NumberColumn("Bubble", format="percent",
                                                      help="Idle worker-time / rollout worker-time (from the trace)."),
@@ -52,6 +52,8 @@ _WASTE_COLUMNS = {
                                                         "rollout worker-time."),
     "tail_token_share": st.column_config.NumberColumn("Tail tokens", format="percent",
                                                       help="Share of the step's tokens decoded in the tail."),
+    "drafter_train_fraction": st.column_config.NumberColumn("Spot training", format="percent",
+                                                            help="Rollout worker-time training the drafter."),
     "full_batch": st.column_config.NumberColumn("Full batch", help="The largest running batch in the step."),
     "tail_batch": st.column_config.NumberColumn("Tail batch", help="Decoding at a batch <= this is the tail."),
 }
@@ -69,11 +71,12 @@ class Failure:
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame | None:
-    """metrics.csv with METRIC_COLUMNS first, or None before the first step finished."""
+    """metrics.csv with METRIC_COLUMNS first (an older file's columns under their new names), or None
+    before the first step finished."""
     file = run_dir / "metrics.csv"
     if not file.is_file():
         return None
-    df = pd.read_csv(file)
+    df = pd.read_csv(file).rename(columns=OLD_METRIC_NAMES)
     cols = [c for c in METRIC_COLUMNS if c in df.columns]
     return df[cols + [c for c in df.columns if c not in cols]]
 
@@ -152,7 +155,7 @@ def show_progress(df: pd.DataFrame | None, total: int | None, last_line: str | N
 def _show_tiles(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
     last = df.iloc[-1]
     cols = st.columns(5)
-    cols[0].metric("Steps done", f"{len(df)}", help=f"Last finished RL step: {int(last['step'])}.")
+    cols[0].metric("Steps done", f"{len(df)}", help=f"Last finished RL step: {int(last['rl_step'])}.")
     cols[1].metric("Last step time", f"{last['step_s']:.1f} s")
     accept = last["mean_accept_len"]
     cols[2].metric("Accepted length", "-" if math.isnan(accept) else f"{accept:.2f}")
@@ -182,14 +185,14 @@ def _show_trace(timeline: pd.DataFrame, waste: pd.DataFrame) -> None:
     st.subheader("Where the rollout's worker-time went")
     st.caption("Per RL step, from the trace's worker timeline: the bubble (workers idle, waiting for the slowest) "
                "and the tail (workers decoding at a batch <= 1/8 of the step's largest): the same definitions as "
-               "the simulator's (docs/formats.md, \"The tail\").")
+               "the simulator's (docs/formats.md, \"The rollout's worker-time\").")
     st.dataframe(waste.drop(columns=["workers"]), column_config=_WASTE_COLUMNS, hide_index=True, width="stretch",
                  key="train_waste")
-    step = int(timeline["step"].max())
+    step = int(timeline["rl_step"].max())
     st.subheader(f"Worker timeline: RL step {step}")
     st.caption("Each bar is what a worker did. Red = idle (a bubble): the worker finished its share and waits "
                "for the slowest one; orange = drafter spot training in that time.")
-    fig = gantt_figure(timeline[timeline["step"] == step].reset_index(drop=True), max_workers=MAX_GANTT_WORKERS)
+    fig = gantt_figure(timeline[timeline["rl_step"] == step].reset_index(drop=True), max_workers=MAX_GANTT_WORKERS)
     st.plotly_chart(fig, key="train_gantt", width="stretch")
     figure_downloads(fig, f"train-timeline-step{step}", "train_fig_gantt")
 

@@ -34,7 +34,7 @@ def phase_frame(pred: RunPrediction) -> pd.DataFrame:
 
 def step_frame(pred: RunPrediction) -> pd.DataFrame:
     """One row per RL step: step seconds predicted and measured, and the accepted length of each."""
-    return pd.DataFrame([{"step": s.step, "predicted_s": s.predicted.step_s, "measured_s": s.measured.step_s,
+    return pd.DataFrame([{"rl_step": s.rl_step, "predicted_s": s.predicted.step_s, "measured_s": s.measured.step_s,
                           "error_pct": 100 * (s.predicted.step_s - s.measured.step_s) / s.measured.step_s
                           if s.measured.step_s > 0 else math.nan,
                           "accept_predicted": s.accept_len_predicted, "accept_measured": s.accept_len_measured}
@@ -83,7 +83,7 @@ def show_prediction(run_dir: Path, root: Path) -> None:
     st.dataframe(phase_frame(result), hide_index=True, column_config={"phase": "Phase (mean per step)", **fmt})
     with st.expander("Per RL step"):
         st.dataframe(step_frame(result), hide_index=True,
-                     column_config={"step": "Step", **fmt,
+                     column_config={"rl_step": "Step", **fmt,
                                     "accept_predicted": st.column_config.NumberColumn("Accepted length predicted",
                                                                                       format="%.2f"),
                                     "accept_measured": st.column_config.NumberColumn("measured", format="%.2f")})

@@ -19,12 +19,13 @@ import pandas as pd
 import streamlit as st
 import yaml
 
-from sim.results import TAIL_DIVISOR, PolicyRun, tail_metrics
+from sim.results import PolicyRun
 from sim.simulator import simulate
 from workbench.compare import summarize_runs, summary_frame
 from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import Profile, load_profile, profile_choice_label, profile_presets, provenance
 from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to_mapping
+from workbench.contracts.timeline import TAIL_DIVISOR, rollout_split
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 from workbench.plots import batch_lines
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
@@ -244,7 +245,7 @@ def _run(workload: Workload, labels: list[str], policies: list[Policy], profile:
             continue
 
         def on_step(m, i=i, label=label):
-            bar.progress(min(1.0, (i + (m.step + 1) / steps) / n), text=f"{label}: step {m.step + 1}/{steps}")
+            bar.progress(min(1.0, (i + (m.rl_step + 1) / steps) / n), text=f"{label}: step {m.rl_step + 1}/{steps}")
 
         bar.progress(i / n, text=f"Simulating {label} ({i + 1}/{n})…")
         try:
@@ -302,9 +303,11 @@ def _slug(text: str) -> str:
 def _tail_limit(res: _Result) -> str:
     """The tail's batch limit in the first run's first step, in words ("batch <= 32 of 256")."""
     run = res.runs[0]
-    rows = run.timeline[run.timeline["step"] == run.timeline["step"].min()]
-    tail = tail_metrics(rows, 1.0)
-    return f"batch <= {tail.tail_batch} of {tail.full_batch}" if tail.full_batch else f"batch <= 1/{TAIL_DIVISOR} of the full"
+    rows = run.timeline[run.timeline["rl_step"] == run.timeline["rl_step"].min()]
+    tail = rollout_split(rows)
+    if not tail.full_batch:
+        return f"batch <= 1/{TAIL_DIVISOR} of the full"
+    return f"batch <= {tail.tail_batch} of {tail.full_batch}"
 
 
 def _show_tiles(res: _Result, table: pd.DataFrame) -> None:
@@ -340,15 +343,15 @@ def _show_gantts(res: _Result) -> None:
                "running batch: a worker decoding a few sequences at batch 1-8 uses hardware sized for hundreds; "
                "that is where speculative decoding (coloured by strategy) pays.")
     # Step lengths per policy, to put every policy's chart on one x scale for the same step.
-    spans = {(label, m.step): m.step_time_s for label, run in zip(res.labels, res.runs) for m in run.steps}
+    spans = {(label, m.rl_step): m.step_time_s for label, run in zip(res.labels, res.runs) for m in run.steps}
     tabs = st.tabs(res.labels)
     for tab, label, run in zip(tabs, res.labels, res.runs):
         with tab:
-            steps = sorted(int(s) for s in run.timeline["step"].unique())
+            steps = sorted(int(s) for s in run.timeline["rl_step"].unique())
             c1, c2 = st.columns([1, 3])
             step = c1.selectbox("RL step", steps, index=0, key=f"whatif_gantt_step:{label}")
             x_max = max(spans.get((other, step), 0.0) for other in res.labels) or None
-            rows = run.timeline[run.timeline["step"] == step]
+            rows = run.timeline[run.timeline["rl_step"] == step]
             workers = res.workload.workers
             if workers > MAX_GANTT_WORKERS:
                 c2.info(f"Showing the first {MAX_GANTT_WORKERS} of {workers} workers.")
@@ -388,9 +391,9 @@ def _report(res: _Result, table: pd.DataFrame) -> Report:
     rep.text(f"Means over the simulated steps. {_WASTE_TEXT} Tail limit: {_tail_limit(res)}.")
     rep.heading("Per step").figure(step_lines_figure(_per_step(res), res.labels), "steps")
     for label, run in zip(res.labels, res.runs):
-        step = int(run.timeline["step"].min())
+        step = int(run.timeline["rl_step"].min())
         rep.heading(f"{label}: RL step {step}")
-        rep.figure(gantt_figure(run.timeline[run.timeline["step"] == step], max_workers=MAX_GANTT_WORKERS),
+        rep.figure(gantt_figure(run.timeline[run.timeline["rl_step"] == step], max_workers=MAX_GANTT_WORKERS),
                    f"timeline-{_slug(label)}")
         rep.figure(batch_lines_figure(batch_lines(run.timeline, step, MAX_GANTT_WORKERS), "Running batch per worker"),
                    f"batch-{_slug(label)}")

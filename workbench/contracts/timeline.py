@@ -1,0 +1,83 @@
+"""Where one RL step's rollout worker-time goes, from its timeline rows (`TimelineRow`'s columns).
+
+The one computation of the bubble, the tail and spot training: the simulator's step metrics
+(sim/results.py), a real run's per-step records (real/run/records.py) and the waste tool
+(workbench/waste.py) all call `rollout_split`, so a simulated figure and a measured one are the
+same quantity under the same name (docs/formats.md, "The rollout's worker-time"):
+
+- `bubble_fraction`: worker-seconds idle (a worker that finished its share, waiting for the slowest)
+  / rollout worker-seconds;
+- `tail_fraction`: worker-seconds decoding at a running batch <= the step's full batch /
+  TAIL_DIVISOR (a worker finishing its last few sequences on hardware sized for many) / rollout
+  worker-seconds; `tail_token_share`: the tail's share of the decoded tokens;
+- `drafter_train_fraction`: worker-seconds training the drafter (spot training) / rollout worker-seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+ROLLOUT_STATES = ("decode", "decode_sd", "idle", "drafter_train")
+DECODE_STATES = ("decode", "decode_sd")
+# The tail is a decode interval whose running batch is at most the step's full batch (the largest any
+# worker ran) / TAIL_DIVISOR. At a full batch of 256 that is batch <= 32, the batch up to which the
+# TLT paper turns SD on.
+TAIL_DIVISOR = 8
+
+
+@dataclass(frozen=True)
+class RolloutSplit:
+    """One RL step's rollout worker-time, split by what the workers did."""
+
+    workers: int  # workers the rollout worker-seconds count
+    rollout_s: float  # the rollout's wall time
+    bubble_fraction: float  # idle worker-seconds / rollout worker-seconds
+    tail_fraction: float  # tail decode worker-seconds / rollout worker-seconds
+    tail_token_share: float  # tokens decoded in the tail / tokens decoded
+    drafter_train_fraction: float  # spot-training worker-seconds / rollout worker-seconds
+    full_batch: int  # the largest running batch of any worker in the step (0: no decoding)
+    tail_batch: int  # decode intervals at a batch <= this are the tail: max(1, full_batch // TAIL_DIVISOR)
+
+
+def rollout_seconds(rows: pd.DataFrame) -> float:
+    """From a step's first interval to the end of its last rollout interval (decode, idle, spot training)."""
+    rollout_end = rows.loc[rows["state"].isin(ROLLOUT_STATES), "end_s"].max()
+    return float(rollout_end - rows["start_s"].min())
+
+
+def rollout_split(rows: pd.DataFrame, workers: int | None = None,
+                  window: tuple[float, float] | None = None) -> RolloutSplit:
+    """The split of one RL step's timeline rows (every worker's intervals of that step).
+
+    `workers`: how many workers share the rollout (default: the workers with rows). `window`: the
+    rollout's (start_s, end_s) when the caller's clock knows it (a real run's step start and the
+    moment its last worker finished); intervals are cut to it. Without it the rollout runs from the
+    step's first interval to the end of its last rollout interval (`rollout_seconds`).
+    """
+    if workers is None:
+        workers = int(rows["worker"].nunique())
+    start, end = rows["start_s"].to_numpy(float), rows["end_s"].to_numpy(float)
+    if window is None:
+        rollout = rollout_seconds(rows)
+    else:
+        rollout = float(window[1] - window[0])
+        start, end = np.maximum(start, window[0]), np.minimum(end, window[1])
+    dur = pd.Series(np.maximum(end - start, 0.0), index=rows.index)
+    state = rows["state"].astype(str)
+    worker_s = rollout * workers
+    share = (lambda seconds: float(seconds) / worker_s if worker_s else 0.0)  # noqa: E731
+    decode = state.isin(DECODE_STATES)
+    full = int(rows.loc[decode, "batch"].max()) if decode.any() else 0
+    limit = max(1, full // TAIL_DIVISOR) if full else 0
+    tail = decode & (rows["batch"] <= limit)
+    tokens = float(rows.loc[decode, "tokens"].sum())
+    return RolloutSplit(
+        workers=workers, rollout_s=rollout,
+        bubble_fraction=share(dur[state == "idle"].sum()),
+        tail_fraction=share(dur[tail].sum()),
+        tail_token_share=float(rows.loc[tail, "tokens"].sum()) / tokens if tokens else 0.0,
+        drafter_train_fraction=share(dur[state == "drafter_train"].sum()),
+        full_batch=full, tail_batch=limit)
