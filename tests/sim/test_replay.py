@@ -58,7 +58,7 @@ def test_seed_zero_replays_each_observed_step_exactly(replay):
         assert np.array_equal(drawn, obs.length[obs.batch == b])  # same lengths, order and so every quantile
     run = simulate(wl, BASELINE, PROFILE, seed=0)
     for m in run.steps:
-        x = obs.length[obs.batch == m.step]
+        x = obs.length[obs.batch == m.rl_step]
         assert m.longest_response == x.max()
         assert m.clip_ratio == pytest.approx(np.mean(x >= 1024), abs=1e-12)
         assert m.tokens == pytest.approx(x.sum(), rel=1e-6)
@@ -88,7 +88,7 @@ def test_empirical_draws_observed_groups_from_any_batch(replay, tmp_path):
 def test_ranks_in_the_file_decide_which_engine_decodes_a_group(replay):
     wl, obs = replay
     run = simulate(wl, BASELINE, PROFILE, seed=0, steps=1)
-    dec = run.timeline[(run.timeline["step"] == 0) & run.timeline["state"].isin(["decode", "decode_sd"])]
+    dec = run.timeline[(run.timeline["rl_step"] == 0) & run.timeline["state"].isin(["decode", "decode_sd"])]
     tokens = dec.groupby("worker")["tokens"].sum()
     x = obs.frame()
     for w, rank in enumerate((0, 4)):
