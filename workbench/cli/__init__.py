@@ -1,7 +1,7 @@
 """The `tlt` command line (layer 3): parse, call the tools, print.
 
 Commands live by job: `simulate.py` (sim, presets, check, compare, regret, tune, bench sim),
-`fit.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level measurement), `real.py` (model, capture, drafter, train, bench rollout,
+`fit.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level measurement or the measured database), `gpu.py` (gpu-check), `real.py` (model, capture, drafter, train, bench rollout,
 bench real) and `paper.py` (the TLT paper's figures). Importing them registers their commands on the groups in `apps.py`, in this
 order, which is the order `tlt --help` lists them in.
 """
@@ -10,6 +10,7 @@ from workbench.cli import simulate  # noqa: F401, I001
 from workbench.cli import fit  # noqa: F401
 from workbench.cli import validation  # noqa: F401
 from workbench.cli import profile  # noqa: F401
+from workbench.cli import gpu  # noqa: F401
 from workbench.cli import real  # noqa: F401
 from workbench.cli import paper  # noqa: F401
 from workbench.cli.apps import app
