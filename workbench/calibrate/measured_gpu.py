@@ -416,3 +416,30 @@ def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,
 
     name = f"{gpu}-{Path(arch).stem}-tp{tp}-{framework}"
     return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name, version).profile
+
+
+@dataclass(frozen=True)
+class PresetCase:
+    """A shipped measured-database profile: the engine shape of preset workloads."""
+
+    model: str
+    gpu: str
+    tp: int
+    framework: str
+    base: str  # the published-fit profile whose acceptance and learning curve it keeps
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpu}-{self.model}-tp{self.tp}-{self.framework}"
+
+
+# The TLT paper's evaluation shapes (its rollouts ran on SGLang), for the tlt-eval-*, paper-* and peer-* workloads.
+PRESET_CASES = tuple(PresetCase(m, "h100", tp, "sglang", f"h100-{m}-tp{tp}") for m, tp in (
+    ("qwen2.5-7b", 1), ("qwen2.5-7b", 4), ("r1-distill-qwen-7b", 4), ("qwen2.5-32b", 4), ("qwen2.5-32b", 8),
+    ("llama3.3-70b", 8)))
+
+
+def preset_profile(case: PresetCase) -> Profile:
+    from workbench.contracts.profile import load_profile
+
+    return derive_profile(case.model, case.gpu, case.tp, case.framework, load_profile(case.base), case.name).profile

@@ -7,6 +7,7 @@ from typing import NoReturn, Optional
 import typer
 
 from sim.simulator import check_size
+from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError
@@ -26,6 +27,7 @@ def load_inputs(workload: str, policies: str, profile: Optional[str],
     try:
         wl = load_workload(workload)
         prof = load_profile(profile or wl.profile)
+        check_workload_profile(wl, prof, f"{workload} with profile {profile or wl.profile}")
         pols = [load_policy(p.strip()) for p in policies.split(",") if p.strip()]
         check_size(wl, steps or wl.steps)
     except ConfigError as exc:

@@ -53,3 +53,16 @@ def gpu_check(
         typer.echo("database only (no draft-step overhead):")
         typer.echo(format_table(_rows([x for x in e0 if "no SD" not in x.case]) + _rows(c0), header))
         typer.echo(f"Table C database only: median |error| {median_abs_error(c0):.1f}%")
+
+
+@app.command("gpu-presets")
+def gpu_presets() -> None:
+    """Regenerate the shipped measured-database profiles (workbench/contracts/presets/profiles/*-sglang.yaml)."""
+    from workbench.calibrate.measured_gpu import PRESET_CASES, preset_profile
+    from workbench.contracts.profile import PRESET_DIR
+    from workbench.contracts.schema import save
+
+    profiles = [preset_profile(c) for c in PRESET_CASES]  # all derived before the first file is written
+    for p in profiles:
+        save(p, PRESET_DIR / f"{p.name}.yaml")
+        typer.echo(f"wrote {PRESET_DIR / f'{p.name}.yaml'} (form vs database: median |error| {p.fit_error_pct}%)")
