@@ -7,13 +7,8 @@ import yaml
 from typer.testing import CliRunner
 
 from workbench.calibrate.gpu_validation import draft_overhead_from_table_d
-from workbench.calibrate.measured_gpu import (
-    DRAFT_STEP_OVERHEAD_S,
-    PRESET_CASES,
-    Engine,
-    gpu_names,
-    preset_profile,
-)
+from workbench.calibrate.gpu_catalog import PRESET_CASES, disk_cached_profile, model_choices, preset_profile
+from workbench.calibrate.measured_gpu import DRAFT_STEP_OVERHEAD_S, Engine, gpu_names
 from workbench.cli import app
 from workbench.contracts.architecture import load_architecture
 from workbench.contracts.profile import PRESET_DIR, load_profile, provenance_kind
@@ -109,3 +104,17 @@ def test_draft_overhead_is_what_table_d_gives():
     per_row = sorted(draft_overhead_from_table_d())
     assert len(per_row) == 6
     assert per_row[len(per_row) // 2] == pytest.approx(DRAFT_STEP_OVERHEAD_S, rel=0.05)
+
+
+def test_model_list_holds_the_presets_and_the_packages_dense_configs():
+    models = model_choices()
+    assert {"qwen2.5-7b", "qwen2.5-32b", "llama3.3-70b"} <= set(models)
+    assert "Qwen/Qwen3-8B" in models and not any("FP8" in m for m in models)
+
+
+def test_a_derived_profile_is_kept_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = disk_cached_profile("qwen2.5-7b", "h200", 1, "vllm", "h100-qwen2.5-7b-tp1")
+    files = list((tmp_path / "tlt" / "profiles").glob("*.yaml"))
+    assert len(files) == 1 and first.cluster.gpu == "h200"
+    assert to_mapping(disk_cached_profile("qwen2.5-7b", "h200", 1, "vllm", "h100-qwen2.5-7b-tp1")) == to_mapping(first)

@@ -30,7 +30,6 @@ import logging
 import math
 import tempfile
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -355,7 +354,7 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     watts = float(eng.db.system_spec["gpu"]["power"])
     energy = EnergyModel(board_power_w=watts, decode_w=sig(DECODE_POWER_SHARE * watts),
                          train_w=sig(TRAIN_POWER_SHARE * watts), idle_w=sig(IDLE_POWER_SHARE * watts))
-    cluster = Cluster(model=a.name, gpu=gpu, tp=tp, framework=framework, framework_version=eng.version)
+    cluster = Cluster(model=model_name(arch), gpu=gpu, tp=tp, framework=framework, framework_version=eng.version)
     cov = eng.coverage(a, tp, framework)
     prof = replace(base, name=name, decode=dec, drafter=dr, phases=phases, learning=learning, cluster=cluster,
                    energy=energy, fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core {package_version()}",))
@@ -364,7 +363,7 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     fit = MeasuredProfile(prof, pts, errs, cov)
     dr = replace(dr, eagle_step_s=sig(dr.eagle_step_s + draft_overhead_s))
     prof = replace(prof, drafter=dr, fit_error_pct=sig(fit.median_abs_error_pct, 4), source=describe(fit, a, eng, draft_overhead_s),
-                   description=f"{a.name} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, {framework} {eng.version}: costs "
+                   description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, {framework} {eng.version}: costs "
                                f"from NVIDIA's measured operator database (aiconfigurator-core {package_version()}); "
                                f"acceptance and learning curve from {base.name}")
     prof.check()
@@ -409,37 +408,10 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, draft_overhead_
             f"(calibrated on the TLT paper's Table D alone, assumed for every GPU and framework).")
 
 
-@lru_cache(maxsize=32)
-def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str, version: str = "") -> Profile:
-    """`derive_profile` memoised per process (the app re-asks on every rerun)."""
-    from workbench.contracts.profile import load_profile
-
-    name = f"{gpu}-{Path(arch).stem}-tp{tp}-{framework}"
-    return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name, version).profile
-
-
-@dataclass(frozen=True)
-class PresetCase:
-    """A shipped measured-database profile: the engine shape of preset workloads."""
-
-    model: str
-    gpu: str
-    tp: int
-    framework: str
-    base: str  # the published-fit profile whose acceptance and learning curve it keeps
-
-    @property
-    def name(self) -> str:
-        return f"{self.gpu}-{self.model}-tp{self.tp}-{self.framework}"
-
-
-# The TLT paper's evaluation shapes (its rollouts ran on SGLang), for the tlt-eval-*, paper-* and peer-* workloads.
-PRESET_CASES = tuple(PresetCase(m, "h100", tp, "sglang", f"h100-{m}-tp{tp}") for m, tp in (
-    ("qwen2.5-7b", 1), ("qwen2.5-7b", 4), ("r1-distill-qwen-7b", 4), ("qwen2.5-32b", 4), ("qwen2.5-32b", 8),
-    ("llama3.3-70b", 8)))
-
-
-def preset_profile(case: PresetCase) -> Profile:
-    from workbench.contracts.profile import load_profile
-
-    return derive_profile(case.model, case.gpu, case.tp, case.framework, load_profile(case.base), case.name).profile
+def model_name(arch: str) -> str:
+    """A model's short name: the preset's, or a config file's (the package's `Org--Name_config.json`)."""
+    p = Path(arch)
+    if not p.is_file():
+        return arch  # a preset name (its dots are not a suffix: qwen2.5-7b)
+    stem = p.parent.name if p.name == "config.json" else p.stem
+    return stem.removesuffix("_config")
