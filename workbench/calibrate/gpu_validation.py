@@ -59,7 +59,7 @@ def tokens_per_s(p: Profile, batch: int, strategy: Strategy, accepted: float, co
     return batch * accepted / segment_s(p.decode, p.drafter, kind, batch, context, strategy)
 
 
-def draft_overhead_from_table_d(framework: str = "sglang") -> list[float]:
+def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONTEXT) -> list[float]:
     """Each Table D row's draft-step overhead: what its speedup leaves of a pass beyond the database's
     verify and drafter costs (Qwen2.5-32B TP4, H100, batch 1; its own published accepted length)."""
     pub = load_published()
@@ -70,14 +70,14 @@ def draft_overhead_from_table_d(framework: str = "sglang") -> list[float]:
     accepted = {m.strategy: m.value for m in rows if m.kind == "accepted_length"}
     out = []
     for m in (m for m in rows if m.kind == "speedup"):
-        no_sd = segment_s(prof.decode, prof.drafter, "none", 1, CONTEXT, NO_SD)
-        with_sd = segment_s(prof.decode, prof.drafter, "eagle", 1, CONTEXT, m.strategy)
+        no_sd = segment_s(prof.decode, prof.drafter, "none", 1, context, NO_SD)
+        with_sd = segment_s(prof.decode, prof.drafter, "eagle", 1, context, m.strategy)
         out.append((accepted[m.strategy] * no_sd / m.value - with_sd) / m.strategy.steps)
     return out
 
 
 def table_e(framework: str = "sglang", accepted: float = TABLE_E_ACCEPTED,
-            draft_overhead_s: float = DRAFT_STEP_OVERHEAD_S) -> list[Check]:
+            draft_overhead_s: float = DRAFT_STEP_OVERHEAD_S, context: float = CONTEXT) -> list[Check]:
     pub = load_published()
     base = load_profile(BASE_PROFILE)
     out: list[Check] = []
@@ -86,9 +86,9 @@ def table_e(framework: str = "sglang", accepted: float = TABLE_E_ACCEPTED,
                               draft_overhead_s=draft_overhead_s).profile
         no_sd, sd = TABLE_E_PUBLISHED[row]
         v = prof.cluster.framework_version
-        out.append(Check("E", f"{row} no SD", no_sd, tokens_per_s(prof, 1, NO_SD, 1.0), f"{framework} {v}"))
+        out.append(Check("E", f"{row} no SD", no_sd, tokens_per_s(prof, 1, NO_SD, 1.0, context), f"{framework} {v}"))
         out.append(Check("E", f"{row} SD {pub.table_e_strategy.name}", sd,
-                         tokens_per_s(prof, 1, pub.table_e_strategy, accepted), f"E[L] {accepted}"))
+                         tokens_per_s(prof, 1, pub.table_e_strategy, accepted, context), f"E[L] {accepted}"))
     return out
 
 
@@ -113,7 +113,7 @@ def fit_acceptance(pub: Published, base: AcceptanceModel) -> AcceptanceModel:
 
 
 def table_c(framework: str = "sglang", draft_overhead_s: float = DRAFT_STEP_OVERHEAD_S,
-            ) -> tuple[list[Check], AcceptanceModel]:
+            context: float = CONTEXT) -> tuple[list[Check], AcceptanceModel]:
     pub = load_published()
     base = load_profile(BASE_PROFILE)
     acc = fit_acceptance(pub, base.acceptance)
@@ -123,7 +123,7 @@ def table_c(framework: str = "sglang", draft_overhead_s: float = DRAFT_STEP_OVER
     out: list[Check] = []
     for m in (m for m in pub.measurements if m.table == "C"):
         el = stats_for(acc, "eagle", 1.0, m.strategy).mean
-        speedup = tokens_per_s(prof, m.batch, m.strategy, el) / tokens_per_s(prof, m.batch, NO_SD, 1.0)
+        speedup = tokens_per_s(prof, m.batch, m.strategy, el, context) / tokens_per_s(prof, m.batch, NO_SD, 1.0, context)
         out.append(Check("C", f"TV {m.strategy.tokens} bs {m.batch}", m.value, speedup, f"E[L] {el:.2f}"))
     return out, acc
 

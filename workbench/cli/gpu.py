@@ -18,11 +18,11 @@ def _rows(checks) -> list[list[str]]:
 def gpu_check(
     framework: str = typer.Option("sglang", help="The engine whose measured rows are used (the paper ran SGLang)."),
     raw: bool = typer.Option(False, help="Also show the predictions without the draft-step overhead (database only)."),
+    context: int = typer.Option(2048, min=1, help="The benchmarks' context in tokens (not published; a sensitivity)."),
 ) -> None:
     """Predict the TLT paper's Table E (Qwen2.5-7B, batch 1, with and without SD, every GPU the database covers) and
     Table C (Qwen2.5-32B TP4 SD speedup vs batch) from measured-database profiles; print each error."""
     from workbench.calibrate.gpu_validation import (
-        CONTEXT,
         TABLE_E_ACCEPTED,
         draft_overhead_from_table_d,
         median_abs_error,
@@ -32,12 +32,12 @@ def gpu_check(
     from workbench.calibrate.measured_gpu import DRAFT_STEP_OVERHEAD_S, package_version
 
     header = ["table", "case", "published", "predicted", "error", "note"]
-    d = draft_overhead_from_table_d(framework)
-    typer.echo(f"aiconfigurator-core {package_version()}, {framework}; context {CONTEXT} tokens (assumed: not "
+    d = draft_overhead_from_table_d(framework, context)
+    typer.echo(f"aiconfigurator-core {package_version()}, {framework}; context {context} tokens (assumed: not "
                f"published). Draft-step engine overhead from Table D alone: "
                + ", ".join(f"{1e3 * v:.3f}" for v in d) + f" ms per step (profiles use {1e3 * DRAFT_STEP_OVERHEAD_S:.2f})")
-    e = table_e(framework)
-    c, acc = table_c(framework)
+    e = table_e(framework, context=context)
+    c, acc = table_c(framework, context=context)
     typer.echo(format_table(_rows(e) + _rows(c), header))
     no_sd = [x for x in e if "no SD" in x.case]
     sd = [x for x in e if "no SD" not in x.case]
@@ -49,7 +49,8 @@ def gpu_check(
                f"only: alpha {acc.eagle_alpha_fresh:.3f}, shape {acc.eagle_shape:.3f}, tree width gain "
                f"{acc.tree_width_gain:.3f}")
     if raw:
-        e0, (c0, _) = table_e(framework, draft_overhead_s=0.0), table_c(framework, draft_overhead_s=0.0)
+        e0 = table_e(framework, draft_overhead_s=0.0, context=context)
+        c0, _ = table_c(framework, draft_overhead_s=0.0, context=context)
         typer.echo("database only (no draft-step overhead):")
         typer.echo(format_table(_rows([x for x in e0 if "no SD" not in x.case]) + _rows(c0), header))
         typer.echo(f"Table C database only: median |error| {median_abs_error(c0):.1f}%")

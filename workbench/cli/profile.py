@@ -28,7 +28,8 @@ def default_base(device: str, arch: str, tp: int) -> str:
     the H100 profile of this model and TP (the paper-fitted one) when there is one."""
     if device == "cpu":
         return "cpu-tiny"
-    same = f"h100-{Path(arch).stem}-tp{tp}"
+    name = Path(arch).stem if Path(arch).is_file() else arch  # a preset's dots are not a suffix (qwen2.5-7b)
+    same = f"h100-{name}-tp{tp}"
     return same if same in profile_presets() else "h100-qwen2.5-7b-tp1"
 
 
