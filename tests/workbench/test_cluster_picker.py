@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 KEY = "whatif_wl:preset:paper-7b-8gpu:"  # the default workload: Qwen2.5-7B, TP4, H100

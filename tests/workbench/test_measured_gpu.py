@@ -6,8 +6,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from workbench.calibrate.gpu_validation import draft_overhead_from_table_d
 from workbench.calibrate.gpu_catalog import PRESET_CASES, disk_cached_profile, model_choices, preset_profile
+from workbench.calibrate.gpu_validation import draft_overhead_from_table_d
 from workbench.calibrate.measured_gpu import DRAFT_STEP_OVERHEAD_S, Engine, gpu_names
 from workbench.cli import app
 from workbench.contracts.architecture import load_architecture
@@ -118,3 +118,11 @@ def test_a_derived_profile_is_kept_on_disk(tmp_path, monkeypatch):
     files = list((tmp_path / "tlt" / "profiles").glob("*.yaml"))
     assert len(files) == 1 and first.cluster.gpu == "h200"
     assert to_mapping(disk_cached_profile("qwen2.5-7b", "h200", 1, "vllm", "h100-qwen2.5-7b-tp1")) == to_mapping(first)
+
+
+def test_tlt_gpu_check_prints_tables_e_and_c_with_their_errors():
+    res = runner.invoke(app, ["gpu-check"])
+    assert res.exit_code == 0, res.output
+    for row in ("H100 no SD", "A100 SD 8_4_48", "B200 no SD", "TV 64 bs 32"):
+        assert row in res.output
+    assert "Table C: median |error|" in res.output and "E[L] 6.53" in res.output

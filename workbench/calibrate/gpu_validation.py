@@ -123,7 +123,8 @@ def table_c(framework: str = "sglang", draft_overhead_s: float = DRAFT_STEP_OVER
     out: list[Check] = []
     for m in (m for m in pub.measurements if m.table == "C"):
         el = stats_for(acc, "eagle", 1.0, m.strategy).mean
-        speedup = tokens_per_s(prof, m.batch, m.strategy, el, context) / tokens_per_s(prof, m.batch, NO_SD, 1.0, context)
+        with_sd = tokens_per_s(prof, m.batch, m.strategy, el, context)
+        speedup = with_sd / tokens_per_s(prof, m.batch, NO_SD, 1.0, context)
         out.append(Check("C", f"TV {m.strategy.tokens} bs {m.batch}", m.value, speedup, f"E[L] {el:.2f}"))
     return out, acc
 

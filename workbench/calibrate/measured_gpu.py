@@ -144,7 +144,8 @@ def latest_version(gpu: str, framework: str) -> str:
 def _config_dir(arch_name: str) -> str:
     """The package reads a directory holding a config.json: the architecture's, copied once."""
     path = Path(arch_name)
-    src = path if path.is_file() else Path(__file__).resolve().parents[1] / "contracts" / "presets" / "architectures" / f"{arch_name}.json"
+    presets = Path(__file__).resolve().parents[1] / "contracts" / "presets" / "architectures"
+    src = path if path.is_file() else presets / f"{arch_name}.json"
     data = json.loads(src.read_text(encoding="utf-8"))
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
     d = Path(tempfile.gettempdir()) / "tlt-aic-configs" / f"{src.stem}-{digest}"
@@ -318,7 +319,8 @@ def fit_decode(points: list[Point]) -> DecodeCost:
 def _rounded(c: DecodeCost) -> DecodeCost:
     """Fixed significant digits; a parameter the fit drove to its bound (below a picosecond) is 0."""
     keep = lambda v: sig(v) if v > 1e-12 else 0.0
-    return replace(c, overlap=round(c.overlap, 3), **{k: keep(getattr(c, k)) for k in _DECODE[:5] + ("prefill_s_per_token",)})
+    names = _DECODE[:5] + ("prefill_s_per_token",)
+    return replace(c, overlap=round(c.overlap, 3), **{k: keep(getattr(c, k)) for k in names})
 
 
 @dataclass(frozen=True)
@@ -357,13 +359,16 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     cluster = Cluster(model=model_name(arch), gpu=gpu, tp=tp, framework=framework, framework_version=eng.version)
     cov = eng.coverage(a, tp, framework)
     prof = replace(base, name=name, decode=dec, drafter=dr, phases=phases, learning=learning, cluster=cluster,
-                   energy=energy, fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core {package_version()}",))
+                   energy=energy,
+                   fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core {package_version()}",))
     errs = [100.0 * (predict(prof.decode, prof.drafter, p) / p.step_s - 1.0)
             for p in pts if p.op in ("decode", "verify", "drafter", "prefill")]
     fit = MeasuredProfile(prof, pts, errs, cov)
     dr = replace(dr, eagle_step_s=sig(dr.eagle_step_s + draft_overhead_s))
-    prof = replace(prof, drafter=dr, fit_error_pct=sig(fit.median_abs_error_pct, 4), source=describe(fit, a, eng, draft_overhead_s),
-                   description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, {framework} {eng.version}: costs "
+    prof = replace(prof, drafter=dr, fit_error_pct=sig(fit.median_abs_error_pct, 4),
+                   source=describe(fit, a, eng, draft_overhead_s),
+                   description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, {framework} "
+                               f"{eng.version}: costs "
                                f"from NVIDIA's measured operator database (aiconfigurator-core {package_version()}); "
                                f"acceptance and learning curve from {base.name}")
     prof.check()
@@ -393,7 +398,8 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, draft_overhead_
             f"(one rank's shapes: {cov.heads} heads, {cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode "
             f"B {DECODE_BATCHES[0]}-{DECODE_BATCHES[-1]} x C {DECODE_CONTEXTS[0]}-{DECODE_CONTEXTS[-1]}, verify of "
             f"{VERIFY_TOKENS[0]}-{VERIFY_TOKENS[-1]} tokens (an extend over the prefix), EAGLE drafter (1 layer + LM "
-            f"head; fc as 2 o-projections) at B x top-k {DRAFTER_CANDIDATES[0][0]}-{64 * 8}, prefill, training forward. "
+            f"head; fc as 2 o-projections) at B x top-k {DRAFTER_CANDIDATES[0][0]}-{64 * 8}, prefill, training "
+            f"forward. "
             f"Time-weighted {100 * silicon:.0f}% from measured (silicon) rows, interpolated between them by shape; "
             f"the rest from the package's empirical formulas (norms, activations, embedding) and its prefix-attention "
             f"blend. Decode attention sweep for these heads reaches context {reach}; {past}. TP all-reduces "
@@ -401,7 +407,8 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, draft_overhead_
             f"log ratios: median |error| {fit.median_abs_error_pct:.1f}%, max {fit.max_abs_error_pct:.1f}% over "
             f"{len(fit.errors_pct)} points. Training: {TRAIN_FORWARDS} forwards per token (fwd+bwd, recompute, old and "
             f"reference log-probs) of the unsharded model at {TRAIN_TOKENS} packed tokens; drafter training "
-            f"{DRAFTER_TRAIN_FORWARDS} forwards of its layer + head. Energy: board power {eng.db.system_spec['gpu']['power']} W "
+            f"{DRAFTER_TRAIN_FORWARDS} forwards of its layer + head. Energy: board power "
+            f"{eng.db.system_spec['gpu']['power']} W "
             f"(package's system spec) x assumed shares {DECODE_POWER_SHARE} decoding, {TRAIN_POWER_SHARE} training, "
             f"{IDLE_POWER_SHARE} idle (the database's rows carry no energy for these engines). Not in the database: "
             f"each EAGLE draft step's fixed engine work, added to eagle_step_s: {1e3 * draft_overhead_s:.3f} ms "

@@ -32,7 +32,8 @@ def cluster_profile(spec: str, wl: Workload) -> Profile:
 
     parts = spec[len(CLUSTER_PREFIX):].split(":")
     if len(parts) != 3 or not all(parts):
-        raise ConfigError("--profile", "profile", spec, "cluster:MODEL:GPU:FRAMEWORK, e.g. cluster:qwen2.5-7b:h200:vllm")
+        raise ConfigError("--profile", "profile", spec,
+                          "cluster:MODEL:GPU:FRAMEWORK, e.g. cluster:qwen2.5-7b:h200:vllm")
     model, gpu, framework = parts
     arch = model_choices().get(model, model)
     base = wl.profile if not wl.profile.startswith(CLUSTER_PREFIX) else "h100-qwen2.5-7b-tp1"

@@ -35,7 +35,8 @@ def gpu_check(
     d = draft_overhead_from_table_d(framework, context)
     typer.echo(f"aiconfigurator-core {package_version()}, {framework}; context {context} tokens (assumed: not "
                f"published). Draft-step engine overhead from Table D alone: "
-               + ", ".join(f"{1e3 * v:.3f}" for v in d) + f" ms per step (profiles use {1e3 * DRAFT_STEP_OVERHEAD_S:.2f})")
+               + ", ".join(f"{1e3 * v:.3f}" for v in d)
+               + f" ms per step (profiles use {1e3 * DRAFT_STEP_OVERHEAD_S:.2f})")
     e = table_e(framework, context=context)
     c, acc = table_c(framework, context=context)
     typer.echo(format_table(_rows(e) + _rows(c), header))
@@ -45,8 +46,8 @@ def gpu_check(
                f"(E[L] {TABLE_E_ACCEPTED}: Table G/H's RL-adapted EAGLE drafter at 8_4_48): max |error| "
                f"{max(abs(x.error_pct) for x in sd):.1f}% (goal 20%)")
     typer.echo(f"Table C: median |error| {median_abs_error(c):.1f}% (goal 15%), max "
-               f"{max(abs(x.error_pct) for x in c):.1f}%; acceptance fitted to Tables D and depth x TV accepted lengths "
-               f"only: alpha {acc.eagle_alpha_fresh:.3f}, shape {acc.eagle_shape:.3f}, tree width gain "
+               f"{max(abs(x.error_pct) for x in c):.1f}%; acceptance fitted to Tables D and depth x TV accepted "
+               f"lengths only: alpha {acc.eagle_alpha_fresh:.3f}, shape {acc.eagle_shape:.3f}, tree width gain "
                f"{acc.tree_width_gain:.3f}")
     if raw:
         e0 = table_e(framework, draft_overhead_s=0.0, context=context)

@@ -101,8 +101,8 @@ def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, 
     save(p, out)
     d, dr = p.decode, p.drafter
     typer.echo(f"profile {p.name!r} ({p.cluster.label}): overhead {1e3 * d.overhead_s:.3f} ms, per seq "
-               f"{1e6 * d.per_seq_s:.2f} us, weights {1e3 * d.weights_s:.3f} ms, compute {1e6 * d.compute_s_per_token:.2f} "
-               f"us/token, overlap {d.overlap:.2f}, kv {1e9 * d.kv_s_per_token:.2f} ns/seq/token, prefill "
+               f"{1e6 * d.per_seq_s:.2f} us, weights {1e3 * d.weights_s:.3f} ms, compute "
+               f"{1e6 * d.compute_s_per_token:.2f} us/token, overlap {d.overlap:.2f}, kv {1e9 * d.kv_s_per_token:.2f} ns/seq/token, prefill "
                f"{1e6 * d.prefill_s_per_token:.2f} us/token; drafter {1e3 * dr.eagle_step_s:.3f} ms + "
                f"{1e6 * dr.eagle_s_per_seq:.2f} us/candidate; train {1e6 * p.phases.train_gpu_s_per_token:.1f} "
                f"GPU-us/token; energy {p.energy.decode_w:.0f} W decoding, {p.energy.train_w:.0f} W training, "
@@ -119,10 +119,11 @@ def profile(
                              "measurements (OUT.measurements.parquet) and the fit error (OUT.fit.json) beside it."),
     arch: Optional[str] = typer.Option(None, help="Architecture preset (qwen2.5-7b, r1-distill-qwen-7b, qwen2.5-32b, "
                                        "llama3.3-70b, tiny-gcd) or a Hugging Face config.json."),
-    backend: str = typer.Option("torch", help="torch: time the operators on this machine (--device); aiconfigurator: "
-                                "derive every cost from NVIDIA's measured database (--gpu, --framework), no GPU needed."),
-    gpu: Optional[str] = typer.Option(None, help="--backend aiconfigurator: h100, h200, b200, b300, gb200, gb300, a100, "
-                                      "l40s, rtx-pro-6000, h100-pcie, a100-pcie, l4, a30."),
+    backend: str = typer.Option("torch", help="torch: time the operators on this machine (--device); "
+                                "aiconfigurator: derive every cost from NVIDIA's measured database (--gpu, "
+                                "--framework), no GPU needed."),
+    gpu: Optional[str] = typer.Option(None, help="--backend aiconfigurator: h100, h200, b200, b300, gb200, gb300, "
+                                      "a100, l40s, rtx-pro-6000, h100-pcie, a100-pcie, l4, a30."),
     framework: str = typer.Option("vllm", help="--backend aiconfigurator: vllm or sglang."),
     version: Optional[str] = typer.Option(None, help="--backend aiconfigurator: the framework version measured "
                                           "(default: the newest the database holds for the GPU)."),

@@ -35,7 +35,8 @@ def _uploaded_config(upload) -> str | None:
     if upload is None:
         return None
     data = upload.getvalue()
-    d = Path(tempfile.gettempdir()) / "tlt-uploaded-configs" / f"{Path(upload.name).stem}-{hashlib.sha256(data).hexdigest()[:8]}"
+    tag = hashlib.sha256(data).hexdigest()[:8]
+    d = Path(tempfile.gettempdir()) / "tlt-uploaded-configs" / f"{Path(upload.name).stem}-{tag}"
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_bytes(data)
     return str(d / "config.json")
