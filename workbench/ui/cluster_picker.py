@@ -90,6 +90,7 @@ def checked(workload: Workload, profile: Profile | None) -> Profile | None:
     try:
         check_workload_profile(workload, profile)
     except ConfigError as exc:
-        st.error(f"The profile does not describe this workload's cluster: {exc}")
+        st.error(f"The profile does not describe this workload's cluster: {exc}. Or turn on "
+                 "**Derive the profile from the cluster**.")
         return None
     return profile
