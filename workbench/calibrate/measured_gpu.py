@@ -70,6 +70,9 @@ DRAFTER_TRAIN_FORWARDS = 3
 # inference power traces), training compute-bound, idle what a GPU holding its memory draws.
 DECODE_POWER_SHARE, TRAIN_POWER_SHARE, IDLE_POWER_SHARE = 0.6, 0.9, 0.15
 LONG_CONTEXT = 32768
+# Weight sync: resharding and pushing the bf16 weights to the rollout engines at an assumed effective
+# 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
+SYNC_BYTES_PER_S = 10e9
 # The one engine cost the operator database cannot hold: each EAGLE draft step's fixed work outside
 # the drafter's kernels (launches, top-k, tree bookkeeping in the engine). Calibrated on the TLT
 # paper's Table D alone (batch 1, Qwen2.5-32B TP4, H100, SGLang: its six rows give 0.571-0.601 ms
@@ -342,7 +345,8 @@ class MeasuredProfile:
 def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, name: str,
                    version: str = "", draft_overhead_s: float = DRAFT_STEP_OVERHEAD_S) -> MeasuredProfile:
     """The Profile of (arch, gpu, tp, framework): every cost from the database; what it cannot give
-    (acceptance, the drafter's learning curve's shape, n-gram lookups, weight sync) is `base`'s."""
+    (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, and the weight
+    sync an assumed bandwidth."""
     a = load_architecture(arch)
     eng = Engine(arch, gpu, tp, framework, version)
     pts = measure_grid(eng)
@@ -351,7 +355,8 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     by = {p.op: p for p in pts if p.op in ("train", "drafter_train")}
     train_fwd = by["train"].step_s / by["train"].tokens
     drafter_fwd = by["drafter_train"].step_s / by["drafter_train"].tokens
-    phases = replace(base.phases, train_gpu_s_per_token=sig(TRAIN_FORWARDS * train_fwd))
+    phases = replace(base.phases, train_gpu_s_per_token=sig(TRAIN_FORWARDS * train_fwd),
+                     weight_sync_s=sig(2 * a.params / SYNC_BYTES_PER_S))
     learning = replace(base.learning, train_tokens_per_s=sig(1.0 / (DRAFTER_TRAIN_FORWARDS * drafter_fwd)))
     watts = float(eng.db.system_spec["gpu"]["power"])
     energy = EnergyModel(board_power_w=watts, decode_w=sig(DECODE_POWER_SHARE * watts),
@@ -407,7 +412,8 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, draft_overhead_
             f"log ratios: median |error| {fit.median_abs_error_pct:.1f}%, max {fit.max_abs_error_pct:.1f}% over "
             f"{len(fit.errors_pct)} points. Training: {TRAIN_FORWARDS} forwards per token (fwd+bwd, recompute, old and "
             f"reference log-probs) of the unsharded model at {TRAIN_TOKENS} packed tokens; drafter training "
-            f"{DRAFTER_TRAIN_FORWARDS} forwards of its layer + head. Energy: board power "
+            f"{DRAFTER_TRAIN_FORWARDS} forwards of its layer + head. Weight sync: {2 * a.params / 1e9:.0f} GB at an "
+            f"assumed {SYNC_BYTES_PER_S / 1e9:.0f} GB/s. Energy: board power "
             f"{eng.db.system_spec['gpu']['power']} W "
             f"(package's system spec) x assumed shares {DECODE_POWER_SHARE} decoding, {TRAIN_POWER_SHARE} training, "
             f"{IDLE_POWER_SHARE} idle (the database's rows carry no energy for these engines). Not in the database: "
