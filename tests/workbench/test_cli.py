@@ -86,7 +86,7 @@ def test_a_file_that_is_not_utf8_gets_a_clear_error(tmp_path):
 
 def test_a_workload_far_too_large_is_refused_before_it_starts(tmp_path):
     huge = tmp_path / "huge.yaml"
-    huge.write_text("name: huge\nprofile: h100-qwen2.5-7b-tp4\nworkers: 100000\nprompts_per_step: 10000000\n"
+    huge.write_text("name: huge\nprofile: h100-qwen2.5-7b-tp4\ngpus_per_worker: 4\nworkers: 100000\nprompts_per_step: 10000000\n"
                     "group_size: 8\nmax_response_tokens: 32768\n")
     out = tmp_path / "out"
     for args in (["sim", "--policy", "baseline"], ["compare", "--seeds", "1"], ["tune", "--trials", "1"]):

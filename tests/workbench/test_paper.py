@@ -82,9 +82,13 @@ def test_tlt_paper_prints_and_writes_the_same_rows(tmp_path):
     doc = json.loads((tmp_path / "paper.json").read_text())
     rows = doc["rows"]
     assert {r["table"] for r in rows} == {"A", "C", "E", "G"}
-    assert len([r for r in rows if r["table"] == "A"]) == 8 and len([r for r in rows if r["table"] == "C"]) == 24
+    # Table A: each case predicted with the measured-database profile, and checked with the paper-fitted one.
+    a_rows = [r for r in rows if r["table"] == "A"]
+    assert len(a_rows) == 16 and len([r for r in rows if r["table"] == "C"]) == 24
+    assert sum(r["basis"] == "predicted" for r in a_rows) == 8 and sum("paper-fitted" in r["basis"] for r in a_rows) == 8
+    assert all("-sglang]" in r["case"] for r in a_rows if r["basis"] == "predicted")
     for r in rows:
-        assert r["basis"] in ("fit", "predicted")
+        assert r["basis"] in ("fit", "predicted", "check: paper-fitted")
         assert r["error_pct"] == pytest.approx(100 * (r["predicted"] / r["published"] - 1))
         assert f"{r['published']:,.2f}" in res.stdout and f"{r['predicted']:,.2f}" in res.stdout
     last = json.loads(res.stdout.strip().splitlines()[-1])
@@ -109,7 +113,7 @@ def test_the_paper_page_fits_on_arrival_and_colours_the_gap():
     at.button(key="paper_run").click().run()
     assert not at.exception, at.exception
     table = at.dataframe[0].value
-    assert len(table) == 36 and set(table["basis"]) == {"fit", "predicted"}
+    assert len(table) == 44 and set(table["basis"]) == {"fit", "predicted", "check: paper-fitted"}
     assert {"published", "predicted", "gap %"} <= set(table.columns)
 
 

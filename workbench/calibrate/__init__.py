@@ -14,6 +14,10 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
 - `lengths`: the length model (`fit_lengths`), a censored (Tobit) fit of log lengths;
 - `phases`: policy-update and weight-sync costs (`fit_phases`);
 - `operators`: a Profile from `python -m real.profiler` measurements (`fit_operators`);
+- `measured_gpu`: a Profile for any (model, GPU, TP, framework) from NVIDIA's measured operator
+  database, aiconfigurator-core (`derive_profile`); `gpu_catalog`: the shipped ones, the model
+  list, the caches; `gpu_validation`: those profiles against the TLT paper's Tables E and C
+  (imported by their module names, not re-exported here);
 - `report`: `calibrate()` itself, the `Calibration` it returns and its
   report (`Calibration.report()`, the `.calibration.json` file);
 - `drift`: a trace's times rescaled to the machine's median speed (the factor `tlt calibrate

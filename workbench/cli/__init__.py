@@ -1,7 +1,8 @@
 """The `tlt` command line (layer 3): parse, call the tools, print.
 
 Commands live by job: `simulate.py` (sim, presets, check, compare, regret, tune, bench sim),
-`fit.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level measurement),
+`fit.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level measurement or the
+measured database), `gpu.py` (gpu-check, gpu-presets),
 `real.py` (model, capture, drafter, train, bench rollout, bench grpo, bench real), `paper.py` (the TLT
 paper's figures), `workload.py` (workload import and show: lengths from logs) and `export.py` (export: a
 policy for vLLM, SGLang / FastRL or veRL). Importing them registers
@@ -12,6 +13,7 @@ from workbench.cli import simulate  # noqa: F401, I001
 from workbench.cli import fit  # noqa: F401
 from workbench.cli import validation  # noqa: F401
 from workbench.cli import profile  # noqa: F401
+from workbench.cli import gpu  # noqa: F401
 from workbench.cli import real  # noqa: F401
 from workbench.cli import paper  # noqa: F401
 from workbench.cli import workload  # noqa: F401

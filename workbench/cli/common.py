@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NoReturn, Optional
 
 import typer
 
 from sim.simulator import check_size
+from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError
@@ -19,13 +21,37 @@ def fail(exc: Exception) -> NoReturn:
     raise typer.Exit(2)
 
 
+CLUSTER_PREFIX = "cluster:"
+
+
+def cluster_profile(spec: str, wl: Workload) -> Profile:
+    """`--profile cluster:MODEL:GPU:FRAMEWORK`: the profile of that cluster at the workload's TP
+    (gpus_per_worker), derived from the measured database and kept on disk; acceptance and the
+    drafter's learning curve come from the workload's own profile."""
+    from workbench.calibrate.gpu_catalog import disk_cached_profile, model_choices
+
+    parts = spec[len(CLUSTER_PREFIX):].split(":")
+    if len(parts) != 3 or not all(parts):
+        raise ConfigError("--profile", "profile", spec,
+                          "cluster:MODEL:GPU:FRAMEWORK, e.g. cluster:qwen2.5-7b:h200:vllm")
+    model, gpu, framework = parts
+    arch = model_choices().get(model, model)
+    base = wl.profile if not wl.profile.startswith(CLUSTER_PREFIX) else "h100-qwen2.5-7b-tp1"
+    return disk_cached_profile(arch, gpu, wl.gpus_per_worker, framework, base)
+
+
 def load_inputs(workload: str, policies: str, profile: Optional[str],
                 steps: Optional[int] = None) -> tuple[Workload, list[Policy], Profile]:
     """Everything is loaded and validated, and the run's size checked, before any simulation
     starts or any file is written."""
     try:
         wl = load_workload(workload)
-        prof = load_profile(profile or wl.profile)
+        spec = profile or wl.profile
+        prof = cluster_profile(spec, wl) if spec.startswith(CLUSTER_PREFIX) else load_profile(spec)
+        if spec.startswith(CLUSTER_PREFIX):  # the cluster asked for is the workload's from here on
+            c = prof.cluster
+            wl = replace(wl, profile=prof.name, model=c.model, gpu=c.gpu, framework=c.framework)
+        check_workload_profile(wl, prof, f"{workload} with profile {spec}")
         pols = [load_policy(p.strip()) for p in policies.split(",") if p.strip()]
         check_size(wl, steps or wl.steps)
     except ConfigError as exc:

@@ -1,4 +1,6 @@
-"""`tlt profile`: measure a model's operators on this machine's CPU or GPU and fit a Profile.
+"""`tlt profile`: measure a model's operators on this machine's CPU or GPU and fit a Profile, or
+(`--backend aiconfigurator`) derive one for any GPU from NVIDIA's measured database
+(workbench/calibrate/measured_gpu.py).
 
 The measuring is `python -m real.profiler` (real/profiler/, which also runs alone on a bare GPU
 machine); the fit is workbench/calibrate/operators.py. `--measurements` fits a file measured
@@ -26,7 +28,8 @@ def default_base(device: str, arch: str, tp: int) -> str:
     the H100 profile of this model and TP (the paper-fitted one) when there is one."""
     if device == "cpu":
         return "cpu-tiny"
-    same = f"h100-{Path(arch).stem}-tp{tp}"
+    name = Path(arch).stem if Path(arch).is_file() else arch  # a preset's dots are not a suffix (qwen2.5-7b)
+    same = f"h100-{name}-tp{tp}"
     return same if same in profile_presets() else "h100-qwen2.5-7b-tp1"
 
 
@@ -81,12 +84,49 @@ def _print(fit: OperatorFit) -> None:
                    f"{1e3 * r.sum_s:.3f} ms, whole model {1e3 * r.whole_s:.3f} ms ({r.error_pct:+.1f}%)")
 
 
+def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, framework: str,
+                   version: Optional[str], base: Optional[str], name: Optional[str]) -> None:
+    """`--backend aiconfigurator`: every cost from NVIDIA's measured operator database, no GPU needed."""
+    from workbench.calibrate.measured_gpu import derive_profile, gpu_names
+
+    if arch is None or gpu is None:
+        fail(ConfigError("--backend aiconfigurator", "--arch" if arch is None else "--gpu", "<missing>",
+                         f"--arch NAME|config.json and --gpu ({', '.join(gpu_names())})"))
+    try:
+        base_prof = load_profile(base or default_base("cuda", arch, tp))
+        fit = derive_profile(arch, gpu, tp, framework, base_prof, name or out.stem, version or "")
+    except (ConfigError, ValueError) as exc:
+        fail(exc)
+    p = fit.profile
+    save(p, out)
+    d, dr = p.decode, p.drafter
+    typer.echo(f"profile {p.name!r} ({p.cluster.label}): overhead {1e3 * d.overhead_s:.3f} ms, per seq "
+               f"{1e6 * d.per_seq_s:.2f} us, weights {1e3 * d.weights_s:.3f} ms, compute "
+               f"{1e6 * d.compute_s_per_token:.2f} us/token, overlap {d.overlap:.2f}, kv {1e9 * d.kv_s_per_token:.2f} ns/seq/token, prefill "
+               f"{1e6 * d.prefill_s_per_token:.2f} us/token; drafter {1e3 * dr.eagle_step_s:.3f} ms + "
+               f"{1e6 * dr.eagle_s_per_seq:.2f} us/candidate; train {1e6 * p.phases.train_gpu_s_per_token:.1f} "
+               f"GPU-us/token; energy {p.energy.decode_w:.0f} W decoding, {p.energy.train_w:.0f} W training, "
+               f"{p.energy.idle_w:.0f} W idle")
+    typer.echo(f"form vs database: median |error| {fit.median_abs_error_pct:.1f}%, max {fit.max_abs_error_pct:.1f}% "
+               f"over {len(fit.errors_pct)} steps")
+    typer.echo(f"source: {p.source}")
+    typer.echo(f"wrote {out}")
+
+
 @app.command()
 def profile(
-    out: Path = typer.Option(..., help="The fitted profile (.yaml, .yml or .json); the raw measurements "
-                             "(OUT.measurements.parquet) and the fit error (OUT.fit.json) are written beside it."),
+    out: Path = typer.Option(..., help="The fitted profile (.yaml, .yml or .json); with --backend torch the raw "
+                             "measurements (OUT.measurements.parquet) and the fit error (OUT.fit.json) beside it."),
     arch: Optional[str] = typer.Option(None, help="Architecture preset (qwen2.5-7b, r1-distill-qwen-7b, qwen2.5-32b, "
                                        "llama3.3-70b, tiny-gcd) or a Hugging Face config.json."),
+    backend: str = typer.Option("torch", help="torch: time the operators on this machine (--device); "
+                                "aiconfigurator: derive every cost from NVIDIA's measured database (--gpu, "
+                                "--framework), no GPU needed."),
+    gpu: Optional[str] = typer.Option(None, help="--backend aiconfigurator: h100, h200, b200, b300, gb200, gb300, "
+                                      "a100, l40s, rtx-pro-6000, h100-pcie, a100-pcie, l4, a30."),
+    framework: str = typer.Option("vllm", help="--backend aiconfigurator: vllm or sglang."),
+    version: Optional[str] = typer.Option(None, help="--backend aiconfigurator: the framework version measured "
+                                          "(default: the newest the database holds for the GPU)."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     tp: int = typer.Option(1, help="Tensor-parallel degree: one rank's shapes are measured, collectives assumed."),
     dtype: Optional[str] = typer.Option(None, help="float32, bfloat16 or float16 (default: bfloat16 on cuda, float32 on cpu)."),
@@ -101,9 +141,15 @@ def profile(
                                        "weight sync); default: cpu-tiny on cpu, else the H100 profile of this model and TP."),
     name: Optional[str] = typer.Option(None, help="The profile's name (default: the --out file's stem)."),
 ) -> None:
-    """Measure decode, verify, EAGLE drafter, prefill and training costs per decoder layer (random weights) and fit a profile."""
+    """Measure decode, verify, EAGLE drafter, prefill and training costs (torch: per decoder layer, random weights;
+    aiconfigurator: from NVIDIA's measured database) and fit a profile."""
     if out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
+    if backend not in ("torch", "aiconfigurator"):
+        fail(ConfigError("--backend", "<option>", backend, "torch or aiconfigurator"))
+    if backend == "aiconfigurator":
+        _from_database(out, arch, gpu, tp, framework, version, base, name)
+        return
     if (arch is None) == (measurements is None):
         fail(ConfigError("--arch", "<option>", "both or neither of --arch and --measurements",
                          "--arch to measure here, or --measurements FILE to fit a file measured elsewhere"))

@@ -35,7 +35,8 @@ def sim(
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps to simulate (default: the workload's)."),
     seed: int = typer.Option(0, help="Seed for every random choice; same seed, same result."),
     out: Path = typer.Option(..., help="Output directory: summary.json and, per policy, NAME/metrics.json, NAME/timeline.parquet and NAME/batch.png (each worker's running batch in the last step)."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
+                                          "from the measured database at the workload's TP; default: the workload's profile)."),
 ) -> None:
     """Simulate RL steps of a workload under one or more policies."""
 
@@ -140,7 +141,8 @@ def compare(
     seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1; seed s draws the same response lengths for every policy (common random numbers)."),
     out: Path = typer.Option(..., help="Output directory: compare.json and compare.png."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
+                                          "from the measured database at the workload's TP; default: the workload's profile)."),
 ) -> None:
     """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""
 
@@ -175,7 +177,8 @@ def regret(
     seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1 (the same draws for every bandit)."),
     out: Path = typer.Option(..., help="Output directory: regret.json and regret.png."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
+                                          "from the measured database at the workload's TP; default: the workload's profile)."),
 ) -> None:
     """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed in hindsight)."""
 
@@ -210,7 +213,8 @@ def regret(
 @app.command()
 def tune(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
+                                          "from the measured database at the workload's TP; default: the workload's profile)."),
     trials: int = typer.Option(100, min=1, help="Complete trials the study should hold; a resumed study runs only the rest."),
     seeds: int = typer.Option(3, min=1, help="Score each policy on seeds 0..K-1, the same for every trial (common random numbers)."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.contracts.cluster import Cluster, EnergyModel
 from workbench.contracts.schema import check_part, load, preset_names, require
 
 PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
@@ -173,11 +174,16 @@ class Profile:
     source: str = ""  # provenance of the numbers
     fitted_on: tuple[str, ...] = ()  # traces this profile was fitted on (empty: hand-set)
     fit_error_pct: float | None = None  # median held-out error of the fit, if fitted
+    cluster: Cluster | None = None  # the model x GPU x TP x framework the costs hold for (None: not recorded)
+    energy: EnergyModel | None = None  # power per GPU while decoding, training and idle (None: not modelled)
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
         for part in ("decode", "drafter", "acceptance", "learning", "phases"):
             check_part(part, getattr(self, part))
+        for part in ("cluster", "energy"):
+            if getattr(self, part) is not None:
+                check_part(part, getattr(self, part))
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
@@ -193,13 +199,14 @@ def profile_presets() -> list[str]:
 # prefixes are those the writers use (workbench/calibrate/operators.py writes "profiler:",
 # workbench/paper/profiles.py "tlt-paper:", `tlt calibrate` the traces' names).
 MEASURED_PREFIX = "profiler:"
+DATABASE_PREFIX = "aiconfigurator:"  # workbench/calibrate/measured_gpu.py: NVIDIA's measured operator database
 PUBLISHED_PREFIX = "tlt-paper:"
 
 
 def provenance_kind(p: Profile) -> str:
     """'measured' (operator-level, `tlt profile`), 'published' (fitted to published
     microbenchmarks), 'calibrated' (fitted to traces of real runs) or 'hand-set'."""
-    if any(f.startswith(MEASURED_PREFIX) for f in p.fitted_on):
+    if any(f.startswith((MEASURED_PREFIX, DATABASE_PREFIX)) for f in p.fitted_on):
         return "measured"
     if any(f.startswith(PUBLISHED_PREFIX) for f in p.fitted_on):
         return "published"
@@ -211,8 +218,9 @@ def provenance(p: Profile) -> str:
     kind = provenance_kind(p)
     err = f", fit error {p.fit_error_pct:.1f}%" if p.fit_error_pct is not None else ""
     if kind == "measured":
-        on = "; ".join(f[len(MEASURED_PREFIX):] for f in p.fitted_on if f.startswith(MEASURED_PREFIX))
-        return f"measured (operator level): {on}{err}"
+        on = "; ".join(f.split(":", 1)[1] for f in p.fitted_on if f.startswith((MEASURED_PREFIX, DATABASE_PREFIX)))
+        how = "measured database" if any(f.startswith(DATABASE_PREFIX) for f in p.fitted_on) else "operator level"
+        return f"measured ({how}): {on}{err}"
     if kind == "published":
         return f"fitted to {len(p.fitted_on)} published tables{err}"
     if kind == "calibrated":

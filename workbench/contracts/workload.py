@@ -92,6 +92,11 @@ class Workload:
     epoch_steps: int = 0  # RL steps per pass over the prompt set (0: no prompt comes back within the run)
     lengths: LengthModel = field(default_factory=LengthModel)
     dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
+    # The cluster beyond TP (gpus_per_worker): "" takes the profile's; set, it must match the profile's
+    # (workbench/contracts/cluster.py refuses a contradiction, naming the field).
+    model: str = ""  # architecture name, e.g. qwen2.5-7b
+    gpu: str = ""  # GPU key, e.g. h100
+    framework: str = ""  # vllm or sglang
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")

@@ -25,6 +25,7 @@ from workbench.calibrate.published import (
 from workbench.calibrate.shapes import GPU, H100_SXM, decode_cost, drafter_cost
 from workbench.calibrate.trace_view import sig
 from workbench.contracts.architecture import Architecture, load_architecture
+from workbench.contracts.cluster import Cluster
 from workbench.contracts.policy import Strategy
 from workbench.contracts.profile import (
     AcceptanceModel,
@@ -110,7 +111,8 @@ def build_profile(case: Case, arch: Architecture, gpu: GPU, fit: PublishedFit, p
                     f"EAGLE trees; fitted to the TLT paper's microbenchmarks, carried by shape.",
         source=_source(case, arch, gpu, fit, pub),
         fitted_on=("tlt-paper:table_c", "tlt-paper:table_d", "tlt-paper:depth_tv", "tlt-paper:table_e"),
-        fit_error_pct=round(fit.median_abs_error_pct, 3))
+        fit_error_pct=round(fit.median_abs_error_pct, 3),
+        cluster=Cluster(model=case.model, gpu="h100", tp=case.tp, framework="sglang"))
 
 
 def _source(case: Case, arch: Architecture, gpu: GPU, fit: PublishedFit, pub: Published) -> str:

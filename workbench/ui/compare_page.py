@@ -14,6 +14,7 @@ from __future__ import annotations
 import streamlit as st
 
 from workbench.compare import Comparison, compare
+from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
@@ -79,6 +80,7 @@ def _load(wl_name: str, names: list[str]):
     try:
         workload = load_workload(wl_name)
         profile = load_profile(workload.profile)
+        check_workload_profile(workload, profile)
         policies = [load_policy(n) for n in names]
     except (ConfigError, FieldError) as exc:
         st.error(f"Cannot load the inputs: {exc}")

@@ -19,6 +19,7 @@ import streamlit as st
 import yaml
 
 from workbench import tune
+from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import load_profile, profile_choice_label, profile_presets
 from workbench.contracts.schema import ConfigError, FieldError, to_mapping
@@ -208,8 +209,9 @@ def render() -> None:
                                  format_func=profile_choice_label)
         try:
             profile = load_profile(prof_name)
+            check_workload_profile(workload, profile)
         except (ConfigError, FieldError) as exc:
-            st.error(f"Profile '{prof_name}' cannot be loaded: {exc}")
+            st.error(f"Profile '{prof_name}' cannot be used: {exc}")
             return
     with c2:
         trials = int(st.number_input("Trials", min_value=1, max_value=5000, value=100, step=10, key="tune_trials",

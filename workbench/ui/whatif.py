@@ -28,6 +28,7 @@ from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to
 from workbench.contracts.timeline import TAIL_DIVISOR, rollout_split
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 from workbench.plots import batch_lines
+from workbench.ui import cluster_picker
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times
 from workbench.ui.length_upload import length_file_workload
@@ -443,12 +444,16 @@ def render() -> None:
     with col_pol:
         labels, policies = _pick_policies()
     with col_run:
-        profile = _pick_profile(base, base_id)
+        derive = cluster_picker.derive_toggle(base_id)
+        profile = None if derive else _pick_profile(base, base_id)
         c1, c2 = st.columns(2)
         steps = int(c1.number_input("Steps", min_value=1, max_value=100, value=3, step=1, key="whatif_steps_n"))
         seed = int(c2.number_input("Seed", min_value=0, value=1, step=1, key="whatif_seed"))
 
     workload = _edit_workload(base, base_id) if base is not None else None
+    if workload is not None:  # the cluster: derived from model x GPU x TP x framework, or checked against the profile
+        workload, profile = (cluster_picker.cluster_profile(workload, base_id) if derive
+                             else (workload, cluster_picker.checked(workload, profile)))
 
     problems = []
     if workload is None:

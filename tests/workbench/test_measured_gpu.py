@@ -1,0 +1,128 @@
+"""Profiles from NVIDIA's measured operator database (aiconfigurator-core, a dependency)."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from workbench.calibrate.gpu_catalog import PRESET_CASES, disk_cached_profile, model_choices, preset_profile
+from workbench.calibrate.gpu_validation import draft_overhead_from_table_d
+from workbench.calibrate.measured_gpu import DRAFT_STEP_OVERHEAD_S, Engine, gpu_names
+from workbench.cli import app
+from workbench.contracts.architecture import load_architecture
+from workbench.contracts.profile import PRESET_DIR, load_profile, provenance_kind
+from workbench.contracts.schema import ConfigError, to_mapping
+
+runner = CliRunner()
+REL_TOL = 0.01  # a regeneration on another CPU: the least-squares fit may move in the last digits
+
+
+def _gemm_ms(ops) -> float:
+    return sum(o[1] for o in ops if o[0].endswith("gemm") and "logits" not in o[0])
+
+
+def test_gpu_list_comes_from_the_database():
+    names = gpu_names()
+    assert {"h100", "h200", "b200", "a100", "l40s"} <= set(names)
+
+
+def test_tp_sharding_arithmetic():
+    one, four = Engine("qwen2.5-7b", "h100", 1, "vllm"), Engine("qwen2.5-7b", "h100", 4, "vllm")
+    t1, ops1 = one.decode(1, 2048)
+    t4, ops4 = four.decode(1, 2048)
+    # A rank reads a quarter of each layer's weights at TP4: its GEMMs take roughly a quarter
+    # (small GEMMs do not split perfectly: launch and tile costs stay).
+    assert 0.2 < _gemm_ms(ops4) / _gemm_ms(ops1) < 0.45
+    assert sum(o[1] for o in ops1 if "_ar" in o[0]) == 0.0  # no all-reduce at TP1
+    assert sum(o[1] for o in ops4 if "_ar" in o[0]) > 0.0
+    assert t4 < t1
+    arch = load_architecture("qwen2.5-7b")
+    cov = four.coverage(arch, 4, "vllm")
+    assert (cov.heads, cov.kv_heads) == (arch.heads // 4, arch.kv_heads // 4)
+    assert cov.beyond(1, 1024) <= 1.0
+
+
+def test_tp_that_does_not_split_the_heads_is_refused():
+    with pytest.raises(ConfigError):
+        Engine("qwen2.5-7b", "h100", 3, "vllm")
+
+
+def test_unknown_gpu_is_refused_naming_the_field(tmp_path):
+    res = runner.invoke(app, ["profile", "--backend", "aiconfigurator", "--arch", "qwen2.5-7b", "--gpu", "tpu",
+                              "--out", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 2 and "'gpu'" in res.output and "h100" in res.output
+    assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("gpu,tp", [("h100", 4), ("a100", 1)])
+def test_derived_profiles_load_in_tlt_sim(tmp_path, gpu, tp):
+    prof = tmp_path / f"{gpu}-tp{tp}.yaml"
+    res = runner.invoke(app, ["profile", "--backend", "aiconfigurator", "--arch", "qwen2.5-7b", "--gpu", gpu,
+                              "--tp", str(tp), "--framework", "vllm", "--out", str(prof)])
+    assert res.exit_code == 0, res.output
+    p = load_profile(prof)
+    assert (p.cluster.gpu, p.cluster.tp, p.cluster.model, p.cluster.framework) == (gpu, tp, "qwen2.5-7b", "vllm")
+    assert provenance_kind(p) == "measured" and "aiconfigurator-core" in p.source and p.energy is not None
+    wl = yaml.safe_load((PRESET_DIR.parent / "workloads" / "cpu-tiny.yaml").read_text())
+    wl.update(name=f"{gpu}-tp{tp}", profile=prof.name, gpus_per_worker=tp, gpu=gpu, model="qwen2.5-7b",
+              max_response_tokens=256, steps=1)
+    (tmp_path / "wl.yaml").write_text(yaml.safe_dump(wl))
+    out = tmp_path / "sim"
+    res = runner.invoke(app, ["sim", "--workload", str(tmp_path / "wl.yaml"), "--policy", "baseline,static-sd",
+                              "--steps", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "summary.json").read_text())["policies"]["baseline"]["step_time_s"] > 0
+    # The same workload with a profile of another TP is refused, naming the field.
+    wl.update(gpus_per_worker=2 * tp)
+    (tmp_path / "wl.yaml").write_text(yaml.safe_dump(wl))
+    res = runner.invoke(app, ["sim", "--workload", str(tmp_path / "wl.yaml"), "--policy", "baseline",
+                              "--steps", "1", "--out", str(tmp_path / "sim2")])
+    assert res.exit_code == 2 and "gpus_per_worker" in res.output
+    assert not (tmp_path / "sim2").exists()
+
+
+def _close(a, b, path=""):
+    if isinstance(a, dict):
+        assert set(a) == set(b), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert a == pytest.approx(b, rel=REL_TOL, abs=1e-9), path
+    elif path.endswith(".source"):  # figures quoted in the text move with the fit's last digits
+        assert a.split(" Form fitted")[0] == b.split(" Form fitted")[0]
+    else:
+        assert a == b, path
+
+
+def test_regenerating_a_shipped_profile_matches_it():
+    case = next(c for c in PRESET_CASES if c.model == "qwen2.5-7b" and c.tp == 4)
+    _close(to_mapping(preset_profile(case)), to_mapping(load_profile(case.name)))
+
+
+def test_draft_overhead_is_what_table_d_gives():
+    per_row = sorted(draft_overhead_from_table_d())
+    assert len(per_row) == 6
+    assert per_row[len(per_row) // 2] == pytest.approx(DRAFT_STEP_OVERHEAD_S, rel=0.05)
+
+
+def test_model_list_holds_the_presets_and_the_packages_dense_configs():
+    models = model_choices()
+    assert {"qwen2.5-7b", "qwen2.5-32b", "llama3.3-70b"} <= set(models)
+    assert "Qwen/Qwen3-8B" in models and not any("FP8" in m for m in models)
+
+
+def test_a_derived_profile_is_kept_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = disk_cached_profile("qwen2.5-7b", "h200", 1, "vllm", "h100-qwen2.5-7b-tp1")
+    files = list((tmp_path / "tlt" / "profiles").glob("*.yaml"))
+    assert len(files) == 1 and first.cluster.gpu == "h200"
+    assert to_mapping(disk_cached_profile("qwen2.5-7b", "h200", 1, "vllm", "h100-qwen2.5-7b-tp1")) == to_mapping(first)
+
+
+def test_tlt_gpu_check_prints_tables_e_and_c_with_their_errors():
+    res = runner.invoke(app, ["gpu-check"])
+    assert res.exit_code == 0, res.output
+    for row in ("H100 no SD", "A100 SD 8_4_48", "B200 no SD", "TV 64 bs 32"):
+        assert row in res.output
+    assert "Table C: median |error|" in res.output and "E[L] 6.53" in res.output

@@ -1,0 +1,133 @@
+"""Measured-database profiles against published figures the database never saw.
+
+- Table E (Qwen2.5-7B, TP1, batch 1, decode tokens/s with and without SD) on every GPU both the
+  paper and the database cover (H100, A100, B200).
+- Table C (Qwen2.5-32B, TP4, H100: SD speedup over no SD at batch 1-32, 16-64 tokens to verify).
+
+Nothing here is fitted to those tables. The costs are the derived profiles' (what the simulator
+sees). Acceptance enters through the accepted length per verify pass, E[L]:
+- Table E: 6.53 tokens per pass, the RL-adapted EAGLE drafter's accepted length at FastRL's
+  default strategy 8_4_48 (Table G; Table H gives the same 6.53 for EAGLE), the strategy the
+  published-tables file assumes for Table E.
+- Table C: an acceptance model (alpha, shape, tree width gain of sim/acceptance.py) fitted to the
+  published *accepted lengths* only (Table D's six top-k rows at depth 12 / 64 tokens and the
+  depth x TV grid's two), evaluated at Table C's strategies 8_4_TV; no speedup enters the fit.
+The benchmarks' context is not published: `CONTEXT` (stated) is used for every row.
+One engine cost is not in the operator database, each draft step's fixed work outside the
+drafter's kernels: `draft_overhead_from_table_d` calibrates it on Table D alone (its speedups
+and accepted lengths at batch 1), and Tables C and E are predicted with it, and without it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from sim.acceptance import stats_for
+from sim.costs import segment_s
+from workbench.calibrate.measured_gpu import DRAFT_STEP_OVERHEAD_S, derive_profile
+from workbench.calibrate.published import Published, load_published
+from workbench.contracts.policy import Strategy
+from workbench.contracts.profile import AcceptanceModel, Profile, load_profile
+
+CONTEXT = 2048  # assumed context of the microbenchmarks (not published)
+TABLE_E_ACCEPTED = 6.53  # Table G rl_adapted / Table H EAGLE: tokens per verify pass at 8_4_48
+TABLE_E_GPUS = {"h100": "H100", "a100": "A100", "b200": "B200"}  # our key -> the paper's row
+TABLE_E_PUBLISHED = {"B200": (259.71, 605.05), "H100": (164.65, 430.24), "A100": (92.83, 259.01)}  # (no SD, SD)
+BASE_PROFILE = "h100-qwen2.5-7b-tp1"  # acceptance/learning curve for the derived profiles (not used here)
+NO_SD = Strategy.chain(0)
+
+
+@dataclass(frozen=True)
+class Check:
+    table: str
+    case: str
+    published: float
+    predicted: float
+    note: str = ""
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted / self.published - 1.0)
+
+
+def tokens_per_s(p: Profile, batch: int, strategy: Strategy, accepted: float, context: float = CONTEXT) -> float:
+    kind = "eagle" if strategy.steps else "none"
+    return batch * accepted / segment_s(p.decode, p.drafter, kind, batch, context, strategy)
+
+
+def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONTEXT) -> list[float]:
+    """Each Table D row's draft-step overhead: what its speedup leaves of a pass beyond the database's
+    verify and drafter costs (Qwen2.5-32B TP4, H100, batch 1; its own published accepted length)."""
+    pub = load_published()
+    c = next(m for m in pub.measurements if m.table == "C")
+    prof = derive_profile(c.model, "h100", c.tp, framework, load_profile(BASE_PROFILE), "table-d",
+                          draft_overhead_s=0.0).profile
+    rows = [m for m in pub.measurements if m.table == "D"]
+    accepted = {m.strategy: m.value for m in rows if m.kind == "accepted_length"}
+    out = []
+    for m in (m for m in rows if m.kind == "speedup"):
+        no_sd = segment_s(prof.decode, prof.drafter, "none", 1, context, NO_SD)
+        with_sd = segment_s(prof.decode, prof.drafter, "eagle", 1, context, m.strategy)
+        out.append((accepted[m.strategy] * no_sd / m.value - with_sd) / m.strategy.steps)
+    return out
+
+
+def table_e(framework: str = "sglang", accepted: float = TABLE_E_ACCEPTED,
+            draft_overhead_s: float = DRAFT_STEP_OVERHEAD_S, context: float = CONTEXT) -> list[Check]:
+    pub = load_published()
+    base = load_profile(BASE_PROFILE)
+    out: list[Check] = []
+    for gpu, row in TABLE_E_GPUS.items():
+        prof = derive_profile(pub.table_e_model, gpu, 1, framework, base, f"{gpu}-table-e",
+                              draft_overhead_s=draft_overhead_s).profile
+        no_sd, sd = TABLE_E_PUBLISHED[row]
+        v = prof.cluster.framework_version
+        out.append(Check("E", f"{row} no SD", no_sd, tokens_per_s(prof, 1, NO_SD, 1.0, context), f"{framework} {v}"))
+        out.append(Check("E", f"{row} SD {pub.table_e_strategy.name}", sd,
+                         tokens_per_s(prof, 1, pub.table_e_strategy, accepted, context), f"E[L] {accepted}"))
+    return out
+
+
+def accepted_length_rows(pub: Published) -> list:
+    return [m for m in pub.measurements if m.kind == "accepted_length"]
+
+
+def fit_acceptance(pub: Published, base: AcceptanceModel) -> AcceptanceModel:
+    """alpha, shape and tree width gain on the published accepted lengths alone (Tables D, depth x TV)."""
+    rows = accepted_length_rows(pub)
+
+    def model(x: np.ndarray) -> AcceptanceModel:
+        return replace(base, eagle_alpha_fresh=float(x[0]), eagle_shape=float(x[1]), tree_width_gain=float(x[2]),
+                       eagle_alpha_cold=min(base.eagle_alpha_cold, float(x[0])))
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        m = model(x)
+        return np.array([math.log(stats_for(m, "eagle", 1.0, r.strategy).mean / r.value) for r in rows])
+
+    res = least_squares(resid, np.array([0.8, 0.8, 0.4]), bounds=([0.05, 0.1, 0.0], [0.999, 2.0, 3.0]))
+    return model(res.x)
+
+
+def table_c(framework: str = "sglang", draft_overhead_s: float = DRAFT_STEP_OVERHEAD_S,
+            context: float = CONTEXT) -> tuple[list[Check], AcceptanceModel]:
+    pub = load_published()
+    base = load_profile(BASE_PROFILE)
+    acc = fit_acceptance(pub, base.acceptance)
+    c = next(m for m in pub.measurements if m.table == "C")
+    prof = derive_profile(c.model, "h100", c.tp, framework, base, "h100-table-c",
+                          draft_overhead_s=draft_overhead_s).profile
+    out: list[Check] = []
+    for m in (m for m in pub.measurements if m.table == "C"):
+        el = stats_for(acc, "eagle", 1.0, m.strategy).mean
+        with_sd = tokens_per_s(prof, m.batch, m.strategy, el, context)
+        speedup = with_sd / tokens_per_s(prof, m.batch, NO_SD, 1.0, context)
+        out.append(Check("C", f"TV {m.strategy.tokens} bs {m.batch}", m.value, speedup, f"E[L] {el:.2f}"))
+    return out, acc
+
+
+def median_abs_error(checks: list[Check]) -> float:
+    return float(np.median([abs(c.error_pct) for c in checks]))

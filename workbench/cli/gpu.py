@@ -1,0 +1,70 @@
+"""`tlt gpu-check`: the measured-database profiles against published figures they never saw
+(workbench/calibrate/gpu_validation.py): Table E on H100, A100 and B200, Table C on H100."""
+
+from __future__ import annotations
+
+import typer
+
+from workbench.cli.apps import app
+from workbench.tables import format_table
+
+
+def _rows(checks) -> list[list[str]]:
+    return [[c.table, c.case, f"{c.published:.2f}", f"{c.predicted:.2f}", f"{c.error_pct:+.1f}%", c.note]
+            for c in checks]
+
+
+@app.command("gpu-check")
+def gpu_check(
+    framework: str = typer.Option("sglang", help="The engine whose measured rows are used (the paper ran SGLang)."),
+    raw: bool = typer.Option(False, help="Also show the predictions without the draft-step overhead (database only)."),
+    context: int = typer.Option(2048, min=1, help="The benchmarks' context in tokens (not published; a sensitivity)."),
+) -> None:
+    """Predict the TLT paper's Table E (Qwen2.5-7B, batch 1, with and without SD, every GPU the database covers) and
+    Table C (Qwen2.5-32B TP4 SD speedup vs batch) from measured-database profiles; print each error."""
+    from workbench.calibrate.gpu_validation import (
+        TABLE_E_ACCEPTED,
+        draft_overhead_from_table_d,
+        median_abs_error,
+        table_c,
+        table_e,
+    )
+    from workbench.calibrate.measured_gpu import DRAFT_STEP_OVERHEAD_S, package_version
+
+    header = ["table", "case", "published", "predicted", "error", "note"]
+    d = draft_overhead_from_table_d(framework, context)
+    typer.echo(f"aiconfigurator-core {package_version()}, {framework}; context {context} tokens (assumed: not "
+               f"published). Draft-step engine overhead from Table D alone: "
+               + ", ".join(f"{1e3 * v:.3f}" for v in d)
+               + f" ms per step (profiles use {1e3 * DRAFT_STEP_OVERHEAD_S:.2f})")
+    e = table_e(framework, context=context)
+    c, acc = table_c(framework, context=context)
+    typer.echo(format_table(_rows(e) + _rows(c), header))
+    no_sd = [x for x in e if "no SD" in x.case]
+    sd = [x for x in e if "no SD" not in x.case]
+    typer.echo(f"Table E without SD: max |error| {max(abs(x.error_pct) for x in no_sd):.1f}% (goal 15%); with SD "
+               f"(E[L] {TABLE_E_ACCEPTED}: Table G/H's RL-adapted EAGLE drafter at 8_4_48): max |error| "
+               f"{max(abs(x.error_pct) for x in sd):.1f}% (goal 20%)")
+    typer.echo(f"Table C: median |error| {median_abs_error(c):.1f}% (goal 15%), max "
+               f"{max(abs(x.error_pct) for x in c):.1f}%; acceptance fitted to Tables D and depth x TV accepted "
+               f"lengths only: alpha {acc.eagle_alpha_fresh:.3f}, shape {acc.eagle_shape:.3f}, tree width gain "
+               f"{acc.tree_width_gain:.3f}")
+    if raw:
+        e0 = table_e(framework, draft_overhead_s=0.0, context=context)
+        c0, _ = table_c(framework, draft_overhead_s=0.0, context=context)
+        typer.echo("database only (no draft-step overhead):")
+        typer.echo(format_table(_rows([x for x in e0 if "no SD" not in x.case]) + _rows(c0), header))
+        typer.echo(f"Table C database only: median |error| {median_abs_error(c0):.1f}%")
+
+
+@app.command("gpu-presets")
+def gpu_presets() -> None:
+    """Regenerate the shipped measured-database profiles (workbench/contracts/presets/profiles/*-sglang.yaml)."""
+    from workbench.calibrate.gpu_catalog import PRESET_CASES, preset_profile
+    from workbench.contracts.profile import PRESET_DIR
+    from workbench.contracts.schema import save
+
+    profiles = [preset_profile(c) for c in PRESET_CASES]  # all derived before the first file is written
+    for p in profiles:
+        save(p, PRESET_DIR / f"{p.name}.yaml")
+        typer.echo(f"wrote {PRESET_DIR / f'{p.name}.yaml'} (form vs database: median |error| {p.fit_error_pct}%)")

@@ -1,0 +1,87 @@
+"""Cluster: the engine shape a profile describes (model x GPU x TP x framework), its energy model,
+and the check that a workload and a profile describe the same cluster.
+
+A Profile's costs hold for one model on one GPU type at one tensor-parallel degree under one
+engine; simulating a workload of another shape with it answers a question about another
+cluster. `check_workload_profile` refuses such a pair, naming the workload field that
+contradicts the profile (`gpus_per_worker`, `gpu`, `model` or `framework`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from workbench.contracts.schema import ConfigError, require
+
+if TYPE_CHECKING:  # the types only: profile.py imports this module
+    from workbench.contracts.profile import Profile
+    from workbench.contracts.workload import Workload
+
+FRAMEWORKS = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What a profile's costs were derived for."""
+
+    model: str  # architecture name (a preset of presets/architectures/, or a config.json's directory name)
+    gpu: str  # GPU key (h100, h200, b200, a100, l40s, ...: workbench/calibrate/measured_gpu.py lists them)
+    tp: int  # tensor-parallel degree of one engine (a workload's gpus_per_worker)
+    framework: str = ""  # vllm, sglang or trtllm ("": not stated)
+    framework_version: str = ""  # the engine version the costs were measured on ("": not stated)
+
+    def check(self) -> None:
+        require(bool(self.model.strip()), "model", self.model, "a non-empty architecture name")
+        require(bool(self.gpu.strip()), "gpu", self.gpu, "a non-empty GPU key (h100, a100, ...)")
+        require(self.tp >= 1, "tp", self.tp, "an integer >= 1")
+        require(self.framework in ("",) + FRAMEWORKS, "framework", self.framework, "one of " + ", ".join(FRAMEWORKS))
+
+    @property
+    def label(self) -> str:
+        fw = f" {self.framework}" + (f" {self.framework_version}" if self.framework_version else "")
+        return f"{self.model} on {self.tp}x {self.gpu}{fw if self.framework else ''}"
+
+
+@dataclass(frozen=True)
+class EnergyModel:
+    """Power per GPU in each state of an RL step, so energy = sum over states of power x GPU-time.
+
+    `joules(...)` is the energy of a step given each state's GPU-seconds. Where the per-state
+    draws come from is in the profile's `source` (a measured database's energy rows, or the
+    GPU's board power times a stated share)."""
+
+    board_power_w: float  # the GPU's rated board power (datasheet)
+    decode_w: float  # mean draw per GPU while decoding (memory-bound: well under board power)
+    train_w: float  # mean draw per GPU while training (compute-bound)
+    idle_w: float  # draw per GPU while waiting (a bubble)
+
+    def check(self) -> None:
+        require(self.board_power_w > 0, "board_power_w", self.board_power_w, "watts > 0")
+        for name in ("decode_w", "train_w", "idle_w"):
+            v = getattr(self, name)
+            require(0.0 <= v <= self.board_power_w, name, v, f"watts from 0 to board_power_w ({self.board_power_w})")
+
+    def joules(self, decode_gpu_s: float, train_gpu_s: float, idle_gpu_s: float) -> float:
+        return self.decode_w * decode_gpu_s + self.train_w * train_gpu_s + self.idle_w * idle_gpu_s
+
+
+def check_workload_profile(wl: Workload, prof: Profile, source: str = "") -> None:
+    """Refuse a workload whose cluster contradicts its profile's, naming the workload field.
+
+    A profile that records no cluster (hand-set, or fitted to traces of an unrecorded shape)
+    constrains nothing; a workload field left empty ("") takes the profile's."""
+    c = prof.cluster
+    if c is None:
+        return
+    where = source or f"workload {wl.name!r}"
+    if wl.gpus_per_worker != c.tp:
+        raise ConfigError(where, "gpus_per_worker", wl.gpus_per_worker,
+                          f"{c.tp}, the TP of profile {prof.name!r} ({c.label}); or derive a profile for TP "
+                          f"{wl.gpus_per_worker}: `tlt profile --backend aiconfigurator --arch {c.model} --gpu {c.gpu} "
+                          f"--tp {wl.gpus_per_worker} --out P.yaml`")
+    for field, want in (("gpu", c.gpu), ("model", c.model), ("framework", c.framework)):
+        have = getattr(wl, field)
+        if have and want and have != want:
+            raise ConfigError(where, field, have, f"{want!r}, the {field} of profile {prof.name!r} ({c.label}); "
+                              f"or pick a profile derived for {field} {have!r}")
