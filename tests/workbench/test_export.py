@@ -148,7 +148,7 @@ def test_chains_trailing_zeros_and_warmup_in_fastrl(tmp_path):
     assert opts["--speculative-mab-bs-threshold"] == "1,2,5,9"
     assert opts["--apdative-speculative-batch_size-threshold"] == "16"
     assert any(n.startswith("approximated: sd_warmup_steps 0") for n in exp.notes)
-    assert any(n.startswith("approximated: bandit.algorithm 'beg'") for n in exp.notes)
+    assert any(n.startswith("approximated: bandit.algorithm 'climb'") for n in exp.notes)
 
 
 @pytest.mark.parametrize("rows, match", [
