@@ -2,7 +2,7 @@
 
 Commands live by job: `simulate.py` (sim, presets, check, compare, regret, tune, bench sim),
 `fit.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level measurement), `real.py` (model, capture, drafter, train, bench rollout,
-bench real) and `paper.py` (the TLT paper's figures). Importing them registers their commands on the groups in `apps.py`, in this
+bench real) `paper.py` (the TLT paper's figures) and `project.py` (whole-run days, GPU-hours, cost, energy). Importing them registers their commands on the groups in `apps.py`, in this
 order, which is the order `tlt --help` lists them in.
 """
 
@@ -12,6 +12,7 @@ from workbench.cli import validation  # noqa: F401
 from workbench.cli import profile  # noqa: F401
 from workbench.cli import real  # noqa: F401
 from workbench.cli import paper  # noqa: F401
+from workbench.cli import project  # noqa: F401
 from workbench.cli.apps import app
 
 __all__ = ["app"]

@@ -15,7 +15,7 @@ import yaml
 from sim.simulator import simulate
 from workbench import tune as tuning
 from workbench.cli.apps import app, bench_app
-from workbench.cli.common import fail, load_inputs
+from workbench.cli.common import fail, load_inputs, runner_for
 from workbench.compare import compare as run_compare
 from workbench.compare import summarize_runs
 from workbench.contracts.fileio import save_figure, write_atomic
@@ -141,6 +141,8 @@ def compare(
     out: Path = typer.Option(..., help="Output directory: compare.json and compare.png."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
     profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+    workers: int = typer.Option(1, min=1, help="Simulations run at once: 1 runs them here one after another; more run them as Ray tasks (same results, same order)."),
+    address: Optional[str] = typer.Option(None, help="A Ray cluster to run the simulations on (e.g. 'auto' or 'ray://HOST:10001'); default: a local Ray when --workers > 1."),
 ) -> None:
     """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""
 
@@ -148,7 +150,7 @@ def compare(
     t0 = time.perf_counter()
     progress = lambda done, total, name, seed: typer.echo(  # noqa: E731
         f"  [{done}/{total}] {name} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
-    result = run_compare(wl, pols, prof, seeds, steps=steps, on_progress=progress)
+    result = run_compare(wl, pols, prof, seeds, steps=steps, on_progress=progress, runner=runner_for(workers, address))
     result.save(out)
     s = result.summary()
     rows = []
@@ -176,6 +178,8 @@ def regret(
     out: Path = typer.Option(..., help="Output directory: regret.json and regret.png."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
     profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
+    workers: int = typer.Option(1, min=1, help="Simulations run at once: 1 runs them here one after another; more run them as Ray tasks (same results, same order)."),
+    address: Optional[str] = typer.Option(None, help="A Ray cluster to run the simulations on (e.g. 'auto' or 'ray://HOST:10001'); default: a local Ray when --workers > 1."),
 ) -> None:
     """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed in hindsight)."""
 
@@ -190,7 +194,8 @@ def regret(
     t0 = time.perf_counter()
     progress = lambda done, total, alg, seed: typer.echo(  # noqa: E731
         f"  [{done}/{total}] {alg} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
-    report = bandit_regret(wl, base, prof, seeds, steps=steps, on_progress=progress)
+    report = bandit_regret(wl, base, prof, seeds, steps=steps, on_progress=progress,
+                           runner=runner_for(workers, address))
     report.save(out)
     s = report.summary()
     rows = [[r["label"], f"{r['regret_s_mean']:,.2f} ± {r['regret_s_std']:,.2f}",

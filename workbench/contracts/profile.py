@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.contracts.energy import GpuPower
 from workbench.contracts.schema import check_part, load, preset_names, require
 
 PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
@@ -173,11 +174,14 @@ class Profile:
     source: str = ""  # provenance of the numbers
     fitted_on: tuple[str, ...] = ()  # traces this profile was fitted on (empty: hand-set)
     fit_error_pct: float | None = None  # median held-out error of the fit, if fitted
+    power: GpuPower | None = None  # watts per GPU state, from measured data (None: unknown; energy is not reported)
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
         for part in ("decode", "drafter", "acceptance", "learning", "phases"):
             check_part(part, getattr(self, part))
+        if self.power is not None:
+            check_part("power", self.power)
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
