@@ -219,12 +219,13 @@ def tune(
     trials: int = typer.Option(100, min=1, help="Complete trials the study should hold; a resumed study runs only the rest."),
     seeds: int = typer.Option(3, min=1, help="Score each policy on seeds 0..K-1, the same for every trial (common random numbers)."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    storage: str = typer.Option("sqlite:///tlt-studies.db", help="Optuna storage URL (default: tlt-studies.db in the current directory); 'memory' keeps nothing."),
+    storage: str = typer.Option("sqlite:///tlt-studies.db", help="Optuna storage: an RDB URL (default: tlt-studies.db in the current directory), 'journal:PATH' (a journal file; best for --workers) or 'memory' (keeps nothing)."),
     study: Optional[str] = typer.Option(None, help="Study name; run again with the same name to resume it (default: tune-WORKLOAD, plus -mo in multi-objective mode)."),
     out: Path = typer.Option(..., help="Where to write the best policy (.yaml, .yml or .json); it loads in `tlt sim`."),
     multi_objective: bool = typer.Option(False, "--multi-objective", help="Minimise step time and drafter-training GPU-seconds per step; print the Pareto front and write its fastest point."),
     allow_warm_start: bool = typer.Option(False, "--allow-warm-start", help="Let the search use an offline-trained (warm-start) drafter; the objective does not charge that training."),
     sampler_seed: int = typer.Option(0, help="Seed of the TPE sampler."),
+    workers: int = typer.Option(1, min=1, help="Processes running trials at once against the one --storage (journal:PATH or an RDB URL), each sampling with its own seed."),
     backend: str = typer.Option("auto", help="Where the tuned policy will run: 'real' searches only what `tlt train` "
                                              "runs (chains; none/ngram/eagle drafters), 'sim' everything the simulator "
                                              "runs (EAGLE trees and suffix drafts too); 'auto': real on a profile "
@@ -256,7 +257,12 @@ def tune(
                err=True)
     t0 = time.perf_counter()
     try:
-        tuning.run_study(opt, spec, trials, [tuning.TrialPrinter(trials, multi_objective)])
+        if workers > 1:
+            tuning.run_parallel(spec, name, storage, trials, workers, sampler_seed)  # `opt` reads what they wrote
+        else:
+            tuning.run_study(opt, spec, trials, [tuning.TrialPrinter(trials, multi_objective)])
+    except ConfigError as exc:
+        fail(exc)
     except KeyboardInterrupt:
         typer.echo(f"interrupted: finished trials are kept; resume with --study {name}", err=True)
         raise typer.Exit(130)
