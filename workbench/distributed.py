@@ -50,10 +50,10 @@ def ensure_ray(config: RayConfig) -> None:
 
 
 def ray_map(fn: Callable[[T], R], items: Sequence[T], on_done: Callable[[int, int, T], None] | None = None,
-            config: RayConfig = RayConfig()) -> list[R]:
+            config: RayConfig | None = None) -> list[R]:
     """`[fn(x) for x in items]` as Ray tasks, at most `config.workers` in flight; `on_done` hears of
     each as it finishes (in finishing order), the results come back in the items' order."""
-    return list(_ray_iter(fn, items, on_done, config))
+    return list(_ray_iter(fn, items, on_done, config or RayConfig()))
 
 
 def _ray_iter(fn: Callable[[T], R], items: Sequence[T], on_done: Callable[[int, int, T], None] | None,
@@ -105,3 +105,65 @@ def shutdown() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+def _noop(x: int) -> int:
+    return x
+
+
+@dataclass(frozen=True)
+class SweepBench:
+    """Serial vs Ray on the same sweep, interleaved: what a bigger sweep would take."""
+
+    simulations: int
+    workers: int
+    ray_start_s: float  # ray.init (local) or joining the cluster
+    task_overhead_s: float  # per task, from empty tasks run `workers` at a time (wall / tasks x workers)
+    serial_s: tuple[float, ...]  # per repeat
+    ray_s: tuple[float, ...]
+    identical: bool  # every Ray run's summary equals the serial one's
+
+    @property
+    def speedups(self) -> tuple[float, ...]:
+        return tuple(s / r for s, r in zip(self.serial_s, self.ray_s))
+
+    @property
+    def per_simulation_s(self) -> float:
+        """Mean seconds of one simulation in one process (the serial runs')."""
+        return sum(self.serial_s) / len(self.serial_s) / self.simulations
+
+    def sweep_estimate_s(self, simulations: int, cpus: int) -> float:
+        """A sweep of `simulations` like these on `cpus` workers in all: the work spread evenly, plus
+        Ray's start and its per-task overhead."""
+        return self.ray_start_s + simulations * (self.per_simulation_s + self.task_overhead_s) / cpus
+
+
+def bench_sweep(units: Sequence, config: RayConfig, repeats: int = 2,
+                summarize: Callable[[SweepRun], object] = lambda r: r.run.summary()) -> SweepBench:
+    """Time `units` (sim.sweep.SweepUnit) serially and on Ray, alternating which goes first per repeat
+    (a drifting machine then biases neither), and check the results agree."""
+    import time
+
+    t0 = time.perf_counter()
+    ensure_ray(config)
+    start_s = time.perf_counter() - t0
+    ray_map(_noop, list(range(config.workers)), None, config)  # start the worker processes
+    t0 = time.perf_counter()
+    n_empty = 20 * config.workers
+    ray_map(_noop, list(range(n_empty)), None, config)
+    overhead = (time.perf_counter() - t0) / n_empty * config.workers
+    # Each worker imports the simulator on its first unit; the driver has already: warm both alike.
+    ray_map(run_unit, list(units[:config.workers]), None, config)
+    run_unit(units[0])
+    serial, on_ray, identical = [], [], True
+    for rep in range(repeats):
+        for mode in (("serial", "ray") if rep % 2 == 0 else ("ray", "serial")):
+            t0 = time.perf_counter()
+            runs = [run_unit(u) for u in units] if mode == "serial" else ray_map(run_unit, units, None, config)
+            (serial if mode == "serial" else on_ray).append(time.perf_counter() - t0)
+            if mode == "serial":
+                want = [summarize(r) for r in runs]
+            else:
+                got = [summarize(r) for r in runs]
+        identical = identical and got == want
+    return SweepBench(len(units), config.workers, start_s, overhead, tuple(serial), tuple(on_ray), identical)

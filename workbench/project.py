@@ -164,7 +164,8 @@ def workload_at(workload: Workload, step: int) -> Workload:
     return replace(workload, lengths=lengths, epoch_steps=epoch)
 
 
-def _simulate_block(unit: ProjectUnit, start: int, count: int, state: DrafterState) -> tuple[list[StepMetrics], DrafterState]:
+def _simulate_block(unit: ProjectUnit, start: int, count: int,
+                    state: DrafterState) -> tuple[list[StepMetrics], DrafterState]:
     seed = unit.seed if start == 0 else derive_seed(unit.seed, Stream.PROJECTION, start)
     sim = Simulator(workload_at(unit.workload, start), unit.policy, unit.profile, seed)
     sim.drafter = state
@@ -230,7 +231,8 @@ def _assemble(unit: ProjectUnit, metrics: dict[int, StepMetrics], method: str, r
     return RunProjection(unit.policy.name, unit.seed, method, ran, simulated, **out)
 
 
-def serial_map(fn: Callable[[T], R], items: Sequence[T], on_done: Callable[[int, int, T], None] | None = None) -> list[R]:
+def serial_map(fn: Callable[[T], R], items: Sequence[T],
+               on_done: Callable[[int, int, T], None] | None = None) -> list[R]:
     """Run `fn` on each item in this process, in order."""
     out = []
     for i, item in enumerate(items, start=1):
