@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Callable, NoReturn, Optional
 
 import typer
@@ -46,6 +47,7 @@ def runner_for(workers: int, address: Optional[str]) -> Runner:
     """The serial sweep for one worker and no cluster; else Ray (local with `workers` CPUs, or the cluster)."""
     if workers <= 1 and address is None:
         return sweep
+    _need_ray()
     return ray_runner(RayConfig(workers, address))
 
 
@@ -53,4 +55,11 @@ def mapper_for(workers: int, address: Optional[str]) -> Callable:
     """As `runner_for`, for projections (workbench/project.py's Mapper)."""
     if workers <= 1 and address is None:
         return serial_map
+    _need_ray()
     return ray_mapper(RayConfig(workers, address))
+
+
+def _need_ray() -> None:
+    if importlib.util.find_spec("ray") is None:
+        fail(ValueError("--workers/--address: Ray is not installed; install it (pip install 'ray>=2.40', or this "
+                        "project's [cpu] extra) or run with --workers 1"))
