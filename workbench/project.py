@@ -13,8 +13,9 @@ Each (policy, seed) is projected alone (`project_run`), in full or sampled:
   at the same phase, then the policy update's staleness), so the drafter learns over the
   whole run. A skipped step's figures are interpolated linearly between the block steps of
   the same phase (so a periodic spot-training step stays periodic); after the last block they
-  stay at its values. Asynchronous modes carry a pipeline between steps: their blocks after
-  the first run B extra steps first (a burn-in) and drop them.
+  stay at its values. Modes that carry work between steps (async pipelines, partial rollouts,
+  tail batching) and workloads whose prompts come back (`epoch_steps`) run B extra steps
+  before each later block (a burn-in) and drop them.
 
 Every policy uses the same block starts and block seeds (common random numbers). Run-level
 figures per seed are summed over steps; the report gives each one's spread over seeds and
@@ -159,7 +160,8 @@ def workload_at(workload: Workload, step: int) -> Workload:
     m, cap = workload.lengths, workload.max_response_tokens
     lengths = m if step == 0 or m.drift_per_step == 0 else replace(
         m, clip_ratio=clip_ratio_at(m, cap, log_median(m, cap, step)), drift_per_step=m.drift_per_step)
-    # Prompts come back after epoch_steps: a block past that point sees them from its second step on.
+    # Prompts come back after epoch_steps: from the same global step on (or from the block's second step, when
+    # that is past; the burn-in of `project_run` absorbs that first step).
     epoch = workload.epoch_steps if workload.epoch_steps == 0 else max(1, workload.epoch_steps - step)
     return replace(workload, lengths=lengths, epoch_steps=epoch)
 
@@ -191,7 +193,9 @@ def project_run(unit: ProjectUnit) -> RunProjection:
         sim = Simulator(wl, pol, unit.profile, unit.seed)
         metrics = {m.step: m for m in sim.run(n).steps}
         return _assemble(unit, metrics, "full", n)
-    burn = unit.block if pol.rollout.mode != "sync" else 0
+    # What carries from step to step besides the drafter (a pipeline, carried or deferred groups, prompts
+    # coming back after an epoch) is rebuilt by a burn-in block, run and dropped.
+    burn = unit.block if pol.rollout.mode != "sync" or wl.epoch_steps > 0 else 0
     state, at, ran = initial_state(pol, unit.profile), 0, 0
     metrics: dict[int, StepMetrics] = {}
     last: list[StepMetrics] = []

@@ -10,12 +10,13 @@ from typing import Optional
 
 import typer
 
+from sim.simulator import check_size
 from sim.sweep import sweep_units
 from workbench import project as projection
 from workbench.cli.apps import app, bench_app
 from workbench.cli.common import fail, load_inputs, mapper_for
 from workbench.contracts.energy import GpuPower
-from workbench.contracts.schema import FieldError
+from workbench.contracts.schema import ConfigError, FieldError
 from workbench.distributed import RayConfig
 from workbench.distributed import bench_sweep as bench_ray_sweep
 from workbench.tables import format_table
@@ -78,8 +79,11 @@ def project(
     except FieldError as exc:
         fail(ValueError(f"--gpu-watts: {exc}"))
     units = projection.projection_units(wl, pols, prof, seeds, n, sample_steps, full)
-    if full:
-        load_inputs(workload, policies, profile, n)  # a full run's size is checked before it starts
+    if not units[0].starts:
+        try:
+            check_size(wl, n)  # a run simulated in full: its size is checked before any work
+        except ConfigError as exc:
+            fail(exc)
     t0 = time.perf_counter()
     progress = lambda done, total, u: typer.echo(  # noqa: E731
         f"  [{done}/{total}] {u.policy.name} seed {u.seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
