@@ -44,7 +44,9 @@ def ensure_ray(config: RayConfig) -> None:
     # Local workers inherit this process's environment (PYTHONPATH included); a cluster's nodes import
     # the project from their own install.
     if config.address is None:
-        ray.init(num_cpus=config.workers, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # "local": a Ray of our own, even when another one runs on this machine (ray.init() would join it).
+        ray.init(address="local", num_cpus=config.workers, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
     else:
         ray.init(address=config.address, log_to_driver=False, configure_logging=False)
 

@@ -222,25 +222,29 @@ def run_study(study: optuna.Study, spec: TuneSpec, trials: int,
     if remaining <= 0:
         return 0
     func = objective(spec)
+    gated_out: list[int] = []  # trials this process pruned because the study had enough
+    mine: list[int] = []  # trials this process completed
 
     def gated(trial: optuna.trial.Trial) -> float | tuple[float, float]:
         if enough_trials(trial.study, trial.number, trials, since):
+            gated_out.append(trial.number)
             trial.study.stop()
             raise optuna.TrialPruned(f"the study holds or is running its {trials} trials")
         return func(trial)
 
+    def count(study: optuna.Study, trial: FrozenTrial) -> None:
+        if trial.state == TrialState.COMPLETE:
+            mine.append(trial.number)
+
     # Stops at `trials` complete ones even when another process works on the same study.
     stop = optuna.study.MaxTrialsCallback(trials, states=(TrialState.COMPLETE,))
-    ran = 0
-    while remaining > 0:
-        before = len(complete_trials(study))
-        study.optimize(gated, n_trials=remaining, callbacks=[*callbacks, stop], gc_after_trial=False)
-        done = len(complete_trials(study)) - before
-        ran += done
+    while remaining > 0 and not gated_out:
+        before = len(mine)
+        study.optimize(gated, n_trials=remaining, callbacks=[*callbacks, count, stop], gc_after_trial=False)
         remaining = trials - len(complete_trials(study))
-        if done == 0:  # every trial failed, or other processes hold the rest: do not spin
+        if len(mine) == before:  # every trial failed, or other processes hold the rest: do not spin
             break
-    return ran
+    return len(mine)
 
 
 def enough_trials(study: optuna.Study, number: int, trials: int, since: datetime.datetime) -> bool:
