@@ -4,6 +4,9 @@ Seed s draws the same response lengths for every policy (a prompt's lengths depe
 (seed, step, prompt index): `sim.simulator.group_lengths`), so two policies run on the same
 seeds differ only by what the policies do. `tlt compare`, `tlt regret` and the tuner all
 sweep this way; each reduces the runs as they come (a run holds its whole timeline).
+A sweep is a list of independent units (`sweep_units`, `run_unit`): workbench/distributed.py
+runs the same units as Ray tasks and reports them in the same order, so results do not
+depend on where a unit ran.
 """
 
 from __future__ import annotations
@@ -46,24 +49,48 @@ def seed_list(seeds: int | Iterable[int]) -> list[int]:
     return out
 
 
-def sweep(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
-          steps: int | None = None, on_progress: ProgressFn | None = None) -> Iterator[SweepRun]:
-    """Simulate every policy on every seed, policy by policy, yielding each run as it finishes."""
+@dataclass(frozen=True)
+class SweepUnit:
+    """One simulation of a sweep: what a worker process (or a Ray task) needs to run it alone."""
+
+    workload: Workload
+    policy: Policy
+    profile: Profile
+    seed: int
+    steps: int | None = None
+
+
+def run_unit(unit: SweepUnit) -> SweepRun:
+    """Simulate one unit; the same unit gives the same run in any process (its seed fixes every draw)."""
+    run = simulate(unit.workload, unit.policy, unit.profile, seed=unit.seed, steps=unit.steps)
+    return SweepRun(unit.policy, unit.seed, run)
+
+
+def sweep_units(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
+                steps: int | None = None) -> list[SweepUnit]:
+    """Every (policy, seed) of a sweep, policy by policy: the order every runner reports them in."""
     if not policies:
         raise ValueError("policies: give at least one policy")
     names = [p.name for p in policies]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"policies: two policies are named {dupes[0]!r}; give each a distinct name")
-    chosen = seed_list(seeds)
-    total = len(policies) * len(chosen)
-    done = 0
-    for policy in policies:
-        for seed in chosen:
-            yield SweepRun(policy, seed, simulate(workload, policy, profile, seed=seed, steps=steps))
-            done += 1
-            if on_progress is not None:
-                on_progress(done, total, policy.name, seed)
+    return [SweepUnit(workload, policy, profile, seed, steps) for policy in policies for seed in seed_list(seeds)]
+
+
+def sweep(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
+          steps: int | None = None, on_progress: ProgressFn | None = None) -> Iterator[SweepRun]:
+    """Simulate every policy on every seed, policy by policy, yielding each run as it finishes."""
+    units = sweep_units(workload, policies, profile, seeds, steps)
+    for done, unit in enumerate(units, start=1):
+        yield run_unit(unit)
+        if on_progress is not None:
+            on_progress(done, len(units), unit.policy.name, unit.seed)
+
+
+# A sweep runner: `sweep` here, or workbench/distributed.py's Ray runner (same runs, same order).
+# Called as runner(workload, policies, profile, seeds, steps, on_progress).
+Runner = Callable[..., Iterator[SweepRun]]
 
 
 def spread(values: Sequence[float]) -> dict[str, float | None]:

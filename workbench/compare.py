@@ -33,7 +33,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sim.results import PolicyRun
-from sim.sweep import ProgressFn, seed_list, spread, sweep
+from sim.sweep import ProgressFn, Runner, seed_list, spread, sweep
 from workbench.contracts.fileio import save_figure, write_atomic
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
@@ -201,10 +201,12 @@ class Comparison:
 
 
 def compare(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
-            steps: int | None = None, on_progress: ProgressFn | None = None) -> Comparison:
-    """Simulate every policy for every seed (an int K means seeds 0..K-1) and collect per-seed means."""
+            steps: int | None = None, on_progress: ProgressFn | None = None, runner: Runner = sweep) -> Comparison:
+    """Simulate every policy for every seed (an int K means seeds 0..K-1) and collect per-seed means.
+
+    `runner` runs the units: `sim.sweep.sweep` in this process, or a Ray runner (workbench/distributed.py)."""
     rows = [{"policy": r.policy.name, "seed": r.seed, **{m: r.run.mean(m) for m in METRICS}}
-            for r in sweep(workload, policies, profile, seeds, steps, on_progress)]
+            for r in runner(workload, policies, profile, seeds, steps, on_progress)]
     runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS])
     return Comparison(workload.name, profile.name, steps if steps is not None else workload.steps,
                       seed_list(seeds), [p.name for p in policies], runs, [p.rollout.nature for p in policies])

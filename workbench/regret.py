@@ -66,7 +66,7 @@ from matplotlib.figure import Figure
 
 from sim.acceptance import stats_for
 from sim.costs import segment_s
-from sim.sweep import ProgressFn, seed_list, spread, sweep
+from sim.sweep import ProgressFn, Runner, seed_list, spread, sweep
 from workbench.contracts.fileio import save_figure, write_atomic
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
@@ -336,8 +336,9 @@ class RegretReport:
 
 def bandit_regret(workload: Workload, base: Policy, profile: Profile, seeds: int | Iterable[int],
                   steps: int | None = None, on_progress: ProgressFn | None = None,
-                  algorithms: Sequence[str] | None = None) -> RegretReport:
-    """Simulate the four bandit variants of `base` for every seed and measure their regret."""
+                  algorithms: Sequence[str] | None = None, runner: Runner = sweep) -> RegretReport:
+    """Simulate the four bandit variants of `base` for every seed and measure their regret
+    (`runner`: `sim.sweep.sweep` here, or a Ray runner from workbench/distributed.py)."""
     variants = bandit_variants(base)
     if algorithms is not None:
         unknown = sorted(set(algorithms) - {a for a, _ in BANDITS})
@@ -345,7 +346,7 @@ def bandit_regret(workload: Workload, base: Policy, profile: Profile, seeds: int
             raise ValueError(f"algorithms: {unknown[0]!r}; allowed: " + ", ".join(a for a, _ in BANDITS))
         variants = [v for v in variants if v.bandit.algorithm in algorithms]
     runs = [run_regret(r.run, r.policy, profile, workload.workers, r.policy.bandit.algorithm, r.seed)
-            for r in sweep(workload, variants, profile, seeds, steps, on_progress)]
+            for r in runner(workload, variants, profile, seeds, steps, on_progress)]
     return RegretReport(
         workload=workload.name, profile=profile.name, base_policy=base.name,
         steps=steps if steps is not None else workload.steps, seeds=seed_list(seeds),

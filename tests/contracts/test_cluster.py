@@ -4,7 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from workbench.contracts.cluster import Cluster, EnergyModel, check_workload_profile
+from workbench.contracts.cluster import Cluster, check_workload_profile
+from workbench.contracts.energy import GpuPower
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import load_workload, workload_presets
@@ -48,9 +49,7 @@ def test_cluster_and_energy_checks():
         Cluster("m", "h100", 0).check()
     with pytest.raises(FieldError):
         Cluster("m", "h100", 1, framework="ollama").check()
-    e = EnergyModel(board_power_w=700.0, decode_w=420.0, train_w=630.0, idle_w=105.0)
+    e = GpuPower(decode_w=420.0, idle_w=105.0, train_w=630.0)
     e.check()
-    assert e.joules(10.0, 0.0, 0.0) == pytest.approx(4200.0)
-    assert e.joules(1.0, 1.0, 1.0) == pytest.approx(1155.0)
     with pytest.raises(FieldError):
-        replace(e, decode_w=800.0).check()
+        replace(e, decode_w=-1.0).check()

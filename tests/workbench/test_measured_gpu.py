@@ -63,7 +63,7 @@ def test_derived_profiles_load_in_tlt_sim(tmp_path, gpu, tp):
     assert res.exit_code == 0, res.output
     p = load_profile(prof)
     assert (p.cluster.gpu, p.cluster.tp, p.cluster.model, p.cluster.framework) == (gpu, tp, "qwen2.5-7b", "vllm")
-    assert provenance_kind(p) == "measured" and "aiconfigurator-core" in p.source and p.energy is not None
+    assert provenance_kind(p) == "measured" and "aiconfigurator-core" in p.source and p.power is not None
     wl = yaml.safe_load((PRESET_DIR.parent / "workloads" / "cpu-tiny.yaml").read_text())
     wl.update(name=f"{gpu}-tp{tp}", profile=prof.name, gpus_per_worker=tp, gpu=gpu, model="qwen2.5-7b",
               max_response_tokens=256, steps=1)

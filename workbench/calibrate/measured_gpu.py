@@ -40,7 +40,8 @@ from sim.costs import draft_step_s, prefill_s, verify_step_s
 from workbench.calibrate.operators import fit_drafter
 from workbench.calibrate.trace_view import sig
 from workbench.contracts.architecture import Architecture, load_architecture
-from workbench.contracts.cluster import Cluster, EnergyModel
+from workbench.contracts.cluster import Cluster
+from workbench.contracts.energy import GpuPower
 from workbench.contracts.policy import Strategy
 from workbench.contracts.profile import DATABASE_PREFIX, DecodeCost, DrafterCost, Profile
 from workbench.contracts.schema import ConfigError
@@ -359,12 +360,14 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
                      weight_sync_s=sig(2 * a.params / SYNC_BYTES_PER_S))
     learning = replace(base.learning, train_tokens_per_s=sig(1.0 / (DRAFTER_TRAIN_FORWARDS * drafter_fwd)))
     watts = float(eng.db.system_spec["gpu"]["power"])
-    energy = EnergyModel(board_power_w=watts, decode_w=sig(DECODE_POWER_SHARE * watts),
-                         train_w=sig(TRAIN_POWER_SHARE * watts), idle_w=sig(IDLE_POWER_SHARE * watts))
+    power = GpuPower(decode_w=sig(DECODE_POWER_SHARE * watts), idle_w=sig(IDLE_POWER_SHARE * watts),
+                     train_w=sig(TRAIN_POWER_SHARE * watts),
+                     source=f"board power {watts:g} W (aiconfigurator-core's system spec) x assumed shares "
+                            f"{DECODE_POWER_SHARE} decoding, {IDLE_POWER_SHARE} idle, {TRAIN_POWER_SHARE} training")
     cluster = Cluster(model=model_name(arch), gpu=gpu, tp=tp, framework=framework, framework_version=eng.version)
     cov = eng.coverage(a, tp, framework)
     prof = replace(base, name=name, decode=dec, drafter=dr, phases=phases, learning=learning, cluster=cluster,
-                   energy=energy,
+                   power=power,
                    fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core {package_version()}",))
     errs = [100.0 * (predict(prof.decode, prof.drafter, p) / p.step_s - 1.0)
             for p in pts if p.op in ("decode", "verify", "drafter", "prefill")]

@@ -1,18 +1,22 @@
-"""What every command does alike: fail with a clear message, load the inputs before any work."""
+"""What every command does alike: fail with a clear message, load the inputs before any work, pick where sweeps run."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
-from typing import NoReturn, Optional
+from typing import Callable, NoReturn, Optional
 
 import typer
 
 from sim.simulator import check_size
+from sim.sweep import Runner, sweep
 from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import Workload, load_workload
+from workbench.distributed import RayConfig, ray_mapper, ray_runner
+from workbench.project import serial_map
 
 
 def fail(exc: Exception) -> NoReturn:
@@ -63,3 +67,25 @@ def load_inputs(workload: str, policies: str, profile: Optional[str],
     if dupes:
         fail(ValueError(f"--policy: two policies are named {dupes[0]!r}; give each file a distinct 'name' field"))
     return wl, pols, prof
+
+
+def runner_for(workers: int, address: Optional[str]) -> Runner:
+    """The serial sweep for one worker and no cluster; else Ray (local with `workers` CPUs, or the cluster)."""
+    if workers <= 1 and address is None:
+        return sweep
+    _need_ray()
+    return ray_runner(RayConfig(workers, address))
+
+
+def mapper_for(workers: int, address: Optional[str]) -> Callable:
+    """As `runner_for`, for projections (workbench/project.py's Mapper)."""
+    if workers <= 1 and address is None:
+        return serial_map
+    _need_ray()
+    return ray_mapper(RayConfig(workers, address))
+
+
+def _need_ray() -> None:
+    if importlib.util.find_spec("ray") is None:
+        fail(ValueError("--workers/--address: Ray is not installed; install it (pip install 'ray>=2.40', or this "
+                        "project's [cpu] extra) or run with --workers 1"))

@@ -105,8 +105,8 @@ def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, 
                f"{1e6 * d.compute_s_per_token:.2f} us/token, overlap {d.overlap:.2f}, kv {1e9 * d.kv_s_per_token:.2f} ns/seq/token, prefill "
                f"{1e6 * d.prefill_s_per_token:.2f} us/token; drafter {1e3 * dr.eagle_step_s:.3f} ms + "
                f"{1e6 * dr.eagle_s_per_seq:.2f} us/candidate; train {1e6 * p.phases.train_gpu_s_per_token:.1f} "
-               f"GPU-us/token; energy {p.energy.decode_w:.0f} W decoding, {p.energy.train_w:.0f} W training, "
-               f"{p.energy.idle_w:.0f} W idle")
+               f"GPU-us/token; power {p.power.decode_w:.0f} W decoding, {p.power.train_w:.0f} W training, "
+               f"{p.power.idle_w:.0f} W idle")
     typer.echo(f"form vs database: median |error| {fit.median_abs_error_pct:.1f}%, max {fit.max_abs_error_pct:.1f}% "
                f"over {len(fit.errors_pct)} steps")
     typer.echo(f"source: {p.source}")

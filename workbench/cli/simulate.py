@@ -15,7 +15,7 @@ import yaml
 from sim.simulator import simulate
 from workbench import tune as tuning
 from workbench.cli.apps import app, bench_app
-from workbench.cli.common import fail, load_inputs
+from workbench.cli.common import fail, load_inputs, runner_for
 from workbench.compare import compare as run_compare
 from workbench.compare import summarize_runs
 from workbench.contracts.fileio import save_figure, write_atomic
@@ -143,6 +143,8 @@ def compare(
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
     profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
                                           "from the measured database at the workload's TP; default: the workload's profile)."),
+    workers: int = typer.Option(1, min=1, help="Simulations run at once: 1 runs them here one after another; more run them as Ray tasks (same results, same order)."),
+    address: Optional[str] = typer.Option(None, help="A Ray cluster to run the simulations on (e.g. 'auto' or 'ray://HOST:10001'); default: a local Ray when --workers > 1."),
 ) -> None:
     """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""
 
@@ -150,7 +152,7 @@ def compare(
     t0 = time.perf_counter()
     progress = lambda done, total, name, seed: typer.echo(  # noqa: E731
         f"  [{done}/{total}] {name} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
-    result = run_compare(wl, pols, prof, seeds, steps=steps, on_progress=progress)
+    result = run_compare(wl, pols, prof, seeds, steps=steps, on_progress=progress, runner=runner_for(workers, address))
     result.save(out)
     s = result.summary()
     rows = []
@@ -179,6 +181,8 @@ def regret(
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
     profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
                                           "from the measured database at the workload's TP; default: the workload's profile)."),
+    workers: int = typer.Option(1, min=1, help="Simulations run at once: 1 runs them here one after another; more run them as Ray tasks (same results, same order)."),
+    address: Optional[str] = typer.Option(None, help="A Ray cluster to run the simulations on (e.g. 'auto' or 'ray://HOST:10001'); default: a local Ray when --workers > 1."),
 ) -> None:
     """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed in hindsight)."""
 
@@ -193,7 +197,8 @@ def regret(
     t0 = time.perf_counter()
     progress = lambda done, total, alg, seed: typer.echo(  # noqa: E731
         f"  [{done}/{total}] {alg} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
-    report = bandit_regret(wl, base, prof, seeds, steps=steps, on_progress=progress)
+    report = bandit_regret(wl, base, prof, seeds, steps=steps, on_progress=progress,
+                           runner=runner_for(workers, address))
     report.save(out)
     s = report.summary()
     rows = [[r["label"], f"{r['regret_s_mean']:,.2f} ± {r['regret_s_std']:,.2f}",
@@ -218,12 +223,13 @@ def tune(
     trials: int = typer.Option(100, min=1, help="Complete trials the study should hold; a resumed study runs only the rest."),
     seeds: int = typer.Option(3, min=1, help="Score each policy on seeds 0..K-1, the same for every trial (common random numbers)."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    storage: str = typer.Option("sqlite:///tlt-studies.db", help="Optuna storage URL (default: tlt-studies.db in the current directory); 'memory' keeps nothing."),
+    storage: str = typer.Option("sqlite:///tlt-studies.db", help="Optuna storage: an RDB URL (default: tlt-studies.db in the current directory), 'journal:PATH' (a journal file; best for --workers) or 'memory' (keeps nothing)."),
     study: Optional[str] = typer.Option(None, help="Study name; run again with the same name to resume it (default: tune-WORKLOAD, plus -mo in multi-objective mode)."),
     out: Path = typer.Option(..., help="Where to write the best policy (.yaml, .yml or .json); it loads in `tlt sim`."),
     multi_objective: bool = typer.Option(False, "--multi-objective", help="Minimise step time and drafter-training GPU-seconds per step; print the Pareto front and write its fastest point."),
     allow_warm_start: bool = typer.Option(False, "--allow-warm-start", help="Let the search use an offline-trained (warm-start) drafter; the objective does not charge that training."),
     sampler_seed: int = typer.Option(0, help="Seed of the TPE sampler."),
+    workers: int = typer.Option(1, min=1, help="Processes running trials at once against the one --storage (journal:PATH or an RDB URL), each sampling with its own seed."),
     backend: str = typer.Option("auto", help="Where the tuned policy will run: 'real' searches only what `tlt train` "
                                              "runs (chains; none/ngram/eagle drafters), 'sim' everything the simulator "
                                              "runs (EAGLE trees and suffix drafts too); 'auto': real on a profile "
@@ -255,7 +261,12 @@ def tune(
                err=True)
     t0 = time.perf_counter()
     try:
-        tuning.run_study(opt, spec, trials, [tuning.TrialPrinter(trials, multi_objective)])
+        if workers > 1:
+            tuning.run_parallel(spec, name, storage, trials, workers, sampler_seed)  # `opt` reads what they wrote
+        else:
+            tuning.run_study(opt, spec, trials, [tuning.TrialPrinter(trials, multi_objective)])
+    except ConfigError as exc:
+        fail(exc)
     except KeyboardInterrupt:
         typer.echo(f"interrupted: finished trials are kept; resume with --study {name}", err=True)
         raise typer.Exit(130)

@@ -43,29 +43,6 @@ class Cluster:
         return f"{self.model} on {self.tp}x {self.gpu}{fw if self.framework else ''}"
 
 
-@dataclass(frozen=True)
-class EnergyModel:
-    """Power per GPU in each state of an RL step, so energy = sum over states of power x GPU-time.
-
-    `joules(...)` is the energy of a step given each state's GPU-seconds. Where the per-state
-    draws come from is in the profile's `source` (a measured database's energy rows, or the
-    GPU's board power times a stated share)."""
-
-    board_power_w: float  # the GPU's rated board power (datasheet)
-    decode_w: float  # mean draw per GPU while decoding (memory-bound: well under board power)
-    train_w: float  # mean draw per GPU while training (compute-bound)
-    idle_w: float  # draw per GPU while waiting (a bubble)
-
-    def check(self) -> None:
-        require(self.board_power_w > 0, "board_power_w", self.board_power_w, "watts > 0")
-        for name in ("decode_w", "train_w", "idle_w"):
-            v = getattr(self, name)
-            require(0.0 <= v <= self.board_power_w, name, v, f"watts from 0 to board_power_w ({self.board_power_w})")
-
-    def joules(self, decode_gpu_s: float, train_gpu_s: float, idle_gpu_s: float) -> float:
-        return self.decode_w * decode_gpu_s + self.train_w * train_gpu_s + self.idle_w * idle_gpu_s
-
-
 def check_workload_profile(wl: Workload, prof: Profile, source: str = "") -> None:
     """Refuse a workload whose cluster contradicts its profile's, naming the workload field.
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.contracts.cluster import Cluster, EnergyModel
+from workbench.contracts.cluster import Cluster
+from workbench.contracts.energy import GpuPower
 from workbench.contracts.schema import check_part, load, preset_names, require
 
 PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
@@ -175,13 +176,13 @@ class Profile:
     fitted_on: tuple[str, ...] = ()  # traces this profile was fitted on (empty: hand-set)
     fit_error_pct: float | None = None  # median held-out error of the fit, if fitted
     cluster: Cluster | None = None  # the model x GPU x TP x framework the costs hold for (None: not recorded)
-    energy: EnergyModel | None = None  # power per GPU while decoding, training and idle (None: not modelled)
+    power: GpuPower | None = None  # watts per GPU state (None: unknown; energy is not reported)
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
         for part in ("decode", "drafter", "acceptance", "learning", "phases"):
             check_part(part, getattr(self, part))
-        for part in ("cluster", "energy"):
+        for part in ("cluster", "power"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
 

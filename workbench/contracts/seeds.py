@@ -34,6 +34,8 @@ class Stream(IntEnum):
     EVAL_SAMPLING = 12  # the sampling of the held-out responses
     # The real backend again (values are never reused).
     PROBE = 13  # the SD guard's probe before step 0, its problems and sampling: (worker,)
+    # Tools again.
+    PROJECTION = 14  # a sampled block of a whole-run projection (workbench/project.py): (its first RL step,)
 
 
 def seed_sequence(seed: int, stream: Stream, *indices: int) -> np.random.SeedSequence:

@@ -80,6 +80,7 @@ from workbench.tune.study import (
     make_storage,
     objective,
     open_study,
+    run_parallel,
     run_study,
 )
 
@@ -87,5 +88,5 @@ __all__ = [
     "ALGORITHMS", "BACKENDS", "DEFAULT_STORAGE", "PRESETS", "STEP_TIME", "TRAIN_GPU_S", "Evaluation", "TrialPrinter", "TuneSpec",
     "best_policy", "best_trial", "canonical", "comparison_frame", "comparison_text", "complete_trials",
     "convergence_frame", "evaluate", "front_policies", "make_storage", "objective", "open_study", "pareto_frame",
-    "pareto_text", "params_for", "policy_of", "refusal", "run_study", "check_backend", "default_backend", "suggest_policy", "write_policy",
+    "pareto_text", "params_for", "policy_of", "refusal", "run_parallel", "run_study", "check_backend", "default_backend", "suggest_policy", "write_policy",
 ]

@@ -2,7 +2,7 @@
 on the spec's seeds), and the Optuna study that holds the trials (`open_study`, `run_study`).
 
 Storage. Studies live in an RDB URL, by default `sqlite:///tlt-studies.db`
-(a file in the current directory). Each finished trial is committed as it
+(a file in the current directory), or in an Optuna journal file (`journal:PATH`). Each finished trial is committed as it
 ends, so a study killed at any moment keeps every finished trial; running again
 with the same study name resumes it, counting its complete trials towards the
 requested total. The study records what it was created for (workload, profile,
@@ -14,19 +14,31 @@ study already holds (`derive_seed(seed, Stream.TUNE_SAMPLER, n)`), so a fresh
 study is reproducible end to end, and a resumed one is reproducible per trial
 (a trial's value depends on its policy alone) but does not replay the sequence
 an uninterrupted run would have sampled.
+
+Parallel trials (`run_parallel`, `tlt tune --workers N`): N processes share one storage, each
+with its own sampler stream (worker k > 0: `derive_seed(seed, TUNE_SAMPLER, n, k)`); each preset
+trial is taken by one worker, and the study stops at its trial count (`enough_trials`). Storages
+that take several writers: an Optuna journal file (`journal:PATH`, file locks: one machine, or a
+shared file system with working locks; the recommended one) or an RDB URL (SQLite waits up to 60 s
+for a lock, fine for a few processes; PostgreSQL or MySQL for many). A parallel run is not
+reproducible trial by trial: which worker samples what depends on timing.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
+import multiprocessing
 import sys
 import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import optuna
+from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from sim.sweep import sweep
@@ -38,6 +50,7 @@ from workbench.contracts.workload import Workload
 from workbench.tune.space import SPACE_VERSION, check_backend, params_for, suggest_policy
 
 DEFAULT_STORAGE = "sqlite:///tlt-studies.db"
+JOURNAL_PREFIX = "journal:"
 PRESETS = ("baseline", "static-sd", "tlt-cold", "tlt", "tlt-vllm")  # tlt-vllm: the paper's configuration as `tlt train` runs it
 STEP_TIME = "step_time_s"
 TRAIN_GPU_S = "train_gpu_s"
@@ -124,9 +137,13 @@ def objective(spec: TuneSpec) -> Callable[[optuna.trial.Trial], float | tuple[fl
 
 
 def make_storage(url: str | None) -> optuna.storages.BaseStorage:
-    """An RDB storage for a URL (heartbeats mark trials of killed runs as failed), or in-memory for None/'memory'."""
+    """An RDB storage for a URL (heartbeats mark trials of killed runs as failed), a journal file for
+    'journal:PATH' (safe for several processes on one machine, or on a shared file system with locks),
+    or in-memory for None/'memory'."""
     if url is None or url in ("", "memory", ":memory:"):
         return optuna.storages.InMemoryStorage()
+    if url.startswith(JOURNAL_PREFIX):
+        return JournalStorage(JournalFileBackend(url[len(JOURNAL_PREFIX):]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
@@ -136,8 +153,9 @@ def make_storage(url: str | None) -> optuna.storages.BaseStorage:
 
 
 def open_study(spec: TuneSpec, study_name: str, storage: str | optuna.storages.BaseStorage | None = DEFAULT_STORAGE,
-               sampler_seed: int = 0) -> optuna.Study:
-    """Create the study, or load it to resume; refuse one created for something else.
+               sampler_seed: int = 0, worker: int = 0) -> optuna.Study:
+    """Create the study, or load it to resume; refuse one created for something else. Worker k > 0 of a
+    parallel run samples with its own seed (the same storage, a distinct sampler stream).
 
     Raises ConfigError (field 'study') when the stored study optimises another
     workload, profile, seed count, step count, objective or search space.
@@ -166,7 +184,8 @@ def open_study(spec: TuneSpec, study_name: str, storage: str | optuna.storages.B
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # Multivariate TPE with groups: the space is conditional (which parameters exist
         # depends on the drafter, the bandit and the bucket edges).
-        sampler = optuna.samplers.TPESampler(seed=derive_seed(sampler_seed, Stream.TUNE_SAMPLER, n_before),
+        seed = derive_seed(sampler_seed, Stream.TUNE_SAMPLER, n_before, *((worker,) if worker else ()))
+        sampler = optuna.samplers.TPESampler(seed=seed,
                                              multivariate=True, group=True, n_startup_trials=10)
         study = optuna.create_study(storage=store, study_name=study_name, directions=directions, sampler=sampler,
                                     load_if_exists=True)
@@ -189,38 +208,89 @@ def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def run_study(study: optuna.Study, spec: TuneSpec, trials: int,
-              callbacks: Sequence[Callable[[optuna.Study, FrozenTrial], None]] = ()) -> int:
-    """Run trials until the study holds `trials` complete ones; returns how many ran now."""
+              callbacks: Sequence[Callable[[optuna.Study, FrozenTrial], None]] = (),
+              since: datetime.datetime | None = None) -> int:
+    """Run trials until the study holds `trials` complete ones; returns how many ran now.
+
+    Other processes may work on the same study: a trial that starts when the complete trials plus
+    those running before it already make `trials` is pruned at once and this process stops, so
+    the study ends with `trials` complete ones, not one per process more. Running trials count only
+    if they began `since` (default: now; a killed run's trials stay RUNNING in a journal file)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    since = since or datetime.datetime.now()
     remaining = trials - len(complete_trials(study))
     if remaining <= 0:
         return 0
     func = objective(spec)
+    gated_out: list[int] = []  # trials this process pruned because the study had enough
+    mine: list[int] = []  # trials this process completed
+
+    def gated(trial: optuna.trial.Trial) -> float | tuple[float, float]:
+        if enough_trials(trial.study, trial.number, trials, since):
+            gated_out.append(trial.number)
+            trial.study.stop()
+            raise optuna.TrialPruned(f"the study holds or is running its {trials} trials")
+        return func(trial)
+
+    def count(study: optuna.Study, trial: FrozenTrial) -> None:
+        if trial.state == TrialState.COMPLETE:
+            mine.append(trial.number)
+
     # Stops at `trials` complete ones even when another process works on the same study.
     stop = optuna.study.MaxTrialsCallback(trials, states=(TrialState.COMPLETE,))
-    ran = 0
-    while remaining > 0:
-        before = len(complete_trials(study))
-        study.optimize(func, n_trials=remaining, callbacks=[*callbacks, stop], gc_after_trial=False)
-        done = len(complete_trials(study)) - before
-        ran += done
+    while remaining > 0 and not gated_out:
+        before = len(mine)
+        study.optimize(gated, n_trials=remaining, callbacks=[*callbacks, count, stop], gc_after_trial=False)
         remaining = trials - len(complete_trials(study))
-        if done == 0:  # every trial failed: do not spin
+        if len(mine) == before:  # every trial failed, or other processes hold the rest: do not spin
             break
-    return ran
+    return len(mine)
+
+
+def enough_trials(study: optuna.Study, number: int, trials: int, since: datetime.datetime) -> bool:
+    """Whether trial `number` is one too many: complete trials plus those running that began before it (and
+    after `since`)."""
+    held = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+    running = [t for t in held if t.state == TrialState.RUNNING and t.number < number
+               and t.datetime_start is not None and t.datetime_start >= since]
+    return sum(1 for t in held if t.state == TrialState.COMPLETE) + len(running) >= trials
+
+
+def _tune_worker(spec: TuneSpec, study_name: str, storage: str, trials: int, sampler_seed: int, worker: int,
+                 progress: bool, since: datetime.datetime) -> int:
+    """One process of `run_parallel` (module level: spawned processes import it)."""
+    study = open_study(spec, study_name, storage, sampler_seed, worker)
+    printer = [TrialPrinter(trials, spec.multi_objective, prefix=f"[worker {worker}] ")] if progress else []
+    return run_study(study, spec, trials, printer, since)
+
+
+def run_parallel(spec: TuneSpec, study_name: str, storage: str, trials: int, workers: int, sampler_seed: int = 0,
+                 progress: bool = True) -> int:
+    """Run the study's trials in `workers` processes against one storage (an RDB URL or 'journal:PATH';
+    not 'memory', which a process cannot share); returns how many trials ran now."""
+    if storage in ("", "memory", ":memory:"):
+        raise ConfigError("--storage", "storage", storage, "a storage several processes share with --workers > 1: "
+                          "'journal:PATH' (a file) or an RDB URL such as sqlite:///tlt-studies.db")
+    since = datetime.datetime.now()
+    open_study(spec, study_name, storage, sampler_seed)  # created once, with its preset trials, before the workers
+    ctx = multiprocessing.get_context("spawn")  # fork would share the storage's connections and Ray's threads
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        jobs = [pool.submit(_tune_worker, spec, study_name, storage, trials, sampler_seed, k, progress, since)
+                for k in range(workers)]
+        return sum(j.result() for j in jobs)
 
 
 class TrialPrinter:
     """An Optuna callback printing one line per finished trial (to stderr by default)."""
 
-    def __init__(self, total: int, multi_objective: bool = False, stream=None):
-        self.total, self.multi, self.stream = total, multi_objective, stream or sys.stderr
+    def __init__(self, total: int, multi_objective: bool = False, stream=None, prefix: str = ""):
+        self.total, self.multi, self.stream, self.prefix = total, multi_objective, stream or sys.stderr, prefix
         self.t0 = time.perf_counter()
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         done = len(complete_trials(study))
         elapsed = time.perf_counter() - self.t0
-        head = f"trial {done}/{self.total} (#{trial.number}, {elapsed:.1f}s)"
+        head = f"{self.prefix}trial {done}/{self.total} (#{trial.number}, {elapsed:.1f}s)"
         if trial.state != TrialState.COMPLETE:
             print(f"{head}  {trial.state.name.lower()}", file=self.stream, flush=True)
             return

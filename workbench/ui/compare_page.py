@@ -20,6 +20,7 @@ from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import load_workload, workload_presets
 from workbench.regret import RegretReport, bandit_regret
+from workbench.ui import run_totals
 from workbench.ui.export import Report, figure_downloads, fixed, pct, policy_export_buttons, report_button
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
@@ -212,5 +213,7 @@ def render() -> None:
     result: Comparison | None = st.session_state.get(_STATE_RESULT)
     if result is not None:
         _show_compare(result)
+        if workload is not None and workload.name == result.workload:
+            run_totals.show(run_totals.mean_steps_of_comparison(result), workload, profile, "compare_totals")
     if workload is not None:
         _regret_panel(workload, profile, seeds, steps)

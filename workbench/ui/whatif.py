@@ -28,7 +28,7 @@ from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to
 from workbench.contracts.timeline import TAIL_DIVISOR, rollout_split
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 from workbench.plots import batch_lines
-from workbench.ui import cluster_picker
+from workbench.ui import cluster_picker, run_totals
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times
 from workbench.ui.length_upload import length_file_workload
@@ -427,6 +427,8 @@ def _show_result(res: _Result, current_signature: str | None) -> None:
     st.plotly_chart(steps_fig, key="whatif_steps", width="stretch")
     figure_downloads(steps_fig, f"steps-{_slug(res.workload.name)}", "whatif_fig_steps")
     st.caption("A learned drafter improves over the steps as idle workers train it; lengths can drift upward.")
+    run_totals.show(run_totals.mean_steps_of_runs(res.workload, res.labels, res.policies, res.runs), res.workload,
+                    res.profile, "whatif_totals")
     _show_gantts(res)
 
 
