@@ -191,7 +191,7 @@ def project_run(unit: ProjectUnit) -> RunProjection:
     if not unit.starts:
         check_size(wl, n)
         sim = Simulator(wl, pol, unit.profile, unit.seed)
-        metrics = {m.step: m for m in sim.run(n).steps}
+        metrics = {m.rl_step: m for m in sim.run(n).steps}
         return _assemble(unit, metrics, "full", n)
     # What carries from step to step besides the drafter (a pipeline, carried or deferred groups, prompts
     # coming back after an epoch) is rebuilt by a burn-in block, run and dropped.
@@ -205,7 +205,7 @@ def project_run(unit: ProjectUnit) -> RunProjection:
             state = _carry(state, unit, last, at, first)
         block, state = _simulate_block(unit, first, s + unit.block - first, state)
         block = block[s - first:]
-        metrics.update({s + i: replace(m, step=s + i) for i, m in enumerate(block)})
+        metrics.update({s + i: replace(m, rl_step=s + i) for i, m in enumerate(block)})
         ran += s + unit.block - first
         at, last = s + unit.block, block
     return _assemble(unit, metrics, "sampled", ran)
