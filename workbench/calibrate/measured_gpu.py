@@ -124,6 +124,16 @@ def _systems_root() -> Path:
     return Path(aiconfigurator_core.__file__).parent / "systems"
 
 
+def system_spec(gpu: str) -> dict:
+    """The package's system spec of a GPU key (memory capacity, bandwidth, power, NCCL and other memory)."""
+    import yaml
+
+    path = _systems_root() / f"{system_of(gpu)}.yaml"
+    if not path.is_file():
+        raise ConfigError("--gpu", "gpu", gpu, "one of " + ", ".join(gpu_names()))
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
 def package_version() -> str:
     return metadata.version("aiconfigurator-core")
 
