@@ -14,9 +14,10 @@ shape is checked before it is simulated, and an infeasible one is kept in the pl
 the model's bf16 weights per GPU at that TP must fit the GPU's memory (the package's system
 spec, less its NCCL and runtime reserves) with room left for one sequence's KV cache at the
 workload's cap; TP must split the model's heads; a deadline-missed shape is simulated and kept,
-marked, and never chosen. The simulator does not model KV-cache preemption: `kv_tokens` (the
-KV cache an engine holds) against max_batch x cap is reported so a shape that would preempt
-can be seen.
+marked, and never chosen. The simulator does not model KV-cache preemption, so a shape whose
+engine cannot hold a full batch (max_batch sequences of the prompt plus the mean response
+length, `mean_response_tokens`) in its KV cache is infeasible too: it would preempt and run
+slower than simulated.
 
 Chosen shape: under a budget, the fastest feasible shape (ties: the cheaper); under a deadline,
 the cheapest shape that meets it (ties: the faster); none when no shape qualifies.
@@ -36,8 +37,10 @@ import optuna
 import yaml
 from matplotlib.figure import Figure
 
+from sim.lengths import log_median
 from workbench.calibrate.gpu_catalog import disk_cached_profile, model_choices
 from workbench.calibrate.measured_gpu import gpu_names, latest_version, model_name, system_spec
+from workbench.calibrate.trace_view import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.fileio import save_figure, write_atomic
@@ -51,6 +54,9 @@ from workbench.project import DEFAULT_SAMPLE_STEPS, project
 SCHEMA = "tlt-plan/1"
 GPU_FRACTIONS = (1, 2, 4, 8, 16)  # the cap divided by these: the GPU counts searched
 WEIGHT_BYTES = 2  # bf16
+PROPOSALS_PER_SHAPE = 3  # sampler proposals allowed per distinct shape asked for (NSGA-II repeats shapes)
+# Optuna 5 records constraints on the trial; 4 takes them from the sampler's constraints_func.
+_SET_CONSTRAINT = hasattr(optuna.trial.Trial, "set_constraint")
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,14 @@ class PlanSpec:
         return self.steps or self.workload.steps
 
     @property
+    def sequence_tokens(self) -> int:
+        return self.workload.prompt_tokens + self.workload.max_response_tokens
+
+    @property
+    def space_size(self) -> int:
+        return len(set(self.tps)) * len(gpu_choices(self.cap)) * len(set(self.max_batches)) * len(self.policies)
+
+    @property
     def goal(self) -> str:
         return "budget" if self.gpus is not None else "deadline"
 
@@ -178,6 +192,17 @@ def memory_fit(arch: Architecture, spec: dict, tp: int, sequence_tokens: int) ->
     return MemoryFit(weights, usable, tokens, "")
 
 
+def mean_response_tokens(wl: Workload, step: int) -> float:
+    """Mean response length of a lognormal length model at `step` (its longest point when lengths
+    grow), capped: correct answers' median x exp(sigma^2 / 2), wrong ones `wrong_factor` times that.
+    Observed lengths (replay, empirical) have no closed form: the cap is taken (the strictest)."""
+    m, cap = wl.lengths, wl.max_response_tokens
+    if m.kind != "lognormal":
+        return float(cap)
+    correct = math.exp(log_median(m, cap, max(0, step)) + m.sigma ** 2 / 2)
+    return min(float(cap), m.mean_accuracy * correct + (1 - m.mean_accuracy) * correct * m.wrong_factor)
+
+
 @dataclass
 class PlanTrial:
     """One trial: its shape and either its projection or why it was not run."""
@@ -193,7 +218,7 @@ class PlanTrial:
     energy_kwh: float | None = None
     mean_step_min: float | None = None
     kv_tokens: int = 0
-    kv_demand_tokens: int = 0  # max_batch x (prompt + cap): what a full batch at the cap would hold
+    kv_demand_tokens: int = 0  # max_batch x (prompt + mean response): a full batch's KV cache
     method: str = ""
     seconds: float = 0.0
 
@@ -229,8 +254,9 @@ class Planner:
         self.policies = {p.name: p for p in spec.policies}
         self.profiles: dict[int, Profile | ConfigError] = {}
         self.done: dict[Shape, PlanTrial] = {}
-        wl = spec.workload
-        self.sequence_tokens = wl.prompt_tokens + wl.max_response_tokens
+        self.sequence_tokens = spec.sequence_tokens
+        self.mean_sequence_tokens = spec.workload.prompt_tokens + round(mean_response_tokens(spec.workload,
+                                                                                              spec.n_steps))
 
     def profile(self, tp: int) -> Profile:
         if tp not in self.profiles:
@@ -260,13 +286,18 @@ class Planner:
 
     def _evaluate(self, number: int, shape: Shape) -> PlanTrial:
         s = self.spec
-        demand = shape.max_batch * self.sequence_tokens
+        demand = 0
         if shape.gpus % shape.tp:
             return PlanTrial(number, shape, "infeasible", f"TP{shape.tp} does not divide {shape.gpus} GPUs")
         fit = memory_fit(self.arch, self.system, shape.tp, self.sequence_tokens)
         if fit.reason:
             return PlanTrial(number, shape, "infeasible", fit.reason, kv_tokens=fit.kv_tokens,
                              kv_demand_tokens=demand)
+        demand = shape.max_batch * self.mean_sequence_tokens
+        if demand > fit.kv_tokens:
+            return PlanTrial(number, shape, "infeasible", f"a full batch of {shape.max_batch} at the mean length needs "
+                             f"{demand:,} KV tokens, the engine holds {fit.kv_tokens:,} (it would preempt; the "
+                             f"simulator does not model that)", kv_tokens=fit.kv_tokens, kv_demand_tokens=demand)
         try:
             prof = self.profile(shape.tp)
             wl = self.workload_for(shape, prof)
@@ -316,7 +347,8 @@ class Plan:
                              max_batch=c.shape.max_batch, profile="profile.yaml", name=f"{self.spec.workload.name}-plan",
                              model=model_name(self.spec.architecture), gpu=self.spec.gpu,
                              framework=self.spec.framework, steps=self.spec.n_steps,
-                             description=f"{self.spec.workload.description} Shape chosen by tlt plan: {c.shape.label}.")
+                             description=f"{self.spec.workload.name} in the shape tlt plan chose: {c.shape.label} "
+                                         f"on {self.spec.gpu}, {self.spec.framework}.")
         return planner_wl
 
     def chosen_policy(self) -> Policy | None:
@@ -325,13 +357,13 @@ class Plan:
 
     def to_dict(self) -> dict:
         s = self.spec
-        row = lambda t: {**asdict(t), "shape": {**asdict(t.shape), "engines": t.shape.engines}}  # noqa: E731
+        row = lambda t: {**_rounded(asdict(t)), "shape": {**asdict(t.shape), "engines": t.shape.engines}}  # noqa: E731
         chosen = self.chosen
         return {
             "schema": SCHEMA, "workload": s.workload.name, "model": model_name(s.architecture), "gpu": s.gpu,
             "framework": s.framework, "goal": s.goal, "gpus": s.gpus, "deadline_days": s.deadline_days,
             "max_gpus": s.max_gpus if s.goal == "deadline" else None, "price_per_gpu_hour": s.price_per_gpu_hour,
-            "steps": s.n_steps, "seeds": s.seeds, "seed": s.seed, "trials_requested": s.trials,
+            "steps": s.n_steps, "seeds": s.seeds, "seed": s.seed, "trials_requested": s.trials, "proposals": len(self.trials),
             "search_space": {"tp": list(s.tps), "gpus": gpu_choices(s.cap), "max_batch": list(s.max_batches),
                              "policy": [p.name for p in s.policies]},
             "sampler": "optuna NSGA-II (objectives: days, cost; both minimised)", "method": self.method,
@@ -397,6 +429,11 @@ class Plan:
         return paths
 
 
+def _rounded(d: dict) -> dict:
+    """Floats to 4 significant digits, so a rerun on another CPU writes the same file."""
+    return {k: sig(v, 4) if isinstance(v, float) and math.isfinite(v) else v for k, v in d.items()}
+
+
 def _objective(planner: Planner, trials: list[PlanTrial],
                on_trial: Callable[[PlanTrial], None] | None) -> Callable[[optuna.trial.Trial], tuple[float, float]]:
     s = planner.spec
@@ -413,21 +450,27 @@ def _objective(planner: Planner, trials: list[PlanTrial],
         if t.days is None:
             raise optuna.TrialPruned(t.reason)  # not run: no objective values, kept in the plan as infeasible
         # Constrained domination (NSGA-II): a shape past the deadline ranks below every shape meeting it.
-        trial.set_constraint("deadline", t.days - s.deadline_days if s.deadline_days is not None else -1.0)
+        late = t.days - s.deadline_days if s.deadline_days is not None else -1.0
+        if _SET_CONSTRAINT:
+            trial.set_constraint("deadline", late)
+        else:
+            trial.set_user_attr("deadline", [late])
         return t.days, t.cost
 
     return run
 
 
 def run_plan(spec: PlanSpec, on_trial: Callable[[PlanTrial], None] | None = None) -> Plan:
-    """Search `spec.trials` shapes with NSGA-II (seeded) and project each; the workload's own shape is
-    tried first with every policy, when it lies in the space."""
+    """Search `spec.trials` distinct shapes (or the whole space, when smaller) with NSGA-II (seeded) and
+    project each; a shape proposed again is not re-run, and the search stops after 3x `trials`
+    proposals. The workload's own shape is tried first with every policy, when it lies in the space."""
     planner = Planner(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.NSGAIISampler(
-            seed=derive_seed(spec.seed, Stream.PLAN_SAMPLER), population_size=max(4, min(20, spec.trials // 3)))
+            seed=derive_seed(spec.seed, Stream.PLAN_SAMPLER), population_size=max(4, min(20, spec.trials // 3)),
+            **({} if _SET_CONSTRAINT else {"constraints_func": lambda t: t.user_attrs.get("deadline", [1.0])}))
         study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
     wl = spec.workload
     if wl.gpus_per_worker in spec.tps and wl.gpus in gpu_choices(spec.cap) and wl.max_batch in spec.max_batches:
@@ -436,19 +479,24 @@ def run_plan(spec: PlanSpec, on_trial: Callable[[PlanTrial], None] | None = None
                                  "policy": p.name})
     trials: list[PlanTrial] = []
     t0 = time.perf_counter()
-    study.optimize(_objective(planner, trials, on_trial), n_trials=spec.trials, catch=())
+    objective = _objective(planner, trials, on_trial)
+    want = min(spec.trials, spec.space_size)
+    while len(planner.done) < want and len(trials) < PROPOSALS_PER_SHAPE * spec.trials:
+        study.optimize(objective, n_trials=1, catch=())
     profiles = {tp: p for tp, p in planner.profiles.items() if isinstance(p, Profile)}
     return Plan(spec, trials, time.perf_counter() - t0, profiles)
 
 
-def shape_rows(trials: Sequence[PlanTrial]) -> list[list[str]]:
-    """Table rows: shape, days, cost, energy, GPU-hours, step minutes, status."""
+def shape_rows(trials: Sequence[PlanTrial], sequence_tokens: int) -> list[list[str]]:
+    """Table rows: shape, days, cost, energy, GPU-hours, step minutes, sequences at the cap the KV
+    cache holds per engine, status."""
     fmt = lambda v, d: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{d}f}"  # noqa: E731
     return [[str(t.number), f"TP{t.shape.tp}", str(t.shape.engines), str(t.shape.gpus), str(t.shape.max_batch),
              t.shape.policy, fmt(t.days, 2), fmt(t.cost, 0), fmt(t.energy_kwh, 0), fmt(t.gpu_hours, 0),
-             fmt(t.mean_step_min, 1), t.status if t.feasible or not t.reason else f"{t.status}: {t.reason}"]
+             fmt(t.mean_step_min, 1), f"{t.kv_tokens // sequence_tokens:,}" if t.kv_tokens else "-",
+             t.status if t.feasible or not t.reason else f"{t.status}: {t.reason}"]
             for t in trials]
 
 
 ROW_HEADERS = ["trial", "TP", "engines", "GPUs", "max batch", "policy", "days", "cost", "energy kWh", "GPU-hours",
-               "step min", "status"]
+               "step min", "KV seqs@cap", "status"]

@@ -1,0 +1,102 @@
+"""`tlt plan`: the cluster shape (TP x engines x max batch x policy) for a GPU budget or a deadline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from workbench import plan as planning
+from workbench.cli.apps import app
+from workbench.cli.common import fail
+from workbench.contracts.policy import load_policy
+from workbench.contracts.schema import ConfigError
+from workbench.contracts.workload import load_workload
+from workbench.project import DEFAULT_SAMPLE_STEPS
+from workbench.tables import format_table
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        fail(ValueError(f"{option}: {text!r}; allowed: comma-separated integers, e.g. 1,2,4,8"))
+
+
+def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int], deadline_days: Optional[float],
+          max_gpus: int, price: float, tp: str, max_batch: str, framework: Optional[str], model: Optional[str],
+          trials: int, steps: Optional[int], sample_steps: int, seeds: int, seed: int) -> planning.PlanSpec:
+    try:
+        wl = load_workload(workload)
+        pols = tuple(load_policy(p.strip()) for p in policies.split(",") if p.strip())
+        spec = planning.PlanSpec(wl, pols, gpu, price, framework or wl.framework or "sglang", model or "",
+                                 _ints(tp, "--tp"), _ints(max_batch, "--max-batch"), gpus, deadline_days, max_gpus,
+                                 trials, steps, sample_steps, seeds, seed)
+        spec.check()
+    except ConfigError as exc:
+        fail(exc)
+    names = [p.name for p in spec.policies]
+    if len(set(names)) != len(names):
+        fail(ValueError("--policies: two policies share a name; give each file a distinct 'name' field"))
+    return spec
+
+
+@app.command()
+def plan(
+    workload: str = typer.Option(..., help="Workload preset or file: the job (prompts, group size, lengths); its "
+                                           "engine shape is what the plan searches."),
+    gpu: str = typer.Option(..., help="GPU type (h100, h200, b200, a100, l40s, ...; `tlt gpu-presets` lists them)."),
+    gpus: Optional[int] = typer.Option(None, help="GPU budget: at most this many GPUs (the count and its halves "
+                                                  "down to 1/16 are searched); the fastest shape is chosen."),
+    deadline_days: Optional[float] = typer.Option(None, help="Deadline in days instead of a budget: the cheapest "
+                                                             "shape meeting it is chosen."),
+    max_gpus: int = typer.Option(512, help="With --deadline-days: the largest GPU count searched."),
+    price_per_gpu_hour: float = typer.Option(..., help="Price of one GPU-hour (any currency)."),
+    policies: str = typer.Option("baseline,tlt-base,tlt", help="Comma-separated policy presets or files searched."),
+    tp: str = typer.Option("1,2,4,8", help="Tensor-parallel degrees searched."),
+    max_batch: str = typer.Option("64,128,256", help="Max sequences per engine (max_num_seqs) searched."),
+    framework: Optional[str] = typer.Option(None, help="Engine framework of the measured data (vllm or sglang; "
+                                                       "default: the workload's, else sglang)."),
+    model: Optional[str] = typer.Option(None, help="Model (architecture preset or config; default: the workload's)."),
+    trials: int = typer.Option(40, help="Distinct shapes to evaluate (NSGA-II over days and cost)."),
+    steps: Optional[int] = typer.Option(None, help="RL steps of the whole run (default: the workload's)."),
+    sample_steps: int = typer.Option(DEFAULT_SAMPLE_STEPS, help="Steps simulated per run; a longer run is sampled "
+                                                               "in blocks (as tlt project)."),
+    seeds: int = typer.Option(1, help="Seeds per shape (the same draws for every shape)."),
+    seed: int = typer.Option(0, help="Seed of the NSGA-II sampler."),
+    out: Path = typer.Option(..., help="Output directory: plan.json, plan.png, and the chosen shape's workload.yaml, "
+                                       "policy.yaml and profile.yaml."),
+) -> None:
+    """Search cluster shapes for a GPU budget or a deadline: the Pareto front of run time vs cost (and energy)."""
+
+    spec = _spec(workload, policies, gpu, gpus, deadline_days, max_gpus, price_per_gpu_hour, tp, max_batch, framework,
+                 model, trials, steps, sample_steps, seeds, seed)
+    goal = (f"budget {spec.gpus} GPUs" if spec.goal == "budget" else
+            f"deadline {spec.deadline_days:g} days, up to {spec.max_gpus} GPUs")
+    typer.echo(f"{spec.workload.name} on {spec.gpu} ({spec.framework}), {goal}, {spec.price_per_gpu_hour:g} per GPU-hour; "
+               f"{min(spec.trials, spec.space_size)} of {spec.space_size} shapes", err=True)
+    progress = lambda t: typer.echo(  # noqa: E731
+        f"  [{t.number}] {t.shape.label}: " + (f"{t.days:.2f} days, {t.cost:,.0f}" if t.days is not None else "")
+        + (f" {t.status}" if not t.feasible else "") + (f" ({t.reason})" if t.reason else "")
+        + (f"  {t.seconds:.1f}s" if t.seconds else "  (again)"), err=True)
+    try:
+        result = planning.run_plan(spec, on_trial=progress)
+    except ConfigError as exc:
+        fail(exc)
+    paths = result.save(out)
+    typer.echo(f"Pareto front ({len(result.front)} of {len(result.trials)} trials; {result.method}):")
+    typer.echo(format_table(planning.shape_rows(result.front, spec.sequence_tokens), planning.ROW_HEADERS))
+    bad = [t for t in result.trials if not t.feasible]
+    if bad:
+        typer.echo(f"not feasible ({len({t.shape for t in bad})} shapes):")
+        typer.echo(format_table(planning.shape_rows(bad, spec.sequence_tokens), planning.ROW_HEADERS))
+    c = result.chosen
+    rule = "fastest within the budget" if spec.goal == "budget" else "cheapest meeting the deadline"
+    if c is None:
+        typer.echo(f"chosen: none ({'no feasible shape' if spec.goal == 'budget' else 'no shape meets the deadline'})")
+    else:
+        typer.echo(f"chosen ({rule}): {c.shape.label}: {c.days:.2f} days, {c.cost:,.0f}, {c.energy_kwh or 0:,.0f} kWh, "
+                   f"{c.gpu_hours:,.0f} GPU-hours (profile {c.profile})")
+    typer.echo(f"searched in {result.seconds:.1f}s; energy: GPU board power only; wrote " +
+               ", ".join(str(p) for p in paths))
