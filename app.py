@@ -12,7 +12,7 @@ that only forwards "/" to the What-if page.
 
 import streamlit as st
 
-from workbench.ui import calibrate_page, compare_page, paper_page, train_page, tune_page, whatif
+from workbench.ui import calibrate_page, compare_page, paper_page, plan_page, train_page, tune_page, whatif
 
 st.set_page_config(page_title="TLT Workbench", page_icon=":material/speed:", layout="wide")
 
@@ -20,6 +20,7 @@ PAGES = [
     st.Page(whatif.render, title="What-if", icon=":material/science:", url_path="what-if"),
     st.Page(compare_page.render, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(tune_page.render, title="Tune", icon=":material/tune:", url_path="tune"),
+    st.Page(plan_page.render, title="Plan", icon=":material/grid_view:", url_path="plan"),
     st.Page(calibrate_page.render, title="Calibrate", icon=":material/straighten:", url_path="calibrate"),
     st.Page(train_page.render, title="Train (real)", icon=":material/model_training:", url_path="train"),
     st.Page(paper_page.render, title="TLT paper", icon=":material/article:", url_path="paper"),

@@ -16,6 +16,7 @@ PAGES = {
     "what-if": "What-if",
     "compare": "Compare",
     "tune": "Tune",
+    "plan": "Plan",
     "calibrate": "Calibrate",
     "train": "Train (real)",
     "paper": "The TLT paper, reproduced",

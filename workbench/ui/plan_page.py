@@ -1,0 +1,187 @@
+"""Plan page: the cluster shape (TP x engines x max batch x policy) for a GPU budget or a deadline
+(`workbench.plan`, as `tlt plan`).
+
+Pick the job (a workload), the GPU type, a budget (at most N GPUs) or a deadline, the price of a
+GPU-hour and what to search, and press "Plan": an NSGA-II search projects each shape's whole run
+(days, cost, energy) on profiles derived from NVIDIA's measured database. Then: the Pareto front
+of run time vs cost, the chosen shape's details, the shapes that cannot run and why, and the
+chosen workload, policy and profile to download.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from workbench import plan as planning
+from workbench.calibrate.measured_gpu import FRAMEWORKS, gpu_names
+from workbench.contracts.policy import load_policy, policy_presets
+from workbench.contracts.schema import ConfigError, FieldError
+from workbench.contracts.workload import load_workload, workload_presets
+from workbench.ui.export import figure_downloads, policy_export_buttons
+
+_STATE_RESULT = "plan_result"
+_TP_CHOICES = (1, 2, 4, 8)
+_BATCH_CHOICES = (32, 64, 128, 256, 512)
+
+
+def front_figure(result: planning.Plan) -> go.Figure:
+    """Every shape that ran (days vs cost), the front, the chosen one, the deadline."""
+    ran = [t for t in result.trials if t.days is not None]
+    hover = "%{text}<br>%{x:.2f} days<br>%{y:,.0f}<extra></extra>"
+    fig = go.Figure()
+    for name, rows, marker in (("shape", [t for t in ran if t.feasible], dict(color="#9aa5b1", size=7)),
+                               ("deadline missed", [t for t in ran if not t.feasible],
+                                dict(color="#c0c0c0", size=7, symbol="x"))):
+        if rows:
+            fig.add_trace(go.Scatter(x=[t.days for t in rows], y=[t.cost for t in rows], mode="markers", name=name,
+                                     marker=marker, text=[t.shape.label for t in rows], hovertemplate=hover))
+    front = result.front
+    fig.add_trace(go.Scatter(x=[t.days for t in front], y=[t.cost for t in front], mode="lines+markers",
+                             name="Pareto front", line=dict(color="#d62728", shape="hv"), marker=dict(size=10),
+                             text=[t.shape.label for t in front], hovertemplate=hover))
+    c = result.chosen
+    if c is not None:
+        fig.add_trace(go.Scatter(x=[c.days], y=[c.cost], mode="markers", name="chosen", text=[c.shape.label],
+                                 marker=dict(color="#e4a11b", size=18, symbol="star"), hovertemplate=hover))
+    if result.spec.deadline_days is not None:
+        fig.add_vline(x=result.spec.deadline_days, line_dash="dash", annotation_text="deadline")
+    fig.update_layout(xaxis_title="whole run (days)", yaxis_title=f"cost (at {result.spec.price_per_gpu_hour:g} "
+                      "per GPU-hour)", height=420, margin=dict(l=10, r=10, t=30, b=10),
+                      legend=dict(orientation="h", y=1.08))
+    return fig
+
+
+def trials_frame(trials: list[planning.PlanTrial], sequence_tokens: int) -> pd.DataFrame:
+    return pd.DataFrame(planning.shape_rows(trials, sequence_tokens), columns=planning.ROW_HEADERS)
+
+
+def _run(spec: planning.PlanSpec) -> planning.Plan | None:
+    total = min(spec.trials, spec.space_size)
+    bar = st.progress(0.0, text=f"0/{total} shapes")
+    seen: set[planning.Shape] = set()
+
+    def on_trial(t: planning.PlanTrial) -> None:
+        seen.add(t.shape)
+        bar.progress(min(1.0, len(seen) / total), text=f"{len(seen)}/{total} shapes · last: {t.shape.label}")
+
+    try:
+        result = planning.run_plan(spec, on_trial)
+    except (ConfigError, FieldError) as exc:
+        bar.empty()
+        st.error(str(exc))
+        return None
+    bar.empty()
+    return result
+
+
+def _show_chosen(result: planning.Plan) -> None:
+    c, spec = result.chosen, result.spec
+    if c is None:
+        st.warning("No shape qualifies: " + ("none can run on this budget." if spec.goal == "budget" else
+                                             "none meets the deadline (the front shows the fastest ones)."))
+        return
+    rule = "fastest within the budget" if spec.goal == "budget" else "cheapest meeting the deadline"
+    st.subheader(f"Chosen shape ({rule})")
+    cols = st.columns(4)
+    cols[0].metric("Run time", f"{c.days:,.2f} days")
+    cols[1].metric("Cost", f"{c.cost:,.0f}")
+    cols[2].metric("Energy", "unknown" if c.energy_kwh is None else f"{c.energy_kwh:,.0f} kWh")
+    cols[3].metric("GPU-hours", f"{c.gpu_hours:,.0f}")
+    st.markdown(f"**{c.shape.label}** on {spec.gpu} ({spec.framework}); profile `{c.profile}`; mean RL step "
+                f"{c.mean_step_min:,.1f} min; KV cache per engine {c.kv_tokens:,} tokens (a full batch at the mean "
+                f"length needs {c.kv_demand_tokens:,}).")
+    files = result.chosen_files()
+    cols = st.columns(len(files) + 1)
+    for col, (name, text) in zip(cols, files.items()):
+        col.download_button(f"Download {name}", text, file_name=name, mime="application/x-yaml",
+                            key=f"plan_download_{name}", on_click="ignore")
+    cols[-1].download_button("Download plan.json", json.dumps(result.to_dict(), indent=2) + "\n",
+                             file_name="plan.json", mime="application/json", key="plan_download_json",
+                             on_click="ignore")
+    st.caption("Put the three YAML files in one directory: `tlt sim --workload workload.yaml --policy policy.yaml "
+               "--out DIR` runs the chosen shape (the workload names profile.yaml beside it).")
+    policy_export_buttons(result.chosen_policy(), "plan_export")
+
+
+def _show(result: planning.Plan) -> None:
+    spec = result.spec
+    st.divider()
+    st.caption(f"{spec.workload.name} on {spec.gpu}: {len({t.shape for t in result.trials})} shapes in "
+               f"{len(result.trials)} proposals, {result.seconds:.1f} s. {result.method}.")
+    _show_chosen(result)
+    st.subheader("Pareto front: run time vs cost")
+    fig = front_figure(result)
+    st.plotly_chart(fig, key="plan_front", width="stretch")
+    figure_downloads(fig, f"plan-{spec.workload.name}-{spec.gpu}", "plan_fig_front")
+    st.dataframe(trials_frame(result.front, spec.sequence_tokens), hide_index=True, width="stretch",
+                 key="plan_front_table")
+    bad = [t for t in result.trials if t.status == "infeasible"]
+    if bad:
+        with st.expander(f"Shapes that cannot run ({len({t.shape for t in bad})})"):
+            st.dataframe(trials_frame(bad, spec.sequence_tokens), hide_index=True, width="stretch",
+                         key="plan_infeasible_table")
+    st.caption("Energy: GPU board power only. Each point is one shape's whole run, projected by the simulator; "
+               "the front holds the shapes no other beats on both days and cost.")
+
+
+def _inputs() -> planning.PlanSpec | None:
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        presets = workload_presets()
+        wl_name = st.selectbox("Workload (the job)", presets, key="plan_wl",
+                               index=presets.index("tlt-eval-qwen2.5-32b") if "tlt-eval-qwen2.5-32b" in presets else 0)
+        gpus = gpu_names()
+        gpu = st.selectbox("GPU", gpus, index=gpus.index("h100") if "h100" in gpus else 0, key="plan_gpu")
+        framework = st.selectbox("Framework", FRAMEWORKS, index=FRAMEWORKS.index("sglang"), key="plan_framework")
+    with c2:
+        goal = st.radio("Goal", ("GPU budget", "Deadline"), horizontal=True, key="plan_goal")
+        if goal == "GPU budget":
+            budget = int(st.number_input("GPUs (at most)", min_value=1, value=64, step=8, key="plan_gpus"))
+            deadline, max_gpus = None, 512
+        else:
+            deadline = float(st.number_input("Deadline (days)", min_value=0.001, value=7.0, key="plan_deadline"))
+            max_gpus = int(st.number_input("Most GPUs searched", min_value=1, value=512, step=8, key="plan_max_gpus"))
+            budget = None
+        price = float(st.number_input("Price per GPU-hour", min_value=0.0, value=2.5, step=0.1, key="plan_price"))
+    with c3:
+        pols = st.multiselect("Policies", policy_presets(), default=["baseline", "tlt-base", "tlt"],
+                              key="plan_policies")
+        tps = st.multiselect("TP", _TP_CHOICES, default=list(_TP_CHOICES), key="plan_tp")
+        batches = st.multiselect("Max batch per engine", _BATCH_CHOICES, default=[64, 128, 256], key="plan_batch")
+        with st.expander("Search"):
+            trials = int(st.number_input("Shapes", min_value=1, value=40, key="plan_trials"))
+            steps = int(st.number_input("RL steps of the run", min_value=1, value=20, key="plan_steps"))
+            seeds = int(st.number_input("Seeds", min_value=1, value=1, key="plan_seeds"))
+            seed = int(st.number_input("Sampler seed", min_value=0, value=0, key="plan_seed"))
+    try:
+        spec = planning.PlanSpec(load_workload(wl_name), tuple(load_policy(p) for p in pols), gpu, price, framework,
+                                 "", tuple(sorted(tps)), tuple(sorted(batches)), budget, deadline, max_gpus, trials,
+                                 steps, planning.DEFAULT_SAMPLE_STEPS, seeds, seed)
+        spec.check()
+    except (ConfigError, FieldError) as exc:
+        st.error(str(exc))
+        return None
+    return spec
+
+
+def render() -> None:
+    st.title("Plan")
+    st.caption("Which cluster shape (TP, engines, max batch, policy) runs your RL job fastest on a GPU budget, or "
+               "cheapest by a deadline: the Pareto front of run time vs cost, from profiles of NVIDIA's measured "
+               "operator database (`tlt plan` on the command line).")
+    spec = _inputs()
+    if st.button("Plan", type="primary", disabled=spec is None, key="plan_run") and spec is not None:
+        result = _run(spec)
+        if result is not None:
+            st.session_state[_STATE_RESULT] = result
+    result = st.session_state.get(_STATE_RESULT)
+    if result is not None:
+        _show(result)
+
+
+if __name__ == "__main__":  # pragma: no cover - `streamlit run workbench/ui/plan_page.py`
+    render()
