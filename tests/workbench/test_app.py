@@ -469,3 +469,42 @@ def test_an_older_runs_metrics_read_under_the_new_names(tmp_path: Path) -> None:
     df = read_metrics(tmp_path)
     assert list(df.columns) == ["rl_step", "bubble_fraction", "drafter_train_fraction"]
     assert df["bubble_fraction"].tolist() == [0.3, 0.25] and df["drafter_train_fraction"].tolist() == [0.2, 0.1]
+
+
+def _plan_script() -> None:
+    from workbench.ui import plan_page
+
+    plan_page.render()
+
+
+def test_plan_page_shows_the_front_and_offers_the_chosen_files(tmp_path: Path, monkeypatch) -> None:
+    """A small plan (one TP, two batch sizes, a few shapes, 1 step): the front, the chosen shape and its files."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    at = AppTest.from_function(_plan_script, default_timeout=180)
+    at.run()
+    at.selectbox(key="plan_wl").set_value("tlt-eval-qwen2.5-7b")
+    at.number_input(key="plan_gpus").set_value(8)
+    at.multiselect(key="plan_policies").set_value(["baseline", "tlt"])
+    at.multiselect(key="plan_tp").set_value([4])
+    at.multiselect(key="plan_batch").set_value([128, 256])
+    at.number_input(key="plan_trials").set_value(4)
+    at.number_input(key="plan_steps").set_value(1)
+    at.run()
+    assert not at.error, [e.value for e in at.error]
+    at.button(key="plan_run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert any(m.label == "Run time" for m in at.metric)
+    labels = set(_downloads(at))
+    assert {"Download workload.yaml", "Download policy.yaml", "Download profile.yaml", "Download plan.json"} <= labels
+    front = at.dataframe[0].value  # the front (the infeasible shapes, if any, come after)
+    assert len(front) >= 1 and set(front["TP"]) == {"TP4"}
+
+
+def test_plan_page_refuses_an_empty_tp_list(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    at = AppTest.from_function(_plan_script, default_timeout=60)
+    at.run()
+    at.multiselect(key="plan_tp").set_value([]).run()
+    assert any("--tp" in e.value for e in at.error)
+    assert at.button(key="plan_run").disabled
