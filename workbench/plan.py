@@ -44,6 +44,7 @@ from workbench.calibrate.trace_view import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.fileio import save_figure, write_atomic
+from workbench.contracts.length_data import read_observed
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, to_mapping
@@ -89,8 +90,6 @@ class PlanSpec:
             raise ConfigError("plan", "--gpus", self.gpus, "an integer >= 1 (the most GPUs the job may use)")
         if self.deadline_days is not None and not self.deadline_days > 0:
             raise ConfigError("plan", "--deadline-days", self.deadline_days, "a number of days > 0")
-        if self.max_gpus < 1:
-            raise ConfigError("plan", "--max-gpus", self.max_gpus, "an integer >= 1")
         if not self.price_per_gpu_hour > 0:
             raise ConfigError("plan", "--price-per-gpu-hour", self.price_per_gpu_hour, "a price > 0 per GPU-hour")
         for opt, values in (("--tp", self.tps), ("--max-batch", self.max_batches)):
@@ -98,11 +97,10 @@ class PlanSpec:
                 raise ConfigError("plan", opt, list(values), "a comma-separated list of integers >= 1")
         if not self.policies:
             raise ConfigError("plan", "--policies", [], "at least one policy")
-        for opt, v in (("--trials", self.trials), ("--seeds", self.seeds), ("--sample-steps", self.sample_steps)):
+        for opt, v in (("--trials", self.trials), ("--seeds", self.seeds), ("--sample-steps", self.sample_steps),
+                       ("--steps", self.n_steps), ("--max-gpus", self.max_gpus)):
             if v < 1:
                 raise ConfigError("plan", opt, v, "an integer >= 1")
-        if self.steps is not None and self.steps < 1:
-            raise ConfigError("plan", "--steps", self.steps, "an integer >= 1")
         if self.seed < 0:
             raise ConfigError("plan", "--seed", self.seed, "an integer >= 0")
         if self.gpu not in gpu_names():
@@ -126,7 +124,7 @@ class PlanSpec:
 
     @property
     def n_steps(self) -> int:
-        return self.steps or self.workload.steps
+        return self.workload.steps if self.steps is None else self.steps
 
     @property
     def sequence_tokens(self) -> int:
@@ -193,12 +191,12 @@ def memory_fit(arch: Architecture, spec: dict, tp: int, sequence_tokens: int) ->
 
 
 def mean_response_tokens(wl: Workload, step: int) -> float:
-    """Mean response length of a lognormal length model at `step` (its longest point when lengths
-    grow), capped: correct answers' median x exp(sigma^2 / 2), wrong ones `wrong_factor` times that.
-    Observed lengths (replay, empirical) have no closed form: the cap is taken (the strictest)."""
+    """Mean response length at `step` (the run's longest point when lengths grow), capped: a lognormal
+    model's correct answers' median x exp(sigma^2 / 2), wrong ones `wrong_factor` times that; observed
+    lengths (replay, empirical) their mean over every batch."""
     m, cap = wl.lengths, wl.max_response_tokens
     if m.kind != "lognormal":
-        return float(cap)
+        return min(float(cap), float(read_observed(m.data).length.mean()))
     correct = math.exp(log_median(m, cap, max(0, step)) + m.sigma ** 2 / 2)
     return min(float(cap), m.mean_accuracy * correct + (1 - m.mean_accuracy) * correct * m.wrong_factor)
 
@@ -341,15 +339,12 @@ class Plan:
 
     def chosen_workload(self) -> Workload | None:
         c = self.chosen
-        if c is None:
-            return None
-        planner_wl = replace(self.spec.workload, workers=c.shape.engines, gpus_per_worker=c.shape.tp,
-                             max_batch=c.shape.max_batch, profile="profile.yaml", name=f"{self.spec.workload.name}-plan",
-                             model=model_name(self.spec.architecture), gpu=self.spec.gpu,
-                             framework=self.spec.framework, steps=self.spec.n_steps,
-                             description=f"{self.spec.workload.name} in the shape tlt plan chose: {c.shape.label} "
-                                         f"on {self.spec.gpu}, {self.spec.framework}.")
-        return planner_wl
+        s = self.spec
+        return None if c is None else replace(
+            s.workload, name=f"{s.workload.name}-plan", workers=c.shape.engines, gpus_per_worker=c.shape.tp,
+            max_batch=c.shape.max_batch, profile="profile.yaml", model=model_name(s.architecture), gpu=s.gpu,
+            framework=s.framework, steps=s.n_steps,
+            description=f"{s.workload.name} in the shape tlt plan chose: {c.shape.label} on {s.gpu}, {s.framework}.")
 
     def chosen_policy(self) -> Policy | None:
         c = self.chosen
