@@ -74,7 +74,8 @@ def plan(
                  model, trials, steps, sample_steps, seeds, seed)
     goal = (f"budget {spec.gpus} GPUs" if spec.goal == "budget" else
             f"deadline {spec.deadline_days:g} days, up to {spec.max_gpus} GPUs")
-    typer.echo(f"{spec.workload.name} on {spec.gpu} ({spec.framework}), {goal}, {spec.price_per_gpu_hour:g} per GPU-hour; "
+    typer.echo(f"{spec.workload.name} on {spec.gpu} ({spec.framework}), {goal}, {spec.price_per_gpu_hour:g} per "
+               f"GPU-hour; "
                f"{min(spec.trials, spec.space_size)} of {spec.space_size} shapes", err=True)
     progress = lambda t: typer.echo(  # noqa: E731
         f"  [{t.number}] {t.shape.label}: " + (f"{t.days:.2f} days, {t.cost:,.0f}" if t.days is not None else "")
