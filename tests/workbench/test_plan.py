@@ -92,7 +92,8 @@ def test_a_model_too_big_for_the_gpu_is_marked_not_dropped(tmp_path, monkeypatch
     assert res.exit_code == 0, res.output
     assert "chosen: none" in res.output and "weights need" in res.output
     data = json.loads((tmp_path / "p" / "plan.json").read_text())
-    assert data["trials"] and all(t["status"] == "infeasible" for t in data["trials"])
+    assert data["trials"] == [] and len(data["screened"]) == 1  # TP1 x max batch 64: screened, not proposed
+    assert data["screened"][0]["status"] == "infeasible" and "weights need" in data["screened"][0]["reason"]
     assert data["chosen"] is None and not (tmp_path / "p" / "workload.yaml").exists()
     assert not list((tmp_path / "xdg").rglob("*.yaml"))  # nothing derived for a shape that cannot run
 

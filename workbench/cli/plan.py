@@ -76,7 +76,7 @@ def plan(
             f"deadline {spec.deadline_days:g} days, up to {spec.max_gpus} GPUs")
     typer.echo(f"{spec.workload.name} on {spec.gpu} ({spec.framework}), {goal}, {spec.price_per_gpu_hour:g} per "
                f"GPU-hour; "
-               f"{min(spec.trials, spec.space_size)} of {spec.space_size} shapes", err=True)
+               f"up to {min(spec.trials, spec.space_size)} of {spec.space_size} shapes", err=True)
     progress = lambda t: typer.echo(  # noqa: E731
         f"  [{t.number}] {t.shape.label}: " + (f"{t.days:.2f} days, {t.cost:,.0f}" if t.days is not None else "")
         + (f" {t.status}" if not t.feasible else "") + (f" ({t.reason})" if t.reason else "")
@@ -88,7 +88,11 @@ def plan(
     paths = result.save(out)
     typer.echo(f"Pareto front ({len(result.front)} of {len(result.trials)} trials; {result.method}):")
     typer.echo(format_table(planning.shape_rows(result.front, spec.sequence_tokens), planning.ROW_HEADERS))
-    bad = [t for t in result.trials if not t.feasible]
+    if result.screened:
+        typer.echo(f"engine shapes that cannot run on {spec.gpu} (screened, never proposed):")
+        typer.echo(format_table([[f"TP{t.shape.tp}", str(t.shape.max_batch), t.reason] for t in result.screened],
+                                ["TP", "max batch", "why"]))
+    bad = [t for t in result.trials if t.status == "infeasible"]
     if bad:
         typer.echo(f"not feasible ({len({t.shape for t in bad})} shapes):")
         typer.echo(format_table(planning.shape_rows(bad, spec.sequence_tokens), planning.ROW_HEADERS))

@@ -119,7 +119,7 @@ def _show(result: planning.Plan) -> None:
     figure_downloads(fig, f"plan-{spec.workload.name}-{spec.gpu}", "plan_fig_front")
     st.dataframe(trials_frame(result.front, spec.sequence_tokens), hide_index=True, width="stretch",
                  key="plan_front_table")
-    bad = [t for t in result.trials if t.status == "infeasible"]
+    bad = result.screened + [t for t in result.trials if t.status == "infeasible"]
     if bad:
         with st.expander(f"Shapes that cannot run ({len({t.shape for t in bad})})"):
             st.dataframe(trials_frame(bad, spec.sequence_tokens), hide_index=True, width="stretch",

@@ -1,27 +1,5 @@
-"""Cluster-shape search: for a GPU type and a budget (at most N GPUs) or a deadline (D days), which
-shape of rollout engines runs the whole RL job fastest or cheapest, and the Pareto front between them.
-
-A shape is (TP, rollout engines, max batch per engine, policy). Each Optuna trial (NSGA-II,
-seeded) picks one; its profile is derived from NVIDIA's measured operator database for
-(model, GPU, TP, framework) and kept on disk (`gpu_catalog.disk_cached_profile`, so a TP already
-derived, in this plan or an earlier one, is read, not derived again); the run is projected with
-`workbench/project.py` (days, GPU-hours, cost, energy; in full or sampled, as `tlt project`).
-Objectives: days and cost, both minimised; energy is reported.
-
-GPU counts searched: the cap (the budget N, or `max_gpus` under a deadline) and its halves down
-to 1/16 of it (`gpu_choices`); a shape whose count TP does not divide is infeasible. Every
-shape is checked before it is simulated, and an infeasible one is kept in the plan with why:
-the model's bf16 weights per GPU at that TP must fit the GPU's memory (the package's system
-spec, less its NCCL and runtime reserves) with room left for one sequence's KV cache at the
-workload's cap; TP must split the model's heads; a deadline-missed shape is simulated and kept,
-marked, and never chosen. The simulator does not model KV-cache preemption, so a shape whose
-engine cannot hold a full batch (max_batch sequences of the prompt plus the mean response
-length, `mean_response_tokens`) in its KV cache is infeasible too: it would preempt and run
-slower than simulated.
-
-Chosen shape: under a budget, the fastest feasible shape (ties: the cheaper); under a deadline,
-the cheapest shape that meets it (ties: the faster); none when no shape qualifies.
-"""
+"""The search: its spec (`PlanSpec`), the shapes and their evaluation (`Planner`), the NSGA-II study
+(`run_plan`) and its result (`Plan`: front, chosen shape, files)."""
 
 from __future__ import annotations
 
@@ -37,24 +15,23 @@ import optuna
 import yaml
 from matplotlib.figure import Figure
 
-from sim.lengths import log_median
 from workbench.calibrate.gpu_catalog import disk_cached_profile, model_choices
 from workbench.calibrate.measured_gpu import gpu_names, latest_version, model_name, system_spec
 from workbench.calibrate.trace_view import sig
-from workbench.contracts.architecture import Architecture, load_architecture
+from workbench.contracts.architecture import load_architecture
 from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.fileio import save_figure, write_atomic
-from workbench.contracts.length_data import read_observed
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, to_mapping
 from workbench.contracts.seeds import Stream, derive_seed
 from workbench.contracts.workload import Workload
+from workbench.plan.fit import mean_response_tokens, memory_fit
 from workbench.project import DEFAULT_SAMPLE_STEPS, project
 
 SCHEMA = "tlt-plan/1"
 GPU_FRACTIONS = (1, 2, 4, 8, 16)  # the cap divided by these: the GPU counts searched
-WEIGHT_BYTES = 2  # bf16
+ANY = "any"  # the policy of a screened engine shape (no policy makes it fit)
 PROPOSALS_PER_SHAPE = 3  # sampler proposals allowed per distinct shape asked for (NSGA-II repeats shapes)
 # Optuna 5 records constraints on the trial; 4 takes them from the sampler's constraints_func.
 _SET_CONSTRAINT = hasattr(optuna.trial.Trial, "set_constraint")
@@ -157,48 +134,9 @@ class Shape:
 
     @property
     def label(self) -> str:
+        if self.gpus == 0:
+            return f"TP{self.tp}, max batch {self.max_batch} (any GPU count, any policy)"
         return f"{self.engines}x TP{self.tp} ({self.gpus} GPUs), max batch {self.max_batch}, {self.policy}"
-
-
-@dataclass(frozen=True)
-class MemoryFit:
-    """Does one engine's model fit at this TP: weights and KV cache per GPU, in bytes."""
-
-    weights_per_gpu: float
-    usable_per_gpu: float  # capacity less the runtime and NCCL reserves
-    kv_tokens: int  # KV-cache tokens one engine holds in what is left
-    reason: str  # "" when it fits
-
-
-def memory_fit(arch: Architecture, spec: dict, tp: int, sequence_tokens: int) -> MemoryFit:
-    """bf16 weights split over TP, KV heads split (or replicated past the KV-head count); what
-    remains must hold one sequence of `sequence_tokens` (prompt + cap)."""
-    if arch.heads % tp:
-        return MemoryFit(0.0, 0.0, 0, f"TP{tp} does not split the model's {arch.heads} attention heads")
-    gpu, misc = spec["gpu"], spec.get("misc", {})
-    nccl = (misc.get("nccl_mem") or {}).get(tp, 0) if tp > 1 else 0
-    usable = float(gpu["mem_capacity"]) - float(misc.get("other_mem", 0)) - float(nccl)
-    weights = WEIGHT_BYTES * arch.params / tp
-    kv_per_token = arch.layers * 2 * max(1, arch.kv_heads // tp) * arch.head_dim * WEIGHT_BYTES  # per GPU
-    free = usable - weights
-    tokens = int(free // kv_per_token) if free > 0 else 0
-    if tokens < sequence_tokens:
-        why = (f"the bf16 weights need {weights / 2**30:.1f} GiB per GPU at TP{tp}, {usable / 2**30:.1f} GiB usable"
-               if free <= 0 else f"after {weights / 2**30:.1f} GiB of weights per GPU at TP{tp} the KV cache holds "
-                                 f"{tokens:,} tokens, less than one {sequence_tokens:,}-token sequence")
-        return MemoryFit(weights, usable, tokens, why)
-    return MemoryFit(weights, usable, tokens, "")
-
-
-def mean_response_tokens(wl: Workload, step: int) -> float:
-    """Mean response length at `step` (the run's longest point when lengths grow), capped: a lognormal
-    model's correct answers' median x exp(sigma^2 / 2), wrong ones `wrong_factor` times that; observed
-    lengths (replay, empirical) their mean over every batch."""
-    m, cap = wl.lengths, wl.max_response_tokens
-    if m.kind != "lognormal":
-        return min(float(cap), float(read_observed(m.data).length.mean()))
-    correct = math.exp(log_median(m, cap, max(0, step)) + m.sigma ** 2 / 2)
-    return min(float(cap), m.mean_accuracy * correct + (1 - m.mean_accuracy) * correct * m.wrong_factor)
 
 
 @dataclass
@@ -282,20 +220,36 @@ class Planner:
         self.done[shape] = trial
         return trial
 
+    def engine_fit(self, tp: int, max_batch: int) -> tuple[str, int, int]:
+        """(why an engine of this TP and max batch cannot run, "" when it can; KV tokens it holds; KV
+        tokens a full batch at the mean length needs): the same for every GPU count and policy."""
+        fit = memory_fit(self.arch, self.system, tp, self.sequence_tokens)
+        demand = max_batch * self.mean_sequence_tokens
+        if fit.reason or demand <= fit.kv_tokens:
+            return fit.reason, fit.kv_tokens, demand
+        return (f"a full batch of {max_batch} at the mean length needs {demand:,} KV tokens, the engine holds "
+                f"{fit.kv_tokens:,} (it would preempt, which the simulator does not model)", fit.kv_tokens, demand)
+
+    def screen(self) -> tuple[list[tuple[int, int]], list[PlanTrial]]:
+        """The (TP, max batch) pairs that can run, and a marked entry for each that cannot."""
+        ok, bad = [], []
+        for tp in sorted(set(self.spec.tps)):
+            for b in sorted(set(self.spec.max_batches)):
+                why, kv, demand = self.engine_fit(tp, b)
+                if why:
+                    bad.append(PlanTrial(-1, Shape(tp, 0, b, ANY), "infeasible", why, kv_tokens=kv,
+                                         kv_demand_tokens=demand))
+                else:
+                    ok.append((tp, b))
+        return ok, bad
+
     def _evaluate(self, number: int, shape: Shape) -> PlanTrial:
         s = self.spec
-        demand = 0
         if shape.gpus % shape.tp:
             return PlanTrial(number, shape, "infeasible", f"TP{shape.tp} does not divide {shape.gpus} GPUs")
-        fit = memory_fit(self.arch, self.system, shape.tp, self.sequence_tokens)
-        if fit.reason:
-            return PlanTrial(number, shape, "infeasible", fit.reason, kv_tokens=fit.kv_tokens,
-                             kv_demand_tokens=demand)
-        demand = shape.max_batch * self.mean_sequence_tokens
-        if demand > fit.kv_tokens:
-            return PlanTrial(number, shape, "infeasible", f"a full batch of {shape.max_batch} at the mean length needs "
-                             f"{demand:,} KV tokens, the engine holds {fit.kv_tokens:,} (it would preempt; the "
-                             f"simulator does not model that)", kv_tokens=fit.kv_tokens, kv_demand_tokens=demand)
+        why, kv, demand = self.engine_fit(shape.tp, shape.max_batch)
+        if why:
+            return PlanTrial(number, shape, "infeasible", why, kv_tokens=kv, kv_demand_tokens=demand)
         try:
             prof = self.profile(shape.tp)
             wl = self.workload_for(shape, prof)
@@ -303,14 +257,14 @@ class Planner:
             result = project(wl, [self.policies[shape.policy]], prof, s.seeds, s.n_steps, s.sample_steps,
                              price_per_gpu_hour=s.price_per_gpu_hour, power=prof.power)
         except (ConfigError, ValueError) as exc:
-            return PlanTrial(number, shape, "infeasible", str(exc), kv_tokens=fit.kv_tokens, kv_demand_tokens=demand)
+            return PlanTrial(number, shape, "infeasible", str(exc), kv_tokens=kv, kv_demand_tokens=demand)
         mean = lambda key: None if (v := result.figure_values(shape.policy, key)) is None else float(v.mean())  # noqa: E731
         days = mean("days")
         late = s.deadline_days is not None and days > s.deadline_days
         return PlanTrial(number, shape, "deadline missed" if late else "ok",
                          f"{days:.2f} days > deadline {s.deadline_days:g}" if late else "", prof.name, days,
-                         mean("gpu_hours"), mean("cost"), mean("energy_kwh"), mean("mean_step_min"), fit.kv_tokens,
-                         demand, result.method)
+                         mean("gpu_hours"), mean("cost"), mean("energy_kwh"), mean("mean_step_min"), kv, demand,
+                         result.method)
 
 
 @dataclass
@@ -319,6 +273,7 @@ class Plan:
     trials: list[PlanTrial]
     seconds: float
     profiles: dict[int, Profile] = field(default_factory=dict)  # TP -> derived profile (for the chosen files)
+    screened: list[PlanTrial] = field(default_factory=list)  # engine shapes that cannot run, found before the search
 
     @property
     def front(self) -> list[PlanTrial]:
@@ -370,6 +325,7 @@ class Plan:
             "chosen_rule": ("fastest feasible shape within the GPU budget" if s.goal == "budget"
                             else "cheapest shape meeting the deadline"),
             "front": [row(t) for t in self.front], "trials": [row(t) for t in self.trials],
+            "screened": [row(t) for t in self.screened],
         }
 
     def figure(self) -> Figure:
@@ -430,14 +386,20 @@ def _rounded(d: dict) -> dict:
     return {k: sig(v, 4) if isinstance(v, float) and math.isfinite(v) else v for k, v in d.items()}
 
 
-def _objective(planner: Planner, trials: list[PlanTrial],
+def _engine_key(tp: int, max_batch: int) -> str:
+    return f"tp{tp}-b{max_batch}"
+
+
+def _objective(planner: Planner, engines: list[tuple[int, int]], trials: list[PlanTrial],
                on_trial: Callable[[PlanTrial], None] | None) -> Callable[[optuna.trial.Trial], tuple[float, float]]:
     s = planner.spec
+    by_key = {_engine_key(tp, b): (tp, b) for tp, b in engines}
 
     def run(trial: optuna.trial.Trial) -> tuple[float, float]:
-        shape = Shape(trial.suggest_categorical("tp", list(s.tps)),
-                      trial.suggest_categorical("gpus", gpu_choices(s.cap)),
-                      trial.suggest_categorical("max_batch", list(s.max_batches)),
+        # One categorical over the engine shapes that fit (TP and max batch together), so the sampler
+        # never proposes one the screen already refused.
+        tp, batch = by_key[trial.suggest_categorical("engine", list(by_key))]
+        shape = Shape(tp, trial.suggest_categorical("gpus", gpu_choices(s.cap)), batch,
                       trial.suggest_categorical("policy", list(planner.policies)))
         t = planner.evaluate(trial.number, shape)
         trials.append(t)
@@ -468,19 +430,20 @@ def run_plan(spec: PlanSpec, on_trial: Callable[[PlanTrial], None] | None = None
             seed=derive_seed(spec.seed, Stream.PLAN_SAMPLER), population_size=max(4, min(20, spec.trials // 3)),
             **({} if _SET_CONSTRAINT else {"constraints_func": lambda t: t.user_attrs.get("deadline", [1.0])}))
         study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
+    engines, screened = planner.screen()
     wl = spec.workload
-    if wl.gpus_per_worker in spec.tps and wl.gpus in gpu_choices(spec.cap) and wl.max_batch in spec.max_batches:
+    if (wl.gpus_per_worker, wl.max_batch) in engines and wl.gpus in gpu_choices(spec.cap):
         for p in spec.policies:
-            study.enqueue_trial({"tp": wl.gpus_per_worker, "gpus": wl.gpus, "max_batch": wl.max_batch,
+            study.enqueue_trial({"engine": _engine_key(wl.gpus_per_worker, wl.max_batch), "gpus": wl.gpus,
                                  "policy": p.name})
     trials: list[PlanTrial] = []
     t0 = time.perf_counter()
-    objective = _objective(planner, trials, on_trial)
-    want = min(spec.trials, spec.space_size)
+    objective = _objective(planner, engines, trials, on_trial)
+    want = min(spec.trials, len(engines) * len(gpu_choices(spec.cap)) * len(spec.policies))
     while len(planner.done) < want and len(trials) < PROPOSALS_PER_SHAPE * spec.trials:
         study.optimize(objective, n_trials=1, catch=())
     profiles = {tp: p for tp, p in planner.profiles.items() if isinstance(p, Profile)}
-    return Plan(spec, trials, time.perf_counter() - t0, profiles)
+    return Plan(spec, trials, time.perf_counter() - t0, profiles, screened)
 
 
 def shape_rows(trials: Sequence[PlanTrial], sequence_tokens: int) -> list[list[str]]:
