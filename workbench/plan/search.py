@@ -353,9 +353,9 @@ class Plan:
         ax.set_ylabel(f"cost (at {self.spec.price_per_gpu_hour:g} per GPU-hour)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        n_bad = sum(t.status == "infeasible" for t in self.trials)
-        ax.set_title(f"{self.spec.workload.name} on {self.spec.gpu}: {len(self.trials)} trials, "
-                     f"{n_bad} infeasible (not plotted)", fontsize=10)
+        n_bad = len({t.shape for t in self.trials if t.status == "infeasible"}) + len(self.screened)
+        ax.set_title(f"{self.spec.workload.name} on {self.spec.gpu}: {len({t.shape for t in self.trials})} shapes "
+                     f"({len(self.trials)} proposals); {n_bad} cannot run (not plotted)", fontsize=10)
         return fig
 
     def chosen_files(self) -> dict[str, str]:
