@@ -152,3 +152,16 @@ def test_a_zero_price_is_refused(tmp_path):
     res = runner.invoke(app, ["plan", "--workload", "tlt-eval-qwen2.5-7b", "--gpu", "h100", "--gpus", "8",
                               "--price-per-gpu-hour", "0", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "--price-per-gpu-hour" in res.output
+
+
+def test_a_model_the_database_never_measured_is_marked(tmp_path, monkeypatch):
+    """tiny-gcd's head size is in no attention table: every shape is infeasible, with the database's reason."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    res = runner.invoke(app, ["plan", "--workload", "cpu-tiny", "--model", "tiny-gcd", "--gpu", "h100", "--gpus", "2",
+                              "--price-per-gpu-hour", "2", "--tp", "1", "--max-batch", "64", "--policies", "baseline",
+                              "--trials", "2", "--steps", "1", "--out", str(tmp_path / "p")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert data["chosen"] is None and data["trials"]
+    assert all(t["status"] == "infeasible" and "measured database" in t["reason"] for t in data["trials"]
+               if t["shape"]["gpus"] % t["shape"]["tp"] == 0)

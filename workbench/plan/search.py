@@ -201,6 +201,9 @@ class Planner:
                 self.profiles[tp] = disk_cached_profile(s.architecture, s.gpu, tp, s.framework, s.workload.profile)
             except ConfigError as exc:
                 self.profiles[tp] = exc
+            except RuntimeError as exc:  # the package's PerfDataNotAvailableError: shapes it never measured
+                self.profiles[tp] = ConfigError(f"measured database ({s.gpu}, {s.framework})", "tp", tp,
+                                                f"a model and TP whose operators it measured ({exc})".replace("\n", " "))
         got = self.profiles[tp]
         if isinstance(got, ConfigError):
             raise got
