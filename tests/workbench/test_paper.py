@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -137,9 +138,10 @@ def test_tlt_paper_peers_sets_each_claim_beside_its_prediction(tmp_path):
 
 def _tiny_split(tmp_path):
     """The declared split's parameters with two grid points each (within their ranges), for a 1-step grid."""
-    from workbench.paper.calibration import load_split
     import yaml
-    d = yaml.safe_load(open(load_split().path).read())
+
+    from workbench.paper.calibration import load_split
+    d = yaml.safe_load(Path(load_split().path).read_text())
     for p in d["parameters"]:
         p["grid"] = [p["range"][0], p["range"][1]] if p["name"] != "train_efficiency" else [p["range"][1]]
     path = tmp_path / "split.yaml"
@@ -158,8 +160,9 @@ def test_the_declared_split_loads_with_at_most_three_global_parameters_inside_th
 
 def test_a_grid_value_outside_its_declared_range_is_refused(tmp_path):
     import yaml
+
     from workbench.paper.calibration import load_split
-    d = yaml.safe_load(open(load_split().path).read())
+    d = yaml.safe_load(Path(load_split().path).read_text())
     d["parameters"][0]["grid"] = [99.0]
     bad = tmp_path / "split.yaml"
     bad.write_text(yaml.safe_dump(d))
@@ -172,9 +175,9 @@ def test_a_grid_value_outside_its_declared_range_is_refused(tmp_path):
 def tiny_grid(tmp_path_factory):
     """The real code path (measured parts + parameters -> simulated Table A speedups), at 1 RL step."""
     from workbench.paper.calibration import evaluate_grid
-    from workbench.paper.reproduce import WORKLOADS, _run_case
+    from workbench.paper.reproduce import WORKLOADS, run_case
     split = _tiny_split(tmp_path_factory.mktemp("split"))
-    return split, evaluate_grid(split, list(WORKLOADS), lambda m, p: _run_case(m, p, 1, [0]).speedups)
+    return split, evaluate_grid(split, list(WORKLOADS), lambda m, p: run_case(m, p, 1, [0]).speedups)
 
 
 def test_leave_one_out_never_sees_the_held_out_figures(tiny_grid):

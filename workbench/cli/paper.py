@@ -14,8 +14,8 @@ from workbench.cli.common import fail
 from workbench.contracts.fileio import write_json
 from workbench.contracts.schema import ConfigError, save
 from workbench.paper import report
-from workbench.paper.peers import peer_rows
 from workbench.paper.calibration import SPLIT, load_split
+from workbench.paper.peers import peer_rows
 from workbench.paper.profiles import refit
 from workbench.paper.reproduce import reproduce
 from workbench.tables import format_table
@@ -30,7 +30,8 @@ def paper(
     write_profiles: bool = typer.Option(False, "--write-profiles", help="Also write the refitted GPU profiles to OUT/profiles/ (copy them over workbench/contracts/presets/profiles/ to update the presets)."),
     calib_steps: int = typer.Option(4, min=1, help="RL steps per simulation on the calibration grid (seed 0)."),
     split: Path = typer.Option(SPLIT, help="The declared calibration split (YAML): parameters, ranges, grid."),
-    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate", help="Add the measured-parts and leave-one-model-out columns."),
+    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
+                                   help="Add the measured-parts and leave-one-model-out columns."),
     peers: bool = typer.Option(False, "--peers", help="Instead: TLT's peers (RollPacker, APRIL, fully-async RL, SPEC-RL), each in its own setting, against its published claim."),
 ) -> None:
     """Reproduce the TLT paper: Table A (end to end) predicted; Tables C and E fitted; Table G predicted."""

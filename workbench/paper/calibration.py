@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import yaml
@@ -23,7 +23,7 @@ from sim.lengths import for_cap, log_median
 from sim.results import PolicyRun
 from sim.sweep import sweep
 from workbench.contracts.policy import load_policy
-from workbench.contracts.profile import Profile, load_profile
+from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import Workload, load_workload
 
@@ -49,11 +49,13 @@ class Split:
 
     @property
     def name(self) -> str:
-        return f"leave-one-model-out over Table A ({', '.join(p.name for p in self.parameters)}; {Path(self.path).name})"
+        names = ", ".join(p.name for p in self.parameters)
+        return f"leave-one-model-out over Table A ({names}; {Path(self.path).name})"
 
     def points(self) -> list[dict[str, float]]:
         """Every grid combination, in grid order (the first parameter varies slowest)."""
-        return [dict(zip([p.name for p in self.parameters], v)) for v in itertools.product(*(p.grid for p in self.parameters))]
+        names = [p.name for p in self.parameters]
+        return [dict(zip(names, v, strict=True)) for v in itertools.product(*(p.grid for p in self.parameters))]
 
 
 def load_split(path: str | Path = SPLIT) -> Split:
@@ -73,7 +75,8 @@ def load_split(path: str | Path = SPLIT) -> Split:
         if p.name not in PARAMETERS:
             raise ConfigError(str(path), f"parameters[{i}].name", p.name, f"one of {', '.join(PARAMETERS)}")
         if not p.grid or any(not p.low <= v <= p.high for v in p.grid):
-            raise ConfigError(str(path), f"parameters[{i}].grid", list(p.grid), f"values within range [{p.low}, {p.high}]")
+            raise ConfigError(str(path), f"parameters[{i}].grid", list(p.grid),
+                              f"values within range [{p.low}, {p.high}]")
     if len(params) > 3:
         raise ConfigError(str(path), "parameters", len(params), "at most three calibrated parameters")
     return Split(str(path), params, models)

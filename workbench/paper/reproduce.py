@@ -14,8 +14,9 @@ the slowest engine's decode time per batch bucket (above the SD threshold SD is 
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -31,10 +32,10 @@ from workbench.contracts.workload import Workload, load_workload
 from workbench.paper.calibration import (
     Round,
     Split,
+    best_point,
     calibrated,
     evaluate_grid,
     leave_one_out,
-    best_point,
     measured_parts,
     simulate_case,
 )
@@ -75,7 +76,7 @@ class Explanation:
     rollout_speedup: float  # for the `tlt` system
     critical_decode_share: dict[str, float] = field(default_factory=dict)  # batch bucket -> share, baseline's slowest engine
     mean_accept_len: float = 1.0  # `tlt`, tokens per sequence-verify pass
-    tlt_sd_on_share: dict[str, float] = field(default_factory=dict)  # batch bucket -> share of `tlt`'s decode time with SD on
+    tlt_sd_on_share: dict[str, float] = field(default_factory=dict)  # batch bucket -> `tlt`'s decode share with SD on
     tlt_accept_by_bucket: dict[str, float] = field(default_factory=dict)  # batch bucket -> tokens per pass with SD on
     variant: str = "pre-registered"
 
@@ -120,7 +121,7 @@ def fit_rows(fit: PublishedFit, pub: Published) -> list[PaperRow]:
 def _bucket_labels() -> tuple[list[int], list[str]]:
     edges = list(BATCH_BUCKETS)
     labels = [(str(hi) if hi == lo + 1 else f"{lo + 1}-{hi}") if hi < (1 << 30) else f">{lo}"
-              for lo, hi in zip(edges, edges[1:])]
+              for lo, hi in itertools.pairwise(edges)]
     return edges, labels
 
 
@@ -151,7 +152,8 @@ def _sd_by_bucket(run: PolicyRun) -> tuple[dict[str, float], dict[str, float]]:
     on = dec[dec["state"] == "decode_sd"]
     total = dec.groupby("bucket", observed=False)["dur"].sum()
     sd = on.groupby("bucket", observed=False)["dur"].sum()
-    tokens, passes = on.groupby("bucket", observed=False)["tokens"].sum(), on.groupby("bucket", observed=False)["passes"].sum()
+    by = on.groupby("bucket", observed=False)
+    tokens, passes = by["tokens"].sum(), by["passes"].sum()
     share = {str(k): round(float(sd[k] / total[k]), 4) if total[k] > 0 else 0.0 for k in total.index}
     accept = {str(k): round(float(tokens[k] / passes[k]), 3) if passes[k] > 0 else 0.0 for k in total.index}
     return share, accept
@@ -235,14 +237,14 @@ def case_inputs(model: str, params: dict[str, float]) -> tuple[Workload, object]
     return calibrated(measured_parts(wl), load_profile(wl.profile), params)
 
 
-def _run_case(model: str, params: dict[str, float], steps: int, seeds: list[int]):
+def run_case(model: str, params: dict[str, float], steps: int, seeds: list[int]):
     wl, profile = case_inputs(model, params)
     return simulate_case(model, wl, profile, SYSTEMS, BASELINE, steps, seeds)
 
 
 def measured_variant(steps: int, seeds: list[int]) -> Variant:
     """The measured-parts prediction: nothing fitted to any end-to-end figure."""
-    cases = {m: _run_case(m, {}, steps, seeds) for m in WORKLOADS}
+    cases = {m: run_case(m, {}, steps, seeds) for m in WORKLOADS}
     return Variant({(m, s): v for m, c in cases.items() for s, v in c.speedups.items()},
                    _g_values(cases[TABLE_G_WORKLOAD].tlt),
                    explanations=[_explain(m, None, c.base, c.tlt, "measured parts") for m, c in cases.items()])
@@ -257,16 +259,16 @@ def calibrated_variant(pub: Published, split: Split, steps: int, seeds: list[int
     """Leave-one-model-out on the split's grid (simulated at `calib_steps`); each held-out model is then
     simulated at `steps` with its round's parameters. Table G under the fit on all four models."""
     models = list(WORKLOADS)
-    grid = evaluate_grid(split, models, lambda m, p: _run_case(m, p, calib_steps, seeds[:1]).speedups, on_progress)
+    grid = evaluate_grid(split, models, lambda m, p: run_case(m, p, calib_steps, seeds[:1]).speedups, on_progress)
     published = published_a(pub)
     rounds = leave_one_out(grid, published, models)
     speedups, expl = {}, []
     for r in rounds:
-        case = _run_case(r.held_out, r.params, steps, seeds)
+        case = run_case(r.held_out, r.params, steps, seeds)
         speedups.update({(r.held_out, s): v for s, v in case.speedups.items()})
         expl.append(_explain(r.held_out, None, case.base, case.tlt, "calibrated (held out)"))
     everything = best_point(grid, published, models).params
-    return Variant(speedups, _g_values(_run_case(TABLE_G_WORKLOAD, everything, steps, seeds).tlt), rounds, expl)
+    return Variant(speedups, _g_values(run_case(TABLE_G_WORKLOAD, everything, steps, seeds).tlt), rounds, expl)
 
 
 def _with_variants(rows: list[PaperRow], measured: Variant | None, calib: Variant | None) -> list[PaperRow]:

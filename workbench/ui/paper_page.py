@@ -37,7 +37,7 @@ _GAPS = {"error_pct": "gap %", "measured_error_pct": "measured gap %", "calibrat
 def _styled(rep: Reproduction):
     df = rep.frame().rename(columns=_GAPS)
     gaps = list(_GAPS.values())
-    return df.style.map(lambda v: "" if v is None or v != v else _gap_color(v), subset=gaps).format(
+    return df.style.map(lambda v: "" if v is None or pd.isna(v) else _gap_color(v), subset=gaps).format(
         {"published": "{:,.2f}", "pre-registered": "{:,.2f}", "measured parts": "{:,.2f}",
          "calibrated (LOO)": "{:,.2f}", **{g: "{:+.1f}" for g in gaps}}, na_rep="-")
 
@@ -68,7 +68,8 @@ def render() -> None:
     steps = int(c1.number_input("Steps per case", min_value=1, max_value=40, value=20, key="paper_steps"))
     seeds = int(c2.number_input("Seeds", min_value=1, max_value=5, value=1, key="paper_seeds"))
     calibrate = c3.checkbox("Calibrate (leave-one-model-out, ~3 min)", value=False, key="paper_calibrate",
-                            help="Adds the measured-parts and calibrated columns (traces/published/calibration-split.yaml).")
+                            help="Adds the measured-parts and calibrated columns "
+                                 "(traces/published/calibration-split.yaml).")
     if st.button("Run the reproduction", type="primary", key="paper_run"):
         bar = st.progress(0.0, text="Simulating Table A ...")
         done = []
