@@ -86,7 +86,8 @@ def test_tlt_paper_prints_and_writes_the_same_rows(tmp_path):
     # Table A: each case predicted with the measured-database profile, and checked with the paper-fitted one.
     a_rows = [r for r in rows if r["table"] == "A"]
     assert len(a_rows) == 16 and len([r for r in rows if r["table"] == "C"]) == 24
-    assert sum(r["basis"] == "predicted" for r in a_rows) == 8 and sum("paper-fitted" in r["basis"] for r in a_rows) == 8
+    assert sum(r["basis"] == "predicted" for r in a_rows) == 8
+    assert sum("paper-fitted" in r["basis"] for r in a_rows) == 8
     assert all("-sglang]" in r["case"] for r in a_rows if r["basis"] == "predicted")
     for r in rows:
         assert r["basis"] in ("fit", "predicted", "check: paper-fitted")
@@ -95,7 +96,8 @@ def test_tlt_paper_prints_and_writes_the_same_rows(tmp_path):
     last = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(last) >= {"median_abs_error_pct", "max_abs_error_pct", "rows"} and last["rows"] == len(rows)
     assert last == doc["summary"]
-    assert {e["case"] for e in doc["explanations"]} == {"qwen2.5-7b", "r1-distill-qwen-7b", "qwen2.5-32b", "llama3.3-70b"}
+    assert {e["case"] for e in doc["explanations"]} == {"qwen2.5-7b", "r1-distill-qwen-7b", "qwen2.5-32b",
+                                                        "llama3.3-70b"}
 
 
 def test_the_paper_page_fits_on_arrival_and_colours_the_gap():

@@ -166,7 +166,8 @@ class Progress:
 
     def line(self) -> str:
         eta = "?" if self.eta_s is None else f"{self.eta_s:.0f}s"
-        return f"  [{self.done}/{self.total}] {self.message} ({self.elapsed_s:.0f}s elapsed, {self.total - self.done} left, ETA {eta})"
+        left = self.total - self.done
+        return f"  [{self.done}/{self.total}] {self.message} ({self.elapsed_s:.0f}s elapsed, {left} left, ETA {eta})"
 
 
 @dataclass(frozen=True)
@@ -252,11 +253,13 @@ class SelfCalibration:
         return jsonable({
             "profile": str(profile_path), "fit_error_pct": self.profile.fit_error_pct,
             "drift_method": self.method, "drift_window": self.window,
-            "heldout": [{"trace": h.trace, "error_pct": round(h.error_pct, 3), "raw_error_pct": round(h.raw_error_pct, 3),
+            "heldout": [{"trace": h.trace, "error_pct": round(h.error_pct, 3), "raw_error_pct": round(h.raw_error_pct,
+                                                                                                      3),
                          "error_pct_by_method": {m: round(e, 3) for m, e in h.errors_by_method.items()}}
                         for h in self.heldout],
             "heldout_max_abs_error_pct": round(self.heldout_max_abs_error_pct, 3),
-            "heldout_max_abs_raw_error_pct": round(max((abs(h.raw_error_pct) for h in self.heldout), default=math.nan), 3),
+            "heldout_max_abs_raw_error_pct": round(max((abs(h.raw_error_pct) for h in self.heldout), default=math.nan),
+                                                   3),
             "heldout_max_abs_error_pct_by_method": {
                 m: round(max(abs(h.errors_by_method[m]) for h in self.heldout), 3) for m in
                 (self.heldout[0].errors_by_method if self.heldout else {})},
@@ -309,7 +312,8 @@ def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequ
 
 
 def _run_plan(machine: Machine, plan: Sequence[CaptureSpec],
-              progress: Callable[[Progress], None]) -> tuple[list[tuple[CaptureSpec, Trace, float, float]], list[ReferencePoint], list[float]]:
+              progress: Callable[[Progress], None]) -> tuple[list[tuple[CaptureSpec, Trace, float, float]],
+                                                             list[ReferencePoint], list[float]]:
     """Run every capture, the reference before and after each; engines restart when the kind changes."""
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0  # noqa: E731
@@ -378,7 +382,8 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
     for m in by_method:
         norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]), path=c.trace.path) for c in records}
         cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name, warmup_steps=warmup_steps)
-    raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw", warmup_steps=warmup_steps) if compare_raw else None
+    raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw",
+                        warmup_steps=warmup_steps) if compare_raw else None
     progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0, "validating on the held-out captures"))
     heldout = [_heldout(c, {m: (cals[m].profile, norm[m][c.spec.name]) for m in cals}, method,
                         raw_cal.profile if raw_cal else cals[method].profile)
@@ -390,7 +395,8 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
                            window, starts)
 
 
-def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method: str, raw_profile: Profile) -> HeldoutResult:
+def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method: str,
+             raw_profile: Profile) -> HeldoutResult:
     """The held-out capture under each method's profile (normalised the same way), and raw."""
     vs = {m: validate(prof, t) for m, (prof, t) in fitted.items()}
     v, raw = vs[method], validate(raw_profile, c.trace)

@@ -4,7 +4,8 @@ Commands live by job: `simulate.py` (sim, presets, check, compare, regret, tune,
 `fit.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level measurement or the
 measured database), `gpu.py` (gpu-check, gpu-presets),
 `real.py` (model, capture, drafter, train, bench rollout, bench grpo, bench real), `paper.py` (the TLT
-paper's figures), `project.py` (whole-run days, GPU-hours, cost, energy), `workload.py` (workload import and show: lengths from logs) and `export.py` (export: a
+paper's figures), `project.py` (whole-run days, GPU-hours, cost, energy), `workload.py` (workload import
+and show: lengths from logs) and `export.py` (export: a
 policy for vLLM, SGLang / FastRL or veRL). Importing them registers
 their commands on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
 """

@@ -27,12 +27,16 @@ def paper(
     steps: int = typer.Option(20, min=1, help="RL steps simulated per Table A case."),
     seeds: int = typer.Option(1, min=1, help="Simulate seeds 0..K-1 per case (the same draws for every system)."),
     published: Path = typer.Option(PUBLISHED, help="The published tables (YAML)."),
-    write_profiles: bool = typer.Option(False, "--write-profiles", help="Also write the refitted GPU profiles to OUT/profiles/ (copy them over workbench/contracts/presets/profiles/ to update the presets)."),
+    write_profiles: bool = typer.Option(False, "--write-profiles",
+                                        help="Also write the refitted GPU profiles to OUT/profiles/ (copy them over "
+                                             "workbench/contracts/presets/profiles/ to update the presets)."),
     calib_steps: int = typer.Option(4, min=1, help="RL steps per simulation on the calibration grid (seed 0)."),
     split: Path = typer.Option(SPLIT, help="The declared calibration split (YAML): parameters, ranges, grid."),
     calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
                                    help="Add the measured-parts and leave-one-model-out columns."),
-    peers: bool = typer.Option(False, "--peers", help="Instead: TLT's peers (RollPacker, APRIL, fully-async RL, SPEC-RL), each in its own setting, against its published claim."),
+    peers: bool = typer.Option(False, "--peers",
+                               help="Instead: TLT's peers (RollPacker, APRIL, fully-async RL, SPEC-RL), each in its "
+                                    "own setting, against its published claim."),
 ) -> None:
     """Reproduce the TLT paper: Table A (end to end) predicted; Tables C and E fitted; Table G predicted."""
     t0 = time.perf_counter()
@@ -80,8 +84,10 @@ def _peers(out: Path, steps: int, seeds: int, t0: float) -> None:
                            on_progress=lambda m: typer.echo(f"  {m} ({time.perf_counter() - t0:.1f}s)", err=True))
     doc = report.peers_document(rows, expl, steps, list(range(seeds)))
     write_json(out / "peers.json", doc)
-    typer.echo(f"TLT's peers in their own settings ({steps} steps x {seeds} seed(s); published: the middle of the claim)")
-    typer.echo(format_table([[r.case, f"{r.published:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%"] for r in rows],
+    typer.echo(f"TLT's peers in their own settings ({steps} steps x {seeds} seed(s); published: the middle of the "
+               f"claim)")
+    typer.echo(format_table([[r.case, f"{r.published:,.2f}", f"{r.predicted:,.2f}",
+                              f"{r.error_pct:+.1f}%"] for r in rows],
                             ["case", "published", "predicted", "error"]))
     typer.echo("")
     typer.echo("What drives each prediction (means over the steps counted):")

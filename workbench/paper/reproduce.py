@@ -74,7 +74,8 @@ class Explanation:
     baseline_step_s: float
     baseline_rollout_share: float  # rollout / step (the paper: ~85%)
     rollout_speedup: float  # for the `tlt` system
-    critical_decode_share: dict[str, float] = field(default_factory=dict)  # batch bucket -> share, baseline's slowest engine
+    critical_decode_share: dict[str,
+                                float] = field(default_factory=dict)  # batch bucket -> share, baseline's slowest engine
     mean_accept_len: float = 1.0  # `tlt`, tokens per sequence-verify pass
     tlt_sd_on_share: dict[str, float] = field(default_factory=dict)  # batch bucket -> `tlt`'s decode share with SD on
     tlt_accept_by_bucket: dict[str, float] = field(default_factory=dict)  # batch bucket -> tokens per pass with SD on
@@ -114,7 +115,8 @@ def fit_rows(fit: PublishedFit, pub: Published) -> list[PaperRow]:
     with_sd = accept / segment_s(d, profile.drafter, "eagle", 1, ctx, strategy)
     published_without, published_with = pub.table_e_tokens_per_s
     rows.append(PaperRow("E", "H100 Qwen2.5-7B, without SD", published_without, without, "fit", "tokens/s"))
-    rows.append(PaperRow("E", f"H100 Qwen2.5-7B, with SD ({strategy.name})", published_with, with_sd, "fit", "tokens/s"))
+    rows.append(PaperRow("E", f"H100 Qwen2.5-7B, with SD ({strategy.name})", published_with, with_sd, "fit",
+                         "tokens/s"))
     return rows
 
 

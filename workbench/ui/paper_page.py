@@ -61,7 +61,8 @@ def render() -> None:
                "microbenchmarks (Tables C, E), end-to-end speedups predicted on its evaluation (Table A), and the "
                "drafter's accepted length during RL (Table G). The same as `tlt paper --out DIR`.")
     fit, _ = _fit()
-    st.caption(f"The GPU profiles' microbenchmark fit (not a prediction): median |error| {fit.median_abs_error_pct:.1f}% "
+    st.caption(f"The GPU profiles' microbenchmark fit (not a prediction): median |error| "
+               f"{fit.median_abs_error_pct:.1f}% "
                f"over {len(fit.rows)} published numbers (Tables C, D, the depth x TV grid, E), max "
                f"{fit.max_abs_error_pct:.1f}%.")
     c1, c2, c3, _ = st.columns([1, 1, 1, 1])
