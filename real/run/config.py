@@ -8,6 +8,7 @@ from pathlib import Path
 
 from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
 from workbench.contracts.policy import Policy
+from workbench.contracts.task import Task
 
 
 class TrainError(ValueError):
@@ -38,6 +39,8 @@ class RunConfig:
     # prediction from a profile); a kind without one starts at the policy's schedule.
     start_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
     start_source: str = ""  # where start_tables came from (e.g. "profile cpu-tiny"), for the trace
+    task: Task | None = None  # a user's task (workbench/contracts/task.py); None: the GCD task under `mix`
+    device: str = "cpu"  # where the GRPO update and the drafter's training run: "cpu" or "cuda" (bf16)
 
     def check(self) -> None:
         if not (Path(self.model) / "config.json").is_file():
@@ -58,10 +61,28 @@ class RunConfig:
                 raise TrainError(f"--{name} {v}: must be >= {lo}" + (" (GRPO needs a group)" if name == "samples" else ""))
         if self.prompts < self.workers:
             raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker needs a prompt group")
+        self._check_device()
         for kind, table in self.start_tables.items():
             if kind not in ("ngram", "eagle") or len(table) != len(self.policy.schedule) or min(table, default=0) < 0:
                 raise TrainError(f"start table {kind}: {list(table)}: one draft length >= 0 per schedule row "
                                  f"({len(self.policy.schedule)}) of policy '{self.policy.name}', for ngram or eagle")
+
+
+    def _check_device(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise TrainError(f"--device {self.device}: give cpu or cuda")
+        if self.device == "cuda":
+            refuse_no_cuda("--device cuda")
+
+
+def refuse_no_cuda(option: str) -> None:
+    """Raise TrainError naming `option` unless torch sees a CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise TrainError(f"{option}: torch {torch.__version__} ({build}) sees no CUDA device on this machine; "
+                         "run with --device cpu, or on a machine with a GPU and the project's 'gpu' extra")
 
 
 # The shipped models (traces/reference/model, traces/reference/styles/model) each have their

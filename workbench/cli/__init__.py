@@ -4,7 +4,7 @@ Commands live by job: `simulate.py` (sim, presets, check, compare, regret, tune,
 `fit.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level measurement),
 `real.py` (model, capture, drafter, train, bench rollout, bench grpo, bench real), `paper.py` (the TLT
 paper's figures), `workload.py` (workload import and show: lengths from logs) and `export.py` (export: a
-policy for vLLM, SGLang / FastRL or veRL). Importing them registers
+policy for vLLM, SGLang / FastRL or veRL) and `task.py` (task: task files). Importing them registers
 their commands on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
 """
 
@@ -16,6 +16,7 @@ from workbench.cli import real  # noqa: F401
 from workbench.cli import paper  # noqa: F401
 from workbench.cli import workload  # noqa: F401
 from workbench.cli import export  # noqa: F401
+from workbench.cli import task  # noqa: F401
 from workbench.cli.apps import app
 
 __all__ = ["app"]
