@@ -67,22 +67,16 @@ class RunConfig:
                 raise TrainError(f"start table {kind}: {list(table)}: one draft length >= 0 per schedule row "
                                  f"({len(self.policy.schedule)}) of policy '{self.policy.name}', for ngram or eagle")
 
-
     def _check_device(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise TrainError(f"--device {self.device}: give cpu or cuda")
         if self.device == "cuda":
-            refuse_no_cuda("--device cuda")
+            from real.torch_utils import train_device
 
-
-def refuse_no_cuda(option: str) -> None:
-    """Raise TrainError naming `option` unless torch sees a CUDA device."""
-    import torch
-
-    if not torch.cuda.is_available():
-        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        raise TrainError(f"{option}: torch {torch.__version__} ({build}) sees no CUDA device on this machine; "
-                         "run with --device cpu, or on a machine with a GPU and the project's 'gpu' extra")
+            try:
+                train_device(self.device)
+            except ValueError as exc:
+                raise TrainError(str(exc)) from None
 
 
 # The shipped models (traces/reference/model, traces/reference/styles/model) each have their

@@ -86,7 +86,7 @@ class TrainingRun(RunOutputs):
                                                               minibatch=min(16, cfg.prompts * cfg.samples)),
                                    seed=derive_seed(cfg.seed, Stream.GRPO),
                                    reference_dir=cfg.model if cfg.kl_coef > 0 else None,
-                                   threads=os.cpu_count() or 1)
+                                   threads=os.cpu_count() or 1, device=cfg.device)
         if ckpt is not None:
             self.trainer.load_state_dict(torch.load(ckpt.path("trainer.pt"), weights_only=False))
         self._start_workers(ckpt)

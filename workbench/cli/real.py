@@ -25,6 +25,7 @@ from real.run.capture import capture as run_capture
 from real.run.coordinator import RunConfig, TrainError, default_drafter, run_training
 from real.tiny import task
 from real.tiny.model import DEFAULT_STEPS, init_model
+from real.torch_utils import train_device
 from workbench.bench_prediction import predict_bench
 from workbench.cli.apps import app, bench_app, drafter_app, model_app
 from workbench.cli.common import fail
@@ -162,6 +163,7 @@ def drafter_train(
     lr: float = typer.Option(1e-3, min=0.0, help="AdamW learning rate (cosine decay to a tenth, 20 warm-up steps)."),
     mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/tiny/task.py)."),
     temperature: float = typer.Option(1.0, min=0.0, help="Temperature of the sampled responses."),
+    device: str = typer.Option("cpu", help="Where the drafter trains: cpu, or cuda (bf16 autocast)."),
 ) -> None:
     """Sample the target, then train an EAGLE drafter on its hidden states (EAGLE loss)."""
     from real.drafter.training import train_from_target
@@ -170,10 +172,14 @@ def drafter_train(
         fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
     if mix not in task.MIXES:
         fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
+    try:
+        train_device(device)
+    except ValueError as exc:
+        fail(exc)
     t0 = time.perf_counter()
     path = train_from_target(model, out, steps=steps, seed=seed, prompts=prompts, samples=samples,
                              max_tokens=max_tokens, lr=lr, mix=mix, temperature=temperature,
-                             log=lambda m: typer.echo(m, err=True))
+                             log=lambda m: typer.echo(m, err=True), device=device)
     info = json.loads((path / "tlt_drafter.json").read_text())
     final = info.get("final", {})
     typer.echo(f"wrote {path} in {time.perf_counter() - t0:.0f}s: loss {final.get('loss', float('nan')):.4f}, "
@@ -220,16 +226,21 @@ def bench_grpo(
     samples: int = typer.Option(4, min=2, help="Responses per problem (the GRPO group)."),
     max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens: the tail's length."),
     repeats: int = typer.Option(3, min=1, help="Timed steps per path, interleaved; medians reported."),
+    device: str = typer.Option("cpu", help="Where the update runs: cpu, or cuda (bf16 autocast)."),
 ) -> None:
     """Time one GRPO step, packed vs padded, on a long-tailed batch: the model's own sampled responses
     (vLLM, temperature 1) to task prompts. Both paths in the same run, steps interleaved; last line JSON."""
     if not (model / "config.json").is_file():
         fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
-    report = run_bench_grpo(model, prompts=prompts, samples=samples, max_tokens=max_tokens, repeats=repeats,
-                            seed=seed, log=lambda m: typer.echo(m, err=True))
+    try:
+        report = run_bench_grpo(model, prompts=prompts, samples=samples, max_tokens=max_tokens, repeats=repeats,
+                                seed=seed, log=lambda m: typer.echo(m, err=True), device=device)
+    except ValueError as exc:
+        fail(exc)
     resp = sorted(report.response_tokens)
     typer.echo(f"{model}: {report.sequences} sequences, {report.tokens} tokens (response tokens p50 "
-               f"{resp[len(resp) // 2]}, max {resp[-1]}); minibatches of {report.minibatch}, {report.threads} threads")
+               f"{resp[len(resp) // 2]}, max {resp[-1]}); minibatches of {report.minibatch}, "
+               + (f"{report.threads} threads" if device == "cpu" else "on the GPU, bf16"))
     rows = [[name, f"{statistics.median(ts):.2f}", f"{min(ts):.2f}", f"{report.tokens_per_s(ts):,.0f}", str(work)]
             for name, ts, work in (("packed", report.packed_s, report.tokens),
                                    ("padded", report.padded_s, report.padded_tokens))]
