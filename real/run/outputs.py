@@ -58,7 +58,8 @@ class RunOutputs:
                 "prompts": cfg.prompts, "samples": cfg.samples, "max_tokens": cfg.max_tokens,
                 "seed": cfg.seed, "mix": cfg.mix, "temperature": cfg.temperature,
                 "workers": cfg.workers, "machine": machine_info(), "engine": self.settings,
-                "task": self.source.name, "reward": self.source.reward_name, "task_variant": self.variant, "source": "tlt train",
+                "task": self.source.name, "reward": self.source.reward_name, "task_variant": self.variant,
+                "source": "tlt train",
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         return self.rows.frames(meta)
 

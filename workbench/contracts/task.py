@@ -176,7 +176,8 @@ def read_problems(path: str | Path) -> list[TaskProblem]:
         if missing:
             raise TaskError(f"--task {path}: no column {', '.join(missing)} (columns: {', '.join(frame.columns)})")
         for i, rec in enumerate(frame.to_dict("records")):
-            rec = {k: (None if isinstance(v, float) and math.isnan(v) and k == "solution" else v) for k, v in rec.items()}
+            if isinstance(rec.get("solution"), float) and math.isnan(rec["solution"]):
+                rec["solution"] = None  # a Parquet column with gaps
             rows.append((rec, f"{path}: row {i}"))
     else:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
