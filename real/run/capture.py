@@ -261,8 +261,12 @@ class EngineSession:
     """
 
     def __init__(self, model: str | Path, drafter: str | Path | None = None, max_num_seqs: int = 64,
-                 max_model_len: int = 2048, max_draft_len: int = 4, seed: int = 0, threads: int = 1):
+                 max_model_len: int = 2048, max_draft_len: int = 4, seed: int = 0, threads: int = 1,
+                 task_file: Task | None = None):
+        """`task_file`: a user's task the captures draw their prompts from (None: the GCD task)."""
         import torch
+
+        self.task_file = task_file
 
         self.torch, self.threads = torch, max(1, threads)
         self._pin_threads()
@@ -310,7 +314,7 @@ class EngineSession:
         self._pin_threads()
         return capture(self.model, policy, self.drafter if self.kind == "eagle" else None, prompts=prompts,
                        samples=samples, max_tokens=max_tokens, seed=seed, mix=mix, max_model_len=self.max_model_len,
-                       engine=self.engine, log=None, max_in_flight=max_in_flight)
+                       engine=self.engine, log=None, max_in_flight=max_in_flight, task_file=self.task_file)
 
     def reference_s(self) -> float:
         self._pin_threads()

@@ -70,3 +70,13 @@ def test_device_cuda_is_refused_before_anything_starts_without_cuda(tmp_path):
     assert res.exit_code == 2 and "sees no CUDA device" in res.output
     res = _train(tmp_path, "--device", "tpu")
     assert res.exit_code == 2 and "--device tpu: give cpu or cuda" in res.output
+
+
+def test_calibrate_refuses_a_bad_task_file_before_any_capture(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"answer": 1}\n')
+    res = runner.invoke(app, ["calibrate", "--out", str(tmp_path / "p.yaml"), "--model", MODEL, "--task", str(bad)])
+    assert res.exit_code == 2 and f"{bad}:1: field 'prompt'" in res.output
+    res = runner.invoke(app, ["calibrate", "--out", str(tmp_path / "p.yaml"), "--task", str(bad)])
+    assert res.exit_code == 2 and "--task: give --model too" in res.output
+    assert not list(tmp_path.glob("p*"))

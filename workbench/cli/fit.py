@@ -14,9 +14,11 @@ import typer
 from workbench import calibrate as cal
 from workbench.cli.apps import app
 from workbench.cli.common import fail
+from workbench.cli.task import REWARD_HELP, TASK_HELP, task_option
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
+from workbench.contracts.task import Task
 from workbench.calibrate.drift import apply_recorded
 from workbench.calibrate.report import SCHEMA as REPORT_SCHEMA
 from workbench.calibrate.runs import TABLE_HEADERS, TRACE_DIR, fit_loaded_runs, is_run_dir, load_run
@@ -48,6 +50,8 @@ def calibrate(
                                               "whole runs show on top of the rest (update and sync cost, the spot trainers' "
                                               "stop and throughput, the drafter's learning curve and staleness). Alone: on "
                                               "top of --base."),
+    task: Optional[Path] = typer.Option(None, help="With --model: " + TASK_HELP),
+    reward: Optional[str] = typer.Option(None, help="With --task: " + REWARD_HELP),
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance) and a length model to traces."""
 
@@ -62,12 +66,16 @@ def calibrate(
     if model is None and not traces and loaded_runs:
         fit_runs_only(loaded_runs, base_prof, out, name)
         return
+    if task is not None and model is None:
+        fail(ValueError("--task: give --model too (the captures of --model draw their prompts from it)"))
+    user_task = task_option(task, reward)
     if model is not None:
         if traces:
             fail(ValueError("give either trace directories or --model (which captures its own), not both"))
         if drift not in ("auto", "reference", "cpu"):
             fail(ConfigError("--drift", "<option>", drift, "auto, reference or cpu"))
-        self_calibrate_cli(model, drafter, out, base_prof, name, lengths_out, warmup_steps, rounds, seed, drift, drift_window)
+        self_calibrate_cli(model, drafter, out, base_prof, name, lengths_out, warmup_steps, rounds, seed, drift, drift_window,
+                           user_task)
         add_runs(loaded_runs, out)
         return
     if not traces:
@@ -180,7 +188,7 @@ def _print_fit(result, n_traces: int, base_prof) -> None:
 
 def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_prof, name: Optional[str],
                        lengths_out: Optional[Path], warmup_steps: int, rounds: int, seed: int, drift: str,
-                       drift_window: int) -> None:
+                       drift_window: int, user_task: Optional[Task] = None) -> None:
     """`tlt calibrate --model`: the checks before any engine starts, the run, its files and its summary."""
     from real.run.capture import CaptureError
     from real.run.config import default_drafter
@@ -207,7 +215,7 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
     typer.echo(f"self-calibration of this machine on {model}: {len(plan)} captures ({', '.join(kinds)}; {rounds} round(s)), "
                f"drafter {drafter or 'none (no EAGLE captures)'}", err=True)
     try:
-        machine = sc.VllmMachine(model, drafter, seed=seed)
+        machine = sc.VllmMachine(model, drafter, seed=seed, task=user_task)
         result = sc.run_self_calibration(machine, plan, base_prof, name or out.stem, captures_dir,
                                          progress=lambda p: typer.echo(p.line(), err=True), warmup_steps=warmup_steps,
                                          method=drift, window=drift_window)
