@@ -5,8 +5,9 @@ each a raylet of its own with one CPU, all on this machine; the run's two rollou
 CPU each, so one runs on each node. The workers get the weights through Ray's object store and
 write them to their own temporary directories (real/run/shipping.py).
 
-Both runs are as small as a run goes (1 RL step, 2 prompts x 2 samples, 64 tokens, no SD), on a
-task file with a reward function from a module the test writes (`module:function`).
+Both runs are small (1 RL step, 2 prompts x 4 samples, a 192-token cap, no SD), on a task file
+with a reward function from a module the test writes (`module:function`). Smaller runs (2 x 2,
+64 tokens) gave every response the same reward, so no update to compare.
 
 What is compared: per response, its reward, its length and its finish reason exactly (the same
 sampling seeds on the same engine; each worker runs one torch thread either way); the GRPO
@@ -45,14 +46,17 @@ def user_task(tmp_path_factory):
     (root / "team_rewards.py").write_text(REWARD_MODULE)
     sys.path.insert(0, str(root))
     path = root / "task.jsonl"
-    write_task_file(path, [TaskProblem(p.prompt, str(p.answer), p.solution) for p in make_problems(8, seed=11)])
+    # Problems of 8 to 12 subtraction lines (100-160 tokens): long enough that the reference model
+    # gets some wrong, so a group's rewards differ and the update moves the weights.
+    mid = [p for p in make_problems(200, seed=11, mix="hard") if 8 <= p.difficulty <= 12][:8]
+    write_task_file(path, [TaskProblem(p.prompt, str(p.answer), p.solution) for p in mid])
     yield load_task(path, "team_rewards:score")
     sys.path.remove(str(root))
 
 
 def _run(model, task, out, address=None):
     cfg = RunConfig(model=model, policy=load_policy("baseline"), out=out, steps=1, workers=2, seed=3, prompts=2,
-                    samples=2, max_tokens=64, task=task, address=address)
+                    samples=4, max_tokens=192, task=task, address=address)
     return run_training(cfg, log=None)
 
 
@@ -96,7 +100,7 @@ def test_a_user_task_with_a_module_function_reward_trains_one_step(runs, user_ta
     meta = load_trace(run.out / "trace").meta
     assert meta["task"] == user_task.name and meta["reward"] == "team_rewards:score"
     rewards = {r["reward"] for r in _responses(run)}
-    assert rewards <= {0.0, 0.1, 1.0} and len(_responses(run)) == 4
+    assert rewards <= {0.0, 0.1, 1.0} and len(_responses(run)) == 8
 
 
 def test_two_nodes_give_the_single_node_run(runs):
@@ -111,9 +115,10 @@ def test_two_nodes_give_the_single_node_run(runs):
     a, b = (load_file(str(r.model_dir / "model.safetensors")) for r in (multi, single))
     start = load_file(str(multi.cfg.model / "model.safetensors"))
     assert a.keys() == b.keys()
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    apart = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert apart <= 1e-6
     # Not vacuous: the step's groups had rewards apart, so the update moved the weights.
     moved = max(float((a[k] - start[k].float()).abs().max()) for k in a)
     print(f"[multinode] rewards {[r['reward'] for r in _responses(single)]}, loss {s.grpo_loss:.6g} vs "
-          f"{m.grpo_loss:.6g}, weights moved by up to {moved:.3g}")
+          f"{m.grpo_loss:.6g}, weights moved by up to {moved:.3g}, the two runs' weights {apart:.3g} apart")
     assert moved > 1e-7

@@ -23,8 +23,10 @@ import importlib
 import inspect
 import json
 import math
+import os
 import random
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +130,9 @@ def resolve_reward(spec: str) -> RewardFn:
         raise TaskError(f"--reward {spec!r}: give one of {', '.join(REWARDS)} or module:function "
                         "(a function(response, answer) -> float)")
     mod_name, _, fn_name = spec.partition(":")
+    # The `tlt` script, unlike `python -m`, does not put the current directory on the path.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         mod = importlib.import_module(mod_name)
     except Exception as exc:
