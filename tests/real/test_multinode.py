@@ -68,6 +68,10 @@ def runs(user_task, tmp_path_factory, reference_model):
     root = tmp_path_factory.mktemp("multinode")
     if ray.is_initialized():
         ray.shutdown()
+    # A local run gives each of its W workers cpu_count // W torch threads, a cluster's one each:
+    # on a machine of more than 2 cores the single-node run would sample on other threads.
+    mp = pytest.MonkeyPatch()
+    mp.setattr("os.cpu_count", lambda: 2)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         cluster.add_node(num_cpus=1)
@@ -78,8 +82,11 @@ def runs(user_task, tmp_path_factory, reference_model):
     finally:
         ray.shutdown()
         cluster.shutdown()
-    single = _run(reference_model, user_task, root / "one-node")
-    ray.shutdown()
+    try:
+        single = _run(reference_model, user_task, root / "one-node")
+    finally:
+        ray.shutdown()
+        mp.undo()
     return {"nodes": nodes, "multi": multi, "single": single}
 
 
