@@ -43,6 +43,7 @@ from workbench.contracts.fileio import jsonable, write_dir_atomic, write_json
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import from_mapping, save
+from workbench.contracts.task import Task
 from workbench.contracts.trace import Trace, write_trace
 from workbench.validate import step_cost_rollout, validate
 
@@ -132,10 +133,11 @@ class Machine(Protocol):
 class VllmMachine:
     """The real machine: real/run/capture.py's EngineSession (vLLM in this process)."""
 
-    def __init__(self, model: str | Path, drafter: str | Path | None = None, seed: int = 0):
+    def __init__(self, model: str | Path, drafter: str | Path | None = None, seed: int = 0, task: Task | None = None):
+        """`task`: a user's task file the captures draw their prompts from (None: the GCD task)."""
         from real.run.capture import EngineSession
 
-        self.session = EngineSession(model, drafter, seed=seed, max_draft_len=MAX_DRAFT_LEN)
+        self.session = EngineSession(model, drafter, seed=seed, max_draft_len=MAX_DRAFT_LEN, task_file=task)
 
     def start(self, kind: str) -> float:
         return self.session.start(kind)

@@ -14,9 +14,11 @@ import typer
 from workbench import calibrate as cal
 from workbench.cli.apps import app
 from workbench.cli.common import fail
+from workbench.cli.task import REWARD_HELP, TASK_HELP, task_option
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
+from workbench.contracts.task import Task
 from workbench.calibrate.drift import apply_recorded
 from workbench.calibrate.report import SCHEMA as REPORT_SCHEMA
 from workbench.calibrate.runs import TABLE_HEADERS, TRACE_DIR, fit_loaded_runs, is_run_dir, load_run
@@ -61,13 +63,12 @@ def calibrate(
                                            "auto (cpu where measured). Every method's held-out errors are reported."),
     drift_window: int = typer.Option(2, min=1, help="With --model: a capture's slowness is the median of the reference "
                                                     "measurements nearest it, this many on each side."),
-    runs: Optional[list[Path]] = typer.Option(None, "--run",
-                                              help="A `tlt train` run directory (repeat for more): fits what "
-                                              "whole runs show on top of the rest (update and sync cost, the spot "
-                                              "trainers' "
-                                              "stop and throughput, the drafter's learning curve and staleness). "
-                                              "Alone: on "
-                                              "top of --base."),
+    runs: Optional[list[Path]] = typer.Option(
+        None, "--run", help="A `tlt train` run directory (repeat for more): fits what whole runs show on top of the "
+        "rest (update and sync cost, the spot trainers' stop and throughput, the drafter's learning curve and "
+        "staleness). Alone: on top of --base."),
+    task: Optional[Path] = typer.Option(None, help="With --model: " + TASK_HELP),
+    reward: Optional[str] = typer.Option(None, help="With --task: " + REWARD_HELP),
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
     and a length model to traces."""
@@ -83,13 +84,16 @@ def calibrate(
     if model is None and not traces and loaded_runs:
         fit_runs_only(loaded_runs, base_prof, out, name)
         return
+    if task is not None and model is None:
+        fail(ValueError("--task: give --model too (the captures of --model draw their prompts from it)"))
+    user_task = task_option(task, reward)
     if model is not None:
         if traces:
             fail(ValueError("give either trace directories or --model (which captures its own), not both"))
         if drift not in ("auto", "reference", "cpu"):
             fail(ConfigError("--drift", "<option>", drift, "auto, reference or cpu"))
         self_calibrate_cli(model, drafter, out, base_prof, name, lengths_out, warmup_steps, rounds, seed, drift,
-                           drift_window)
+                           drift_window, user_task)
         add_runs(loaded_runs, out)
         return
     if not traces:
@@ -208,7 +212,7 @@ def _print_fit(result, n_traces: int, base_prof) -> None:
 
 def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_prof, name: Optional[str],
                        lengths_out: Optional[Path], warmup_steps: int, rounds: int, seed: int, drift: str,
-                       drift_window: int) -> None:
+                       drift_window: int, user_task: Optional[Task] = None) -> None:
     """`tlt calibrate --model`: the checks before any engine starts, the run, its files and its summary."""
     from real.run.capture import CaptureError
     from real.run.config import default_drafter
@@ -233,11 +237,10 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
     plan = sc.plan_captures(kinds, rounds=rounds, seed=seed)
     captures_dir = out.with_name(out.stem + ".captures")
     workload_out = lengths_out or out.with_name(out.stem + ".workload" + out.suffix)
-    typer.echo(f"self-calibration of this machine on {model}: {len(plan)} captures ({', '.join(kinds)}; {rounds} "
-               f"round(s)), "
-               f"drafter {drafter or 'none (no EAGLE captures)'}", err=True)
+    typer.echo(f"self-calibration of this machine on {model}: {len(plan)} captures ({', '.join(kinds)}; "
+               f"{rounds} round(s)), drafter {drafter or 'none (no EAGLE captures)'}", err=True)
     try:
-        machine = sc.VllmMachine(model, drafter, seed=seed)
+        machine = sc.VllmMachine(model, drafter, seed=seed, task=user_task)
         result = sc.run_self_calibration(machine, plan, base_prof, name or out.stem, captures_dir,
                                          progress=lambda p: typer.echo(p.line(), err=True), warmup_steps=warmup_steps,
                                          method=drift, window=drift_window)
