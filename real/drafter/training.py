@@ -147,8 +147,11 @@ def _train(model: nn.Module, sequences: Sequence[Sequence[int]], cfg: DrafterTra
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup)) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, cfg.steps))))))
+    def lr_factor(s: int) -> float:  # linear warm-up, then cosine down to 10%
+        progress = min(1.0, s / max(1, cfg.steps))
+        return min(1.0, (s + 1) / max(1, cfg.warmup)) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     drafter.train()
     history: list[dict[str, float]] = []
     t0 = time.perf_counter()
@@ -189,7 +192,8 @@ def rollout_sequences(model_dir: str | Path, prompts: Sequence[str | Sequence[in
     try:
         results = engine.generate(prompts, 1, Sampling(temperature=0.0, max_tokens=max_tokens))
         if samples > 1:
-            sampled = engine.generate(prompts, samples - 1, Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed))
+            sampled = engine.generate(prompts, samples - 1, Sampling(temperature=temperature, max_tokens=max_tokens,
+                                                                     seed=seed))
             for r, s in zip(results, sampled):
                 r.samples += s.samples
     finally:

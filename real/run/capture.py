@@ -92,7 +92,8 @@ def check_inputs(model: str | Path, policy: Policy, drafter: str | Path | None, 
     if prompts < 1 or samples < 1 or max_tokens < 1:
         raise CaptureError("--prompts, --samples and --max-tokens must be >= 1")
     if max_tokens >= max_model_len:
-        raise CaptureError(f"--max-tokens {max_tokens}: must leave room for the prompt in max_model_len {max_model_len}")
+        raise CaptureError(f"--max-tokens {max_tokens}: must leave room for the prompt in "
+                           f"max_model_len {max_model_len}")
     if mix not in task.MIXES:
         raise CaptureError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}")
     speculative_config(policy, drafter)  # raises naming --drafter when an eagle policy lacks one
@@ -119,7 +120,8 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
     own = engine is None
     if own:
         if log:
-            log(f"starting vLLM: {model}, policy {policy.name} (drafter {policy.drafter.kind}), max_num_seqs {max_num_seqs}")
+            log(f"starting vLLM: {model}, policy {policy.name} (drafter {policy.drafter.kind}), max_num_seqs "
+                f"{max_num_seqs}")
         engine = RolloutEngine(model, policy, drafter_dir=drafter, max_num_seqs=max_num_seqs,
                                max_model_len=max_model_len, seed=seed)
     try:
@@ -131,7 +133,8 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
         sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
         requests = group_requests([p.prompt for p in problems], samples, sampling)
         if log:
-            log(f"capturing {prompts} prompts x {samples} samples, up to {max_tokens} tokens, temperature {temperature}, seed {seed}")
+            log(f"capturing {prompts} prompts x {samples} samples, up to {max_tokens} tokens, temperature "
+                f"{temperature}, seed {seed}")
         cpu0 = time.process_time()
         run = engine.run_steps(requests, on_step=_progress(len(requests), log, progress_every_s),
                                max_in_flight=max_in_flight)
@@ -148,7 +151,8 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
 
     steps = rows_frame(run.steps, StepRow)
     reqs = rows_frame(run.requests, RequestRow)
-    rl = rows_frame([RLStepRow(rl_step=0, rollout_s=run.wall_s, train_s=0.0, sync_s=0.0, drafter_train_s=0.0)], RLStepRow)
+    rl = rows_frame([RLStepRow(rl_step=0, rollout_s=run.wall_s, train_s=0.0, sync_s=0.0, drafter_train_s=0.0)],
+                    RLStepRow)
     meta = {
         "model": str(Path(model).resolve()),
         "policy": to_mapping(policy),
@@ -271,7 +275,8 @@ class EngineSession:
         self.torch, self.threads = torch, max(1, threads)
         self._pin_threads()
         self.model, self.drafter = Path(model), Path(drafter) if drafter else None
-        self.max_num_seqs, self.max_model_len, self.max_draft_len, self.seed = max_num_seqs, max_model_len, max_draft_len, seed
+        self.max_num_seqs, self.max_model_len = max_num_seqs, max_model_len
+        self.max_draft_len, self.seed = max_draft_len, seed
         self.engine: RolloutEngine | None = None
         self.kind: str | None = None
         self.reference = ReferenceForward(self.model, seed=seed)
@@ -297,7 +302,8 @@ class EngineSession:
         t = time.perf_counter()
         self.close()
         self._pin_threads()
-        self.engine = RolloutEngine(self.model, self.engine_policy(kind), drafter_dir=self.drafter if kind == "eagle" else None,
+        self.engine = RolloutEngine(self.model, self.engine_policy(kind),
+                                    drafter_dir=self.drafter if kind == "eagle" else None,
                                     max_num_seqs=self.max_num_seqs, max_model_len=self.max_model_len, seed=self.seed,
                                     adaptive=kind != "none", in_process=True)
         self.kind = kind
@@ -310,7 +316,8 @@ class EngineSession:
                 max_in_flight: int) -> Trace:
         """One capture on the running engine (`policy`'s schedule; its drafter kind must be the engine's)."""
         if self.engine is None or policy.drafter.kind != self.kind:
-            raise CaptureError(f"capture of drafter {policy.drafter.kind!r} on an engine for {self.kind!r}: start() it first")
+            raise CaptureError(f"capture of drafter {policy.drafter.kind!r} on an engine for {self.kind!r}: start() it "
+                               f"first")
         self._pin_threads()
         return capture(self.model, policy, self.drafter if self.kind == "eagle" else None, prompts=prompts,
                        samples=samples, max_tokens=max_tokens, seed=seed, mix=mix, max_model_len=self.max_model_len,

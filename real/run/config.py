@@ -51,14 +51,16 @@ class RunConfig:
             raise TrainError(f"--policy {self.policy.name}: {exc}") from None
         if self.policy.drafter.kind == "eagle" and self.policy.drafter.warm_start and self.drafter is None:
             raise TrainError(f"--policy {self.policy.name}: drafter.warm_start needs --drafter DIR "
-                             f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter; only the shipped models "
+                             f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter; only the shipped "
+                             f"models "
                              f"under traces/reference/ have one), or a cold-starting policy such as tlt-cold")
         if self.drafter is not None and not (Path(self.drafter) / "config.json").is_file():
             raise TrainError(f"--drafter {self.drafter}: not an EAGLE checkpoint (no config.json)")
         for name, v, lo in (("steps", self.steps, 1), ("workers", self.workers, 1), ("prompts", self.prompts, 1),
                             ("samples", self.samples, 2), ("seed", self.seed, 0)):
             if v < lo:
-                raise TrainError(f"--{name} {v}: must be >= {lo}" + (" (GRPO needs a group)" if name == "samples" else ""))
+                why = " (GRPO needs a group)" if name == "samples" else ""
+                raise TrainError(f"--{name} {v}: must be >= {lo}{why}")
         if self.prompts < self.workers:
             raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker needs a prompt group")
         self._check_device()

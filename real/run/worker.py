@@ -67,7 +67,8 @@ def spread(items: Sequence[Any], n: int) -> list[Any]:
 
 class RolloutWorker:
     def __init__(self, worker: int, model_dir: str | DirBundle, engines: EngineState,
-                 drafter_dir: str | DirBundle | None, seed: int, max_num_seqs: int = 64, max_model_len: int = 2048, kv_cache_gib: float = 0.5,
+                 drafter_dir: str | DirBundle | None, seed: int, max_num_seqs: int = 64, max_model_len: int = 2048,
+                 kv_cache_gib: float = 0.5,
                  threads: int = 1):
         """`engines`: what the engine runs (real/run/engine_state.py); `seed`: the run's seed, the
         worker's streams derive from it and `worker`. Directories come as paths, or as bundles
