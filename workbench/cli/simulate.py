@@ -15,7 +15,7 @@ import yaml
 from sim.simulator import simulate
 from workbench import tune as tuning
 from workbench.cli.apps import app, bench_app
-from workbench.cli.common import fail, load_inputs, runner_for
+from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, runner_for
 from workbench.compare import compare as run_compare
 from workbench.compare import summarize_runs
 from workbench.contracts.fileio import save_figure, write_atomic
@@ -40,9 +40,7 @@ def sim(
                              help="Output directory: summary.json and, per policy, NAME/metrics.json, "
                                   "NAME/timeline.parquet and NAME/batch.png (each worker's running batch in the last "
                                   "step)."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
-                                          "from the measured database at the workload's TP; default: the workload's "
-                                          "profile)."),
+    profile: Optional[str] = PROFILE_OPTION,
 ) -> None:
     """Simulate RL steps of a workload under one or more policies."""
 
@@ -154,15 +152,9 @@ def compare(
                                    "(common random numbers)."),
     out: Path = typer.Option(..., help="Output directory: compare.json and compare.png."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
-                                          "from the measured database at the workload's TP; default: the workload's "
-                                          "profile)."),
-    workers: int = typer.Option(1, min=1,
-                                help="Simulations run at once: 1 runs them here one after another; more run them as "
-                                     "Ray tasks (same results, same order)."),
-    address: Optional[str] = typer.Option(None,
-                                          help="A Ray cluster to run the simulations on (e.g. 'auto' or "
-                                               "'ray://HOST:10001'); default: a local Ray when --workers > 1."),
+    profile: Optional[str] = PROFILE_OPTION,
+    workers: int = WORKERS_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
     """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""
 
@@ -199,15 +191,9 @@ def regret(
     seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1 (the same draws for every bandit)."),
     out: Path = typer.Option(..., help="Output directory: regret.json and regret.png."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
-                                          "from the measured database at the workload's TP; default: the workload's "
-                                          "profile)."),
-    workers: int = typer.Option(1, min=1,
-                                help="Simulations run at once: 1 runs them here one after another; more run them as "
-                                     "Ray tasks (same results, same order)."),
-    address: Optional[str] = typer.Option(None,
-                                          help="A Ray cluster to run the simulations on (e.g. 'auto' or "
-                                               "'ray://HOST:10001'); default: a local Ray when --workers > 1."),
+    profile: Optional[str] = PROFILE_OPTION,
+    workers: int = WORKERS_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
     """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed
     in hindsight)."""
@@ -244,9 +230,7 @@ def regret(
 @app.command()
 def tune(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
-                                          "from the measured database at the workload's TP; default: the workload's "
-                                          "profile)."),
+    profile: Optional[str] = PROFILE_OPTION,
     trials: int = typer.Option(100, min=1,
                                help="Complete trials the study should hold; a resumed study runs only the rest."),
     seeds: int = typer.Option(3, min=1,
