@@ -32,7 +32,9 @@ app: $(STAMP)
 # Two pytest workers, a test file each at a time (module fixtures such as test_train's runs stay in one
 # worker): much of the suite waits on engine and browser start-up, so two workers overlap on two cores.
 TEST_WORKERS ?= 2
+# ruff first (seconds): a lint error fails before the long suite starts.
 test: $(STAMP) $(CHROMIUM)
+	$(BIN)/ruff check .
 	TLT_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Only the end-to-end tests: `streamlit run app.py` on a free port, each page in headless Chromium.

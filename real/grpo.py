@@ -46,7 +46,7 @@ import torch
 from real.drafter.eagle import load_target
 from real.drafter.records import HiddenRecord
 from real.packing import packed_forward, token_chunks
-from real.torch_utils import pad_right, torch_settings
+from real.torch_utils import autocast, pad_right, torch_settings, train_device
 from workbench.contracts.fileio import write_dir_atomic
 from workbench.contracts.seeds import Stream, derive_seed
 
@@ -146,10 +146,13 @@ def response_logprobs(model, sequences: Sequence[Sequence[int]], prompt_lens: Se
 
 class GRPOTrainer:
     def __init__(self, model_dir, config: GRPOConfig = GRPOConfig(), seed: int = 0, reference_dir=None,
-                 threads: int | None = None):
-        """The policy from `model_dir` (float32, CPU); a frozen reference (from `reference_dir`,
+                 threads: int | None = None, device: str = "cpu"):
+        """The policy from `model_dir` (float32 weights); a frozen reference (from `reference_dir`,
         default `model_dir`) only when `config.kl_coef > 0`. `threads`: torch threads (and
-        deterministic algorithms) during `step`; None leaves the caller's settings."""
+        deterministic algorithms) during `step`; None leaves the caller's settings. `device`:
+        "cpu", or "cuda" (forwards in bf16 autocast, weights and AdamW state float32 on the GPU;
+        refused where torch sees no GPU)."""
+        self.device = train_device(device)
         if config.minibatch < 1 or config.epochs < 1 or config.micro_tokens < 1:
             raise ValueError(f"minibatch, epochs and micro_tokens must be >= 1, got {config.minibatch}, "
                              f"{config.epochs}, {config.micro_tokens}")
@@ -158,11 +161,11 @@ class GRPOTrainer:
         self.seed = seed
         self.threads = threads
         torch.manual_seed(seed)
-        self._model = load_target(self.model_dir)
+        self._model = load_target(self.model_dir).to(self.device)
         # Eval mode while training too: the responses were sampled without dropout, and the hidden
         # states handed to the drafter must be the ones vLLM computes.
         self._model.requires_grad_(True)
-        self.reference = load_target(reference_dir or model_dir) if config.kl_coef > 0 else None
+        self.reference = load_target(reference_dir or model_dir).to(self.device) if config.kl_coef > 0 else None
         self._params = [p for p in self._model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self._params, lr=config.lr, weight_decay=config.weight_decay)
         self.steps = 0
@@ -232,7 +235,8 @@ class GRPOTrainer:
         return [list(range(i, min(i + mb, len(seqs)))) for i in range(0, len(seqs), mb)]
 
     def _forward(self, model, seqs: Sequence[Sequence[int]], plens: Sequence[int], hidden: bool = False):
-        return (packed_forward if self.config.pack else padded_forward)(model, seqs, plens, hidden=hidden)
+        with autocast(self.device):
+            return (packed_forward if self.config.pack else padded_forward)(model, seqs, plens, hidden=hidden)
 
     def _before_update(self, seqs: list[list[int]], plens: list[int], keep_hidden: bool
                        ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[HiddenRecord]]:

@@ -90,7 +90,8 @@ class PackedRow:
 
 def pack(sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int]) -> PackedRow:
     if len(sequences) != len(prompt_lens) or not sequences:
-        raise ValueError(f"{len(sequences)} sequences and {len(prompt_lens)} prompt lengths: need as many, at least one")
+        raise ValueError(f"{len(sequences)} sequences and {len(prompt_lens)} prompt lengths: "
+                         "need as many, at least one")
     for s, p in zip(sequences, prompt_lens):
         if not 1 <= p <= len(s):
             raise ValueError(f"prompt length {p} of a {len(s)}-token sequence: the first response token "

@@ -145,4 +145,5 @@ class PolicyRun:
         self.timeline.to_parquet(tmp, index=False)
         tmp.replace(out_dir / "timeline.parquet")
         if self.filtering:
-            write_atomic(out_dir / "dapo_filter_indices.jsonl", "".join(json.dumps(r.row()) + "\n" for r in self.filtering))
+            write_atomic(out_dir / "dapo_filter_indices.jsonl",
+                         "".join(json.dumps(r.row()) + "\n" for r in self.filtering))

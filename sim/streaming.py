@@ -105,7 +105,8 @@ class StreamingPool(RolloutPool):
             g, m = self.queue.popleft()
             if g.version is None:
                 g.version, g.started_s = self.version[w], self.env.now
-            engine.add(float(g.lengths[m] - g.generated[m]), g.prompt(self.workload.prompt_tokens) + int(g.generated[m]))
+            engine.add(float(g.lengths[m] - g.generated[m]),
+                       g.prompt(self.workload.prompt_tokens) + int(g.generated[m]))
             owners.append((g, m))
             free -= 1
 

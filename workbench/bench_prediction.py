@@ -69,5 +69,6 @@ def predict_bench(run_dirs: dict[str, Path], profile: Profile, baseline: str, se
         mr = _ratio(base.measured.rollout_s, p.measured.rollout_s)
         pr = _ratio(base.predicted.rollout_s, p.predicted.rollout_s)
         rows.append(PolicyPrediction(name, p.measured.step_s, p.predicted.step_s, ms, ps, error_pct(ps, ms),
-                                     p.measured.rollout_s, p.predicted.rollout_s, mr, pr, error_pct(pr, mr), p.in_sample))
+                                     p.measured.rollout_s, p.predicted.rollout_s, mr, pr, error_pct(pr, mr),
+                                     p.in_sample))
     return BenchPrediction(profile.name, baseline, rows, list(preds.values()))

@@ -196,7 +196,8 @@ def run_regret(run, policy: Policy, profile: Profile, workers: int, algorithm: s
         algorithm=algorithm, seed=seed,
         regret_s=float(per_seg.sum()), clairvoyant_regret_s=clair,
         decision_time_s=float(chosen_t.sum()), observed_decision_time_s=float(seg["observed_s"].sum()),
-        rollout_worker_s=rollout * workers, step_time_s=run.mean("step_time_s"), rollout_time_s=run.mean("rollout_time_s"),
+        rollout_worker_s=rollout * workers, step_time_s=run.mean("step_time_s"),
+        rollout_time_s=run.mean("rollout_time_s"),
         decisions=len(seg), oracle=[o for o in oracle if o.min_batch <= o.max_batch], curve=np.cumsum(per_seg),
     )
 
@@ -229,7 +230,8 @@ class RegretReport:
         return [r for r in self.runs if r.algorithm == algorithm]
 
     def summary(self) -> pd.DataFrame:
-        """Per bandit: regret seconds, regret % of rollout worker-time and clairvoyant regret, with spread over seeds."""
+        """Per bandit: regret seconds, regret % of rollout worker-time and clairvoyant regret, with spread over
+        seeds."""
         labels = dict(BANDITS)
         rows = []
         for alg in self.algorithms:

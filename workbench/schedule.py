@@ -77,7 +77,8 @@ def candidates(policy: Policy) -> tuple[int, ...]:
 def goodput(profile: Profile, kind: str, quality: float, batch: int, draft_len: int, context: float) -> float:
     """Predicted tokens per second of an engine decoding `batch` sequences with chains of `draft_len`."""
     accept = stats_for(profile.acceptance, kind, quality, draft_len).mean
-    step = verify_step_s(profile.decode, batch, context, draft_len) + draft_step_s(profile.drafter, kind, batch, draft_len)
+    step = verify_step_s(profile.decode, batch, context, draft_len) + draft_step_s(profile.drafter, kind, batch,
+                                                                                   draft_len)
     return batch * accept / step
 
 
@@ -102,7 +103,8 @@ def predict_schedule(policy: Policy, profile: Profile, kind: str | None = None, 
             continue
         sizes = range(row.min_batch, hi + 1)
         plain = [goodput(profile, kind, quality, b, 0, context) for b in sizes]
-        speedups = {k: sum(goodput(profile, kind, quality, b, k, context) / p for b, p in zip(sizes, plain)) / len(plain)
+        speedups = {k: sum(goodput(profile, kind, quality, b, k, context) / p for b, p in zip(sizes,
+                                                                                              plain)) / len(plain)
                     for k in arms}
         best = max(arms, key=lambda k: (speedups[k], -k))  # ties: the shorter chain (less to lose)
         buckets.append(BucketChoice(i, row.min_batch, hi, speedups, best if speedups[best] > 1.0 else 0))
@@ -115,7 +117,8 @@ def start_tables(policy: Policy, profile: Profile, context: float = DEFAULT_CONT
     its bandit is a fixed table (a fixed table is the schedule as written, never re-derived)."""
     if not policy.uses_sd or policy.bandit.algorithm == "fixed":
         return {}
-    kinds = [policy.drafter.kind] + (["ngram"] if policy.drafter.kind == "eagle" and policy.drafter.ngram_fallback else [])
+    fallback = policy.drafter.kind == "eagle" and policy.drafter.ngram_fallback
+    kinds = [policy.drafter.kind] + (["ngram"] if fallback else [])
     return {k: predict_schedule(policy, profile, kind=k, context=context) for k in kinds}
 
 

@@ -199,7 +199,8 @@ def trace_policy(trace: Trace) -> TracePolicy:
     try:
         pol = from_mapping(Policy, mapping, f"{trace.path or trace.name}/meta.json", "policy")
     except ConfigError as exc:
-        raise TraceError(trace.path or trace.name, "meta.json", f"policy: {exc}", "the trace's policy must be a valid Policy") from None
+        raise TraceError(trace.path or trace.name, "meta.json", f"policy: {exc}",
+                         "the trace's policy must be a valid Policy") from None
     kind = trace_drafter_kind(meta)
     drafter = replace(pol.drafter, kind=kind, warm_start=kind == "eagle", ngram_fallback=False)
     training = replace(pol.training, enabled=False)
@@ -223,7 +224,8 @@ def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], float]:
         if len(r) != n or (sizes != wl.group_size).any():
             raise TraceError(trace.path or trace.name, "requests.parquet",
                              f"RL step {rl} has {len(r)} responses in {len(sizes)} prompts",
-                             f"a validated trace needs prompts x samples = {wl.prompts_per_step} x {wl.group_size} per RL step "
+                             f"a validated trace needs prompts x samples = {wl.prompts_per_step} x {wl.group_size} per "
+                             f"RL step "
                              "(sync rollouts)")
         group_worker = r.groupby("prompt_id")["worker"].min()
         order = r.assign(group_worker=r["prompt_id"].map(group_worker))
@@ -308,7 +310,8 @@ def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
         schedule_overridden=tp.schedule_overridden, off_threshold_sd_steps=tp.off_threshold_sd_steps,
         shards_match=shards_match, measured_basis=basis, predicted_per_step_s=predicted, rollout_s=rollout_s,
         span_s=spans,
-        span_vs_rollout_pct=(100 * (sum(spans) - sum(rollout_s)) / sum(rollout_s)) if rollout_s and sum(rollout_s) > 0 else None,
+        span_vs_rollout_pct=((100 * (sum(spans) - sum(rollout_s)) / sum(rollout_s))
+                             if rollout_s and sum(rollout_s) > 0 else None),
         tokens_traced=int(trace.requests["response_tokens"].sum()),
         tokens_simulated=int(sum(m.tokens for m in run.steps)),
         accept_len_traced=traced_accept, accept_len_simulated=sim_accept,

@@ -42,7 +42,8 @@ ARCHITECTURE = "EagleLlamaForCausalLM"
 def _rope_theta(cfg: Any) -> float:
     params = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
     if isinstance(params, dict) and params.get("rope_type", params.get("type", "default")) not in ("default", None):
-        raise NotImplementedError(f"target RoPE type {params.get('rope_type')!r}: the drafter implements default RoPE only")
+        raise NotImplementedError(f"target RoPE type {params.get('rope_type')!r}: the drafter implements default RoPE "
+                                  f"only")
     theta = params.get("rope_theta") if isinstance(params, dict) else None
     return float(theta if theta is not None else getattr(cfg, "rope_theta", 10000.0))
 

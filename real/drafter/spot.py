@@ -179,7 +179,8 @@ class SpotTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("version") != SPOT_STATE_VERSION:
-            raise ValueError(f"spot trainer state version {state.get('version')!r}; this code reads {SPOT_STATE_VERSION}")
+            raise ValueError(f"spot trainer state version {state.get('version')!r}; this code reads "
+                             f"{SPOT_STATE_VERSION}")
         self.load_drafter_state(state["drafter"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])

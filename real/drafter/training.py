@@ -31,7 +31,7 @@ from real.drafter.eagle import (
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import Sampling
 from real.tiny import task
-from real.torch_utils import pad_right
+from real.torch_utils import autocast, pad_right, train_device
 
 
 @dataclass
@@ -51,6 +51,9 @@ class DrafterTrainConfig:
     # synchronisation costs more than it gains (many times slower with 2 threads on a busy
     # 2-core machine), else torch's default.
     threads: int | None = None
+    # "cpu", or "cuda": the target's forward and the drafter's steps in bf16 autocast on the GPU
+    # (float32 weights and AdamW state); the saved drafter is float32 either way.
+    device: str = "cpu"
 
 
 def featurize(model: nn.Module, sequences: Sequence[Sequence[int]], max_len: int = 512,
@@ -64,8 +67,11 @@ def featurize(model: nn.Module, sequences: Sequence[Sequence[int]], max_len: int
     for i in range(0, len(order), batch_size):
         chunk = order[i: i + batch_size]
         ids, mask = pad_right([seqs[j] for j in chunk])
-        hidden, _ = target_hidden_states(model, ids, mask.long())
-        feats.update((j, (seqs[j], hidden[r, : len(seqs[j])].clone())) for r, j in enumerate(chunk))
+        device = next(model.parameters()).device
+        with autocast(device):
+            hidden, _ = target_hidden_states(model, ids.to(device), mask.long().to(device))
+        # float32 on the CPU: the records travel between processes and into checkpoints.
+        feats.update((j, (seqs[j], hidden[r, : len(seqs[j])].float().cpu().clone())) for r, j in enumerate(chunk))
     return [feats[j] for j in range(len(seqs))]
 
 
@@ -80,17 +86,20 @@ def train_step(drafter: EagleDrafter, opt: torch.optim.Optimizer, hidden: torch.
     and the target's distribution lm_head(hidden[t+1]). Returns the loss and its parts.
     """
     cfg = cfg or DrafterTrainConfig()
-    if mask is None:
-        mask = torch.ones(tokens.shape, dtype=torch.bool)
+    # The batch goes where the drafter is (the CPU unless `train_drafter` moved it to a GPU).
+    device = next(drafter.parameters()).device
+    hidden, tokens = hidden.to(device), tokens.to(device)
+    mask = torch.ones(tokens.shape, dtype=torch.bool, device=device) if mask is None else mask.to(device)
     inp_h = hidden[:, :-1]
     if cfg.noise > 0:
-        inp_h = inp_h + (torch.rand(inp_h.shape, generator=gen) * 2 - 1) * cfg.noise
-    pred_h, pred_logits = drafter(inp_h, tokens[:, 1:])
-    tgt_h = hidden[:, 1:]
-    with torch.no_grad():
-        tgt_logits = drafter.lm_head(tgt_h)
-    loss, parts = eagle_loss(pred_h, pred_logits, tgt_h, tgt_logits, mask[:, 1:] & mask[:, :-1],
-                             cfg.reg_weight, cfg.ce_weight)
+        inp_h = inp_h + ((torch.rand(inp_h.shape, generator=gen) * 2 - 1) * cfg.noise).to(device)
+    with autocast(device):
+        pred_h, pred_logits = drafter(inp_h, tokens[:, 1:])
+        tgt_h = hidden[:, 1:]
+        with torch.no_grad():
+            tgt_logits = drafter.lm_head(tgt_h)
+        loss, parts = eagle_loss(pred_h.float(), pred_logits.float(), tgt_h, tgt_logits.float(),
+                                 mask[:, 1:] & mask[:, :-1], cfg.reg_weight, cfg.ce_weight)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip:
@@ -117,10 +126,13 @@ def train_drafter(target: str | Path | nn.Module, sequences: Sequence[Sequence[i
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
+    device = train_device(cfg.device)
     try:
-        return _train(model, sequences, cfg, drafter, log, log_every)
+        drafter = _train(model.to(device), sequences, cfg, drafter, log, log_every)
     finally:
         torch.set_num_threads(before)
+        model.to("cpu")
+    return drafter.to("cpu")
 
 
 def _train(model: nn.Module, sequences: Sequence[Sequence[int]], cfg: DrafterTrainConfig, drafter: EagleDrafter | None,
@@ -128,14 +140,18 @@ def _train(model: nn.Module, sequences: Sequence[Sequence[int]], cfg: DrafterTra
     torch.manual_seed(cfg.seed)
     if drafter is None:
         drafter = EagleDrafter.from_target(model)
+    drafter.to(next(model.parameters()).device)
     feats = featurize(model, sequences, cfg.max_len, cfg.batch_size)
     if not feats:
         raise ValueError("no training sequences (each needs at least 3 tokens)")
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup)) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, cfg.steps))))))
+    def lr_factor(s: int) -> float:  # linear warm-up, then cosine down to 10%
+        progress = min(1.0, s / max(1, cfg.steps))
+        return min(1.0, (s + 1) / max(1, cfg.warmup)) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     drafter.train()
     history: list[dict[str, float]] = []
     t0 = time.perf_counter()
@@ -176,7 +192,8 @@ def rollout_sequences(model_dir: str | Path, prompts: Sequence[str | Sequence[in
     try:
         results = engine.generate(prompts, 1, Sampling(temperature=0.0, max_tokens=max_tokens))
         if samples > 1:
-            sampled = engine.generate(prompts, samples - 1, Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed))
+            sampled = engine.generate(prompts, samples - 1, Sampling(temperature=temperature, max_tokens=max_tokens,
+                                                                     seed=seed))
             for r, s in zip(results, sampled):
                 r.samples += s.samples
     finally:
@@ -221,9 +238,10 @@ def _hf_rollouts(model_dir: str | Path, prompts: Sequence[str | Sequence[int]], 
 def train_from_target(model_dir: str | Path, out_dir: str | Path, steps: int = 300, seed: int = 0,
                       prompts: int = 32, samples: int = 4, max_tokens: int = 256, lr: float = 1e-3,
                       mix: str = "default", temperature: float = 1.0,
-                      log: Callable[[str], None] | None = print) -> Path:
+                      log: Callable[[str], None] | None = print, device: str = "cpu") -> Path:
     """`tlt drafter train`: sample the target on task prompts (real.tiny.task), train a drafter on
-    the rollouts' hidden states, save it atomically."""
+    the rollouts' hidden states, save it atomically. `device`: where the drafter trains (cpu or cuda)."""
+    train_device(device)  # refused before any rollout
     prompt_list = [p.prompt for p in task.make_problems(prompts, seed, mix)]
     if log:
         log(f"training data: {len(prompt_list)} prompts from {task.__name__}, {samples} samples each, "
@@ -232,7 +250,7 @@ def train_from_target(model_dir: str | Path, out_dir: str | Path, steps: int = 3
     model = load_target(model_dir)
     # Train on whole responses: a drafter never shown positions past max_len collapses there
     # (its acceptance falls to a fraction beyond that context).
-    config = DrafterTrainConfig(max_len=max(len(s) for s in seqs))
+    config = DrafterTrainConfig(max_len=max(len(s) for s in seqs), device=device)
     drafter = train_drafter(model, seqs, steps=steps, lr=lr, seed=seed, config=config, log=log)
     return save_drafter(drafter, out_dir, model.config,
                         extra={"target": str(model_dir), "prompts": len(prompt_list), "prompt_source": task.__name__,

@@ -47,6 +47,7 @@ class GrpoBench:
     grad_diff: float = float("nan")  # the largest |packed - padded| gradient entry there
     packed_s: list[float] = field(default_factory=list)
     padded_s: list[float] = field(default_factory=list)
+    device: str = "cpu"  # where the update ran: cpu (float32) or cuda (bf16 autocast)
 
     def tokens_per_s(self, times: list[float]) -> float:
         return self.tokens / statistics.median(times)
@@ -81,12 +82,14 @@ def _padded_tokens(batch: list[Any], minibatch: int) -> int:
 
 
 def bench_grpo(model: str | Path, prompts: int = 16, samples: int = 4, max_tokens: int = 1024, repeats: int = 3,
-               seed: int = 0, log: Callable[[str], None] | None = print) -> GrpoBench:
+               seed: int = 0, log: Callable[[str], None] | None = print, device: str = "cpu") -> GrpoBench:
     from real.grpo import GRPOConfig, GRPOTrainer
+    from real.torch_utils import train_device
 
+    train_device(device)  # refused before any engine starts
     say = log or (lambda m: None)
     threads = os.cpu_count() or 1
-    report = GrpoBench(str(model), prompts, samples, max_tokens, seed, threads)
+    report = GrpoBench(str(model), prompts, samples, max_tokens, seed, threads, device=device)
     say(f"sampling {prompts} x {samples} responses of {model} (temperature 1, cap {max_tokens})")
     batch = _responses(Path(model), prompts, samples, max_tokens, seed)
     report.sequences = len(batch)
@@ -95,7 +98,8 @@ def bench_grpo(model: str | Path, prompts: int = 16, samples: int = 4, max_token
     report.minibatch = min(16, len(batch))
     report.padded_tokens = _padded_tokens(batch, report.minibatch)
     trainers = {pack: GRPOTrainer(model, GRPOConfig(lr=2e-5, minibatch=report.minibatch, pack=pack),
-                                  seed=derive_seed(seed, Stream.GRPO), threads=threads) for pack in (True, False)}
+                                  seed=derive_seed(seed, Stream.GRPO), threads=threads, device=device)
+                for pack in (True, False)}
     (loss_p, grads_p), (loss_q, grads_q) = (trainers[p].gradients(batch) for p in (True, False))
     report.loss_diff = abs(loss_p - loss_q)
     report.grad_diff = max(float((grads_p[k] - grads_q[k]).abs().max()) for k in grads_p)

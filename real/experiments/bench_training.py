@@ -240,7 +240,8 @@ def bench_real(configs: list[RunConfig], log: Callable[[str], None] | None = pri
 
 def batch_bucket(batch: pd.Series) -> pd.Series:
     """Each batch size's bucket label ("1", "2", "3-4", ... up to BUCKET_EDGES' last)."""
-    labels = [str(e) if lo == e else f"{lo}-{e}" for lo, e in zip((1,) + tuple(x + 1 for x in BUCKET_EDGES), BUCKET_EDGES)]
+    labels = [str(e) if lo == e else f"{lo}-{e}" for lo, e in zip((1,) + tuple(x + 1 for x in BUCKET_EDGES),
+                                                                  BUCKET_EDGES)]
     return pd.cut(batch, (0,) + BUCKET_EDGES, labels=labels)
 
 
@@ -271,7 +272,8 @@ def bucket_rows(baseline_steps: pd.DataFrame, tlt_steps: pd.DataFrame) -> list[B
         rate_b = b["per_seq"].sum() / b["wall_s"].sum() if len(b) else math.nan
         rate_t = t["per_seq"].sum() / t["wall_s"].sum() if len(t) else math.nan
         ks = t["draft_len"].value_counts(normalize=True).sort_index()
-        arms = {int(k): g["per_seq"].sum() / g["wall_s"].sum() for k, g in t.groupby("draft_len") if len(g) >= MIN_ARM_STEPS}
+        arms = {int(k): g["per_seq"].sum() / g["wall_s"].sum() for k,
+                g in t.groupby("draft_len") if len(g) >= MIN_ARM_STEPS}
         best_k = max(arms, key=arms.get) if arms and rate_b > 0 else -1
         rows.append(BucketRow(str(label), float(b["wall_s"].sum() / total) if total else math.nan, float(rate_b),
                               float(rate_t), float(rate_t / rate_b) if rate_b else math.nan,

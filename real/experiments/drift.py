@@ -105,7 +105,8 @@ class _DriftLoop:
         for i, (text, resp) in enumerate(zip(texts, responses)):
             answer = self.tok.decode(resp, skip_special_tokens=True)
             prompt_ids = self.tok(text, add_special_tokens=False)["input_ids"]
-            scored.append(ScoredResponse(prompt_ids, resp, task.reward(problems[i // n], answer, self.variant), group=i // n))
+            scored.append(ScoredResponse(prompt_ids, resp, task.reward(problems[i // n], answer, self.variant),
+                                         group=i // n))
         return [r.prompt_ids + r.response_ids for r in scored], scored
 
     def rollout(self, step: int) -> tuple[list[list[int]], list[ScoredResponse]]:
@@ -135,7 +136,8 @@ class _DriftLoop:
     def run(self) -> list[dict[str, Any]]:
         """Row 0 (the start), then one row per update."""
         if self.log:
-            self.log(f"{'update':>6}  {'reward':>6}  {'static_len':>10}  {'spot_len':>10}  {'spot_loss':>9}  {'time':>7}")
+            self.log(f"{'update':>6}  {'reward':>6}  {'static_len':>10}  {'spot_len':>10}  {'spot_loss':>9}  "
+                     f"{'time':>7}")
         never = threading.Event()
         t0 = time.perf_counter()
         _, batch = self.rollout(0)

@@ -42,13 +42,16 @@ def step_times(engine: RolloutEngine, batch: int, max_tokens: int, seed: int) ->
     return [r.wall_s for r in steps], [0.0 if math.isnan(r.draft_s) else r.draft_s for r in steps]
 
 
-def measure(model: Path, drafter: Path, batches: list[int], rounds: int, max_tokens: int, seed: int) -> dict[int, dict[str, float]]:
+def measure(model: Path, drafter: Path, batches: list[int], rounds: int, max_tokens: int, seed: int) -> dict[int,
+                                                                                                             dict[str,
+                                                                                                                  float]]:
     walls: dict[tuple[str, int], list[float]] = {}
     estimates: dict[int, list[float]] = {}
     for r in range(rounds):
         for name in ("plain", "eagle"):
             policy, d = (load_policy("baseline"), None) if name == "plain" else (load_policy("tlt-vllm"), drafter)
-            engine = RolloutEngine(model, policy, drafter_dir=d, adaptive=True, in_process=True, kv_cache_gib=0.5, seed=seed)
+            engine = RolloutEngine(model, policy, drafter_dir=d, adaptive=True, in_process=True, kv_cache_gib=0.5,
+                                   seed=seed)
             try:
                 if engine.spec:
                     engine.set_draft_lengths([(1, engine.max_num_seqs, 0)])

@@ -31,7 +31,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--passes", type=int, default=None, help="interleaved passes over the inference points, each "
                     "point keeping its fastest (default: 1 cuda, 3 cpu, where other processes share the cores)")
     ap.add_argument("--seed", type=int, default=0, help="seeds the random weights and inputs")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1 on cpu, timed on its own CPU clock; torch's on cuda)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: 1 on cpu, timed on its own CPU clock; torch's on cuda)")
     ap.add_argument("--check-rounds", type=int, default=5, help="interleaved rounds of the whole-model check (0: skip)")
     ap.add_argument("--allreduce-latency-us", type=float, default=1e6 * ALLREDUCE_LATENCY_S,
                     help="assumed latency of one TP all-reduce")

@@ -60,7 +60,8 @@ class Rank:
         return self._drafter
 
     def layer_bytes(self, p: Point) -> int:
-        return self.shard.layer_params * self.dtype_bytes + self.shard.kv_bytes(p.batch, p.context + p.tokens, self.dtype_bytes)
+        return self.shard.layer_params * self.dtype_bytes + self.shard.kv_bytes(p.batch, p.context + p.tokens,
+                                                                                self.dtype_bytes)
 
 
 @dataclass
@@ -112,7 +113,8 @@ def measure_target(rank: Rank, timer: Timer, p: Point, mode: str, link: Link, ca
     per_layer = layer.seconds / copies
     coll = s.collectives_s(p.batch * p.tokens, link, rank.dtype_bytes, p.batch if p.op == "prefill" else None)
     return Row(p.op, p.batch, p.context, p.tokens, p.topk, mode, s.arch.layers * per_layer + head.seconds + coll,
-               per_layer, head.seconds, coll, s.arch.layers, copies, layer.p10_s / copies, layer.p90_s / copies, layer.runs)
+               per_layer, head.seconds, coll, s.arch.layers, copies, layer.p10_s / copies, layer.p90_s / copies,
+               layer.runs)
 
 
 def measure_drafter(rank: Rank, timer: Timer, p: Point, mode: str, link: Link) -> Row:
@@ -124,7 +126,8 @@ def measure_drafter(rank: Rank, timer: Timer, p: Point, mode: str, link: Link) -
     hidden = torch.randn(p.batch, p.tokens, s.hidden, device=dev, dtype=dt)
     ids = torch.randint(0, s.vocab, (p.batch, p.tokens), device=dev)
     drafter, head = rank.drafter, rank.head
-    t = time_mode(timer, lambda: drafter(head, ids, hidden, p.context, cos, sin, cache).topk(p.topk, dim=-1).indices, mode)
+    t = time_mode(timer, lambda: drafter(head, ids, hidden, p.context, cos, sin, cache).topk(p.topk, dim=-1).indices,
+                  mode)
     coll = s.drafter_collectives_s(p.batch * p.tokens, link, rank.dtype_bytes)
     return Row(p.op, p.batch, p.context, p.tokens, p.topk, mode, t.seconds + coll, t.seconds, 0.0, coll, 1, 1,
                t.p10_s, t.p90_s, t.runs)
@@ -176,7 +179,8 @@ def measure_training(rank: Rank, timer: Timer, p: Point) -> Row:
     step is the whole model's forward (+ backward) over B x T tokens; per token divides by it."""
     if p.op == "drafter_train":
         t = timer.eager(drafter_train_fn(rank, p))
-        return Row(p.op, p.batch, 0, p.tokens, 1, "eager", t.seconds, t.seconds, 0.0, 0.0, 1, 1, t.p10_s, t.p90_s, t.runs)
+        return Row(p.op, p.batch, 0, p.tokens, 1, "eager", t.seconds, t.seconds, 0.0, 0.0, 1, 1, t.p10_s, t.p90_s,
+                   t.runs)
     layer_fn, head_fn = train_fns(rank, p)
     layer, head = timer.eager(layer_fn), timer.eager(head_fn)
     n = rank.shard.arch.layers
@@ -244,7 +248,8 @@ def meta(st: Settings, device: torch.device, grid: Grid, llc: int, clock: str) -
         "schema": SCHEMA, "architecture": a.name, "shape": {k: getattr(a, k) for k in a.__dataclass_fields__},
         "tp": st.tp, "dtype": st.dtype, "device": device.type, "device_name": device_name(device),
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
-        "threads": torch.get_num_threads(), "repeats": st.repeats, "passes": st.passes, "warmup": st.warmup, "seed": st.seed,
+        "threads": torch.get_num_threads(), "repeats": st.repeats, "passes": st.passes, "warmup": st.warmup,
+        "seed": st.seed,
         "grid": st.grid, "grid_points": {k: getattr(grid, k) for k in grid.__dataclass_fields__},
         "link": {"allreduce_latency_s": st.link.latency_s, "bus_bytes_per_s": st.link.bus_bytes_per_s},
         "cache_bytes": llc, "clock": clock, "decode_mode": "graph" if device.type == "cuda" else "eager",

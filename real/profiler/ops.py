@@ -24,7 +24,8 @@ RMS_EPS = 1e-6
 ROPE_THETA = 10000.0  # the frequencies' base changes values, not cost
 
 
-def rotary(head_dim: int, start: int, tokens: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary(head_dim: int, start: int, tokens: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor,
+                                                                                                      torch.Tensor]:
     """cos and sin for positions start .. start + tokens - 1, shaped [tokens, head_dim]."""
     inv = 1.0 / ROPE_THETA ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
     angles = torch.outer(torch.arange(start, start + tokens, device=device, dtype=torch.float32), inv)

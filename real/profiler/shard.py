@@ -66,7 +66,8 @@ class Shard:
         """One decoder layer on this rank: q, k, v (with their biases), o, the gated MLP, two norms."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         bias = (q + 2 * kv) if self.arch.qkv_bias else 0
-        return self.hidden * (q + 2 * kv) + bias + q * self.hidden + 3 * self.hidden * self.intermediate + 2 * self.hidden
+        attention = self.hidden * (q + 2 * kv) + bias + q * self.hidden
+        return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
 
     def kv_bytes(self, sequences: int, context: int, dtype_bytes: int) -> int:
         """One layer's KV cache on this rank for `sequences` sequences of `context` tokens."""
@@ -95,7 +96,8 @@ def _problem(arch: Architecture, tp: int) -> tuple[str, int, str] | None:
     if arch.intermediate % tp:
         return "intermediate_size", arch.intermediate, f"divisible by --tp {tp}"
     if (arch.kv_heads % tp) if tp <= arch.kv_heads else (tp % arch.kv_heads):
-        return "num_key_value_heads", arch.kv_heads, f"divisible by --tp {tp}, or dividing it (KV heads are then replicated)"
+        return ("num_key_value_heads", arch.kv_heads,
+                f"divisible by --tp {tp}, or dividing it (KV heads are then replicated)")
     return None
 
 

@@ -472,7 +472,8 @@ def _step_row(ss: Any, ctx: list[int], n_decoding: int, new_tokens: int, **where
     draft_len = num_drafts = num_draft_tokens = num_accepted = 0
     per_pos: list[int] = []
     if sd is not None and sd.num_drafts > 0:
-        num_drafts, num_draft_tokens, num_accepted = int(sd.num_drafts), int(sd.num_draft_tokens), int(sd.num_accepted_tokens)
+        num_drafts, num_draft_tokens = int(sd.num_drafts), int(sd.num_draft_tokens)
+        num_accepted = int(sd.num_accepted_tokens)
         drafted = list(getattr(sd, "num_draft_tokens_per_pos", []) or [])
         # The step's K: the last position that got a draft (= num_draft_tokens / num_drafts
         # when every request got a full-length draft; n-gram can propose fewer).

@@ -60,7 +60,8 @@ def dynamic_schedule(policy: Policy, max_num_seqs: int) -> list[tuple[int, int, 
     """
     if not policy.uses_sd:
         return []
-    rows = [(lo, hi, policy.schedule[i].draft_len) for i, (lo, hi) in sorted(bucket_ranges(policy, max_num_seqs).items())]
+    rows = [(lo, hi, policy.schedule[i].draft_len) for i, (lo, hi) in sorted(bucket_ranges(policy,
+                                                                                           max_num_seqs).items())]
     return close_table(rows, max_num_seqs)
 
 

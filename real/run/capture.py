@@ -25,8 +25,10 @@ from real.rollout.engine import RolloutEngine
 from real.rollout.requests import EngineStepRow, RunResult, Sampling, group_requests
 from real.rollout.spec_config import dynamic_schedule, speculative_config
 from real.tiny import task
-from real.tiny.model import load_model_dir, variant_of
+from real.run.task_source import task_source
+from real.tiny.model import load_model_dir
 from workbench.contracts.policy import Policy
+from workbench.contracts.task import Task
 from workbench.contracts.schema import from_mapping, to_mapping
 from workbench.contracts.trace import (
     RequestRow,
@@ -90,7 +92,8 @@ def check_inputs(model: str | Path, policy: Policy, drafter: str | Path | None, 
     if prompts < 1 or samples < 1 or max_tokens < 1:
         raise CaptureError("--prompts, --samples and --max-tokens must be >= 1")
     if max_tokens >= max_model_len:
-        raise CaptureError(f"--max-tokens {max_tokens}: must leave room for the prompt in max_model_len {max_model_len}")
+        raise CaptureError(f"--max-tokens {max_tokens}: must leave room for the prompt in "
+                           f"max_model_len {max_model_len}")
     if mix not in task.MIXES:
         raise CaptureError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}")
     speculative_config(policy, drafter)  # raises naming --drafter when an eagle policy lacks one
@@ -100,7 +103,7 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
             samples: int = 4, max_tokens: int = 512, seed: int = 0, mix: str = "default", temperature: float = 1.0,
             max_num_seqs: int = 64, max_model_len: int = 2048, out: str | Path | None = None,
             engine: Any = None, log: Callable[[str], None] | None = print, progress_every_s: float = 2.0,
-            max_in_flight: int | None = None) -> Trace:
+            max_in_flight: int | None = None, task_file: Task | None = None) -> Trace:
     """Capture one rollout as a Trace (written to `out` when given).
 
     `engine`: an already running RolloutEngine to use (its drafter is then the engine's; an
@@ -109,14 +112,16 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
     `max_in_flight`: the batch cap, held by the driver (`RolloutEngine.run_steps`) instead of
     vLLM's max_num_seqs, so one running engine captures several caps; the meta's
     `engine.max_num_seqs` is then the cap (what the run behaved as), `engine.started_max_num_seqs`
-    the engine's.
+    the engine's. `task_file`: a user's task (workbench/contracts/task.py) instead of the GCD task under `mix`.
     """
     check_inputs(model, policy, drafter, prompts, samples, max_tokens, mix, max_model_len)
-    problems = task.make_problems(prompts, seed, mix)
+    source = task_source(model, task_file, mix)
+    problems = source.draw(prompts, seed)
     own = engine is None
     if own:
         if log:
-            log(f"starting vLLM: {model}, policy {policy.name} (drafter {policy.drafter.kind}), max_num_seqs {max_num_seqs}")
+            log(f"starting vLLM: {model}, policy {policy.name} (drafter {policy.drafter.kind}), max_num_seqs "
+                f"{max_num_seqs}")
         engine = RolloutEngine(model, policy, drafter_dir=drafter, max_num_seqs=max_num_seqs,
                                max_model_len=max_model_len, seed=seed)
     try:
@@ -128,14 +133,14 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
         sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
         requests = group_requests([p.prompt for p in problems], samples, sampling)
         if log:
-            log(f"capturing {prompts} prompts x {samples} samples, up to {max_tokens} tokens, temperature {temperature}, seed {seed}")
+            log(f"capturing {prompts} prompts x {samples} samples, up to {max_tokens} tokens, temperature "
+                f"{temperature}, seed {seed}")
         cpu0 = time.process_time()
         run = engine.run_steps(requests, on_step=_progress(len(requests), log, progress_every_s),
                                max_in_flight=max_in_flight)
         cpu_s = time.process_time() - cpu0
-        variant = variant_of(model)
         for row in run.requests:
-            row.reward = float(task.reward(problems[row.prompt_id], run.outputs[row.request_id].text, variant))
+            row.reward = source.reward(problems[row.prompt_id], run.outputs[row.request_id].text)
         settings = engine.settings()
         if max_in_flight is not None and max_in_flight < engine.max_num_seqs:
             settings.update(max_num_seqs=int(max_in_flight), started_max_num_seqs=engine.max_num_seqs,
@@ -146,13 +151,14 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
 
     steps = rows_frame(run.steps, StepRow)
     reqs = rows_frame(run.requests, RequestRow)
-    rl = rows_frame([RLStepRow(rl_step=0, rollout_s=run.wall_s, train_s=0.0, sync_s=0.0, drafter_train_s=0.0)], RLStepRow)
+    rl = rows_frame([RLStepRow(rl_step=0, rollout_s=run.wall_s, train_s=0.0, sync_s=0.0, drafter_train_s=0.0)],
+                    RLStepRow)
     meta = {
         "model": str(Path(model).resolve()),
         "policy": to_mapping(policy),
         "drafter": str(Path(settings["drafter"]).resolve()) if settings.get("drafter") else None,
         "prompts": prompts, "samples": samples, "max_tokens": max_tokens, "seed": seed,
-        "mix": mix, "temperature": temperature, "task": task.__name__,
+        "mix": mix, "temperature": temperature, "task": source.name, "reward": source.reward_name,
         "machine": machine_info(),
         "engine": settings,
         "summary": {**_summary(run, steps, reqs), "process_cpu_s": round(cpu_s, 4),
@@ -259,13 +265,18 @@ class EngineSession:
     """
 
     def __init__(self, model: str | Path, drafter: str | Path | None = None, max_num_seqs: int = 64,
-                 max_model_len: int = 2048, max_draft_len: int = 4, seed: int = 0, threads: int = 1):
+                 max_model_len: int = 2048, max_draft_len: int = 4, seed: int = 0, threads: int = 1,
+                 task_file: Task | None = None):
+        """`task_file`: a user's task the captures draw their prompts from (None: the GCD task)."""
         import torch
+
+        self.task_file = task_file
 
         self.torch, self.threads = torch, max(1, threads)
         self._pin_threads()
         self.model, self.drafter = Path(model), Path(drafter) if drafter else None
-        self.max_num_seqs, self.max_model_len, self.max_draft_len, self.seed = max_num_seqs, max_model_len, max_draft_len, seed
+        self.max_num_seqs, self.max_model_len = max_num_seqs, max_model_len
+        self.max_draft_len, self.seed = max_draft_len, seed
         self.engine: RolloutEngine | None = None
         self.kind: str | None = None
         self.reference = ReferenceForward(self.model, seed=seed)
@@ -291,7 +302,8 @@ class EngineSession:
         t = time.perf_counter()
         self.close()
         self._pin_threads()
-        self.engine = RolloutEngine(self.model, self.engine_policy(kind), drafter_dir=self.drafter if kind == "eagle" else None,
+        self.engine = RolloutEngine(self.model, self.engine_policy(kind),
+                                    drafter_dir=self.drafter if kind == "eagle" else None,
                                     max_num_seqs=self.max_num_seqs, max_model_len=self.max_model_len, seed=self.seed,
                                     adaptive=kind != "none", in_process=True)
         self.kind = kind
@@ -304,11 +316,12 @@ class EngineSession:
                 max_in_flight: int) -> Trace:
         """One capture on the running engine (`policy`'s schedule; its drafter kind must be the engine's)."""
         if self.engine is None or policy.drafter.kind != self.kind:
-            raise CaptureError(f"capture of drafter {policy.drafter.kind!r} on an engine for {self.kind!r}: start() it first")
+            raise CaptureError(f"capture of drafter {policy.drafter.kind!r} on an engine for {self.kind!r}: start() it "
+                               f"first")
         self._pin_threads()
         return capture(self.model, policy, self.drafter if self.kind == "eagle" else None, prompts=prompts,
                        samples=samples, max_tokens=max_tokens, seed=seed, mix=mix, max_model_len=self.max_model_len,
-                       engine=self.engine, log=None, max_in_flight=max_in_flight)
+                       engine=self.engine, log=None, max_in_flight=max_in_flight, task_file=self.task_file)
 
     def reference_s(self) -> float:
         self._pin_threads()

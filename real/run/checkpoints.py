@@ -101,7 +101,8 @@ def _complete_steps(run_dir: Path) -> list[tuple[int, Path]]:
     root = run_dir / CHECKPOINTS_DIR
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), d) for d in root.iterdir() if (m := _STEP_DIR.match(d.name)) and (d / STATE_FILE).is_file()]
+    found = [(int(m.group(1)),
+              d) for d in root.iterdir() if (m := _STEP_DIR.match(d.name)) and (d / STATE_FILE).is_file()]
     return sorted(found, reverse=True)
 
 
@@ -113,8 +114,10 @@ def _read(directory: Path) -> Checkpoint:
         raise CheckpointError(f"{path}: unreadable checkpoint state ({exc}); delete that checkpoint "
                               "directory to resume from the one before") from None
     if not isinstance(data, dict) or not isinstance(data.get("step"), int) or not isinstance(data.get("state"), dict):
-        raise CheckpointError(f"{path}: not a checkpoint state (want a mapping with an integer 'step' and a 'state' mapping)")
+        raise CheckpointError(f"{path}: not a checkpoint state (want a mapping with an integer 'step' and a 'state' "
+                              f"mapping)")
     if data.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {data.get('version')!r}; this code reads {CHECKPOINT_VERSION}")
+        raise CheckpointError(f"{path}: checkpoint version {data.get('version')!r}; this code reads "
+                              f"{CHECKPOINT_VERSION}")
     return Checkpoint(data["step"], directory, data["state"])
 

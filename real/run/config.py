@@ -8,6 +8,7 @@ from pathlib import Path
 
 from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
 from workbench.contracts.policy import Policy
+from workbench.contracts.task import Task
 
 
 class TrainError(ValueError):
@@ -38,6 +39,8 @@ class RunConfig:
     # prediction from a profile); a kind without one starts at the policy's schedule.
     start_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
     start_source: str = ""  # where start_tables came from (e.g. "profile cpu-tiny"), for the trace
+    task: Task | None = None  # a user's task (workbench/contracts/task.py); None: the GCD task under `mix`
+    device: str = "cpu"  # where the GRPO update and the drafter's training run: "cpu" or "cuda" (bf16)
 
     def check(self) -> None:
         if not (Path(self.model) / "config.json").is_file():
@@ -48,20 +51,34 @@ class RunConfig:
             raise TrainError(f"--policy {self.policy.name}: {exc}") from None
         if self.policy.drafter.kind == "eagle" and self.policy.drafter.warm_start and self.drafter is None:
             raise TrainError(f"--policy {self.policy.name}: drafter.warm_start needs --drafter DIR "
-                             f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter; only the shipped models "
+                             f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter; only the shipped "
+                             f"models "
                              f"under traces/reference/ have one), or a cold-starting policy such as tlt-cold")
         if self.drafter is not None and not (Path(self.drafter) / "config.json").is_file():
             raise TrainError(f"--drafter {self.drafter}: not an EAGLE checkpoint (no config.json)")
         for name, v, lo in (("steps", self.steps, 1), ("workers", self.workers, 1), ("prompts", self.prompts, 1),
                             ("samples", self.samples, 2), ("seed", self.seed, 0)):
             if v < lo:
-                raise TrainError(f"--{name} {v}: must be >= {lo}" + (" (GRPO needs a group)" if name == "samples" else ""))
+                why = " (GRPO needs a group)" if name == "samples" else ""
+                raise TrainError(f"--{name} {v}: must be >= {lo}{why}")
         if self.prompts < self.workers:
             raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker needs a prompt group")
+        self._check_device()
         for kind, table in self.start_tables.items():
             if kind not in ("ngram", "eagle") or len(table) != len(self.policy.schedule) or min(table, default=0) < 0:
                 raise TrainError(f"start table {kind}: {list(table)}: one draft length >= 0 per schedule row "
                                  f"({len(self.policy.schedule)}) of policy '{self.policy.name}', for ngram or eagle")
+
+    def _check_device(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise TrainError(f"--device {self.device}: give cpu or cuda")
+        if self.device == "cuda":
+            from real.torch_utils import train_device
+
+            try:
+                train_device(self.device)
+            except ValueError as exc:
+                raise TrainError(str(exc)) from None
 
 
 # The shipped models (traces/reference/model, traces/reference/styles/model) each have their

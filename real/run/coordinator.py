@@ -27,7 +27,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from real.drafter.records import HiddenRecord
 from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
@@ -41,7 +41,6 @@ from real.run.policy_update import policy_update
 from real.run.pool import IdleWork, PoolRollout, WorkerPool
 from real.run.records import DrafterCheck, StepRecord, StepTimes, add_step_rows, rollout_accept_len, step_record
 from real.run.sd_guard import SDVerdict, probe_requests, rollout_verdict, sd_next
-from real.tiny import task
 from workbench.contracts.seeds import Stream, derive_seed
 
 
@@ -87,7 +86,7 @@ class TrainingRun(RunOutputs):
                                                               minibatch=min(16, cfg.prompts * cfg.samples)),
                                    seed=derive_seed(cfg.seed, Stream.GRPO),
                                    reference_dir=cfg.model if cfg.kl_coef > 0 else None,
-                                   threads=os.cpu_count() or 1)
+                                   threads=os.cpu_count() or 1, device=cfg.device)
         if ckpt is not None:
             self.trainer.load_state_dict(torch.load(ckpt.path("trainer.pt"), weights_only=False))
         self._start_workers(ckpt)
@@ -121,13 +120,13 @@ class TrainingRun(RunOutputs):
         """One RL step: rollout with spot training, policy update, sync; then its records and,
         every `checkpoint_every` steps (and at the last), a checkpoint."""
         cfg, s = self.cfg, self.next_step
-        problems = task.make_problems(cfg.prompts, derive_seed(cfg.seed, Stream.PROMPTS, s), cfg.mix)
+        problems = self.source.draw(cfg.prompts, derive_seed(cfg.seed, Stream.PROMPTS, s))
         keeps = cfg.policy.training.enabled and cfg.policy.drafter.kind == "eagle"  # a drafter buffer
         training = keeps and s % cfg.policy.training.interval_steps == 0
         ran = self.engines.kind  # the drafter this step decodes with; its sync may switch to the other
         ro = self.pool.rollout(self._shards(problems, s), s, self.clock0, self._idle_work(training))
         t_train0 = time.time()
-        update = policy_update(self.trainer, problems, ro.rollouts, self.variant, keeps or self.engines.switches)
+        update = policy_update(self.trainer, problems, ro.rollouts, self.source, keeps or self.engines.switches)
         if keeps:
             self.buffer.add(s, update.hidden)
         new_model = self.trainer.save(self.out / "weights" / f"step-{s:06d}")
@@ -146,7 +145,7 @@ class TrainingRun(RunOutputs):
             self.checkpoint(self.pool.states(), self.engines, self.trainer, self.buffer)
         return rec
 
-    def _shards(self, problems: list[task.Problem], s: int) -> list[list[RolloutRequest]]:
+    def _shards(self, problems: list[Any], s: int) -> list[list[RolloutRequest]]:
         """The step's requests by worker: whole groups (prompt i on worker i mod W), sampled alike."""
         cfg, n = self.cfg, len(self.pool)
         sampling = Sampling(temperature=cfg.temperature, max_tokens=cfg.max_tokens,
@@ -208,8 +207,9 @@ class TrainingRun(RunOutputs):
         loses (`sd_next`) the engines restart without a drafter now, before any RL step."""
         cfg = self.cfg
         n = min(cfg.max_num_seqs, -(-cfg.prompts // cfg.workers) * cfg.samples)
-        steps = self.pool.probe([probe_requests(n, derive_seed(cfg.seed, Stream.PROBE, i), cfg.temperature,
-                                                cfg.max_tokens, cfg.mix, self.variant) for i in range(len(self.pool))])
+        seeds = [derive_seed(cfg.seed, Stream.PROBE, i) for i in range(len(self.pool))]
+        steps = self.pool.probe([probe_requests(n, seed, cfg.temperature, cfg.max_tokens, cfg.mix,
+                                                problems=self.source.draw(n, seed)) for seed in seeds])
         self.probe = rollout_verdict(zip(self.pool.plain_costs, steps))
         if self.probe is None:
             return

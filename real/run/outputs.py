@@ -19,7 +19,7 @@ from real.run.config import RunConfig
 from real.run.engine_state import EngineState
 from real.run.records import RunRows, StepRecord, metrics_frame
 from real.run.sd_guard import SDVerdict
-from real.tiny import task
+from real.run.task_source import task_source
 from real.tiny.model import variant_of
 from workbench.contracts.fileio import write_atomic, write_dir_atomic
 from workbench.contracts.schema import to_mapping
@@ -43,6 +43,7 @@ class RunOutputs:
         self.probe_off = False  # whether the probe turned SD off before step 0
         self.setup_s = math.nan  # seconds the run's set-up took: engines, the plain engine, the probe
         self.variant = variant_of(cfg.model)  # the reward the model was built for (real/tiny/task.py)
+        self.source = task_source(cfg.model, cfg.task, cfg.mix)  # the prompts and the reward
 
     def metrics_frame(self) -> pd.DataFrame:
         return metrics_frame(self.metrics)
@@ -57,7 +58,8 @@ class RunOutputs:
                 "prompts": cfg.prompts, "samples": cfg.samples, "max_tokens": cfg.max_tokens,
                 "seed": cfg.seed, "mix": cfg.mix, "temperature": cfg.temperature,
                 "workers": cfg.workers, "machine": machine_info(), "engine": self.settings,
-                "task": task.__name__, "task_variant": self.variant, "source": "tlt train",
+                "task": self.source.name, "reward": self.source.reward_name, "task_variant": self.variant,
+                "source": "tlt train",
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         return self.rows.frames(meta)
 

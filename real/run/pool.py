@@ -18,6 +18,7 @@ from real.run.config import RunConfig
 from real.run.engine_state import EngineState
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
 from real.run.sd_guard import PlainCost, plain_cost
+from real.run.shipping import bundle
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,11 @@ class PoolRollout:
 
 
 class WorkerPool:
-    """`cfg.workers` RolloutWorker actors on Ray (a local one unless `cfg.address`)."""
+    """`cfg.workers` RolloutWorker actors on Ray (a local one unless `cfg.address`).
+
+    On a cluster (`cfg.address`) the workers may run on other machines: every directory they load
+    goes through Ray's object store (real/run/shipping.py), not a path on this machine's disk. Where
+    the cluster has GPUs, each worker takes one (its vLLM engine's)."""
 
     def __init__(self, cfg: RunConfig, model_dir: str, drafter_dir: str | None, engines: EngineState):
         import ray
@@ -62,16 +67,27 @@ class WorkerPool:
                 # that; the threads each worker really uses are set below.
                 ray.init(num_cpus=max(os.cpu_count() or 1, 2 * cfg.workers), include_dashboard=False,
                          log_to_driver=False)
+        self.ship = bool(cfg.address)
         threads = max(1, (os.cpu_count() or 1) // cfg.workers) if not cfg.address else 1
-        actor = ray.remote(num_cpus=1, max_concurrency=2)(RolloutWorker)
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        actor = ray.remote(num_cpus=1, num_gpus=gpus, max_concurrency=2)(RolloutWorker)
         env = {"env_vars": {"OMP_NUM_THREADS": str(threads)}}
+        model, drafter = self._arg(model_dir), self._arg(drafter_dir)
         self.workers = [actor.options(runtime_env=env).remote(
-            i, model_dir, engines, drafter_dir, cfg.seed, max_num_seqs=cfg.max_num_seqs,
+            i, model, engines, drafter, cfg.seed, max_num_seqs=cfg.max_num_seqs,
             max_model_len=cfg.max_model_len, threads=threads) for i in range(cfg.workers)]
         ray.get([w.ready.remote() for w in self.workers])  # all constructed: `start` runs on all at once
         self.plain_rows: list[list[EngineStepRow]] = ray.get([w.start.remote() for w in self.workers])
         self.plain_costs: list[PlainCost | None] = [plain_cost(rows) for rows in self.plain_rows]
         self.settings: dict[str, Any] = ray.get(self.workers[0].settings.remote())
+
+    def _arg(self, path: str | None) -> Any:
+        """A directory as the workers get it: its path, or on a cluster its bundle in the object store."""
+        import ray
+
+        if path is None or not self.ship:
+            return path
+        return ray.put(bundle(path))
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -108,7 +124,8 @@ class WorkerPool:
     def sync(self, model_dir: str, drafter_dir: str | None) -> None:
         import ray
 
-        ray.get([w.sync.remote(model_dir, drafter_dir) for w in self.workers])
+        model, drafter = self._arg(model_dir), self._arg(drafter_dir)
+        ray.get([w.sync.remote(model, drafter) for w in self.workers])
 
     def check_drafters(self, records: Sequence[HiddenRecord], k: int) -> DrafterCheck | None:
         """Both drafters checked by worker 0 on `records` at draft length `k`."""
@@ -120,7 +137,8 @@ class WorkerPool:
         """Every worker's engine restarted as `engines` says (in its process)."""
         import ray
 
-        ray.get([w.run_engine.remote(engines, drafter_dir) for w in self.workers])
+        drafter = self._arg(drafter_dir)
+        ray.get([w.run_engine.remote(engines, drafter) for w in self.workers])
 
     def probe(self, requests: Sequence[Sequence[RolloutRequest]]) -> list[list[EngineStepRow]]:
         """Worker i decodes `requests[i]`, all at once; their engine steps."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.tiny.task import make_problems
@@ -58,7 +58,7 @@ def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
 
 
 def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: str,
-                   variant: str = "gcd") -> list[RolloutRequest]:
+                   variant: str = "gcd", problems: Sequence[Any] | None = None) -> list[RolloutRequest]:
     """The probe, a short sampled rollout SD is judged on before the run's first step
     (real/run/coordinator.py `probe_sd`): n task problems drawn for `seed` from `mix`, sampled
     as a rollout samples them.
@@ -69,8 +69,11 @@ def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: 
     all. Batch: problems sorted by solution length, request i capped at a length rising evenly
     from 16 to PROBE_TOKENS (at most the run's cap), so the batch falls from n to 1 with the
     deepest contexts last, as in a rollout's tail. `python -m real.experiments.check_probe`
-    compares its verdict with the first step's."""
-    problems = sorted(make_problems(n, seed=seed, mix=mix, variant_name=variant), key=lambda p: len(p.solution))
+    compares its verdict with the first step's. `problems`: a user task's problems instead (their
+    `solution`, where the file gives one, makes the prefix)."""
+    if problems is None:
+        problems = make_problems(n, seed=seed, mix=mix, variant_name=variant)
+    problems = sorted(problems, key=lambda p: len(p.solution))
     # No per-request seed: long prompts make vLLM chunk their prefill, and its rollback of a
     # seeded generator after a partial prefill fails on CPU ("CPU Generator does not use
     # offset"); the engine's own seed (Stream.ENGINE) draws the probe's samples.

@@ -51,6 +51,7 @@ from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
 from real.run.engine_state import EngineState
 from real.run.sd_guard import PLAIN_BATCH, plain_requests
+from real.run.shipping import DirBundle, LocalDirs
 from real.tiny.task import make_problems
 from workbench.contracts.seeds import Stream, derive_seed
 
@@ -65,10 +66,15 @@ def spread(items: Sequence[Any], n: int) -> list[Any]:
 
 
 class RolloutWorker:
-    def __init__(self, worker: int, model_dir: str, engines: EngineState, drafter_dir: str | None, seed: int,
-                 max_num_seqs: int = 64, max_model_len: int = 2048, kv_cache_gib: float = 0.5, threads: int = 1):
+    def __init__(self, worker: int, model_dir: str | DirBundle, engines: EngineState,
+                 drafter_dir: str | DirBundle | None, seed: int, max_num_seqs: int = 64, max_model_len: int = 2048,
+                 kv_cache_gib: float = 0.5,
+                 threads: int = 1):
         """`engines`: what the engine runs (real/run/engine_state.py); `seed`: the run's seed, the
-        worker's streams derive from it and `worker`."""
+        worker's streams derive from it and `worker`. Directories come as paths, or as bundles
+        from the object store (real/run/shipping.py) that the worker writes to its own disk."""
+        self.local = LocalDirs()
+        model_dir, drafter_dir = self.local.local(model_dir), self.local.local(drafter_dir)
         # The engine runs in this process (real/rollout/engine.py) and shares its torch threads with the
         # spot trainer: a worker gets its share of the machine's cores, no more.
         self.threads = max(1, threads)
@@ -154,7 +160,7 @@ class RolloutWorker:
             engine.close()
         return [replace(r, draft_s=0.0) for r in run.steps]
 
-    def run_engine(self, engines: EngineState, drafter_dir: str | None) -> float:
+    def run_engine(self, engines: EngineState, drafter_dir: str | DirBundle | None) -> float:
         """Restart the engine as `engines` says: drafter "ngram", "eagle" or "none" (plain decoding,
         where SD loses: real/run/sd_guard.py); seconds taken.
 
@@ -166,7 +172,7 @@ class RolloutWorker:
         if self.controller is not None:
             self.controller_states[self.engines.kind] = self.controller.state_dict()
         self.engine.close()
-        self.engines, self.drafter_dir = engines, drafter_dir or self.drafter_dir
+        self.engines, self.drafter_dir = engines, self.local.local(drafter_dir) or self.drafter_dir
         self._start_engine()
         return time.perf_counter() - t
 
@@ -256,11 +262,12 @@ class RolloutWorker:
         self._stop.set()
         return self._stop_at
 
-    def sync(self, target_dir: str | None, drafter_dir: str | None) -> float:
+    def sync(self, target_dir: str | DirBundle | None, drafter_dir: str | DirBundle | None) -> float:
         """Load the new target (and drafter) into the engine; the spot trainer gets them when it next
         works (the module doc). Seconds taken."""
         self._pin_threads()
         t = time.perf_counter()
+        target_dir, drafter_dir = self.local.local(target_dir), self.local.local(drafter_dir)
         self._stop.clear()
         self._stop_at = float("nan")
         eagle = self.engines.kind == "eagle"
@@ -272,6 +279,7 @@ class RolloutWorker:
         if self.spot is not None:
             target, drafter = self._pending
             self._pending = (target_dir or target, drafter_dir or drafter)
+        self.local.prune([self.model_dir, self.drafter_dir, *self._pending])
         return time.perf_counter() - t
 
     def _catch_up(self) -> None:
@@ -314,8 +322,11 @@ class RolloutWorker:
         return run.steps
 
     def settings(self) -> dict[str, Any]:
-        return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.engines.kind}
+        shipped = self.local.count > 0
+        return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.engines.kind,
+                "weights_from": "Ray object store, to the worker's own disk" if shipped else "the coordinator's disk"}
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+        self.local.close()

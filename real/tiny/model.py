@@ -253,8 +253,8 @@ def evaluate(model, tok, n: int = EVAL_PROBLEMS, seed: int = 0, mix: str = DEFAU
     for p, r in zip(probs, rewards):
         band = "1-6" if p.difficulty <= 6 else "7-20" if p.difficulty <= 20 else "21+"
         by.setdefault(band, []).append(r)
-    right = [l for l, r in zip(lens, rewards) if r]
-    wrong = [l for l, r in zip(lens, rewards) if not r]
+    right = [n for n, r in zip(lens, rewards) if r]
+    wrong = [n for n, r in zip(lens, rewards) if not r]
     return {
         "problems": n, "mix": mix, "split": split, "eval_seconds": round(time.perf_counter() - t0, 1),
         "accuracy": sum(rewards) / n,
@@ -265,7 +265,7 @@ def evaluate(model, tok, n: int = EVAL_PROBLEMS, seed: int = 0, mix: str = DEFAU
         "reference_tokens": {"p50": _percentile(ref, 50), "p90": _percentile(ref, 90), "max": max(ref)},
         "mean_tokens_right": sum(right) / len(right) if right else None,
         "mean_tokens_wrong": sum(wrong) / len(wrong) if wrong else None,
-        "hit_cap": sum(l >= task.MAX_RESPONSE_TOKENS for l in lens),
+        "hit_cap": sum(n >= task.MAX_RESPONSE_TOKENS for n in lens),
         "exact_solutions": sum(t == p.solution for p, t in zip(probs, texts)),
         "variant": variant_name,
         "reward": sum(task.reward(p, t, variant_name) for p, t in zip(probs, texts)) / n,
@@ -334,7 +334,8 @@ def model_card(info: dict) -> str:
     lines = [
         "# Tiny GCD reasoning model (TLT Workbench)", "",
         f"A {info['parameters']:,}-parameter Qwen2 (hidden {ARCH['hidden_size']}, {ARCH['num_hidden_layers']} layers, "
-        f"{ARCH['num_attention_heads']} heads, {ARCH['num_key_value_heads']} KV heads, MLP {ARCH['intermediate_size']}, "
+        f"{ARCH['num_attention_heads']} heads, {ARCH['num_key_value_heads']} KV heads, MLP "
+        f"{ARCH['intermediate_size']}, "
         "untied LM head, float32) with a one-token-per-character tokenizer, trained by SFT on the GCD-by-subtraction "
         "task of `real/tiny/task.py`. Built by:", "",
         f"    tlt model init --out DIR --seed {info['seed']} --steps {info['steps']} --mix {info['mix']}"
@@ -349,7 +350,8 @@ def model_card(info: dict) -> str:
         bands = ", ".join(f"{k} steps {v['accuracy']:.2f} (n={v['n']})" for k, v in e["accuracy_by_difficulty"].items())
         lines += ["", f"Greedy on {e['problems']} held-out problems (mix {e['mix']}): accuracy {e['accuracy']:.2f} "
                   f"({bands}); response tokens p50 {r['p50']:.0f}, p90 {r['p90']:.0f}, max {r['max']} "
-                  f"(reference solutions: p50 {e['reference_tokens']['p50']:.0f}, p90 {e['reference_tokens']['p90']:.0f}, "
+                  f"(reference solutions: p50 {e['reference_tokens']['p50']:.0f}, p90 "
+                  f"{e['reference_tokens']['p90']:.0f}, "
                   f"max {e['reference_tokens']['max']})."]
     lines += ["", "`training.json` holds these figures. Load with `transformers.AutoModelForCausalLM` / "
               "`AutoTokenizer` or `vllm.LLM(model=DIR, dtype=\"float32\")`.", ""]
@@ -404,4 +406,5 @@ def load_model_dir(path: str | Path) -> Path:
     return p
 
 
-__all__ = ["init_model", "load_model_dir", "variant_of", "evaluate", "generate_responses", "greedy_generate", "qwen2_config", "sft", "SFTConfig"]
+__all__ = ["init_model", "load_model_dir", "variant_of", "evaluate", "generate_responses", "greedy_generate",
+           "qwen2_config", "sft", "SFTConfig"]

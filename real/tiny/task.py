@@ -236,3 +236,9 @@ def reward(problem: Problem, response: str, variant_name: str = "gcd") -> float:
     right = 1.0 if parse_answer(response) == problem.answer else 0.0
     styled = 1.0 if style_of(response) in v.rewarded else 0.0
     return (1.0 - v.format_weight) * right + v.format_weight * styled
+
+
+def answer_reward(response: str, answer: str) -> float:
+    """The plain task's reward against a task file's answer (`tlt train --reward real.tiny.task:answer_reward`):
+    1.0 when the response's first answer line parses and equals `answer`, else 0.0."""
+    return 1.0 if parse_answer(response) == int(answer) else 0.0

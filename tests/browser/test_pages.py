@@ -95,7 +95,7 @@ def test_paper_reproduction_runs(page, open_page, appear, healthy, shot, widgets
     open_page(page, "paper", "Microbenchmark fit")
     widgets.number(page, "Steps per case", 1)
     widgets.click(page, "Run the reproduction")
-    appear(page, page.get_by_text("Predicted rows, median |gap|"))
+    appear(page, page.get_by_text("Table A prediction, pre-registered"))
     healthy(page)
     page.get_by_text("Where Table A's time goes").wait_for()
     shot(page, "paper")

@@ -270,7 +270,8 @@ def test_preset_semantics():
     assert cold.uses_sd and cold.bandit.algorithm == "beg" and cold.training.enabled and cold.drafter.ngram_fallback
     assert not cold.drafter.warm_start and all(row.strategy.is_chain for row in cold.schedule)
     base = load_policy("tlt-base")
-    assert base.drafter.kind == "ngram" and (base.sd_threshold, base.sd_warmup_steps) == (tlt.sd_threshold, tlt.sd_warmup_steps)
+    assert base.drafter.kind == "ngram" and (base.sd_threshold, base.sd_warmup_steps) == (tlt.sd_threshold,
+                                                                                          tlt.sd_warmup_steps)
 
 
 def _custom_policy() -> Policy:
@@ -350,7 +351,8 @@ def test_a_tree_schedule_loads_and_bad_trees_name_the_field(tmp_path):
     for rows, field, value in (([[1, 32, "8_4_500"]], "schedule[0].tokens", "500"),
                                ([[1, 32, "8_40_48"]], "schedule[0].topk", "40"),
                                ([[1, 32, 8448]], "schedule[0].draft_len", "8448")):
-        path = _write(tmp_path / "bad.yaml", _with(_with(GOOD_POLICY, "schedule", rows), "bandit", {"algorithm": "fixed"}))
+        path = _write(tmp_path / "bad.yaml", _with(_with(GOOD_POLICY, "schedule", rows), "bandit",
+                                                   {"algorithm": "fixed"}))
         with pytest.raises(ConfigError) as exc:
             load_policy(path)
         _assert_clear(exc.value, path, field, value, "")

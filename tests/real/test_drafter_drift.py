@@ -42,7 +42,8 @@ def test_static_drafter_falls_while_spot_drafter_holds(reference_model, referenc
     from real.experiments.drift import drift_experiment
 
     t0 = time.perf_counter()
-    out = drift_experiment(reference_model, reference_drafter, updates=UPDATES, prompts=8, samples=4, max_tokens=200, lr=LR,
+    out = drift_experiment(reference_model, reference_drafter, updates=UPDATES, prompts=8, samples=4, max_tokens=200,
+                           lr=LR,
                            spot_steps=40, seed=0, log=print, measure_every=UPDATES)
     start, static, spot = out["initial_accept_len"], out["static_accept_len"], out["spot_accept_len"]
     print(f"accepted length: start {start:.3f}; after {UPDATES} updates static {static:.3f}, spot {spot:.3f} "

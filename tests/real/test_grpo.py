@@ -36,7 +36,8 @@ def model_dir(tmp_path_factory):
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2,
                       intermediate_size=64, max_position_embeddings=256, tie_word_embeddings=False)
     out = tmp_path_factory.mktemp("grpo") / "model"
     Qwen2ForCausalLM(cfg).save_pretrained(str(out))

@@ -78,7 +78,8 @@ def test_the_grid_has_every_op_once_and_a_verify_point_for_each_drafter_point():
     g = GRIDS["cpu"]
     pts = points(g)
     assert len(pts) == len(set(pts))
-    assert {p.op for p in pts} == {"decode", "verify", "drafter", "prefill", "train_fwd", "train_fwd_bwd", "drafter_train"}
+    assert {p.op for p in pts} == {"decode", "verify", "drafter", "prefill", "train_fwd", "train_fwd_bwd",
+                                   "drafter_train"}
     verify = {(p.batch, p.tokens) for p in pts if p.op == "verify"}
     assert all((b * k, 2) in verify for b, k in g.drafter)
 
@@ -141,7 +142,8 @@ def test_python_m_real_profiler_runs_with_the_workbench_dependencies_unimportabl
     argv = ["--arch", "tiny-gcd", "--grid", "test", "--repeats", "1", "--warmup", "1", "--passes", "1",
             "--check-rounds", "0", "--out", str(out)]
     res = subprocess.run([sys.executable, "-c", _BLOCKED_RUN.format(absent=set(ABSENT), argv=argv)], cwd=ROOT,
-                         capture_output=True, text=True, check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         capture_output=True, text=True, check=False, env={"PYTHONPATH": str(ROOT),
+                                                                           "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == str(out)
     assert set(read_measurements(out).rows["op"]) >= {"decode", "verify", "drafter", "prefill", "train_fwd_bwd"}
@@ -160,7 +162,8 @@ def measured():
 
 def test_a_measurement_covers_the_grid_and_sums_layers_head_and_collectives(measured):
     r = measured.rows
-    assert set(r["op"]) == {"decode", "verify", "drafter", "prefill", "train_fwd", "train_fwd_bwd", "drafter_train", "whole"}
+    assert set(r["op"]) == {"decode", "verify", "drafter", "prefill", "train_fwd", "train_fwd_bwd", "drafter_train",
+                            "whole"}
     assert (r["step_s"] > 0).all() and r["step_s"].map(math.isfinite).all()
     target = r[r["op"].isin(("decode", "verify", "prefill"))]
     assert (target["layers"] == 4).all() and (target["collectives_s"] > 0).all()  # TP 2: collectives assumed
@@ -185,7 +188,8 @@ def test_measurements_round_trip_through_parquet_and_other_files_are_refused(mea
 def test_python_m_real_profiler_refuses_a_bad_tp_and_writes_nothing(tmp_path):
     out = tmp_path / "m.parquet"
     res = subprocess.run([sys.executable, "-m", "real.profiler", "--arch", "tiny-gcd", "--tp", "3", "--out", str(out)],
-                         cwd=ROOT, capture_output=True, text=True, check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         cwd=ROOT, capture_output=True, text=True, check=False, env={"PYTHONPATH": str(ROOT),
+                                                                                     "PATH": "/usr/bin:/bin"})
     assert res.returncode == 2
     assert "num_attention_heads" in res.stderr and "--tp" in res.stderr
     assert not out.exists() and not list(tmp_path.iterdir())

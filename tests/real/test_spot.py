@@ -230,7 +230,8 @@ def test_ngram_replay_proposes_what_vllms_ngram_drafter_does():
 
     rng = np.random.default_rng(0)
     cases = [[1, 2, 3, 1, 2], [1, 2], [5], [7, 7, 7, 7, 7], [1, 2, 3, 4, 9, 1, 2, 3, 4, 8, 2, 3, 4]]
-    cases += [rng.integers(0, v, n).tolist() for v, n in ((3, 40), (4, 12), (6, 80), (2, 9), (50, 30)) for _ in range(20)]
+    cases += [rng.integers(0, v, n).tolist() for v, n in ((3, 40), (4, 12), (6, 80), (2, 9), (50,
+                                                                                              30)) for _ in range(20)]
     for tokens in cases:
         for k in (1, 3, 6):
             want = vllm_propose(np.asarray(tokens, dtype=np.int32), min_ngram=2, max_ngram=4, max_model_len=4096, k=k)

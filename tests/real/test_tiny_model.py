@@ -244,7 +244,8 @@ def test_cli_model_init(tmp_path):
 
     from workbench.cli import app
 
-    res = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "m"), "--seed", "2", "--steps", "2", "--threads", "1",
+    res = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "m"), "--seed", "2", "--steps", "2",
+                                   "--threads", "1",
                                    "--no-eval"])
     assert res.exit_code == 0, res.output
     info = json.loads((tmp_path / "m" / "training.json").read_text())

@@ -186,7 +186,8 @@ def test_policy_update_makes_the_drafter_stale(gpu_profile):
 
 def test_training_raises_quality_toward_the_buffers_freshness(gpu_profile, policies):
     # At the profile's best learning rate (the learning curve's efficiency is 1 there).
-    tlt = replace(policies["tlt-cold"], training=replace(policies["tlt-cold"].training, lr=gpu_profile.learning.lr_best))
+    tlt = replace(policies["tlt-cold"], training=replace(policies["tlt-cold"].training,
+                                                         lr=gpu_profile.learning.lr_best))
     decay = 1 - gpu_profile.acceptance.staleness_per_update
     new, old = 20_000_000, 10_000_000
     state = DrafterState(0.2, (old,))
@@ -286,7 +287,8 @@ def test_tree_acceptance_is_bounded_grows_with_tokens_and_saturates(gpu_profile)
     assert stats_for(acc, "eagle", 1.0, Strategy(8, 4, 9)).mean == pytest.approx(stats_for(acc, "eagle", 1.0, 8).mean)
     # Without a width gain a tree is no better than its deepest chain.
     flat = _tree_model(gpu_profile, 0.0)
-    assert stats_for(flat, "eagle", 1.0, Strategy(8, 4, 64)).mean == pytest.approx(stats_for(flat, "eagle", 1.0, 8).mean)
+    assert stats_for(flat, "eagle", 1.0, Strategy(8, 4, 64)).mean == pytest.approx(stats_for(flat, "eagle", 1.0,
+                                                                                             8).mean)
 
 
 def test_tree_costs_grow_with_tokens_steps_and_topk(gpu_profile):
@@ -300,7 +302,8 @@ def test_tree_costs_grow_with_tokens_steps_and_topk(gpu_profile):
     roof, added = replace(c, overlap=1.0), replace(c, overlap=0.0)
     for b in (1, 32, 512):
         assert verify_step_s(added, b, 1024, 4) >= verify_step_s(roof, b, 1024, 4)
-    assert verify_step_s(added, 1, 0, 4) - verify_step_s(roof, 1, 0, 4) == pytest.approx(min(c.weights_s, c.compute_s_per_token * 5))
+    assert verify_step_s(added, 1, 0, 4) - verify_step_s(roof, 1, 0, 4) == pytest.approx(min(c.weights_s,
+                                                                                             c.compute_s_per_token * 5))
 
 
 # --------------------------------------------------------------------------- drafts from history and siblings

@@ -76,7 +76,8 @@ class _FakeEngine:
         requests; return the end of its last step."""
         acc = self.profile.acceptance
         kind = self.policy.drafter.kind
-        alpha, shape = (acc.ngram_alpha, acc.ngram_shape) if kind == "ngram" else (acc.eagle_alpha_fresh, acc.eagle_shape)
+        alpha, shape = (acc.ngram_alpha, acc.ngram_shape) if kind == "ngram" else (acc.eagle_alpha_fresh,
+                                                                                   acc.eagle_shape)
         waiting = list(idx)
         running: list[int] = []
         gen = {i: 0 for i in idx}
@@ -123,9 +124,11 @@ class _FakeEngine:
         return t - self.gap_s
 
 
-def _synthetic_trace(profile: Profile, policy: dict, *, prompts: int, samples: int, cap: int, workers: int, max_batch: int,
+def _synthetic_trace(profile: Profile, policy: dict, *, prompts: int, samples: int, cap: int, workers: int,
+                     max_batch: int,
                lengths: LengthModel = LengthModel(clip_ratio=0.05, sigma=0.8), rl_steps: int = 1, prompt_len: int = 48,
-               noise: float = 0.03, outliers: float = 0.01, warmup: int = 2, gap_s: float = 0.0005, seed: int = 0, shared_acceptance: bool = False,
+               noise: float = 0.03, outliers: float = 0.01, warmup: int = 2, gap_s: float = 0.0005, seed: int = 0,
+               shared_acceptance: bool = False,
                replay: list[np.ndarray] | None = None) -> Trace:
     rng = np.random.default_rng(seed)
     engine = _FakeEngine(profile, from_mapping(Policy, policy), max_batch, samples, cap, noise, outliers, warmup, gap_s,
@@ -225,7 +228,8 @@ def _synthetic_run(out, profile: Profile, policy: dict, *, prompts: int = 6, sam
     metrics = pd.DataFrame([dict(rl_step=s.rl_step, step_s=s.rollout_s + s.train_s + s.sync_s + wait + other_s,
                                  rollout_s=s.rollout_s, train_s=s.train_s, sync_s=s.sync_s, stop_latency_s=stop_s,
                                  mean_accept_len=1.0, drafter_kind=kind,
-                                 drafter_steps=int(pick(drafter_steps, s.rl_step)) if s.rl_step < len(drafter_steps) else 0,
+                                 drafter_steps=int(pick(drafter_steps,
+                                                        s.rl_step)) if s.rl_step < len(drafter_steps) else 0,
                                  tokens=int(t.requests[t.requests["rl_step"] == s.rl_step]["response_tokens"].sum()),
                                  eagle_est=pick(eagle_est, s.rl_step), static_est=pick(static_est, s.rl_step))
                             for s in t.rl_steps.itertuples()])

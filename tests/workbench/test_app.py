@@ -36,13 +36,16 @@ def test_whatif_runs_three_policies(app: AppTest) -> None:
 
     table = app.dataframe[0].value
     assert list(table.index) == ["baseline", "static-sd", "tlt"]
-    for col in ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction", "speedup"):
+    for col in ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction",
+                "speedup"):
         assert col in table.columns
     assert table.loc["baseline", "speedup"] == pytest.approx(1.0)
-    assert table.loc["tlt", "speedup"] == pytest.approx(table.loc["baseline", "step_time_s"] / table.loc["tlt", "step_time_s"])
+    assert table.loc["tlt", "speedup"] == pytest.approx(table.loc["baseline", "step_time_s"] / table.loc["tlt",
+                                                                                                         "step_time_s"])
 
     tiles = {m.label: m.value for m in app.metric}
-    assert any("speedup" in label.lower() and "tlt" in label and value.endswith("x") for label, value in tiles.items()), tiles
+    assert any("speedup" in label.lower() and "tlt" in label and value.endswith("x") for label,
+               value in tiles.items()), tiles
 
     charts = app.get("plotly_chart")
     assert len(charts) >= 4  # the per-step lines and one Gantt per policy
@@ -196,7 +199,8 @@ def test_train_page_starts_and_stops_tlt_train(train_app: AppTest, tmp_path: Pat
     assert argv[:len(exe) + 1] == [*exe, "train"]
     opts = dict(zip(argv[argv.index("--model")::2], argv[argv.index("--model") + 1::2]))
     assert opts["--model"] == str(train_page.ROOT / "traces" / "reference" / "model")
-    assert (opts["--policy"], opts["--steps"], opts["--workers"], opts["--out"]) == (DEFAULT_POLICY, "3", "2", str(run_dir))
+    assert (opts["--policy"], opts["--steps"], opts["--workers"], opts["--out"]) == (DEFAULT_POLICY, "3", "2",
+                                                                                     str(run_dir))
     assert "--resume" not in argv
     assert kwargs["start_new_session"] is True
     assert Path(kwargs["stdout"].name) == run_dir / "train.log"

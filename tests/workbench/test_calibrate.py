@@ -1,6 +1,7 @@
 """Calibration (`tlt calibrate`) and validation (`tlt validate`) on synthetic traces.
 
-The traces come from the `synthetic_trace` fixture (tests/workbench/conftest.py): a token-level stand-in for vLLM whose steps
+The traces come from the `synthetic_trace` fixture (tests/workbench/conftest.py): a token-level stand-in for vLLM
+whose steps
 cost exactly the simulator's form under known parameters, with noise, outliers and warm-up.
 """
 
@@ -99,7 +100,8 @@ def test_recovers_acceptance(cal):
     a = cal.profile.acceptance
     assert a.ngram_alpha == pytest.approx(0.65, abs=0.03) and a.ngram_shape == pytest.approx(0.6, abs=0.15)
     assert a.eagle_alpha_fresh == pytest.approx(0.8, abs=0.03) and a.eagle_shape == pytest.approx(0.7, abs=0.15)
-    assert a.eagle_alpha_cold == BASE.acceptance.eagle_alpha_cold and a.staleness_per_update == BASE.acceptance.staleness_per_update
+    assert a.eagle_alpha_cold == BASE.acceptance.eagle_alpha_cold
+    assert a.staleness_per_update == BASE.acceptance.staleness_per_update
     assert not param(cal, "acceptance", "staleness_per_update").fitted
 
 
@@ -162,9 +164,11 @@ def test_finds_the_knee_of_a_memory_bound_engine(tmp_path, synthetic_trace, synt
     """GPU-like: reading the weights costs the same up to 200 tokens per step (weights_s = compute * 200)."""
     gpu = replace(synthetic_machine, decode=replace(synthetic_machine.decode, overhead_s=0.002, per_seq_s=1e-5,
                                                     weights_s=0.004, compute_s_per_token=2e-5, kv_s_per_token=1e-8))
-    shape = dict(prompts=48, samples=4, cap=256, workers=1, max_batch=192, lengths=LengthModel(clip_ratio=0.05, sigma=0.4))
+    shape = dict(prompts=48, samples=4, cap=256, workers=1, max_batch=192, lengths=LengthModel(clip_ratio=0.05,
+                                                                                               sigma=0.4))
     pol = {"name": "ngram", "sd_threshold": 192, "schedule": [[1, 48, 4], [49, 192, 2]], "drafter": {"kind": "ngram"}}
-    ts = [synthetic_trace(gpu, BASELINE, seed=5, gap_s=0.0, **shape), synthetic_trace(gpu, pol, seed=6, gap_s=0.0, **shape)]
+    ts = [synthetic_trace(gpu, BASELINE, seed=5, gap_s=0.0, **shape), synthetic_trace(gpu, pol, seed=6, gap_s=0.0,
+                                                                                      **shape)]
     c = calibrate(ts, BASE)
     assert param(c, "decode", "weights_s").fitted
     assert close(c.profile.decode.weights_s, 0.004, 0.2)
@@ -180,12 +184,14 @@ def test_length_model_is_recovered():
     rows = []
     for step in range(2):
         s = sample_step(true, cap, prompts, group, step, rng)
-        rows.append(pd.DataFrame({"rl_step": step, "engine": 0, "request_id": [f"{step}-{i}" for i in range(len(s.lengths))],
+        rows.append(pd.DataFrame({"rl_step": step, "engine": 0,
+                                  "request_id": [f"{step}-{i}" for i in range(len(s.lengths))],
                                   "prompt_id": s.prompt, "sample": np.tile(np.arange(group), prompts),
                                   "prompt_tokens": 50, "response_tokens": s.lengths,
                                   "finish_reason": np.where(s.lengths >= cap, "length", "stop"),
                                   "start_s": 0.0, "end_s": 1.0, "reward": s.correct.astype(float)}))
-    t = Trace({"max_tokens": cap, "policy": BASELINE}, pd.DataFrame(), pd.concat(rows, ignore_index=True), pd.DataFrame(),
+    t = Trace({"max_tokens": cap, "policy": BASELINE}, pd.DataFrame(), pd.concat(rows, ignore_index=True),
+              pd.DataFrame(),
               Path("lengths"))
     fit = fit_lengths([t])
     m = fit.model
@@ -217,7 +223,8 @@ def test_cli_calibrate_writes_a_profile_and_a_workload_that_load(traces, tmp_pat
         assert set(report["acceptance"]) == {"ngram", "eagle"} and report["lengths"]["responses"] == 3 * 64
         wl = load_workload(wl_out)
         assert load_profile(wl.profile) == prof
-        assert (wl.workers, wl.prompts_per_step, wl.group_size, wl.max_response_tokens, wl.max_batch) == (2, 16, 4, 384, 32)
+        assert (wl.workers, wl.prompts_per_step, wl.group_size, wl.max_response_tokens, wl.max_batch) == (2, 16, 4, 384,
+                                                                                                          32)
 
 
 def _corrupt(src: Path, dst: Path, how: str) -> None:
@@ -259,21 +266,25 @@ def test_calibrate_then_validate_round_trips(tmp_path, synthetic_trace, syntheti
     kw = dict(noise=0.03, outliers=0.0, warmup=0, gap_s=0.0, shared_acceptance=True)
     fit_on = synthetic_trace(synthetic_machine, NGRAM, seed=11, **SHAPE, **kw)
     fit_base = synthetic_trace(synthetic_machine, BASELINE, seed=12, **SHAPE, **kw)
-    held_out = synthetic_trace(synthetic_machine, NGRAM, seed=13, prompts=8, samples=8, cap=384, workers=1, max_batch=16, **kw)
+    held_out = synthetic_trace(synthetic_machine, NGRAM, seed=13, prompts=8, samples=8, cap=384, workers=1,
+                               max_batch=16, **kw)
     for name, t in (("fit", fit_on), ("fit-base", fit_base), ("held", held_out)):
         write_trace(t, tmp_path / name)
     out = tmp_path / "p.json"
     res = runner.invoke(app, ["calibrate", str(tmp_path / "fit"), str(tmp_path / "fit-base"), "--out", str(out)])
     assert res.exit_code == 0, res.output
     for name in ("fit", "held"):
-        res = runner.invoke(app, ["validate", "--profile", str(out), str(tmp_path / name), "--out", str(tmp_path / f"v-{name}")])
+        res = runner.invoke(app, ["validate", "--profile", str(out), str(tmp_path / name), "--out",
+                                  str(tmp_path / f"v-{name}")])
         assert res.exit_code == 0, res.output
         last = json.loads(res.output.strip().splitlines()[-1])
         assert set(last) == {"predicted_rollout_s", "measured_rollout_s", "error_pct"}
-        assert last["measured_rollout_s"] == pytest.approx(float(pd.read_parquet(tmp_path / name / "rl_steps.parquet")["rollout_s"].sum()), rel=1e-3)
+        traced = float(pd.read_parquet(tmp_path / name / "rl_steps.parquet")["rollout_s"].sum())
+        assert last["measured_rollout_s"] == pytest.approx(traced, rel=1e-3)
         assert abs(last["error_pct"]) < 3, (name, last)
         doc = json.loads((tmp_path / f"v-{name}" / "validate.json").read_text())
-        assert doc["runs"][0]["held_out"] == (name == "held") and (tmp_path / f"v-{name}" / "validate.png").stat().st_size > 0
+        assert doc["runs"][0]["held_out"] == (name == "held")
+        assert (tmp_path / f"v-{name}" / "validate.png").stat().st_size > 0
         assert list(doc["runs"][0]["details"]) == VALIDATE_DETAILS
 
 
@@ -316,5 +327,6 @@ def test_drafter_kind_comes_from_what_the_engine_ran():
     pol = {"name": "p", "drafter": {"kind": "eagle"}}
     assert trace_drafter_kind({"policy": pol, "engine": {"speculative_config": {"method": "ngram"}}}) == "ngram"
     assert trace_drafter_kind({"policy": pol, "engine": {"speculative_config": None, "drafter": None}}) == "none"
-    assert trace_drafter_kind({"policy": pol, "engine": {"speculative_config": {"method": "eagle", "model": "/d"}}}) == "eagle"
+    assert trace_drafter_kind({"policy": pol, "engine": {"speculative_config": {"method": "eagle",
+                                                                                "model": "/d"}}}) == "eagle"
     assert trace_drafter_kind({"policy": pol, "engine": {"drafter": "/some/dir"}}) == "eagle"

@@ -40,7 +40,8 @@ def test_sim_is_reproducible(tmp_path):
 
 def test_bad_policy_file_fails_cleanly_and_writes_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: bad\nsd_threshold: 8\nschedule: [[1, 8, 4]]\nbandit: {algorithm: beg, epsilon: 1.5}\ndrafter: {kind: eagle}\n")
+    bad.write_text("name: bad\nsd_threshold: 8\nschedule: [[1, 8, 4]]\nbandit: {algorithm: beg, epsilon: "
+                   "1.5}\ndrafter: {kind: eagle}\n")
     out = tmp_path / "out"
     res = runner.invoke(app, ["sim", "--workload", "cpu-tiny", "--policy", f"baseline,{bad}", "--out", str(out)])
     assert res.exit_code == 2
@@ -86,7 +87,8 @@ def test_a_file_that_is_not_utf8_gets_a_clear_error(tmp_path):
 
 def test_a_workload_far_too_large_is_refused_before_it_starts(tmp_path):
     huge = tmp_path / "huge.yaml"
-    huge.write_text("name: huge\nprofile: h100-qwen2.5-7b-tp4\ngpus_per_worker: 4\nworkers: 100000\nprompts_per_step: 10000000\n"
+    huge.write_text("name: huge\nprofile: h100-qwen2.5-7b-tp4\ngpus_per_worker: 4\nworkers: 100000\nprompts_per_step: "
+                    "10000000\n"
                     "group_size: 8\nmax_response_tokens: 32768\n")
     out = tmp_path / "out"
     for args in (["sim", "--policy", "baseline"], ["compare", "--seeds", "1"], ["tune", "--trials", "1"]):
@@ -101,7 +103,8 @@ def test_every_policy_preset_runs_in_tlt_sim(tmp_path):
     from workbench.contracts.policy import policy_presets
 
     names = policy_presets()
-    assert {"async-1", "async-4", "history-sd", "tlt-async-1", "tlt-partial", "tlt", "tlt-base", "tlt-cold"} <= set(names)
+    assert {"async-1", "async-4", "history-sd", "tlt-async-1", "tlt-partial", "tlt", "tlt-base",
+            "tlt-cold"} <= set(names)
     res = runner.invoke(app, ["sim", "--workload", "tlt-eval-qwen2.5-7b", "--policy", ",".join(names), "--steps", "1",
                               "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output

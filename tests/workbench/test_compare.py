@@ -103,7 +103,8 @@ def test_run_summaries_are_what_tlt_sim_reports(tmp_path):
     assert summaries[1].speedup == runs[0].mean("step_time_s") / runs[1].mean("step_time_s")
     table = summary_frame(summaries)
     assert list(table.index) == ["base", "mine"] and table.loc["mine", "speedup"] == summaries[1].speedup
-    res = runner.invoke(app, ["sim", "--workload", "cpu-tiny", "--policy", "baseline,tlt", "--steps", "2", "--seed", "1",
+    res = runner.invoke(app, ["sim", "--workload", "cpu-tiny", "--policy", "baseline,tlt", "--steps", "2", "--seed",
+                              "1",
                               "--out", str(tmp_path / "s")])
     assert res.exit_code == 0, res.output
     written = json.loads((tmp_path / "s" / "summary.json").read_text())["policies"]

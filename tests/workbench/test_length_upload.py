@@ -75,8 +75,13 @@ def _panel_with_an_upload() -> None:
                     for s in range(3) for p in range(6) for m in range(4)]
             return ("step,prompt,length,correct\n" + "\n".join(rows) + "\n").encode()
 
+    # Restored at once: the AppTest scripts of later tests run in this process and use the real uploader.
+    real_uploader = st.file_uploader
     st.file_uploader = lambda *a, **k: [Upload()]
-    wl, wl_id = length_upload.length_file_workload()
+    try:
+        wl, wl_id = length_upload.length_file_workload()
+    finally:
+        st.file_uploader = real_uploader
     st.session_state["panel_result"] = (wl.name if wl else None, wl_id)
 
 

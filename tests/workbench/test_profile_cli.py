@@ -43,8 +43,10 @@ def _synthetic(prof, grid: str) -> Measurements:
 def test_the_fit_recovers_a_known_profile_from_its_points(grid, weights_s, compute, kv):
     base = load_profile("cpu-tiny")
     truth = replace(base, decode=DecodeCost(overhead_s=1.5e-3, per_seq_s=2e-5, weights_s=weights_s,
-                                            compute_s_per_token=compute, kv_s_per_token=kv, prefill_s_per_token=compute),
-                    drafter=DrafterCost(eagle_step_s=4e-4, eagle_s_per_seq=3e-5, ngram_s_per_seq=base.drafter.ngram_s_per_seq))
+                                            compute_s_per_token=compute, kv_s_per_token=kv,
+                                            prefill_s_per_token=compute),
+                    drafter=DrafterCost(eagle_step_s=4e-4, eagle_s_per_seq=3e-5,
+                                        ngram_s_per_seq=base.drafter.ngram_s_per_seq))
     fit = fit_operators(_synthetic(truth, grid), base, "recovered")
     assert fit.max_abs_error_pct < 1.0
     got, want = fit.profile.decode, truth.decode
@@ -121,7 +123,8 @@ def test_bad_options_fail_naming_the_fix_and_write_nothing(args, says, tmp_path,
 
 def test_a_parquet_that_is_not_a_profilers_is_refused(tmp_path):
     pd.DataFrame({"a": [1.0]}).to_parquet(tmp_path / "x.parquet")
-    res = runner.invoke(app, ["profile", "--measurements", str(tmp_path / "x.parquet"), "--out", str(tmp_path / "p.yaml")])
+    res = runner.invoke(app, ["profile", "--measurements", str(tmp_path / "x.parquet"), "--out",
+                              str(tmp_path / "p.yaml")])
     assert res.exit_code == 2 and "tlt-profiler" in res.output
     assert not (tmp_path / "p.yaml").exists()
 

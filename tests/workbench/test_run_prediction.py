@@ -35,7 +35,8 @@ BASELINE = {"name": "baseline"}
 SD = {"name": "sd", "sd_threshold": 16, "schedule": [[1, 16, 4]], "drafter": {"kind": "eagle", "warm_start": True},
       "training": {"enabled": True}}
 TRUE = replace(load_profile("cpu-tiny"), phases=replace(load_profile("cpu-tiny").phases, train_gpu_s_per_token=3e-4,
-                                                                                        weight_sync_s=0.2, spot_stop_s=0.3,
+                                                                                        weight_sync_s=0.2,
+                                                                                        spot_stop_s=0.3,
                                                                                         drafter_sync_s=0.15))
 
 
@@ -54,7 +55,8 @@ def test_phase_costs_are_recovered_from_a_run(runs):
     rows = {r[0]: r for r in fit.table_rows()}
     assert rows["phases.weight_sync_s"][2] == "fitted"
     # a baseline run shows no spot training and no drafter estimate: those keep the base's value and say why
-    assert rows["learning.train_tokens_per_s"][2] == "kept (base)" and "no drafter step" in rows["learning.train_tokens_per_s"][3]
+    learning = rows["learning.train_tokens_per_s"]
+    assert learning[2] == "kept (base)" and "no drafter step" in learning[3]
     assert rows["acceptance.staleness_per_update"][2] == "kept (base)"
 
 
@@ -157,7 +159,8 @@ def test_predict_run_per_phase_and_in_sample_label(runs):
     assert predict_run(trace, fitted).in_sample
     s = held.summary()
     assert set(s["phases"]) == {"rollout", "train", "sync", "other", "step"}
-    assert s["error_pct"] == pytest.approx(100 * (s["predicted_step_s"] - s["measured_step_s"]) / s["measured_step_s"], abs=0.01)
+    assert s["error_pct"] == pytest.approx(100 * (s["predicted_step_s"] - s["measured_step_s"]) / s["measured_step_s"],
+                                           abs=0.01)
     json.dumps(held.to_dict())  # plain JSON
 
 
@@ -170,7 +173,8 @@ def test_a_run_whose_probe_turned_sd_off_is_predicted_without_a_drafter(runs):
     assert {s.drafter_predicted for s in off.steps} == {"none"}
     assert all(s.accept_len_predicted == pytest.approx(1.0) for s in off.steps)
     # the same responses decoded plainly: what the run's policy without SD predicts
-    assert off.predicted.rollout_s == pytest.approx(predict_run(trace, TRUE, run_policy(trace).without_sd()).predicted.rollout_s)
+    assert off.predicted.rollout_s == pytest.approx(predict_run(trace, TRUE,
+                                                                run_policy(trace).without_sd()).predicted.rollout_s)
 
 
 def test_predict_run_refuses_a_capture(synthetic_trace):

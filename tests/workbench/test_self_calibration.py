@@ -40,7 +40,8 @@ def slowed(p: Profile, factor: float) -> Profile:
                                      compute_s_per_token=d.compute_s_per_token * factor,
                                      kv_s_per_token=d.kv_s_per_token * factor,
                                      prefill_s_per_token=d.prefill_s_per_token * factor),
-                   drafter=replace(dr, ngram_s_per_seq=dr.ngram_s_per_seq * factor, eagle_step_s=dr.eagle_step_s * factor,
+                   drafter=replace(dr, ngram_s_per_seq=dr.ngram_s_per_seq * factor,
+                                   eagle_step_s=dr.eagle_step_s * factor,
                                    eagle_s_per_seq=dr.eagle_s_per_seq * factor))
 
 
@@ -142,7 +143,9 @@ def test_drift_factor_math():
     # cpu: slowness = reference CPU time / the capture's CPU share; a capture that got half the
     # cores (share 0.5) is twice as slow as one that got them all.
     f = cpu_drift_factors([(1.0, 1.0), (1.0, 1.0), (2.0, 2.0)], [1.0, 0.5, 1.0], [(1.0, 1.0)] * 3)
-    assert [x.slowness for x in f] == pytest.approx([1.0, 2.0, 2.0]) and [x.factor for x in f] == pytest.approx([2.0, 1.0, 1.0])
+    assert [x.slowness for x in f] == pytest.approx([1.0, 2.0, 2.0]) and [x.factor for x in f] == pytest.approx([2.0,
+                                                                                                                 1.0,
+                                                                                                                 1.0])
     with pytest.raises(ValueError):
         cpu_drift_factors([(1.0, 1.0)], [0.0], [(1.0, 1.0)])
     # A window of four: one reference that hit a burst (3.0) does not move the capture's slowness.

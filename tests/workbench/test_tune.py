@@ -97,7 +97,8 @@ def test_the_backend_is_part_of_the_study_and_auto_follows_the_profile(small):
     with pytest.raises(ValueError, match="backend 'gpu'"):
         tune.TuneSpec(wl, prof, backend="gpu")
     # EAGLE trees (the paper's 8_4_16 here) lie in the simulator's space, not in the real backend's.
-    tree = Policy(name="t", sd_threshold=32, schedule=(ScheduleBucket(1, 4, 8, topk=4, tokens=16), ScheduleBucket(5, 32, 3)),
+    tree = Policy(name="t", sd_threshold=32, schedule=(ScheduleBucket(1, 4, 8, topk=4, tokens=16), ScheduleBucket(5, 32,
+                                                                                                                  3)),
                   bandit=BanditConfig(algorithm="fixed"), drafter=DrafterConfig(kind="eagle"))
     assert tune.params_for(tree, wl, backend="sim") == {"drafter": "eagle", "sd_threshold": 32, "bandit": "fixed",
                                                         **{f"edge_{p}": p == 4 for p in (1, 2, 4, 8, 16)},
@@ -219,7 +220,8 @@ def test_bad_inputs_exit_2(small_file, tmp_path):
     res = runner.invoke(app, ["tune", "--trials", "4", "--seeds", "2", "--storage", db, "--workload", str(small_file),
                               "--study", "s", "--out", str(tmp_path / "p.yaml")])
     assert res.exit_code == 2 and "seeds" in res.output
-    res = runner.invoke(app, base + ["--workload", str(small_file), "--backend", "gpu", "--out", str(tmp_path / "q.yaml")])
+    res = runner.invoke(app, base + ["--workload", str(small_file), "--backend", "gpu", "--out",
+                                     str(tmp_path / "q.yaml")])
     assert res.exit_code == 2 and "--backend" in res.output and "auto, sim, real" in res.output
     # The same study for another backend's space: refused, naming the backend.
     res = runner.invoke(app, base + ["--workload", str(small_file), "--study", "s", "--backend", "real",

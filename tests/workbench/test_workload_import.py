@@ -47,7 +47,8 @@ def generic_frame():
     for step in range(2):
         for p, name in enumerate(("a", "b", "c")):
             for m in range(3):
-                rows.append({"step": step, "prompt": f"{name}-{step}", "length": 20 + 7 * p + m, "prompt_tokens": 30 + p,
+                rows.append({"step": step, "prompt": f"{name}-{step}", "length": 20 + 7 * p + m,
+                             "prompt_tokens": 30 + p,
                              "correct": bool(m == 0 and p != 2), "rank": p % 2})
     return pd.DataFrame(rows)
 
@@ -131,7 +132,8 @@ def test_fit_recovers_a_known_model_and_reports_goodness():
 def test_a_distribution_the_family_cannot_fit_says_so(tmp_path):
     # two far-apart spikes and a cap mass: no lognormal mixture of one log-sd matches p50, p90 and p99
     x = np.concatenate([np.full(600, 30), np.full(300, 3000), np.full(100, 4096)])
-    obs = from_frame(pd.DataFrame([(0, i // 4, -1, -1, int(v), -1, -1) for i, v in enumerate(x)], columns=list(COLUMNS)))
+    obs = from_frame(pd.DataFrame([(0, i // 4, -1, -1, int(v), -1, -1) for i, v in enumerate(x)],
+                                  columns=list(COLUMNS)))
     fit = fit_lengths(obs, 4096)
     assert not fit.ok and "empirical" in fit.note
 

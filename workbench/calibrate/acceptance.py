@@ -44,7 +44,8 @@ class AcceptanceFit:
         return [self.alpha ** (i ** self.shape) for i in range(1, n + 1)]
 
 
-def per_position_acceptance(steps: pd.DataFrame, meta: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def per_position_acceptance(steps: pd.DataFrame, meta: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                                    np.ndarray, int]:
     """Cumulative acceptance per position over the SD steps (draft_len > 0).
 
     With Dynamic SD steps have different draft lengths: position i counts only
@@ -118,7 +119,8 @@ def fit_acceptance(traces: Sequence[Trace], base: Profile) -> dict[str, Acceptan
     return out
 
 
-def acceptance_model(base: AcceptanceModel, fits: dict[str, AcceptanceFit]) -> tuple[AcceptanceModel, list[ParamFit], list[str]]:
+def acceptance_model(base: AcceptanceModel, fits: dict[str, AcceptanceFit]) -> tuple[AcceptanceModel, list[ParamFit],
+                                                                                     list[str]]:
     """The profile's acceptance model from the fits (what no trace shows stays the base's),
     with each field's ParamFit and the notes to tell the user."""
     acc, notes = base, []

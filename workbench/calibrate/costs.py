@@ -164,7 +164,8 @@ def identifiable(X: np.ndarray, y: np.ndarray, tol: float = COLLINEAR_TOL) -> tu
     collinear, the one latest in COST_PARAMS order is given up first."""
     A = X / y[:, None]
     norms = np.linalg.norm(A, axis=0)
-    why = {j: "no such steps among those fitted (warm-up and empty steps are left out)" for j in range(A.shape[1]) if norms[j] <= 1e-12 * max(norms.max(), 1e-300)}
+    empty = [j for j in range(A.shape[1]) if norms[j] <= 1e-12 * max(norms.max(), 1e-300)]
+    why = {j: "no such steps among those fitted (warm-up and empty steps are left out)" for j in empty}
     active = [j for j in range(A.shape[1]) if j not in why]
     while len(active) > 1:
         An = A[:, active] / norms[active]
@@ -332,7 +333,8 @@ def _weights(fit: _RobustFit, theta: np.ndarray, base: Profile) -> tuple[float, 
     decode_n = _decode_tokens(fit.g)
     min_n = float(decode_n.min()) if len(decode_n) else 0.0
     fitted = bool(COMPUTE in fit.active and fit.knee > min_n and compute > 0)
-    weights = compute * fit.knee if fitted else min(base.decode.weights_s, compute * min_n if compute > 0 else base.decode.weights_s)
+    weights = compute * fit.knee if fitted else min(base.decode.weights_s,
+                                                    compute * min_n if compute > 0 else base.decode.weights_s)
     if not fitted and weights > 0 and compute > 0:
         return weights, fitted, weights / compute  # keep the form exact
     return weights, fitted, fit.knee
@@ -416,11 +418,13 @@ def fit_costs(f: pd.DataFrame, base: Profile, folds: int = CV_FOLDS) -> CostFit:
     residuals["error_pct"] = 100 * rel
     residuals["cv_error_pct"] = 100 * cv_err
     residuals["outlier"] = ~inl
-    bias = {t: float(100 * (r["predicted_s"].sum() / r["measured_s"].sum() - 1)) for t, r in residuals.groupby("trace", sort=False)}
+    bias = {t: float(100 * (r["predicted_s"].sum() / r["measured_s"].sum() - 1)) for t, r in residuals.groupby("trace",
+                                                                                                               sort=False)}
     dropped = dict(Counter(f.loc[~ok, "why_dropped"]))
     if fit.warm_dropped:
         dropped["warm-up"] = int(fit.warm_dropped)
     return CostFit(_param_fits(fit, theta, weights, weights_fitted, rel_se), float(fit.knee), fit.f_scale, mean_scale,
                    sig(fit.theta[FINISH]), int(len(g)), dropped, fit.warm_excess_s, int((~inl).sum()),
                    float(100 * np.median(np.abs(rel))),
-                   float(100 * np.nanmedian(np.abs(cv_err))) if np.isfinite(cv_err).any() else float("nan"), bias, residuals)
+                   float(100 * np.nanmedian(np.abs(cv_err))) if np.isfinite(cv_err).any() else float("nan"), bias,
+                   residuals)

@@ -66,7 +66,8 @@ def _responses(traces: Sequence[Trace]) -> pd.DataFrame:
             "rl_step": r["rl_step"].to_numpy(int) - int(r["rl_step"].min()),
             "L": np.maximum(r["response_tokens"].to_numpy(float), 1.0),
             "cap": float(t.meta["max_tokens"]),
-            "clipped": (r["finish_reason"].astype(str) == "length").to_numpy() | (r["response_tokens"].to_numpy() >= t.meta["max_tokens"]),
+            "clipped": (r["finish_reason"].astype(str) == "length").to_numpy()
+            | (r["response_tokens"].to_numpy() >= t.meta["max_tokens"]),
             "reward": r["reward"].to_numpy(float),
         }))
     return pd.concat(frames, ignore_index=True)

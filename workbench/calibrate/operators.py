@@ -150,7 +150,8 @@ def describe(m: Measurements, mode: str) -> str:
     t = m.meta
     link = t.get("link", {})
     tp = int(t.get("tp", 1))
-    coll = (f"; TP {tp} collectives assumed, not measured: all-reduce {1e6 * link.get('allreduce_latency_s', 0):.0f} us "
+    coll = (f"; TP {tp} collectives assumed, not measured: all-reduce {1e6 * link.get('allreduce_latency_s', 0):.0f} "
+            f"us "
             f"+ ring transfer at {link.get('bus_bytes_per_s', 0) / 1e9:.0f} GB/s bus bandwidth") if tp > 1 else ""
     return (f"measured by `python -m real.profiler` (operator level: one TP rank's decoder layer x layers + head, "
             f"random weights) on {t.get('device_name', '?')} at {t.get('measured_at', '?')}, {t.get('dtype')}, "
@@ -180,11 +181,13 @@ def fit_operators(m: Measurements, base: Profile, name: str) -> OperatorFit:
     prof = replace(base, name=name, decode=costs.decode(), drafter=drafter, phases=phases, learning=learning,
                    description=f"{what}: operator-level measurement (base {base.name} for acceptance, learning "
                                "curve and weight sync)",
-                   source=describe(m, mode), fitted_on=(f"{MEASURED_PREFIX}{what}, {str(t.get('measured_at', '?'))[:10]}",))
+                   source=describe(m, mode),
+                   fitted_on=(f"{MEASURED_PREFIX}{what}, {str(t.get('measured_at', '?'))[:10]}",))
     points = point_fits(prof, m.rows[m.rows["mode"].eq(mode) | m.rows["op"].eq("prefill")])
     prof = replace(prof, fit_error_pct=sig(float(np.median([abs(p.error_pct) for p in points])), 4))
     prof.check()
-    eager = point_fits(prof, m.rows[m.rows["mode"].eq("eager") & ~m.rows["op"].eq("prefill")]) if mode == "graph" else []
+    eager = point_fits(prof,
+                       m.rows[m.rows["mode"].eq("eager") & ~m.rows["op"].eq("prefill")]) if mode == "graph" else []
     return OperatorFit(prof, costs, points, eager, whole_checks(m), train)
 
 

@@ -63,7 +63,8 @@ class Calibration:
                            for k, a in self.acceptance.items()},
             "lengths": None if lf is None else {
                 "model": {f: getattr(lf.model, f) for f in ("clip_ratio", "sigma", "group_correlation", "mean_accuracy",
-                                                            "accuracy_concentration", "wrong_factor", "drift_per_step")},
+                                                            "accuracy_concentration", "wrong_factor",
+                                                            "drift_per_step")},
                 "fitted": lf.fitted, "responses": lf.responses, "groups": lf.groups, "cap": lf.cap,
                 "clip_ratio_observed": lf.clip_ratio_observed, "clip_ratio_implied": lf.clip_ratio_implied,
                 "median_fit": math.exp(lf.log_median_fit), "median_model": math.exp(lf.log_median_model)},
@@ -87,9 +88,12 @@ def _source(traces: Sequence[Trace], base: Profile, costs: CostFit, acc_fits: di
     names = tuple(fitted_name(t) for t in traces)
     return (f"tlt calibrate on {len(traces)} trace(s) ({', '.join(names)}), {costs.steps_used} engine steps: "
             f"decode and drafter costs by a robust (soft-l1, relative residual) non-negative least-squares fit "
-            f"of sim/costs.py's form to each step's {'wall time plus the gap to the next step' if target == 'cycle' else 'wall time'}, "
-            f"1-D search over weights_s/compute (knee {costs.knee_tokens:.0f} tokens), first {warmup_steps} steps per engine "
-            f"dropped as warm-up; acceptance alpha**(i**shape) fitted per drafter kind ({', '.join(acc_fits) or 'none traced'}); "
+            f"of sim/costs.py's form to each step's "
+            f"{'wall time plus the gap to the next step' if target == 'cycle' else 'wall time'}, "
+            f"1-D search over weights_s/compute (knee {costs.knee_tokens:.0f} tokens), first {warmup_steps} steps per "
+            f"engine "
+            f"dropped as warm-up; acceptance alpha**(i**shape) fitted per drafter kind "
+            f"({', '.join(acc_fits) or 'none traced'}); "
             f"kept from base profile {base.name}: {', '.join(kept) or 'nothing'}. "
             f"fit_error_pct: median |error| of per-step latency on held-out steps ({CV_FOLDS}-fold cross-validation)")
 
@@ -112,7 +116,8 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, w
     machines = {json.dumps(t.meta.get("machine"), sort_keys=True, default=str) for t in traces}
     models = {json.dumps(t.meta.get("model"), sort_keys=True, default=str) for t in traces}
     if len(machines) > 1 or len(models) > 1:
-        notes.append("the traces come from more than one machine or model: one profile describes one engine on one machine")
+        notes.append("the traces come from more than one machine or model: one profile describes one engine on one "
+                     "machine")
     scaled = [t.name for t in traces if (t.meta.get("drift") or {}).get("applied")]
     if scaled:
         notes.append(f"times of {len(scaled)} trace(s) scaled by the drift factor their meta records "

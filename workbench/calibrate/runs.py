@@ -98,10 +98,12 @@ def read_metrics(path: Path) -> pd.DataFrame:
     try:
         m = pd.read_csv(path).rename(columns=OLD_METRIC_NAMES)  # a file from before the rename reads alike
     except (OSError, ValueError) as exc:
-        raise TraceError(path, "<file>", f"not a readable CSV ({exc})", "give the metrics.csv `tlt train` wrote") from None
+        raise TraceError(path, "<file>", f"not a readable CSV ({exc})",
+                         "give the metrics.csv `tlt train` wrote") from None
     missing = [c for c in METRIC_COLUMNS if c not in m.columns]
     if missing:
-        raise TraceError(path, f"column '{missing[0]}'", "missing", "give the metrics.csv `tlt train` wrote (docs/formats.md, Real runs)")
+        raise TraceError(path, f"column '{missing[0]}'", "missing",
+                         "give the metrics.csv `tlt train` wrote (docs/formats.md, Real runs)")
     return m.sort_values("rl_step").reset_index(drop=True)
 
 
@@ -119,7 +121,8 @@ def load_run(path: str | Path) -> Run:
                          "give a directory `tlt train --out` wrote")
     trace = load_trace(p / TRACE_DIR)
     if trace.timeline is None:
-        raise TraceError(p / TRACE_DIR, "timeline.parquet", "missing", "a run's trace has a per-worker timeline; rerun `tlt train`")
+        raise TraceError(p / TRACE_DIR, "timeline.parquet", "missing",
+                         "a run's trace has a per-worker timeline; rerun `tlt train`")
     return Run(p.name, p, trace, read_metrics(p / METRICS_FILE))
 
 
@@ -130,7 +133,8 @@ def run_policy(trace: Trace) -> Policy:
     try:
         return from_mapping(Policy, mapping, f"{trace.path or trace.name}/meta.json", "policy")
     except ConfigError as exc:
-        raise TraceError(trace.path or trace.name, "meta.json", f"policy: {exc}", "the run's policy must be a valid Policy") from None
+        raise TraceError(trace.path or trace.name, "meta.json", f"policy: {exc}",
+                         "the run's policy must be a valid Policy") from None
 
 
 @dataclass(frozen=True)
@@ -200,15 +204,19 @@ def fit_spot(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[ParamFit
         why = "no drafter step in the runs' drafter_train intervals"
         how["learning.train_tokens_per_s"] = how["learning.tokens_per_step"] = f"kept: {why}"
         return base, [ParamFit("learning", "train_tokens_per_s", learn.train_tokens_per_s, False, why_not_fitted=why),
-                      ParamFit("learning", "tokens_per_step", learn.tokens_per_step, False, why_not_fitted=why)], how, notes
+                      ParamFit("learning", "tokens_per_step", learn.tokens_per_step, False,
+                               why_not_fitted=why)], how, notes
     rate = sig(tps / (step_s * tp))
     done = sum(n for _, n in intervals)
-    how["learning.train_tokens_per_s"] = (f"tokens_per_step / {step_s:.3f} s per drafter step: whole steps per drafter_train "
-                                          f"interval ({sum(len(ds) for ds, _ in intervals)} intervals) match the {done} done")
+    how["learning.train_tokens_per_s"] = (f"tokens_per_step / {step_s:.3f} s per drafter step: whole steps per "
+                                          f"drafter_train "
+                                          f"interval ({sum(len(ds) for ds, _ in intervals)} intervals) match the "
+                                          f"{done} done")
     how["learning.tokens_per_step"] = f"{SPOT_BATCH_SEQUENCES} sequences x the runs' mean prompt+response tokens"
     idle = [d for ds, n in intervals if n == 0 for d in ds]
     if idle:
-        notes.append(f"spot intervals with no drafter step last up to {max(idle):.2f} s (judging the drafters and the fresh "
+        notes.append(f"spot intervals with no drafter step last up to {max(idle):.2f} s (judging the drafters and the "
+                     f"fresh "
                      "responses' hidden states come first); the form has no fixed cost, so it is in the step time")
     prof = replace(base, learning=replace(learn, train_tokens_per_s=rate, tokens_per_step=tps))
     return prof, [ParamFit("learning", "train_tokens_per_s", rate, True),
@@ -298,10 +306,12 @@ def fit_staleness(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit
     n = sum(len(x) for x in xs)
     if n - len(xs) < 2:
         why = "fewer than 3 steps with a static_est (the static drafter is judged in warm-started runs only)"
-        return base, ParamFit("acceptance", "staleness_per_update", acc.staleness_per_update, False, why_not_fitted=why), f"kept: {why}"
+        return base, ParamFit("acceptance", "staleness_per_update", acc.staleness_per_update, False,
+                              why_not_fitted=why), f"kept: {why}"
     x, y = np.concatenate(xs), np.concatenate(ys)
     slope = float(np.sum(x * y) / np.sum(x * x))
-    se = math.sqrt(float(np.sum((y - slope * x) ** 2)) / (n - len(xs) - 1) / float(np.sum(x * x))) if n - len(xs) > 1 else math.nan
+    dof = n - len(xs) - 1
+    se = math.sqrt(float(np.sum((y - slope * x) ** 2)) / dof / float(np.sum(x * x))) if dof > 0 else math.nan
     s = sig(min(0.99, max(0.0, 1.0 - math.exp(slope))))
     rel = se * math.exp(slope) / s if s > 0 else math.nan
     how = (f"static_est over {n} steps of {len(xs)} run(s): log(alpha - cold) falls {-slope:.4f} per update"
@@ -355,8 +365,10 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
     ratio = float(np.exp(np.mean(np.concatenate([y[mask] for _, mask, y in pairs]))))
     if 0 < best < len(LEARN_GRID) - 1 and gain > LR_CRITICAL:
         L = sig(float(LEARN_GRID[best]))
-        how = f"eagle_est/static_est over {n} steps against sim.drafter's recursion (log grid; beats no learning by {gain:.1f})"
-        return replace(base, learning=replace(learn, learn_tokens=L)), ParamFit("learning", "learn_tokens", L, True), how
+        how = (f"eagle_est/static_est over {n} steps against sim.drafter's recursion "
+               f"(log grid; beats no learning by {gain:.1f})")
+        return replace(base, learning=replace(learn, learn_tokens=L)), ParamFit("learning", "learn_tokens", L,
+                                                                                True), how
     why = (f"spot training moved the estimate by less than its noise over {n} steps "
            f"(mean spot-trained / static ratio {ratio:.3f} in alpha - cold)")
     return base, replace(keep, why_not_fitted=why), f"kept: {why}"
@@ -365,7 +377,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
 # ------------------------------------------------------------ all of it
 
 NOT_IDENTIFIED = (
-    ("acceptance", "warm_start_quality", "the drafter estimates' scale is not the rollout's acceptance scale; captures fit it"),
+    ("acceptance", "warm_start_quality",
+     "the drafter estimates' scale is not the rollout's acceptance scale; captures fit it"),
     ("acceptance", "eagle_alpha_fresh", "fitted on captures (tlt calibrate TRACE), not on the runs' estimates"),
     ("learning", "useful_epochs", "no run trains past a few epochs of its buffer"),
     ("learning", "lr_best", "one learning rate per run"),
@@ -385,7 +398,8 @@ def fit_loaded_runs(runs: Sequence[Run], base: Profile) -> RunFit:
     phases, phase_params = fit_phases([r.trace for r in runs], base.phases)
     prof = replace(base, phases=phases)
     how = {"phases.train_gpu_s_per_token": "median over RL steps of train_s x GPUs / prompt+response tokens",
-           "phases.weight_sync_s": "median over RL steps of sync_s (the runs' policies: drafter reloads and judging included)"}
+           "phases.weight_sync_s": "median over RL steps of sync_s (the runs' policies: drafter reloads and judging "
+                                   "included)"}
     for p in phase_params:
         if not p.fitted:
             how[p.key] = "kept: no RL step timed it"
@@ -401,6 +415,7 @@ def fit_loaded_runs(runs: Sequence[Run], base: Profile) -> RunFit:
     how.update({p.key: f"kept: {p.why_not_fitted}" for p in kept})
     labels = [r.label for r in runs]
     prof = replace(prof, fitted_on=tuple(base.fitted_on) + tuple(fitted_name(r.trace) for r in runs),
-                   source=(base.source + "; " if base.source else "") + f"run-level parameters fitted on runs {', '.join(labels)} (fit_runs)")
+                   source=(base.source + "; " if base.source else "") + f"run-level parameters fitted on runs "
+                                                                        f"{', '.join(labels)} (fit_runs)")
     prof.check()
     return RunFit(prof, [*phase_params, *extra_params, *spot_params, stale, learn, *kept], how, labels, notes)

@@ -43,6 +43,7 @@ from workbench.contracts.fileio import jsonable, write_dir_atomic, write_json
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import from_mapping, save
+from workbench.contracts.task import Task
 from workbench.contracts.trace import Trace, write_trace
 from workbench.validate import step_cost_rollout, validate
 
@@ -132,10 +133,11 @@ class Machine(Protocol):
 class VllmMachine:
     """The real machine: real/run/capture.py's EngineSession (vLLM in this process)."""
 
-    def __init__(self, model: str | Path, drafter: str | Path | None = None, seed: int = 0):
+    def __init__(self, model: str | Path, drafter: str | Path | None = None, seed: int = 0, task: Task | None = None):
+        """`task`: a user's task file the captures draw their prompts from (None: the GCD task)."""
         from real.run.capture import EngineSession
 
-        self.session = EngineSession(model, drafter, seed=seed, max_draft_len=MAX_DRAFT_LEN)
+        self.session = EngineSession(model, drafter, seed=seed, max_draft_len=MAX_DRAFT_LEN, task_file=task)
 
     def start(self, kind: str) -> float:
         return self.session.start(kind)
@@ -166,7 +168,8 @@ class Progress:
 
     def line(self) -> str:
         eta = "?" if self.eta_s is None else f"{self.eta_s:.0f}s"
-        return f"  [{self.done}/{self.total}] {self.message} ({self.elapsed_s:.0f}s elapsed, {self.total - self.done} left, ETA {eta})"
+        left = self.total - self.done
+        return f"  [{self.done}/{self.total}] {self.message} ({self.elapsed_s:.0f}s elapsed, {left} left, ETA {eta})"
 
 
 @dataclass(frozen=True)
@@ -252,11 +255,13 @@ class SelfCalibration:
         return jsonable({
             "profile": str(profile_path), "fit_error_pct": self.profile.fit_error_pct,
             "drift_method": self.method, "drift_window": self.window,
-            "heldout": [{"trace": h.trace, "error_pct": round(h.error_pct, 3), "raw_error_pct": round(h.raw_error_pct, 3),
+            "heldout": [{"trace": h.trace, "error_pct": round(h.error_pct, 3), "raw_error_pct": round(h.raw_error_pct,
+                                                                                                      3),
                          "error_pct_by_method": {m: round(e, 3) for m, e in h.errors_by_method.items()}}
                         for h in self.heldout],
             "heldout_max_abs_error_pct": round(self.heldout_max_abs_error_pct, 3),
-            "heldout_max_abs_raw_error_pct": round(max((abs(h.raw_error_pct) for h in self.heldout), default=math.nan), 3),
+            "heldout_max_abs_raw_error_pct": round(max((abs(h.raw_error_pct) for h in self.heldout), default=math.nan),
+                                                   3),
             "heldout_max_abs_error_pct_by_method": {
                 m: round(max(abs(h.errors_by_method[m]) for h in self.heldout), 3) for m in
                 (self.heldout[0].errors_by_method if self.heldout else {})},
@@ -309,7 +314,8 @@ def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequ
 
 
 def _run_plan(machine: Machine, plan: Sequence[CaptureSpec],
-              progress: Callable[[Progress], None]) -> tuple[list[tuple[CaptureSpec, Trace, float, float]], list[ReferencePoint], list[float]]:
+              progress: Callable[[Progress], None]) -> tuple[list[tuple[CaptureSpec, Trace, float, float]],
+                                                             list[ReferencePoint], list[float]]:
     """Run every capture, the reference before and after each; engines restart when the kind changes."""
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0  # noqa: E731
@@ -378,7 +384,8 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
     for m in by_method:
         norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]), path=c.trace.path) for c in records}
         cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name, warmup_steps=warmup_steps)
-    raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw", warmup_steps=warmup_steps) if compare_raw else None
+    raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw",
+                        warmup_steps=warmup_steps) if compare_raw else None
     progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0, "validating on the held-out captures"))
     heldout = [_heldout(c, {m: (cals[m].profile, norm[m][c.spec.name]) for m in cals}, method,
                         raw_cal.profile if raw_cal else cals[method].profile)
@@ -390,7 +397,8 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
                            window, starts)
 
 
-def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method: str, raw_profile: Profile) -> HeldoutResult:
+def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method: str,
+             raw_profile: Profile) -> HeldoutResult:
     """The held-out capture under each method's profile (normalised the same way), and raw."""
     vs = {m: validate(prof, t) for m, (prof, t) in fitted.items()}
     v, raw = vs[method], validate(raw_profile, c.trace)

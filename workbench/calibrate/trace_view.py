@@ -45,7 +45,8 @@ def trace_drafter_kind(meta: dict) -> str:
         return d.lower()
     kind = ((meta.get("policy") or {}).get("drafter") or {}).get("kind", "none")
     if kind not in DRAFTER_KINDS:
-        raise TraceError("meta.json", "field 'policy.drafter.kind'", f"is {kind!r}", f"one of {', '.join(DRAFTER_KINDS)}")
+        raise TraceError("meta.json", "field 'policy.drafter.kind'", f"is {kind!r}",
+                         f"one of {', '.join(DRAFTER_KINDS)}")
     return kind
 
 

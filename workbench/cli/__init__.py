@@ -5,10 +5,9 @@ Commands live by job: `simulate.py` (sim, presets, check, compare, regret, tune,
 measured database), `gpu.py` (gpu-check, gpu-presets),
 `real.py` (model, capture, drafter, train, bench rollout, bench grpo, bench real), `paper.py` (the TLT
 paper's figures), `project.py` (whole-run days, GPU-hours, cost, energy), `plan.py` (the cluster shape for a
-budget or a deadline), `workload.py` (workload import and show: lengths from logs) and `export.py` (export: a
-policy for vLLM, SGLang / FastRL or veRL). Importing them registers
-their commands on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
-"""
+budget or a deadline), `workload.py` (workload import and show: lengths from logs), `export.py` (export: a
+policy for vLLM, SGLang / FastRL or veRL) and `task.py` (task: task files). Importing them registers their
+commands on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
 
 from workbench.cli import simulate  # noqa: F401, I001
 from workbench.cli import fit  # noqa: F401
@@ -20,6 +19,7 @@ from workbench.cli import paper  # noqa: F401
 from workbench.cli import workload  # noqa: F401
 from workbench.cli import export  # noqa: F401
 from workbench.cli import project  # noqa: F401
+from workbench.cli import task  # noqa: F401
 from workbench.cli import plan  # noqa: F401
 from workbench.cli.apps import app
 

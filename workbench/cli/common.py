@@ -19,6 +19,15 @@ from workbench.distributed import RayConfig, ray_mapper, ray_runner
 from workbench.project import serial_map
 
 
+# Options several commands share, one wording each.
+PROFILE_OPTION = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived from the "
+                              "measured database at the workload's TP; default: the workload's profile).")
+WORKERS_OPTION = typer.Option(1, min=1, help="Simulations run at once: 1 runs them here one after another; more run "
+                              "them as Ray tasks (same results, same order).")
+ADDRESS_OPTION = typer.Option(None, help="A Ray cluster to run the simulations on (e.g. 'auto' or "
+                              "'ray://HOST:10001'); default: a local Ray when --workers > 1.")
+
+
 def fail(exc: Exception) -> NoReturn:
     """Print the error (it names the file, the field and the fix) and exit 2."""
     typer.echo(f"error: {exc}", err=True)

@@ -14,9 +14,11 @@ import typer
 from workbench import calibrate as cal
 from workbench.cli.apps import app
 from workbench.cli.common import fail
+from workbench.cli.task import REWARD_HELP, TASK_HELP, task_option
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
+from workbench.contracts.task import Task
 from workbench.calibrate.drift import apply_recorded
 from workbench.calibrate.report import SCHEMA as REPORT_SCHEMA
 from workbench.calibrate.runs import TABLE_HEADERS, TRACE_DIR, fit_loaded_runs, is_run_dir, load_run
@@ -26,30 +28,50 @@ from workbench.tables import format_table
 
 @app.command()
 def calibrate(
-    traces: Optional[list[Path]] = typer.Argument(None, help="Trace directories (written by `tlt capture` or `tlt train`) to fit on; "
+    traces: Optional[list[Path]] = typer.Argument(None,
+                                                  help="Trace directories (written by `tlt capture` or `tlt train`) to "
+                                                       "fit on; "
                                                            "optional with --model."),
-    out: Path = typer.Option(..., help="The fitted profile (.yaml, .yml or .json); it loads wherever a profile does (`tlt sim --profile`)."),
-    base: str = typer.Option("cpu-tiny", help="Profile preset or file: its values are kept for what the traces cannot identify."),
+    out: Path = typer.Option(...,
+                             help="The fitted profile (.yaml, .yml or .json); it loads wherever a profile does (`tlt "
+                                  "sim --profile`)."),
+    base: str = typer.Option("cpu-tiny",
+                             help="Profile preset or file: its values are kept for what the traces cannot identify."),
     name: Optional[str] = typer.Option(None, help="The fitted profile's name (default: the --out file's stem)."),
-    lengths_out: Optional[Path] = typer.Option(None, "--lengths-out", help="Also write a workload file (.yaml/.json): the traces' shape, the fitted length model and this profile."),
-    warmup_steps: int = typer.Option(5, min=0, help="First engine steps of each engine that may be warm-up (dropped when they do not fit)."),
-    model: Optional[Path] = typer.Option(None, help="Calibrate THIS machine: capture a fit set and a held-out set on this model "
-                                                    "(no SD, n-gram, and EAGLE with --drafter), interleaved and drift-normalised, then fit and validate."),
-    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter for --model (default on the reference model: traces/reference/drafter; "
+    lengths_out: Optional[Path] = typer.Option(None, "--lengths-out",
+                                               help="Also write a workload file (.yaml/.json): the traces' shape, the "
+                                                    "fitted length model and this profile."),
+    warmup_steps: int = typer.Option(5, min=0,
+                                     help="First engine steps of each engine that may be warm-up (dropped when they do "
+                                          "not fit)."),
+    model: Optional[Path] = typer.Option(None,
+                                         help="Calibrate THIS machine: capture a fit set and a held-out set on this "
+                                              "model "
+                                                    "(no SD, n-gram, and EAGLE with --drafter), interleaved and "
+                                                    "drift-normalised, then fit and validate."),
+    drafter: Optional[Path] = typer.Option(None,
+                                           help="EAGLE drafter for --model (default on the reference model: "
+                                                "traces/reference/drafter; "
                                                       "without one the EAGLE captures are left out)."),
-    rounds: int = typer.Option(2, min=1, help="With --model: how many times every fit shape is captured per drafter kind."),
+    rounds: int = typer.Option(2, min=1,
+                               help="With --model: how many times every fit shape is captured per drafter kind."),
     seed: int = typer.Option(0, help="With --model: seed of the captures' prompts and sampling."),
-    drift: str = typer.Option("auto", help="With --model: drift normalisation of the profile: reference (the reference's "
-                                           "wall time around each capture), cpu (its CPU time over the capture's CPU share), "
+    drift: str = typer.Option("auto",
+                              help="With --model: drift normalisation of the profile: reference (the reference's "
+                                           "wall time around each capture), cpu (its CPU time over the capture's CPU "
+                                           "share), "
                                            "auto (cpu where measured). Every method's held-out errors are reported."),
     drift_window: int = typer.Option(2, min=1, help="With --model: a capture's slowness is the median of the reference "
                                                     "measurements nearest it, this many on each side."),
-    runs: Optional[list[Path]] = typer.Option(None, "--run", help="A `tlt train` run directory (repeat for more): fits what "
-                                              "whole runs show on top of the rest (update and sync cost, the spot trainers' "
-                                              "stop and throughput, the drafter's learning curve and staleness). Alone: on "
-                                              "top of --base."),
+    runs: Optional[list[Path]] = typer.Option(
+        None, "--run", help="A `tlt train` run directory (repeat for more): fits what whole runs show on top of the "
+        "rest (update and sync cost, the spot trainers' stop and throughput, the drafter's learning curve and "
+        "staleness). Alone: on top of --base."),
+    task: Optional[Path] = typer.Option(None, help="With --model: " + TASK_HELP),
+    reward: Optional[str] = typer.Option(None, help="With --task: " + REWARD_HELP),
 ) -> None:
-    """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance) and a length model to traces."""
+    """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
+    and a length model to traces."""
 
     for path, what in ((out, "--out"), (lengths_out, "--lengths-out")):
         if path is not None and path.suffix not in (".yaml", ".yml", ".json"):
@@ -62,16 +84,21 @@ def calibrate(
     if model is None and not traces and loaded_runs:
         fit_runs_only(loaded_runs, base_prof, out, name)
         return
+    if task is not None and model is None:
+        fail(ValueError("--task: give --model too (the captures of --model draw their prompts from it)"))
+    user_task = task_option(task, reward)
     if model is not None:
         if traces:
             fail(ValueError("give either trace directories or --model (which captures its own), not both"))
         if drift not in ("auto", "reference", "cpu"):
             fail(ConfigError("--drift", "<option>", drift, "auto, reference or cpu"))
-        self_calibrate_cli(model, drafter, out, base_prof, name, lengths_out, warmup_steps, rounds, seed, drift, drift_window)
+        self_calibrate_cli(model, drafter, out, base_prof, name, lengths_out, warmup_steps, rounds, seed, drift,
+                           drift_window, user_task)
         add_runs(loaded_runs, out)
         return
     if not traces:
-        fail(ValueError("tlt calibrate needs trace directories (TRACE_DIR...) or --model DIR to capture them on this machine"))
+        fail(ValueError("tlt calibrate needs trace directories (TRACE_DIR...) or --model DIR to capture them on this "
+                        "machine"))
     t0 = time.perf_counter()
     try:
         loaded = []
@@ -137,7 +164,8 @@ def fit_runs_only(loaded_runs: list, base_prof, out: Path, name: Optional[str]) 
     report = out.with_name(out.stem + ".calibration.json")
     write_json(report, {"schema": REPORT_SCHEMA, "profile": fit.profile.name, "base_profile": base_prof.name,
                         "fitted_on": list(fit.profile.fitted_on), "parameters": {
-                            p.key: {"value": p.value, "base": None, "fitted": p.fitted, "why_not_fitted": p.why_not_fitted}
+                            p.key: {"value": p.value, "base": None, "fitted": p.fitted,
+                                    "why_not_fitted": p.why_not_fitted}
                             for p in fit.params}, "runs": fit.to_dict()})
     _print_runs(fit)
     typer.echo(f"wrote {out} and {report}")
@@ -147,7 +175,8 @@ def _print_fit(result, n_traces: int, base_prof) -> None:
     """The fit in tables: parameters, step-latency error, per-trace bias, acceptance, length model, notes."""
     c = result.costs
     typer.echo(f"calibrated {result.profile.name!r} on {n_traces} trace(s), {c.steps_used} engine steps "
-               f"(dropped: {', '.join(f'{v} {k}' for k, v in c.steps_dropped.items()) or 'none'}); base {base_prof.name}")
+               f"(dropped: {', '.join(f'{v} {k}' for k, v in c.steps_dropped.items()) or 'none'}); base "
+               f"{base_prof.name}")
     typer.echo(format_table(result.param_rows(base_prof), ["parameter", "value", "base", "how"]))
     typer.echo("")
     typer.echo(f"step latency, median |error|: {c.mdape_pct:.2f}% in sample, {c.cv_mdape_pct:.2f}% held out "
@@ -163,13 +192,16 @@ def _print_fit(result, n_traces: int, base_prof) -> None:
         typer.echo(f"acceptance {kind}: alpha {a.alpha:.3f}, shape {a.shape:.3f}"
                    f"{'' if a.shape_fitted else ' (base)'} over {a.sd_steps} SD steps; rmse {a.rmse:.4f}")
         curve = a.curve()
-        typer.echo(format_table([[str(i + 1), str(a.offered[i]), f"{a.r[i]:.3f}", f"{curve[i]:.3f}", f"{a.r_per_draft[i]:.3f}"]
+        typer.echo(format_table([[str(i + 1), str(a.offered[i]), f"{a.r[i]:.3f}", f"{curve[i]:.3f}",
+                                  f"{a.r_per_draft[i]:.3f}"]
                            for i in range(len(a.r))], ["position", "offered", "r traced", "r fitted", "per draft"]))
     lf = result.length_fit
     if lf is not None:
         m = lf.model
-        typer.echo(f"length model ({lf.responses} responses, {lf.groups} groups, cap {lf.cap}): clip_ratio {m.clip_ratio:.4f} "
-                   f"(observed {lf.clip_ratio_observed:.4f}, censored fit {lf.clip_ratio_implied:.4f}), sigma {m.sigma:.3f}, "
+        typer.echo(f"length model ({lf.responses} responses, {lf.groups} groups, cap {lf.cap}): clip_ratio "
+                   f"{m.clip_ratio:.4f} "
+                   f"(observed {lf.clip_ratio_observed:.4f}, censored fit {lf.clip_ratio_implied:.4f}), sigma "
+                   f"{m.sigma:.3f}, "
                    f"group_correlation {m.group_correlation:.3f}, mean_accuracy {m.mean_accuracy:.3f}, "
                    f"accuracy_concentration {m.accuracy_concentration:.3g}, wrong_factor {m.wrong_factor:.3f}, "
                    f"drift {m.drift_per_step:+.3f}; median length {math.exp(lf.log_median_fit):.0f} fitted, "
@@ -180,7 +212,7 @@ def _print_fit(result, n_traces: int, base_prof) -> None:
 
 def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_prof, name: Optional[str],
                        lengths_out: Optional[Path], warmup_steps: int, rounds: int, seed: int, drift: str,
-                       drift_window: int) -> None:
+                       drift_window: int, user_task: Optional[Task] = None) -> None:
     """`tlt calibrate --model`: the checks before any engine starts, the run, its files and its summary."""
     from real.run.capture import CaptureError
     from real.run.config import default_drafter
@@ -191,7 +223,8 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
         load_model_dir(model)  # its errors name --model
         drafter = default_drafter(model, next(s.policy() for s in sc.plan_captures() if s.kind == "eagle"), drafter)
         if drafter is not None and not (Path(drafter) / "config.json").is_file():
-            raise CaptureError(f"--drafter {drafter}: no config.json (give an EAGLE checkpoint from `tlt drafter train`)")
+            raise CaptureError(f"--drafter {drafter}: no config.json (give an EAGLE checkpoint from `tlt drafter "
+                               f"train`)")
     except (FileNotFoundError, ValueError) as exc:
         fail(exc)
     # vLLM logs every engine start at INFO on stdout; the progress lines (stderr) say what runs.
@@ -204,10 +237,10 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
     plan = sc.plan_captures(kinds, rounds=rounds, seed=seed)
     captures_dir = out.with_name(out.stem + ".captures")
     workload_out = lengths_out or out.with_name(out.stem + ".workload" + out.suffix)
-    typer.echo(f"self-calibration of this machine on {model}: {len(plan)} captures ({', '.join(kinds)}; {rounds} round(s)), "
-               f"drafter {drafter or 'none (no EAGLE captures)'}", err=True)
+    typer.echo(f"self-calibration of this machine on {model}: {len(plan)} captures ({', '.join(kinds)}; "
+               f"{rounds} round(s)), drafter {drafter or 'none (no EAGLE captures)'}", err=True)
     try:
-        machine = sc.VllmMachine(model, drafter, seed=seed)
+        machine = sc.VllmMachine(model, drafter, seed=seed, task=user_task)
         result = sc.run_self_calibration(machine, plan, base_prof, name or out.stem, captures_dir,
                                          progress=lambda p: typer.echo(p.line(), err=True), warmup_steps=warmup_steps,
                                          method=drift, window=drift_window)
@@ -221,13 +254,16 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
 
 def _print_self_calibration(result) -> None:
     c = result.calibration.costs
-    typer.echo(f"calibrated {result.profile.name!r} on {sum(r.spec.role == 'fit' for r in result.captures)} fit captures, "
-               f"{c.steps_used} engine steps; step latency median |error| {c.cv_mdape_pct:.2f}% held out ({cal.CV_FOLDS}-fold)")
+    typer.echo(f"calibrated {result.profile.name!r} on {sum(r.spec.role == 'fit' for r in result.captures)} fit "
+               f"captures, "
+               f"{c.steps_used} engine steps; step latency median |error| {c.cv_mdape_pct:.2f}% held out "
+               f"({cal.CV_FOLDS}-fold)")
     refs = [r.reference_s for r in result.references]
     factors = [r.drift.factor for r in result.captures]
     tracking = ", ".join(f"{m} {c:.2f}" for m, c in result.tracking.correlation_by_method.items())
     typer.echo(f"drift: reference {1e3 * min(refs):.1f}-{1e3 * max(refs):.1f} ms over {len(refs)} measurements; "
-               f"profile normalised by {result.method} (window {result.window}): factors x{min(factors):.3f}-x{max(factors):.3f}; correlation of "
+               f"profile normalised by {result.method} (window {result.window}): factors "
+               f"x{min(factors):.3f}-x{max(factors):.3f}; correlation of "
                f"the slowness measure with the engine's over {len(result.tracking.engine_ratio)} captures: {tracking}")
     methods = list(result.heldout[0].errors_by_method) if result.heldout else []
     typer.echo(format_table([[h.trace, h.kind, f"x{h.drift_factor:.3f}", f"{h.measured_rollout_s:.2f}",

@@ -14,6 +14,7 @@ from workbench.cli.common import fail
 from workbench.contracts.fileio import write_json
 from workbench.contracts.schema import ConfigError, save
 from workbench.paper import report
+from workbench.paper.calibration import SPLIT, load_split
 from workbench.paper.peers import peer_rows
 from workbench.paper.profiles import refit
 from workbench.paper.reproduce import reproduce
@@ -26,8 +27,16 @@ def paper(
     steps: int = typer.Option(20, min=1, help="RL steps simulated per Table A case."),
     seeds: int = typer.Option(1, min=1, help="Simulate seeds 0..K-1 per case (the same draws for every system)."),
     published: Path = typer.Option(PUBLISHED, help="The published tables (YAML)."),
-    write_profiles: bool = typer.Option(False, "--write-profiles", help="Also write the refitted GPU profiles to OUT/profiles/ (copy them over workbench/contracts/presets/profiles/ to update the presets)."),
-    peers: bool = typer.Option(False, "--peers", help="Instead: TLT's peers (RollPacker, APRIL, fully-async RL, SPEC-RL), each in its own setting, against its published claim."),
+    write_profiles: bool = typer.Option(False, "--write-profiles",
+                                        help="Also write the refitted GPU profiles to OUT/profiles/ (copy them over "
+                                             "workbench/contracts/presets/profiles/ to update the presets)."),
+    calib_steps: int = typer.Option(4, min=1, help="RL steps per simulation on the calibration grid (seed 0)."),
+    split: Path = typer.Option(SPLIT, help="The declared calibration split (YAML): parameters, ranges, grid."),
+    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
+                                   help="Add the measured-parts and leave-one-model-out columns."),
+    peers: bool = typer.Option(False, "--peers",
+                               help="Instead: TLT's peers (RollPacker, APRIL, fully-async RL, SPEC-RL), each in its "
+                                    "own setting, against its published claim."),
 ) -> None:
     """Reproduce the TLT paper: Table A (end to end) predicted; Tables C and E fitted; Table G predicted."""
     t0 = time.perf_counter()
@@ -36,6 +45,7 @@ def paper(
         return
     try:
         pub = load_published(published)
+        the_split = load_split(split) if calibrate else None
     except ConfigError as exc:
         fail(exc)
     fit, profiles = refit(published)
@@ -49,13 +59,21 @@ def paper(
         for p in report.profiles_to_write(profiles):
             save(p, out / "profiles" / f"{p.name}.yaml")
     rep = reproduce(fit, pub, steps=steps, seeds=list(range(seeds)),
-                    on_progress=lambda m: typer.echo(f"  {m} ({time.perf_counter() - t0:.1f}s)", err=True))
+                    on_progress=lambda m: typer.echo(f"  {m} ({time.perf_counter() - t0:.1f}s)", err=True),
+                    split=the_split, calib_steps=calib_steps)
     path = report.write(rep, out)
     typer.echo(f"TLT paper vs the simulator ({steps} steps x {seeds} seed(s) per Table A case); "
                "fit: the profiles were fitted to that row; predicted: not fitted to it")
+    typer.echo("pre-registered: the tlt-eval workloads as written before any run; measured parts: DAPO-log length "
+               "shape, measured-database GPU costs, nothing fitted; calibrated (LOO): " + (rep.split or "off"))
     typer.echo(report.rows_text(rep))
+    if rep.rounds:
+        typer.echo("")
+        typer.echo(f"Leave-one-model-out rounds (grid simulated at {rep.calib_steps} steps, seed 0):")
+        typer.echo(report.rounds_text(rep))
     typer.echo("")
-    typer.echo("Where Table A's time goes (baseline's slowest engine, decode time per batch bucket; SD is off above 32):")
+    typer.echo("Where Table A's time goes (per batch bucket: baseline's slowest engine's share of decode time / "
+               "tlt's share of decode time with SD on / tlt's tokens per pass with SD on; SD is off above 32):")
     typer.echo(report.explanations_text(rep))
     typer.echo(f"wrote {path}" + (f" and {out / 'profiles'}/" if write_profiles else ""))
     typer.echo(json.dumps(report.summary(rep)))
@@ -66,8 +84,10 @@ def _peers(out: Path, steps: int, seeds: int, t0: float) -> None:
                            on_progress=lambda m: typer.echo(f"  {m} ({time.perf_counter() - t0:.1f}s)", err=True))
     doc = report.peers_document(rows, expl, steps, list(range(seeds)))
     write_json(out / "peers.json", doc)
-    typer.echo(f"TLT's peers in their own settings ({steps} steps x {seeds} seed(s); published: the middle of the claim)")
-    typer.echo(format_table([[r.case, f"{r.published:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%"] for r in rows],
+    typer.echo(f"TLT's peers in their own settings ({steps} steps x {seeds} seed(s); published: the middle of the "
+               f"claim)")
+    typer.echo(format_table([[r.case, f"{r.published:,.2f}", f"{r.predicted:,.2f}",
+                              f"{r.error_pct:+.1f}%"] for r in rows],
                             ["case", "published", "predicted", "error"]))
     typer.echo("")
     typer.echo("What drives each prediction (means over the steps counted):")

@@ -102,7 +102,8 @@ def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, 
     d, dr = p.decode, p.drafter
     typer.echo(f"profile {p.name!r} ({p.cluster.label}): overhead {1e3 * d.overhead_s:.3f} ms, per seq "
                f"{1e6 * d.per_seq_s:.2f} us, weights {1e3 * d.weights_s:.3f} ms, compute "
-               f"{1e6 * d.compute_s_per_token:.2f} us/token, overlap {d.overlap:.2f}, kv {1e9 * d.kv_s_per_token:.2f} ns/seq/token, prefill "
+               f"{1e6 * d.compute_s_per_token:.2f} us/token, overlap {d.overlap:.2f}, kv {1e9 * d.kv_s_per_token:.2f} "
+               f"ns/seq/token, prefill "
                f"{1e6 * d.prefill_s_per_token:.2f} us/token; drafter {1e3 * dr.eagle_step_s:.3f} ms + "
                f"{1e6 * dr.eagle_s_per_seq:.2f} us/candidate; train {1e6 * p.phases.train_gpu_s_per_token:.1f} "
                f"GPU-us/token; power {p.power.decode_w:.0f} W decoding, {p.power.train_w:.0f} W training, "
@@ -129,16 +130,25 @@ def profile(
                                           "(default: the newest the database holds for the GPU)."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     tp: int = typer.Option(1, help="Tensor-parallel degree: one rank's shapes are measured, collectives assumed."),
-    dtype: Optional[str] = typer.Option(None, help="float32, bfloat16 or float16 (default: bfloat16 on cuda, float32 on cpu)."),
+    dtype: Optional[str] = typer.Option(
+        None, help="float32, bfloat16 or float16 (default: bfloat16 on cuda, float32 on cpu)."),
     grid: Optional[str] = typer.Option(None, help="Points to measure: cuda, cpu or test (default: the device's)."),
     repeats: Optional[int] = typer.Option(None, help="Timed runs per point (default: 30 cuda, 20 cpu)."),
-    passes: Optional[int] = typer.Option(None, help="Interleaved passes over the points, each keeping its fastest (default: 1 cuda, 3 cpu)."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: 1 on cpu, timed on its own CPU clock; torch's on cuda)."),
+    passes: Optional[int] = typer.Option(None,
+                                         help="Interleaved passes over the points, each keeping its fastest (default: "
+                                              "1 cuda, 3 cpu)."),
+    threads: Optional[int] = typer.Option(None,
+                                          help="torch CPU threads (default: 1 on cpu, timed on its own CPU clock; "
+                                               "torch's on cuda)."),
     seed: int = typer.Option(0, help="Seeds the random weights and inputs."),
     check_rounds: int = typer.Option(5, help="Interleaved rounds of the whole-model check (0: skip it)."),
-    measurements: Optional[Path] = typer.Option(None, help="Fit this measurements file (from `python -m real.profiler`) instead of measuring."),
-    base: Optional[str] = typer.Option(None, help="Profile for what operators cannot measure (acceptance, learning curve, "
-                                       "weight sync); default: cpu-tiny on cpu, else the H100 profile of this model and TP."),
+    measurements: Optional[Path] = typer.Option(None,
+                                                help="Fit this measurements file (from `python -m real.profiler`) "
+                                                     "instead of measuring."),
+    base: Optional[str] = typer.Option(None,
+                                       help="Profile for what operators cannot measure (acceptance, learning curve, "
+                                       "weight sync); default: cpu-tiny on cpu, else the H100 profile of this model "
+                                       "and TP."),
     name: Optional[str] = typer.Option(None, help="The profile's name (default: the --out file's stem)."),
 ) -> None:
     """Measure decode, verify, EAGLE drafter, prefill and training costs (torch: per decoder layer, random weights;

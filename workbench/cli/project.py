@@ -14,7 +14,7 @@ from sim.simulator import check_size
 from sim.sweep import sweep_units
 from workbench import project as projection
 from workbench.cli.apps import app, bench_app
-from workbench.cli.common import fail, load_inputs, mapper_for
+from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, mapper_for
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.distributed import RayConfig
@@ -64,11 +64,9 @@ def project(
                                      "longer run is sampled in blocks and interpolated (docs/formats.md)."),
     full: bool = typer.Option(False, "--full", help="Simulate every step (no sampling); slow for long runs."),
     out: Path = typer.Option(..., help="Output directory: project.json and project.png."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file (default: the workload's profile)."),
-    workers: int = typer.Option(1, min=1, help="Runs projected at once: more than 1 runs them as Ray tasks "
-                                               "(same results)."),
-    address: Optional[str] = typer.Option(None, help="A Ray cluster to run on (e.g. 'auto'); default: local Ray "
-                                                     "when --workers > 1."),
+    profile: Optional[str] = PROFILE_OPTION,
+    workers: int = WORKERS_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
     """Project a whole RL run: wall-clock days, GPU-hours, cost and energy per policy, with savings vs the first."""
 

@@ -25,12 +25,15 @@ from real.run.capture import capture as run_capture
 from real.run.coordinator import RunConfig, TrainError, default_drafter, run_training
 from real.tiny import task
 from real.tiny.model import DEFAULT_STEPS, init_model
+from real.torch_utils import train_device
 from workbench.bench_prediction import predict_bench
 from workbench.cli.apps import app, bench_app, drafter_app, model_app
 from workbench.cli.common import fail
+from workbench.cli.task import REWARD_HELP, TASK_HELP, task_option
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
+from workbench.contracts.task import Task
 from workbench.schedule import start_tables
 from workbench.tables import format_table
 
@@ -96,7 +99,7 @@ def capture(
     drafter: Optional[Path] = typer.Option(
         None, help="EAGLE drafter checkpoint directory (`tlt drafter train`); required by an eagle policy."
     ),
-    prompts: int = typer.Option(8, min=1, help="Problems drawn from real.tiny.task."),
+    prompts: int = typer.Option(8, min=1, help="Problems drawn from real.tiny.task (or --task)."),
     samples: int = typer.Option(4, min=1, help="Responses per problem (the group size)."),
     max_tokens: int = typer.Option(512, min=1, help="Response cap in tokens."),
     seed: int = typer.Option(0, help="Seed of the problems and of sampling."),
@@ -104,8 +107,11 @@ def capture(
     temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature (0: greedy)."),
     max_num_seqs: int = typer.Option(64, min=1, help="vLLM's max_num_seqs: the most requests decoded at once."),
     out: Path = typer.Option(..., help="Trace directory to write (schema: traces/README.md)."),
+    task: Optional[Path] = typer.Option(None, help=TASK_HELP),
+    reward: Optional[str] = typer.Option(None, help=REWARD_HELP + " Default with --task: exact."),
 ) -> None:
     """Run one rollout on vLLM step by step and record it as a trace."""
+    user_task = task_option(task, reward)
     try:
         pol = load_policy(policy)
     except ConfigError as exc:
@@ -120,7 +126,7 @@ def capture(
         fail(RuntimeError(f"capture needs vLLM ({exc}); install the project with its 'cpu' or 'gpu' extra"))
     trace = run_capture(model, pol, drafter, prompts=prompts, samples=samples, max_tokens=max_tokens, seed=seed,
                         mix=mix, temperature=temperature, max_num_seqs=max_num_seqs, out=out,
-                        log=lambda m: typer.echo(m, err=True))
+                        log=lambda m: typer.echo(m, err=True), task_file=user_task)
     s = trace.meta["summary"]
     rows = [
         [
@@ -157,6 +163,7 @@ def drafter_train(
     lr: float = typer.Option(1e-3, min=0.0, help="AdamW learning rate (cosine decay to a tenth, 20 warm-up steps)."),
     mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/tiny/task.py)."),
     temperature: float = typer.Option(1.0, min=0.0, help="Temperature of the sampled responses."),
+    device: str = typer.Option("cpu", help="Where the drafter trains: cpu, or cuda (bf16 autocast)."),
 ) -> None:
     """Sample the target, then train an EAGLE drafter on its hidden states (EAGLE loss)."""
     from real.drafter.training import train_from_target
@@ -165,10 +172,14 @@ def drafter_train(
         fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
     if mix not in task.MIXES:
         fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
+    try:
+        train_device(device)
+    except ValueError as exc:
+        fail(exc)
     t0 = time.perf_counter()
     path = train_from_target(model, out, steps=steps, seed=seed, prompts=prompts, samples=samples,
                              max_tokens=max_tokens, lr=lr, mix=mix, temperature=temperature,
-                             log=lambda m: typer.echo(m, err=True))
+                             log=lambda m: typer.echo(m, err=True), device=device)
     info = json.loads((path / "tlt_drafter.json").read_text())
     final = info.get("final", {})
     typer.echo(f"wrote {path} in {time.perf_counter() - t0:.0f}s: loss {final.get('loss', float('nan')):.4f}, "
@@ -215,16 +226,21 @@ def bench_grpo(
     samples: int = typer.Option(4, min=2, help="Responses per problem (the GRPO group)."),
     max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens: the tail's length."),
     repeats: int = typer.Option(3, min=1, help="Timed steps per path, interleaved; medians reported."),
+    device: str = typer.Option("cpu", help="Where the update runs: cpu, or cuda (bf16 autocast)."),
 ) -> None:
     """Time one GRPO step, packed vs padded, on a long-tailed batch: the model's own sampled responses
     (vLLM, temperature 1) to task prompts. Both paths in the same run, steps interleaved; last line JSON."""
     if not (model / "config.json").is_file():
         fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
-    report = run_bench_grpo(model, prompts=prompts, samples=samples, max_tokens=max_tokens, repeats=repeats,
-                            seed=seed, log=lambda m: typer.echo(m, err=True))
+    try:
+        report = run_bench_grpo(model, prompts=prompts, samples=samples, max_tokens=max_tokens, repeats=repeats,
+                                seed=seed, log=lambda m: typer.echo(m, err=True), device=device)
+    except ValueError as exc:
+        fail(exc)
     resp = sorted(report.response_tokens)
     typer.echo(f"{model}: {report.sequences} sequences, {report.tokens} tokens (response tokens p50 "
-               f"{resp[len(resp) // 2]}, max {resp[-1]}); minibatches of {report.minibatch}, {report.threads} threads")
+               f"{resp[len(resp) // 2]}, max {resp[-1]}); minibatches of {report.minibatch}, "
+               + (f"{report.threads} threads" if device == "cpu" else "on the GPU, bf16"))
     rows = [[name, f"{statistics.median(ts):.2f}", f"{min(ts):.2f}", f"{report.tokens_per_s(ts):,.0f}", str(work)]
             for name, ts, work in (("packed", report.packed_s, report.tokens),
                                    ("padded", report.padded_s, report.padded_tokens))]
@@ -236,7 +252,7 @@ def bench_grpo(
 
 def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, seed: int, prompts: int, samples: int,
                 max_tokens: int, drafter: Optional[Path], lr: float, address: Optional[str], mix: str,
-                profile: str = DEFAULT_PROFILE) -> RunConfig:
+                profile: str = DEFAULT_PROFILE, task_file: Optional[Task] = None, device: str = "cpu") -> RunConfig:
     """The run's RunConfig, checked; for a learning bandit, its start tables predicted on `profile`
     ('none': the policy's own schedule)."""
     try:
@@ -257,7 +273,7 @@ def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, s
     drafter = default_drafter(model, pol, drafter)
     cfg = RunConfig(model=model, policy=pol, out=out, steps=steps, workers=workers, seed=seed, prompts=prompts,
                     samples=samples, max_tokens=max_tokens, drafter=drafter, lr=lr, address=address, mix=mix,
-                    start_tables=tables, start_source=source)
+                    start_tables=tables, start_source=source, task=task_file, device=device)
     try:
         cfg.check()
     except TrainError as exc:
@@ -315,10 +331,14 @@ def train(
     mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/tiny/task.py)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address to join (default: a local Ray)."),
     profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
+    task: Optional[Path] = typer.Option(None, help=TASK_HELP),
+    reward: Optional[str] = typer.Option(None, help=REWARD_HELP + " Default with --task: exact."),
+    device: str = typer.Option("cpu", help="Where the GRPO update and drafter training run: cpu, or cuda (bf16)."),
 ) -> None:
     """GRPO on vLLM rollouts with spot drafter training and adaptive SD (real/run/coordinator.py)."""
+    user_task = task_option(task, reward)
     cfg = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens, drafter, lr, address, mix,
-                      profile)
+                      profile, user_task, device)
     _show_start(cfg)
     typer.echo("  ".join(_STEP_HEADER))
 

@@ -15,7 +15,7 @@ import yaml
 from sim.simulator import simulate
 from workbench import tune as tuning
 from workbench.cli.apps import app, bench_app
-from workbench.cli.common import fail, load_inputs, runner_for
+from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, runner_for
 from workbench.compare import compare as run_compare
 from workbench.compare import summarize_runs
 from workbench.contracts.fileio import save_figure, write_atomic
@@ -31,12 +31,16 @@ from workbench.tables import format_table
 @app.command()
 def sim(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
-    policy: str = typer.Option("baseline,static-sd,tlt", help="Comma-separated policy preset names or files; the first is the reference for speedups."),
+    policy: str = typer.Option("baseline,static-sd,tlt",
+                               help="Comma-separated policy preset names or files; the first is the reference for "
+                                    "speedups."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps to simulate (default: the workload's)."),
     seed: int = typer.Option(0, help="Seed for every random choice; same seed, same result."),
-    out: Path = typer.Option(..., help="Output directory: summary.json and, per policy, NAME/metrics.json, NAME/timeline.parquet and NAME/batch.png (each worker's running batch in the last step)."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
-                                          "from the measured database at the workload's TP; default: the workload's profile)."),
+    out: Path = typer.Option(...,
+                             help="Output directory: summary.json and, per policy, NAME/metrics.json, "
+                                  "NAME/timeline.parquet and NAME/batch.png (each worker's running batch in the last "
+                                  "step)."),
+    profile: Optional[str] = PROFILE_OPTION,
 ) -> None:
     """Simulate RL steps of a workload under one or more policies."""
 
@@ -99,7 +103,9 @@ def check(
 @bench_app.command("sim")
 def bench_sim(
     workload: str = typer.Option("paper-32b-128gpu", help="Workload to time."),
-    policy: str = typer.Option("tlt-cold", help="Policy to time (tlt-cold is the costliest: bandit decisions every interval, spot training)."),
+    policy: str = typer.Option("tlt-cold",
+                               help="Policy to time (tlt-cold is the costliest: bandit decisions every interval, spot "
+                                    "training)."),
     steps: int = typer.Option(3, min=1),
     seed: int = typer.Option(0),
 ) -> None:
@@ -116,7 +122,8 @@ def bench_sim(
     rows, points = [], []
     for factor in (0.25, 0.5, 1, 2, 4, 8):
         workers = max(1, round(wl.workers * factor))
-        scaled = replace(wl, workers=workers, prompts_per_step=max(1, round(wl.prompts_per_step * workers / wl.workers)))
+        scaled = replace(wl, workers=workers, prompts_per_step=max(1,
+                                                                   round(wl.prompts_per_step * workers / wl.workers)))
         t0 = time.perf_counter()
         simulate(scaled, pol, prof, seed=seed, steps=1)
         secs = time.perf_counter() - t0
@@ -137,14 +144,17 @@ def bench_sim(
 @app.command()
 def compare(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
-    policies: str = typer.Option("baseline,static-sd,tlt", help="Comma-separated policy preset names or files; the first is the reference for speedups."),
-    seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1; seed s draws the same response lengths for every policy (common random numbers)."),
+    policies: str = typer.Option("baseline,static-sd,tlt",
+                                 help="Comma-separated policy preset names or files; the first is the reference for "
+                                      "speedups."),
+    seeds: int = typer.Option(3, min=1,
+                              help="Simulate seeds 0..K-1; seed s draws the same response lengths for every policy "
+                                   "(common random numbers)."),
     out: Path = typer.Option(..., help="Output directory: compare.json and compare.png."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
-                                          "from the measured database at the workload's TP; default: the workload's profile)."),
-    workers: int = typer.Option(1, min=1, help="Simulations run at once: 1 runs them here one after another; more run them as Ray tasks (same results, same order)."),
-    address: Optional[str] = typer.Option(None, help="A Ray cluster to run the simulations on (e.g. 'auto' or 'ray://HOST:10001'); default: a local Ray when --workers > 1."),
+    profile: Optional[str] = PROFILE_OPTION,
+    workers: int = WORKERS_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
     """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""
 
@@ -175,16 +185,18 @@ def compare(
 @app.command()
 def regret(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
-    policy: str = typer.Option("tlt-cold", help="Base policy (preset or file; chains); the four bandits differ from it only in bandit.algorithm."),
+    policy: str = typer.Option("tlt-cold",
+                               help="Base policy (preset or file; chains); the four bandits differ from it only in "
+                                    "bandit.algorithm."),
     seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1 (the same draws for every bandit)."),
     out: Path = typer.Option(..., help="Output directory: regret.json and regret.png."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
-                                          "from the measured database at the workload's TP; default: the workload's profile)."),
-    workers: int = typer.Option(1, min=1, help="Simulations run at once: 1 runs them here one after another; more run them as Ray tasks (same results, same order)."),
-    address: Optional[str] = typer.Option(None, help="A Ray cluster to run the simulations on (e.g. 'auto' or 'ray://HOST:10001'); default: a local Ray when --workers > 1."),
+    profile: Optional[str] = PROFILE_OPTION,
+    workers: int = WORKERS_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
-    """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed in hindsight)."""
+    """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed
+    in hindsight)."""
 
     wl, pols, prof = load_inputs(workload, policy, profile, steps)
     if len(pols) != 1:
@@ -218,18 +230,31 @@ def regret(
 @app.command()
 def tune(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
-    profile: Optional[str] = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived "
-                                          "from the measured database at the workload's TP; default: the workload's profile)."),
-    trials: int = typer.Option(100, min=1, help="Complete trials the study should hold; a resumed study runs only the rest."),
-    seeds: int = typer.Option(3, min=1, help="Score each policy on seeds 0..K-1, the same for every trial (common random numbers)."),
+    profile: Optional[str] = PROFILE_OPTION,
+    trials: int = typer.Option(100, min=1,
+                               help="Complete trials the study should hold; a resumed study runs only the rest."),
+    seeds: int = typer.Option(3, min=1,
+                              help="Score each policy on seeds 0..K-1, the same for every trial (common random "
+                                   "numbers)."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    storage: str = typer.Option("sqlite:///tlt-studies.db", help="Optuna storage: an RDB URL (default: tlt-studies.db in the current directory), 'journal:PATH' (a journal file; best for --workers) or 'memory' (keeps nothing)."),
-    study: Optional[str] = typer.Option(None, help="Study name; run again with the same name to resume it (default: tune-WORKLOAD, plus -mo in multi-objective mode)."),
+    storage: str = typer.Option("sqlite:///tlt-studies.db",
+                                help="Optuna storage: an RDB URL (default: tlt-studies.db in the current directory), "
+                                     "'journal:PATH' (a journal file; best for --workers) or 'memory' "
+                                     "(keeps nothing)."),
+    study: Optional[str] = typer.Option(None,
+                                        help="Study name; run again with the same name to resume it (default: "
+                                             "tune-WORKLOAD, plus -mo in multi-objective mode)."),
     out: Path = typer.Option(..., help="Where to write the best policy (.yaml, .yml or .json); it loads in `tlt sim`."),
-    multi_objective: bool = typer.Option(False, "--multi-objective", help="Minimise step time and drafter-training GPU-seconds per step; print the Pareto front and write its fastest point."),
-    allow_warm_start: bool = typer.Option(False, "--allow-warm-start", help="Let the search use an offline-trained (warm-start) drafter; the objective does not charge that training."),
+    multi_objective: bool = typer.Option(False, "--multi-objective",
+                                         help="Minimise step time and drafter-training GPU-seconds per step; print the "
+                                              "Pareto front and write its fastest point."),
+    allow_warm_start: bool = typer.Option(False, "--allow-warm-start",
+                                          help="Let the search use an offline-trained (warm-start) drafter; the "
+                                               "objective does not charge that training."),
     sampler_seed: int = typer.Option(0, help="Seed of the TPE sampler."),
-    workers: int = typer.Option(1, min=1, help="Processes running trials at once against the one --storage (journal:PATH or an RDB URL), each sampling with its own seed."),
+    workers: int = typer.Option(1, min=1,
+                                help="Processes running trials at once against the one --storage (journal:PATH or an "
+                                     "RDB URL), each sampling with its own seed."),
     backend: str = typer.Option("auto", help="Where the tuned policy will run: 'real' searches only what `tlt train` "
                                              "runs (chains; none/ngram/eagle drafters), 'sim' everything the simulator "
                                              "runs (EAGLE trees and suffix drafts too); 'auto': real on a profile "

@@ -32,14 +32,15 @@ RUN_SCHEMA = "tlt-validate-run/2"  # 2: a step's key is rl_step (1: step)
 @app.command()
 def validate(
     traces: list[Path] = typer.Argument(..., help="Trace directory to re-simulate, or a `tlt train` run directory "
-                                        "(metrics.csv and trace/: every phase of every RL step predicted); several: each, then the total."),
+                                        "(metrics.csv and trace/: every phase of every RL step predicted); several: "
+                                        "each, then the total."),
     profile: str = typer.Option(..., help="Profile preset name or file to test (e.g. one `tlt calibrate` wrote)."),
     seed: int = typer.Option(0, help="Seed of the simulator's acceptance noise (and bandits)."),
     out: Optional[Path] = typer.Option(None, help="Also write OUT/validate.json and OUT/validate.png (traces) or "
                                        "OUT/validate-run.json (runs)."),
 ) -> None:
-    """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s, error_pct},
-    or for run directories {predicted_step_s, measured_step_s, error_pct, phases}."""
+    """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s,
+    error_pct}, or for run directories {predicted_step_s, measured_step_s, error_pct, phases}."""
 
     try:
         prof = load_profile(profile)
@@ -94,15 +95,19 @@ def _pct(x: float) -> str:
 
 def show_run(p: RunPrediction) -> None:
     """One run's per-phase means and per-step rows."""
-    sample = "IN-SAMPLE: the profile was fitted on this run" if p.in_sample else "held out: the profile was not fitted on this run"
+    sample = ("IN-SAMPLE: the profile was fitted on this run" if p.in_sample
+              else "held out: the profile was not fitted on this run")
     typer.echo(f"run {p.run} (policy {p.policy}), profile {p.profile}, {len(p.steps)} RL steps; {sample}")
-    typer.echo(format_table([[ph, f"{p.predicted.get(ph):.3f}", f"{p.measured.get(ph):.3f}", _pct(p.phase_error_pct(ph))]
+    typer.echo(format_table([[ph, f"{p.predicted.get(ph):.3f}", f"{p.measured.get(ph):.3f}",
+                              _pct(p.phase_error_pct(ph))]
                              for ph in PHASES], ["phase (mean per step)", "predicted s", "measured s", "error"]))
     rows = []
     for s in p.steps:
         pr, me = s.predicted, s.measured
-        rows.append([str(s.rl_step)] + [f"{pr.get(ph):.2f}/{me.get(ph):.2f}" for ph in ("rollout", "train", "sync", "step")]
-                    + [_pct(error_pct(pr.step_s, me.step_s)), f"{s.accept_len_predicted:.2f}/{s.accept_len_measured:.2f}",
+        rows.append([str(s.rl_step)] + [f"{pr.get(ph):.2f}/{me.get(ph):.2f}" for ph in ("rollout", "train", "sync",
+                                                                                        "step")]
+                    + [_pct(error_pct(pr.step_s, me.step_s)),
+                       f"{s.accept_len_predicted:.2f}/{s.accept_len_measured:.2f}",
                        f"{s.drafter_predicted}/{s.drafter_measured or '?'}"])
     typer.echo(format_table(rows, ["step", "rollout s pred/meas", "update s", "sync s", "step s", "step error",
                                    "accept len", "drafter"]))

@@ -28,7 +28,8 @@ from workbench.workloads.fit import fit_lengths
 @workload_app.command("import")
 def import_(
     files: list[Path] = typer.Argument(..., help="Length files or directories: PolyTrace packed_lengths JSONL (with "
-                                       "dapo_filter_indices.jsonl), a CSV/JSONL/Parquet table with step, prompt, length "
+                                       "dapo_filter_indices.jsonl), a CSV/JSONL/Parquet table with step, prompt, "
+                                       "length "
                                        "[prompt_tokens, correct, rank], or veRL's per-step response_length/* metrics."),
     out: Path = typer.Option(..., help="The Workload YAML to write (the lengths go beside it: OUT.lengths.parquet)."),
     mode: str = typer.Option("replay", help=f"Length model: {', '.join(MODES)}."),

@@ -46,7 +46,8 @@ class Architecture:
     @property
     def params(self) -> int:
         embed = self.vocab * self.hidden
-        return embed + self.layers * self.layer_params + self.hidden + (0 if self.tied_embeddings else self.lm_head_params)
+        head = 0 if self.tied_embeddings else self.lm_head_params
+        return embed + self.layers * self.layer_params + self.hidden + head
 
     @property
     def decode_params(self) -> int:

@@ -135,5 +135,6 @@ def _read(path: str, mtime_ns: int, size: int) -> ObservedLengths:
     try:
         df = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises several kinds for a file that is not Parquet
-        raise ConfigError(path, "<file>", "unreadable", f"a Parquet file written by `tlt workload import` ({exc})") from None
+        raise ConfigError(path, "<file>", "unreadable",
+                          f"a Parquet file written by `tlt workload import` ({exc})") from None
     return from_frame(df, path)

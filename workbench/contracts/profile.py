@@ -41,7 +41,8 @@ class DecodeCost:
     overlap: float = 1.0  # share of the smaller of weight reading and compute hidden under the larger
 
     def check(self) -> None:
-        for name in ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token", "prefill_s_per_token"):
+        for name in ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token",
+                     "prefill_s_per_token"):
             v = getattr(self, name)
             require(0.0 <= v < 10.0, name, v, "seconds, >= 0 and < 10")
         require(0.0 <= self.overlap <= 1.0, "overlap", self.overlap, "a share from 0 to 1")
@@ -111,9 +112,11 @@ class AcceptanceModel:
         for name in ("eagle_shape", "ngram_shape"):
             v = getattr(self, name)
             require(0.1 <= v <= 2.0, name, v, "a number from 0.1 to 2")
-        require(0.0 <= self.staleness_per_update < 1.0, "staleness_per_update", self.staleness_per_update, "a share in [0, 1)")
+        require(0.0 <= self.staleness_per_update < 1.0, "staleness_per_update", self.staleness_per_update,
+                "a share in [0, 1)")
         require(0.0 <= self.tree_width_gain <= 3.0, "tree_width_gain", self.tree_width_gain, "a number from 0 to 3")
-        require(0.0 <= self.warm_start_quality <= 1.0, "warm_start_quality", self.warm_start_quality, "a quality from 0 to 1")
+        require(0.0 <= self.warm_start_quality <= 1.0, "warm_start_quality", self.warm_start_quality,
+                "a quality from 0 to 1")
         require(0.0 <= self.suffix_alpha < 1.0, "suffix_alpha", self.suffix_alpha, "a probability in [0, 1)")
         require(0.1 <= self.suffix_shape <= 2.0, "suffix_shape", self.suffix_shape, "a number from 0.1 to 2")
         for name in ("suffix_history_match", "suffix_group_match"):

@@ -127,7 +127,8 @@ class TimelineRow(_Upgrades):
     tokens: float = _col("response tokens emitted (decode states); drafter steps (drafter_train)")
     passes: float = _col("verify passes (1 per engine step)")
     context: float = _col("mean context length of the engine step")
-    strategy: str = _col("speculation of decode_sd rows: a chain's draft length ('4') or a tree ('8_4_48'); '' otherwise")
+    strategy: str = _col("speculation of decode_sd rows: a chain's draft length ('4') or a tree ('8_4_48'); '' "
+                         "otherwise")
 
 
 # Column -> (pandas kind: "i" int, "f" float, "O" text or list; what it means), from the row classes.
@@ -250,14 +251,16 @@ def load_trace(path: str | Path) -> Trace:
     `meta["trace_version"]` says which version the files are."""
     path = Path(path)
     if not path.is_dir():
-        raise TraceError(path, "<directory>", "not found", "give a trace directory written by `tlt capture` or `tlt train`")
+        raise TraceError(path, "<directory>", "not found",
+                         "give a trace directory written by `tlt capture` or `tlt train`")
     meta_path = path / "meta.json"
     if not meta_path.is_file():
         raise TraceError(meta_path, "<file>", "missing", "the trace is incomplete; capture it again")
     try:
         meta = json.loads(meta_path.read_text())
     except json.JSONDecodeError as exc:
-        raise TraceError(meta_path, "<file>", f"not valid JSON ({exc})", "the trace is corrupt; capture it again") from None
+        raise TraceError(meta_path, "<file>", f"not valid JSON ({exc})",
+                         "the trace is corrupt; capture it again") from None
     for f in META_FIELDS:
         if f not in meta:
             raise TraceError(meta_path, f"field '{f}'", "missing", f"meta.json needs {', '.join(META_FIELDS)}")

@@ -39,7 +39,8 @@ class LengthModel:
     wrong_factor: float = 1.6  # wrong answers are this many times longer, in median
     drift_per_step: float = 0.0
     kind: Literal["lognormal", "replay", "empirical"] = "lognormal"
-    data: str = ""  # replay, empirical: the observed groups (Parquet; a relative path is read next to the workload file)
+    # replay, empirical: the observed groups (Parquet; a relative path is read next to the workload file)
+    data: str = ""
     median_tokens: float = 0.0  # > 0: median of correct answers at step 0 (clip_ratio is then what it implies)
 
     def check(self) -> None:
@@ -54,7 +55,8 @@ class LengthModel:
         require(0.05 <= self.sigma <= 3.0, "sigma", self.sigma, "a log-sd from 0.05 to 3")
         require(0.0 <= self.group_correlation < 1.0, "group_correlation", self.group_correlation, "a number in [0, 1)")
         require(0.0 < self.mean_accuracy < 1.0, "mean_accuracy", self.mean_accuracy, "a share between 0 and 1")
-        require(self.accuracy_concentration > 0.0, "accuracy_concentration", self.accuracy_concentration, "a number > 0")
+        require(self.accuracy_concentration > 0.0, "accuracy_concentration", self.accuracy_concentration,
+                "a number > 0")
         require(self.wrong_factor >= 1.0, "wrong_factor", self.wrong_factor, "a number >= 1")
         require(abs(self.drift_per_step) <= 0.5, "drift_per_step", self.drift_per_step, "a number from -0.5 to 0.5")
 

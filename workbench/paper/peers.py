@@ -46,7 +46,8 @@ PEERS = (
              "peer-rollpacker-32b-128gpu", "rollpacker"),
     PeerCase("APRIL", "+22.5% rollout throughput on average (up to +44%)", 1.225, 1.225, "rollout_throughput",
              "peer-april-7b-8gpu", "april"),
-    PeerCase("veRL fully async", "2.35-2.67x end to end (veRL fully_async_policy, Qwen2.5-7B, 128 GPUs; AReaL: up to 2.57x)",
+    PeerCase("veRL fully async",
+             "2.35-2.67x end to end (veRL fully_async_policy, Qwen2.5-7B, 128 GPUs; AReaL: up to 2.57x)",
              2.35, 2.67, "step_speedup", "peer-async-7b-128gpu", "verl-fully-async"),
     PeerCase("SPEC-RL", "2-3x faster rollout", 2.0, 3.0, "rollout_speedup", "peer-spec-rl-7b-8gpu", "history-sd"),
 )
@@ -106,5 +107,6 @@ def peer_rows(steps: int, seeds: list[int],
                              (case.low + case.high) / 2, value, "predicted"))
         expl.append(_explain(case, base, pol, first))
         if on_progress:
-            on_progress(f"{case.peer}: simulated baseline and {case.policy} x {len(seeds)} seed(s) x {first + steps} steps")
+            on_progress(f"{case.peer}: simulated baseline and {case.policy} x {len(seeds)} seed(s) x {first + steps} "
+                        f"steps")
     return rows, expl

@@ -103,7 +103,8 @@ def build_profile(case: Case, arch: Architecture, gpu: GPU, fit: PublishedFit, p
     return Profile(
         name=case.profile,
         decode=replace(dec, overlap=round(dec.overlap, 4),
-                       **{k: sig(getattr(dec, k)) for k in ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token",
+                       **{k: sig(getattr(dec, k)) for k in ("overhead_s", "per_seq_s", "weights_s",
+                                                            "compute_s_per_token",
                                                             "kv_s_per_token", "prefill_s_per_token")}),
         drafter=replace(dr, **{k: sig(getattr(dr, k)) for k in ("eagle_step_s", "eagle_s_per_seq", "ngram_s_per_seq")}),
         acceptance=acceptance_model(fit, pub), learning=LEARNING, phases=phases(arch, gpu),
@@ -120,14 +121,18 @@ def _source(case: Case, arch: Architecture, gpu: GPU, fit: PublishedFit, pub: Pu
     return (f"tlt paper --refit: least squares on log error over {len(fit.rows)} published microbenchmarks "
             f"({pub.source}; Tables C, D, depth x TV, E), median |error| {fit.median_abs_error_pct:.1f}%, max "
             f"{fit.max_abs_error_pct:.1f}%. Fitted: acceptance alpha/shape/tree_width_gain of the RL-adapted drafter; "
-            f"verify MFU {f.verify_mfu:.3f}, overlap {f.overlap:.3f}, drafter step fixed cost {1e3 * f.drafter_launch_s:.3f} ms, "
+            f"verify MFU {f.verify_mfu:.3f}, overlap {f.overlap:.3f}, drafter step fixed cost "
+            f"{1e3 * f.drafter_launch_s:.3f} ms, "
             f"drafter MFU {f.drafter_mfu:.3f}, benchmark context {fit.fitted.context:.0f} tokens (a nuisance). From "
-            f"Table E's no-SD rate: launch overhead {1e3 * f.launch_overhead_s:.3f} ms. Carried to {arch.name} TP{case.tp} "
-            f"by shape ({gpu.source}; assumed: HBM efficiency {f.hbm_efficiency}, all-reduce {1e6 * f.allreduce_s:.0f} us, "
+            f"Table E's no-SD rate: launch overhead {1e3 * f.launch_overhead_s:.3f} ms. Carried to {arch.name} "
+            f"TP{case.tp} "
+            f"by shape ({gpu.source}; assumed: HBM efficiency {f.hbm_efficiency}, all-reduce {1e6 * f.allreduce_s:.0f} "
+            f"us, "
             f"per-sequence work {1e6 * f.per_seq_s:.0f} us). warm_start_quality from Table G "
             f"({pub.table_g['rl_base_aligned']} vs {pub.table_g['rl_adapted']} tokens per pass at 8_4_48). Assumed: "
             f"n-gram acceptance = cpu-tiny's fit on our reasoning task; learning curve and staleness hand-set; policy "
-            f"update {TRAIN_FLOPS_PER_PARAM} FLOPs/param/token at MFU {TRAIN_MFU}; weight sync {2 * arch.params / 1e9:.0f} GB "
+            f"update {TRAIN_FLOPS_PER_PARAM} FLOPs/param/token at MFU {TRAIN_MFU}; weight sync "
+            f"{2 * arch.params / 1e9:.0f} GB "
             f"at {SYNC_BYTES_PER_S / 1e9:.0f} GB/s.")
 
 

@@ -17,22 +17,38 @@ from workbench.paper.peers import PeerExplanation
 from workbench.paper.reproduce import PaperRow, Reproduction
 from workbench.tables import format_table
 
-SCHEMA = "tlt-paper/1"
+SCHEMA = "tlt-paper/2"
+
+
+def _median_max(values: list[float]) -> tuple[float | None, float | None]:
+    return (round(float(np.median(values)), 2), round(float(max(values)), 2)) if values else (None, None)
 
 
 def summary(rep: Reproduction) -> dict:
-    """The last line's JSON: errors over every row, and over the predicted rows alone."""
+    """The last line's JSON: errors over every row, over the predicted rows, and per column over Table A."""
     errs = [abs(r.error_pct) for r in rep.rows]
     pred = [abs(r.error_pct) for r in rep.rows if r.basis == "predicted"]
-    return {"median_abs_error_pct": round(float(np.median(errs)), 2), "max_abs_error_pct": round(float(max(errs)), 2),
-            "rows": len(rep.rows), "predicted_median_abs_error_pct": round(float(np.median(pred)), 2),
-            "predicted_max_abs_error_pct": round(float(max(pred)), 2)}
+    out = {"median_abs_error_pct": round(float(np.median(errs)), 2), "max_abs_error_pct": round(float(max(errs)), 2),
+           "rows": len(rep.rows), "predicted_median_abs_error_pct": round(float(np.median(pred)), 2),
+           "predicted_max_abs_error_pct": round(float(max(pred)), 2)}
+    a = [r for r in rep.rows if r.table == "A" and r.basis == "predicted"]
+    for key, get in (("pre_registered", lambda r: r.predicted), ("measured_parts", lambda r: r.measured_parts),
+                     ("calibrated", lambda r: r.calibrated)):
+        vals = [abs(100 * (get(r) / r.published - 1)) for r in a if get(r) is not None]
+        out[f"table_a_{key}_median_abs_error_pct"], out[f"table_a_{key}_max_abs_error_pct"] = _median_max(vals)
+    return out
+
+
+def _row(r: PaperRow) -> dict:
+    return {"table": r.table, "case": r.case, "published": r.published, "predicted": r.predicted,
+            "error_pct": r.error_pct, "basis": r.basis, "unit": r.unit, "pre_registered": r.predicted,
+            "measured_parts": r.measured_parts, "calibrated": r.calibrated}
 
 
 def document(rep: Reproduction) -> dict:
-    return {"schema": SCHEMA, "steps": rep.steps, "seeds": rep.seeds,
-            "rows": [{"table": r.table, "case": r.case, "published": r.published, "predicted": r.predicted,
-                      "error_pct": r.error_pct, "basis": r.basis, "unit": r.unit} for r in rep.rows],
+    return {"schema": SCHEMA, "steps": rep.steps, "seeds": rep.seeds, "split": rep.split,
+            "calib_steps": rep.calib_steps, "rounds": [to_mapping(r) for r in rep.rounds],
+            "rows": [_row(r) for r in rep.rows],
             "explanations": [to_mapping(e) for e in rep.explanations], "summary": summary(rep)}
 
 
@@ -46,18 +62,32 @@ def write(rep: Reproduction, out: str | Path) -> Path:
     return path
 
 
+def _cell(value: float | None, published: float) -> str:
+    return "-" if value is None else f"{value:,.2f} ({100 * (value / published - 1):+.1f}%)"
+
+
 def rows_text(rep: Reproduction) -> str:
-    rows = [[r.table, r.case, f"{r.published:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%", r.basis]
-            for r in rep.rows]
-    return format_table(rows, ["table", "case", "published", "predicted", "error", "basis"])
+    """One line per published figure: pre-registered, measured parts and calibrated (leave-one-out) side by side."""
+    rows = [[r.table, r.case, f"{r.published:,.2f}", _cell(r.predicted, r.published),
+             _cell(r.measured_parts, r.published), _cell(r.calibrated, r.published), r.basis] for r in rep.rows]
+    return format_table(rows, ["table", "case", "published", "pre-registered", "measured parts", "calibrated (LOO)",
+                               "basis"])
+
+
+def rounds_text(rep: Reproduction) -> str:
+    rows = [[r.held_out, ", ".join(r.fit_models), ", ".join(f"{k} {v:g}" for k, v in r.params.items()),
+             f"{r.fit_loss:.4f}"] for r in rep.rounds]
+    return format_table(rows, ["held out", "fitted on", "parameters", "fit loss (sum sq. log error)"])
 
 
 def explanations_text(rep: Reproduction) -> str:
     buckets = list(rep.explanations[0].critical_decode_share) if rep.explanations else []
-    rows = [[e.case, f"{e.baseline_step_s:,.0f}", f"{100 * e.baseline_rollout_share:.0f}%", f"{e.rollout_speedup:.2f}x",
-             f"{e.mean_accept_len:.2f}"] + [f"{100 * e.critical_decode_share[b]:.0f}%" for b in buckets]
+    rows = [[e.variant, e.case, f"{e.baseline_step_s:,.0f}", f"{100 * e.baseline_rollout_share:.0f}%",
+             f"{e.rollout_speedup:.2f}x", f"{e.mean_accept_len:.2f}"]
+            + [f"{100 * e.critical_decode_share[b]:.0f}%/{100 * e.tlt_sd_on_share.get(b, 0):.0f}%/"
+               f"{e.tlt_accept_by_bucket.get(b, 0):.1f}" for b in buckets]
             for e in rep.explanations]
-    return format_table(rows, ["model", "baseline step s", "rollout share", "tlt rollout", "tlt accept"]
+    return format_table(rows, ["inputs", "model", "baseline step s", "rollout share", "tlt rollout", "tlt accept"]
                         + [f"batch {b}" for b in buckets])
 
 
@@ -94,8 +124,7 @@ def profiles_to_write(refitted: list[Profile]) -> list[Profile]:
 def peers_document(rows: list[PaperRow], expl: list[PeerExplanation], steps: int, seeds: list[int]) -> dict:
     pred = [abs(r.error_pct) for r in rows]
     return {"schema": SCHEMA, "steps": steps, "seeds": seeds,
-            "rows": [{"table": r.table, "case": r.case, "published": r.published, "predicted": r.predicted,
-                      "error_pct": r.error_pct, "basis": r.basis, "unit": r.unit} for r in rows],
+            "rows": [_row(r) for r in rows],
             "explanations": [to_mapping(e) for e in expl],
             "summary": {"median_abs_error_pct": round(float(np.median(pred)), 2),
                         "max_abs_error_pct": round(float(max(pred)), 2), "rows": len(rows)}}

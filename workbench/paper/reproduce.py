@@ -14,8 +14,9 @@ the slowest engine's decode time per batch bucket (above the SD threshold SD is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,16 @@ from workbench.calibrate.published import NO_SD, Published, PublishedFit
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile, profile_presets
 from workbench.contracts.workload import Workload, load_workload
+from workbench.paper.calibration import (
+    Round,
+    Split,
+    best_point,
+    calibrated,
+    evaluate_grid,
+    leave_one_out,
+    measured_parts,
+    simulate_case,
+)
 from workbench.paper.profiles import CASES
 
 # Table A's models -> the evaluation workload presets; systems -> policy presets.
@@ -47,6 +58,8 @@ class PaperRow:
     predicted: float
     basis: str  # "fit" or "predicted"
     unit: str = "x"
+    measured_parts: float | None = None  # the measured-parts prediction (no fitting); None: not simulated so
+    calibrated: float | None = None  # under the calibration split (Table A: leave-one-model-out; G: fit on all of A)
 
     @property
     def error_pct(self) -> float:
@@ -61,8 +74,12 @@ class Explanation:
     baseline_step_s: float
     baseline_rollout_share: float  # rollout / step (the paper: ~85%)
     rollout_speedup: float  # for the `tlt` system
-    critical_decode_share: dict[str, float] = field(default_factory=dict)  # batch bucket -> share, baseline's slowest engine
+    critical_decode_share: dict[str,
+                                float] = field(default_factory=dict)  # batch bucket -> share, baseline's slowest engine
     mean_accept_len: float = 1.0  # `tlt`, tokens per sequence-verify pass
+    tlt_sd_on_share: dict[str, float] = field(default_factory=dict)  # batch bucket -> `tlt`'s decode share with SD on
+    tlt_accept_by_bucket: dict[str, float] = field(default_factory=dict)  # batch bucket -> tokens per pass with SD on
+    variant: str = "pre-registered"
 
 
 @dataclass
@@ -71,10 +88,20 @@ class Reproduction:
     explanations: list[Explanation]
     steps: int
     seeds: list[int]
+    split: str = ""  # the calibration split's name (empty: not calibrated)
+    rounds: list[Round] = field(default_factory=list)
+    calib_steps: int = 0
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame([{"table": r.table, "case": r.case, "published": r.published, "predicted": r.predicted,
-                              "error_pct": r.error_pct, "basis": r.basis} for r in self.rows])
+        return pd.DataFrame([{"table": r.table, "case": r.case, "published": r.published, "pre-registered": r.predicted,
+                              "measured parts": r.measured_parts, "calibrated (LOO)": r.calibrated,
+                              "error_pct": r.error_pct, "measured_error_pct": _err(r.measured_parts, r.published),
+                              "calibrated_error_pct": _err(r.calibrated, r.published), "basis": r.basis}
+                             for r in self.rows])
+
+
+def _err(value: float | None, published: float) -> float | None:
+    return None if value is None else 100.0 * (value / published - 1.0)
 
 
 def fit_rows(fit: PublishedFit, pub: Published) -> list[PaperRow]:
@@ -88,25 +115,50 @@ def fit_rows(fit: PublishedFit, pub: Published) -> list[PaperRow]:
     with_sd = accept / segment_s(d, profile.drafter, "eagle", 1, ctx, strategy)
     published_without, published_with = pub.table_e_tokens_per_s
     rows.append(PaperRow("E", "H100 Qwen2.5-7B, without SD", published_without, without, "fit", "tokens/s"))
-    rows.append(PaperRow("E", f"H100 Qwen2.5-7B, with SD ({strategy.name})", published_with, with_sd, "fit", "tokens/s"))
+    rows.append(PaperRow("E", f"H100 Qwen2.5-7B, with SD ({strategy.name})", published_with, with_sd, "fit",
+                         "tokens/s"))
     return rows
+
+
+def _bucket_labels() -> tuple[list[int], list[str]]:
+    edges = list(BATCH_BUCKETS)
+    labels = [(str(hi) if hi == lo + 1 else f"{lo + 1}-{hi}") if hi < (1 << 30) else f">{lo}"
+              for lo, hi in itertools.pairwise(edges)]
+    return edges, labels
+
+
+def _decode_rows(run: PolicyRun) -> pd.DataFrame:
+    tl = run.timeline
+    dec = tl[tl["state"].isin(["decode", "decode_sd"])].copy()
+    dec["dur"] = dec["end_s"] - dec["start_s"]
+    edges, labels = _bucket_labels()
+    dec["bucket"] = pd.cut(dec["batch"], edges, labels=labels)
+    return dec
 
 
 def _critical_shares(run: PolicyRun) -> dict[str, float]:
     """Per batch bucket, the share of decode time of the engine that finished last, over all steps."""
-    tl = run.timeline
-    dec = tl[tl["state"].isin(["decode", "decode_sd"])].copy()
-    dec["dur"] = dec["end_s"] - dec["start_s"]
+    dec = _decode_rows(run)
     parts = []
     for _, s in dec.groupby("rl_step"):
         last = s.groupby("worker")["end_s"].max().idxmax()
         parts.append(s[s["worker"] == last])
     crit = pd.concat(parts)
-    edges = list(BATCH_BUCKETS)
-    labels = [(str(hi) if hi == lo + 1 else f"{lo + 1}-{hi}") if hi < (1 << 30) else f">{lo}"
-              for lo, hi in zip(edges, edges[1:])]
-    share = crit.groupby(pd.cut(crit["batch"], edges, labels=labels), observed=False)["dur"].sum() / crit["dur"].sum()
+    share = crit.groupby("bucket", observed=False)["dur"].sum() / crit["dur"].sum()
     return {str(k): round(float(v), 4) for k, v in share.items()}
+
+
+def _sd_by_bucket(run: PolicyRun) -> tuple[dict[str, float], dict[str, float]]:
+    """Per batch bucket, all engines: the share of decode time with SD on, and tokens per pass with SD on."""
+    dec = _decode_rows(run)
+    on = dec[dec["state"] == "decode_sd"]
+    total = dec.groupby("bucket", observed=False)["dur"].sum()
+    sd = on.groupby("bucket", observed=False)["dur"].sum()
+    by = on.groupby("bucket", observed=False)
+    tokens, passes = by["tokens"].sum(), by["passes"].sum()
+    share = {str(k): round(float(sd[k] / total[k]), 4) if total[k] > 0 else 0.0 for k in total.index}
+    accept = {str(k): round(float(tokens[k] / passes[k]), 3) if passes[k] > 0 else 0.0 for k in total.index}
+    return share, accept
 
 
 def fitted_counterpart(profile: str) -> str | None:
@@ -145,28 +197,111 @@ def table_a(pub: Published, steps: int, seeds: list[int],
     return rows, expl, tlt_runs
 
 
-def _explain(model: str, wl: Workload, base: list[PolicyRun], tlt: list[PolicyRun]) -> Explanation:
+def _explain(model: str, wl: Workload | None, base: list[PolicyRun], tlt: list[PolicyRun],
+             variant: str = "pre-registered") -> Explanation:
     b = base[0]
     share = float(np.mean([s.rollout_time_s / s.step_time_s for r in base for s in r.steps]))
     roll = float(np.mean([x.mean("rollout_time_s") / y.mean("rollout_time_s") for x, y in zip(base, tlt)]))
+    sd_share, accept = _sd_by_bucket(tlt[0])
     return Explanation(model, b.mean("step_time_s"), share, roll, _critical_shares(b),
-                       float(np.mean([r.mean("mean_accept_len") for r in tlt])))
+                       float(np.mean([r.mean("mean_accept_len") for r in tlt])), sd_share, accept, variant)
+
+
+def _g_values(runs: list[PolicyRun]) -> tuple[float, float]:
+    first = float(np.mean([r.steps[0].mean_accept_len for r in runs]))
+    later = [np.mean([s.mean_accept_len for s in r.steps[1:]]) for r in runs if len(r.steps) > 1]
+    return first, float(np.mean(later)) if later else first
 
 
 def table_g(pub: Published, tlt_runs: dict[str, list[PolicyRun]]) -> list[PaperRow]:
     """The `tlt` drafter's accepted length during RL (tokens per sequence-verify pass): in the first
     step (the warm start, aligned with the base model) and after spot training (the later steps)."""
-    runs = tlt_runs[TABLE_G_WORKLOAD]
-    first = float(np.mean([r.steps[0].mean_accept_len for r in runs]))
-    later = float(np.mean([np.mean([s.mean_accept_len for s in r.steps[1:]]) for r in runs if len(r.steps) > 1]))
+    first, later = _g_values(tlt_runs[TABLE_G_WORKLOAD])
     return [PaperRow("G", f"{TABLE_G_WORKLOAD}, base-aligned drafter (first step)", pub.table_g["rl_base_aligned"],
                      first, "predicted", "tokens/pass"),
             PaperRow("G", f"{TABLE_G_WORKLOAD}, RL-adapted drafter (later steps)", pub.table_g["rl_adapted"],
                      later, "predicted", "tokens/pass")]
 
 
+@dataclass(frozen=True)
+class Variant:
+    """Table A's speedups and Table G's accepted lengths under one set of inputs."""
+
+    speedups: dict[tuple[str, str], float]  # (model, system) -> speedup
+    table_g: tuple[float, float]  # first step, later steps
+    rounds: list[Round] = field(default_factory=list)
+    explanations: list[Explanation] = field(default_factory=list)
+
+
+def case_inputs(model: str, params: dict[str, float]) -> tuple[Workload, object]:
+    """A Table A case's measured parts, with the split's parameters applied (none: the measured parts alone)."""
+    wl = load_workload(WORKLOADS[model])
+    return calibrated(measured_parts(wl), load_profile(wl.profile), params)
+
+
+def run_case(model: str, params: dict[str, float], steps: int, seeds: list[int]):
+    wl, profile = case_inputs(model, params)
+    return simulate_case(model, wl, profile, SYSTEMS, BASELINE, steps, seeds)
+
+
+def measured_variant(steps: int, seeds: list[int]) -> Variant:
+    """The measured-parts prediction: nothing fitted to any end-to-end figure."""
+    cases = {m: run_case(m, {}, steps, seeds) for m in WORKLOADS}
+    return Variant({(m, s): v for m, c in cases.items() for s, v in c.speedups.items()},
+                   _g_values(cases[TABLE_G_WORKLOAD].tlt),
+                   explanations=[_explain(m, None, c.base, c.tlt, "measured parts") for m, c in cases.items()])
+
+
+def published_a(pub: Published) -> dict[tuple[str, str], float]:
+    return {(e.model, e.system): e.speedup for e in pub.table_a}
+
+
+def calibrated_variant(pub: Published, split: Split, steps: int, seeds: list[int], calib_steps: int,
+                       on_progress: Callable[[str], None] | None = None) -> Variant:
+    """Leave-one-model-out on the split's grid (simulated at `calib_steps`); each held-out model is then
+    simulated at `steps` with its round's parameters. Table G under the fit on all four models."""
+    models = list(WORKLOADS)
+    grid = evaluate_grid(split, models, lambda m, p: run_case(m, p, calib_steps, seeds[:1]).speedups, on_progress)
+    published = published_a(pub)
+    rounds = leave_one_out(grid, published, models)
+    speedups, expl = {}, []
+    for r in rounds:
+        case = run_case(r.held_out, r.params, steps, seeds)
+        speedups.update({(r.held_out, s): v for s, v in case.speedups.items()})
+        expl.append(_explain(r.held_out, None, case.base, case.tlt, "calibrated (held out)"))
+    everything = best_point(grid, published, models).params
+    return Variant(speedups, _g_values(run_case(TABLE_G_WORKLOAD, everything, steps, seeds).tlt), rounds, expl)
+
+
+def _with_variants(rows: list[PaperRow], measured: Variant | None, calib: Variant | None) -> list[PaperRow]:
+    """The pre-registered rows with the measured-parts and calibrated values beside them."""
+    out = []
+    for r in rows:
+        if r.basis != "predicted":
+            out.append(r)
+            continue
+        if r.table == "A":
+            key = (r.case.split(",")[0], r.case.split(",")[1].split("[")[0].strip())
+            mp, cal = (measured.speedups[key] if measured else None), (calib.speedups[key] if calib else None)
+        else:
+            i = 0 if "first step" in r.case else 1
+            mp, cal = (measured.table_g[i] if measured else None), (calib.table_g[i] if calib else None)
+        out.append(replace(r, measured_parts=mp, calibrated=cal))
+    return out
+
+
 def reproduce(fit: PublishedFit, pub: Published, steps: int = 20, seeds: list[int] | None = None,
-              on_progress: Callable[[str], None] | None = None) -> Reproduction:
+              on_progress: Callable[[str], None] | None = None, split: Split | None = None,
+              calib_steps: int = 4) -> Reproduction:
+    """Pre-registered rows; with a split, also the measured-parts and leave-one-model-out columns."""
     seeds = seeds or [0]
     a_rows, expl, tlt_runs = table_a(pub, steps, seeds, on_progress)
-    return Reproduction(a_rows + fit_rows(fit, pub) + table_g(pub, tlt_runs), expl, steps, seeds)
+    rows = a_rows + fit_rows(fit, pub) + table_g(pub, tlt_runs)
+    if split is None:
+        return Reproduction(rows, expl, steps, seeds)
+    measured = measured_variant(steps, seeds)
+    if on_progress:
+        on_progress("measured parts: simulated")
+    calib = calibrated_variant(pub, split, steps, seeds, calib_steps, on_progress)
+    return Reproduction(_with_variants(rows, measured, calib), expl + measured.explanations + calib.explanations,
+                        steps, seeds, split.name, calib.rounds, calib_steps)

@@ -66,7 +66,16 @@ from workbench.tune.report import (
     policy_of,
     write_policy,
 )
-from workbench.tune.space import ALGORITHMS, BACKENDS, canonical, check_backend, default_backend, params_for, refusal, suggest_policy
+from workbench.tune.space import (
+    ALGORITHMS,
+    BACKENDS,
+    canonical,
+    check_backend,
+    default_backend,
+    params_for,
+    refusal,
+    suggest_policy,
+)
 from workbench.tune.study import (
     DEFAULT_STORAGE,
     PRESETS,
@@ -85,8 +94,10 @@ from workbench.tune.study import (
 )
 
 __all__ = [
-    "ALGORITHMS", "BACKENDS", "DEFAULT_STORAGE", "PRESETS", "STEP_TIME", "TRAIN_GPU_S", "Evaluation", "TrialPrinter", "TuneSpec",
+    "ALGORITHMS", "BACKENDS", "DEFAULT_STORAGE", "PRESETS", "STEP_TIME", "TRAIN_GPU_S", "Evaluation", "TrialPrinter",
+    "TuneSpec",
     "best_policy", "best_trial", "canonical", "comparison_frame", "comparison_text", "complete_trials",
     "convergence_frame", "evaluate", "front_policies", "make_storage", "objective", "open_study", "pareto_frame",
-    "pareto_text", "params_for", "policy_of", "refusal", "run_parallel", "run_study", "check_backend", "default_backend", "suggest_policy", "write_policy",
+    "pareto_text", "params_for", "policy_of", "refusal", "run_parallel", "run_study", "check_backend",
+    "default_backend", "suggest_policy", "write_policy",
 ]

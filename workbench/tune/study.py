@@ -51,7 +51,8 @@ from workbench.tune.space import SPACE_VERSION, check_backend, params_for, sugge
 
 DEFAULT_STORAGE = "sqlite:///tlt-studies.db"
 JOURNAL_PREFIX = "journal:"
-PRESETS = ("baseline", "static-sd", "tlt-cold", "tlt", "tlt-vllm")  # tlt-vllm: the paper's configuration as `tlt train` runs it
+PRESETS = ("baseline", "static-sd", "tlt-cold", "tlt",
+           "tlt-vllm")  # tlt-vllm: the paper's configuration as `tlt train` runs it
 STEP_TIME = "step_time_s"
 TRAIN_GPU_S = "train_gpu_s"
 

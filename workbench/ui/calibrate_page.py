@@ -19,12 +19,21 @@ import streamlit as st
 
 from workbench.ui.calibration_report import show_report
 from workbench.ui.run_monitor import find_failure, log_tail
-from workbench.ui.train_page import is_running, launch, rerun_once_finished, resolve, session_launch, stop, tlt_executable
+from workbench.ui.train_page import (
+    is_running,
+    launch,
+    rerun_once_finished,
+    resolve,
+    session_launch,
+    stop,
+    tlt_executable,
+)
 
 DEFAULT_MODEL = "traces/reference/model"
 DEFAULT_DRAFTER = "traces/reference/drafter"
 DEFAULT_OUT = "runs/calibration/this-machine.yaml"
-SHIPPED_REPORT = "traces/reference/self-calibration/machine.calibration.json"  # `tlt calibrate --model` on the reference model
+# `tlt calibrate --model` on the reference model
+SHIPPED_REPORT = "traces/reference/self-calibration/machine.calibration.json"
 REFRESH_S = 3.0
 _STATE = "calibrate_launch"
 _KEY_WAS_RUNNING = "calibrate_was_running"

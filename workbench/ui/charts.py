@@ -115,9 +115,11 @@ def gantt_figure(timeline: pd.DataFrame, title: str = "", max_workers: int | Non
         custom[:, 4] = _span(s["draft_min"].to_numpy(), s["draft_max"].to_numpy())
         custom[:, 5] = s["tokens"].round().astype(int).to_numpy()
         custom[:, 6] = s["segments"].to_numpy()
-        hover = "<b>%{y}</b> · " + STATE_LABELS[state] + "<br>%{customdata[0]:.2f}–%{customdata[1]:.2f} s (%{customdata[2]:.2f} s)"
+        hover = ("<b>%{y}</b> · " + STATE_LABELS[state]
+                 + "<br>%{customdata[0]:.2f}–%{customdata[1]:.2f} s (%{customdata[2]:.2f} s)")
         if is_decode:
-            hover += "<br>batch %{customdata[3]} · draft length %{customdata[4]}<br>%{customdata[5]:,} tokens in %{customdata[6]} segments"
+            hover += ("<br>batch %{customdata[3]} · draft length %{customdata[4]}"
+                      "<br>%{customdata[5]:,} tokens in %{customdata[6]} segments")
         fig.add_trace(go.Bar(
             name=STATE_LABELS[state],
             orientation="h",
@@ -194,7 +196,8 @@ def batch_lines_figure(lines: Sequence[BatchLine], title: str = "", x_max: float
     """Running batch per worker over one step (log scale), one colour per speculation strategy."""
     fig = go.Figure()
     names = strategies(list(lines))
-    colors = {s: ("#4C78A8" if s == NO_SD_LABEL else POLICY_COLORS[(i + 1) % len(POLICY_COLORS)]) for i, s in enumerate(names)}
+    colors = {s: ("#4C78A8" if s == NO_SD_LABEL else POLICY_COLORS[(i + 1) % len(POLICY_COLORS)]) for i,
+              s in enumerate(names)}
     shown: set[str] = set()
     for ln in lines:
         fig.add_trace(go.Scatter(

@@ -42,8 +42,8 @@ _SUMMARY_COLUMNS = {
     "drafter_train_fraction_mean": st.column_config.NumberColumn("Spot training", format="percent"),
     "speedup": st.column_config.NumberColumn("Speedup", format="%.3fx",
                                              help="First policy's mean step time / this policy's (ratio of means)."),
-    "speedup_paired_min": st.column_config.NumberColumn("Paired min", format="%.3fx",
-                                                        help="Smallest per-seed speedup (same draws for both policies)."),
+    "speedup_paired_min": st.column_config.NumberColumn(
+        "Paired min", format="%.3fx", help="Smallest per-seed speedup (same draws for both policies)."),
     "speedup_paired_max": st.column_config.NumberColumn("Paired max", format="%.3fx"),
     "nature": st.column_config.TextColumn("What it does to RL",
                                           help="lossless: trains on exactly what the baseline would; off-policy: on "
@@ -51,8 +51,8 @@ _SUMMARY_COLUMNS = {
 }
 _REGRET_COLUMNS = {
     "label": st.column_config.TextColumn("Bandit"),
-    "regret_s_mean": st.column_config.NumberColumn("Regret (s)", format="%.2f",
-                                                   help="Worker-seconds lost vs the best fixed draft length per bucket."),
+    "regret_s_mean": st.column_config.NumberColumn(
+        "Regret (s)", format="%.2f", help="Worker-seconds lost vs the best fixed draft length per bucket."),
     "regret_s_std": st.column_config.NumberColumn("± std", format="%.2f"),
     "regret_pct_mean": st.column_config.NumberColumn("% of rollout", format="%.2f%%",
                                                      help="Regret / rollout worker-time."),

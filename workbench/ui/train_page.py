@@ -38,7 +38,8 @@ from workbench.ui.run_prediction_view import show_prediction
 # checks and the run all see the same files whichever directory `streamlit run` started in.
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = "traces/reference/model"
-DEFAULT_POLICY = "tlt-vllm"  # the paper's configuration as vLLM runs it (chains); `tlt` (the paper's trees) is simulator-only
+# The paper's configuration as vLLM runs it (chains); `tlt` (the paper's trees) is simulator-only.
+DEFAULT_POLICY = "tlt-vllm"
 UPLOAD_DIR = ROOT / "runs" / "policies"  # uploaded policies: the run is another process and needs a file
 STOP_WAIT_S = 5.0  # how long "Stop" waits for the run to exit before it reports "stopping"
 

@@ -47,27 +47,34 @@ _WORKLOAD_FIELDS = (
     ("prompts_per_step", "Prompts per step", int, 1, None, None),
     ("group_size", "Group size (samples per prompt)", int, 1, None, "GRPO's n."),
     ("max_response_tokens", "Max response tokens", int, 1024, None, "The response-length cap."),
-    ("max_batch", "Max batch per engine", int, 8, None, "Most sequences an engine decodes at once (vLLM max_num_seqs)."),
+    ("max_batch", "Max batch per engine", int, 8, None,
+     "Most sequences an engine decodes at once (vLLM max_num_seqs)."),
 )
 _LENGTH_FIELDS = (
     ("clip_ratio", "Clip ratio", float, 0.005, "%.3f", "Share of responses that hit the cap at step 0."),
     ("sigma", "Sigma (log-sd of lengths)", float, 0.05, "%.2f", "Spread of the lognormal length body."),
-    ("group_correlation", "Group correlation", float, 0.05, "%.2f", "Share of log-variance shared within a prompt's group."),
+    ("group_correlation", "Group correlation", float, 0.05, "%.2f",
+     "Share of log-variance shared within a prompt's group."),
     ("drift_per_step", "Drift per step", float, 0.001, "%.4f", "Log-length growth per RL step."),
 )
 
 _TABLE_COLUMNS = {
-    "step_time_s": st.column_config.NumberColumn("Step time (s)", format="%.1f", help="Mean RL step: rollout + training + weight sync."),
+    "step_time_s": st.column_config.NumberColumn("Step time (s)", format="%.1f",
+                                                 help="Mean RL step: rollout + training + weight sync."),
     "rollout_time_s": st.column_config.NumberColumn("Rollout (s)", format="%.1f"),
-    "bubble_fraction": st.column_config.NumberColumn("Bubble", format="percent", help="Idle worker-time / worker-time in the rollout."),
+    "bubble_fraction": st.column_config.NumberColumn("Bubble", format="percent",
+                                                     help="Idle worker-time / worker-time in the rollout."),
     "tail_fraction": st.column_config.NumberColumn(
         "Tail", format="percent",
         help=f"Worker-time decoding at a running batch <= 1/{TAIL_DIVISOR} of the step's largest / worker-time in "
              "the rollout: a worker finishing its last few sequences on hardware sized for many."),
-    "mean_accept_len": st.column_config.NumberColumn("Accepted len", format="%.2f", help="Tokens per verify pass over SD passes (1 = no SD)."),
-    "drafter_train_fraction": st.column_config.NumberColumn("Spot training", format="percent", help="Rollout worker-time spent training the drafter."),
+    "mean_accept_len": st.column_config.NumberColumn("Accepted len", format="%.2f",
+                                                     help="Tokens per verify pass over SD passes (1 = no SD)."),
+    "drafter_train_fraction": st.column_config.NumberColumn("Spot training", format="percent",
+                                                            help="Rollout worker-time spent training the drafter."),
     "tokens_per_s": st.column_config.NumberColumn("Tokens/s", format="%.0f", help="Response tokens / rollout time."),
-    "speedup": st.column_config.NumberColumn("Speedup", format="%.2fx", help="First policy's mean step time / this policy's."),
+    "speedup": st.column_config.NumberColumn("Speedup", format="%.2fx",
+                                             help="First policy's mean step time / this policy's."),
 }
 
 
@@ -202,7 +209,8 @@ def _pick_profile(workload: Workload | None, wl_id: str) -> Profile | None:
     if own and own not in options:
         options.insert(0, own)  # a profile file named by the workload
     index = options.index(own) if own in options else 0
-    name = st.selectbox("Profile", options, index=index, key=f"whatif_profile:{wl_id}", format_func=profile_choice_label,
+    name = st.selectbox("Profile", options, index=index, key=f"whatif_profile:{wl_id}",
+                        format_func=profile_choice_label,
                         help="Cost and acceptance model of one engine; defaults to the workload's own. "
                              "Measured: `tlt profile`; published: fitted to the TLT paper's microbenchmarks; "
                              "calibrated: fitted to traces of real runs.")

@@ -74,7 +74,8 @@ def report(obs: ObservedLengths, cap: int, cap_how: str, steps: list[int]) -> Im
     known_prompt = obs.prompt_tokens[obs.prompt_tokens != UNKNOWN]
     first = obs.starts[:-1]
     mixed = obs.mixed[first]
-    return ImportReport(obs.responses, obs.batches, obs.groups, (int(sizes.min()), int(np.median(sizes)), int(sizes.max())),
+    return ImportReport(obs.responses, obs.batches, obs.groups, (int(sizes.min()), int(np.median(sizes)),
+                                                                 int(sizes.max())),
                         cap, cap_how, float(np.mean(lengths >= cap)),
                         {"p50": float(np.quantile(lengths, 0.5)), "p90": float(np.quantile(lengths, 0.9)),
                          "p99": float(np.quantile(lengths, 0.99)), "max": float(lengths.max())},
@@ -148,7 +149,8 @@ def fit_summary(summary: SummaryTable, cap: int, responses_per_step: int) -> tup
     drift = float(np.polyfit(x, mus, 1)[0]) if len(mus) >= 2 else 0.0
     mu0 = float(np.mean(mus) - drift * x.mean())
     model = LengthModel(clip_ratio=0.0, sigma=float(f"{np.mean(sds):.4g}"), mean_accuracy=0.5, wrong_factor=1.0,
-                        drift_per_step=float(f"{np.clip(drift, -0.5, 0.5):.4g}"), median_tokens=float(f"{math.exp(mu0):.5g}"))
+                        drift_per_step=float(f"{np.clip(drift, -0.5, 0.5):.4g}"),
+                        median_tokens=float(f"{math.exp(mu0):.5g}"))
     notes = ["step   mean: observed  fitted    max: observed  fitted"]
     for i, step in enumerate(summary.step):
         mu = mu0 + drift * i
@@ -213,7 +215,8 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: st
         wl.check()
         save(wl, out)
         lines = [f"{len(im.summary.step)} steps of veRL's length metrics; cap {cap}",
-                 f"fitted: median {model.median_tokens:,.0f} tokens, log-sd {model.sigma}, drift {model.drift_per_step}"]
+                 f"fitted: median {model.median_tokens:,.0f} tokens, log-sd {model.sigma}, "
+                 f"drift {model.drift_per_step}"]
         return ImportResult(wl, lines + notes + im.notes, None, None)
     obs = im.observed
     cap, how = infer_cap(obs, cap)

@@ -90,7 +90,8 @@ def _jsonl(path: Path) -> list[dict]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{n}", "<line>", line.strip()[:60], f"one JSON object per line ({exc.msg})") from None
+                raise ConfigError(f"{path}:{n}", "<line>", line.strip()[:60],
+                                  f"one JSON object per line ({exc.msg})") from None
             if not isinstance(row, dict):
                 raise ConfigError(f"{path}:{n}", "<line>", row, "a JSON object")
             rows.append(row)
