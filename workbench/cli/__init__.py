@@ -8,6 +8,7 @@ paper's figures), `project.py` (whole-run days, GPU-hours, cost, energy), `plan.
 budget or a deadline), `workload.py` (workload import and show: lengths from logs), `export.py` (export: a
 policy for vLLM, SGLang / FastRL or veRL) and `task.py` (task: task files). Importing them registers their
 commands on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
+"""
 
 from workbench.cli import simulate  # noqa: F401, I001
 from workbench.cli import fit  # noqa: F401
