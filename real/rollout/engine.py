@@ -19,10 +19,8 @@ table is always given, and the engine core (scheduler and CPU worker) runs in th
 its own, ahead of `step()`, and its scheduler is out of reach. `set_draft_lengths(rows)` then
 replaces the scheduler's batch-size -> K lookup between two `step()`s, and
 `run_steps(..., controller=...)` lets real/rollout/adaptive.py's BanditController do it every step.
-In-process, vLLM seeds this process's RNGs, starts a one-rank torch.distributed group in it and
-freezes its heap (`close()` unfreezes it); it does not pin OpenMP threads to cores
-(`VLLM_CPU_OMP_THREADS_BIND` is for worker processes), and the engine shares the process's
-torch threads (`torch.set_num_threads`, OMP_NUM_THREADS).
+In-process, vLLM seeds this process's RNGs, starts a one-rank torch.distributed group and freezes
+its heap (`close()` unfreezes it); the engine shares the process's torch threads (no OpenMP pinning).
 """
 
 from __future__ import annotations

@@ -28,41 +28,33 @@ from workbench.tables import format_table
 
 @app.command()
 def calibrate(
-    traces: Optional[list[Path]] = typer.Argument(None,
-                                                  help="Trace directories (written by `tlt capture` or `tlt train`) to "
-                                                       "fit on; "
-                                                           "optional with --model."),
-    out: Path = typer.Option(...,
-                             help="The fitted profile (.yaml, .yml or .json); it loads wherever a profile does (`tlt "
-                                  "sim --profile`)."),
-    base: str = typer.Option("cpu-tiny",
-                             help="Profile preset or file: its values are kept for what the traces cannot identify."),
+    traces: Optional[list[Path]] = typer.Argument(
+        None, help="Trace directories (written by `tlt capture` or `tlt train`) to fit on; optional with --model."),
+    out: Path = typer.Option(..., help="The fitted profile (.yaml, .yml or .json); it loads wherever a profile does "
+                             "(`tlt sim --profile`)."),
+    base: str = typer.Option("cpu-tiny", help="Profile preset or file: its values are kept for what the traces "
+                             "cannot identify."),
     name: Optional[str] = typer.Option(None, help="The fitted profile's name (default: the --out file's stem)."),
-    lengths_out: Optional[Path] = typer.Option(None, "--lengths-out",
-                                               help="Also write a workload file (.yaml/.json): the traces' shape, the "
-                                                    "fitted length model and this profile."),
-    warmup_steps: int = typer.Option(5, min=0,
-                                     help="First engine steps of each engine that may be warm-up (dropped when they do "
-                                          "not fit)."),
-    model: Optional[Path] = typer.Option(None,
-                                         help="Calibrate THIS machine: capture a fit set and a held-out set on this "
-                                              "model "
-                                                    "(no SD, n-gram, and EAGLE with --drafter), interleaved and "
-                                                    "drift-normalised, then fit and validate."),
-    drafter: Optional[Path] = typer.Option(None,
-                                           help="EAGLE drafter for --model (default on the reference model: "
-                                                "traces/reference/drafter; "
-                                                      "without one the EAGLE captures are left out)."),
-    rounds: int = typer.Option(2, min=1,
-                               help="With --model: how many times every fit shape is captured per drafter kind."),
+    lengths_out: Optional[Path] = typer.Option(
+        None, "--lengths-out", help="Also write a workload file (.yaml/.json): the traces' shape, the fitted length "
+        "model and this profile."),
+    warmup_steps: int = typer.Option(5, min=0, help="First engine steps of each engine that may be warm-up (dropped "
+                                     "when they do not fit)."),
+    model: Optional[Path] = typer.Option(
+        None, help="Calibrate THIS machine: capture a fit set and a held-out set on this model (no SD, n-gram, and "
+        "EAGLE with --drafter), interleaved and drift-normalised, then fit and validate."),
+    drafter: Optional[Path] = typer.Option(
+        None, help="EAGLE drafter for --model (default on the reference model: traces/reference/drafter; without "
+        "one the EAGLE captures are left out)."),
+    rounds: int = typer.Option(2, min=1, help="With --model: how many times every fit shape is captured per "
+                               "drafter kind."),
     seed: int = typer.Option(0, help="With --model: seed of the captures' prompts and sampling."),
-    drift: str = typer.Option("auto",
-                              help="With --model: drift normalisation of the profile: reference (the reference's "
-                                           "wall time around each capture), cpu (its CPU time over the capture's CPU "
-                                           "share), "
-                                           "auto (cpu where measured). Every method's held-out errors are reported."),
-    drift_window: int = typer.Option(2, min=1, help="With --model: a capture's slowness is the median of the reference "
-                                                    "measurements nearest it, this many on each side."),
+    drift: str = typer.Option(
+        "auto", help="With --model: drift normalisation of the profile: reference (the reference's wall time around "
+        "each capture), cpu (its CPU time over the capture's CPU share), auto (cpu where measured). Every method's "
+        "held-out errors are reported."),
+    drift_window: int = typer.Option(2, min=1, help="With --model: a capture's slowness is the median of the "
+                                     "reference measurements nearest it, this many on each side."),
     runs: Optional[list[Path]] = typer.Option(
         None, "--run", help="A `tlt train` run directory (repeat for more): fits what whole runs show on top of the "
         "rest (update and sync cost, the spot trainers' stop and throughput, the drafter's learning curve and "
@@ -94,20 +86,26 @@ def calibrate(
             fail(ConfigError("--drift", "<option>", drift, "auto, reference or cpu"))
         self_calibrate_cli(model, drafter, out, base_prof, name, lengths_out, warmup_steps, rounds, seed, drift,
                            drift_window, user_task)
-        add_runs(loaded_runs, out)
-        return
-    if not traces:
+    elif not traces:
         fail(ValueError("tlt calibrate needs trace directories (TRACE_DIR...) or --model DIR to capture them on this "
                         "machine"))
+    else:
+        fit_traces_cli(traces, base_prof, out, name, lengths_out, warmup_steps)
+    add_runs(loaded_runs, out)
+
+
+def fit_traces_cli(traces: list[Path], base_prof, out: Path, name: Optional[str], lengths_out: Optional[Path],
+                   warmup_steps: int) -> None:
+    """`tlt calibrate TRACE_DIR...`: read, fit, write the profile, its report and optionally a workload."""
     t0 = time.perf_counter()
     try:
         loaded = []
         for i, t in enumerate(traces):
             tr, factor = apply_recorded(load_trace(t / TRACE_DIR if is_run_dir(t) else t))
             loaded.append(tr)
-            typer.echo(f"  [{i + 1}/{len(traces)}] read {t} ({time.perf_counter() - t0:.1f}s)"
-                       + ("" if factor is None else f"; times scaled x{factor:.4f}, the drift factor its meta records "
-                          "(tlt calibrate --model)"), err=True)
+            scaled = "" if factor is None else (f"; times scaled x{factor:.4f}, the drift factor its meta records "
+                                                "(tlt calibrate --model)")
+            typer.echo(f"  [{i + 1}/{len(traces)}] read {t} ({time.perf_counter() - t0:.1f}s){scaled}", err=True)
         typer.echo("  fitting step latency (5-fold held out), acceptance and lengths ...", err=True)
         result = cal.calibrate(loaded, base_prof, name=name or out.stem, warmup_steps=warmup_steps)
         typer.echo(f"  fitted ({time.perf_counter() - t0:.1f}s)", err=True)
@@ -118,7 +116,6 @@ def calibrate(
     write_json(report, result.report(base_prof))
     _print_fit(result, len(loaded), base_prof)
     typer.echo(f"wrote {out} and {report} (the fit in full)")
-    add_runs(loaded_runs, out)
     if lengths_out is not None:
         if result.lengths is None:
             fail(ValueError("--lengths-out: the traces did not support a length model (see the notes above)"))

@@ -298,15 +298,21 @@ def tune(
     if not tuning.complete_trials(opt):
         fail(ValueError(f"study {name!r} has no complete trial"))
     typer.echo(f"tuned in {time.perf_counter() - t0:.1f}s", err=True)
+    _report_tuned(opt, spec, presets, name, out)
 
+
+def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
+    """The best policy beside the presets on the same draws (and the Pareto front), then the policy file."""
     best = tuning.best_policy(opt)
     table = tuning.comparison_frame(spec, best, presets)
-    typer.echo(f"{wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps (same draws for every policy); "
-               f"study {name!r}, {len(tuning.complete_trials(opt))} trials, best trial {tuning.best_trial(opt).number}")
+    typer.echo(f"{spec.workload.name} on {spec.profile.name}, seeds 0..{spec.seeds - 1} x {spec.n_steps} steps (same "
+               f"draws for every policy); study {name!r}, {len(tuning.complete_trials(opt))} trials, best trial "
+               f"{tuning.best_trial(opt).number}")
     typer.echo(tuning.comparison_text(table))
-    if multi_objective:
+    if spec.multi_objective:
         typer.echo("Pareto front (step time vs drafter-training GPU-seconds per step):")
         typer.echo(tuning.pareto_text(tuning.pareto_frame(opt)))
     tuning.write_policy(best, out)
-    runs = "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged" if backend == "real" else "`tlt sim` runs it"
+    real = spec.backend == "real"
+    runs = "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged" if real else "`tlt sim` runs it"
     typer.echo(f"wrote {out} (policy {best.name!r}; {runs})")

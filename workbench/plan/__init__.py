@@ -9,15 +9,15 @@ derived, in this plan or an earlier one, is read, not derived again); the run is
 `workbench/project.py` (days, GPU-hours, cost, energy; in full or sampled, as `tlt project`).
 Objectives: days and cost, both minimised; energy is reported.
 
-GPU counts searched: the cap (the budget N, or `max_gpus` under a deadline) and its halves down
-to 1/16 of it (`gpu_choices`); a shape whose count TP does not divide is infeasible. Engine
-shapes (TP, max batch) are screened before the search, and one that cannot run is kept in the
-plan with why (`screened`), never proposed: the model's bf16 weights per GPU at that TP must fit the GPU's memory (the package's system
-spec, less its NCCL and runtime reserves) with room left for one sequence's KV cache at the
-workload's cap; TP must split the model's heads; and, since the simulator does not model KV-cache
-preemption, the engine's KV cache must hold a full batch (max_batch sequences of the prompt plus
-the mean response length, `mean_response_tokens`), else it would preempt and run slower than
-simulated. A deadline-missed shape is simulated and kept, marked, and never chosen.
+GPU counts searched: the cap (the budget N, or `max_gpus` under a deadline) and its halves down to
+1/16 of it (`gpu_choices`); a shape whose count TP does not divide is infeasible. Engine shapes (TP,
+max batch) are screened before the search, and one that cannot run is kept in the plan with why
+(`screened`), never proposed: the model's bf16 weights per GPU at that TP must fit the GPU's memory
+(the package's system spec, less its NCCL and runtime reserves) with room left for one sequence's KV
+cache at the workload's cap; TP must split the model's heads; and, since the simulator does not
+model KV-cache preemption, the engine's KV cache must hold a full batch (max_batch sequences of the
+prompt plus the mean response length, `mean_response_tokens`), else it would preempt and run slower
+than simulated. A deadline-missed shape is simulated and kept, marked, and never chosen.
 
 Modules: `fit` (does an engine fit the GPU: weights, KV cache, mean lengths), `search` (the spec,
 the evaluation of a shape, the NSGA-II study and the plan it returns).

@@ -202,8 +202,8 @@ class Planner:
             except ConfigError as exc:
                 self.profiles[tp] = exc
             except RuntimeError as exc:  # the package's PerfDataNotAvailableError: shapes it never measured
-                self.profiles[tp] = ConfigError(f"measured database ({s.gpu}, {s.framework})", "tp", tp,
-                                                f"a model and TP whose operators it measured ({exc})".replace("\n", " "))
+                why = f"a model and TP whose operators it measured ({exc})".replace("\n", " ")
+                self.profiles[tp] = ConfigError(f"measured database ({s.gpu}, {s.framework})", "tp", tp, why)
         got = self.profiles[tp]
         if isinstance(got, ConfigError):
             raise got
