@@ -15,16 +15,17 @@ import streamlit as st
 
 from workbench.compare import Comparison, compare
 from workbench.contracts.cluster import check_workload_profile
-from workbench.contracts.policy import load_policy, policy_presets
+from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
-from workbench.contracts.workload import load_workload, workload_presets
+from workbench.contracts.workload import Workload
 from workbench.regret import RegretReport, bandit_regret
-from workbench.ui import run_totals
+from workbench.ui import inputs, run_totals
 from workbench.ui.export import Report, figure_downloads, fixed, pct, policy_export_buttons, report_button
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
 _STATE_RESULT = "compare_result"
+_STATE_POLICIES = "compare_result_policies"  # the compared Policy objects by name (uploaded ones have no preset)
 _STATE_REGRET = "compare_regret_result"
 
 _SUMMARY_COLUMNS = {
@@ -64,25 +65,28 @@ _REGRET_COLUMNS = {
 
 
 def _inputs():
-    presets = workload_presets()
+    """The workload (preset or file), the policies (presets, then uploaded files), seeds and steps."""
     c1, c2, c3, c4 = st.columns([1.2, 2.4, 0.6, 0.6])
-    default_wl = presets.index("paper-7b-8gpu") if "paper-7b-8gpu" in presets else 0
-    wl_name = c1.selectbox("Workload preset", presets, index=default_wl, key="compare_wl")
+    with c1:
+        workload, _ = inputs.workload_choice("compare", preset_key="compare_wl")
     available = policy_presets()
     names = c2.multiselect("Policies", available, default=[p for p in DEFAULT_POLICIES if p in available],
                            key="compare_policies", help="Speedups are relative to the first policy in this list.")
+    with c2:
+        uploaded = inputs.policy_uploads("compare_policy_files", "Policy files (after the presets)", set(names))
     seeds = int(c3.number_input("Seeds", min_value=1, max_value=20, value=3, step=1, key="compare_seeds",
                                 help="Seeds 0..K-1; each seed draws the same response lengths for every policy."))
     steps = int(c4.number_input("Steps", min_value=1, max_value=50, value=3, step=1, key="compare_steps"))
-    return wl_name, names, seeds, steps
+    return workload, names, uploaded, seeds, steps
 
 
-def _load(wl_name: str, names: list[str]):
+def _load(workload: Workload | None, names: list[str], uploaded: list[Policy]):
+    if workload is None:
+        return None
     try:
-        workload = load_workload(wl_name)
         profile = load_profile(workload.profile)
         check_workload_profile(workload, profile)
-        policies = [load_policy(n) for n in names]
+        policies = [load_policy(n) for n in names] + uploaded
     except (ConfigError, FieldError) as exc:
         st.error(f"Cannot load the inputs: {exc}")
         return None
@@ -146,7 +150,8 @@ def _show_compare(result: Comparison) -> None:
     fastest = str(summary["step_time_s_mean"].idxmin())
     pick = st.selectbox("Policy to export", result.policies, index=result.policies.index(fastest),
                         key="compare_export_pick", help="The fastest policy here is picked first.")
-    policy_export_buttons(load_policy(pick), "compare_export")
+    ran = st.session_state.get(_STATE_POLICIES, {})
+    policy_export_buttons(ran[pick] if pick in ran else load_policy(pick), "compare_export")
 
 
 def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
@@ -200,14 +205,15 @@ def render() -> None:
     st.title("Compare")
     st.caption("Run several scheduling policies over several seeds and see which is faster, by how much, and how "
                "sure that is; then judge the draft-length bandits against the best fixed schedule in hindsight.")
-    wl_name, names, seeds, steps = _inputs()
-    loaded = _load(wl_name, names)
+    workload, names, uploaded, seeds, steps = _inputs()
+    loaded = _load(workload, names, uploaded)
     workload, profile, policies = loaded if loaded else (None, None, [])
     ready = loaded is not None and bool(policies)
     if st.button("Run comparison", type="primary", disabled=not ready, key="compare_run"):
         result = _run_compare(workload, profile, policies, seeds, steps)
         if result is not None:
             st.session_state[_STATE_RESULT] = result
+            st.session_state[_STATE_POLICIES] = {p.name: p for p in policies}
     if not policies:
         st.warning("Pick at least one policy.")
     result: Comparison | None = st.session_state.get(_STATE_RESULT)

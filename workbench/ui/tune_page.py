@@ -20,10 +20,10 @@ import yaml
 
 from workbench import tune
 from workbench.contracts.cluster import check_workload_profile
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import load_profile, profile_choice_label, profile_presets
 from workbench.contracts.schema import ConfigError, FieldError, to_mapping
-from workbench.contracts.workload import load_workload, workload_presets
+from workbench.ui import inputs
 from workbench.ui.export import figure_downloads, policy_export_buttons
 
 _STATE_RESULT = "tune_result"
@@ -84,7 +84,8 @@ def pareto_figure(conv: pd.DataFrame, front: pd.DataFrame) -> go.Figure:
 # ---------------------------------------------------------------- running
 
 
-def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sampler_seed: int) -> _Result | None:
+def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sampler_seed: int,
+         yours: list[Policy]) -> _Result | None:
     try:
         study = tune.open_study(spec, study_name, storage, sampler_seed=sampler_seed)
     except ConfigError as exc:
@@ -118,7 +119,7 @@ def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sample
     best = tune.best_policy(study)
     front = tune.pareto_frame(study)
     front_policies = tune.front_policies(study, front, best.name)
-    comparison = tune.comparison_frame(spec, best)
+    comparison = tune.comparison_frame(spec, best, [load_policy(n) for n in tune.PRESETS] + yours)
     bar.empty()
     return _Result(study_name, storage, spec, trials, ran, best, tune.convergence_frame(study), front, comparison,
                    front_policies)
@@ -195,14 +196,10 @@ def render() -> None:
 
     c1, c2, c3 = st.columns(3)
     with c1:
-        presets = workload_presets()
-        wl_name = st.selectbox("Workload", presets, key="tune_wl",
-                               index=presets.index("paper-7b-8gpu") if "paper-7b-8gpu" in presets else 0)
-        try:
-            workload = load_workload(wl_name)
-        except (ConfigError, FieldError) as exc:
-            st.error(f"Workload preset '{wl_name}' is invalid: {exc}")
+        workload, _ = inputs.workload_choice("tune", preset_key="tune_wl")
+        if workload is None:
             return
+        wl_name = workload.name
         profiles = profile_presets()
         own = workload.profile if workload.profile in profiles else profiles[0]
         prof_name = st.selectbox("Profile", profiles, index=profiles.index(own), key=f"tune_profile:{wl_name}",
@@ -240,13 +237,15 @@ def render() -> None:
                                     "rollouts), the default for a profile calibrated on this machine; sim: every "
                                     "policy the simulator runs (trees, suffix drafter).")
 
+    yours = inputs.policy_uploads("tune_policy_files", "Your policy files, compared with the tuned one",
+                                  set(tune.PRESETS))
     ready = bool(study_name.strip())
     if not ready:
         st.warning("Give the study a name.")
     spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi, allow_warm_start=warm,
                          backend=backend)
     if st.button("Run study", type="primary", disabled=not ready, key="tune_run"):
-        result = _run(spec, study_name.strip(), storage.strip(), trials, sampler_seed)
+        result = _run(spec, study_name.strip(), storage.strip(), trials, sampler_seed, yours)
         if result is not None:
             st.session_state[_STATE_RESULT] = result
     result = st.session_state.get(_STATE_RESULT)

@@ -8,7 +8,6 @@ so moving a widget re-renders them without simulating again.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from collections import OrderedDict
@@ -17,7 +16,6 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-import yaml
 
 from sim.results import PolicyRun
 from sim.simulator import simulate
@@ -26,9 +24,9 @@ from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import Profile, load_profile, profile_choice_label, profile_presets, provenance
 from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to_mapping
 from workbench.contracts.timeline import TAIL_DIVISOR, rollout_split
-from workbench.contracts.workload import Workload, load_workload, workload_presets
+from workbench.contracts.workload import Workload
 from workbench.plots import batch_lines
-from workbench.ui import cluster_picker, run_totals
+from workbench.ui import cluster_picker, inputs, run_totals
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times
 from workbench.ui.length_upload import length_file_workload
@@ -95,44 +93,15 @@ class _Result:
 # ---------------------------------------------------------------- inputs
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha1(data).hexdigest()[:10]
-
-
-def _parse_upload(cls: type, upload) -> Any:
-    """A contract from an uploaded YAML/JSON file; ConfigError on any problem."""
-    raw = upload.getvalue()
-    try:
-        data = yaml.safe_load(raw.decode("utf-8"))  # YAML is a superset of JSON
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(upload.name, "<file>", "unparseable", f"valid YAML/JSON ({exc})") from None
-    return from_mapping(cls, data, source=upload.name)
-
-
 def _base_workload() -> tuple[Workload | None, str]:
-    """The chosen preset or uploaded workload, and an id that changes when the choice does."""
-    presets = workload_presets()
+    """The chosen preset, uploaded workload or length file, and an id that changes when the choice does."""
     source = st.radio("Workload", ["Preset", "File", "Length file"], horizontal=True, key="whatif_wl_source",
                       help="A named preset, a workload YAML/JSON file of your own, or your real response lengths.")
     if source == "Length file":
         return length_file_workload()
-    if source == "Preset":
-        default = presets.index("paper-7b-8gpu") if "paper-7b-8gpu" in presets else 0
-        name = st.selectbox("Workload preset", presets, index=default, key="whatif_wl_preset")
-        try:
-            return load_workload(name), f"preset:{name}"
-        except (ConfigError, FieldError) as exc:
-            st.error(f"Workload preset '{name}' is invalid: {exc}")
-            return None, ""
-    upload = st.file_uploader("Workload file", type=["yaml", "yml", "json"], key="whatif_wl_file")
-    if upload is None:
-        st.info("Upload a workload YAML/JSON file (same fields as the presets).")
-        return None, ""
-    try:
-        return _parse_upload(Workload, upload), f"file:{upload.name}:{_digest(upload.getvalue())}"
-    except (ConfigError, FieldError) as exc:
-        st.error(f"Workload file rejected: {exc}")
-        return None, ""
+    if source == "File":
+        return inputs.workload_file("whatif_wl_file")
+    return inputs.workload_preset("Workload preset", "whatif_wl_preset")
 
 
 def _edit_workload(base: Workload, base_id: str) -> Workload | None:
@@ -166,21 +135,12 @@ def _edit_workload(base: Workload, base_id: str) -> Workload | None:
     return edited
 
 
-def _unique(label: str, taken: set[str]) -> str:
-    out, i = label, 2
-    while out in taken:
-        out, i = f"{label} ({i})", i + 1
-    return out
-
-
 def _pick_policies() -> tuple[list[str], list[Policy]]:
     """Chosen presets (in the order picked) then valid uploaded files; labels are unique."""
     presets = policy_presets()
     default = [p for p in DEFAULT_POLICIES if p in presets]
     names = st.multiselect("Policies", presets, default=default, key="whatif_policies",
                            help="Speedups are relative to the first policy in this list.")
-    uploads = st.file_uploader("Extra policy files (run after the presets)", type=["yaml", "yml", "json"],
-                               accept_multiple_files=True, key="whatif_policy_files")
     labels: list[str] = []
     policies: list[Policy] = []
     for name in names:
@@ -189,17 +149,9 @@ def _pick_policies() -> tuple[list[str], list[Policy]]:
             labels.append(name)
         except (ConfigError, FieldError) as exc:
             st.error(f"Policy preset '{name}' is invalid: {exc}")
-    for upload in uploads or []:
-        try:
-            policy = _parse_upload(Policy, upload)
-        except (ConfigError, FieldError) as exc:
-            st.error(f"Policy file rejected: {exc}")
-            continue
-        label = policy.name if policy.name not in labels else f"{policy.name} ({upload.name})"
-        label = _unique(label, set(labels))
-        labels.append(label)
-        policies.append(policy.with_name(label))
-    return labels, policies
+    uploaded = inputs.policy_uploads("whatif_policy_files", "Extra policy files (run after the presets)",
+                                     set(labels))
+    return labels + [p.name for p in uploaded], policies + uploaded
 
 
 def _pick_profile(workload: Workload | None, wl_id: str) -> Profile | None:
@@ -236,7 +188,7 @@ def _key(workload: Workload, policy: Policy, profile: Profile, seed: int, steps:
 def _signature(workload: Workload, labels: list[str], policies: list[Policy], profile: Profile,
                seed: int, steps: int) -> str:
     keys = [_key(workload, p, profile, seed, steps) for p in policies]
-    return _digest(json.dumps([labels, keys]).encode())
+    return inputs.digest(json.dumps([labels, keys]).encode())
 
 
 def _run(workload: Workload, labels: list[str], policies: list[Policy], profile: Profile,

@@ -1,0 +1,86 @@
+"""Inputs several pages share: a workload (a preset or an uploaded file) and uploaded policy files.
+
+What-if, Compare and Tune take the same files `tlt sim`, `tlt compare` and `tlt tune` do; a file is
+validated as the command line validates it, and a bad one is shown with its file, field and fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import streamlit as st
+import yaml
+
+from workbench.contracts.policy import Policy
+from workbench.contracts.schema import ConfigError, FieldError, from_mapping
+from workbench.contracts.workload import Workload, load_workload, workload_presets
+
+DEFAULT_WORKLOAD = "paper-7b-8gpu"
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()[:10]
+
+
+def parse_upload(cls: type, upload) -> Any:
+    """A contract from an uploaded YAML/JSON file; ConfigError on any problem."""
+    raw = upload.getvalue()
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))  # YAML is a superset of JSON
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(upload.name, "<file>", "unparseable", f"valid YAML/JSON ({exc})") from None
+    return from_mapping(cls, data, source=upload.name)
+
+
+def workload_file(key: str) -> tuple[Workload | None, str]:
+    """An uploaded workload file and an id that changes with its content; (None, "") until a valid one."""
+    upload = st.file_uploader("Workload file", type=["yaml", "yml", "json"], key=key)
+    if upload is None:
+        st.info("Upload a workload YAML/JSON file (same fields as the presets).")
+        return None, ""
+    try:
+        return parse_upload(Workload, upload), f"file:{upload.name}:{digest(upload.getvalue())}"
+    except (ConfigError, FieldError) as exc:
+        st.error(f"Workload file rejected: {exc}")
+        return None, ""
+
+
+def workload_preset(label: str, key: str) -> tuple[Workload | None, str]:
+    presets = workload_presets()
+    default = presets.index(DEFAULT_WORKLOAD) if DEFAULT_WORKLOAD in presets else 0
+    name = st.selectbox(label, presets, index=default, key=key)
+    try:
+        return load_workload(name), f"preset:{name}"
+    except (ConfigError, FieldError) as exc:
+        st.error(f"Workload preset '{name}' is invalid: {exc}")
+        return None, ""
+
+
+def workload_choice(prefix: str, preset_key: str) -> tuple[Workload | None, str]:
+    """A preset or an uploaded workload file, picked by a radio (`{prefix}_wl_source`)."""
+    source = st.radio("Workload", ["Preset", "File"], horizontal=True, key=f"{prefix}_wl_source",
+                      help="A named preset or a workload YAML/JSON file of your own.")
+    if source == "File":
+        return workload_file(f"{prefix}_wl_file")
+    return workload_preset("Workload preset", preset_key)
+
+
+def policy_uploads(key: str, label: str, taken: set[str]) -> list[Policy]:
+    """Valid uploaded policy files, each renamed where its name is already taken (errors shown, skipped)."""
+    uploads = st.file_uploader(label, type=["yaml", "yml", "json"], accept_multiple_files=True, key=key)
+    policies: list[Policy] = []
+    names = set(taken)
+    for upload in uploads or []:
+        try:
+            policy = parse_upload(Policy, upload)
+        except (ConfigError, FieldError) as exc:
+            st.error(f"Policy file rejected: {exc}")
+            continue
+        label = name = policy.name if policy.name not in names else f"{policy.name} ({upload.name})"
+        i = 2
+        while name in names:
+            name, i = f"{label} ({i})", i + 1
+        names.add(name)
+        policies.append(policy.with_name(name))
+    return policies
