@@ -78,7 +78,7 @@ def test_compare_runs_policies_over_seeds(page, open_page, appear, healthy, shot
 
 def test_tune_runs_a_few_trials(page, open_page, appear, healthy, shot, widgets):
     open_page(page, "tune", "Run study")
-    widgets.select(page, "Workload", "cpu-tiny")
+    widgets.select(page, "Workload preset", "cpu-tiny")
     widgets.number(page, "Trials", 3)
     widgets.number(page, "Seeds", 1)
     widgets.number(page, "Steps per simulation", 1)
