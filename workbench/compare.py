@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 
 from sim.results import PolicyRun
 from sim.sweep import ProgressFn, Runner, seed_list, spread, sweep
-from workbench.contracts.fileio import save_figure, write_atomic
+from workbench.contracts.fileio import save_result
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.workload import Workload
@@ -192,12 +192,8 @@ class Comparison:
         return fig
 
     def save(self, out_dir: str | Path) -> tuple[Path, Path]:
-        """Write DIR/compare.json and DIR/compare.png (120 dpi), each atomically."""
-        out_dir = Path(out_dir)
-        json_path, png_path = out_dir / "compare.json", out_dir / "compare.png"
-        write_atomic(json_path, self.to_json())
-        save_figure(self.figure(), png_path)
-        return json_path, png_path
+        """Write DIR/compare.json and DIR/compare.png, each atomically."""
+        return save_result(out_dir, "compare", self.to_json(), self.figure())
 
 
 def compare(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],

@@ -39,7 +39,7 @@ from sim.results import StepMetrics
 from sim.simulator import Simulator, check_size, rollout_engines
 from sim.sweep import seed_list, spread
 from workbench.contracts.energy import SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh, gpu_hours
-from workbench.contracts.fileio import save_figure, write_atomic
+from workbench.contracts.fileio import save_result
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.seeds import Stream, derive_seed
@@ -366,11 +366,7 @@ class Projection:
 
     def save(self, out_dir: str | Path) -> tuple[Path, Path]:
         """Write DIR/project.json and DIR/project.png, each atomically."""
-        out_dir = Path(out_dir)
-        json_path, png_path = out_dir / "project.json", out_dir / "project.png"
-        write_atomic(json_path, self.to_json())
-        save_figure(self.figure(), png_path)
-        return json_path, png_path
+        return save_result(out_dir, "project", self.to_json(), self.figure())
 
 
 def project(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Sequence[int], steps: int,

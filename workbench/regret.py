@@ -67,7 +67,7 @@ from matplotlib.figure import Figure
 from sim.acceptance import stats_for
 from sim.costs import segment_s
 from sim.sweep import ProgressFn, Runner, seed_list, spread, sweep
-from workbench.contracts.fileio import save_figure, write_atomic
+from workbench.contracts.fileio import save_result
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.workload import Workload
@@ -329,11 +329,8 @@ class RegretReport:
         return fig
 
     def save(self, out_dir: str | Path) -> tuple[Path, Path]:
-        out_dir = Path(out_dir)
-        json_path, png_path = out_dir / "regret.json", out_dir / "regret.png"
-        write_atomic(json_path, self.to_json())
-        save_figure(self.figure(), png_path)
-        return json_path, png_path
+        """Write DIR/regret.json and DIR/regret.png, each atomically."""
+        return save_result(out_dir, "regret", self.to_json(), self.figure())
 
 
 def bandit_regret(workload: Workload, base: Policy, profile: Profile, seeds: int | Iterable[int],

@@ -32,6 +32,15 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> None:
     _write(Path(path), lambda fh: fig.savefig(fh, format="png", dpi=dpi))
 
 
+def save_result(out_dir: str | Path, stem: str, json_text: str, fig: Any) -> tuple[Path, Path]:
+    """A tool's result as DIR/STEM.json and DIR/STEM.png, each atomically."""
+    out_dir = Path(out_dir)
+    json_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.png"
+    write_atomic(json_path, json_text)
+    save_figure(fig, png_path)
+    return json_path, png_path
+
+
 def write_parquet(path: str | Path, frame: Any) -> None:
     """A pandas DataFrame as Parquet (no index), atomically."""
     _write(Path(path), lambda fh: frame.to_parquet(fh, index=False))
