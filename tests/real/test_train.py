@@ -65,10 +65,13 @@ def test_the_warm_started_drafter_decodes_from_the_first_step_and_is_judged_agai
     assert run.metrics[0].drafter_kind == ("eagle" if kept else "none"), run.probe
     sd = [m for m in run.metrics if m.drafter_kind == "eagle"]
     assert all(m.mean_accept_len > 1.5 for m in sd), [m.mean_accept_len for m in sd]
-    # Judged in an idle worker's time (or the sync's): the drafter the engines ran, n-gram and the
-    # shipped drafter never trained. At step 0 the first two are one and the same drafter.
+    # Judged in an idle worker's time, or in the sync's after a step that ran SD: the drafter the
+    # engines ran, n-gram and the shipped drafter never trained. At step 0 the first two are one
+    # and the same drafter. With SD off from the probe on, only an idle worker that finished its
+    # check before the rollout ended judges (none may, on a loaded machine).
     judged = [m for m in run.metrics if not math.isnan(m.eagle_est)]
-    assert judged and all(1.0 <= m.static_est <= 9.0 and 1.0 <= m.ngram_est <= 9.0 for m in judged)
+    assert judged or all(m.drafter_kind == "none" for m in run.metrics), run.metrics
+    assert all(1.0 <= m.static_est <= 9.0 and 1.0 <= m.ngram_est <= 9.0 for m in judged)
     first = run.metrics[0]
     if not math.isnan(first.eagle_est):
         assert first.eagle_est == pytest.approx(first.static_est)
