@@ -7,8 +7,19 @@ import yaml
 from typer.testing import CliRunner
 
 from workbench.calibrate.gpu_catalog import PRESET_CASES, disk_cached_profile, model_choices, preset_profile
-from workbench.calibrate.gpu_validation import draft_overhead_from_table_d
-from workbench.calibrate.measured_gpu import DRAFT_STEP_OVERHEAD_S, Engine, gpu_names
+from workbench.calibrate.gpu_validation import (
+    draft_overhead_from_table_d,
+    fit_overhead_exponent,
+    reference_step_s,
+    table_e_engines,
+)
+from workbench.calibrate.measured_gpu import (
+    DRAFT_OVERHEAD_EXPONENT,
+    DRAFT_OVERHEAD_REF_STEP_S,
+    DRAFT_STEP_OVERHEAD_S,
+    Engine,
+    gpu_names,
+)
 from workbench.cli import app
 from workbench.contracts.architecture import load_architecture
 from workbench.contracts.profile import PRESET_DIR, load_profile, provenance_kind
@@ -106,6 +117,17 @@ def test_draft_overhead_is_what_table_d_gives():
     assert per_row[len(per_row) // 2] == pytest.approx(DRAFT_STEP_OVERHEAD_S, rel=0.05)
 
 
+def test_the_overhead_scales_as_table_e_across_gpus_gives_and_the_profiles_use_that_fit():
+    # The shipped constants are the fits' outputs (within their written precision), not chosen values.
+    assert DRAFT_OVERHEAD_REF_STEP_S == pytest.approx(reference_step_s(), rel=1e-3)
+    exponent, checks = fit_overhead_exponent(table_e_engines())
+    assert 0.0 < exponent < 1.0 and DRAFT_OVERHEAD_EXPONENT == pytest.approx(exponent, abs=0.01)
+    assert all(abs(c.error_pct) < 5.0 for c in checks), checks
+    # Faster engines pay less per draft step, slower ones more; Table D's own engine pays its 0.58 ms.
+    by_gpu = {c.gpu: c.overhead_s for c in checks}
+    assert by_gpu["B200"] < by_gpu["H100"] < DRAFT_STEP_OVERHEAD_S < by_gpu["A100"]
+
+
 def test_model_list_holds_the_presets_and_the_packages_dense_configs():
     models = model_choices()
     assert {"qwen2.5-7b", "qwen2.5-32b", "llama3.3-70b"} <= set(models)
@@ -126,3 +148,4 @@ def test_tlt_gpu_check_prints_tables_e_and_c_with_their_errors():
     for row in ("H100 no SD", "A100 SD 8_4_48", "B200 no SD", "TV 64 bs 32"):
         assert row in res.output
     assert "Table C: median |error|" in res.output and "E[L] 6.53" in res.output
+    assert "best exponent" in res.output and "target step ms" in res.output

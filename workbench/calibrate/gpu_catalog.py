@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from workbench.calibrate.measured_gpu import derive_profile, model_name, package_version
+from workbench.calibrate.measured_gpu import DERIVATION, derive_profile, model_name, package_version
 from workbench.contracts.architecture import architecture_presets
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError, save
@@ -55,12 +55,12 @@ def cache_dir() -> Path:
 
 
 def disk_cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str) -> Profile:
-    """`derive_profile`, kept on disk per (model, GPU, TP, framework, base, package version): a
+    """`derive_profile`, kept on disk per (model, GPU, TP, framework, base, package version, derivation): a
     second run of the same cluster reads the file instead of asking the database again."""
     src = Path(arch)
     tag = hashlib.sha256(src.read_bytes()).hexdigest()[:8] if src.is_file() else arch
     name = f"{gpu}-{model_name(arch)}-tp{tp}-{framework}"
-    path = cache_dir() / f"{name}-{tag}-{base_name}-aic{package_version()}.yaml"
+    path = cache_dir() / f"{name}-{tag}-{base_name}-aic{package_version()}-d{DERIVATION}.yaml"
     if path.is_file():
         try:
             return load_profile(path)

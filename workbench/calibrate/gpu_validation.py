@@ -4,8 +4,8 @@
   paper and the database cover (H100, A100, B200).
 - Table C (Qwen2.5-32B, TP4, H100: SD speedup over no SD at batch 1-32, 16-64 tokens to verify).
 
-Nothing here is fitted to those tables. The costs are the derived profiles' (what the simulator
-sees). Acceptance enters through the accepted length per verify pass, E[L]:
+The costs are the derived profiles' (what the simulator sees). Acceptance enters through the
+accepted length per verify pass, E[L]:
 - Table E: 6.53 tokens per pass, the RL-adapted EAGLE drafter's accepted length at FastRL's
   default strategy 8_4_48 (Table G; Table H gives the same 6.53 for EAGLE), the strategy the
   published-tables file assumes for Table E.
@@ -13,9 +13,11 @@ sees). Acceptance enters through the accepted length per verify pass, E[L]:
   published *accepted lengths* only (Table D's six top-k rows at depth 12 / 64 tokens and the
   depth x TV grid's two), evaluated at Table C's strategies 8_4_TV; no speedup enters the fit.
 The benchmarks' context is not published: `CONTEXT` (stated) is used for every row.
-One engine cost is not in the operator database, each draft step's fixed work outside the
-drafter's kernels: `draft_overhead_from_table_d` calibrates it on Table D alone (its speedups
-and accepted lengths at batch 1), and Tables C and E are predicted with it, and without it.
+One engine cost is not in the operator database, each draft step's work outside the drafter's
+kernels. `draft_overhead_from_table_d` calibrates its level on Table D alone (its speedups and
+accepted lengths at batch 1); `fit_overhead_exponent` how it scales with the engine's target step,
+on Table E's three SD speedups alone (so Table E's SD rows are its fit, its no-SD rows and Table C
+predictions). Nothing else here is fitted to these tables.
 """
 
 from __future__ import annotations
@@ -24,16 +26,22 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, minimize_scalar
 
 from sim.acceptance import stats_for
 from sim.costs import segment_s
-from workbench.calibrate.measured_gpu import DRAFT_STEP_OVERHEAD_S, derive_profile
+from workbench.calibrate.measured_gpu import (
+    DRAFT_STEP_OVERHEAD_S,
+    MICROBENCH_CONTEXT,
+    derive_profile,
+    draft_overhead_s,
+    with_draft_overhead,
+)
 from workbench.calibrate.published import Published, load_published
 from workbench.contracts.policy import Strategy
 from workbench.contracts.profile import AcceptanceModel, Profile, load_profile
 
-CONTEXT = 2048  # assumed context of the microbenchmarks (not published)
+CONTEXT = MICROBENCH_CONTEXT  # assumed context of the microbenchmarks (not published)
 TABLE_E_ACCEPTED = 6.53  # Table G rl_adapted / Table H EAGLE: tokens per verify pass at 8_4_48
 TABLE_E_GPUS = {"h100": "H100", "a100": "A100", "b200": "B200"}  # our key -> the paper's row
 TABLE_E_PUBLISHED = {"B200": (259.71, 605.05), "H100": (164.65, 430.24), "A100": (92.83, 259.01)}  # (no SD, SD)
@@ -65,7 +73,7 @@ def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONT
     pub = load_published()
     c = next(m for m in pub.measurements if m.table == "C")
     prof = derive_profile(c.model, "h100", c.tp, framework, load_profile(BASE_PROFILE), "table-d",
-                          draft_overhead_s=0.0).profile
+                          overhead_at_reference_s=0.0).profile
     rows = [m for m in pub.measurements if m.table == "D"]
     accepted = {m.strategy: m.value for m in rows if m.kind == "accepted_length"}
     out = []
@@ -77,13 +85,13 @@ def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONT
 
 
 def table_e(framework: str = "sglang", accepted: float = TABLE_E_ACCEPTED,
-            draft_overhead_s: float = DRAFT_STEP_OVERHEAD_S, context: float = CONTEXT) -> list[Check]:
+            overhead_at_reference_s: float = DRAFT_STEP_OVERHEAD_S, context: float = CONTEXT) -> list[Check]:
     pub = load_published()
     base = load_profile(BASE_PROFILE)
     out: list[Check] = []
     for gpu, row in TABLE_E_GPUS.items():
         prof = derive_profile(pub.table_e_model, gpu, 1, framework, base, f"{gpu}-table-e",
-                              draft_overhead_s=draft_overhead_s).profile
+                              overhead_at_reference_s=overhead_at_reference_s).profile
         no_sd, sd = TABLE_E_PUBLISHED[row]
         v = prof.cluster.framework_version
         out.append(Check("E", f"{row} no SD", no_sd, tokens_per_s(prof, 1, NO_SD, 1.0, context), f"{framework} {v}"))
@@ -112,14 +120,14 @@ def fit_acceptance(pub: Published, base: AcceptanceModel) -> AcceptanceModel:
     return model(res.x)
 
 
-def table_c(framework: str = "sglang", draft_overhead_s: float = DRAFT_STEP_OVERHEAD_S,
+def table_c(framework: str = "sglang", overhead_at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
             context: float = CONTEXT) -> tuple[list[Check], AcceptanceModel]:
     pub = load_published()
     base = load_profile(BASE_PROFILE)
     acc = fit_acceptance(pub, base.acceptance)
     c = next(m for m in pub.measurements if m.table == "C")
     prof = derive_profile(c.model, "h100", c.tp, framework, base, "h100-table-c",
-                          draft_overhead_s=draft_overhead_s).profile
+                          overhead_at_reference_s=overhead_at_reference_s).profile
     out: list[Check] = []
     for m in (m for m in pub.measurements if m.table == "C"):
         el = stats_for(acc, "eagle", 1.0, m.strategy).mean
@@ -131,3 +139,65 @@ def table_c(framework: str = "sglang", draft_overhead_s: float = DRAFT_STEP_OVER
 
 def median_abs_error(checks: list[Check]) -> float:
     return float(np.median([abs(c.error_pct) for c in checks]))
+
+
+@dataclass(frozen=True)
+class ScalingCheck:
+    """Table E's SD speedup on one GPU with the draft-step overhead scaled as (target step / Table D's)^exponent."""
+
+    exponent: float
+    gpu: str
+    target_step_s: float  # the target's decode step at batch 1, no SD
+    overhead_s: float
+    published: float
+    predicted: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted / self.published - 1.0)
+
+
+def reference_step_s(framework: str = "sglang") -> float:
+    """Table D's target decode step at batch 1 (Qwen2.5-32B TP4, H100), as the database gives it."""
+    pub = load_published()
+    c = next(m for m in pub.measurements if m.table == "C")
+    ref = derive_profile(c.model, "h100", c.tp, framework, load_profile(BASE_PROFILE), "table-d",
+                         overhead_at_reference_s=0.0).profile
+    return segment_s(ref.decode, ref.drafter, "none", 1, CONTEXT, NO_SD)
+
+
+def table_e_engines(framework: str = "sglang") -> list[tuple[str, Profile]]:
+    """Table E's engines (Qwen2.5-7B TP1 on each GPU) from the database alone, without draft-step overhead."""
+    pub = load_published()
+    base = load_profile(BASE_PROFILE)
+    return [(row, derive_profile(pub.table_e_model, gpu, 1, framework, base, f"{gpu}-table-e",
+                                 overhead_at_reference_s=0.0).profile) for gpu, row in TABLE_E_GPUS.items()]
+
+
+def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float, ...] = (0.0, 0.5, 1.0),
+                     context: float = CONTEXT) -> list[ScalingCheck]:
+    """Whether the draft-step overhead is fixed in ms (exponent 0) or follows the target's step (1):
+    Table E's speedups (SD over no SD, so the no-SD cost's own error cancels) on GPUs whose target
+    step differs 3x (`table_e_engines`), each with Table D's overhead scaled from Table D's target step."""
+    strategy = load_published().table_e_strategy
+    out = []
+    for row, bare in engines:
+        no_sd, sd = TABLE_E_PUBLISHED[row]
+        step = segment_s(bare.decode, bare.drafter, "none", 1, CONTEXT, NO_SD)
+        for x in exponents:
+            overhead = draft_overhead_s(bare.decode, exponent=x)
+            prof = with_draft_overhead(bare, overhead)
+            speedup = (tokens_per_s(prof, 1, strategy, TABLE_E_ACCEPTED, context)
+                       / tokens_per_s(prof, 1, NO_SD, 1.0, context))
+            out.append(ScalingCheck(x, row, step, overhead, sd / no_sd, speedup))
+    return out
+
+
+def fit_overhead_exponent(engines: list[tuple[str, Profile]],
+                          context: float = CONTEXT) -> tuple[float, list[ScalingCheck]]:
+    """The exponent in [0, 1] with the least squared log error over Table E's three speedups, and its checks."""
+    def sq(x: float) -> float:
+        return sum(math.log(c.predicted / c.published) ** 2 for c in overhead_scaling(engines, (x,), context))
+
+    x = float(minimize_scalar(sq, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-4}).x)
+    return x, overhead_scaling(engines, (x,), context)
