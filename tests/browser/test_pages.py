@@ -177,8 +177,8 @@ def _stop(pid: int) -> None:
 
 
 def test_a_broken_page_fails_the_check(page, open_page, healthy):
-    """The checks can fail: an unknown URL shows Streamlit's 'Page not found', which healthy() refuses."""
-    open_page(page, "no-such-page", "What-if")
-    page.get_by_text("Page not found").first.wait_for()
+    """The checks can fail: an unknown URL shows Streamlit's 'Page not found', which healthy() refuses.
+    Waited for first, not after the main page settles: a later rerun of the main page may close the dialog."""
+    open_page(page, "no-such-page", "Page not found")
     with pytest.raises(AssertionError, match="Page not found"):
         healthy(page)
