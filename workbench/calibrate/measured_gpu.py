@@ -80,12 +80,12 @@ DERIVATION = 2
 # drafter's kernels (launches, top-k, tree bookkeeping in the engine). Its level is calibrated on the
 # TLT paper's Table D alone (batch 1, Qwen2.5-32B TP4, H100, SGLang: its six rows give 0.571-0.601 ms
 # per step, median 0.579; `gpu_validation.draft_overhead_from_table_d`), whose target decode step at
-# batch 1 (context MICROBENCH_CONTEXT) the database puts at DRAFT_OVERHEAD_REF_STEP_S. Part of that work
-# runs on the GPU and part on the host, so it neither stays fixed in ms nor follows the target's step:
-# it scales as (target step / reference step) ** DRAFT_OVERHEAD_EXPONENT, the exponent fitted to Table
-# E's SD speedups on A100, H100 and B200 alone (Qwen2.5-7B TP1, target steps 3.4-11.3 ms;
-# `gpu_validation.fit_overhead_exponent`). Table C (the reference's own shape) stays a prediction; on
-# other models and TP degrees the exponent is an extrapolation from GPUs to engines of other speeds.
+# batch 1 (context MICROBENCH_CONTEXT) the database puts at DRAFT_OVERHEAD_REF_STEP_S. Table E's SD
+# speedups across GPUs show it neither fixed in ms nor proportional to the target's step (work on the
+# host and on the GPU would do that), so it scales as (target step / reference step) **
+# DRAFT_OVERHEAD_EXPONENT, the exponent fitted to those speedups on A100, H100 and B200 alone (Qwen2.5-7B
+# TP1, target steps 3.4-11.3 ms; `gpu_validation.fit_overhead_exponent`). Table C (the reference's own
+# shape) stays a prediction; on other models and TP degrees the exponent is an extrapolation.
 DRAFT_STEP_OVERHEAD_S = 0.00058
 MICROBENCH_CONTEXT = 2048  # the microbenchmarks' context (not published)
 DRAFT_OVERHEAD_REF_STEP_S = 0.008246
