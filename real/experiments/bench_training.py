@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from real.run.coordinator import RunConfig, TrainingRun
+from real.run.pool import start_local_ray
 from real.run.records import StepRecord
 from workbench.contracts.trace import load_trace
 
@@ -196,8 +197,7 @@ def _init_ray(configs: list[RunConfig]) -> None:
     import ray
 
     if not ray.is_initialized() and not any(c.address for c in configs):
-        ray.init(num_cpus=max(os.cpu_count() or 1, sum(c.workers for c in configs)), include_dashboard=False,
-                 log_to_driver=False)
+        start_local_ray(max(os.cpu_count() or 1, sum(c.workers for c in configs)))
 
 
 def bench_real(configs: list[RunConfig], log: Callable[[str], None] | None = print,

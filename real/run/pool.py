@@ -21,6 +21,14 @@ from real.run.sd_guard import PlainCost, plain_cost
 from real.run.shipping import bundle
 
 
+def start_local_ray(num_cpus: int) -> None:
+    """A Ray of our own on this machine: `address="local"`, because a bare ray.init() joins any Ray
+    already started here (`ray start`, another run) and then refuses `num_cpus`."""
+    import ray
+
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+
+
 @dataclass(frozen=True)
 class IdleWork:
     """What idle workers do while others still decode: check the drafters at draft length `check_k`
@@ -65,8 +73,7 @@ class WorkerPool:
                 # Ray's CPUs are scheduling slots: each worker takes one, and `tlt bench real`
                 # keeps two runs' workers alive at once, so a local Ray gets enough slots for
                 # that; the threads each worker really uses are set below.
-                ray.init(num_cpus=max(os.cpu_count() or 1, 2 * cfg.workers), include_dashboard=False,
-                         log_to_driver=False)
+                start_local_ray(max(os.cpu_count() or 1, 2 * cfg.workers))
         self.ship = bool(cfg.address)
         threads = max(1, (os.cpu_count() or 1) // cfg.workers) if not cfg.address else 1
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0

@@ -34,7 +34,7 @@ def _config(model: Path, policy: str, out: Path, **kw) -> RunConfig:
 def ray_local():
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)  # not another test's Ray
     yield
     ray.shutdown()
 
