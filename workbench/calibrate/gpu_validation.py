@@ -67,13 +67,18 @@ def tokens_per_s(p: Profile, batch: int, strategy: Strategy, accepted: float, co
     return batch * accepted / segment_s(p.decode, p.drafter, kind, batch, context, strategy)
 
 
+def table_d_engine(framework: str = "sglang") -> Profile:
+    """Table D's engine (Qwen2.5-32B TP4, H100; Table C's shape) from the database, no draft-step overhead."""
+    c = next(m for m in load_published().measurements if m.table == "C")
+    return derive_profile(c.model, "h100", c.tp, framework, load_profile(BASE_PROFILE), "table-d",
+                          overhead_at_reference_s=0.0).profile
+
+
 def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONTEXT) -> list[float]:
     """Each Table D row's draft-step overhead: what its speedup leaves of a pass beyond the database's
     verify and drafter costs (Qwen2.5-32B TP4, H100, batch 1; its own published accepted length)."""
     pub = load_published()
-    c = next(m for m in pub.measurements if m.table == "C")
-    prof = derive_profile(c.model, "h100", c.tp, framework, load_profile(BASE_PROFILE), "table-d",
-                          overhead_at_reference_s=0.0).profile
+    prof = table_d_engine(framework)
     rows = [m for m in pub.measurements if m.table == "D"]
     accepted = {m.strategy: m.value for m in rows if m.kind == "accepted_length"}
     out = []
@@ -159,10 +164,7 @@ class ScalingCheck:
 
 def reference_step_s(framework: str = "sglang") -> float:
     """Table D's target decode step at batch 1 (Qwen2.5-32B TP4, H100), as the database gives it."""
-    pub = load_published()
-    c = next(m for m in pub.measurements if m.table == "C")
-    ref = derive_profile(c.model, "h100", c.tp, framework, load_profile(BASE_PROFILE), "table-d",
-                         overhead_at_reference_s=0.0).profile
+    ref = table_d_engine(framework)
     return segment_s(ref.decode, ref.drafter, "none", 1, CONTEXT, NO_SD)
 
 
@@ -175,11 +177,11 @@ def table_e_engines(framework: str = "sglang") -> list[tuple[str, Profile]]:
 
 
 def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float, ...] = (0.0, 0.5, 1.0),
-                     context: float = CONTEXT) -> list[ScalingCheck]:
+                     context: float = CONTEXT, strategy: Strategy | None = None) -> list[ScalingCheck]:
     """Whether the draft-step overhead is fixed in ms (exponent 0) or follows the target's step (1):
     Table E's speedups (SD over no SD, so the no-SD cost's own error cancels) on GPUs whose target
     step differs 3x (`table_e_engines`), each with Table D's overhead scaled from Table D's target step."""
-    strategy = load_published().table_e_strategy
+    strategy = strategy or load_published().table_e_strategy
     out = []
     for row, bare in engines:
         no_sd, sd = TABLE_E_PUBLISHED[row]
@@ -196,8 +198,11 @@ def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float,
 def fit_overhead_exponent(engines: list[tuple[str, Profile]],
                           context: float = CONTEXT) -> tuple[float, list[ScalingCheck]]:
     """The exponent in [0, 1] with the least squared log error over Table E's three speedups, and its checks."""
+    strategy = load_published().table_e_strategy  # read once, not at every point the search tries
+
     def sq(x: float) -> float:
-        return sum(math.log(c.predicted / c.published) ** 2 for c in overhead_scaling(engines, (x,), context))
+        return sum(math.log(c.predicted / c.published) ** 2
+                   for c in overhead_scaling(engines, (x,), context, strategy))
 
     x = float(minimize_scalar(sq, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-4}).x)
-    return x, overhead_scaling(engines, (x,), context)
+    return x, overhead_scaling(engines, (x,), context, strategy)
