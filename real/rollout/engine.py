@@ -26,10 +26,8 @@ its heap (`close()` unfreezes it); the engine shares the process's torch threads
 from __future__ import annotations
 
 import gc
-import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -41,40 +39,18 @@ from real.rollout.requests import (
     Sample,
     Sampling,
     SpecCounters,
+    SpeedProbe,
     StepController,
 )
 from real.rollout.draft_clock import DraftClock
+from real.rollout.outputs import Tracked, step_row, take_outputs
+from real.rollout.probing import ProbedClock
 from real.rollout.spec_config import EngineConfigError, speculative_config
 from real.rollout.vllm_env import engine_core_in_process, quiet_iteration_log, running_on_cpu
 from real.rollout.vllm_fixes import apply_engine_start_fixes
 from workbench.contracts.policy import Policy, load_policy
-from workbench.contracts.trace import RequestRow
 
 WORKER_EXTENSION = "real.rollout.worker_ext.TLTWorkerExtension"
-
-
-@dataclass
-class _Tracked:
-    """A request `run_steps` is driving: what it has generated so far."""
-
-    request: RolloutRequest
-    prompt_tokens: int
-    start_s: float
-    generated: int = 0
-    tokens: list[int] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    finish_reason: str | None = None
-    end_s: float = math.nan
-
-    def row(self, rl_step: int, worker: int) -> RequestRow:
-        r = self.request
-        return RequestRow(rl_step=rl_step, worker=worker, request_id=r.request_id, prompt_id=r.prompt_id,
-                          sample=r.sample, prompt_tokens=self.prompt_tokens, response_tokens=self.generated,
-                          finish_reason=self.finish_reason or "abort", start_s=self.start_s, end_s=self.end_s,
-                          reward=math.nan)
-
-    def sample(self) -> Sample:
-        return Sample(self.tokens, "".join(self.text), self.finish_reason or "abort")
 
 
 class RolloutEngine:
@@ -113,6 +89,9 @@ class RolloutEngine:
             worker_extension_cls=WORKER_EXTENSION, speculative_config=self.spec,
             gpu_memory_utilization=memory_utilization,
         )
+        if self.spec is not None:
+            # Per request, per verify pass: drafts proposed and accepted (Tracked.take_spec_metrics).
+            kw["per_request_spec_decode_metrics"] = "detailed"
         if on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             # An explicit KV cache size on CPU: small engines, and no warm-up pass at start.
             kw["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
@@ -280,7 +259,8 @@ class RolloutEngine:
 
     def run_steps(self, requests: Sequence[RolloutRequest], on_step: Callable[[EngineStepRow], None] | None = None,
                   rl_step: int = 0, worker: int = 0, clock0: float | None = None,
-                  controller: StepController | None = None, max_in_flight: int | None = None) -> RunResult:
+                  controller: StepController | None = None, max_in_flight: int | None = None,
+                  probe: SpeedProbe | None = None) -> RunResult:
         """Drive the engine one step at a time; record every step and every request.
 
         All requests are added at once (a rollout); the engine queues those above
@@ -303,6 +283,10 @@ class RolloutEngine:
 
         `max_in_flight`: at most this many requests in the engine; the rest wait here, in order (as
         in vLLM's FIFO queue above max_num_seqs: a smaller max_num_seqs without a restart).
+
+        `probe`: a reference workload timed before the first step, after the last and, on an
+        in-process engine, between steps every `PROBE_EVERY_S` (real/rollout/probing.py); its time
+        is off the run's clock. A multiprocess engine steps on its own, so only before and after.
         """
         eng = self.llm.llm_engine
         if eng.has_unfinished_requests():
@@ -313,12 +297,13 @@ class RolloutEngine:
         if max_in_flight is not None and max_in_flight < 1:
             raise ValueError(f"max_in_flight {max_in_flight}: must be >= 1 (or None: no cap)")
         prompts = [self._prompt(r.prompt) for r in requests]
-        t0 = time.perf_counter() if clock0 is None else clock0
-        now = lambda: time.perf_counter() - t0  # noqa: E731
+        clock = ProbedClock(time.perf_counter() if clock0 is None else clock0, probe)
+        now = clock.now
+        clock.between_steps(force=True)
         self._stats.clear()
         self._recording = True
         try:
-            tracked: dict[str, _Tracked] = {}
+            tracked: dict[str, Tracked] = {}
             alias: dict[str, str] = {}
             todo, cap = list(enumerate(zip(requests, prompts)))[::-1], max_in_flight or len(requests)
 
@@ -326,26 +311,31 @@ class RolloutEngine:
                 while todo and len(live) < cap:
                     i, (r, p) = todo.pop()
                     seed = None if r.sampling.seed is None else r.sampling.seed + i
-                    tracked[r.request_id] = _Tracked(r, len(p["prompt_token_ids"]), now())
+                    tracked[r.request_id] = Tracked(r, len(p["prompt_token_ids"]), now())
                     got = eng.add_request(r.request_id, p, r.sampling.to_vllm(seed=seed, delta=True))
                     if isinstance(got, str):
                         alias[got] = r.request_id
                     live.add(r.request_id)
 
             admit(set())
+            between = clock.between_steps if self.in_process else (lambda: None)
             steps = self._drive(tracked, alias, now, controller, on_step, rl_step=rl_step, worker=worker,
-                                admit=admit, held=lambda: len(todo))
+                                admit=admit, held=lambda: len(todo), between=between)
         finally:
             self._recording = False
+        wall_s = now()
+        clock.between_steps(force=True)
         return RunResult(steps, [t.row(rl_step, worker) for t in tracked.values()],
-                         {key: t.sample() for key, t in tracked.items()}, now())
+                         {key: t.sample() for key, t in tracked.items()}, wall_s, clock.samples)
 
-    def _drive(self, tracked: dict[str, _Tracked], alias: dict[str, str], now: Callable[[], float],
+    def _drive(self, tracked: dict[str, Tracked], alias: dict[str, str], now: Callable[[], float],
                controller: StepController | None, on_step: Callable[[EngineStepRow], None] | None,
                rl_step: int, worker: int, admit: Callable[[set[str]], None] = lambda live: None,
-               held: Callable[[], int] = lambda: 0) -> list[EngineStepRow]:
+               held: Callable[[], int] = lambda: 0,
+               between: Callable[[], None] = lambda: None) -> list[EngineStepRow]:
         """Step the engine until every request is finished; one row per model step (`admit(live)` adds
-        requests held back by max_in_flight as others finish)."""
+        requests held back by max_in_flight as others finish; `between()` runs after each step,
+        off the clock)."""
         eng = self.llm.llm_engine
         steps: list[EngineStepRow] = []
         live = set(tracked)
@@ -360,13 +350,13 @@ class RolloutEngine:
             outs = eng.step()
             t_now, draft_s = now(), self._draft_clock.since(drafted0)
             new_stats = [s for s in self._stats[n_before:] if s is not None]
-            new_tokens = _take_outputs(outs, tracked, alias, live, t_now)
+            new_tokens = take_outputs(outs, tracked, alias, live, t_now)
             waiting_here = held()  # requests run_steps holds back (max_in_flight) wait too
             admit(live)
             ss = new_stats[-1] if new_stats else None
             if getattr(ss, "iteration_details", None) is None and new_tokens == 0:
                 continue  # no model step (a stats-only output): its time goes to the next step
-            row = _step_row(ss, ctx, len(decoding), new_tokens, rl_step=rl_step, worker=worker, engine_step=len(steps),
+            row = step_row(ss, ctx, len(decoding), new_tokens, rl_step=rl_step, worker=worker, engine_step=len(steps),
                             start_s=t_prev, wall_s=t_now - t_prev, finished=len(tracked) - len(live), draft_s=draft_s)
             row.num_waiting += waiting_here
             t_prev = t_now
@@ -375,6 +365,7 @@ class RolloutEngine:
                 controller.after_step(row)
             if on_step is not None:
                 on_step(row)
+            between()  # off the clock: the next step's wall starts at t_now still
         return steps
 
     # ------------------------------------------------------------ weights
@@ -431,69 +422,3 @@ class RolloutEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _take_outputs(outs: Sequence[Any], tracked: dict[str, _Tracked], alias: dict[str, str], live: set[str],
-                  t_now: float) -> int:
-    """Add one step's (delta) outputs to the tracked requests; finished ones leave `live`.
-    Returns the response tokens the step emitted."""
-    new_tokens = 0
-    for o in outs:
-        key = alias.get(o.request_id, o.request_id)
-        s = tracked.get(key)
-        if s is None:
-            continue
-        for c in o.outputs[:1]:
-            s.tokens.extend(c.token_ids)
-            s.text.append(c.text)
-            s.generated += len(c.token_ids)
-            new_tokens += len(c.token_ids)
-            if o.finished:
-                s.finish_reason = str(c.finish_reason)
-        if o.finished:
-            s.end_s = t_now
-            live.discard(key)
-    return new_tokens
-
-
-def _step_row(ss: Any, ctx: list[int], n_decoding: int, new_tokens: int, **where: Any) -> EngineStepRow:
-    """The row of one engine step from vLLM's scheduler stats `ss`; `where`: rl_step, worker, engine_step,
-    start_s, wall_s and finished."""
-    d = getattr(ss, "iteration_details", None)
-    sd = getattr(ss, "spec_decoding_stats", None)
-    if d is not None:
-        prefill_req, prefill_tok = int(d.num_ctx_requests), int(d.num_ctx_tokens)
-        decode_req, decode_tok = int(d.num_generation_requests), int(d.num_generation_tokens)
-    else:  # no details (should not happen with log stats on): fall back to the tracked requests
-        prefill_req = prefill_tok = 0
-        decode_req, decode_tok = n_decoding, n_decoding
-    draft_len = num_drafts = num_draft_tokens = num_accepted = 0
-    per_pos: list[int] = []
-    if sd is not None and sd.num_drafts > 0:
-        num_drafts, num_draft_tokens = int(sd.num_drafts), int(sd.num_draft_tokens)
-        num_accepted = int(sd.num_accepted_tokens)
-        drafted = list(getattr(sd, "num_draft_tokens_per_pos", []) or [])
-        # The step's K: the last position that got a draft (= num_draft_tokens / num_drafts
-        # when every request got a full-length draft; n-gram can propose fewer).
-        draft_len = max((i + 1 for i, v in enumerate(drafted) if v > 0),
-                        default=round(num_draft_tokens / num_drafts))
-        per_pos = [int(v) for v in list(sd.num_accepted_tokens_per_pos)[:draft_len]]
-        per_pos += [0] * (draft_len - len(per_pos))
-    return EngineStepRow(
-        **where,
-        batch_size=prefill_req + decode_req,
-        num_waiting=int(getattr(ss, "num_waiting_reqs", 0) or 0),
-        prefill_requests=prefill_req,
-        prefill_tokens=prefill_tok,
-        decode_requests=decode_req,
-        scheduled_tokens=prefill_tok + decode_tok,
-        context_mean=float(sum(ctx) / len(ctx)) if ctx else 0.0,
-        context_max=int(max(ctx)) if ctx else 0,
-        draft_len=int(draft_len),
-        num_drafts=num_drafts,
-        num_draft_tokens=num_draft_tokens,
-        num_accepted_tokens=num_accepted,
-        accepted_per_pos=per_pos,
-        new_tokens=int(new_tokens),
-        exec_s=float(d.elapsed_ms) / 1e3 if d is not None else math.nan,
-    )

@@ -90,6 +90,23 @@ class RunResult:
     requests: list[RequestRow]
     outputs: dict[str, Sample]  # request_id -> the response
     wall_s: float
+    probes: list[ProbeSample] = field(default_factory=list)  # the machine's speed during the run
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    """One timing of a fixed reference workload between two engine steps: how fast the machine
+    was then. Its time is left out of the run's clock (steps, requests and wall_s)."""
+
+    t_s: float  # on the run's clock
+    probe_s: float  # wall seconds of the reference workload
+    cpu_s: float  # this process's CPU seconds of it
+
+
+class SpeedProbe(Protocol):
+    """A fixed reference workload, timed (real/rollout/probing.py's ReferenceForward)."""
+
+    def measure(self) -> float: ...  # wall seconds; sets `last_cpu_s`
 
 
 class StepController(Protocol):

@@ -22,8 +22,10 @@ from typing import Any, Callable
 import pandas as pd
 
 from real.rollout.engine import RolloutEngine
+from real.rollout.probing import ReferenceForward, probe_summary
 from real.rollout.requests import EngineStepRow, RunResult, Sampling, group_requests
 from real.rollout.spec_config import dynamic_schedule, speculative_config
+from real.rollout.vllm_env import running_on_cpu
 from real.tiny import task
 from real.run.task_source import task_source
 from real.tiny.model import load_model_dir
@@ -103,7 +105,8 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
             samples: int = 4, max_tokens: int = 512, seed: int = 0, mix: str = "default", temperature: float = 1.0,
             max_num_seqs: int = 64, max_model_len: int = 2048, out: str | Path | None = None,
             engine: Any = None, log: Callable[[str], None] | None = print, progress_every_s: float = 2.0,
-            max_in_flight: int | None = None, task_file: Task | None = None) -> Trace:
+            max_in_flight: int | None = None, task_file: Task | None = None,
+            probe: ReferenceForward | None | bool = True, threads: int = 1) -> Trace:
     """Capture one rollout as a Trace (written to `out` when given).
 
     `engine`: an already running RolloutEngine to use (its drafter is then the engine's; an
@@ -113,17 +116,27 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
     vLLM's max_num_seqs, so one running engine captures several caps; the meta's
     `engine.max_num_seqs` is then the cap (what the run behaved as), `engine.started_max_num_seqs`
     the engine's. `task_file`: a user's task (workbench/contracts/task.py) instead of the GCD task under `mix`.
+
+    An engine started here runs in this process on `threads` torch threads (one, as `tlt
+    train`'s rollout workers run theirs: two on a 2-core machine wait on each other whenever
+    another process takes a core), so the trace prices the engine the profile will predict. `probe` (on
+    CPU): the machine's speed is timed before, during and after the rollout (`True`: a light
+    `ReferenceForward` of the target; False or None: not measured) and kept in meta["speed"].
     """
     check_inputs(model, policy, drafter, prompts, samples, max_tokens, mix, max_model_len)
     source = task_source(model, task_file, mix)
     problems = source.draw(prompts, seed)
     own = engine is None
+    threads_before = _pin_torch_threads(threads) if own else None
     if own:
         if log:
             log(f"starting vLLM: {model}, policy {policy.name} (drafter {policy.drafter.kind}), max_num_seqs "
                 f"{max_num_seqs}")
         engine = RolloutEngine(model, policy, drafter_dir=drafter, max_num_seqs=max_num_seqs,
-                               max_model_len=max_model_len, seed=seed)
+                               max_model_len=max_model_len, seed=seed, in_process=True)
+        _pin_torch_threads(threads)  # an in-process engine start may have set its own
+    if probe is True:
+        probe = ReferenceForward.light(model, seed=seed) if running_on_cpu() else None
     try:
         # Warm up (lazy initialisation, n-gram JIT) outside the trace, then forget the prompt.
         engine.generate([problems[0].prompt], 1, Sampling(temperature=0.0, max_tokens=4))
@@ -137,7 +150,7 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
                 f"{temperature}, seed {seed}")
         cpu0 = time.process_time()
         run = engine.run_steps(requests, on_step=_progress(len(requests), log, progress_every_s),
-                               max_in_flight=max_in_flight)
+                               max_in_flight=max_in_flight, probe=probe or None)
         cpu_s = time.process_time() - cpu0
         for row in run.requests:
             row.reward = source.reward(problems[row.prompt_id], run.outputs[row.request_id].text)
@@ -148,21 +161,35 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
     finally:
         if own:
             engine.close()
+            _pin_torch_threads(threads_before)
 
+    params = {"prompts": prompts, "samples": samples, "max_tokens": max_tokens, "seed": seed, "mix": mix,
+              "temperature": temperature, "task": source.name, "reward": source.reward_name}
+    trace = _trace(run, model, policy, settings, params, cpu_s)
+    if out is not None:
+        write_trace(trace, out)
+    return trace
+
+
+def _trace(run: RunResult, model: str | Path, policy: Policy, settings: dict[str, Any], params: dict[str, Any],
+           cpu_s: float) -> Trace:
+    """The capture's trace: its rows and meta (`params`: the rollout's parameters as given)."""
     steps = rows_frame(run.steps, StepRow)
     reqs = rows_frame(run.requests, RequestRow)
     rl = rows_frame([RLStepRow(rl_step=0, rollout_s=run.wall_s, train_s=0.0, sync_s=0.0, drafter_train_s=0.0)],
                     RLStepRow)
+    cpu_s -= sum(p.cpu_s for p in run.probes)  # the probes ran off the run's clock
     meta = {
         "model": str(Path(model).resolve()),
         "policy": to_mapping(policy),
         "drafter": str(Path(settings["drafter"]).resolve()) if settings.get("drafter") else None,
-        "prompts": prompts, "samples": samples, "max_tokens": max_tokens, "seed": seed,
-        "mix": mix, "temperature": temperature, "task": source.name, "reward": source.reward_name,
+        **params,
         "machine": machine_info(),
         "engine": settings,
         "summary": {**_summary(run, steps, reqs), "process_cpu_s": round(cpu_s, 4),
                     "cpu_share": round(cpu_s / run.wall_s, 4) if run.wall_s > 0 else None},
+        **({"speed": probe_summary(run.probes, "ReferenceForward.light of the target model")}
+           if run.probes else {}),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join(sys.argv) if sys.argv else None,
         "notes": "steps.wall_s is the time between two engine outputs seen by the driver (they add up to "
@@ -170,10 +197,16 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
                  "summary.process_cpu_s the CPU time of this process (all its threads) over the rollout, "
                  "cpu_share that over rollout_s (below 1: the process waited for a core).",
     }
-    trace = Trace(meta, steps, reqs, rl)
-    if out is not None:
-        write_trace(trace, out)
-    return trace
+    return Trace(meta, steps, reqs, rl)
+
+
+def _pin_torch_threads(threads: int) -> int:
+    """Set this process's torch threads; returns the number before."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return before
 
 
 def _progress(total: int, log: Callable[[str], None] | None, every_s: float) -> Callable[[EngineStepRow], None]:
@@ -207,48 +240,6 @@ def _summary(run: RunResult, steps: pd.DataFrame, reqs: pd.DataFrame) -> dict[st
         "clip_ratio": round(float((reqs["finish_reason"] == "length").mean()), 4),
         "mean_reward": round(float(reqs["reward"].mean()), 4) if reqs["reward"].notna().any() else None,
     }
-
-
-class ReferenceForward:
-    """The machine's speed now, for `tlt calibrate --model`'s drift normalisation: a fixed set of
-    forward passes of the target model in this process, timed.
-
-    Why this yardstick: the calibration runs three kinds of engine (no SD, n-gram, EAGLE) one at a
-    time, so no engine step can measure the machine the same way throughout; the target's own
-    forward, in the process that runs the in-process engine, with its torch threads, is made of the
-    same kernels and the same per-op Python/torch dispatch as an engine step (a batch-1 step of the
-    tiny model is mostly dispatch: a 1x8-token forward takes ~3 ms here, a step 4-6 ms), so what
-    slows the engine (another process on the cores, a lower clock) slows it alike. Mostly small
-    (decode-like) passes, one larger one for compute; `measure()` returns the median over `repeats`
-    of the time of one set, so one interruption does not move it. The calibration prints how it
-    tracks the engine (the report's `tracking`).
-    """
-
-    def __init__(self, model_dir: str | Path, repeats: int = 5, small: int = 10, seed: int = 0):
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-        gen = torch.Generator().manual_seed(seed)
-        vocab = int(self.model.config.vocab_size)
-        self.inputs = [torch.randint(0, vocab, (1, 8), generator=gen)] * small + \
-                      [torch.randint(0, vocab, (8, 32), generator=gen)]
-        self.repeats = repeats
-
-    def measure(self) -> float:
-        """Seconds for one set of forwards (median of `repeats`); `last_cpu_s`: this process's CPU
-        seconds for it (median), which other processes on the cores do not inflate."""
-        times, cpu = [], []
-        with self.torch.inference_mode():
-            for _ in range(self.repeats):
-                t, c = time.perf_counter(), time.process_time()
-                for ids in self.inputs:
-                    self.model(input_ids=ids, use_cache=False)
-                times.append(time.perf_counter() - t)
-                cpu.append(time.process_time() - c)
-        self.last_cpu_s = float(sorted(cpu)[len(cpu) // 2])
-        return float(sorted(times)[len(times) // 2])
 
 
 class EngineSession:

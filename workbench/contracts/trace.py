@@ -39,6 +39,13 @@ def _col(doc: str) -> Any:
     return field(metadata={"doc": doc})
 
 
+def _optional_col(doc: str, default: Any) -> Any:
+    """A column a trace may lack (written before it existed, or by an engine that does not
+    record it): `load_trace` fills it with `default`, the value that means "not recorded"."""
+    factory = (lambda: list(default)) if isinstance(default, list) else (lambda: default)
+    return field(default_factory=factory, metadata={"doc": doc, "optional": True})
+
+
 class _Upgrades:
     """Rows unpickled under an older version's field names (the rows a `tlt train` checkpoint keeps,
     from a run begun before) take this version's."""
@@ -94,6 +101,11 @@ class RequestRow(_Upgrades):
     start_s: float = _col("seconds since the run started: request added")
     end_s: float = _col("seconds since the run started: request finished")
     reward: float = _col("task reward (NaN if not scored)")
+    spec_passes_by_len: list = _optional_col(
+        "list: at index k, the verify passes of this response that carried k draft tokens "
+        "(empty: not recorded)", [])
+    spec_accepted: float = _optional_col(
+        "draft tokens of this response the target accepted (NaN: not recorded)", math.nan)
 
 
 @dataclass
@@ -137,6 +149,11 @@ _KINDS = {"int": "i", "float": "f", "str": "O", "list": "O"}
 
 def columns(row_class: type) -> dict[str, tuple[str, str]]:
     return {f.name: (_KINDS[str(f.type)], f.metadata["doc"]) for f in fields(row_class)}
+
+
+def optional_defaults(row_class: type) -> dict[str, Any]:
+    """The columns a trace may lack, with the value `load_trace` fills them with."""
+    return {f.name: f.default_factory() for f in fields(row_class) if f.metadata.get("optional")}
 
 
 STEP_COLUMNS = columns(StepRow)
@@ -191,6 +208,8 @@ def accepted_length(accepted_tokens: float, drafts: float) -> float:
 
 
 TABLES = {"steps": STEP_COLUMNS, "requests": REQUEST_COLUMNS, "rl_steps": RL_STEP_COLUMNS}
+OPTIONAL = {"steps": optional_defaults(StepRow), "requests": optional_defaults(RequestRow),
+            "rl_steps": optional_defaults(RLStepRow)}
 META_FIELDS = ("trace_version", "model", "policy", "prompts", "samples", "max_tokens", "seed", "machine", "engine")
 
 
@@ -246,6 +265,17 @@ def _upgrade(file: Path, df: pd.DataFrame, version: int, renames: dict[str, str]
     return df.rename(columns=renames)
 
 
+def _with_optional(table: str, df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with the optional columns it lacks, filled with their "not recorded" value."""
+    missing = {c: d for c, d in OPTIONAL[table].items() if c not in df.columns}
+    if not missing:
+        return df
+    df = df.copy()
+    for col, default in missing.items():
+        df[col] = [list(default) for _ in range(len(df))] if isinstance(default, list) else default
+    return df
+
+
 def load_trace(path: str | Path) -> Trace:
     """A trace of this version or an older one (OLD_COLUMNS), its tables in this version's columns;
     `meta["trace_version"]` says which version the files are."""
@@ -280,7 +310,7 @@ def load_trace(path: str | Path) -> Trace:
         except Exception as exc:  # pyarrow raises several types for a truncated file
             raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
                              "the file is truncated or corrupt; capture it again") from None
-        df = _upgrade(file, df, version, renames.get(name, {}))
+        df = _with_optional(name, _upgrade(file, df, version, renames.get(name, {})))
         _check_table(file, df, columns)
         tables[name] = df
     if tables["steps"].empty or tables["requests"].empty:
@@ -304,8 +334,9 @@ def load_trace(path: str | Path) -> Trace:
 def write_trace(trace: Trace, path: str | Path) -> Path:
     """Validate and write atomically: everything goes to a temp dir that is renamed at the end."""
     path = Path(path)
+    tables = {name: _with_optional(name, getattr(trace, name)) for name in TABLES}
     for name, columns in TABLES.items():
-        _check_table(path / f"{name}.parquet", getattr(trace, name), columns)
+        _check_table(path / f"{name}.parquet", tables[name], columns)
     # The tables are this version's, whatever version the trace was read from.
     meta = {"trace_version": TRACE_VERSION, **{k: v for k, v in trace.meta.items() if k != "trace_version"}}
     for f in META_FIELDS:
@@ -315,7 +346,7 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     def fill(tmp: Path) -> None:
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
         for name, columns in TABLES.items():
-            getattr(trace, name)[list(columns)].to_parquet(tmp / f"{name}.parquet", index=False)
+            tables[name][list(columns)].to_parquet(tmp / f"{name}.parquet", index=False)
         if trace.timeline is not None:
             tl = trace.timeline[list(TIMELINE_COLUMNS)].copy()
             tl["state"] = tl["state"].astype(str)
