@@ -1,7 +1,7 @@
 """One rollout engine's continuous batching, advanced a segment at a time.
 
 Every active sequence gains the same number of tokens per verify pass (the
-mean accepted length), so the whole batch moves on one shared progress
+batch's tokens per pass), so the whole batch moves on one shared progress
 counter: a sequence admitted at progress p0 with length L finishes when
 progress reaches p0 + L. A heap of those thresholds gives the next
 completion in O(log n); nothing is stepped token by token.
@@ -17,22 +17,26 @@ _EPS = 1e-9
 
 class EngineBatch:
     """`remaining[i]` tokens still to generate for sequence i, whose context starts at `context[i]`
-    (its prompt, plus what an earlier, aborted rollout already generated)."""
+    (its prompt, plus what an earlier, aborted rollout already generated: `done[i]` tokens of its
+    response)."""
 
-    def __init__(self, remaining: list[float], context: list[int], max_batch: int):
+    def __init__(self, remaining: list[float], context: list[int], max_batch: int, done: list[float] | None = None):
         self.remaining = remaining
         self.context = context
+        self.done_before = done if done is not None else [0.0] * len(remaining)
         self.max_batch = max_batch
         self.pending = deque(range(len(remaining)))
         self.finish_at: list[tuple[float, int]] = []  # heap of (progress threshold, sequence index)
         self.admitted_at: dict[int, float] = {}  # active sequence -> progress when admitted
         self.progress = 0.0
         self._base_sum = 0.0  # over active sequences: starting context - admission progress
+        self._pos_sum = 0.0  # over active sequences: response tokens done before - admission progress
 
-    def add(self, remaining: float, context: int) -> int:
+    def add(self, remaining: float, context: int, done: float = 0.0) -> int:
         """Queue one more sequence (streaming rollouts); returns its index."""
         self.remaining.append(remaining)
         self.context.append(context)
+        self.done_before.append(done)
         self.pending.append(len(self.remaining) - 1)
         return len(self.remaining) - 1
 
@@ -52,12 +56,17 @@ class EngineBatch:
             heapq.heappush(self.finish_at, (self.progress + self.remaining[i], i))
             self.admitted_at[i] = self.progress
             self._base_sum += self.context[i] - self.progress
+            self._pos_sum += self.done_before[i] - self.progress
             prefill += self.context[i]
         return prefill
 
     def mean_context(self) -> float:
         """Mean context (prompt + generated tokens) over the active sequences."""
         return self.progress + self._base_sum / len(self.finish_at)
+
+    def mean_position(self) -> float:
+        """Mean tokens of their responses generated so far, over the active sequences."""
+        return self.progress + self._pos_sum / len(self.finish_at)
 
     def generated(self, i: int) -> float:
         """Tokens sequence i has generated in this engine so far (0 if never admitted)."""
@@ -79,6 +88,8 @@ class EngineBatch:
         finished = []
         while self.finish_at and self.finish_at[0][0] <= self.progress + _EPS:
             _, i = heapq.heappop(self.finish_at)
-            self._base_sum -= self.context[i] - self.admitted_at.pop(i)
+            at = self.admitted_at.pop(i)
+            self._base_sum -= self.context[i] - at
+            self._pos_sum -= self.done_before[i] - at
             finished.append(i)
         return finished

@@ -23,7 +23,7 @@ from sim.engine import EngineBatch
 from workbench.contracts import seeds
 from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, StepReward, make_bandit
 from workbench.contracts.policy import Policy, Strategy
-from workbench.contracts.profile import Profile
+from workbench.contracts.profile import PositionGain, Profile, next_position_edge, position_gain
 from workbench.contracts.seeds import Stream
 from workbench.contracts.trace import Timeline
 from workbench.contracts.workload import Workload
@@ -104,6 +104,7 @@ class Drafting:
     kind: str  # drafter in use
     accept: dict[Strategy, AcceptStats]  # tokens per verify pass under each strategy
     history: bool = False  # suffix drafts: the prompts were answered in an earlier epoch
+    position: tuple[PositionGain, ...] = ()  # how acceptance moves along a response (AcceptanceModel)
 
 
 @dataclass
@@ -253,7 +254,7 @@ class RolloutPool:
         done_before = [float(groups[q.group].generated[q.member]) for q in seqs]
         engine = EngineBatch([groups[q.group].lengths[q.member] - g for q, g in zip(seqs, done_before)],
                              [groups[q.group].prompt(prompt) + int(g) for q, g in zip(seqs, done_before)],
-                             self.workload.max_batch)
+                             self.workload.max_batch, done_before)
         warm, kind = WarmUp(self.policy), ro.drafting.kind
         shares = SiblingShare([groups[q.group] for q in seqs].__getitem__)
         while not engine.done:
@@ -262,7 +263,7 @@ class RolloutPool:
             prefill = prefill_s(dec, engine.admit())
             batch = engine.batch
             siblings = shares.at(engine, self.finishes) if kind == "suffix" else 0.0
-            seg = self._plan_segment(w, ro.drafting, batch, engine.tokens_to_next_finish(), warm.left(batch), siblings)
+            seg = self._plan_segment(w, ro.drafting, engine, warm.left(batch), siblings)
             context = engine.mean_context() + seg.passes * seg.accept_len / 2
             decode_s = segment_s(dec, prof.drafter, kind, batch, context, seg.strategy, seg.passes)
             start = env.now
@@ -301,11 +302,14 @@ class RolloutPool:
             return 0.0
         return round(float(np.mean([g.finished_share for g in active])), 1)
 
-    def _plan_segment(self, w: int, drafting: Drafting, batch: int, need: float, warm_left: float,
+    def _plan_segment(self, w: int, drafting: Drafting, engine: EngineBatch, warm_left: float,
                       siblings: float = 0.0) -> Segment:
         """How the next segment runs: the bandit's strategy (none while SD warms up again), how many
-        verify passes (to the next completion, at most one decision interval or the warm-up left),
-        and the accepted length it sees (its mean over the segment's verify outcomes)."""
+        verify passes (to the next completion, at most one decision interval or the warm-up left,
+        or until the batch's mean position in its responses reaches the next row of the drafter's
+        acceptance by position), and the accepted length it sees (its mean over the segment's
+        verify outcomes)."""
+        batch, need = engine.batch, engine.tokens_to_next_finish()
         arm = self.bandits[w].select(batch) if drafting.kind != "none" else None
         cap = math.inf
         if arm is not None and arm.bucket != SD_OFF_BUCKET and warm_left > 0:
@@ -317,6 +321,10 @@ class RolloutPool:
         if drafting.kind == "suffix" and strategy.steps:
             stats = self._suffix_stats(strategy, drafting.history, siblings)
         accept_len = stats.mean
+        if drafting.position and strategy.steps:
+            pos = engine.mean_position()
+            accept_len = min(strategy.depth + 1.0, 1.0 + position_gain(drafting.position, pos) * (accept_len - 1.0))
+            cap = min(cap, (next_position_edge(drafting.position, pos) - pos) / accept_len)
         if stats.var > 0 and need > 0:
             # The mean of passes*batch verify outcomes: the reward the bandit sees is noisy.
             sd = math.sqrt(stats.var / (min(need / accept_len, cap) * batch))

@@ -281,8 +281,10 @@ class Simulator:
     def _drafting(self, step: int) -> Drafting:
         """How the engines draft now: the drafter in use (after the switch rule) and its acceptance."""
         kind = active_kind(self.policy, self.profile, self.drafter)
-        accept = {s: stats_for(self.profile.acceptance, kind, self.drafter.quality, s) for s in self.strategies}
-        return Drafting(kind, accept, 0 < self.workload.epoch_steps <= step)
+        acc = self.profile.acceptance
+        accept = {s: stats_for(acc, kind, self.drafter.quality, s) for s in self.strategies}
+        position = acc.eagle_position if kind == "eagle" else acc.ngram_position if kind == "ngram" else ()
+        return Drafting(kind, accept, 0 < self.workload.epoch_steps <= step, position)
 
     def _tokens(self, groups: list[Group]) -> int:
         """Prompt + response tokens the update trains on."""

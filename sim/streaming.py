@@ -106,7 +106,7 @@ class StreamingPool(RolloutPool):
             if g.version is None:
                 g.version, g.started_s = self.version[w], self.env.now
             engine.add(float(g.lengths[m] - g.generated[m]),
-                       g.prompt(self.workload.prompt_tokens) + int(g.generated[m]))
+                       g.prompt(self.workload.prompt_tokens) + int(g.generated[m]), float(g.generated[m]))
             owners.append((g, m))
             free -= 1
 
@@ -147,7 +147,7 @@ class StreamingPool(RolloutPool):
         batch = engine.batch
         self.running[w] = batch
         siblings = shares.at(engine, self.finishes) if d.kind == "suffix" else 0.0
-        seg = self._plan_segment(w, d, batch, engine.tokens_to_next_finish(), warm.left(batch), siblings)
+        seg = self._plan_segment(w, d, engine, warm.left(batch), siblings)
         context = engine.mean_context() + seg.passes * seg.accept_len / 2
         decode_s = segment_s(dec, self.profile.drafter, d.kind, batch, context, seg.strategy, seg.passes)
         begun = env.now

@@ -11,6 +11,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from workbench.calibrate.costs import ParamFit
+from workbench.calibrate.position_acceptance import PositionFit, fit_position_gain
 from workbench.calibrate.trace_view import (
     parse_positions,
     sig,
@@ -38,6 +39,7 @@ class AcceptanceFit:
     sd_steps: int
     rmse: float  # of the fitted curve against r (positions with enough drafts)
     tokens_per_pass: float  # 1 + sum(r) at the traced draft lengths' mix: measured E[L]
+    position: PositionFit | None = None  # acceptance along a response (None: too few SD steps)
 
     def curve(self, n: int | None = None) -> list[float]:
         n = n or len(self.r)
@@ -115,7 +117,8 @@ def fit_acceptance(traces: Sequence[Trace], base: Profile) -> dict[str, Acceptan
         per_draft = np.divide(acc, drafts, out=np.zeros(len(acc)), where=drafts > 0)
         # Measured tokens per verify pass (per decoding request), over all SD steps.
         out[kind] = AcceptanceFit(kind, alpha, shape, shape_fitted, r.tolist(), offered.astype(int).tolist(),
-                                  per_draft.tolist(), n, rmse, float(1 + acc.sum() / offered[0]) if offered[0] else 1.0)
+                                  per_draft.tolist(), n, rmse, float(1 + acc.sum() / offered[0]) if offered[0] else 1.0,
+                                  fit_position_gain(traces, kind, alpha, shape))
     return out
 
 
@@ -127,13 +130,20 @@ def acceptance_model(base: AcceptanceModel, fits: dict[str, AcceptanceFit]) -> t
     fitted = dict.fromkeys(ACCEPTANCE_FIELDS, False)
     if "ngram" in fits:
         a = fits["ngram"]
-        acc = replace(acc, ngram_alpha=sig(a.alpha, 4), ngram_shape=sig(a.shape, 4))
+        acc = replace(acc, ngram_alpha=sig(a.alpha, 4), ngram_shape=sig(a.shape, 4),
+                      ngram_position=a.position.rows if a.position else ())
         fitted["ngram_alpha"], fitted["ngram_shape"] = True, a.shape_fitted
     if "eagle" in fits:
         a = fits["eagle"]
         acc = replace(acc, eagle_alpha_fresh=sig(a.alpha, 4), eagle_shape=sig(a.shape, 4),
-                      eagle_alpha_cold=min(acc.eagle_alpha_cold, sig(a.alpha, 4)))
+                      eagle_alpha_cold=min(acc.eagle_alpha_cold, sig(a.alpha, 4)),
+                      eagle_position=a.position.rows if a.position else ())
         fitted["eagle_alpha_fresh"], fitted["eagle_shape"] = True, a.shape_fitted
         notes.append("EAGLE traces are taken as a drafter aligned with the traced policy: their acceptance sets "
                      "eagle_alpha_fresh; eagle_alpha_cold, staleness and the learning curve stay the base's")
+    for a in fits.values():
+        if a.position is not None:
+            rows = ", ".join(f"{r.from_token}+: {r.gain:.2f}" for r in a.position.rows)
+            notes.append(f"{a.kind} acceptance along a response (accepted over the pooled fit, by tokens into the "
+                         f"response): {rows} (workbench/calibrate/position_acceptance.py)")
     return acc, [ParamFit("acceptance", n, getattr(acc, n), f) for n, f in fitted.items()], notes

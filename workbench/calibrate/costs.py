@@ -1,7 +1,7 @@
 """The decode and drafter cost fit, over every engine step of every trace (`fit_costs`).
 
       T = overhead + per_seq*B + kv*B*ctx + max(weights, compute*B*(K+1))
-          + prefill*P + [n-gram] ngram*B + [EAGLE] K*(eagle_step + eagle_seq*B)
+          + prefill*P + [n-gram] ngram*B + [EAGLE] max(K, 1)*(eagle_step + eagle_seq*B)
 
 B = decode_requests, ctx = context_mean, K = draft_len (0: no SD that step),
 P = prefill_tokens; the drafter is the trace's (meta). Writing
@@ -127,7 +127,8 @@ def features(f: pd.DataFrame, knee: float) -> np.ndarray:
     b, ctx, k, p = (f[c].to_numpy(float) for c in ("B", "ctx", "K", "P"))
     sd = k > 0
     ngram = sd & (f["kind"].to_numpy() == "ngram")
-    eagle = sd & (f["kind"].to_numpy() == "eagle")
+    # An EAGLE engine's drafter runs a forward in every decoding step, K = 0 too (sim/costs.py).
+    eagle = np.where((f["kind"].to_numpy() == "eagle") & (b > 0), np.maximum(k, 1), 0)
     return np.column_stack([
         np.ones(len(f)),                 # overhead_s
         np.maximum(knee, b * (k + 1)),   # compute_s_per_token (and weights_s = compute * knee)
@@ -135,8 +136,8 @@ def features(f: pd.DataFrame, knee: float) -> np.ndarray:
         p,                               # prefill_s_per_token
         b * ctx,                         # kv_s_per_token
         b * ngram,                       # ngram_s_per_seq
-        k * b * eagle,                   # eagle_s_per_seq
-        k * eagle,                       # eagle_step_s
+        eagle * b,                       # eagle_s_per_seq
+        eagle,                           # eagle_step_s
         f["F"].to_numpy(float),          # finish_s (requests finished in the previous step)
     ])
 

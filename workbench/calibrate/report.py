@@ -18,9 +18,10 @@ from workbench.calibrate.acceptance import (
     fit_acceptance,
 )
 from workbench.calibrate.costs import CV_FOLDS, CostFit, ParamFit, fit_costs
+from workbench.calibrate.drift import DRIFT_KEY, normalise_by_probe
 from workbench.calibrate.lengths import LengthFit, fit_lengths
 from workbench.calibrate.phases import fit_phases
-from workbench.calibrate.trace_view import WARMUP_STEPS, fitted_name, step_frame
+from workbench.calibrate.trace_view import WARMUP_STEPS, fitted_name, sig, step_frame
 from workbench.contracts.fileio import jsonable
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Trace
@@ -108,11 +109,21 @@ def _errors(costs: CostFit, acc_fits: dict[str, AcceptanceFit], length_fit: Leng
 
 
 def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, warmup_steps: int = WARMUP_STEPS,
-              target: str = "cycle") -> Calibration:
-    """Fit a Profile (on `base`: what the traces cannot identify is kept) and a LengthModel."""
+              target: str = "cycle", speed_probe_ms: float | None = None) -> Calibration:
+    """Fit a Profile (on `base`: what the traces cannot identify is kept) and a LengthModel.
+
+    Traces whose captures timed the machine's speed (meta["speed"]) are first scaled to the median
+    speed among them (`normalise_by_probe`), and the profile records that speed; `speed_probe_ms`:
+    the speed traces normalised elsewhere were brought to (`tlt calibrate --model`)."""
     if not traces:
         raise ValueError("calibration needs at least one trace")
     notes: list[str] = []
+    traces, probe_ms = normalise_by_probe(traces)
+    if probe_ms is not None:
+        factors = ", ".join(f"{t.meta[DRIFT_KEY]['factor']:.3f}" for t in traces)
+        notes.append(f"each trace scaled to the traces' median machine speed (speed probe {probe_ms:.2f} ms; "
+                     f"factors {factors}; workbench/calibrate/drift.py)")
+    speed_probe_ms = probe_ms if probe_ms is not None else speed_probe_ms
     machines = {json.dumps(t.meta.get("machine"), sort_keys=True, default=str) for t in traces}
     models = {json.dumps(t.meta.get("model"), sort_keys=True, default=str) for t in traces}
     if len(machines) > 1 or len(models) > 1:
@@ -146,7 +157,8 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, w
     profile = Profile(name=name or f"{base.name}-calibrated", decode=decode, drafter=costs.drafter(), acceptance=acc,
                       learning=base.learning, phases=phases,
                       description=f"Calibrated on {', '.join(names)} (base {base.name}).",
-                      source=source, fitted_on=names, fit_error_pct=round(float(cv), 3))
+                      source=source, fitted_on=names, fit_error_pct=round(float(cv), 3),
+                      speed_probe_ms=None if speed_probe_ms is None else sig(speed_probe_ms))
     profile.check()
     # The values as stored (the base's overhead_s where the fit found no fixed step cost).
     params = [replace(p, value=getattr(getattr(profile, p.part), p.name)) for p in params]

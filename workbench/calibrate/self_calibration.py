@@ -8,13 +8,15 @@ measures the drift. Here
 - the plan (`plan_captures`) interleaves the drafter kinds (no SD, n-gram, EAGLE) in rounds, each
   round in another kind order, and repeats every fit shape in every round, so no kind or shape
   is measured only while the machine ran fast or slow;
-- a fixed reference (`Machine.reference_s`, on vLLM real/run/capture.py's `ReferenceForward`) is
-  measured before and after every capture, and each capture's times are scaled to the run's
-  median speed (`workbench/calibrate/drift.py`): method "reference", the reference's wall time
-  around the capture; method "cpu" (used when the machine reports CPU times), the reference's
-  CPU time over the capture's CPU share, which sees other processes' bursts over the whole
-  capture instead of in two short samples. Profiles are fitted under both (and raw), and
-  the held-out errors of each reported; the written profile is `method`'s;
+- the machine's speed is measured for every capture, and each capture's times are scaled to
+  the run's median speed (`workbench/calibrate/drift.py`): method "probe" (the default where
+  captures carry it), a light reference workload timed between the capture's engine steps
+  (real/rollout/probing.py), so it samples the machine while it decodes; method "reference", a
+  fixed reference (`Machine.reference_s`, real/rollout/probing.py's `ReferenceForward`) timed
+  before and after every capture; method "cpu", that reference's CPU time over the capture's CPU
+  share. Profiles are fitted under each (and raw), the held-out errors of each reported; the
+  written profile is `method`'s, and under "probe" it records the speed it is for
+  (`Profile.speed_probe_ms`), so `tlt validate` can correct later captures too;
 - held-out captures (another prompt mix, group size, batch cap and seeds than any fit capture)
   sit among the fit captures, and are validated with `workbench.validate.validate` after
   normalisation and raw (a profile fitted on the raw fit captures against the raw held-out one:
@@ -36,7 +38,14 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from workbench.calibrate.costs import predict_steps
-from workbench.calibrate.drift import DriftFactor, cpu_drift_factors, drift_factors, scale_trace, with_factor
+from workbench.calibrate.drift import (
+    DriftFactor,
+    cpu_drift_factors,
+    drift_factors,
+    probe_factors,
+    scale_trace,
+    with_factor,
+)
 from workbench.calibrate.report import Calibration, calibrate, trace_workload_spec
 from workbench.calibrate.trace_view import WARMUP_STEPS, step_frame
 from workbench.contracts.fileio import jsonable, write_dir_atomic, write_json
@@ -307,6 +316,9 @@ def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequ
         wins.append(refs[i - k:i + k])
     around = [[r.reference_s for r in w] for w in wins]
     out = {"reference": drift_factors(around, [r.reference_s for r in refs])}
+    probed = probe_factors([t for _, t, _, _ in done])
+    if probed is not None:
+        out["probe"] = probed
     shares = [((t.meta.get("summary") or {}).get("cpu_share")) for _, t, _, _ in done]
     if all(r.cpu_s for w in wins for r in w) and all(isinstance(x, (int, float)) and x > 0 for x in shares):
         out["cpu"] = cpu_drift_factors([[r.cpu_s for r in w] for w in wins], shares, around)
@@ -368,7 +380,8 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
     finally:
         machine.close()
     by_method = _factors(done, refs, window)
-    method = ("cpu" if "cpu" in by_method else "reference") if method == "auto" else method
+    if method == "auto":  # the measure taken during each capture where there is one
+        method = next(m for m in ("probe", "cpu", "reference") if m in by_method)
     if method not in by_method:
         raise ValueError(f"drift method {method!r}: this run supports {', '.join(by_method)}")
     records = []
@@ -383,7 +396,9 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
     norm, cals = {}, {}
     for m in by_method:
         norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]), path=c.trace.path) for c in records}
-        cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name, warmup_steps=warmup_steps)
+        probe_ms = by_method[m][0].median_slowness if m == "probe" else None
+        cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name, warmup_steps=warmup_steps,
+                            speed_probe_ms=probe_ms)
     raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw",
                         warmup_steps=warmup_steps) if compare_raw else None
     progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0, "validating on the held-out captures"))

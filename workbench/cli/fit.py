@@ -50,9 +50,10 @@ def calibrate(
                                "drafter kind."),
     seed: int = typer.Option(0, help="With --model: seed of the captures' prompts and sampling."),
     drift: str = typer.Option(
-        "auto", help="With --model: drift normalisation of the profile: reference (the reference's wall time around "
-        "each capture), cpu (its CPU time over the capture's CPU share), auto (cpu where measured). Every method's "
-        "held-out errors are reported."),
+        "auto", help="With --model: drift normalisation of the profile: probe (a reference workload timed between "
+        "the capture's engine steps), reference (its wall time before and after each capture), cpu (its CPU time "
+        "over the capture's CPU share), auto (the first of these measured). Every method's held-out errors are "
+        "reported."),
     drift_window: int = typer.Option(2, min=1, help="With --model: a capture's slowness is the median of the "
                                      "reference measurements nearest it, this many on each side."),
     runs: Optional[list[Path]] = typer.Option(
@@ -82,8 +83,8 @@ def calibrate(
     if model is not None:
         if traces:
             fail(ValueError("give either trace directories or --model (which captures its own), not both"))
-        if drift not in ("auto", "reference", "cpu"):
-            fail(ConfigError("--drift", "<option>", drift, "auto, reference or cpu"))
+        if drift not in ("auto", "probe", "reference", "cpu"):
+            fail(ConfigError("--drift", "<option>", drift, "auto, probe, reference or cpu"))
         self_calibrate_cli(model, drafter, out, base_prof, name, lengths_out, warmup_steps, rounds, seed, drift,
                            drift_window, user_task)
     elif not traces:

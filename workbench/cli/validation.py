@@ -66,12 +66,21 @@ def validate_traces(traces: list[Path], prof: Profile, seed: int, out: Optional[
     rows = []
     for v in results:
         d = v.details
+        drift = "-" if v.drift_factor is None else f"x{v.drift_factor:.3f}"
         rows.append([v.trace, str(d.workers), f"{d.prompts}x{d.samples}", str(d.max_batch), d.drafter,
                      f"{d.accept_len_traced:.2f}/{d.accept_len_simulated:.2f}",
-                     f"{v.predicted_rollout_s:,.3f}", f"{v.measured_rollout_s:,.3f}", f"{v.error_pct:+.2f}%"])
+                     f"{v.predicted_rollout_s:,.3f}", f"{v.measured_rollout_s:,.3f}", drift,
+                     f"{v.error_pct:+.2f}%", f"{v.raw_error_pct:+.2f}%"])
     typer.echo(f"profile {prof.name}: traced runs re-simulated with their own lengths, schedule and drafter")
     typer.echo(format_table(rows, ["trace", "engines", "prompts", "batch", "drafter", "accept len trace/sim",
-                             "predicted s", "measured s", "error"]))
+                             "predicted s", "measured s", "drift", "error", "raw error"]))
+    if any(v.drift_factor is not None for v in results):
+        typer.echo(f"measured s and error at the profile's machine speed (speed probe {prof.speed_probe_ms} ms): "
+                   "each trace's times x drift, its probe against the profile's (workbench/calibrate/drift.py); "
+                   "raw error: against the clock, the machine's drift included")
+    elif prof.speed_probe_ms is None:
+        typer.echo("no drift correction: the profile records no machine speed (fitted on traces without a "
+                   "speed probe); error includes whatever the machine drifted")
     for v in results:
         d = v.details
         extra = (f"; schedule buckets set from the trace: {[o.to_dict() for o in d.schedule_overridden]}"

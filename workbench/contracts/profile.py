@@ -66,6 +66,42 @@ class DrafterCost:
 
 
 @dataclass(frozen=True)
+class PositionGain:
+    """From the `from_token`-th token of a response on, its drafts are accepted `gain` times as
+    often as the pooled fit says (a multiplier on the accepted drafts per pass, E[L] - 1)."""
+
+    from_token: int
+    gain: float
+
+    ROW_HELP = "a [from_token, gain] row, e.g. [0, 0.6], or a mapping with those fields"
+
+    @classmethod
+    def from_row(cls, row: list | tuple) -> dict:
+        if len(row) != 2:
+            raise ValueError(row)
+        return {"from_token": row[0], "gain": row[1]}
+
+    def check(self) -> None:
+        require(self.from_token >= 0, "from_token", self.from_token, "a token position >= 0")
+        require(0.0 <= self.gain <= 10.0, "gain", self.gain, "a multiplier from 0 to 10")
+
+
+def position_gain(rows: tuple[PositionGain, ...], position: float) -> float:
+    """The gain at a position in the response (1 without rows)."""
+    gain = 1.0
+    for r in rows:
+        if position < r.from_token:
+            break
+        gain = r.gain
+    return gain
+
+
+def next_position_edge(rows: tuple[PositionGain, ...], position: float) -> float:
+    """The first row boundary after `position` (inf: none)."""
+    return next((float(r.from_token) for r in rows if r.from_token > position), float("inf"))
+
+
+@dataclass(frozen=True)
 class AcceptanceModel:
     """Per-position cumulative acceptance r_i = a ** (i ** shape), i = 1..depth.
 
@@ -98,6 +134,12 @@ class AcceptanceModel:
     # finished; a found continuation's first i tokens are accepted with suffix_alpha ** (i ** shape).
     # Defaults: assumed from those papers' descriptions (answers to a prompt repeat heavily across
     # epochs, less across siblings), not fitted.
+    # Acceptance moves along a response: its first tokens are guessed worst, and a response that
+    # runs on to its cap often derails into text no drafter guesses (or loops, which n-gram
+    # catches). Rows (from_token, gain), ascending; () is flat. Measured by `tlt calibrate` from
+    # the SD steps' mean position in their responses (workbench/calibrate/position_acceptance.py).
+    eagle_position: tuple[PositionGain, ...] = ()
+    ngram_position: tuple[PositionGain, ...] = ()
     suffix_alpha: float = 0.85
     suffix_shape: float = 0.5
     suffix_history_match: float = 0.6
@@ -117,6 +159,13 @@ class AcceptanceModel:
         require(0.0 <= self.tree_width_gain <= 3.0, "tree_width_gain", self.tree_width_gain, "a number from 0 to 3")
         require(0.0 <= self.warm_start_quality <= 1.0, "warm_start_quality", self.warm_start_quality,
                 "a quality from 0 to 1")
+        for name in ("eagle_position", "ngram_position"):
+            rows = getattr(self, name)
+            for i, r in enumerate(rows):
+                check_part(f"{name}[{i}]", r)
+            starts = [r.from_token for r in rows]
+            require(not rows or (starts[0] == 0 and starts == sorted(set(starts))), name, starts,
+                    "rows ascending by from_token, the first from token 0")
         require(0.0 <= self.suffix_alpha < 1.0, "suffix_alpha", self.suffix_alpha, "a probability in [0, 1)")
         require(0.1 <= self.suffix_shape <= 2.0, "suffix_shape", self.suffix_shape, "a number from 0.1 to 2")
         for name in ("suffix_history_match", "suffix_group_match"):
@@ -180,11 +229,17 @@ class Profile:
     fit_error_pct: float | None = None  # median held-out error of the fit, if fitted
     cluster: Cluster | None = None  # the model x GPU x TP x framework the costs hold for (None: not recorded)
     power: GpuPower | None = None  # watts per GPU state (None: unknown; energy is not reported)
+    # The machine's speed the costs hold for, as the capture speed probe timed it (ms; None: not
+    # measured). A trace captured while the probe ran slower is scaled down by as much before it
+    # is compared (`tlt validate`; workbench/calibrate/drift.py).
+    speed_probe_ms: float | None = None
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
         for part in ("decode", "drafter", "acceptance", "learning", "phases"):
             check_part(part, getattr(self, part))
+        if self.speed_probe_ms is not None:
+            require(self.speed_probe_ms > 0, "speed_probe_ms", self.speed_probe_ms, "a time in ms > 0")
         for part in ("cluster", "power"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
