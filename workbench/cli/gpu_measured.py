@@ -131,7 +131,7 @@ def _training(c) -> None:
             [
                 [
                     t.what,
-                    f"{t.measured:.4g} {t.unit}",
+                    f"{t.measured:.4g}" + ("x" if t.unit == "x" else f" {t.unit}"),
                     f"{t.reference:.4g}" if math.isfinite(t.reference) else "-",
                     _x(t.ratio),
                     t.reference_is,
