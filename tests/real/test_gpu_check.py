@@ -152,6 +152,15 @@ def _bad(tmp_path: Path, text: str) -> Path:
             '"rows": [{"op": "decode"}], "meta": {}}]}}}',
             "'sections.e.runs[0].rows.batch'",
         ),
+        (
+            '{"schema": "tlt-gpu-check/1", "machine": {"device": "cpu"}, "sections": {"e": '
+            '{"kind": "engine", "status": "ok", "runs": [{"status": "ok", "arch": "qwen2.5-7b", '
+            '"meta": {}, "rows": [{"op": "decode", "batch": "one", "context": 1, "tokens": 1, '
+            '"topk": 1, "mode": "eager", "step_s": 1, "layer_s": 1, "head_s": 0, '
+            '"collectives_s": 0, "layers": 1, "copies": 1, "p10_s": 1, "p90_s": 1, "runs": 1, '
+            '"whole_s": null}]}]}}}',
+            "'sections.e.runs[0].rows.batch'",
+        ),
     ],
 )
 def test_a_bad_measured_file_is_refused_naming_the_field_and_nothing_is_written(

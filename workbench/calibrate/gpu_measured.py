@@ -138,9 +138,17 @@ def engine_measurements(check: MeasuredCheck) -> dict[tuple[str, int], Measureme
                 raise ConfigError(
                     str(check.path), field_, "<missing>", f"the profiler's rows and meta: {FIX}"
                 )
-            out.setdefault((str(run.get("arch")), int(run.get("tp", 1))), []).append(
-                (rows[list(COLUMNS)], run["meta"])
-            )
+            rows = rows[list(COLUMNS)].copy()
+            for c in COLUMNS:
+                if c not in ("op", "mode"):  # JSON null is NaN here (a non-"whole" row's whole_s)
+                    try:
+                        rows[c] = pd.to_numeric(rows[c].astype(object).where(rows[c].notna()))
+                    except (TypeError, ValueError):
+                        raise ConfigError(
+                            str(check.path), f"{where}.rows.{c}", "not a number", f"numbers: {FIX}"
+                        ) from None
+            key = (str(run.get("arch")), int(run.get("tp", 1)))
+            out.setdefault(key, []).append((rows, run["meta"]))
     return {
         k: Measurements(pd.concat([r for r, _ in v], ignore_index=True), v[0][1])
         for k, v in out.items()
@@ -333,35 +341,53 @@ def _main_engine(meas: dict[tuple[str, int], Measurements]) -> tuple[str, int] |
     return max(full, key=lambda k: len(meas[k].rows)) if full else None
 
 
-def compare(check: MeasuredCheck, gpu: str | None = None, framework: str = "sglang") -> Comparison:
-    """Every comparison the file allows (sections that did not finish are listed in `skipped`)."""
+def _notes(check: MeasuredCheck, gpu: str | None, key: str) -> list[str]:
     measured_gpu = gpu_key(check.machine)
-    key = gpu or measured_gpu or "h100"
-    out = Comparison(check, key, framework)
     if check.machine.get("device") != "cuda":
-        out.notes.append(
+        return [
             f"measured on a CPU ({check.machine.get('cpu')}): the ratios set a CPU beside {key}'s "
             "database rows; they test the pipeline, not a GPU"
-        )
-    elif measured_gpu is None or (gpu and gpu != measured_gpu):
-        out.notes.append(
-            f"measured on {check.machine.get('gpu')}; compared with the database's {key}"
-        )
+        ]
+    if measured_gpu is None or (gpu and gpu != measured_gpu):
+        return [f"measured on {check.machine.get('gpu')}; compared with the database's {key}"]
+    return []
+
+
+# What the database or a fit may refuse (no rows for a shape, a framework not measured on a GPU,
+# too few points): that comparison is skipped with the reason, the others still print.
+REFUSED = (ValueError, KeyError, RuntimeError)
+
+
+def _engines(out: "Comparison", meas: dict[tuple[str, int], Measurements]) -> None:
+    check, key, fw = out.check, out.gpu, out.framework
+    for (arch, tp), m in meas.items():
+        spec = arch_spec(arch, "sections.*.runs.arch", check.path)  # a bad name is a bad file
+        try:
+            out.engine.append(replace(compare_engine(m, spec, tp, key, fw), arch=arch))
+        except REFUSED as exc:
+            out.skipped.append(
+                f"engine {arch} TP{tp}: no database comparison on {key} {fw} ({exc})"
+            )
+    main = _main_engine(meas)
+    shipped = next((e.profile for e in out.engine if (e.arch, e.tp) == main), None)
+    if main is None or shipped is None:
+        return
+    try:
+        out.fitted = fitted_profile(meas[main], shipped, f"measured-{check.path.stem}", check.path)
+    except REFUSED as exc:
+        out.skipped.append(f"the fit to {main[0]} TP{main[1]}'s engine points: {exc}")
+        return
+    out.fitted_on, out.changes = main, input_changes(shipped, out.fitted)
+
+
+def compare(check: MeasuredCheck, gpu: str | None = None, framework: str = "sglang") -> Comparison:
+    """Every comparison the file allows (sections that did not finish are listed in `skipped`)."""
+    key = gpu or gpu_key(check.machine) or "h100"
+    out = Comparison(check, key, framework, notes=_notes(check, gpu, key))
     for name, sec in check.sections.items():
         if sec.get("status") not in ("ok", "partial"):
             out.skipped.append(f"{name}: {sec.get('status')} {sec.get('error') or ''}".strip())
-    meas = engine_measurements(check)
-    for (arch, tp), m in meas.items():
-        out.engine.append(
-            compare_engine(
-                m, arch_spec(arch, "sections.*.runs.arch", check.path), tp, key, framework
-            )
-        )
-    main = _main_engine(meas)
-    if main is not None:
-        shipped = next(e.profile for e in out.engine if (e.arch, e.tp) == main)
-        out.fitted = fitted_profile(meas[main], shipped, f"measured-{check.path.stem}", check.path)
-        out.fitted_on, out.changes = main, input_changes(shipped, out.fitted)
+    _engines(out, engine_measurements(check))
     for name, sec in check.sections.items():
         if sec.get("kind") == "grpo" and sec.get("tokens"):
             spec = arch_spec(str(sec.get("model")), f"sections.{name}.model", check.path)

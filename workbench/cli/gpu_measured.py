@@ -20,6 +20,10 @@ def _ms(v: float) -> str:
     return f"{1e3 * v:.3f}" if math.isfinite(v) else "-"
 
 
+def _num(v: float) -> str:
+    return "-" if not math.isfinite(v) else f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
 def _x(v: float) -> str:
     return f"{v:.3g}x" if math.isfinite(v) else "-"
 
@@ -131,8 +135,8 @@ def _training(c) -> None:
             [
                 [
                     t.what,
-                    f"{t.measured:.4g}" + ("x" if t.unit == "x" else f" {t.unit}"),
-                    f"{t.reference:.4g}" if math.isfinite(t.reference) else "-",
+                    _num(t.measured) + ("x" if t.unit == "x" else f" {t.unit}"),
+                    _num(t.reference),
                     _x(t.ratio),
                     t.reference_is,
                 ]
