@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: app test test-browser chromium bench clean
+.PHONY: app test test-browser chromium bench clean gpu-check gpu-wheels
 
 # Reinstall whenever pyproject.toml changes; -e so the checkout is what runs.
 $(STAMP): pyproject.toml
@@ -50,6 +50,27 @@ $(CHROMIUM):
 
 bench: $(STAMP)
 	$(BIN)/tlt bench sim
+
+# The GPU check (real/gpu_check, README "Your GPU"): about 5 minutes on a CUDA GPU, tiny shapes on a CPU
+# (GPU_CHECK_QUICK=1: tiny shapes anywhere). It builds no .venv (a GPU machine may have no network): it
+# runs .venv/bin/python where there is one, else python3. GPU_CHECK_OUT: the output folder; GPU_CHECK_ARGS: more
+# options (e.g. --only engine-7b,grpo-1.5b; `python -m real.gpu_check --help`).
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_CHECK_OUT ?= traces/measured
+GPU_CHECK_ARGS ?=
+gpu-check:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1 $(GPU_PY) -m real.gpu_check \
+	  --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
+# Pure-Python packages the check needs that a bare GPU machine's Python lacks, as wheels in .whl/ (ignored; carried
+# to the machine with the tree, installed there with pip --no-index --target). None today: the check imports only
+# torch, transformers, safetensors, tokenizers, numpy, pandas, pyarrow and pyyaml (tests/real/test_gpu_check.py).
+GPU_WHEELS ?=
+gpu-wheels:
+	mkdir -p .whl
+	$(if $(strip $(GPU_WHEELS)),$(PYTHON) -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS),@echo "gpu-wheels: none needed (GPU_WHEELS is empty)")
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

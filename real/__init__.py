@@ -31,6 +31,10 @@ Ray are imported by the modules that need them. Every module, by package:
 - `real.profiler`: `python -m real.profiler`, operator-level timing of an architecture.
   - `settings`, `grid`, `shard`, `ops`, `timing`, `measure`, `table`: the options, the points,
     one TP rank's shapes, the operators, the timing, the measuring and the Parquet output.
+- `real.gpu_check`: `python -m real.gpu_check` (`make gpu-check`), the prepared check on one GPU.
+  - `plan`: sections, shapes and budgets; `correctness`: CUDA against the CPU; `training`: GRPO
+    and drafter throughput; `engine`: the profiler's runs; `machine`, `record`, `summary`: the
+    machine's facts, the progressively written JSON and its Markdown summary.
 - `real.experiments`: measurements on the real backend.
   - `bench_rollout`, `bench_grpo`, `bench_training`: `tlt bench rollout`, `grpo` and `real`.
   - `drift`: drafter drift without vLLM; `check_vllm`: vLLM decodes a model as `transformers` does.

@@ -146,12 +146,14 @@ def response_logprobs(model, sequences: Sequence[Sequence[int]], prompt_lens: Se
 
 class GRPOTrainer:
     def __init__(self, model_dir, config: GRPOConfig = GRPOConfig(), seed: int = 0, reference_dir=None,
-                 threads: int | None = None, device: str = "cpu"):
+                 threads: int | None = None, device: str = "cpu", model: torch.nn.Module | None = None):
         """The policy from `model_dir` (float32 weights); a frozen reference (from `reference_dir`,
         default `model_dir`) only when `config.kl_coef > 0`. `threads`: torch threads (and
         deterministic algorithms) during `step`; None leaves the caller's settings. `device`:
         "cpu", or "cuda" (forwards in bf16 autocast, weights and AdamW state float32 on the GPU;
-        refused where torch sees no GPU)."""
+        refused where torch sees no GPU). `model`: an already-built float32 policy used instead of
+        loading `model_dir` (a benchmark's random-weight model of a real shape: real/gpu_check/);
+        `save` still copies `model_dir`'s other files."""
         self.device = train_device(device)
         if config.minibatch < 1 or config.epochs < 1 or config.micro_tokens < 1:
             raise ValueError(f"minibatch, epochs and micro_tokens must be >= 1, got {config.minibatch}, "
@@ -161,11 +163,15 @@ class GRPOTrainer:
         self.seed = seed
         self.threads = threads
         torch.manual_seed(seed)
-        self._model = load_target(self.model_dir).to(self.device)
+        self._model = (load_target(self.model_dir) if model is None else model.eval()).to(self.device)
         # Eval mode while training too: the responses were sampled without dropout, and the hidden
         # states handed to the drafter must be the ones vLLM computes.
         self._model.requires_grad_(True)
-        self.reference = load_target(reference_dir or model_dir).to(self.device) if config.kl_coef > 0 else None
+        self.reference = None
+        if config.kl_coef > 0:
+            ref = copy.deepcopy(self._model) if model is not None and reference_dir is None else \
+                load_target(reference_dir or model_dir)
+            self.reference = ref.requires_grad_(False).to(self.device)
         self._params = [p for p in self._model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self._params, lr=config.lr, weight_decay=config.weight_decay)
         self.steps = 0

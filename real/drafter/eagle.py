@@ -129,7 +129,8 @@ class Attention(nn.Module):
         inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd))
         self.register_buffer("inv_freq", inv, persistent=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor,
+                spans: list[tuple[int, int]] | None = None) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
@@ -141,7 +142,11 @@ class Attention(nn.Module):
         if self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if spans is None:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # a packed row (`spans`: each sequence's [start, end)): causal within each sequence only
+            o = torch.cat([F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], is_causal=True)
+                           for s, e in spans], dim=2)
         return self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))
 
 
@@ -165,8 +170,9 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        y = x + self.self_attn(x, positions)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor,
+                spans: list[tuple[int, int]] | None = None) -> torch.Tensor:
+        y = x + self.self_attn(x, positions, spans)
         return y + self.mlp(self.post_attention_layernorm(y))
 
 
@@ -201,16 +207,18 @@ class EagleDrafter(nn.Module):
         cfg = EagleConfig.from_target_config(target_model.config)
         return cls(cfg, target_model.get_input_embeddings(), target_model.get_output_embeddings())
 
-    def forward(self, hidden: torch.Tensor, tokens: torch.Tensor,
-                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                spans: list[tuple[int, int]] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden [B, T, H]: target hidden states at positions 0..T-1; tokens [B, T]: the tokens
         at positions 1..T. Returns (predicted hidden states at 1..T, logits for tokens at 2..T+1).
-        Sequences are right-padded (attention is causal, so padding never reaches real positions)."""
-        x = self.predict_hidden(hidden, tokens, positions)
+        Sequences are right-padded (attention is causal, so padding never reaches real positions),
+        or packed into one row (B = 1) whose sequences' [start, end) are `spans`, with `positions`
+        restarting at 0 in each (real/drafter/training.py's `pack_features`)."""
+        x = self.predict_hidden(hidden, tokens, positions, spans)
         return x, self.lm_head(x)
 
-    def predict_hidden(self, hidden: torch.Tensor, tokens: torch.Tensor,
-                       positions: torch.Tensor | None = None) -> torch.Tensor:
+    def predict_hidden(self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                       spans: list[tuple[int, int]] | None = None) -> torch.Tensor:
         """`forward` without the LM head: the predicted hidden states only (apply `lm_head` to
         the positions you need; over a large vocabulary the full logits are the costly part)."""
         b, t = tokens.shape
@@ -219,7 +227,7 @@ class EagleDrafter(nn.Module):
         emb = self.embed_tokens(tokens).to(hidden.dtype)
         x = self.fc(torch.cat((emb, hidden), dim=-1))
         for layer in self.layers:
-            x = layer(x, positions)
+            x = layer(x, positions, spans)
         return x
 
     def load_drafter_state_dict(self, state: dict[str, torch.Tensor]) -> None:

@@ -90,16 +90,69 @@ def train_step(drafter: EagleDrafter, opt: torch.optim.Optimizer, hidden: torch.
     device = next(drafter.parameters()).device
     hidden, tokens = hidden.to(device), tokens.to(device)
     mask = torch.ones(tokens.shape, dtype=torch.bool, device=device) if mask is None else mask.to(device)
-    inp_h = hidden[:, :-1]
-    if cfg.noise > 0:
-        inp_h = inp_h + ((torch.rand(inp_h.shape, generator=gen) * 2 - 1) * cfg.noise).to(device)
-    with autocast(device):
-        pred_h, pred_logits = drafter(inp_h, tokens[:, 1:])
-        tgt_h = hidden[:, 1:]
+    return _optimise(drafter, opt, _noisy(hidden[:, :-1], cfg, gen), tokens[:, 1:], hidden[:, 1:],
+                     mask[:, 1:] & mask[:, :-1], cfg)
+
+
+@dataclass
+class PackedPairs:
+    """EAGLE's training pairs of several sequences packed into one row (no padding): position i
+    reads `hidden[i]` (h[t] of its sequence) and `tokens[i]` (the token at t+1) and is trained
+    towards `target[i]` (h[t+1])."""
+
+    hidden: torch.Tensor  # [1, N, H]
+    tokens: torch.Tensor  # [1, N]
+    target: torch.Tensor  # [1, N, H]
+    positions: torch.Tensor  # [1, N]: t, restarting at 0 in each sequence
+    spans: list[tuple[int, int]]  # each sequence's [start, end) in the row
+    sequences: int
+
+
+def pack_features(feats: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> PackedPairs:
+    """(token ids [L], hidden [L, H]) per sequence (`featurize`'s records) as one packed row of
+    their L - 1 pairs each: what sequence packing trains on instead of a right-padded batch."""
+    feats = [(ids, h) for ids, h in feats if len(ids) >= 2]
+    if not feats:
+        raise ValueError("no sequence of at least 2 tokens to pack")
+    spans, start = [], 0
+    for ids, _ in feats:
+        spans.append((start, start + len(ids) - 1))
+        start += len(ids) - 1
+    return PackedPairs(hidden=torch.cat([h[:-1] for _, h in feats])[None],
+                       tokens=torch.cat([ids[1:] for ids, _ in feats])[None],
+                       target=torch.cat([h[1:] for _, h in feats])[None],
+                       positions=torch.cat([torch.arange(len(ids) - 1) for ids, _ in feats])[None],
+                       spans=spans, sequences=len(feats))
+
+
+def train_step_packed(drafter: EagleDrafter, opt: torch.optim.Optimizer, batch: PackedPairs,
+                      cfg: DrafterTrainConfig | None = None, gen: torch.Generator | None = None) -> dict[str, float]:
+    """`train_step` on a packed row (`pack_features`): the same loss, the mean over the same pairs,
+    without computing the padding a right-padded batch of long-tailed sequences carries (the TLT
+    paper's spot trainer packs sequences: 29.6 samples/s against 13.3 padded)."""
+    cfg = cfg or DrafterTrainConfig()
+    device = next(drafter.parameters()).device
+    hidden = _noisy(batch.hidden.to(device), cfg, gen)
+    return _optimise(drafter, opt, hidden, batch.tokens.to(device), batch.target.to(device), None, cfg,
+                     batch.positions.to(device), batch.spans)
+
+
+def _noisy(hidden: torch.Tensor, cfg: DrafterTrainConfig, gen: torch.Generator | None) -> torch.Tensor:
+    if cfg.noise <= 0:
+        return hidden
+    return hidden + ((torch.rand(hidden.shape, generator=gen) * 2 - 1) * cfg.noise).to(hidden.device)
+
+
+def _optimise(drafter: EagleDrafter, opt: torch.optim.Optimizer, inp_h: torch.Tensor, tokens: torch.Tensor,
+              tgt_h: torch.Tensor, mask: torch.Tensor | None, cfg: DrafterTrainConfig,
+              positions: torch.Tensor | None = None, spans: list[tuple[int, int]] | None = None) -> dict[str, float]:
+    """The EAGLE loss of (inp_h, tokens) towards tgt_h over `mask`'s pairs, one optimiser step."""
+    with autocast(inp_h.device):
+        pred_h, pred_logits = drafter(inp_h, tokens, positions, spans)
         with torch.no_grad():
             tgt_logits = drafter.lm_head(tgt_h)
-        loss, parts = eagle_loss(pred_h.float(), pred_logits.float(), tgt_h, tgt_logits.float(),
-                                 mask[:, 1:] & mask[:, :-1], cfg.reg_weight, cfg.ce_weight)
+        loss, parts = eagle_loss(pred_h.float(), pred_logits.float(), tgt_h, tgt_logits.float(), mask,
+                                 cfg.reg_weight, cfg.ce_weight)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip:
@@ -183,7 +236,7 @@ def rollout_sequences(model_dir: str | Path, prompts: Sequence[str | Sequence[in
     `transformers` one sequence at a time where vLLM is not installed."""
     t0 = time.perf_counter()
     if importlib.util.find_spec("vllm") is None:
-        seqs = _hf_rollouts(model_dir, prompts, samples, max_tokens, seed, temperature)
+        seqs = hf_rollouts(model_dir, prompts, samples, max_tokens, seed, temperature)
         if log:
             log(f"rollouts (transformers; vLLM is not installed): {len(seqs)} sequences, "
                 f"{sum(len(s) for s in seqs)} tokens in {time.perf_counter() - t0:.1f}s")
@@ -206,8 +259,10 @@ def rollout_sequences(model_dir: str | Path, prompts: Sequence[str | Sequence[in
 
 
 @torch.no_grad()
-def _hf_rollouts(model_dir: str | Path, prompts: Sequence[str | Sequence[int]], samples: int, max_tokens: int,
-                 seed: int, temperature: float) -> list[list[int]]:
+def hf_rollouts(model_dir: str | Path, prompts: Sequence[str | Sequence[int]], samples: int, max_tokens: int,
+                seed: int, temperature: float) -> list[list[int]]:
+    """`rollout_sequences` without vLLM: `transformers`, one sequence at a time on the CPU (the
+    first sample of each prompt greedy); prompts as text or token ids."""
     from transformers import AutoTokenizer
 
     model = load_target(model_dir)

@@ -6,7 +6,8 @@ drafter cost on the candidates a drafter forward scores (batch x top-k); prefill
 tokens; the training phase and spot training on tokens trained. Each op is one kind of point:
 
 - `decode`: B sequences, one new token each, over a KV cache of C tokens;
-- `verify`: B sequences, T tokens each (a chain of T - 1 drafts, or a tree's tokens to verify);
+- `verify`: B sequences, T tokens each (a chain of T - 1 drafts, or a tree's tokens to verify),
+  at the grid's verify contexts;
 - `drafter`: one EAGLE drafter forward for B sequences x top-k candidates (T = top-k);
 - `prefill`: one prompt of T tokens (no cache before it);
 - `train_fwd`, `train_fwd_bwd`: the policy's forward (log-probs) and forward+backward over B
@@ -48,10 +49,17 @@ class Grid:
     prefill_tokens: tuple[int, ...]
     train_sequences: int
     train_tokens: int  # tokens per training sequence
+    verify_contexts: tuple[int, ...] = ()  # contexts of the verify points (empty: `context` alone)
+
+    @property
+    def verify_at(self) -> tuple[int, ...]:
+        return self.verify_contexts or (self.context,)
 
 
 # Named grids: GPU engines run batches to 256 and contexts to 32k; on a CPU the tiny model's
 # engine runs batches to 64 and contexts to 2k (traces/reference); "test" is for the test suite.
+# "gpu-check" is the lent-GPU check's (real/gpu_check): the measured database's decode and verify
+# points at batch <= 64 and contexts 2k and 8k, its drafter points at batch <= 32, in minutes.
 GRIDS = {
     "cuda": Grid(batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), contexts=(512, 4096, 16384),
                  verify_batches=(1, 4, 16, 64), verify_tokens=(2, 4, 8, 16, 32, 48, 64), context=4096,
@@ -61,6 +69,10 @@ GRIDS = {
                 verify_batches=(1, 4, 16), verify_tokens=(2, 4, 8), context=256,
                 drafter=((1, 1), (1, 4), (4, 4), (16, 4)),
                 prefill_tokens=(32, 128, 512), train_sequences=4, train_tokens=256),
+    "gpu-check": Grid(batches=(1, 2, 4, 8, 16, 32, 64), contexts=(2048, 8192), verify_batches=(1, 4, 16, 64),
+                      verify_tokens=(2, 4, 8, 16, 32, 48), context=2048, verify_contexts=(2048, 8192),
+                      drafter=((1, 1), (1, 4), (1, 8), (4, 4), (8, 4), (16, 4), (32, 4)),
+                      prefill_tokens=(1024, 4096), train_sequences=2, train_tokens=2048),
     "test": Grid(batches=(1, 4), contexts=(16, 64), verify_batches=(1, 4), verify_tokens=(2, 4), context=32,
                  drafter=((1, 1), (2, 2)), prefill_tokens=(16, 64), train_sequences=2, train_tokens=16),
 }
@@ -72,7 +84,7 @@ def points(g: Grid) -> list[Point]:
     verify = [(b, t) for t in g.verify_tokens for b in g.verify_batches]
     verify += [(b * k, 2) for b, k in g.drafter if (b * k,
                                                     2) not in verify]  # verifying each drafter point's candidates
-    out += [Point("verify", b, g.context, t) for b, t in verify]
+    out += [Point("verify", b, c, t) for c in g.verify_at for b, t in verify]
     out += [Point("drafter", b, g.context, k, k) for b, k in g.drafter]
     out += [Point("prefill", 1, 0, t) for t in g.prefill_tokens]
     out += [Point(op, g.train_sequences, 0, g.train_tokens) for op in ("train_fwd", "train_fwd_bwd", "drafter_train")]

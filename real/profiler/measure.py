@@ -242,7 +242,8 @@ def check_points(g: Grid) -> list[Point]:
     return [Point("decode", b, context, 1) for b in g.batches if b <= 64]
 
 
-def meta(st: Settings, device: torch.device, grid: Grid, llc: int, clock: str) -> dict:
+def meta(st: Settings, device: torch.device, grid: Grid, llc: int, clock: str,
+         modes: tuple[str, ...] = ("graph", "eager")) -> dict:
     a = st.arch
     return {
         "schema": SCHEMA, "architecture": a.name, "shape": {k: getattr(a, k) for k in a.__dataclass_fields__},
@@ -252,7 +253,7 @@ def meta(st: Settings, device: torch.device, grid: Grid, llc: int, clock: str) -
         "seed": st.seed,
         "grid": st.grid, "grid_points": {k: getattr(grid, k) for k in grid.__dataclass_fields__},
         "link": {"allreduce_latency_s": st.link.latency_s, "bus_bytes_per_s": st.link.bus_bytes_per_s},
-        "cache_bytes": llc, "clock": clock, "decode_mode": "graph" if device.type == "cuda" else "eager",
+        "cache_bytes": llc, "clock": clock, "decode_mode": modes[0] if device.type == "cuda" else "eager",
     }
 
 
@@ -297,9 +298,12 @@ def measure_infer(rank: Rank, timer: Timer, st: Settings, todo: list, llc: int, 
     return rows
 
 
-def measure(st: Settings, grid: Grid | None = None, progress: Progress | None = None) -> Measurements:
+def measure(st: Settings, grid: Grid | None = None, progress: Progress | None = None,
+            ops: tuple[str, ...] | None = None, modes: tuple[str, ...] | None = None) -> Measurements:
     """Every point of `grid` (default: the grid `st.grid` names) and the whole-model check;
-    `progress(i, n, line)` after each."""
+    `progress(i, n, line)` after each. `ops`: only these ops of the grid ("whole" names the
+    whole-model check; None: all). `modes`: how CUDA steps are timed (default graph and eager;
+    ("eager",) where graphs cannot be captured); a CPU times eagerly."""
     grid = grid or GRIDS[st.grid]
     device = torch.device(st.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -307,16 +311,21 @@ def measure(st: Settings, grid: Grid | None = None, progress: Progress | None = 
     threads = torch.get_num_threads()
     if st.threads:
         torch.set_num_threads(st.threads)
+    modes = ("eager",) if device.type != "cuda" else (modes or ("graph", "eager"))
     try:
-        return _measure(st, grid, device, say=progress or (lambda i, n, line: None))
+        return _measure(st, grid, device, progress or (lambda i, n, line: None), ops, modes)
     finally:
         torch.set_num_threads(threads)  # a caller in the same process (the test suite) keeps its own
 
 
-def _measure(st: Settings, grid: Grid, device: torch.device, say: Progress) -> Measurements:
+def _measure(st: Settings, grid: Grid, device: torch.device, say: Progress, ops: tuple[str, ...] | None,
+             modes: tuple[str, ...]) -> Measurements:
     torch.manual_seed(st.seed)
     dtype, llc = DTYPES[st.dtype], cache_bytes(device)
-    todo, train = jobs(grid, ("graph", "eager") if device.type == "cuda" else ("eager",), st.check_rounds > 0)
+    todo, train = jobs(grid, modes, st.check_rounds > 0)
+    if ops is not None:
+        todo = [j for j in todo if ("whole" if j[0] == "whole" else j[1].op) in ops]
+        train = [p for p in train if p.op in ops]
     total = len(todo) + len(train)
     rank = Rank(shard(st.arch, st.tp), device, dtype)
     timer = Timer(device, st.repeats, st.warmup)
@@ -325,8 +334,9 @@ def _measure(st: Settings, grid: Grid, device: torch.device, say: Progress) -> M
     del rank
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    train_rank = Rank(shard(st.arch, 1), device, dtype)  # training is data-parallel: whole layers
+    if train:
+        train_rank = Rank(shard(st.arch, 1), device, dtype)  # training is data-parallel: whole layers
     for p in train:
         rows.append(measure_training(train_rank, timer, p))
         say(len(rows), total, f"{p.label()}: {1e6 * rows[-1].step_s / (p.batch * p.tokens):.2f} us per token")
-    return Measurements(frame(rows), meta(st, device, grid, llc, timer.clock_name))
+    return Measurements(frame(rows), meta(st, device, grid, llc, timer.clock_name, modes))

@@ -1,7 +1,11 @@
 """`tlt gpu-check`: the measured-database profiles against published figures they never saw
-(workbench/calibrate/gpu_validation.py): Table E on H100, A100 and B200, Table C on H100."""
+(workbench/calibrate/gpu_validation.py): Table E on H100, A100 and B200, Table C on H100; with
+`--measured FILE`, a GPU check's own measurements (`make gpu-check`) beside them (gpu_measured.py)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -19,9 +23,27 @@ def gpu_check(
     framework: str = typer.Option("sglang", help="The engine whose measured rows are used (the paper ran SGLang)."),
     raw: bool = typer.Option(False, help="Also show the predictions without the draft-step overhead (database only)."),
     context: int = typer.Option(2048, min=1, help="The benchmarks' context in tokens (not published; a sensitivity)."),
+    measured: Optional[Path] = typer.Option(None, help="A GPU check's JSON (make gpu-check): set its measured engine "
+                                            "costs, draft steps and training throughput beside the database, the "
+                                            "overhead model and the paper, instead of the tables."),
+    gpu: Optional[str] = typer.Option(None, help="--measured: the database GPU to compare with (default: the "
+                                      "measured GPU's; h100 for a CPU run)."),
+    profile_out: Optional[Path] = typer.Option(None, help="--measured: also write the profile fitted to the measured "
+                                               "engine points (a new, declared profile; the shipped ones stay)."),
 ) -> None:
     """Predict the TLT paper's Table E (Qwen2.5-7B, batch 1, with and without SD, every GPU the database covers) and
-    Table C (Qwen2.5-32B TP4 SD speedup vs batch) from measured-database profiles; print each error."""
+    Table C (Qwen2.5-32B TP4 SD speedup vs batch) from measured-database profiles; print each error. With --measured,
+    compare a GPU check's measurements instead."""
+    if measured is not None:
+        from workbench.cli.gpu_measured import measured_report
+
+        measured_report(measured, gpu, framework, profile_out)
+        return
+    if gpu is not None or profile_out is not None:
+        from workbench.cli.common import fail
+        from workbench.contracts.schema import ConfigError
+
+        fail(ConfigError("--gpu/--profile-out", "<option>", "without --measured", "--measured FILE with them"))
     from workbench.calibrate.gpu_validation import (
         TABLE_E_ACCEPTED,
         draft_overhead_from_table_d,

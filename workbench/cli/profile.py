@@ -132,7 +132,8 @@ def profile(
     tp: int = typer.Option(1, help="Tensor-parallel degree: one rank's shapes are measured, collectives assumed."),
     dtype: Optional[str] = typer.Option(
         None, help="float32, bfloat16 or float16 (default: bfloat16 on cuda, float32 on cpu)."),
-    grid: Optional[str] = typer.Option(None, help="Points to measure: cuda, cpu or test (default: the device's)."),
+    grid: Optional[str] = typer.Option(None, help="Points to measure: cuda, cpu, gpu-check or test (default: the "
+                                      "device's)."),
     repeats: Optional[int] = typer.Option(None, help="Timed runs per point (default: 30 cuda, 20 cpu)."),
     passes: Optional[int] = typer.Option(None,
                                          help="Interleaved passes over the points, each keeping its fastest (default: "

@@ -1,0 +1,400 @@
+"""A GPU check's measurements (`python -m real.gpu_check`, real/gpu_check/) beside what the
+simulator uses today: the measured-database profile of the same GPU, model, TP and framework
+(workbench/calibrate/measured_gpu.py), its draft-step overhead model, and the TLT paper.
+
+- `engine`: every measured decode, verify, drafter and prefill point over the database's own step
+  at that point and over the derived profile's prediction of it (what the simulator sees), with
+  the median ratio per op and timing mode. The profiler times one rank's operators (one layer x
+  layers + head, random weights) with no engine around them: graph-replayed steps are what an
+  engine's captured step costs at least, eager ones add the host's launches.
+- `draft`: each measured EAGLE draft step (graph and eager) beside the database's drafter kernels
+  and the overhead the profiles add per draft step (`draft_overhead_s`, not in the database);
+  eager minus graph is the launch cost a step without graphs pays, one part of that overhead.
+- `training`: the GRPO update's tokens/s beside the database's forward cost of the same model
+  (our step: a no-grad pass and a forward+backward, 4 forwards per token), and spot training's
+  samples/s beside the paper's (plain 13.3, packed 29.6) and the profile's drafter tokens/s.
+- `changes`: the simulator inputs a profile fitted to the measured engine points
+  (workbench/calibrate/operators.py, the database profile as its base, the draft-step overhead
+  model kept on top) would change, and by how much. Nothing is written unless asked
+  (`fitted_profile`): feeding a measurement into a profile is a new, declared profile file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pandas as pd
+
+from real.gpu_check.plan import SHAPES, hf_config
+from real.gpu_check.record import SCHEMA
+from real.profiler.table import COLUMNS, Measurements
+from sim.costs import draft_step_s, verify_step_s
+from workbench.calibrate.gpu_catalog import disk_cached_profile
+from workbench.calibrate.gpu_throughput import ThroughputRow, drafter_rows, grpo_rows
+from workbench.calibrate.measured_gpu import Engine, draft_overhead_s, with_draft_overhead
+from workbench.calibrate.operators import fit_operators, predict_point
+from workbench.contracts.architecture import architecture_presets
+from workbench.contracts.fileio import write_json
+from workbench.contracts.policy import Strategy
+from workbench.contracts.profile import Profile
+from workbench.contracts.schema import ConfigError
+
+# Acceptance and learning curve of the database profiles compared with (not compared themselves).
+BASE_PROFILE = "h100-qwen2.5-7b-tp1"
+# The measured GPU's name -> the database's GPU key; the first match wins (PCIe before SXM).
+GPU_NAMES = (
+    ("h100 pcie", "h100-pcie"),
+    ("h100", "h100"),
+    ("h200", "h200"),
+    ("gb200", "gb200"),
+    ("gb300", "gb300"),
+    ("b200", "b200"),
+    ("b300", "b300"),
+    ("a100 pcie", "a100-pcie"),
+    ("a100", "a100"),
+    ("l40s", "l40s"),
+    ("rtx pro 6000", "rtx-pro-6000"),
+    ("l4", "l4"),
+    ("a30", "a30"),
+)
+FIX = "a file written by `python -m real.gpu_check` (make gpu-check)"
+
+
+@dataclass(frozen=True)
+class MeasuredCheck:
+    path: Path
+    doc: dict
+
+    @property
+    def machine(self) -> dict:
+        return self.doc["machine"]
+
+    @property
+    def sections(self) -> dict:
+        return self.doc["sections"]
+
+
+def load_check(path: str | Path) -> MeasuredCheck:
+    """The check's JSON; a missing, garbled or foreign file is refused, naming the field and fix."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "<file>", str(path), f"an existing file: {FIX}")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(str(path), "<file>", "not JSON", f"{FIX} ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(str(path), "<top level>", type(doc).__name__, f"a JSON mapping: {FIX}")
+    if doc.get("schema") != SCHEMA:
+        raise ConfigError(str(path), "schema", doc.get("schema"), f"{SCHEMA}: {FIX}")
+    for key in ("machine", "sections"):
+        if not isinstance(doc.get(key), dict):
+            raise ConfigError(str(path), key, doc.get(key), f"a mapping, as {FIX} holds")
+    if doc["machine"].get("device") not in ("cpu", "cuda"):
+        raise ConfigError(str(path), "machine.device", doc["machine"].get("device"), "cpu or cuda")
+    return MeasuredCheck(path, doc)
+
+
+def gpu_key(machine: dict) -> str | None:
+    """The database's key for the measured GPU (None: a CPU run, or a GPU the database lacks)."""
+    name = str(machine.get("gpu") or "").lower()
+    return next((key for pat, key in GPU_NAMES if pat in name), None) if name else None
+
+
+def arch_spec(name: str, where: str, path: Path) -> str:
+    """What the database reads for a measured shape: a preset's name, or a config.json written
+    for one of the check's own shapes (real/gpu_check/plan.py)."""
+    if name in architecture_presets():
+        return name
+    if name not in SHAPES:
+        raise ConfigError(
+            str(path), where, name, "an architecture preset or a shape of real/gpu_check/plan.py"
+        )
+    f = Path(tempfile.gettempdir()) / "tlt-gpu-check-shapes" / f"{name}.json"
+    if not f.is_file() or json.loads(f.read_text(encoding="utf-8")) != hf_config(name):
+        write_json(f, hf_config(name))
+    return str(f)
+
+
+def engine_measurements(check: MeasuredCheck) -> dict[tuple[str, int], Measurements]:
+    """The engine runs that finished, their rows joined per (architecture, TP)."""
+    out: dict[tuple[str, int], list] = {}
+    for name, sec in check.sections.items():
+        if sec.get("kind") != "engine":
+            continue
+        for i, run in enumerate(sec.get("runs") or []):
+            if run.get("status") != "ok":
+                continue
+            where = f"sections.{name}.runs[{i}]"
+            rows = pd.DataFrame(run.get("rows") or [])
+            missing = [c for c in COLUMNS if c not in rows.columns]
+            if missing or not isinstance(run.get("meta"), dict):
+                field_ = f"{where}.rows.{missing[0]}" if missing else f"{where}.meta"
+                raise ConfigError(
+                    str(check.path), field_, "<missing>", f"the profiler's rows and meta: {FIX}"
+                )
+            rows = rows[list(COLUMNS)].copy()
+            for c in COLUMNS:
+                if c not in ("op", "mode"):  # JSON null is NaN here (a non-"whole" row's whole_s)
+                    try:
+                        rows[c] = pd.to_numeric(rows[c].astype(object).where(rows[c].notna()))
+                    except (TypeError, ValueError):
+                        raise ConfigError(
+                            str(check.path), f"{where}.rows.{c}", "not a number", f"numbers: {FIX}"
+                        ) from None
+            key = (str(run.get("arch")), int(run.get("tp", 1)))
+            out.setdefault(key, []).append((rows, run["meta"]))
+    return {
+        k: Measurements(pd.concat([r for r, _ in v], ignore_index=True), v[0][1])
+        for k, v in out.items()
+    }
+
+
+@dataclass(frozen=True)
+class PointRatio:
+    op: str
+    mode: str
+    batch: int
+    context: int
+    tokens: int
+    topk: int
+    measured_s: float
+    database_s: float  # the database's step at this point (drafter: its kernels alone)
+    profile_s: float  # the derived profile's prediction (drafter: with the draft-step overhead)
+
+    @property
+    def vs_database(self) -> float:
+        return self.measured_s / self.database_s
+
+    @property
+    def vs_profile(self) -> float:
+        return self.measured_s / self.profile_s
+
+
+@dataclass(frozen=True)
+class EngineComparison:
+    arch: str
+    tp: int
+    profile: Profile  # the measured-database profile of (arch, GPU, TP, framework)
+    points: list[PointRatio]
+    overhead_s: float  # the profile's draft-step overhead (draft_overhead_s of its decode cost)
+
+    def medians(self) -> list[tuple[str, str, int, float, float]]:
+        """(op, mode, points, median measured/database, median measured/profile)."""
+        keys = sorted({(p.op, p.mode) for p in self.points})
+        out = []
+        for op, mode in keys:
+            ps = [p for p in self.points if (p.op, p.mode) == (op, mode)]
+            out.append(
+                (
+                    op,
+                    mode,
+                    len(ps),
+                    statistics.median(p.vs_database for p in ps),
+                    statistics.median(p.vs_profile for p in ps),
+                )
+            )
+        return out
+
+
+def _database_s(eng: Engine, op: str, b: int, c: int, t: int, k: int) -> float:
+    if op == "decode":
+        return eng.decode(b, c)[0]
+    if op == "verify":
+        return eng.verify(b, c, t)[0]
+    if op == "drafter":
+        return eng.drafter(b, k, c)[0]
+    return eng.prefill(t)[0]
+
+
+def compare_engine(
+    m: Measurements, spec: str, tp: int, gpu: str, framework: str
+) -> EngineComparison:
+    prof = disk_cached_profile(spec, gpu, tp, framework, BASE_PROFILE)
+    eng = Engine(spec, gpu, tp, framework, prof.cluster.framework_version if prof.cluster else "")
+    rows = m.rows[m.rows["op"].isin(("decode", "verify", "drafter", "prefill"))]
+    pts = [
+        PointRatio(
+            r.op,
+            r.mode,
+            int(r.batch),
+            int(r.context),
+            int(r.tokens),
+            int(r.topk),
+            float(r.step_s),
+            _database_s(eng, r.op, int(r.batch), int(r.context), int(r.tokens), int(r.topk)),
+            predict_point(prof, r.op, r.batch, r.context, r.tokens, r.topk),
+        )
+        for r in rows.itertuples()
+    ]
+    return EngineComparison(
+        str(m.meta.get("architecture")), tp, prof, pts, draft_overhead_s(prof.decode)
+    )
+
+
+@dataclass(frozen=True)
+class InputChange:
+    name: str  # the profile field or the step it sets
+    unit: str
+    shipped: float  # the measured-database profile's value
+    measured: float  # the measurement-fitted profile's value
+
+    @property
+    def change_pct(self) -> float:
+        return 100.0 * (self.measured / self.shipped - 1.0) if self.shipped else math.nan
+
+
+def fitted_profile(m: Measurements, base: Profile, name: str, source_file: Path) -> Profile:
+    """A profile whose decode, drafter and training costs are fitted to the measured engine points
+    (base: the database profile, for what operators cannot measure), with the database profiles'
+    draft-step overhead kept on top (the profiler measures the drafter's kernels only)."""
+    fit = fit_operators(m, base, name)
+    prof = with_draft_overhead(fit.profile, draft_overhead_s(fit.profile.decode))
+    return replace(
+        prof,
+        source=f"tlt gpu-check --measured {source_file.name}: {prof.source}; each EAGLE draft "
+        f"step's engine overhead added as the measured-database profiles do "
+        f"({1e3 * draft_overhead_s(fit.profile.decode):.3f} ms, draft_overhead_s)",
+    )
+
+
+STEPS = (
+    ("decode step B=1 C=2048", 1, 2048, 0),
+    ("decode step B=64 C=8192", 64, 8192, 0),
+    ("verify 48 tokens B=1 C=2048", 1, 2048, 47),
+)
+
+
+def input_changes(shipped: Profile, fitted: Profile) -> list[InputChange]:
+    out = [
+        InputChange(f"decode.{k}", "s", getattr(shipped.decode, k), getattr(fitted.decode, k))
+        for k in (
+            "overhead_s",
+            "per_seq_s",
+            "weights_s",
+            "compute_s_per_token",
+            "kv_s_per_token",
+            "prefill_s_per_token",
+        )
+    ]
+    out += [
+        InputChange(f"drafter.{k}", "s", getattr(shipped.drafter, k), getattr(fitted.drafter, k))
+        for k in ("eagle_step_s", "eagle_s_per_seq")
+    ]
+    out += [
+        InputChange(
+            "phases.train_gpu_s_per_token",
+            "s",
+            shipped.phases.train_gpu_s_per_token,
+            fitted.phases.train_gpu_s_per_token,
+        ),
+        InputChange(
+            "learning.train_tokens_per_s",
+            "tokens/s",
+            shipped.learning.train_tokens_per_s,
+            fitted.learning.train_tokens_per_s,
+        ),
+    ]
+    out += [
+        InputChange(
+            label,
+            "s",
+            verify_step_s(shipped.decode, b, c, Strategy.chain(k)),
+            verify_step_s(fitted.decode, b, c, Strategy.chain(k)),
+        )
+        for label, b, c, k in STEPS
+    ]
+    tree = Strategy(1, 4, 5)
+    out.append(
+        InputChange(
+            "EAGLE draft step B=1 top-k 4",
+            "s",
+            draft_step_s(shipped.drafter, "eagle", 1, tree),
+            draft_step_s(fitted.drafter, "eagle", 1, tree),
+        )
+    )
+    return out
+
+
+@dataclass
+class Comparison:
+    check: MeasuredCheck
+    gpu: str  # the database GPU compared with
+    framework: str
+    notes: list[str] = field(default_factory=list)
+    engine: list[EngineComparison] = field(default_factory=list)
+    training: list[ThroughputRow] = field(default_factory=list)
+    changes: list[InputChange] = field(default_factory=list)
+    fitted: Profile | None = None  # fitted to the engine points of `fitted_on` (arch, TP)
+    fitted_on: tuple[str, int] | None = None
+    skipped: list[str] = field(default_factory=list)  # sections not compared, and why
+
+
+def _main_engine(meas: dict[tuple[str, int], Measurements]) -> tuple[str, int] | None:
+    """The (arch, TP) with decode, verify and prefill points (what a profile is fitted to)."""
+    full = [k for k, m in meas.items() if {"decode", "verify", "prefill"} <= set(m.rows["op"])]
+    return max(full, key=lambda k: len(meas[k].rows)) if full else None
+
+
+def _notes(check: MeasuredCheck, gpu: str | None, key: str) -> list[str]:
+    measured_gpu = gpu_key(check.machine)
+    if check.machine.get("device") != "cuda":
+        return [
+            f"measured on a CPU ({check.machine.get('cpu')}): the ratios set a CPU beside {key}'s "
+            "database rows; they test the pipeline, not a GPU"
+        ]
+    if measured_gpu is None or (gpu and gpu != measured_gpu):
+        return [f"measured on {check.machine.get('gpu')}; compared with the database's {key}"]
+    return []
+
+
+# What the database or a fit may refuse (no rows for a shape, a framework not measured on a GPU,
+# too few points): that comparison is skipped with the reason, the others still print.
+REFUSED = (ValueError, KeyError, RuntimeError)
+
+
+def _engines(out: "Comparison", meas: dict[tuple[str, int], Measurements]) -> None:
+    check, key, fw = out.check, out.gpu, out.framework
+    for (arch, tp), m in meas.items():
+        spec = arch_spec(arch, "sections.*.runs.arch", check.path)  # a bad name is a bad file
+        try:
+            out.engine.append(replace(compare_engine(m, spec, tp, key, fw), arch=arch))
+        except REFUSED as exc:
+            out.skipped.append(
+                f"engine {arch} TP{tp}: no database comparison on {key} {fw} ({exc})"
+            )
+    main = _main_engine(meas)
+    shipped = next((e.profile for e in out.engine if (e.arch, e.tp) == main), None)
+    if main is None or shipped is None:
+        return
+    try:
+        out.fitted = fitted_profile(meas[main], shipped, f"measured-{check.path.stem}", check.path)
+    except REFUSED as exc:
+        out.skipped.append(f"the fit to {main[0]} TP{main[1]}'s engine points: {exc}")
+        return
+    out.fitted_on, out.changes = main, input_changes(shipped, out.fitted)
+
+
+def compare(check: MeasuredCheck, gpu: str | None = None, framework: str = "sglang") -> Comparison:
+    """Every comparison the file allows (sections that did not finish are listed in `skipped`)."""
+    key = gpu or gpu_key(check.machine) or "h100"
+    out = Comparison(check, key, framework, notes=_notes(check, gpu, key))
+    for name, sec in check.sections.items():
+        if sec.get("status") not in ("ok", "partial"):
+            out.skipped.append(f"{name}: {sec.get('status')} {sec.get('error') or ''}".strip())
+    _engines(out, engine_measurements(check))
+    for name, sec in check.sections.items():
+        if sec.get("kind") == "grpo" and sec.get("tokens"):
+            spec = arch_spec(str(sec.get("model")), f"sections.{name}.model", check.path)
+            out.training += grpo_rows(sec, spec, key, framework)
+        if sec.get("kind") == "drafter" and sec.get("batch"):
+            prof = next(
+                (e.profile for e in out.engine if e.arch == sec.get("target") and e.tp == 1), None
+            )
+            out.training += drafter_rows(sec, prof)
+    return out
