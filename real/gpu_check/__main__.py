@@ -11,6 +11,7 @@ them), 2 on a bad option.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -45,6 +46,11 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--only", default=None, help="comma-separated section names to run (default: all)"
+    )
+    ap.add_argument(
+        "--eager-only",
+        action="store_true",
+        help="time engine points without CUDA graphs (a failed capture can break the rest of the process)",
     )
     ap.add_argument(
         "--model",
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
     quick = args.quick or os.environ.get("GPU_CHECK_QUICK", "") not in ("", "0") or device == "cpu"
     try:
-        plan = make_plan(quick, budget, args.only)
+        plan = dataclasses.replace(make_plan(quick, budget, args.only), eager_only=args.eager_only)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

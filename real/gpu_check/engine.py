@@ -78,7 +78,7 @@ def measure_run(
     t0 = time.monotonic()
     st = settings(run, plan, device)
     try:
-        m = _measure(run, st, budget, say, None)
+        m = _measure(run, st, budget, say, ("eager",) if plan.eager_only else None)
     except BudgetExceeded:
         raise
     except Exception as exc:  # noqa: BLE001 - graphs may fail to capture; eager timing still tells

@@ -123,6 +123,11 @@ class Plan:
     warmup: int
     check_rounds: int  # the whole-model check's interleaved rounds
     sections: tuple[Section, ...] = field(default_factory=tuple)
+    # Engine points timed eagerly only: a CUDA graph capture that fails can leave the process's
+    # CUDA RNG marked as capturing, and every later kernel that draws a random number then fails
+    # ("Offset increment outside graph capture"; seen on an H100 with torch 2.11), so graphs are
+    # tried in a process of their own (docs/gpu-check.md).
+    eager_only: bool = False
 
 
 def _engine_7b() -> tuple[EngineRun, ...]:
