@@ -8,8 +8,10 @@ the runs are queued back to back with a CUDA event recorded between them, so eac
 what the GPU spent on one run, or, when the host cannot launch kernels as fast as the GPU runs
 them (eager mode at small batches), the host's launch time: either way, the step's time in a
 running engine. A graph run replays one captured step (production engines capture decode steps
-so that launching a step's hundreds of kernels costs one launch); every graph captures into one
-shared memory pool, as an engine does.
+so that launching a step's hundreds of kernels costs one launch). Each graph gets a memory pool
+of its own: an engine keeps its graphs alive in one shared pool, but here each is timed and
+dropped, and on torch 2.11 capturing into a shared pool whose last graph was freed fails
+(CUDACachingAllocator: "use_count > 0"; seen on an H100).
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ class Timer:
         self.cuda = device.type == "cuda"
         self.clock = time.thread_time if not self.cuda and torch.get_num_threads() == 1 else time.perf_counter
         self.clock_name = "cuda-events" if self.cuda else self.clock.__name__
-        self.pool = torch.cuda.graph_pool_handle() if self.cuda else None
 
     def eager(self, fn: Callable[[], object]) -> Timing:
         for _ in range(self.warmup):
@@ -73,7 +74,7 @@ class Timer:
                 fn()
         torch.cuda.current_stream(self.device).wait_stream(side)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.pool):
+        with torch.cuda.graph(g):
             fn()
         for _ in range(self.warmup):
             g.replay()
