@@ -13,7 +13,8 @@ A chain of K drafts at batch B is worth its goodput, tokens per second
     B * E[L_K] / (T_verify(B, context, K) + T_draft(B, K))
 
 with E[L_K] the tokens one verify pass emits (1 + the expected accepted drafts) for the drafter
-at its quality, and K = 0 plain decoding (E[L] = 1, no drafting). A bucket's value of K is the
+at its quality, and K = 0 the same engine with SD off (E[L] = 1; an EAGLE engine still runs its
+drafter's first forward then, sim/costs.py, so against it one draft costs little more). A bucket's value of K is the
 mean over its batch sizes of that goodput relative to K = 0's, and the bucket starts at the K
 with the highest value; where no K beats 1.0 (plain decoding), it starts with SD off (K = 0).
 A profile is a prediction, fitted on another machine or at another time (`tlt validate`: errors

@@ -36,7 +36,11 @@ def test_each_bucket_starts_at_its_best_arm_and_sd_is_off_where_no_arm_pays():
     # A perfect drafter would pay everywhere under these costs; no drafter at all nowhere.
     perfect = replace(prof, acceptance=replace(prof.acceptance, eagle_alpha_fresh=0.999))
     assert all(k > 0 for k in predict_schedule(pol, perfect, kind="eagle", quality=1.0).table)
-    assert all(k == 0 for k in predict_schedule(pol, prof, kind="eagle", quality=0.0).table)
+    # A cold drafter pays nowhere beyond the drafts it gets right: an EAGLE engine runs its drafter
+    # pass with SD off too, so one cold draft (5% accepted) can tie K = 0 at batch 1, never more.
+    cold = predict_schedule(pol, prof, kind="eagle", quality=0.0)
+    assert all(max(b.speedups.values()) < 1.05 for b in cold.buckets)
+    assert all(k <= 1 for k in cold.table) and cold.table[-1] == 0
 
 
 def test_the_predicted_policy_keeps_everything_but_the_draft_lengths():

@@ -11,7 +11,9 @@ sets the rollout's end.
 
 Each SD step is placed at its decoding requests' mean position in their responses (context_mean
 minus the trace's mean prompt), as the simulator places a batch; bins are sqrt(2) apart from 32
-tokens, and a bin with fewer than MIN_STEPS SD steps joins the one before it.
+tokens, and a bin with fewer than MIN_STEPS SD steps joins the one before it. A bin's gain stays
+1 unless it differs from 1 by more than Z standard errors (from its steps' residuals): a flat
+drafter's noise is not modelled, and neighbouring rows with the same gain merge.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from workbench.contracts.profile import PositionGain
 from workbench.contracts.trace import Trace
 
 MIN_STEPS = 20
+Z = 3.0  # standard errors a gain must be from 1 to be kept
 FIRST_EDGE = 32
 
 
@@ -75,16 +78,32 @@ def fit_position_gain(traces: Sequence[Trace], kind: str, alpha: float, shape: f
         return None
     edges = _edges(float(pos.max()) + 1)
     which = np.clip(np.searchsorted(edges, pos, side="right") - 1, 0, len(edges) - 1)
-    rows: list[list[float]] = []  # [from_token, accepted, expected, steps]
+    bins: list[tuple[float, np.ndarray]] = []  # (from_token, the steps in it)
     for i, start in enumerate(edges):
         m = which == i
-        n = int(m.sum())
-        if not n:
+        if not m.any():
             continue
-        if rows and (rows[-1][3] < MIN_STEPS or n < MIN_STEPS):
-            rows[-1] = [rows[-1][0], rows[-1][1] + acc[m].sum(), rows[-1][2] + exp[m].sum(), rows[-1][3] + n]
+        if bins and (bins[-1][1].sum() < MIN_STEPS or m.sum() < MIN_STEPS):
+            bins[-1] = (bins[-1][0], bins[-1][1] | m)
         else:
-            rows.append([start, acc[m].sum(), exp[m].sum(), n])
-    rows[0][0] = 0.0
-    gains = tuple(PositionGain(int(round(r[0])), sig(r[1] / r[2], 4) if r[2] > 0 else 1.0) for r in rows)
-    return PositionFit(kind, gains, [int(r[3]) for r in rows])
+            bins.append((start, m))
+    rows: list[PositionGain] = []
+    steps: list[int] = []
+    for i, (start, m) in enumerate(bins):
+        gain = _supported_gain(acc[m], exp[m])
+        if rows and rows[-1].gain == gain:
+            steps[-1] += int(m.sum())
+            continue
+        rows.append(PositionGain(0 if i == 0 else int(round(start)), gain))
+        steps.append(int(m.sum()))
+    return PositionFit(kind, tuple(rows), steps)
+
+
+def _supported_gain(acc: np.ndarray, exp: np.ndarray) -> float:
+    """Accepted over expected in one bin, or 1.0 where that is within Z standard errors of 1."""
+    total = exp.sum()
+    if total <= 0:
+        return 1.0
+    ratio = acc.sum() / total
+    se = float(np.sqrt(np.sum((acc - ratio * exp) ** 2))) / total
+    return sig(ratio, 4) if abs(ratio - 1.0) > Z * se else 1.0
