@@ -23,7 +23,7 @@ from sim.engine import EngineBatch
 from workbench.contracts import seeds
 from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, StepReward, make_bandit
 from workbench.contracts.policy import Policy, Strategy
-from workbench.contracts.profile import PositionGain, Profile, next_position_edge, position_gain
+from workbench.contracts.profile import PositionMiss, Profile, next_position_edge, position_row
 from workbench.contracts.seeds import Stream
 from workbench.contracts.trace import Timeline
 from workbench.contracts.workload import Workload
@@ -104,7 +104,10 @@ class Drafting:
     kind: str  # drafter in use
     accept: dict[Strategy, AcceptStats]  # tokens per verify pass under each strategy
     history: bool = False  # suffix drafts: the prompts were answered in an earlier epoch
-    position: tuple[PositionGain, ...] = ()  # how acceptance moves along a response (AcceptanceModel)
+    # How acceptance moves along a response (AcceptanceModel.*_position): the rows' starts and,
+    # per strategy, tokens per pass under each row (empty: flat).
+    position: tuple[PositionMiss, ...] = ()
+    accept_by_row: dict[Strategy, tuple[AcceptStats, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -323,7 +326,8 @@ class RolloutPool:
         accept_len = stats.mean
         if drafting.position and strategy.steps:
             pos = engine.mean_position()
-            accept_len = min(strategy.depth + 1.0, 1.0 + position_gain(drafting.position, pos) * (accept_len - 1.0))
+            stats = drafting.accept_by_row[strategy][position_row(drafting.position, pos)]
+            accept_len = stats.mean
             cap = min(cap, (next_position_edge(drafting.position, pos) - pos) / accept_len)
         if stats.var > 0 and need > 0:
             # The mean of passes*batch verify outcomes: the reward the bandit sees is noisy.

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from sim.acceptance import stats_for
+from sim.acceptance import position_rows, stats_for
 from sim.costs import train_phase_s
 from sim.drafter import DrafterState, active_kind, after_policy_update, after_training, initial_state
 from sim.lengths import GroupDraw, model_group, observed_group
@@ -281,10 +281,11 @@ class Simulator:
     def _drafting(self, step: int) -> Drafting:
         """How the engines draft now: the drafter in use (after the switch rule) and its acceptance."""
         kind = active_kind(self.policy, self.profile, self.drafter)
-        acc = self.profile.acceptance
-        accept = {s: stats_for(acc, kind, self.drafter.quality, s) for s in self.strategies}
-        position = acc.eagle_position if kind == "eagle" else acc.ngram_position if kind == "ngram" else ()
-        return Drafting(kind, accept, 0 < self.workload.epoch_steps <= step, position)
+        acc, q = self.profile.acceptance, self.drafter.quality
+        accept = {s: stats_for(acc, kind, q, s) for s in self.strategies}
+        rows = position_rows(acc, kind)
+        by_row = {s: tuple(stats_for(acc, kind, q, s, r.miss) for r in rows) for s in self.strategies} if rows else {}
+        return Drafting(kind, accept, 0 < self.workload.epoch_steps <= step, rows, by_row)
 
     def _tokens(self, groups: list[Group]) -> int:
         """Prompt + response tokens the update trains on."""

@@ -47,7 +47,7 @@ from matplotlib.figure import Figure
 from sim.rollout import shard
 from sim.simulator import simulate
 from workbench.calibrate.costs import predict_steps
-from workbench.calibrate.drift import heldout_probe_factor, scale_trace
+from workbench.calibrate.probe_drift import warp_to_profile
 from workbench.calibrate.trace_view import (
     step_draft_len,
     step_frame,
@@ -302,12 +302,13 @@ def _accept_lens(trace: Trace, run) -> tuple[float, float]:
 def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
     """The trace re-simulated under `profile` (module docstring). Where both the profile and the
     trace timed the machine's speed, the trace's times are first brought to the profile's speed
-    (`heldout_probe_factor`), so the error is the model's; `raw_error_pct` keeps the drift in."""
-    factor = heldout_probe_factor(profile.speed_probe_ms, trace)
-    raw_measured = None
-    if factor is not None:
+    (`warp_to_profile`: each stretch at its probe sample's speed), so the error is the model's;
+    `raw_error_pct` keeps the drift in."""
+    factor = raw_measured = None
+    warped = warp_to_profile(profile.speed_probe_ms, trace, profile.speed_probe_exponent)
+    if warped is not None:
         raw_measured = measured_rollout(trace)[0]
-        trace = replace(scale_trace(trace, factor), path=trace.path)
+        trace, factor = replace(warped[0], path=trace.path), warped[1]
     wl = trace_workload(trace, profile)
     tp = trace_policy(trace)
     pol = tp.policy

@@ -98,14 +98,15 @@ class ReferenceForward:
 
 
 def probe_summary(samples: list[ProbeSample], what: str) -> dict[str, Any]:
-    """A trace's meta["speed"]: the probe's times during the run. workbench/calibrate/drift.py
-    takes their median as the machine's slowness over the run (one sample caught by another
-    process's burst does not move it)."""
-    wall = sorted(1e3 * p.probe_s for p in samples)
-    median = wall[len(wall) // 2] if len(wall) % 2 else (wall[len(wall) // 2 - 1] + wall[len(wall) // 2]) / 2
-    return {"probe": what, "samples": len(samples), "median_ms": round(median, 4),
-            "times_ms": [round(1e3 * p.probe_s, 3) for p in samples],
-            "cpu_ms": [round(1e3 * p.cpu_s, 3) for p in samples],
+    """A trace's meta["speed"]: the probe's times during the run. workbench/calibrate/drift.py takes
+    their mean as the machine's mean slowness over the run: samples come at even intervals, so one
+    that caught another process's burst stands for the share of the run the burst took."""
+    wall = [1e3 * p.probe_s for p in samples]
+    ordered = sorted(wall)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return {"probe": what, "samples": n, "mean_ms": round(sum(wall) / n, 4), "median_ms": round(median, 4),
+            "times_ms": [round(x, 3) for x in wall], "cpu_ms": [round(1e3 * p.cpu_s, 3) for p in samples],
             "t_s": [round(p.t_s, 3) for p in samples],
             "how": "a fixed reference workload timed before, during (between engine steps, off the "
                    "run's clock) and after the rollout (real/rollout/probing.py)"}

@@ -198,3 +198,18 @@ def test_rows_pickled_under_version_1_names_load_under_this_versions():
     assert [r.worker for r in back.requests] == [0, 0] and [r.rl_step for r in back.timeline] == [0, 0]
     trace = back.frames(t.meta)
     assert list(trace.steps.columns) == list(STEP_COLUMNS) and list(trace.timeline.columns) == list(TIMELINE_COLUMNS)
+
+
+def test_a_trace_without_per_request_speculation_loads_and_one_with_it_round_trips(tmp_path):
+    """RequestRow.spec_* are optional: a trace written before them (or by an engine without SD)
+    reads them as "not recorded"; a capture's values survive a write and a read."""
+    t = load_trace(REFERENCE / "heldout-eagle")
+    assert "spec_passes_by_len" not in pd.read_parquet(REFERENCE / "heldout-eagle" / "requests.parquet").columns
+    assert all(list(v) == [] for v in t.requests["spec_passes_by_len"])
+    assert t.requests["spec_accepted"].isna().all()
+    t.requests["spec_passes_by_len"] = [[0, 0, 3, 5]] * len(t.requests)
+    t.requests["spec_accepted"] = 7.0
+    write_trace(t, tmp_path / "t")
+    back = load_trace(tmp_path / "t")
+    assert [list(v) for v in back.requests["spec_passes_by_len"]] == [[0, 0, 3, 5]] * len(t.requests)
+    assert (back.requests["spec_accepted"] == 7.0).all()

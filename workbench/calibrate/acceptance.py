@@ -131,19 +131,26 @@ def acceptance_model(base: AcceptanceModel, fits: dict[str, AcceptanceFit]) -> t
     if "ngram" in fits:
         a = fits["ngram"]
         acc = replace(acc, ngram_alpha=sig(a.alpha, 4), ngram_shape=sig(a.shape, 4),
-                      ngram_position=a.position.rows if a.position else ())
+                      ngram_position=_moving(a.position))
         fitted["ngram_alpha"], fitted["ngram_shape"] = True, a.shape_fitted
     if "eagle" in fits:
         a = fits["eagle"]
         acc = replace(acc, eagle_alpha_fresh=sig(a.alpha, 4), eagle_shape=sig(a.shape, 4),
                       eagle_alpha_cold=min(acc.eagle_alpha_cold, sig(a.alpha, 4)),
-                      eagle_position=a.position.rows if a.position else ())
+                      eagle_position=_moving(a.position))
         fitted["eagle_alpha_fresh"], fitted["eagle_shape"] = True, a.shape_fitted
         notes.append("EAGLE traces are taken as a drafter aligned with the traced policy: their acceptance sets "
                      "eagle_alpha_fresh; eagle_alpha_cold, staleness and the learning curve stay the base's")
     for a in fits.values():
         if a.position is not None:
-            rows = ", ".join(f"{r.from_token}+: {r.gain:.2f}" for r in a.position.rows)
-            notes.append(f"{a.kind} acceptance along a response (accepted over the pooled fit, by tokens into the "
-                         f"response): {rows} (workbench/calibrate/position_acceptance.py)")
+            rows = ", ".join(f"{r.from_token}+: x{r.miss:.2f} ({q:.2f})" for r, q in zip(a.position.rows,
+                                                                                    a.position.ratios))
+            notes.append(f"{a.kind} acceptance along a response, by tokens into the response: the miss rate's "
+                         f"multiplier (accepted drafts over the pooled fit's): {rows} "
+                         f"(workbench/calibrate/position_acceptance.py)")
     return acc, [ParamFit("acceptance", n, getattr(acc, n), f) for n, f in fitted.items()], notes
+
+
+def _moving(fit: PositionFit | None) -> tuple:
+    """The fitted rows, or none where acceptance does not move along a response."""
+    return fit.rows if fit is not None and any(r.miss != 1.0 for r in fit.rows) else ()

@@ -118,8 +118,8 @@ def scale_trace(trace: Trace, factor: float) -> Trace:
 def recorded_factor(trace: Trace) -> float | None:
     """The drift factor a trace's meta records and that is not applied yet (None: nothing to apply)."""
     d = trace.meta.get(DRIFT_KEY)
-    if not d or d.get("applied"):
-        return None
+    if not d or d.get("applied") or d.get("method") == "probe":
+        return None  # a probe's capture is warped from its own samples (workbench/calibrate/probe_drift.py)
     f = d.get("factor")
     if not isinstance(f, (int, float)) or not f > 0:
         raise TraceError(trace.path or trace.name, "meta.json", f"field 'drift.factor' is {f!r}",
@@ -137,52 +137,3 @@ def with_factor(trace: Trace, drift: DriftFactor) -> Trace:
     """The raw trace with `drift` recorded in its meta (times untouched)."""
     return replace(trace, meta={**trace.meta, DRIFT_KEY: drift.to_meta()})
 
-
-def probe_slowness_ms(trace: Trace) -> float | None:
-    """How slow the machine was while the trace was captured: the median time of the speed probe
-    its capture ran before, between engine steps and after (meta["speed"]; real/rollout/probing.py),
-    in ms. None: the capture did not measure it (a trace from before the probe, a GPU capture)."""
-    times = (trace.meta.get("speed") or {}).get("times_ms")
-    if times is None:
-        return None
-    if not isinstance(times, list) or not times or not all(
-            isinstance(x, (int, float)) and x > 0 for x in times):
-        raise TraceError(trace.path or trace.name, "meta.json", f"field 'speed.times_ms' is {times!r}",
-                         "a list of positive probe times in ms (or remove the 'speed' field)")
-    return float(statistics.median(times))
-
-
-def probe_factors(traces: Sequence[Trace]) -> list[DriftFactor] | None:
-    """Method "probe": each trace's probe slowness against the median over `traces` (None when
-    any of them lacks a probe)."""
-    slow = [probe_slowness_ms(t) for t in traces]
-    if not slow or any(x is None for x in slow):
-        return None
-    med = float(statistics.median(slow))
-    ends = [(t.meta["speed"]["times_ms"][0] / 1e3, t.meta["speed"]["times_ms"][-1] / 1e3) for t in traces]
-    return [DriftFactor("probe", x, med, *e) for x, e in zip(slow, ends)]
-
-
-def normalise_by_probe(traces: Sequence[Trace]) -> tuple[list[Trace], float | None]:
-    """Fit traces captured at different machine speeds, each scaled to the median probe slowness
-    among them, and that slowness (ms): the speed the fitted costs are for (`Profile.speed_probe_ms`).
-    Unchanged with None when a trace lacks a probe or already had a drift factor applied."""
-    if any((t.meta.get(DRIFT_KEY) or {}).get("applied") for t in traces):
-        return list(traces), None
-    factors = probe_factors(traces)
-    if factors is None:
-        return list(traces), None
-    out = [replace(scale_trace(with_factor(t, f), f.factor), path=t.path) for t, f in zip(traces, factors)]
-    return out, factors[0].median_slowness
-
-
-def heldout_probe_factor(speed_probe_ms: float | None, trace: Trace) -> float | None:
-    """The factor that brings a held-out trace to the speed a profile was fitted at: the profile's
-    probe slowness over the trace's (None when either was not measured, or the trace's times were
-    already scaled: `tlt calibrate --model` validates normalised captures)."""
-    if (trace.meta.get(DRIFT_KEY) or {}).get("applied"):
-        return None
-    slow = probe_slowness_ms(trace)
-    if speed_probe_ms is None or slow is None:
-        return None
-    return float(speed_probe_ms) / slow

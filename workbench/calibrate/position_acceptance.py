@@ -1,13 +1,15 @@
-"""How acceptance moves along a response: per position bin, the drafts the SD steps had accepted
-over what the pooled per-position fit expects (`AcceptanceModel.eagle_position` /
-`ngram_position`; the simulator applies them at a batch's mean position, sim/rollout.py).
+"""How acceptance moves along a response: per position bin, how many times as often the drafter
+misses there as the pooled per-position fit says (`AcceptanceModel.eagle_position` /
+`ngram_position`: alpha there is 1 - (1 - alpha) * miss; the simulator applies them at a batch's
+mean position, sim/rollout.py). A miss-rate multiplier rather than a scale on the accepted
+drafts: a chain can accept no more than all its drafts, whatever its length.
 
 Measured on the reference model, the ratio follows the response, the same in every capture,
 mix and cap: a response's first 32 tokens are guessed ~0.6x as well as the pooled fit says, the
-middle ~1.05x, and past ~770 tokens (responses that run on to the cap, derailed) ~0.7x for EAGLE,
-while n-gram drafts gain there (derailed text loops). Why it matters: a rollout's tail is its
-longest responses late in their text, where the pooled acceptance is wrong in the direction that
-sets the rollout's end.
+middle ~1.05x, and past ~770 tokens (responses that run on to the cap, derailed) ~0.7x for EAGLE
+(accepted drafts over the pooled fit's), while n-gram drafts gain there (derailed text loops).
+Why it matters: a rollout's tail is its longest responses late in their text, where the pooled
+acceptance is wrong in the direction that sets the rollout's end.
 
 Each SD step is placed at its decoding requests' mean position in their responses (context_mean
 minus the trace's mean prompt), as the simulator places a batch; bins are sqrt(2) apart from 32
@@ -25,7 +27,7 @@ import numpy as np
 
 from sim.acceptance import cumulative_acceptance
 from workbench.calibrate.trace_view import sig, step_draft_len, trace_drafter_kind
-from workbench.contracts.profile import PositionGain
+from workbench.contracts.profile import PositionMiss
 from workbench.contracts.trace import Trace
 
 MIN_STEPS = 20
@@ -38,8 +40,9 @@ class PositionFit:
     """One drafter kind's acceptance by position in the response, as fitted."""
 
     kind: str
-    rows: tuple[PositionGain, ...]
+    rows: tuple[PositionMiss, ...]
     steps: list[int]  # SD steps per row
+    ratios: list[float]  # accepted over the pooled fit's expectation per row (1.0: within noise)
 
 
 def _edges(top: float) -> list[float]:
@@ -49,33 +52,59 @@ def _edges(top: float) -> list[float]:
     return edges
 
 
-def sd_step_positions(traces: Sequence[Trace], kind: str, alpha: float,
-                      shape: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per SD step of the traces that ran drafter `kind`: (mean position in the responses,
-    accepted drafts, drafts the pooled fit expects)."""
-    pos, acc, exp = [], [], []
+@dataclass(frozen=True)
+class SdSteps:
+    """The SD steps of one drafter kind, as the position fit sees them."""
+
+    position: np.ndarray  # the decoding requests' mean tokens into their responses
+    accepted: np.ndarray  # drafts accepted
+    offered: np.ndarray  # requests offered drafts (n-gram: those it found no match for count)
+    draft_len: np.ndarray
+
+
+def sd_steps(traces: Sequence[Trace], kind: str) -> SdSteps:
+    """The SD steps of the traces that ran drafter `kind`."""
+    cols: list[list[np.ndarray]] = [[], [], [], []]
     for t in traces:
         if trace_drafter_kind(t.meta) != kind:
             continue
         s = t.steps
         k = step_draft_len(s, t.meta)
-        b = np.maximum(s["decode_requests"].to_numpy(float), s["num_drafts"].to_numpy(float))
         sd = (k > 0) & (s["decode_requests"].to_numpy() > 0)
+        offered = np.maximum(s["decode_requests"].to_numpy(float), s["num_drafts"].to_numpy(float))
         prompt = float(t.requests["prompt_tokens"].mean())
-        per_k = {kk: float(np.sum(cumulative_acceptance(alpha, shape, kk))) for kk in set(k[sd].tolist())}
-        pos.append(s["context_mean"].to_numpy(float)[sd] - prompt)
-        acc.append(s["num_accepted_tokens"].to_numpy(float)[sd])
-        exp.append(b[sd] * np.array([per_k[kk] for kk in k[sd]]))
-    if not pos:
-        return np.zeros(0), np.zeros(0), np.zeros(0)
-    return np.concatenate(pos), np.concatenate(acc), np.concatenate(exp)
+        for col, v in zip(cols, (s["context_mean"].to_numpy(float) - prompt,
+                                 s["num_accepted_tokens"].to_numpy(float), offered, k.astype(float))):
+            col.append(v[sd])
+    return SdSteps(*(np.concatenate(c) if c else np.zeros(0) for c in cols))
+
+
+def expected_accepted(steps: SdSteps, alpha: float, shape: float) -> np.ndarray:
+    """Per step: the drafts a drafter of `alpha` would have had accepted."""
+    per_k = {k: float(np.sum(cumulative_acceptance(alpha, shape, int(k)))) for k in set(steps.draft_len.tolist())}
+    return steps.offered * np.array([per_k[k] for k in steps.draft_len])
+
+
+def miss_multiplier(steps: SdSteps, alpha: float, shape: float) -> float:
+    """m such that a drafter missing (1 - alpha) * m of the time accepts these steps' drafts."""
+    target, top = steps.accepted.sum(), 1.0 / (1.0 - alpha)
+    lo, hi = 0.0, top
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if expected_accepted(steps, max(0.0, 1.0 - (1.0 - alpha) * mid), shape).sum() > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def fit_position_gain(traces: Sequence[Trace], kind: str, alpha: float, shape: float) -> PositionFit | None:
     """The rows for drafter `kind` (None: fewer than 2 * MIN_STEPS SD steps)."""
-    pos, acc, exp = sd_step_positions(traces, kind, alpha, shape)
+    steps = sd_steps(traces, kind)
+    pos = steps.position
     if len(pos) < 2 * MIN_STEPS:
         return None
+    exp = expected_accepted(steps, alpha, shape)
     edges = _edges(float(pos.max()) + 1)
     which = np.clip(np.searchsorted(edges, pos, side="right") - 1, 0, len(edges) - 1)
     bins: list[tuple[float, np.ndarray]] = []  # (from_token, the steps in it)
@@ -87,23 +116,30 @@ def fit_position_gain(traces: Sequence[Trace], kind: str, alpha: float, shape: f
             bins[-1] = (bins[-1][0], bins[-1][1] | m)
         else:
             bins.append((start, m))
-    rows: list[PositionGain] = []
-    steps: list[int] = []
+    rows: list[PositionMiss] = []
+    counts: list[int] = []
+    ratios: list[float] = []
     for i, (start, m) in enumerate(bins):
-        gain = _supported_gain(acc[m], exp[m])
-        if rows and rows[-1].gain == gain:
-            steps[-1] += int(m.sum())
+        ratio = _supported_ratio(steps.accepted[m], exp[m])
+        miss = 1.0 if ratio == 1.0 else sig(miss_multiplier(_subset(steps, m), alpha, shape), 4)
+        if rows and rows[-1].miss == miss:
+            counts[-1] += int(m.sum())
             continue
-        rows.append(PositionGain(0 if i == 0 else int(round(start)), gain))
-        steps.append(int(m.sum()))
-    return PositionFit(kind, tuple(rows), steps)
+        rows.append(PositionMiss(0 if i == 0 else int(round(start)), miss))
+        counts.append(int(m.sum()))
+        ratios.append(ratio)
+    return PositionFit(kind, tuple(rows), counts, ratios)
 
 
-def _supported_gain(acc: np.ndarray, exp: np.ndarray) -> float:
+def _subset(steps: SdSteps, m: np.ndarray) -> SdSteps:
+    return SdSteps(steps.position[m], steps.accepted[m], steps.offered[m], steps.draft_len[m])
+
+
+def _supported_ratio(acc: np.ndarray, exp: np.ndarray) -> float:
     """Accepted over expected in one bin, or 1.0 where that is within Z standard errors of 1."""
     total = exp.sum()
     if total <= 0:
         return 1.0
     ratio = acc.sum() / total
     se = float(np.sqrt(np.sum((acc - ratio * exp) ** 2))) / total
-    return sig(ratio, 4) if abs(ratio - 1.0) > Z * se else 1.0
+    return float(ratio) if abs(ratio - 1.0) > Z * se else 1.0

@@ -18,7 +18,8 @@ from workbench.calibrate.acceptance import (
     fit_acceptance,
 )
 from workbench.calibrate.costs import CV_FOLDS, CostFit, ParamFit, fit_costs
-from workbench.calibrate.drift import DRIFT_KEY, normalise_by_probe
+from workbench.calibrate.drift import DRIFT_KEY
+from workbench.calibrate.probe_drift import normalise_by_probe
 from workbench.calibrate.lengths import LengthFit, fit_lengths
 from workbench.calibrate.phases import fit_phases
 from workbench.calibrate.trace_view import WARMUP_STEPS, fitted_name, sig, step_frame
@@ -108,22 +109,42 @@ def _errors(costs: CostFit, acc_fits: dict[str, AcceptanceFit], length_fit: Leng
     return errors
 
 
+# Step slowness = probe slowness ** exponent: the candidates `tlt calibrate` tries on captures that
+# timed the machine, keeping the one whose fit explains the steps best (1 on a tie).
+PROBE_EXPONENTS = (1.0, 0.75, 1.25, 1.5, 1.75, 2.0)
+
+
+def _normalised_fit(traces: Sequence[Trace], base: Profile, warmup_steps: int,
+                    target: str) -> tuple[list[Trace], float | None, float, CostFit]:
+    """The cost fit on the traces brought to one machine speed by their probes, at the exponent
+    whose fit has the lowest held-out step error; without probes, the fit on the traces as given."""
+    best = None
+    for exponent in PROBE_EXPONENTS:
+        normed, probe_ms = normalise_by_probe(traces, exponent)
+        costs = fit_costs(step_frame(normed, warmup_steps, target), base)
+        if best is None or costs.cv_mdape_pct < best[3].cv_mdape_pct - 0.1:
+            best = (normed, probe_ms, exponent, costs)
+        if probe_ms is None:  # nothing to warp: one fit is all there is
+            break
+    return best
+
+
 def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, warmup_steps: int = WARMUP_STEPS,
-              target: str = "cycle", speed_probe_ms: float | None = None) -> Calibration:
+              target: str = "cycle") -> Calibration:
     """Fit a Profile (on `base`: what the traces cannot identify is kept) and a LengthModel.
 
     Traces whose captures timed the machine's speed (meta["speed"]) are first scaled to the median
-    speed among them (`normalise_by_probe`), and the profile records that speed; `speed_probe_ms`:
-    the speed traces normalised elsewhere were brought to (`tlt calibrate --model`)."""
+    speed among them (`normalise_by_probe`: each stretch of a capture at its probe's speed), and
+    the profile records that speed."""
     if not traces:
         raise ValueError("calibration needs at least one trace")
     notes: list[str] = []
-    traces, probe_ms = normalise_by_probe(traces)
+    traces, probe_ms, exponent, costs = _normalised_fit(traces, base, warmup_steps, target)
     if probe_ms is not None:
         factors = ", ".join(f"{t.meta[DRIFT_KEY]['factor']:.3f}" for t in traces)
-        notes.append(f"each trace scaled to the traces' median machine speed (speed probe {probe_ms:.2f} ms; "
-                     f"factors {factors}; workbench/calibrate/drift.py)")
-    speed_probe_ms = probe_ms if probe_ms is not None else speed_probe_ms
+        notes.append(f"each trace brought to the traces' median machine speed (speed probe {probe_ms:.2f} ms, "
+                     f"step slowness = probe slowness ^ {exponent}: the exponent that fits the steps best; mean "
+                     f"factors {factors}; workbench/calibrate/probe_drift.py)")
     machines = {json.dumps(t.meta.get("machine"), sort_keys=True, default=str) for t in traces}
     models = {json.dumps(t.meta.get("model"), sort_keys=True, default=str) for t in traces}
     if len(machines) > 1 or len(models) > 1:
@@ -133,7 +154,6 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, w
     if scaled:
         notes.append(f"times of {len(scaled)} trace(s) scaled by the drift factor their meta records "
                      f"(tlt calibrate --model; workbench/calibrate/drift.py): {', '.join(scaled)}")
-    costs = fit_costs(step_frame(traces, warmup_steps, target), base)
     decode = costs.decode()
     if decode.overhead_s + decode.weights_s + decode.per_seq_s <= 0:
         decode = replace(decode, overhead_s=base.decode.overhead_s)
@@ -158,7 +178,8 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, w
                       learning=base.learning, phases=phases,
                       description=f"Calibrated on {', '.join(names)} (base {base.name}).",
                       source=source, fitted_on=names, fit_error_pct=round(float(cv), 3),
-                      speed_probe_ms=None if speed_probe_ms is None else sig(speed_probe_ms))
+                      speed_probe_ms=None if probe_ms is None else sig(probe_ms),
+                      speed_probe_exponent=exponent)
     profile.check()
     # The values as stored (the base's overhead_s where the fit found no fixed step cost).
     params = [replace(p, value=getattr(getattr(profile, p.part), p.name)) for p in params]

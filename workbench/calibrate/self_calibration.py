@@ -42,10 +42,10 @@ from workbench.calibrate.drift import (
     DriftFactor,
     cpu_drift_factors,
     drift_factors,
-    probe_factors,
     scale_trace,
     with_factor,
 )
+from workbench.calibrate.probe_drift import probe_factors, warp_to_profile
 from workbench.calibrate.report import Calibration, calibrate, trace_workload_spec
 from workbench.calibrate.trace_view import WARMUP_STEPS, step_frame
 from workbench.contracts.fileio import jsonable, write_dir_atomic, write_json
@@ -395,10 +395,11 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
     fit = [c for c in records if c.spec.role == "fit"]
     norm, cals = {}, {}
     for m in by_method:
-        norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]), path=c.trace.path) for c in records}
-        probe_ms = by_method[m][0].median_slowness if m == "probe" else None
-        cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name, warmup_steps=warmup_steps,
-                            speed_probe_ms=probe_ms)
+        if m == "probe":  # calibrate() warps the fit captures by their probes, validate() the held-out ones
+            norm[m] = {c.spec.name: c.trace for c in records}
+        else:
+            norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]), path=c.trace.path) for c in records}
+        cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name, warmup_steps=warmup_steps)
     raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw",
                         warmup_steps=warmup_steps) if compare_raw else None
     progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0, "validating on the held-out captures"))
@@ -406,7 +407,11 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
                         raw_cal.profile if raw_cal else cals[method].profile)
                for c in records if c.spec.role == "heldout"]
     cal = cals[method]
-    buckets = bucket_table(cal.profile, list(norm[method].values()), warmup_steps=warmup_steps)
+    at_speed = list(norm[method].values())
+    if method == "probe":
+        at_speed = [(warp_to_profile(cal.profile.speed_probe_ms, t, cal.profile.speed_probe_exponent) or (t,))[0]
+                    for t in at_speed]
+    buckets = bucket_table(cal.profile, at_speed, warmup_steps=warmup_steps)
     tracking = reference_tracking(cal.profile, records)
     return SelfCalibration(cal, raw_cal, records, refs, heldout, buckets, tracking, time.perf_counter() - t0, method,
                            window, starts)

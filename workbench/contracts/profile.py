@@ -66,37 +66,37 @@ class DrafterCost:
 
 
 @dataclass(frozen=True)
-class PositionGain:
-    """From the `from_token`-th token of a response on, its drafts are accepted `gain` times as
-    often as the pooled fit says (a multiplier on the accepted drafts per pass, E[L] - 1)."""
+class PositionMiss:
+    """From the `from_token`-th token of a response on, the drafter misses `miss` times as often
+    as the pooled fit says: alpha there is 1 - (1 - alpha) * miss (1: the pooled drafter)."""
 
     from_token: int
-    gain: float
+    miss: float
 
-    ROW_HELP = "a [from_token, gain] row, e.g. [0, 0.6], or a mapping with those fields"
+    ROW_HELP = "a [from_token, miss] row, e.g. [0, 1.8], or a mapping with those fields"
 
     @classmethod
     def from_row(cls, row: list | tuple) -> dict:
         if len(row) != 2:
             raise ValueError(row)
-        return {"from_token": row[0], "gain": row[1]}
+        return {"from_token": row[0], "miss": row[1]}
 
     def check(self) -> None:
         require(self.from_token >= 0, "from_token", self.from_token, "a token position >= 0")
-        require(0.0 <= self.gain <= 10.0, "gain", self.gain, "a multiplier from 0 to 10")
+        require(0.0 <= self.miss <= 100.0, "miss", self.miss, "a multiplier from 0 to 100")
 
 
-def position_gain(rows: tuple[PositionGain, ...], position: float) -> float:
-    """The gain at a position in the response (1 without rows)."""
-    gain = 1.0
-    for r in rows:
+def position_row(rows: tuple[PositionMiss, ...], position: float) -> int:
+    """The index of the row that holds at a position in the response (-1 without rows)."""
+    i = -1
+    for k, r in enumerate(rows):
         if position < r.from_token:
             break
-        gain = r.gain
-    return gain
+        i = k
+    return i
 
 
-def next_position_edge(rows: tuple[PositionGain, ...], position: float) -> float:
+def next_position_edge(rows: tuple[PositionMiss, ...], position: float) -> float:
     """The first row boundary after `position` (inf: none)."""
     return next((float(r.from_token) for r in rows if r.from_token > position), float("inf"))
 
@@ -136,10 +136,10 @@ class AcceptanceModel:
     # epochs, less across siblings), not fitted.
     # Acceptance moves along a response: its first tokens are guessed worst, and a response that
     # runs on to its cap often derails into text no drafter guesses (or loops, which n-gram
-    # catches). Rows (from_token, gain), ascending; () is flat. Measured by `tlt calibrate` from
+    # catches). Rows (from_token, miss), ascending; () is flat. Measured by `tlt calibrate` from
     # the SD steps' mean position in their responses (workbench/calibrate/position_acceptance.py).
-    eagle_position: tuple[PositionGain, ...] = ()
-    ngram_position: tuple[PositionGain, ...] = ()
+    eagle_position: tuple[PositionMiss, ...] = ()
+    ngram_position: tuple[PositionMiss, ...] = ()
     suffix_alpha: float = 0.85
     suffix_shape: float = 0.5
     suffix_history_match: float = 0.6
@@ -233,6 +233,9 @@ class Profile:
     # measured). A trace captured while the probe ran slower is scaled down by as much before it
     # is compared (`tlt validate`; workbench/calibrate/drift.py).
     speed_probe_ms: float | None = None
+    # How much more than the probe the engine's steps slow down with the machine (fitted with the
+    # costs: the exponent that explains the fit captures' step times best; 1: as much).
+    speed_probe_exponent: float = 1.0
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
@@ -240,6 +243,8 @@ class Profile:
             check_part(part, getattr(self, part))
         if self.speed_probe_ms is not None:
             require(self.speed_probe_ms > 0, "speed_probe_ms", self.speed_probe_ms, "a time in ms > 0")
+        require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent", self.speed_probe_exponent,
+                "a number from 0.25 to 4")
         for part in ("cluster", "power"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
