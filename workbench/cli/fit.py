@@ -259,8 +259,13 @@ def _print_self_calibration(result) -> None:
     refs = [r.reference_s for r in result.references]
     factors = [r.drift.factor for r in result.captures]
     tracking = ", ".join(f"{m} {c:.2f}" for m, c in result.tracking.correlation_by_method.items())
-    typer.echo(f"drift: reference {1e3 * min(refs):.1f}-{1e3 * max(refs):.1f} ms over {len(refs)} measurements; "
-               f"profile normalised by {result.method} (window {result.window}): factors "
+    probe = [c.factors["probe"] for c in result.captures if "probe" in c.factors]
+    prof = result.profile
+    seen = (f"the speed probe's mean over each capture moved x{min(probe):.3f}-x{max(probe):.3f} around the run's "
+            f"median" + (f" ({prof.speed_probe_ms} ms; step slowness = probe slowness ^ {prof.speed_probe_exponent})"
+                         if prof.speed_probe_ms else "") + "; " if probe else "")
+    typer.echo(f"drift: {seen}reference {1e3 * min(refs):.1f}-{1e3 * max(refs):.1f} ms over {len(refs)} "
+               f"measurements; profile normalised by {result.method} (window {result.window}): mean factors "
                f"x{min(factors):.3f}-x{max(factors):.3f}; correlation of "
                f"the slowness measure with the engine's over {len(result.tracking.engine_ratio)} captures: {tracking}")
     methods = list(result.heldout[0].errors_by_method) if result.heldout else []
