@@ -20,7 +20,8 @@ Ray are imported by the modules that need them. Every module, by package:
   - `eagle`: the module and its loss; `records`: the hidden-state records it trains on.
   - `training`: training from a target (`tlt drafter train`); `checkpoint`: directories vLLM loads.
   - `spot`: spot training on idle rollout workers; `ngram`: vLLM's n-gram proposal, replayed.
-- `real.grpo`: the GRPO policy update; `real.packing`: its packed, padding-free forwards.
+- `real.grpo`: the GRPO policy update; `real.packing`: its packed, padding-free forwards;
+  `real.span_attention`: attention within each sequence of a packed row (GRPO's and the drafter's).
 - `real.torch_utils`: torch helpers for modules that must import without torch.
 - `real.run`: `tlt train` and `tlt capture`.
   - `config`: `RunConfig` and its checks; `coordinator`: the RL steps, on Ray.
@@ -32,9 +33,10 @@ Ray are imported by the modules that need them. Every module, by package:
   - `settings`, `grid`, `shard`, `ops`, `timing`, `measure`, `table`: the options, the points,
     one TP rank's shapes, the operators, the timing, the measuring and the Parquet output.
 - `real.gpu_check`: `python -m real.gpu_check` (`make gpu-check`), the prepared check on one GPU.
-  - `plan`: sections, shapes and budgets; `correctness`: CUDA against the CPU; `training`: GRPO
-    and drafter throughput; `engine`: the profiler's runs; `machine`, `record`, `summary`: the
-    machine's facts, the progressively written JSON and its Markdown summary.
+  - `plan`: sections, shapes and budgets; `correctness`: CUDA against the CPU; `attention`: the
+    packed attention's backends alone; `training`: GRPO and drafter throughput; `engine`: the
+    profiler's runs; `machine`, `record`, `summary`: the machine's facts, the progressively
+    written JSON and its Markdown summary.
 - `real.experiments`: measurements on the real backend.
   - `bench_rollout`, `bench_grpo`, `bench_training`: `tlt bench rollout`, `grpo` and `real`.
   - `drift`: drafter drift without vLLM; `check_vllm`: vLLM decodes a model as `transformers` does.

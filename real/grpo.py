@@ -20,8 +20,9 @@ Packing (`GRPOConfig.pack`, the default): forwards run on packed rows without pa
 most `micro_tokens` tokens (dynamic batch size) whose gradients accumulate into the minibatch's
 one optimiser step. The optimisation is the padded one's: the same minibatches in the same
 order, one optimiser step each, the loss averaged over the minibatch's response tokens; loss
-and gradients agree with `pack=False` (one right-padded forward per minibatch, kept as the
-reference and for `tlt bench grpo`) to float rounding. On the reference model's long-tailed
+and gradients agree with `pack=False` (right-padded forwards of a minibatch, or of
+`micro_batch` sequences at a time, kept as the reference and for `tlt bench grpo`) to float
+rounding. On the reference model's long-tailed
 batches the padded forward spent most of its work on padding (real/experiments/bench_grpo.py).
 
 `save(out_dir)` writes an HF model directory (safetensors, float32) that `transformers` and vLLM
@@ -66,6 +67,9 @@ class GRPOConfig:
     weight_decay: float = 0.0
     pack: bool = True  # packed, padding-free forwards (real/packing.py); False: right-padded ones
     micro_tokens: int = 16384  # packed: tokens per forward (memory only; the optimisation is the same)
+    # padded: sequences per forward, gradients accumulating over a minibatch's (veRL's micro-batch
+    # per GPU; memory only); 0: the whole minibatch in one forward
+    micro_batch: int = 0
 
 
 @dataclass
@@ -155,9 +159,11 @@ class GRPOTrainer:
         loading `model_dir` (a benchmark's random-weight model of a real shape: real/gpu_check/);
         `save` still copies `model_dir`'s other files."""
         self.device = train_device(device)
-        if config.minibatch < 1 or config.epochs < 1 or config.micro_tokens < 1:
-            raise ValueError(f"minibatch, epochs and micro_tokens must be >= 1, got {config.minibatch}, "
-                             f"{config.epochs}, {config.micro_tokens}")
+        c = config
+        if c.minibatch < 1 or c.epochs < 1 or c.micro_tokens < 1 or c.micro_batch < 0:
+            raise ValueError(f"minibatch, epochs and micro_tokens must be >= 1 and micro_batch"
+                             f" >= 0, got {c.minibatch}, {c.epochs}, {c.micro_tokens}, "
+                             f"{c.micro_batch}")
         self.model_dir = Path(model_dir)
         self.config = config
         self.seed = seed
@@ -234,10 +240,11 @@ class GRPOTrainer:
         return sums["loss"], grads
 
     def _chunks(self, seqs: Sequence[Sequence[int]]) -> list[list[int]]:
-        """Micro-batches (indices into `seqs`): by token budget when packing, else by minibatch size."""
+        """Micro-batches (indices into `seqs`): by token budget when packing, else by
+        `micro_batch` (default the minibatch size) sequences."""
         if self.config.pack:
             return token_chunks([len(x) for x in seqs], self.config.micro_tokens)
-        mb = self.config.minibatch
+        mb = self.config.micro_batch or self.config.minibatch
         return [list(range(i, min(i + mb, len(seqs)))) for i in range(0, len(seqs), mb)]
 
     def _forward(self, model, seqs: Sequence[Sequence[int]], plens: Sequence[int], hidden: bool = False):

@@ -10,11 +10,12 @@ sequence count). This module is that on CPU:
 - `pack(sequences, prompt_lens)`: the sequences concatenated into one row, `position_ids`
   restarting at 0 for each, their spans, and the positions whose next token is a response token.
 - `packed_forward(model, ...)`: one forward of such a row. Rotary embeddings see each
-  sequence's own positions; attention runs per span (`varlen_attention`, registered with
-  transformers' AttentionInterface as "tlt_varlen"): PyTorch's causal scaled-dot-product
-  attention on each sequence alone, so no token attends across a boundary and attention costs
-  the sum of the squared lengths, not the squared total. The LM head runs only where a
-  response token is predicted.
+  sequence's own positions; attention stays within each sequence (`varlen_attention`,
+  registered with transformers' AttentionInterface as "tlt_varlen", runs
+  real/span_attention.py: PyTorch's varlen FlashAttention kernel over the row on a GPU, causal
+  scaled-dot-product attention per sequence on the CPU), so no token attends across a
+  boundary and attention costs the sum of the squared lengths, not the squared total. The LM
+  head runs only where a response token is predicted.
 - `token_chunks(lengths, budget)`: consecutive groups of sequences of at most `budget` tokens
   (a longer sequence alone): the micro-batches.
 
@@ -34,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
+
+from real.span_attention import attend, packed_spans
 
 VARLEN = "tlt_varlen"
 
@@ -43,19 +45,16 @@ def varlen_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                      **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract ([1, heads, T, head_dim] in, [1, T, heads,
-    head_dim] out) over a packed row: causal attention within each of `kwargs["tlt_spans"]`."""
-    spans = kwargs.get("tlt_spans")
-    if spans is None:
+    head_dim] out) over a packed row: causal attention within each of `kwargs["tlt_spans"]`
+    (a real.span_attention.Spans)."""
+    row = kwargs.get("tlt_spans")
+    if row is None:
         raise ValueError(f"attention '{VARLEN}' runs only inside real.packing.packed_forward (it needs the spans)")
     if kwargs.get("sliding_window") is not None:
         raise ValueError(f"attention '{VARLEN}': sliding-window layers are not supported; use a full-attention model")
     if query.shape[0] != 1:
         raise ValueError(f"attention '{VARLEN}': one packed row expected, got a batch of {query.shape[0]}")
-    gqa = key.shape[1] != query.shape[1]
-    out = torch.cat([F.scaled_dot_product_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e],
-                                                    is_causal=True, scale=scaling, enable_gqa=gqa)
-                     for s, e in spans], dim=2)
-    return out.transpose(1, 2).contiguous(), None
+    return attend(query, key, value, row, scaling), None
 
 
 def _register() -> None:
@@ -117,8 +116,9 @@ def packed_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Seque
     row = pack(sequences, prompt_lens)
     device = next(model.parameters()).device
     with attention(model, VARLEN):
+        row_spans = packed_spans(row.spans, device)  # the offsets built once for every layer
         h = model.model(input_ids=row.input_ids.to(device), position_ids=row.position_ids.to(device),
-                        use_cache=False, tlt_spans=row.spans).last_hidden_state[0]
+                        use_cache=False, tlt_spans=row_spans).last_hidden_state[0]
     logits = model.lm_head(h[row.predict_at.to(device)]).float()
     targets = row.targets.to(device)
     # log_softmax gathered without materialising a second [R, V] tensor (vocabularies are large).

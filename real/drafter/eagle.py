@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from real.span_attention import Spans, attend, packed_spans
 
 REG_WEIGHT = 1.0  # hidden-state regression (smooth L1), as EAGLE
 CE_WEIGHT = 0.1  # token cross-entropy against the target's distribution, as EAGLE
@@ -130,7 +132,7 @@ class Attention(nn.Module):
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor,
-                spans: list[tuple[int, int]] | None = None) -> torch.Tensor:
+                spans: Spans | None = None) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
@@ -142,11 +144,9 @@ class Attention(nn.Module):
         if self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)
-        if spans is None:
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:  # a packed row (`spans`: each sequence's [start, end)): causal within each sequence only
-            o = torch.cat([F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], is_causal=True)
-                           for s, e in spans], dim=2)
+        if spans is not None:  # a packed row: causal within each sequence only
+            return self.o_proj(attend(q, k, v, spans).reshape(b, t, self.nh * self.hd))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))
 
 
@@ -171,7 +171,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor,
-                spans: list[tuple[int, int]] | None = None) -> torch.Tensor:
+                spans: Spans | None = None) -> torch.Tensor:
         y = x + self.self_attn(x, positions, spans)
         return y + self.mlp(self.post_attention_layernorm(y))
 
@@ -208,22 +208,26 @@ class EagleDrafter(nn.Module):
         return cls(cfg, target_model.get_input_embeddings(), target_model.get_output_embeddings())
 
     def forward(self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                spans: list[tuple[int, int]] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                spans: Sequence[tuple[int, int]] | Spans | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden [B, T, H]: target hidden states at positions 0..T-1; tokens [B, T]: the tokens
         at positions 1..T. Returns (predicted hidden states at 1..T, logits for tokens at 2..T+1).
         Sequences are right-padded (attention is causal, so padding never reaches real positions),
         or packed into one row (B = 1) whose sequences' [start, end) are `spans`, with `positions`
-        restarting at 0 in each (real/drafter/training.py's `pack_features`)."""
+        restarting at 0 in each (real/drafter/training.py's `pack_features`); attention then
+        runs as real/span_attention.py's `attend` (its varlen kernel on a GPU)."""
         x = self.predict_hidden(hidden, tokens, positions, spans)
         return x, self.lm_head(x)
 
     def predict_hidden(self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                       spans: list[tuple[int, int]] | None = None) -> torch.Tensor:
+                       spans: Sequence[tuple[int, int]] | Spans | None = None) -> torch.Tensor:
         """`forward` without the LM head: the predicted hidden states only (apply `lm_head` to
         the positions you need; over a large vocabulary the full logits are the costly part)."""
         b, t = tokens.shape
         if positions is None:
             positions = torch.arange(t, device=tokens.device).expand(b, t)
+        if spans is not None and not isinstance(spans, Spans):
+            spans = packed_spans(spans, tokens.device)
         emb = self.embed_tokens(tokens).to(hidden.dtype)
         x = self.fc(torch.cat((emb, hidden), dim=-1))
         for layer in self.layers:

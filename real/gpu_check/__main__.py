@@ -89,10 +89,14 @@ def make_plan(quick: bool, budget_s: float | None, only: str | None) -> Plan:
 
 def work(sec: Section, plan: Plan, device: str, model: Path, say):
     """The callable `Record.run` gives a section's budget, entry and saver."""
-    from real.gpu_check import correctness, engine, training
+    from real.gpu_check import attention, correctness, engine, training
 
     if sec.kind == "correctness":
         return lambda budget, entry, save: entry.update(correctness.run(model, device))
+    if sec.kind == "attention":
+        return lambda budget, entry, save: attention.run(
+            sec.attention, device, budget, entry, save
+        )
     if sec.kind == "grpo":
         return lambda budget, entry, save: training.grpo(sec.grpo, device, budget, entry, save)
     if sec.kind == "drafter":

@@ -78,6 +78,10 @@ class GrpoShape:
     minibatch: int
     micro_tokens: int  # the packed path's token budget per forward
     repeats: int  # timed steps of each path (after one untimed each)
+    padded_micro: int = 0  # the padded path's sequences per forward (0: the whole minibatch)
+    # what is timed (real/gpu_check/training.py GRPO_PATHS): packed (its attention as training
+    # runs it), padded, and packed with each per-sequence attention of real/span_attention.py
+    paths: tuple[str, ...] = ("packed", "padded")
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,22 @@ class DrafterShape:
     median_tokens: int
     cap: int
     repeats: int
+    paths: tuple[str, ...] = ("plain", "packed")  # training.py DRAFTER_PATHS
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """Packed attention alone (real/span_attention.py), one layer's worth: long-tailed rows of
+    `sequences` sequences at a model's head layout, forward and backward, each backend."""
+
+    label: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+    sequences: int
+    median_tokens: int
+    cap: int
+    repeats: int  # timed calls per backend, on fresh rows and on one row again
 
 
 @dataclass(frozen=True)
@@ -109,9 +129,10 @@ class Section:
     name: str
     budget_s: float  # the most it may take; it stops at this, recording what it had
     min_start_s: float  # it is skipped ("skipped: budget") with less than this left overall
-    kind: str  # correctness, grpo, drafter, engine
+    kind: str  # correctness, attention, grpo, drafter, engine
     grpo: GrpoShape | None = None
     drafter: DrafterShape | None = None
+    attention: tuple[AttentionShape, ...] = ()
     engine: tuple[EngineRun, ...] = ()
 
 
@@ -145,6 +166,19 @@ def _engine_7b() -> tuple[EngineRun, ...]:
     )
 
 
+ALL_GRPO_PATHS = ("packed", "padded", "packed_per_span", "packed_sdpa_default")
+ALL_DRAFTER_PATHS = ("plain", "packed", "packed_per_span", "packed_sdpa_default")
+
+
+def _attention_shapes() -> tuple[AttentionShape, ...]:
+    """The two packed attentions the training sections run: Qwen2.5-0.5B's layer on a GRPO row
+    (prompt 256 + long-tailed response) and the 7B drafter's on a spot-training row."""
+    return (
+        AttentionShape("qwen2.5-0.5b GRPO row", 14, 2, 64, 8, 512, 1280, 4),
+        AttentionShape("qwen2.5-7b drafter row", 28, 4, 128, 8, 256, 1024, 4),
+    )
+
+
 def full_plan(budget_s: float = 300.0) -> Plan:
     """The lent H100's plan: about 5 minutes, the sections in the order of what they are worth
     if the time runs out (the 1.5B update last: 'if time allows')."""
@@ -166,20 +200,23 @@ def full_plan(budget_s: float = 300.0) -> Plan:
         check_rounds=2,
         sections=(
             Section("correctness", 60, 20, "correctness"),
+            Section("packed-attention", 30, 10, "attention", attention=_attention_shapes()),
             Section("engine-7b", 150, 30, "engine", engine=_engine_7b()),
             Section(
                 "grpo-0.5b",
-                60,
+                75,
                 20,
                 "grpo",
-                grpo=GrpoShape("qwen2.5-0.5b", 8, 4, 256, 256, 1024, 8, 16384, 5),
+                grpo=GrpoShape(
+                    "qwen2.5-0.5b", 8, 4, 256, 256, 1024, 8, 16384, 4, paths=ALL_GRPO_PATHS
+                ),
             ),
             Section(
                 "drafter-train",
                 45,
                 15,
                 "drafter",
-                drafter=DrafterShape("qwen2.5-7b", 8, 256, 1024, 5),
+                drafter=DrafterShape("qwen2.5-7b", 8, 256, 1024, 5, paths=ALL_DRAFTER_PATHS),
             ),
             Section("engine-drafters", 40, 15, "engine", engine=drafters),
             Section("engine-whole", 40, 20, "engine", engine=whole),
@@ -188,7 +225,12 @@ def full_plan(budget_s: float = 300.0) -> Plan:
                 60,
                 30,
                 "grpo",
-                grpo=GrpoShape("qwen2.5-1.5b", 8, 4, 256, 256, 1024, 8, 16384, 3),
+                # The padded path in micro-batches of 4 (gradients accumulating, as veRL's):
+                # one right-padded forward of 8 sequences up to 1,280 tokens needs more than
+                # 80 GB at 1.5B (float32 logits over a 151,936-token vocabulary, 28 layers).
+                grpo=GrpoShape(
+                    "qwen2.5-1.5b", 8, 4, 256, 256, 1024, 8, 16384, 3, padded_micro=4
+                ),
             ),
         ),
     )
@@ -214,8 +256,29 @@ def quick_plan(budget_s: float = 120.0) -> Plan:
         check_rounds=1,
         sections=(
             Section("correctness", 40, 5, "correctness"),
+            Section(
+                "packed-attention",
+                20,
+                5,
+                "attention",
+                attention=(AttentionShape("quick row", 2, 1, 128, 4, 24, 64, 2),),
+            ),
             Section("engine-quick", 40, 5, "engine", engine=engine),
-            Section("grpo-quick", 20, 5, "grpo", grpo=GrpoShape(q, 4, 2, 16, 24, 64, 4, 256, 2)),
-            Section("drafter-train", 20, 5, "drafter", drafter=DrafterShape(q, 4, 24, 64, 2)),
+            Section(
+                "grpo-quick",
+                20,
+                5,
+                "grpo",
+                grpo=GrpoShape(
+                    q, 4, 2, 16, 24, 64, 4, 256, 2, padded_micro=2, paths=ALL_GRPO_PATHS
+                ),
+            ),
+            Section(
+                "drafter-train",
+                20,
+                5,
+                "drafter",
+                drafter=DrafterShape(q, 4, 24, 64, 2, paths=ALL_DRAFTER_PATHS),
+            ),
         ),
     )

@@ -4,8 +4,9 @@ section runner, which gives each section its time budget and records errors inst
 
 Document (schema SCHEMA): started_at, finished_at (null until the end), elapsed_s, quick,
 device, budget_s, machine (machine.facts), machine_after (the GPU's clocks at the end), plan
-(plan.Plan as data) and sections: name -> {status, kind, budget_s, seconds, peak_gib, error?,
-result fields}. Status: ok, partial (a part failed or ran out of time), error, skipped: budget.
+(plan.Plan as data) and sections: name -> {status, kind, budget_s, seconds, start_gib (GPU
+memory allocated at its start), peak_gib, error?, result fields}. Status: ok, partial (a part
+failed or ran out of time), error, skipped: budget.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ class Record:
         self.save()
         t0 = time.monotonic()
         _reset_peak()
+        # What earlier sections left allocated (freed after each): a leak shows here.
+        entry["start_gib"] = _allocated_gib()
         try:
             work(Budget(min(sec.budget_s, left)), entry, self.save)
             if entry["status"] == "running":
@@ -142,6 +145,12 @@ def _peak_gib() -> float | None:
     return (
         round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else None
     )
+
+
+def _allocated_gib() -> float | None:
+    import torch
+
+    return round(torch.cuda.memory_allocated() / 2**30, 2) if torch.cuda.is_available() else None
 
 
 def _free() -> None:

@@ -119,40 +119,97 @@ def _correctness(s: dict) -> list[str]:
     )
 
 
+_PATH_WORDS = {
+    "packed": "packed",
+    "packed_per_span": "packed, attention per sequence without cuDNN",
+    "packed_sdpa_default": "packed, attention per sequence with torch's default kernel",
+}
+
+
+def _path_rows(s: dict, what: str, unit: str, base: str, peak: Any) -> list[list[Any]]:
+    """One row per packed path of a training section: its rate beside the base path's."""
+    ratios, used = s.get(f"ratio_to_{base}") or {}, s.get("attention_by_path") or {}
+    rows = []
+    for path, words in _PATH_WORDS.items():
+        if f"{path}_{unit}_per_s" not in s and path != "packed":
+            continue
+        label = what if path == "packed" else f"{what}: {words}"
+        rows.append(
+            [
+                label + (f" [attention {used[path]}]" if path in used else ""),
+                _f(s.get(f"{path}_{unit}_per_s"), ".1f"),
+                _f(s.get(f"{base}_{unit}_per_s"), ".1f"),
+                f"{unit}/s",
+                _f(ratios.get(path, s.get("speedup") if path == "packed" else None)),
+                _f(peak),
+            ]
+        )
+    return rows
+
+
 def _throughput(sections: dict) -> list[str]:
     rows = []
-    for name, s in sections.items():
+    for s in sections.values():
+        base = "padded" if s.get("kind") == "grpo" else "plain"
+        peak = (s.get("peak_gib_by_path") or {}).get(base)
         if s.get("kind") == "grpo" and "tokens" in s:
-            rows.append(
-                [
-                    f"GRPO update, {s['model']} ({s['sequences']} seq, {s['tokens']} tokens, "
-                    f"padded "
-                    f"{s['padded_tokens']})",
-                    _f(s.get("packed_tokens_per_s"), ".1f"),
-                    _f(s.get("padded_tokens_per_s"), ".1f"),
-                    "tokens/s",
-                    _f(s.get("speedup")),
-                    _f((s.get("peak_gib_by_path") or {}).get("padded")),
-                ]
+            what = (
+                f"GRPO update, {s['model']} ({s['sequences']} seq, {s['tokens']} tokens, padded "
+                f"{s['padded_tokens']} in forwards of {s.get('padded_micro', s['minibatch'])})"
             )
+            rows += _path_rows(s, what, "tokens", "padded", peak)
         if s.get("kind") == "drafter" and "batch" in s:
-            rows.append(
-                [
-                    f"drafter spot training, {s['target']} hidden {s['hidden']} "
-                    f"(batch {s['batch']}, {s.get('tokens_per_batch')} tokens, "
-                    f"padded {s.get('padded_tokens_per_batch')})",
-                    _f(s.get("packed_samples_per_s")),
-                    _f(s.get("plain_samples_per_s")),
-                    "samples/s",
-                    _f(s.get("speedup")),
-                    _f((s.get("peak_gib_by_path") or {}).get("plain")),
-                ]
+            what = (
+                f"drafter spot training, {s['target']} hidden {s['hidden']} "
+                f"(batch {s['batch']}, {s.get('tokens_per_batch')} tokens, "
+                f"padded {_f(s.get('padded_tokens_per_batch'), '.1f')})"
             )
+            rows += _path_rows(s, what, "samples", "plain", peak)
     if not rows:
         return []
     return ["## Training throughput", ""] + table(
         ["what", "packed", "padded", "unit", "ratio", "peak GiB padded"], rows
     )
+
+
+def _attention(s: dict) -> list[str]:
+    """The packed-attention section: per row shape, each backend's times and agreement."""
+    lines = ["## Packed attention (one layer, forward and backward)", ""]
+    sdp = s.get("sdp") or {}
+    if sdp:
+        names = sdp.get("backend_names") or {}
+        order = [names.get(str(x), names.get(x, x)) for x in sdp.get("priority_order") or []]
+        lines += [
+            f"SDPA kernel order {', '.join(map(str, order)) or '?'}; cuDNN "
+            f"{sdp.get('cudnn_version')}; rows with new lengths (fresh) against one row again "
+            "(same); differences relative to the per-span backend's largest value.",
+            "",
+        ]
+    for sh in s.get("shapes", []):
+        rows = []
+        for name, b in (sh.get("backends") or {}).items():
+            diff = b.get("max_rel_diff") or {}
+            rows.append(
+                [
+                    name,
+                    b.get("status", "")[:80].replace("|", "/"),
+                    ", ".join(b.get("ops", []))[:160],
+                    _f(b.get("first_ms"), ".2f"),
+                    _f(b.get("fresh_ms"), ".2f"),
+                    _f(b.get("same_ms"), ".2f"),
+                    " / ".join(_f(diff.get(k), ".1e") for k in ("out", "dq", "dk", "dv")),
+                ]
+            )
+        head = (
+            f"{sh['label']} ({sh['heads']} heads, {sh['kv_heads']} KV, head {sh['head_dim']}, "
+            f"{sh['sequences']} sequences, {sh.get('tokens_per_row')} tokens)"
+        )
+        lines += [f"### {head}", ""] + table(
+            ["backend", "status", "operators", "first ms", "fresh ms", "same ms",
+             "rel. diff out / dq / dk / dv"],
+            rows,
+        )
+    return lines
 
 
 def _ms(modes: dict) -> str:
@@ -247,6 +304,9 @@ def markdown(doc: dict) -> str:
     for s in sections.values():
         if s.get("kind") == "correctness":
             lines += _correctness(s)
+    for s in sections.values():
+        if s.get("kind") == "attention" and s.get("shapes"):
+            lines += _attention(s)
     lines += _throughput(sections) + _engine(sections)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -267,16 +327,37 @@ def headline(doc: dict) -> list[str]:
             out.append(
                 f"{name}: packed {s['packed_tokens_per_s']} tokens/s, "
                 f"padded {s['padded_tokens_per_s']}, "
-                f"{s['speedup']}x"
+                f"{s['speedup']}x" + _others(s)
             )
         elif s.get("kind") == "drafter" and s.get("speedup"):
             out.append(
                 f"{name}: plain {s['plain_samples_per_s']} samples/s, "
                 f"packed {s['packed_samples_per_s']}, "
-                f"{s['speedup']}x (the paper: 13.3 and 29.6)"
+                f"{s['speedup']}x (the paper: 13.3 and 29.6)" + _others(s)
             )
+        elif s.get("kind") == "attention":
+            out += [
+                f"{name}: {sh['label']}: "
+                + ", ".join(
+                    f"{b} {v.get('fresh_ms')} ms fresh / {v.get('same_ms')} same"
+                    if v.get("status") == "ok"
+                    else f"{b} {v.get('status', '?')[:60]}"
+                    for b, v in (sh.get("backends") or {}).items()
+                )
+                for sh in s.get("shapes", [])
+            ]
         elif s.get("kind") == "engine":
             ok = sum(r.get("status") == "ok" for r in s.get("runs", []))
             rows = sum(len(r.get("rows") or []) for r in s.get("runs", []))
             out.append(f"{name}: {ok}/{len(s.get('runs', []))} runs ok, {rows} points")
     return out
+
+
+def _others(s: dict) -> str:
+    """The packed paths besides "packed": their ratios, and the attention each ran."""
+    base = "padded" if s.get("kind") == "grpo" else "plain"
+    ratios, used = s.get(f"ratio_to_{base}") or {}, s.get("attention_by_path") or {}
+    parts = [f"{p} {r}x" for p, r in ratios.items() if p != "packed"]
+    if used:
+        parts.append("attention " + ", ".join(f"{p}: {b}" for p, b in used.items()))
+    return f"; {'; '.join(parts)}" if parts else ""

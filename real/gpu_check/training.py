@@ -3,15 +3,20 @@ depend on the weights' values):
 
 - `grpo`: one GRPO step (real/grpo.py: the no-grad pass for the old log-probs, then the minibatch
   updates) on a synthetic long-tailed batch, packed (padding-free forwards, real/packing.py)
-  against padded (one right-padded forward per minibatch). One trainer alternates the two paths,
-  the first of each pair swapped every repeat, after one untimed step each. tokens/s: the batch's
-  real tokens (prompts and responses) over the median step. The hidden-state records for the
-  drafter are not kept (`keep_hidden=False`): the update alone is timed.
+  against padded (right-padded forwards of a minibatch, or of `padded_micro` sequences). One
+  trainer alternates the paths (GRPO_PATHS), their order reversed every other repeat, after
+  one untimed step each. tokens/s: the batch's real tokens (prompts and responses) over the
+  median step. The hidden-state records for the drafter are not kept (`keep_hidden=False`):
+  the update alone is timed.
 - `drafter`: spot training of an EAGLE drafter at a target's hidden size (one decoder layer and
   fc on a frozen embedding and LM head, real/drafter/): the same minibatches of long-tailed
   sequences of hidden states, right-padded (`train_step`) against packed (`train_step_packed`).
   The features live on the CPU, as spot training's records do, so each step includes building
   its batch and copying it to the device. samples/s: sequences over the median step.
+
+The packed paths besides "packed" (which runs real/span_attention.py's "auto") pin the packed
+attention to one backend: "packed_per_span" (per sequence, no cuDNN) and "packed_sdpa_default"
+(per sequence, PyTorch's own kernel choice), so one run shows what the attention costs.
 """
 
 from __future__ import annotations
@@ -26,9 +31,23 @@ from typing import Callable
 import torch
 
 from real.gpu_check.plan import SHAPES, DrafterShape, GrpoShape, hf_config
+from real.span_attention import backend, last_backend, varlen_unavailable
 from workbench.contracts.architecture import Architecture, from_hf_config, load_architecture
 
 Save = Callable[[], None]
+# path -> (packed?, real.span_attention backend of its packed attention)
+GRPO_PATHS = {
+    "packed": (True, "auto"),
+    "padded": (False, "auto"),
+    "packed_per_span": (True, "per-span"),
+    "packed_sdpa_default": (True, "per-span-default"),
+}
+DRAFTER_PATHS = {
+    "plain": (False, "auto"),
+    "packed": (True, "auto"),
+    "packed_per_span": (True, "per-span"),
+    "packed_sdpa_default": (True, "per-span-default"),
+}
 
 
 def architecture(name: str) -> Architecture:
@@ -69,13 +88,14 @@ def grpo_batch(shape: GrpoShape, vocab: int, seed: int = 0) -> list:
     return out
 
 
-def _padded_tokens(sizes: list[int], minibatch: int) -> int:
-    """What one padded pass over the batch computes, padding included (minibatches in order)."""
-    chunks = [sizes[i : i + minibatch] for i in range(0, len(sizes), minibatch)]
+def _padded_tokens(sizes: list[int], per_forward: int) -> int:
+    """What one padded pass over the batch computes, padding included (forwards of
+    `per_forward` sequences in order)."""
+    chunks = [sizes[i : i + per_forward] for i in range(0, len(sizes), per_forward)]
     return sum(len(c) * max(c) for c in chunks)
 
 
-def _timed(device: str, fn: Callable[[], object]) -> float:
+def timed(device: str, fn: Callable[[], object]) -> float:
     _sync(device)
     t = time.perf_counter()
     fn()
@@ -92,22 +112,52 @@ def interleaved(
     budget,
     save: Save,
 ) -> None:
-    """One untimed step of each path, then `repeats` rounds of both, the first of each pair swapped
-    every round; `entry` updated and saved after each round (a budget cut keeps what was timed)."""
+    """One untimed step of each path, then `repeats` rounds of all, their order reversed every
+    other round; `entry` updated and saved after each round (a budget cut keeps what was
+    timed)."""
     names = list(steps)
     entry["warmup_s"], entry["peak_gib_by_path"], entry["times_s"] = {}, {}, {n: [] for n in names}
     for n in names:
         budget.check()
         _peak_reset(device)
-        entry["warmup_s"][n] = round(_timed(device, steps[n]), 4)
+        entry["warmup_s"][n] = round(timed(device, steps[n]), 4)
         entry["peak_gib_by_path"][n] = _peak_gib(device)
         save()
     for r in range(repeats):
         for n in names if r % 2 == 0 else names[::-1]:
             budget.check()
-            entry["times_s"][n].append(round(_timed(device, steps[n]), 4))
+            entry["times_s"][n].append(round(timed(device, steps[n]), 4))
         entry.update(summarise(entry["times_s"]))
         save()
+
+
+def _rates(times: dict, per_step: float, unit: str, base: str, digits: int) -> dict:
+    """Each path's `unit`s per second over its median step, and its ratio to path `base`
+    (`speedup`: packed's)."""
+    rates = {n: per_step / statistics.median(ts) for n, ts in times.items() if ts}
+    out: dict = {f"{n}_{unit}_per_s": round(v, digits) for n, v in rates.items()}
+    if base in rates and len(rates) > 1:
+        out[f"ratio_to_{base}"] = {
+            n: round(v / rates[base], 3) for n, v in rates.items() if n != base
+        }
+        if "packed" in rates:
+            out["speedup"] = out[f"ratio_to_{base}"]["packed"]
+    out["varlen_unavailable"] = varlen_unavailable()
+    return out
+
+
+def _under(entry: dict, path: str, attention: str, packed: bool, fn: Callable[[], object]):
+    """`fn` with the packed attention pinned to `attention`; a packed path records the backend
+    that ran (entry["attention_by_path"])."""
+
+    def run():
+        with backend(attention):
+            out = fn()
+        if packed:
+            entry.setdefault("attention_by_path", {})[path] = last_backend()
+        return out
+
+    return run
 
 
 def grpo(shape: GrpoShape, device: str, budget, entry: dict, save: Save) -> None:
@@ -118,7 +168,13 @@ def grpo(shape: GrpoShape, device: str, budget, entry: dict, save: Save) -> None
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2ForCausalLM(Qwen2Config(**SHAPES[shape.model])).float()
-    cfg = GRPOConfig(lr=1e-6, minibatch=shape.minibatch, micro_tokens=shape.micro_tokens, pack=True)
+    cfg = GRPOConfig(
+        lr=1e-6,
+        minibatch=shape.minibatch,
+        micro_tokens=shape.micro_tokens,
+        micro_batch=shape.padded_micro,
+        pack=True,
+    )
     trainer = GRPOTrainer(shape.model, cfg, seed=0, device=device, model=model)
     batch = grpo_batch(shape, model.config.vocab_size)
     sizes = [len(r.prompt_ids) + len(r.response_ids) for r in batch]
@@ -128,9 +184,10 @@ def grpo(shape: GrpoShape, device: str, budget, entry: dict, save: Save) -> None
         params=sum(p.numel() for p in model.parameters()),
         sequences=len(batch),
         tokens=sum(sizes),
-        padded_tokens=_padded_tokens(sizes, shape.minibatch),
+        padded_tokens=_padded_tokens(sizes, shape.padded_micro or shape.minibatch),
         minibatch=shape.minibatch,
         micro_tokens=shape.micro_tokens,
+        padded_micro=shape.padded_micro or shape.minibatch,
         prompt_tokens=shape.prompt_tokens,
         response_tokens={
             "p50": resp[len(resp) // 2],
@@ -140,26 +197,21 @@ def grpo(shape: GrpoShape, device: str, budget, entry: dict, save: Save) -> None
         precision="bf16 autocast, float32 weights and AdamW" if device == "cuda" else "float32",
     )
 
-    def step(pack: bool) -> Callable[[], object]:
+    def step(path: str) -> Callable[[], object]:
+        pack, attention = GRPO_PATHS[path]
+
         def run():
             trainer.config = replace(trainer.config, pack=pack)
             trainer.step(batch, keep_hidden=False)
 
-        return run
-
-    def summarise(times: dict) -> dict:
-        tps = {n: entry["tokens"] / statistics.median(ts) for n, ts in times.items() if ts}
-        out = {f"{n}_tokens_per_s": round(v, 1) for n, v in tps.items()}
-        if len(tps) == 2:
-            out["speedup"] = round(tps["packed"] / tps["padded"], 3)
-        return out
+        return _under(entry, path, attention, pack, run)
 
     interleaved(
         device,
-        {"packed": step(True), "padded": step(False)},
+        {p: step(p) for p in shape.paths},
         shape.repeats,
         entry,
-        summarise,
+        lambda times: _rates(times, entry["tokens"], "tokens", "padded", 1),
         budget,
         save,
     )
@@ -216,33 +268,37 @@ def drafter(shape: DrafterShape, device: str, budget, entry: dict, save: Save) -
             len(b) * max(len(feats[i][0]) for i in b) for b in draws
         ),
     )
-    turn = {"plain": 0, "packed": 0}
+    turn = {p: 0 for p in shape.paths}
 
-    def step(kind: str) -> Callable[[], object]:
+    def step(path: str) -> Callable[[], object]:
+        pack, attention = DRAFTER_PATHS[path]
+
         def run():
-            chosen = [feats[i] for i in draws[turn[kind] % len(draws)]]
-            turn[kind] += 1
-            if kind == "packed":
+            chosen = [feats[i] for i in draws[turn[path] % len(draws)]]
+            turn[path] += 1
+            if pack:
                 return train_step_packed(d, opt, pack_features(chosen), train)
             ids, mask = pad_right([f[0] for f in chosen])
             hid, _ = pad_right([f[1] for f in chosen])
             return train_step(d, opt, hid, ids, mask, train)
 
-        return run
+        return _under(entry, path, attention, pack, run)
 
     def summarise(times: dict) -> dict:
-        sps = {n: shape.batch / statistics.median(ts) for n, ts in times.items() if ts}
-        out = {f"{n}_samples_per_s": round(v, 2) for n, v in sps.items()}
+        out = _rates(times, shape.batch, "samples", "plain", 2)
+        per_token = real_tokens / shape.batch
         out.update(
-            {f"{n}_tokens_per_s": round(v * real_tokens / shape.batch, 1) for n, v in sps.items()}
+            {
+                k.replace("_samples_", "_tokens_"): round(v * per_token, 1)
+                for k, v in out.items()
+                if k.endswith("_samples_per_s")
+            }
         )
-        if len(sps) == 2:
-            out["speedup"] = round(sps["packed"] / sps["plain"], 3)
         return out
 
     interleaved(
         device,
-        {"plain": step("plain"), "packed": step("packed")},
+        {p: step(p) for p in shape.paths},
         shape.repeats,
         entry,
         summarise,

@@ -230,6 +230,24 @@ def test_packed_and_padded_updates_give_the_same_loss_and_gradients(model_dir, o
     assert all(torch.allclose(wp[k], wq[k], atol=1e-4) for k in wp)
 
 
+def test_padded_micro_batches_accumulate_to_the_minibatchs_gradients(model_dir):
+    """Padded forwards of 2 sequences at a time (veRL's micro-batches, for memory) give one
+    5-sequence minibatch's loss and gradients."""
+    import torch
+
+    from real.grpo import GRPOConfig, GRPOTrainer
+
+    responses = _long_tailed(seed=3)
+    trainers = [GRPOTrainer(model_dir, GRPOConfig(minibatch=5, pack=False, micro_batch=m), seed=2,
+                            threads=1)
+                for m in (0, 2)]
+    (loss_a, grads_a), (loss_b, grads_b) = (t.gradients(responses) for t in trainers)
+    assert loss_a == pytest.approx(loss_b, rel=1e-5, abs=1e-7) and loss_a != 0.0
+    assert all(torch.allclose(grads_a[k], grads_b[k], rtol=1e-4, atol=1e-6) for k in grads_a)
+    with pytest.raises(ValueError, match="micro_batch >= 0"):
+        GRPOTrainer(model_dir, GRPOConfig(micro_batch=-1))
+
+
 def test_packed_forward_keeps_sequences_apart(model_dir):
     """A sequence's log-probs do not depend on what it is packed with (attention stays within it)."""
     import torch

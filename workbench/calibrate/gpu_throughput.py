@@ -38,6 +38,25 @@ class ThroughputRow:
         )
 
 
+# The packed paths a check may time besides "packed" (real/gpu_check/training.py): the packed
+# attention pinned to one backend of real/span_attention.py.
+OTHER_PACKED = {
+    "packed_per_span": "packed, attention per sequence without cuDNN",
+    "packed_sdpa_default": "packed, attention per sequence, torch's default kernel",
+}
+
+
+def _other_packed(sec: dict, base: str, name: str, reference: float, reference_is: str
+                  ) -> list[ThroughputRow]:
+    """The other packed paths' ratios to path `base`, beside the same reference as packed's."""
+    ratios = sec.get(f"ratio_to_{base}") or {}
+    return [
+        ThroughputRow(f"{name} {words} / {base}", "x", float(ratios[p]), reference, reference_is)
+        for p, words in OTHER_PACKED.items()
+        if ratios.get(p)
+    ]
+
+
 def paper_spot_trainer() -> dict:
     """The TLT paper's spot-trainer throughput (traces/published/tlt-paper.yaml)."""
     return yaml.safe_load(PUBLISHED.read_text(encoding="utf-8"))["spot_trainer"]
@@ -77,7 +96,10 @@ def grpo_rows(sec: dict, spec: str, gpu: str, framework: str) -> list[Throughput
                 "padded tokens / real tokens",
             )
         )
-    return rows
+    return rows + _other_packed(
+        sec, "padded", f"GRPO, {sec['model']}:", sec["padded_tokens"] / sec["tokens"],
+        "padded tokens / real tokens",
+    )
 
 
 def drafter_rows(sec: dict, profile: Profile | None) -> list[ThroughputRow]:
@@ -106,6 +128,10 @@ def drafter_rows(sec: dict, profile: Profile | None) -> list[ThroughputRow]:
                 "TLT paper",
             )
         )
+    rows += _other_packed(
+        sec, "plain", "drafter", paper["packed_samples_per_s"] / paper["plain_samples_per_s"],
+        "TLT paper (packed / plain)",
+    )
     if sec.get("packed_tokens_per_s") and profile is not None:
         rows.append(
             ThroughputRow(
