@@ -76,8 +76,8 @@ def validate_traces(traces: list[Path], prof: Profile, seed: int, out: Optional[
                              "predicted s", "measured s", "drift", "error", "raw error"]))
     if any(v.drift_factor is not None for v in results):
         typer.echo(f"measured s and error at the profile's machine speed (speed probe {prof.speed_probe_ms} ms): "
-                   "each trace's times x drift, its probe against the profile's (workbench/calibrate/drift.py); "
-                   "raw error: against the clock, the machine's drift included")
+                   "each stretch of a trace at its probe samples' speed, drift its mean factor "
+                   "(workbench/calibrate/probe_drift.py); raw error: against the clock, the machine's drift in")
     elif prof.speed_probe_ms is None:
         typer.echo("no drift correction: the profile records no machine speed (fitted on traces without a "
                    "speed probe); error includes whatever the machine drifted")
