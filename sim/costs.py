@@ -29,7 +29,8 @@ def draft_step_s(d: DrafterCost, kind: str, batch: int, strategy: Strategy | int
 
     A pass that speculates also pays the engine's host work per sequence (`sd_host_s_per_seq`),
     which a plain step hides under the GPU's: it is what makes SD's gain shrink with the batch on
-    SGLang and vLLM where the kernels alone keep it flat (docs/results.md, "SD's speedup by batch")."""
+    SGLang and vLLM where the kernels alone keep it flat (docs/results.md, "SD's speedup by
+    batch")."""
     s = Strategy.parse(strategy)
     if kind == "none" or batch <= 0:
         return 0.0

@@ -32,9 +32,10 @@ def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,
 
 @lru_cache(maxsize=32)
 def bare_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str) -> Profile:
-    """The database's costs alone: no draft-step overhead and no SD host work (what the fits of those two
-    constants start from, `gpu_validation`, `sd_batch`)."""
-    return derive_profile(arch, gpu, tp, framework, load_profile(base_name), f"{gpu}-{model_name(arch)}-tp{tp}-bare",
+    """The database's costs alone: no draft-step overhead and no SD host work (what the fits of
+    those two constants start from, `gpu_validation`, `sd_batch`)."""
+    name = f"{gpu}-{model_name(arch)}-tp{tp}-bare"
+    return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name,
                           overhead_at_reference_s=0.0, sd_host_s_per_seq=0.0).profile
 
 

@@ -69,10 +69,11 @@ def tokens_per_s(p: Profile, batch: int, strategy: Strategy, accepted: float, co
 
 
 def table_d_engine(framework: str = "sglang", sd_host_s_per_seq: float | None = None) -> Profile:
-    """Table D's engine (Qwen2.5-32B TP4, H100; Table C's shape) from the database, no draft-step overhead
-    (the SD pass's host work per sequence: the profiles' unless given)."""
+    """Table D's engine (Qwen2.5-32B TP4, H100; Table C's shape) from the database, no draft-step
+    overhead (the SD pass's host work per sequence: the profiles' unless given)."""
     c = next(m for m in load_published().measurements if m.table == "C")
-    return with_sd_host(bare_profile(c.model, "h100", c.tp, framework, BASE_PROFILE), sd_host_s_per_seq)
+    bare = bare_profile(c.model, "h100", c.tp, framework, BASE_PROFILE)
+    return with_sd_host(bare, sd_host_s_per_seq)
 
 
 def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONTEXT,
@@ -171,7 +172,8 @@ def reference_step_s(framework: str = "sglang") -> float:
     return segment_s(ref.decode, ref.drafter, "none", 1, CONTEXT, NO_SD)
 
 
-def table_e_engines(framework: str = "sglang", sd_host_s_per_seq: float | None = None) -> list[tuple[str, Profile]]:
+def table_e_engines(framework: str = "sglang",
+                    sd_host_s_per_seq: float | None = None) -> list[tuple[str, Profile]]:
     """Table E's engines (Qwen2.5-7B TP1 on each GPU) from the database alone, without draft-step overhead."""
     model = load_published().table_e_model
     return [(row, with_sd_host(bare_profile(model, gpu, 1, framework, BASE_PROFILE), sd_host_s_per_seq))
@@ -199,7 +201,8 @@ def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float,
 
 
 def fit_overhead_exponent(engines: list[tuple[str, Profile]], context: float = CONTEXT,
-                          at_reference_s: float = DRAFT_STEP_OVERHEAD_S) -> tuple[float, list[ScalingCheck]]:
+                          at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
+                          ) -> tuple[float, list[ScalingCheck]]:
     """The exponent in [0, 1] with the least squared log error over Table E's three speedups, and its checks."""
     strategy = load_published().table_e_strategy  # read once, not at every point the search tries
 

@@ -90,11 +90,12 @@ DRAFT_STEP_OVERHEAD_S = 0.000572
 MICROBENCH_CONTEXT = 2048  # the microbenchmarks' context (not published)
 DRAFT_OVERHEAD_REF_STEP_S = 0.008246
 DRAFT_OVERHEAD_EXPONENT = 0.37
-# The other engine cost outside the kernels: host work per sequence in every SD pass, which SGLang and
-# vLLM overlap with the GPU when decoding plainly and not when speculating (DrafterCost.sd_host_s_per_seq).
-# Fitted on the EAGLE-3 paper's SGLang speedups by batch (traces/published/sd-by-batch.yaml, its `fit`
-# series), jointly with the two constants above (`workbench/calibrate/sd_batch.py`, `tlt gpu-check`);
-# the same in ms on every GPU, model and TP degree (work on the host: an extrapolation, stated).
+# The other engine cost outside the kernels: host work per sequence in every SD pass, which SGLang
+# and vLLM overlap with the GPU when decoding plainly and not when speculating
+# (DrafterCost.sd_host_s_per_seq). Fitted on the EAGLE-3 paper's SGLang speedups by batch
+# (traces/published/sd-by-batch.yaml, its `fit` series), jointly with the two constants above
+# (`workbench/calibrate/sd_batch.py`, `tlt gpu-check`); the same in ms on every GPU, model and TP
+# degree (work on the host: an extrapolation, stated).
 SD_HOST_S_PER_SEQ = 7.9e-05
 
 
@@ -387,13 +388,14 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
                    sd_host_s_per_seq: float = SD_HOST_S_PER_SEQ) -> MeasuredProfile:
     """The Profile of (arch, gpu, tp, framework): every cost from the database; what it cannot give
     (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, the weight sync an
-    assumed bandwidth, each draft step's overhead `draft_overhead_s` (0 at reference: none) and the SD
-    pass's host work per sequence."""
+    assumed bandwidth, each draft step's overhead `draft_overhead_s` (0 at reference: none) and
+    the SD pass's host work per sequence."""
     a = load_architecture(arch)
     eng = Engine(arch, gpu, tp, framework, version)
     pts = measure_grid(eng)
     dec = _rounded(fit_decode(pts))
-    dr = replace(fit_drafter(_drafter_frame(pts), base.drafter), sd_host_s_per_seq=0.0)  # kernels first
+    # The kernels first: the host work is added with the overhead, after the form's errors.
+    dr = replace(fit_drafter(_drafter_frame(pts), base.drafter), sd_host_s_per_seq=0.0)
     by = {p.op: p for p in pts if p.op in ("train", "drafter_train")}
     train_fwd = by["train"].step_s / by["train"].tokens
     drafter_fwd = by["drafter_train"].step_s / by["drafter_train"].tokens
@@ -466,9 +468,11 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
             f"{IDLE_POWER_SHARE} idle (the database's rows carry no energy for these engines). Not in the database: "
             f"each EAGLE draft step's engine work outside its kernels, added to eagle_step_s: "
             f"{1e3 * overhead:.3f} ms ({1e3 * DRAFT_STEP_OVERHEAD_S:.2f} ms at the TLT paper's Table D, scaled by "
-            f"this engine's target step to the power {DRAFT_OVERHEAD_EXPONENT}, fitted to its Table E); and the "
-            f"host work per sequence of every SD pass, sd_host_s_per_seq {1e3 * fit.profile.drafter.sd_host_s_per_seq:.3f}"
-            f" ms (not overlapped with the GPU when speculating; fitted on SGLang's SD speedups by batch).")
+            f"this engine's target step to the power {DRAFT_OVERHEAD_EXPONENT}, fitted to its "
+            "Table E); "
+            "and the host work per sequence of every SD pass, sd_host_s_per_seq "
+            f"{1e3 * fit.profile.drafter.sd_host_s_per_seq:.3f} ms (not overlapped with the GPU "
+            "when speculating; fitted on SGLang's SD speedups by batch).")
 
 
 def model_name(arch: str) -> str:

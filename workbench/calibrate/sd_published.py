@@ -65,12 +65,23 @@ class SpecDecodeBenchModel:
     context: float
 
     def speedup(self, batch: int, k: int) -> float:
-        """Its throughput with a chain of K over without SD at `batch` sequences of `context` tokens."""
+        """Its throughput with a chain of K over without SD (`batch` sequences, `context` each)."""
         kv = batch * self.context
-        plain = self.target_fixed_s + self.target_s_per_kv_token * kv + self.target_s_per_batched_token * batch
-        verify = (self.target_fixed_s + self.target_s_per_kv_token * kv
-                  + self.target_s_per_batched_token * batch * (k + 1))
-        draft = self.draft_fixed_s + self.draft_s_per_kv_token * kv + self.draft_s_per_spec_token * (k + 1)
+        plain = (
+            self.target_fixed_s
+            + self.target_s_per_kv_token * kv
+            + self.target_s_per_batched_token * batch
+        )
+        verify = (
+            self.target_fixed_s
+            + self.target_s_per_kv_token * kv
+            + self.target_s_per_batched_token * batch * (k + 1)
+        )
+        draft = (
+            self.draft_fixed_s
+            + self.draft_s_per_kv_token * kv
+            + self.draft_s_per_spec_token * (k + 1)
+        )
         step = self.overhead_per_step_s
         return self.accepted_by_k[k - 1] * (plain + step) / (verify + draft + step)
 
@@ -97,7 +108,9 @@ def load_sd_published(path: str | Path = SD_PUBLISHED) -> SdPublished:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(str(path), "<file>", "unreadable", f"an sd-by-batch YAML file ({exc})") from None
+        raise ConfigError(
+            str(path), "<file>", "unreadable", f"an sd-by-batch YAML file ({exc})"
+        ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ConfigError(str(path), "schema", got, SCHEMA)
@@ -111,45 +124,81 @@ def load_sd_published(path: str | Path = SD_PUBLISHED) -> SdPublished:
 def _series(src: str, i: int, d: dict) -> SdSeries:
     where = f"series[{i}]"
     if not isinstance(d, dict):
-        raise ConfigError(src, where, d, "a mapping with name, role, framework, gpu, model, tp, points")
+        raise ConfigError(
+            src, where, d, "a mapping with name, role, framework, gpu, model, tp, points"
+        )
     try:
         role = str(d["role"])
         if role not in ROLES:
             raise ConfigError(src, f"{where}.role", role, " or ".join(ROLES))
         tp = int(d["tp"])
         pts = tuple(_point(src, f"{where}.points[{j}]", p, tp) for j, p in enumerate(d["points"]))
-        return SdSeries(str(d["name"]), role, str(d.get("source", "")), str(d["framework"]), str(d["gpu"]),
-                        str(d["model"]), tp, str(d.get("drafter", "eagle")), float(d["context"]), pts,
-                        str(d.get("version", "")))
+        return SdSeries(
+            str(d["name"]),
+            role,
+            str(d.get("source", "")),
+            str(d["framework"]),
+            str(d["gpu"]),
+            str(d["model"]),
+            tp,
+            str(d.get("drafter", "eagle")),
+            float(d["context"]),
+            pts,
+            str(d.get("version", "")),
+        )
     except KeyError as exc:
-        raise ConfigError(src, f"{where}.{exc.args[0]}", None, "a value (every series names it)") from None
+        raise ConfigError(
+            src, f"{where}.{exc.args[0]}", None, "a value (every series names it)"
+        ) from None
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
-        raise ConfigError(src, where, repr(exc), "numbers where numbers are due (tp, context)") from None
+        raise ConfigError(
+            src, where, repr(exc), "numbers where numbers are due (tp, context)"
+        ) from None
 
 
 def _point(src: str, where: str, p: dict, tp: int) -> SdPoint:
     measures = [m for m in _MEASURES if isinstance(p, dict) and p.get(m) is not None]
     if len(measures) != 1:
-        raise ConfigError(src, where, p, f"one of {', '.join(_MEASURES)} per point, with batch and strategy")
+        raise ConfigError(
+            src, where, p, f"one of {', '.join(_MEASURES)} per point, with batch and strategy"
+        )
     try:
         strategy = Strategy.parse(str(p["strategy"]))
         batch, value = int(p["batch"]), float(p[measures[0]])
         accepted = None if p.get("accepted") is None else float(p["accepted"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(src, where, p, f"batch, strategy (e.g. \"3\" or \"8_4_16\") and numbers ({exc})") from None
+        raise ConfigError(
+            src, where, p, f'batch, strategy (e.g. "3" or "8_4_16") and numbers ({exc})'
+        ) from None
     if batch < 1 or value <= 0 or (accepted is not None and accepted < 1.0):
-        raise ConfigError(src, where, p, "batch >= 1, a positive value, accepted >= 1 tokens per pass")
+        raise ConfigError(
+            src, where, p, "batch >= 1, a positive value, accepted >= 1 tokens per pass"
+        )
     return SdPoint(batch, strategy, accepted, measures[0], value, int(p.get("tp", tp)))
 
 
 def _specdecode(src: str, d: dict | None) -> SpecDecodeBenchModel:
-    fields = ("target_s_per_kv_token", "target_s_per_batched_token", "target_fixed_s", "draft_s_per_kv_token",
-              "draft_s_per_spec_token", "draft_fixed_s", "overhead_per_step_s")
+    fields = (
+        "target_s_per_kv_token",
+        "target_s_per_batched_token",
+        "target_fixed_s",
+        "draft_s_per_kv_token",
+        "draft_s_per_spec_token",
+        "draft_fixed_s",
+        "overhead_per_step_s",
+    )
     try:
-        return SpecDecodeBenchModel(*(float(d[f]) for f in fields),
-                                    tuple(float(v) for v in d["gsm8k_eagle3_accepted_by_k"]), float(d["context"]))
+        return SpecDecodeBenchModel(
+            *(float(d[f]) for f in fields),
+            tuple(float(v) for v in d["gsm8k_eagle3_accepted_by_k"]),
+            float(d["context"]),
+        )
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(src, "specdecode_bench", repr(exc), f"a mapping with {', '.join(fields)}, "
-                          "gsm8k_eagle3_accepted_by_k and context") from None
+        raise ConfigError(
+            src,
+            "specdecode_bench",
+            repr(exc),
+            f"a mapping with {', '.join(fields)}, gsm8k_eagle3_accepted_by_k and context",
+        ) from None
