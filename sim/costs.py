@@ -25,13 +25,19 @@ def draft_step_s(d: DrafterCost, kind: str, batch: int, strategy: Strategy | int
     An EAGLE engine runs its drafter's first forward in every step, SD off (K = 0) included: the
     drafter keeps a KV cache of its own, which must see every token the target emitted (vLLM's
     proposer: "the prefill forward pass above already ran to keep the drafter KV cache in sync").
-    Measured on CPU: K = 0 steps of an EAGLE engine cost 1.3-1.45x a plain engine's."""
+    Measured on CPU: K = 0 steps of an EAGLE engine cost 1.3-1.45x a plain engine's.
+
+    A pass that speculates also pays the engine's host work per sequence (`sd_host_s_per_seq`),
+    which a plain step hides under the GPU's: it is what makes SD's gain shrink with the batch on
+    SGLang and vLLM where the kernels alone keep it flat (docs/results.md, "SD's speedup by
+    batch")."""
     s = Strategy.parse(strategy)
     if kind == "none" or batch <= 0:
         return 0.0
+    host = d.sd_host_s_per_seq * batch if s.steps else 0.0
     if kind in ("ngram", "suffix"):  # model-free: a CPU lookup per sequence (prompt or earlier responses)
-        return d.ngram_s_per_seq * batch if s.steps else 0.0
-    return max(1, s.steps) * (d.eagle_step_s + d.eagle_s_per_seq * batch * s.topk)
+        return d.ngram_s_per_seq * batch + host if s.steps else 0.0
+    return max(1, s.steps) * (d.eagle_step_s + d.eagle_s_per_seq * batch * s.topk) + host
 
 
 def prefill_s(c: DecodeCost, prompt_tokens: int) -> float:

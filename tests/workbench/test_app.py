@@ -512,3 +512,15 @@ def test_plan_page_refuses_an_empty_tp_list(tmp_path: Path, monkeypatch) -> None
     at.multiselect(key="plan_tp").set_value([]).run()
     assert any("--tp" in e.value for e in at.error)
     assert at.button(key="plan_run").disabled
+
+
+def test_whatif_shows_where_sd_stops_paying_on_the_cluster(app: AppTest) -> None:
+    key = next(e.key for e in app.text_input if e.key.startswith("sdcurve_strategy:"))
+    app.text_input(key=key).set_value("3")
+    app.number_input(key=key.replace("strategy", "accept")).set_value(2.79)
+    app.run()
+    assert not app.exception, app.exception
+    text = " ".join(m.value for m in app.markdown)
+    assert "stops paying" in text and "turn SD off above batch" in text
+    app.text_input(key=key).set_value("8_x").run()
+    assert any("Strategy" in e.value for e in app.error)

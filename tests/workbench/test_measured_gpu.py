@@ -149,3 +149,7 @@ def test_tlt_gpu_check_prints_tables_e_and_c_with_their_errors():
         assert row in res.output
     assert "Table C: median |error|" in res.output and "E[L] 6.53" in res.output
     assert "best exponent" in res.output and "target step ms" in res.output
+    # The public SD-by-batch figures: the fit series, the held-out ones with their errors.
+    assert "SD's speedup by batch" in res.output
+    assert "eagle3-table3-eagle (held_out): median |error|" in res.output
+    assert "crossover published 24" in res.output and "specdecode-bench-fit" in res.output

@@ -7,11 +7,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from workbench.calibrate.measured_gpu import DERIVATION, derive_profile, model_name, package_version
+from workbench.calibrate.measured_gpu import (
+    DERIVATION,
+    SD_HOST_S_PER_SEQ,
+    derive_profile,
+    model_name,
+    package_version,
+)
 from workbench.contracts.architecture import architecture_presets
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError, save
@@ -22,6 +28,21 @@ def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,
     """`derive_profile` memoised per process (the app re-asks on every rerun)."""
     name = f"{gpu}-{model_name(arch)}-tp{tp}-{framework}"
     return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name, version).profile
+
+
+@lru_cache(maxsize=32)
+def bare_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str) -> Profile:
+    """The database's costs alone: no draft-step overhead and no SD host work (what the fits of
+    those two constants start from, `gpu_validation`, `sd_batch`)."""
+    name = f"{gpu}-{model_name(arch)}-tp{tp}-bare"
+    return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name,
+                          overhead_at_reference_s=0.0, sd_host_s_per_seq=0.0).profile
+
+
+def with_sd_host(prof: Profile, sd_host_s_per_seq: float | None) -> Profile:
+    """The profile with the SD pass's host work per sequence set (None: the profiles' constant)."""
+    h = SD_HOST_S_PER_SEQ if sd_host_s_per_seq is None else sd_host_s_per_seq
+    return replace(prof, drafter=replace(prof.drafter, sd_host_s_per_seq=h))
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from scipy.optimize import least_squares, minimize_scalar
 
 from sim.acceptance import stats_for
 from sim.costs import segment_s
+from workbench.calibrate.gpu_catalog import bare_profile, with_sd_host
 from workbench.calibrate.measured_gpu import (
     DRAFT_STEP_OVERHEAD_S,
     MICROBENCH_CONTEXT,
@@ -67,18 +68,21 @@ def tokens_per_s(p: Profile, batch: int, strategy: Strategy, accepted: float, co
     return batch * accepted / segment_s(p.decode, p.drafter, kind, batch, context, strategy)
 
 
-def table_d_engine(framework: str = "sglang") -> Profile:
-    """Table D's engine (Qwen2.5-32B TP4, H100; Table C's shape) from the database, no draft-step overhead."""
+def table_d_engine(framework: str = "sglang", sd_host_s_per_seq: float | None = None) -> Profile:
+    """Table D's engine (Qwen2.5-32B TP4, H100; Table C's shape) from the database, no draft-step
+    overhead (the SD pass's host work per sequence: the profiles' unless given)."""
     c = next(m for m in load_published().measurements if m.table == "C")
-    return derive_profile(c.model, "h100", c.tp, framework, load_profile(BASE_PROFILE), "table-d",
-                          overhead_at_reference_s=0.0).profile
+    bare = bare_profile(c.model, "h100", c.tp, framework, BASE_PROFILE)
+    return with_sd_host(bare, sd_host_s_per_seq)
 
 
-def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONTEXT) -> list[float]:
+def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONTEXT,
+                                sd_host_s_per_seq: float | None = None) -> list[float]:
     """Each Table D row's draft-step overhead: what its speedup leaves of a pass beyond the database's
-    verify and drafter costs (Qwen2.5-32B TP4, H100, batch 1; its own published accepted length)."""
+    verify and drafter costs and the pass's host work (Qwen2.5-32B TP4, H100, batch 1; its own
+    published accepted length)."""
     pub = load_published()
-    prof = table_d_engine(framework)
+    prof = table_d_engine(framework, sd_host_s_per_seq)
     rows = [m for m in pub.measurements if m.table == "D"]
     accepted = {m.strategy: m.value for m in rows if m.kind == "accepted_length"}
     out = []
@@ -168,16 +172,17 @@ def reference_step_s(framework: str = "sglang") -> float:
     return segment_s(ref.decode, ref.drafter, "none", 1, CONTEXT, NO_SD)
 
 
-def table_e_engines(framework: str = "sglang") -> list[tuple[str, Profile]]:
+def table_e_engines(framework: str = "sglang",
+                    sd_host_s_per_seq: float | None = None) -> list[tuple[str, Profile]]:
     """Table E's engines (Qwen2.5-7B TP1 on each GPU) from the database alone, without draft-step overhead."""
-    pub = load_published()
-    base = load_profile(BASE_PROFILE)
-    return [(row, derive_profile(pub.table_e_model, gpu, 1, framework, base, f"{gpu}-table-e",
-                                 overhead_at_reference_s=0.0).profile) for gpu, row in TABLE_E_GPUS.items()]
+    model = load_published().table_e_model
+    return [(row, with_sd_host(bare_profile(model, gpu, 1, framework, BASE_PROFILE), sd_host_s_per_seq))
+            for gpu, row in TABLE_E_GPUS.items()]
 
 
 def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float, ...] = (0.0, 0.5, 1.0),
-                     context: float = CONTEXT, strategy: Strategy | None = None) -> list[ScalingCheck]:
+                     context: float = CONTEXT, strategy: Strategy | None = None,
+                     at_reference_s: float = DRAFT_STEP_OVERHEAD_S) -> list[ScalingCheck]:
     """Whether the draft-step overhead is fixed in ms (exponent 0) or follows the target's step (1):
     Table E's speedups (SD over no SD, so the no-SD cost's own error cancels) on GPUs whose target
     step differs 3x (`table_e_engines`), each with Table D's overhead scaled from Table D's target step."""
@@ -187,7 +192,7 @@ def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float,
         no_sd, sd = TABLE_E_PUBLISHED[row]
         step = segment_s(bare.decode, bare.drafter, "none", 1, CONTEXT, NO_SD)
         for x in exponents:
-            overhead = draft_overhead_s(bare.decode, exponent=x)
+            overhead = draft_overhead_s(bare.decode, at_reference_s, x)
             prof = with_draft_overhead(bare, overhead)
             speedup = (tokens_per_s(prof, 1, strategy, TABLE_E_ACCEPTED, context)
                        / tokens_per_s(prof, 1, NO_SD, 1.0, context))
@@ -195,14 +200,15 @@ def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float,
     return out
 
 
-def fit_overhead_exponent(engines: list[tuple[str, Profile]],
-                          context: float = CONTEXT) -> tuple[float, list[ScalingCheck]]:
+def fit_overhead_exponent(engines: list[tuple[str, Profile]], context: float = CONTEXT,
+                          at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
+                          ) -> tuple[float, list[ScalingCheck]]:
     """The exponent in [0, 1] with the least squared log error over Table E's three speedups, and its checks."""
     strategy = load_published().table_e_strategy  # read once, not at every point the search tries
 
     def sq(x: float) -> float:
         return sum(math.log(c.predicted / c.published) ** 2
-                   for c in overhead_scaling(engines, (x,), context, strategy))
+                   for c in overhead_scaling(engines, (x,), context, strategy, at_reference_s))
 
     x = float(minimize_scalar(sq, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-4}).x)
-    return x, overhead_scaling(engines, (x,), context, strategy)
+    return x, overhead_scaling(engines, (x,), context, strategy, at_reference_s)

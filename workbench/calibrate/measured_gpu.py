@@ -75,7 +75,7 @@ LONG_CONTEXT = 32768
 # 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
 SYNC_BYTES_PER_S = 10e9
 # Bumped whenever a derived profile's numbers change for the same database (keys the disk cache).
-DERIVATION = 2
+DERIVATION = 3
 # The one engine cost the operator database cannot hold: each EAGLE draft step's work outside the
 # drafter's kernels (launches, top-k, tree bookkeeping in the engine). Its level is calibrated on the
 # TLT paper's Table D alone (batch 1, Qwen2.5-32B TP4, H100, SGLang: its six rows give 0.571-0.601 ms
@@ -86,10 +86,17 @@ DERIVATION = 2
 # DRAFT_OVERHEAD_EXPONENT, the exponent fitted to those speedups on A100, H100 and B200 alone (Qwen2.5-7B
 # TP1, target steps 3.4-11.3 ms; `gpu_validation.fit_overhead_exponent`). Table C (the reference's own
 # shape) stays a prediction; on other models and TP degrees the exponent is an extrapolation.
-DRAFT_STEP_OVERHEAD_S = 0.00058
+DRAFT_STEP_OVERHEAD_S = 0.000572
 MICROBENCH_CONTEXT = 2048  # the microbenchmarks' context (not published)
 DRAFT_OVERHEAD_REF_STEP_S = 0.008246
-DRAFT_OVERHEAD_EXPONENT = 0.36
+DRAFT_OVERHEAD_EXPONENT = 0.37
+# The other engine cost outside the kernels: host work per sequence in every SD pass, which SGLang
+# and vLLM overlap with the GPU when decoding plainly and not when speculating
+# (DrafterCost.sd_host_s_per_seq). Fitted on the EAGLE-3 paper's SGLang speedups by batch
+# (traces/published/sd-by-batch.yaml, its `fit` series), jointly with the two constants above
+# (`workbench/calibrate/sd_batch.py`, `tlt gpu-check`); the same in ms on every GPU, model and TP
+# degree (work on the host: an extrapolation, stated).
+SD_HOST_S_PER_SEQ = 7.9e-05
 
 
 def draft_overhead_s(dec: DecodeCost, at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
@@ -377,15 +384,18 @@ def with_draft_overhead(prof: Profile, overhead_s: float) -> Profile:
 
 def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, name: str,
                    version: str = "", overhead_at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
-                   overhead_exponent: float = DRAFT_OVERHEAD_EXPONENT) -> MeasuredProfile:
+                   overhead_exponent: float = DRAFT_OVERHEAD_EXPONENT,
+                   sd_host_s_per_seq: float = SD_HOST_S_PER_SEQ) -> MeasuredProfile:
     """The Profile of (arch, gpu, tp, framework): every cost from the database; what it cannot give
     (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, the weight sync an
-    assumed bandwidth, and each draft step's overhead `draft_overhead_s` (0 at reference: none)."""
+    assumed bandwidth, each draft step's overhead `draft_overhead_s` (0 at reference: none) and
+    the SD pass's host work per sequence."""
     a = load_architecture(arch)
     eng = Engine(arch, gpu, tp, framework, version)
     pts = measure_grid(eng)
     dec = _rounded(fit_decode(pts))
-    dr = fit_drafter(_drafter_frame(pts), base.drafter)
+    # The kernels first: the host work is added with the overhead, after the form's errors.
+    dr = replace(fit_drafter(_drafter_frame(pts), base.drafter), sd_host_s_per_seq=0.0)
     by = {p.op: p for p in pts if p.op in ("train", "drafter_train")}
     train_fwd = by["train"].step_s / by["train"].tokens
     drafter_fwd = by["drafter_train"].step_s / by["drafter_train"].tokens
@@ -406,7 +416,10 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
             for p in pts if p.op in ("decode", "verify", "drafter", "prefill")]
     fit = MeasuredProfile(prof, pts, errs, cov)
     overhead = draft_overhead_s(dec, overhead_at_reference_s, overhead_exponent)
-    prof = replace(with_draft_overhead(prof, overhead), fit_error_pct=sig(fit.median_abs_error_pct, 4),
+    prof = with_draft_overhead(prof, overhead)
+    prof = replace(prof, drafter=replace(prof.drafter, sd_host_s_per_seq=sd_host_s_per_seq))
+    fit = replace(fit, profile=prof)
+    prof = replace(prof, fit_error_pct=sig(fit.median_abs_error_pct, 4),
                    source=describe(fit, a, eng, overhead),
                    description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, {framework} "
                                f"{eng.version}: costs "
@@ -455,7 +468,11 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
             f"{IDLE_POWER_SHARE} idle (the database's rows carry no energy for these engines). Not in the database: "
             f"each EAGLE draft step's engine work outside its kernels, added to eagle_step_s: "
             f"{1e3 * overhead:.3f} ms ({1e3 * DRAFT_STEP_OVERHEAD_S:.2f} ms at the TLT paper's Table D, scaled by "
-            f"this engine's target step to the power {DRAFT_OVERHEAD_EXPONENT}, fitted to its Table E).")
+            f"this engine's target step to the power {DRAFT_OVERHEAD_EXPONENT}, fitted to its "
+            "Table E); "
+            "and the host work per sequence of every SD pass, sd_host_s_per_seq "
+            f"{1e3 * fit.profile.drafter.sd_host_s_per_seq:.3f} ms (not overlapped with the GPU "
+            "when speculating; fitted on SGLang's SD speedups by batch).")
 
 
 def model_name(arch: str) -> str:

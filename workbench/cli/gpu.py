@@ -30,9 +30,13 @@ def gpu_check(
                                       "measured GPU's; h100 for a CPU run)."),
     profile_out: Optional[Path] = typer.Option(None, help="--measured: also write the profile fitted to the measured "
                                                "engine points (a new, declared profile; the shipped ones stay)."),
+    sd_context: Optional[int] = typer.Option(
+        None, min=1, help="Context of the public SD-by-batch series (default: each series' "
+        "stated one; a sensitivity)."),
 ) -> None:
-    """Predict the TLT paper's Table E (Qwen2.5-7B, batch 1, with and without SD, every GPU the database covers) and
-    Table C (Qwen2.5-32B TP4 SD speedup vs batch) from measured-database profiles; print each error. With --measured,
+    """Predict the TLT paper's Table E (Qwen2.5-7B, batch 1, with and without SD, every GPU the
+    database covers), Table C (Qwen2.5-32B TP4 SD speedup vs batch) and the public SD speedups by
+    batch (SGLang, vLLM) from measured-database profiles; print each error. With --measured,
     compare a GPU check's measurements instead."""
     if measured is not None:
         from workbench.cli.gpu_measured import measured_report
@@ -83,6 +87,10 @@ def gpu_check(
     typer.echo(format_table([[f"{x.exponent:g}", x.gpu, f"{1e3 * x.target_step_s:.2f}", f"{1e3 * x.overhead_s:.3f}",
                               f"{x.published:.2f}", f"{x.predicted:.2f}", f"{x.error_pct:+.1f}%"] for x in scaled],
                             ["exponent", "GPU", "target step ms", "overhead ms", "published", "predicted", "error"]))
+    if framework == "sglang":
+        from workbench.cli.sd_curve import sd_by_batch_report
+
+        sd_by_batch_report(sd_context)
     if raw:
         e0 = table_e(framework, overhead_at_reference_s=0.0, context=context)
         c0, _ = table_c(framework, overhead_at_reference_s=0.0, context=context)

@@ -53,14 +53,21 @@ class DecodeCost:
 @dataclass(frozen=True)
 class DrafterCost:
     """Proposing drafts: the learned drafter runs one forward per draft step over batch x top-k
-    candidates (a chain: top-k 1)."""
+    candidates (a chain: top-k 1).
+
+    `sd_host_s_per_seq` is the engine's host (CPU) work per sequence in every pass that
+    speculates (accepting tokens, freeing the rejected KV slots, checking stop conditions): an
+    engine overlaps its host work with the GPU's when it decodes plainly, not when it speculates
+    (SGLang before its spec-v2 path, vLLM without async scheduling), so only SD pays it. 0: none
+    (every profile fitted on its own engine's traces, where the step times hold it already)."""
 
     eagle_step_s: float  # one drafter forward, fixed part
     eagle_s_per_seq: float  # one drafter forward, per sequence and candidate
     ngram_s_per_seq: float  # n-gram lookup per sequence per verify pass (CPU)
+    sd_host_s_per_seq: float = 0.0  # host work per sequence per SD pass, not overlapped
 
     def check(self) -> None:
-        for name in ("eagle_step_s", "eagle_s_per_seq", "ngram_s_per_seq"):
+        for name in ("eagle_step_s", "eagle_s_per_seq", "ngram_s_per_seq", "sd_host_s_per_seq"):
             v = getattr(self, name)
             require(0.0 <= v < 1.0, name, v, "seconds, >= 0 and < 1")
 

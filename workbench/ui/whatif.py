@@ -26,7 +26,7 @@ from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to
 from workbench.contracts.timeline import TAIL_DIVISOR, rollout_split
 from workbench.contracts.workload import Workload
 from workbench.plots import batch_lines
-from workbench.ui import cluster_picker, inputs, run_totals
+from workbench.ui import cluster_picker, inputs, run_totals, sd_curve_panel
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times
 from workbench.ui.length_upload import length_file_workload
@@ -416,6 +416,8 @@ def render() -> None:
     if workload is not None:  # the cluster: derived from model x GPU x TP x framework, or checked against the profile
         workload, profile = (cluster_picker.cluster_profile(workload, base_id) if derive
                              else (workload, cluster_picker.checked(workload, profile)))
+    # Hook (issue 36): SD's speedup by batch on this cluster, in its own module beside the picker.
+    sd_curve_panel.render(profile, base_id)
 
     problems = []
     if workload is None:

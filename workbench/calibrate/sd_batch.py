@@ -1,0 +1,268 @@
+"""SD's speedup by batch on measured engines: the host work per sequence that the operator database
+cannot hold, fitted on the declared series, and every public figure beside its prediction.
+
+The database prices kernels. On its costs a chain of 3 drafts plus its 4-token verify costs about
+the same multiple of a plain decode step at batch 1 and at batch 64 (the verify's GEMMs stay
+memory-bound up to a few hundred tokens), so SD's speedup would stay flat with the batch. Measured
+engines lose it as the batch grows (SGLang: 1.81x at batch 2, 1.38x at 64 for the same drafter).
+What the kernels leave out grows with the batch and is paid only when speculating: the engine's
+host work per sequence (accepting tokens, freeing rejected KV slots, checking stop conditions),
+which SGLang and vLLM overlap with the GPU's work in a plain step but run between the GPU's steps
+in an SD pass (sglang PR 9588: "Speculative decoding currently does not support overlap
+scheduling"). One constant, seconds per sequence per SD pass (`DrafterCost.sd_host_s_per_seq`).
+
+It is fitted jointly with the draft-step overhead's two constants, each on its own declared
+figures (`gpu_validation`): the overhead's level on Table D (batch 1), its exponent on Table E's
+SD speedups (batch 1), the host work on the `fit` series of `traces/published/sd-by-batch.yaml`.
+The three interact only weakly (the host work is one sequence's worth at batch 1), so a few
+rounds of fitting each with the others fixed reach the joint fit. Everything else is predicted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from sim.costs import segment_s
+from workbench.calibrate.gpu_catalog import bare_profile, with_sd_host
+from workbench.calibrate.gpu_validation import (
+    BASE_PROFILE,
+    draft_overhead_from_table_d,
+    fit_overhead_exponent,
+    table_e_engines,
+)
+from workbench.calibrate.measured_gpu import draft_overhead_s, with_draft_overhead
+from workbench.calibrate.sd_published import SdPoint, SdPublished, SdSeries, load_sd_published
+from workbench.contracts.policy import Strategy
+from workbench.contracts.profile import Profile
+
+NO_SD = Strategy.chain(0)
+HOST_BOUNDS_S = (
+    0.0,
+    2e-3,
+)  # per sequence per pass: up to 2 ms (a batch of 64 would then wait 128 ms)
+ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class EngineConstants:
+    """The engine costs outside the kernels: the draft step's overhead (level at Table D's engine,
+    exponent of its scaling with the target's step) and the SD pass's host work per sequence."""
+
+    overhead_at_reference_s: float
+    overhead_exponent: float
+    sd_host_s_per_seq: float
+
+
+@dataclass(frozen=True)
+class SdCheck:
+    """One published figure beside the prediction."""
+
+    series: str
+    role: str
+    batch: int
+    strategy: str
+    tp: int
+    measure: str  # speedup, tokens_per_s, ratio (TP4 speedup over TP1's)
+    published: float
+    predicted: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted / self.published - 1.0)
+
+
+def engine(series: SdSeries, constants: EngineConstants, tp: int | None = None) -> Profile:
+    """The series' engine from the database with the engine constants."""
+    bare = bare_profile(series.model, series.gpu, tp or series.tp, series.framework, BASE_PROFILE)
+    overhead = draft_overhead_s(
+        bare.decode, constants.overhead_at_reference_s, constants.overhead_exponent
+    )
+    return with_sd_host(with_draft_overhead(bare, overhead), constants.sd_host_s_per_seq)
+
+
+def speedup(
+    prof: Profile, kind: str, batch: int, context: float, strategy: Strategy, accepted: float
+) -> float:
+    """SD's throughput over the same engine decoding plainly (no drafter) at one batch."""
+    plain = segment_s(prof.decode, prof.drafter, "none", batch, context, NO_SD)
+    return accepted * plain / segment_s(prof.decode, prof.drafter, kind, batch, context, strategy)
+
+
+def predict_point(prof: Profile, series: SdSeries, p: SdPoint) -> float:
+    if p.measure == "tokens_per_s":
+        return p.batch / segment_s(
+            prof.decode, prof.drafter, "none", p.batch, series.context, NO_SD
+        )
+    if p.accepted is None:
+        raise ValueError(f"{series.name}: a speedup needs the accepted length to be predicted")
+    return speedup(prof, series.drafter, p.batch, series.context, p.strategy, p.accepted)
+
+
+def fit_sd_host(
+    fit_series: tuple[SdSeries, ...], overhead_at_reference_s: float, overhead_exponent: float
+) -> float:
+    """The host work per sequence per SD pass with the least squared log error over the fit series'
+    speedups, the draft-step overhead fixed."""
+    pts = [(s, p) for s in fit_series for p in s.points if p.measure == "speedup"]
+    if not pts:
+        raise ValueError("no `fit` series with speedups: nothing decides sd_host_s_per_seq")
+
+    def sq(h: float) -> float:
+        c = EngineConstants(overhead_at_reference_s, overhead_exponent, h)
+        return sum(math.log(predict_point(engine(s, c, p.tp), s, p) / p.value) ** 2 for s, p in pts)
+
+    return float(
+        minimize_scalar(sq, bounds=HOST_BOUNDS_S, method="bounded", options={"xatol": 1e-7}).x
+    )
+
+
+def fit_constants(pub: SdPublished | None = None, framework: str = "sglang") -> EngineConstants:
+    """The three engine constants, each on its declared figures, in rounds until they agree."""
+    pub = pub or load_sd_published()
+    host = 0.0
+    level = exponent = 0.0
+    for _ in range(ROUNDS):
+        level = float(np.median(draft_overhead_from_table_d(framework, sd_host_s_per_seq=host)))
+        exponent, _ = fit_overhead_exponent(table_e_engines(framework, host), at_reference_s=level)
+        host = fit_sd_host(pub.by_role("fit"), level, exponent)
+    return EngineConstants(level, exponent, host)
+
+
+def series_checks(
+    pub: SdPublished,
+    constants: EngineConstants,
+    roles: tuple[str, ...] = ("fit", "held_out"),
+    context: float | None = None,
+) -> list[SdCheck]:
+    """Every point of the series with those roles beside its prediction (`context` overrides the
+    series' stated context: a sensitivity)."""
+    out = []
+    for s in (s for s in pub.series if s.role in roles):
+        s = replace(s, context=context) if context is not None else s
+        for p in s.points:
+            if p.accepted is None and p.measure == "speedup":
+                continue
+            pred = predict_point(engine(s, constants, p.tp), s, p)
+            out.append(
+                SdCheck(s.name, s.role, p.batch, p.strategy.name, p.tp, p.measure, p.value, pred)
+            )
+    return out
+
+
+def tp_ratio_check(series: SdSeries, constants: EngineConstants) -> SdCheck:
+    """A series measured at two TP degrees with an unknown acceptance: the ratio of its speedups
+    acceptance cancels)."""
+    lo, hi = sorted(series.points, key=lambda p: p.tp)
+    pred = [
+        speedup(
+            engine(series, constants, p.tp),
+            series.drafter,
+            p.batch,
+            series.context,
+            p.strategy,
+            1.0,
+        )
+        for p in (lo, hi)
+    ]
+    return SdCheck(
+        series.name,
+        series.role,
+        hi.batch,
+        hi.strategy.name,
+        hi.tp,
+        f"ratio TP{hi.tp}/TP{lo.tp}",
+        hi.value / lo.value,
+        pred[1] / pred[0],
+    )
+
+
+def specdecode_checks(
+    pub: SdPublished,
+    constants: EngineConstants,
+    k: int = 3,
+    batches: tuple[int, ...] = (1, 8, 16, 32, 64),
+) -> list[SdCheck]:
+    """SpecDecode-Bench's fitted vLLM step model's speedup by batch (a chain of K, its GSM8K
+    beside ours for the same engine (vLLM, H100, Llama-3.1-8B)."""
+    m = pub.specdecode_bench
+    s = SdSeries(
+        "specdecode-bench-fit",
+        "context",
+        "",
+        "vllm",
+        "h100",
+        "llama3.1-8b",
+        1,
+        "eagle",
+        m.context,
+        (),
+    )
+    prof = engine(s, constants)
+    strategy, accepted = Strategy.chain(k), m.accepted_by_k[k - 1]
+    return [
+        SdCheck(
+            s.name,
+            s.role,
+            b,
+            strategy.name,
+            1,
+            "speedup",
+            m.speedup(b, k),
+            speedup(prof, "eagle", b, m.context, strategy, accepted),
+        )
+        for b in batches
+    ]
+
+
+def median_abs_error(checks: list[SdCheck]) -> float:
+    return float(np.median([abs(c.error_pct) for c in checks])) if checks else float("nan")
+
+
+def first_below_one(batches: list[int], speedups: list[float]) -> int | None:
+    """The first batch at which SD stops paying (None: it pays at every batch listed)."""
+    return next((b for b, v in zip(batches, speedups) if v < 1.0), None)
+
+
+@dataclass(frozen=True)
+class Crossover:
+    series: str
+    published: (
+        int | None
+    )  # the first published batch below 1 (None: none up to the largest measured)
+    predicted: int | None  # the first batch (1-512) the model puts below 1
+    largest: int  # the largest published batch
+
+    @property
+    def agrees(self) -> bool:
+        """Within a power of two; where none was published, none predicted up to the largest batch
+        measured."""
+        if self.published is None:
+            return self.predicted is None or self.predicted > self.largest
+        if self.predicted is None:
+            return False
+        return abs(math.log2(self.predicted / self.published)) <= 1.0
+
+
+def crossover_check(series: SdSeries, constants: EngineConstants, limit: int = 512) -> Crossover:
+    """Where the series' speedup first drops below 1, published and predicted."""
+    pts = sorted((p for p in series.points if p.measure == "speedup"), key=lambda p: p.batch)
+    p0 = pts[0]
+    prof = engine(series, constants)
+    pred = next(
+        (
+            b
+            for b in range(1, limit + 1)
+            if speedup(prof, series.drafter, b, series.context, p0.strategy, p0.accepted) < 1.0
+        ),
+        None,
+    )
+    return Crossover(
+        series.name,
+        first_below_one([p.batch for p in pts], [p.value for p in pts]),
+        pred,
+        pts[-1].batch,
+    )

@@ -1,0 +1,304 @@
+"""`tlt sd-curve`: SD's predicted speedup at each batch size on one engine, where it stops paying,
+and what that means for a policy (workbench/sd_curve.py). The last stdout line is JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from workbench.cli.apps import app
+from workbench.cli.common import fail
+from workbench.contracts.schema import ConfigError
+from workbench.tables import format_table
+
+BATCHES = "1,2,4,8,16,32,64,128,256"
+
+
+def parse_strategy(text: str):
+    """`chain:3`, `3` or a tree `8_4_16`."""
+    from workbench.contracts.policy import Strategy
+
+    t = text.strip()
+    try:
+        return Strategy.parse(t.split(":", 1)[1] if t.startswith("chain:") else t)
+    except ValueError:
+        raise ConfigError(
+            "--strategy",
+            "strategy",
+            text,
+            "chain:K (e.g. chain:3), K, or a tree steps_topk_tokens (e.g. 8_4_16)",
+        ) from None
+
+
+def parse_accept(text: Optional[str], quality: float):
+    """`--accept 2.79` (tokens per verify pass at --strategy) or `--accept 0.8,0.64,0.51`
+    acceptance by draft position); absent: the profile's acceptance model at `quality`."""
+    from workbench.sd_curve import Acceptance
+
+    if text is None:
+        return Acceptance(quality=quality)
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            "--accept",
+            "accept",
+            text,
+            "tokens per pass (e.g. 2.79) or cumulative acceptance by position (e.g. 0.8,0.64,0.51)",
+        ) from None
+    if len(values) == 1 and values[0] >= 1.0:
+        return Acceptance(tokens_per_pass=values[0], quality=quality)
+    return Acceptance(positions=values, quality=quality)
+
+
+def parse_batches(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1 or max(out) > 4096:
+        raise ConfigError(
+            "--batches", "batches", text, "comma-separated batch sizes from 1 to 4096, e.g. 1,8,64"
+        )
+    return out
+
+
+def engine_profile(profile: Optional[str], arch: Optional[str], gpu: str, tp: int, framework: str):
+    """A profile preset/file, or the measured database's profile of (arch, gpu, tp, framework),
+    kept on disk."""
+    from workbench.calibrate.gpu_catalog import disk_cached_profile, model_choices
+    from workbench.cli.profile import default_base
+    from workbench.contracts.profile import load_profile
+
+    if profile is not None:
+        return load_profile(profile)
+    if arch is None:
+        raise ConfigError(
+            "--arch/--profile",
+            "arch",
+            None,
+            "--arch MODEL (a preset such as qwen2.5-7b, a package "
+            "config name such as meta-llama/Meta-Llama-3.1-8B, or a config.json) or --profile NAME",
+        )
+    path = model_choices().get(arch, arch)
+    return disk_cached_profile(path, gpu, tp, framework, default_base("cuda", path, tp))
+
+
+def _print_curve(c) -> None:
+    rows = [
+        [
+            str(p.batch),
+            f"{p.plain_ms:.2f}",
+            f"{p.verify_ms:.2f}",
+            f"{p.draft_ms:.2f}",
+            f"{p.speedup:.2f}",
+            f"{p.speedup_over_off:.2f}",
+        ]
+        for p in c.points
+    ]
+    typer.echo(
+        format_table(
+            rows, ["batch", "plain ms", "verify ms", "draft+host ms", "speedup", "vs SD-off arm"]
+        )
+    )
+    where = f"from batch {c.crossover_batch}" if c.crossover_batch else "nowhere up to batch 256"
+    typer.echo(
+        f"SD with {c.strategy} ({c.accepted:.2f} tokens per pass) stops paying {where}. "
+        f"Implied policy: sd_threshold {c.sd_threshold} (the largest batch where some candidate "
+        "strategy still pays); per "
+        "bucket:"
+    )
+    typer.echo(
+        format_table(
+            [
+                [
+                    f"{b.min_batch}-{b.max_batch}",
+                    b.strategy if b.strategy != "0" else "off",
+                    f"{b.speedup:.2f}",
+                ]
+                for b in c.buckets
+            ],
+            ["batch", "strategy", "mean speedup"],
+        )
+    )
+
+
+def _policy_checks(context: float) -> None:
+    from workbench.calibrate.gpu_catalog import PRESET_CASES
+    from workbench.contracts.policy import load_policy
+    from workbench.contracts.profile import load_profile
+    from workbench.sd_curve import policy_check
+
+    rows = []
+    for case in PRESET_CASES:
+        prof = load_profile(case.name)
+        for name in ("tlt", "tlt-base", "tlt-vllm"):
+            c = policy_check(prof, load_policy(name), context)
+            rows.append(
+                [
+                    c.profile,
+                    c.policy,
+                    str(c.sd_threshold),
+                    c.strategy,
+                    f"{c.accepted:.2f}",
+                    str(c.crossover_batch or "-"),
+                    c.verdict,
+                ]
+            )
+    typer.echo(
+        format_table(
+            rows, ["profile", "policy", "threshold", "top bucket", "E[L]", "crossover", "verdict"]
+        )
+    )
+
+
+def sd_by_batch_report(context: Optional[float] = None) -> None:
+    """`tlt gpu-check`'s part on SD's speedup by batch: the engine constants fitted on the declared
+    series, and
+    every public figure beside its prediction (traces/published/sd-by-batch.yaml)."""
+    from workbench.calibrate import sd_batch as sb
+    from workbench.calibrate.measured_gpu import (
+        DRAFT_OVERHEAD_EXPONENT,
+        DRAFT_STEP_OVERHEAD_S,
+        SD_HOST_S_PER_SEQ,
+    )
+    from workbench.calibrate.sd_published import load_sd_published
+
+    pub = load_sd_published()
+    fit = sb.fit_constants(pub)
+    typer.echo(
+        f"SD's speedup by batch ({pub.path}): joint fit of the engine constants outside the "
+        "kernels, each on its declared figures: draft-step overhead "
+        f"{1e3 * fit.overhead_at_reference_s:.3f} ms at Table D's engine (Table D), exponent "
+        f"{fit.overhead_exponent:.3f} (Table E's SD speedups), SD host work "
+        f"{1e3 * fit.sd_host_s_per_seq:.4f} ms per sequence per pass (the `fit` series); "
+        f"profiles use {1e3 * DRAFT_STEP_OVERHEAD_S:.3f}, {DRAFT_OVERHEAD_EXPONENT}, "
+        f"{1e3 * SD_HOST_S_PER_SEQ:.4f}"
+    )
+    used = sb.EngineConstants(DRAFT_STEP_OVERHEAD_S, DRAFT_OVERHEAD_EXPONENT, SD_HOST_S_PER_SEQ)
+    checks = sb.series_checks(pub, used, context=context)
+    typer.echo(
+        format_table(
+            [
+                [
+                    c.series,
+                    c.role,
+                    str(c.batch),
+                    c.strategy,
+                    c.measure,
+                    f"{c.published:.3f}",
+                    f"{c.predicted:.3f}",
+                    f"{c.error_pct:+.1f}%",
+                ]
+                for c in checks
+            ],
+            ["series", "role", "batch", "strategy", "measure", "published", "predicted", "error"],
+        )
+    )
+    for s in (s for s in pub.series if s.role != "context"):
+        mine = [c for c in checks if c.series == s.name]
+        line = f"{s.name} ({s.role}): median |error| {sb.median_abs_error(mine):.1f}%"
+        if len({p.batch for p in s.points}) > 2:
+            x = sb.crossover_check(s, used)
+            line += (
+                f"; crossover published {x.published or f'none up to {x.largest}'}, predicted "
+                f"{x.predicted or 'none'}: {'agrees' if x.agrees else 'does NOT agree'} "
+                "(within a power of two)"
+            )
+        typer.echo(line)
+    ctx = sb.series_checks(pub, used, roles=("context",), context=context)
+    ctx += [
+        sb.tp_ratio_check(s, used)
+        for s in pub.by_role("context")
+        if len({p.tp for p in s.points}) > 1
+    ]
+    ctx += sb.specdecode_checks(pub, used)
+    typer.echo("context (not scored: what each lacks is in the file):")
+    typer.echo(
+        format_table(
+            [
+                [
+                    c.series,
+                    str(c.batch),
+                    c.strategy,
+                    f"TP{c.tp}",
+                    c.measure,
+                    f"{c.published:.3f}",
+                    f"{c.predicted:.3f}",
+                    f"{c.error_pct:+.1f}%",
+                ]
+                for c in ctx
+            ],
+            ["series", "batch", "strategy", "tp", "measure", "published", "predicted", "error"],
+        )
+    )
+
+
+@app.command("sd-curve")
+def sd_curve_cmd(
+    arch: Optional[str] = typer.Option(
+        None,
+        help="Model: a preset (qwen2.5-7b, llama3.1-8b, ...), a package config "
+        "name (meta-llama/Meta-Llama-3.1-8B) or a config.json path.",
+    ),
+    gpu: str = typer.Option(
+        "h100", help="GPU of the measured database (h100, h200, b200, a100, ...)."
+    ),
+    tp: int = typer.Option(1, min=1, help="Tensor-parallel degree of one engine."),
+    framework: str = typer.Option("sglang", help="sglang or vllm."),
+    profile: Optional[str] = typer.Option(
+        None, help="A profile preset or file instead of --arch/--gpu/--tp/--framework."
+    ),
+    drafter: str = typer.Option("eagle", help="eagle or ngram."),
+    strategy: str = typer.Option(
+        "chain:3", help="chain:K (K drafts, K + 1 verified) or a tree steps_topk_tokens."
+    ),
+    accept: Optional[str] = typer.Option(
+        None,
+        help="Tokens per verify pass at --strategy (e.g. 2.79), or cumulative "
+        "acceptance by position (e.g. 0.8,0.64,0.51); default: the profile's model.",
+    ),
+    quality: float = typer.Option(
+        1.0,
+        min=0.0,
+        max=1.0,
+        help="The learned drafter's quality for the profile's "
+        "acceptance model (1: aligned with the policy).",
+    ),
+    context: int = typer.Option(
+        2048, min=0, help="Tokens per sequence (prompt and response so far)."
+    ),
+    batches: str = typer.Option(
+        BATCHES, help="Batch sizes to print (the crossover is searched at every batch)."
+    ),
+    check_policies: bool = typer.Option(
+        False,
+        help="Also check the shipped TLT policies' thresholds against the "
+        "crossover each shipped measured-database profile predicts.",
+    ),
+) -> None:
+    """SD's speedup over plain decoding at each batch size on one engine, the batch where it stops
+    paying, and the sd_threshold and per-bucket strategies that implies. The last line is JSON:
+    batch, speedup, crossover_batch."""
+    from workbench.sd_curve import sd_curve
+
+    try:
+        s, bs = parse_strategy(strategy), parse_batches(batches)
+        acc = parse_accept(accept, quality)
+        prof = engine_profile(profile, arch, gpu, tp, framework)
+        c = sd_curve(prof, drafter, s, acc, float(context), bs)
+    except (ConfigError, ValueError) as exc:
+        fail(exc)
+    typer.echo(f"{prof.name}: {prof.description or prof.source}"[:300])
+    typer.echo(
+        f"drafter {drafter}, strategy {c.strategy}, {c.accepted:.2f} tokens per verify pass, "
+        f"context {context}; speedup over an engine without a drafter (the SD-off arm of an EAGLE "
+        "engine still runs one drafter forward per step); the SD pass's host work "
+        f"{1e3 * prof.drafter.sd_host_s_per_seq:.3f} ms a sequence"
+    )
+    _print_curve(c)
+    if check_policies:
+        _policy_checks(float(context))
+    typer.echo(json.dumps(c.as_json()))

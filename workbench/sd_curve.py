@@ -1,0 +1,284 @@
+"""SD's speedup as a function of the batch on one engine: the curve that decides where SD pays.
+
+At batch B a strategy S (a chain of K drafts or an EAGLE tree) emits E[L] tokens per sequence per
+verify pass, so its throughput over plain decoding is
+
+    speedup(B) = E[L] * T_plain(B) / (T_verify(B, S) + T_draft(B, S))
+
+with the profile's pure cost functions (sim/costs.py) at one context. "Plain" is an engine without
+a drafter (kind none): what the public measurements compare against. A TLT bandit's "SD off" arm is
+different: an EAGLE engine with K = 0 still runs one drafter forward per step, so the curve also
+reports the speedup over that arm. The crossover is the first batch where SD stops paying; a policy
+should turn SD off from there (`sd_threshold` = crossover - 1) and pick, per batch bucket, the
+strategy with the highest mean speedup over the bucket's batch sizes.
+
+Acceptance: the profile's model at a drafter quality, unless the user gives tokens per pass for
+the strategy (then every candidate's accepted drafts, E[L] - 1, are scaled by the same factor, the
+form `PositionGain` uses) or per-position cumulative acceptance r_1, r_2, ... (E[L] = 1 + sum r_i
+for chains up to that depth; other strategies are scaled as above).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.acceptance import stats_for
+from sim.costs import draft_step_s, segment_s, verify_step_s
+from workbench.contracts.policy import Policy, Strategy
+from workbench.contracts.profile import Profile
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CONTEXT = 2048.0  # tokens per sequence; `--context` (long RL responses read more KV per step)
+BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256))
+# Strategies a policy may pick per bucket: FastRL's trees (SGLang) and vLLM's chains.
+TREES = ("8_4_48", "8_4_32", "8_4_16", "8_4_8")
+CHAINS = ("1", "2", "3", "4", "5", "6", "8")
+NO_SD = Strategy.chain(0)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What the user says of acceptance: nothing (the profile's model), tokens per pass at the
+    reference strategy, or cumulative acceptance by draft position."""
+
+    tokens_per_pass: float | None = None
+    positions: tuple[float, ...] = ()
+    quality: float = 1.0  # the learned drafter's quality for the profile's model (1: aligned)
+
+    def check(self, reference: Strategy) -> None:
+        if (
+            self.tokens_per_pass is not None
+            and not 1.0 <= self.tokens_per_pass <= reference.depth + 1
+        ):
+            raise ValueError(
+                f"--accept {self.tokens_per_pass}: tokens per pass from 1 to {reference.depth + 1} "
+                f"(the strategy {reference.name} verifies at most that many a pass)"
+            )
+        if any(not 0.0 <= r <= 1.0 for r in self.positions) or list(self.positions) != sorted(
+            self.positions, reverse=True
+        ):
+            raise ValueError(
+                f"--accept {','.join(map(str, self.positions))}: cumulative acceptance by "
+                "position, "
+                "each from 0 to 1 and never rising (e.g. 0.8,0.64,0.51)"
+            )
+        if not 0.0 <= self.quality <= 1.0:
+            raise ValueError(f"quality {self.quality}: from 0 to 1")
+
+
+def tokens_per_pass(
+    prof: Profile, kind: str, acc: Acceptance, strategy: Strategy, reference: Strategy
+) -> float:
+    """E[L] of `strategy`, anchored on what the user gave for `reference`."""
+    if strategy.steps == 0 or kind == "none":
+        return 1.0
+    model = stats_for(prof.acceptance, kind, acc.quality, strategy).mean
+    if acc.positions and strategy.is_chain and strategy.depth <= len(acc.positions):
+        return 1.0 + sum(acc.positions[: strategy.depth])
+    given = acc.tokens_per_pass
+    if acc.positions:
+        given = 1.0 + sum(acc.positions[: reference.depth])
+    if given is None:
+        return model
+    ref = stats_for(prof.acceptance, kind, acc.quality, reference).mean
+    return 1.0 + (model - 1.0) * (given - 1.0) / (ref - 1.0) if ref > 1.0 else given
+
+
+def speedup(
+    prof: Profile,
+    kind: str,
+    batch: int,
+    context: float,
+    strategy: Strategy,
+    accepted: float,
+    over: str = "none",
+) -> float:
+    """Throughput with SD over the engine `over` decoding without it: "none" (no drafter) or the
+    drafter's own engine at K = 0 ("eagle": its drafter still runs a forward per step)."""
+    off = segment_s(prof.decode, prof.drafter, over, batch, context, NO_SD)
+    return accepted * off / segment_s(prof.decode, prof.drafter, kind, batch, context, strategy)
+
+
+def crossover_batch(
+    prof: Profile, kind: str, strategy: Strategy, accepted: float, context: float, limit: int = 256
+) -> int | None:
+    """The first batch (1..limit) where SD is slower than plain decoding (None: never)."""
+    return next(
+        (
+            b
+            for b in range(1, limit + 1)
+            if speedup(prof, kind, b, context, strategy, accepted) < 1.0
+        ),
+        None,
+    )
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    batch: int
+    plain_ms: float  # one plain decode step
+    verify_ms: float  # the strategy's verify pass
+    draft_ms: float  # its drafting, the SD pass's host work included
+    speedup: float  # over plain decoding
+    speedup_over_off: float  # over the drafter's engine with SD off (K = 0)
+
+
+@dataclass(frozen=True)
+class BucketPick:
+    min_batch: int
+    max_batch: int
+    strategy: str  # "0": SD off
+    speedup: float  # its mean over the bucket's batch sizes
+
+
+@dataclass(frozen=True)
+class SdCurve:
+    profile: str
+    kind: str
+    strategy: str
+    accepted: float
+    context: float
+    points: tuple[CurvePoint, ...]
+    crossover_batch: int | None
+    sd_threshold: int  # the largest batch where some candidate strategy still pays (0: none pays)
+    buckets: tuple[BucketPick, ...]
+
+    def as_json(self) -> dict:
+        return {
+            "batch": [p.batch for p in self.points],
+            "speedup": [round(p.speedup, 4) for p in self.points],
+            "crossover_batch": self.crossover_batch,
+            "sd_threshold": self.sd_threshold,
+            "speedup_over_sd_off_engine": [round(p.speedup_over_off, 4) for p in self.points],
+            "strategy": self.strategy,
+            "accepted": round(self.accepted, 4),
+            "context": self.context,
+            "buckets": [[b.min_batch, b.max_batch, b.strategy] for b in self.buckets],
+        }
+
+
+def candidates(prof: Profile, kind: str) -> tuple[Strategy, ...]:
+    """Strategies a policy may choose: trees and chains on SGLang, chains elsewhere."""
+    trees = (
+        TREES
+        if kind == "eagle" and prof.cluster is not None and prof.cluster.framework == "sglang"
+        else ()
+    )
+    return tuple(Strategy.parse(s) for s in trees + CHAINS)
+
+
+def pick_buckets(
+    prof: Profile, kind: str, acc: Acceptance, reference: Strategy, context: float, buckets=BUCKETS
+) -> tuple[BucketPick, ...]:
+    """Per bucket, the candidate with the highest mean speedup over its batch sizes (SD off where
+    none pays)."""
+    cands = [(s, tokens_per_pass(prof, kind, acc, s, reference)) for s in candidates(prof, kind)]
+    out = []
+    for lo, hi in buckets:
+        sizes = range(lo, hi + 1)
+        means = [
+            (sum(speedup(prof, kind, b, context, s, el) for b in sizes) / len(sizes), s)
+            for s, el in cands
+        ]
+        best, s = max(means, key=lambda m: (m[0], -m[1].verify_tokens))
+        out.append(BucketPick(lo, hi, s.name if best > 1.0 else "0", best if best > 1.0 else 1.0))
+    return tuple(out)
+
+
+def threshold(
+    prof: Profile, kind: str, acc: Acceptance, reference: Strategy, context: float, limit: int = 256
+) -> int:
+    """The largest batch (up to `limit`) at which the best candidate still beats plain decoding."""
+    cands = [(s, tokens_per_pass(prof, kind, acc, s, reference)) for s in candidates(prof, kind)]
+    pays = [
+        b
+        for b in range(1, limit + 1)
+        if max(speedup(prof, kind, b, context, s, el) for s, el in cands) >= 1.0
+    ]
+    return max(pays, default=0)
+
+
+def sd_curve(
+    prof: Profile,
+    kind: str,
+    strategy: Strategy,
+    acc: Acceptance,
+    context: float = CONTEXT,
+    batches: tuple[int, ...] = DEFAULT_BATCHES,
+) -> SdCurve:
+    """The curve, its crossover and what it implies for a policy."""
+    if kind not in ("eagle", "ngram"):
+        raise ValueError(f"--drafter {kind!r}: eagle or ngram")
+    if strategy.steps == 0:
+        raise ValueError(
+            "--strategy 0 is no SD: give a chain (e.g. chain:3) or a tree (e.g. 8_4_16)"
+        )
+    if not batches or min(batches) < 1 or context < 0:
+        raise ValueError(
+            f"--batches {batches}, --context {context}: batch sizes >= 1 and a context >= 0 tokens"
+        )
+    acc.check(strategy)
+    el = tokens_per_pass(prof, kind, acc, strategy, strategy)
+    pts = tuple(
+        CurvePoint(
+            b,
+            1e3 * verify_step_s(prof.decode, b, context, NO_SD),
+            1e3 * verify_step_s(prof.decode, b, context, strategy),
+            1e3 * draft_step_s(prof.drafter, kind, b, strategy),
+            speedup(prof, kind, b, context, strategy, el),
+            speedup(prof, kind, b, context, strategy, el, over=kind),
+        )
+        for b in sorted(set(batches))
+    )
+    limit = max(256, max(batches))
+    return SdCurve(
+        prof.name,
+        kind,
+        strategy.name,
+        el,
+        float(context),
+        pts,
+        crossover_batch(prof, kind, strategy, el, context, limit),
+        threshold(prof, kind, acc, strategy, context, limit),
+        pick_buckets(prof, kind, acc, strategy, context),
+    )
+
+
+@dataclass(frozen=True)
+class PolicyCheck:
+    """A shipped policy's SD threshold against the crossover its profile predicts for the strategy
+    the policy runs in its highest SD bucket."""
+
+    profile: str
+    policy: str
+    sd_threshold: int
+    strategy: str
+    accepted: float
+    crossover_batch: int | None
+
+    @property
+    def verdict(self) -> str:
+        if self.crossover_batch is not None and self.crossover_batch <= self.sd_threshold:
+            return f"SD loses from batch {self.crossover_batch}, below the threshold"
+        if self.crossover_batch is None or self.crossover_batch > 2 * self.sd_threshold:
+            return "SD still pays well above the threshold"
+        return "threshold within a power of two of the crossover"
+
+
+def policy_check(prof: Profile, policy: Policy, context: float = CONTEXT) -> PolicyCheck:
+    """The policy's top SD bucket's strategy at its threshold, on the profile (warm-started drafters
+    at the profile's warm-start quality)."""
+    rows = [r for r in policy.schedule if r.min_batch <= policy.sd_threshold and r.strategy.steps]
+    if not rows or not policy.uses_sd:
+        raise ValueError(f"policy '{policy.name}' runs no SD below its threshold")
+    s, kind = max(rows, key=lambda r: r.min_batch).strategy, policy.drafter.kind
+    quality = prof.acceptance.warm_start_quality if policy.drafter.warm_start else 1.0
+    el = stats_for(prof.acceptance, kind, quality, s).mean
+    return PolicyCheck(
+        prof.name,
+        policy.name,
+        policy.sd_threshold,
+        s.name,
+        el,
+        crossover_batch(prof, kind, s, el, context, 512),
+    )

@@ -1,0 +1,134 @@
+"""What-if's panel on SD's speedup by batch for the cluster picked (`tlt sd-curve` on the page).
+
+Beside the cluster picker: on the profile the page will simulate with, SD's predicted speedup
+over plain decoding at each batch size for a drafter, a strategy and an acceptance, the batch
+where it stops paying, and the sd_threshold and per-bucket strategies that implies
+(workbench/sd_curve.py).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from workbench.contracts.policy import Strategy
+from workbench.contracts.profile import Profile
+from workbench.sd_curve import Acceptance, SdCurve, sd_curve
+
+BATCHES = tuple(range(1, 257))
+
+
+def curve_figure(c: SdCurve) -> go.Figure:
+    """Speedup over plain decoding (and over the drafter's engine with SD off) against the batch."""
+    b = [p.batch for p in c.points]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=b,
+            y=[p.speedup for p in c.points],
+            mode="lines",
+            name="over plain decoding",
+            line=dict(color="#54A24B"),
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=b,
+            y=[p.speedup_over_off for p in c.points],
+            mode="lines",
+            name="over the SD-off arm (drafter still runs)",
+            line=dict(color="#4C78A8", dash="dot"),
+        )
+    )
+    fig.add_hline(y=1.0, line=dict(color="#E45756", width=1))
+    if c.crossover_batch:
+        fig.add_vline(
+            x=c.crossover_batch,
+            line=dict(color="#E45756", dash="dash", width=1),
+            annotation_text=f"stops paying at {c.crossover_batch}",
+        )
+    fig.update_xaxes(type="log", title_text="batch (sequences decoding together)")
+    fig.update_yaxes(title_text="SD speedup", rangemode="tozero")
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), legend=dict(x=0.55, y=0.98))
+    return fig
+
+
+def _inputs(profile: Profile, key: str) -> tuple[str, Strategy, Acceptance, float] | None:
+    c1, c2, c3, c4 = st.columns(4)
+    kind = c1.selectbox("Drafter", ["eagle", "ngram"], key=f"sdcurve_kind:{key}")
+    default = (
+        "8_4_16" if profile.cluster is not None and profile.cluster.framework == "sglang" else "3"
+    )
+    text = c2.text_input(
+        "Strategy",
+        value=default,
+        key=f"sdcurve_strategy:{key}",
+        help="A chain of K drafts (3) or an EAGLE tree steps_topk_tokens (8_4_16).",
+    )
+    accepted = c3.number_input(
+        "Tokens per pass",
+        min_value=0.0,
+        max_value=65.0,
+        value=0.0,
+        step=0.1,
+        key=f"sdcurve_accept:{key}",
+        help="Accepted length E[L] at this strategy; 0: the profile's model.",
+    )
+    context = c4.number_input(
+        "Context",
+        min_value=0,
+        max_value=131072,
+        value=2048,
+        step=512,
+        key=f"sdcurve_context:{key}",
+        help="Tokens per sequence.",
+    )
+    try:
+        strategy = Strategy.parse(text.strip().removeprefix("chain:"))
+    except ValueError as exc:
+        st.error(f"Strategy: {exc}")
+        return None
+    return kind, strategy, Acceptance(tokens_per_pass=accepted or None), float(context)
+
+
+def render(profile: Profile | None, key: str) -> None:
+    """The panel, folded, for the profile the page simulates with (nothing without one)."""
+    if profile is None:
+        return
+    with st.expander("Where SD stops paying on this cluster (speedup by batch)", expanded=False):
+        got = _inputs(profile, key)
+        if got is None:
+            return
+        kind, strategy, acc, context = got
+        try:
+            c = sd_curve(profile, kind, strategy, acc, context, BATCHES)
+        except ValueError as exc:
+            st.error(str(exc))
+            return
+        where = (
+            f"from batch **{c.crossover_batch}**" if c.crossover_batch else "at no batch up to 256"
+        )
+        st.markdown(
+            f"SD with `{c.strategy}` ({c.accepted:.2f} tokens per pass) stops paying {where}; "
+            f"a policy should turn SD off above batch **{c.sd_threshold}**."
+        )
+        st.plotly_chart(curve_figure(c), key=f"sdcurve_fig:{key}", width="stretch")
+        # A static table: the page's result tables stay its only dataframes.
+        st.table(
+            pd.DataFrame(
+                [
+                    {
+                        "batch": f"{p.min_batch}-{p.max_batch}",
+                        "strategy": p.strategy if p.strategy != "0" else "off",
+                        "mean speedup": f"{p.speedup:.2f}",
+                    }
+                    for p in c.buckets
+                ]
+            ).set_index("batch")
+        )
+        st.caption(
+            f"{profile.name}: the SD pass pays the engine's host work "
+            f"({1e3 * profile.drafter.sd_host_s_per_seq:.3f} ms a sequence) that a plain step "
+            "hides; `tlt sd-curve` prints the same, and the measurements it was checked on."
+        )
