@@ -97,6 +97,18 @@ class Seq:
     member: int  # index within the group
 
 
+def open_seqs(groups: list[Group]) -> list[Seq]:
+    """The responses of `groups` still to generate, group by group (found at once over all groups:
+    a step has thousands)."""
+    if not groups:
+        return []
+    sizes = np.fromiter((len(g.lengths) for g in groups), np.int64, len(groups))
+    open_ = np.concatenate([g.generated for g in groups]) < np.concatenate([g.lengths for g in groups])
+    group = np.repeat(np.arange(len(groups)), sizes)
+    member = np.arange(len(open_)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return [Seq(gi, m) for gi, m in zip(group[open_].tolist(), member[open_].tolist())]
+
+
 @dataclass(frozen=True)
 class Drafting:
     """How the engines draft: the drafter in use and what it yields."""
@@ -128,7 +140,9 @@ class RolloutRound:
     mixed_only: bool = False  # DAPO's dynamic sampling: only mixed-reward groups count towards stop_at
 
     def __post_init__(self):
-        self.left = [int(np.count_nonzero(g.generated < g.lengths)) for g in self.groups]
+        self.left = [0] * len(self.groups)
+        for q in self.seqs:  # the responses still to generate, by group
+            self.left[q.group] += 1
         self.complete_groups = sum(1 for n, g in zip(self.left, self.groups) if n == 0 and self._counts(g))
 
     def _counts(self, g: Group) -> bool:

@@ -37,7 +37,7 @@ from sim.costs import train_phase_s
 from sim.drafter import DrafterState, active_kind, after_policy_update, after_training, initial_state
 from sim.lengths import GroupDraw, model_group, observed_group
 from sim.results import FilterRecord, PolicyRun, StepInfo, StepMetrics, step_metrics
-from sim.rollout import NO_SD_STRATEGY, Drafting, Group, RolloutPool, RolloutRound, Seq
+from sim.rollout import NO_SD_STRATEGY, Drafting, Group, RolloutPool, RolloutRound, open_seqs
 from sim.streaming import StreamingPool
 from workbench.contracts import seeds
 from workbench.contracts.policy import Policy, Strategy
@@ -219,7 +219,7 @@ class Simulator:
         version = min(self.pool.version)
         for g in groups:
             g.version = version if g.version is None else g.version
-        seqs = [Seq(gi, m) for gi, g in enumerate(groups) for m in np.flatnonzero(g.generated < g.lengths).tolist()]
+        seqs = open_seqs(groups)
         drafting = self._drafting(step)
         ro = RolloutRound(step, drafting, groups, seqs, stop_at, env.event(), env.event(), env.event(),
                           spot=self._spot_trains(step), mixed_only=self.workload.dynamic_sampling.enabled)
