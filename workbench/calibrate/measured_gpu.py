@@ -75,7 +75,7 @@ LONG_CONTEXT = 32768
 # 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
 SYNC_BYTES_PER_S = 10e9
 # Bumped whenever a derived profile's numbers change for the same database (keys the disk cache).
-DERIVATION = 2
+DERIVATION = 3
 # The one engine cost the operator database cannot hold: each EAGLE draft step's work outside the
 # drafter's kernels (launches, top-k, tree bookkeeping in the engine). Its level is calibrated on the
 # TLT paper's Table D alone (batch 1, Qwen2.5-32B TP4, H100, SGLang: its six rows give 0.571-0.601 ms
@@ -121,6 +121,15 @@ class Coverage:
     kv_heads: int
     decode_max_context: dict[int, int]  # batch -> longest measured context (decode attention)
     prefill_max_tokens: int  # longest measured prefill sequence (context attention)
+    # The rows that answer: the rank's own heads when measured, else the nearest measured KV-head
+    # count below them (the package's engine scales those rows by the head count).
+    rows_heads: int = 0
+    rows_kv_heads: int = 0
+    measured_kv_heads: tuple[int, ...] = ()  # KV-head counts the sweep has for this head size
+
+    @property
+    def scaled(self) -> bool:
+        return self.rows_kv_heads != self.kv_heads
 
     def beyond(self, batch: int, context: int) -> float:
         """How many times past the sweep a (batch, context) decode step is (<= 1: inside it)."""
@@ -265,15 +274,42 @@ class Engine:
         reach: dict[int, int] = {}
         longest = 0
         gen, ctx = base / "generation_attention_perf.parquet", base / "context_attention_perf.parquet"
+        rows_heads, rows_kv, measured = heads, kv, ()
         if gen.is_file():
             g = pd.read_parquet(gen, columns=["batch_size", "num_heads", "num_key_value_heads", "head_dim", "step"])
-            g = g[(g.num_key_value_heads == kv) & (g.head_dim == arch.head_dim)]
-            near = g[g.num_heads == heads] if (g.num_heads == heads).any() else g[g.num_heads >= heads]
+            g = g[g.head_dim == arch.head_dim]
+            measured = tuple(sorted(int(k) for k in g.num_key_value_heads.unique()))
+            rows_kv = kv if kv in measured else max((k for k in measured if k <= kv), default=kv)
+            if rows_kv != kv:  # no rows for these heads: the nearest measured count (MHA stays MHA)
+                rows_heads = rows_kv if heads == kv else max(rows_kv, heads * rows_kv // kv)
+            g = g[g.num_key_value_heads == rows_kv]
+            near = g[g.num_heads == rows_heads] if (g.num_heads == rows_heads).any() else g[g.num_heads >= rows_heads]
             reach = {int(b): int(s) + 1 for b, s in near.groupby("batch_size").step.max().items()}
         if ctx.is_file():
             c = pd.read_parquet(ctx, columns=["isl", "head_dim"])
             longest = int(c[c.head_dim == arch.head_dim].isl.max() or 0)
-        return Coverage(heads, kv, reach, longest)
+        return Coverage(heads, kv, reach, longest, rows_heads, rows_kv, measured)
+
+    def head_scaling(self, cov: Coverage, arch: Architecture, framework: str) -> tuple[float, float]:
+        """Where the rank's heads have no rows: the engine's decode attention over the rows it scales
+        (per layer, at the same batch and context), lowest and highest over a few grid points."""
+        import pandas as pd
+
+        path = (_systems_root() / "data" / self.system / "attention" / framework / self.version
+                / "generation_attention_perf.parquet")
+        if not path.is_file():
+            return (math.nan, math.nan)
+        g = pd.read_parquet(path)
+        g = g[(g.num_key_value_heads == cov.rows_kv_heads) & (g.num_heads == cov.rows_heads)
+              & (g.head_dim == arch.head_dim) & (g.kv_cache_dtype == "bfloat16") & (g.window_size == 0)]
+        ratios = []
+        for b, c in ((1, 512), (8, 2048), (64, 2048), (256, 512), (256, 8192)):
+            row = g[(g.batch_size == b) & (g.step == c - 1)]
+            if row.empty:
+                continue
+            attn = next(o for o in self.decode(b, c)[1] if o[0].endswith("attention"))
+            ratios.append(attn[1] / (float(row.latency.min()) * arch.layers))
+        return (min(ratios), max(ratios)) if ratios else (math.nan, math.nan)
 
 
 def _total(ops: list[tuple]) -> float:
@@ -434,6 +470,14 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
     past = (f"a {LONG_CONTEXT}-token context is up to {worst[0]:.1f}x past it (at batch {worst[1]}), extrapolated by "
             f"the package's interpolator (linear in context beyond the last measured row)") if worst[0] > 1 else \
         f"a {LONG_CONTEXT}-token context lies inside it at every batch of the grid"
+    sweep = f"Decode attention sweep for these heads reaches context {reach}; {past}."
+    if cov.scaled:
+        lo, hi = eng.head_scaling(cov, a, c.framework)
+        sweep = (f"The database has no decode attention rows for {cov.kv_heads} KV heads per rank (it measured "
+                 f"{', '.join(map(str, cov.measured_kv_heads))}): the package's engine answers from the rows of "
+                 f"{cov.rows_heads} heads and {cov.rows_kv_heads} KV heads scaled by the head count "
+                 f"({lo:.2f}-{hi:.2f}x those rows per layer over the grid, checked here) and labels them silicon. "
+                 f"Their sweep reaches context {reach}; {past}.")
     return (f"derived by workbench/calibrate/measured_gpu.py from aiconfigurator-core {package_version()} "
             f"(NVIDIA's measured operator latencies) for {eng.system}, {c.framework} {c.framework_version}, TP{c.tp} "
             f"(one rank's shapes: {cov.heads} heads, {cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode "
@@ -443,7 +487,7 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
             f"forward. "
             f"Time-weighted {100 * silicon:.0f}% from measured (silicon) rows, interpolated between them by shape; "
             f"the rest from the package's empirical formulas (norms, activations, embedding) and its prefix-attention "
-            f"blend. Decode attention sweep for these heads reaches context {reach}; {past}. TP all-reduces "
+            f"blend. {sweep} TP all-reduces "
             f"{1e3 * ar:.3f} ms per decode step at B=1 (measured custom all-reduce). Form fitted by least squares on "
             f"log ratios: median |error| {fit.median_abs_error_pct:.1f}%, max {fit.max_abs_error_pct:.1f}% over "
             f"{len(fit.errors_pct)} points. Training: {TRAIN_FORWARDS} forwards per token (fwd+bwd, recompute, old and "

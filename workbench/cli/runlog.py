@@ -60,11 +60,11 @@ def _progress(t0: float):
     return show
 
 
-def _prepare(run_log: Path, flags: ShapeFlags, seed: int) -> cal.Prepared:
+def _prepare(run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[int] = None) -> cal.Prepared:
     t0 = time.perf_counter()
     typer.echo(f"reading {run_log}, then one simulation per step ...", err=True)
     try:
-        p = cal.prepare(run_log, flags, seed, _progress(t0))
+        p = cal.prepare(run_log, flags, seed, _progress(t0), fit_steps)
     except (ConfigError, ValueError) as exc:
         fail(exc)
     for line in report.shape_lines(p):
@@ -80,7 +80,7 @@ def calibrate_run_log(run_log: Path, fit_steps: int, out: Path, workload_out: Op
     if workload_out is not None and workload_out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--workload-out", "<file>", str(workload_out),
                          "a .yaml, .yml or .json file name"))
-    p = _prepare(run_log, flags, seed)
+    p = _prepare(run_log, flags, seed, fit_steps)
     try:
         result = cal.calibrate(p, fit_steps, name or out.stem)
         wl = obs = None

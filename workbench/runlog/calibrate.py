@@ -88,17 +88,27 @@ def _digest(path: str) -> str:
 
 
 def prepare(path: str | Path, flags: ShapeFlags, seed: int = 0,
-            progress: Callable[[int, int], None] | None = None) -> Prepared:
-    """Read and simulate (module docstring); refuses a bad log or shape before any simulation."""
+            progress: Callable[[int, int], None] | None = None, fit_steps: int | None = None) -> Prepared:
+    """Read and simulate (module docstring); refuses a bad log or shape before any simulation. With
+    `fit_steps`, only those steps' statistics are pooled into what other steps' lengths borrow."""
     log = read_run_log(path)
+    if fit_steps is not None:
+        check_fit_steps(log, fit_steps)
     shape = run_shape(log, flags)
     stats = step_stats(log)
     grid = max(1, shape.max_response_tokens // GRID_STEPS)
-    lengths = model_lengths(stats, shape.responses, shape.max_response_tokens, seed, grid)
+    lengths = model_lengths(stats, shape.responses, shape.max_response_tokens, seed, grid, fit_steps)
     db = engine.database_profile(shape)
     wl = engine.run_workload(shape, lengths, Path(path).stem, db.name)
     work = engine.simulate_steps(wl, db, lengths, progress)
     return Prepared(log, shape, stats, lengths, db, work, fit.measured(log), _digest(log.path))
+
+
+def check_fit_steps(log: RunLog, fit_steps: int) -> None:
+    if not 1 <= fit_steps < log.steps:
+        raise ConfigError(log.path, "--fit-steps", fit_steps,
+                          f"from 1 to {log.steps - 1}: the log has {log.steps} timed steps, and the steps "
+                          "after the fitted ones are the held-out check")
 
 
 def fitted_on(p: Prepared, fit_steps: int) -> str:
@@ -109,10 +119,7 @@ def fitted_on(p: Prepared, fit_steps: int) -> str:
 
 def calibrate(p: Prepared, fit_steps: int, name: str) -> RunCalibration:
     """Fit on the first `fit_steps` timed steps, predict them all."""
-    if not 1 <= fit_steps < p.log.steps:
-        raise ConfigError(p.log.path, "--fit-steps", fit_steps,
-                          f"from 1 to {p.log.steps - 1}: the log has {p.log.steps} timed steps, and the steps after "
-                          "the fitted ones are the held-out check")
+    check_fit_steps(p.log, fit_steps)
     on = fitted_on(p, fit_steps)
     ff = fit.fit_factors(p.work, p.measured, fit_steps, p.shape.train_forwards, on, p.database.name)
     ff = replace(ff, factors=_rounded(ff.factors))  # what the profile file holds is what predicts

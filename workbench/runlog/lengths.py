@@ -8,7 +8,8 @@ veRL logs per step the mean, the longest and the shortest response and the share
   than the step's shortest. Where the longest is below the cap, the body's top quantile is exactly
   the longest and its spread is solved so the step's mean comes out exactly. Where the longest is at
   the cap, the log says nothing of the body's top: its spread is the median spread of the run's steps
-  whose longest is below the cap, and its median is solved for the step's mean;
+  whose longest is below the cap (a calibration's fit steps only), and its median is solved for the
+  step's mean;
 - rounded to tokens, the total made equal to round(mean x N) (the update's token count);
 - placed in a random order (seeded per step): response i goes to prompt i // n, and the engines
   take the prompts in contiguous shards, as veRL splits a batch. Which engine gets the longest
@@ -139,18 +140,21 @@ def model_step(stats: StepStats, i: int, responses: int, cap: int, pooled: float
     return np.concatenate([np.sort(x), np.full(k, cap, dtype=np.int64)]), spread, k
 
 
-def pooled_spread(stats: StepStats, responses: int, cap: int) -> float:
-    """The median spread of the steps whose longest is below the cap (0.5 if none is)."""
-    below = [i for i in range(len(stats.mean)) if stats.max[i] < cap]
+def pooled_spread(stats: StepStats, responses: int, cap: int, pool: int | None = None) -> float:
+    """The median spread of the first `pool` steps (all: None) whose longest is below the cap (0.5
+    if none is). A calibration pools its fit steps only, so no held-out step reaches the fit."""
+    below = [i for i in range(len(stats.mean) if pool is None else pool) if stats.max[i] < cap]
     if not below:
         return 0.5
     z = _quantiles(responses)
     return float(np.median([_solve_spread(z, stats.max[i], stats.mean[i], max(1.0, stats.min[i])) for i in below]))
 
 
-def model_lengths(stats: StepStats, responses: int, cap: int, seed: int = 0, grid: int = 1) -> ModelledLengths:
-    """Every step's modelled lengths, each in its own seeded order (module docstring)."""
-    pooled = pooled_spread(stats, responses, cap)
+def model_lengths(stats: StepStats, responses: int, cap: int, seed: int = 0, grid: int = 1,
+                  pool: int | None = None) -> ModelledLengths:
+    """Every step's modelled lengths, each in its own seeded order (module docstring); the spread of
+    steps whose longest is at the cap pooled over the first `pool` steps (all: None)."""
+    pooled = pooled_spread(stats, responses, cap, pool)
     out, spreads, ks = [], [], []
     for i in range(len(stats.mean)):
         x, spread, k = model_step(stats, i, responses, cap, pooled, grid)
