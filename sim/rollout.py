@@ -103,7 +103,8 @@ def open_seqs(groups: list[Group]) -> list[Seq]:
     if not groups:
         return []
     sizes = np.fromiter((len(g.lengths) for g in groups), np.int64, len(groups))
-    open_ = np.concatenate([g.generated for g in groups]) < np.concatenate([g.lengths for g in groups])
+    generated = np.concatenate([g.generated for g in groups])
+    open_ = generated < np.concatenate([g.lengths for g in groups])
     group = np.repeat(np.arange(len(groups)), sizes)
     member = np.arange(len(open_)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
     return [Seq(gi, m) for gi, m in zip(group[open_].tolist(), member[open_].tolist())]
@@ -148,7 +149,8 @@ class RolloutRound:
     def _counts(self, g: Group) -> bool:
         return g.mixed or not self.mixed_only
 
-    def engine_inputs(self, seqs: list[Seq], prompt: int) -> tuple[list[float], list[int], list[float]]:
+    def engine_inputs(self, seqs: list[Seq],
+                      prompt: int) -> tuple[list[float], list[int], list[float]]:
         """For an engine's `seqs`: the tokens each has still to generate, its context (its prompt,
         `prompt` for a group without its own, plus what it generated before) and what it generated
         before, gathered from the groups' arrays at once (a step has thousands of responses)."""
@@ -163,7 +165,8 @@ class RolloutRound:
         gi = np.fromiter((q.group for q in seqs), np.int64, len(seqs))
         at = starts[gi] + np.fromiter((q.member for q in seqs), np.int64, len(seqs))
         done = generated[at]
-        return (lengths[at] - done).tolist(), (prompts[gi] + done.astype(np.int64)).tolist(), done.tolist()
+        context = prompts[gi] + done.astype(np.int64)
+        return (lengths[at] - done).tolist(), context.tolist(), done.tolist()
 
     def finished(self, seq: Seq) -> None:
         self.groups[seq.group].finish(seq.member)

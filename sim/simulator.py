@@ -290,7 +290,8 @@ class Simulator:
         if not groups:
             return 0
         responses = int(np.concatenate([g.lengths for g in groups]).sum())
-        return responses + sum(g.prompt(self.workload.prompt_tokens) * len(g.lengths) for g in groups)
+        prompt = self.workload.prompt_tokens
+        return responses + sum(g.prompt(prompt) * len(g.lengths) for g in groups)
 
     def _spot_trains(self, step: int) -> bool:
         """Spot training runs in every `interval_steps`-th rollout (FastRL trains every 10 RL steps)."""

@@ -53,7 +53,9 @@ def runs(repo_root, tmp_path_factory):
     src = repo_root / "traces" / "published" / "verl-runs"
     d = tmp_path_factory.mktemp("runlogs")
     excerpt(src / "grpo_run_deepseek7b_llm.log.gz", d / "grpo.log", STEPS)
-    excerpt(src / "grpo_run_deepseek7b_llm.log.gz", d / "grpo-perturbed.log", STEPS, scale_after=FIT)
+    excerpt(
+        src / "grpo_run_deepseek7b_llm.log.gz", d / "grpo-perturbed.log", STEPS, scale_after=FIT
+    )
     excerpt(src / "ppo_run_deepseek7b_llm.log.gz", d / "ppo.log", 16)
     return d
 
@@ -70,11 +72,14 @@ def grpo(runs):
 
 
 def test_held_out_steps_never_reach_the_fit(runs, grpo):
-    """Tripling the held-out steps' rollout times and length statistics leaves the factors as they were."""
+    """Tripling the held-out steps' rollout times and length statistics leaves the factors as they
+    were."""
     perturbed = cal.prepare(runs / "grpo-perturbed.log", ShapeFlags(gpu="h100"), fit_steps=FIT)
     a, b = cal.calibrate(grpo, FIT, "a"), cal.calibrate(perturbed, FIT, "a")
     assert replace(a.factors.factors, fitted_on="") == replace(b.factors.factors, fitted_on="")
-    assert not np.allclose(a.predicted.gen_s[FIT:], b.predicted.gen_s[FIT:])  # the held-out steps did change
+    assert not np.allclose(
+        a.predicted.gen_s[FIT:], b.predicted.gen_s[FIT:]
+    )  # the held-out steps did change
     np.testing.assert_array_equal(a.predicted.gen_s[:FIT], b.predicted.gen_s[:FIT])
 
 
@@ -84,7 +89,9 @@ def test_each_prediction_is_the_fitted_profile_s_simulation_of_that_step(grpo):
     wl = engine.run_workload(grpo.shape, grpo.lengths, "run", c.profile.name)
     for i in (0, FIT + 3):
         w = replace(wl, prompt_tokens=int(grpo.lengths.prompt_tokens[i]))
-        m = simulate(w, load_policy("baseline"), c.profile, steps=1, replay=[grpo.lengths.lengths[i]]).steps[0]
+        m = simulate(
+            w, load_policy("baseline"), c.profile, steps=1, replay=[grpo.lengths.lengths[i]]
+        ).steps[0]
         # the profile holds each cost to 5 significant digits (sig): the two agree to that
         assert m.rollout_time_s + m.sync_time_s == pytest.approx(c.predicted.gen_s[i], rel=1e-4)
         assert m.train_time_s == pytest.approx(c.predicted.update_s[i], rel=1e-4)
@@ -100,34 +107,85 @@ def test_the_calibration_beats_holding_the_first_steps_constant(grpo):
 def test_calibrate_validate_and_compare_from_the_command_line(runs, tmp_path):
     out, wl = tmp_path / "p.yaml", tmp_path / "w.yaml"
     cli = CliRunner()
-    res = cli.invoke(app, ["calibrate", "--run-log", str(runs / "grpo.log"), "--fit-steps", str(FIT), "--gpu", "h100",
-                           "--out", str(out), "--workload-out", str(wl)])
+    res = cli.invoke(
+        app,
+        [
+            "calibrate",
+            "--run-log",
+            str(runs / "grpo.log"),
+            "--fit-steps",
+            str(FIT),
+            "--gpu",
+            "h100",
+            "--out",
+            str(out),
+            "--workload-out",
+            str(wl),
+        ],
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output.strip().splitlines()[-1])
-    for key in ("gen_heldout_median_abs_error_pct", "step_heldout_median_abs_error_pct",
-                "gen_heldout_p90_abs_error_pct", "update_heldout_median_abs_error_pct"):
+    for key in (
+        "gen_heldout_median_abs_error_pct",
+        "step_heldout_median_abs_error_pct",
+        "gen_heldout_p90_abs_error_pct",
+        "update_heldout_median_abs_error_pct",
+    ):
         assert summary[key] is not None
-    assert "tp                   2" in res.output and "<- log: actor_rollout_ref.rollout.tensor" in res.output
+    assert (
+        "tp                   2" in res.output
+        and "<- log: actor_rollout_ref.rollout.tensor" in res.output
+    )
     prof = load_profile(out)
-    assert prof.run_factors is not None and prof.fitted_on[0].startswith("runlog:grpo.log steps 1-24")
+    assert prof.run_factors is not None and prof.fitted_on[0].startswith(
+        "runlog:grpo.log steps 1-24"
+    )
     assert out.with_suffix(".png").is_file() and (tmp_path / "p.runlog.json").is_file()
 
-    res = cli.invoke(app, ["validate", "--run-log", str(runs / "ppo.log"), "--profile", str(out), "--group-size", "1",
-                           "--out", str(tmp_path / "v")])
+    res = cli.invoke(
+        app,
+        [
+            "validate",
+            "--run-log",
+            str(runs / "ppo.log"),
+            "--profile",
+            str(out),
+            "--group-size",
+            "1",
+            "--out",
+            str(tmp_path / "v"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     v = json.loads(res.output.strip().splitlines()[-1])
     assert v["steps"] == 16 and not v["in_sample"]
     assert v["gen_median_abs_error_pct"] is not None and v["step_median_abs_error_pct"] is not None
     assert "h100-deepseek-llm-7b-chat-tp4-vllm" in res.output  # the engine derived again for TP4
 
-    res = cli.invoke(app, ["compare", "--workload", str(wl), "--policies", "baseline,tlt-base", "--seeds", "1",
-                           "--steps", "1", "--out", str(tmp_path / "c")])
+    res = cli.invoke(
+        app,
+        [
+            "compare",
+            "--workload",
+            str(wl),
+            "--policies",
+            "baseline,tlt-base",
+            "--seeds",
+            "1",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "c"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "measured (the run's log" in res.output and "modelled, not in the log" in res.output
 
 
 def test_the_database_says_what_it_does_without_rows_for_32_kv_heads():
-    src = derive_profile("deepseek-llm-7b-chat", "h100", 2, "vllm", load_profile("h100-qwen2.5-7b-tp1"), "x").profile
+    src = derive_profile(
+        "deepseek-llm-7b-chat", "h100", 2, "vllm", load_profile("h100-qwen2.5-7b-tp1"), "x"
+    ).profile
     assert "reaches context ;" not in src.source and "infx" not in src.source
     assert "no decode attention rows for 16 KV heads per rank" in src.source
     assert "scaled by the head count" in src.source

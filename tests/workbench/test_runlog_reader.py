@@ -38,9 +38,17 @@ python3 -m verl.trainer.main_ppo \\
 
 
 def step_line(step: int, gen: float = 10.0, prefix: str = "timing_s", **extra: float) -> str:
-    values = {"response_length/mean": 60.0, "response_length/max": 200.0, "response_length/min": 5.0,
-              "response_length/clip_ratio": 0.0, "prompt_length/mean": 40.0, f"{prefix}/gen": gen,
-              f"{prefix}/update_actor": 3.0, f"{prefix}/step": gen + 5.0, **extra}
+    values = {
+        "response_length/mean": 60.0,
+        "response_length/max": 200.0,
+        "response_length/min": 5.0,
+        "response_length/clip_ratio": 0.0,
+        "prompt_length/mean": 40.0,
+        f"{prefix}/gen": gen,
+        f"{prefix}/update_actor": 3.0,
+        f"{prefix}/step": gen + 5.0,
+        **extra,
+    }
     return f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in values.items()) + "\n"
 
 
@@ -62,21 +70,32 @@ def test_the_launch_command_resolves_shell_variables(verl_runs):
     log = read_run_log(verl_runs / GRPO)
     tp = log.command.get("actor_rollout_ref.rollout.tensor_model_parallel_size")
     assert (tp.value, tp.written) == ("2", "$TP_VALUE")
-    assert log.command.get("actor_rollout_ref.model.path").value == "deepseek-ai/deepseek-llm-7b-chat"
+    assert (
+        log.command.get("actor_rollout_ref.model.path").value == "deepseek-ai/deepseek-llm-7b-chat"
+    )
     assert log.command.get("data.train_files").unresolved == "train_files"
     cmd = parse_command(COMMAND.splitlines())
-    assert cmd.get("actor_rollout_ref.rollout.tensor_model_parallel_size").value == "2"  # ${TP_VALUE}
+    assert (
+        cmd.get("actor_rollout_ref.rollout.tensor_model_parallel_size").value == "2"
+    )  # ${TP_VALUE}
     assert cmd.get("trainer.nnodes").value == "1"  # Hydra's + prefix
 
 
 def test_the_shape_comes_from_the_log_and_flags_override_it(verl_runs):
     log = read_run_log(verl_runs / GRPO)
     shape = run_shape(log, ShapeFlags(gpu="h100"))
-    assert (shape.engines, shape.tp, shape.prompts_per_step, shape.group_size, shape.max_response_tokens) == \
-        (4, 2, 1024, 5, 1024)
+    assert (
+        shape.engines,
+        shape.tp,
+        shape.prompts_per_step,
+        shape.group_size,
+        shape.max_response_tokens,
+    ) == (4, 2, 1024, 5, 1024)
     assert shape.arch == "deepseek-llm-7b-chat" and shape.train_forwards == 6
     taken = {t.field: t.source for t in shape.taken}
-    assert taken["tp"].startswith("log: actor_rollout_ref.rollout.tensor_model_parallel_size=$TP_VALUE")
+    assert taken["tp"].startswith(
+        "log: actor_rollout_ref.rollout.tensor_model_parallel_size=$TP_VALUE"
+    )
     assert taken["max_batch"].startswith("veRL's default")
     flagged = run_shape(log, ShapeFlags(gpu="h100", tp=4, group_size=2))
     assert (flagged.engines, flagged.group_size) == (2, 2)
@@ -101,9 +120,16 @@ def test_older_timing_names_read_as_new_ones(tmp_path):
 
 def test_ray_prefixes_colours_unknown_lines_and_a_cut_last_line_are_skipped(tmp_path):
     path = tmp_path / "noisy.log"
-    lines = [COMMAND, "WARNING something\n", f"(main_task pid=42) \x1b[36m{step_line(1).rstrip()}\x1b[0m\n",
-             "[prompt] what is 2+2\n", step_line(2), "step:3 - val/test_score/openai/gsm8k:0.5\n",
-             step_line(4), step_line(5)[:60]]
+    lines = [
+        COMMAND,
+        "WARNING something\n",
+        f"(main_task pid=42) \x1b[36m{step_line(1).rstrip()}\x1b[0m\n",
+        "[prompt] what is 2+2\n",
+        step_line(2),
+        "step:3 - val/test_score/openai/gsm8k:0.5\n",
+        step_line(4),
+        step_line(5)[:60],
+    ]
     path.write_text("".join(lines))
     log = read_run_log(path)
     assert list(log.metrics["step"]) == [1, 2, 4]
@@ -112,15 +138,26 @@ def test_ray_prefixes_colours_unknown_lines_and_a_cut_last_line_are_skipped(tmp_
 
 
 def test_a_table_export_reads_like_the_console(tmp_path):
-    rows = [{"_step": s, "timing/gen": 10.0 + s, "timing/step": 15.0 + s, "response_length/mean": 60.0,
-             "response_length/max": 200.0, "prompt_length/mean": 40.0} for s in range(1, 6)]
+    rows = [
+        {
+            "_step": s,
+            "timing/gen": 10.0 + s,
+            "timing/step": 15.0 + s,
+            "response_length/mean": 60.0,
+            "response_length/max": 200.0,
+            "prompt_length/mean": 40.0,
+        }
+        for s in range(1, 6)
+    ]
     rows.append({"_step": 6, "val/test_score": 0.5})
     for path in (tmp_path / "m.csv", tmp_path / "m.jsonl", tmp_path / "m.parquet"):
         frame = pd.DataFrame(rows)
         if path.suffix == ".csv":
             frame.to_csv(path, index=False)
         elif path.suffix == ".jsonl":
-            path.write_text("".join(json.dumps({k: v for k, v in r.items() if v == v}) + "\n" for r in rows))
+            path.write_text(
+                "".join(json.dumps({k: v for k, v in r.items() if v == v}) + "\n" for r in rows)
+            )
         else:
             frame.to_parquet(path)
         log = read_run_log(path)
@@ -137,17 +174,23 @@ def test_each_step_s_modelled_lengths_keep_its_statistics(verl_runs):
         assert len(x) == 5120
         assert x.mean() == pytest.approx(stats.mean[i], abs=1e-3)  # the update's tokens exactly
         assert x.max() == stats.max[i]
-        assert int((x >= 1024).sum()) == max(int(stats.max[i] >= 1024), round(stats.clip_ratio[i] * 5120))
+        assert int((x >= 1024).sum()) == max(
+            int(stats.max[i] >= 1024), round(stats.clip_ratio[i] * 5120)
+        )
     assert np.array_equal(m.lengths[3], model_lengths(stats, 5120, 1024, seed=0, grid=8).lengths[3])
-    assert not np.array_equal(m.lengths[3], model_lengths(stats, 5120, 1024, seed=1, grid=8).lengths[3])
+    assert not np.array_equal(
+        m.lengths[3], model_lengths(stats, 5120, 1024, seed=1, grid=8).lengths[3]
+    )
 
 
 BAD_LOGS = {
     "no step lines": ("just a warning\nanother line\n", "no step lines"),
     "no timed step": ("step:1 - val/test_score:0.5\nstep:2 - val/test_score:0.6\n", "timing_s/gen"),
     "negative timing": (step_line(1) + step_line(2, gen=-3.0) + step_line(3), "timing_s/gen"),
-    "non-numeric timing": (step_line(1).replace("timing_s/gen:10.0", "timing_s/gen:fast") + step_line(2),
-                           "timing_s/gen"),
+    "non-numeric timing": (
+        step_line(1).replace("timing_s/gen:10.0", "timing_s/gen:fast") + step_line(2),
+        "timing_s/gen",
+    ),
 }
 
 
@@ -160,13 +203,28 @@ def test_a_bad_log_is_refused_naming_the_file_line_and_key(tmp_path, case):
         read_run_log(path)
     assert str(path) in str(exc.value)
     if case in ("negative timing", "non-numeric timing"):
-        assert f"{path}:{COMMAND.count(chr(10)) + 1 + (case == 'negative timing')}" in str(exc.value)
+        assert f"{path}:{COMMAND.count(chr(10)) + 1 + (case == 'negative timing')}" in str(
+            exc.value
+        )
 
 
 def _calibrate(tmp_path, log, *extra):
     out = tmp_path / "out" / "p.yaml"
-    res = CliRunner().invoke(app, ["calibrate", "--run-log", str(log), "--gpu", "h100", "--out", str(out),
-                                   "--workload-out", str(tmp_path / "out" / "w.yaml"), *extra])
+    res = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "--run-log",
+            str(log),
+            "--gpu",
+            "h100",
+            "--out",
+            str(out),
+            "--workload-out",
+            str(tmp_path / "out" / "w.yaml"),
+            *extra,
+        ],
+    )
     return res, out
 
 
@@ -175,9 +233,12 @@ def test_bad_files_and_flags_exit_2_with_nothing_written(tmp_path):
     binary.write_bytes(b"\x00\x01step:1 - timing_s/gen:1\x00")
     short = tmp_path / "short.log"
     short.write_text(COMMAND + "".join(step_line(s) for s in range(1, 6)))
-    cases = [(binary, [], "binary", str(binary)), (short, ["--fit-steps", "5"], "--fit-steps", str(short)),
-             (short, ["--fit-steps", "3", "--tp", "3"], "divides the run's 4 GPUs", str(short)),
-             (short, ["--fit-steps", "3", "--arch", "no-such-model"], "architecture preset", "--arch")]
+    cases = [
+        (binary, [], "binary", str(binary)),
+        (short, ["--fit-steps", "5"], "--fit-steps", str(short)),
+        (short, ["--fit-steps", "3", "--tp", "3"], "divides the run's 4 GPUs", str(short)),
+        (short, ["--fit-steps", "3", "--arch", "no-such-model"], "architecture preset", "--arch"),
+    ]
     for log, extra, message, where in cases:
         res, out = _calibrate(tmp_path, log, *extra)
         assert res.exit_code == 2, res.output

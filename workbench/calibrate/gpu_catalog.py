@@ -51,8 +51,10 @@ def preset_profile(case: PresetCase) -> Profile:
 
 def default_base_profile(arch: str, tp: int) -> str:
     """What the database cannot give (acceptance, the drafter's learning curve) comes from the H100
-    profile of this model and TP fitted to the TLT paper when there is one, else Qwen2.5-7B's at TP1."""
-    name = Path(arch).stem if Path(arch).is_file() else arch  # a preset's dots are not a suffix (qwen2.5-7b)
+    profile of this model and TP fitted to the TLT paper when there is one, else Qwen2.5-7B's at
+    TP1."""
+    # a preset's dots are not a suffix (qwen2.5-7b)
+    name = Path(arch).stem if Path(arch).is_file() else arch
     same = f"h100-{name}-tp{tp}"
     return same if same in profile_presets() else "h100-qwen2.5-7b-tp1"
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import tempfile
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -37,6 +36,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from sim.costs import draft_step_s, prefill_s, verify_step_s
+from workbench.calibrate.attention_coverage import Coverage, attention_coverage, sweep_sentence
 from workbench.calibrate.operators import fit_drafter
 from workbench.calibrate.trace_view import sig
 from workbench.contracts.architecture import Architecture, load_architecture
@@ -111,31 +111,6 @@ class Point:
     step_s: float
     silicon_share: float  # share of the step's time from measured rows (the rest: interpolated/empirical)
     allreduce_s: float  # the TP all-reduces inside the step
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """How far the attention sweep reaches for this model's heads per rank."""
-
-    heads: int
-    kv_heads: int
-    decode_max_context: dict[int, int]  # batch -> longest measured context (decode attention)
-    prefill_max_tokens: int  # longest measured prefill sequence (context attention)
-    # The rows that answer: the rank's own heads when measured, else the nearest measured KV-head
-    # count below them (the package's engine scales those rows by the head count).
-    rows_heads: int = 0
-    rows_kv_heads: int = 0
-    measured_kv_heads: tuple[int, ...] = ()  # KV-head counts the sweep has for this head size
-
-    @property
-    def scaled(self) -> bool:
-        return self.rows_kv_heads != self.kv_heads
-
-    def beyond(self, batch: int, context: int) -> float:
-        """How many times past the sweep a (batch, context) decode step is (<= 1: inside it)."""
-        near = [b for b in self.decode_max_context if b >= batch] or [max(self.decode_max_context, default=1)]
-        reach = self.decode_max_context.get(min(near), 0)
-        return context / reach if reach else math.inf
 
 
 def gpu_names() -> list[str]:
@@ -266,50 +241,12 @@ class Engine:
         ops += [o for o in self._gen(model, 1, tokens, x=tokens) if o[0].endswith("logits_gemm")]
         return _total(ops), ops
 
+    def attention_dir(self, framework: str) -> Path:
+        """Where the package keeps this GPU's attention rows for `framework` at this version."""
+        return _systems_root() / "data" / self.system / "attention" / framework / self.version
+
     def coverage(self, arch: Architecture, tp: int, framework: str) -> Coverage:
-        import pandas as pd
-
-        heads, kv = max(1, arch.heads // tp), max(1, arch.kv_heads // tp)
-        base = _systems_root() / "data" / self.system / "attention" / framework / self.version
-        reach: dict[int, int] = {}
-        longest = 0
-        gen, ctx = base / "generation_attention_perf.parquet", base / "context_attention_perf.parquet"
-        rows_heads, rows_kv, measured = heads, kv, ()
-        if gen.is_file():
-            g = pd.read_parquet(gen, columns=["batch_size", "num_heads", "num_key_value_heads", "head_dim", "step"])
-            g = g[g.head_dim == arch.head_dim]
-            measured = tuple(sorted(int(k) for k in g.num_key_value_heads.unique()))
-            rows_kv = kv if kv in measured else max((k for k in measured if k <= kv), default=kv)
-            if rows_kv != kv:  # no rows for these heads: the nearest measured count (MHA stays MHA)
-                rows_heads = rows_kv if heads == kv else max(rows_kv, heads * rows_kv // kv)
-            g = g[g.num_key_value_heads == rows_kv]
-            near = g[g.num_heads == rows_heads] if (g.num_heads == rows_heads).any() else g[g.num_heads >= rows_heads]
-            reach = {int(b): int(s) + 1 for b, s in near.groupby("batch_size").step.max().items()}
-        if ctx.is_file():
-            c = pd.read_parquet(ctx, columns=["isl", "head_dim"])
-            longest = int(c[c.head_dim == arch.head_dim].isl.max() or 0)
-        return Coverage(heads, kv, reach, longest, rows_heads, rows_kv, measured)
-
-    def head_scaling(self, cov: Coverage, arch: Architecture, framework: str) -> tuple[float, float]:
-        """Where the rank's heads have no rows: the engine's decode attention over the rows it scales
-        (per layer, at the same batch and context), lowest and highest over a few grid points."""
-        import pandas as pd
-
-        path = (_systems_root() / "data" / self.system / "attention" / framework / self.version
-                / "generation_attention_perf.parquet")
-        if not path.is_file():
-            return (math.nan, math.nan)
-        g = pd.read_parquet(path)
-        g = g[(g.num_key_value_heads == cov.rows_kv_heads) & (g.num_heads == cov.rows_heads)
-              & (g.head_dim == arch.head_dim) & (g.kv_cache_dtype == "bfloat16") & (g.window_size == 0)]
-        ratios = []
-        for b, c in ((1, 512), (8, 2048), (64, 2048), (256, 512), (256, 8192)):
-            row = g[(g.batch_size == b) & (g.step == c - 1)]
-            if row.empty:
-                continue
-            attn = next(o for o in self.decode(b, c)[1] if o[0].endswith("attention"))
-            ratios.append(attn[1] / (float(row.latency.min()) * arch.layers))
-        return (min(ratios), max(ratios)) if ratios else (math.nan, math.nan)
+        return attention_coverage(self.attention_dir(framework), arch, tp)
 
 
 def _total(ops: list[tuple]) -> float:
@@ -464,20 +401,9 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
     extrapolated; the form's fit error; what was assumed."""
     pts, cov, c = fit.points, fit.coverage, fit.profile.cluster
     silicon = float(np.average([p.silicon_share for p in pts], weights=[p.step_s for p in pts]))
-    worst = max((cov.beyond(b, LONG_CONTEXT), b) for b in DECODE_BATCHES)
-    reach = ", ".join(f"B={b}: {s}" for b, s in sorted(cov.decode_max_context.items()) if b in (1, 8, 64, 256))
     ar = max((p.allreduce_s for p in pts if p.op == "decode" and p.batch == 1), default=0.0)
-    past = (f"a {LONG_CONTEXT}-token context is up to {worst[0]:.1f}x past it (at batch {worst[1]}), extrapolated by "
-            f"the package's interpolator (linear in context beyond the last measured row)") if worst[0] > 1 else \
-        f"a {LONG_CONTEXT}-token context lies inside it at every batch of the grid"
-    sweep = f"Decode attention sweep for these heads reaches context {reach}; {past}."
-    if cov.scaled:
-        lo, hi = eng.head_scaling(cov, a, c.framework)
-        sweep = (f"The database has no decode attention rows for {cov.kv_heads} KV heads per rank (it measured "
-                 f"{', '.join(map(str, cov.measured_kv_heads))}): the package's engine answers from the rows of "
-                 f"{cov.rows_heads} heads and {cov.rows_kv_heads} KV heads scaled by the head count "
-                 f"({lo:.2f}-{hi:.2f}x those rows per layer over the grid, checked here) and labels them silicon. "
-                 f"Their sweep reaches context {reach}; {past}.")
+    sweep = sweep_sentence(cov, a, eng.attention_dir(c.framework), eng.decode, LONG_CONTEXT,
+                           DECODE_BATCHES)
     return (f"derived by workbench/calibrate/measured_gpu.py from aiconfigurator-core {package_version()} "
             f"(NVIDIA's measured operator latencies) for {eng.system}, {c.framework} {c.framework_version}, TP{c.tp} "
             f"(one rank's shapes: {cov.heads} heads, {cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode "

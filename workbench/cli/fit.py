@@ -49,8 +49,8 @@ def calibrate(
         "one the EAGLE captures are left out)."),
     rounds: int = typer.Option(2, min=1, help="With --model: how many times every fit shape is captured per "
                                "drafter kind."),
-    seed: int = typer.Option(0, help="With --model: seed of the captures' prompts and sampling; with --run-log: of "
-                             "the order each step's modelled responses take."),
+    seed: int = typer.Option(0, help="With --model: seed of the captures' prompts and sampling; "
+                             "with --run-log: of the order each step's modelled responses take."),
     drift: str = typer.Option(
         "auto", help="With --model: drift normalisation of the profile: probe (a reference workload timed between "
         "the capture's engine steps), reference (its wall time before and after each capture), cpu (its CPU time "
@@ -64,25 +64,26 @@ def calibrate(
         "staleness). Alone: on top of --base."),
     task: Optional[Path] = typer.Option(None, help="With --model: " + TASK_HELP),
     reward: Optional[str] = typer.Option(None, help="With --task: " + REWARD_HELP),
-    run_log: Optional[Path] = typer.Option(None, "--run-log", help=rl.RUN_LOG_HELP + " Fits run-level factors over "
-                                           "the measured database on its first --fit-steps steps, predicts the rest."),
-    fit_steps: int = typer.Option(100, "--fit-steps", min=1, help="With --run-log: the first steps fitted on."),
-    workload_out: Optional[Path] = typer.Option(None, "--workload-out", help="With --run-log: also write the run's "
-                                                "workload (its modelled lengths replayed)."),
+    run_log: Optional[Path] = typer.Option(
+        None, "--run-log", help=rl.RUN_LOG_HELP + " Fits run-level factors over the measured "
+        "database on its first --fit-steps steps, predicts the rest."),
+    fit_steps: int = typer.Option(100, "--fit-steps", min=1, help="With --run-log: fit on these."),
+    workload_out: Optional[Path] = typer.Option(None, "--workload-out", help="With --run-log: "
+                                                "also write the run's workload (replayed)."),
     arch: Optional[str] = rl.ARCH, gpu: Optional[str] = rl.GPU, gpus: Optional[int] = rl.GPUS,
-    tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS, group_size: Optional[int] = rl.GROUP,
-    max_response_tokens: Optional[int] = rl.CAP, max_batch: Optional[int] = rl.MAX_BATCH,
+    tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
+    group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
+    max_batch: Optional[int] = rl.MAX_BATCH,
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
     and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""
 
     rl.check_profile_paths(out, lengths_out)
     if run_log is not None:
-        if traces or model is not None or runs:
-            fail(ValueError("--run-log: give it alone (not with trace directories, --model or --run)"))
-        flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size, max_response_tokens,
-                               max_batch)
-        return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed)
+        flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
+                               max_response_tokens, max_batch)
+        return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,
+                                    alone=not (traces or model is not None or runs))
     try:
         base_prof = load_profile(base)
         loaded_runs = [load_run(r) for r in runs or []]  # refused before anything runs or is written

@@ -20,29 +20,73 @@ from workbench.runlog import report
 from workbench.runlog.shape import ShapeFlags
 from workbench.workloads.build import data_path, write_workload
 
-RUN_LOG_HELP = ("A veRL run log: its console output (step:N - key:value lines; .gz read too) or the same metrics "
-                "as a CSV/JSONL/Parquet table with a step column.")
-ARCH = typer.Option(None, "--arch", help="Run-log shape: the model, an architecture preset or a config.json "
-                    "(default: the log's actor_rollout_ref.model.path).")
-GPU = typer.Option(None, "--gpu", help="Run-log shape: the GPU type (a veRL log never names it; the decode factor "
-                   "absorbs a difference). With --profile: the profile's.")
-GPUS = typer.Option(None, "--gpus", min=1, help="Run-log shape: GPUs in all (default: the log's "
-                    "trainer.n_gpus_per_node x trainer.nnodes).")
-TP = typer.Option(None, "--tp", min=1, help="Run-log shape: the rollout's tensor parallelism (default: the log's "
-                  "rollout.tensor_model_parallel_size).")
-PROMPTS = typer.Option(None, "--prompts-per-step", min=1, help="Run-log shape: prompts per step (default: the log's "
-                       "data.train_batch_size).")
-GROUP = typer.Option(None, "--group-size", min=1, help="Run-log shape: responses per prompt (default: the log's "
-                     "rollout.n).")
-CAP = typer.Option(None, "--max-response-tokens", min=16, help="Run-log shape: the response cap (default: the log's "
-                   "data.max_response_length).")
-MAX_BATCH = typer.Option(None, "--max-batch", min=1, help="Run-log shape: sequences an engine decodes at once "
-                         "(default: the log's rollout.max_num_seqs, else veRL's 1024).")
+RUN_LOG_HELP = (
+    "A veRL run log: its console output (step:N - key:value lines; .gz read too) or the same "
+    "metrics as a CSV/JSONL/Parquet table with a step column."
+)
+ARCH = typer.Option(
+    None,
+    "--arch",
+    help="Run-log shape: the model, an architecture preset or a config.json "
+    "(default: the log's actor_rollout_ref.model.path).",
+)
+GPU = typer.Option(
+    None,
+    "--gpu",
+    help="Run-log shape: the GPU type (a veRL log never names it; the decode factor "
+    "absorbs a difference). With --profile: the profile's.",
+)
+GPUS = typer.Option(
+    None,
+    "--gpus",
+    min=1,
+    help="Run-log shape: GPUs in all (default: the log's "
+    "trainer.n_gpus_per_node x trainer.nnodes).",
+)
+TP = typer.Option(
+    None,
+    "--tp",
+    min=1,
+    help="Run-log shape: the rollout's tensor parallelism (default: the log's "
+    "rollout.tensor_model_parallel_size).",
+)
+PROMPTS = typer.Option(
+    None,
+    "--prompts-per-step",
+    min=1,
+    help="Run-log shape: prompts per step (default: the log's data.train_batch_size).",
+)
+GROUP = typer.Option(
+    None,
+    "--group-size",
+    min=1,
+    help="Run-log shape: responses per prompt (default: the log's rollout.n).",
+)
+CAP = typer.Option(
+    None,
+    "--max-response-tokens",
+    min=16,
+    help="Run-log shape: the response cap (default: the log's data.max_response_length).",
+)
+MAX_BATCH = typer.Option(
+    None,
+    "--max-batch",
+    min=1,
+    help="Run-log shape: sequences an engine decodes at once "
+    "(default: the log's rollout.max_num_seqs, else veRL's 1024).",
+)
 
 
-def shape_flags(arch: Optional[str], gpu: Optional[str], gpus: Optional[int], tp: Optional[int],
-                prompts: Optional[int], group: Optional[int], cap: Optional[int],
-                max_batch: Optional[int]) -> ShapeFlags:
+def shape_flags(
+    arch: Optional[str],
+    gpu: Optional[str],
+    gpus: Optional[int],
+    tp: Optional[int],
+    prompts: Optional[int],
+    group: Optional[int],
+    cap: Optional[int],
+    max_batch: Optional[int],
+) -> ShapeFlags:
     return ShapeFlags(arch, gpu, gpus, tp, prompts, group, cap, max_batch)
 
 
@@ -56,11 +100,16 @@ def check_profile_paths(*paths: Optional[Path]) -> None:
 def _progress(t0: float):
     def show(done: int, total: int) -> None:
         if done == total or done % max(1, total // 10) == 0:
-            typer.echo(f"  simulated {done}/{total} steps ({time.perf_counter() - t0:.1f}s)", err=True)
+            typer.echo(
+                f"  simulated {done}/{total} steps ({time.perf_counter() - t0:.1f}s)", err=True
+            )
+
     return show
 
 
-def _prepare(run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[int] = None) -> cal.Prepared:
+def _prepare(
+    run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[int] = None
+) -> cal.Prepared:
     t0 = time.perf_counter()
     typer.echo(f"reading {run_log}, then one simulation per step ...", err=True)
     try:
@@ -72,14 +121,28 @@ def _prepare(run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[in
     return p
 
 
-def calibrate_run_log(run_log: Path, fit_steps: int, out: Path, workload_out: Optional[Path], name: Optional[str],
-                      flags: ShapeFlags, seed: int) -> None:
-    """Read, simulate, fit on the first steps, predict the rest; then write the profile (its figure and
-    per-step JSON beside it) and, if asked, the run's workload. Nothing is written on an error."""
+def calibrate_run_log(
+    run_log: Path,
+    fit_steps: int,
+    out: Path,
+    workload_out: Optional[Path],
+    name: Optional[str],
+    flags: ShapeFlags,
+    seed: int,
+    alone: bool = True,
+) -> None:
+    """Read, simulate, fit on the first steps, predict the rest; then write the profile (its figure
+    and per-step JSON beside it) and, if asked, the run's workload. Nothing is written on an
+    error."""
+    if not alone:
+        fail(ValueError("--run-log: give it alone (not with traces, --model or --run)"))
     t0 = time.perf_counter()
     if workload_out is not None and workload_out.suffix not in (".yaml", ".yml", ".json"):
-        fail(ConfigError("--workload-out", "<file>", str(workload_out),
-                         "a .yaml, .yml or .json file name"))
+        fail(
+            ConfigError(
+                "--workload-out", "<file>", str(workload_out), "a .yaml, .yml or .json file name"
+            )
+        )
     p = _prepare(run_log, flags, seed, fit_steps)
     try:
         result = cal.calibrate(p, fit_steps, name or out.stem)
@@ -90,8 +153,13 @@ def calibrate_run_log(run_log: Path, fit_steps: int, out: Path, workload_out: Op
         fail(exc)
     for line in report.calibration_lines(result):
         typer.echo(line)
-    fig = report.figure(p, result.predicted, fit_steps, f"{run_log.name}: predicted (simulated) vs measured, "
-                        f"factors fitted on the first {fit_steps} steps")
+    fig = report.figure(
+        p,
+        result.predicted,
+        fit_steps,
+        f"{run_log.name}: predicted (simulated) vs measured, "
+        f"factors fitted on the first {fit_steps} steps",
+    )
     png, doc = out.with_suffix(".png"), out.with_name(out.stem + ".runlog.json")
     save(result.profile, out)
     save_figure(fig, png)
@@ -99,15 +167,21 @@ def calibrate_run_log(run_log: Path, fit_steps: int, out: Path, workload_out: Op
     typer.echo(f"wrote {out}, {png} and {doc}")
     if wl is not None:
         write_workload(wl, obs, workload_out)
-        typer.echo(f"wrote {workload_out} and {data_path(workload_out)}: replay of the modelled steps "
-                   f"({wl.steps} by default; --steps for more)")
+        typer.echo(
+            f"wrote {workload_out} and {data_path(workload_out)}: replay of the modelled steps "
+            f"({wl.steps} by default; --steps for more)"
+        )
     typer.echo(f"read and calibrated in {time.perf_counter() - t0:.1f}s", err=True)
     typer.echo(json.dumps(report.calibration_summary(result)))
 
 
 def _relative(profile: Path, workload: Path) -> str:
     """The profile as the workload names it: beside it by name, else its absolute path."""
-    return profile.name if profile.resolve().parent == workload.resolve().parent else str(profile.resolve())
+    return (
+        profile.name
+        if profile.resolve().parent == workload.resolve().parent
+        else str(profile.resolve())
+    )
 
 
 def validate_run_log(run_log: Path, prof: Profile, flags: ShapeFlags, out: Optional[Path]) -> None:
@@ -120,17 +194,29 @@ def validate_run_log(run_log: Path, prof: Profile, flags: ShapeFlags, out: Optio
     except (ConfigError, ValueError) as exc:
         fail(exc)
     f = prof.run_factors
-    sample = ("IN-SAMPLE: the profile was fitted on this log's first steps" if v.in_sample else
-              "held out: the profile was not fitted on this log")
+    sample = (
+        "IN-SAMPLE: the profile was fitted on this log's first steps"
+        if v.in_sample
+        else "held out: the profile was not fitted on this log"
+    )
     typer.echo(f"profile {prof.name} ({f.fitted_on}) over {p.database.name}; {sample}")
     for line in report.error_lines(v.errors, "all steps"):
         typer.echo(line)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        doc = {"schema": report.SCHEMA, "log": p.log.path, "profile": prof.name,
-               "summary": report.validation_summary(v), "per_step": report.per_step(p, v.predicted)}
+        doc = {
+            "schema": report.SCHEMA,
+            "log": p.log.path,
+            "profile": prof.name,
+            "summary": report.validation_summary(v),
+            "per_step": report.per_step(p, v.predicted),
+        }
         write_json(out / "validate-runlog.json", doc)
-        save_figure(report.figure(p, v.predicted, 0, f"{run_log.name}: predicted with {prof.name} vs measured"),
-                    out / "validate-runlog.png")
+        save_figure(
+            report.figure(
+                p, v.predicted, 0, f"{run_log.name}: predicted with {prof.name} vs measured"
+            ),
+            out / "validate-runlog.png",
+        )
         typer.echo(f"wrote {out}/validate-runlog.json and {out}/validate-runlog.png")
     typer.echo(json.dumps(report.validation_summary(v)))

@@ -180,7 +180,7 @@ def compare(
                                    "what it does to RL"]))
     typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; paired range = min-max over seeds "
                f"of the per-seed ratio")
-    for line in measured_vs_modelled(prof):  # a profile calibrated on a real run's log says what it measured
+    for line in measured_vs_modelled(prof):  # a profile calibrated on a real run's log
         typer.echo(line)
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
 

@@ -32,23 +32,25 @@ RUN_SCHEMA = "tlt-validate-run/2"  # 2: a step's key is rl_step (1: step)
 
 @app.command()
 def validate(
-    traces: Optional[list[Path]] = typer.Argument(None, help="Trace directory to re-simulate, or a `tlt train` run "
-                                                  "directory (metrics.csv and trace/: every phase of every RL step "
-                                                  "predicted); several: each, then the total."),
+    traces: Optional[list[Path]] = typer.Argument(
+        None, help="Trace directory to re-simulate, or a `tlt train` run directory (metrics.csv "
+        "and trace/: every phase of every RL step predicted); several: each, then the total."),
     profile: str = typer.Option(..., help="Profile preset name or file to test (e.g. one `tlt calibrate` wrote)."),
     seed: int = typer.Option(0, help="Seed of the simulator's acceptance noise (and bandits)."),
-    out: Optional[Path] = typer.Option(None, help="Also write OUT/validate.json and OUT/validate.png (traces), "
-                                       "OUT/validate-run.json (runs) or OUT/validate-runlog.json and .png (--run-log)."),
-    run_log: Optional[Path] = typer.Option(None, "--run-log", help=rl.RUN_LOG_HELP + " Every step predicted with "
-                                           "--profile's run-level factors (from tlt calibrate --run-log) over this "
-                                           "run's own engine."),
+    out: Optional[Path] = typer.Option(
+        None, help="Also write OUT/validate.json and OUT/validate.png (traces), "
+        "OUT/validate-run.json (runs) or OUT/validate-runlog.json and .png (--run-log)."),
+    run_log: Optional[Path] = typer.Option(
+        None, "--run-log", help=rl.RUN_LOG_HELP + " Every step predicted with --profile's "
+        "run-level factors (from tlt calibrate --run-log) over this run's own engine."),
     arch: Optional[str] = rl.ARCH, gpu: Optional[str] = rl.GPU, gpus: Optional[int] = rl.GPUS,
-    tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS, group_size: Optional[int] = rl.GROUP,
-    max_response_tokens: Optional[int] = rl.CAP, max_batch: Optional[int] = rl.MAX_BATCH,
+    tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
+    group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
+    max_batch: Optional[int] = rl.MAX_BATCH,
 ) -> None:
     """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s,
-    error_pct}, for run directories {predicted_step_s, measured_step_s, error_pct, phases}, for --run-log {steps,
-    gen_median_abs_error_pct, step_median_abs_error_pct, ...}."""
+    error_pct}, for run directories {predicted_step_s, measured_step_s, error_pct, phases}, for
+    --run-log {steps, gen_median_abs_error_pct, step_median_abs_error_pct, ...}."""
 
     try:
         prof = load_profile(profile)
@@ -57,7 +59,8 @@ def validate(
     if run_log is not None:
         if traces:
             fail(ValueError("--run-log: give it alone, not with trace or run directories"))
-        flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size, max_response_tokens, max_batch)
+        flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
+                               max_response_tokens, max_batch)
         rl.validate_run_log(run_log, prof, flags, out)
         return
     if not traces:

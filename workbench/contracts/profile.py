@@ -235,8 +235,10 @@ class RunFactors:
     fitted_on: str = ""  # the log and its fitted steps
 
     def check(self) -> None:
-        require(0.0 < self.decode_speed <= 1000.0, "decode_speed", self.decode_speed, "a factor > 0")
-        require(0.0 <= self.step_overhead_s < 10.0, "step_overhead_s", self.step_overhead_s, "seconds, >= 0 and < 10")
+        require(0.0 < self.decode_speed <= 1000.0, "decode_speed", self.decode_speed,
+                "a factor > 0")
+        require(0.0 <= self.step_overhead_s < 10.0, "step_overhead_s", self.step_overhead_s,
+                "seconds, >= 0 and < 10")
         require(self.rl_step_s >= 0.0, "rl_step_s", self.rl_step_s, "seconds >= 0")
         require(0.0 < self.train_speed <= 1000.0, "train_speed", self.train_speed, "a factor > 0")
         require(self.train_forwards >= 1, "train_forwards", self.train_forwards, "an integer >= 1")
@@ -312,7 +314,8 @@ def provenance(p: Profile) -> str:
     if kind == "published":
         return f"fitted to {len(p.fitted_on)} published tables{err}"
     if kind == "calibrated" and any(f.startswith(RUNLOG_PREFIX) for f in p.fitted_on):
-        return "calibrated on a real run's log: " + "; ".join(f[len(RUNLOG_PREFIX):] for f in p.fitted_on) + err
+        logs = "; ".join(f[len(RUNLOG_PREFIX):] for f in p.fitted_on)
+        return f"calibrated on a real run's log: {logs}{err}"
     if kind == "calibrated":
         return f"calibrated on {len(p.fitted_on)} trace(s): {', '.join(p.fitted_on)}{err}"
     return "hand-set (datasheets and assumptions)"

@@ -26,7 +26,9 @@ from workbench.runlog.lengths import ModelledLengths, StepStats, model_lengths, 
 from workbench.runlog.reader import RunLog, read_run_log
 from workbench.runlog.shape import RunShape, ShapeFlags, run_shape
 
-GRID_STEPS = 128  # a step's modelled lengths are multiples of cap / GRID_STEPS tokens (its longest exact)
+GRID_STEPS = (
+    128  # a step's modelled lengths are multiples of cap / GRID_STEPS tokens (its longest exact)
+)
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,11 @@ class PhaseErrors:
 
     @classmethod
     def of(cls, pred: engine.Predicted, meas: fit.Measured, rows: slice) -> PhaseErrors:
-        return cls(fit.Errors.of(pred.gen_s[rows], meas.gen_s[rows]),
-                   fit.Errors.of(pred.update_s[rows], meas.update_s[rows]),
-                   fit.Errors.of(pred.step_s[rows], meas.step_s[rows]))
+        return cls(
+            fit.Errors.of(pred.gen_s[rows], meas.gen_s[rows]),
+            fit.Errors.of(pred.update_s[rows], meas.update_s[rows]),
+            fit.Errors.of(pred.step_s[rows], meas.step_s[rows]),
+        )
 
 
 @dataclass(frozen=True)
@@ -87,17 +91,28 @@ def _digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def prepare(path: str | Path, flags: ShapeFlags, seed: int = 0,
-            progress: Callable[[int, int], None] | None = None, fit_steps: int | None = None) -> Prepared:
+def prepare(
+    path: str | Path,
+    flags: ShapeFlags,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+    fit_steps: int | None = None,
+    limit: int | None = None,
+) -> Prepared:
     """Read and simulate (module docstring); refuses a bad log or shape before any simulation. With
-    `fit_steps`, only those steps' statistics are pooled into what other steps' lengths borrow."""
+    `fit_steps`, only those steps' statistics are pooled into what other steps' lengths borrow;
+    with `limit`, only the first `limit` timed steps are used."""
     log = read_run_log(path)
+    if limit is not None and limit < log.steps:
+        log = replace(log, metrics=log.metrics.iloc[:limit].reset_index(drop=True))
     if fit_steps is not None:
         check_fit_steps(log, fit_steps)
     shape = run_shape(log, flags)
     stats = step_stats(log)
     grid = max(1, shape.max_response_tokens // GRID_STEPS)
-    lengths = model_lengths(stats, shape.responses, shape.max_response_tokens, seed, grid, fit_steps)
+    lengths = model_lengths(
+        stats, shape.responses, shape.max_response_tokens, seed, grid, fit_steps
+    )
     db = engine.database_profile(shape)
     wl = engine.run_workload(shape, lengths, Path(path).stem, db.name)
     work = engine.simulate_steps(wl, db, lengths, progress)
@@ -106,15 +121,21 @@ def prepare(path: str | Path, flags: ShapeFlags, seed: int = 0,
 
 def check_fit_steps(log: RunLog, fit_steps: int) -> None:
     if not 1 <= fit_steps < log.steps:
-        raise ConfigError(log.path, "--fit-steps", fit_steps,
-                          f"from 1 to {log.steps - 1}: the log has {log.steps} timed steps, and the steps "
-                          "after the fitted ones are the held-out check")
+        raise ConfigError(
+            log.path,
+            "--fit-steps",
+            fit_steps,
+            f"from 1 to {log.steps - 1}: the log has {log.steps} timed steps, and the steps "
+            "after the fitted ones are the held-out check",
+        )
 
 
 def fitted_on(p: Prepared, fit_steps: int) -> str:
     s = p.steps
-    return (f"{Path(p.log.path).name} steps {s[0]}-{s[fit_steps - 1]} of {s[0]}-{s[-1]} "
-            f"(sha256 {p.digest[:16]})")
+    return (
+        f"{Path(p.log.path).name} steps {s[0]}-{s[fit_steps - 1]} of {s[0]}-{s[-1]} "
+        f"(sha256 {p.digest[:16]})"
+    )
 
 
 def calibrate(p: Prepared, fit_steps: int, name: str) -> RunCalibration:
@@ -126,65 +147,108 @@ def calibrate(p: Prepared, fit_steps: int, name: str) -> RunCalibration:
     pred = fit.predict_run(p.work, ff.factors)
     held = PhaseErrors.of(pred, p.measured, slice(fit_steps, None))
     prof = run_profile(p, ff.factors, name, fit_steps, held.gen.median)
-    return RunCalibration(p, fit_steps, ff, prof, pred, PhaseErrors.of(pred, p.measured, slice(0, fit_steps)), held,
-                          fit.baselines(p.measured, p.stats.mean, fit_steps),
-                          fit.drift(pred, p.measured, p.steps, fit_steps))
+    return RunCalibration(
+        p,
+        fit_steps,
+        ff,
+        prof,
+        pred,
+        PhaseErrors.of(pred, p.measured, slice(0, fit_steps)),
+        held,
+        fit.baselines(p.measured, p.stats.mean, fit_steps),
+        fit.drift(pred, p.measured, p.steps, fit_steps),
+    )
 
 
 def _rounded(f: RunFactors) -> RunFactors:
-    return replace(f, decode_speed=sig(f.decode_speed), step_overhead_s=sig(f.step_overhead_s) if
-                   f.step_overhead_s > 1e-9 else 0.0, rl_step_s=sig(f.rl_step_s) if f.rl_step_s > 1e-6 else 0.0,
-                   train_speed=sig(f.train_speed))
+    return replace(
+        f,
+        decode_speed=sig(f.decode_speed),
+        step_overhead_s=sig(f.step_overhead_s) if f.step_overhead_s > 1e-9 else 0.0,
+        rl_step_s=sig(f.rl_step_s) if f.rl_step_s > 1e-6 else 0.0,
+        train_speed=sig(f.train_speed),
+    )
 
 
-def run_profile(p: Prepared, f: RunFactors, name: str, fit_steps: int, heldout_pct: float) -> Profile:
+def run_profile(
+    p: Prepared, f: RunFactors, name: str, fit_steps: int, heldout_pct: float
+) -> Profile:
     """The database's profile with the factors, saying in `source` what was fitted on what."""
     prof = engine.apply_factors(p.database, f, p.shape.train_forwards, name)
     c = prof.cluster
-    source = (f"calibrated by tlt calibrate --run-log on {fitted_on(p, fit_steps)}: run-level factors over the "
-              f"measured-database profile {p.database.name} (decode {f.decode_speed:.3g}x the database's step, "
-              f"+{1e3 * f.step_overhead_s:.3g} ms per engine step, {f.rl_step_s:.3g} s per RL step inside veRL's "
-              f"rollout timer, update {f.train_speed:.3g}x the database's cost per token and forward at "
-              f"{p.shape.train_forwards} forwards per token); each step's lengths modelled from its own statistics "
-              f"(workbench/runlog/lengths.py); held-out median |error| of timing_s/gen {heldout_pct:.1f}%. "
-              f"Modelled, not measured by the log: SD acceptance and the drafter's learning ({p.database.name}'s, "
-              f"from its base), the drafter's cost (the database's x the decode factor). The database profile: "
-              f"{p.database.source}")
-    return replace(prof, fitted_on=(RUNLOG_PREFIX + fitted_on(p, fit_steps),), fit_error_pct=sig(heldout_pct, 4),
-                   source=source, description=f"{c.label if c else name}, calibrated on a veRL run log "
-                                              f"({Path(p.log.path).name})")
+    source = (
+        f"calibrated by tlt calibrate --run-log on {fitted_on(p, fit_steps)}: run-level "
+        f"factors over the measured-database profile {p.database.name} (decode "
+        f"{f.decode_speed:.3g}x the database's step, +{1e3 * f.step_overhead_s:.3g} ms per engine "
+        f"step, {f.rl_step_s:.3g} s per RL step inside veRL's rollout timer, update "
+        f"{f.train_speed:.3g}x the database's cost per token and forward at "
+        f"{p.shape.train_forwards} forwards per token); each step's lengths modelled from its own "
+        f"statistics (workbench/runlog/lengths.py); held-out median |error| of timing_s/gen "
+        f"{heldout_pct:.1f}%. Modelled, not measured by the log: SD acceptance and the drafter's "
+        f"learning ({p.database.name}'s, from its base), the drafter's cost (the database's x the "
+        f"decode factor). The database profile: {p.database.source}"
+    )
+    return replace(
+        prof,
+        fitted_on=(RUNLOG_PREFIX + fitted_on(p, fit_steps),),
+        fit_error_pct=sig(heldout_pct, 4),
+        source=source,
+        description=f"{c.label if c else name}, calibrated on a veRL run log "
+        f"({Path(p.log.path).name})",
+    )
 
 
 def validate(p: Prepared, profile: Profile) -> RunValidation:
     """Every step of `p` priced with `profile`'s factors over `p`'s own engine."""
     f = profile.run_factors
     if f is None:
-        raise ConfigError(profile.name, "run_factors", None,
-                          "a profile `tlt calibrate --run-log` wrote (it records the run-level factors)")
+        raise ConfigError(
+            profile.name,
+            "run_factors",
+            None,
+            "a profile `tlt calibrate --run-log` wrote (it records the run-level factors)",
+        )
     run = engine.apply_factors(p.database, f, p.shape.train_forwards, profile.name)
     pred = engine.predict(p.work, f, p.shape.train_forwards)
     own = any(p.digest[:16] in x for x in profile.fitted_on)
     return RunValidation(p, profile, run, pred, PhaseErrors.of(pred, p.measured, slice(None)), own)
 
 
-def run_workload(cal: RunCalibration, name: str, profile_path: str) -> tuple[Workload, ObservedLengths]:
+def run_workload(
+    cal: RunCalibration, name: str, profile_path: str
+) -> tuple[Workload, ObservedLengths]:
     """The calibrated run as a Workload over its modelled lengths (replayed: step s is the log's
     s-th timed step, seed 0), and the lengths table to write beside it (`write_workload`)."""
     import pandas as pd
 
     p = cal.prepared
     n = p.shape.group_size
-    frames = [pd.DataFrame({"batch": b, "group": np.arange(len(x)) // n, "rank": UNKNOWN,
-                            "prompt_tokens": int(p.lengths.prompt_tokens[b]), "length": x, "correct": UNKNOWN,
-                            "mixed": UNKNOWN}) for b, x in enumerate(p.lengths.lengths)]
+    frames = [
+        pd.DataFrame(
+            {
+                "batch": b,
+                "group": np.arange(len(x)) // n,
+                "rank": UNKNOWN,
+                "prompt_tokens": int(p.lengths.prompt_tokens[b]),
+                "length": x,
+                "correct": UNKNOWN,
+                "mixed": UNKNOWN,
+            }
+        )
+        for b, x in enumerate(p.lengths.lengths)
+    ]
     obs = from_frame(pd.concat(frames, ignore_index=True)[list(COLUMNS)], p.log.path)
     base = engine.run_workload(p.shape, p.lengths, name, profile_path)
     work_limit = MAX_WORK // (p.shape.responses + p.shape.engines)
-    wl = replace(base, steps=max(1, min(p.log.steps, work_limit)), model=cal.profile.cluster.model,
-                 lengths=LengthModel(kind="replay", data="lengths.parquet"),
-                 description=f"The veRL run of {Path(p.log.path).name}: {p.shape.engines} engines of TP{p.shape.tp}, "
-                             f"{p.shape.prompts_per_step} prompts x {p.shape.group_size}, cap "
-                             f"{p.shape.max_response_tokens}; each step's lengths modelled from its statistics",
-                 source=f"tlt calibrate --run-log {p.log.path} (sha256 {p.digest[:16]})")
+    wl = replace(
+        base,
+        steps=max(1, min(p.log.steps, work_limit)),
+        model=cal.profile.cluster.model,
+        lengths=LengthModel(kind="replay", data="lengths.parquet"),
+        description=f"The veRL run of {Path(p.log.path).name}: {p.shape.engines} engines of "
+        f"TP{p.shape.tp}, {p.shape.prompts_per_step} prompts x {p.shape.group_size}, cap "
+        f"{p.shape.max_response_tokens}; each step's lengths modelled from its statistics",
+        source=f"tlt calibrate --run-log {p.log.path} (sha256 {p.digest[:16]})",
+    )
     wl.check()
     return wl, obs

@@ -25,13 +25,20 @@ from workbench.contracts.workload import Workload
 from workbench.runlog.lengths import ModelledLengths
 from workbench.runlog.shape import DATABASE_FORWARDS, RunShape
 
-DECODE_FIELDS = ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token",
-                 "prefill_s_per_token")
+DECODE_FIELDS = (
+    "overhead_s",
+    "per_seq_s",
+    "weights_s",
+    "compute_s_per_token",
+    "kv_s_per_token",
+    "prefill_s_per_token",
+)
 
 
 @dataclass(frozen=True)
 class StepWork:
-    """Per step and engine, what the database's engine did; per step, its update at the database's cost."""
+    """Per step and engine, what the database's engine did; per step, its update at the database's
+    cost."""
 
     engine_s: np.ndarray  # steps x engines: decode and prefill seconds at the database's costs
     passes: np.ndarray  # steps x engines: engine steps (one token for each sequence in the batch)
@@ -41,7 +48,8 @@ class StepWork:
 
 @dataclass(frozen=True)
 class Predicted:
-    """Per step: the rollout as veRL times it (decoding plus the fixed cost per RL step), the update, the step."""
+    """Per step: the rollout as veRL times it (decoding plus the fixed cost per RL step), the
+    update, the step."""
 
     gen_s: np.ndarray
     update_s: np.ndarray
@@ -55,37 +63,68 @@ def database_profile(shape: RunShape) -> Profile:
     """The measured-database profile of the run's cluster (derived once, then kept on disk)."""
     from workbench.calibrate.gpu_catalog import default_base_profile, disk_cached_profile
 
-    return disk_cached_profile(shape.arch, shape.gpu, shape.tp, shape.framework,
-                               default_base_profile(shape.arch, shape.tp))
+    return disk_cached_profile(
+        shape.arch, shape.gpu, shape.tp, shape.framework, default_base_profile(shape.arch, shape.tp)
+    )
 
 
 def apply_factors(db: Profile, f: RunFactors, forwards: int, name: str) -> Profile:
-    """The database's profile turned into the run's (RunFactors): every decode and drafter cost times
-    the decode speed, the fixed cost per engine step on top, the RL step's fixed cost as its sync, the
+    """The database's profile turned into the run's (RunFactors): every decode and drafter cost
+    times the decode speed, the fixed cost per engine step on top, the RL step's fixed cost as its
+    sync, the
     update at the train speed for `forwards` forwards per token."""
     d = db.decode
     dec = replace(d, **{k: sig(getattr(d, k) * f.decode_speed) for k in DECODE_FIELDS})
     dec = replace(dec, overhead_s=sig(dec.overhead_s + f.step_overhead_s))
-    dr = replace(db.drafter, eagle_step_s=sig(db.drafter.eagle_step_s * f.decode_speed),
-                 eagle_s_per_seq=sig(db.drafter.eagle_s_per_seq * f.decode_speed))
+    dr = replace(
+        db.drafter,
+        eagle_step_s=sig(db.drafter.eagle_step_s * f.decode_speed),
+        eagle_s_per_seq=sig(db.drafter.eagle_s_per_seq * f.decode_speed),
+    )
     per_token = db.phases.train_gpu_s_per_token * f.train_speed * forwards / DATABASE_FORWARDS
-    phases = replace(db.phases, train_gpu_s_per_token=sig(per_token), weight_sync_s=sig(f.rl_step_s))
-    learning = replace(db.learning, train_tokens_per_s=sig(db.learning.train_tokens_per_s / f.train_speed))
-    return replace(db, name=name, decode=dec, drafter=dr, phases=phases, learning=learning,
-                   run_factors=replace(f, train_forwards=forwards))
+    phases = replace(
+        db.phases, train_gpu_s_per_token=sig(per_token), weight_sync_s=sig(f.rl_step_s)
+    )
+    learning = replace(
+        db.learning, train_tokens_per_s=sig(db.learning.train_tokens_per_s / f.train_speed)
+    )
+    return replace(
+        db,
+        name=name,
+        decode=dec,
+        drafter=dr,
+        phases=phases,
+        learning=learning,
+        run_factors=replace(f, train_forwards=forwards),
+    )
 
 
 def run_workload(shape: RunShape, lengths: ModelledLengths, name: str, profile: str) -> Workload:
     """The run as a Workload (one step; `simulate_steps` sets each step's prompt tokens)."""
-    return Workload(name=name, profile=profile, workers=shape.engines, prompts_per_step=shape.prompts_per_step,
-                    group_size=shape.group_size, max_response_tokens=shape.max_response_tokens,
-                    gpus_per_worker=shape.tp, prompt_tokens=int(np.median(lengths.prompt_tokens)),
-                    max_batch=shape.max_batch, steps=1, framework=shape.framework, gpu=shape.gpu)
+    return Workload(
+        name=name,
+        profile=profile,
+        workers=shape.engines,
+        prompts_per_step=shape.prompts_per_step,
+        group_size=shape.group_size,
+        max_response_tokens=shape.max_response_tokens,
+        gpus_per_worker=shape.tp,
+        prompt_tokens=int(np.median(lengths.prompt_tokens)),
+        max_batch=shape.max_batch,
+        steps=1,
+        framework=shape.framework,
+        gpu=shape.gpu,
+    )
 
 
-def simulate_steps(wl: Workload, db: Profile, lengths: ModelledLengths,
-                   progress: Callable[[int, int], None] | None = None) -> StepWork:
-    """Every step simulated at the database's costs (baseline policy: no SD), its engines' work kept."""
+def simulate_steps(
+    wl: Workload,
+    db: Profile,
+    lengths: ModelledLengths,
+    progress: Callable[[int, int], None] | None = None,
+) -> StepWork:
+    """Every step simulated at the database's costs (baseline policy: no SD), its engines' work
+    kept."""
     policy = load_policy("baseline")
     n, engines = len(lengths.lengths), wl.workers
     engine_s, passes = np.zeros((n, engines)), np.zeros((n, engines))
@@ -106,7 +145,10 @@ def simulate_steps(wl: Workload, db: Profile, lengths: ModelledLengths,
 
 
 def predict(work: StepWork, f: RunFactors, forwards: int) -> Predicted:
-    """Each step priced with the factors (as a simulation with `apply_factors`' profile gives it)."""
-    gen = (f.decode_speed * work.engine_s + f.step_overhead_s * work.passes).max(axis=1) + f.rl_step_s
+    """Each step priced with the factors (as a simulation with `apply_factors`' profile gives
+    it)."""
+    gen = (f.decode_speed * work.engine_s + f.step_overhead_s * work.passes).max(
+        axis=1
+    ) + f.rl_step_s
     update = work.train_s * f.train_speed * forwards / DATABASE_FORWARDS
     return Predicted(gen, update)

@@ -1,7 +1,9 @@
 """The run-level factors, fitted on the log's first steps only, and the errors on the steps after.
 
-Declared factors (RunFactors), each step's prediction a simulation of it (workbench/runlog/engine.py):
-- decode_speed: the run's engine step over the database's (GPU, engine version, eager mode, sampling);
+Declared factors (RunFactors), each step's prediction a simulation of it
+(workbench/runlog/engine.py):
+- decode_speed: the run's engine step over the database's (GPU, engine version, eager mode,
+  sampling);
 - step_overhead_s: a fixed cost per engine step on top (launches, the scheduler);
 - rl_step_s: a fixed cost per RL step inside veRL's rollout timer (weight sync, the KV cache's
   re-allocation, padding the batch), which the simulator pays as its sync;
@@ -76,8 +78,14 @@ def _rollout(x: np.ndarray, work: StepWork, rows: np.ndarray) -> np.ndarray:
     return (s * work.engine_s[rows] + o * work.passes[rows]).max(axis=1) + c
 
 
-def fit_factors(work: StepWork, meas: Measured, fit_steps: int, forwards: int, fitted_on: str,
-                database_profile: str) -> FactorFit:
+def fit_factors(
+    work: StepWork,
+    meas: Measured,
+    fit_steps: int,
+    forwards: int,
+    fitted_on: str,
+    database_profile: str,
+) -> FactorFit:
     """The factors from the first `fit_steps` steps alone (module docstring)."""
     rows = np.arange(fit_steps)
     y = meas.gen_s[rows]
@@ -86,21 +94,34 @@ def fit_factors(work: StepWork, meas: Measured, fit_steps: int, forwards: int, f
     def resid(x: np.ndarray) -> np.ndarray:
         return np.log(_rollout(x, work, rows) / y)
 
-    res = least_squares(resid, np.array([s0, 0.0, 0.0]), bounds=([1e-6, 0.0, 0.0], [np.inf] * 3),
-                        loss="soft_l1", f_scale=LOSS_SCALE, x_scale=np.array([s0, 1e-3, 1.0]))
+    res = least_squares(
+        resid,
+        np.array([s0, 0.0, 0.0]),
+        bounds=([1e-6, 0.0, 0.0], [np.inf] * 3),
+        loss="soft_l1",
+        f_scale=LOSS_SCALE,
+        x_scale=np.array([s0, 1e-3, 1.0]),
+    )
     spread = _standard_errors(resid, res.x)
     db_update = work.train_s[rows] * forwards / 6.0
     upd = meas.update_s[rows]
     ok = np.isfinite(upd) & (upd > 0)
     train = float(np.median(upd[ok] / db_update[ok])) if ok.any() else 1.0
-    f = RunFactors(decode_speed=float(res.x[0]), step_overhead_s=float(res.x[1]), rl_step_s=float(res.x[2]),
-                   train_speed=train, train_forwards=forwards, database_profile=database_profile,
-                   fitted_on=fitted_on)
+    f = RunFactors(
+        decode_speed=float(res.x[0]),
+        step_overhead_s=float(res.x[1]),
+        rl_step_s=float(res.x[2]),
+        train_speed=train,
+        train_forwards=forwards,
+        database_profile=database_profile,
+        fitted_on=fitted_on,
+    )
     return FactorFit(f, spread)
 
 
 def _standard_errors(resid, x: np.ndarray) -> tuple[float, ...]:
-    """One standard error per factor from the Jacobian at the fit, the residuals' scale taken robustly
+    """One standard error per factor from the Jacobian at the fit, the residuals' scale taken
+    robustly
     (1.4826 x their median absolute deviation): how well the fit steps pin each factor."""
     r = resid(x)
     jac = np.empty((len(r), len(x)))
@@ -109,7 +130,8 @@ def _standard_errors(resid, x: np.ndarray) -> tuple[float, ...]:
         dx = np.zeros(len(x))
         dx[j] = h
         jac[:, j] = (resid(x + dx) - resid(np.maximum(x - dx, [1e-9, 0.0, 0.0]))) / (
-            h + min(h, x[j] - (1e-9 if j == 0 else 0.0)))
+            h + min(h, x[j] - (1e-9 if j == 0 else 0.0))
+        )
     scale = 1.4826 * float(np.median(np.abs(r - np.median(r))))
     cov = np.linalg.pinv(jac.T @ jac) * scale**2
     return tuple(float(np.sqrt(max(0.0, cov[j, j]))) for j in range(len(x)))
@@ -120,7 +142,9 @@ class Baselines:
     """What the simplest predictions miss on the held-out rollouts (median, p90 of |error|)."""
 
     first_median: Errors  # the fit steps' median timing_s/gen, held constant
-    linear_mean: Errors  # a straight line in the step's mean response length, fitted on the fit steps
+    linear_mean: (
+        Errors  # a straight line in the step's mean response length, fitted on the fit steps
+    )
 
 
 def baselines(meas: Measured, mean_length: np.ndarray, fit_steps: int) -> Baselines:
@@ -149,8 +173,15 @@ def drift(pred: Predicted, meas: Measured, steps: np.ndarray, fit_steps: int) ->
             break
         sl = slice(a, b)
         bias = 100.0 * np.median((pred.gen_s[sl] - meas.gen_s[sl]) / meas.gen_s[sl])
-        rows.append(DriftRow(int(steps[a]), int(steps[b - 1]), Errors.of(pred.gen_s[sl], meas.gen_s[sl]),
-                             Errors.of(pred.step_s[sl], meas.step_s[sl]), float(bias)))
+        rows.append(
+            DriftRow(
+                int(steps[a]),
+                int(steps[b - 1]),
+                Errors.of(pred.gen_s[sl], meas.gen_s[sl]),
+                Errors.of(pred.step_s[sl], meas.step_s[sl]),
+                float(bias),
+            )
+        )
     return rows
 
 

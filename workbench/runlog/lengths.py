@@ -7,9 +7,9 @@ veRL logs per step the mean, the longest and the shortest response and the share
 - the others, a lognormal body at its N - k evenly spaced quantiles (no sampling noise), no shorter
   than the step's shortest. Where the longest is below the cap, the body's top quantile is exactly
   the longest and its spread is solved so the step's mean comes out exactly. Where the longest is at
-  the cap, the log says nothing of the body's top: its spread is the median spread of the run's steps
-  whose longest is below the cap (a calibration's fit steps only), and its median is solved for the
-  step's mean;
+  the cap, the log says nothing of the body's top: its spread is the median spread of the run's
+  steps whose longest is below the cap (a calibration's fit steps only), and its median is solved
+  for the step's mean;
 - rounded to tokens, the total made equal to round(mean x N) (the update's token count);
 - placed in a random order (seeded per step): response i goes to prompt i // n, and the engines
   take the prompts in contiguous shards, as veRL splits a batch. Which engine gets the longest
@@ -64,8 +64,12 @@ def step_stats(log: RunLog) -> StepStats:
         v = log.column(key)
         bad = np.flatnonzero(~(v > 0))
         if len(bad):
-            raise ConfigError(log.where(int(bad[0])), key, "<missing>" if np.isnan(v[bad[0]]) else v[bad[0]],
-                              "a number > 0 in every timed step (veRL logs it with the step's timings)")
+            raise ConfigError(
+                log.where(int(bad[0])),
+                key,
+                "<missing>" if np.isnan(v[bad[0]]) else v[bad[0]],
+                "a number > 0 in every timed step (veRL logs it with the step's timings)",
+            )
         cols[key] = v
     lo = np.nan_to_num(log.column(MIN), nan=1.0)
     clip = np.clip(np.nan_to_num(log.column(CLIP), nan=0.0), 0.0, 1.0)
@@ -118,8 +122,9 @@ def _quantiles(n: int) -> np.ndarray:
     return norm.ppf((np.arange(n) + 0.5) / n)
 
 
-def model_step(stats: StepStats, i: int, responses: int, cap: int, pooled: float,
-               grid: int = 1) -> tuple[np.ndarray, float, int]:
+def model_step(
+    stats: StepStats, i: int, responses: int, cap: int, pooled: float, grid: int = 1
+) -> tuple[np.ndarray, float, int]:
     """Step i's lengths (sorted ascending), its body's spread and its responses at the cap."""
     mean, top, low = stats.mean[i], min(stats.max[i], cap), int(min(stats.min[i], stats.max[i]))
     k = int(round(stats.clip_ratio[i] * responses))
@@ -147,11 +152,21 @@ def pooled_spread(stats: StepStats, responses: int, cap: int, pool: int | None =
     if not below:
         return 0.5
     z = _quantiles(responses)
-    return float(np.median([_solve_spread(z, stats.max[i], stats.mean[i], max(1.0, stats.min[i])) for i in below]))
+    return float(
+        np.median(
+            [_solve_spread(z, stats.max[i], stats.mean[i], max(1.0, stats.min[i])) for i in below]
+        )
+    )
 
 
-def model_lengths(stats: StepStats, responses: int, cap: int, seed: int = 0, grid: int = 1,
-                  pool: int | None = None) -> ModelledLengths:
+def model_lengths(
+    stats: StepStats,
+    responses: int,
+    cap: int,
+    seed: int = 0,
+    grid: int = 1,
+    pool: int | None = None,
+) -> ModelledLengths:
     """Every step's modelled lengths, each in its own seeded order (module docstring); the spread of
     steps whose longest is at the cap pooled over the first `pool` steps (all: None)."""
     pooled = pooled_spread(stats, responses, cap, pool)
@@ -161,5 +176,6 @@ def model_lengths(stats: StepStats, responses: int, cap: int, seed: int = 0, gri
         out.append(seeds.rng(seed, Stream.RUNLOG_ORDER, i).permutation(x))
         spreads.append(spread)
         ks.append(k)
-    return ModelledLengths(out, np.round(stats.prompt_mean).astype(np.int64), np.array(spreads), np.array(ks),
-                           pooled)
+    return ModelledLengths(
+        out, np.round(stats.prompt_mean).astype(np.int64), np.array(spreads), np.array(ks), pooled
+    )

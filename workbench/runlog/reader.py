@@ -38,21 +38,26 @@ TABLE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
 STEP_COLUMNS = ("step", "_step", "Step", "global_step", "training/global_step")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _STEP_LINE = re.compile(r"(?:^|[\s)\]])step:\s*(\d+)\s+-\s+(.*)$")
-_FIX = "veRL's `step:N - key:value - ...` console lines, or a CSV/JSONL/Parquet table with a step column"
+_FIX = ("veRL's `step:N - key:value - ...` console lines, or a CSV/JSONL/Parquet table with a step "
+        "column")
 
 
 @dataclass(frozen=True)
 class Skipped:
     """What the reader passed over, counted."""
 
-    other_lines: int = 0  # lines that are not step lines (the command, warnings, validation samples)
+    other_lines: int = (
+        0  # lines that are not step lines (the command, warnings, validation samples)
+    )
     untimed_steps: int = 0  # step lines without a rollout time (validation-only lines)
     truncated: int = 0  # a last line cut short
     repeated: int = 0  # steps logged again (a resumed run): the later one kept
 
     def describe(self) -> str:
-        parts = [f"{self.other_lines} other lines", f"{self.untimed_steps} step lines without a rollout time "
-                 "(validation-only)"]
+        parts = [
+            f"{self.other_lines} other lines",
+            f"{self.untimed_steps} step lines without a rollout time (validation-only)",
+        ]
         if self.truncated:
             parts.append(f"{self.truncated} last line cut short")
         if self.repeated:
@@ -118,13 +123,14 @@ def _check_timing(where: str, key: str, value: object) -> float:
 
 
 def _parse_step_line(where: str, body: str) -> dict[str, float]:
-    """The key:value pairs of one step line (timings checked; other values not numbers are dropped)."""
+    """The key:value pairs of one step line (timings checked; other values not numbers are
+    dropped)."""
     out: dict[str, float] = {}
     for part in body.split(" - "):
         key, sep, value = part.strip().partition(":")
         if not sep or not key:
             continue
-        key = TIMING + key[len(OLD_TIMING):] if key.startswith(OLD_TIMING) else key
+        key = TIMING + key[len(OLD_TIMING) :] if key.startswith(OLD_TIMING) else key
         if key.startswith(TIMING):
             out[key] = _check_timing(where, key, value.strip())
             continue
@@ -169,16 +175,28 @@ def _read_console(p: Path) -> RunLog:
         repeated += step in rows
         rows[step] = {"step": float(step), "line": float(n), **values}
     command = parse_command(lines[: (first_step_line or len(lines) + 1) - 1])
-    return _finish(p, "console", rows, command, Skipped(other, untimed, truncated, repeated), old_names)
+    return _finish(
+        p, "console", rows, command, Skipped(other, untimed, truncated, repeated), old_names
+    )
 
 
-def _finish(p: Path, kind: str, rows: dict[int, dict[str, float]], command: LaunchCommand, skipped: Skipped,
-            old_names: bool) -> RunLog:
+def _finish(
+    p: Path,
+    kind: str,
+    rows: dict[int, dict[str, float]],
+    command: LaunchCommand,
+    skipped: Skipped,
+    old_names: bool,
+) -> RunLog:
     if not rows:
         if skipped.untimed_steps == 0:
             raise ConfigError(str(p), "<file>", "no step lines", _FIX)
-        raise ConfigError(str(p), GEN, "<missing in every step>",
-                          f"at least one step with a rollout time ({GEN}, or timing/gen in older veRL)")
+        raise ConfigError(
+            str(p),
+            GEN,
+            "<missing in every step>",
+            f"at least one step with a rollout time ({GEN}, or timing/gen in older veRL)",
+        )
     frame = pd.DataFrame([rows[s] for s in sorted(rows)])
     return RunLog(str(p), kind, frame.reset_index(drop=True), command, skipped, old_names)
 
@@ -192,13 +210,23 @@ def _read_table(p: Path, suffix: str) -> RunLog:
         else:
             df = pd.DataFrame([json.loads(x) for x in _text(p).splitlines() if x.strip()])
     except Exception as exc:  # pandas, pyarrow and json raise several kinds for a malformed file
-        raise ConfigError(str(p), "<file>", "unreadable", f"a {suffix[1:]} table with a step column ({exc})") from None
+        raise ConfigError(
+            str(p), "<file>", "unreadable", f"a {suffix[1:]} table with a step column ({exc})"
+        ) from None
     step_col = next((c for c in STEP_COLUMNS if c in df.columns), None)
     if step_col is None:
-        raise ConfigError(str(p), "<columns>", ", ".join(map(str, df.columns))[:100],
-                          f"a step column ({', '.join(STEP_COLUMNS)}) beside veRL's metric names")
+        raise ConfigError(
+            str(p),
+            "<columns>",
+            ", ".join(map(str, df.columns))[:100],
+            f"a step column ({', '.join(STEP_COLUMNS)}) beside veRL's metric names",
+        )
     old = any(str(c).startswith(OLD_TIMING) for c in df.columns)
-    df = df.rename(columns={c: TIMING + c[len(OLD_TIMING):] for c in df.columns if str(c).startswith(OLD_TIMING)})
+    df = df.rename(
+        columns={
+            c: TIMING + c[len(OLD_TIMING) :] for c in df.columns if str(c).startswith(OLD_TIMING)
+        }
+    )
     first = 2 if suffix == ".csv" else 1  # the row numbers a user sees: CSV's header is line 1
     rows: dict[int, dict[str, float]] = {}
     untimed = repeated = 0
@@ -207,10 +235,20 @@ def _read_table(p: Path, suffix: str) -> RunLog:
         if rec.get(GEN) is None or (isinstance(rec.get(GEN), float) and math.isnan(rec[GEN])):
             untimed += 1
             continue
-        values = {k: _check_timing(where, k, v) for k, v in rec.items() if str(k).startswith(TIMING)
-                  and not (isinstance(v, float) and math.isnan(v))}
-        values.update({k: float(v) for k, v in rec.items() if not str(k).startswith(TIMING)
-                       and isinstance(v, (int, float)) and not isinstance(v, bool)})
+        values = {
+            k: _check_timing(where, k, v)
+            for k, v in rec.items()
+            if str(k).startswith(TIMING) and not (isinstance(v, float) and math.isnan(v))
+        }
+        values.update(
+            {
+                k: float(v)
+                for k, v in rec.items()
+                if not str(k).startswith(TIMING)
+                and isinstance(v, (int, float))
+                and not isinstance(v, bool)
+            }
+        )
         step = int(_check_timing(where, step_col, rec[step_col]))
         repeated += step in rows
         rows[step] = {**values, "step": float(step), "line": float(i + first)}

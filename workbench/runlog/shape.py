@@ -62,7 +62,9 @@ class RunShape:
     max_response_tokens: int
     framework: str
     max_batch: int
-    train_forwards: int  # forwards per token of the update (DATABASE_FORWARDS: the database's count)
+    train_forwards: (
+        int  # forwards per token of the update (DATABASE_FORWARDS: the database's count)
+    )
     taken: tuple[Taken, ...]
 
     @property
@@ -84,7 +86,9 @@ def _int(where: str, key: str, text: str, flag: str) -> int:
     return v
 
 
-def _from_log(log: RunLog, key: str, flag: str, taken: list[Taken], field: str, given: object) -> str | None:
+def _from_log(
+    log: RunLog, key: str, flag: str, taken: list[Taken], field: str, given: object
+) -> str | None:
     """The flag's value, else the log's setting of `key` (None: neither)."""
     if given is not None:
         taken.append(Taken(field, str(given), f"flag {flag}"))
@@ -93,16 +97,23 @@ def _from_log(log: RunLog, key: str, flag: str, taken: list[Taken], field: str, 
     if s is None:
         return None
     if s.unresolved:
-        raise ConfigError(f"{log.path}:{s.line}", key, s.written,
-                          f"a value: the log never assigns ${s.unresolved}; pass {flag}")
+        raise ConfigError(
+            f"{log.path}:{s.line}",
+            key,
+            s.written,
+            f"a value: the log never assigns ${s.unresolved}; pass {flag}",
+        )
     taken.append(Taken(field, s.value, f"log: {s.where()}"))
     return s.value
 
 
 def _need(value: str | None, log: RunLog, key: str, flag: str) -> str:
     if value is None:
-        what = f"the log's launch command does not set {key}" if log.command.settings else \
-            "the log has no launch command"
+        what = (
+            f"the log's launch command does not set {key}"
+            if log.command.settings
+            else "the log has no launch command"
+        )
         raise ConfigError(log.path, key, "<missing>", f"{what}: pass {flag}")
     return value
 
@@ -119,16 +130,27 @@ def resolve_arch(name: str) -> str:
     stem = p.name.lower()
     if (ARCH_DIR / f"{stem}.json").is_file():
         return stem
-    raise ConfigError("--arch", "arch", name, "an architecture preset (" + ", ".join(
-        sorted(f.stem for f in ARCH_DIR.glob("*.json"))) + ") or a Hugging Face config.json")
+    raise ConfigError(
+        "--arch",
+        "arch",
+        name,
+        "an architecture preset ("
+        + ", ".join(sorted(f.stem for f in ARCH_DIR.glob("*.json")))
+        + ") or a Hugging Face config.json",
+    )
 
 
 def train_forwards(log: RunLog) -> int:
-    """Forwards per token of the update, from the phases the log times and its checkpointing settings."""
+    """Forwards per token of the update, from the phases the log times and its checkpointing
+    settings."""
     cols = set(log.metrics.columns)
-    ckpt = {k: (log.command.get(k).value.lower() != "false") if log.command.get(k) else True
-            for k in ("actor_rollout_ref.model.enable_gradient_checkpointing",
-                      "critic.model.enable_gradient_checkpointing")}
+    ckpt = {
+        k: (log.command.get(k).value.lower() != "false") if log.command.get(k) else True
+        for k in (
+            "actor_rollout_ref.model.enable_gradient_checkpointing",
+            "critic.model.enable_gradient_checkpointing",
+        )
+    }
     n = 3 + ckpt["actor_rollout_ref.model.enable_gradient_checkpointing"]
     n += sum(TIMING + ph in cols for ph in LOG_PROB_PHASES)
     if TIMING + "update_critic" in cols:
@@ -136,48 +158,62 @@ def train_forwards(log: RunLog) -> int:
     return n
 
 
-def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
-    """The shape, each field from a flag or the log (module docstring)."""
-    taken: list[Taken] = []
-    arch_name = _need(_from_log(log, MODEL_KEY, "--arch", taken, "model", flags.arch), log, MODEL_KEY, "--arch")
-    arch = resolve_arch(arch_name)
-    if flags.gpu is None:
-        raise ConfigError(log.path, "gpu", "<not in a veRL log>", "pass --gpu (the GPU type the run used; the "
-                          "calibration's decode-speed factor absorbs the difference from the database's)")
-    taken.append(Taken("gpu", flags.gpu, "flag --gpu"))
+def _gpus(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> int:
     if flags.gpus is not None:
-        gpus = flags.gpus
-        taken.append(Taken("gpus", str(gpus), "flag --gpus"))
-    else:
-        per = _need(_from_log(log, "trainer.n_gpus_per_node", "--gpus", [], "", None), log,
-                    "trainer.n_gpus_per_node", "--gpus")
-        nodes = _need(_from_log(log, "trainer.nnodes", "--gpus", [], "", None), log, "trainer.nnodes", "--gpus")
-        gpus = _int(log.path, "trainer.n_gpus_per_node", per, "--gpus") * _int(log.path, "trainer.nnodes", nodes,
-                                                                              "--gpus")
-        taken.append(Taken("gpus", str(gpus), f"log: trainer.n_gpus_per_node={per} x trainer.nnodes={nodes}"))
-    ints = {}
-    for field, key, flag in (("tp", ROLLOUT + "tensor_model_parallel_size", "--tp"),
-                             ("prompts_per_step", "data.train_batch_size", "--prompts-per-step"),
-                             ("group_size", ROLLOUT + "n", "--group-size"),
-                             ("max_response_tokens", "data.max_response_length", "--max-response-tokens")):
-        value = _need(_from_log(log, key, flag, taken, field, getattr(flags, field)), log, key, flag)
-        ints[field] = _int(log.path if getattr(flags, field) is None else flag, key, value, flag)
-    if gpus % ints["tp"]:
-        raise ConfigError(f"{log.path} with the flags given", "tp", ints["tp"],
-                          f"a TP degree that divides the run's {gpus} GPUs (check --tp and --gpus)")
+        taken.append(Taken("gpus", str(flags.gpus), "flag --gpus"))
+        return flags.gpus
+    keys = ("trainer.n_gpus_per_node", "trainer.nnodes")
+    per, nodes = (_need(_from_log(log, k, "--gpus", [], "", None), log, k, "--gpus") for k in keys)
+    gpus = _int(log.path, keys[0], per, "--gpus") * _int(log.path, keys[1], nodes, "--gpus")
+    taken.append(Taken("gpus", str(gpus), f"log: {keys[0]}={per} x {keys[1]}={nodes}"))
+    return gpus
+
+
+def _engine(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> tuple[str, int]:
+    """The rollout engine and its batch cap: the log's, else veRL's defaults (said as such)."""
     framework = _from_log(log, ROLLOUT + "name", "--framework", taken, "framework", flags.framework)
     if framework is None:
         framework = "vllm"
         taken.append(Taken("framework", framework, "veRL's default (rollout.name)"))
     if framework not in FRAMEWORKS:
-        raise ConfigError(log.path, ROLLOUT + "name", framework, "vllm or sglang (or pass --framework)")
-    batch = _from_log(log, ROLLOUT + "max_num_seqs", "--max-batch", taken, "max_batch", flags.max_batch)
+        raise ConfigError(log.path, ROLLOUT + "name", framework,
+                          "vllm or sglang (the engines the measured database has)")
+    key = ROLLOUT + "max_num_seqs"
+    batch = _from_log(log, key, "--max-batch", taken, "max_batch", flags.max_batch)
     if batch is None:
         batch = str(VERL_MAX_NUM_SEQS)
         taken.append(Taken("max_batch", batch, "veRL's default (rollout.max_num_seqs)"))
+    return framework, _int(log.path, key, batch, "--max-batch")
+
+
+INT_FIELDS = (("tp", ROLLOUT + "tensor_model_parallel_size", "--tp"),
+              ("prompts_per_step", "data.train_batch_size", "--prompts-per-step"),
+              ("group_size", ROLLOUT + "n", "--group-size"),
+              ("max_response_tokens", "data.max_response_length", "--max-response-tokens"))
+
+
+def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
+    """The shape, each field from a flag or the log (module docstring)."""
+    taken: list[Taken] = []
+    arch_name = _from_log(log, MODEL_KEY, "--arch", taken, "model", flags.arch)
+    arch = resolve_arch(_need(arch_name, log, MODEL_KEY, "--arch"))
+    if flags.gpu is None:
+        raise ConfigError(log.path, "gpu", "<not in a veRL log>",
+                          "pass --gpu (the GPU type the run used; the calibration's decode-speed "
+                          "factor absorbs the difference from the database's)")
+    taken.append(Taken("gpu", flags.gpu, "flag --gpu"))
+    gpus = _gpus(log, flags, taken)
+    ints = {}
+    for field, key, flag in INT_FIELDS:
+        given = getattr(flags, field)
+        value = _need(_from_log(log, key, flag, taken, field, given), log, key, flag)
+        ints[field] = _int(log.path if given is None else flag, key, value, flag)
+    if gpus % ints["tp"]:
+        raise ConfigError(f"{log.path} with the flags given", "tp", ints["tp"],
+                          f"a TP degree that divides the run's {gpus} GPUs (check --tp and --gpus)")
+    framework, batch = _engine(log, flags, taken)
     forwards = train_forwards(log)
-    taken.append(Taken("train_forwards", str(forwards), "the phases the log times (" + ", ".join(
-        c[len(TIMING):] for c in log.metrics.columns if str(c).startswith(TIMING)) + ")"))
+    timed = ", ".join(c[len(TIMING):] for c in log.metrics.columns if str(c).startswith(TIMING))
+    taken.append(Taken("train_forwards", str(forwards), f"the phases the log times ({timed})"))
     return RunShape(arch, flags.gpu, gpus, ints["tp"], ints["prompts_per_step"], ints["group_size"],
-                    ints["max_response_tokens"], framework, _int(log.path, "max_batch", batch, "--max-batch"),
-                    forwards, tuple(taken))
+                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken))
