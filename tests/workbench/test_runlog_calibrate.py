@@ -138,7 +138,7 @@ def test_calibrate_validate_and_compare_from_the_command_line(runs, tmp_path):
     )
     prof = load_profile(out)
     assert prof.run_factors is not None and prof.fitted_on[0].startswith(
-        "runlog:grpo.log steps 1-24"
+        "runlog:grpo.log: its first 24 timed steps"
     )
     assert out.with_suffix(".png").is_file() and (tmp_path / "p.runlog.json").is_file()
 
@@ -189,3 +189,50 @@ def test_the_database_says_what_it_does_without_rows_for_32_kv_heads():
     assert "reaches context ;" not in src.source and "infx" not in src.source
     assert "no decode attention rows for 16 KV heads per rank" in src.source
     assert "scaled by the head count" in src.source
+
+
+def test_two_logs_of_one_cluster_share_the_factors(runs, tmp_path):
+    """Fitted on both logs' first steps (each over its own engine), the second log is in sample for
+    those steps and held out after them."""
+    out = tmp_path / "both.yaml"
+    cli = CliRunner()
+    res = cli.invoke(
+        app,
+        [
+            "calibrate",
+            "--run-log",
+            str(runs / "grpo.log"),
+            "--run-log",
+            f"{runs / 'ppo.log'}::group_size=1",
+            "--fit-steps",
+            "10",
+            "--gpu",
+            "h100",
+            "--out",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert [a["steps"] for a in summary["also"]] == [16]
+    assert summary["also"][0]["gen_heldout_median_abs_error_pct"] is not None
+    assert len(load_profile(out).fitted_on) == 2 and (tmp_path / "both.ppo.png").is_file()
+    res = cli.invoke(
+        app, ["validate", "--run-log", f"{runs / 'ppo.log'}::group_size=1", "--profile", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    v = json.loads(res.output.strip().splitlines()[-1])
+    assert v["in_sample"] and v["gen_heldout_median_abs_error_pct"] is not None
+    bad = cli.invoke(
+        app,
+        [
+            "calibrate",
+            "--run-log",
+            f"{runs / 'ppo.log'}::groups=1",
+            "--gpu",
+            "h100",
+            "--out",
+            str(tmp_path / "x.yaml"),
+        ],
+    )
+    assert bad.exit_code == 2 and "group_size" in bad.output and not (tmp_path / "x.yaml").exists()

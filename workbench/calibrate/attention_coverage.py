@@ -77,9 +77,9 @@ def attention_coverage(base: Path, arch: Architecture, tp: int) -> Coverage:
 
 def head_scaling(base: Path, cov: Coverage, arch: Architecture,
                  decode: Callable[[int, int], tuple[float, list[tuple]]]) -> tuple[float, float]:
-    """Where the rank's heads have no rows: the engine's decode attention (`decode(batch, context)`'s
-    attention op) over the rows it scales, per layer at the same batch and context; the lowest and
-    highest over CHECK_POINTS (NaN where none is measured)."""
+    """Where the rank's heads have no rows: the engine's decode attention (the attention op of
+    `decode(batch, context)`) over the rows it scales, per layer at the same batch and context;
+    the lowest and highest over CHECK_POINTS (NaN where none is measured)."""
     import pandas as pd
 
     if not (base / GENERATION).is_file():
@@ -104,9 +104,9 @@ def sweep_sentence(cov: Coverage, arch: Architecture, base: Path,
     worst = max((cov.beyond(b, long_context), b) for b in batches)
     reach = ", ".join(f"B={b}: {s}" for b, s in sorted(cov.decode_max_context.items())
                       if b in (1, 8, 64, 256))
-    past = (f"a {long_context}-token context is up to {worst[0]:.1f}x past it (at batch {worst[1]}), "
-            "extrapolated by the package's interpolator (linear in context beyond the last measured "
-            "row)") if worst[0] > 1 else \
+    past = (f"a {long_context}-token context is up to {worst[0]:.1f}x past it (at batch "
+            f"{worst[1]}), extrapolated by the package's interpolator (linear in context beyond "
+            "the last measured row)") if worst[0] > 1 else \
         f"a {long_context}-token context lies inside it at every batch of the grid"
     if not cov.scaled:
         return f"Decode attention sweep for these heads reaches context {reach}; {past}."

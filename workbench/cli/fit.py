@@ -64,9 +64,7 @@ def calibrate(
         "staleness). Alone: on top of --base."),
     task: Optional[Path] = typer.Option(None, help="With --model: " + TASK_HELP),
     reward: Optional[str] = typer.Option(None, help="With --task: " + REWARD_HELP),
-    run_log: Optional[Path] = typer.Option(
-        None, "--run-log", help=rl.RUN_LOG_HELP + " Fits run-level factors over the measured "
-        "database on its first --fit-steps steps, predicts the rest."),
+    run_log: Optional[list[Path]] = typer.Option(None, "--run-log", help=rl.RUN_LOG_CALIBRATE),
     fit_steps: int = typer.Option(100, "--fit-steps", min=1, help="With --run-log: fit on these."),
     workload_out: Optional[Path] = typer.Option(None, "--workload-out", help="With --run-log: "
                                                 "also write the run's workload (replayed)."),
@@ -79,7 +77,7 @@ def calibrate(
     and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""
 
     rl.check_profile_paths(out, lengths_out)
-    if run_log is not None:
+    if run_log:
         flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
                                max_response_tokens, max_batch)
         return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,

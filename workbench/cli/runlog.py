@@ -24,6 +24,9 @@ RUN_LOG_HELP = (
     "A veRL run log: its console output (step:N - key:value lines; .gz read too) or the same "
     "metrics as a CSV/JSONL/Parquet table with a step column."
 )
+RUN_LOG_CALIBRATE = (RUN_LOG_HELP + " Fits run-level factors over the measured database on its "
+                     "first --fit-steps steps, predicts the rest. Repeat for runs of the same "
+                     "cluster (LOG::field=value,... sets one log's own shape fields).")
 ARCH = typer.Option(
     None,
     "--arch",
@@ -90,9 +93,10 @@ def shape_flags(
     return ShapeFlags(arch, gpu, gpus, tp, prompts, group, cap, max_batch)
 
 
-def check_profile_paths(*paths: Optional[Path]) -> None:
+def check_profile_paths(*paths: Optional[Path],
+                        names: tuple[str, ...] = ("--out", "--lengths-out")) -> None:
     """Profiles and workloads are written as .yaml, .yml or .json."""
-    for path, what in zip(paths, ("--out", "--lengths-out")):
+    for path, what in zip(paths, names):
         if path is not None and path.suffix not in (".yaml", ".yml", ".json"):
             fail(ConfigError(what, "<file>", str(path), "a .yaml, .yml or .json file name"))
 
@@ -107,9 +111,34 @@ def _progress(t0: float):
     return show
 
 
-def _prepare(
-    run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[int] = None
-) -> cal.Prepared:
+OVERRIDES = ("arch", "gpu", "gpus", "tp", "prompts_per_step", "group_size", "max_response_tokens",
+             "max_batch")
+
+
+def log_and_flags(arg: Path, flags: ShapeFlags) -> tuple[Path, ShapeFlags]:
+    """`LOG` or `LOG::field=value,...` (that log's own shape fields, over the flags: with several
+    logs a flag applies to all, so a field one of them lacks goes here)."""
+    text = str(arg)
+    if "::" not in text:
+        return arg, flags
+    path, _, spec = text.partition("::")
+    changes: dict = {}
+    for item in spec.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in OVERRIDES:
+            fail(ConfigError("--run-log", "LOG::FIELD=VALUE", item,
+                             f"a field of {', '.join(OVERRIDES)}, e.g. ppo.log::group_size=1"))
+        try:
+            changes[key] = value.strip() if key in ("arch", "gpu") else int(value)
+        except ValueError:
+            fail(ConfigError("--run-log", key, value, "a whole number"))
+    return Path(path), replace(flags, **changes)
+
+
+def _prepare(run_log: Path, flags: ShapeFlags, seed: int,
+             fit_steps: Optional[int] = None) -> cal.Prepared:
+    run_log, flags = log_and_flags(run_log, flags)
     t0 = time.perf_counter()
     typer.echo(f"reading {run_log}, then one simulation per step ...", err=True)
     try:
@@ -121,31 +150,19 @@ def _prepare(
     return p
 
 
-def calibrate_run_log(
-    run_log: Path,
-    fit_steps: int,
-    out: Path,
-    workload_out: Optional[Path],
-    name: Optional[str],
-    flags: ShapeFlags,
-    seed: int,
-    alone: bool = True,
-) -> None:
-    """Read, simulate, fit on the first steps, predict the rest; then write the profile (its figure
-    and per-step JSON beside it) and, if asked, the run's workload. Nothing is written on an
-    error."""
+def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
+                      workload_out: Optional[Path], name: Optional[str], flags: ShapeFlags,
+                      seed: int, alone: bool = True) -> None:
+    """Read, simulate, fit on the first steps (of each log: runs of one cluster), predict the rest;
+    then write the profile (its figure and per-step JSON beside it) and, if asked, the first run's
+    workload. Nothing is written on an error."""
     if not alone:
         fail(ValueError("--run-log: give it alone (not with traces, --model or --run)"))
     t0 = time.perf_counter()
-    if workload_out is not None and workload_out.suffix not in (".yaml", ".yml", ".json"):
-        fail(
-            ConfigError(
-                "--workload-out", "<file>", str(workload_out), "a .yaml, .yml or .json file name"
-            )
-        )
-    p = _prepare(run_log, flags, seed, fit_steps)
+    check_profile_paths(workload_out, names=("--workload-out",))
+    preps = [_prepare(log, flags, seed, fit_steps) for log in run_logs]
     try:
-        result = cal.calibrate(p, fit_steps, name or out.stem)
+        result = cal.calibrate(preps[0], fit_steps, name or out.stem, preps[1:])
         wl = obs = None
         if workload_out is not None:
             wl, obs = cal.run_workload(result, workload_out.stem, _relative(out, workload_out))
@@ -153,26 +170,26 @@ def calibrate_run_log(
         fail(exc)
     for line in report.calibration_lines(result):
         typer.echo(line)
-    fig = report.figure(
-        p,
-        result.predicted,
-        fit_steps,
-        f"{run_log.name}: predicted (simulated) vs measured, "
-        f"factors fitted on the first {fit_steps} steps",
-    )
     png, doc = out.with_suffix(".png"), out.with_name(out.stem + ".runlog.json")
     save(result.profile, out)
-    save_figure(fig, png)
+    save_figure(_figure(preps[0], result.predicted, fit_steps), png)
+    for lf in result.also:  # each other log's figure beside: P.<log>.png
+        other = out.with_name(f"{out.stem}.{Path(lf.prepared.log.path).stem}.png")
+        save_figure(_figure(lf.prepared, lf.predicted, fit_steps), other)
     write_json(doc, report.calibration_document(result))
     typer.echo(f"wrote {out}, {png} and {doc}")
     if wl is not None:
         write_workload(wl, obs, workload_out)
-        typer.echo(
-            f"wrote {workload_out} and {data_path(workload_out)}: replay of the modelled steps "
-            f"({wl.steps} by default; --steps for more)"
-        )
+        typer.echo(f"wrote {workload_out} and {data_path(workload_out)}: replay of the modelled "
+                   f"steps ({wl.steps} by default; --steps for more)")
     typer.echo(f"read and calibrated in {time.perf_counter() - t0:.1f}s", err=True)
     typer.echo(json.dumps(report.calibration_summary(result)))
+
+
+def _figure(p: cal.Prepared, predicted, fit_steps: int):
+    title = (f"{Path(p.log.path).name}: predicted (simulated) vs measured, factors fitted on the "
+             f"first {fit_steps} steps")
+    return report.figure(p, predicted, fit_steps, title)
 
 
 def _relative(profile: Path, workload: Path) -> str:
@@ -202,6 +219,9 @@ def validate_run_log(run_log: Path, prof: Profile, flags: ShapeFlags, out: Optio
     typer.echo(f"profile {prof.name} ({f.fitted_on}) over {p.database.name}; {sample}")
     for line in report.error_lines(v.errors, "all steps"):
         typer.echo(line)
+    if v.heldout is not None:  # in sample: the steps after the fitted ones are still held out
+        for line in report.error_lines(v.heldout, "HELD OUT"):
+            typer.echo(line)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         doc = {

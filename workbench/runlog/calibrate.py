@@ -9,7 +9,8 @@ with them; `validate` prices a second log's steps with a profile's factors over 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -65,6 +66,16 @@ class PhaseErrors:
 
 
 @dataclass(frozen=True)
+class LogFit:
+    """Another log of the same cluster fitted alongside: its steps predicted over its own engine."""
+
+    prepared: Prepared
+    predicted: engine.Predicted
+    fitted: PhaseErrors
+    heldout: PhaseErrors
+
+
+@dataclass(frozen=True)
 class RunCalibration:
     prepared: Prepared
     fit_steps: int
@@ -75,6 +86,7 @@ class RunCalibration:
     heldout: PhaseErrors
     baselines: fit.Baselines
     drift: list[fit.DriftRow]
+    also: tuple[LogFit, ...] = ()  # the other logs fitted on (their first fit_steps too)
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,7 @@ class RunValidation:
     predicted: engine.Predicted
     errors: PhaseErrors
     in_sample: bool  # the profile was fitted on this very log
+    heldout: PhaseErrors | None = None  # in sample: the steps after the ones it was fitted on
 
 
 def _digest(path: str) -> str:
@@ -130,33 +143,60 @@ def check_fit_steps(log: RunLog, fit_steps: int) -> None:
         )
 
 
+FITTED = re.compile(r"first (\d+) timed steps.*sha256 ([0-9a-f]{16})")
+
+
 def fitted_on(p: Prepared, fit_steps: int) -> str:
     s = p.steps
     return (
-        f"{Path(p.log.path).name} steps {s[0]}-{s[fit_steps - 1]} of {s[0]}-{s[-1]} "
-        f"(sha256 {p.digest[:16]})"
+        f"{Path(p.log.path).name}: its first {fit_steps} timed steps (steps {s[0]}-"
+        f"{s[fit_steps - 1]} of {s[0]}-{s[-1]}), sha256 {p.digest[:16]}"
     )
 
 
-def calibrate(p: Prepared, fit_steps: int, name: str) -> RunCalibration:
-    """Fit on the first `fit_steps` timed steps, predict them all."""
-    check_fit_steps(p.log, fit_steps)
-    on = fitted_on(p, fit_steps)
-    ff = fit.fit_factors(p.work, p.measured, fit_steps, p.shape.train_forwards, on, p.database.name)
+def fitted_steps(profile: Profile, p: Prepared) -> int | None:
+    """How many of `p`'s first steps `profile` was fitted on (None: not fitted on this log)."""
+    for entry in profile.fitted_on:
+        m = FITTED.search(entry)
+        if m and m.group(2) == p.digest[:16]:
+            return int(m.group(1))
+    return None
+
+
+def calibrate(
+    p: Prepared, fit_steps: int, name: str, also: Sequence[Prepared] = ()
+) -> RunCalibration:
+    """Fit on the first `fit_steps` timed steps (of `p` and of each log in `also`, runs of the same
+    cluster), predict them all."""
+    logs = [p, *also]
+    for q in logs:
+        check_fit_steps(q.log, fit_steps)
+    sets = [fit.FitSet(q.work, q.measured, fit_steps, q.shape.train_forwards) for q in logs]
+    on = "; ".join(fitted_on(q, fit_steps) for q in logs)
+    ff = fit.fit_factors(sets, on, p.database.name)
     ff = replace(ff, factors=_rounded(ff.factors))  # what the profile file holds is what predicts
-    pred = fit.predict_run(p.work, ff.factors)
-    held = PhaseErrors.of(pred, p.measured, slice(fit_steps, None))
-    prof = run_profile(p, ff.factors, name, fit_steps, held.gen.median)
+    preds = [engine.predict(q.work, ff.factors, q.shape.train_forwards) for q in logs]
+    fits = [
+        LogFit(
+            q,
+            pr,
+            PhaseErrors.of(pr, q.measured, slice(0, fit_steps)),
+            PhaseErrors.of(pr, q.measured, slice(fit_steps, None)),
+        )
+        for q, pr in zip(logs, preds)
+    ]
+    prof = run_profile(logs, ff.factors, name, fit_steps, fits[0].heldout.gen.median)
     return RunCalibration(
         p,
         fit_steps,
         ff,
         prof,
-        pred,
-        PhaseErrors.of(pred, p.measured, slice(0, fit_steps)),
-        held,
+        preds[0],
+        fits[0].fitted,
+        fits[0].heldout,
         fit.baselines(p.measured, p.stats.mean, fit_steps),
-        fit.drift(pred, p.measured, p.steps, fit_steps),
+        fit.drift(preds[0], p.measured, p.steps, fit_steps),
+        tuple(fits[1:]),
     )
 
 
@@ -171,26 +211,29 @@ def _rounded(f: RunFactors) -> RunFactors:
 
 
 def run_profile(
-    p: Prepared, f: RunFactors, name: str, fit_steps: int, heldout_pct: float
+    logs: list[Prepared], f: RunFactors, name: str, fit_steps: int, heldout_pct: float
 ) -> Profile:
-    """The database's profile with the factors, saying in `source` what was fitted on what."""
+    """The first log's database profile with the factors, saying in `source` what was fitted on
+    what."""
+    p = logs[0]
     prof = engine.apply_factors(p.database, f, p.shape.train_forwards, name)
     c = prof.cluster
+    on = "; ".join(fitted_on(q, fit_steps) for q in logs)
     source = (
-        f"calibrated by tlt calibrate --run-log on {fitted_on(p, fit_steps)}: run-level "
-        f"factors over the measured-database profile {p.database.name} (decode "
-        f"{f.decode_speed:.3g}x the database's step, +{1e3 * f.step_overhead_s:.3g} ms per engine "
-        f"step, {f.rl_step_s:.3g} s per RL step inside veRL's rollout timer, update "
-        f"{f.train_speed:.3g}x the database's cost per token and forward at "
-        f"{p.shape.train_forwards} forwards per token); each step's lengths modelled from its own "
-        f"statistics (workbench/runlog/lengths.py); held-out median |error| of timing_s/gen "
-        f"{heldout_pct:.1f}%. Modelled, not measured by the log: SD acceptance and the drafter's "
-        f"learning ({p.database.name}'s, from its base), the drafter's cost (the database's x the "
-        f"decode factor). The database profile: {p.database.source}"
+        f"calibrated by tlt calibrate --run-log on {on}: run-level factors over the measured-"
+        f"database profile {p.database.name} (decode {f.decode_speed:.3g}x the database's step, "
+        f"+{1e3 * f.step_overhead_s:.3g} ms per engine step, {f.rl_step_s:.3g} s per RL step "
+        f"inside veRL's rollout timer, update {f.train_speed:.3g}x the database's cost per token "
+        f"and forward at {p.shape.train_forwards} forwards per token); each step's lengths "
+        f"modelled from its own statistics (workbench/runlog/lengths.py); held-out median "
+        f"|error| of timing_s/gen {heldout_pct:.1f}%. Modelled, not measured by the log: SD "
+        f"acceptance and the drafter's learning ({p.database.name}'s, from its base), the "
+        f"drafter's cost (the database's x the decode factor). The database profile: "
+        f"{p.database.source}"
     )
     return replace(
         prof,
-        fitted_on=(RUNLOG_PREFIX + fitted_on(p, fit_steps),),
+        fitted_on=tuple(RUNLOG_PREFIX + fitted_on(q, fit_steps) for q in logs),
         fit_error_pct=sig(heldout_pct, 4),
         source=source,
         description=f"{c.label if c else name}, calibrated on a veRL run log "
@@ -210,8 +253,11 @@ def validate(p: Prepared, profile: Profile) -> RunValidation:
         )
     run = engine.apply_factors(p.database, f, p.shape.train_forwards, profile.name)
     pred = engine.predict(p.work, f, p.shape.train_forwards)
-    own = any(p.digest[:16] in x for x in profile.fitted_on)
-    return RunValidation(p, profile, run, pred, PhaseErrors.of(pred, p.measured, slice(None)), own)
+    own = fitted_steps(profile, p)
+    held = PhaseErrors.of(pred, p.measured, slice(own, None)) if own is not None else None
+    return RunValidation(
+        p, profile, run, pred, PhaseErrors.of(pred, p.measured, slice(None)), own is not None, held
+    )
 
 
 def run_workload(

@@ -23,7 +23,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from workbench.contracts.profile import RunFactors
-from workbench.runlog.engine import Predicted, StepWork, predict
+from workbench.runlog.engine import Predicted, StepWork
 from workbench.runlog.reader import GEN, STEP, TIMING, RunLog
 
 LOSS_SCALE = 0.05
@@ -73,26 +73,38 @@ def measured(log: RunLog) -> Measured:
     return Measured(gen, step - gen, step)
 
 
+@dataclass(frozen=True)
+class FitSet:
+    """One log's simulated work and measured times, its first `steps` fitted on."""
+
+    work: StepWork
+    measured: Measured
+    steps: int
+    forwards: int  # the update's forwards per token in this run
+
+
 def _rollout(x: np.ndarray, work: StepWork, rows: np.ndarray) -> np.ndarray:
     s, o, c = x
     return (s * work.engine_s[rows] + o * work.passes[rows]).max(axis=1) + c
 
 
-def fit_factors(
-    work: StepWork,
-    meas: Measured,
-    fit_steps: int,
-    forwards: int,
-    fitted_on: str,
-    database_profile: str,
-) -> FactorFit:
-    """The factors from the first `fit_steps` steps alone (module docstring)."""
-    rows = np.arange(fit_steps)
-    y = meas.gen_s[rows]
-    s0 = float(np.median(y / work.engine_s[rows].max(axis=1)))
+def fit_factors(sets: list[FitSet], fitted_on: str, database_profile: str) -> FactorFit:
+    """The factors from each log's first steps alone (module docstring); several logs of one
+    cluster share them, each over its own engine."""
+    rows = [np.arange(fs.steps) for fs in sets]
+    ys = [fs.measured.gen_s[r] for fs, r in zip(sets, rows)]
+    s0 = float(
+        np.median(
+            np.concatenate(
+                [y / fs.work.engine_s[r].max(axis=1) for fs, r, y in zip(sets, rows, ys)]
+            )
+        )
+    )
 
     def resid(x: np.ndarray) -> np.ndarray:
-        return np.log(_rollout(x, work, rows) / y)
+        return np.concatenate(
+            [np.log(_rollout(x, fs.work, r) / y) for fs, r, y in zip(sets, rows, ys)]
+        )
 
     res = least_squares(
         resid,
@@ -102,27 +114,27 @@ def fit_factors(
         f_scale=LOSS_SCALE,
         x_scale=np.array([s0, 1e-3, 1.0]),
     )
-    spread = _standard_errors(resid, res.x)
-    db_update = work.train_s[rows] * forwards / 6.0
-    upd = meas.update_s[rows]
-    ok = np.isfinite(upd) & (upd > 0)
-    train = float(np.median(upd[ok] / db_update[ok])) if ok.any() else 1.0
+    ratios = []
+    for fs, r in zip(sets, rows):
+        upd, db = fs.measured.update_s[r], fs.work.train_s[r] * fs.forwards / 6.0
+        ok = np.isfinite(upd) & (upd > 0)
+        ratios.append(upd[ok] / db[ok])
+    ratio = np.concatenate(ratios)
     f = RunFactors(
         decode_speed=float(res.x[0]),
         step_overhead_s=float(res.x[1]),
         rl_step_s=float(res.x[2]),
-        train_speed=train,
-        train_forwards=forwards,
+        train_speed=float(np.median(ratio)) if len(ratio) else 1.0,
+        train_forwards=sets[0].forwards,
         database_profile=database_profile,
         fitted_on=fitted_on,
     )
-    return FactorFit(f, spread)
+    return FactorFit(f, _standard_errors(resid, res.x))
 
 
 def _standard_errors(resid, x: np.ndarray) -> tuple[float, ...]:
     """One standard error per factor from the Jacobian at the fit, the residuals' scale taken
-    robustly
-    (1.4826 x their median absolute deviation): how well the fit steps pin each factor."""
+    robustly (1.4826 x their median absolute deviation): how well the fit steps pin each factor."""
     r = resid(x)
     jac = np.empty((len(r), len(x)))
     for j in range(len(x)):
@@ -183,7 +195,3 @@ def drift(pred: Predicted, meas: Measured, steps: np.ndarray, fit_steps: int) ->
             )
         )
     return rows
-
-
-def predict_run(work: StepWork, factors: RunFactors) -> Predicted:
-    return predict(work, factors, factors.train_forwards)

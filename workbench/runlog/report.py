@@ -5,6 +5,7 @@ drift, the per-step JSON and the predicted-against-measured figure."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,9 @@ def calibration_lines(cal: RunCalibration) -> list[str]:
             "shape on the same cluster does)"
         )
     lines += error_lines(cal.fitted, "fit") + error_lines(cal.heldout, "HELD OUT")
+    for lf in cal.also:  # the other logs fitted alongside, each over its own engine
+        lines.append(f"{Path(lf.prepared.log.path).name} ({lf.prepared.database.name}):")
+        lines += error_lines(lf.fitted, "  fit") + error_lines(lf.heldout, "  HELD OUT")
     b = cal.baselines
     lines.append(_errors_row("baseline: first steps' median gen, held out", b.first_median))
     lines.append(_errors_row("baseline: gen linear in mean length, held out", b.linear_mean))
@@ -128,6 +132,9 @@ def calibration_summary(cal: RunCalibration) -> dict[str, Any]:
         "factor_standard_errors": dict(
             zip(FACTOR_NAMES, (round(x, 6) for x in cal.factors.spread))
         ),
+        "also": [{"log": lf.prepared.log.path, "steps": int(lf.prepared.log.steps),
+                  **_phase_fields("heldout_", lf.heldout), **_phase_fields("fit_", lf.fitted)}
+                 for lf in cal.also],
     }
 
 
@@ -145,6 +152,7 @@ def validation_summary(v: RunValidation) -> dict[str, Any]:
         "step_p90_abs_error_pct": _round(e.step.p90),
         "gen_bias_pct": _round(_bias(v.predicted.gen_s, v.prepared.measured.gen_s)),
         "step_bias_pct": _round(_bias(v.predicted.step_s, v.prepared.measured.step_s)),
+        **(_phase_fields("heldout_", v.heldout) if v.heldout is not None else {}),
     }
 
 
