@@ -14,7 +14,7 @@ import typer
 from workbench import calibrate as cal
 from workbench.cli import runlog as rl
 from workbench.cli.apps import app
-from workbench.cli.common import fail
+from workbench.cli.common import WORKERS_OPTION, fail
 from workbench.cli.task import REWARD_HELP, TASK_HELP, task_option
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
@@ -71,7 +71,7 @@ def calibrate(
     arch: Optional[str] = rl.ARCH, gpu: Optional[str] = rl.GPU, gpus: Optional[int] = rl.GPUS,
     tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
-    max_batch: Optional[int] = rl.MAX_BATCH,
+    max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
     and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""
@@ -81,7 +81,7 @@ def calibrate(
         flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
                                max_response_tokens, max_batch)
         return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,
-                                    alone=not (traces or model is not None or runs))
+                                    not (traces or model is not None or runs), workers)
     try:
         base_prof = load_profile(base)
         loaded_runs = [load_run(r) for r in runs or []]  # refused before anything runs or is written

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from workbench.cli.common import fail
+from workbench.cli.common import fail, mapper_for
 from workbench.contracts.fileio import save_figure, write_json
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, save
@@ -101,14 +101,18 @@ def check_profile_paths(*paths: Optional[Path],
             fail(ConfigError(what, "<file>", str(path), "a .yaml, .yml or .json file name"))
 
 
-def _progress(t0: float):
-    def show(done: int, total: int) -> None:
-        if done == total or done % max(1, total // 10) == 0:
-            typer.echo(
-                f"  simulated {done}/{total} steps ({time.perf_counter() - t0:.1f}s)", err=True
-            )
+class Progress:
+    """Prints the steps simulated (every tenth) and notes when the fit's steps were all done."""
 
-    return show
+    def __init__(self, fit_steps: Optional[int] = None):
+        self.t0, self.fit_steps, self.fit_ready_s = time.perf_counter(), fit_steps, 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter() - self.t0
+        if self.fit_steps is not None and done >= self.fit_steps and not self.fit_ready_s:
+            self.fit_ready_s = now  # all the fit needs is read and simulated
+        if done == total or done % max(1, total // 10) == 0:
+            typer.echo(f"  simulated {done}/{total} steps ({now:.1f}s)", err=True)
 
 
 OVERRIDES = ("arch", "gpu", "gpus", "tp", "prompts_per_step", "group_size", "max_response_tokens",
@@ -136,13 +140,13 @@ def log_and_flags(arg: Path, flags: ShapeFlags) -> tuple[Path, ShapeFlags]:
     return Path(path), replace(flags, **changes)
 
 
-def _prepare(run_log: Path, flags: ShapeFlags, seed: int,
-             fit_steps: Optional[int] = None) -> cal.Prepared:
+def _prepare(run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[int] = None,
+             workers: int = 1, progress: Optional[Progress] = None) -> cal.Prepared:
     run_log, flags = log_and_flags(run_log, flags)
-    t0 = time.perf_counter()
     typer.echo(f"reading {run_log}, then one simulation per step ...", err=True)
     try:
-        p = cal.prepare(run_log, flags, seed, _progress(t0), fit_steps)
+        p = cal.prepare(run_log, flags, seed, progress or Progress(fit_steps), fit_steps,
+                        mapper=mapper_for(workers, None))
     except (ConfigError, ValueError) as exc:
         fail(exc)
     for line in report.shape_lines(p):
@@ -152,7 +156,7 @@ def _prepare(run_log: Path, flags: ShapeFlags, seed: int,
 
 def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
                       workload_out: Optional[Path], name: Optional[str], flags: ShapeFlags,
-                      seed: int, alone: bool = True) -> None:
+                      seed: int, alone: bool = True, workers: int = 1) -> None:
     """Read, simulate, fit on the first steps (of each log: runs of one cluster), predict the rest;
     then write the profile (its figure and per-step JSON beside it) and, if asked, the first run's
     workload. Nothing is written on an error."""
@@ -160,7 +164,9 @@ def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
         fail(ValueError("--run-log: give it alone (not with traces, --model or --run)"))
     t0 = time.perf_counter()
     check_profile_paths(workload_out, names=("--workload-out",))
-    preps = [_prepare(log, flags, seed, fit_steps) for log in run_logs]
+    first = Progress(fit_steps)
+    preps = [_prepare(log, flags, seed, fit_steps, workers, first if i == 0 else None)
+             for i, log in enumerate(run_logs)]
     try:
         result = cal.calibrate(preps[0], fit_steps, name or out.stem, preps[1:])
         wl = obs = None
@@ -182,7 +188,8 @@ def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
         write_workload(wl, obs, workload_out)
         typer.echo(f"wrote {workload_out} and {data_path(workload_out)}: replay of the modelled "
                    f"steps ({wl.steps} by default; --steps for more)")
-    typer.echo(f"read and calibrated in {time.perf_counter() - t0:.1f}s", err=True)
+    typer.echo(f"read and calibrated in {time.perf_counter() - t0:.1f}s (the {fit_steps} fit steps "
+               f"read and simulated after {first.fit_ready_s:.1f}s)", err=True)
     typer.echo(json.dumps(report.calibration_summary(result)))
 
 
@@ -201,11 +208,12 @@ def _relative(profile: Path, workload: Path) -> str:
     )
 
 
-def validate_run_log(run_log: Path, prof: Profile, flags: ShapeFlags, out: Optional[Path]) -> None:
+def validate_run_log(run_log: Path, prof: Profile, flags: ShapeFlags, out: Optional[Path],
+                     workers: int = 1) -> None:
     """Every step of a second log predicted with the profile's factors over its own engine."""
     if flags.gpu is None and prof.cluster is not None:  # the same cluster: the profile's GPU
         flags = replace(flags, gpu=prof.cluster.gpu)
-    p = _prepare(run_log, flags, 0)
+    p = _prepare(run_log, flags, 0, workers=workers)
     try:
         v = cal.validate(p, prof)
     except (ConfigError, ValueError) as exc:

@@ -17,7 +17,7 @@ import typer
 from workbench.calibrate.runs import TRACE_DIR, is_run_dir
 from workbench.cli import runlog as rl
 from workbench.cli.apps import app
-from workbench.cli.common import fail
+from workbench.cli.common import WORKERS_OPTION, fail
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError
@@ -46,7 +46,7 @@ def validate(
     arch: Optional[str] = rl.ARCH, gpu: Optional[str] = rl.GPU, gpus: Optional[int] = rl.GPUS,
     tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
-    max_batch: Optional[int] = rl.MAX_BATCH,
+    max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
 ) -> None:
     """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s,
     error_pct}, for run directories {predicted_step_s, measured_step_s, error_pct, phases}, for
@@ -61,7 +61,7 @@ def validate(
             fail(ValueError("--run-log: give it alone, not with trace or run directories"))
         flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
                                max_response_tokens, max_batch)
-        rl.validate_run_log(run_log, prof, flags, out)
+        rl.validate_run_log(run_log, prof, flags, out, workers)
         return
     if not traces:
         fail(ValueError("tlt validate needs trace or run directories, or --run-log LOG"))

@@ -22,6 +22,7 @@ from workbench.contracts.length_data import COLUMNS, UNKNOWN, ObservedLengths, f
 from workbench.contracts.profile import RUNLOG_PREFIX, Profile, RunFactors
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import LengthModel, Workload
+from workbench.project import Mapper, serial_map
 from workbench.runlog import engine, fit
 from workbench.runlog.lengths import ModelledLengths, StepStats, model_lengths, step_stats
 from workbench.runlog.reader import RunLog, read_run_log
@@ -111,6 +112,7 @@ def prepare(
     progress: Callable[[int, int], None] | None = None,
     fit_steps: int | None = None,
     limit: int | None = None,
+    mapper: Mapper = serial_map,
 ) -> Prepared:
     """Read and simulate (module docstring); refuses a bad log or shape before any simulation. With
     `fit_steps`, only those steps' statistics are pooled into what other steps' lengths borrow;
@@ -128,7 +130,7 @@ def prepare(
     )
     db = engine.database_profile(shape)
     wl = engine.run_workload(shape, lengths, Path(path).stem, db.name)
-    work = engine.simulate_steps(wl, db, lengths, progress)
+    work = engine.simulate_steps(wl, db, lengths, progress, mapper)
     return Prepared(log, shape, stats, lengths, db, work, fit.measured(log), _digest(log.path))
 
 

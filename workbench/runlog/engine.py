@@ -19,12 +19,14 @@ import numpy as np
 
 from sim.simulator import simulate
 from workbench.calibrate.trace_view import sig
+from workbench.project import Mapper, serial_map
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import Profile, RunFactors
 from workbench.contracts.workload import Workload
 from workbench.runlog.lengths import ModelledLengths
 from workbench.runlog.shape import DATABASE_FORWARDS, RunShape
 
+CHUNK_STEPS = 25  # steps per task when the simulations run in parallel
 DECODE_FIELDS = (
     "overhead_s",
     "per_seq_s",
@@ -117,31 +119,49 @@ def run_workload(shape: RunShape, lengths: ModelledLengths, name: str, profile: 
     )
 
 
-def simulate_steps(
-    wl: Workload,
-    db: Profile,
-    lengths: ModelledLengths,
-    progress: Callable[[int, int], None] | None = None,
-) -> StepWork:
-    """Every step simulated at the database's costs (baseline policy: no SD), its engines' work
-    kept."""
+@dataclass(frozen=True)
+class StepChunk:
+    """Consecutive steps to simulate together (one task when the steps run in parallel)."""
+
+    workload: Workload
+    profile: Profile
+    lengths: list[np.ndarray]
+    prompt_tokens: list[int]
+
+
+def simulate_chunk(chunk: StepChunk) -> StepWork:
+    """A chunk's steps simulated at the database's costs (baseline policy: no SD), one simulation
+    per step (each with its own prompt tokens), its engines' work kept."""
     policy = load_policy("baseline")
-    n, engines = len(lengths.lengths), wl.workers
+    n, engines = len(chunk.lengths), chunk.workload.workers
     engine_s, passes = np.zeros((n, engines)), np.zeros((n, engines))
     train_s, tokens = np.zeros(n), np.zeros(n)
-    for i, x in enumerate(lengths.lengths):
-        w = replace(wl, prompt_tokens=int(lengths.prompt_tokens[i]))
-        run = simulate(w, policy, db, seed=0, steps=1, replay=[x])
+    for i, (x, prompt) in enumerate(zip(chunk.lengths, chunk.prompt_tokens)):
+        w = replace(chunk.workload, prompt_tokens=int(prompt))
+        run = simulate(w, policy, chunk.profile, seed=0, steps=1, replay=[x])
         tl = run.timeline
         dec = tl[tl["state"].isin(("decode", "decode_sd"))]
         worker = dec["worker"].to_numpy()
         np.add.at(engine_s[i], worker, (dec["end_s"] - dec["start_s"]).to_numpy())
         np.add.at(passes[i], worker, (dec["passes"] / dec["batch"]).to_numpy())
         train_s[i] = run.steps[0].train_time_s
-        tokens[i] = float(x.sum()) + float(lengths.prompt_tokens[i]) * len(x)
-        if progress is not None:
-            progress(i + 1, n)
+        tokens[i] = float(x.sum()) + float(prompt) * len(x)
     return StepWork(engine_s, passes, train_s, tokens)
+
+
+def simulate_steps(wl: Workload, db: Profile, lengths: ModelledLengths,
+                   progress: Callable[[int, int], None] | None = None,
+                   mapper: Mapper = serial_map) -> StepWork:
+    """Every step simulated, in chunks of CHUNK_STEPS: here one after another, or as tasks
+    (`mapper`: workbench/distributed.py's runs them on Ray). `progress(steps done, steps)`."""
+    n = len(lengths.lengths)
+    chunks = [StepChunk(wl, db, lengths.lengths[a:a + CHUNK_STEPS],
+                        [int(t) for t in lengths.prompt_tokens[a:a + CHUNK_STEPS]])
+              for a in range(0, n, CHUNK_STEPS)]
+    done = (lambda k, total, c: progress(min(n, k * CHUNK_STEPS), n)) if progress else None
+    parts = mapper(simulate_chunk, chunks, done)
+    return StepWork(*(np.concatenate([getattr(w, f) for w in parts])
+                      for f in ("engine_s", "passes", "train_s", "tokens")))
 
 
 def predict(work: StepWork, f: RunFactors, forwards: int) -> Predicted:

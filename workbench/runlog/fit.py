@@ -176,22 +176,20 @@ class DriftRow:
     gen_bias_pct: float  # median signed error
 
 
+def _block(pred: Predicted, meas: Measured, steps: np.ndarray, a: int, b: int) -> DriftRow:
+    sl = slice(a, b)
+    bias = 100.0 * np.median((pred.gen_s[sl] - meas.gen_s[sl]) / meas.gen_s[sl])
+    return DriftRow(int(steps[a]), int(steps[b - 1]), Errors.of(pred.gen_s[sl], meas.gen_s[sl]),
+                    Errors.of(pred.step_s[sl], meas.step_s[sl]), float(bias))
+
+
 def drift(pred: Predicted, meas: Measured, steps: np.ndarray, fit_steps: int) -> list[DriftRow]:
-    """The held-out errors in blocks of DRIFT_BLOCK steps: a factor that drifts shows as a trend."""
-    rows = []
-    for a in range(fit_steps, len(steps), DRIFT_BLOCK):
-        b = min(len(steps), a + DRIFT_BLOCK)
-        if b - a < DRIFT_BLOCK // 4:
-            break
-        sl = slice(a, b)
-        bias = 100.0 * np.median((pred.gen_s[sl] - meas.gen_s[sl]) / meas.gen_s[sl])
-        rows.append(
-            DriftRow(
-                int(steps[a]),
-                int(steps[b - 1]),
-                Errors.of(pred.gen_s[sl], meas.gen_s[sl]),
-                Errors.of(pred.step_s[sl], meas.step_s[sl]),
-                float(bias),
-            )
-        )
+    """The held-out errors in blocks of DRIFT_BLOCK steps after the fit, then the run's last
+    DRIFT_BLOCK steps: a factor that drifts shows as a trend, or as the last block off the rest."""
+    n = len(steps)
+    starts = [a for a in range(fit_steps, n, DRIFT_BLOCK)
+              if min(n, a + DRIFT_BLOCK) - a >= DRIFT_BLOCK // 4]
+    rows = [_block(pred, meas, steps, a, min(n, a + DRIFT_BLOCK)) for a in starts]
+    if n - fit_steps > DRIFT_BLOCK and (not rows or rows[-1].last_step != int(steps[-1])):
+        rows.append(_block(pred, meas, steps, n - DRIFT_BLOCK, n))
     return rows

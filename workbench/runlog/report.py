@@ -86,7 +86,7 @@ def calibration_lines(cal: RunCalibration) -> list[str]:
     b = cal.baselines
     lines.append(_errors_row("baseline: first steps' median gen, held out", b.first_median))
     lines.append(_errors_row("baseline: gen linear in mean length, held out", b.linear_mean))
-    lines.append("held-out error by block (no drift: no trend):")
+    lines.append("held-out error by block of steps, then the last 200 (drift shows as a trend):")
     lines += [
         f"  steps {r.first_step}-{r.last_step}: gen median {_pct(r.gen.median)} "
         f"p90 {_pct(r.gen.p90)}, bias {r.gen_bias_pct:+.1f}%; step median {_pct(r.step.median)}"
