@@ -86,12 +86,32 @@ def calibration_lines(cal: RunCalibration) -> list[str]:
     b = cal.baselines
     lines.append(_errors_row("baseline: first steps' median gen, held out", b.first_median))
     lines.append(_errors_row("baseline: gen linear in mean length, held out", b.linear_mean))
+    lines += tail_lines(cal)
     lines.append("held-out error by block of steps, then the last 200 (drift shows as a trend):")
     lines += [
         f"  steps {r.first_step}-{r.last_step}: gen median {_pct(r.gen.median)} "
         f"p90 {_pct(r.gen.p90)}, bias {r.gen_bias_pct:+.1f}%; step median {_pct(r.step.median)}"
         for r in cal.drift
     ]
+    return lines
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.corrcoef(a, b)[0, 1]) if np.std(a) > 0 and np.std(b) > 0 else math.nan
+
+
+def tail_lines(cal: RunCalibration) -> list[str]:
+    """What moves the predicted rollout over the held-out steps (the longest response or the mean),
+    and the held-out rollout error split by whether the step's longest response hit the cap."""
+    p, held = cal.prepared, slice(cal.fit_steps, None)
+    pred, meas = cal.predicted.gen_s[held], p.measured.gen_s[held]
+    top, mean = p.stats.max[held], p.stats.mean[held]
+    capped = top >= p.shape.max_response_tokens
+    lines = [f"predicted rollout vs the step's longest response: correlation "
+             f"{_corr(pred, top):.2f}; vs its mean length: {_corr(pred, mean):.2f} (held out)"]
+    for label, rows in (("held out, longest at the cap", capped),
+                        ("held out, longest below the cap", ~capped)):
+        lines.append(_errors_row(label, Errors.of(pred[rows], meas[rows])))
     return lines
 
 
