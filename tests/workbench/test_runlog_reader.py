@@ -239,6 +239,10 @@ def test_bad_files_and_flags_exit_2_with_nothing_written(tmp_path):
         (short, ["--fit-steps", "3", "--tp", "3"], "divides the run's 4 GPUs", str(short)),
         (short, ["--fit-steps", "3", "--arch", "no-such-model"], "architecture preset", "--arch"),
     ]
+    for case, (text, key) in BAD_LOGS.items():
+        path = tmp_path / f"{case.replace(' ', '-')}.log"
+        path.write_text(COMMAND + text)
+        cases.append((path, ["--fit-steps", "1"], key, str(path)))
     for log, extra, message, where in cases:
         res, out = _calibrate(tmp_path, log, *extra)
         assert res.exit_code == 2, res.output
