@@ -50,15 +50,25 @@ class EngineBatch:
 
     def admit(self) -> int:
         """Fill free slots from the queue; returns the context tokens to prefill."""
-        prefill = 0
-        while self.pending and len(self.finish_at) < self.max_batch:
-            i = self.pending.popleft()
-            heapq.heappush(self.finish_at, (self.progress + self.remaining[i], i))
-            self.admitted_at[i] = self.progress
-            self._base_sum += self.context[i] - self.progress
-            self._pos_sum += self.done_before[i] - self.progress
-            prefill += self.context[i]
-        return prefill
+        k = min(len(self.pending), self.max_batch - len(self.finish_at))
+        if k <= 0:
+            return 0
+        p = self.progress
+        idx = [self.pending.popleft() for _ in range(k)]
+        remaining, context, done = self.remaining, self.context, self.done_before
+        if k > 8:  # a wave of admissions: one heapify instead of k pushes (pops come out the same)
+            self.finish_at.extend((p + remaining[i], i) for i in idx)
+            heapq.heapify(self.finish_at)
+        else:
+            for i in idx:
+                heapq.heappush(self.finish_at, (p + remaining[i], i))
+        base, pos = self._base_sum, self._pos_sum
+        for i in idx:  # one by one, in order: the same sums to the last bit
+            self.admitted_at[i] = p
+            base += context[i] - p
+            pos += done[i] - p
+        self._base_sum, self._pos_sum = base, pos
+        return sum(context[i] for i in idx)
 
     def mean_context(self) -> float:
         """Mean context (prompt + generated tokens) over the active sequences."""

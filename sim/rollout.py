@@ -69,7 +69,7 @@ class Group:
     finished_count: int = field(init=False)
 
     def __post_init__(self):
-        self.finished_count = int(np.sum(self.generated >= self.lengths))
+        self.finished_count = int(np.count_nonzero(self.generated >= self.lengths))
 
     def prompt(self, default: int) -> int:
         """Its prompt's tokens (`default`: the workload's, when the group has none of its own)."""
@@ -77,7 +77,7 @@ class Group:
 
     @property
     def complete(self) -> bool:
-        return bool(np.all(self.generated >= self.lengths))
+        return bool((self.generated >= self.lengths).all())
 
     @property
     def finished_share(self) -> float:
@@ -91,10 +91,23 @@ class Group:
         self.generated[member] = self.lengths[member]
 
 
-@dataclass
+@dataclass(slots=True)  # thousands a step: slots make them cheaper to build and read
 class Seq:
     group: int  # index into the rollout's groups
     member: int  # index within the group
+
+
+def open_seqs(groups: list[Group]) -> list[Seq]:
+    """The responses of `groups` still to generate, group by group (found at once over all groups:
+    a step has thousands)."""
+    if not groups:
+        return []
+    sizes = np.fromiter((len(g.lengths) for g in groups), np.int64, len(groups))
+    generated = np.concatenate([g.generated for g in groups])
+    open_ = generated < np.concatenate([g.lengths for g in groups])
+    group = np.repeat(np.arange(len(groups)), sizes)
+    member = np.arange(len(open_)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return [Seq(gi, m) for gi, m in zip(group[open_].tolist(), member[open_].tolist())]
 
 
 @dataclass(frozen=True)
@@ -131,11 +144,32 @@ class RolloutRound:
     mixed_only: bool = False  # DAPO's dynamic sampling: only mixed-reward groups count towards stop_at
 
     def __post_init__(self):
-        self.left = [int(np.sum(g.generated < g.lengths)) for g in self.groups]
+        self.left = [0] * len(self.groups)
+        for q in self.seqs:  # the responses still to generate, by group
+            self.left[q.group] += 1
         self.complete_groups = sum(1 for n, g in zip(self.left, self.groups) if n == 0 and self._counts(g))
 
     def _counts(self, g: Group) -> bool:
         return g.mixed or not self.mixed_only
+
+    def engine_inputs(self, seqs: list[Seq],
+                      prompt: int) -> tuple[list[float], list[int], list[float]]:
+        """For an engine's `seqs`: the tokens each has still to generate, its context (its prompt,
+        `prompt` for a group without its own, plus what it generated before) and what it generated
+        before, gathered from the groups' arrays at once (a step has thousands of responses)."""
+        if not seqs:
+            return [], [], []
+        groups = self.groups
+        sizes = np.fromiter((len(g.lengths) for g in groups), np.int64, len(groups))
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        lengths = np.concatenate([g.lengths for g in groups])
+        generated = np.concatenate([g.generated for g in groups]).astype(float)
+        prompts = np.fromiter((g.prompt(prompt) for g in groups), np.int64, len(groups))
+        gi = np.fromiter((q.group for q in seqs), np.int64, len(seqs))
+        at = starts[gi] + np.fromiter((q.member for q in seqs), np.int64, len(seqs))
+        done = generated[at]
+        context = prompts[gi] + done.astype(np.int64)
+        return (lengths[at] - done).tolist(), context.tolist(), done.tolist()
 
     def finished(self, seq: Seq) -> None:
         self.groups[seq.group].finish(seq.member)
@@ -253,11 +287,9 @@ class RolloutPool:
         segment in flight counts up to that moment, and each unfinished response keeps what it
         generated."""
         env, dec, prof = self.env, self.profile.decode, self.profile
-        groups, prompt = ro.groups, self.workload.prompt_tokens
-        done_before = [float(groups[q.group].generated[q.member]) for q in seqs]
-        engine = EngineBatch([groups[q.group].lengths[q.member] - g for q, g in zip(seqs, done_before)],
-                             [groups[q.group].prompt(prompt) + int(g) for q, g in zip(seqs, done_before)],
-                             self.workload.max_batch, done_before)
+        groups = ro.groups
+        remaining, context, done_before = ro.engine_inputs(seqs, self.workload.prompt_tokens)
+        engine = EngineBatch(remaining, context, self.workload.max_batch, done_before)
         warm, kind = WarmUp(self.policy), ro.drafting.kind
         shares = SiblingShare([groups[q.group] for q in seqs].__getitem__)
         while not engine.done:

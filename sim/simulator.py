@@ -37,7 +37,7 @@ from sim.costs import train_phase_s
 from sim.drafter import DrafterState, active_kind, after_policy_update, after_training, initial_state
 from sim.lengths import GroupDraw, model_group, observed_group
 from sim.results import FilterRecord, PolicyRun, StepInfo, StepMetrics, step_metrics
-from sim.rollout import NO_SD_STRATEGY, Drafting, Group, RolloutPool, RolloutRound, Seq
+from sim.rollout import NO_SD_STRATEGY, Drafting, Group, RolloutPool, RolloutRound, open_seqs
 from sim.streaming import StreamingPool
 from workbench.contracts import seeds
 from workbench.contracts.policy import Policy, Strategy
@@ -219,9 +219,7 @@ class Simulator:
         version = min(self.pool.version)
         for g in groups:
             g.version = version if g.version is None else g.version
-        seqs = [
-            Seq(gi, m) for gi, g in enumerate(groups) for m in range(len(g.lengths)) if g.generated[m] < g.lengths[m]
-        ]
+        seqs = open_seqs(groups)
         drafting = self._drafting(step)
         ro = RolloutRound(step, drafting, groups, seqs, stop_at, env.event(), env.event(), env.event(),
                           spot=self._spot_trains(step), mixed_only=self.workload.dynamic_sampling.enabled)
@@ -237,8 +235,9 @@ class Simulator:
         ro.done.succeed()
         yield simpy.AllOf(env, waiters)
 
-        trained = [g for g in groups if g.complete]
-        unfinished = [g for g in groups if not g.complete]
+        complete = [g.complete for g in groups]
+        trained = [g for g, c in zip(groups, complete) if c]
+        unfinished = [g for g, c in zip(groups, complete) if not c]
         if round_kind == "partial":
             self._carried = unfinished
         elif round_kind == "short":
@@ -289,7 +288,11 @@ class Simulator:
 
     def _tokens(self, groups: list[Group]) -> int:
         """Prompt + response tokens the update trains on."""
-        return sum(int(g.lengths.sum()) + g.prompt(self.workload.prompt_tokens) * len(g.lengths) for g in groups)
+        if not groups:
+            return 0
+        responses = int(np.concatenate([g.lengths for g in groups]).sum())
+        prompt = self.workload.prompt_tokens
+        return responses + sum(g.prompt(prompt) * len(g.lengths) for g in groups)
 
     def _spot_trains(self, step: int) -> bool:
         """Spot training runs in every `interval_steps`-th rollout (FastRL trains every 10 RL steps)."""
@@ -453,7 +456,8 @@ def trained_info(step: int, trained: list[Group], left: int, kind: str, quality:
     """What a step trained on: its response lengths and how stale they were (updates between the
     weights that started each group and this step's update)."""
     lengths = np.concatenate([g.lengths for g in trained]) if trained else np.zeros(0, dtype=np.int64)
-    lags = np.array([step - g.version for g in trained for _ in g.lengths], dtype=float)
+    lags = np.repeat(np.array([step - g.version for g in trained], dtype=float),
+                     [len(g.lengths) for g in trained]) if trained else np.zeros(0)
     return StepInfo(lengths, kind, quality, trained_tokens, round_kind, len(trained), left,
                     float(lags.mean()) if len(lags) else 0.0, int(lags.max()) if len(lags) else 0)
 

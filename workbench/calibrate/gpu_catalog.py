@@ -19,7 +19,7 @@ from workbench.calibrate.measured_gpu import (
     package_version,
 )
 from workbench.contracts.architecture import architecture_presets
-from workbench.contracts.profile import Profile, load_profile
+from workbench.contracts.profile import Profile, load_profile, profile_presets
 from workbench.contracts.schema import ConfigError, save
 
 
@@ -68,6 +68,16 @@ PRESET_CASES = tuple(PresetCase(m, "h100", tp, "sglang", f"h100-{m}-tp{tp}") for
 
 def preset_profile(case: PresetCase) -> Profile:
     return derive_profile(case.model, case.gpu, case.tp, case.framework, load_profile(case.base), case.name).profile
+
+
+def default_base_profile(arch: str, tp: int) -> str:
+    """What the database cannot give (acceptance, the drafter's learning curve) comes from the H100
+    profile of this model and TP fitted to the TLT paper when there is one, else Qwen2.5-7B's at
+    TP1."""
+    # a preset's dots are not a suffix (qwen2.5-7b)
+    name = Path(arch).stem if Path(arch).is_file() else arch
+    same = f"h100-{name}-tp{tp}"
+    return same if same in profile_presets() else "h100-qwen2.5-7b-tp1"
 
 
 def cache_dir() -> Path:

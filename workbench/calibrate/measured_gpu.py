@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import tempfile
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -37,6 +36,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from sim.costs import draft_step_s, prefill_s, verify_step_s
+from workbench.calibrate.attention_coverage import Coverage, attention_coverage, sweep_sentence
 from workbench.calibrate.operators import fit_drafter
 from workbench.calibrate.trace_view import sig
 from workbench.contracts.architecture import Architecture, load_architecture
@@ -118,22 +118,6 @@ class Point:
     step_s: float
     silicon_share: float  # share of the step's time from measured rows (the rest: interpolated/empirical)
     allreduce_s: float  # the TP all-reduces inside the step
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """How far the attention sweep reaches for this model's heads per rank."""
-
-    heads: int
-    kv_heads: int
-    decode_max_context: dict[int, int]  # batch -> longest measured context (decode attention)
-    prefill_max_tokens: int  # longest measured prefill sequence (context attention)
-
-    def beyond(self, batch: int, context: int) -> float:
-        """How many times past the sweep a (batch, context) decode step is (<= 1: inside it)."""
-        near = [b for b in self.decode_max_context if b >= batch] or [max(self.decode_max_context, default=1)]
-        reach = self.decode_max_context.get(min(near), 0)
-        return context / reach if reach else math.inf
 
 
 def gpu_names() -> list[str]:
@@ -264,23 +248,12 @@ class Engine:
         ops += [o for o in self._gen(model, 1, tokens, x=tokens) if o[0].endswith("logits_gemm")]
         return _total(ops), ops
 
-    def coverage(self, arch: Architecture, tp: int, framework: str) -> Coverage:
-        import pandas as pd
+    def attention_dir(self, framework: str) -> Path:
+        """Where the package keeps this GPU's attention rows for `framework` at this version."""
+        return _systems_root() / "data" / self.system / "attention" / framework / self.version
 
-        heads, kv = max(1, arch.heads // tp), max(1, arch.kv_heads // tp)
-        base = _systems_root() / "data" / self.system / "attention" / framework / self.version
-        reach: dict[int, int] = {}
-        longest = 0
-        gen, ctx = base / "generation_attention_perf.parquet", base / "context_attention_perf.parquet"
-        if gen.is_file():
-            g = pd.read_parquet(gen, columns=["batch_size", "num_heads", "num_key_value_heads", "head_dim", "step"])
-            g = g[(g.num_key_value_heads == kv) & (g.head_dim == arch.head_dim)]
-            near = g[g.num_heads == heads] if (g.num_heads == heads).any() else g[g.num_heads >= heads]
-            reach = {int(b): int(s) + 1 for b, s in near.groupby("batch_size").step.max().items()}
-        if ctx.is_file():
-            c = pd.read_parquet(ctx, columns=["isl", "head_dim"])
-            longest = int(c[c.head_dim == arch.head_dim].isl.max() or 0)
-        return Coverage(heads, kv, reach, longest)
+    def coverage(self, arch: Architecture, tp: int, framework: str) -> Coverage:
+        return attention_coverage(self.attention_dir(framework), arch, tp)
 
 
 def _total(ops: list[tuple]) -> float:
@@ -441,12 +414,9 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
     extrapolated; the form's fit error; what was assumed."""
     pts, cov, c = fit.points, fit.coverage, fit.profile.cluster
     silicon = float(np.average([p.silicon_share for p in pts], weights=[p.step_s for p in pts]))
-    worst = max((cov.beyond(b, LONG_CONTEXT), b) for b in DECODE_BATCHES)
-    reach = ", ".join(f"B={b}: {s}" for b, s in sorted(cov.decode_max_context.items()) if b in (1, 8, 64, 256))
     ar = max((p.allreduce_s for p in pts if p.op == "decode" and p.batch == 1), default=0.0)
-    past = (f"a {LONG_CONTEXT}-token context is up to {worst[0]:.1f}x past it (at batch {worst[1]}), extrapolated by "
-            f"the package's interpolator (linear in context beyond the last measured row)") if worst[0] > 1 else \
-        f"a {LONG_CONTEXT}-token context lies inside it at every batch of the grid"
+    sweep = sweep_sentence(cov, a, eng.attention_dir(c.framework), eng.decode, LONG_CONTEXT,
+                           DECODE_BATCHES)
     return (f"derived by workbench/calibrate/measured_gpu.py from aiconfigurator-core {package_version()} "
             f"(NVIDIA's measured operator latencies) for {eng.system}, {c.framework} {c.framework_version}, TP{c.tp} "
             f"(one rank's shapes: {cov.heads} heads, {cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode "
@@ -456,7 +426,7 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
             f"forward. "
             f"Time-weighted {100 * silicon:.0f}% from measured (silicon) rows, interpolated between them by shape; "
             f"the rest from the package's empirical formulas (norms, activations, embedding) and its prefix-attention "
-            f"blend. Decode attention sweep for these heads reaches context {reach}; {past}. TP all-reduces "
+            f"blend. {sweep} TP all-reduces "
             f"{1e3 * ar:.3f} ms per decode step at B=1 (measured custom all-reduce). Form fitted by least squares on "
             f"log ratios: median |error| {fit.median_abs_error_pct:.1f}%, max {fit.max_abs_error_pct:.1f}% over "
             f"{len(fit.errors_pct)} points. Training: {TRAIN_FORWARDS} forwards per token (fwd+bwd, recompute, old and "

@@ -12,8 +12,9 @@ from typing import Optional
 import typer
 
 from workbench import calibrate as cal
+from workbench.cli import runlog as rl
 from workbench.cli.apps import app
-from workbench.cli.common import fail
+from workbench.cli.common import WORKERS_OPTION, fail
 from workbench.cli.task import REWARD_HELP, TASK_HELP, task_option
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
@@ -48,7 +49,8 @@ def calibrate(
         "one the EAGLE captures are left out)."),
     rounds: int = typer.Option(2, min=1, help="With --model: how many times every fit shape is captured per "
                                "drafter kind."),
-    seed: int = typer.Option(0, help="With --model: seed of the captures' prompts and sampling."),
+    seed: int = typer.Option(0, help="With --model: seed of the captures' prompts and sampling; "
+                             "with --run-log: of the order each step's modelled responses take."),
     drift: str = typer.Option(
         "auto", help="With --model: drift normalisation of the profile: probe (a reference workload timed between "
         "the capture's engine steps), reference (its wall time before and after each capture), cpu (its CPU time "
@@ -62,13 +64,24 @@ def calibrate(
         "staleness). Alone: on top of --base."),
     task: Optional[Path] = typer.Option(None, help="With --model: " + TASK_HELP),
     reward: Optional[str] = typer.Option(None, help="With --task: " + REWARD_HELP),
+    run_log: Optional[list[Path]] = typer.Option(None, "--run-log", help=rl.RUN_LOG_CALIBRATE),
+    fit_steps: int = typer.Option(100, "--fit-steps", min=1, help="With --run-log: fit on these."),
+    workload_out: Optional[Path] = typer.Option(None, "--workload-out", help="With --run-log: "
+                                                "also write the run's workload (replayed)."),
+    arch: Optional[str] = rl.ARCH, gpu: Optional[str] = rl.GPU, gpus: Optional[int] = rl.GPUS,
+    tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
+    group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
+    max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
-    and a length model to traces."""
+    and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""
 
-    for path, what in ((out, "--out"), (lengths_out, "--lengths-out")):
-        if path is not None and path.suffix not in (".yaml", ".yml", ".json"):
-            fail(ConfigError(what, "<file>", str(path), "a .yaml, .yml or .json file name"))
+    rl.check_profile_paths(out, lengths_out)
+    if run_log:
+        flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
+                               max_response_tokens, max_batch)
+        return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,
+                                    not (traces or model is not None or runs), workers)
     try:
         base_prof = load_profile(base)
         loaded_runs = [load_run(r) for r in runs or []]  # refused before anything runs or is written

@@ -67,6 +67,12 @@ def paper(
     typer.echo("pre-registered: the tlt-eval workloads as written before any run; measured parts: DAPO-log length "
                "shape, measured-database GPU costs, nothing fitted; calibrated (LOO): " + (rep.split or "off"))
     typer.echo(report.rows_text(rep))
+    if rep.accept_counts:
+        typer.echo("")
+        typer.echo("Table G counted as FastRL's logs count it (SGLang's scheduler) beside tlt "
+                   "paper's rows:")
+        g = pub.table_g
+        typer.echo(report.accept_counts_text(rep, (g["rl_base_aligned"], g["rl_adapted"])))
     if rep.rounds:
         typer.echo("")
         typer.echo(f"Leave-one-model-out rounds (grid simulated at {rep.calib_steps} steps, seed 0):")

@@ -18,7 +18,7 @@ from workbench.calibrate.operators import OperatorFit, fit_operators, fit_report
 from workbench.cli.apps import app
 from workbench.cli.common import fail
 from workbench.contracts.fileio import write_json
-from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
 from workbench.tables import format_table
 
@@ -26,11 +26,9 @@ from workbench.tables import format_table
 def default_base(device: str, arch: str, tp: int) -> str:
     """What operators cannot measure comes from a profile of the same kind: the CPU engine's, or
     the H100 profile of this model and TP (the paper-fitted one) when there is one."""
-    if device == "cpu":
-        return "cpu-tiny"
-    name = Path(arch).stem if Path(arch).is_file() else arch  # a preset's dots are not a suffix (qwen2.5-7b)
-    same = f"h100-{name}-tp{tp}"
-    return same if same in profile_presets() else "h100-qwen2.5-7b-tp1"
+    from workbench.calibrate.gpu_catalog import default_base_profile
+
+    return "cpu-tiny" if device == "cpu" else default_base_profile(arch, tp)
 
 
 def outputs(out: Path) -> tuple[Path, Path]:

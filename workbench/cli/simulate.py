@@ -14,6 +14,7 @@ import yaml
 
 from sim.simulator import simulate
 from workbench import tune as tuning
+from workbench.runlog.report import measured_vs_modelled
 from workbench.cli.apps import app, bench_app
 from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, runner_for
 from workbench.compare import compare as run_compare
@@ -179,6 +180,8 @@ def compare(
                                    "what it does to RL"]))
     typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; paired range = min-max over seeds "
                f"of the per-seed ratio")
+    for line in measured_vs_modelled(prof):  # a profile calibrated on a real run's log
+        typer.echo(line)
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
 
 

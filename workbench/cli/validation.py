@@ -15,8 +15,9 @@ from typing import Optional
 import typer
 
 from workbench.calibrate.runs import TRACE_DIR, is_run_dir
+from workbench.cli import runlog as rl
 from workbench.cli.apps import app
-from workbench.cli.common import fail
+from workbench.cli.common import WORKERS_OPTION, fail
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError
@@ -31,21 +32,39 @@ RUN_SCHEMA = "tlt-validate-run/2"  # 2: a step's key is rl_step (1: step)
 
 @app.command()
 def validate(
-    traces: list[Path] = typer.Argument(..., help="Trace directory to re-simulate, or a `tlt train` run directory "
-                                        "(metrics.csv and trace/: every phase of every RL step predicted); several: "
-                                        "each, then the total."),
+    traces: Optional[list[Path]] = typer.Argument(
+        None, help="Trace directory to re-simulate, or a `tlt train` run directory (metrics.csv "
+        "and trace/: every phase of every RL step predicted); several: each, then the total."),
     profile: str = typer.Option(..., help="Profile preset name or file to test (e.g. one `tlt calibrate` wrote)."),
     seed: int = typer.Option(0, help="Seed of the simulator's acceptance noise (and bandits)."),
-    out: Optional[Path] = typer.Option(None, help="Also write OUT/validate.json and OUT/validate.png (traces) or "
-                                       "OUT/validate-run.json (runs)."),
+    out: Optional[Path] = typer.Option(
+        None, help="Also write OUT/validate.json and OUT/validate.png (traces), "
+        "OUT/validate-run.json (runs) or OUT/validate-runlog.json and .png (--run-log)."),
+    run_log: Optional[Path] = typer.Option(
+        None, "--run-log", help=rl.RUN_LOG_HELP + " Every step predicted with --profile's "
+        "run-level factors (from tlt calibrate --run-log) over this run's own engine."),
+    arch: Optional[str] = rl.ARCH, gpu: Optional[str] = rl.GPU, gpus: Optional[int] = rl.GPUS,
+    tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
+    group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
+    max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
 ) -> None:
     """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s,
-    error_pct}, or for run directories {predicted_step_s, measured_step_s, error_pct, phases}."""
+    error_pct}, for run directories {predicted_step_s, measured_step_s, error_pct, phases}, for
+    --run-log {steps, gen_median_abs_error_pct, step_median_abs_error_pct, ...}."""
 
     try:
         prof = load_profile(profile)
     except ConfigError as exc:
         fail(exc)
+    if run_log is not None:
+        if traces:
+            fail(ValueError("--run-log: give it alone, not with trace or run directories"))
+        flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
+                               max_response_tokens, max_batch)
+        rl.validate_run_log(run_log, prof, flags, out, workers)
+        return
+    if not traces:
+        fail(ValueError("tlt validate needs trace or run directories, or --run-log LOG"))
     runs = [is_run_dir(t) for t in traces]
     if any(runs) and not all(runs):
         fail(ValueError(f"{traces[runs.index(False)] if any(runs) else traces[0]}: mixes trace and run directories; "

@@ -223,6 +223,35 @@ class PhaseCost:
 
 
 @dataclass(frozen=True)
+class RunFactors:
+    """Run-level factors fitted to a real run's log (`tlt calibrate --run-log`) over a
+    measured-database profile: what turns the database's engine into the run's.
+
+    decode step = decode_speed x the database's step + step_overhead_s (per engine step);
+    the RL step pays rl_step_s more (veRL times its weight sync inside the rollout);
+    the update = train_speed x the database's cost per token and forward x the run's forwards.
+    Fitted on the log's first steps only (`fitted_on`); a run of another shape on the same cluster
+    takes the same factors over its own engine (`tlt validate --run-log`)."""
+
+    decode_speed: float
+    step_overhead_s: float
+    rl_step_s: float
+    train_speed: float
+    train_forwards: int  # forwards per token of the update this profile's train cost holds
+    database_profile: str = ""  # the measured-database profile the factors apply to
+    fitted_on: str = ""  # the log and its fitted steps
+
+    def check(self) -> None:
+        require(0.0 < self.decode_speed <= 1000.0, "decode_speed", self.decode_speed,
+                "a factor > 0")
+        require(0.0 <= self.step_overhead_s < 10.0, "step_overhead_s", self.step_overhead_s,
+                "seconds, >= 0 and < 10")
+        require(self.rl_step_s >= 0.0, "rl_step_s", self.rl_step_s, "seconds >= 0")
+        require(0.0 < self.train_speed <= 1000.0, "train_speed", self.train_speed, "a factor > 0")
+        require(self.train_forwards >= 1, "train_forwards", self.train_forwards, "an integer >= 1")
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     decode: DecodeCost
@@ -243,6 +272,7 @@ class Profile:
     # How much more than the probe the engine's steps slow down with the machine (fitted with the
     # costs: the exponent that explains the fit captures' step times best; 1: as much).
     speed_probe_exponent: float = 1.0
+    run_factors: RunFactors | None = None  # fitted to a real run's log (None: not)
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
@@ -252,7 +282,7 @@ class Profile:
             require(self.speed_probe_ms > 0, "speed_probe_ms", self.speed_probe_ms, "a time in ms > 0")
         require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent", self.speed_probe_exponent,
                 "a number from 0.25 to 4")
-        for part in ("cluster", "power"):
+        for part in ("cluster", "power", "run_factors"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
 
@@ -272,6 +302,7 @@ def profile_presets() -> list[str]:
 MEASURED_PREFIX = "profiler:"
 DATABASE_PREFIX = "aiconfigurator:"  # workbench/calibrate/measured_gpu.py: NVIDIA's measured operator database
 PUBLISHED_PREFIX = "tlt-paper:"
+RUNLOG_PREFIX = "runlog:"  # workbench/runlog/: a real run's log (`tlt calibrate --run-log`)
 
 
 def provenance_kind(p: Profile) -> str:
@@ -294,6 +325,9 @@ def provenance(p: Profile) -> str:
         return f"measured ({how}): {on}{err}"
     if kind == "published":
         return f"fitted to {len(p.fitted_on)} published tables{err}"
+    if kind == "calibrated" and any(f.startswith(RUNLOG_PREFIX) for f in p.fitted_on):
+        logs = "; ".join(f[len(RUNLOG_PREFIX):] for f in p.fitted_on)
+        return f"calibrated on a real run's log: {logs}{err}"
     if kind == "calibrated":
         return f"calibrated on {len(p.fitted_on)} trace(s): {', '.join(p.fitted_on)}{err}"
     return "hand-set (datasheets and assumptions)"

@@ -37,6 +37,7 @@ class Stream(IntEnum):
     # Tools again.
     PROJECTION = 14  # a sampled block of a whole-run projection (workbench/project.py): (its first RL step,)
     PLAN_SAMPLER = 15  # the NSGA-II sampler of a cluster-shape search (workbench/plan.py)
+    RUNLOG_ORDER = 16  # a run log's modelled responses, their engine and queue order: (step,)
 
 
 def seed_sequence(seed: int, stream: Stream, *indices: int) -> np.random.SeedSequence:

@@ -49,6 +49,7 @@ def document(rep: Reproduction) -> dict:
     return {"schema": SCHEMA, "steps": rep.steps, "seeds": rep.seeds, "split": rep.split,
             "calib_steps": rep.calib_steps, "rounds": [to_mapping(r) for r in rep.rounds],
             "rows": [_row(r) for r in rep.rows],
+            "table_g_counts": [to_mapping(c) for c in rep.accept_counts],
             "explanations": [to_mapping(e) for e in rep.explanations], "summary": summary(rep)}
 
 
@@ -72,6 +73,15 @@ def rows_text(rep: Reproduction) -> str:
              _cell(r.measured_parts, r.published), _cell(r.calibrated, r.published), r.basis] for r in rep.rows]
     return format_table(rows, ["table", "case", "published", "pre-registered", "measured parts", "calibrated (LOO)",
                                "basis"])
+
+
+def accept_counts_text(rep: Reproduction, published: tuple[float, float]) -> str:
+    """Table G's accepted length (pre-registered `tlt` run) counted each way, against the
+    paper's."""
+    rows = [[c.how, _cell(c.first, published[0]), _cell(c.later, published[1])]
+            for c in rep.accept_counts]
+    return format_table(rows, ["counted", f"first step (published {published[0]})",
+                               f"later steps (published {published[1]})"])
 
 
 def rounds_text(rep: Reproduction) -> str:

@@ -91,6 +91,8 @@ class Reproduction:
     split: str = ""  # the calibration split's name (empty: not calibrated)
     rounds: list[Round] = field(default_factory=list)
     calib_steps: int = 0
+    # Table G's figure counted several ways
+    accept_counts: list[AcceptCount] = field(default_factory=list)
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([{"table": r.table, "case": r.case, "published": r.published, "pre-registered": r.predicted,
@@ -213,6 +215,43 @@ def _g_values(runs: list[PolicyRun]) -> tuple[float, float]:
     return first, float(np.mean(later)) if later else first
 
 
+@dataclass(frozen=True)
+class AcceptCount:
+    """Table G's accepted length counted one way: in the first RL step and over the later ones."""
+
+    how: str
+    first: float
+    later: float
+
+
+def _pooled(run: PolicyRun, later: bool, per_engine_step: bool) -> float:
+    """Tokens per pass over the run's SD segments (first step, or the later ones pooled): per
+    sequence-verify pass (SGLang's scheduler: sum of accepted + 1 over requests and decode steps /
+    sum of batch sizes), or per engine step (each decode step weighs the same, whatever its
+    batch)."""
+    tl = run.timeline
+    sd = tl[(tl["state"] == "decode_sd") & ((tl["rl_step"] > 0) if later else (tl["rl_step"] == 0))]
+    if sd.empty:
+        return float("nan")
+    if per_engine_step:
+        return float((sd["tokens"] / sd["batch"]).sum() / (sd["passes"] / sd["batch"]).sum())
+    return float(sd["tokens"].sum() / sd["passes"].sum())
+
+
+def accept_counts(runs: list[PolicyRun]) -> list[AcceptCount]:
+    """Table G's figure as `tlt paper` reports it (the mean of each step's accepted length), as
+    SGLang's scheduler counts it (FastRL's logs: pooled over the SD decode steps, per
+    sequence-verify pass), and per engine step (what a mean of per-interval log lines weighted by
+    decode steps gives)."""
+    today = _g_values(runs)
+    out = [AcceptCount("mean of each step's (tlt paper's rows)", *today)]
+    for how, per_step in (("SGLang's scheduler: pooled, per sequence-verify pass", False),
+                          ("pooled, per engine step (every decode step weighs the same)", True)):
+        out.append(AcceptCount(how, float(np.nanmean([_pooled(r, False, per_step) for r in runs])),
+                               float(np.nanmean([_pooled(r, True, per_step) for r in runs]))))
+    return out
+
+
 def table_g(pub: Published, tlt_runs: dict[str, list[PolicyRun]]) -> list[PaperRow]:
     """The `tlt` drafter's accepted length during RL (tokens per sequence-verify pass): in the first
     step (the warm start, aligned with the base model) and after spot training (the later steps)."""
@@ -297,11 +336,12 @@ def reproduce(fit: PublishedFit, pub: Published, steps: int = 20, seeds: list[in
     seeds = seeds or [0]
     a_rows, expl, tlt_runs = table_a(pub, steps, seeds, on_progress)
     rows = a_rows + fit_rows(fit, pub) + table_g(pub, tlt_runs)
+    counts = accept_counts(tlt_runs[TABLE_G_WORKLOAD])
     if split is None:
-        return Reproduction(rows, expl, steps, seeds)
+        return Reproduction(rows, expl, steps, seeds, accept_counts=counts)
     measured = measured_variant(steps, seeds)
     if on_progress:
         on_progress("measured parts: simulated")
     calib = calibrated_variant(pub, split, steps, seeds, calib_steps, on_progress)
     return Reproduction(_with_variants(rows, measured, calib), expl + measured.explanations + calib.explanations,
-                        steps, seeds, split.name, calib.rounds, calib_steps)
+                        steps, seeds, split.name, calib.rounds, calib_steps, counts)

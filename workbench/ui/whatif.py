@@ -26,7 +26,7 @@ from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to
 from workbench.contracts.timeline import TAIL_DIVISOR, rollout_split
 from workbench.contracts.workload import Workload
 from workbench.plots import batch_lines
-from workbench.ui import cluster_picker, inputs, run_totals, sd_curve_panel
+from workbench.ui import cluster_picker, inputs, run_log_panel, run_totals, sd_curve_panel
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times
 from workbench.ui.length_upload import length_file_workload
@@ -95,10 +95,14 @@ class _Result:
 
 def _base_workload() -> tuple[Workload | None, str]:
     """The chosen preset, uploaded workload or length file, and an id that changes when the choice does."""
-    source = st.radio("Workload", ["Preset", "File", "Length file"], horizontal=True, key="whatif_wl_source",
-                      help="A named preset, a workload YAML/JSON file of your own, or your real response lengths.")
+    source = st.radio("Workload", ["Preset", "File", "Length file", "Run log"], horizontal=True,
+                      key="whatif_wl_source",
+                      help="A named preset, a workload YAML/JSON file of your own, your real "
+                           "response lengths, or a veRL run's log (calibrated on its first steps).")
     if source == "Length file":
         return length_file_workload()
+    if source == "Run log":  # run-log input (issue 32): workbench/ui/run_log_panel.py
+        return run_log_panel.run_log_workload()
     if source == "File":
         return inputs.workload_file("whatif_wl_file")
     return inputs.workload_preset("Workload preset", "whatif_wl_preset")
@@ -406,8 +410,10 @@ def render() -> None:
     with col_pol:
         labels, policies = _pick_policies()
     with col_run:
-        derive = cluster_picker.derive_toggle(base_id)
-        profile = None if derive else _pick_profile(base, base_id)
+        # run-log input (issue 32): its own calibrated profile
+        calibrated = run_log_panel.calibrated_profile(base_id)
+        derive = False if calibrated else cluster_picker.derive_toggle(base_id)
+        profile = calibrated or (None if derive else _pick_profile(base, base_id))
         c1, c2 = st.columns(2)
         steps = int(c1.number_input("Steps", min_value=1, max_value=100, value=3, step=1, key="whatif_steps_n"))
         seed = int(c2.number_input("Seed", min_value=0, value=1, step=1, key="whatif_seed"))

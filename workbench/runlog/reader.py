@@ -1,0 +1,255 @@
+"""Read a veRL run log: the console output as printed, or the same metrics exported as a table.
+
+Console: veRL's console logger prints one line per RL step, `step:N - key:value - key:value ...`
+(possibly behind a Ray prefix such as `(main_task pid=123)` and in ANSI colours), among warnings,
+validation samples and the launch command. Older veRL versions name the phase timings `timing/gen`,
+newer ones `timing_s/gen`: both read as `timing_s/...`. A `.gz` file is read through gzip.
+
+Table: CSV, JSONL or Parquet with a step column (`step`, `_step`, `Step`, `global_step` or
+`training/global_step`) and veRL's metric names as columns, as a wandb or TensorBoard export gives.
+
+Kept: the step lines (rows) that time a rollout (`timing_s/gen`). Skipped and counted: lines that
+are not step lines, step lines without timings (validation-only, such as veRL's last line), a last
+line cut short, and a step logged twice (a resumed run: the later line is kept). Refused, naming the
+file, the line and the key: a binary file, no step line, no timed step, a timing that is not a
+number or is negative.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench.contracts.schema import ConfigError
+from workbench.runlog.command import LaunchCommand, parse_command
+
+GEN = "timing_s/gen"
+STEP = "timing_s/step"
+TIMING = "timing_s/"
+OLD_TIMING = "timing/"
+TABLE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
+STEP_COLUMNS = ("step", "_step", "Step", "global_step", "training/global_step")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_STEP_LINE = re.compile(r"(?:^|[\s)\]])step:\s*(\d+)\s+-\s+(.*)$")
+_FIX = ("veRL's `step:N - key:value - ...` console lines, or a CSV/JSONL/Parquet table with a step "
+        "column")
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """What the reader passed over, counted."""
+
+    other_lines: int = (
+        0  # lines that are not step lines (the command, warnings, validation samples)
+    )
+    untimed_steps: int = 0  # step lines without a rollout time (validation-only lines)
+    truncated: int = 0  # a last line cut short
+    repeated: int = 0  # steps logged again (a resumed run): the later one kept
+
+    def describe(self) -> str:
+        parts = [
+            f"{self.other_lines} other lines",
+            f"{self.untimed_steps} step lines without a rollout time (validation-only)",
+        ]
+        if self.truncated:
+            parts.append(f"{self.truncated} last line cut short")
+        if self.repeated:
+            parts.append(f"{self.repeated} steps logged twice (the later kept)")
+        return "skipped: " + ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """One run's timed steps: `metrics` has a row per step, columns `step`, `line` (where it was
+    read: the file's line, or the table's row) and veRL's metric names (timings as timing_s/)."""
+
+    path: str
+    kind: str  # console or table
+    metrics: pd.DataFrame
+    command: LaunchCommand
+    skipped: Skipped
+    old_names: bool  # the file named timings timing/... (older veRL)
+
+    @property
+    def steps(self) -> int:
+        return len(self.metrics)
+
+    def column(self, name: str) -> np.ndarray:
+        """A metric per step (NaN where a step lacks it, or the log never has it)."""
+        if name not in self.metrics.columns:
+            return np.full(self.steps, np.nan)
+        return self.metrics[name].to_numpy(float)
+
+    def where(self, i: int) -> str:
+        """`file:line` (or `file (row N)`) of the i-th timed step."""
+        n = int(self.metrics["line"].iloc[i])
+        return f"{self.path}:{n}" if self.kind == "console" else f"{self.path} (row {n})"
+
+
+def read_run_log(path: str | Path) -> RunLog:
+    """A console log or a table, by its suffix (module docstring)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(p), "<file>", str(p), "an existing veRL log file")
+    suffix = p.suffix.lower() if p.suffix.lower() != ".gz" else Path(p.stem).suffix.lower()
+    if suffix in TABLE_SUFFIXES and not p.name.endswith(".log.gz"):
+        return _read_table(p, suffix)
+    return _read_console(p)
+
+
+def _text(p: Path) -> str:
+    raw = gzip.open(p, "rb").read() if p.suffix.lower() == ".gz" else p.read_bytes()
+    if b"\x00" in raw[:65536]:
+        raise ConfigError(str(p), "<file>", "binary (NUL bytes)", f"a text log: {_FIX}")
+    return raw.decode("utf-8", errors="replace")
+
+
+def _check_timing(where: str, key: str, value: object) -> float:
+    """A timing: a number of seconds >= 0 (refused otherwise, naming the line and the key)."""
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(where, key, value, "a number of seconds >= 0") from None
+    if not v >= 0:
+        raise ConfigError(where, key, value, "a number of seconds >= 0")
+    return v
+
+
+def _parse_step_line(where: str, body: str) -> dict[str, float]:
+    """The key:value pairs of one step line (timings checked; other values not numbers are
+    dropped)."""
+    out: dict[str, float] = {}
+    for part in body.split(" - "):
+        key, sep, value = part.strip().partition(":")
+        if not sep or not key:
+            continue
+        key = TIMING + key[len(OLD_TIMING) :] if key.startswith(OLD_TIMING) else key
+        if key.startswith(TIMING):
+            out[key] = _check_timing(where, key, value.strip())
+            continue
+        try:
+            out[key] = float(value)
+        except ValueError:
+            continue  # a text value (veRL logs a few): not a metric the calibration reads
+    return out
+
+
+def _read_console(p: Path) -> RunLog:
+    text = _text(p)
+    lines = text.split("\n")
+    cut = not text.endswith("\n")
+    rows: dict[int, dict[str, float]] = {}
+    other = untimed = truncated = repeated = 0
+    first_step_line, old_names = None, False
+    for n, raw in enumerate(lines, 1):
+        line = _ANSI.sub("", raw).rstrip("\r")
+        m = _STEP_LINE.search(line)
+        if not m:
+            other += 1 if line.strip() else 0
+            continue
+        first_step_line = first_step_line or n
+        last = cut and n == len(lines)
+        where = f"{p}:{n}"
+        try:
+            values = _parse_step_line(where, m.group(2))
+        except ConfigError:
+            if last:  # a cut-short timing is no error: the line was never finished
+                truncated += 1
+                continue
+            raise
+        old_names = old_names or OLD_TIMING + "gen" in m.group(2)
+        if last and rows and len(values) < len(rows[max(rows)]) - 1:
+            truncated += 1
+            continue
+        if GEN not in values:
+            untimed += 1
+            continue
+        step = int(m.group(1))
+        repeated += step in rows
+        rows[step] = {"step": float(step), "line": float(n), **values}
+    command = parse_command(lines[: (first_step_line or len(lines) + 1) - 1])
+    return _finish(
+        p, "console", rows, command, Skipped(other, untimed, truncated, repeated), old_names
+    )
+
+
+def _finish(
+    p: Path,
+    kind: str,
+    rows: dict[int, dict[str, float]],
+    command: LaunchCommand,
+    skipped: Skipped,
+    old_names: bool,
+) -> RunLog:
+    if not rows:
+        if skipped.untimed_steps == 0:
+            raise ConfigError(str(p), "<file>", "no step lines", _FIX)
+        raise ConfigError(
+            str(p),
+            GEN,
+            "<missing in every step>",
+            f"at least one step with a rollout time ({GEN}, or timing/gen in older veRL)",
+        )
+    frame = pd.DataFrame([rows[s] for s in sorted(rows)])
+    return RunLog(str(p), kind, frame.reset_index(drop=True), command, skipped, old_names)
+
+
+def _read_table(p: Path, suffix: str) -> RunLog:
+    try:
+        if suffix == ".parquet":
+            df = pd.read_parquet(p)
+        elif suffix == ".csv":
+            df = pd.read_csv(p)
+        else:
+            df = pd.DataFrame([json.loads(x) for x in _text(p).splitlines() if x.strip()])
+    except Exception as exc:  # pandas, pyarrow and json raise several kinds for a malformed file
+        raise ConfigError(
+            str(p), "<file>", "unreadable", f"a {suffix[1:]} table with a step column ({exc})"
+        ) from None
+    step_col = next((c for c in STEP_COLUMNS if c in df.columns), None)
+    if step_col is None:
+        raise ConfigError(
+            str(p),
+            "<columns>",
+            ", ".join(map(str, df.columns))[:100],
+            f"a step column ({', '.join(STEP_COLUMNS)}) beside veRL's metric names",
+        )
+    old = any(str(c).startswith(OLD_TIMING) for c in df.columns)
+    df = df.rename(
+        columns={
+            c: TIMING + c[len(OLD_TIMING) :] for c in df.columns if str(c).startswith(OLD_TIMING)
+        }
+    )
+    first = 2 if suffix == ".csv" else 1  # the row numbers a user sees: CSV's header is line 1
+    rows: dict[int, dict[str, float]] = {}
+    untimed = repeated = 0
+    for i, rec in enumerate(df.to_dict("records")):
+        where = f"{p} (row {i + first})"
+        if rec.get(GEN) is None or (isinstance(rec.get(GEN), float) and math.isnan(rec[GEN])):
+            untimed += 1
+            continue
+        values = {
+            k: _check_timing(where, k, v)
+            for k, v in rec.items()
+            if str(k).startswith(TIMING) and not (isinstance(v, float) and math.isnan(v))
+        }
+        values.update(
+            {
+                k: float(v)
+                for k, v in rec.items()
+                if not str(k).startswith(TIMING)
+                and isinstance(v, (int, float))
+                and not isinstance(v, bool)
+            }
+        )
+        step = int(_check_timing(where, step_col, rec[step_col]))
+        repeated += step in rows
+        rows[step] = {**values, "step": float(step), "line": float(i + first)}
+    return _finish(p, "table", rows, LaunchCommand(), Skipped(0, untimed, 0, repeated), old)

@@ -1,0 +1,257 @@
+"""What `tlt calibrate --run-log` and `tlt validate --run-log` print and write: the shape and
+where it came from, the factors, the errors (fit and held out, median and p90), the baselines, the
+drift, the per-step JSON and the predicted-against-measured figure."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from workbench.contracts.profile import Profile
+from workbench.runlog.calibrate import PhaseErrors, Prepared, RunCalibration, RunValidation
+from workbench.runlog.engine import Predicted
+from workbench.runlog.fit import FACTOR_NAMES, Errors
+
+SCHEMA = "tlt-runlog/1"
+PHASES = (
+    ("gen", "rollout (timing_s/gen)"),
+    ("update", "update (the rest of the step)"),
+    ("step", "whole step (testing and checkpoints out)"),
+)
+
+
+def _pct(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.1f}%"
+
+
+def shape_lines(p: Prepared) -> list[str]:
+    s, sk = p.shape, p.log.skipped
+    lines = [
+        f"read {p.log.path}: {p.log.steps} timed steps ({p.log.kind}"
+        + (", older timing/ names read as timing_s/" if p.log.old_names else "")
+        + f"); {sk.describe()}",
+        f"shape: {s.engines} engines = {s.gpus} GPUs / TP{s.tp}, {s.prompts_per_step} prompts x "
+        f"{s.group_size}, cap {s.max_response_tokens}, batch cap {s.max_batch}, {s.framework}; "
+        f"update {s.train_forwards} forwards per token",
+    ]
+    lines += [f"  {t.field:<20} {t.value:<34} <- {t.source}" for t in s.taken]
+    lines.append(
+        f"engine: {p.database.name} (measured database; what its attention rows cover for this "
+        "shape: the profile's source)"
+    )
+    ln = p.lengths
+    lines.append(
+        f"lengths: each step's modelled from its mean, max, min and clip ratio; "
+        f"{int((ln.at_cap > 0).sum())} steps have responses at the cap (their body's spread: the "
+        f"run's median {ln.pooled_spread:.3f})"
+    )
+    return lines
+
+
+def _errors_row(label: str, e: Errors) -> str:
+    return f"{label:<44} median {_pct(e.median):>6}  p90 {_pct(e.p90):>6}  ({e.steps} steps)"
+
+
+def error_lines(errors: PhaseErrors, what: str) -> list[str]:
+    return [_errors_row(f"{name} {what}", getattr(errors, key)) for key, name in PHASES]
+
+
+def calibration_lines(cal: RunCalibration) -> list[str]:
+    f, sd = cal.factors.factors, cal.factors.spread
+    lines = [
+        f"factors, fitted on the first {cal.fit_steps} steps only "
+        f"({cal.prepared.steps[0]}-{cal.prepared.steps[cal.fit_steps - 1]}):",
+        f"  decode_speed     {f.decode_speed:.4g} x the database's engine step (+- {sd[0]:.2g})",
+        f"  step_overhead_s  {1e3 * f.step_overhead_s:.4g} ms per engine step "
+        f"(+- {1e3 * sd[1]:.2g})",
+        f"  rl_step_s        {f.rl_step_s:.4g} s per RL step inside veRL's rollout timer "
+        f"(+- {sd[2]:.2g})",
+        f"  train_speed      {f.train_speed:.4g} x the database's update cost per token and "
+        "forward",
+    ]
+    if sd[2] > 0.5 * max(f.rl_step_s, 1.0):
+        lines.append(
+            "  (+- one standard error; a wide one: this log's steps hardly tell a fixed cost per "
+            "RL step from a slower decode, since its decode share barely varies; a run of another "
+            "shape on the same cluster does)"
+        )
+    lines += error_lines(cal.fitted, "fit") + error_lines(cal.heldout, "HELD OUT")
+    for lf in cal.also:  # the other logs fitted alongside, each over its own engine
+        lines.append(f"{Path(lf.prepared.log.path).name} ({lf.prepared.database.name}):")
+        lines += error_lines(lf.fitted, "  fit") + error_lines(lf.heldout, "  HELD OUT")
+    b = cal.baselines
+    lines.append(_errors_row("baseline: first steps' median gen, held out", b.first_median))
+    lines.append(_errors_row("baseline: gen linear in mean length, held out", b.linear_mean))
+    lines += tail_lines(cal)
+    lines.append("held-out error by block of steps, then the last 200 (drift shows as a trend):")
+    lines += [
+        f"  steps {r.first_step}-{r.last_step}: gen median {_pct(r.gen.median)} "
+        f"p90 {_pct(r.gen.p90)}, bias {r.gen_bias_pct:+.1f}%; step median {_pct(r.step.median)}"
+        for r in cal.drift
+    ]
+    return lines
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.corrcoef(a, b)[0, 1]) if np.std(a) > 0 and np.std(b) > 0 else math.nan
+
+
+def tail_lines(cal: RunCalibration) -> list[str]:
+    """What moves the predicted rollout over the held-out steps (the longest response or the mean),
+    and the held-out rollout error split by whether the step's longest response hit the cap."""
+    p, held = cal.prepared, slice(cal.fit_steps, None)
+    pred, meas = cal.predicted.gen_s[held], p.measured.gen_s[held]
+    top, mean = p.stats.max[held], p.stats.mean[held]
+    capped = top >= p.shape.max_response_tokens
+    lines = [f"predicted rollout vs the step's longest response: correlation "
+             f"{_corr(pred, top):.2f}; vs its mean length: {_corr(pred, mean):.2f} (held out)"]
+    for label, rows in (("held out, longest at the cap", capped),
+                        ("held out, longest below the cap", ~capped)):
+        lines.append(_errors_row(label, Errors.of(pred[rows], meas[rows])))
+    return lines
+
+
+def _phase_fields(prefix: str, errors: PhaseErrors) -> dict[str, Any]:
+    out = {}
+    for key, _ in PHASES:
+        e = getattr(errors, key)
+        out[f"{key}_{prefix}median_abs_error_pct"] = _round(e.median)
+        out[f"{key}_{prefix}p90_abs_error_pct"] = _round(e.p90)
+    return out
+
+
+def _round(x: float) -> float | None:
+    return None if math.isnan(x) else round(float(x), 2)
+
+
+def calibration_summary(cal: RunCalibration) -> dict[str, Any]:
+    """The JSON line `tlt calibrate --run-log` ends with."""
+    f = cal.factors.factors
+    return {
+        "steps": int(cal.prepared.log.steps),
+        "fit_steps": cal.fit_steps,
+        **_phase_fields("heldout_", cal.heldout),
+        **_phase_fields("fit_", cal.fitted),
+        "baseline_first_median_gen_heldout_median_abs_error_pct": _round(
+            cal.baselines.first_median.median
+        ),
+        "baseline_linear_mean_gen_heldout_median_abs_error_pct": _round(
+            cal.baselines.linear_mean.median
+        ),
+        "factors": {
+            "decode_speed": f.decode_speed,
+            "step_overhead_s": f.step_overhead_s,
+            "rl_step_s": f.rl_step_s,
+            "train_speed": f.train_speed,
+            "train_forwards": f.train_forwards,
+        },
+        "factor_standard_errors": dict(
+            zip(FACTOR_NAMES, (round(x, 6) for x in cal.factors.spread))
+        ),
+        "also": [{"log": lf.prepared.log.path, "steps": int(lf.prepared.log.steps),
+                  **_phase_fields("heldout_", lf.heldout), **_phase_fields("fit_", lf.fitted)}
+                 for lf in cal.also],
+    }
+
+
+def validation_summary(v: RunValidation) -> dict[str, Any]:
+    """The JSON line `tlt validate --run-log` ends with."""
+    e = v.errors
+    return {
+        "steps": int(v.prepared.log.steps),
+        "in_sample": v.in_sample,
+        "gen_median_abs_error_pct": _round(e.gen.median),
+        "gen_p90_abs_error_pct": _round(e.gen.p90),
+        "update_median_abs_error_pct": _round(e.update.median),
+        "update_p90_abs_error_pct": _round(e.update.p90),
+        "step_median_abs_error_pct": _round(e.step.median),
+        "step_p90_abs_error_pct": _round(e.step.p90),
+        "gen_bias_pct": _round(_bias(v.predicted.gen_s, v.prepared.measured.gen_s)),
+        "step_bias_pct": _round(_bias(v.predicted.step_s, v.prepared.measured.step_s)),
+        **(_phase_fields("heldout_", v.heldout) if v.heldout is not None else {}),
+    }
+
+
+def _bias(pred: np.ndarray, meas: np.ndarray) -> float:
+    ok = np.isfinite(meas) & (meas > 0)
+    return float(np.median((pred[ok] - meas[ok]) / meas[ok]) * 100) if ok.any() else math.nan
+
+
+def per_step(p: Prepared, pred: Predicted) -> dict[str, list]:
+    """Per step, predicted and measured (the app draws these; NaN as None)."""
+
+    def clean(a: np.ndarray) -> list:
+        return [None if not np.isfinite(x) else round(float(x), 4) for x in a]
+
+    m = p.measured
+    return {
+        "step": [int(s) for s in p.steps],
+        "gen_predicted_s": clean(pred.gen_s),
+        "gen_measured_s": clean(m.gen_s),
+        "update_predicted_s": clean(pred.update_s),
+        "update_measured_s": clean(m.update_s),
+        "step_predicted_s": clean(pred.step_s),
+        "step_measured_s": clean(m.step_s),
+        "mean_length": clean(p.stats.mean),
+        "max_length": clean(p.stats.max),
+    }
+
+
+def calibration_document(cal: RunCalibration) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "log": cal.prepared.log.path,
+        "profile": cal.profile.name,
+        "summary": calibration_summary(cal),
+        "per_step": per_step(cal.prepared, cal.predicted),
+        "shape": [
+            {"field": t.field, "value": t.value, "source": t.source}
+            for t in cal.prepared.shape.taken
+        ],
+    }
+
+
+def figure(p: Prepared, pred: Predicted, fit_steps: int, title: str) -> Figure:
+    """Predicted against measured per step: rollout, update, whole step (the fitted steps
+    shaded)."""
+    fig = Figure(figsize=(11, 8))
+    axes = fig.subplots(3, 1, sharex=True)
+    x = p.steps
+    for ax, (key, label) in zip(axes, PHASES):
+        ax.plot(x, getattr(p.measured, f"{key}_s"), ".", ms=2, color="0.35", label="measured")
+        ax.plot(
+            x,
+            getattr(pred, f"{key}_s"),
+            "-",
+            lw=0.8,
+            color="tab:blue",
+            label="predicted (simulated)",
+        )
+        if fit_steps:
+            ax.axvspan(x[0], x[fit_steps - 1], color="tab:orange", alpha=0.12, label="fitted on")
+        ax.set_ylabel(f"{label.split(' (')[0]} s")
+    axes[0].legend(loc="upper right", fontsize=8)
+    axes[0].set_title(title, fontsize=10)
+    axes[-1].set_xlabel("RL step")
+    fig.tight_layout()
+    return fig
+
+
+def measured_vs_modelled(profile: Profile) -> list[str]:
+    """For `tlt compare` on a run-log calibration: which parts are measured and which modelled."""
+    f = profile.run_factors
+    if f is None:
+        return []
+    return [
+        f"measured (the run's log, {f.fitted_on}): the step times the factors were fitted to "
+        f"(decode {f.decode_speed:.3g}x the database, +{1e3 * f.step_overhead_s:.3g} ms per engine "
+        f"step, {f.rl_step_s:.3g} s per RL step, update {f.train_speed:.3g}x) and each step's "
+        "length statistics (the lengths themselves modelled from them)",
+        "modelled, not in the log: SD's acceptance and the drafter's learning curve (the profile's "
+        "acceptance model), the drafter's cost (the database's x the decode factor), spot training "
+        "on idle engines",
+    ]

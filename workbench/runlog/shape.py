@@ -1,0 +1,219 @@
+"""A run's shape: from the log's launch command where it has one, from flags where not.
+
+A flag overrides the log; what neither gives is refused, naming the flag. The GPU type is never in
+a veRL log: `--gpu` picks it (the calibration's decode-speed factor absorbs a wrong or missing one).
+Two engine settings have veRL's defaults when the command leaves them out, said as such:
+`rollout.name` (vllm) and `rollout.max_num_seqs` (1024).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.contracts.architecture import PRESET_DIR as ARCH_DIR
+from workbench.contracts.schema import ConfigError
+from workbench.runlog.reader import TIMING, RunLog
+
+MODEL_KEY = "actor_rollout_ref.model.path"
+ROLLOUT = "actor_rollout_ref.rollout."
+VERL_MAX_NUM_SEQS = 1024  # veRL's ppo_trainer.yaml default for rollout.max_num_seqs
+FRAMEWORKS = ("vllm", "sglang")
+# Forwards per token of the update, by the phases a step times: the actor's update is a forward, a
+# backward (two forwards' worth) and, with gradient checkpointing, a recomputation; each log-prob
+# pass (old policy, reference, critic values) is one forward; a critic's update is as the actor's.
+# The measured database's training cost per token counts 6 (actor update 4, old and reference 2).
+DATABASE_FORWARDS = 6
+LOG_PROB_PHASES = ("old_log_prob", "ref", "values")
+
+
+@dataclass(frozen=True)
+class ShapeFlags:
+    """What the user passed (None: not given)."""
+
+    arch: str | None = None
+    gpu: str | None = None
+    gpus: int | None = None
+    tp: int | None = None
+    prompts_per_step: int | None = None
+    group_size: int | None = None
+    max_response_tokens: int | None = None
+    max_batch: int | None = None
+    framework: str | None = None
+
+
+@dataclass(frozen=True)
+class Taken:
+    """One shape field and where it came from."""
+
+    field: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class RunShape:
+    arch: str  # an architecture preset name or a config.json path
+    gpu: str
+    gpus: int
+    tp: int
+    prompts_per_step: int
+    group_size: int
+    max_response_tokens: int
+    framework: str
+    max_batch: int
+    train_forwards: (
+        int  # forwards per token of the update (DATABASE_FORWARDS: the database's count)
+    )
+    taken: tuple[Taken, ...]
+
+    @property
+    def engines(self) -> int:
+        return self.gpus // self.tp
+
+    @property
+    def responses(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+
+def _int(where: str, key: str, text: str, flag: str) -> int:
+    try:
+        v = int(float(text))
+    except ValueError:
+        raise ConfigError(where, key, text, f"a whole number >= 1 (or pass {flag})") from None
+    if v < 1 or v != float(text):
+        raise ConfigError(where, key, text, f"a whole number >= 1 (or pass {flag})")
+    return v
+
+
+def _from_log(
+    log: RunLog, key: str, flag: str, taken: list[Taken], field: str, given: object
+) -> str | None:
+    """The flag's value, else the log's setting of `key` (None: neither)."""
+    if given is not None:
+        taken.append(Taken(field, str(given), f"flag {flag}"))
+        return str(given)
+    s = log.command.get(key)
+    if s is None:
+        return None
+    if s.unresolved:
+        raise ConfigError(
+            f"{log.path}:{s.line}",
+            key,
+            s.written,
+            f"a value: the log never assigns ${s.unresolved}; pass {flag}",
+        )
+    taken.append(Taken(field, s.value, f"log: {s.where()}"))
+    return s.value
+
+
+def _need(value: str | None, log: RunLog, key: str, flag: str) -> str:
+    if value is None:
+        what = (
+            f"the log's launch command does not set {key}"
+            if log.command.settings
+            else "the log has no launch command"
+        )
+        raise ConfigError(log.path, key, "<missing>", f"{what}: pass {flag}")
+    return value
+
+
+def resolve_arch(name: str) -> str:
+    """A model path as veRL names it (`org/name`, a local directory) or a flag's value, as an
+    architecture preset or a config.json: the preset named as the path's last part (lowercase), a
+    config.json in a local directory, or the file itself."""
+    p = Path(name)
+    if p.is_file():
+        return str(p)
+    if (p / "config.json").is_file():
+        return str(p / "config.json")
+    stem = p.name.lower()
+    if (ARCH_DIR / f"{stem}.json").is_file():
+        return stem
+    raise ConfigError(
+        "--arch",
+        "arch",
+        name,
+        "an architecture preset ("
+        + ", ".join(sorted(f.stem for f in ARCH_DIR.glob("*.json")))
+        + ") or a Hugging Face config.json",
+    )
+
+
+def train_forwards(log: RunLog) -> int:
+    """Forwards per token of the update, from the phases the log times and its checkpointing
+    settings."""
+    cols = set(log.metrics.columns)
+    ckpt = {
+        k: (log.command.get(k).value.lower() != "false") if log.command.get(k) else True
+        for k in (
+            "actor_rollout_ref.model.enable_gradient_checkpointing",
+            "critic.model.enable_gradient_checkpointing",
+        )
+    }
+    n = 3 + ckpt["actor_rollout_ref.model.enable_gradient_checkpointing"]
+    n += sum(TIMING + ph in cols for ph in LOG_PROB_PHASES)
+    if TIMING + "update_critic" in cols:
+        n += 3 + ckpt["critic.model.enable_gradient_checkpointing"]
+    return n
+
+
+def _gpus(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> int:
+    if flags.gpus is not None:
+        taken.append(Taken("gpus", str(flags.gpus), "flag --gpus"))
+        return flags.gpus
+    keys = ("trainer.n_gpus_per_node", "trainer.nnodes")
+    per, nodes = (_need(_from_log(log, k, "--gpus", [], "", None), log, k, "--gpus") for k in keys)
+    gpus = _int(log.path, keys[0], per, "--gpus") * _int(log.path, keys[1], nodes, "--gpus")
+    taken.append(Taken("gpus", str(gpus), f"log: {keys[0]}={per} x {keys[1]}={nodes}"))
+    return gpus
+
+
+def _engine(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> tuple[str, int]:
+    """The rollout engine and its batch cap: the log's, else veRL's defaults (said as such)."""
+    framework = _from_log(log, ROLLOUT + "name", "--framework", taken, "framework", flags.framework)
+    if framework is None:
+        framework = "vllm"
+        taken.append(Taken("framework", framework, "veRL's default (rollout.name)"))
+    if framework not in FRAMEWORKS:
+        raise ConfigError(log.path, ROLLOUT + "name", framework,
+                          "vllm or sglang (the engines the measured database has)")
+    key = ROLLOUT + "max_num_seqs"
+    batch = _from_log(log, key, "--max-batch", taken, "max_batch", flags.max_batch)
+    if batch is None:
+        batch = str(VERL_MAX_NUM_SEQS)
+        taken.append(Taken("max_batch", batch, "veRL's default (rollout.max_num_seqs)"))
+    return framework, _int(log.path, key, batch, "--max-batch")
+
+
+INT_FIELDS = (("tp", ROLLOUT + "tensor_model_parallel_size", "--tp"),
+              ("prompts_per_step", "data.train_batch_size", "--prompts-per-step"),
+              ("group_size", ROLLOUT + "n", "--group-size"),
+              ("max_response_tokens", "data.max_response_length", "--max-response-tokens"))
+
+
+def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
+    """The shape, each field from a flag or the log (module docstring)."""
+    taken: list[Taken] = []
+    arch_name = _from_log(log, MODEL_KEY, "--arch", taken, "model", flags.arch)
+    arch = resolve_arch(_need(arch_name, log, MODEL_KEY, "--arch"))
+    if flags.gpu is None:
+        raise ConfigError(log.path, "gpu", "<not in a veRL log>",
+                          "pass --gpu (the GPU type the run used; the calibration's decode-speed "
+                          "factor absorbs the difference from the database's)")
+    taken.append(Taken("gpu", flags.gpu, "flag --gpu"))
+    gpus = _gpus(log, flags, taken)
+    ints = {}
+    for field, key, flag in INT_FIELDS:
+        given = getattr(flags, field)
+        value = _need(_from_log(log, key, flag, taken, field, given), log, key, flag)
+        ints[field] = _int(log.path if given is None else flag, key, value, flag)
+    if gpus % ints["tp"]:
+        raise ConfigError(f"{log.path} with the flags given", "tp", ints["tp"],
+                          f"a TP degree that divides the run's {gpus} GPUs (check --tp and --gpus)")
+    framework, batch = _engine(log, flags, taken)
+    forwards = train_forwards(log)
+    timed = ", ".join(c[len(TIMING):] for c in log.metrics.columns if str(c).startswith(TIMING))
+    taken.append(Taken("train_forwards", str(forwards), f"the phases the log times ({timed})"))
+    return RunShape(arch, flags.gpu, gpus, ints["tp"], ints["prompts_per_step"], ints["group_size"],
+                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken))

@@ -1,0 +1,225 @@
+"""What-if's "Run log" source: a veRL run's log, calibrated as `tlt calibrate --run-log` does it,
+then the policies compared on that run.
+
+The upload is read, its shape taken from its launch command (the fields it lacks, and the GPU, from
+the inputs here), each step simulated at the measured database's costs and the run-level factors
+fitted on its first steps (workbench/runlog/). The panel shows the shape and where each field came
+from, the factors, measured against predicted per step, and what is measured and what modelled;
+the page then simulates its policies on the calibrated run (its modelled steps replayed) with the
+calibrated profile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from workbench.calibrate.measured_gpu import gpu_names
+from workbench.contracts.profile import Profile
+from workbench.contracts.schema import ConfigError, FieldError, save
+from workbench.contracts.workload import Workload, load_workload
+from workbench.runlog import calibrate as cal
+from workbench.runlog import report
+from workbench.runlog.shape import ShapeFlags
+from workbench.workloads.build import write_workload
+
+ID_PREFIX = "runlog:"
+_STATE = "whatif_runlog"  # input digest -> _Calibrated
+SUFFIXES = ["log", "txt", "out", "gz", "csv", "jsonl", "json", "parquet"]
+
+
+@dataclass(frozen=True)
+class _Calibrated:
+    result: cal.RunCalibration
+    workload_path: str
+
+
+def _shape_inputs() -> tuple[ShapeFlags, int, int]:
+    gpus = gpu_names()
+    cols = st.columns(3)
+    gpu = cols[0].selectbox(
+        "GPU of the run",
+        gpus,
+        index=gpus.index("h100") if "h100" in gpus else 0,
+        key="whatif_runlog_gpu",
+        help="A veRL log never names it; the decode factor absorbs "
+        "the difference from the database's GPU.",
+    )
+    fit = int(
+        cols[1].number_input(
+            "Fit on the first steps", min_value=1, value=100, step=10, key="whatif_runlog_fit"
+        )
+    )
+    limit = int(
+        cols[2].number_input(
+            "Steps to use",
+            min_value=2,
+            value=300,
+            step=100,
+            key="whatif_runlog_limit",
+            help="The log's first steps simulated (one simulation per step: ~30 ms each "
+            "at this log's scale).",
+        )
+    )
+    with st.expander("Shape fields the log lacks (0: from the log)", expanded=False):
+        c = st.columns(4)
+        vals = [
+            int(
+                c[i % 4].number_input(
+                    label, min_value=0, value=0, step=1, key=f"whatif_runlog_{key}"
+                )
+            )
+            for i, (key, label) in enumerate(
+                (
+                    ("gpus", "GPUs"),
+                    ("tp", "TP"),
+                    ("prompts", "Prompts per step"),
+                    ("group", "Group size (n)"),
+                    ("cap", "Max response tokens"),
+                    ("batch", "Max batch per engine"),
+                )
+            )
+        ]
+        arch = st.text_input(
+            "Model (architecture preset or config.json path; empty: from the log)",
+            key="whatif_runlog_arch",
+        )
+    opt = [v or None for v in vals]
+    return ShapeFlags(arch or None, gpu, *opt), fit, limit
+
+
+def _calibrate(name: str, data: bytes, flags: ShapeFlags, fit: int, limit: int) -> _Calibrated:
+    into = Path(tempfile.mkdtemp(prefix="tlt-runlog-"))
+    log = into / Path(name).name
+    log.write_bytes(data)
+    bar = st.progress(0.0, text="Simulating each step…")
+    progress = lambda done, total: bar.progress(
+        done / total, text=f"Simulated {done}/{total} steps"
+    )  # noqa: E731
+    try:
+        prepared = cal.prepare(log, flags, 0, progress, fit, limit)
+        result = cal.calibrate(prepared, fit, f"{log.stem}-calibrated")
+        wl, obs = cal.run_workload(result, "run", "calibrated.yaml")
+    finally:
+        bar.empty()
+    save(result.profile, into / "calibrated.yaml")
+    write_workload(wl, obs, into / "run.yaml")
+    return _Calibrated(result, str(into / "run.yaml"))
+
+
+def _per_step_figure(res: cal.RunCalibration) -> go.Figure:
+    p, pred, fit = res.prepared, res.predicted, res.fit_steps
+    fig = go.Figure()
+    for key, label in (("gen", "rollout"), ("step", "whole step")):
+        fig.add_scatter(
+            x=p.steps,
+            y=getattr(p.measured, f"{key}_s"),
+            mode="markers",
+            marker={"size": 3},
+            name=f"{label}: measured",
+        )
+        fig.add_scatter(
+            x=p.steps,
+            y=getattr(pred, f"{key}_s"),
+            mode="lines",
+            line={"width": 1},
+            name=f"{label}: predicted (simulated)",
+        )
+    fig.add_vrect(
+        x0=p.steps[0],
+        x1=p.steps[fit - 1],
+        fillcolor="orange",
+        opacity=0.12,
+        line_width=0,
+        annotation_text="fitted on",
+    )
+    fig.update_layout(
+        title="Measured against predicted, per step",
+        xaxis_title="RL step",
+        yaxis_title="seconds",
+        height=360,
+        margin={"t": 40, "b": 40},
+    )
+    return fig
+
+
+def _errors_frame(res: cal.RunCalibration) -> pd.DataFrame:
+    rows = []
+    for split, errors in (("fit", res.fitted), ("held out", res.heldout)):
+        for key, label in report.PHASES:
+            e = getattr(errors, key)
+            rows.append(
+                {
+                    "steps": split,
+                    "phase": label,
+                    "median |error| %": round(e.median, 1),
+                    "p90 |error| %": round(e.p90, 1),
+                    "n": e.steps,
+                }
+            )
+    b = res.baselines
+    rows.append(
+        {
+            "steps": "held out",
+            "phase": "baseline: first steps' median rollout",
+            "median |error| %": round(b.first_median.median, 1),
+            "p90 |error| %": round(b.first_median.p90, 1),
+            "n": b.first_median.steps,
+        }
+    )
+    return pd.DataFrame(rows)
+
+
+def _show(c: _Calibrated) -> None:
+    res = c.result
+    with st.expander("The run: shape and where each field came from", expanded=False):
+        st.code("\n".join(report.shape_lines(res.prepared)), language=None)
+    st.markdown("**Fitted factors** (on the first steps only)")
+    st.code("\n".join(report.calibration_lines(res)[1:5]), language=None)
+    st.dataframe(_errors_frame(res), hide_index=True, width="stretch")
+    st.plotly_chart(_per_step_figure(res), key="whatif_runlog_steps", width="stretch")
+    for line in report.measured_vs_modelled(res.profile):
+        st.caption(line)
+
+
+def run_log_workload() -> tuple[Workload | None, str]:
+    """The panel: upload, inputs, calibration, its report; the calibrated run and an id for the
+    page."""
+    upload = st.file_uploader(
+        "veRL run log (console output, .gz, or a CSV/JSONL/Parquet metrics table)",
+        type=SUFFIXES,
+        key="whatif_runlog_file",
+    )
+    flags, fit, limit = _shape_inputs()
+    if upload is None:
+        st.info("Upload a veRL run log: `tlt calibrate --run-log` reads the same files.")
+        return None, ""
+    data = upload.getvalue()
+    digest = hashlib.sha1(data + repr((upload.name, flags, fit, limit)).encode()).hexdigest()[:12]
+    done: dict = st.session_state.setdefault(_STATE, {})
+    if digest not in done:
+        if not st.button("Calibrate on this log", type="primary", key="whatif_runlog_go"):
+            st.info("Press **Calibrate on this log**: one simulation per step, then the factors "
+                    "are fitted.")
+            return None, ""
+        try:
+            done[digest] = _calibrate(upload.name, data, flags, fit, limit)
+        except (ConfigError, FieldError, ValueError) as exc:
+            st.error(f"Run log rejected: {exc}")
+            return None, ""
+    _show(done[digest])
+    return load_workload(done[digest].workload_path), ID_PREFIX + digest
+
+
+def calibrated_profile(base_id: str) -> Profile | None:
+    """The calibrated profile of a run-log input (None: the input is not a calibrated run log)."""
+    if not base_id.startswith(ID_PREFIX):
+        return None
+    c = st.session_state.get(_STATE, {}).get(base_id[len(ID_PREFIX) :])
+    return c.result.profile if c is not None else None
