@@ -73,7 +73,7 @@ def test_whatif_shows_the_default_comparison_on_arrival(app: AppTest) -> None:
 
 
 def test_whatif_rejects_bad_fields(app: AppTest) -> None:
-    key = "whatif_wl:preset:paper-7b-8gpu:"
+    key = "whatif_wl:preset:fastrl-example-7b-8gpu:"
     app.number_input(key=key + "workers").set_value(0).run()
     assert not app.exception
     assert any("workers" in e.value for e in app.error)

@@ -8,7 +8,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
-KEY = "whatif_wl:preset:paper-7b-8gpu:"  # the default workload: Qwen2.5-7B, TP4, H100
+KEY = "whatif_wl:preset:fastrl-example-7b-8gpu:"  # the default workload: Qwen2.5-7B, TP4, H100
 
 
 @pytest.fixture()
@@ -28,8 +28,8 @@ def test_changing_gpus_per_worker_refuses_the_old_profile_naming_the_field(app: 
 
 def test_the_profile_derived_from_the_cluster_follows_tp_and_gpu(app: AppTest) -> None:
     app.number_input(key=KEY + "gpus_per_worker").set_value(2)
-    app.toggle(key="whatif_cluster_on:preset:paper-7b-8gpu").set_value(True).run()
-    app.selectbox(key="whatif_cluster_gpu:preset:paper-7b-8gpu").set_value("a100").run()
+    app.toggle(key="whatif_cluster_on:preset:fastrl-example-7b-8gpu").set_value(True).run()
+    app.selectbox(key="whatif_cluster_gpu:preset:fastrl-example-7b-8gpu").set_value("a100").run()
     assert not app.exception, app.exception
     assert not app.error, [e.value for e in app.error]
     app.number_input(key="whatif_steps_n").set_value(1)

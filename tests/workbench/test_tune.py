@@ -30,8 +30,8 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def small():
-    """paper-7b-8gpu cut to 16 prompts and 2 steps: the same long tail and costs, ~30 ms a simulation."""
-    wl = replace(load_workload("paper-7b-8gpu"), name="paper-7b-small", prompts_per_step=16, steps=2)
+    """fastrl-example-7b-8gpu cut to 16 prompts and 2 steps: the same long tail and costs, ~30 ms a simulation."""
+    wl = replace(load_workload("fastrl-example-7b-8gpu"), name="paper-7b-small", prompts_per_step=16, steps=2)
     return wl, load_profile(wl.profile)
 
 

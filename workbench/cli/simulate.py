@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,11 +18,12 @@ from workbench import tune as tuning
 from workbench.cli.apps import app, bench_app
 from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, runner_for
 from workbench.compare import compare as run_compare
-from workbench.compare import summarize_runs
+from workbench.compare import summarize_runs, why_runs
 from workbench.contracts.fileio import save_figure, write_atomic
 from workbench.contracts.policy import load_policy, policy_presets
-from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.profile import load_profile, profile_presets, provenance
 from workbench.contracts.schema import ConfigError, to_mapping
+from workbench.contracts.speedup import WHY_HEADERS, why_json, why_table
 from workbench.contracts.workload import load_workload, workload_presets
 from workbench.plots import batch_figure
 from workbench.regret import bandit_regret, bandit_variants
@@ -57,30 +59,77 @@ def sim(
 
     summary = {"workload": wl.name, "profile": prof.name, "seed": seed, "steps": n, "policies": {}}
     rows = []
-    for run, s in zip(runs, summarize_runs(runs)):
+    whys = why_runs(runs)
+    for run, s, why in zip(runs, summarize_runs(runs), whys):
         summary["policies"][s.policy] = {"step_time_s": s.step_time_s, "rollout_time_s": s.rollout_time_s,
                                          "bubble_fraction": s.bubble_fraction, "tail_fraction": s.tail_fraction,
-                                         "mean_accept_len": s.mean_accept_len, "speedup_vs_first": s.speedup}
+                                         "mean_accept_len": s.mean_accept_len, "speedup_vs_first": s.speedup,
+                                         "why": why_json(why)}
         run.save(out / run.policy_name)
         last = run.steps[-1].rl_step
         save_figure(batch_figure(run.timeline, last, f"{run.policy_name} on {wl.name}: running batch per worker, "
                                                      f"RL step {last}"), out / run.policy_name / "batch.png")
-        rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}", f"{s.bubble_fraction:.3f}",
-                     f"{s.tail_fraction:.3f}", f"{s.drafter_train_fraction:.3f}", f"{s.mean_accept_len:.2f}",
+        rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}", f"{s.bubble_fraction:.1%}",
+                     f"{s.tail_fraction:.1%}", f"{s.drafter_train_fraction:.1%}", f"{s.mean_accept_len:.2f}",
                      f"{s.speedup:.2f}x"])
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed}")
+    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed} (another seed draws other lengths: "
+               f"tlt compare --seeds K for the spread)")
     typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "spot-train", "accept len",
                                    "speedup"]))
+    _print_why(whys)
     typer.echo(f"wrote {out}/summary.json")
 
 
+def _print_why(whys) -> None:
+    """Each policy's decomposition against the first: a table, then one sentence each."""
+    if len(whys) < 2:
+        return
+    typer.echo(f"why each speedup (against {whys[0].reference}; docs/formats.md, 'Why a speedup'):")
+    typer.echo(format_table(why_table(whys[1:]), list(WHY_HEADERS.values())))
+    for w in whys[1:]:
+        typer.echo(f"  {w.sentence}")
+
+
 @app.command()
-def presets() -> None:
-    """List the named presets."""
-    typer.echo("workloads: " + ", ".join(workload_presets()))
-    typer.echo("policies:  " + ", ".join(policy_presets()))
-    typer.echo("profiles:  " + ", ".join(profile_presets()))
+def presets(long: bool = typer.Option(False, "--long", help="Each preset with where its numbers come from: a "
+                                      "workload's description and source, a policy's description, a profile's "
+                                      "provenance (measured, published, calibrated or hand-set).")) -> None:
+    """List the named presets (--long: with their provenance)."""
+    if not long:
+        typer.echo("workloads: " + ", ".join(workload_presets()))
+        typer.echo("policies:  " + ", ".join(policy_presets()))
+        typer.echo("profiles:  " + ", ".join(profile_presets()))
+        typer.echo("(tlt presets --long: where each one's numbers come from)")
+        return
+    for kind, names, lines in (("workloads", workload_presets(), _workload_lines),
+                               ("policies", policy_presets(), _policy_lines),
+                               ("profiles", profile_presets(), _profile_lines)):
+        typer.echo(f"{kind}:")
+        for name in names:
+            try:
+                typer.echo("\n".join(lines(name)))
+            except ConfigError as exc:
+                typer.echo(f"  {name}: does not load ({exc})")
+
+
+def _wrapped(head: str, text: str) -> list[str]:
+    return textwrap.wrap(text, width=100, initial_indent=head, subsequent_indent=" " * 6,
+                         break_on_hyphens=False) if text else []
+
+
+def _workload_lines(name: str) -> list[str]:
+    wl = load_workload(name)
+    return [f"  {name}", *_wrapped("      ", wl.description), *_wrapped("      source: ", wl.source)]
+
+
+def _policy_lines(name: str) -> list[str]:
+    return [f"  {name}", *_wrapped("      ", load_policy(name).description)]
+
+
+def _profile_lines(name: str) -> list[str]:
+    prof = load_profile(name)
+    return [f"  {name}", *_wrapped("      ", prof.description), *_wrapped("      ", provenance(prof))]
 
 
 @app.command()
@@ -102,7 +151,7 @@ def check(
 
 @bench_app.command("sim")
 def bench_sim(
-    workload: str = typer.Option("paper-32b-128gpu", help="Workload to time."),
+    workload: str = typer.Option("fastrl-example-32b-128gpu", help="Workload to time."),
     policy: str = typer.Option("tlt-cold",
                                help="Policy to time (tlt-cold is the costliest: bandit decisions every interval, spot "
                                     "training)."),
@@ -169,16 +218,18 @@ def compare(
     for name, r in s.iterrows():
         rows.append([name, f"{r['step_time_s_mean']:,.1f} ± {r['step_time_s_std']:,.1f}",
                      f"{r['rollout_time_s_mean']:,.1f} ± {r['rollout_time_s_std']:,.1f}",
-                     f"{r['bubble_fraction_mean']:.3f} ± {r['bubble_fraction_std']:.3f}",
+                     f"{r['bubble_fraction_mean']:.1%} ± {r['bubble_fraction_std']:.1%}",
+                     f"{r['tail_fraction_mean']:.1%} ± {r['tail_fraction_std']:.1%}",
                      f"{r['mean_accept_len_mean']:.2f} ± {r['mean_accept_len_std']:.2f}",
-                     f"{r['speedup']:.3f}x",
-                     f"{r['speedup_paired_min']:.3f}-{r['speedup_paired_max']:.3f}x", r["nature"]])
+                     f"{r['speedup']:.2f}x",
+                     f"{r['speedup_paired_min']:.2f}-{r['speedup_paired_max']:.2f}x", r["nature"]])
     typer.echo(f"{wl.name} on {prof.name}, {result.steps} steps x seeds {result.seeds[0]}..{result.seeds[-1]} "
                f"(same draws for every policy); mean ± std over seeds")
-    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "accept len", "speedup", "paired range",
-                                   "what it does to RL"]))
+    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "accept len", "speedup",
+                                   "paired range", "what it does to RL"]))
     typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; paired range = min-max over seeds "
                f"of the per-seed ratio")
+    _print_why(result.why())
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
 
 
