@@ -43,7 +43,7 @@ from workbench.contracts import seeds
 from workbench.contracts.policy import Policy, Strategy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
-from workbench.contracts.length_data import read_observed
+from workbench.contracts.length_data import ObservedLengths, read_observed
 from workbench.contracts.seeds import Stream
 from workbench.contracts.trace import Timeline
 from workbench.contracts.workload import Workload
@@ -54,18 +54,20 @@ MAX_WORK = 2_000_000
 
 
 def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt: int = 0,
-                  batch: int | None = None) -> GroupDraw:
+                  batch: int | None = None, observed: ObservedLengths | None = None) -> GroupDraw:
     """The responses of the `index`-th new prompt of generation batch `batch` (default: `step`; DAPO's
     dynamic sampling runs several batches a step) at RL step `step` (a re-run of a deferred prompt
     is a new attempt).
 
     Each prompt has its own random stream, so a prompt's responses are the same
-    whichever policy or rollout mode meets it (common random numbers).
+    whichever policy or rollout mode meets it (common random numbers). `observed`: the workload's
+    observed lengths, read already (a simulation reads them once, not per prompt).
     """
     batch = step if batch is None else batch
     m, cap = workload.lengths, workload.max_response_tokens
     if m.kind != "lognormal":
-        return observed_group(read_observed(m.data), m.kind, cap, seed, batch, index, attempt)
+        obs = observed if observed is not None else read_observed(m.data)
+        return observed_group(obs, m.kind, cap, seed, batch, index, attempt)
     return model_group(m, cap, workload.group_size, step, seeds.rng(seed, Stream.LENGTHS, batch, index, attempt))
 
 
@@ -145,6 +147,8 @@ class Simulator:
         self._stream_done: list[_Streamed] = []  # streaming: steps trained, reported once their rows are written
         self._batches = 0  # dynamic sampling: generation batches drawn so far
         self.filtering: list[FilterRecord] = []
+        lengths = workload.lengths
+        self._observed = read_observed(lengths.data) if lengths.kind != "lognormal" else None
         if workload.dynamic_sampling.enabled and policy.rollout.stream:
             raise ConfigError(workload.name, "dynamic_sampling.enabled", True,
                               f"false for policy '{policy.name}': DAPO's filtering is not simulated with streaming "
@@ -172,7 +176,8 @@ class Simulator:
                 lengths = np.asarray(self.replay[step][j * g:(j + 1) * g])
                 groups.append(Group((step, j), lengths, np.zeros(len(lengths))))
             else:
-                groups.append(new_group((step, j), group_lengths(self.workload, self.seed, step, j, batch=batch)))
+                groups.append(new_group((step, j), group_lengths(self.workload, self.seed, step, j, batch=batch,
+                                                                 observed=self._observed)))
         return groups
 
     def _plan(self, step: int) -> tuple[list[Group], int | None, str]:
@@ -190,8 +195,8 @@ class Simulator:
             groups = []
             for g in rerun:  # fresh samples of the same prompts
                 attempt = g.attempt + 1
-                groups.append(new_group(g.key, group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt),
-                                        attempt))
+                draw = group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt, observed=self._observed)
+                groups.append(new_group(g.key, draw, attempt))
             return groups, None, "long"
         return self._new_groups(step, launched), p, "short"
 

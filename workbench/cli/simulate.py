@@ -288,9 +288,9 @@ def tune(
                               help="Score each policy on seeds 0..K-1, the same for every trial (common random "
                                    "numbers)."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    storage: str = typer.Option("sqlite:///tlt-studies.db",
-                                help="Optuna storage: an RDB URL (default: tlt-studies.db in the current directory), "
-                                     "'journal:PATH' (a journal file; best for --workers) or 'memory' "
+    storage: str = typer.Option(tuning.DEFAULT_STORAGE,
+                                help="Optuna storage: an RDB URL (default: runs/tlt-studies.db under the current "
+                                     "directory), 'journal:PATH' (a journal file; best for --workers) or 'memory' "
                                      "(keeps nothing)."),
     study: Optional[str] = typer.Option(None,
                                         help="Study name; run again with the same name to resume it (default: "
@@ -306,10 +306,14 @@ def tune(
     workers: int = typer.Option(1, min=1,
                                 help="Processes running trials at once against the one --storage (journal:PATH or an "
                                      "RDB URL), each sampling with its own seed."),
-    backend: str = typer.Option("auto", help="Where the tuned policy will run: 'real' searches only what `tlt train` "
-                                             "runs (chains; none/ngram/eagle drafters), 'sim' everything the simulator "
-                                             "runs (EAGLE trees and suffix drafts too); 'auto': real on a profile "
-                                             "calibrated from real traces (e.g. cpu-tiny), else sim."),
+    target: str = typer.Option("auto", help="The stack the tuned policy will run on; the search holds only what it "
+                                            "runs, so `tlt export --to TARGET` takes the result unchanged: vllm, sglang "
+                                            "(FastRL), verl, tlt-train (this project's backend) or sim (simulator "
+                                            "only, anything goes); 'auto': tlt-train on a profile calibrated from real "
+                                            "traces, else the workload's engine (sglang or vllm)."),
+    backend: Optional[str] = typer.Option(None, hidden=True, help="Former name of --target: real = tlt-train."),
+    prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop a trial after a seed when it is more than "
+                               "10% behind the best trial on the same seeds (single objective)."),
 ) -> None:
     """Tune a policy with Optuna over the simulator; resumable, and open in optuna-dashboard."""
 
@@ -317,11 +321,15 @@ def tune(
     if out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
     name = study or f"tune-{wl.name}" + ("-mo" if multi_objective else "")
-    if backend not in ("auto", *tuning.BACKENDS):
-        fail(ConfigError("--backend", "backend", backend, f"auto, {', '.join(tuning.BACKENDS)}"))
-    backend = tuning.default_backend(prof) if backend == "auto" else backend
+    if backend is not None:
+        if backend not in tuning.LEGACY:
+            fail(ConfigError("--backend", "backend", backend, f"--target ({', '.join(tuning.TARGETS)})"))
+        target = tuning.LEGACY[backend]
+    if target not in ("auto", *tuning.TARGETS):
+        fail(ConfigError("--target", "target", target, f"auto, {', '.join(tuning.TARGETS)}"))
+    target = tuning.default_target(prof, wl) if target == "auto" else target
     spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
-                           allow_warm_start=allow_warm_start, backend=backend)
+                           allow_warm_start=allow_warm_start, target=target, prune=prune)
     try:
         store = tuning.make_storage(storage)
     except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
@@ -330,10 +338,11 @@ def tune(
         opt = tuning.open_study(spec, name, store, sampler_seed=sampler_seed)
     except ConfigError as exc:
         fail(exc)
-    have = len(tuning.complete_trials(opt))
+    have = len(tuning.finished_trials(opt))
     where = "memory" if storage in ("", "memory", ":memory:") else storage
-    typer.echo(f"study {name!r} in {where}: {have} complete trials, running {max(0, trials - have)} more "
-               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps; {backend} backend's space)",
+    typer.echo(f"study {name!r} in {where}: {have} trials done, running {max(0, trials - have)} more "
+               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps; target {target}: "
+               f"{tuning.SPACES[target].label})",
                err=True)
     t0 = time.perf_counter()
     try:
@@ -355,7 +364,7 @@ def tune(
 def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
     """The best policy beside the presets on the same draws (and the Pareto front), then the policy file."""
     best = tuning.best_policy(opt)
-    table = tuning.comparison_frame(spec, best, presets)
+    table = tuning.comparison_frame(spec, best, presets, opt)
     typer.echo(f"{spec.workload.name} on {spec.profile.name}, seeds 0..{spec.seeds - 1} x {spec.n_steps} steps (same "
                f"draws for every policy); study {name!r}, {len(tuning.complete_trials(opt))} trials, best trial "
                f"{tuning.best_trial(opt).number}")
@@ -364,6 +373,8 @@ def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
         typer.echo("Pareto front (step time vs drafter-training GPU-seconds per step):")
         typer.echo(tuning.pareto_text(tuning.pareto_frame(opt)))
     tuning.write_policy(best, out)
-    real = spec.backend == "real"
-    runs = "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged" if real else "`tlt sim` runs it"
+    t = spec.target
+    runs = {"tlt-train": "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged",
+            "sim": "`tlt sim` runs it; a real stack may not (tune with --target vllm, sglang or verl)"}.get(
+        t, f"deploy it: tlt export {out} --to {t} --drafter DIR --out {out.stem}.{t}.{'sh' if t == 'sglang' else 'yaml'}")
     typer.echo(f"wrote {out} (policy {best.name!r}; {runs})")
