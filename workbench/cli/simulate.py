@@ -306,11 +306,11 @@ def tune(
     workers: int = typer.Option(1, min=1,
                                 help="Processes running trials at once against the one --storage (journal:PATH or an "
                                      "RDB URL), each sampling with its own seed."),
-    target: str = typer.Option("auto", help="The stack the tuned policy will run on; the search holds only what it "
-                                            "runs, so `tlt export --to TARGET` takes the result unchanged: vllm, sglang "
-                                            "(FastRL), verl, tlt-train (this project's backend) or sim (simulator "
-                                            "only, anything goes); 'auto': tlt-train on a profile calibrated from real "
-                                            "traces, else the workload's engine (sglang or vllm)."),
+    target: str = typer.Option(
+        "auto", help="The stack the tuned policy will run on; the search holds only what it runs, so "
+        "`tlt export --to TARGET` takes the result unchanged: vllm, sglang (FastRL), verl, tlt-train (this "
+        "project's backend) or sim (simulator only, anything goes); 'auto': tlt-train on a profile "
+        "calibrated from real traces, else the workload's engine (sglang or vllm)."),
     backend: Optional[str] = typer.Option(None, hidden=True, help="Former name of --target: real = tlt-train."),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop a trial after a seed when it is more than "
                                "10% behind the best trial on the same seeds (single objective)."),
@@ -374,7 +374,8 @@ def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
         typer.echo(tuning.pareto_text(tuning.pareto_frame(opt)))
     tuning.write_policy(best, out)
     t = spec.target
+    suffix = "sh" if t == "sglang" else "yaml"
     runs = {"tlt-train": "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged",
             "sim": "`tlt sim` runs it; a real stack may not (tune with --target vllm, sglang or verl)"}.get(
-        t, f"deploy it: tlt export {out} --to {t} --drafter DIR --out {out.stem}.{t}.{'sh' if t == 'sglang' else 'yaml'}")
+        t, f"deploy it: tlt export {out} --to {t} --drafter DIR --out {out.stem}.{t}.{suffix}")
     typer.echo(f"wrote {out} (policy {best.name!r}; {runs})")

@@ -2,10 +2,10 @@
 on the spec's seeds), and the Optuna study that holds the trials (`open_study`, `run_study`).
 
 Storage. Studies live in an RDB URL, by default `sqlite:///runs/tlt-studies.db` (`runs/` of the
-current directory, made when missing; `default_storage`), or in an Optuna journal file (`journal:PATH`). Each finished trial is committed as it
-ends, so a study killed at any moment keeps every finished trial; running again
-with the same study name resumes it, counting its complete trials towards the
-requested total. The study records what it was created for (workload, profile,
+current directory, made when missing), or in an Optuna journal file (`journal:PATH`). Each
+finished trial is committed as it ends, so a study killed at any moment keeps every finished
+trial; running again with the same study name resumes it, counting its finished trials towards
+the requested total. The study records what it was created for (workload, profile,
 seeds, steps, objective, search space: `TuneSpec.fingerprint`); resuming it with
 anything else is refused, since trials scored differently cannot be compared.
 
