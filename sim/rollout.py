@@ -67,17 +67,11 @@ class Group:
     # Responses at their length, counted as they finish (`finish`, the only way a response gets
     # there once decoding started): suffix drafts read the share every segment.
     finished_count: int = field(init=False)
-    finished_share: float = field(init=False)  # of a response's siblings (its own not among them: it decodes)
     watchers: list = field(init=False, repr=False)  # SiblingShares of the engines holding its responses
 
     def __post_init__(self):
         self.finished_count = int(np.sum(self.generated >= self.lengths))
         self.watchers = []
-        self._share()
-
-    def _share(self) -> None:
-        n = len(self.lengths)
-        self.finished_share = float(self.finished_count) / (n - 1) if n > 1 else 0.0
 
     def prompt(self, default: int) -> int:
         """Its prompt's tokens (`default`: the workload's, when the group has none of its own)."""
@@ -87,10 +81,15 @@ class Group:
     def complete(self) -> bool:
         return bool(np.all(self.generated >= self.lengths))
 
+    @property
+    def finished_share(self) -> float:
+        """The share of a response's siblings that finished (its own not among them: it is decoding)."""
+        n = len(self.lengths)
+        return float(self.finished_count) / (n - 1) if n > 1 else 0.0
+
     def finish(self, member: int) -> None:
         if self.generated[member] < self.lengths[member]:  # one already at its length (0) counted at creation
             self.finished_count += 1
-            self._share()
             for w in self.watchers:
                 w.stale = True
         self.generated[member] = self.lengths[member]

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -61,14 +63,35 @@ def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt:
 
     Each prompt has its own random stream, so a prompt's responses are the same
     whichever policy or rollout mode meets it (common random numbers). `observed`: the workload's
-    observed lengths, read already (a simulation reads them once, not per prompt).
+    observed lengths, read already (a simulation reads them once, not per prompt). A draw is kept
+    (`_DRAWS`) for the next simulation of the same workload and seed: a tuner's or a planner's
+    hundreds of simulations draw the same prompts again, and drawing is a tenth of a simulation.
     """
     batch = step if batch is None else batch
     m, cap = workload.lengths, workload.max_response_tokens
-    if m.kind != "lognormal":
-        obs = observed if observed is not None else read_observed(m.data)
-        return observed_group(obs, m.kind, cap, seed, batch, index, attempt)
-    return model_group(m, cap, workload.group_size, step, seeds.rng(seed, Stream.LENGTHS, batch, index, attempt))
+    obs = None if m.kind == "lognormal" else (observed if observed is not None else read_observed(m.data))
+    key = (m, cap, workload.group_size, id(obs), seed, step, index, attempt, batch)
+    with _DRAWS_LOCK:  # the app simulates in several threads
+        hit = _DRAWS.get(key)
+        if hit is not None and hit[0] is obs:  # the very table (an id is only unique while its object lives)
+            _DRAWS.move_to_end(key)
+            return hit[1]
+    if obs is not None:
+        draw = observed_group(obs, m.kind, cap, seed, batch, index, attempt)
+    else:
+        draw = model_group(m, cap, workload.group_size, step, seeds.rng(seed, Stream.LENGTHS, batch, index, attempt))
+    for arr in (draw.lengths, draw.correct):
+        arr.setflags(write=False)  # shared by every simulation that meets this prompt: nobody may change it
+    with _DRAWS_LOCK:
+        _DRAWS[key] = (obs, draw)
+        if len(_DRAWS) > _DRAWS_KEPT:
+            _DRAWS.popitem(last=False)
+    return draw
+
+
+_DRAWS: OrderedDict[tuple, tuple[ObservedLengths | None, GroupDraw]] = OrderedDict()
+_DRAWS_LOCK = threading.Lock()
+_DRAWS_KEPT = 100_000  # groups (a few hundred bytes each)
 
 
 def new_group(key: tuple[int, int], draw: GroupDraw, attempt: int = 0) -> Group:
