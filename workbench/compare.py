@@ -44,12 +44,15 @@ from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.speedup import RunTimes, SpeedupWhy, explain, why_json
 from workbench.contracts.workload import Workload
+from workbench.project import step_usage
 
 SCHEMA = "tlt-compare/1"
 
 # Per-seed metrics (means over the simulated steps), in table order.
 METRICS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction",
            "tail_fraction")
+# GPU-seconds per step in each power state (workbench/project.py, step_usage): what energy is made of.
+GPU_STATES = ("gpu_decode_s", "gpu_idle_s", "gpu_train_s")
 # The four drawn in compare.png: (metric, panel title, y label).
 PANELS = (
     ("step_time_s", "RL step time", "seconds"),
@@ -129,7 +132,7 @@ class Comparison:
     steps: int
     seeds: list[int]
     policies: list[str]  # in the order given; the first is the reference for speedups
-    runs: pd.DataFrame  # tidy: policy, seed, *METRICS (per-seed means over steps)
+    runs: pd.DataFrame  # tidy: policy, seed, *METRICS, *GPU_STATES (per-seed means over steps)
     natures: list[str]  # per policy: what it does to the RL algorithm (RolloutConfig.nature)
     whys: list[SpeedupWhy] = field(default_factory=list)  # per (policy, seed), against the first policy
 
@@ -247,10 +250,12 @@ def compare(workload: Workload, policies: Sequence[Policy], profile: Profile, se
     `runner` runs the units: `sim.sweep.sweep` in this process, or a Ray runner (workbench/distributed.py)."""
     rows, whys, refs = [], [], {}
     for r in runner(workload, policies, profile, seeds, steps, on_progress):
-        rows.append({"policy": r.policy.name, "seed": r.seed, **{m: r.run.mean(m) for m in METRICS}})
+        usage = [step_usage(m, workload, r.policy).gpu for m in r.run.steps]
+        gpu = {f"gpu_{s}_s": float(np.mean([getattr(u, s) for u in usage])) for s in ("decode", "idle", "train")}
+        rows.append({"policy": r.policy.name, "seed": r.seed, **{m: r.run.mean(m) for m in METRICS}, **gpu})
         # The reference's runs come first (the runners report policy by policy), one per seed.
         times = refs.setdefault(r.seed, run_times(r.run)) if r.policy.name == policies[0].name else run_times(r.run)
         whys.append(explain(r.policy.name, times, policies[0].name, refs[r.seed]))
-    runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS])
+    runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS, *GPU_STATES])
     return Comparison(workload.name, profile.name, steps if steps is not None else workload.steps,
                       seed_list(seeds), [p.name for p in policies], runs, [p.rollout.nature for p in policies], whys)

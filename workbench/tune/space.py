@@ -211,6 +211,8 @@ def refusal(policy: Policy, target: str) -> str | None:
                 why.append(str(exc))
     if p.uses_sd and p.drafter.kind == "eagle" and space.warm and not p.drafter.warm_start:
         why.append("a cold EAGLE drafter (it runs the trained checkpoint it is given)")
+    if p.rollout.mode != "sync" or p.rollout.stream:
+        why.append(f"rollout mode {p.rollout.mode} (the trainer's, not the engine's)")
     if p.training.enabled and not space.training:
         why.append("spot training")
     if p.drafter.ngram_fallback and not space.fallback:
