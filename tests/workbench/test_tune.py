@@ -320,6 +320,6 @@ def test_tune_page_runs_a_study_and_offers_the_policy():
     assert len(res.convergence) == 10 and len(res.pareto) >= 1
     assert len(at.get("plotly_chart")) == 2  # convergence and the Pareto front
     tables = [d.value for d in at.dataframe]
-    assert any(list(t.index) == [*tune.PRESETS, res.best.name] for t in tables), tables
+    assert any("policy" in t.columns and list(t["policy"]) == [*tune.PRESETS, res.best.name] for t in tables), tables
     assert any(m.label == "Speedup vs baseline" for m in at.metric)
     assert at.get("download_button")

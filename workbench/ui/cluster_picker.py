@@ -64,14 +64,14 @@ def _own(workload: Workload) -> tuple[str, str, int, str] | None:
 
 def _box(col, label: str, options: list, value, key: str, hlp: str):
     index = options.index(value) if value in options else None
-    return col.selectbox(label, options, index=index, key=key, placeholder="choose", help=hlp)
+    return col.selectbox(label, options, index=index, key=key, placeholder="pick", help=hlp)
 
 
 def _choose(workload: Workload, wl_id: str, own: tuple | None, ask: bool) -> Choice:
     models, gpus, fws = _options()
     model, gpu, tp, fw = (None,) * 4 if ask or own is None else own
     tps = sorted(set(TP_CHOICES) | ({workload.gpus_per_worker} if not ask else set()))
-    c = st.columns([1.4, 1, 0.7, 1, 0.9])
+    c = st.columns([1.5, 1, 0.8, 1, 0.9])
     m = _box(c[0], "Model", list(models), model, f"whatif_cluster_model:{wl_id}",
              "The model your lengths came from (an architecture preset or one of the database's configs).")
     g = _box(c[1], "GPU", gpus, gpu, f"whatif_cluster_gpu:{wl_id}", "GPU type of the rollout engines.")

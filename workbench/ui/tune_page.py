@@ -65,7 +65,7 @@ def convergence_figure(conv: pd.DataFrame) -> go.Figure:
     fig.add_trace(go.Scatter(x=conv["trial"], y=conv["best_so_far"], mode="lines", name="best so far",
                              line=dict(color="#1f77b4", width=3, shape="hv")))
     fig.update_layout(xaxis_title="trial", yaxis_title="mean step time (s)", height=380,
-                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", y=1.08))
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", yanchor="top", y=-0.2))
     return fig
 
 
@@ -79,7 +79,7 @@ def pareto_figure(conv: pd.DataFrame, front: pd.DataFrame) -> go.Figure:
                              marker=dict(size=10), text=front["trial"],
                              hovertemplate="trial %{text}<br>%{x:.2f} s<br>%{y:,.0f} GPU-s<extra></extra>"))
     fig.update_layout(xaxis_title="mean step time (s)", yaxis_title="drafter-training GPU-s per step", height=380,
-                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", y=1.08))
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", yanchor="top", y=-0.2))
     return fig
 
 
@@ -173,8 +173,10 @@ def _show(res: _Result) -> None:
                    "Each point is a policy no other trial beats on both.")
 
     st.subheader("Tuned policy vs presets")
-    st.dataframe(table, width="stretch", key="tune_comparison",
-                 column_config={tune.STEP_TIME: st.column_config.NumberColumn("Step time (s)", format="%.2f"),
+    st.dataframe(table.reset_index(), width="stretch", key="tune_comparison", hide_index=True,
+                 column_config={"policy": st.column_config.TextColumn("Policy", width="medium"),
+                                "note": st.column_config.TextColumn("Note", width="large"),
+                                tune.STEP_TIME: st.column_config.NumberColumn("Step time (s)", format="%.2f"),
                                 "speedup": st.column_config.NumberColumn("Speedup", format="%.2fx"),
                                 "rollout_time_s": st.column_config.NumberColumn("Rollout (s)", format="%.2f"),
                                 tune.TRAIN_GPU_S: st.column_config.NumberColumn("Spot-train GPU-s/step",
@@ -260,7 +262,8 @@ def render() -> None:
         steps = int(st.number_input("Steps per simulation", min_value=1, max_value=100, value=workload.steps,
                                     step=1, key=f"tune_steps:{wl_name}"))
     with c3:
-        multi = st.toggle("Multi-objective (step time vs training compute)", value=False, key="tune_multi")
+        multi = st.toggle("Multi-objective", value=False, key="tune_multi",
+                          help="Step time vs drafter-training compute: the Pareto front of the two.")
         study_name = st.text_input("Study name", value=f"tune-{wl_name}" + ("-mo" if multi else ""),
                                    key=f"tune_study:{wl_name}:{multi}",
                                    help="Run again with the same name to resume a study.")

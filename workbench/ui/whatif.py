@@ -196,7 +196,7 @@ def _cluster(base: Workload | None, base_id: str, unplaced: bool) -> tuple[Workl
     if base is None:
         st.caption("The cluster follows the workload: pick one above.")
         return None, None
-    picker, beside = st.columns([3, 2])
+    picker, beside = st.columns([3, 1])
     with picker:
         workload, profile = cluster_picker.pick(base, base_id, ask=unplaced)
         if workload is not None:
@@ -240,7 +240,7 @@ def render() -> None:
         if result is not None:
             st.session_state[_STATE_RESULT] = result
     if not ready:
-        st.warning("To run, choose " + ", ".join(problems) + ".")
+        st.warning("To run, choose " + " and ".join(problems) + ".")
 
     result: Result | None = st.session_state.get(_STATE_RESULT)
     if result is not None:

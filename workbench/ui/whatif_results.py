@@ -132,8 +132,8 @@ def _show_tiles(res: Result, table: pd.DataFrame) -> None:
         cols[4].metric("Accepted length", f"{a['mean_accept_len']:.2f}")
         st.caption("Pick two or more policies to see speedups.")
         return
-    cols[0].metric(f"Step-time speedup: {last} vs {first}", f"{b['speedup']:.2f}x",
-                   help="Mean step time of the first policy / mean step time of the last.")
+    cols[0].metric(f"Speedup: {last}", f"{b['speedup']:.2f}x",
+                   help=f"Step-time speedup vs {first}: {first}'s mean step time / {last}'s.")
     rollout = a["rollout_time_s"] / b["rollout_time_s"] if b["rollout_time_s"] else float("nan")
     cols[1].metric("Rollout speedup", f"{rollout:.2f}x", help="Rollout phase only (training and sync are unchanged).")
     for col, name, label, hlp in ((cols[2], "bubble_fraction", "Bubble", "Idle worker-time / rollout worker-time."),
