@@ -51,6 +51,7 @@ def _docs_shot(pg, name: str) -> None:
     target = os.environ.get("TLT_DOCS_SHOTS")
     if not target:
         return
+    pg.mouse.move(5, 5)  # no tooltip over the picture
     pg.set_viewport_size({"width": 1400, "height": 2600})
     pg.wait_for_timeout(1500)  # the charts re-lay out at the new size
     pg.locator("h1").first.scroll_into_view_if_needed()

@@ -173,7 +173,10 @@ def _show(res: _Result) -> None:
                    "Each point is a policy no other trial beats on both.")
 
     st.subheader("Tuned policy vs presets")
-    st.dataframe(table.reset_index(), width="stretch", key="tune_comparison", hide_index=True,
+    shown = table.reset_index()
+    why = {r.policy: r.note.split(": ", 1)[1] for r in shown.itertuples() if r.note.startswith("outside")}
+    shown["note"] = [n.split(": ", 1)[0] for n in shown["note"]]  # the reasons follow the table, in full
+    st.dataframe(shown, width="stretch", key="tune_comparison", hide_index=True,
                  column_config={"policy": st.column_config.TextColumn("Policy", width="medium"),
                                 "note": st.column_config.TextColumn("Note", width="large"),
                                 tune.STEP_TIME: st.column_config.NumberColumn("Step time (s)", format="%.2f"),
@@ -183,6 +186,8 @@ def _show(res: _Result) -> None:
                                                                                  format="%.0f"),
                                 "mean_accept_len": st.column_config.NumberColumn("Accepted len", format="%.2f")})
     st.caption("Speedup = baseline's mean step time / the policy's, on the study's seeds and steps.")
+    if why:
+        st.caption("Outside the search space: " + "; ".join(f"**{k}**: {v}" for k, v in why.items()) + ".")
 
 
 
