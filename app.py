@@ -16,7 +16,8 @@ import streamlit as st
 
 from workbench.ui import calibrate_page, compare_page, paper_page, plan_page, train_page, tune_page, whatif
 
-# The favicon is a file served by this app (a material icon's favicon would be fetched from the web).
+# The favicon is a file served by this app (a material icon's favicon would be fetched from the
+# web).
 FAVICON = Path(__file__).resolve().parent / "workbench" / "ui" / "assets" / "favicon.png"
 st.set_page_config(page_title="TLT Workbench", page_icon=str(FAVICON), layout="wide")
 

@@ -51,7 +51,8 @@ SCHEMA = "tlt-compare/1"
 # Per-seed metrics (means over the simulated steps), in table order.
 METRICS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction",
            "tail_fraction")
-# GPU-seconds per step in each power state (workbench/project.py, step_usage): what energy is made of.
+# GPU-seconds per step in each power state (workbench/project.py, step_usage): what energy is made
+# of.
 GPU_STATES = ("gpu_decode_s", "gpu_idle_s", "gpu_train_s")
 # The four drawn in compare.png: (metric, panel title, y label).
 PANELS = (
@@ -137,7 +138,8 @@ class Comparison:
     whys: list[SpeedupWhy] = field(default_factory=list)  # per (policy, seed), against the first policy
 
     def why(self) -> list[SpeedupWhy]:
-        """Per policy: its decomposition, means over seeds (`mean_why`); empty without per-seed ones."""
+        """Per policy: its decomposition, means over seeds (`mean_why`); empty without per-seed
+        ones."""
         if not self.whys:
             return []
         ref = float(np.mean(self._by_seed(self.reference, "step_time_s")))

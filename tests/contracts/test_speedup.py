@@ -1,4 +1,5 @@
-"""Why a speedup: the decomposition is checkable by hand on a small timeline, reads a real run's trace
+"""Why a speedup: the decomposition is checkable by hand on a small timeline, reads a real run's
+trace
 rows as it reads the simulator's, and says in words what bounds the gain."""
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def _timeline(tail_s: float, tail_state: str) -> Timeline:
 
 def test_the_decomposition_checks_by_hand():
     ref = RunTimes.from_timeline(_timeline(10, "decode").frame())  # step 25 s, rollout 20 s
-    run = RunTimes.from_timeline(_timeline(4, "decode_sd").frame())  # the tail 2.5x faster: step 20 s
+    run = RunTimes.from_timeline(
+        _timeline(4, "decode_sd").frame()
+    )  # the tail 2.5x faster: step 20 s
     assert (ref.step_s, ref.rollout_s, run.step_s) == (25, 20, 20)
     w = explain("sd", run, "base", ref)
     assert w.speedup == pytest.approx(25 / 20)
@@ -47,7 +50,9 @@ def test_the_decomposition_checks_by_hand():
     # Only worker 0 decodes from 15 s to 20 s, at batch 4: free, the step would take 20 s.
     assert w.ceiling_step_s == pytest.approx(20) and w.ceiling_speedup == pytest.approx(1.25)
     assert w.reached == pytest.approx(1.0)
-    assert w.bubble_ref == pytest.approx(5 / 40) and w.bubble == pytest.approx(1 / 30)  # worker 0 idles 14-15 s
+    assert w.bubble_ref == pytest.approx(5 / 40) and w.bubble == pytest.approx(
+        1 / 30
+    )  # worker 0 idles 14-15 s
     assert "batch 4" in w.sentence and "reaches 100%" in w.sentence
 
 
@@ -63,7 +68,12 @@ def test_a_real_runs_trace_rows_read_as_the_simulators():
     frame = _timeline(10, "decode").frame()
     real = rows_frame([TimelineRow(*r) for r in _timeline(4, "decode_sd").rows], TimelineRow)
     a = explain("sd", RunTimes.from_timeline(real), "base", RunTimes.from_timeline(frame))
-    b = explain("sd", RunTimes.from_timeline(_timeline(4, "decode_sd").frame()), "base", RunTimes.from_timeline(frame))
+    b = explain(
+        "sd",
+        RunTimes.from_timeline(_timeline(4, "decode_sd").frame()),
+        "base",
+        RunTimes.from_timeline(frame),
+    )
     assert a == b
 
 
@@ -81,7 +91,9 @@ def test_on_the_dapo_workload_tlt_is_bounded_by_decoding_below_its_threshold(dap
     assert tlt.sd_speedup > 1.5 and tlt.ceiling_speedup > tlt.speedup > 1
     assert 0 < tlt.reached < 1
     assert f"batch <= {tlt.sd_batch}" in tlt.sentence and f"{tlt.speedup:.2f}x" in tlt.sentence
-    assert april.sd_batch == 0 and "scheduled" in april.sentence and math.isnan(april.ceiling_step_s)
+    assert (
+        april.sd_batch == 0 and "scheduled" in april.sentence and math.isnan(april.ceiling_step_s)
+    )
     rows = why_table([tlt, april])
     assert rows[1][-1] == "-" and rows[0][1] == f"{tlt.speedup:.2f}x"
     assert why_json(april)["reached"] is None  # JSON has no NaN

@@ -437,7 +437,8 @@ def test_compare_offers_the_fastest_policy_for_each_stack() -> None:
     at.number_input(key="compare_steps").set_value(1)
     at.button(key="compare_run").click().run()
     assert not at.exception, at.exception
-    # First offered: the fastest policy with an engine setting to export (SD, lossless), not a rollout mode.
+    # First offered: the fastest policy with an engine setting to export (SD, lossless), not a
+    # rollout mode.
     assert at.selectbox(key="compare_export_pick").value == "tlt-base"
     at.selectbox(key="compare_export_pick").set_value("tlt-base").run()
     labels = set(_downloads(at))

@@ -1,4 +1,5 @@
-"""What-if's cluster: engines x model x GPU x TP x framework, on the page (workbench/ui/cluster_picker.py).
+"""What-if's cluster: engines x model x GPU x TP x framework, on the page
+(workbench/ui/cluster_picker.py).
 
 A preset keeps its own profile until a box changes; a changed box derives the cluster's profile; a
 length file waits for the user to name the cluster; a picked profile that contradicts the workload
@@ -57,18 +58,25 @@ def test_a_length_file_waits_for_its_cluster_and_takes_none_from_a_preset() -> N
     at = AppTest.from_function(_length_page, default_timeout=90)
     at.run()
     assert not at.exception, at.exception
-    boxes = [at.selectbox(key=f"whatif_cluster_{k}:{at.session_state['wl_id']}") for k in ("model", "gpu", "tp", "fw")]
+    boxes = [
+        at.selectbox(key=f"whatif_cluster_{k}:{at.session_state['wl_id']}")
+        for k in ("model", "gpu", "tp", "fw")
+    ]
     assert all(b.value is None for b in boxes)  # nothing chosen for the user
     assert at.session_state["placed"] is None
     assert any("Choose the model, GPU, TP and framework" in i.value for i in at.info)
-    assert {'1', '2', '4', '8'} <= set(boxes[2].options)  # TP offered
+    assert {"1", "2", "4", "8"} <= set(boxes[2].options)  # TP offered
     for box, value in zip(boxes, ("qwen2.5-7b", "h100", 1, "vllm")):
         box.set_value(value)
     at.run()
     assert not at.exception, at.exception
     placed, prof = at.session_state["placed"]
     assert (prof.cluster.model, prof.cluster.gpu, prof.cluster.tp, prof.cluster.framework) == (
-        "qwen2.5-7b", "h100", 1, "vllm")
+        "qwen2.5-7b",
+        "h100",
+        1,
+        "vllm",
+    )
     assert placed == (1, 1, "qwen2.5-7b")  # one engine until told more; TP1; the model asked for
 
 
@@ -82,10 +90,18 @@ def _length_page() -> None:
     from workbench.ui import cluster_picker
     from workbench.ui.length_upload import UNPLACED, import_upload
 
-    lines = ["step,prompt,length"] + [f"{s},q{p},{100 + 37 * (p * m + s) % 900}" for s in range(2) for p in range(8)
-                                      for m in range(4)]
+    lines = ["step,prompt,length"] + [
+        f"{s},q{p},{100 + 37 * (p * m + s) % 900}"
+        for s in range(2)
+        for p in range(8)
+        for m in range(4)
+    ]
     into = Path(tempfile.mkdtemp(prefix="tlt-test-lengths-"))
-    up = import_upload([("mine.csv", ("\n".join(lines) + "\n").encode())], UNPLACED, "replay", None, into)
+    up = import_upload(
+        [("mine.csv", ("\n".join(lines) + "\n").encode())], UNPLACED, "replay", None, into
+    )
     st.session_state["wl_id"] = "lengths:test"
     wl, prof = cluster_picker.pick(up.workload, "lengths:test", ask=True)
-    st.session_state["placed"] = None if wl is None else ((wl.workers, wl.gpus_per_worker, wl.model), prof)
+    st.session_state["placed"] = (
+        None if wl is None else ((wl.workers, wl.gpus_per_worker, wl.model), prof)
+    )

@@ -124,7 +124,8 @@ def test_presets_in_the_space_are_enqueued_and_warm_start_is_not_by_default(smal
 
 def test_tuner_beats_the_best_preset_on_the_same_seeds(small):
     wl, prof = small
-    # Warm start allowed: every preset lies in the space, so each is one of the first trials. No pruning:
+    # Warm start allowed: every preset lies in the space, so each is one of the first trials. No
+    # pruning:
     # every trial scored on both seeds (pruning: test_hopeless_trials_are_pruned_after_a_seed).
     spec = tune.TuneSpec(wl, prof, seeds=2, allow_warm_start=True, prune=False)
     study = tune.open_study(spec, "beat-presets", storage=None, sampler_seed=0)
@@ -159,7 +160,8 @@ def test_hopeless_trials_are_pruned_after_a_seed_and_count_towards_the_study(sma
     for t in pruned:
         k = t.user_attrs["pruned_after"]
         assert t.state == TrialState.PRUNED and 1 <= k < 3 and "preset" not in t.user_attrs
-        # Behind by more than the margin on the seeds it ran, against a trial that completed before it.
+        # Behind by more than the margin on the seeds it ran, against a trial that completed before
+        # it.
         best = min((c for c in study.trials if c.state == TrialState.COMPLETE and c.number < t.number),
                    key=lambda c: sum(c.user_attrs["per_seed_step_time_s"][:k]))
         ran = t.user_attrs["per_seed_step_time_s"]

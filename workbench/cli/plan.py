@@ -50,7 +50,8 @@ def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int], deadline_
         why = refusal(pol, target)
         if why:
             runs = [n for n in policy_presets() if refusal(load_policy(n), target) is None]
-            fail(ConfigError("--policies", pol.name, why, f"policies {SPACES[target].label} runs (presets: "
+            fail(ConfigError("--policies", pol.name, why, f"policies {SPACES[target].label} runs "
+                                                          "(presets: "
                              f"{', '.join(runs)}), or --target sim to plan with any"))
     return spec
 
@@ -66,11 +67,15 @@ def plan(
                                                              "shape meeting it is chosen."),
     max_gpus: int = typer.Option(512, help="With --deadline-days: the largest GPU count searched."),
     price_per_gpu_hour: float = typer.Option(..., help="Price of one GPU-hour, in --currency."),
-    currency: str = typer.Option("USD", help="The currency of --price-per-gpu-hour (printed with every cost)."),
-    target: str = typer.Option("auto", help="The stack the chosen policy will run on: vllm, sglang, verl, "
-                               "tlt-train or sim; every policy searched must run there, so the chosen one "
+    currency: str = typer.Option("USD", help="The currency of --price-per-gpu-hour (printed with "
+                                             "every cost)."),
+    target: str = typer.Option("auto", help="The stack the chosen policy will run on: vllm, "
+                                            "sglang, verl, "
+                               "tlt-train or sim; every policy searched must run there, so the "
+                               "chosen one "
                                "exports ('auto': the framework's engine)."),
-    policies: str = typer.Option("", help="Comma-separated policy presets or files searched (default: those of "
+    policies: str = typer.Option("", help="Comma-separated policy presets or files searched "
+                                          "(default: those of "
                                  "baseline, tlt-base, static-sd and tlt the target runs)."),
     tp: str = typer.Option("1,2,4,8", help="Tensor-parallel degrees searched."),
     max_batch: str = typer.Option("64,128,256", help="Max sequences per engine (max_num_seqs) searched."),
@@ -90,8 +95,12 @@ def plan(
 
     if target not in ("auto", *TARGETS):
         fail(ConfigError("--target", "target", target, f"auto, {', '.join(TARGETS)}"))
-    fw = framework or "sglang"
-    target = ({"sglang": "sglang", "vllm": "vllm"}.get(fw, "sim")) if target == "auto" else target
+    if target == "auto":  # the engine the plan's costs are of: --framework, else the workload's, else SGLang
+        try:
+            fw = framework or load_workload(workload).framework
+        except ConfigError:
+            fw = framework  # _spec reports the workload's error
+        target = {"sglang": "sglang", "vllm": "vllm"}.get(fw or "sglang", "sim")
     spec = _spec(workload, policies, gpu, gpus, deadline_days, max_gpus, price_per_gpu_hour, tp, max_batch, framework,
                  model, trials, steps, sample_steps, seeds, seed, target)
     goal = (f"budget {spec.gpus} GPUs" if spec.goal == "budget" else
@@ -100,8 +109,8 @@ def plan(
                f"{currency} per GPU-hour, target {SPACES[target].label}; "
                f"up to {min(spec.trials, spec.space_size)} of {spec.space_size} shapes", err=True)
     progress = lambda t: typer.echo(  # noqa: E731
-        f"  [{t.number}] {t.shape.label}: " + (f"{t.days:.2f} days, {t.cost:,.0f} {currency}" if t.days is not None
-                                               else "")
+        f"  [{t.number}] {t.shape.label}: "
+        + (f"{t.days:.2f} days, {t.cost:,.0f} {currency}" if t.days is not None else "")
         + (f" {t.status}" if not t.feasible else "") + (f" ({t.reason})" if t.reason else "")
         + (f"  {t.seconds:.1f}s" if t.seconds else "  (again)"), err=True)
     try:
@@ -119,16 +128,22 @@ def plan(
     if bad:
         typer.echo(f"not feasible ({len({t.shape for t in bad})} shapes):")
         typer.echo(format_table(planning.shape_rows(bad, spec.sequence_tokens), planning.ROW_HEADERS))
-    c = result.chosen
-    rule = "fastest within the budget" if spec.goal == "budget" else "cheapest meeting the deadline"
-    if c is None:
-        typer.echo(f"chosen: none ({'no feasible shape' if spec.goal == 'budget' else 'no shape meets the deadline'})")
-    else:
-        energy = "energy unknown (no power model)" if c.energy_kwh is None else f"{c.energy_kwh:,.0f} kWh"
-        typer.echo(f"chosen ({rule}): {c.shape.label}: {c.days:.2f} days, {c.cost:,.0f} {currency}, {energy}, "
-                   f"{c.gpu_hours:,.0f} GPU-hours (profile {c.profile})")
-        if target in EXPORTS:
-            typer.echo(f"deploy it: tlt export {out}/policy.yaml --to {target} --drafter DIR --out "
-                       f"{out}/policy.{target}.{'sh' if target == 'sglang' else 'yaml'}")
+    _print_chosen(result, currency, target, out)
     typer.echo(f"searched in {result.seconds:.1f}s; energy: GPU board power only; wrote " +
                ", ".join(str(p) for p in paths))
+
+
+def _print_chosen(result: planning.Plan, currency: str, target: str, out: Path) -> None:
+    """The chosen shape in the currency given, and how to deploy its policy on the target."""
+    spec, c = result.spec, result.chosen
+    rule = "fastest within the budget" if spec.goal == "budget" else "cheapest meeting the deadline"
+    if c is None:
+        why = "no feasible shape" if spec.goal == "budget" else "no shape meets the deadline"
+        typer.echo(f"chosen: none ({why})")
+        return
+    energy = "energy unknown (no power model)" if c.energy_kwh is None else f"{c.energy_kwh:,.0f} kWh"
+    typer.echo(f"chosen ({rule}): {c.shape.label}: {c.days:.2f} days, {c.cost:,.0f} {currency}, {energy}, "
+               f"{c.gpu_hours:,.0f} GPU-hours (profile {c.profile})")
+    if target in EXPORTS:
+        typer.echo(f"deploy it: tlt export {out}/policy.yaml --to {target} --drafter DIR --out "
+                   f"{out}/policy.{target}.{'sh' if target == 'sglang' else 'yaml'}")

@@ -73,7 +73,8 @@ def sim(
                      f"{s.tail_fraction:.1%}", f"{s.drafter_train_fraction:.1%}", f"{s.mean_accept_len:.2f}",
                      f"{s.speedup:.2f}x"])
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed} (another seed draws other lengths: "
+    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed} (another seed draws other "
+               "lengths: "
                f"tlt compare --seeds K for the spread)")
     typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "spot-train", "accept len",
                                    "speedup"]))
@@ -92,8 +93,10 @@ def _print_why(whys) -> None:
 
 
 @app.command()
-def presets(long: bool = typer.Option(False, "--long", help="Each preset with where its numbers come from: a "
-                                      "workload's description and source, a policy's description, a profile's "
+def presets(long: bool = typer.Option(False, "--long", help="Each preset with where its numbers "
+                                                            "come from: a "
+                                      "workload's description and source, a policy's description, "
+                                      "a profile's "
                                       "provenance (measured, published, calibrated or hand-set).")) -> None:
     """List the named presets (--long: with their provenance)."""
     if not long:
@@ -289,8 +292,10 @@ def tune(
                                    "numbers)."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
     storage: str = typer.Option(tuning.DEFAULT_STORAGE,
-                                help="Optuna storage: an RDB URL (default: runs/tlt-studies.db under the current "
-                                     "directory), 'journal:PATH' (a journal file; best for --workers) or 'memory' "
+                                help="Optuna storage: an RDB URL (default: runs/tlt-studies.db "
+                                     "under the current "
+                                     "directory), 'journal:PATH' (a journal file; best for "
+                                     "--workers) or 'memory' "
                                      "(keeps nothing)."),
     study: Optional[str] = typer.Option(None,
                                         help="Study name; run again with the same name to resume it (default: "
@@ -307,12 +312,16 @@ def tune(
                                 help="Processes running trials at once against the one --storage (journal:PATH or an "
                                      "RDB URL), each sampling with its own seed."),
     target: str = typer.Option(
-        "auto", help="The stack the tuned policy will run on; the search holds only what it runs, so "
-        "`tlt export --to TARGET` takes the result unchanged: vllm, sglang (FastRL), verl, tlt-train (this "
+        "auto", help="The stack the tuned policy will run on; the search holds only what it runs, "
+                     "so "
+        "`tlt export --to TARGET` takes the result unchanged: vllm, sglang (FastRL), verl, "
+        "tlt-train (this "
         "project's backend) or sim (simulator only, anything goes); 'auto': tlt-train on a profile "
         "calibrated from real traces, else the workload's engine (sglang or vllm)."),
-    backend: Optional[str] = typer.Option(None, hidden=True, help="Former name of --target: real = tlt-train."),
-    prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop a trial after a seed when it is more than "
+    backend: Optional[str] = typer.Option(None, hidden=True, help="Former name of --target: real = "
+                                                                  "tlt-train."),
+    prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop a trial after a seed when it "
+                                                                "is more than "
                                "10% behind the best trial on the same seeds (single objective)."),
 ) -> None:
     """Tune a policy with Optuna over the simulator; resumable, and open in optuna-dashboard."""
@@ -321,13 +330,7 @@ def tune(
     if out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
     name = study or f"tune-{wl.name}" + ("-mo" if multi_objective else "")
-    if backend is not None:
-        if backend not in tuning.LEGACY:
-            fail(ConfigError("--backend", "backend", backend, f"--target ({', '.join(tuning.TARGETS)})"))
-        target = tuning.LEGACY[backend]
-    if target not in ("auto", *tuning.TARGETS):
-        fail(ConfigError("--target", "target", target, f"auto, {', '.join(tuning.TARGETS)}"))
-    target = tuning.default_target(prof, wl) if target == "auto" else target
+    target = _target(target, backend, prof, wl)
     spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
                            allow_warm_start=allow_warm_start, target=target, prune=prune)
     try:
@@ -341,9 +344,8 @@ def tune(
     have = len(tuning.finished_trials(opt))
     where = "memory" if storage in ("", "memory", ":memory:") else storage
     typer.echo(f"study {name!r} in {where}: {have} trials done, running {max(0, trials - have)} more "
-               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps; target {target}: "
-               f"{tuning.SPACES[target].label})",
-               err=True)
+               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps; "
+               f"target {target}: {tuning.SPACES[target].label})", err=True)
     t0 = time.perf_counter()
     try:
         if workers > 1:
@@ -361,12 +363,26 @@ def tune(
     _report_tuned(opt, spec, presets, name, out)
 
 
+def _target(target: str, backend: Optional[str], prof, wl) -> str:
+    """--target (or the former --backend), checked; 'auto' resolved from the profile and workload."""
+    if backend is not None:
+        if backend not in tuning.LEGACY:
+            fail(ConfigError("--backend", "backend", backend, f"--target ({', '.join(tuning.TARGETS)})"))
+        target = tuning.LEGACY[backend]
+    if target not in ("auto", *tuning.TARGETS):
+        fail(ConfigError("--target", "target", target, f"auto, {', '.join(tuning.TARGETS)}"))
+    return tuning.default_target(prof, wl) if target == "auto" else target
+
+
 def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
     """The best policy beside the presets on the same draws (and the Pareto front), then the policy file."""
     best = tuning.best_policy(opt)
     table = tuning.comparison_frame(spec, best, presets, opt)
     typer.echo(f"{spec.workload.name} on {spec.profile.name}, seeds 0..{spec.seeds - 1} x {spec.n_steps} steps (same "
-               f"draws for every policy); study {name!r}, {len(tuning.complete_trials(opt))} trials, best trial "
+               f"draws for every policy); study {name!r}, {len(tuning.complete_trials(opt))} "
+               "complete trials and "
+               f"{len(tuning.finished_trials(opt)) - len(tuning.complete_trials(opt))} pruned, "
+               "best trial "
                f"{tuning.best_trial(opt).number}")
     typer.echo(tuning.comparison_text(table))
     if spec.multi_objective:
@@ -376,6 +392,7 @@ def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
     t = spec.target
     suffix = "sh" if t == "sglang" else "yaml"
     runs = {"tlt-train": "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged",
-            "sim": "`tlt sim` runs it; a real stack may not (tune with --target vllm, sglang or verl)"}.get(
+            "sim": "`tlt sim` runs it; a real stack may not (tune with --target vllm, sglang or "
+                   "verl)"}.get(
         t, f"deploy it: tlt export {out} --to {t} --drafter DIR --out {out.stem}.{t}.{suffix}")
     typer.echo(f"wrote {out} (policy {best.name!r}; {runs})")

@@ -1,4 +1,5 @@
-"""Why a policy gains what it gains over a reference run: one small decomposition a person can check.
+"""Why a policy gains what it gains over a reference run: one small decomposition a person can
+check.
 
 From two timelines in `TimelineRow`'s columns (a simulated run's or a real run's trace, the same
 format) and their mean step times, `explain` gives:
@@ -89,21 +90,31 @@ def explain(policy: str, run: RunTimes, reference: str, ref: RunTimes) -> Speedu
     sd_speedup = _rate_ratio(run.timeline, ref.timeline, 0, sd_batch) if sd_batch else math.nan
     off_speedup = _rate_ratio(run.timeline, ref.timeline, sd_batch, None)
     steps = ref.timeline["rl_step"].nunique() or 1
-    saved = sum(eligible_wall_s(rows, sd_batch) for _, rows in ref.timeline.groupby("rl_step")) / steps
+    saved = (
+        sum(eligible_wall_s(rows, sd_batch) for _, rows in ref.timeline.groupby("rl_step")) / steps
+    )
     ceiling = max(ref.step_s - saved, 1e-12) if sd_batch else math.nan
     gain = ref.step_s - run.step_s
     return SpeedupWhy(
-        policy=policy, reference=reference,
+        policy=policy,
+        reference=reference,
         speedup=ref.step_s / run.step_s if run.step_s > 0 else math.nan,
         rollout_share=ref.rollout_s / ref.step_s if ref.step_s > 0 else math.nan,
-        sd_batch=sd_batch, sd_share=sd_share, sd_speedup=sd_speedup, off_speedup=off_speedup,
-        bubble_ref=_bubble(ref.timeline), bubble=_bubble(run.timeline),
-        ceiling_step_s=ceiling, ceiling_speedup=ref.step_s / ceiling,
-        reached=gain / saved if saved > 0 else math.nan)
+        sd_batch=sd_batch,
+        sd_share=sd_share,
+        sd_speedup=sd_speedup,
+        off_speedup=off_speedup,
+        bubble_ref=_bubble(ref.timeline),
+        bubble=_bubble(run.timeline),
+        ceiling_step_s=ceiling,
+        ceiling_speedup=ref.step_s / ceiling,
+        reached=gain / saved if saved > 0 else math.nan,
+    )
 
 
 def _decode_at(timeline: pd.DataFrame, above: int, upto: int | None) -> tuple[float, float]:
-    """Decode worker-seconds and response tokens at a running batch in (above, upto] (None: no top)."""
+    """Decode worker-seconds and response tokens at a running batch in (above, upto] (None: no
+    top)."""
     rows = timeline[timeline["state"].astype(str).isin(DECODE_STATES)]
     rows = rows[rows["batch"] > above]
     if upto is not None:
@@ -112,7 +123,8 @@ def _decode_at(timeline: pd.DataFrame, above: int, upto: int | None) -> tuple[fl
 
 
 def _rate_ratio(run: pd.DataFrame, ref: pd.DataFrame, above: int, upto: int | None) -> float:
-    """The run's response tokens per decode engine-second at batch in (above, upto] over the reference's."""
+    """The run's response tokens per decode engine-second at batch in (above, upto] over the
+    reference's."""
     s, tokens = _decode_at(run, above, upto)
     ref_s, ref_tokens = _decode_at(ref, above, upto)
     if min(s, tokens, ref_s, ref_tokens) <= 0:
@@ -154,36 +166,63 @@ def _pct(x: float) -> str:
 def sentence(w: SpeedupWhy) -> str:
     """One line, from the numbers alone, of why `w.policy` gains little or much on this workload."""
     head = f"{w.policy} {w.speedup:.2f}x vs {w.reference}"
-    amdahl = f"; the rollout is {_pct(w.rollout_share)} of the step" if w.rollout_share < 0.75 else ""
+    amdahl = (
+        f"; the rollout is {_pct(w.rollout_share)} of the step" if w.rollout_share < 0.75 else ""
+    )
     if w.sd_batch == 0:
         if abs(w.speedup - 1) <= NO_CHANGE:
-            return f"{head}: no speculative decoding and no change to the rollout's schedule{amdahl}."
+            return (
+                f"{head}: no speculative decoding and no change to the rollout's schedule{amdahl}."
+            )
         verb = "gains" if w.speedup > 1 else "loses"
-        return (f"{head}: no speculative decoding; it {verb} by how the rollout is scheduled (bubble "
-                f"{_pct(w.bubble_ref)} -> {_pct(w.bubble)}){amdahl}.")
+        return (
+            f"{head}: no speculative decoding; it {verb} by how the rollout is scheduled (bubble "
+            f"{_pct(w.bubble_ref)} -> {_pct(w.bubble)}){amdahl}."
+        )
     off = ""
     if math.isfinite(w.off_speedup) and abs(w.off_speedup - 1) > NO_CHANGE:
-        off = f" and runs {w.off_speedup:.2f}x as fast" + (" (a drafter pass in every step)" if w.off_speedup < 1
-                                                          else "")
+        off = f" and runs {w.off_speedup:.2f}x as fast" + (
+            " (a drafter pass in every step)" if w.off_speedup < 1 else ""
+        )
     if w.sd_share < 0.5:
-        where = (f"{_pct(1 - w.sd_share)} of {w.reference}'s decoding runs above batch {w.sd_batch}, where SD is "
-                 f"off{off}; SD makes the rest")
+        where = (
+            f"{_pct(1 - w.sd_share)} of {w.reference}'s decoding runs above batch {w.sd_batch}, "
+            "where SD is "
+            f"off{off}; SD makes the rest"
+        )
     else:
-        where = (f"{_pct(w.sd_share)} of {w.reference}'s decoding runs at batch <= {w.sd_batch}, where SD runs; "
-                 f"SD makes it")
+        where = (
+            f"{_pct(w.sd_share)} of {w.reference}'s decoding runs at batch <= {w.sd_batch}, where "
+            "SD runs; "
+            f"SD makes it"
+        )
     faster = f" {w.sd_speedup:.2f}x faster" if math.isfinite(w.sd_speedup) else " faster"
     if w.sd_share >= 0.5 and off:
         faster += f" (above batch {w.sd_batch} it runs {w.off_speedup:.2f}x as fast)"
-    reach = f", and {w.policy} reaches {_pct(w.reached)} of that" if math.isfinite(w.reached) else ""
-    return (f"{head}: {where}{faster}; free SD-eligible decoding would give at most {w.ceiling_speedup:.2f}x"
-            f"{reach}{amdahl}.")
+    reach = (
+        f", and {w.policy} reaches {_pct(w.reached)} of that" if math.isfinite(w.reached) else ""
+    )
+    return (
+        f"{head}: {where}{faster}; free SD-eligible decoding would give at most "
+        f"{w.ceiling_speedup:.2f}x"
+        f"{reach}{amdahl}."
+    )
 
 
 # The decomposition as a table (the CLI's text table, the pages' frame): one header each.
-WHY_HEADERS = {"policy": "policy", "speedup": "speedup", "rollout_share": "rollout/step",
-               "sd_batch": "SD up to batch", "sd_share": "decoding there", "sd_speedup": "SD speedup there",
-               "off_speedup": "speed elsewhere", "bubble": "bubble", "ceiling_step_s": "ceiling step s",
-               "ceiling_speedup": "ceiling", "reached": "reached"}
+WHY_HEADERS = {
+    "policy": "policy",
+    "speedup": "speedup",
+    "rollout_share": "rollout/step",
+    "sd_batch": "SD up to batch",
+    "sd_share": "decoding there",
+    "sd_speedup": "SD speedup there",
+    "off_speedup": "speed elsewhere",
+    "bubble": "bubble",
+    "ceiling_step_s": "ceiling step s",
+    "ceiling_speedup": "ceiling",
+    "reached": "reached",
+}
 
 
 def _fmt(name: str, value: float) -> str:
@@ -204,13 +243,19 @@ def why_table(whys: list[SpeedupWhy]) -> list[list[str]]:
 
 
 def why_frame(whys: list[SpeedupWhy]) -> pd.DataFrame:
-    """The decompositions as numbers (NaN where a figure does not apply), indexed by policy, with the sentence."""
-    rows = [{**{k: getattr(w, k) for k in WHY_HEADERS}, "bubble_ref": w.bubble_ref, "why": w.sentence}
-            for w in whys]
+    """The decompositions as numbers (NaN where a figure does not apply), indexed by policy, with
+    the sentence."""
+    rows = [
+        {**{k: getattr(w, k) for k in WHY_HEADERS}, "bubble_ref": w.bubble_ref, "why": w.sentence}
+        for w in whys
+    ]
     return pd.DataFrame(rows).set_index("policy")
 
 
 def why_json(w: SpeedupWhy) -> dict:
     """The decomposition for a JSON file: NaN as null, and the sentence."""
-    out = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(w).items()}
+    out = {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+        for k, v in asdict(w).items()
+    }
     return {**out, "sentence": w.sentence}

@@ -136,7 +136,8 @@ class PresetRenamed(UserWarning):
 def load_workload(name_or_path: str | Path) -> Workload:
     key = str(name_or_path)
     if key in RENAMED and not Path(key).exists():
-        warnings.warn(f"workload preset '{key}' is now '{RENAMED[key]}' (FastRL's example shape with hand-set "
+        warnings.warn(f"workload preset '{key}' is now '{RENAMED[key]}' (FastRL's example shape "
+                      "with hand-set "
                       f"lengths, not the paper's measurements); loading '{RENAMED[key]}'", PresetRenamed,
                       stacklevel=2)
         name_or_path = RENAMED[key]

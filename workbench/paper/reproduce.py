@@ -198,7 +198,8 @@ def table_a(pub: Published, steps: int, seeds: list[int],
 
 
 def progress_messages(seeds: int, split: Split | None = None) -> int:
-    """How many messages `reproduce` sends its `on_progress` (a page shows the fraction done): one per
+    """How many messages `reproduce` sends its `on_progress` (a page shows the fraction done): one
+    per
     Table A simulation, then with a split one for the measured parts, one per grid point, one per
     held-out model."""
     per_model = sum(2 if fitted_counterpart(load_workload(w).profile) else 1 for w in WORKLOADS.values())

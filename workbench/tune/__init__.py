@@ -49,7 +49,8 @@ target runs as `tlt export` writes it (workbench/tune/targets.py), so the tuned 
 without a refusal. `default_target` picks `tlt-train` for a profile calibrated on real traces,
 else the workload's engine (SGLang -> sglang, vLLM -> vllm), else `sim`.
 
-Modules: `targets` (what each stack runs), `space` (the search space), `study` (the spec, the objective, the
+Modules: `targets` (what each stack runs), `space` (the search space), `study` (the spec, the
+objective, the
 study and its per-trial printer), `report` (the best policy and the tables).
 """
 

@@ -55,10 +55,12 @@ ARM_SETS = {
     "2,4,6,8": (2, 4, 6, 8),
     "0,1,2,3,4,6,8": (0, 1, 2, 3, 4, 6, 8),  # tlt-vllm's: every short chain, SD off an arm
 }
-# EAGLE trees a fixed-table bucket may use where the target runs them ("chain": its draft_len_* instead):
+# EAGLE trees a fixed-table bucket may use where the target runs them ("chain": its draft_len_*
+# instead):
 # the paper's SGLang settings (the `tlt` preset's), depth 8, top-4, 8 to 48 tokens verified.
 TREES = ("chain", "8_4_8", "8_4_16", "8_4_32", "8_4_48")
-# SGLang / FastRL: a bucket's EAGLE strategy, trees then chains (8_1_9 is a chain of 8); SD off is the threshold's.
+# SGLang / FastRL: a bucket's EAGLE strategy, trees then chains (8_1_9 is a chain of 8); SD off is
+# the threshold's.
 FASTRL_STRATEGIES = ("8_4_48", "8_4_32", "8_4_16", "8_4_8", *(f"{k}_1_{k + 1}" for k in range(8, 0, -1)))
 LR_RANGE = (1e-6, 1e-2)
 TRAIN_STEPS_RANGE = (100, 20000)
@@ -144,7 +146,8 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
 
 def _eagle(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: bool,
            space: TargetSpace) -> tuple[DrafterConfig, DrafterTraining]:
-    """The EAGLE drafter's settings: warm start (if allowed), the n-gram fallback and spot training where the
+    """The EAGLE drafter's settings: warm start (if allowed), the n-gram fallback and spot training
+    where the
     target runs them."""
     warm = space.warm if space.warm is not None else (
         trial.suggest_categorical("warm_start", [False, True]) if allow_warm_start else False)
@@ -164,8 +167,10 @@ def _eagle(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: 
 
 
 def _falling_strategies(trial: optuna.trial.BaseTrial, uppers: list[int]) -> list[Strategy]:
-    """FastRL's buckets: one EAGLE strategy each (`fastrl_U`), given to the buckets in falling order of
-    verified tokens (its MAB's rule: a larger batch verifies strictly fewer); of two strategies verifying
+    """FastRL's buckets: one EAGLE strategy each (`fastrl_U`), given to the buckets in falling
+    order of
+    verified tokens (its MAB's rule: a larger batch verifies strictly fewer); of two strategies
+    verifying
     as many, the first chosen holds both buckets (they merge into one)."""
     picked = [Strategy.parse(trial.suggest_categorical(f"fastrl_{u}", list(FASTRL_STRATEGIES))) for u in uppers]
     picked.sort(key=lambda s: -s.verify_tokens)
@@ -184,7 +189,8 @@ def _fixed_strategy(trial: optuna.trial.BaseTrial, upper: int, trees: bool) -> S
 
 
 def refusal(policy: Policy, target: str) -> str | None:
-    """Why `target`'s space does not hold `policy` (None: it does; the simulator's holds every valid one)."""
+    """Why `target`'s space does not hold `policy` (None: it does; the simulator's holds every
+    valid one)."""
     check_target(target)
     if target == "sim":
         return None
@@ -232,7 +238,8 @@ def _checked(policy: Policy, target: str = "sim") -> Policy:
     except FieldError as exc:  # a bug in the space, not a bad trial: say which policy
         why = str(exc)
     if why:
-        raise AssertionError(f"search space ({target}) built a policy it must not: {why}: {to_mapping(policy)}")
+        raise AssertionError(f"search space ({target}) built a policy it must not: {why}: "
+                             f"{to_mapping(policy)}")
     return policy
 
 

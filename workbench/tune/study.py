@@ -173,7 +173,8 @@ def _prune_if_hopeless(trial: optuna.trial.Trial, ev: Evaluation, t0: float) -> 
         return
     for key, value in {**ev.attrs(), "sim_seconds": time.perf_counter() - t0, "pruned_after": k}.items():
         trial.set_user_attr(key, value)
-    raise optuna.TrialPruned(f"{ev.step_time_s / (sum(on_same) / k) - 1:.0%} behind trial {best.number} "
+    raise optuna.TrialPruned(f"{ev.step_time_s / (sum(on_same) / k) - 1:.0%} behind trial "
+                             f"{best.number} "
                              f"after {k} seed(s)")
 
 
@@ -299,7 +300,8 @@ def run_study(study: optuna.Study, spec: TuneSpec, trials: int,
 
 
 def enough_trials(study: optuna.Study, number: int, trials: int, since: datetime.datetime) -> bool:
-    """Whether trial `number` is one too many: finished trials plus those running that began before it (and
+    """Whether trial `number` is one too many: finished trials plus those running that began before
+    it (and
     after `since`)."""
     held = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     running = [t for t in held if t.number < number and t.datetime_start is not None and t.datetime_start >= since]
@@ -320,7 +322,8 @@ def run_parallel(spec: TuneSpec, study_name: str, storage: str, trials: int, wor
     not 'memory', which a process cannot share); returns how many trials ran now."""
     if storage in ("", "memory", ":memory:"):
         raise ConfigError("--storage", "storage", storage, "a storage several processes share with --workers > 1: "
-                          "'journal:PATH' (a file) or an RDB URL such as sqlite:///runs/tlt-studies.db")
+                          "'journal:PATH' (a file) or an RDB URL such as "
+                          "sqlite:///runs/tlt-studies.db")
     since = datetime.datetime.now()
     open_study(spec, study_name, storage, sampler_seed)  # created once, with its preset trials, before the workers
     ctx = multiprocessing.get_context("spawn")  # fork would share the storage's connections and Ray's threads
@@ -342,7 +345,8 @@ class TrialPrinter:
         elapsed = time.perf_counter() - self.t0
         head = f"{self.prefix}trial {done}/{self.total} (#{trial.number}, {elapsed:.1f}s)"
         if "pruned_after" in trial.user_attrs:
-            print(f"{head}  step {trial.user_attrs[STEP_TIME]:,.2f} s on {trial.user_attrs['pruned_after']} "
+            print(f"{head}  step {trial.user_attrs[STEP_TIME]:,.2f} s on "
+                  f"{trial.user_attrs['pruned_after']} "
                   f"seed(s): pruned (over {PRUNE_MARGIN:.0%} behind the best)", file=self.stream, flush=True)
             return
         if trial.state != TrialState.COMPLETE:

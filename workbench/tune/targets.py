@@ -50,22 +50,73 @@ class TargetSpace:
     edges: tuple[int, ...] = ()  # bucket edges tried besides the powers of two (FastRL's own)
 
 
-_CHAINS = TargetSpace("vLLM", ("none", "ngram", "eagle"), ("fixed",), trees=False, training=False, fallback=False,
-                      warmup=0, falling=False, warm=True)
-FASTRL_EDGES = (4, 20)  # FastRL's default buckets: 1, 2-4, 5-20, 21-bs_threshold (the `tlt` preset's)
+_CHAINS = TargetSpace(
+    "vLLM",
+    ("none", "ngram", "eagle"),
+    ("fixed",),
+    trees=False,
+    training=False,
+    fallback=False,
+    warmup=0,
+    falling=False,
+    warm=True,
+)
+FASTRL_EDGES = (
+    4,
+    20,
+)  # FastRL's default buckets: 1, 2-4, 5-20, 21-bs_threshold (the `tlt` preset's)
 SPACES = {
     "vllm": _CHAINS,
-    "sglang": TargetSpace("SGLang / FastRL", ("none", "eagle"), ("fixed",), trees=True, training=True, fallback=False,
-                          warmup=FASTRL_WARMUP_CHECKS, falling=True, warm=True, edges=FASTRL_EDGES),
-    "verl": TargetSpace("veRL (vLLM rollout)", _CHAINS.drafters, _CHAINS.algorithms, trees=False, training=False,
-                        fallback=False, warmup=0, falling=False, warm=True),
-    "tlt-train": TargetSpace("tlt train (this project's vLLM backend)", ("none", "ngram", "eagle"), ALGORITHMS,
-                             trees=False, training=True, fallback=True, warmup=None, falling=False),
-    "sim": TargetSpace("simulator only (anything goes)", ("none", "ngram", "eagle", "suffix"), ALGORITHMS, trees=True,
-                       training=True, fallback=True, warmup=None, falling=False),
+    "sglang": TargetSpace(
+        "SGLang / FastRL",
+        ("none", "eagle"),
+        ("fixed",),
+        trees=True,
+        training=True,
+        fallback=False,
+        warmup=FASTRL_WARMUP_CHECKS,
+        falling=True,
+        warm=True,
+        edges=FASTRL_EDGES,
+    ),
+    "verl": TargetSpace(
+        "veRL (vLLM rollout)",
+        _CHAINS.drafters,
+        _CHAINS.algorithms,
+        trees=False,
+        training=False,
+        fallback=False,
+        warmup=0,
+        falling=False,
+        warm=True,
+    ),
+    "tlt-train": TargetSpace(
+        "tlt train (this project's vLLM backend)",
+        ("none", "ngram", "eagle"),
+        ALGORITHMS,
+        trees=False,
+        training=True,
+        fallback=True,
+        warmup=None,
+        falling=False,
+    ),
+    "sim": TargetSpace(
+        "simulator only (anything goes)",
+        ("none", "ngram", "eagle", "suffix"),
+        ALGORITHMS,
+        trees=True,
+        training=True,
+        fallback=True,
+        warmup=None,
+        falling=False,
+    ),
 }
 TARGETS = tuple(SPACES)
-EXPORTS = {"vllm": "vllm", "sglang": "sglang", "verl": "verl"}  # the targets `tlt export --to` writes a file for
+EXPORTS = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "verl": "verl",
+}  # the targets `tlt export --to` writes a file for
 # The former `--backend` names.
 LEGACY = {"real": "tlt-train", "sim": "sim"}
 
@@ -81,6 +132,7 @@ def default_target(profile: Profile, workload: Workload | None = None) -> str:
     `sim` where neither says."""
     if provenance_kind(profile) == "calibrated":
         return "tlt-train"
-    framework = (workload.framework if workload is not None else "") or (profile.cluster.framework if
-                                                                          profile.cluster else "")
+    framework = (workload.framework if workload is not None else "") or (
+        profile.cluster.framework if profile.cluster else ""
+    )
     return {"sglang": "sglang", "vllm": "vllm"}.get(framework, "sim")

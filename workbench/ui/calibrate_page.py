@@ -123,7 +123,8 @@ _PROGRESS = re.compile(r"\[(\d+)/(\d+)\] (.*)$")
 
 
 def progress_of(tail: str) -> tuple[float, str] | None:
-    """The calibration's own progress from its log: the last `[done/total] message (... ETA ...)` line."""
+    """The calibration's own progress from its log: the last `[done/total] message (... ETA ...)`
+    line."""
     for line in reversed(tail.splitlines()):
         m = _PROGRESS.search(line.strip())
         if m and int(m.group(2)) > 0:

@@ -193,7 +193,8 @@ def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[s
 
 
 def strategy_label(name: str) -> str:
-    """A speculation strategy in words: 'no SD', 'chain of 4' or 'tree 8_4_16: 8 steps, top-4, 16 verified'."""
+    """A speculation strategy in words: 'no SD', 'chain of 4' or 'tree 8_4_16: 8 steps, top-4, 16
+    verified'."""
     if name == NO_SD_LABEL:
         return name
     parts = name.split("_")
@@ -204,7 +205,8 @@ def strategy_label(name: str) -> str:
 
 
 def batch_lines_figure(lines: Sequence[BatchLine], title: str = "", x_max: float | None = None) -> go.Figure:
-    """Running batch per worker over one step (log scale), one colour per speculation strategy; the title
+    """Running batch per worker over one step (log scale), one colour per speculation strategy; the
+    title
     above the plot, the legend (each strategy in words) below it, ticks at powers of two."""
     fig = go.Figure()
     names = strategies(list(lines))
@@ -216,7 +218,8 @@ def batch_lines_figure(lines: Sequence[BatchLine], title: str = "", x_max: float
         fig.add_trace(go.Scatter(
             x=ln.x, y=ln.y, mode="lines", name=label, legendgroup=ln.strategy,
             showlegend=ln.strategy not in shown, line=dict(color=colors[ln.strategy], width=1.5),
-            hovertemplate=f"worker {ln.worker} · {label}<br>batch %{{y:.0f}} at %{{x:.2f}} s<extra></extra>"))
+            hovertemplate=f"worker {ln.worker} · {label}<br>batch %{{y:.0f}} at %{{x:.2f}} "
+                          "s<extra></extra>"))
         shown.add(ln.strategy)
     top = max((float(np.nanmax(ln.y)) for ln in lines if len(ln.y) and np.isfinite(ln.y).any()), default=1.0)
     ticks = [2**i for i in range(int(np.log2(max(top, 1))) + 2)]

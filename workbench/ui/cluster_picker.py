@@ -20,11 +20,19 @@ from pathlib import Path
 import streamlit as st
 
 from workbench.contracts.cluster import check_workload_profile
-from workbench.contracts.profile import Profile, load_profile, profile_choice_label, profile_presets, provenance
+from workbench.contracts.profile import (
+    Profile,
+    load_profile,
+    profile_choice_label,
+    profile_presets,
+    provenance,
+)
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload
 
-FALLBACK_BASE = "h100-qwen2.5-7b-tp1"  # acceptance and learning curve when nothing closer is shipped
+FALLBACK_BASE = (
+    "h100-qwen2.5-7b-tp1"  # acceptance and learning curve when nothing closer is shipped
+)
 TP_CHOICES = (1, 2, 4, 8)
 FROM_CLUSTER = "(the cluster's)"
 
@@ -54,7 +62,8 @@ def _options() -> tuple[dict[str, str], list[str], tuple[str, ...]]:
 
 
 def _own(workload: Workload) -> tuple[str, str, int, str] | None:
-    """The workload's cluster as its profile records it (None: the profile records none or does not load)."""
+    """The workload's cluster as its profile records it (None: the profile records none or does not
+    load)."""
     try:
         c = load_profile(workload.profile).cluster
     except (ConfigError, FieldError, ValueError):
@@ -72,38 +81,82 @@ def _choose(workload: Workload, wl_id: str, own: tuple | None, ask: bool) -> Cho
     model, gpu, tp, fw = (None,) * 4 if ask or own is None else own
     tps = sorted(set(TP_CHOICES) | ({workload.gpus_per_worker} if not ask else set()))
     c = st.columns([1.5, 1, 0.8, 1, 0.9])
-    m = _box(c[0], "Model", list(models), model, f"whatif_cluster_model:{wl_id}",
-             "The model your lengths came from (an architecture preset or one of the database's configs).")
-    g = _box(c[1], "GPU", gpus, gpu, f"whatif_cluster_gpu:{wl_id}", "GPU type of the rollout engines.")
-    t = _box(c[2], "TP", tps, tp, f"whatif_cluster_tp:{wl_id}", "Tensor-parallel degree: GPUs per engine.")
-    f = _box(c[3], "Framework", list(fws), fw, f"whatif_cluster_fw:{wl_id}", "The engine whose costs apply.")
-    engines = int(c[4].number_input("Engines", min_value=1, value=workload.workers, step=1,
-                                    key=f"whatif_cluster_engines:{wl_id}", help="Data-parallel rollout engines."))
+    m = _box(
+        c[0],
+        "Model",
+        list(models),
+        model,
+        f"whatif_cluster_model:{wl_id}",
+        "The model your lengths came from (an architecture preset or one of the database's "
+        "configs).",
+    )
+    g = _box(
+        c[1], "GPU", gpus, gpu, f"whatif_cluster_gpu:{wl_id}", "GPU type of the rollout engines."
+    )
+    t = _box(
+        c[2],
+        "TP",
+        tps,
+        tp,
+        f"whatif_cluster_tp:{wl_id}",
+        "Tensor-parallel degree: GPUs per engine.",
+    )
+    f = _box(
+        c[3],
+        "Framework",
+        list(fws),
+        fw,
+        f"whatif_cluster_fw:{wl_id}",
+        "The engine whose costs apply.",
+    )
+    engines = int(
+        c[4].number_input(
+            "Engines",
+            min_value=1,
+            value=workload.workers,
+            step=1,
+            key=f"whatif_cluster_engines:{wl_id}",
+            help="Data-parallel rollout engines.",
+        )
+    )
     return Choice(m, g, t, f, engines)
 
 
 def _base_for(model: str) -> str:
-    """Acceptance and learning curve: the same model's published-fit H100 profile where one is shipped."""
-    same = sorted(p for p in profile_presets() if p.startswith(f"h100-{model}-tp") and p.count("-") == 3)
+    """Acceptance and learning curve: the same model's published-fit H100 profile where one is
+    shipped."""
+    same = sorted(
+        p for p in profile_presets() if p.startswith(f"h100-{model}-tp") and p.count("-") == 3
+    )
     return same[0] if same else FALLBACK_BASE
 
 
-def pick(workload: Workload, wl_id: str, ask: bool = False) -> tuple[Workload | None, Profile | None]:
-    """The cluster boxes and the workload on that cluster with its profile; (None, None) until chosen.
+def pick(
+    workload: Workload, wl_id: str, ask: bool = False
+) -> tuple[Workload | None, Profile | None]:
+    """The cluster boxes and the workload on that cluster with its profile; (None, None) until
+    chosen.
     `ask`: the workload has no cluster of its own (a length file): the boxes start empty."""
     own = None if ask else _own(workload)
     if own is None and not ask:
-        # A profile without a GPU cluster (this machine's CPU engines): keep it unless asked to move.
+        # A profile without a GPU cluster (this machine's CPU engines): keep it unless asked to
+        # move.
         if not st.toggle("Put it on a GPU cluster", value=False, key=f"whatif_cluster_on:{wl_id}"):
             st.caption(f"Cluster: profile **{workload.profile}**, which records no GPU cluster.")
             return workload, _load(workload.profile)
     choice = _choose(workload, wl_id, own, ask)
     if not choice.complete:
-        st.info("Choose the model, GPU, TP and framework your lengths ran on: the simulation waits for them.")
+        st.info(
+            "Choose the model, GPU, TP and framework your lengths ran on: the simulation waits for "
+            "them."
+        )
         return None, None
     wl = replace(workload, workers=choice.engines, gpus_per_worker=choice.tp)
     if own is not None and (choice.model, choice.gpu, choice.tp, choice.framework) == own:
-        st.caption(f"The workload's own profile **{workload.profile}**: {provenance(_load(workload.profile))}.")
+        st.caption(
+            f"The workload's own profile **{workload.profile}**: "
+            f"{provenance(_load(workload.profile))}."
+        )
         return wl, _load(workload.profile)
     models = _options()[0]
     arch = models[choice.model]
@@ -111,7 +164,9 @@ def pick(workload: Workload, wl_id: str, ask: bool = False) -> tuple[Workload | 
         with st.spinner(f"Deriving the profile of {choice.tp}x {choice.gpu} ({choice.framework})…"):
             from workbench.calibrate.gpu_catalog import cached_profile
 
-            prof = cached_profile(arch, choice.gpu, choice.tp, choice.framework, _base_for(choice.model))
+            prof = cached_profile(
+                arch, choice.gpu, choice.tp, choice.framework, _base_for(choice.model)
+            )
     except (ConfigError, ValueError, RuntimeError) as exc:
         st.error(f"No profile for this cluster: {exc}")
         return None, None
@@ -129,15 +184,23 @@ def _load(name: str) -> Profile | None:
 
 
 def other_profile(workload: Workload, profile: Profile | None, wl_id: str) -> Profile | None:
-    """An expander to simulate with another profile (a preset, e.g. the paper-fitted one, or a file),
+    """An expander to simulate with another profile (a preset, e.g. the paper-fitted one, or a
+    file),
     checked against the workload's cluster; the cluster's profile otherwise."""
     with st.expander("Another profile (a preset or a file)", expanded=False):
         options = [FROM_CLUSTER, *profile_presets()]
-        name = st.selectbox("Profile", options, index=0, key=f"whatif_profile:{wl_id}",
-                            format_func=lambda n: n if n == FROM_CLUSTER else profile_choice_label(n),
-                            help="Measured: `tlt profile`; published: fitted to the TLT paper's microbenchmarks; "
-                                 "calibrated: fitted to traces of real runs.")
-        upload = st.file_uploader("Or a profile file", type=["yaml", "yml", "json"], key=f"whatif_profile_file:{wl_id}")
+        name = st.selectbox(
+            "Profile",
+            options,
+            index=0,
+            key=f"whatif_profile:{wl_id}",
+            format_func=lambda n: n if n == FROM_CLUSTER else profile_choice_label(n),
+            help="Measured: `tlt profile`; published: fitted to the TLT paper's microbenchmarks; "
+            "calibrated: fitted to traces of real runs.",
+        )
+        upload = st.file_uploader(
+            "Or a profile file", type=["yaml", "yml", "json"], key=f"whatif_profile_file:{wl_id}"
+        )
         if upload is not None:
             name = _uploaded(upload)
         if name == FROM_CLUSTER:
@@ -151,7 +214,10 @@ def _uploaded(upload) -> str:
     data = upload.getvalue()
     d = Path(tempfile.gettempdir()) / "tlt-uploaded-profiles"
     d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{Path(upload.name).stem}-{hashlib.sha256(data).hexdigest()[:8]}{Path(upload.name).suffix}"
+    path = (
+        d
+        / f"{Path(upload.name).stem}-{hashlib.sha256(data).hexdigest()[:8]}{Path(upload.name).suffix}"
+    )
     path.write_bytes(data)
     return str(path)
 
@@ -163,6 +229,9 @@ def checked(workload: Workload, profile: Profile | None) -> Profile | None:
     try:
         check_workload_profile(workload, profile)
     except ConfigError as exc:
-        st.error(f"The profile does not describe this workload's cluster: {exc}. Or pick the cluster above.")
+        st.error(
+            f"The profile does not describe this workload's cluster: {exc}. Or pick the cluster "
+            "above."
+        )
         return None
     return profile

@@ -31,11 +31,13 @@ _STATE_POLICIES = "compare_result_policies"  # the compared Policy objects by na
 _STATE_REGRET = "compare_regret_result"
 
 _SUMMARY_HELP = {
-    "What it does to RL": "lossless: trains on exactly what the baseline would; off-policy: on samples from older "
+    "What it does to RL": "lossless: trains on exactly what the baseline would; off-policy: on "
+                          "samples from older "
                           "weights (docs/formats.md, rollout modes).",
     "Step (s)": "Mean RL step time over seeds ± its standard deviation.",
     "Bubble": "Idle worker-time / worker-time in the rollout.",
-    "Tail": "Worker-time decoding at a batch <= 1/8 of the step's largest / worker-time in the rollout.",
+    "Tail": "Worker-time decoding at a batch <= 1/8 of the step's largest / worker-time in the "
+            "rollout.",
     "Accepted len": "Tokens per verify pass over SD passes (1 = no SD).",
     "Speedup": "First policy's mean step time / this policy's (ratio of means).",
     "Paired range": "Smallest and largest per-seed speedup (the same draws for both policies).",
@@ -43,7 +45,8 @@ _SUMMARY_HELP = {
 
 
 def summary_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """The summary as the page shows it: text, one precision per figure (speedups 2 decimals, as every
+    """The summary as the page shows it: text, one precision per figure (speedups 2 decimals, as
+    every
     page and `tlt compare`), the RL column first so no width cuts it off."""
     s = summary
     out = pd.DataFrame(index=s.index)
@@ -140,7 +143,8 @@ def _show_compare(result: Comparison) -> None:
     summary = result.summary()
     st.dataframe(summary_table(summary), width="stretch", key="compare_summary",
                  column_config={k: st.column_config.TextColumn(k, help=v) for k, v in _SUMMARY_HELP.items()})
-    st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]}. Speedup = {result.reference}'s mean step "
+    st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]}. Speedup = "
+               f"{result.reference}'s mean step "
                "time / the policy's; paired range = the range over seeds of the per-seed ratio.")
     _show_why(result)
     fig = result.figure()
@@ -158,8 +162,10 @@ def _show_compare(result: Comparison) -> None:
     ran = st.session_state.get(_STATE_POLICIES, {})
     pick = st.selectbox("Policy to export", result.policies, index=result.policies.index(_export_default(result, ran)),
                         key="compare_export_pick",
-                        help="First: the fastest lossless policy that speculates (an engine setting to export); "
-                             "rollout modes such as APRIL's or RollPacker's are the trainer's, not the engine's.")
+                        help="First: the fastest lossless policy that speculates (an engine "
+                             "setting to export); "
+                             "rollout modes such as APRIL's or RollPacker's are the trainer's, not "
+                             "the engine's.")
     policy_export_buttons(ran[pick] if pick in ran else load_policy(pick), "compare_export")
 
 
@@ -182,7 +188,8 @@ def _show_why(result: Comparison) -> None:
     st.dataframe(shown, width="stretch", key="compare_why")
     for w in whys:
         st.markdown(f"- {w.sentence}")
-    st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]} of each seed's decomposition against "
+    st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]} of each seed's "
+               "decomposition against "
                f"{result.reference} (docs/formats.md, 'Why a speedup').")
 
 

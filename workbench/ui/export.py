@@ -194,7 +194,8 @@ def report_button(label: str, build: Callable[[], Report], file_name: str, key: 
                             "offline in any browser, so it can be sent as it is.")
 
 
-# The shipped EAGLE drafter (of traces/reference/model), found from this file: the app may start anywhere.
+# The shipped EAGLE drafter (of traces/reference/model), found from this file: the app may start
+# anywhere.
 DEFAULT_DRAFTER = str(Path(__file__).resolve().parents[2] / "traces" / "reference" / "drafter")
 TARGET_LABELS = {"vllm": "vLLM", "sglang": "SGLang / FastRL", "verl": "veRL"}
 TARGET_MIME = {"yaml": "application/x-yaml", "sh": "text/x-shellscript"}

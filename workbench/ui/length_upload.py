@@ -24,7 +24,8 @@ from workbench.contracts.workload import Workload, load_workload
 from workbench.workloads.build import MODES, import_workload
 
 _STATE_DIRS = "whatif_length_dirs"  # upload digest -> the directory its import lives in
-# The import's base: the batch shape comes from the files, the cluster from the page (one engine until chosen).
+# The import's base: the batch shape comes from the files, the cluster from the page (one engine
+# until chosen).
 UNPLACED = Workload(name="uploaded-lengths", profile="(the cluster you pick)", workers=1, prompts_per_step=1,
                     group_size=1, max_response_tokens=32768)
 
@@ -38,7 +39,8 @@ class Uploaded:
 
 def import_upload(files: list[tuple[str, bytes]], base: str | Workload, mode: str, cap: int | None,
                   into: Path) -> Uploaded:
-    """Write the uploaded files into `into` and import them as `tlt workload import` would (`base`: a
+    """Write the uploaded files into `into` and import them as `tlt workload import` would (`base`:
+    a
     workload preset, file or Workload whose cluster the lengths get; `UNPLACED`: none yet)."""
     into.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -50,7 +52,8 @@ def import_upload(files: list[tuple[str, bytes]], base: str | Workload, mode: st
     names = ", ".join(n for n, _ in files)
     res = import_workload(paths, out, base if isinstance(base, Workload) else load_workload(base), mode, cap,
                           "uploaded-lengths", source=f"uploaded: {names}",
-                          description=f"Your measured lengths ({names}); cluster: as picked on the What-if page.")
+                          description=f"Your measured lengths ({names}); cluster: as picked on the "
+                                      "What-if page.")
     wl = load_workload(out)
     return Uploaded(wl, read_observed(wl.lengths.data) if res.data is not None else None, res.lines)
 
@@ -110,7 +113,8 @@ def length_file_workload() -> tuple[Workload | None, str]:
                               "empirical: whole observed groups drawn at random.")
     cap = cols[1].number_input("Cap (0: infer)", min_value=0, value=0, step=1024, key="whatif_len_cap")
     if not uploads:
-        st.info("Upload response lengths: `tlt workload import` reads the same files. Then say which cluster they "
+        st.info("Upload response lengths: `tlt workload import` reads the same files. Then say "
+                "which cluster they "
                 "ran on (model x GPU x TP x framework).")
         return None, ""
     files = [(u.name, u.getvalue()) for u in uploads]

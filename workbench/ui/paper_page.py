@@ -85,7 +85,8 @@ def render() -> None:
             done.append(msg)
             elapsed = time.perf_counter() - t0
             left = elapsed / len(done) * (total - len(done))
-            bar.progress(min(1.0, len(done) / total), text=f"{len(done)}/{total} · {msg} · {elapsed:.0f} s, "
+            bar.progress(min(1.0, len(done) / total), text=f"{len(done)}/{total} · {msg} · "
+                                                           f"{elapsed:.0f} s, "
                                                           f"about {left:.0f} s left at this pace")
 
         try:
@@ -96,7 +97,8 @@ def render() -> None:
         bar.empty()
     rep: Reproduction | None = st.session_state.get(_STATE)
     if rep is None:
-        st.info("Press **Run the reproduction** to simulate the paper's evaluation: the bar counts the "
+        st.info("Press **Run the reproduction** to simulate the paper's evaluation: the bar counts "
+                "the "
                 f"{progress_messages(seeds)} simulations of Table A as they finish.")
         return
     s = report.summary(rep)

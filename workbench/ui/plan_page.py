@@ -72,7 +72,8 @@ def _run(spec: planning.PlanSpec) -> planning.Plan | None:
 
     def on_trial(t: planning.PlanTrial) -> None:
         seen.add(t.shape)
-        bar.progress(min(1.0, len(seen) / total), text=f"{len(seen)}/{total} shapes · last: {t.shape.label} · "
+        bar.progress(min(1.0, len(seen) / total), text=f"{len(seen)}/{total} shapes · last: "
+                                                       f"{t.shape.label} · "
                                                         f"{time.perf_counter() - t0:.0f} s")
 
     try:
@@ -136,7 +137,8 @@ def _show(result: planning.Plan, currency: str, target: str) -> None:
 
 
 def _policies(target: str) -> list[str]:
-    """The policy presets the target runs (the only ones the plan may choose: they export unchanged)."""
+    """The policy presets the target runs (the only ones the plan may choose: they export
+    unchanged)."""
     runs, not_runs = [], []
     for name in policy_presets():
         try:
@@ -160,7 +162,8 @@ def _inputs() -> tuple[planning.PlanSpec | None, str, str]:
         target = st.selectbox("Target stack", TARGETS, key=f"plan_target:{framework}",
                               index=TARGETS.index("vllm" if framework == "vllm" else "sglang"),
                               format_func=lambda k: SPACES[k].label,
-                              help="Only the policies this stack runs are searched, so the chosen one exports.")
+                              help="Only the policies this stack runs are searched, so the chosen "
+                                   "one exports.")
     with c2:
         goal = st.radio("Goal", ("GPU budget", "Deadline"), horizontal=True, key="plan_goal")
         if goal == "GPU budget":
@@ -198,7 +201,8 @@ def _inputs() -> tuple[planning.PlanSpec | None, str, str]:
 def render() -> None:
     st.title("Plan")
     st.caption("Which cluster shape (TP, engines, max batch, policy) runs your RL job fastest on a GPU budget, or "
-               "cheapest by a deadline, with a policy your stack runs: the Pareto front of run time vs cost, from "
+               "cheapest by a deadline, with a policy your stack runs: the Pareto front of run "
+               "time vs cost, from "
                "profiles of NVIDIA's measured operator database (`tlt plan` on the command line).")
     spec, currency, target = _inputs()
     if st.button("Plan", type="primary", disabled=spec is None, key="plan_run") and spec is not None:

@@ -2,8 +2,10 @@
 
 The pages simulate a few steps; this panel scales each policy's mean simulated step to a run of N
 steps (a straight multiple: `tlt project` simulates the whole run, with lengths drifting and the
-drafter learning over it). Energy is each step's GPU-seconds per power state (What-if's runs, Compare's
-per-seed means) at the profile's watts; money is in the currency the user names, "-" without a price.
+drafter learning over it). Energy is each step's GPU-seconds per power state (What-if's runs,
+Compare's
+per-seed means) at the profile's watts; money is in the currency the user names, "-" without a
+price.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ def show(steps: Sequence[MeanStep], workload: Workload, profile: Profile | None,
         f"{profile.power.decode_w:g},{profile.power.idle_w:g},{profile.power.train_w:g}"
     watts = c4.text_input("GPU watts: decode, idle, train", value=default_w, placeholder="e.g. 650,120,700",
                           key=f"{key}_watts",
-                          help="Filled from the profile's power model (measured-database profiles have one).")
+                          help="Filled from the profile's power model (measured-database profiles "
+                               "have one).")
     power = None
     if watts.strip():
         try:
@@ -120,7 +123,10 @@ def show(steps: Sequence[MeanStep], workload: Workload, profile: Profile | None,
     if price is None:
         hints.append("Cost: give a price per GPU-hour.")
     if power is None:
-        hints.append("Energy: give watts per GPU (this profile has no power model; e.g. from nvidia-smi).")
-    st.caption(f"{run_steps} x each policy's mean simulated step on {workload.gpus} GPUs; energy is GPU board "
+        hints.append("Energy: give watts per GPU (this profile has no power model; e.g. from "
+                     "nvidia-smi).")
+    st.caption(f"{run_steps} x each policy's mean simulated step on {workload.gpus} GPUs; energy "
+               "is GPU board "
                "power only. " + " ".join(hints)
-               + " For lengths that drift and a drafter that learns over the whole run: `tlt project`.")
+               + " For lengths that drift and a drafter that learns over the whole run: `tlt "
+                 "project`.")

@@ -108,7 +108,8 @@ def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sample
         else:
             best = f"front {len(study.best_trials)} points" if complete else ""
         pruned = done - complete
-        bar.progress(min(1.0, done / trials), text=f"{done}/{trials} trials done ({pruned} pruned after a seed) · "
+        bar.progress(min(1.0, done / trials), text=f"{done}/{trials} trials done ({pruned} pruned "
+                                                   "after a seed) · "
                                                    f"{best} · {time.perf_counter() - t0:.0f} s")
 
     try:
@@ -143,8 +144,10 @@ def _show(res: _Result) -> None:
     st.divider()
     st.subheader("Results")
     st.caption(f"Study **{res.study_name}** in `{res.storage}` · {spec.workload.name} on {spec.profile.name} · "
-               f"target **{tune.SPACES[spec.target].label}** · seeds 0..{spec.seeds - 1} x {spec.n_steps} steps "
-               f"(the same draws for every trial) · {len(res.convergence)} complete trials ({res.ran} finished now)")
+               f"target **{tune.SPACES[spec.target].label}** · seeds 0..{spec.seeds - 1} x "
+               f"{spec.n_steps} steps "
+               f"(the same draws for every trial) · {len(res.convergence)} complete trials "
+               f"({res.ran} finished now)")
     table = res.comparison.set_index("policy")
     tuned = table.loc[res.best.name]
     # The best preset the target runs too (the others are marked in the table's note).
@@ -217,9 +220,12 @@ def _target(workload, profile) -> str:
     auto = tune.default_target(profile, workload)
     target = st.radio("Target stack", tune.TARGETS, index=tune.TARGETS.index(auto), horizontal=True,
                       key=f"tune_target:{workload.name}:{profile.name}", format_func=lambda k: tune.SPACES[k].label,
-                      help="Where the tuned policy will run: the search holds only what that stack runs, so it "
-                           "exports without refusal. vLLM / veRL: a fixed table of chains; SGLang / FastRL: EAGLE "
-                           "trees per bucket and spot training; tlt train: this project's vLLM backend with the "
+                      help="Where the tuned policy will run: the search holds only what that stack "
+                           "runs, so it "
+                           "exports without refusal. vLLM / veRL: a fixed table of chains; SGLang "
+                           "/ FastRL: EAGLE "
+                           "trees per bucket and spot training; tlt train: this project's vLLM "
+                           "backend with the "
                            "bandits; simulator only: anything the simulator runs.")
     st.caption(f"Picked first: the workload's engine ({tune.SPACES[auto].label}).")
     return target
@@ -227,7 +233,8 @@ def _target(workload, profile) -> str:
 
 def _storage() -> str:
     storage = st.text_input("Storage", value=tune.DEFAULT_STORAGE, key="tune_storage",
-                            help="An Optuna storage URL; a SQLite file keeps the study (and opens in "
+                            help="An Optuna storage URL; a SQLite file keeps the study (and opens "
+                                 "in "
                                  "optuna-dashboard); 'memory' keeps nothing.")
     if storage.startswith("sqlite:///"):
         st.caption(f"The study is kept in `{Path(storage[len('sqlite:///'):]).resolve()}`.")
@@ -238,8 +245,10 @@ def _storage() -> str:
 
 def render() -> None:
     st.title("Tune")
-    st.caption("Search the policy space (SD threshold, draft length per batch-size bucket, drafter, spot training; "
-               "bandits where the stack runs them) with Optuna for the stack you deploy on, scoring each policy by "
+    st.caption("Search the policy space (SD threshold, draft length per batch-size bucket, "
+               "drafter, spot training; "
+               "bandits where the stack runs them) with Optuna for the stack you deploy on, "
+               "scoring each policy by "
                "its simulated step time.")
 
     c1, c2, c3 = st.columns(3)
@@ -260,7 +269,8 @@ def render() -> None:
             return
     with c2:
         trials = int(st.number_input("Trials", min_value=1, max_value=5000, value=100, step=10, key="tune_trials",
-                                     help="Trials the study should hold (hopeless ones are pruned after a seed); a "
+                                     help="Trials the study should hold (hopeless ones are pruned "
+                                          "after a seed); a "
                                           "resumed study runs only the rest."))
         seeds = int(st.number_input("Seeds", min_value=1, max_value=50, value=3, step=1, key="tune_seeds",
                                     help="Each policy is scored on seeds 0..K-1, the same for every trial."))
@@ -276,7 +286,8 @@ def render() -> None:
         with st.expander("More"):
             warm = st.checkbox("Allow warm start (simulator only and tlt train)", value=False, key="tune_warm",
                                help="Let the search use a drafter trained offline before RL; the objective does "
-                                    "not charge that training. On vLLM, SGLang and veRL an EAGLE drafter is the "
+                                    "not charge that training. On vLLM, SGLang and veRL an EAGLE "
+                                    "drafter is the "
                                     "checkpoint you give: warm-started always.")
             sampler_seed = int(st.number_input("Sampler seed", min_value=0, value=0, step=1, key="tune_sampler_seed"))
     target = _target(workload, profile)

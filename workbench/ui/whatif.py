@@ -1,13 +1,15 @@
 """What-if page: simulate scheduling policies on a workload and a cluster, and see why each gains.
 
 The page, top to bottom: the workload (a preset, your length files, a run log, or a workload
-file), the cluster it runs on (engines x model x GPU x TP x framework: workbench/ui/cluster_picker.py;
+file), the cluster it runs on (engines x model x GPU x TP x framework:
+workbench/ui/cluster_picker.py;
 a length file starts with none), the workload's key fields, the policies, steps and seed; then
 "Run simulation" runs `sim.simulator.simulate` once per policy. Results live in st.session_state, so
 moving a widget re-renders them without simulating again (workbench/ui/whatif_results.py).
 
 Two inputs join this page from their own modules, each in a marked place: a run log as a third
-source beside preset and length file (`_run_log`), and a panel beside the cluster picker (`_beside_cluster`).
+source beside preset and length file (`_run_log`), and a panel beside the cluster picker
+(`_beside_cluster`).
 """
 
 from __future__ import annotations
@@ -37,20 +39,47 @@ _STATE_CACHE = "whatif_cache"
 _STATE_RESULT = "whatif_result"
 _STATE_ARRIVED = "whatif_arrived"  # the first visit of a session simulates the defaults
 
-# (field, label, kind, step, format, help): the Workload fields the page lets a user edit (engines and TP
+# (field, label, kind, step, format, help): the Workload fields the page lets a user edit (engines
+# and TP
 # are the cluster's: the picker).
 _WORKLOAD_FIELDS = (
     ("prompts_per_step", "Prompts per step", int, 1, None, None),
     ("group_size", "Group size (samples per prompt)", int, 1, None, "GRPO's n."),
     ("max_response_tokens", "Max response tokens", int, 1024, None, "The response-length cap."),
-    ("max_batch", "Max batch per engine", int, 8, None,
-     "Most sequences an engine decodes at once (vLLM max_num_seqs)."),
+    (
+        "max_batch",
+        "Max batch per engine",
+        int,
+        8,
+        None,
+        "Most sequences an engine decodes at once (vLLM max_num_seqs).",
+    ),
 )
 _LENGTH_FIELDS = (
-    ("clip_ratio", "Clip ratio", float, 0.005, "%.3f", "Share of responses that hit the cap at step 0."),
-    ("sigma", "Sigma (log-sd of lengths)", float, 0.05, "%.2f", "Spread of the lognormal length body."),
-    ("group_correlation", "Group correlation", float, 0.05, "%.2f",
-     "Share of log-variance shared within a prompt's group."),
+    (
+        "clip_ratio",
+        "Clip ratio",
+        float,
+        0.005,
+        "%.3f",
+        "Share of responses that hit the cap at step 0.",
+    ),
+    (
+        "sigma",
+        "Sigma (log-sd of lengths)",
+        float,
+        0.05,
+        "%.2f",
+        "Spread of the lognormal length body.",
+    ),
+    (
+        "group_correlation",
+        "Group correlation",
+        float,
+        0.05,
+        "%.2f",
+        "Share of log-variance shared within a prompt's group.",
+    ),
     ("drift_per_step", "Drift per step", float, 0.001, "%.4f", "Log-length growth per RL step."),
 )
 
@@ -61,15 +90,24 @@ _LENGTH_FIELDS = (
 def _run_log() -> tuple[Workload | None, str]:
     """Marked place: a training run's log (veRL's step metrics) as a workload, from its own module
     (workbench/ui/run_log_panel.py, when it lands). Until then the source says where to go instead."""
-    st.info("Run logs come to this page from their own panel. Meanwhile: veRL's `response_length/*` metrics "
-            "per step import as a **Length file** (`tlt workload import` reads them too).")
+    st.info(
+        "Run logs come to this page from their own panel. Meanwhile: veRL's `response_length/*` "
+        "metrics "
+        "per step import as a **Length file** (`tlt workload import` reads them too)."
+    )
     return None, ""
 
 
 def _base_workload() -> tuple[Workload | None, str, bool]:
-    """The workload as its source gives it, an id that changes when it does, and whether it lacks a cluster."""
-    source = st.radio("Workload", SOURCES, horizontal=True, key="whatif_wl_source",
-                      help="A named preset, your real response lengths, a run log, or a workload YAML/JSON file.")
+    """The workload as its source gives it, an id that changes when it does, and whether it lacks a
+    cluster."""
+    source = st.radio(
+        "Workload",
+        SOURCES,
+        horizontal=True,
+        key="whatif_wl_source",
+        help="A named preset, your real response lengths, a run log, or a workload YAML/JSON file.",
+    )
     if source == "Length file":
         return (*length_file_workload(), True)
     if source == "Run log":
@@ -96,19 +134,32 @@ def _edit_workload(base: Workload, base_id: str) -> Workload | None:
         cols = st.columns(4)
         for i, (name, label, kind, step, fmt, hlp) in enumerate(_WORKLOAD_FIELDS):
             with cols[i % 4]:
-                values[name] = st.number_input(label, value=kind(getattr(base, name)), step=kind(step), format=fmt,
-                                               help=hlp, key=f"whatif_wl:{base_id}:{name}")
+                values[name] = st.number_input(
+                    label,
+                    value=kind(getattr(base, name)),
+                    step=kind(step),
+                    format=fmt,
+                    help=hlp,
+                    key=f"whatif_wl:{base_id}:{name}",
+                )
         length_values: dict[str, Any] = {}
         if base.lengths.kind == "lognormal":
             st.markdown("**Response-length model**")
             cols = st.columns(4)
             for i, (name, label, kind, step, fmt, hlp) in enumerate(_LENGTH_FIELDS):
                 with cols[i % 4]:
-                    length_values[name] = st.number_input(label, value=kind(getattr(base.lengths, name)),
-                                                          step=kind(step), format=fmt, help=hlp,
-                                                          key=f"whatif_wl:{base_id}:lengths.{name}")
+                    length_values[name] = st.number_input(
+                        label,
+                        value=kind(getattr(base.lengths, name)),
+                        step=kind(step),
+                        format=fmt,
+                        help=hlp,
+                        key=f"whatif_wl:{base_id}:lengths.{name}",
+                    )
         else:
-            st.caption(f"Lengths: {base.lengths.kind} of measured responses (`{base.lengths.data}`).")
+            st.caption(
+                f"Lengths: {base.lengths.kind} of measured responses (`{base.lengths.data}`)."
+            )
     try:
         edited = replace(base, **values, lengths=replace(base.lengths, **length_values))
         edited.check()
@@ -117,8 +168,11 @@ def _edit_workload(base: Workload, base_id: str) -> Workload | None:
     except (ConfigError, FieldError) as exc:
         st.error(f"Invalid workload: {exc}")
         return None
-    st.caption(f"{edited.workers} engines x {edited.gpus_per_worker} GPUs = {edited.gpus} GPUs; "
-               f"{edited.sequences_per_step:,} sequences per step, up to {edited.max_response_tokens:,} tokens each.")
+    st.caption(
+        f"{edited.workers} engines x {edited.gpus_per_worker} GPUs = {edited.gpus} GPUs; "
+        f"{edited.sequences_per_step:,} sequences per step, up to {edited.max_response_tokens:,} "
+        "tokens each."
+    )
     return edited
 
 
@@ -126,8 +180,13 @@ def _pick_policies() -> tuple[list[str], list[Policy]]:
     """Chosen presets (in the order picked) then valid uploaded files; labels are unique."""
     presets = policy_presets()
     default = [p for p in DEFAULT_POLICIES if p in presets]
-    names = st.multiselect("Policies", presets, default=default, key="whatif_policies",
-                           help="Speedups are relative to the first policy in this list.")
+    names = st.multiselect(
+        "Policies",
+        presets,
+        default=default,
+        key="whatif_policies",
+        help="Speedups are relative to the first policy in this list.",
+    )
     labels: list[str] = []
     policies: list[Policy] = []
     for name in names:
@@ -136,8 +195,9 @@ def _pick_policies() -> tuple[list[str], list[Policy]]:
             labels.append(name)
         except (ConfigError, FieldError) as exc:
             st.error(f"Policy preset '{name}' is invalid: {exc}")
-    uploaded = inputs.policy_uploads("whatif_policy_files", "Extra policy files (run after the presets)",
-                                     set(labels))
+    uploaded = inputs.policy_uploads(
+        "whatif_policy_files", "Extra policy files (run after the presets)", set(labels)
+    )
     return labels + [p.name for p in uploaded], policies + uploaded
 
 
@@ -145,18 +205,33 @@ def _pick_policies() -> tuple[list[str], list[Policy]]:
 
 
 def _key(workload: Workload, policy: Policy, profile: Profile, seed: int, steps: int) -> str:
-    return json.dumps([to_mapping(workload), to_mapping(policy), to_mapping(profile), seed, steps],
-                      sort_keys=True, default=str)
+    return json.dumps(
+        [to_mapping(workload), to_mapping(policy), to_mapping(profile), seed, steps],
+        sort_keys=True,
+        default=str,
+    )
 
 
-def _signature(workload: Workload, labels: list[str], policies: list[Policy], profile: Profile,
-               seed: int, steps: int) -> str:
+def _signature(
+    workload: Workload,
+    labels: list[str],
+    policies: list[Policy],
+    profile: Profile,
+    seed: int,
+    steps: int,
+) -> str:
     keys = [_key(workload, p, profile, seed, steps) for p in policies]
     return inputs.digest(json.dumps([labels, keys]).encode())
 
 
-def _run(workload: Workload, labels: list[str], policies: list[Policy], profile: Profile,
-         seed: int, steps: int) -> Result | None:
+def _run(
+    workload: Workload,
+    labels: list[str],
+    policies: list[Policy],
+    profile: Profile,
+    seed: int,
+    steps: int,
+) -> Result | None:
     cache: OrderedDict = st.session_state.setdefault(_STATE_CACHE, OrderedDict())
     bar = st.progress(0.0, text="Simulating…")
     runs: list[PolicyRun] = []
@@ -170,7 +245,10 @@ def _run(workload: Workload, labels: list[str], policies: list[Policy], profile:
             continue
 
         def on_step(m, i=i, label=label):
-            bar.progress(min(1.0, (i + (m.rl_step + 1) / steps) / n), text=f"{label}: step {m.rl_step + 1}/{steps}")
+            bar.progress(
+                min(1.0, (i + (m.rl_step + 1) / steps) / n),
+                text=f"{label}: step {m.rl_step + 1}/{steps}",
+            )
 
         bar.progress(i / n, text=f"Simulating {label} ({i + 1}/{n})…")
         try:
@@ -184,14 +262,24 @@ def _run(workload: Workload, labels: list[str], policies: list[Policy], profile:
             cache.popitem(last=False)
         runs.append(run)
     bar.empty()
-    return Result(_signature(workload, labels, policies, profile, seed, steps),
-                  workload, profile, seed, steps, labels, policies, runs)
+    return Result(
+        _signature(workload, labels, policies, profile, seed, steps),
+        workload,
+        profile,
+        seed,
+        steps,
+        labels,
+        policies,
+        runs,
+    )
 
 
 # ---------------------------------------------------------------- page
 
 
-def _cluster(base: Workload | None, base_id: str, unplaced: bool) -> tuple[Workload | None, Profile | None]:
+def _cluster(
+    base: Workload | None, base_id: str, unplaced: bool
+) -> tuple[Workload | None, Profile | None]:
     st.subheader("Cluster")
     if base is None:
         st.caption("The cluster follows the workload: pick one above.")
@@ -208,8 +296,11 @@ def _cluster(base: Workload | None, base_id: str, unplaced: bool) -> tuple[Workl
 
 def render() -> None:
     st.title("What-if")
-    st.caption("Simulate RL steps of a long-tail rollout under different speculative-decoding policies on your "
-               "cluster and workload, see how much each would speed training up, and why.")
+    st.caption(
+        "Simulate RL steps of a long-tail rollout under different speculative-decoding policies on "
+        "your "
+        "cluster and workload, see how much each would speed training up, and why."
+    )
     base, base_id, unplaced = _base_workload()
     placed, profile = _cluster(base, base_id, unplaced)
     workload = _edit_workload(placed, base_id) if placed is not None else None
@@ -221,12 +312,31 @@ def render() -> None:
         labels, policies = _pick_policies()
     with col_run:
         c1, c2 = st.columns(2)
-        steps = int(c1.number_input("Steps", min_value=1, max_value=100, value=3, step=1, key="whatif_steps_n"))
-        seed = int(c2.number_input("Seed", min_value=0, value=DEFAULT_SEED, step=1, key="whatif_seed",
-                                   help="Draws the response lengths (common to every policy); `tlt sim` uses 0."))
+        steps = int(
+            c1.number_input(
+                "Steps", min_value=1, max_value=100, value=3, step=1, key="whatif_steps_n"
+            )
+        )
+        seed = int(
+            c2.number_input(
+                "Seed",
+                min_value=0,
+                value=DEFAULT_SEED,
+                step=1,
+                key="whatif_seed",
+                help="Draws the response lengths (common to every policy); `tlt sim` uses 0.",
+            )
+        )
 
-    problems = [what for what, ok in (("a valid workload", workload is not None), ("its cluster", profile is not None),
-                                      ("at least one policy", bool(policies))) if not ok]
+    problems = [
+        what
+        for what, ok in (
+            ("a valid workload", workload is not None),
+            ("its cluster", profile is not None),
+            ("at least one policy", bool(policies)),
+        )
+        if not ok
+    ]
     ready = not problems
     signature = _signature(workload, labels, policies, profile, seed, steps) if ready else None
 

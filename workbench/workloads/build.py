@@ -86,7 +86,8 @@ def report(obs: ObservedLengths, cap: int, cap_how: str, steps: list[int]) -> Im
 
 def build_workload(im: Imported, base: Workload, name: str, mode: str, cap: int, data_file: str,
                    fit: LengthFit | None, source: str, description: str = "") -> Workload:
-    """The Workload over observed lengths: the base's hardware, the files' batch shape, the chosen model.
+    """The Workload over observed lengths: the base's hardware, the files' batch shape, the chosen
+    model.
     `description` "": one saying where the lengths and the shape come from."""
     if mode not in MODES:
         raise ConfigError("--mode", "mode", mode, ", ".join(MODES))
@@ -115,7 +116,8 @@ def default_description(im: Imported, base: Workload, kind: str) -> str:
     obs = im.observed
     where = sorted({Path(f).parent.name or "." for f in im.files})
     src = where[0] if len(where) == 1 else ", ".join(Path(f).name for f in im.files[:3])
-    return (f"Measured lengths from {src} ({obs.responses} responses, {obs.batches} steps; {kind}). Shape and "
+    return (f"Measured lengths from {src} ({obs.responses} responses, {obs.batches} steps; "
+            f"{kind}). Shape and "
             f"cluster: {base.name} ({base.workers} engines x TP{base.gpus_per_worker}).")
 
 

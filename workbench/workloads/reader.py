@@ -77,7 +77,8 @@ def expand(paths: list[str | Path]) -> list[Path]:
 
 
 def _listed(paths: list[str | Path]) -> list[tuple[Path, bool]]:
-    """(file, whether it came from a directory listing): a listed file of no known kind is skipped, a named one
+    """(file, whether it came from a directory listing): a listed file of no known kind is skipped,
+    a named one
     refused."""
     out: list[tuple[Path, bool]] = []
     for p in map(Path, paths):
@@ -286,7 +287,8 @@ def _summary(path: Path, data) -> pd.DataFrame:
 
 
 def _reward_note(rewards: list[tuple[Path, list[dict] | pd.DataFrame]]) -> list[str]:
-    """PolyTrace's reward timings, read for the report: the files, the steps and ranks, the seconds."""
+    """PolyTrace's reward timings, read for the report: the files, the steps and ranks, the
+    seconds."""
     if not rewards:
         return []
     rows = [r for _, data in rewards for r in (data if isinstance(data, list) else data.to_dict("records"))]
@@ -294,5 +296,6 @@ def _reward_note(rewards: list[tuple[Path, list[dict] | pd.DataFrame]]) -> list[
     steps = {r.get("step") for r in rows}
     names = ", ".join(p.name for p, _ in rewards[:3]) + (f" and {len(rewards) - 3} more" if len(rewards) > 3 else "")
     span = f"{min(secs):,.1f}-{max(secs):,.1f} s per rank and step" if secs else "no seconds"
-    return [f"read (reported, not simulated: the simulator has no reward phase): {names}: reward scoring {span} "
+    return [f"read (reported, not simulated: the simulator has no reward phase): {names}: reward "
+            f"scoring {span} "
             f"over {len(steps)} step(s), {len(rows)} rank report(s)"]
