@@ -67,7 +67,8 @@ class Group:
     # Responses at their length, counted as they finish (`finish`, the only way a response gets
     # there once decoding started): suffix drafts read the share every segment.
     finished_count: int = field(init=False)
-    watchers: list = field(init=False, repr=False)  # SiblingShares of the engines holding its responses
+    # The SiblingShares of the engines holding its responses (a finish marks them stale).
+    watchers: list = field(init=False, repr=False)
 
     def __post_init__(self):
         self.finished_count = int(np.sum(self.generated >= self.lengths))

@@ -69,19 +69,24 @@ def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt:
     """
     batch = step if batch is None else batch
     m, cap = workload.lengths, workload.max_response_tokens
-    obs = None if m.kind == "lognormal" else (observed if observed is not None else read_observed(m.data))
+    obs = None
+    if m.kind != "lognormal":
+        obs = observed if observed is not None else read_observed(m.data)
     key = (m, cap, workload.group_size, id(obs), seed, step, index, attempt, batch)
     with _DRAWS_LOCK:  # the app simulates in several threads
         hit = _DRAWS.get(key)
-        if hit is not None and hit[0] is obs:  # the very table (an id is only unique while its object lives)
+        # The very table: an id is only unique while its object lives.
+        if hit is not None and hit[0] is obs:
             _DRAWS.move_to_end(key)
             return hit[1]
     if obs is not None:
         draw = observed_group(obs, m.kind, cap, seed, batch, index, attempt)
     else:
-        draw = model_group(m, cap, workload.group_size, step, seeds.rng(seed, Stream.LENGTHS, batch, index, attempt))
+        rng = seeds.rng(seed, Stream.LENGTHS, batch, index, attempt)
+        draw = model_group(m, cap, workload.group_size, step, rng)
     for arr in (draw.lengths, draw.correct):
-        arr.setflags(write=False)  # shared by every simulation that meets this prompt: nobody may change it
+        # Shared by every simulation that meets this prompt: nobody may change it.
+        arr.setflags(write=False)
     with _DRAWS_LOCK:
         _DRAWS[key] = (obs, draw)
         if len(_DRAWS) > _DRAWS_KEPT:
@@ -199,8 +204,9 @@ class Simulator:
                 lengths = np.asarray(self.replay[step][j * g:(j + 1) * g])
                 groups.append(Group((step, j), lengths, np.zeros(len(lengths))))
             else:
-                groups.append(new_group((step, j), group_lengths(self.workload, self.seed, step, j, batch=batch,
-                                                                 observed=self._observed)))
+                draw = group_lengths(self.workload, self.seed, step, j, batch=batch,
+                                     observed=self._observed)
+                groups.append(new_group((step, j), draw))
         return groups
 
     def _plan(self, step: int) -> tuple[list[Group], int | None, str]:
@@ -218,7 +224,8 @@ class Simulator:
             groups = []
             for g in rerun:  # fresh samples of the same prompts
                 attempt = g.attempt + 1
-                draw = group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt, observed=self._observed)
+                draw = group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt,
+                                     observed=self._observed)
                 groups.append(new_group(g.key, draw, attempt))
             return groups, None, "long"
         return self._new_groups(step, launched), p, "short"

@@ -97,9 +97,11 @@ class StreamingPool(RolloutPool):
                 continue
             yield from self._segment(w, engine, owners, warm, shares)
 
-    def _pull(self, w: int, engine: EngineBatch, owners: list[tuple[Group, int]], shares: SiblingShare) -> None:
+    def _pull(self, w: int, engine: EngineBatch, owners: list[tuple[Group, int]],
+              shares: SiblingShare) -> None:
         """Fill engine w's free slots from the queue; a group's weights version is the one its first
-        response started under (`shares`, the engine's suffix-draft share, is told of its groups)."""
+        response started under (`shares`, the engine's suffix-draft share, is told of its
+        groups)."""
         free = self.workload.max_batch - engine.batch - len(engine.pending)
         while free > 0 and self.queue:
             g, m = self.queue.popleft()

@@ -1,8 +1,7 @@
 """The first hour as a new user meets it, in headless Chromium (fixtures:
-tests/browser/conftest.py):
-the default What-if explains its speedups, your own lengths wait for your cluster, a policy tuned
-for
-vLLM exports without refusal, no cell reads "None", and the app fetches nothing from the web.
+tests/browser/conftest.py): the default What-if explains its speedups, your own lengths wait for
+your cluster, a policy tuned for vLLM exports without refusal, no cell reads "None", and the app
+fetches nothing from the web.
 
 With TLT_DOCS_SHOTS=DIR the two screenshots the README shows are written there too
 (`TLT_DOCS_SHOTS=docs python -m pytest tests/browser/test_first_hour.py`)."""
@@ -29,8 +28,7 @@ def _outside(requests: list[str]) -> list[str]:
 
 def _no_none_cells(pg) -> None:
     """No table cell and no metric reads "None" (a missing figure is '-' with a hint). The grids
-    draw on a
-    canvas; their cells are also in an accessible table, which is what this reads."""
+    draw on a canvas; their cells are also in an accessible table, which is what this reads."""
     grids = pg.locator("[data-testid=stDataFrame]")
     grids.first.wait_for()
     cells = []

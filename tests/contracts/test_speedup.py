@@ -1,6 +1,5 @@
 """Why a speedup: the decomposition is checkable by hand on a small timeline, reads a real run's
-trace
-rows as it reads the simulator's, and says in words what bounds the gain."""
+trace rows as it reads the simulator's, and says in words what bounds the gain."""
 
 from __future__ import annotations
 

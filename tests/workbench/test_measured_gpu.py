@@ -68,8 +68,8 @@ def test_unknown_gpu_is_refused_naming_the_field(tmp_path):
 
 def test_a_gpu_named_selects_the_database_and_torch_with_it_is_refused(tmp_path):
     """The command a user writes from the README's wording: --gpu (no --backend) is NVIDIA's
-    measured data,
-    in seconds, never a CPU torch profile of a 7B; --backend torch with --gpu is refused with the fix."""
+    measured data, in seconds, never a CPU torch profile of a 7B; --backend torch with --gpu is
+    refused with the fix."""
     out = tmp_path / "p.yaml"
     res = runner.invoke(app, ["profile", "--arch", "qwen2.5-7b", "--gpu", "a100", "--tp", "1", "--framework", "vllm",
                               "--out", str(out)])

@@ -191,9 +191,9 @@ def test_a_cap_heavy_file_is_fitted_with_its_mass_at_the_cap():
 
 
 def test_a_polytrace_run_directory_as_published_imports_its_siblings_read_or_skipped(tmp_path):
-    """PolyTrace publishes reward_timings_step_*.jsonl beside the length files (its rllm runs):
-    read for the
-    report; any other file of a listed directory is skipped and named; named on its own it is refused."""
+    """PolyTrace publishes reward_timings_step_*.jsonl beside the length files (its rllm runs): read
+    for the report; any other file of a listed directory is skipped and named; named on its own
+    it is refused."""
     d = polytrace_dir(tmp_path)
     rewards = [{"step": s, "rank": r, "tp_rank": 0, "dp_rank": r // 4, "batch_size": 64, "reward_time_s": 70.0 + s + r,
                 "response_sum": 630511, "response_mean": 9851.7, "response_max": 16000, "validate": False}

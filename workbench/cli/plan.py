@@ -50,9 +50,9 @@ def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int], deadline_
         why = refusal(pol, target)
         if why:
             runs = [n for n in policy_presets() if refusal(load_policy(n), target) is None]
-            fail(ConfigError("--policies", pol.name, why, f"policies {SPACES[target].label} runs "
-                                                          "(presets: "
-                             f"{', '.join(runs)}), or --target sim to plan with any"))
+            fail(ConfigError("--policies", pol.name, why,
+                             f"policies {SPACES[target].label} runs (presets: {', '.join(runs)}), or "
+                             "--target sim to plan with any"))
     return spec
 
 
@@ -67,16 +67,15 @@ def plan(
                                                              "shape meeting it is chosen."),
     max_gpus: int = typer.Option(512, help="With --deadline-days: the largest GPU count searched."),
     price_per_gpu_hour: float = typer.Option(..., help="Price of one GPU-hour, in --currency."),
-    currency: str = typer.Option("USD", help="The currency of --price-per-gpu-hour (printed with "
-                                             "every cost)."),
-    target: str = typer.Option("auto", help="The stack the chosen policy will run on: vllm, "
-                                            "sglang, verl, "
-                               "tlt-train or sim; every policy searched must run there, so the "
-                               "chosen one "
-                               "exports ('auto': the framework's engine)."),
-    policies: str = typer.Option("", help="Comma-separated policy presets or files searched "
-                                          "(default: those of "
-                                 "baseline, tlt-base, static-sd and tlt the target runs)."),
+    currency: str = typer.Option("USD", help="The currency of --price-per-gpu-hour (printed with every "
+                                 "cost)."),
+    target: str = typer.Option(
+        "auto", help="The stack the chosen policy will run on: vllm, sglang, verl, tlt-train or sim; "
+        "every policy searched must run there, so the chosen one exports ('auto': the engine of "
+        "--framework, else of the workload)."),
+    policies: str = typer.Option(
+        "", help="Comma-separated policy presets or files searched (default: those of baseline, "
+        "tlt-base, static-sd and tlt the target runs)."),
     tp: str = typer.Option("1,2,4,8", help="Tensor-parallel degrees searched."),
     max_batch: str = typer.Option("64,128,256", help="Max sequences per engine (max_num_seqs) searched."),
     framework: Optional[str] = typer.Option(None, help="Engine framework of the measured data (vllm or sglang; "

@@ -73,9 +73,8 @@ def sim(
                      f"{s.tail_fraction:.1%}", f"{s.drafter_train_fraction:.1%}", f"{s.mean_accept_len:.2f}",
                      f"{s.speedup:.2f}x"])
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed} (another seed draws other "
-               "lengths: "
-               f"tlt compare --seeds K for the spread)")
+    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed} (another seed draws other lengths: "
+               "tlt compare --seeds K for the spread)")
     typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "spot-train", "accept len",
                                    "speedup"]))
     _print_why(whys)
@@ -93,11 +92,10 @@ def _print_why(whys) -> None:
 
 
 @app.command()
-def presets(long: bool = typer.Option(False, "--long", help="Each preset with where its numbers "
-                                                            "come from: a "
-                                      "workload's description and source, a policy's description, "
-                                      "a profile's "
-                                      "provenance (measured, published, calibrated or hand-set).")) -> None:
+def presets(long: bool = typer.Option(
+        False, "--long", help="Each preset with where its numbers come from: a workload's description "
+        "and source, a policy's description, a profile's provenance (measured, published, "
+        "calibrated or hand-set).")) -> None:
     """List the named presets (--long: with their provenance)."""
     if not long:
         typer.echo("workloads: " + ", ".join(workload_presets()))
@@ -292,11 +290,9 @@ def tune(
                                    "numbers)."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
     storage: str = typer.Option(tuning.DEFAULT_STORAGE,
-                                help="Optuna storage: an RDB URL (default: runs/tlt-studies.db "
-                                     "under the current "
-                                     "directory), 'journal:PATH' (a journal file; best for "
-                                     "--workers) or 'memory' "
-                                     "(keeps nothing)."),
+                                help="Optuna storage: an RDB URL (default: runs/tlt-studies.db under "
+                                     "the current directory), 'journal:PATH' (a journal file; best "
+                                     "for --workers) or 'memory' (keeps nothing)."),
     study: Optional[str] = typer.Option(None,
                                         help="Study name; run again with the same name to resume it (default: "
                                              "tune-WORKLOAD, plus -mo in multi-objective mode)."),
@@ -312,17 +308,15 @@ def tune(
                                 help="Processes running trials at once against the one --storage (journal:PATH or an "
                                      "RDB URL), each sampling with its own seed."),
     target: str = typer.Option(
-        "auto", help="The stack the tuned policy will run on; the search holds only what it runs, "
-                     "so "
-        "`tlt export --to TARGET` takes the result unchanged: vllm, sglang (FastRL), verl, "
-        "tlt-train (this "
-        "project's backend) or sim (simulator only, anything goes); 'auto': tlt-train on a profile "
-        "calibrated from real traces, else the workload's engine (sglang or vllm)."),
-    backend: Optional[str] = typer.Option(None, hidden=True, help="Former name of --target: real = "
-                                                                  "tlt-train."),
-    prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop a trial after a seed when it "
-                                                                "is more than "
-                               "10% behind the best trial on the same seeds (single objective)."),
+        "auto", help="The stack the tuned policy will run on; the search holds only what it runs, so "
+        "`tlt export --to TARGET` takes the result unchanged: vllm, sglang (FastRL), verl, tlt-train "
+        "(this project's backend) or sim (simulator only, anything goes); 'auto': tlt-train on a "
+        "profile calibrated from real traces, else the workload's engine (sglang or vllm)."),
+    backend: Optional[str] = typer.Option(None, hidden=True,
+                                          help="Former name of --target: real = tlt-train."),
+    prune: bool = typer.Option(True, "--prune/--no-prune",
+                               help="Stop a trial after a seed when it is more than 10% behind the "
+                                    "best trial on the same seeds (single objective)."),
 ) -> None:
     """Tune a policy with Optuna over the simulator; resumable, and open in optuna-dashboard."""
 
@@ -378,12 +372,10 @@ def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
     """The best policy beside the presets on the same draws (and the Pareto front), then the policy file."""
     best = tuning.best_policy(opt)
     table = tuning.comparison_frame(spec, best, presets, opt)
+    done = len(tuning.complete_trials(opt))
     typer.echo(f"{spec.workload.name} on {spec.profile.name}, seeds 0..{spec.seeds - 1} x {spec.n_steps} steps (same "
-               f"draws for every policy); study {name!r}, {len(tuning.complete_trials(opt))} "
-               "complete trials and "
-               f"{len(tuning.finished_trials(opt)) - len(tuning.complete_trials(opt))} pruned, "
-               "best trial "
-               f"{tuning.best_trial(opt).number}")
+               f"draws for every policy); study {name!r}, {done} complete trials and "
+               f"{len(tuning.finished_trials(opt)) - done} pruned, best trial {tuning.best_trial(opt).number}")
     typer.echo(tuning.comparison_text(table))
     if spec.multi_objective:
         typer.echo("Pareto front (step time vs drafter-training GPU-seconds per step):")

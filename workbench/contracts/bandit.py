@@ -90,7 +90,7 @@ class Bandit:
         bucket = self.policy.bucket_of(batch_size)
         key = (SD_OFF_BUCKET, 0) if bucket is None else (bucket, self._choose(bucket))
         arm = self._arm_cache.get(key)
-        if arm is None:  # arms are values: one per (bucket, choice), built once (select is the hot path)
+        if arm is None:  # arms are values: one per (bucket, choice), built once (the hot path)
             arm = self._arm_cache[key] = Arm(*key)
         return arm
 

@@ -7,21 +7,21 @@ format) and their mean step times, `explain` gives:
 - `rollout_share`: the reference's rollout / its step (Amdahl: the update and the sync stay);
 - `sd_batch`: the largest running batch at which the policy's run decoded with SD (0: never);
 - `sd_share`: the share of the reference's decode engine-time (worker-seconds decoding) at a
-  running batch <= `sd_batch`, the decoding the policy's SD can touch; the rest runs where SD
-  is off;
+  running batch <= `sd_batch`, the decoding the policy's SD can touch; the rest runs where SD is
+  off;
 - `sd_speedup`: the policy's decode rate there over the reference's (response tokens per
-  engine-second at batch <= `sd_batch`); `off_speedup` the same above `sd_batch`, where SD is
-  off (below 1 where the policy's engine pays for drafting it does not use, e.g. an EAGLE
-  drafter's pass in every step);
+  engine-second at batch <= `sd_batch`); `off_speedup` the same above `sd_batch`, where SD is off
+  (below 1 where the policy's engine pays for drafting it does not use, e.g. an EAGLE drafter's
+  pass in every step);
 - `bubble_ref`, `bubble`: idle worker-time / rollout worker-time (`rollout_split`);
 - `ceiling_step_s`: the reference's step if its SD-eligible decoding took no time: the step less
-  the wall time during which every worker still decoding is at a batch <= `sd_batch` (a worker
-  at a larger batch keeps the rollout going whatever SD does to the others); `ceiling_speedup`
-  the reference's step over it;
+  the wall time during which every worker still decoding is at a batch <= `sd_batch` (a worker at
+  a larger batch keeps the rollout going whatever SD does to the others); `ceiling_speedup` the
+  reference's step over it;
 - `reached`: the share of that ceiling's saving the policy's step realises.
 
-`sentence` turns these numbers into one line of why the gain is small or large. The same
-function serves `tlt sim`, `tlt compare`, the What-if and Compare pages and a real run's trace.
+`sentence` turns these numbers into one line of why the gain is small or large. The same function
+serves `tlt sim`, `tlt compare`, the What-if and Compare pages and a real run's trace.
 """
 
 from __future__ import annotations
@@ -187,14 +187,12 @@ def sentence(w: SpeedupWhy) -> str:
     if w.sd_share < 0.5:
         where = (
             f"{_pct(1 - w.sd_share)} of {w.reference}'s decoding runs above batch {w.sd_batch}, "
-            "where SD is "
-            f"off{off}; SD makes the rest"
+            f"where SD is off{off}; SD makes the rest"
         )
     else:
         where = (
-            f"{_pct(w.sd_share)} of {w.reference}'s decoding runs at batch <= {w.sd_batch}, where "
-            "SD runs; "
-            f"SD makes it"
+            f"{_pct(w.sd_share)} of {w.reference}'s decoding runs at batch <= {w.sd_batch}, "
+            "where SD runs; SD makes it"
         )
     faster = f" {w.sd_speedup:.2f}x faster" if math.isfinite(w.sd_speedup) else " faster"
     if w.sd_share >= 0.5 and off:

@@ -126,7 +126,8 @@ class Workload:
 
 
 # Presets renamed for what they are: the old name still loads, with a notice (PresetRenamed).
-RENAMED = {"paper-7b-8gpu": "fastrl-example-7b-8gpu", "paper-32b-128gpu": "fastrl-example-32b-128gpu"}
+RENAMED = {"paper-7b-8gpu": "fastrl-example-7b-8gpu",
+           "paper-32b-128gpu": "fastrl-example-32b-128gpu"}
 
 
 class PresetRenamed(UserWarning):
@@ -136,9 +137,9 @@ class PresetRenamed(UserWarning):
 def load_workload(name_or_path: str | Path) -> Workload:
     key = str(name_or_path)
     if key in RENAMED and not Path(key).exists():
-        warnings.warn(f"workload preset '{key}' is now '{RENAMED[key]}' (FastRL's example shape "
-                      "with hand-set "
-                      f"lengths, not the paper's measurements); loading '{RENAMED[key]}'", PresetRenamed,
+        new = RENAMED[key]
+        warnings.warn(f"workload preset '{key}' is now '{new}' (FastRL's example shape with hand-set "
+                      f"lengths, not the paper's measurements); loading '{new}'", PresetRenamed,
                       stacklevel=2)
         name_or_path = RENAMED[key]
     wl = load(Workload, name_or_path, PRESET_DIR)

@@ -199,9 +199,8 @@ def table_a(pub: Published, steps: int, seeds: list[int],
 
 def progress_messages(seeds: int, split: Split | None = None) -> int:
     """How many messages `reproduce` sends its `on_progress` (a page shows the fraction done): one
-    per
-    Table A simulation, then with a split one for the measured parts, one per grid point, one per
-    held-out model."""
+    per Table A simulation, then with a split one for the measured parts, one per grid point, one
+    per held-out model."""
     per_model = sum(2 if fitted_counterpart(load_workload(w).profile) else 1 for w in WORKLOADS.values())
     table_a_sims = per_model * (1 + len(SYSTEMS)) * seeds
     return table_a_sims + (0 if split is None else 1 + len(split.points()) + len(WORKLOADS))

@@ -50,8 +50,7 @@ without a refusal. `default_target` picks `tlt-train` for a profile calibrated o
 else the workload's engine (SGLang -> sglang, vLLM -> vllm), else `sim`.
 
 Modules: `targets` (what each stack runs), `space` (the search space), `study` (the spec, the
-objective, the
-study and its per-trial printer), `report` (the best policy and the tables).
+objective, the study and its per-trial printer), `report` (the best policy and the tables).
 """
 
 from workbench.tune.report import (

@@ -140,8 +140,7 @@ _FIGURES = (STEP_TIME, "rollout_time_s", TRAIN_GPU_S, "mean_accept_len")
 
 def _ran_in(study: optuna.Study | None, tuned: Policy) -> dict[str, dict[str, float]]:
     """Policy name -> its figures, for the presets the study ran as complete trials and for the
-    tuned
-    policy (the best trial); trials recorded before these figures were are left out."""
+    tuned policy (the best trial); trials recorded before these figures were are left out."""
     if study is None:
         return {}
     out = {}

@@ -147,8 +147,7 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
 def _eagle(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: bool,
            space: TargetSpace) -> tuple[DrafterConfig, DrafterTraining]:
     """The EAGLE drafter's settings: warm start (if allowed), the n-gram fallback and spot training
-    where the
-    target runs them."""
+    where the target runs them."""
     warm = space.warm if space.warm is not None else (
         trial.suggest_categorical("warm_start", [False, True]) if allow_warm_start else False)
     fallback = trial.suggest_categorical("ngram_fallback", [False, True]) if space.fallback else False
@@ -167,11 +166,9 @@ def _eagle(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: 
 
 
 def _falling_strategies(trial: optuna.trial.BaseTrial, uppers: list[int]) -> list[Strategy]:
-    """FastRL's buckets: one EAGLE strategy each (`fastrl_U`), given to the buckets in falling
-    order of
-    verified tokens (its MAB's rule: a larger batch verifies strictly fewer); of two strategies
-    verifying
-    as many, the first chosen holds both buckets (they merge into one)."""
+    """FastRL's buckets: one EAGLE strategy each (`fastrl_U`), given to the buckets in falling order
+    of verified tokens (its MAB's rule: a larger batch verifies strictly fewer); of two
+    strategies verifying as many, the first chosen holds both buckets (they merge into one)."""
     picked = [Strategy.parse(trial.suggest_categorical(f"fastrl_{u}", list(FASTRL_STRATEGIES))) for u in uppers]
     picked.sort(key=lambda s: -s.verify_tokens)
     for i in range(1, len(picked)):

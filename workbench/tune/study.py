@@ -301,8 +301,7 @@ def run_study(study: optuna.Study, spec: TuneSpec, trials: int,
 
 def enough_trials(study: optuna.Study, number: int, trials: int, since: datetime.datetime) -> bool:
     """Whether trial `number` is one too many: finished trials plus those running that began before
-    it (and
-    after `since`)."""
+    it (and after `since`)."""
     held = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     running = [t for t in held if t.number < number and t.datetime_start is not None and t.datetime_start >= since]
     return len(finished_trials(study)) + len(running) >= trials

@@ -206,8 +206,7 @@ def strategy_label(name: str) -> str:
 
 def batch_lines_figure(lines: Sequence[BatchLine], title: str = "", x_max: float | None = None) -> go.Figure:
     """Running batch per worker over one step (log scale), one colour per speculation strategy; the
-    title
-    above the plot, the legend (each strategy in words) below it, ticks at powers of two."""
+    title above the plot, the legend (each strategy in words) below it, ticks at powers of two."""
     fig = go.Figure()
     names = strategies(list(lines))
     colors = {s: ("#4C78A8" if s == NO_SD_LABEL else POLICY_COLORS[(i + 1) % len(POLICY_COLORS)]) for i,

@@ -135,8 +135,7 @@ def pick(
     workload: Workload, wl_id: str, ask: bool = False
 ) -> tuple[Workload | None, Profile | None]:
     """The cluster boxes and the workload on that cluster with its profile; (None, None) until
-    chosen.
-    `ask`: the workload has no cluster of its own (a length file): the boxes start empty."""
+    chosen. `ask`: the workload has no cluster of its own (a length file): the boxes start empty."""
     own = None if ask else _own(workload)
     if own is None and not ask:
         # A profile without a GPU cluster (this machine's CPU engines): keep it unless asked to
@@ -185,8 +184,7 @@ def _load(name: str) -> Profile | None:
 
 def other_profile(workload: Workload, profile: Profile | None, wl_id: str) -> Profile | None:
     """An expander to simulate with another profile (a preset, e.g. the paper-fitted one, or a
-    file),
-    checked against the workload's cluster; the cluster's profile otherwise."""
+    file), checked against the workload's cluster; the cluster's profile otherwise."""
     with st.expander("Another profile (a preset or a file)", expanded=False):
         options = [FROM_CLUSTER, *profile_presets()]
         name = st.selectbox(

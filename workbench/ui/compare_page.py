@@ -46,8 +46,7 @@ _SUMMARY_HELP = {
 
 def summary_table(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary as the page shows it: text, one precision per figure (speedups 2 decimals, as
-    every
-    page and `tlt compare`), the RL column first so no width cuts it off."""
+    every page and `tlt compare`), the RL column first so no width cuts it off."""
     s = summary
     out = pd.DataFrame(index=s.index)
     out["What it does to RL"] = s["nature"]

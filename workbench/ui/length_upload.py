@@ -40,8 +40,7 @@ class Uploaded:
 def import_upload(files: list[tuple[str, bytes]], base: str | Workload, mode: str, cap: int | None,
                   into: Path) -> Uploaded:
     """Write the uploaded files into `into` and import them as `tlt workload import` would (`base`:
-    a
-    workload preset, file or Workload whose cluster the lengths get; `UNPLACED`: none yet)."""
+    a workload preset, file or Workload whose cluster the lengths get; `UNPLACED`: none yet)."""
     into.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, data in files:

@@ -3,9 +3,8 @@
 The pages simulate a few steps; this panel scales each policy's mean simulated step to a run of N
 steps (a straight multiple: `tlt project` simulates the whole run, with lengths drifting and the
 drafter learning over it). Energy is each step's GPU-seconds per power state (What-if's runs,
-Compare's
-per-seed means) at the profile's watts; money is in the currency the user names, "-" without a
-price.
+Compare's per-seed means) at the profile's watts; money is in the currency the user names, "-"
+without a price.
 """
 
 from __future__ import annotations

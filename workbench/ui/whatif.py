@@ -2,10 +2,10 @@
 
 The page, top to bottom: the workload (a preset, your length files, a run log, or a workload
 file), the cluster it runs on (engines x model x GPU x TP x framework:
-workbench/ui/cluster_picker.py;
-a length file starts with none), the workload's key fields, the policies, steps and seed; then
-"Run simulation" runs `sim.simulator.simulate` once per policy. Results live in st.session_state, so
-moving a widget re-renders them without simulating again (workbench/ui/whatif_results.py).
+workbench/ui/cluster_picker.py; a length file starts with none), the workload's key fields, the
+policies, steps and seed; then "Run simulation" runs `sim.simulator.simulate` once per policy.
+Results live in st.session_state, so moving a widget re-renders them without simulating again
+(workbench/ui/whatif_results.py).
 
 Two inputs join this page from their own modules, each in a marked place: a run log as a third
 source beside preset and length file (`_run_log`), and a panel beside the cluster picker

@@ -87,8 +87,7 @@ def report(obs: ObservedLengths, cap: int, cap_how: str, steps: list[int]) -> Im
 def build_workload(im: Imported, base: Workload, name: str, mode: str, cap: int, data_file: str,
                    fit: LengthFit | None, source: str, description: str = "") -> Workload:
     """The Workload over observed lengths: the base's hardware, the files' batch shape, the chosen
-    model.
-    `description` "": one saying where the lengths and the shape come from."""
+    model. `description` "": one saying where the lengths and the shape come from."""
     if mode not in MODES:
         raise ConfigError("--mode", "mode", mode, ", ".join(MODES))
     obs = im.observed

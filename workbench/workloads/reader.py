@@ -78,8 +78,7 @@ def expand(paths: list[str | Path]) -> list[Path]:
 
 def _listed(paths: list[str | Path]) -> list[tuple[Path, bool]]:
     """(file, whether it came from a directory listing): a listed file of no known kind is skipped,
-    a named one
-    refused."""
+    a named one refused."""
     out: list[tuple[Path, bool]] = []
     for p in map(Path, paths):
         if p.is_dir():
