@@ -10,11 +10,16 @@ url_path of its own answers "Page not found" there. The default is therefore a h
 that only forwards "/" to the What-if page.
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from workbench.ui import calibrate_page, compare_page, paper_page, plan_page, train_page, tune_page, whatif
 
-st.set_page_config(page_title="TLT Workbench", page_icon=":material/speed:", layout="wide")
+# The favicon is a file served by this app (a material icon's favicon would be fetched from the
+# web).
+FAVICON = Path(__file__).resolve().parent / "workbench" / "ui" / "assets" / "favicon.png"
+st.set_page_config(page_title="TLT Workbench", page_icon=str(FAVICON), layout="wide")
 
 PAGES = [
     st.Page(whatif.render, title="What-if", icon=":material/science:", url_path="what-if"),

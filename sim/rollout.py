@@ -67,9 +67,12 @@ class Group:
     # Responses at their length, counted as they finish (`finish`, the only way a response gets
     # there once decoding started): suffix drafts read the share every segment.
     finished_count: int = field(init=False)
+    # The SiblingShares of the engines holding its responses (a finish marks them stale).
+    watchers: list = field(init=False, repr=False)
 
     def __post_init__(self):
         self.finished_count = int(np.count_nonzero(self.generated >= self.lengths))
+        self.watchers = []
 
     def prompt(self, default: int) -> int:
         """Its prompt's tokens (`default`: the workload's, when the group has none of its own)."""
@@ -88,6 +91,8 @@ class Group:
     def finish(self, member: int) -> None:
         if self.generated[member] < self.lengths[member]:  # one already at its length (0) counted at creation
             self.finished_count += 1
+            for w in self.watchers:
+                w.stale = True
         self.generated[member] = self.lengths[member]
 
 
@@ -214,20 +219,25 @@ class WarmUp:
 
 class SiblingShare:
     """Suffix drafts: `RolloutPool.sibling_share` over one engine's active sequences (`group_of`:
-    an engine index's group), recomputed only when it can have changed. Without a finish anywhere
-    in the pool no group's share moved and this engine's batch only grew by admissions, so the
-    pool's finish count and the batch size tell; a bandit's decision interval ends most segments
-    with neither."""
+    an engine index's group), recomputed only when it can have changed: a group of this engine's
+    had a response finish (`watch`: the group marks it stale), or the batch changed. Finishes on
+    other engines' groups, and a bandit's decision interval, end most segments with neither."""
 
     def __init__(self, group_of: Callable[[int], Group]):
         self.group_of = group_of
-        self._seen: tuple[int, int] | None = None  # (pool finishes, batch) the value is for
+        self.stale = True
+        self._batch = -1  # the batch the value is for
         self._value = 0.0
 
-    def at(self, engine: EngineBatch, pool_finishes: int) -> float:
-        seen = (pool_finishes, engine.batch)
-        if seen != self._seen:
-            self._seen = seen
+    def watch(self, group: Group) -> None:
+        """`group` has responses on this engine: a finish in it may move the share."""
+        if self not in group.watchers:
+            group.watchers.append(self)
+            self.stale = True
+
+    def at(self, engine: EngineBatch) -> float:
+        if self.stale or engine.batch != self._batch:
+            self.stale, self._batch = False, engine.batch
             self._value = RolloutPool.sibling_share([self.group_of(i) for i in engine.active()])
         return self._value
 
@@ -249,7 +259,6 @@ class RolloutPool:
         self.latest = 0  # the newest weights pushed to the pool
         self.interruptible = policy.rollout.interrupt
         self._suffix_cache: dict[tuple[Strategy, bool, float], AcceptStats] = {}
-        self.finishes = 0  # responses finished on any engine (`SiblingShare` tells changes by it)
 
     def start(self, ro: RolloutRound) -> tuple[list[simpy.Process], list[simpy.Process]]:
         """Each engine's decoder over its shard, and its waiter (idle or spot training)."""
@@ -292,12 +301,15 @@ class RolloutPool:
         engine = EngineBatch(remaining, context, self.workload.max_batch, done_before)
         warm, kind = WarmUp(self.policy), ro.drafting.kind
         shares = SiblingShare([groups[q.group] for q in seqs].__getitem__)
+        if kind == "suffix":
+            for gi in {q.group for q in seqs}:
+                shares.watch(groups[gi])
         while not engine.done:
             if self.interruptible and self.version[w] < self.latest:
                 yield from self.resync(w, ro.step, engine)
             prefill = prefill_s(dec, engine.admit())
             batch = engine.batch
-            siblings = shares.at(engine, self.finishes) if kind == "suffix" else 0.0
+            siblings = shares.at(engine) if kind == "suffix" else 0.0
             seg = self._plan_segment(w, ro.drafting, engine, warm.left(batch), siblings)
             context = engine.mean_context() + seg.passes * seg.accept_len / 2
             decode_s = segment_s(dec, prof.drafter, kind, batch, context, seg.strategy, seg.passes)
@@ -323,10 +335,8 @@ class RolloutPool:
         return env.now
 
     def advance(self, engine: EngineBatch, per_seq_tokens: float) -> list[int]:
-        """`engine.advance`, counting the finishes pool-wide."""
-        finished = engine.advance(per_seq_tokens)
-        self.finishes += len(finished)
-        return finished
+        """`engine.advance` (the finished sequences' groups tell their engines' SiblingShares)."""
+        return engine.advance(per_seq_tokens)
 
     @staticmethod
     def sibling_share(active: list[Group]) -> float:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -43,7 +45,7 @@ from workbench.contracts import seeds
 from workbench.contracts.policy import Policy, Strategy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
-from workbench.contracts.length_data import read_observed
+from workbench.contracts.length_data import ObservedLengths, read_observed
 from workbench.contracts.seeds import Stream
 from workbench.contracts.trace import Timeline
 from workbench.contracts.workload import Workload
@@ -54,19 +56,47 @@ MAX_WORK = 2_000_000
 
 
 def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt: int = 0,
-                  batch: int | None = None) -> GroupDraw:
+                  batch: int | None = None, observed: ObservedLengths | None = None) -> GroupDraw:
     """The responses of the `index`-th new prompt of generation batch `batch` (default: `step`; DAPO's
     dynamic sampling runs several batches a step) at RL step `step` (a re-run of a deferred prompt
     is a new attempt).
 
     Each prompt has its own random stream, so a prompt's responses are the same
-    whichever policy or rollout mode meets it (common random numbers).
+    whichever policy or rollout mode meets it (common random numbers). `observed`: the workload's
+    observed lengths, read already (a simulation reads them once, not per prompt). A draw is kept
+    (`_DRAWS`) for the next simulation of the same workload and seed: a tuner's or a planner's
+    hundreds of simulations draw the same prompts again, and drawing is a tenth of a simulation.
     """
     batch = step if batch is None else batch
     m, cap = workload.lengths, workload.max_response_tokens
+    obs = None
     if m.kind != "lognormal":
-        return observed_group(read_observed(m.data), m.kind, cap, seed, batch, index, attempt)
-    return model_group(m, cap, workload.group_size, step, seeds.rng(seed, Stream.LENGTHS, batch, index, attempt))
+        obs = observed if observed is not None else read_observed(m.data)
+    key = (m, cap, workload.group_size, id(obs), seed, step, index, attempt, batch)
+    with _DRAWS_LOCK:  # the app simulates in several threads
+        hit = _DRAWS.get(key)
+        # The very table: an id is only unique while its object lives.
+        if hit is not None and hit[0] is obs:
+            _DRAWS.move_to_end(key)
+            return hit[1]
+    if obs is not None:
+        draw = observed_group(obs, m.kind, cap, seed, batch, index, attempt)
+    else:
+        rng = seeds.rng(seed, Stream.LENGTHS, batch, index, attempt)
+        draw = model_group(m, cap, workload.group_size, step, rng)
+    for arr in (draw.lengths, draw.correct):
+        # Shared by every simulation that meets this prompt: nobody may change it.
+        arr.setflags(write=False)
+    with _DRAWS_LOCK:
+        _DRAWS[key] = (obs, draw)
+        if len(_DRAWS) > _DRAWS_KEPT:
+            _DRAWS.popitem(last=False)
+    return draw
+
+
+_DRAWS: OrderedDict[tuple, tuple[ObservedLengths | None, GroupDraw]] = OrderedDict()
+_DRAWS_LOCK = threading.Lock()
+_DRAWS_KEPT = 100_000  # groups (a few hundred bytes each)
 
 
 def new_group(key: tuple[int, int], draw: GroupDraw, attempt: int = 0) -> Group:
@@ -145,6 +175,8 @@ class Simulator:
         self._stream_done: list[_Streamed] = []  # streaming: steps trained, reported once their rows are written
         self._batches = 0  # dynamic sampling: generation batches drawn so far
         self.filtering: list[FilterRecord] = []
+        lengths = workload.lengths
+        self._observed = read_observed(lengths.data) if lengths.kind != "lognormal" else None
         if workload.dynamic_sampling.enabled and policy.rollout.stream:
             raise ConfigError(workload.name, "dynamic_sampling.enabled", True,
                               f"false for policy '{policy.name}': DAPO's filtering is not simulated with streaming "
@@ -172,7 +204,9 @@ class Simulator:
                 lengths = np.asarray(self.replay[step][j * g:(j + 1) * g])
                 groups.append(Group((step, j), lengths, np.zeros(len(lengths))))
             else:
-                groups.append(new_group((step, j), group_lengths(self.workload, self.seed, step, j, batch=batch)))
+                draw = group_lengths(self.workload, self.seed, step, j, batch=batch,
+                                     observed=self._observed)
+                groups.append(new_group((step, j), draw))
         return groups
 
     def _plan(self, step: int) -> tuple[list[Group], int | None, str]:
@@ -190,8 +224,9 @@ class Simulator:
             groups = []
             for g in rerun:  # fresh samples of the same prompts
                 attempt = g.attempt + 1
-                groups.append(new_group(g.key, group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt),
-                                        attempt))
+                draw = group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt,
+                                     observed=self._observed)
+                groups.append(new_group(g.key, draw, attempt))
             return groups, None, "long"
         return self._new_groups(step, launched), p, "short"
 

@@ -91,15 +91,17 @@ class StreamingPool(RolloutPool):
                     yield from self._drain_sync(w)
                     continue
             if self.version[w] == self.latest:
-                self._pull(w, engine, owners)
+                self._pull(w, engine, owners, shares)
             if engine.batch == 0 and not engine.pending:
                 yield from self._wait(w)
                 continue
             yield from self._segment(w, engine, owners, warm, shares)
 
-    def _pull(self, w: int, engine: EngineBatch, owners: list[tuple[Group, int]]) -> None:
+    def _pull(self, w: int, engine: EngineBatch, owners: list[tuple[Group, int]],
+              shares: SiblingShare) -> None:
         """Fill engine w's free slots from the queue; a group's weights version is the one its first
-        response started under."""
+        response started under (`shares`, the engine's suffix-draft share, is told of its
+        groups)."""
         free = self.workload.max_batch - engine.batch - len(engine.pending)
         while free > 0 and self.queue:
             g, m = self.queue.popleft()
@@ -108,6 +110,7 @@ class StreamingPool(RolloutPool):
             engine.add(float(g.lengths[m] - g.generated[m]),
                        g.prompt(self.workload.prompt_tokens) + int(g.generated[m]), float(g.generated[m]))
             owners.append((g, m))
+            shares.watch(g)
             free -= 1
 
     def _wait(self, w: int):
@@ -146,7 +149,7 @@ class StreamingPool(RolloutPool):
             yield env.timeout(prefill)
         batch = engine.batch
         self.running[w] = batch
-        siblings = shares.at(engine, self.finishes) if d.kind == "suffix" else 0.0
+        siblings = shares.at(engine) if d.kind == "suffix" else 0.0
         seg = self._plan_segment(w, d, engine, warm.left(batch), siblings)
         context = engine.mean_context() + seg.passes * seg.accept_len / 2
         decode_s = segment_s(dec, self.profile.drafter, d.kind, batch, context, seg.strategy, seg.passes)

@@ -91,7 +91,7 @@ def policies():
 
 @pytest.fixture(scope="session")
 def paper_7b():
-    return load_workload("paper-7b-8gpu")
+    return load_workload("fastrl-example-7b-8gpu")
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,17 @@ Nothing here knows what a policy does; it only runs the simulator. The JSON
 
 One seed: `summarize_runs` gives each simulated run's means over its steps and its
 speedup against the first run (what `tlt sim` prints and the What-if page shows).
+
+Why each speedup: `why_runs` (one seed) and `Comparison.why` (means over seeds) give each
+policy's decomposition against the first (workbench/contracts/speedup.py): the rollout's share of
+the step, the share of decoding where the policy's SD runs and its speedup there, the bubble,
+and the ceiling if that decoding were free.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -37,13 +42,18 @@ from sim.sweep import ProgressFn, Runner, seed_list, spread, sweep
 from workbench.contracts.fileio import save_result
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
+from workbench.contracts.speedup import RunTimes, SpeedupWhy, explain, why_json
 from workbench.contracts.workload import Workload
+from workbench.project import step_usage
 
 SCHEMA = "tlt-compare/1"
 
 # Per-seed metrics (means over the simulated steps), in table order.
 METRICS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction",
            "tail_fraction")
+# GPU-seconds per step in each power state (workbench/project.py, step_usage): what energy is made
+# of.
+GPU_STATES = ("gpu_decode_s", "gpu_idle_s", "gpu_train_s")
 # The four drawn in compare.png: (metric, panel title, y label).
 PANELS = (
     ("step_time_s", "RL step time", "seconds"),
@@ -83,6 +93,32 @@ def summarize_runs(runs: Sequence[PolicyRun], labels: Sequence[str] | None = Non
     return out
 
 
+def run_times(run: PolicyRun) -> RunTimes:
+    """A simulated run as the speedup decomposition reads it."""
+    return RunTimes(run.timeline, run.mean("step_time_s"), run.mean("rollout_time_s"))
+
+
+def why_runs(runs: Sequence[PolicyRun], labels: Sequence[str] | None = None) -> list[SpeedupWhy]:
+    """Each run's decomposition against the first (the first's own included: no SD, no change)."""
+    labels = list(labels) if labels is not None else [r.policy_name for r in runs]
+    ref = run_times(runs[0])
+    return [explain(label, run_times(run), labels[0], ref) for label, run in zip(labels, runs)]
+
+
+WHY_FIELDS = tuple(f for f in SpeedupWhy.__dataclass_fields__ if f not in ("policy", "reference"))
+
+
+def mean_why(rows: Sequence[SpeedupWhy], speedup: float) -> SpeedupWhy:
+    """Per-seed decompositions of one policy as one: field means over seeds (the largest SD
+    batch), with `speedup` the comparison's ratio of means."""
+    mean = {f: float(np.nanmean([getattr(r, f) for r in rows])) if any(np.isfinite(getattr(r, f)) for r in rows)
+            else float("nan") for f in WHY_FIELDS}
+    ref_step = float(np.mean([r.ceiling_step_s * r.ceiling_speedup for r in rows]))
+    mean.update(sd_batch=max(r.sd_batch for r in rows), speedup=speedup,
+                ceiling_speedup=ref_step / mean["ceiling_step_s"] if np.isfinite(ref_step) else float("nan"))
+    return SpeedupWhy(policy=rows[0].policy, reference=rows[0].reference, **mean)
+
+
 def summary_frame(summaries: Sequence[RunSummary]) -> pd.DataFrame:
     """The summaries as a table, one row per run, indexed by policy."""
     return pd.DataFrame([asdict(s) for s in summaries]).set_index("policy")
@@ -97,8 +133,18 @@ class Comparison:
     steps: int
     seeds: list[int]
     policies: list[str]  # in the order given; the first is the reference for speedups
-    runs: pd.DataFrame  # tidy: policy, seed, *METRICS (per-seed means over steps)
+    runs: pd.DataFrame  # tidy: policy, seed, *METRICS, *GPU_STATES (per-seed means over steps)
     natures: list[str]  # per policy: what it does to the RL algorithm (RolloutConfig.nature)
+    whys: list[SpeedupWhy] = field(default_factory=list)  # per (policy, seed), against the first policy
+
+    def why(self) -> list[SpeedupWhy]:
+        """Per policy: its decomposition, means over seeds (`mean_why`); empty without per-seed
+        ones."""
+        if not self.whys:
+            return []
+        ref = float(np.mean(self._by_seed(self.reference, "step_time_s")))
+        return [mean_why([w for w in self.whys if w.policy == name],
+                         ref / float(np.mean(self._by_seed(name, "step_time_s")))) for name in self.policies]
 
     @property
     def reference(self) -> str:
@@ -147,6 +193,9 @@ class Comparison:
                 "ratio_of_means": ref_mean / entry["step_time_s"]["mean"],
                 "paired": spread(self.paired_speedups(name)),
             }
+            why = next((w for w in self.why() if w.policy == name), None)
+            if why is not None:
+                entry["why"] = why_json(why)
             entry["per_seed"] = [
                 {"seed": seed, **{m: float(v) for m, v in zip(METRICS, vals)}}
                 for seed, *vals in zip(self.seeds, *(self._by_seed(name, m) for m in METRICS))
@@ -201,8 +250,14 @@ def compare(workload: Workload, policies: Sequence[Policy], profile: Profile, se
     """Simulate every policy for every seed (an int K means seeds 0..K-1) and collect per-seed means.
 
     `runner` runs the units: `sim.sweep.sweep` in this process, or a Ray runner (workbench/distributed.py)."""
-    rows = [{"policy": r.policy.name, "seed": r.seed, **{m: r.run.mean(m) for m in METRICS}}
-            for r in runner(workload, policies, profile, seeds, steps, on_progress)]
-    runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS])
+    rows, whys, refs = [], [], {}
+    for r in runner(workload, policies, profile, seeds, steps, on_progress):
+        usage = [step_usage(m, workload, r.policy).gpu for m in r.run.steps]
+        gpu = {f"gpu_{s}_s": float(np.mean([getattr(u, s) for u in usage])) for s in ("decode", "idle", "train")}
+        rows.append({"policy": r.policy.name, "seed": r.seed, **{m: r.run.mean(m) for m in METRICS}, **gpu})
+        # The reference's runs come first (the runners report policy by policy), one per seed.
+        times = refs.setdefault(r.seed, run_times(r.run)) if r.policy.name == policies[0].name else run_times(r.run)
+        whys.append(explain(r.policy.name, times, policies[0].name, refs[r.seed]))
+    runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS, *GPU_STATES])
     return Comparison(workload.name, profile.name, steps if steps is not None else workload.steps,
-                      seed_list(seeds), [p.name for p in policies], runs, [p.rollout.nature for p in policies])
+                      seed_list(seeds), [p.name for p in policies], runs, [p.rollout.nature for p in policies], whys)

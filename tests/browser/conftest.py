@@ -189,6 +189,10 @@ def widgets() -> "Widgets":
 class Widgets:
     """Set Streamlit widgets the way a user does (type, pick, click), then wait for the rerun."""
 
+    def settle(self, pg) -> None:
+        """Wait for the rerun a click of the test's own started."""
+        settle(pg)
+
     def number(self, pg, label: str, value: float) -> None:
         box = pg.locator("[data-testid=stNumberInput]").filter(has=pg.get_by_text(label, exact=True)).first
         field = box.locator("input")

@@ -39,7 +39,7 @@ def test_every_page_opens_at_its_own_url(page, open_page, healthy, shot):
 
 
 def test_whatif_shows_results_on_arrival_then_simulates(page, open_page, appear, healthy, shot, widgets, tmp_path):
-    open_page(page, "what-if", "Step-time speedup")  # the default comparison, without pressing anything
+    open_page(page, "what-if", "Speedup: tlt")  # the default comparison, without pressing anything
     healthy(page)
     tiles = page.locator("[data-testid=stMetric]").all_inner_texts()
     assert any(t.startswith("Tail: tlt") and "%" in t for t in tiles), tiles

@@ -252,7 +252,7 @@ def test_every_preset_loads():
     assert {"cpu-tiny", "h100-qwen2.5-7b-tp4", "h100-qwen2.5-32b-tp8"} <= profiles
     for name in profiles:
         assert load_profile(name).name == name
-    assert {"cpu-tiny", "paper-7b-8gpu", "paper-32b-128gpu"} <= set(workload_presets())
+    assert {"cpu-tiny", "fastrl-example-7b-8gpu", "fastrl-example-32b-128gpu"} <= set(workload_presets())
     for name in workload_presets():
         w = load_workload(name)
         assert w.name == name
@@ -298,7 +298,7 @@ def test_workload_and_profile_round_trip(tmp_path, suffix):
     from workbench.contracts.profile import Profile
     from workbench.contracts.schema import from_mapping, read_mapping
 
-    w = replace(load_workload("paper-7b-8gpu"), profile="cpu-tiny")
+    w = replace(load_workload("fastrl-example-7b-8gpu"), profile="cpu-tiny")
     save(w, tmp_path / f"w{suffix}")
     assert load_workload(tmp_path / f"w{suffix}") == w
     prof = load_profile("h100-qwen2.5-7b-tp4")

@@ -40,9 +40,9 @@ def icc(logs: np.ndarray, prompts: int, group: int) -> float:
 
 
 MODELS = [
-    ("paper-7b-8gpu", None),
+    ("fastrl-example-7b-8gpu", None),
     ("cpu-tiny", None),
-    ("paper-7b-8gpu", dict(clip_ratio=0.15, sigma=0.5, wrong_factor=1.0)),
+    ("fastrl-example-7b-8gpu", dict(clip_ratio=0.15, sigma=0.5, wrong_factor=1.0)),
     ("cpu-tiny", dict(clip_ratio=0.01, sigma=1.4, mean_accuracy=0.8, accuracy_concentration=0.5)),
 ]
 
@@ -64,14 +64,14 @@ def test_clip_ratio_at_step_0_matches_the_model(name, changes):
 
 @pytest.mark.parametrize("rho", [0.0, 0.3, 0.5, 0.8])
 def test_group_correlation_matches_observed_icc(rho):
-    m, cap = _model("paper-7b-8gpu", None)
+    m, cap = _model("fastrl-example-7b-8gpu", None)
     m = replace(m, group_correlation=rho)
     logs, _ = sample_latent_log_lengths(m, cap, 5_000, 8, 0, np.random.default_rng(7))
     assert icc(logs, 5_000, 8) == pytest.approx(observed_group_correlation(m), abs=0.015)
 
 
 def test_zero_group_correlation_gives_a_clearly_lower_icc():
-    m, cap = _model("paper-7b-8gpu", None)
+    m, cap = _model("fastrl-example-7b-8gpu", None)
     low = icc(sample_latent_log_lengths(replace(m, group_correlation=0.0), cap, 5_000, 8, 0,
                                         np.random.default_rng(3))[0], 5_000, 8)
     high = icc(sample_latent_log_lengths(replace(m, group_correlation=0.8), cap, 5_000, 8, 0,
@@ -82,7 +82,7 @@ def test_zero_group_correlation_gives_a_clearly_lower_icc():
 
 
 def test_positive_drift_makes_later_steps_longer():
-    m, cap = _model("paper-7b-8gpu", None)
+    m, cap = _model("fastrl-example-7b-8gpu", None)
     m = replace(m, drift_per_step=0.05)
     early = sample_step(m, cap, 4_000, 8, 0, np.random.default_rng(5))
     late = sample_step(m, cap, 4_000, 8, 10, np.random.default_rng(5))
@@ -134,7 +134,7 @@ def test_lengths_are_ints_within_one_and_the_cap(clip_ratio, sigma, rho, accurac
 
 
 def test_wrong_answers_run_longer():
-    m, cap = _model("paper-7b-8gpu", None)
+    m, cap = _model("fastrl-example-7b-8gpu", None)
     logs, correct = sample_latent_log_lengths(m, cap, 4_000, 8, 0, np.random.default_rng(11))
     gap = logs[~correct].mean() - logs[correct].mean()
     assert gap == pytest.approx(np.log(m.wrong_factor), abs=0.05)

@@ -28,8 +28,8 @@ def test_cached_sibling_share_matches_a_fresh_count(monkeypatch, rollout):
     seen: list[float] = []
     cached = SiblingShare.at
 
-    def checked(self, engine, pool_finishes):
-        value = cached(self, engine, pool_finishes)
+    def checked(self, engine):
+        value = cached(self, engine)
         assert value == fresh_share([self.group_of(i) for i in engine.active()])
         seen.append(value)
         return value

@@ -176,7 +176,7 @@ def test_baseline_never_speculates_and_tlt_trains_its_drafter():
     assert (base.timeline["draft_len"] == 0).all()
     assert all(m.sd_token_share == 0.0 and m.mean_accept_len == 1.0 for m in base.steps)
     # Spot training needs idle time worth whole drafter steps: use the GPU workload, smaller.
-    wl = replace(load_workload("paper-7b-8gpu"), prompts_per_step=16, steps=2)
+    wl = replace(load_workload("fastrl-example-7b-8gpu"), prompts_per_step=16, steps=2)
     tlt = simulate(wl, POLICIES["tlt"], PROFILES["h100-qwen2.5-7b-tp4"], seed=0)
     assert (tlt.timeline["state"] == "drafter_train").any()
     assert tlt.steps[0].drafter_trained_tokens > 0
@@ -184,7 +184,7 @@ def test_baseline_never_speculates_and_tlt_trains_its_drafter():
 
 
 def test_sd_is_off_above_the_threshold():
-    wl = replace(load_workload("paper-7b-8gpu"), prompts_per_step=16, steps=1)
+    wl = replace(load_workload("fastrl-example-7b-8gpu"), prompts_per_step=16, steps=1)
     prof = PROFILES["h100-qwen2.5-7b-tp4"]
     for name in ("static-sd", "tlt"):
         df = simulate(wl, POLICIES[name], prof, seed=0).timeline

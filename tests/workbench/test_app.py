@@ -73,13 +73,14 @@ def test_whatif_shows_the_default_comparison_on_arrival(app: AppTest) -> None:
 
 
 def test_whatif_rejects_bad_fields(app: AppTest) -> None:
-    key = "whatif_wl:preset:paper-7b-8gpu:"
-    app.number_input(key=key + "workers").set_value(0).run()
+    app.selectbox(key="whatif_wl_preset").set_value("fastrl-example-7b-8gpu").run()
+    key = "whatif_wl:preset:fastrl-example-7b-8gpu:"
+    app.number_input(key=key + "prompts_per_step").set_value(0).run()
     assert not app.exception
-    assert any("workers" in e.value for e in app.error)
+    assert any("prompts_per_step" in e.value for e in app.error)
     assert app.button(key="whatif_run").disabled
 
-    app.number_input(key=key + "workers").set_value(2)
+    app.number_input(key=key + "prompts_per_step").set_value(8)
     app.number_input(key=key + "lengths.clip_ratio").set_value(0.7).run()
     assert not app.exception
     assert any("clip_ratio" in e.value for e in app.error)
@@ -436,9 +437,9 @@ def test_compare_offers_the_fastest_policy_for_each_stack() -> None:
     at.number_input(key="compare_steps").set_value(1)
     at.button(key="compare_run").click().run()
     assert not at.exception, at.exception
-    summary = at.dataframe[0].value
-    fastest = str(summary["step_time_s_mean"].idxmin())
-    assert at.selectbox(key="compare_export_pick").value == fastest
+    # First offered: the fastest policy with an engine setting to export (SD, lossless), not a
+    # rollout mode.
+    assert at.selectbox(key="compare_export_pick").value == "tlt-base"
     at.selectbox(key="compare_export_pick").set_value("tlt-base").run()
     labels = set(_downloads(at))
     assert {"Download for vLLM", "Download for SGLang / FastRL", "Download for veRL"} <= labels
@@ -488,7 +489,7 @@ def test_plan_page_shows_the_front_and_offers_the_chosen_files(tmp_path: Path, m
     at.run()
     at.selectbox(key="plan_wl").set_value("tlt-eval-qwen2.5-7b")
     at.number_input(key="plan_gpus").set_value(8)
-    at.multiselect(key="plan_policies").set_value(["baseline", "tlt"])
+    at.multiselect(key="plan_policies:sglang").set_value(["baseline", "tlt"])
     at.multiselect(key="plan_tp").set_value([4])
     at.multiselect(key="plan_batch").set_value([128, 256])
     at.number_input(key="plan_trials").set_value(4)

@@ -3,6 +3,7 @@
 import json
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
@@ -20,7 +21,8 @@ def test_sim_writes_summary_metrics_and_timelines(tmp_path):
     assert list(summary["policies"]) == ["baseline", "static-sd", "tlt"]
     for name, entry in summary["policies"].items():
         assert set(entry) == {"step_time_s", "rollout_time_s", "bubble_fraction", "tail_fraction", "mean_accept_len",
-                              "speedup_vs_first"}
+                              "speedup_vs_first", "why"}
+        assert entry["why"]["speedup"] == pytest.approx(entry["speedup_vs_first"])
         metrics = json.loads((out / name / "metrics.json").read_text())
         assert len(metrics["steps"]) == 2
         timeline = pd.read_parquet(out / name / "timeline.parquet")
@@ -29,6 +31,11 @@ def test_sim_writes_summary_metrics_and_timelines(tmp_path):
     assert summary["policies"]["baseline"]["mean_accept_len"] == 1.0
     assert summary["policies"]["static-sd"]["mean_accept_len"] > 1.0
     assert "speedup" in res.stdout
+    # Why each speedup: a table and one sentence per policy, generated from its numbers.
+    why = summary["policies"]["tlt"]["why"]
+    assert why["sentence"] in res.stdout.replace("\n  ", " ") or why["sentence"][:60] in res.stdout
+    assert why["sd_batch"] == 32 and "batch" in why["sentence"]
+    assert "%" in res.stdout.split("why each speedup")[0]  # bubble and tail as percentages
 
 
 def test_sim_is_reproducible(tmp_path):
@@ -52,7 +59,7 @@ def test_bad_policy_file_fails_cleanly_and_writes_nothing(tmp_path):
 def test_unknown_preset_names_the_choices(tmp_path):
     res = runner.invoke(app, ["sim", "--workload", "no-such-workload", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2
-    assert "paper-7b-8gpu" in res.output
+    assert "fastrl-example-7b-8gpu" in res.output
 
 
 def test_duplicate_policy_names_are_refused(tmp_path):
@@ -110,3 +117,20 @@ def test_every_policy_preset_runs_in_tlt_sim(tmp_path):
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert list(summary["policies"]) == names
+
+
+def test_presets_long_shows_where_each_presets_numbers_come_from():
+    res = runner.invoke(app, ["presets", "--long"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "polytrace-dapo-qwen2.5-32b A real DAPO run of Qwen2.5-32B" in text
+    assert "fastrl-example-7b-8gpu FastRL's example shape" in text and "hand-set" in text
+    assert "measured (measured database)" in text and "source: built by: tlt workload import" in text
+    assert "--long" in runner.invoke(app, ["presets"]).output
+
+
+def test_a_renamed_preset_still_loads_with_a_notice(tmp_path):
+    res = runner.invoke(app, ["check", "workload", "paper-7b-8gpu"])
+    assert res.exit_code == 0, res.output
+    assert "notice: workload preset 'paper-7b-8gpu' is now 'fastrl-example-7b-8gpu'" in res.output
+    assert "name: fastrl-example-7b-8gpu" in res.output

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from sim.simulator import simulate
 from workbench.cli import app
-from workbench.compare import METRICS, compare, summarize_runs, summary_frame
+from workbench.compare import GPU_STATES, METRICS, compare, summarize_runs, summary_frame
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload
@@ -75,7 +75,7 @@ def test_summary_paired_speedups_and_any_policy():
     wl = load_workload("cpu-tiny")
     names = policy_presets()
     result = compare(wl, [load_policy(n) for n in names], load_profile(wl.profile), seeds=2, steps=2)
-    assert list(result.runs.columns) == ["policy", "seed", *METRICS]
+    assert list(result.runs.columns) == ["policy", "seed", *METRICS, *GPU_STATES]
     assert len(result.runs) == 2 * len(names)
     s = result.summary()
     assert list(s.index) == names

@@ -71,7 +71,7 @@ def test_a_ray_projection_is_the_serial_projection(ray_local, tiny):
 def test_two_tuner_processes_complete_the_trial_count_without_duplicates(tmp_path):
     """Two processes, one journal file: the study ends with exactly its trial count, each preset once."""
     wl = load_workload("cpu-tiny")
-    spec = tuning.TuneSpec(wl, load_profile(wl.profile), seeds=1, steps=2, backend="real")
+    spec = tuning.TuneSpec(wl, load_profile(wl.profile), seeds=1, steps=2, target="tlt-train")
     storage = f"journal:{tmp_path / 'study.log'}"
     ran = tuning.run_parallel(spec, "par", storage, trials=10, workers=2, sampler_seed=3, progress=False)
     study = optuna.load_study(study_name="par", storage=tuning.make_storage(storage))

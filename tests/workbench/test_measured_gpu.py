@@ -66,6 +66,22 @@ def test_unknown_gpu_is_refused_naming_the_field(tmp_path):
     assert not (tmp_path / "p.yaml").exists()
 
 
+def test_a_gpu_named_selects_the_database_and_torch_with_it_is_refused(tmp_path):
+    """The command a user writes from the README's wording: --gpu (no --backend) is NVIDIA's
+    measured data, in seconds, never a CPU torch profile of a 7B; --backend torch with --gpu is
+    refused with the fix."""
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["profile", "--arch", "qwen2.5-7b", "--gpu", "a100", "--tp", "1", "--framework", "vllm",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    p = load_profile(out)
+    assert provenance_kind(p) == "measured" and (p.cluster.gpu, p.cluster.framework) == ("a100", "vllm")
+    res = runner.invoke(app, ["profile", "--arch", "qwen2.5-7b", "--gpu", "a100", "--backend", "torch",
+                              "--out", str(tmp_path / "q.yaml")])
+    assert res.exit_code == 2 and "drop --backend torch" in res.output and "--backend aiconfigurator" in res.output
+    assert not (tmp_path / "q.yaml").exists()
+
+
 @pytest.mark.parametrize("gpu,tp", [("h100", 4), ("a100", 1)])
 def test_derived_profiles_load_in_tlt_sim(tmp_path, gpu, tp):
     prof = tmp_path / f"{gpu}-tp{tp}.yaml"

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from workbench.calibrate.published import load_published
 from workbench.cli import app
+from workbench.paper.reproduce import progress_messages
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.paper import report
@@ -98,6 +99,8 @@ def test_tlt_paper_prints_and_writes_the_same_rows(tmp_path):
     assert last == doc["summary"]
     assert {e["case"] for e in doc["explanations"]} == {"qwen2.5-7b", "r1-distill-qwen-7b", "qwen2.5-32b",
                                                         "llama3.3-70b"}
+    # Progress is real: one line per simulation, as many as the page's bar counts.
+    assert res.output.count("seed 0 (") == progress_messages(1)
 
 
 def test_the_paper_page_fits_on_arrival_and_colours_the_gap():

@@ -27,27 +27,36 @@ def test_totals_are_the_mean_step_times_the_run():
     assert df.loc["tlt", "saving"] == pytest.approx(0.5)
 
 
-def test_whatif_shows_run_totals_with_a_price():
+def _totals(at):
+    return next(d.value for d in at.dataframe if "Days" in d.value.columns)
+
+
+def test_whatif_shows_run_totals_with_a_price_and_its_currency():
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()
     at.selectbox(key="whatif_wl_preset").set_value("cpu-tiny")
     at.number_input(key="whatif_steps_n").set_value(2)
     at.button(key="whatif_run").click().run()
+    totals = _totals(at)
+    assert (totals["Cost (USD)"] == "-").all()  # no price yet: '-' and a hint, never 'None'
+    assert any("give a price per GPU-hour" in c.value for c in at.caption)
     at.number_input(key="whatif_totals_run_steps").set_value(500)
     at.number_input(key="whatif_totals_price").set_value(3.0)
+    at.text_input(key="whatif_totals_currency").set_value("EUR")
     at.text_input(key="whatif_totals_watts").set_value("300,60,350").run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    per_step = at.dataframe[0].value
-    totals = next(d.value for d in at.dataframe if "gpu_hours" in d.value.columns)
-    assert list(totals.index) == list(per_step.index)
-    for name in totals.index:
-        assert totals.loc[name, "days"] == pytest.approx(per_step.loc[name, "step_time_s"] * 500 / 86400, rel=1e-9)
-        assert totals.loc[name, "cost"] == pytest.approx(3.0 * totals.loc[name, "gpu_hours"])
-        assert totals.loc[name, "energy_kwh"] > 0
+    totals = _totals(at)
+    assert "Cost (EUR)" in totals.columns and "Run time saved vs baseline" in totals.columns
+    res = at.session_state["whatif_result"]
+    for name, run in zip(res.labels, res.runs):
+        days = run.mean("step_time_s") * 500 / 86400
+        assert totals.loc[name, "Days"] == f"{days:,.2f}"
+        assert float(totals.loc[name, "Cost (EUR)"].replace(",", "")) > 0
+        assert float(totals.loc[name, "Energy (kWh)"].replace(",", "")) > 0
 
 
-def test_compare_shows_run_totals_without_energy():
+def test_compare_shows_run_totals_with_energy():
     def page():
         from workbench.ui.compare_page import render
 
@@ -55,14 +64,14 @@ def test_compare_shows_run_totals_without_energy():
 
     at = AppTest.from_function(page, default_timeout=60)
     at.run()
-    at.selectbox(key="compare_wl").set_value("cpu-tiny")
+    at.selectbox(key="compare_wl").set_value("fastrl-example-7b-8gpu")
     at.multiselect(key="compare_policies").set_value(["baseline", "tlt"])
     at.number_input(key="compare_seeds").set_value(2)
     at.number_input(key="compare_steps").set_value(1)
     at.button(key="compare_run").click().run()
     at.number_input(key="compare_totals_price").set_value(2.0).run()
     assert not at.exception, at.exception
-    totals = next(d.value for d in at.dataframe if "gpu_hours" in d.value.columns)
+    totals = _totals(at)
     assert list(totals.index) == ["baseline", "tlt"]
-    assert list(totals["cost"]) == pytest.approx(list(2.0 * totals["gpu_hours"]))
-    assert totals["energy_kwh"].isna().all()
+    assert not totals.isin(["None"]).any().any()
+    assert all(float(v.replace(",", "")) > 0 for v in totals["Energy (kWh)"])  # the profile's power model

@@ -30,8 +30,8 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def small():
-    """paper-7b-8gpu cut to 16 prompts and 2 steps: the same long tail and costs, ~30 ms a simulation."""
-    wl = replace(load_workload("paper-7b-8gpu"), name="paper-7b-small", prompts_per_step=16, steps=2)
+    """fastrl-example-7b-8gpu cut to 16 prompts and 2 steps: the same long tail and costs, ~30 ms a simulation."""
+    wl = replace(load_workload("fastrl-example-7b-8gpu"), name="paper-7b-small", prompts_per_step=16, steps=2)
     return wl, load_profile(wl.profile)
 
 
@@ -68,49 +68,49 @@ def test_search_space_builds_only_valid_policies_that_round_trip(small):
 
 
 def test_the_real_space_never_yields_a_policy_the_real_backend_refuses(small):
-    """`backend="real"`: over many sampled trials, every policy passes `tlt train`'s own check
+    """`target="tlt-train"`: over many sampled trials, every policy passes `tlt train`'s own check
     (real/run/config.py -> refuse_unrunnable); the simulator's space, sampled the same way, does
     hold policies it refuses (EAGLE trees, suffix drafts), so the check can fail."""
     from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
 
     wl, _ = small
     refused = {}
-    for backend in tune.BACKENDS:
+    for target in ("sim", "tlt-train"):
         study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
-        refused[backend] = 0
+        refused[target] = 0
         for _ in range(400):
             trial = study.ask()
-            pol = tune.suggest_policy(trial, wl, allow_warm_start=True, backend=backend)
+            pol = tune.suggest_policy(trial, wl, allow_warm_start=True, target=target)
             try:
                 refuse_unrunnable(pol)
             except EngineConfigError:
-                refused[backend] += 1
-                assert tune.refusal(pol, "real") and tune.refusal(pol, "sim") is None
+                refused[target] += 1
+                assert tune.refusal(pol, "tlt-train") and tune.refusal(pol, "sim") is None
             study.tell(trial, 0.0)
-    assert refused["real"] == 0 and refused["sim"] > 20, refused
+    assert refused["tlt-train"] == 0 and refused["sim"] > 20, refused
 
 
-def test_the_backend_is_part_of_the_study_and_auto_follows_the_profile(small):
+def test_the_target_is_part_of_the_study_and_auto_follows_the_profile(small):
     wl, prof = small
-    assert tune.default_backend(prof) == "sim"  # fitted to the paper's published figures
-    assert tune.default_backend(load_profile("cpu-tiny")) == "real"  # calibrated on real traces
-    with pytest.raises(ValueError, match="backend 'gpu'"):
-        tune.TuneSpec(wl, prof, backend="gpu")
+    assert tune.default_target(prof, wl) == "sglang"  # the workload's engine
+    assert tune.default_target(load_profile("cpu-tiny")) == "tlt-train"  # calibrated on real traces
+    with pytest.raises(ValueError, match="target 'gpu'"):
+        tune.TuneSpec(wl, prof, target="gpu")
     # EAGLE trees (the paper's 8_4_16 here) lie in the simulator's space, not in the real backend's.
     tree = Policy(name="t", sd_threshold=32, schedule=(ScheduleBucket(1, 4, 8, topk=4, tokens=16), ScheduleBucket(5, 32,
                                                                                                                   3)),
                   bandit=BanditConfig(algorithm="fixed"), drafter=DrafterConfig(kind="eagle"))
-    assert tune.params_for(tree, wl, backend="sim") == {"drafter": "eagle", "sd_threshold": 32, "bandit": "fixed",
+    assert tune.params_for(tree, wl, target="sim") == {"drafter": "eagle", "sd_threshold": 32, "bandit": "fixed",
                                                         **{f"edge_{p}": p == 4 for p in (1, 2, 4, 8, 16)},
                                                         "tree_4": "8_4_16", "tree_32": "chain", "draft_len_32": 3,
                                                         "ngram_fallback": False, "training": False}
-    assert tune.params_for(tree, wl, backend="real") is None
+    assert tune.params_for(tree, wl, target="tlt-train") is None
     assert tune.params_for(replace(tree, schedule=(ScheduleBucket(1, 4, 8), ScheduleBucket(5, 32, 3))), wl,
-                           backend="real") is not None
+                           target="tlt-train") is not None
     store = optuna.storages.InMemoryStorage()
-    tune.open_study(tune.TuneSpec(wl, prof, seeds=1, backend="real"), "b", store)
-    with pytest.raises(Exception, match="backend was 'real', now 'sim'"):
-        tune.open_study(tune.TuneSpec(wl, prof, seeds=1, backend="sim"), "b", store)
+    tune.open_study(tune.TuneSpec(wl, prof, seeds=1, target="tlt-train"), "b", store)
+    with pytest.raises(Exception, match="target was 'tlt-train', now 'sim'"):
+        tune.open_study(tune.TuneSpec(wl, prof, seeds=1, target="sim"), "b", store)
 
 
 def test_presets_in_the_space_are_enqueued_and_warm_start_is_not_by_default(small):
@@ -124,8 +124,10 @@ def test_presets_in_the_space_are_enqueued_and_warm_start_is_not_by_default(smal
 
 def test_tuner_beats_the_best_preset_on_the_same_seeds(small):
     wl, prof = small
-    # Warm start allowed: every preset lies in the space, so each is one of the first trials.
-    spec = tune.TuneSpec(wl, prof, seeds=2, allow_warm_start=True)
+    # Warm start allowed: every preset lies in the space, so each is one of the first trials. No
+    # pruning:
+    # every trial scored on both seeds (pruning: test_hopeless_trials_are_pruned_after_a_seed).
+    spec = tune.TuneSpec(wl, prof, seeds=2, allow_warm_start=True, prune=False)
     study = tune.open_study(spec, "beat-presets", storage=None, sampler_seed=0)
     tune.run_study(study, spec, 40)
     assert len(_complete(study)) == 40
@@ -145,6 +147,26 @@ def test_tuner_beats_the_best_preset_on_the_same_seeds(small):
     assert list(conv["trial"]) == list(range(40))
     assert conv["best_so_far"].is_monotonic_decreasing
     assert conv["best_so_far"].iloc[-1] == pytest.approx(tuned, rel=1e-12)
+
+
+def test_hopeless_trials_are_pruned_after_a_seed_and_count_towards_the_study(small):
+    wl, prof = small
+    spec = tune.TuneSpec(wl, prof, seeds=3, target="sim")
+    study = tune.open_study(spec, "pruned", storage=None, sampler_seed=0)
+    out = io.StringIO()
+    tune.run_study(study, spec, 30, [tune.TrialPrinter(30, stream=out)])
+    pruned = [t for t in study.trials if "pruned_after" in t.user_attrs]
+    assert len(tune.finished_trials(study)) == 30 and pruned
+    for t in pruned:
+        k = t.user_attrs["pruned_after"]
+        assert t.state == TrialState.PRUNED and 1 <= k < 3 and "preset" not in t.user_attrs
+        # Behind by more than the margin on the seeds it ran, against a trial that completed before
+        # it.
+        best = min((c for c in study.trials if c.state == TrialState.COMPLETE and c.number < t.number),
+                   key=lambda c: sum(c.user_attrs["per_seed_step_time_s"][:k]))
+        ran = t.user_attrs["per_seed_step_time_s"]
+        assert len(ran) == k and sum(ran) > (1 + tune.PRUNE_MARGIN) * sum(best.user_attrs["per_seed_step_time_s"][:k])
+    assert "pruned (over 10% behind the best)" in out.getvalue()
 
 
 def test_a_fresh_study_replays_from_its_sampler_seed_and_prints_each_trial(small):
@@ -220,13 +242,13 @@ def test_bad_inputs_exit_2(small_file, tmp_path):
     res = runner.invoke(app, ["tune", "--trials", "4", "--seeds", "2", "--storage", db, "--workload", str(small_file),
                               "--study", "s", "--out", str(tmp_path / "p.yaml")])
     assert res.exit_code == 2 and "seeds" in res.output
-    res = runner.invoke(app, base + ["--workload", str(small_file), "--backend", "gpu", "--out",
+    res = runner.invoke(app, base + ["--workload", str(small_file), "--target", "gpu", "--out",
                                      str(tmp_path / "q.yaml")])
-    assert res.exit_code == 2 and "--backend" in res.output and "auto, sim, real" in res.output
-    # The same study for another backend's space: refused, naming the backend.
-    res = runner.invoke(app, base + ["--workload", str(small_file), "--study", "s", "--backend", "real",
+    assert res.exit_code == 2 and "--target" in res.output and "auto, vllm, sglang, verl, tlt-train, sim" in res.output
+    # The same study for another target's space: refused, naming the target.
+    res = runner.invoke(app, base + ["--workload", str(small_file), "--study", "s", "--target", "tlt-train",
                                      "--out", str(tmp_path / "q.yaml")])
-    assert res.exit_code == 2 and "backend was 'sim', now 'real'" in res.output
+    assert res.exit_code == 2 and "target was 'sglang', now 'tlt-train'" in res.output
     assert not (tmp_path / "p.txt").exists() and not (tmp_path / "q.yaml").exists()
 
 
@@ -267,7 +289,7 @@ def test_killed_study_resumes_without_losing_finished_trials(small_file, tmp_pat
     res = subprocess.run(_tune_cmd(small_file, db, total, out), cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert f"{len(before)} complete trials, running 4 more" in res.stderr
+    assert f"{len(before)} trials done, running 4 more" in res.stderr
 
     after = _complete(optuna.load_study(study_name="killed", storage=db))
     assert len(after) == total
@@ -300,6 +322,6 @@ def test_tune_page_runs_a_study_and_offers_the_policy():
     assert len(res.convergence) == 10 and len(res.pareto) >= 1
     assert len(at.get("plotly_chart")) == 2  # convergence and the Pareto front
     tables = [d.value for d in at.dataframe]
-    assert any(list(t.index) == [*tune.PRESETS, res.best.name] for t in tables), tables
+    assert any("policy" in t.columns and list(t["policy"]) == [*tune.PRESETS, res.best.name] for t in tables), tables
     assert any(m.label == "Speedup vs baseline" for m in at.metric)
     assert at.get("download_button")

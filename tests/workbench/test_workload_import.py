@@ -188,3 +188,25 @@ def test_a_cap_heavy_file_is_fitted_with_its_mass_at_the_cap():
     fit = fit_lengths(obs, 2048)
     clip = next(r for r in fit.rows if r.quantity == "clip_ratio")
     assert clip.observed > 0.1 and abs(clip.error) <= 0.02 and fit.ok
+
+
+def test_a_polytrace_run_directory_as_published_imports_its_siblings_read_or_skipped(tmp_path):
+    """PolyTrace publishes reward_timings_step_*.jsonl beside the length files (its rllm runs): read
+    for the report; any other file of a listed directory is skipped and named; named on its own
+    it is refused."""
+    d = polytrace_dir(tmp_path)
+    rewards = [{"step": s, "rank": r, "tp_rank": 0, "dp_rank": r // 4, "batch_size": 64, "reward_time_s": 70.0 + s + r,
+                "response_sum": 630511, "response_mean": 9851.7, "response_max": 16000, "validate": False}
+               for s in range(2) for r in (0, 4)]
+    for s in range(2):
+        (d / f"reward_timings_step_{s}.jsonl").write_text(
+            "".join(json.dumps(x) + "\n" for x in rewards if x["step"] == s))
+    (d / "notes.csv").write_text("a,b\n1,2\n")
+    (d / "README.md").write_text("# a run\n")
+    res = import_workload([d], tmp_path / "w.yaml", BASE, cap=2048)
+    text = "\n".join(res.lines)
+    assert "32 responses" in text
+    assert "reward_timings_step_0.jsonl, reward_timings_step_1.jsonl: reward scoring 70.0-75.0 s" in text
+    assert "skipped (not lengths): notes.csv" in text
+    with pytest.raises(ConfigError, match="notes.csv"):
+        read_files([d / "notes.csv"])

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
+
 import typer
+
+from workbench.contracts.workload import PresetRenamed
 
 app = typer.Typer(help="TLT Workbench: simulate, calibrate, tune and run TLT for long-tail RL rollouts.",
                   no_args_is_help=True, add_completion=False)
@@ -17,3 +21,21 @@ app.add_typer(model_app, name="model")
 app.add_typer(drafter_app, name="drafter")
 app.add_typer(workload_app, name="workload")
 app.add_typer(task_app, name="task")
+
+
+def _notice(message, category, filename, lineno, file=None, line=None) -> None:
+    """A renamed preset is a notice on stderr, not a Python warning with a file and line."""
+    if issubclass(category, PresetRenamed):
+        typer.echo(f"notice: {message}", err=True)
+    else:
+        _SHOW(message, category, filename, lineno, file, line)
+
+
+_SHOW = warnings.showwarning
+
+
+@app.callback()
+def _main() -> None:
+    """TLT Workbench: simulate, calibrate, tune and run TLT for long-tail RL rollouts."""
+    warnings.simplefilter("always", PresetRenamed)
+    warnings.showwarning = _notice

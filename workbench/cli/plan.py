@@ -10,11 +10,15 @@ import typer
 from workbench import plan as planning
 from workbench.cli.apps import app
 from workbench.cli.common import fail
-from workbench.contracts.policy import load_policy
+from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import load_workload
 from workbench.project import DEFAULT_SAMPLE_STEPS
 from workbench.tables import format_table
+from workbench.tune import EXPORTS, SPACES, TARGETS, refusal
+
+
+DEFAULT_POLICIES = ("baseline", "tlt-base", "static-sd", "tlt")
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -26,10 +30,13 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int], deadline_days: Optional[float],
           max_gpus: int, price: float, tp: str, max_batch: str, framework: Optional[str], model: Optional[str],
-          trials: int, steps: Optional[int], sample_steps: int, seeds: int, seed: int) -> planning.PlanSpec:
+          trials: int, steps: Optional[int], sample_steps: int, seeds: int, seed: int,
+          target: str) -> planning.PlanSpec:
     try:
         wl = load_workload(workload)
-        pols = tuple(load_policy(p.strip()) for p in policies.split(",") if p.strip())
+        names = [p.strip() for p in policies.split(",") if p.strip()] or [
+            n for n in DEFAULT_POLICIES if refusal(load_policy(n), target) is None]
+        pols = tuple(load_policy(n) for n in names)
         spec = planning.PlanSpec(wl, pols, gpu, price, framework or wl.framework or "sglang", model or "",
                                  _ints(tp, "--tp"), _ints(max_batch, "--max-batch"), gpus, deadline_days, max_gpus,
                                  trials, steps, sample_steps, seeds, seed)
@@ -39,6 +46,13 @@ def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int], deadline_
     names = [p.name for p in spec.policies]
     if len(set(names)) != len(names):
         fail(ValueError("--policies: two policies share a name; give each file a distinct 'name' field"))
+    for pol in spec.policies:
+        why = refusal(pol, target)
+        if why:
+            runs = [n for n in policy_presets() if refusal(load_policy(n), target) is None]
+            fail(ConfigError("--policies", pol.name, why,
+                             f"policies {SPACES[target].label} runs (presets: {', '.join(runs)}), or "
+                             "--target sim to plan with any"))
     return spec
 
 
@@ -52,8 +66,16 @@ def plan(
     deadline_days: Optional[float] = typer.Option(None, help="Deadline in days instead of a budget: the cheapest "
                                                              "shape meeting it is chosen."),
     max_gpus: int = typer.Option(512, help="With --deadline-days: the largest GPU count searched."),
-    price_per_gpu_hour: float = typer.Option(..., help="Price of one GPU-hour (any currency)."),
-    policies: str = typer.Option("baseline,tlt-base,tlt", help="Comma-separated policy presets or files searched."),
+    price_per_gpu_hour: float = typer.Option(..., help="Price of one GPU-hour, in --currency."),
+    currency: str = typer.Option("USD", help="The currency of --price-per-gpu-hour (printed with every "
+                                 "cost)."),
+    target: str = typer.Option(
+        "auto", help="The stack the chosen policy will run on: vllm, sglang, verl, tlt-train or sim; "
+        "every policy searched must run there, so the chosen one exports ('auto': the engine of "
+        "--framework, else of the workload)."),
+    policies: str = typer.Option(
+        "", help="Comma-separated policy presets or files searched (default: those of baseline, "
+        "tlt-base, static-sd and tlt the target runs)."),
     tp: str = typer.Option("1,2,4,8", help="Tensor-parallel degrees searched."),
     max_batch: str = typer.Option("64,128,256", help="Max sequences per engine (max_num_seqs) searched."),
     framework: Optional[str] = typer.Option(None, help="Engine framework of the measured data (vllm or sglang; "
@@ -70,15 +92,24 @@ def plan(
 ) -> None:
     """Search cluster shapes for a GPU budget or a deadline: the Pareto front of run time vs cost (and energy)."""
 
+    if target not in ("auto", *TARGETS):
+        fail(ConfigError("--target", "target", target, f"auto, {', '.join(TARGETS)}"))
+    if target == "auto":  # the engine the plan's costs are of: --framework, else the workload's, else SGLang
+        try:
+            fw = framework or load_workload(workload).framework
+        except ConfigError:
+            fw = framework  # _spec reports the workload's error
+        target = {"sglang": "sglang", "vllm": "vllm"}.get(fw or "sglang", "sim")
     spec = _spec(workload, policies, gpu, gpus, deadline_days, max_gpus, price_per_gpu_hour, tp, max_batch, framework,
-                 model, trials, steps, sample_steps, seeds, seed)
+                 model, trials, steps, sample_steps, seeds, seed, target)
     goal = (f"budget {spec.gpus} GPUs" if spec.goal == "budget" else
             f"deadline {spec.deadline_days:g} days, up to {spec.max_gpus} GPUs")
-    typer.echo(f"{spec.workload.name} on {spec.gpu} ({spec.framework}), {goal}, {spec.price_per_gpu_hour:g} per "
-               f"GPU-hour; "
+    typer.echo(f"{spec.workload.name} on {spec.gpu} ({spec.framework}), {goal}, {spec.price_per_gpu_hour:g} "
+               f"{currency} per GPU-hour, target {SPACES[target].label}; "
                f"up to {min(spec.trials, spec.space_size)} of {spec.space_size} shapes", err=True)
     progress = lambda t: typer.echo(  # noqa: E731
-        f"  [{t.number}] {t.shape.label}: " + (f"{t.days:.2f} days, {t.cost:,.0f}" if t.days is not None else "")
+        f"  [{t.number}] {t.shape.label}: "
+        + (f"{t.days:.2f} days, {t.cost:,.0f} {currency}" if t.days is not None else "")
         + (f" {t.status}" if not t.feasible else "") + (f" ({t.reason})" if t.reason else "")
         + (f"  {t.seconds:.1f}s" if t.seconds else "  (again)"), err=True)
     try:
@@ -96,12 +127,22 @@ def plan(
     if bad:
         typer.echo(f"not feasible ({len({t.shape for t in bad})} shapes):")
         typer.echo(format_table(planning.shape_rows(bad, spec.sequence_tokens), planning.ROW_HEADERS))
-    c = result.chosen
-    rule = "fastest within the budget" if spec.goal == "budget" else "cheapest meeting the deadline"
-    if c is None:
-        typer.echo(f"chosen: none ({'no feasible shape' if spec.goal == 'budget' else 'no shape meets the deadline'})")
-    else:
-        typer.echo(f"chosen ({rule}): {c.shape.label}: {c.days:.2f} days, {c.cost:,.0f}, {c.energy_kwh or 0:,.0f} kWh, "
-                   f"{c.gpu_hours:,.0f} GPU-hours (profile {c.profile})")
+    _print_chosen(result, currency, target, out)
     typer.echo(f"searched in {result.seconds:.1f}s; energy: GPU board power only; wrote " +
                ", ".join(str(p) for p in paths))
+
+
+def _print_chosen(result: planning.Plan, currency: str, target: str, out: Path) -> None:
+    """The chosen shape in the currency given, and how to deploy its policy on the target."""
+    spec, c = result.spec, result.chosen
+    rule = "fastest within the budget" if spec.goal == "budget" else "cheapest meeting the deadline"
+    if c is None:
+        why = "no feasible shape" if spec.goal == "budget" else "no shape meets the deadline"
+        typer.echo(f"chosen: none ({why})")
+        return
+    energy = "energy unknown (no power model)" if c.energy_kwh is None else f"{c.energy_kwh:,.0f} kWh"
+    typer.echo(f"chosen ({rule}): {c.shape.label}: {c.days:.2f} days, {c.cost:,.0f} {currency}, {energy}, "
+               f"{c.gpu_hours:,.0f} GPU-hours (profile {c.profile})")
+    if target in EXPORTS:
+        typer.echo(f"deploy it: tlt export {out}/policy.yaml --to {target} --drafter DIR --out "
+                   f"{out}/policy.{target}.{'sh' if target == 'sglang' else 'yaml'}")

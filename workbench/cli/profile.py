@@ -112,18 +112,43 @@ def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, 
     typer.echo(f"wrote {out}")
 
 
+def _backend(backend: str, gpu: Optional[str], framework: Optional[str], arch: Optional[str], device: str,
+             grid: Optional[str], measurements: Optional[Path]) -> str:
+    """The backend the options ask for: --gpu or --framework name the measured database (a GPU's
+    costs are never timed on this machine's CPU); torch with them is refused with the fix."""
+    if backend not in ("auto", "torch", "aiconfigurator"):
+        fail(ConfigError("--backend", "<option>", backend, "auto, torch or aiconfigurator"))
+    database = gpu is not None or framework is not None
+    if backend == "torch" and database:
+        given = "--gpu" if gpu is not None else "--framework"
+        fail(ConfigError("--backend torch", given, gpu or framework,
+                         f"either drop {given} (torch times this machine's --device), or drop --backend "
+                         f"torch: {given} selects NVIDIA's measured database (--backend aiconfigurator, "
+                         "seconds, no GPU)"))
+    if backend == "auto":
+        backend = "aiconfigurator" if database else "torch"
+    if backend == "torch" and device == "cpu" and measurements is None and grid is None and arch:
+        typer.echo(f"timing {arch}'s operators with torch on this machine's CPU, layer by layer "
+                   "(minutes for a 7B model; progress below). For a GPU's costs without one: "
+                   "--gpu h100 (NVIDIA's measured database, seconds).", err=True)
+    return backend
+
+
 @app.command()
 def profile(
     out: Path = typer.Option(..., help="The fitted profile (.yaml, .yml or .json); with --backend torch the raw "
                              "measurements (OUT.measurements.parquet) and the fit error (OUT.fit.json) beside it."),
     arch: Optional[str] = typer.Option(None, help="Architecture preset (qwen2.5-7b, r1-distill-qwen-7b, qwen2.5-32b, "
                                        "llama3.3-70b, tiny-gcd) or a Hugging Face config.json."),
-    backend: str = typer.Option("torch", help="torch: time the operators on this machine (--device); "
-                                "aiconfigurator: derive every cost from NVIDIA's measured database (--gpu, "
-                                "--framework), no GPU needed."),
-    gpu: Optional[str] = typer.Option(None, help="--backend aiconfigurator: h100, h200, b200, b300, gb200, gb300, "
-                                      "a100, l40s, rtx-pro-6000, h100-pcie, a100-pcie, l4, a30."),
-    framework: str = typer.Option("vllm", help="--backend aiconfigurator: vllm or sglang."),
+    backend: str = typer.Option(
+        "auto", help="torch: time the operators on this machine (--device); aiconfigurator: derive "
+        "every cost from NVIDIA's measured database (--gpu, --framework), no GPU needed; auto: "
+        "aiconfigurator when --gpu or --framework is given, else torch."),
+    gpu: Optional[str] = typer.Option(
+        None, help="The GPU whose measured costs to use (NVIDIA's database): h100, h200, b200, b300, "
+        "gb200, gb300, a100, l40s, rtx-pro-6000, h100-pcie, a100-pcie, l4, a30."),
+    framework: Optional[str] = typer.Option(
+        None, help="The engine whose measured costs to use: vllm or sglang (default vllm)."),
     version: Optional[str] = typer.Option(None, help="--backend aiconfigurator: the framework version measured "
                                           "(default: the newest the database holds for the GPU)."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
@@ -154,10 +179,9 @@ def profile(
     aiconfigurator: from NVIDIA's measured database) and fit a profile."""
     if out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
-    if backend not in ("torch", "aiconfigurator"):
-        fail(ConfigError("--backend", "<option>", backend, "torch or aiconfigurator"))
+    backend = _backend(backend, gpu, framework, arch, device, grid, measurements)
     if backend == "aiconfigurator":
-        _from_database(out, arch, gpu, tp, framework, version, base, name)
+        _from_database(out, arch, gpu, tp, framework or "vllm", version, base, name)
         return
     if (arch is None) == (measurements is None):
         fail(ConfigError("--arch", "<option>", "both or neither of --arch and --measurements",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,11 +19,12 @@ from workbench.runlog.report import measured_vs_modelled
 from workbench.cli.apps import app, bench_app
 from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, runner_for
 from workbench.compare import compare as run_compare
-from workbench.compare import summarize_runs
+from workbench.compare import summarize_runs, why_runs
 from workbench.contracts.fileio import save_figure, write_atomic
 from workbench.contracts.policy import load_policy, policy_presets
-from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.profile import load_profile, profile_presets, provenance
 from workbench.contracts.schema import ConfigError, to_mapping
+from workbench.contracts.speedup import WHY_HEADERS, why_json, why_table
 from workbench.contracts.workload import load_workload, workload_presets
 from workbench.plots import batch_figure
 from workbench.regret import bandit_regret, bandit_variants
@@ -58,30 +60,78 @@ def sim(
 
     summary = {"workload": wl.name, "profile": prof.name, "seed": seed, "steps": n, "policies": {}}
     rows = []
-    for run, s in zip(runs, summarize_runs(runs)):
+    whys = why_runs(runs)
+    for run, s, why in zip(runs, summarize_runs(runs), whys):
         summary["policies"][s.policy] = {"step_time_s": s.step_time_s, "rollout_time_s": s.rollout_time_s,
                                          "bubble_fraction": s.bubble_fraction, "tail_fraction": s.tail_fraction,
-                                         "mean_accept_len": s.mean_accept_len, "speedup_vs_first": s.speedup}
+                                         "mean_accept_len": s.mean_accept_len, "speedup_vs_first": s.speedup,
+                                         "why": why_json(why)}
         run.save(out / run.policy_name)
         last = run.steps[-1].rl_step
         save_figure(batch_figure(run.timeline, last, f"{run.policy_name} on {wl.name}: running batch per worker, "
                                                      f"RL step {last}"), out / run.policy_name / "batch.png")
-        rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}", f"{s.bubble_fraction:.3f}",
-                     f"{s.tail_fraction:.3f}", f"{s.drafter_train_fraction:.3f}", f"{s.mean_accept_len:.2f}",
+        rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}", f"{s.bubble_fraction:.1%}",
+                     f"{s.tail_fraction:.1%}", f"{s.drafter_train_fraction:.1%}", f"{s.mean_accept_len:.2f}",
                      f"{s.speedup:.2f}x"])
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed}")
+    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed} (another seed draws other lengths: "
+               "tlt compare --seeds K for the spread)")
     typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "spot-train", "accept len",
                                    "speedup"]))
+    _print_why(whys)
     typer.echo(f"wrote {out}/summary.json")
 
 
+def _print_why(whys) -> None:
+    """Each policy's decomposition against the first: a table, then one sentence each."""
+    if len(whys) < 2:
+        return
+    typer.echo(f"why each speedup (against {whys[0].reference}; docs/formats.md, 'Why a speedup'):")
+    typer.echo(format_table(why_table(whys[1:]), list(WHY_HEADERS.values())))
+    for w in whys[1:]:
+        typer.echo(f"  {w.sentence}")
+
+
 @app.command()
-def presets() -> None:
-    """List the named presets."""
-    typer.echo("workloads: " + ", ".join(workload_presets()))
-    typer.echo("policies:  " + ", ".join(policy_presets()))
-    typer.echo("profiles:  " + ", ".join(profile_presets()))
+def presets(long: bool = typer.Option(
+        False, "--long", help="Each preset with where its numbers come from: a workload's description "
+        "and source, a policy's description, a profile's provenance (measured, published, "
+        "calibrated or hand-set).")) -> None:
+    """List the named presets (--long: with their provenance)."""
+    if not long:
+        typer.echo("workloads: " + ", ".join(workload_presets()))
+        typer.echo("policies:  " + ", ".join(policy_presets()))
+        typer.echo("profiles:  " + ", ".join(profile_presets()))
+        typer.echo("(tlt presets --long: where each one's numbers come from)")
+        return
+    for kind, names, lines in (("workloads", workload_presets(), _workload_lines),
+                               ("policies", policy_presets(), _policy_lines),
+                               ("profiles", profile_presets(), _profile_lines)):
+        typer.echo(f"{kind}:")
+        for name in names:
+            try:
+                typer.echo("\n".join(lines(name)))
+            except ConfigError as exc:
+                typer.echo(f"  {name}: does not load ({exc})")
+
+
+def _wrapped(head: str, text: str) -> list[str]:
+    return textwrap.wrap(text, width=100, initial_indent=head, subsequent_indent=" " * 6,
+                         break_on_hyphens=False) if text else []
+
+
+def _workload_lines(name: str) -> list[str]:
+    wl = load_workload(name)
+    return [f"  {name}", *_wrapped("      ", wl.description), *_wrapped("      source: ", wl.source)]
+
+
+def _policy_lines(name: str) -> list[str]:
+    return [f"  {name}", *_wrapped("      ", load_policy(name).description)]
+
+
+def _profile_lines(name: str) -> list[str]:
+    prof = load_profile(name)
+    return [f"  {name}", *_wrapped("      ", prof.description), *_wrapped("      ", provenance(prof))]
 
 
 @app.command()
@@ -103,7 +153,7 @@ def check(
 
 @bench_app.command("sim")
 def bench_sim(
-    workload: str = typer.Option("paper-32b-128gpu", help="Workload to time."),
+    workload: str = typer.Option("fastrl-example-32b-128gpu", help="Workload to time."),
     policy: str = typer.Option("tlt-cold",
                                help="Policy to time (tlt-cold is the costliest: bandit decisions every interval, spot "
                                     "training)."),
@@ -170,16 +220,18 @@ def compare(
     for name, r in s.iterrows():
         rows.append([name, f"{r['step_time_s_mean']:,.1f} ± {r['step_time_s_std']:,.1f}",
                      f"{r['rollout_time_s_mean']:,.1f} ± {r['rollout_time_s_std']:,.1f}",
-                     f"{r['bubble_fraction_mean']:.3f} ± {r['bubble_fraction_std']:.3f}",
+                     f"{r['bubble_fraction_mean']:.1%} ± {r['bubble_fraction_std']:.1%}",
+                     f"{r['tail_fraction_mean']:.1%} ± {r['tail_fraction_std']:.1%}",
                      f"{r['mean_accept_len_mean']:.2f} ± {r['mean_accept_len_std']:.2f}",
-                     f"{r['speedup']:.3f}x",
-                     f"{r['speedup_paired_min']:.3f}-{r['speedup_paired_max']:.3f}x", r["nature"]])
+                     f"{r['speedup']:.2f}x",
+                     f"{r['speedup_paired_min']:.2f}-{r['speedup_paired_max']:.2f}x", r["nature"]])
     typer.echo(f"{wl.name} on {prof.name}, {result.steps} steps x seeds {result.seeds[0]}..{result.seeds[-1]} "
                f"(same draws for every policy); mean ± std over seeds")
-    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "accept len", "speedup", "paired range",
-                                   "what it does to RL"]))
+    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "accept len", "speedup",
+                                   "paired range", "what it does to RL"]))
     typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; paired range = min-max over seeds "
                f"of the per-seed ratio")
+    _print_why(result.why())
     for line in measured_vs_modelled(prof):  # a profile calibrated on a real run's log
         typer.echo(line)
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
@@ -240,10 +292,10 @@ def tune(
                               help="Score each policy on seeds 0..K-1, the same for every trial (common random "
                                    "numbers)."),
     steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    storage: str = typer.Option("sqlite:///tlt-studies.db",
-                                help="Optuna storage: an RDB URL (default: tlt-studies.db in the current directory), "
-                                     "'journal:PATH' (a journal file; best for --workers) or 'memory' "
-                                     "(keeps nothing)."),
+    storage: str = typer.Option(tuning.DEFAULT_STORAGE,
+                                help="Optuna storage: an RDB URL (default: runs/tlt-studies.db under "
+                                     "the current directory), 'journal:PATH' (a journal file; best "
+                                     "for --workers) or 'memory' (keeps nothing)."),
     study: Optional[str] = typer.Option(None,
                                         help="Study name; run again with the same name to resume it (default: "
                                              "tune-WORKLOAD, plus -mo in multi-objective mode)."),
@@ -258,10 +310,16 @@ def tune(
     workers: int = typer.Option(1, min=1,
                                 help="Processes running trials at once against the one --storage (journal:PATH or an "
                                      "RDB URL), each sampling with its own seed."),
-    backend: str = typer.Option("auto", help="Where the tuned policy will run: 'real' searches only what `tlt train` "
-                                             "runs (chains; none/ngram/eagle drafters), 'sim' everything the simulator "
-                                             "runs (EAGLE trees and suffix drafts too); 'auto': real on a profile "
-                                             "calibrated from real traces (e.g. cpu-tiny), else sim."),
+    target: str = typer.Option(
+        "auto", help="The stack the tuned policy will run on; the search holds only what it runs, so "
+        "`tlt export --to TARGET` takes the result unchanged: vllm, sglang (FastRL), verl, tlt-train "
+        "(this project's backend) or sim (simulator only, anything goes); 'auto': tlt-train on a "
+        "profile calibrated from real traces, else the workload's engine (sglang or vllm)."),
+    backend: Optional[str] = typer.Option(None, hidden=True,
+                                          help="Former name of --target: real = tlt-train."),
+    prune: bool = typer.Option(True, "--prune/--no-prune",
+                               help="Stop a trial after a seed when it is more than 10% behind the "
+                                    "best trial on the same seeds (single objective)."),
 ) -> None:
     """Tune a policy with Optuna over the simulator; resumable, and open in optuna-dashboard."""
 
@@ -269,11 +327,9 @@ def tune(
     if out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
     name = study or f"tune-{wl.name}" + ("-mo" if multi_objective else "")
-    if backend not in ("auto", *tuning.BACKENDS):
-        fail(ConfigError("--backend", "backend", backend, f"auto, {', '.join(tuning.BACKENDS)}"))
-    backend = tuning.default_backend(prof) if backend == "auto" else backend
+    target = _target(target, backend, prof, wl)
     spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
-                           allow_warm_start=allow_warm_start, backend=backend)
+                           allow_warm_start=allow_warm_start, target=target, prune=prune)
     try:
         store = tuning.make_storage(storage)
     except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
@@ -282,11 +338,11 @@ def tune(
         opt = tuning.open_study(spec, name, store, sampler_seed=sampler_seed)
     except ConfigError as exc:
         fail(exc)
-    have = len(tuning.complete_trials(opt))
+    have = len(tuning.finished_trials(opt))
     where = "memory" if storage in ("", "memory", ":memory:") else storage
-    typer.echo(f"study {name!r} in {where}: {have} complete trials, running {max(0, trials - have)} more "
-               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps; {backend} backend's space)",
-               err=True)
+    typer.echo(f"study {name!r} in {where}: {have} trials done, running {max(0, trials - have)} more "
+               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps; "
+               f"target {target}: {tuning.SPACES[target].label})", err=True)
     t0 = time.perf_counter()
     try:
         if workers > 1:
@@ -304,18 +360,34 @@ def tune(
     _report_tuned(opt, spec, presets, name, out)
 
 
+def _target(target: str, backend: Optional[str], prof, wl) -> str:
+    """--target (or the former --backend), checked; 'auto' resolved from the profile and workload."""
+    if backend is not None:
+        if backend not in tuning.LEGACY:
+            fail(ConfigError("--backend", "backend", backend, f"--target ({', '.join(tuning.TARGETS)})"))
+        target = tuning.LEGACY[backend]
+    if target not in ("auto", *tuning.TARGETS):
+        fail(ConfigError("--target", "target", target, f"auto, {', '.join(tuning.TARGETS)}"))
+    return tuning.default_target(prof, wl) if target == "auto" else target
+
+
 def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
     """The best policy beside the presets on the same draws (and the Pareto front), then the policy file."""
     best = tuning.best_policy(opt)
-    table = tuning.comparison_frame(spec, best, presets)
+    table = tuning.comparison_frame(spec, best, presets, opt)
+    done = len(tuning.complete_trials(opt))
     typer.echo(f"{spec.workload.name} on {spec.profile.name}, seeds 0..{spec.seeds - 1} x {spec.n_steps} steps (same "
-               f"draws for every policy); study {name!r}, {len(tuning.complete_trials(opt))} trials, best trial "
-               f"{tuning.best_trial(opt).number}")
+               f"draws for every policy); study {name!r}, {done} complete trials and "
+               f"{len(tuning.finished_trials(opt)) - done} pruned, best trial {tuning.best_trial(opt).number}")
     typer.echo(tuning.comparison_text(table))
     if spec.multi_objective:
         typer.echo("Pareto front (step time vs drafter-training GPU-seconds per step):")
         typer.echo(tuning.pareto_text(tuning.pareto_frame(opt)))
     tuning.write_policy(best, out)
-    real = spec.backend == "real"
-    runs = "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged" if real else "`tlt sim` runs it"
+    t = spec.target
+    suffix = "sh" if t == "sglang" else "yaml"
+    runs = {"tlt-train": "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged",
+            "sim": "`tlt sim` runs it; a real stack may not (tune with --target vllm, sglang or "
+                   "verl)"}.get(
+        t, f"deploy it: tlt export {out} --to {t} --drafter DIR --out {out.stem}.{t}.{suffix}")
     typer.echo(f"wrote {out} (policy {best.name!r}; {runs})")

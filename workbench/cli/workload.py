@@ -40,6 +40,8 @@ def import_(
     name: str | None = typer.Option(None, help="Workload name (default: OUT's stem)."),
     responses_per_step: int | None = typer.Option(None, min=2, help="Summary tables only: responses behind each "
                                                      "step's max (default: the base's prompts x group size)."),
+    description: str = typer.Option("", help="The workload's description (default: where its lengths "
+                                    "and shape come from)."),
 ) -> None:
     """Import real response lengths: report what is in them, fit the length model, write a Workload."""
     t0 = time.perf_counter()
@@ -47,7 +49,7 @@ def import_(
         if "import" in sys.argv else "tlt workload import"
     try:
         result = import_workload(files, out, load_workload(base), mode, cap, name, responses_per_step,
-                                 source=f"built by: {command}")
+                                 source=f"built by: {command}", description=description)
     except ConfigError as exc:
         fail(exc)
     for line in result.lines:

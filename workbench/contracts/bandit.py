@@ -84,12 +84,15 @@ class Bandit:
         self.policy = policy
         self.arms = tuple(policy.bandit.arms)
         self.counts: dict[tuple[int, int], int] = {}  # (bucket, draft_len) -> rewards learned from
+        self._arm_cache: dict[tuple, Arm] = {}
 
     def select(self, batch_size: int) -> Arm:
         bucket = self.policy.bucket_of(batch_size)
-        if bucket is None:
-            return Arm(SD_OFF_BUCKET, 0)
-        return Arm(bucket, self._choose(bucket))
+        key = (SD_OFF_BUCKET, 0) if bucket is None else (bucket, self._choose(bucket))
+        arm = self._arm_cache.get(key)
+        if arm is None:  # arms are values: one per (bucket, choice), built once (the hot path)
+            arm = self._arm_cache[key] = Arm(*key)
+        return arm
 
     def update(self, arm: Arm, reward: float | StepReward) -> None:
         if arm.bucket != SD_OFF_BUCKET:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -124,7 +125,23 @@ class Workload:
         return self.workers * self.gpus_per_worker
 
 
+# Presets renamed for what they are: the old name still loads, with a notice (PresetRenamed).
+RENAMED = {"paper-7b-8gpu": "fastrl-example-7b-8gpu",
+           "paper-32b-128gpu": "fastrl-example-32b-128gpu"}
+
+
+class PresetRenamed(UserWarning):
+    """A workload preset asked for by its old name."""
+
+
 def load_workload(name_or_path: str | Path) -> Workload:
+    key = str(name_or_path)
+    if key in RENAMED and not Path(key).exists():
+        new = RENAMED[key]
+        warnings.warn(f"workload preset '{key}' is now '{new}' (FastRL's example shape with hand-set "
+                      f"lengths, not the paper's measurements); loading '{new}'", PresetRenamed,
+                      stacklevel=2)
+        name_or_path = RENAMED[key]
     wl = load(Workload, name_or_path, PRESET_DIR)
     path = Path(name_or_path)
     # A profile named by a relative path is read next to the workload file, not the cwd.

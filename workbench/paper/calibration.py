@@ -145,7 +145,7 @@ def evaluate_grid(split: Split, models: list[str], case_fn: CaseFn,
     for i, params in enumerate(split.points()):
         sp = {(m, sys): v for m in models for sys, v in case_fn(m, params).items()}
         out.append(GridPoint(params, sp))
-        if on_progress and (i + 1) % 6 == 0:
+        if on_progress:
             on_progress(f"calibration grid: {i + 1}/{len(split.points())} points")
     return out
 

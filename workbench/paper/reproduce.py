@@ -182,7 +182,9 @@ def table_a(pub: Published, steps: int, seeds: list[int],
             if prof_name is None:
                 continue
             profile = load_profile(prof_name)
-            runs = {(r.policy.name, r.seed): r.run for r in sweep(wl, policies, profile, seeds, steps)}
+            tick = (lambda done, total, name, seed, m=model, b=basis:  # noqa: E731
+                    on_progress(f"{m} ({b}): {name}, seed {seed} ({done}/{total})")) if on_progress else None
+            runs = {(r.policy.name, r.seed): r.run for r in sweep(wl, policies, profile, seeds, steps, tick)}
             base = [runs[(BASELINE, s)] for s in seeds]
             for system, name in SYSTEMS.items():
                 pol = [runs[(name, s)] for s in seeds]
@@ -194,9 +196,16 @@ def table_a(pub: Published, steps: int, seeds: list[int],
         base, runs = measured_runs
         tlt_runs[model] = [runs[(SYSTEMS["tlt"], s)] for s in seeds]
         expl.append(_explain(model, wl, base, tlt_runs[model]))
-        if on_progress:
-            on_progress(f"{model}: simulated {len(policies)} policies x {len(seeds)} seed(s) x {steps} steps")
     return rows, expl, tlt_runs
+
+
+def progress_messages(seeds: int, split: Split | None = None) -> int:
+    """How many messages `reproduce` sends its `on_progress` (a page shows the fraction done): one
+    per Table A simulation, then with a split one for the measured parts, one per grid point, one
+    per held-out model."""
+    per_model = sum(2 if fitted_counterpart(load_workload(w).profile) else 1 for w in WORKLOADS.values())
+    table_a_sims = per_model * (1 + len(SYSTEMS)) * seeds
+    return table_a_sims + (0 if split is None else 1 + len(split.points()) + len(WORKLOADS))
 
 
 def _explain(model: str, wl: Workload | None, base: list[PolicyRun], tlt: list[PolicyRun],
@@ -306,6 +315,8 @@ def calibrated_variant(pub: Published, split: Split, steps: int, seeds: list[int
     speedups, expl = {}, []
     for r in rounds:
         case = run_case(r.held_out, r.params, steps, seeds)
+        if on_progress:
+            on_progress(f"calibrated: {r.held_out} held out, simulated")
         speedups.update({(r.held_out, s): v for s, v in case.speedups.items()})
         expl.append(_explain(r.held_out, None, case.base, case.tlt, "calibrated (held out)"))
     everything = best_point(grid, published, models).params

@@ -28,8 +28,9 @@ space therefore keeps `warm_start: false` unless the user passes
 `allow_warm_start=True` (`--allow-warm-start`); the `static-sd` preset, which
 does warm-start, is still shown in the comparison table, marked as such.
 
-Storage and resuming: see `study`. `optuna-dashboard sqlite:///tlt-studies.db`
-shows the studies.
+Storage and resuming: see `study` (default `sqlite:///runs/tlt-studies.db`);
+`optuna-dashboard sqlite:///runs/tlt-studies.db` shows the studies. Hopeless trials are pruned
+after a seed (`study`, "Pruning").
 
 Steps. A policy is scored over the workload's RL steps (3 for the presets)
 unless told otherwise (`steps`, `--steps`). A cold drafter trained on idle
@@ -41,17 +42,15 @@ The presets that fall inside the search space (`baseline` and `tlt`, plus
 so the tuner starts from them and its answer is never worse than the best of
 them on the same seeds.
 
-Backends. `TuneSpec.backend` "sim" (the default) searches everything the
-simulator runs losslessly, EAGLE trees and the suffix drafter included; "real"
-(`tlt tune --backend real`) only what `tlt train` runs (chains, none/ngram/eagle
-drafters, sync rollouts), so the tuned file deploys on the real backend
-unchanged. The CLI's default `auto` picks "real" when the profile was calibrated
-from traces of real runs (`provenance_kind` "calibrated": the cpu-tiny preset and
-what `tlt calibrate` writes), since such a profile describes a machine the real
-backend ran on; "sim" otherwise.
+Targets. `TuneSpec.target` is the stack the tuned policy will run on (`tlt tune --target`, the
+Tune page's "Target stack"): `vllm`, `sglang` (FastRL), `verl`, `tlt-train` (this project's
+real backend) or `sim` (simulator only, anything goes). The search space holds only what the
+target runs as `tlt export` writes it (workbench/tune/targets.py), so the tuned policy exports
+without a refusal. `default_target` picks `tlt-train` for a profile calibrated on real traces,
+else the workload's engine (SGLang -> sglang, vLLM -> vllm), else `sim`.
 
-Modules: `space` (the search space), `study` (the spec, the objective, the
-study and its per-trial printer), `report` (the best policy and the tables).
+Modules: `targets` (what each stack runs), `space` (the search space), `study` (the spec, the
+objective, the study and its per-trial printer), `report` (the best policy and the tables).
 """
 
 from workbench.tune.report import (
@@ -67,11 +66,7 @@ from workbench.tune.report import (
     write_policy,
 )
 from workbench.tune.space import (
-    ALGORITHMS,
-    BACKENDS,
     canonical,
-    check_backend,
-    default_backend,
     params_for,
     refusal,
     suggest_policy,
@@ -79,6 +74,7 @@ from workbench.tune.space import (
 from workbench.tune.study import (
     DEFAULT_STORAGE,
     PRESETS,
+    PRUNE_MARGIN,
     STEP_TIME,
     TRAIN_GPU_S,
     Evaluation,
@@ -86,18 +82,20 @@ from workbench.tune.study import (
     TuneSpec,
     complete_trials,
     evaluate,
+    finished_trials,
     make_storage,
     objective,
     open_study,
     run_parallel,
     run_study,
 )
+from workbench.tune.targets import ALGORITHMS, EXPORTS, LEGACY, SPACES, TARGETS, check_target, default_target
 
 __all__ = [
-    "ALGORITHMS", "BACKENDS", "DEFAULT_STORAGE", "PRESETS", "STEP_TIME", "TRAIN_GPU_S", "Evaluation", "TrialPrinter",
-    "TuneSpec",
-    "best_policy", "best_trial", "canonical", "comparison_frame", "comparison_text", "complete_trials",
-    "convergence_frame", "evaluate", "front_policies", "make_storage", "objective", "open_study", "pareto_frame",
-    "pareto_text", "params_for", "policy_of", "refusal", "run_parallel", "run_study", "check_backend",
-    "default_backend", "suggest_policy", "write_policy",
+    "ALGORITHMS", "DEFAULT_STORAGE", "EXPORTS", "LEGACY", "PRESETS", "PRUNE_MARGIN", "SPACES", "STEP_TIME", "TARGETS",
+    "TRAIN_GPU_S", "Evaluation", "TrialPrinter", "TuneSpec",
+    "best_policy", "best_trial", "canonical", "check_target", "comparison_frame", "comparison_text", "complete_trials",
+    "convergence_frame", "default_target", "evaluate", "finished_trials", "front_policies", "make_storage",
+    "objective", "open_study", "pareto_frame", "pareto_text", "params_for", "policy_of", "refusal", "run_parallel",
+    "run_study", "suggest_policy", "write_policy",
 ]

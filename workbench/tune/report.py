@@ -17,6 +17,7 @@ from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.schema import from_mapping, save
 from workbench.tables import format_table
 from workbench.tune.space import refusal
+from workbench.tune.targets import SPACES
 from workbench.tune.study import (
     PRESETS,
     STEP_TIME,
@@ -101,33 +102,59 @@ def pareto_frame(study: optuna.Study) -> pd.DataFrame:
     return df.sort_values([STEP_TIME, TRAIN_GPU_S, "trial"]).reset_index(drop=True)
 
 
-def comparison_frame(spec: TuneSpec, tuned: Policy, presets: Sequence[Policy] | None = None) -> pd.DataFrame:
+def comparison_frame(spec: TuneSpec, tuned: Policy, presets: Sequence[Policy] | None = None,
+                     study: optuna.Study | None = None) -> pd.DataFrame:
     """The presets and the tuned policy on the study's seeds and steps.
 
     Columns: policy, step_time_s, speedup (vs baseline, or the first preset),
-    rollout_time_s, train_gpu_s, mean_accept_len, note.
+    rollout_time_s, train_gpu_s, mean_accept_len, note. With `study`, a preset it ran as a trial
+    (and the tuned policy, its best trial) is read from that trial, simulated on the same seeds
+    and steps; the others are simulated.
     """
     if presets is None:
         presets = [load_policy(n) for n in PRESETS]
+    ran = _ran_in(study, tuned)
     rows = []
     for pol in [*presets, tuned]:
-        ev = evaluate(spec.workload, pol, spec.profile, spec.seed_list, spec.n_steps)
+        got = ran.get(pol.name)
+        if got is None:
+            ev = evaluate(spec.workload, pol, spec.profile, spec.seed_list, spec.n_steps)
+            got = {STEP_TIME: ev.step_time_s, "rollout_time_s": ev.rollout_time_s, TRAIN_GPU_S: ev.train_gpu_s,
+                   "mean_accept_len": ev.mean_accept_len}
         note = ""
-        if pol.drafter.warm_start and not spec.allow_warm_start:
+        if pol.drafter.warm_start and not spec.allow_warm_start and SPACES[spec.target].warm is None:
             note = "warm start (offline drafter training, uncharged; outside the search space)"
-        if refusal(pol, spec.backend):
-            note = f"{spec.backend} backend cannot run it (trees or suffix drafts: outside the search space)"
-        rows.append({"policy": pol.name, STEP_TIME: ev.step_time_s, "rollout_time_s": ev.rollout_time_s,
-                     TRAIN_GPU_S: ev.train_gpu_s, "mean_accept_len": ev.mean_accept_len, "note": note})
-    df = pd.DataFrame(rows)
+        why = refusal(pol, spec.target)
+        if why:
+            note = f"outside the search space: {why}"
+        rows.append({"policy": pol.name, **got, "note": note})
+    df = pd.DataFrame(rows, columns=["policy", STEP_TIME, "rollout_time_s", TRAIN_GPU_S, "mean_accept_len", "note"])
     names = list(df["policy"])
     ref = df.loc[names.index(BASELINE), STEP_TIME] if BASELINE in names else df.loc[0, STEP_TIME]
     df.insert(2, "speedup", ref / df[STEP_TIME])
     return df
 
 
+_FIGURES = (STEP_TIME, "rollout_time_s", TRAIN_GPU_S, "mean_accept_len")
+
+
+def _ran_in(study: optuna.Study | None, tuned: Policy) -> dict[str, dict[str, float]]:
+    """Policy name -> its figures, for the presets the study ran as complete trials and for the
+    tuned policy (the best trial); trials recorded before these figures were are left out."""
+    if study is None:
+        return {}
+    out = {}
+    for t in complete_trials(study):
+        if "preset" in t.user_attrs and all(k in t.user_attrs for k in _FIGURES):
+            out[t.user_attrs["preset"]] = {k: float(t.user_attrs[k]) for k in _FIGURES}
+    best = best_trial(study)
+    if all(k in best.user_attrs for k in _FIGURES):
+        out[tuned.name] = {k: float(best.user_attrs[k]) for k in _FIGURES}
+    return out
+
+
 def comparison_text(df: pd.DataFrame) -> str:
-    rows = [[r.policy, f"{r.step_time_s:,.2f}", f"{r.speedup:.3f}x", f"{r.rollout_time_s:,.2f}",
+    rows = [[r.policy, f"{r.step_time_s:,.2f}", f"{r.speedup:.2f}x", f"{r.rollout_time_s:,.2f}",
              f"{r.train_gpu_s:,.0f}", f"{r.mean_accept_len:.2f}", r.note] for r in df.itertuples()]
     return format_table(rows, ["policy", "step s", "speedup", "rollout s", "train GPU-s", "accept len", "note"])
 

@@ -7,12 +7,11 @@ batching change what RL trains on, not only how fast it gets there. Warm start
 (`drafter.warm_start`) is in the space only with `allow_warm_start` (see
 `workbench.tune`).
 
-Backends. `backend="sim"` searches everything the simulator runs losslessly, including
-what only SGLang-style engines do: EAGLE trees (`steps_topk_tokens`) in a fixed table's
-buckets and the `suffix` drafter. `backend="real"` keeps to what `tlt train` runs (vLLM
-drafts chains; no suffix decoding here): no trees, no suffix, so a policy tuned for it runs
-on the real backend unchanged. Every policy of the real space is also passed through the real
-backend's own refusal (`real.rollout.spec_config.refuse_unrunnable`), so the two cannot drift.
+Targets (workbench/tune/targets.py): the stack the tuned policy will run on. Each target's space
+holds only what that stack runs as `tlt export` writes it: `vllm` and `verl` fixed chain tables,
+`sglang` FastRL's EAGLE chains or trees per bucket (verified tokens falling with the batch) with
+spot training, `tlt-train` what `tlt train` runs (also checked by the real backend's own refusal,
+`real.rollout.spec_config.refuse_unrunnable`, so the two cannot drift), `sim` everything.
 """
 
 from __future__ import annotations
@@ -32,12 +31,13 @@ from workbench.contracts.policy import (
     ScheduleBucket,
     Strategy,
 )
-from workbench.contracts.profile import Profile, provenance_kind
 from workbench.contracts.schema import FieldError, to_mapping
 from workbench.contracts.workload import Workload
+from workbench.export import ExportError, fastrl_buckets, sd_buckets
+from workbench.tune.targets import SPACES, TargetSpace, check_target
 
 # Bump when the search space changes: a study is only resumed with the space it was created with.
-SPACE_VERSION = 3
+SPACE_VERSION = 4
 
 # SD thresholds tried (SD is off above this batch); capped at the workload's max_batch,
 # which is always a choice. 0 (never SD) is drafter "none".
@@ -55,16 +55,17 @@ ARM_SETS = {
     "2,4,6,8": (2, 4, 6, 8),
     "0,1,2,3,4,6,8": (0, 1, 2, 3, 4, 6, 8),  # tlt-vllm's: every short chain, SD off an arm
 }
-ALGORITHMS = ("fixed", "beg", "ucb1", "egreedy")
-BACKENDS = ("sim", "real")
-# Drafter kinds per backend: the real backend has no suffix decoding (spec_config.refuse_undraftable).
-DRAFTERS = {"sim": ("none", "ngram", "eagle", "suffix"), "real": ("none", "ngram", "eagle")}
-# EAGLE trees a fixed-table bucket may use in the simulator's space ("chain": its draft_len_* instead):
+# EAGLE trees a fixed-table bucket may use where the target runs them ("chain": its draft_len_*
+# instead):
 # the paper's SGLang settings (the `tlt` preset's), depth 8, top-4, 8 to 48 tokens verified.
 TREES = ("chain", "8_4_8", "8_4_16", "8_4_32", "8_4_48")
+# SGLang / FastRL: a bucket's EAGLE strategy, trees then chains (8_1_9 is a chain of 8); SD off is
+# the threshold's.
+FASTRL_STRATEGIES = ("8_4_48", "8_4_32", "8_4_16", "8_4_8", *(f"{k}_1_{k + 1}" for k in range(8, 0, -1)))
 LR_RANGE = (1e-6, 1e-2)
 TRAIN_STEPS_RANGE = (100, 20000)
 BUFFER_RANGE = (1, 4)
+TRAIN_INTERVALS = (1, 2, 5, 10)  # spot-train every N-th RL step (FastRL: 10)
 EPSILON_RANGE = (0.01, 0.5)
 WINDOW_RANGE = (4, 256)
 INTERVAL_RANGE = (8, 512)  # shorter intervals, and median rewards, make a simulated trial 10-40x slower
@@ -76,41 +77,43 @@ def threshold_choices(max_batch: int) -> list[int]:
     return sorted({t for t in THRESHOLDS if t < max_batch} | {max_batch})
 
 
-def _edge_candidates(threshold: int) -> list[int]:
-    """Powers of two below the threshold: the possible upper bounds of all buckets but the last."""
-    return [2**i for i in range(int(math.log2(threshold)) + 1) if 2**i < threshold]
-
-
-def check_backend(backend: str) -> None:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r}: allowed: {', '.join(BACKENDS)}")
+def _edge_candidates(threshold: int, extra: Sequence[int] = ()) -> list[int]:
+    """Powers of two (and a target's own `extra` edges) below the threshold: the possible upper
+    bounds of all buckets but the last."""
+    twos = {2**i for i in range(int(math.log2(threshold)) + 1)}
+    return sorted(e for e in twos | set(extra) if e < threshold)
 
 
 def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: bool = False,
-                   name: str = "trial", backend: str = "sim") -> Policy:
+                   name: str = "trial", target: str = "sim") -> Policy:
     """One valid Policy from the trial's suggestions (constructed valid; never pruned).
 
     Parameters are conditional: a bucket's draft length exists only for a fixed
     table, epsilon only for the epsilon-greedy bandits, training settings only
     for a trained EAGLE drafter. Parameter names are stable across trials (a
     bucket's draft length is named by its upper batch bound) so TPE learns
-    across them. `backend` "real" keeps to what `tlt train` runs (module docstring).
+    across them. `target` keeps to what that stack runs (module docstring).
     """
-    check_backend(backend)
-    kind = trial.suggest_categorical("drafter", list(DRAFTERS[backend]))
+    check_target(target)
+    space = SPACES[target]
+    kind = trial.suggest_categorical("drafter", list(space.drafters))
     if kind == "none":
-        return _checked(Policy(name=name, description="no speculative decoding"), backend)
+        return _checked(Policy(name=name, description="no speculative decoding"), target)
 
     threshold = trial.suggest_categorical("sd_threshold", threshold_choices(workload.max_batch))
-    algorithm = trial.suggest_categorical("bandit", list(ALGORITHMS))
+    algorithm = trial.suggest_categorical("bandit", list(space.algorithms))
     if algorithm == "egreedy":
         uppers = [threshold]  # one pool over every batch size: buckets are unused
     else:
-        uppers = [p for p in _edge_candidates(threshold) if trial.suggest_categorical(f"edge_{p}", [False, True])]
+        uppers = [p for p in _edge_candidates(threshold, space.edges)
+                  if trial.suggest_categorical(f"edge_{p}", [False, True])]
         uppers.append(threshold)
 
-    if algorithm == "fixed":
-        trees = backend == "sim" and kind == "eagle"  # SGLang/FastRL trees are EAGLE's
+    if algorithm == "fixed" and space.falling:
+        lens = _falling_strategies(trial, uppers)
+        bandit = BanditConfig(algorithm="fixed")
+    elif algorithm == "fixed":
+        trees = space.trees and kind == "eagle"  # SGLang/FastRL trees are EAGLE's
         lens = [_fixed_strategy(trial, u, trees) for u in uppers]
         bandit = BanditConfig(algorithm="fixed")
     else:
@@ -134,20 +137,44 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
 
     drafter, training = DrafterConfig(kind=kind), DrafterTraining()
     if kind == "eagle":
-        warm = trial.suggest_categorical("warm_start", [False, True]) if allow_warm_start else False
-        fallback = trial.suggest_categorical("ngram_fallback", [False, True])
-        margin = trial.suggest_float("switch_margin", *SWITCH_MARGIN_RANGE) if fallback else 0.0
-        drafter = DrafterConfig(kind="eagle", warm_start=warm, ngram_fallback=fallback, switch_margin=margin)
-        if trial.suggest_categorical("training", [False, True]):
-            training = DrafterTraining(
-                enabled=True,
-                min_idle_workers=trial.suggest_int("min_idle_workers", 1, workload.workers),
-                lr=trial.suggest_float("lr", *LR_RANGE, log=True),
-                steps=trial.suggest_int("train_steps", *TRAIN_STEPS_RANGE, log=True),
-                buffer=trial.suggest_int("buffer", *BUFFER_RANGE),
-            )
+        drafter, training = _eagle(trial, workload, allow_warm_start, space)
+    warmup = {} if space.warmup is None else {"sd_warmup_steps": space.warmup}
     return _checked(Policy(name=name, description=describe(threshold, algorithm, kind), sd_threshold=threshold,
-                           schedule=tuple(schedule), bandit=bandit, drafter=drafter, training=training), backend)
+                           schedule=tuple(schedule), bandit=bandit, drafter=drafter, training=training, **warmup),
+                    target)
+
+
+def _eagle(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: bool,
+           space: TargetSpace) -> tuple[DrafterConfig, DrafterTraining]:
+    """The EAGLE drafter's settings: warm start (if allowed), the n-gram fallback and spot training
+    where the target runs them."""
+    warm = space.warm if space.warm is not None else (
+        trial.suggest_categorical("warm_start", [False, True]) if allow_warm_start else False)
+    fallback = trial.suggest_categorical("ngram_fallback", [False, True]) if space.fallback else False
+    margin = trial.suggest_float("switch_margin", *SWITCH_MARGIN_RANGE) if fallback else 0.0
+    drafter = DrafterConfig(kind="eagle", warm_start=warm, ngram_fallback=fallback, switch_margin=margin)
+    if not (space.training and trial.suggest_categorical("training", [False, True])):
+        return drafter, DrafterTraining()
+    return drafter, DrafterTraining(
+        enabled=True,
+        min_idle_workers=trial.suggest_int("min_idle_workers", 1, workload.workers),
+        lr=trial.suggest_float("lr", *LR_RANGE, log=True),
+        steps=trial.suggest_int("train_steps", *TRAIN_STEPS_RANGE, log=True),
+        buffer=trial.suggest_int("buffer", *BUFFER_RANGE),
+        interval_steps=trial.suggest_categorical("train_interval", list(TRAIN_INTERVALS)),
+    )
+
+
+def _falling_strategies(trial: optuna.trial.BaseTrial, uppers: list[int]) -> list[Strategy]:
+    """FastRL's buckets: one EAGLE strategy each (`fastrl_U`), given to the buckets in falling order
+    of verified tokens (its MAB's rule: a larger batch verifies strictly fewer); of two
+    strategies verifying as many, the first chosen holds both buckets (they merge into one)."""
+    picked = [Strategy.parse(trial.suggest_categorical(f"fastrl_{u}", list(FASTRL_STRATEGIES))) for u in uppers]
+    picked.sort(key=lambda s: -s.verify_tokens)
+    for i in range(1, len(picked)):
+        if picked[i].verify_tokens == picked[i - 1].verify_tokens:
+            picked[i] = picked[i - 1]
+    return picked
 
 
 def _fixed_strategy(trial: optuna.trial.BaseTrial, upper: int, trees: bool) -> Strategy:
@@ -158,37 +185,58 @@ def _fixed_strategy(trial: optuna.trial.BaseTrial, upper: int, trees: bool) -> S
     return Strategy.chain(trial.suggest_int(f"draft_len_{upper}", 0, MAX_DRAFT_LEN))
 
 
-def default_backend(profile: Profile) -> str:
-    """"real" for a profile calibrated on traces of real runs (it describes a machine the real
-    backend ran on, and it has no tree data: vLLM drafts chains), "sim" for any other."""
-    return "real" if provenance_kind(profile) == "calibrated" else "sim"
-
-
-def refusal(policy: Policy, backend: str) -> str | None:
-    """Why `backend` cannot run `policy` (None: it can). The simulator runs every valid policy."""
-    check_backend(backend)
-    if backend == "real":
+def refusal(policy: Policy, target: str) -> str | None:
+    """Why `target`'s space does not hold `policy` (None: it does; the simulator's holds every
+    valid one)."""
+    check_target(target)
+    if target == "sim":
+        return None
+    if target == "tlt-train":
         try:
             refuse_unrunnable(policy)
         except EngineConfigError as exc:
             return str(exc)
-    return None
+        return None
+    space, p, why = SPACES[target], policy, []
+    if p.uses_sd:
+        if p.drafter.kind not in space.drafters:
+            why.append(f"drafter {p.drafter.kind}")
+        if p.bandit.algorithm not in space.algorithms:
+            why.append(f"bandit {p.bandit.algorithm} (it runs a fixed table)")
+        if not space.trees and any(not r.strategy.is_chain for r in p.schedule):
+            why.append("EAGLE trees")
+        if space.warmup is not None and p.sd_warmup_steps != space.warmup:
+            why.append(f"sd_warmup_steps {p.sd_warmup_steps} (it runs {space.warmup})")
+        if space.falling:
+            try:
+                fastrl_buckets(p, sd_buckets(p, target))
+            except ExportError as exc:
+                why.append(str(exc))
+    if p.uses_sd and p.drafter.kind == "eagle" and space.warm and not p.drafter.warm_start:
+        why.append("a cold EAGLE drafter (it runs the trained checkpoint it is given)")
+    if p.rollout.mode != "sync" or p.rollout.stream:
+        why.append(f"rollout mode {p.rollout.mode} (the trainer's, not the engine's)")
+    if p.training.enabled and not space.training:
+        why.append("spot training")
+    if p.drafter.ngram_fallback and not space.fallback:
+        why.append("the n-gram fallback")
+    return f"{space.label} does not run: {', '.join(why)}" if why else None
 
 
 def _median_arm(arms: Sequence[int]) -> int:
     return sorted(arms)[len(arms) // 2]
 
 
-def _checked(policy: Policy, backend: str = "sim") -> Policy:
-    """The policy, checked as a file would be and, for the real backend, as `tlt train` checks it."""
+def _checked(policy: Policy, target: str = "sim") -> Policy:
+    """The policy, checked as a file would be and as its target checks it (`refusal`)."""
     try:
         policy.check()
-        if backend == "real":
-            refuse_unrunnable(policy)
-    except (FieldError, EngineConfigError) as exc:  # a bug in the space, not a bad trial: say which policy
-        raise AssertionError(
-            f"search space ({backend}) built a policy it must not: {exc}: {to_mapping(policy)}"
-        ) from exc
+        why = refusal(policy, target)
+    except FieldError as exc:  # a bug in the space, not a bad trial: say which policy
+        why = str(exc)
+    if why:
+        raise AssertionError(f"search space ({target}) built a policy it must not: {why}: "
+                             f"{to_mapping(policy)}")
     return policy
 
 
@@ -231,7 +279,7 @@ def canonical(policy: Policy) -> Policy:
 
 
 def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = False,
-               backend: str = "sim") -> dict[str, Any] | None:
+               target: str = "sim") -> dict[str, Any] | None:
     """The trial parameters that rebuild `policy` (up to `canonical`), or None if it lies outside the space.
 
     Used to enqueue the presets as the study's first trials.
@@ -243,7 +291,7 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
         params["bandit"] = policy.bandit.algorithm
         uppers = [r.max_batch for r in policy.schedule if r.max_batch < policy.sd_threshold]
         if policy.bandit.algorithm != "egreedy":
-            for p in _edge_candidates(policy.sd_threshold):
+            for p in _edge_candidates(policy.sd_threshold, SPACES[target].edges):
                 params[f"edge_{p}"] = p in uppers
         if policy.bandit.algorithm == "fixed":
             for r in policy.schedule:
@@ -251,6 +299,7 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
                     upper = min(r.max_batch, policy.sd_threshold)
                     params[f"draft_len_{upper}"] = r.draft_len
                     params[f"tree_{upper}"] = "chain" if r.strategy.is_chain else r.strategy.name
+                    params[f"fastrl_{upper}"] = f"{r.strategy.steps}_{r.strategy.topk}_{r.strategy.verify_tokens}"
         else:
             keys = [k for k, v in ARM_SETS.items() if sorted(v) == sorted(policy.bandit.arms)]
             if not keys:
@@ -261,10 +310,11 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
             params.update(warm_start=policy.drafter.warm_start, ngram_fallback=policy.drafter.ngram_fallback,
                           switch_margin=policy.drafter.switch_margin, training=policy.training.enabled)
             t = policy.training
-            params.update(min_idle_workers=t.min_idle_workers, lr=t.lr, train_steps=t.steps, buffer=t.buffer)
+            params.update(min_idle_workers=t.min_idle_workers, lr=t.lr, train_steps=t.steps, buffer=t.buffer,
+                          train_interval=t.interval_steps)
     trial = StrictFixedTrial(params)
     try:
-        rebuilt = suggest_policy(trial, workload, allow_warm_start, backend=backend)
+        rebuilt = suggest_policy(trial, workload, allow_warm_start, target=target)
     except (ValueError, KeyError, AssertionError):
         return None
     if canonical(rebuilt) != pol:

@@ -1,11 +1,11 @@
 """The tuner's study: a TuneSpec (what it optimises), the objective (`evaluate` a trial's policy
 on the spec's seeds), and the Optuna study that holds the trials (`open_study`, `run_study`).
 
-Storage. Studies live in an RDB URL, by default `sqlite:///tlt-studies.db`
-(a file in the current directory), or in an Optuna journal file (`journal:PATH`). Each finished trial is committed as it
-ends, so a study killed at any moment keeps every finished trial; running again
-with the same study name resumes it, counting its complete trials towards the
-requested total. The study records what it was created for (workload, profile,
+Storage. Studies live in an RDB URL, by default `sqlite:///runs/tlt-studies.db` (`runs/` of the
+current directory, made when missing), or in an Optuna journal file (`journal:PATH`). Each
+finished trial is committed as it ends, so a study killed at any moment keeps every finished
+trial; running again with the same study name resumes it, counting its finished trials towards
+the requested total. The study records what it was created for (workload, profile,
 seeds, steps, objective, search space: `TuneSpec.fingerprint`); resuming it with
 anything else is refused, since trials scored differently cannot be compared.
 
@@ -22,6 +22,14 @@ that take several writers: an Optuna journal file (`journal:PATH`, file locks: o
 shared file system with working locks; the recommended one) or an RDB URL (SQLite waits up to 60 s
 for a lock, fine for a few processes; PostgreSQL or MySQL for many). A parallel run is not
 reproducible trial by trial: which worker samples what depends on timing.
+
+Pruning (single objective). A trial is scored seed by seed; after each seed but the last, one whose
+mean step time over the seeds so far is more than PRUNE_MARGIN above the best complete trial's on
+the same seeds (common random numbers: a seed's draws are the same for both) is stopped there
+(Optuna's PRUNED, with `pruned_after` seeds). Such a trial counts towards the study's trials: it
+was sampled and scored, and found hopeless. The presets are never pruned. Paired per-seed ratios
+between two policies spread by a few percent, so a trial 10% behind on its first seed does not
+become the best on three.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import optuna
@@ -47,10 +56,13 @@ from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, to_mapping
 from workbench.contracts.seeds import Stream, derive_seed
 from workbench.contracts.workload import Workload
-from workbench.tune.space import SPACE_VERSION, check_backend, params_for, suggest_policy
+from workbench.tune.space import SPACE_VERSION, params_for, suggest_policy
+from workbench.tune.targets import check_target
 
-DEFAULT_STORAGE = "sqlite:///tlt-studies.db"
+DEFAULT_STORAGE = "sqlite:///runs/tlt-studies.db"  # under runs/ of the current directory (made when missing)
+PRUNE_MARGIN = 0.10
 JOURNAL_PREFIX = "journal:"
+SQLITE_PREFIX = "sqlite:///"
 PRESETS = ("baseline", "static-sd", "tlt-cold", "tlt",
            "tlt-vllm")  # tlt-vllm: the paper's configuration as `tlt train` runs it
 STEP_TIME = "step_time_s"
@@ -67,21 +79,31 @@ class Evaluation:
     mean_accept_len: float
     per_seed_step_time_s: tuple[float, ...]
 
+    def attrs(self) -> dict[str, Any]:
+        """As a trial records it (user attributes)."""
+        return {STEP_TIME: self.step_time_s, TRAIN_GPU_S: self.train_gpu_s, "rollout_time_s": self.rollout_time_s,
+                "mean_accept_len": self.mean_accept_len, "per_seed_step_time_s": list(self.per_seed_step_time_s)}
+
 
 def evaluate(workload: Workload, policy: Policy, profile: Profile, seeds: Iterable[int],
-             steps: int | None = None) -> Evaluation:
-    """Simulate `policy` once per seed (the same seeds for every policy: common random numbers)."""
+             steps: int | None = None, after_seed: Callable[["Evaluation"], None] | None = None) -> Evaluation:
+    """Simulate `policy` once per seed (the same seeds for every policy: common random numbers);
+    `after_seed` hears the evaluation so far after each seed (it may stop it by raising)."""
     step_times, train, rollout, accept = [], [], [], []
-    for r in sweep(workload, [policy], profile, list(seeds), steps):
-        run = r.run
+    seeds = list(seeds)
+    for i, seed in enumerate(seeds):
+        run = next(iter(sweep(workload, [policy], profile, [seed], steps))).run
         step_times.append(run.mean("step_time_s"))
         rollout.append(run.mean("rollout_time_s"))
         accept.append(run.mean("mean_accept_len"))
         # Spot-training worker-seconds -> GPU-seconds (a worker is gpus_per_worker GPUs).
         train.append(sum(s.drafter_train_fraction * s.rollout_time_s for s in run.steps) / len(run.steps)
                      * workload.workers * workload.gpus_per_worker)
-    n = len(step_times)
-    return Evaluation(sum(step_times) / n, sum(train) / n, sum(rollout) / n, sum(accept) / n, tuple(step_times))
+        n = len(step_times)
+        ev = Evaluation(sum(step_times) / n, sum(train) / n, sum(rollout) / n, sum(accept) / n, tuple(step_times))
+        if after_seed is not None and i < len(seeds) - 1:
+            after_seed(ev)
+    return ev
 
 
 @dataclass(frozen=True)
@@ -94,10 +116,11 @@ class TuneSpec:
     steps: int | None = None  # RL steps per simulation (None: the workload's)
     multi_objective: bool = False
     allow_warm_start: bool = False
-    backend: str = "sim"  # "real": only what `tlt train` runs (workbench/tune/space.py)
+    target: str = "sim"  # the stack the tuned policy runs on: its space only (workbench/tune/targets.py)
+    prune: bool = True  # stop hopeless trials after a seed (single objective; module docstring)
 
     def __post_init__(self) -> None:
-        check_backend(self.backend)
+        check_target(self.target)
 
     @property
     def seed_list(self) -> list[int]:
@@ -114,7 +137,7 @@ class TuneSpec:
         return {"workload": self.workload.name, "workload_sha": digest(self.workload),
                 "profile": self.profile.name, "profile_sha": digest(self.profile),
                 "seeds": self.seeds, "steps": self.n_steps, "multi_objective": self.multi_objective,
-                "allow_warm_start": self.allow_warm_start, "backend": self.backend, "space_version": SPACE_VERSION}
+                "allow_warm_start": self.allow_warm_start, "target": self.target, "space_version": SPACE_VERSION}
 
 
 def objective(spec: TuneSpec) -> Callable[[optuna.trial.Trial], float | tuple[float, float]]:
@@ -122,19 +145,37 @@ def objective(spec: TuneSpec) -> Callable[[optuna.trial.Trial], float | tuple[fl
 
     def run(trial: optuna.trial.Trial) -> float | tuple[float, float]:
         policy = suggest_policy(trial, spec.workload, spec.allow_warm_start, name=f"trial-{trial.number}",
-                                backend=spec.backend)
-        t0 = time.perf_counter()
-        ev = evaluate(spec.workload, policy, spec.profile, spec.seed_list, spec.n_steps)
+                                target=spec.target)
         trial.set_user_attr("policy", to_mapping(policy))
-        trial.set_user_attr(STEP_TIME, ev.step_time_s)
-        trial.set_user_attr(TRAIN_GPU_S, ev.train_gpu_s)
-        trial.set_user_attr("per_seed_step_time_s", list(ev.per_seed_step_time_s))
-        trial.set_user_attr("sim_seconds", time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        prune = spec.prune and not spec.multi_objective and "preset" not in trial.user_attrs
+        ev = evaluate(spec.workload, policy, spec.profile, spec.seed_list, spec.n_steps,
+                      (lambda ev: _prune_if_hopeless(trial, ev, t0)) if prune else None)
+        for key, value in {**ev.attrs(), "sim_seconds": time.perf_counter() - t0}.items():
+            trial.set_user_attr(key, value)
         if spec.multi_objective:
             return ev.step_time_s, ev.train_gpu_s
         return ev.step_time_s
 
     return run
+
+
+def _prune_if_hopeless(trial: optuna.trial.Trial, ev: Evaluation, t0: float) -> None:
+    """Stop the trial when it is PRUNE_MARGIN behind the best complete trial on the seeds it ran."""
+    k = len(ev.per_seed_step_time_s)
+    trial.report(ev.step_time_s, k - 1)
+    done = complete_trials(trial.study)
+    if not done:
+        return
+    best = min(done, key=lambda t: t.values[0])
+    on_same = best.user_attrs.get("per_seed_step_time_s", [])[:k]
+    if len(on_same) < k or ev.step_time_s <= (1 + PRUNE_MARGIN) * sum(on_same) / k:
+        return
+    for key, value in {**ev.attrs(), "sim_seconds": time.perf_counter() - t0, "pruned_after": k}.items():
+        trial.set_user_attr(key, value)
+    raise optuna.TrialPruned(f"{ev.step_time_s / (sum(on_same) / k) - 1:.0%} behind trial "
+                             f"{best.number} "
+                             f"after {k} seed(s)")
 
 
 def make_storage(url: str | None) -> optuna.storages.BaseStorage:
@@ -144,7 +185,10 @@ def make_storage(url: str | None) -> optuna.storages.BaseStorage:
     if url is None or url in ("", "memory", ":memory:"):
         return optuna.storages.InMemoryStorage()
     if url.startswith(JOURNAL_PREFIX):
+        Path(url[len(JOURNAL_PREFIX):]).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(url[len(JOURNAL_PREFIX):]))
+    if url.startswith(SQLITE_PREFIX) and url[len(SQLITE_PREFIX):] not in ("", ":memory:"):
+        Path(url[len(SQLITE_PREFIX):]).parent.mkdir(parents=True, exist_ok=True)  # runs/ of a fresh checkout
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
@@ -194,7 +238,7 @@ def open_study(spec: TuneSpec, study_name: str, storage: str | optuna.storages.B
             study.set_user_attr("tune", want)
             study.set_metric_names([STEP_TIME, "train_gpu_s_per_step"] if spec.multi_objective else [STEP_TIME])
             for name in PRESETS:
-                params = params_for(load_policy(name), spec.workload, spec.allow_warm_start, spec.backend)
+                params = params_for(load_policy(name), spec.workload, spec.allow_warm_start, spec.target)
                 if params is not None:
                     study.enqueue_trial(params, user_attrs={"preset": name}, skip_if_exists=True)
         if isinstance(store, optuna.storages.RDBStorage) and store.get_heartbeat_interval():
@@ -208,23 +252,30 @@ def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
+def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The trials that count towards a study's total: complete ones and those pruned as hopeless."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            if t.state == TrialState.COMPLETE or "pruned_after" in t.user_attrs]
+
+
 def run_study(study: optuna.Study, spec: TuneSpec, trials: int,
               callbacks: Sequence[Callable[[optuna.Study, FrozenTrial], None]] = (),
               since: datetime.datetime | None = None) -> int:
-    """Run trials until the study holds `trials` complete ones; returns how many ran now.
+    """Run trials until the study holds `trials` finished ones (complete, or pruned as hopeless:
+    `finished_trials`); returns how many finished now.
 
-    Other processes may work on the same study: a trial that starts when the complete trials plus
+    Other processes may work on the same study: a trial that starts when the finished trials plus
     those running before it already make `trials` is pruned at once and this process stops, so
-    the study ends with `trials` complete ones, not one per process more. Running trials count only
+    the study ends with `trials` finished ones, not one per process more. Running trials count only
     if they began `since` (default: now; a killed run's trials stay RUNNING in a journal file)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     since = since or datetime.datetime.now()
-    remaining = trials - len(complete_trials(study))
+    remaining = trials - len(finished_trials(study))
     if remaining <= 0:
         return 0
     func = objective(spec)
     gated_out: list[int] = []  # trials this process pruned because the study had enough
-    mine: list[int] = []  # trials this process completed
+    mine: list[int] = []  # trials this process finished
 
     def gated(trial: optuna.trial.Trial) -> float | tuple[float, float]:
         if enough_trials(trial.study, trial.number, trials, since):
@@ -234,27 +285,26 @@ def run_study(study: optuna.Study, spec: TuneSpec, trials: int,
         return func(trial)
 
     def count(study: optuna.Study, trial: FrozenTrial) -> None:
-        if trial.state == TrialState.COMPLETE:
+        if trial.state == TrialState.COMPLETE or "pruned_after" in trial.user_attrs:
             mine.append(trial.number)
+        if len(finished_trials(study)) >= trials:  # even when another process works on the same study
+            study.stop()
 
-    # Stops at `trials` complete ones even when another process works on the same study.
-    stop = optuna.study.MaxTrialsCallback(trials, states=(TrialState.COMPLETE,))
     while remaining > 0 and not gated_out:
         before = len(mine)
-        study.optimize(gated, n_trials=remaining, callbacks=[*callbacks, count, stop], gc_after_trial=False)
-        remaining = trials - len(complete_trials(study))
+        study.optimize(gated, n_trials=remaining, callbacks=[*callbacks, count], gc_after_trial=False)
+        remaining = trials - len(finished_trials(study))
         if len(mine) == before:  # every trial failed, or other processes hold the rest: do not spin
             break
     return len(mine)
 
 
 def enough_trials(study: optuna.Study, number: int, trials: int, since: datetime.datetime) -> bool:
-    """Whether trial `number` is one too many: complete trials plus those running that began before it (and
-    after `since`)."""
-    held = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-    running = [t for t in held if t.state == TrialState.RUNNING and t.number < number
-               and t.datetime_start is not None and t.datetime_start >= since]
-    return sum(1 for t in held if t.state == TrialState.COMPLETE) + len(running) >= trials
+    """Whether trial `number` is one too many: finished trials plus those running that began before
+    it (and after `since`)."""
+    held = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    running = [t for t in held if t.number < number and t.datetime_start is not None and t.datetime_start >= since]
+    return len(finished_trials(study)) + len(running) >= trials
 
 
 def _tune_worker(spec: TuneSpec, study_name: str, storage: str, trials: int, sampler_seed: int, worker: int,
@@ -271,7 +321,8 @@ def run_parallel(spec: TuneSpec, study_name: str, storage: str, trials: int, wor
     not 'memory', which a process cannot share); returns how many trials ran now."""
     if storage in ("", "memory", ":memory:"):
         raise ConfigError("--storage", "storage", storage, "a storage several processes share with --workers > 1: "
-                          "'journal:PATH' (a file) or an RDB URL such as sqlite:///tlt-studies.db")
+                          "'journal:PATH' (a file) or an RDB URL such as "
+                          "sqlite:///runs/tlt-studies.db")
     since = datetime.datetime.now()
     open_study(spec, study_name, storage, sampler_seed)  # created once, with its preset trials, before the workers
     ctx = multiprocessing.get_context("spawn")  # fork would share the storage's connections and Ray's threads
@@ -289,9 +340,14 @@ class TrialPrinter:
         self.t0 = time.perf_counter()
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        done = len(complete_trials(study))
+        done = len(finished_trials(study))
         elapsed = time.perf_counter() - self.t0
         head = f"{self.prefix}trial {done}/{self.total} (#{trial.number}, {elapsed:.1f}s)"
+        if "pruned_after" in trial.user_attrs:
+            print(f"{head}  step {trial.user_attrs[STEP_TIME]:,.2f} s on "
+                  f"{trial.user_attrs['pruned_after']} "
+                  f"seed(s): pruned (over {PRUNE_MARGIN:.0%} behind the best)", file=self.stream, flush=True)
+            return
         if trial.state != TrialState.COMPLETE:
             print(f"{head}  {trial.state.name.lower()}", file=self.stream, flush=True)
             return

@@ -11,6 +11,8 @@ and every fitted parameter (`workbench/ui/calibration_report.py` draws it).
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,9 +101,35 @@ def _show_launch() -> None:
         failure = find_failure(tail) if tail else None
         c1.error(f"calibration failed, exit code {rc}: " + (failure.message if failure else "see the log below."))
     tail = log_tail(log)
+    done = progress_of(tail) if tail and rc is None else None
+    if done is not None:
+        st.progress(done[0], text=done[1])
     if tail:
         with st.expander("Progress (the log's last lines)", expanded=rc is None):
             st.code(tail, language=None)
+
+
+def _took() -> str:
+    """How long the shipped calibration took (its report's own figure), not a fixed estimate."""
+    try:
+        wall = json.loads(resolve(SHIPPED_REPORT).read_text()).get("self_calibration", {}).get("wall_s")
+    except (OSError, ValueError):
+        return ""
+    return f" (the shipped calibration took {wall / 60:.1f} min on this project's 2-core machine)" \
+        if isinstance(wall, (int, float)) else ""
+
+
+_PROGRESS = re.compile(r"\[(\d+)/(\d+)\] (.*)$")
+
+
+def progress_of(tail: str) -> tuple[float, str] | None:
+    """The calibration's own progress from its log: the last `[done/total] message (... ETA ...)`
+    line."""
+    for line in reversed(tail.splitlines()):
+        m = _PROGRESS.search(line.strip())
+        if m and int(m.group(2)) > 0:
+            return min(1.0, int(m.group(1)) / int(m.group(2))), m.group(0)
+    return None
 
 
 def _live() -> None:
@@ -146,7 +174,7 @@ def render() -> None:
                         key="calibrate_start")
     if not problems:
         argv = calibrate_command(form)
-        st.caption(f"`{shlex.join(argv)}` (about 10-15 minutes on 2 CPU cores)")
+        st.caption(f"`{shlex.join(argv)}`" + _took())
         if clicked and not running:
             out = resolve(form.out)
             st.session_state[_STATE] = launch(argv, out.parent, resume=False, steps=0, log_name=log_path(out).name)

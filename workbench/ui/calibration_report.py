@@ -60,14 +60,17 @@ def parameter_frame(report: dict[str, Any]) -> pd.DataFrame:
 
 
 def bucket_figure(df: pd.DataFrame) -> go.Figure:
+    """Measured bars and predicted diamonds per batch bucket, grouped by drafter on a two-level axis
+    (the drafter's whole name under its group, the batch under each bar: no label is cut)."""
     fig = go.Figure()
     for kind, g in df.groupby("drafter", sort=False):
-        x = [f"{kind} {b}" for b in g["batch"]]
+        x = [[str(kind)] * len(g), [f"batch {b}" for b in g["batch"]]]
         fig.add_bar(x=x, y=g["measured_ms"], name=f"{kind} measured")
         fig.add_scatter(x=x, y=g["predicted_ms"], mode="markers", marker_symbol="diamond", marker_size=10,
                         name=f"{kind} predicted")
-    fig.update_layout(title="Step latency by batch bucket", yaxis_title="ms per engine step", height=360,
-                      margin=dict(t=40, b=10), legend_orientation="h")
+    fig.update_layout(title="Step latency by batch bucket", yaxis_title="ms per engine step", height=400,
+                      margin=dict(t=40, b=10), legend=dict(orientation="h", yanchor="top", y=-0.25))
+    fig.update_xaxes(tickangle=0, automargin=True)
     return fig
 
 

@@ -192,23 +192,42 @@ def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[s
     return fig
 
 
+def strategy_label(name: str) -> str:
+    """A speculation strategy in words: 'no SD', 'chain of 4' or 'tree 8_4_16: 8 steps, top-4, 16
+    verified'."""
+    if name == NO_SD_LABEL:
+        return name
+    parts = name.split("_")
+    if len(parts) == 3:
+        steps, topk, tokens = parts
+        return f"tree {name}: {steps} steps, top-{topk}, {tokens} verified"
+    return f"chain of {name}"
+
+
 def batch_lines_figure(lines: Sequence[BatchLine], title: str = "", x_max: float | None = None) -> go.Figure:
-    """Running batch per worker over one step (log scale), one colour per speculation strategy."""
+    """Running batch per worker over one step (log scale), one colour per speculation strategy; the
+    title above the plot, the legend (each strategy in words) below it, ticks at powers of two."""
     fig = go.Figure()
     names = strategies(list(lines))
     colors = {s: ("#4C78A8" if s == NO_SD_LABEL else POLICY_COLORS[(i + 1) % len(POLICY_COLORS)]) for i,
               s in enumerate(names)}
     shown: set[str] = set()
     for ln in lines:
+        label = strategy_label(ln.strategy)
         fig.add_trace(go.Scatter(
-            x=ln.x, y=ln.y, mode="lines", name=ln.strategy, legendgroup=ln.strategy,
+            x=ln.x, y=ln.y, mode="lines", name=label, legendgroup=ln.strategy,
             showlegend=ln.strategy not in shown, line=dict(color=colors[ln.strategy], width=1.5),
-            hovertemplate=f"worker {ln.worker} · {ln.strategy}<br>batch %{{y:.0f}} at %{{x:.2f}} s<extra></extra>"))
+            hovertemplate=f"worker {ln.worker} · {label}<br>batch %{{y:.0f}} at %{{x:.2f}} "
+                          "s<extra></extra>"))
         shown.add(ln.strategy)
-    fig.update_layout(title=dict(text=title) if title else None, height=360, margin=dict(l=10, r=10, t=45, b=10),
-                      legend=dict(title="speculation", orientation="h", yanchor="bottom", y=1.0, x=0),
+    top = max((float(np.nanmax(ln.y)) for ln in lines if len(ln.y) and np.isfinite(ln.y).any()), default=1.0)
+    ticks = [2**i for i in range(int(np.log2(max(top, 1))) + 2)]
+    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top") if title else None, height=400,
+                      margin=dict(l=10, r=10, t=40 if title else 10, b=10),
+                      legend=dict(title="speculation", orientation="h", yanchor="top", y=-0.18, x=0),
                       xaxis=dict(title="seconds from step start", rangemode="tozero"),
-                      yaxis=dict(title="running batch", type="log"))
+                      yaxis=dict(title="running batch", type="log", tickvals=ticks, ticktext=[str(v) for v in ticks],
+                                 minor=dict(showgrid=False)))
     if x_max is not None:
         fig.update_xaxes(range=[0, x_max])
     return fig

@@ -1,86 +1,223 @@
-"""The cluster a What-if simulates: model x GPU x TP x framework.
+"""The cluster a What-if simulates: engines x model x GPU x TP x framework, always on the page.
 
-Either the profile is derived from those four (NVIDIA's measured operator database, via
-workbench/calibrate/measured_gpu.py; cached per process), with TP the workload's GPUs per
-worker, or a picked profile must agree with the workload: a profile whose TP, GPU, model or
-framework contradicts it is refused, naming the field, instead of silently describing
-another cluster.
+A preset's own cluster is picked first (its profile, as shipped); changing any of the four
+derives a profile for the new cluster from NVIDIA's measured operator database
+(workbench/calibrate/measured_gpu.py; cached per process), with TP the engine's GPUs. A length
+file (or a run log) has no cluster of its own: every box starts empty and nothing simulates
+until the user has said where the lengths ran; no hardware is taken from an unrelated preset.
+A profile preset or file may still be picked instead (`other_profile`); one whose TP, GPU, model or
+framework contradicts the workload is refused, naming the field.
 """
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import streamlit as st
 
 from workbench.contracts.cluster import check_workload_profile
-from workbench.contracts.profile import Profile, provenance
+from workbench.contracts.profile import (
+    Profile,
+    load_profile,
+    profile_choice_label,
+    profile_presets,
+    provenance,
+)
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload
 
-FALLBACK_BASE = "h100-qwen2.5-7b-tp1"  # acceptance and learning curve when the workload's profile does not load
+FALLBACK_BASE = (
+    "h100-qwen2.5-7b-tp1"  # acceptance and learning curve when nothing closer is shipped
+)
+TP_CHOICES = (1, 2, 4, 8)
+FROM_CLUSTER = "(the cluster's)"
 
 
-def derive_toggle(wl_id: str) -> bool:
-    return st.toggle("Derive the profile from the cluster", value=False, key=f"whatif_cluster_on:{wl_id}",
-                     help="Model x GPU x TP x framework: every cost from NVIDIA's measured vLLM/SGLang operator "
-                          "latencies (aiconfigurator-core); TP is the workload's GPUs per worker.")
+@dataclass(frozen=True)
+class Choice:
+    """What the boxes say (None: not chosen yet)."""
+
+    model: str | None
+    gpu: str | None
+    tp: int | None
+    framework: str | None
+    engines: int
+
+    @property
+    def complete(self) -> bool:
+        return None not in (self.model, self.gpu, self.tp, self.framework)
 
 
-def _uploaded_config(upload) -> str | None:
-    """An uploaded config.json, kept under a directory named by its content (the model's name)."""
-    if upload is None:
-        return None
-    data = upload.getvalue()
-    tag = hashlib.sha256(data).hexdigest()[:8]
-    d = Path(tempfile.gettempdir()) / "tlt-uploaded-configs" / f"{Path(upload.name).stem}-{tag}"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_bytes(data)
-    return str(d / "config.json")
-
-
-def _choose(workload: Workload, wl_id: str) -> tuple[str, str, str]:
+@lru_cache(maxsize=1)
+def _options() -> tuple[dict[str, str], list[str], tuple[str, ...]]:
+    """Models (name -> preset or config path), GPUs and frameworks of the measured database."""
     from workbench.calibrate.gpu_catalog import model_choices
     from workbench.calibrate.measured_gpu import FRAMEWORKS, gpu_names
 
-    models, gpus = model_choices(), gpu_names()
-    c1, c2, c3 = st.columns(3)
-    m_names = list(models)
-    model = c1.selectbox("Model", m_names, key=f"whatif_cluster_model:{wl_id}",
-                         index=m_names.index(workload.model) if workload.model in m_names else 0)
-    gpu = c2.selectbox("GPU", gpus, key=f"whatif_cluster_gpu:{wl_id}",
-                       index=gpus.index(workload.gpu) if workload.gpu in gpus else 0)
-    fws = list(FRAMEWORKS)
-    framework = c3.selectbox("Framework", fws, key=f"whatif_cluster_fw:{wl_id}",
-                             index=fws.index(workload.framework) if workload.framework in fws else 0)
-    own = _uploaded_config(st.file_uploader("Or your model's config.json", type=["json"],
-                                            key=f"whatif_cluster_config:{wl_id}"))
-    return (own or models[model]), gpu, framework
+    return model_choices(), gpu_names(), tuple(FRAMEWORKS)
 
 
-def cluster_profile(workload: Workload, wl_id: str) -> tuple[Workload, Profile | None]:
-    """The profile derived for the chosen cluster at the workload's TP, and the workload naming it."""
-    from workbench.calibrate.gpu_catalog import cached_profile
-    from workbench.contracts.profile import load_profile
-
-    arch, gpu, framework = _choose(workload, wl_id)
+def _own(workload: Workload) -> tuple[str, str, int, str] | None:
+    """The workload's cluster as its profile records it (None: the profile records none or does not
+    load)."""
     try:
-        load_profile(workload.profile)
-        base = workload.profile
-    except (ConfigError, FieldError):
-        base = FALLBACK_BASE
+        c = load_profile(workload.profile).cluster
+    except (ConfigError, FieldError, ValueError):
+        return None
+    return None if c is None else (c.model, c.gpu, workload.gpus_per_worker, c.framework)
+
+
+def _box(col, label: str, options: list, value, key: str, hlp: str):
+    index = options.index(value) if value in options else None
+    return col.selectbox(label, options, index=index, key=key, placeholder="pick", help=hlp)
+
+
+def _choose(workload: Workload, wl_id: str, own: tuple | None, ask: bool) -> Choice:
+    models, gpus, fws = _options()
+    model, gpu, tp, fw = (None,) * 4 if ask or own is None else own
+    tps = sorted(set(TP_CHOICES) | ({workload.gpus_per_worker} if not ask else set()))
+    c = st.columns([1.5, 1, 0.8, 1, 0.9])
+    m = _box(
+        c[0],
+        "Model",
+        list(models),
+        model,
+        f"whatif_cluster_model:{wl_id}",
+        "The model your lengths came from (an architecture preset or one of the database's "
+        "configs).",
+    )
+    g = _box(
+        c[1], "GPU", gpus, gpu, f"whatif_cluster_gpu:{wl_id}", "GPU type of the rollout engines."
+    )
+    t = _box(
+        c[2],
+        "TP",
+        tps,
+        tp,
+        f"whatif_cluster_tp:{wl_id}",
+        "Tensor-parallel degree: GPUs per engine.",
+    )
+    f = _box(
+        c[3],
+        "Framework",
+        list(fws),
+        fw,
+        f"whatif_cluster_fw:{wl_id}",
+        "The engine whose costs apply.",
+    )
+    engines = int(
+        c[4].number_input(
+            "Engines",
+            min_value=1,
+            value=workload.workers,
+            step=1,
+            key=f"whatif_cluster_engines:{wl_id}",
+            help="Data-parallel rollout engines.",
+        )
+    )
+    return Choice(m, g, t, f, engines)
+
+
+def _base_for(model: str) -> str:
+    """Acceptance and learning curve: the same model's published-fit H100 profile where one is
+    shipped."""
+    same = sorted(
+        p for p in profile_presets() if p.startswith(f"h100-{model}-tp") and p.count("-") == 3
+    )
+    return same[0] if same else FALLBACK_BASE
+
+
+def pick(
+    workload: Workload, wl_id: str, ask: bool = False
+) -> tuple[Workload | None, Profile | None]:
+    """The cluster boxes and the workload on that cluster with its profile; (None, None) until
+    chosen. `ask`: the workload has no cluster of its own (a length file): the boxes start empty."""
+    own = None if ask else _own(workload)
+    if own is None and not ask:
+        # A profile without a GPU cluster (this machine's CPU engines): keep it unless asked to
+        # move.
+        if not st.toggle("Put it on a GPU cluster", value=False, key=f"whatif_cluster_on:{wl_id}"):
+            st.caption(f"Cluster: profile **{workload.profile}**, which records no GPU cluster.")
+            return workload, _load(workload.profile)
+    choice = _choose(workload, wl_id, own, ask)
+    if not choice.complete:
+        st.info(
+            "Choose the model, GPU, TP and framework your lengths ran on: the simulation waits for "
+            "them."
+        )
+        return None, None
+    wl = replace(workload, workers=choice.engines, gpus_per_worker=choice.tp)
+    if own is not None and (choice.model, choice.gpu, choice.tp, choice.framework) == own:
+        st.caption(
+            f"The workload's own profile **{workload.profile}**: "
+            f"{provenance(_load(workload.profile))}."
+        )
+        return wl, _load(workload.profile)
+    models = _options()[0]
+    arch = models[choice.model]
     try:
-        with st.spinner(f"Deriving the profile of {workload.gpus_per_worker}x {gpu} ({framework})…"):
-            prof = cached_profile(arch, gpu, workload.gpus_per_worker, framework, base)
-    except (ConfigError, ValueError) as exc:
+        with st.spinner(f"Deriving the profile of {choice.tp}x {choice.gpu} ({choice.framework})…"):
+            from workbench.calibrate.gpu_catalog import cached_profile
+
+            prof = cached_profile(
+                arch, choice.gpu, choice.tp, choice.framework, _base_for(choice.model)
+            )
+    except (ConfigError, ValueError, RuntimeError) as exc:
         st.error(f"No profile for this cluster: {exc}")
-        return workload, None
+        return None, None
     c = prof.cluster
     st.caption(f"{prof.description}. {provenance(prof)}")
-    return replace(workload, profile=prof.name, model=c.model, gpu=c.gpu, framework=c.framework), prof
+    return replace(wl, profile=prof.name, model=c.model, gpu=c.gpu, framework=c.framework), prof
+
+
+def _load(name: str) -> Profile | None:
+    try:
+        return load_profile(name)
+    except (ConfigError, FieldError) as exc:
+        st.error(f"Profile '{name}' cannot be loaded: {exc}. Pick a cluster or a preset profile.")
+        return None
+
+
+def other_profile(workload: Workload, profile: Profile | None, wl_id: str) -> Profile | None:
+    """An expander to simulate with another profile (a preset, e.g. the paper-fitted one, or a
+    file), checked against the workload's cluster; the cluster's profile otherwise."""
+    with st.expander("Another profile (a preset or a file)", expanded=False):
+        options = [FROM_CLUSTER, *profile_presets()]
+        name = st.selectbox(
+            "Profile",
+            options,
+            index=0,
+            key=f"whatif_profile:{wl_id}",
+            format_func=lambda n: n if n == FROM_CLUSTER else profile_choice_label(n),
+            help="Measured: `tlt profile`; published: fitted to the TLT paper's microbenchmarks; "
+            "calibrated: fitted to traces of real runs.",
+        )
+        upload = st.file_uploader(
+            "Or a profile file", type=["yaml", "yml", "json"], key=f"whatif_profile_file:{wl_id}"
+        )
+        if upload is not None:
+            name = _uploaded(upload)
+        if name == FROM_CLUSTER:
+            return profile
+        picked = _load(name)
+        return checked(workload, picked)
+
+
+def _uploaded(upload) -> str:
+    """An uploaded profile file, kept under a name made from its content."""
+    data = upload.getvalue()
+    d = Path(tempfile.gettempdir()) / "tlt-uploaded-profiles"
+    d.mkdir(parents=True, exist_ok=True)
+    path = (
+        d
+        / f"{Path(upload.name).stem}-{hashlib.sha256(data).hexdigest()[:8]}{Path(upload.name).suffix}"
+    )
+    path.write_bytes(data)
+    return str(path)
 
 
 def checked(workload: Workload, profile: Profile | None) -> Profile | None:
@@ -90,7 +227,9 @@ def checked(workload: Workload, profile: Profile | None) -> Profile | None:
     try:
         check_workload_profile(workload, profile)
     except ConfigError as exc:
-        st.error(f"The profile does not describe this workload's cluster: {exc}. Or turn on "
-                 "**Derive the profile from the cluster**.")
+        st.error(
+            f"The profile does not describe this workload's cluster: {exc}. Or pick the cluster "
+            "above."
+        )
         return None
     return profile

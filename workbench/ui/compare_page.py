@@ -11,6 +11,7 @@ simulating again.
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from workbench.compare import Comparison, compare
@@ -21,35 +22,45 @@ from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload
 from workbench.regret import RegretReport, bandit_regret
 from workbench.ui import inputs, run_totals
-from workbench.ui.export import Report, figure_downloads, fixed, pct, policy_export_buttons, report_button
+from workbench.contracts.speedup import WHY_HEADERS, why_table
+from workbench.ui.export import Report, figure_downloads, policy_export_buttons, report_button
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
 _STATE_RESULT = "compare_result"
 _STATE_POLICIES = "compare_result_policies"  # the compared Policy objects by name (uploaded ones have no preset)
 _STATE_REGRET = "compare_regret_result"
 
-_SUMMARY_COLUMNS = {
-    "step_time_s_mean": st.column_config.NumberColumn("Step (s)", format="%.1f", help="Mean RL step time over seeds."),
-    "step_time_s_std": st.column_config.NumberColumn("± std", format="%.1f"),
-    "rollout_time_s_mean": st.column_config.NumberColumn("Rollout (s)", format="%.1f"),
-    "rollout_time_s_std": st.column_config.NumberColumn("± std ", format="%.1f"),
-    "bubble_fraction_mean": st.column_config.NumberColumn("Bubble", format="percent",
-                                                          help="Idle worker-time / worker-time in the rollout."),
-    "tail_fraction_mean": st.column_config.NumberColumn("Tail", format="percent",
-                                                        help="Worker-time decoding at a batch <= 1/8 of the step's "
-                                                             "largest / worker-time in the rollout."),
-    "mean_accept_len_mean": st.column_config.NumberColumn("Accepted len", format="%.2f",
-                                                          help="Tokens per verify pass over SD passes (1 = no SD)."),
-    "drafter_train_fraction_mean": st.column_config.NumberColumn("Spot training", format="percent"),
-    "speedup": st.column_config.NumberColumn("Speedup", format="%.3fx",
-                                             help="First policy's mean step time / this policy's (ratio of means)."),
-    "speedup_paired_min": st.column_config.NumberColumn(
-        "Paired min", format="%.3fx", help="Smallest per-seed speedup (same draws for both policies)."),
-    "speedup_paired_max": st.column_config.NumberColumn("Paired max", format="%.3fx"),
-    "nature": st.column_config.TextColumn("What it does to RL",
-                                          help="lossless: trains on exactly what the baseline would; off-policy: on "
-                                               "samples from older weights (docs/formats.md, rollout modes)."),
+_SUMMARY_HELP = {
+    "What it does to RL": "lossless: trains on exactly what the baseline would; off-policy: on "
+                          "samples from older "
+                          "weights (docs/formats.md, rollout modes).",
+    "Step (s)": "Mean RL step time over seeds ± its standard deviation.",
+    "Bubble": "Idle worker-time / worker-time in the rollout.",
+    "Tail": "Worker-time decoding at a batch <= 1/8 of the step's largest / worker-time in the "
+            "rollout.",
+    "Accepted len": "Tokens per verify pass over SD passes (1 = no SD).",
+    "Speedup": "First policy's mean step time / this policy's (ratio of means).",
+    "Paired range": "Smallest and largest per-seed speedup (the same draws for both policies).",
 }
+
+
+def summary_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary as the page shows it: text, one precision per figure (speedups 2 decimals, as
+    every page and `tlt compare`), the RL column first so no width cuts it off."""
+    s = summary
+    out = pd.DataFrame(index=s.index)
+    out["What it does to RL"] = s["nature"]
+    out["Step (s)"] = [f"{m:,.1f} ± {d:,.1f}" for m, d in zip(s["step_time_s_mean"], s["step_time_s_std"])]
+    out["Rollout (s)"] = [f"{m:,.1f}" for m in s["rollout_time_s_mean"]]
+    out["Bubble"] = [f"{v:.1%}" for v in s["bubble_fraction_mean"]]
+    out["Tail"] = [f"{v:.1%}" for v in s["tail_fraction_mean"]]
+    out["Accepted len"] = [f"{v:.2f}" for v in s["mean_accept_len_mean"]]
+    out["Spot training"] = [f"{v:.1%}" for v in s["drafter_train_fraction_mean"]]
+    out["Speedup"] = [f"{v:.2f}x" for v in s["speedup"]]
+    out["Paired range"] = [f"{a:.2f}-{b:.2f}x" for a, b in zip(s["speedup_paired_min"], s["speedup_paired_max"])]
+    return out
+
+
 _REGRET_COLUMNS = {
     "label": st.column_config.TextColumn("Bandit"),
     "regret_s_mean": st.column_config.NumberColumn(
@@ -115,10 +126,7 @@ def _report(result: Comparison, summary) -> Report:
                  [f"Profile {result.profile} · {result.steps} step(s) · seeds {result.seeds[0]}..{result.seeds[-1]} "
                   "(common random numbers: every policy sees the same response lengths for a seed)",
                   f"Policies {', '.join(result.policies)}; speedups against {result.reference}"])
-    table = summary[list(_SUMMARY_COLUMNS)].rename(columns={k: v["label"] for k, v in _SUMMARY_COLUMNS.items()})
-    rep.heading("Summary over seeds").table(table, {c: (pct if c in ("Bubble", "Spot training", "Tail") else
-                                                        fixed(3) if "Speedup" in c or "Paired" in c else fixed(2))
-                                                    for c in table.select_dtypes("number").columns})
+    rep.heading("Summary over seeds").table(summary_table(summary))
     rep.text("Bubble: idle worker-time / rollout worker-time (workers that finished, waiting for the slowest). "
              "Tail: worker-time decoding at a batch <= 1/8 of the step's largest / rollout worker-time.")
     rep.figure(result.figure(), f"compare-{result.workload}")
@@ -132,9 +140,12 @@ def _show_compare(result: Comparison) -> None:
                f"seeds {result.seeds[0]}..{result.seeds[-1]} (common random numbers: every policy sees the same "
                "response lengths for a seed)")
     summary = result.summary()
-    st.dataframe(summary[list(_SUMMARY_COLUMNS)], column_config=_SUMMARY_COLUMNS, width="stretch")
-    st.caption(f"Means and standard deviations over seeds. Speedup = {result.reference}'s mean step time / the "
-               "policy's; paired min/max = the range over seeds of the per-seed ratio.")
+    st.dataframe(summary_table(summary), width="stretch", key="compare_summary",
+                 column_config={k: st.column_config.TextColumn(k, help=v) for k, v in _SUMMARY_HELP.items()})
+    st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]}. Speedup = "
+               f"{result.reference}'s mean step "
+               "time / the policy's; paired range = the range over seeds of the per-seed ratio.")
+    _show_why(result)
     fig = result.figure()
     st.pyplot(fig, clear_figure=False)
     figure_downloads(fig, f"compare-{result.workload}", "compare_fig")
@@ -147,11 +158,38 @@ def _show_compare(result: Comparison) -> None:
                       f"compare-{result.workload}.html", "compare_dl_report")
     with st.expander("Per seed"):
         st.dataframe(result.runs, width="stretch", hide_index=True)
-    fastest = str(summary["step_time_s_mean"].idxmin())
-    pick = st.selectbox("Policy to export", result.policies, index=result.policies.index(fastest),
-                        key="compare_export_pick", help="The fastest policy here is picked first.")
     ran = st.session_state.get(_STATE_POLICIES, {})
+    pick = st.selectbox("Policy to export", result.policies, index=result.policies.index(_export_default(result, ran)),
+                        key="compare_export_pick",
+                        help="First: the fastest lossless policy that speculates (an engine "
+                             "setting to export); "
+                             "rollout modes such as APRIL's or RollPacker's are the trainer's, not "
+                             "the engine's.")
     policy_export_buttons(ran[pick] if pick in ran else load_policy(pick), "compare_export")
+
+
+def _export_default(result: Comparison, ran: dict[str, Policy]) -> str:
+    """The fastest lossless policy that uses SD (what an engine file carries); else the fastest."""
+    summary = result.summary()
+    policy = lambda n: ran[n] if n in ran else load_policy(n)  # noqa: E731
+    engine = [n for n in result.policies if policy(n).uses_sd and policy(n).rollout.lossless]
+    pool = summary.loc[engine] if engine else summary
+    return str(pool["step_time_s_mean"].idxmin())
+
+
+def _show_why(result: Comparison) -> None:
+    """Why each speedup: the decomposition over seeds (means), one sentence each."""
+    whys = result.why()[1:]
+    if not whys:
+        return
+    st.subheader("Why this speedup")
+    shown = pd.DataFrame(why_table(whys), columns=list(WHY_HEADERS.values())).set_index("policy")
+    st.dataframe(shown, width="stretch", key="compare_why")
+    for w in whys:
+        st.markdown(f"- {w.sentence}")
+    st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]} of each seed's "
+               "decomposition against "
+               f"{result.reference} (docs/formats.md, 'Why a speedup').")
 
 
 def _regret_panel(workload, profile, seeds: int, steps: int) -> None:

@@ -20,6 +20,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Union
 
 import pandas as pd
@@ -193,23 +194,27 @@ def report_button(label: str, build: Callable[[], Report], file_name: str, key: 
                             "offline in any browser, so it can be sent as it is.")
 
 
-DEFAULT_DRAFTER = "traces/reference/drafter"  # the shipped EAGLE drafter (of traces/reference/model)
+# The shipped EAGLE drafter (of traces/reference/model), found from this file: the app may start
+# anywhere.
+DEFAULT_DRAFTER = str(Path(__file__).resolve().parents[2] / "traces" / "reference" / "drafter")
 TARGET_LABELS = {"vllm": "vLLM", "sglang": "SGLang / FastRL", "verl": "veRL"}
 TARGET_MIME = {"yaml": "application/x-yaml", "sh": "text/x-shellscript"}
 
 
-def policy_export_buttons(policy: Policy, key: str) -> None:
+def policy_export_buttons(policy: Policy, key: str, first: str | None = None) -> None:
     """One download per target: the policy as `tlt export --to TARGET` writes it (workbench/export.py).
     A target that cannot run the policy says why instead; what a file approximates or drops is
-    listed in the file and under the buttons."""
+    listed in the file and under the buttons. `first`: the stack the policy was tuned for (its
+    button first and primary)."""
     st.markdown(f"**Export {policy.name} for a real stack** (as `tlt export {policy.name}.yaml --to ...` writes it)")
     drafter = ""
     if policy.drafter.kind == "eagle":
         drafter = st.text_input("EAGLE drafter checkpoint directory (written into the files)", key=f"{key}_drafter",
                                 value=DEFAULT_DRAFTER if os.path.isdir(DEFAULT_DRAFTER) else "")
-    cols = st.columns(len(TARGETS))
+    targets = sorted(TARGETS, key=lambda t: t != first)
+    cols = st.columns(len(targets))
     notes: list[str] = []
-    for col, target in zip(cols, TARGETS):
+    for col, target in zip(cols, targets):
         label = TARGET_LABELS[target]
         try:
             exp = export_policy(policy, target, drafter.strip() or None)
@@ -217,7 +222,8 @@ def policy_export_buttons(policy: Policy, key: str) -> None:
             col.caption(f"{label}: not exported. {exc}")
             continue
         col.download_button(f"Download for {label}", exp.text, file_name=exp.file_name, mime=TARGET_MIME[exp.suffix],
-                            key=f"{key}_{target}", on_click="ignore", icon=":material/rocket_launch:")
+                            key=f"{key}_{target}", on_click="ignore", icon=":material/rocket_launch:",
+                            type="primary" if target == first else "secondary")
         notes += [f"{label}: {n}" for n in exp.notes]
     if notes:
         with st.expander(f"What the targets cannot express ({len(notes)} notes)"):

@@ -16,7 +16,7 @@ from workbench.contracts.policy import Policy
 from workbench.contracts.schema import ConfigError, FieldError, from_mapping
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 
-DEFAULT_WORKLOAD = "paper-7b-8gpu"
+DEFAULT_WORKLOAD = "polytrace-dapo-qwen2.5-32b"  # measured lengths (a real DAPO run), not a hand-set shape
 
 
 def digest(data: bytes) -> str:

@@ -1,7 +1,9 @@
 """What-if's "Length file" source: upload real response lengths, see them beside the model, simulate them.
 
 The upload goes through `tlt workload import` (workbench.workloads.build.import_workload) into a
-directory of this session, so the page simulates exactly the Workload the command would write.
+directory of this session, so the page simulates exactly the Workload the command would write. The
+lengths carry no cluster: the import's base is a neutral one (`UNPLACED`), and the page asks for
+the cluster they ran on (workbench/ui/cluster_picker.py) before it simulates.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ import streamlit as st
 from sim.lengths import sample_step
 from workbench.contracts.length_data import ObservedLengths, read_observed
 from workbench.contracts.schema import ConfigError, FieldError
-from workbench.contracts.workload import Workload, load_workload, workload_presets
+from workbench.contracts.workload import Workload, load_workload
 from workbench.workloads.build import MODES, import_workload
 
 _STATE_DIRS = "whatif_length_dirs"  # upload digest -> the directory its import lives in
+# The import's base: the batch shape comes from the files, the cluster from the page (one engine
+# until chosen).
+UNPLACED = Workload(name="uploaded-lengths", profile="(the cluster you pick)", workers=1, prompts_per_step=1,
+                    group_size=1, max_response_tokens=32768)
 
 
 @dataclass(frozen=True)
@@ -31,8 +37,10 @@ class Uploaded:
     lines: list[str]
 
 
-def import_upload(files: list[tuple[str, bytes]], base: str, mode: str, cap: int | None, into: Path) -> Uploaded:
-    """Write the uploaded files into `into` and import them as `tlt workload import` would."""
+def import_upload(files: list[tuple[str, bytes]], base: str | Workload, mode: str, cap: int | None,
+                  into: Path) -> Uploaded:
+    """Write the uploaded files into `into` and import them as `tlt workload import` would (`base`:
+    a workload preset, file or Workload whose cluster the lengths get; `UNPLACED`: none yet)."""
     into.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, data in files:
@@ -40,8 +48,11 @@ def import_upload(files: list[tuple[str, bytes]], base: str, mode: str, cap: int
         path.write_bytes(data)
         paths.append(path)
     out = into / "uploaded.yaml"
-    res = import_workload(paths, out, load_workload(base), mode, cap, "uploaded-lengths",
-                          source=f"uploaded: {', '.join(n for n, _ in files)}")
+    names = ", ".join(n for n, _ in files)
+    res = import_workload(paths, out, base if isinstance(base, Workload) else load_workload(base), mode, cap,
+                          "uploaded-lengths", source=f"uploaded: {names}",
+                          description=f"Your measured lengths ({names}); cluster: as picked on the "
+                                      "What-if page.")
     wl = load_workload(out)
     return Uploaded(wl, read_observed(wl.lengths.data) if res.data is not None else None, res.lines)
 
@@ -90,29 +101,28 @@ def _tail_ratio(x: np.ndarray) -> float:
 
 
 def length_file_workload() -> tuple[Workload | None, str]:
-    """The panel: upload, options, report and charts; the imported Workload and an id for the page."""
+    """The panel, across the page's width: upload, options, the import's report and charts; the
+    imported Workload (no cluster yet: the page asks for it) and an id for the page."""
     uploads = st.file_uploader("Length files (PolyTrace packed_lengths JSONL with dapo_filter_indices.jsonl, a "
                                "CSV/JSONL/Parquet table of step, prompt, length, or veRL's response_length/* per step)",
                                type=["jsonl", "csv", "parquet"], accept_multiple_files=True, key="whatif_len_files")
-    cols = st.columns(3)
-    presets = workload_presets()
-    base = cols[0].selectbox("Hardware from", presets, key="whatif_len_base",
-                             index=presets.index("tlt-eval-qwen2.5-32b") if "tlt-eval-qwen2.5-32b" in presets else 0,
-                             help="The workload whose profile, workers and TP the lengths run on.")
-    mode = cols[1].radio("Length model", MODES, horizontal=True, key="whatif_len_mode",
+    cols = st.columns([2, 1, 3])
+    mode = cols[0].radio("Length model", MODES, horizontal=True, key="whatif_len_mode",
                          help="replay: the observed steps as they were; fit: the lognormal mixture fitted to them; "
                               "empirical: whole observed groups drawn at random.")
-    cap = cols[2].number_input("Cap (0: infer)", min_value=0, value=0, step=1024, key="whatif_len_cap")
+    cap = cols[1].number_input("Cap (0: infer)", min_value=0, value=0, step=1024, key="whatif_len_cap")
     if not uploads:
-        st.info("Upload response lengths: `tlt workload import` reads the same files.")
+        st.info("Upload response lengths: `tlt workload import` reads the same files. Then say "
+                "which cluster they "
+                "ran on (model x GPU x TP x framework).")
         return None, ""
     files = [(u.name, u.getvalue()) for u in uploads]
     digest = hashlib.sha1(b"".join(hashlib.sha1(n.encode() + d).digest() for n, d in files)
-                          + f"{base}:{mode}:{cap}".encode()).hexdigest()[:12]
+                          + f"{mode}:{cap}".encode()).hexdigest()[:12]
     dirs = st.session_state.setdefault(_STATE_DIRS, {})
     into = Path(dirs.setdefault(digest, tempfile.mkdtemp(prefix="tlt-lengths-")))
     try:
-        up = import_upload(files, base, mode, int(cap) or None, into)
+        up = import_upload(files, UNPLACED, mode, int(cap) or None, into)
     except (ConfigError, FieldError) as exc:
         st.error(f"Length file rejected: {exc}")
         return None, ""
@@ -122,6 +132,6 @@ def length_file_workload() -> tuple[Workload | None, str]:
         drawn, batch = model_draw(up.observed, up.workload)
         left, right = st.columns(2)
         left.plotly_chart(histogram_figure(up.observed, drawn, up.workload.max_response_tokens),
-                          use_container_width=True, key="whatif_len_hist")
-        right.plotly_chart(tail_figure(up.observed, drawn, batch), use_container_width=True, key="whatif_len_tail")
+                          width="stretch", key="whatif_len_hist")
+        right.plotly_chart(tail_figure(up.observed, drawn, batch), width="stretch", key="whatif_len_tail")
     return up.workload, f"lengths:{digest}"

@@ -1,11 +1,14 @@
 """Paper page: the TLT paper's published figures beside the simulator's (`tlt paper`).
 
 The fit of the published microbenchmarks takes a couple of seconds and runs on arrival; Table A
-(12 simulations of the paper's evaluation) runs when asked. Each row says whether the profiles
-were fitted to it or the simulator predicts it, and the gap is coloured.
+(the paper's evaluation: every model under baseline, TLT-Base and TLT, on its measured-database
+profile and on the paper-fitted one) runs when asked, with a bar counting its simulations. Each row
+says whether the profiles were fitted to it or the simulator predicts it, and the gap is coloured.
 """
 
 from __future__ import annotations
+
+import time
 
 import pandas as pd
 import streamlit as st
@@ -14,7 +17,7 @@ from workbench.calibrate.published import load_published
 from workbench.paper import report
 from workbench.paper.calibration import load_split
 from workbench.paper.profiles import refit
-from workbench.paper.reproduce import Reproduction, reproduce
+from workbench.paper.reproduce import Reproduction, progress_messages, reproduce
 
 _STATE = "paper_result"
 
@@ -68,26 +71,35 @@ def render() -> None:
     c1, c2, c3, _ = st.columns([1, 1, 1, 1])
     steps = int(c1.number_input("Steps per case", min_value=1, max_value=40, value=20, key="paper_steps"))
     seeds = int(c2.number_input("Seeds", min_value=1, max_value=5, value=1, key="paper_seeds"))
-    calibrate = c3.checkbox("Calibrate (leave-one-model-out, ~3 min)", value=False, key="paper_calibrate",
+    calibrate = c3.checkbox("Calibrate (leave-one-model-out: a grid of simulations)", value=False,
+                            key="paper_calibrate",
                             help="Adds the measured-parts and calibrated columns "
                                  "(traces/published/calibration-split.yaml).")
     if st.button("Run the reproduction", type="primary", key="paper_run"):
-        bar = st.progress(0.0, text="Simulating Table A ...")
-        done = []
+        split = load_split() if calibrate else None
+        total = progress_messages(seeds, split)
+        bar = st.progress(0.0, text=f"Simulating Table A: 0/{total} ...")
+        done, t0 = [], time.perf_counter()
 
         def progress(msg: str) -> None:
             done.append(msg)
-            bar.progress(min(1.0, len(done) / (12 if calibrate else 4)), text=msg)
+            elapsed = time.perf_counter() - t0
+            left = elapsed / len(done) * (total - len(done))
+            bar.progress(min(1.0, len(done) / total), text=f"{len(done)}/{total} · {msg} · "
+                                                           f"{elapsed:.0f} s, "
+                                                          f"about {left:.0f} s left at this pace")
 
         try:
             st.session_state[_STATE] = reproduce(fit, load_published(), steps=steps, seeds=list(range(seeds)),
-                                                 on_progress=progress, split=load_split() if calibrate else None)
+                                                 on_progress=progress, split=split)
         except Exception as exc:  # a simulator bug must not take the page down
             st.error(f"The reproduction failed: {type(exc).__name__}: {exc}")
         bar.empty()
     rep: Reproduction | None = st.session_state.get(_STATE)
     if rep is None:
-        st.info("Press **Run the reproduction** to simulate the paper's evaluation (about 20 s for 20 steps).")
+        st.info("Press **Run the reproduction** to simulate the paper's evaluation: the bar counts "
+                "the "
+                f"{progress_messages(seeds)} simulations of Table A as they finish.")
         return
     s = report.summary(rep)
     cols = st.columns(3)

@@ -2,15 +2,17 @@
 (`workbench.plan`, as `tlt plan`).
 
 Pick the job (a workload), the GPU type, a budget (at most N GPUs) or a deadline, the price of a
-GPU-hour and what to search, and press "Plan": an NSGA-II search projects each shape's whole run
-(days, cost, energy) on profiles derived from NVIDIA's measured database. Then: the Pareto front
-of run time vs cost, the chosen shape's details, the shapes that cannot run and why, and the
-chosen workload, policy and profile to download.
+GPU-hour and its currency, the stack you run (only the policies it runs are searched, so the chosen
+one exports) and what to search, and press "Plan": an NSGA-II search projects each shape's whole
+run (days, cost, energy) on profiles derived from NVIDIA's measured database. Then: the chosen
+shape with its exports, the Pareto front of run time vs cost, the shapes that cannot run and why,
+and the chosen workload, policy and profile to download.
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -21,6 +23,7 @@ from workbench.calibrate.measured_gpu import FRAMEWORKS, gpu_names
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import load_workload, workload_presets
+from workbench.tune import EXPORTS, SPACES, TARGETS, refusal
 from workbench.ui.export import figure_downloads, policy_export_buttons
 
 _STATE_RESULT = "plan_result"
@@ -28,7 +31,7 @@ _TP_CHOICES = (1, 2, 4, 8)
 _BATCH_CHOICES = (32, 64, 128, 256, 512)
 
 
-def front_figure(result: planning.Plan) -> go.Figure:
+def front_figure(result: planning.Plan, currency: str = "") -> go.Figure:
     """Every shape that ran (days vs cost), the front, the chosen one, the deadline."""
     ran = [t for t in result.trials if t.days is not None]
     hover = "%{text}<br>%{x:.2f} days<br>%{y:,.0f}<extra></extra>"
@@ -49,24 +52,29 @@ def front_figure(result: planning.Plan) -> go.Figure:
                                  marker=dict(color="#e4a11b", size=18, symbol="star"), hovertemplate=hover))
     if result.spec.deadline_days is not None:
         fig.add_vline(x=result.spec.deadline_days, line_dash="dash", annotation_text="deadline")
-    fig.update_layout(xaxis_title="whole run (days)", yaxis_title=f"cost (at {result.spec.price_per_gpu_hour:g} "
-                      "per GPU-hour)", height=420, margin=dict(l=10, r=10, t=30, b=10),
-                      legend=dict(orientation="h", y=1.08))
+    money = f"{currency} " if currency else ""
+    fig.update_layout(xaxis_title="whole run (days)", yaxis_title=f"cost, {money or ''}at {money}"
+                      f"{result.spec.price_per_gpu_hour:g} per GPU-hour", height=420,
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", y=1.08))
     return fig
 
 
-def trials_frame(trials: list[planning.PlanTrial], sequence_tokens: int) -> pd.DataFrame:
-    return pd.DataFrame(planning.shape_rows(trials, sequence_tokens), columns=planning.ROW_HEADERS)
+def trials_frame(trials: list[planning.PlanTrial], sequence_tokens: int, currency: str = "") -> pd.DataFrame:
+    headers = [f"cost ({currency})" if h == "cost" and currency else h for h in planning.ROW_HEADERS]
+    return pd.DataFrame(planning.shape_rows(trials, sequence_tokens), columns=headers)
 
 
 def _run(spec: planning.PlanSpec) -> planning.Plan | None:
     total = min(spec.trials, spec.space_size)
     bar = st.progress(0.0, text=f"0/{total} shapes")
     seen: set[planning.Shape] = set()
+    t0 = time.perf_counter()
 
     def on_trial(t: planning.PlanTrial) -> None:
         seen.add(t.shape)
-        bar.progress(min(1.0, len(seen) / total), text=f"{len(seen)}/{total} shapes · last: {t.shape.label}")
+        bar.progress(min(1.0, len(seen) / total), text=f"{len(seen)}/{total} shapes · last: "
+                                                       f"{t.shape.label} · "
+                                                        f"{time.perf_counter() - t0:.0f} s")
 
     try:
         result = planning.run_plan(spec, on_trial)
@@ -78,7 +86,7 @@ def _run(spec: planning.PlanSpec) -> planning.Plan | None:
     return result
 
 
-def _show_chosen(result: planning.Plan) -> None:
+def _show_chosen(result: planning.Plan, currency: str, target: str) -> None:
     c, spec = result.chosen, result.spec
     if c is None:
         st.warning("No shape qualifies: " + ("none can run on this budget." if spec.goal == "budget" else
@@ -88,7 +96,7 @@ def _show_chosen(result: planning.Plan) -> None:
     st.subheader(f"Chosen shape ({rule})")
     cols = st.columns(4)
     cols[0].metric("Run time", f"{c.days:,.2f} days")
-    cols[1].metric("Cost", f"{c.cost:,.0f}")
+    cols[1].metric(f"Cost ({currency})" if currency else "Cost", f"{c.cost:,.0f} {currency}".strip())
     cols[2].metric("Energy", "unknown" if c.energy_kwh is None else f"{c.energy_kwh:,.0f} kWh")
     cols[3].metric("GPU-hours", f"{c.gpu_hours:,.0f}")
     st.markdown(f"**{c.shape.label}** on {spec.gpu} ({spec.framework}); profile `{c.profile}`; mean RL step "
@@ -104,31 +112,45 @@ def _show_chosen(result: planning.Plan) -> None:
                              on_click="ignore")
     st.caption("Put the three YAML files in one directory: `tlt sim --workload workload.yaml --policy policy.yaml "
                "--out DIR` runs the chosen shape (the workload names profile.yaml beside it).")
-    policy_export_buttons(result.chosen_policy(), "plan_export")
+    policy_export_buttons(result.chosen_policy(), "plan_export", first=EXPORTS.get(target))
 
 
-def _show(result: planning.Plan) -> None:
+def _show(result: planning.Plan, currency: str, target: str) -> None:
     spec = result.spec
     st.divider()
     st.caption(f"{spec.workload.name} on {spec.gpu}: {len({t.shape for t in result.trials})} shapes in "
                f"{len(result.trials)} proposals, {result.seconds:.1f} s. {result.method}.")
-    _show_chosen(result)
+    _show_chosen(result, currency, target)
     st.subheader("Pareto front: run time vs cost")
-    fig = front_figure(result)
+    fig = front_figure(result, currency)
     st.plotly_chart(fig, key="plan_front", width="stretch")
     figure_downloads(fig, f"plan-{spec.workload.name}-{spec.gpu}", "plan_fig_front")
-    st.dataframe(trials_frame(result.front, spec.sequence_tokens), hide_index=True, width="stretch",
+    st.dataframe(trials_frame(result.front, spec.sequence_tokens, currency), hide_index=True, width="stretch",
                  key="plan_front_table")
     bad = result.screened + [t for t in result.trials if t.status == "infeasible"]
     if bad:
         with st.expander(f"Shapes that cannot run ({len({t.shape for t in bad})})"):
-            st.dataframe(trials_frame(bad, spec.sequence_tokens), hide_index=True, width="stretch",
+            st.dataframe(trials_frame(bad, spec.sequence_tokens, currency), hide_index=True, width="stretch",
                          key="plan_infeasible_table")
     st.caption("Energy: GPU board power only. Each point is one shape's whole run, projected by the simulator; "
                "the front holds the shapes no other beats on both days and cost.")
 
 
-def _inputs() -> planning.PlanSpec | None:
+def _policies(target: str) -> list[str]:
+    """The policy presets the target runs (the only ones the plan may choose: they export
+    unchanged)."""
+    runs, not_runs = [], []
+    for name in policy_presets():
+        try:
+            (runs if refusal(load_policy(name), target) is None else not_runs).append(name)
+        except (ConfigError, FieldError):
+            continue
+    if not_runs:
+        st.caption(f"Not run by {SPACES[target].label}: " + ", ".join(not_runs) + ".")
+    return runs
+
+
+def _inputs() -> tuple[planning.PlanSpec | None, str, str]:
     c1, c2, c3 = st.columns(3)
     with c1:
         presets = workload_presets()
@@ -137,6 +159,11 @@ def _inputs() -> planning.PlanSpec | None:
         gpus = gpu_names()
         gpu = st.selectbox("GPU", gpus, index=gpus.index("h100") if "h100" in gpus else 0, key="plan_gpu")
         framework = st.selectbox("Framework", FRAMEWORKS, index=FRAMEWORKS.index("sglang"), key="plan_framework")
+        target = st.selectbox("Target stack", TARGETS, key=f"plan_target:{framework}",
+                              index=TARGETS.index("vllm" if framework == "vllm" else "sglang"),
+                              format_func=lambda k: SPACES[k].label,
+                              help="Only the policies this stack runs are searched, so the chosen "
+                                   "one exports.")
     with c2:
         goal = st.radio("Goal", ("GPU budget", "Deadline"), horizontal=True, key="plan_goal")
         if goal == "GPU budget":
@@ -146,10 +173,13 @@ def _inputs() -> planning.PlanSpec | None:
             deadline = float(st.number_input("Deadline (days)", min_value=0.001, value=7.0, key="plan_deadline"))
             max_gpus = int(st.number_input("Most GPUs searched", min_value=1, value=512, step=8, key="plan_max_gpus"))
             budget = None
-        price = float(st.number_input("Price per GPU-hour", min_value=0.0, value=2.5, step=0.1, key="plan_price"))
+        p1, p2 = st.columns([2, 1])
+        price = float(p1.number_input("Price per GPU-hour", min_value=0.0, value=2.5, step=0.1, key="plan_price"))
+        currency = p2.text_input("Currency", value="USD", key="plan_currency").strip()
     with c3:
-        pols = st.multiselect("Policies", policy_presets(), default=["baseline", "tlt-base", "tlt"],
-                              key="plan_policies")
+        offered = _policies(target)
+        default = [p for p in ("baseline", "tlt-base", "tlt", "static-sd") if p in offered]
+        pols = st.multiselect("Policies", offered, default=default, key=f"plan_policies:{target}")
         tps = st.multiselect("TP", _TP_CHOICES, default=list(_TP_CHOICES), key="plan_tp")
         batches = st.multiselect("Max batch per engine", _BATCH_CHOICES, default=[64, 128, 256], key="plan_batch")
         with st.expander("Search"):
@@ -164,23 +194,24 @@ def _inputs() -> planning.PlanSpec | None:
         spec.check()
     except (ConfigError, FieldError) as exc:
         st.error(str(exc))
-        return None
-    return spec
+        return None, currency, target
+    return spec, currency, target
 
 
 def render() -> None:
     st.title("Plan")
     st.caption("Which cluster shape (TP, engines, max batch, policy) runs your RL job fastest on a GPU budget, or "
-               "cheapest by a deadline: the Pareto front of run time vs cost, from profiles of NVIDIA's measured "
-               "operator database (`tlt plan` on the command line).")
-    spec = _inputs()
+               "cheapest by a deadline, with a policy your stack runs: the Pareto front of run "
+               "time vs cost, from "
+               "profiles of NVIDIA's measured operator database (`tlt plan` on the command line).")
+    spec, currency, target = _inputs()
     if st.button("Plan", type="primary", disabled=spec is None, key="plan_run") and spec is not None:
         result = _run(spec)
         if result is not None:
             st.session_state[_STATE_RESULT] = result
     result = st.session_state.get(_STATE_RESULT)
     if result is not None:
-        _show(result)
+        _show(result, currency, target)
 
 
 if __name__ == "__main__":  # pragma: no cover - `streamlit run workbench/ui/plan_page.py`

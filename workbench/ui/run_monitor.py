@@ -22,7 +22,7 @@ from real.run.records import METRIC_COLUMNS, OLD_METRIC_NAMES
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.ui.charts import gantt_figure, metric_lines_figure
 from workbench.ui.export import figure_downloads
-from workbench.ui.whatif import MAX_GANTT_WORKERS
+from workbench.ui.whatif_results import MAX_GANTT_WORKERS
 from workbench.waste import timeline_waste, waste_frame
 
 LOG_NAME = "train.log"

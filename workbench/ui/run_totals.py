@@ -2,8 +2,9 @@
 
 The pages simulate a few steps; this panel scales each policy's mean simulated step to a run of N
 steps (a straight multiple: `tlt project` simulates the whole run, with lengths drifting and the
-drafter learning over it). Energy needs the per-state split of a step (What-if has it; Compare keeps
-only per-seed means, so it shows days, GPU-hours and cost).
+drafter learning over it). Energy is each step's GPU-seconds per power state (What-if's runs,
+Compare's per-seed means) at the profile's watts; money is in the currency the user names, "-"
+without a price.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from sim.results import PolicyRun
-from workbench.compare import Comparison
+from workbench.compare import GPU_STATES, Comparison
 from workbench.contracts.energy import SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh, gpu_hours
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
@@ -47,8 +48,14 @@ def mean_steps_of_runs(workload: Workload, labels: Sequence[str], policies: Sequ
 
 
 def mean_steps_of_comparison(result: Comparison) -> list[MeanStep]:
-    return [MeanStep(p, float(result.runs.loc[result.runs["policy"] == p, "step_time_s"].mean()), None)
-            for p in result.policies]
+    """Each policy's mean step over the seeds, with its GPU-seconds per power state."""
+    out = []
+    for p in result.policies:
+        rows = result.runs[result.runs["policy"] == p]
+        gpu = (GpuSeconds(*(float(rows[c].mean()) for c in GPU_STATES))
+               if set(GPU_STATES) <= set(rows.columns) else None)
+        out.append(MeanStep(p, float(rows["step_time_s"].mean()), gpu))
+    return out
 
 
 def totals_frame(steps: Sequence[MeanStep], gpus: int, run_steps: int, price: float | None,
@@ -66,28 +73,43 @@ def totals_frame(steps: Sequence[MeanStep], gpus: int, run_steps: int, price: fl
     return df
 
 
-_COLUMNS = {
-    "step_min": st.column_config.NumberColumn("Step (min)", format="%.1f"),
-    "days": st.column_config.NumberColumn("Days", format="%.2f", help="Wall-clock days for the whole run."),
-    "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.0f", help="Allocated GPUs x wall time."),
-    "cost": st.column_config.NumberColumn("Cost", format="%.0f", help="GPU-hours x the price per GPU-hour."),
-    "energy_kwh": st.column_config.NumberColumn("Energy (kWh)", format="%.0f", help="GPU board power only."),
-    "saving": st.column_config.NumberColumn("Saving", format="percent", help="1 - days / the first policy's days."),
-}
+def _amount(v: float | None) -> str:
+    """Whole units from 100 up, three significant digits below ('-' when unknown)."""
+    if v is None or pd.isna(v):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def shown_totals(df: pd.DataFrame, currency: str) -> pd.DataFrame:
+    """The totals as the page shows them: one precision per column, money with its currency, and
+    "-" (never "None") where a figure needs an input the page does not have."""
+    first = str(df.index[0])
+    money = f"Cost ({currency})" if currency else "Cost"
+    out = pd.DataFrame(index=df.index)
+    out["Step (min)"] = [f"{v:,.1f}" for v in df["step_min"]]
+    out["Days"] = [f"{v:,.2f}" for v in df["days"]]
+    out["GPU-hours"] = [f"{v:,.0f}" for v in df["gpu_hours"]]
+    out[money] = [_amount(v) for v in df["cost"]]
+    out["Energy (kWh)"] = [_amount(v) for v in df["energy_kwh"]]
+    out[f"Run time saved vs {first}"] = [f"{v:.0%}" for v in df["saving"]]
+    return out
 
 
 def show(steps: Sequence[MeanStep], workload: Workload, profile: Profile | None, key: str) -> None:
     """The run-totals panel: run length, price and watts in, totals out."""
     st.subheader("Whole run")
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3, c4 = st.columns([1, 1, 0.6, 1.4])
     run_steps = int(c1.number_input("RL steps in the run", min_value=1, value=max(workload.steps, 100), step=10,
                                     key=f"{key}_run_steps"))
     price = c2.number_input("Price per GPU-hour", min_value=0.0, value=None, step=0.5, placeholder="e.g. 2.50",
-                            key=f"{key}_price")
+                            key=f"{key}_price", help="Leave empty and the cost column shows '-'.")
+    currency = c3.text_input("Currency", value="USD", key=f"{key}_currency").strip()
     default_w = "" if profile is None or profile.power is None else \
         f"{profile.power.decode_w:g},{profile.power.idle_w:g},{profile.power.train_w:g}"
-    watts = c3.text_input("GPU watts: decode, idle, train", value=default_w, placeholder="e.g. 650,120,700",
-                          key=f"{key}_watts")
+    watts = c4.text_input("GPU watts: decode, idle, train", value=default_w, placeholder="e.g. 650,120,700",
+                          key=f"{key}_watts",
+                          help="Filled from the profile's power model (measured-database profiles "
+                               "have one).")
     power = None
     if watts.strip():
         try:
@@ -95,9 +117,15 @@ def show(steps: Sequence[MeanStep], workload: Workload, profile: Profile | None,
         except FieldError as exc:
             st.error(str(exc))
     table = totals_frame(steps, workload.gpus, run_steps, price, power)
-    st.dataframe(table, column_config=_COLUMNS, width="stretch")
-    no_split = any(s.gpu is None for s in steps)
-    st.caption(f"{run_steps} x each policy's mean simulated step on {workload.gpus} GPUs. "
-               + ("Energy: from What-if (it keeps each step's GPU states). " if no_split else
-                  "" if power is not None else "Energy: give watts per GPU (e.g. from nvidia-smi). ")
-               + "For lengths that drift and a drafter that learns over the whole run: `tlt project`.")
+    st.dataframe(shown_totals(table, currency), width="stretch", key=f"{key}_table")
+    hints = []
+    if price is None:
+        hints.append("Cost: give a price per GPU-hour.")
+    if power is None:
+        hints.append("Energy: give watts per GPU (this profile has no power model; e.g. from "
+                     "nvidia-smi).")
+    st.caption(f"{run_steps} x each policy's mean simulated step on {workload.gpus} GPUs; energy "
+               "is GPU board "
+               "power only. " + " ".join(hints)
+               + " For lengths that drift and a drafter that learns over the whole run: `tlt "
+                 "project`.")

@@ -1,17 +1,19 @@
 """Tune page: an Optuna study over the Policy space, scored by the simulator (`workbench.tune`).
 
-Pick a workload and profile, the number of trials and seeds, a study name and
-its storage, and press "Run study": the study runs in this process, with a
-progress bar fed by an Optuna callback. Then: the convergence chart, the
-Pareto front in multi-objective mode, the tuned policy against the presets on
-the same seeds, and the policy file to download. A study in a SQLite file
-survives the page (and the app): running the same study name again resumes
-it, and `optuna-dashboard <storage URL>` opens it.
+Pick a workload and profile, the target stack the tuned policy will run on (its search space holds
+only what that stack runs), the number of trials and seeds, a study name and its storage, and press
+"Run study": the study runs in this process, with a progress bar fed by an Optuna callback. Then:
+the tuned policy with its exports for the target, the convergence chart, the Pareto front in
+multi-objective mode, and the tuned policy against the presets on the same seeds. A study in a
+SQLite file (by default runs/tlt-studies.db, named on the page) survives the page (and the app):
+running the same study name again resumes it, and `optuna-dashboard <storage URL>` opens it.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -63,7 +65,7 @@ def convergence_figure(conv: pd.DataFrame) -> go.Figure:
     fig.add_trace(go.Scatter(x=conv["trial"], y=conv["best_so_far"], mode="lines", name="best so far",
                              line=dict(color="#1f77b4", width=3, shape="hv")))
     fig.update_layout(xaxis_title="trial", yaxis_title="mean step time (s)", height=380,
-                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", y=1.08))
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", yanchor="top", y=-0.2))
     return fig
 
 
@@ -77,7 +79,7 @@ def pareto_figure(conv: pd.DataFrame, front: pd.DataFrame) -> go.Figure:
                              marker=dict(size=10), text=front["trial"],
                              hovertemplate="trial %{text}<br>%{x:.2f} s<br>%{y:,.0f} GPU-s<extra></extra>"))
     fig.update_layout(xaxis_title="mean step time (s)", yaxis_title="drafter-training GPU-s per step", height=380,
-                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", y=1.08))
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", yanchor="top", y=-0.2))
     return fig
 
 
@@ -94,16 +96,21 @@ def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sample
     except Exception as exc:  # a storage URL that cannot be opened
         st.error(f"Cannot open storage {storage!r}: {type(exc).__name__}: {exc}")
         return None
-    have = len(tune.complete_trials(study))
-    bar = st.progress(min(1.0, have / trials), text=f"{have}/{trials} trials complete")
+    have = len(tune.finished_trials(study))
+    bar = st.progress(min(1.0, have / trials), text=f"{have}/{trials} trials done")
+    t0 = time.perf_counter()
 
     def on_trial(study, trial) -> None:
-        done = len(tune.complete_trials(study))
-        if len(study.directions) == 1 and done:
+        done = len(tune.finished_trials(study))
+        complete = len(tune.complete_trials(study))
+        if len(study.directions) == 1 and complete:
             best = f"best {study.best_value:,.2f} s"
         else:
-            best = f"front {len(study.best_trials)} points" if done else ""
-        bar.progress(min(1.0, done / trials), text=f"{done}/{trials} trials complete · {best}")
+            best = f"front {len(study.best_trials)} points" if complete else ""
+        pruned = done - complete
+        bar.progress(min(1.0, done / trials), text=f"{done}/{trials} trials done ({pruned} pruned "
+                                                   "after a seed) · "
+                                                   f"{best} · {time.perf_counter() - t0:.0f} s")
 
     try:
         ran = tune.run_study(study, spec, trials, [on_trial])
@@ -119,7 +126,7 @@ def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sample
     best = tune.best_policy(study)
     front = tune.pareto_frame(study)
     front_policies = tune.front_policies(study, front, best.name)
-    comparison = tune.comparison_frame(spec, best, [load_policy(n) for n in tune.PRESETS] + yours)
+    comparison = tune.comparison_frame(spec, best, [load_policy(n) for n in tune.PRESETS] + yours, study)
     bar.empty()
     return _Result(study_name, storage, spec, trials, ran, best, tune.convergence_frame(study), front, comparison,
                    front_policies)
@@ -137,16 +144,23 @@ def _show(res: _Result) -> None:
     st.divider()
     st.subheader("Results")
     st.caption(f"Study **{res.study_name}** in `{res.storage}` · {spec.workload.name} on {spec.profile.name} · "
-               f"seeds 0..{spec.seeds - 1} x {spec.n_steps} steps (the same draws for every trial) · "
-               f"{len(res.convergence)} complete trials ({res.ran} run now)")
+               f"target **{tune.SPACES[spec.target].label}** · seeds 0..{spec.seeds - 1} x "
+               f"{spec.n_steps} steps "
+               f"(the same draws for every trial) · {len(res.convergence)} complete trials "
+               f"({res.ran} finished now)")
     table = res.comparison.set_index("policy")
     tuned = table.loc[res.best.name]
-    best_preset = table.drop(index=res.best.name)[tune.STEP_TIME].idxmin()
+    # The best preset the target runs too (the others are marked in the table's note).
+    runnable = table.drop(index=res.best.name)
+    runnable = runnable[~runnable["note"].str.startswith("outside")] if (~runnable["note"].str.startswith(
+        "outside")).any() else runnable
+    best_preset = runnable[tune.STEP_TIME].idxmin()
     cols = st.columns(3)
     cols[0].metric("Tuned step time", f"{tuned[tune.STEP_TIME]:,.1f} s")
     cols[1].metric("Speedup vs baseline", f"{tuned['speedup']:.2f}x")
-    cols[2].metric(f"vs best preset ({best_preset})",
-                   f"{table.loc[best_preset, tune.STEP_TIME] / tuned[tune.STEP_TIME]:.3f}x")
+    cols[2].metric(f"vs best preset it runs ({best_preset})",
+                   f"{table.loc[best_preset, tune.STEP_TIME] / tuned[tune.STEP_TIME]:.2f}x")
+    _deploy(res)
 
     st.subheader("Convergence")
     conv_fig = convergence_figure(res.convergence)
@@ -162,15 +176,27 @@ def _show(res: _Result) -> None:
                    "Each point is a policy no other trial beats on both.")
 
     st.subheader("Tuned policy vs presets")
-    st.dataframe(table, width="stretch", key="tune_comparison",
-                 column_config={tune.STEP_TIME: st.column_config.NumberColumn("Step time (s)", format="%.2f"),
-                                "speedup": st.column_config.NumberColumn("Speedup", format="%.3fx"),
+    shown = table.reset_index()
+    why = {r.policy: r.note.split(": ", 1)[1] for r in shown.itertuples() if r.note.startswith("outside")}
+    shown["note"] = [n.split(": ", 1)[0] for n in shown["note"]]  # the reasons follow the table, in full
+    st.dataframe(shown, width="stretch", key="tune_comparison", hide_index=True,
+                 column_config={"policy": st.column_config.TextColumn("Policy", width="medium"),
+                                "note": st.column_config.TextColumn("Note", width="large"),
+                                tune.STEP_TIME: st.column_config.NumberColumn("Step time (s)", format="%.2f"),
+                                "speedup": st.column_config.NumberColumn("Speedup", format="%.2fx"),
                                 "rollout_time_s": st.column_config.NumberColumn("Rollout (s)", format="%.2f"),
                                 tune.TRAIN_GPU_S: st.column_config.NumberColumn("Spot-train GPU-s/step",
                                                                                  format="%.0f"),
                                 "mean_accept_len": st.column_config.NumberColumn("Accepted len", format="%.2f")})
     st.caption("Speedup = baseline's mean step time / the policy's, on the study's seeds and steps.")
+    if why:
+        st.caption("Outside the search space: " + "; ".join(f"**{k}**: {v}" for k, v in why.items()) + ".")
 
+
+
+def _deploy(res: _Result) -> None:
+    """The tuned policy (or a point of the front) to download, and its exports for the stacks."""
+    spec = res.spec
     policy = res.best
     if spec.multi_objective and len(res.front_policies) > 1:
         options = list(res.pareto["trial"])
@@ -186,13 +212,44 @@ def _show(res: _Result) -> None:
                        mime="application/x-yaml", key="tune_download", on_click="ignore")
     st.caption(f"Run it with `tlt sim --workload {spec.workload.name} --policy baseline,{policy.name}.yaml "
                f"--out DIR`, or resume the study with `tlt tune --study {res.study_name} --storage {res.storage}`.")
-    policy_export_buttons(policy, "tune_export")
+    policy_export_buttons(policy, "tune_export", first=tune.EXPORTS.get(spec.target))
+
+
+def _target(workload, profile) -> str:
+    """The target stack: a radio of the stacks, the workload's engine first picked."""
+    auto = tune.default_target(profile, workload)
+    target = st.radio("Target stack", tune.TARGETS, index=tune.TARGETS.index(auto), horizontal=True,
+                      key=f"tune_target:{workload.name}:{profile.name}", format_func=lambda k: tune.SPACES[k].label,
+                      help="Where the tuned policy will run: the search holds only what that stack "
+                           "runs, so it "
+                           "exports without refusal. vLLM / veRL: a fixed table of chains; SGLang "
+                           "/ FastRL: EAGLE "
+                           "trees per bucket and spot training; tlt train: this project's vLLM "
+                           "backend with the "
+                           "bandits; simulator only: anything the simulator runs.")
+    st.caption(f"Picked first: the workload's engine ({tune.SPACES[auto].label}).")
+    return target
+
+
+def _storage() -> str:
+    storage = st.text_input("Storage", value=tune.DEFAULT_STORAGE, key="tune_storage",
+                            help="An Optuna storage URL; a SQLite file keeps the study (and opens "
+                                 "in "
+                                 "optuna-dashboard); 'memory' keeps nothing.")
+    if storage.startswith("sqlite:///"):
+        st.caption(f"The study is kept in `{Path(storage[len('sqlite:///'):]).resolve()}`.")
+    elif storage.strip() in ("memory", ":memory:", ""):
+        st.caption("Kept in memory: the study ends with this page.")
+    return storage
 
 
 def render() -> None:
     st.title("Tune")
-    st.caption("Search the policy space (SD threshold, draft length per batch-size bucket, bandit, drafter, spot "
-               "training) with Optuna, scoring each policy by its simulated step time.")
+    st.caption("Search the policy space (SD threshold, draft length per batch-size bucket, "
+               "drafter, spot training; "
+               "bandits where the stack runs them) with Optuna for the stack you deploy on, "
+               "scoring each policy by "
+               "its simulated step time.")
 
     c1, c2, c3 = st.columns(3)
     with c1:
@@ -212,30 +269,28 @@ def render() -> None:
             return
     with c2:
         trials = int(st.number_input("Trials", min_value=1, max_value=5000, value=100, step=10, key="tune_trials",
-                                     help="Complete trials the study should hold; a resumed study runs only the rest."))
+                                     help="Trials the study should hold (hopeless ones are pruned "
+                                          "after a seed); a "
+                                          "resumed study runs only the rest."))
         seeds = int(st.number_input("Seeds", min_value=1, max_value=50, value=3, step=1, key="tune_seeds",
                                     help="Each policy is scored on seeds 0..K-1, the same for every trial."))
         steps = int(st.number_input("Steps per simulation", min_value=1, max_value=100, value=workload.steps,
                                     step=1, key=f"tune_steps:{wl_name}"))
     with c3:
-        multi = st.toggle("Multi-objective (step time vs training compute)", value=False, key="tune_multi")
+        multi = st.toggle("Multi-objective", value=False, key="tune_multi",
+                          help="Step time vs drafter-training compute: the Pareto front of the two.")
         study_name = st.text_input("Study name", value=f"tune-{wl_name}" + ("-mo" if multi else ""),
                                    key=f"tune_study:{wl_name}:{multi}",
                                    help="Run again with the same name to resume a study.")
-        storage = st.text_input("Storage", value=tune.DEFAULT_STORAGE, key="tune_storage",
-                                help="An Optuna storage URL; a SQLite file keeps the study (and opens in "
-                                     "optuna-dashboard); 'memory' keeps nothing.")
+        storage = _storage()
         with st.expander("More"):
-            warm = st.checkbox("Allow warm start", value=False, key="tune_warm",
+            warm = st.checkbox("Allow warm start (simulator only and tlt train)", value=False, key="tune_warm",
                                help="Let the search use a drafter trained offline before RL; the objective does "
-                                    "not charge that training, so the search will always pick it.")
+                                    "not charge that training. On vLLM, SGLang and veRL an EAGLE "
+                                    "drafter is the "
+                                    "checkpoint you give: warm-started always.")
             sampler_seed = int(st.number_input("Sampler seed", min_value=0, value=0, step=1, key="tune_sampler_seed"))
-            auto = tune.default_backend(profile)
-            backend = st.radio("Search space", tune.BACKENDS, index=tune.BACKENDS.index(auto), horizontal=True,
-                               key=f"tune_backend:{profile.name}",
-                               help="real: only what `tlt train` runs (chains; none, n-gram or EAGLE; sync "
-                                    "rollouts), the default for a profile calibrated on this machine; sim: every "
-                                    "policy the simulator runs (trees, suffix drafter).")
+    target = _target(workload, profile)
 
     yours = inputs.policy_uploads("tune_policy_files", "Your policy files, compared with the tuned one",
                                   set(tune.PRESETS))
@@ -243,7 +298,7 @@ def render() -> None:
     if not ready:
         st.warning("Give the study a name.")
     spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi, allow_warm_start=warm,
-                         backend=backend)
+                         target=target)
     if st.button("Run study", type="primary", disabled=not ready, key="tune_run"):
         result = _run(spec, study_name.strip(), storage.strip(), trials, sampler_seed, yours)
         if result is not None:

@@ -85,8 +85,9 @@ def report(obs: ObservedLengths, cap: int, cap_how: str, steps: list[int]) -> Im
 
 
 def build_workload(im: Imported, base: Workload, name: str, mode: str, cap: int, data_file: str,
-                   fit: LengthFit | None, source: str) -> Workload:
-    """The Workload over observed lengths: the base's hardware, the files' batch shape, the chosen model."""
+                   fit: LengthFit | None, source: str, description: str = "") -> Workload:
+    """The Workload over observed lengths: the base's hardware, the files' batch shape, the chosen
+    model. `description` "": one saying where the lengths and the shape come from."""
     if mode not in MODES:
         raise ConfigError("--mode", "mode", mode, ", ".join(MODES))
     obs = im.observed
@@ -100,13 +101,23 @@ def build_workload(im: Imported, base: Workload, name: str, mode: str, cap: int,
     known = obs.prompt_tokens[obs.prompt_tokens != UNKNOWN]
     fitted = fit.model if fit is not None else LengthModel()
     lengths = replace(fitted, kind="lognormal" if mode == "fit" else mode, data=data_file)
-    wl = replace(base, name=name, description=f"Observed lengths ({obs.responses} responses, {obs.batches} steps) "
-                 f"on {base.name}'s hardware; length model: {lengths.kind}", source=source,
+    wl = replace(base, name=name, description=description or default_description(im, base, lengths.kind),
+                 source=source,
                  prompts_per_step=prompts, group_size=int(np.median(sizes)), max_response_tokens=cap,
                  prompt_tokens=int(np.median(known)) if len(known) else base.prompt_tokens, steps=steps,
                  lengths=lengths, dynamic_sampling=ds)
     wl.check()
     return wl
+
+
+def default_description(im: Imported, base: Workload, kind: str) -> str:
+    """Where an imported workload's lengths and shape come from, in one line."""
+    obs = im.observed
+    where = sorted({Path(f).parent.name or "." for f in im.files})
+    src = where[0] if len(where) == 1 else ", ".join(Path(f).name for f in im.files[:3])
+    return (f"Measured lengths from {src} ({obs.responses} responses, {obs.batches} steps; "
+            f"{kind}). Shape and "
+            f"cluster: {base.name} ({base.workers} engines x TP{base.gpus_per_worker}).")
 
 
 def data_path(out: Path) -> Path:
@@ -199,7 +210,8 @@ class ImportResult:
 
 
 def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: str = "replay", cap: int | None = None,
-                    name: str | None = None, responses_per_step: int | None = None, source: str = "") -> ImportResult:
+                    name: str | None = None, responses_per_step: int | None = None, source: str = "",
+                    description: str = "") -> ImportResult:
     """Read the files, report, fit, and write OUT (and OUT.lengths.parquet): all checked before
     anything is written."""
     if mode not in MODES:
@@ -210,8 +222,8 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: st
         cap = cap or base.max_response_tokens
         model, notes = fit_summary(im.summary, cap, responses_per_step or base.sequences_per_step)
         wl = replace(base, name=name, source=source, max_response_tokens=cap, steps=len(im.summary.step),
-                     description=f"Fitted to veRL's per-step length metrics ({len(im.summary.step)} steps) on "
-                                 f"{base.name}'s hardware", lengths=model)
+                     description=description or f"Fitted to veRL's per-step length metrics "
+                     f"({len(im.summary.step)} steps). Shape and cluster: {base.name}.", lengths=model)
         wl.check()
         save(wl, out)
         lines = [f"{len(im.summary.step)} steps of veRL's length metrics; cap {cap}",
@@ -221,7 +233,7 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: st
     obs = im.observed
     cap, how = infer_cap(obs, cap)
     fit = fit_lengths(obs, cap)
-    wl = build_workload(im, base, name, mode, cap, data_path(out).name, fit, source)
+    wl = build_workload(im, base, name, mode, cap, data_path(out).name, fit, source, description)
     notes = list(im.notes)
     if mode == "fit" and wl.dynamic_sampling.enabled and not fit.labelled:
         wl = replace(wl, dynamic_sampling=replace(wl.dynamic_sampling, enabled=False))

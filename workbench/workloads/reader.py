@@ -7,6 +7,11 @@ Reads, by content (a directory: every .jsonl, .csv and .parquet in it):
   `length`, optional `prompt_tokens`, `correct`, `rank`;
 - a per-step summary with veRL's metric names (`response_length/mean`, `/max`, `/min`,
   `/clip_ratio`): no single lengths, so it can only be fitted (`SummaryTable`).
+
+A directory is read as PolyTrace publishes a run: its known sibling files are read for the report
+(`reward_timings_step_*.jsonl`: each rank's reward-scoring seconds per step; the simulator has no
+reward phase, so they are reported, not simulated), and any other file in it is skipped, each named
+in the report. A file named on its own must be one of the kinds above.
 Errors name the file, the line and the field.
 """
 
@@ -30,6 +35,7 @@ from workbench.contracts.schema import ConfigError
 SUMMARY_MEAN = "response_length/mean"
 SUMMARY_FIELDS = ("max", "min", "clip_ratio")
 GENERIC_REQUIRED = ("step", "prompt", "length")
+REWARD_TIMING = "reward_time_s"  # PolyTrace's reward_timings_step_*.jsonl (rllm runs)
 POLYTRACE_REQUIRED = ("step", "output")
 SUFFIXES = (".jsonl", ".csv", ".parquet")
 
@@ -67,15 +73,21 @@ class Imported:
 
 def expand(paths: list[str | Path]) -> list[Path]:
     """Files given, and each directory's .jsonl/.csv/.parquet files (sorted)."""
-    out: list[Path] = []
+    return [f for f, _ in _listed(paths)]
+
+
+def _listed(paths: list[str | Path]) -> list[tuple[Path, bool]]:
+    """(file, whether it came from a directory listing): a listed file of no known kind is skipped,
+    a named one refused."""
+    out: list[tuple[Path, bool]] = []
     for p in map(Path, paths):
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.suffix in SUFFIXES and f.is_file())
             if not found:
                 raise ConfigError(str(p), "<directory>", str(p), f"a directory holding {', '.join(SUFFIXES)} files")
-            out += found
+            out += [(f, True) for f in found]
         elif p.is_file():
-            out.append(p)
+            out.append((p, False))
         else:
             raise ConfigError(str(p), "<file>", str(p), "an existing file or directory")
     return out
@@ -117,12 +129,15 @@ def _table(path: Path) -> pd.DataFrame | list[dict]:
 
 def read_files(paths: list[str | Path]) -> Imported:
     """Every file parsed and combined (all of one kind: lengths, or a summary)."""
-    files = expand(paths)
-    frames, summaries, dapo, notes = [], [], None, []
-    for path in files:
+    listed = _listed(paths)
+    files = [f for f, _ in listed]
+    frames, summaries, dapo, notes, rewards, others = [], [], None, [], [], []
+    for path, from_dir in listed:
         data = _table(path)
         keys = set(data[0]) if isinstance(data, list) else set(data.columns)
-        if "kept_prompt_indices" in keys:
+        if REWARD_TIMING in keys:
+            rewards.append((path, data))
+        elif "kept_prompt_indices" in keys:
             dapo = _dapo(path, data)
         elif isinstance(data, list) and {"output", "input"} <= keys:
             frame, skipped = _polytrace(path, data)
@@ -133,10 +148,13 @@ def read_files(paths: list[str | Path]) -> Imported:
             summaries.append(_summary(path, data))
         elif set(GENERIC_REQUIRED) <= keys:
             frames.append(_generic(path, data))
+        elif from_dir:
+            others.append(path.name)
         else:
             raise ConfigError(str(path), "<columns>", ", ".join(sorted(keys))[:120],
                               "PolyTrace packed_lengths lines (step, input, output), a table with step, prompt, length "
                               f"(optional prompt_tokens, correct, rank), or veRL's '{SUMMARY_MEAN}' per step")
+    notes += _reward_note(rewards) + ([f"skipped (not lengths): {', '.join(others)}"] if others else [])
     if frames and summaries:
         raise ConfigError(", ".join(map(str, files)), "<files>", "lengths and a summary",
                           "one kind per import: response lengths, or veRL's per-step summary")
@@ -265,3 +283,18 @@ def _summary(path: Path, data) -> pd.DataFrame:
             raise ConfigError(f"{path} (row {row})", col, df[col].iloc[row], "a number")
         out[name] = values.to_numpy(float)
     return out
+
+
+def _reward_note(rewards: list[tuple[Path, list[dict] | pd.DataFrame]]) -> list[str]:
+    """PolyTrace's reward timings, read for the report: the files, the steps and ranks, the
+    seconds."""
+    if not rewards:
+        return []
+    rows = [r for _, data in rewards for r in (data if isinstance(data, list) else data.to_dict("records"))]
+    secs = [float(r[REWARD_TIMING]) for r in rows if isinstance(r.get(REWARD_TIMING), (int, float))]
+    steps = {r.get("step") for r in rows}
+    names = ", ".join(p.name for p, _ in rewards[:3]) + (f" and {len(rewards) - 3} more" if len(rewards) > 3 else "")
+    span = f"{min(secs):,.1f}-{max(secs):,.1f} s per rank and step" if secs else "no seconds"
+    return [f"read (reported, not simulated: the simulator has no reward phase): {names}: reward "
+            f"scoring {span} "
+            f"over {len(steps)} step(s), {len(rows)} rank report(s)"]

@@ -1,0 +1,151 @@
+"""The first hour as a new user meets it, in headless Chromium (fixtures:
+tests/browser/conftest.py): the default What-if explains its speedups, your own lengths wait for
+your cluster, a policy tuned for vLLM exports without refusal, no cell reads "None", and the app
+fetches nothing from the web.
+
+With TLT_DOCS_SHOTS=DIR the two screenshots the README shows are written there too
+(`TLT_DOCS_SHOTS=docs python -m pytest tests/browser/test_first_hour.py`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from urllib.parse import urlparse
+
+LOCAL = {"127.0.0.1", "localhost"}
+
+
+def _outside(requests: list[str]) -> list[str]:
+    """Requests to anywhere but this app (data: and blob: URLs are the page's own)."""
+    return [
+        u
+        for u in requests
+        if urlparse(u).scheme in ("http", "https", "ws", "wss")
+        and urlparse(u).hostname not in LOCAL
+    ]
+
+
+def _no_none_cells(pg) -> None:
+    """No table cell and no metric reads "None" (a missing figure is '-' with a hint). The grids
+    draw on a canvas; their cells are also in an accessible table, which is what this reads."""
+    grids = pg.locator("[data-testid=stDataFrame]")
+    grids.first.wait_for()
+    cells = []
+    for i in range(grids.count()):
+        grids.nth(i).scroll_into_view_if_needed()  # a grid fills its cells once it is on screen
+        pg.wait_for_timeout(500)
+        cells += grids.nth(i).evaluate(
+            "e => Array.from(e.querySelectorAll('td, th')).map(c => c.textContent)"
+        )
+    assert "baseline" in cells, cells[:40]  # the cells are read, not a blank canvas
+    assert "None" not in cells and "nan" not in cells, [c for c in cells if c in ("None", "nan")]
+    for t in pg.locator("[data-testid=stMetricValue]").all_inner_texts():
+        assert t.strip() not in ("None", "nan")
+
+
+def _choose(pg, widgets, label: str, option: str) -> None:
+    """Pick from a long selectbox as a user does: type to filter, then click the option."""
+    box = (
+        pg.locator("[data-testid=stSelectbox]").filter(has=pg.get_by_text(label, exact=True)).first
+    )
+    box.locator("input").click()
+    box.locator("input").fill(option)
+    pg.get_by_role("option", name=option, exact=True).click()
+    widgets.settle(pg)
+
+
+def _docs_shot(pg, name: str) -> None:
+    """A tall screenshot from the top of the page, for the README (TLT_DOCS_SHOTS)."""
+    target = os.environ.get("TLT_DOCS_SHOTS")
+    if not target:
+        return
+    pg.mouse.move(5, 5)  # no tooltip over the picture
+    pg.set_viewport_size({"width": 1400, "height": 2600})
+    pg.wait_for_timeout(1500)  # the charts re-lay out at the new size
+    pg.locator("h1").first.scroll_into_view_if_needed()
+    pg.screenshot(path=str(Path(target) / name))
+    pg.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def test_the_default_whatif_explains_each_speedup(page, open_page, appear, healthy, shot):
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    open_page(page, "what-if", "Why this speedup")
+    healthy(page)
+    appear(
+        page,
+        page.get_by_text(
+            re.compile(r"tlt \d+\.\d\dx vs baseline: \d+% of baseline's decoding runs")
+        ),
+    )
+    assert (
+        page.get_by_text("polytrace-dapo-qwen2.5-32b").count() >= 1
+    )  # measured lengths, not a hand-set shape
+    assert page.get_by_text(re.compile(r"seed 0")).count() >= 1
+    _no_none_cells(page)
+    shot(page, "whatif-default", show="Why this speedup")
+    _docs_shot(page, "whatif-default.png")
+    assert not _outside(requests), _outside(requests)
+    icon = page.eval_on_selector("link[rel~='icon']", "e => e.href")
+    assert urlparse(icon).hostname in LOCAL or icon.startswith("data:"), icon
+
+
+def test_a_length_file_asks_for_its_cluster_before_it_simulates(
+    page, open_page, appear, healthy, widgets, tmp_path
+):
+    lengths = tmp_path / "mine.csv"
+    rows = [
+        f"{s},q{p},{80 + 53 * (p * 7 + m * 3 + s) % 2000}"
+        for s in range(2)
+        for p in range(16)
+        for m in range(4)
+    ]
+    lengths.write_text("step,prompt,length\n" + "\n".join(rows) + "\n")
+    open_page(page, "what-if", "Why this speedup")
+    page.get_by_text("Length file", exact=True).click()
+    widgets.settle(page)
+    page.locator("[data-testid=stFileUploader] input[type=file]").first.set_input_files(
+        str(lengths)
+    )
+    appear(page, page.get_by_text("Choose the model, GPU, TP and framework your lengths ran on"))
+    healthy(page)
+    assert page.get_by_text("What the files hold").count() == 1
+    assert page.get_by_role("button", name="Run simulation").is_disabled()
+    assert (
+        page.get_by_text("tlt-eval-qwen2.5-32b").count() == 0
+    )  # no hardware from an unrelated preset
+    for label, option in (
+        ("Model", "qwen2.5-7b"),
+        ("GPU", "h100"),
+        ("TP", "1"),
+        ("Framework", "vllm"),
+    ):
+        _choose(page, widgets, label, option)
+    appear(page, page.get_by_role("button", name="Run simulation"))
+    healthy(page)
+    assert page.get_by_role("button", name="Run simulation").is_enabled()
+
+
+def test_a_policy_tuned_for_vllm_exports_without_refusal(
+    page, open_page, appear, healthy, shot, widgets, tmp_path
+):
+    open_page(page, "tune", "Run study")
+    widgets.number(page, "Trials", 4)
+    widgets.number(page, "Seeds", 1)
+    widgets.number(page, "Steps per simulation", 1)
+    widgets.text(page, "Storage", "memory")  # nothing written into the checkout
+    page.get_by_text("vLLM", exact=True).first.click()
+    widgets.settle(page)
+    widgets.click(page, "Run study")
+    appear(page, page.get_by_text("Tuned step time"))
+    healthy(page)
+    assert page.get_by_text(re.compile(r"vLLM: not exported")).count() == 0
+    exported = widgets.download(page, "Download for vLLM", tmp_path / "tuned.vllm.yaml").read_text()
+    assert exported.startswith(
+        "# tlt export: policy 'tuned-tune-polytrace-dapo-qwen2.5-32b' for vLLM."
+    )
+    assert "approximated" not in exported and "dropped" not in exported
+    _no_none_cells(page)
+    shot(page, "tune-exported", show="Export tuned-tune-polytrace-dapo-qwen2.5-32b")
+    _docs_shot(page, "tune-exported.png")
