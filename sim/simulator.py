@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -37,71 +35,20 @@ import simpy
 from sim.acceptance import position_rows, stats_for
 from sim.costs import train_phase_s
 from sim.drafter import DrafterState, active_kind, after_policy_update, after_training, initial_state
-from sim.lengths import GroupDraw, model_group, observed_group
+from sim.groups import group_lengths, new_group
 from sim.results import FilterRecord, PolicyRun, StepInfo, StepMetrics, step_metrics
 from sim.rollout import NO_SD_STRATEGY, Drafting, Group, RolloutPool, RolloutRound, open_seqs
 from sim.streaming import StreamingPool
-from workbench.contracts import seeds
 from workbench.contracts.policy import Policy, Strategy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
-from workbench.contracts.length_data import ObservedLengths, read_observed
-from workbench.contracts.seeds import Stream
+from workbench.contracts.length_data import read_observed
 from workbench.contracts.trace import Timeline
 from workbench.contracts.workload import Workload
 
 # Responses x steps (plus workers x steps) a run may simulate: ~2 minutes on this project's
 # 2-core machines (`tlt bench sim` measures the rate of yours).
 MAX_WORK = 2_000_000
-
-
-def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt: int = 0,
-                  batch: int | None = None, observed: ObservedLengths | None = None) -> GroupDraw:
-    """The responses of the `index`-th new prompt of generation batch `batch` (default: `step`; DAPO's
-    dynamic sampling runs several batches a step) at RL step `step` (a re-run of a deferred prompt
-    is a new attempt).
-
-    Each prompt has its own random stream, so a prompt's responses are the same
-    whichever policy or rollout mode meets it (common random numbers). `observed`: the workload's
-    observed lengths, read already (a simulation reads them once, not per prompt). A draw is kept
-    (`_DRAWS`) for the next simulation of the same workload and seed: a tuner's or a planner's
-    hundreds of simulations draw the same prompts again, and drawing is a tenth of a simulation.
-    """
-    batch = step if batch is None else batch
-    m, cap = workload.lengths, workload.max_response_tokens
-    obs = None
-    if m.kind != "lognormal":
-        obs = observed if observed is not None else read_observed(m.data)
-    key = (m, cap, workload.group_size, id(obs), seed, step, index, attempt, batch)
-    with _DRAWS_LOCK:  # the app simulates in several threads
-        hit = _DRAWS.get(key)
-        # The very table: an id is only unique while its object lives.
-        if hit is not None and hit[0] is obs:
-            _DRAWS.move_to_end(key)
-            return hit[1]
-    if obs is not None:
-        draw = observed_group(obs, m.kind, cap, seed, batch, index, attempt)
-    else:
-        rng = seeds.rng(seed, Stream.LENGTHS, batch, index, attempt)
-        draw = model_group(m, cap, workload.group_size, step, rng)
-    for arr in (draw.lengths, draw.correct):
-        # Shared by every simulation that meets this prompt: nobody may change it.
-        arr.setflags(write=False)
-    with _DRAWS_LOCK:
-        _DRAWS[key] = (obs, draw)
-        if len(_DRAWS) > _DRAWS_KEPT:
-            _DRAWS.popitem(last=False)
-    return draw
-
-
-_DRAWS: OrderedDict[tuple, tuple[ObservedLengths | None, GroupDraw]] = OrderedDict()
-_DRAWS_LOCK = threading.Lock()
-_DRAWS_KEPT = 100_000  # groups (a few hundred bytes each)
-
-
-def new_group(key: tuple[int, int], draw: GroupDraw, attempt: int = 0) -> Group:
-    return Group(key, draw.lengths, np.zeros(len(draw.lengths)), attempt, prompt_tokens=draw.prompt_tokens,
-                 rank=draw.rank, mixed=draw.mixed)
 
 
 def check_size(workload: Workload, steps: int) -> None:

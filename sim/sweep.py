@@ -1,7 +1,7 @@
 """Policies x seeds on one workload, with common random numbers.
 
 Seed s draws the same response lengths for every policy (a prompt's lengths depend only on
-(seed, step, prompt index): `sim.simulator.group_lengths`), so two policies run on the same
+(seed, step, prompt index): `sim.groups.group_lengths`), so two policies run on the same
 seeds differ only by what the policies do. `tlt compare`, `tlt regret` and the tuner all
 sweep this way; each reduces the runs as they come (a run holds its whole timeline).
 A sweep is a list of independent units (`sweep_units`, `run_unit`): workbench/distributed.py

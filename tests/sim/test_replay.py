@@ -10,7 +10,8 @@ import pytest
 
 from sim.lengths import LengthModel, for_cap
 from sim.rollout import Group, Seq, shard_seqs
-from sim.simulator import group_lengths, simulate
+from sim.groups import group_lengths
+from sim.simulator import simulate
 from workbench.contracts.length_data import (
     COLUMNS,
     from_frame,

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from sim.costs import verify_step_s
 from sim.lengths import StepLengths
 from sim.rollout import shard
-from sim.simulator import group_lengths, simulate
+from sim.groups import group_lengths
+from sim.simulator import simulate
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload
