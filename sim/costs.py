@@ -34,7 +34,7 @@ def draft_step_s(d: DrafterCost, kind: str, batch: int, strategy: Strategy | int
     s = Strategy.parse(strategy)
     if kind == "none" or batch <= 0:
         return 0.0
-    host = d.sd_host_s_per_seq * batch if s.steps else 0.0
+    host = d.sd_host_s_per_seq * batch + d.sd_step_s if s.steps else 0.0
     if kind in ("ngram", "suffix"):  # model-free: a CPU lookup per sequence (prompt or earlier responses)
         return d.ngram_s_per_seq * batch + host if s.steps else 0.0
     return max(1, s.steps) * (d.eagle_step_s + d.eagle_s_per_seq * batch * s.topk) + host

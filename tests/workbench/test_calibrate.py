@@ -108,6 +108,7 @@ def test_recovers_acceptance(cal):
 PARAMETER_KEYS = [
     "decode.overhead_s", "decode.compute_s_per_token", "decode.per_seq_s", "decode.prefill_s_per_token",
     "decode.kv_s_per_token", "drafter.ngram_s_per_seq", "drafter.eagle_s_per_seq", "drafter.eagle_step_s",
+    "drafter.sd_step_s",
     "decode.weights_s", "acceptance.eagle_alpha_fresh", "acceptance.eagle_alpha_cold", "acceptance.eagle_shape",
     "acceptance.ngram_alpha", "acceptance.ngram_shape", "acceptance.staleness_per_update",
     "phases.train_gpu_s_per_token", "phases.weight_sync_s",

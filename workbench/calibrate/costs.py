@@ -2,6 +2,7 @@
 
       T = overhead + per_seq*B + kv*B*ctx + max(weights, compute*B*(K+1))
           + prefill*P + [n-gram] ngram*B + [EAGLE] max(K, 1)*(eagle_step + eagle_seq*B)
+          + [K > 0] sd_step
 
 B = decode_requests, ctx = context_mean, K = draft_len (0: no SD that step),
 P = prefill_tokens; the drafter is the trace's (meta). Writing
@@ -52,6 +53,7 @@ COST_PARAMS: tuple[tuple[str, str], ...] = (
     ("drafter", "ngram_s_per_seq"),
     ("drafter", "eagle_s_per_seq"),
     ("drafter", "eagle_step_s"),
+    ("drafter", "sd_step_s"),
     ("decode", "finish_s"),
 )
 # A step right after requests finished is slower (vLLM frees them and the driver builds their
@@ -138,6 +140,7 @@ def features(f: pd.DataFrame, knee: float) -> np.ndarray:
         b * ngram,                       # ngram_s_per_seq
         eagle * b,                       # eagle_s_per_seq
         eagle,                           # eagle_step_s
+        sd & (b > 0),                    # sd_step_s: a pass that speculates, either kind
         f["F"].to_numpy(float),          # finish_s (requests finished in the previous step)
     ])
 

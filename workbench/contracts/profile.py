@@ -65,9 +65,13 @@ class DrafterCost:
     eagle_s_per_seq: float  # one drafter forward, per sequence and candidate
     ngram_s_per_seq: float  # n-gram lookup per sequence per verify pass (CPU)
     sd_host_s_per_seq: float = 0.0  # host work per sequence per SD pass, not overlapped
+    # The engine's fixed work in every pass that speculates, either drafter kind (its rejection
+    # sampler and the proposals' bookkeeping): on CPU most of what an SD step costs beyond a plain
+    # one at small batch. 0: none (the measured-database profiles hold it in the draft overhead).
+    sd_step_s: float = 0.0
 
     def check(self) -> None:
-        for name in ("eagle_step_s", "eagle_s_per_seq", "ngram_s_per_seq", "sd_host_s_per_seq"):
+        for name in ("eagle_step_s", "eagle_s_per_seq", "ngram_s_per_seq", "sd_host_s_per_seq", "sd_step_s"):
             v = getattr(self, name)
             require(0.0 <= v < 1.0, name, v, "seconds, >= 0 and < 1")
 
