@@ -114,13 +114,14 @@ def _errors(costs: CostFit, acc_fits: dict[str, AcceptanceFit], length_fit: Leng
 PROBE_EXPONENTS = (1.0, 0.75, 1.25, 1.5, 1.75, 2.0)
 
 
-def _normalised_fit(traces: Sequence[Trace], base: Profile, warmup_steps: int,
-                    target: str) -> tuple[list[Trace], float | None, float, CostFit]:
+def _normalised_fit(traces: Sequence[Trace], base: Profile, warmup_steps: int, target: str,
+                    by_probe: bool = True) -> tuple[list[Trace], float | None, float, CostFit]:
     """The cost fit on the traces brought to one machine speed by their probes, at the exponent
-    whose fit has the lowest held-out step error; without probes, the fit on the traces as given."""
+    whose fit has the lowest held-out step error; without probes (or `by_probe` off), the fit on
+    the traces as given."""
     best = None
     for exponent in PROBE_EXPONENTS:
-        normed, probe_ms = normalise_by_probe(traces, exponent)
+        normed, probe_ms = normalise_by_probe(traces, exponent) if by_probe else (list(traces), None)
         costs = fit_costs(step_frame(normed, warmup_steps, target), base)
         if best is None or costs.cv_mdape_pct < best[3].cv_mdape_pct - 0.1:
             best = (normed, probe_ms, exponent, costs)
@@ -130,16 +131,16 @@ def _normalised_fit(traces: Sequence[Trace], base: Profile, warmup_steps: int,
 
 
 def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, warmup_steps: int = WARMUP_STEPS,
-              target: str = "cycle") -> Calibration:
+              target: str = "cycle", by_probe: bool = True) -> Calibration:
     """Fit a Profile (on `base`: what the traces cannot identify is kept) and a LengthModel.
 
     Traces whose captures timed the machine's speed (meta["speed"]) are first scaled to the median
     speed among them (`normalise_by_probe`: each stretch of a capture at its probe's speed), and
-    the profile records that speed."""
+    the profile records that speed (`by_probe=False`: the raw times, what not normalising gives)."""
     if not traces:
         raise ValueError("calibration needs at least one trace")
     notes: list[str] = []
-    traces, probe_ms, exponent, costs = _normalised_fit(traces, base, warmup_steps, target)
+    traces, probe_ms, exponent, costs = _normalised_fit(traces, base, warmup_steps, target, by_probe)
     if probe_ms is not None:
         factors = ", ".join(f"{t.meta[DRIFT_KEY]['factor']:.3f}" for t in traces)
         notes.append(f"each trace brought to the traces' median machine speed (speed probe {probe_ms:.2f} ms, "

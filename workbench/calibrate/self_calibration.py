@@ -400,8 +400,8 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
         else:
             norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]), path=c.trace.path) for c in records}
         cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name, warmup_steps=warmup_steps)
-    raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw",
-                        warmup_steps=warmup_steps) if compare_raw else None
+    raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw", warmup_steps=warmup_steps,
+                        by_probe=False) if compare_raw else None
     progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0, "validating on the held-out captures"))
     heldout = [_heldout(c, {m: (cals[m].profile, norm[m][c.spec.name]) for m in cals}, method,
                         raw_cal.profile if raw_cal else cals[method].profile)
