@@ -64,12 +64,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.acceptance import stats_for
+from sim.acceptance import position_rows, stats_for
 from sim.costs import segment_s
 from sim.sweep import ProgressFn, Runner, seed_list, spread, sweep
 from workbench.contracts.fileio import save_result
 from workbench.contracts.policy import Policy
-from workbench.contracts.profile import Profile
+from workbench.contracts.profile import Profile, position_row
 from workbench.contracts.workload import Workload
 
 SCHEMA = "tlt-regret/1"
@@ -92,12 +92,14 @@ def candidate_arms(policy: Policy, bucket: int) -> list[int]:
     return sorted({*policy.bandit.arms, policy.schedule[bucket].draft_len})
 
 
-def decision_segments(run, policy: Policy, profile: Profile) -> pd.DataFrame:
+def decision_segments(run, policy: Policy, profile: Profile, prompt_tokens: float = 0.0) -> pd.DataFrame:
     """A run's decision segments with their model time under every candidate arm.
 
     Columns: rl_step, worker, start_s, batch, bucket, chosen, tokens, context,
     observed_s, kind, and t_K (model seconds under draft length K) for every
-    K in the union of the buckets' candidates (NaN outside a bucket's set).
+    K in the union of the buckets' candidates (NaN outside a bucket's set). A profile whose
+    acceptance moves along a response (`AcceptanceModel.*_position`) is read at each segment's
+    position: its mean context less `prompt_tokens` (a segment never crosses a row's start).
     """
     tl = run.timeline
     by_step = {m.rl_step: m for m in run.steps}
@@ -124,12 +126,15 @@ def decision_segments(run, policy: Policy, profile: Profile) -> pd.DataFrame:
     rows = zip(seg["kind"], seg["quality"], seg["batch"], seg["context"], seg["tokens"], seg["bucket"], seg["chosen"])
     for i, (kind, quality, batch, context, tokens, bucket, chosen) in enumerate(rows):
         batch = int(batch)
+        along = position_rows(acc, kind)
+        row = position_row(along, context - prompt_tokens) if along else -1
+        miss = along[row].miss if along else 1.0
         for k in union:
             if k not in allowed[bucket] and k != chosen:
                 continue
-            key = (kind, quality, k)
+            key = (kind, quality, k, miss)
             if key not in mean_len:
-                mean_len[key] = stats_for(acc, kind, quality, k).mean
+                mean_len[key] = stats_for(acc, kind, quality, k, miss).mean
             passes = tokens / (batch * mean_len[key])
             cols[k][i] = segment_s(dec, dft, kind, batch, context, k, passes)
     for k in union:
@@ -173,8 +178,9 @@ class RunRegret:
         return 100.0 * self.regret_s / self.rollout_worker_s if self.rollout_worker_s else 0.0
 
 
-def run_regret(run, policy: Policy, profile: Profile, workers: int, algorithm: str, seed: int) -> RunRegret:
-    seg = decision_segments(run, policy, profile)
+def run_regret(run, policy: Policy, profile: Profile, workers: int, algorithm: str, seed: int,
+               prompt_tokens: float = 0.0) -> RunRegret:
+    seg = decision_segments(run, policy, profile, prompt_tokens)
     chosen_t = np.array([seg.at[i, f"t_{c}"] for i, c in enumerate(seg["chosen"])]) if len(seg) else np.zeros(0)
     per_seg = np.zeros(len(seg))
     clair = 0.0
@@ -344,7 +350,8 @@ def bandit_regret(workload: Workload, base: Policy, profile: Profile, seeds: int
         if unknown:
             raise ValueError(f"algorithms: {unknown[0]!r}; allowed: " + ", ".join(a for a, _ in BANDITS))
         variants = [v for v in variants if v.bandit.algorithm in algorithms]
-    runs = [run_regret(r.run, r.policy, profile, workload.workers, r.policy.bandit.algorithm, r.seed)
+    runs = [run_regret(r.run, r.policy, profile, workload.workers, r.policy.bandit.algorithm, r.seed,
+                       workload.prompt_tokens)
             for r in runner(workload, variants, profile, seeds, steps, on_progress)]
     return RegretReport(
         workload=workload.name, profile=profile.name, base_policy=base.name,

@@ -61,6 +61,7 @@ def test_a_flat_drafter_gets_no_rows_beyond_its_noise():
 def test_a_drafter_that_misses_late_slows_the_tail_and_a_flat_row_changes_nothing():
     wl = replace(load_workload("cpu-tiny"), steps=2)
     pol, prof = load_policy("static-sd"), load_profile("cpu-tiny")
+    prof = replace(prof, acceptance=replace(prof.acceptance, eagle_position=(), ngram_position=()))
     flat = simulate(wl, pol, prof, seed=4)
     rows = (PositionMiss(0, 1.0),)
     same = simulate(wl, pol, replace(prof, acceptance=replace(prof.acceptance, eagle_position=rows)), seed=4)

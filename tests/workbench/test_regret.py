@@ -66,7 +66,7 @@ def test_model_time_matches_the_simulator(toy):
     wl, prof, base = toy
     policy = bandit_variants(base)[0]
     run = simulate(wl, policy, prof, seed=0, steps=2)
-    seg = decision_segments(run, policy, prof)
+    seg = decision_segments(run, policy, prof, wl.prompt_tokens)
     model = np.array([seg.at[i, f"t_{k}"] for i, k in enumerate(seg["chosen"])])
     assert model.sum() == pytest.approx(seg["observed_s"].sum(), rel=0.02)
 
