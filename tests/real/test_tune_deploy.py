@@ -38,7 +38,7 @@ def test_a_policy_tuned_on_a_cpu_workload_trains_unchanged_on_the_real_backend(t
     res = CliRunner().invoke(app, ["tune", "--workload", str(wl_file), "--trials", "12", "--seeds", "1",
                                    "--storage", "memory", "--study", "deploy", "--out", str(tuned)])
     assert res.exit_code == 0, res.output
-    assert "real backend's space" in res.output and "tlt train" in res.output
+    assert "target tlt-train" in res.output and "tlt train" in res.output
     pol = load_policy(tuned)
     assert pol.uses_sd, pol  # on cpu-tiny's costs SD pays at small batches: the deployed policy drafts
 
