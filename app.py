@@ -2,7 +2,7 @@
 
 Run with `streamlit run app.py`. This file only sets the page up and routes;
 each page is a `render()` function in `workbench/ui/`. To add a page, write
-`workbench/ui/<page>.py` with a `render()` and add an `st.Page` to PAGES below.
+`workbench/ui/<name>_page.py` with a `render()` and add an `st.Page` to PAGES below.
 
 Every page answers at its own URL (/what-if, /compare, ...). Streamlit serves its default
 page at "/" only and matches no URL to it (its url_path is ""), so a default page with a
@@ -14,7 +14,15 @@ from pathlib import Path
 
 import streamlit as st
 
-from workbench.ui import calibrate_page, compare_page, paper_page, plan_page, train_page, tune_page, whatif
+from workbench.ui import (
+    calibrate_page,
+    compare_page,
+    paper_page,
+    plan_page,
+    train_page,
+    tune_page,
+    whatif_page,
+)
 
 # The favicon is a file served by this app (a material icon's favicon would be fetched from the
 # web).
@@ -22,7 +30,7 @@ FAVICON = Path(__file__).resolve().parent / "workbench" / "ui" / "assets" / "fav
 st.set_page_config(page_title="TLT Workbench", page_icon=str(FAVICON), layout="wide")
 
 PAGES = [
-    st.Page(whatif.render, title="What-if", icon=":material/science:", url_path="what-if"),
+    st.Page(whatif_page.render, title="What-if", icon=":material/science:", url_path="what-if"),
     st.Page(compare_page.render, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(tune_page.render, title="Tune", icon=":material/tune:", url_path="tune"),
     st.Page(plan_page.render, title="Plan", icon=":material/grid_view:", url_path="plan"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import AcceptanceModel, PositionMiss
 
 
@@ -60,22 +60,27 @@ def suffix_stats(m: AcceptanceModel, strategy: Strategy | int, history: bool, si
     return accept_stats([match * r for r in cumulative_acceptance(m.suffix_alpha, m.suffix_shape, s.depth)])
 
 
-def stats_for(m: AcceptanceModel, kind: str, quality: float, strategy: Strategy | int,
+def stats_for(m: AcceptanceModel, kind: DrafterKind, quality: float, strategy: Strategy | int,
               miss: float = 1.0) -> AcceptStats:
     """Tokens per verify pass for drafter `kind` at `quality` under a strategy (an int: a chain).
     For `suffix` drafts: with no earlier response to draft from (see `suffix_stats`). `miss`: the
     drafter misses that many times as often here (`AcceptanceModel.*_position`)."""
     s = Strategy.parse(strategy)
-    if kind == "none" or s.steps == 0:
+    if kind == DrafterKind.NONE or s.steps == 0:
         return NO_SD
-    if kind == "suffix":
+    if kind == DrafterKind.SUFFIX:
         return suffix_stats(m, s, False, 0.0)
-    alpha, shape = (m.ngram_alpha, m.ngram_shape) if kind == "ngram" else (eagle_alpha(m, quality), m.eagle_shape)
+    if kind == DrafterKind.NGRAM:
+        alpha, shape = m.ngram_alpha, m.ngram_shape
+    else:
+        alpha, shape = eagle_alpha(m, quality), m.eagle_shape
     if miss != 1.0:
         alpha = min(0.999, max(0.0, 1.0 - (1.0 - alpha) * miss))
     return accept_stats(cumulative_acceptance(tree_alpha(alpha, m.tree_width_gain, s), shape, s.depth))
 
 
-def position_rows(m: AcceptanceModel, kind: str) -> tuple[PositionMiss, ...]:
+def position_rows(m: AcceptanceModel, kind: DrafterKind) -> tuple[PositionMiss, ...]:
     """How drafter `kind`'s acceptance moves along a response (() for none, suffix: flat)."""
-    return m.eagle_position if kind == "eagle" else m.ngram_position if kind == "ngram" else ()
+    if kind == DrafterKind.EAGLE:
+        return m.eagle_position
+    return m.ngram_position if kind == DrafterKind.NGRAM else ()

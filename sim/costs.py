@@ -5,7 +5,7 @@ A strategy is a `Strategy` or an int (a chain of that many drafted tokens; 0: no
 
 from __future__ import annotations
 
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import DecodeCost, DrafterCost, PhaseCost
 
 
@@ -18,7 +18,7 @@ def verify_step_s(c: DecodeCost, batch: int, context: float, strategy: Strategy 
             + max(c.weights_s, compute) + (1.0 - c.overlap) * min(c.weights_s, compute))
 
 
-def draft_step_s(d: DrafterCost, kind: str, batch: int, strategy: Strategy | int) -> float:
+def draft_step_s(d: DrafterCost, kind: DrafterKind, batch: int, strategy: Strategy | int) -> float:
     """Proposing the strategy's drafts for each of `batch` sequences: the learned drafter runs one
     forward per step over batch x top-k candidates; n-gram is a lookup per sequence.
 
@@ -32,10 +32,11 @@ def draft_step_s(d: DrafterCost, kind: str, batch: int, strategy: Strategy | int
     SGLang and vLLM where the kernels alone keep it flat (docs/results.md, "SD's speedup by
     batch")."""
     s = Strategy.parse(strategy)
-    if kind == "none" or batch <= 0:
+    if kind == DrafterKind.NONE or batch <= 0:
         return 0.0
     host = d.sd_host_s_per_seq * batch + d.sd_step_s if s.steps else 0.0
-    if kind in ("ngram", "suffix"):  # model-free: a CPU lookup per sequence (prompt or earlier responses)
+    # model-free: a CPU lookup per sequence (prompt or earlier responses)
+    if kind in (DrafterKind.NGRAM, DrafterKind.SUFFIX):
         return d.ngram_s_per_seq * batch + host if s.steps else 0.0
     return max(1, s.steps) * (d.eagle_step_s + d.eagle_s_per_seq * batch * s.topk) + host
 
@@ -49,8 +50,8 @@ def train_phase_s(c: PhaseCost, tokens: int, gpus: int) -> float:
     return c.train_gpu_s_per_token * tokens / gpus
 
 
-def segment_s(c: DecodeCost, d: DrafterCost, kind: str, batch: int, context: float, strategy: Strategy | int,
-              passes: float = 1.0) -> float:
+def segment_s(c: DecodeCost, d: DrafterCost, kind: DrafterKind, batch: int, context: float,
+              strategy: Strategy | int, passes: float = 1.0) -> float:
     """`passes` verify passes at a constant batch: drafting and verifying with `strategy`
     (prefill not included)."""
     return passes * (verify_step_s(c, batch, context, strategy) + draft_step_s(d, kind, batch, strategy))

@@ -11,6 +11,7 @@ import pandas as pd
 
 from workbench.contracts.fileio import write_atomic
 from workbench.contracts.timeline import rollout_split
+from workbench.contracts.policy import DrafterKind
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class StepMetrics:
     tokens_per_s: float  # response tokens / rollout time
     longest_response: int
     clip_ratio: float
-    drafter_kind: str  # drafter used in this rollout
+    drafter_kind: DrafterKind  # drafter used in this rollout
     drafter_quality: float  # learned drafter's quality during this rollout
     drafter_trained_tokens: float  # tokens the spot trainers put into the drafter
     round_kind: str = "sync"  # sync; partial (APRIL); short or long round (tail batching)
@@ -47,7 +48,7 @@ class StepInfo:
     """What the simulator knows of a step besides its intervals."""
 
     lengths: np.ndarray  # lengths of the responses trained on
-    drafter_kind: str
+    drafter_kind: DrafterKind
     drafter_quality: float
     trained_tokens: float
     round_kind: str

@@ -22,10 +22,10 @@ from sim.costs import prefill_s, segment_s
 from sim.engine import EngineBatch
 from workbench.contracts import seeds
 from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, StepReward, make_bandit
-from workbench.contracts.policy import Policy, Strategy
+from workbench.contracts.policy import DrafterKind, Policy, Strategy
 from workbench.contracts.profile import PositionMiss, Profile, next_position_edge, position_row
 from workbench.contracts.seeds import Stream
-from workbench.contracts.trace import Timeline
+from workbench.contracts.timeline import Timeline
 from workbench.contracts.workload import Workload
 
 NO_SD_STRATEGY = Strategy.chain(0)
@@ -119,7 +119,7 @@ def open_seqs(groups: list[Group]) -> list[Seq]:
 class Drafting:
     """How the engines draft: the drafter in use and what it yields."""
 
-    kind: str  # drafter in use
+    kind: DrafterKind  # drafter in use
     accept: dict[Strategy, AcceptStats]  # tokens per verify pass under each strategy
     history: bool = False  # suffix drafts: the prompts were answered in an earlier epoch
     # How acceptance moves along a response (AcceptanceModel.*_position): the rows' starts and,
@@ -301,7 +301,7 @@ class RolloutPool:
         engine = EngineBatch(remaining, context, self.workload.max_batch, done_before)
         warm, kind = WarmUp(self.policy), ro.drafting.kind
         shares = SiblingShare([groups[q.group] for q in seqs].__getitem__)
-        if kind == "suffix":
+        if kind == DrafterKind.SUFFIX:
             for gi in {q.group for q in seqs}:
                 shares.watch(groups[gi])
         while not engine.done:
@@ -309,7 +309,7 @@ class RolloutPool:
                 yield from self.resync(w, ro.step, engine)
             prefill = prefill_s(dec, engine.admit())
             batch = engine.batch
-            siblings = shares.at(engine) if kind == "suffix" else 0.0
+            siblings = shares.at(engine) if kind == DrafterKind.SUFFIX else 0.0
             seg = self._plan_segment(w, ro.drafting, engine, warm.left(batch), siblings)
             context = engine.mean_context() + seg.passes * seg.accept_len / 2
             decode_s = segment_s(dec, prof.drafter, kind, batch, context, seg.strategy, seg.passes)
@@ -355,7 +355,7 @@ class RolloutPool:
         acceptance by position), and the accepted length it sees (its mean over the segment's
         verify outcomes)."""
         batch, need = engine.batch, engine.tokens_to_next_finish()
-        arm = self.bandits[w].select(batch) if drafting.kind != "none" else None
+        arm = self.bandits[w].select(batch) if drafting.kind != DrafterKind.NONE else None
         cap = math.inf
         if arm is not None and arm.bucket != SD_OFF_BUCKET and warm_left > 0:
             arm, cap = None, warm_left  # FastRL: SD back on only after enough decode steps at or below the threshold
@@ -363,7 +363,7 @@ class RolloutPool:
             cap = self.policy.bandit.decision_interval
         strategy = arm.strategy if arm is not None else NO_SD_STRATEGY
         stats = drafting.accept[strategy]
-        if drafting.kind == "suffix" and strategy.steps:
+        if drafting.kind == DrafterKind.SUFFIX and strategy.steps:
             stats = self._suffix_stats(strategy, drafting.history, siblings)
         accept_len = stats.mean
         if drafting.position and strategy.steps:
@@ -394,7 +394,7 @@ class RolloutPool:
 
     def _after_shard(self, w: int, ro: RolloutRound, decoder: simpy.Process):
         """Engine w once its shard is done: idle, and spot-train the drafter when allowed, until the rollout ends."""
-        env, training = self.env, self.policy.training
+        env, training = self.env, self.policy.spot_training
         yield decoder
         finished = env.now
         ro.idle_workers += 1

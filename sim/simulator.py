@@ -39,11 +39,11 @@ from sim.groups import group_lengths, new_group
 from sim.results import FilterRecord, PolicyRun, StepInfo, StepMetrics, step_metrics
 from sim.rollout import NO_SD_STRATEGY, Drafting, Group, RolloutPool, RolloutRound, open_seqs
 from sim.streaming import StreamingPool
-from workbench.contracts.policy import Policy, Strategy
+from workbench.contracts.policy import DrafterKind, Policy, Strategy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.length_data import read_observed
-from workbench.contracts.trace import Timeline
+from workbench.contracts.timeline import Timeline
 from workbench.contracts.workload import Workload
 
 # Responses x steps (plus workers x steps) a run may simulate: ~2 minutes on this project's
@@ -278,7 +278,7 @@ class Simulator:
 
     def _spot_trains(self, step: int) -> bool:
         """Spot training runs in every `interval_steps`-th rollout (FastRL trains every 10 RL steps)."""
-        t = self.policy.training
+        t = self.policy.spot_training
         return t.enabled and step % t.interval_steps == 0
 
     # ------------------------------------------------------------ synchronous RL
@@ -433,8 +433,8 @@ def minibatch_sizes(groups: int, minibatches: int) -> list[int]:
     return [groups * (i + 1) // minibatches - groups * i // minibatches for i in range(minibatches)]
 
 
-def trained_info(step: int, trained: list[Group], left: int, kind: str, quality: float, trained_tokens: float,
-                 round_kind: str) -> StepInfo:
+def trained_info(step: int, trained: list[Group], left: int, kind: DrafterKind, quality: float,
+                 trained_tokens: float, round_kind: str) -> StepInfo:
     """What a step trained on: its response lengths and how stale they were (updates between the
     weights that started each group and this step's update)."""
     lengths = np.concatenate([g.lengths for g in trained]) if trained else np.zeros(0, dtype=np.int64)

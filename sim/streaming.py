@@ -24,9 +24,9 @@ import simpy
 from sim.costs import prefill_s, segment_s
 from sim.engine import EngineBatch
 from sim.rollout import Drafting, Group, RolloutPool, SiblingShare, WarmUp
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.profile import Profile
-from workbench.contracts.trace import Timeline
+from workbench.contracts.timeline import Timeline
 from workbench.contracts.workload import Workload
 
 
@@ -149,7 +149,7 @@ class StreamingPool(RolloutPool):
             yield env.timeout(prefill)
         batch = engine.batch
         self.running[w] = batch
-        siblings = shares.at(engine) if d.kind == "suffix" else 0.0
+        siblings = shares.at(engine) if d.kind == DrafterKind.SUFFIX else 0.0
         seg = self._plan_segment(w, d, engine, warm.left(batch), siblings)
         context = engine.mean_context() + seg.passes * seg.accept_len / 2
         decode_s = segment_s(dec, self.profile.drafter, d.kind, batch, context, seg.strategy, seg.passes)

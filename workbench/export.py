@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from real.rollout.spec_config import EngineConfigError, eagle_checkpoint, speculative_config
-from workbench.contracts.policy import Policy, Strategy
+from workbench.contracts.policy import DrafterKind, Policy, Strategy
 
 TARGETS = ("vllm", "sglang", "verl")
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default engine batch (the table is closed there)
@@ -103,11 +103,12 @@ def trainer_notes(policy: Policy, target: str) -> list[str]:
     return notes
 
 
-def training_note(policy: Policy, target: str) -> list[str]:
-    if not policy.training.enabled:
+def spot_training_note(policy: Policy, target: str) -> list[str]:
+    if not policy.spot_training.enabled:
         return []
-    note = (f"dropped: training (spot training of the drafter on idle workers): {target} has no such setting "
-            f"(FastRL's trainer has: tlt export --to sglang writes it as speculative.train.*)")
+    note = (f"dropped: spot_training (spot training of the drafter on idle workers): {target} "
+            f"has no such setting (FastRL's trainer has: tlt export --to sglang writes it as "
+            f"speculative.train.*)")
     return [note]
 
 
@@ -127,7 +128,7 @@ def vllm_spec(policy: Policy, drafter_dir: str | Path | None, max_num_seqs: int,
 
 
 def vllm_notes(policy: Policy, target: str = "vllm") -> list[str]:
-    notes = trainer_notes(policy, target) + training_note(policy, target)
+    notes = trainer_notes(policy, target) + spot_training_note(policy, target)
     if policy.uses_sd and policy.sd_warmup_steps > 0:
         notes.append(f"dropped: sd_warmup_steps {policy.sd_warmup_steps} (FastRL's adaptive_spec_warmup_checks): "
                      f"vLLM's table turns SD back on at once when the batch falls to sd_threshold")
@@ -235,7 +236,7 @@ def fastrl_eagle(policy: Policy, ddir: Path, buckets: list[Bucket]) -> tuple[lis
     if rest:
         args += [("--speculative-eagle-mab-algorithm", "BEG"), ("--speculative-eagle-mab-configs", ",".join(rest)),
                  ("--speculative-mab-bs-threshold", ",".join(str(b.min_batch) for b in buckets))]
-    t = policy.training
+    t = policy.spot_training
     overrides = [
         "speculative.enable=true", "speculative.spec_strategy=eagle", f"speculative.bs_threshold={threshold}",
         f"speculative.eagle.spec_model_path={ddir}", f"speculative.eagle.spec_steps={first.steps}",
@@ -260,10 +261,11 @@ def fastrl_notes(policy: Policy, buckets: list[Bucket]) -> list[str]:
     if buckets and buckets[-1].max_batch < policy.sd_threshold:
         notes.append(f"exact: bs_threshold is {buckets[-1].max_batch}, not sd_threshold {policy.sd_threshold}: the "
                      f"schedule drafts 0 tokens above batch {buckets[-1].max_batch}")
-    if policy.training.enabled:
-        notes.append(f"dropped: training.steps {policy.training.steps} and training.buffer "
-                     f"{policy.training.buffer}: FastRL bounds a session by speculative.train.max_epochs and keeps "
-                     f"its own buffer (its defaults stay)")
+    if policy.spot_training.enabled:
+        t = policy.spot_training
+        notes.append(f"dropped: spot_training.steps {t.steps} and spot_training.buffer {t.buffer}: "
+                     f"FastRL bounds a session by speculative.train.max_epochs and keeps its own "
+                     f"buffer (its defaults stay)")
     return notes
 
 
@@ -281,14 +283,14 @@ def ngram_args(policy: Policy, buckets: list[Bucket]) -> tuple[list[tuple[str, s
 
 def sglang_parts(policy: Policy, drafter_dir: str | Path | None) -> tuple[list[tuple[str, str]], list[str], list[str]]:
     """(SGLang server arguments, FastRL trainer overrides, notes); empty arguments: no SD."""
-    if policy.drafter.kind == "suffix":
+    if policy.drafter.kind == DrafterKind.SUFFIX:
         raise ExportError(f"sglang: policy '{policy.name}': drafter.kind 'suffix': SGLang has no suffix drafter; "
                           f"set drafter.kind to 'ngram' (the nearest) or 'eagle'")
     buckets = sd_buckets(policy, "sglang")
     if not buckets:
         return [], ["speculative.enable=false"], trainer_notes(policy, "sglang") + [
             "the policy does not use speculative decoding: plain decoding"]
-    if policy.drafter.kind == "ngram":
+    if policy.drafter.kind == DrafterKind.NGRAM:
         args, notes = ngram_args(policy, buckets)
         notes = trainer_notes(policy, "sglang") + notes + [
             "FastRL's trainer drafts with EAGLE only: no speculative.* overrides for an n-gram policy"]
@@ -345,10 +347,10 @@ def verl_export(policy: Policy, drafter_dir: str | Path | None, max_num_seqs: in
     trees = any(not r.strategy.is_chain for r in policy.schedule) and policy.uses_sd
     rollout: dict[str, Any] = {"name": "sglang" if trees else "vllm", "max_num_seqs": max_num_seqs}
     if trees:
-        if policy.drafter.kind != "eagle":
+        if policy.drafter.kind != DrafterKind.EAGLE:
             raise ExportError(f"verl: policy '{policy.name}': tree strategies need drafter.kind 'eagle'")
         kwargs, notes = upstream_sglang_kwargs(policy, drafter_dir)
-        notes = trainer_notes(policy, "verl") + training_note(policy, "verl") + notes
+        notes = trainer_notes(policy, "verl") + spot_training_note(policy, "verl") + notes
         rollout["engine_kwargs"] = {"sglang": kwargs}
     else:
         spec = vllm_spec(policy, drafter_dir, max_num_seqs, "verl")

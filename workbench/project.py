@@ -55,23 +55,6 @@ R = TypeVar("R")
 Mapper = Callable[[Callable[[T], R], Sequence[T], Callable[[int, int, T], None] | None], list[R]]
 
 
-# The StepMetrics fields a projection reads, in one place (a rename in sim/results.py is a one-line fix here).
-def rollout_s(m: StepMetrics) -> float:
-    return m.rollout_time_s
-
-
-def idle_share(m: StepMetrics) -> float:
-    return m.bubble_fraction
-
-
-def spot_share(m: StepMetrics) -> float:
-    return m.drafter_train_fraction
-
-
-def update_s(m: StepMetrics) -> float:
-    return m.train_time_s
-
-
 @dataclass(frozen=True)
 class StepUsage:
     """One RL step: its wall-clock seconds and GPU-seconds per power state (every GPU of the job counts)."""
@@ -85,12 +68,12 @@ def step_usage(m: StepMetrics, workload: Workload, policy: Policy) -> StepUsage:
     step's allocated GPU-seconds (bubbles, syncs, waits), so the three add up to wall x GPUs."""
     gpw = workload.gpus_per_worker
     engines = rollout_engines(workload, policy)
-    rollout_gpu_s = rollout_s(m) * engines * gpw
-    spot = spot_share(m) * rollout_gpu_s
-    decode = max(0.0, 1.0 - idle_share(m) - spot_share(m)) * rollout_gpu_s
+    rollout_gpu_s = m.rollout_time_s * engines * gpw
+    spot = m.drafter_train_fraction * rollout_gpu_s
+    decode = max(0.0, 1.0 - m.bubble_fraction - m.drafter_train_fraction) * rollout_gpu_s
     # Synchronous RL updates on every GPU; asynchronous modes on the engines not rolling out.
     trainer_gpus = workload.gpus if policy.rollout.mode != "async" else (workload.workers - engines) * gpw
-    train = update_s(m) * trainer_gpus + spot
+    train = m.train_time_s * trainer_gpus + spot
     total = m.step_time_s * workload.gpus
     return StepUsage(m.step_time_s, GpuSeconds(decode, max(0.0, total - decode - train), train))
 
@@ -136,8 +119,8 @@ def block_length(policies: Sequence[Policy]) -> int:
     """A multiple of every spot-training interval (so a block holds whole training cycles), >= MIN_BLOCK."""
     period = 1
     for p in policies:
-        if p.training.enabled:
-            period = math.lcm(period, p.training.interval_steps)
+        if p.spot_training.enabled:
+            period = math.lcm(period, p.spot_training.interval_steps)
     return period * math.ceil(MIN_BLOCK / period)
 
 

@@ -68,7 +68,7 @@ from sim.acceptance import position_rows, stats_for
 from sim.costs import segment_s
 from sim.sweep import ProgressFn, Runner, seed_list, spread, sweep
 from workbench.contracts.fileio import save_result
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.profile import Profile, position_row
 from workbench.contracts.workload import Workload
 
@@ -106,7 +106,7 @@ def decision_segments(run, policy: Policy, profile: Profile, prompt_tokens: floa
     decode = tl[tl["state"].isin(["decode", "decode_sd"])].copy()
     kinds = decode["rl_step"].map(lambda s: by_step[s].drafter_kind)
     buckets = decode["batch"].map(lambda b: policy.bucket_of(int(b)))
-    keep = (kinds != "none").to_numpy() & buckets.notna().to_numpy()
+    keep = (kinds != DrafterKind.NONE).to_numpy() & buckets.notna().to_numpy()
     seg = decode[keep].copy()
     seg["kind"] = kinds[keep].to_numpy()
     seg["bucket"] = buckets[keep].astype(int).to_numpy()

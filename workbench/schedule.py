@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from sim.acceptance import stats_for
 from sim.costs import draft_step_s, verify_step_s
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.profile import Profile
 
 # Tokens of context per sequence the costs are judged at: a prompt (~20 tokens) and a response
@@ -57,7 +57,7 @@ class PredictedSchedule:
     """The verdict for one drafter kind at one quality, on one profile."""
 
     profile: str
-    kind: str
+    kind: DrafterKind
     quality: float
     context: float
     buckets: tuple[BucketChoice, ...]
@@ -75,7 +75,8 @@ def candidates(policy: Policy) -> tuple[int, ...]:
     return tuple(sorted(arms | {0}))
 
 
-def goodput(profile: Profile, kind: str, quality: float, batch: int, draft_len: int, context: float) -> float:
+def goodput(profile: Profile, kind: DrafterKind, quality: float, batch: int, draft_len: int,
+            context: float) -> float:
     """Predicted tokens per second of an engine decoding `batch` sequences with chains of `draft_len`."""
     accept = stats_for(profile.acceptance, kind, quality, draft_len).mean
     step = verify_step_s(profile.decode, batch, context, draft_len) + draft_step_s(profile.drafter, kind, batch,
@@ -83,13 +84,14 @@ def goodput(profile: Profile, kind: str, quality: float, batch: int, draft_len: 
     return batch * accept / step
 
 
-def predict_schedule(policy: Policy, profile: Profile, kind: str | None = None, quality: float | None = None,
+def predict_schedule(policy: Policy, profile: Profile, kind: DrafterKind | None = None,
+                     quality: float | None = None,
                      context: float = DEFAULT_CONTEXT) -> PredictedSchedule:
     """Each schedule row's best chain length among `candidates(policy)` for drafter `kind` (default:
     the policy's) at `quality` (default: a warm-started drafter's `warm_start_quality`, else a fresh
     one's 1.0: the learned drafter runs only once it beats n-gram, so a cold one's 0 never decodes)."""
     kind = kind or policy.drafter.kind
-    if kind not in ("ngram", "eagle"):
+    if kind not in (DrafterKind.NGRAM, DrafterKind.EAGLE):
         raise ValueError(f"drafter kind {kind!r}: a schedule is predicted for 'ngram' or 'eagle'")
     if context < 0:
         raise ValueError(f"context {context}: a token count >= 0")
@@ -118,8 +120,8 @@ def start_tables(policy: Policy, profile: Profile, context: float = DEFAULT_CONT
     its bandit is a fixed table (a fixed table is the schedule as written, never re-derived)."""
     if not policy.uses_sd or policy.bandit.algorithm == "fixed":
         return {}
-    fallback = policy.drafter.kind == "eagle" and policy.drafter.ngram_fallback
-    kinds = [policy.drafter.kind] + (["ngram"] if fallback else [])
+    fallback = policy.drafter.kind == DrafterKind.EAGLE and policy.drafter.ngram_fallback
+    kinds = [policy.drafter.kind] + ([DrafterKind.NGRAM] if fallback else [])
     return {k: predict_schedule(policy, profile, kind=k, context=context) for k in kinds}
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from sim.acceptance import stats_for
 from sim.costs import draft_step_s, segment_s, verify_step_s
-from workbench.contracts.policy import Policy, Strategy
+from workbench.contracts.policy import DrafterKind, Policy, Strategy
 from workbench.contracts.profile import Profile
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -67,10 +67,10 @@ class Acceptance:
 
 
 def tokens_per_pass(
-    prof: Profile, kind: str, acc: Acceptance, strategy: Strategy, reference: Strategy
+    prof: Profile, kind: DrafterKind, acc: Acceptance, strategy: Strategy, reference: Strategy
 ) -> float:
     """E[L] of `strategy`, anchored on what the user gave for `reference`."""
-    if strategy.steps == 0 or kind == "none":
+    if strategy.steps == 0 or kind == DrafterKind.NONE:
         return 1.0
     model = stats_for(prof.acceptance, kind, acc.quality, strategy).mean
     if acc.positions and strategy.is_chain and strategy.depth <= len(acc.positions):
@@ -86,12 +86,12 @@ def tokens_per_pass(
 
 def speedup(
     prof: Profile,
-    kind: str,
+    kind: DrafterKind,
     batch: int,
     context: float,
     strategy: Strategy,
     accepted: float,
-    over: str = "none",
+    over: DrafterKind = DrafterKind.NONE,
 ) -> float:
     """Throughput with SD over the engine `over` decoding without it: "none" (no drafter) or the
     drafter's own engine at K = 0 ("eagle": its drafter still runs a forward per step)."""
@@ -100,7 +100,8 @@ def speedup(
 
 
 def crossover_batch(
-    prof: Profile, kind: str, strategy: Strategy, accepted: float, context: float, limit: int = 256
+    prof: Profile, kind: DrafterKind, strategy: Strategy, accepted: float, context: float,
+    limit: int = 256
 ) -> int | None:
     """The first batch (1..limit) where SD is slower than plain decoding (None: never)."""
     return next(
@@ -134,7 +135,7 @@ class BucketPick:
 @dataclass(frozen=True)
 class SdCurve:
     profile: str
-    kind: str
+    kind: DrafterKind
     strategy: str
     accepted: float
     context: float
@@ -157,18 +158,16 @@ class SdCurve:
         }
 
 
-def candidates(prof: Profile, kind: str) -> tuple[Strategy, ...]:
+def candidates(prof: Profile, kind: DrafterKind) -> tuple[Strategy, ...]:
     """Strategies a policy may choose: trees and chains on SGLang, chains elsewhere."""
-    trees = (
-        TREES
-        if kind == "eagle" and prof.cluster is not None and prof.cluster.framework == "sglang"
-        else ()
-    )
+    sglang = prof.cluster is not None and prof.cluster.framework == "sglang"
+    trees = TREES if kind == DrafterKind.EAGLE and sglang else ()
     return tuple(Strategy.parse(s) for s in trees + CHAINS)
 
 
 def pick_buckets(
-    prof: Profile, kind: str, acc: Acceptance, reference: Strategy, context: float, buckets=BUCKETS
+    prof: Profile, kind: DrafterKind, acc: Acceptance, reference: Strategy, context: float,
+    buckets=BUCKETS
 ) -> tuple[BucketPick, ...]:
     """Per bucket, the candidate with the highest mean speedup over its batch sizes (SD off where
     none pays)."""
@@ -186,7 +185,8 @@ def pick_buckets(
 
 
 def threshold(
-    prof: Profile, kind: str, acc: Acceptance, reference: Strategy, context: float, limit: int = 256
+    prof: Profile, kind: DrafterKind, acc: Acceptance, reference: Strategy, context: float,
+    limit: int = 256
 ) -> int:
     """The largest batch (up to `limit`) at which the best candidate still beats plain decoding."""
     cands = [(s, tokens_per_pass(prof, kind, acc, s, reference)) for s in candidates(prof, kind)]
@@ -200,15 +200,16 @@ def threshold(
 
 def sd_curve(
     prof: Profile,
-    kind: str,
+    kind: DrafterKind,
     strategy: Strategy,
     acc: Acceptance,
     context: float = CONTEXT,
     batches: tuple[int, ...] = DEFAULT_BATCHES,
 ) -> SdCurve:
     """The curve, its crossover and what it implies for a policy."""
-    if kind not in ("eagle", "ngram"):
+    if kind not in (DrafterKind.EAGLE, DrafterKind.NGRAM):
         raise ValueError(f"--drafter {kind!r}: eagle or ngram")
+    kind = DrafterKind(kind)  # a CLI or page string, checked above
     if strategy.steps == 0:
         raise ValueError(
             "--strategy 0 is no SD: give a chain (e.g. chain:3) or a tree (e.g. 8_4_16)"

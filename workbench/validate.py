@@ -54,7 +54,7 @@ from workbench.calibrate.trace_view import (
     trace_drafter_kind,
 )
 from workbench.contracts.fileio import save_figure, write_json
-from workbench.contracts.policy import Policy, ScheduleBucket
+from workbench.contracts.policy import DrafterKind, Policy, ScheduleBucket
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, from_mapping
 from workbench.contracts.trace import Trace, TraceError
@@ -176,7 +176,8 @@ def trace_workload(trace: Trace, profile: Profile) -> Workload:
     return wl
 
 
-def _check_schedule(pol: Policy, trace: Trace, kind: str) -> tuple[Policy, list[ScheduleOverride] | None, int]:
+def _check_schedule(pol: Policy, trace: Trace,
+                    kind: DrafterKind) -> tuple[Policy, list[ScheduleOverride] | None, int]:
     """Did the traced steps follow the schedule? Per bucket, the traced draft lengths: a bucket whose
     steps mostly ran another length takes theirs. Returns (policy, overrides, off-threshold SD steps)."""
     s = trace.steps
@@ -184,7 +185,7 @@ def _check_schedule(pol: Policy, trace: Trace, kind: str) -> tuple[Policy, list[
     batch = s["batch_size"].to_numpy()
     decoding = s["decode_requests"].to_numpy() > 0
     overridden = None
-    if kind != "none" and pol.schedule:
+    if kind != DrafterKind.NONE and pol.schedule:
         rows, overridden = [], []
         for row in pol.schedule:
             expect = row.draft_len if row.min_batch <= pol.sd_threshold else 0
@@ -199,7 +200,7 @@ def _check_schedule(pol: Policy, trace: Trace, kind: str) -> tuple[Policy, list[
             rows.append(row)
         if overridden:
             pol = replace(pol, schedule=tuple(rows))
-    sd_off = decoding & (batch > pol.sd_threshold) if kind != "none" else decoding
+    sd_off = decoding & (batch > pol.sd_threshold) if kind != DrafterKind.NONE else decoding
     return pol, overridden, int(np.sum(sd_off & (k > 0)))
 
 
@@ -214,11 +215,12 @@ def trace_policy(trace: Trace) -> TracePolicy:
         raise TraceError(trace.path or trace.name, "meta.json", f"policy: {exc}",
                          "the trace's policy must be a valid Policy") from None
     kind = trace_drafter_kind(meta)
-    drafter = replace(pol.drafter, kind=kind, warm_start=kind == "eagle", ngram_fallback=False)
-    training = replace(pol.training, enabled=False)
+    drafter = replace(pol.drafter, kind=kind, warm_start=kind == DrafterKind.EAGLE,
+                      ngram_fallback=False)
+    spot = replace(pol.spot_training, enabled=False)
     # The replay holds each RL step's prompts x samples, run to the end: a sync rollout.
-    pol = replace(pol, bandit=replace(pol.bandit, algorithm="fixed"), drafter=drafter, training=training,
-                  rollout=replace(pol.rollout, mode="sync", oversample=0.0))
+    pol = replace(pol, bandit=replace(pol.bandit, algorithm="fixed"), drafter=drafter,
+                  spot_training=spot, rollout=replace(pol.rollout, mode="sync", oversample=0.0))
     pol, overridden, off_threshold = _check_schedule(pol, trace, kind)
     pol.check()
     return TracePolicy(pol, kind, overridden, off_threshold)
@@ -314,7 +316,7 @@ def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
     pol = tp.policy
     replay, shards_match = trace_replay(trace, wl)
     prof = profile
-    if pol.drafter.kind == "eagle":
+    if pol.drafter.kind == DrafterKind.EAGLE:
         prof = replace(profile, acceptance=replace(profile.acceptance, staleness_per_update=0.0))
     run = simulate(wl, pol, prof, seed=seed, steps=wl.steps, replay=replay)
     predicted = [m.rollout_time_s for m in run.steps]

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import PromptResult, Sampling, SpecCounters
 from real.tiny import task
-from workbench.contracts.policy import DrafterConfig, Policy, ScheduleBucket
+from workbench.contracts.policy import DrafterConfig, DrafterKind, Policy, ScheduleBucket
 
 
 @dataclass
@@ -56,8 +56,8 @@ class RolloutBench:
         return out
 
 
-def bench_policy(method: str, max_batch: int, draft_len: int) -> Policy:
-    if method == "none":
+def bench_policy(method: DrafterKind, max_batch: int, draft_len: int) -> Policy:
+    if method == DrafterKind.NONE:
         return Policy(name="bench-none")
     pol = Policy(name=f"bench-{method}-k{draft_len}", sd_threshold=max_batch,
                  schedule=(ScheduleBucket(1, max_batch, draft_len),), drafter=DrafterConfig(kind=method))
@@ -89,8 +89,9 @@ def _best_run(engine: RolloutEngine, prompts: list[str], sampling: Sampling,
     return best, outs, counters
 
 
-def _bench_method(method: str, engine: RolloutEngine, prompts: list[str], report: RolloutBench,
-                  reference: dict[int, list[list[int]]], log: Callable[[str], None] | None) -> None:
+def _bench_method(method: DrafterKind, engine: RolloutEngine, prompts: list[str],
+                  report: RolloutBench, reference: dict[int, list[list[int]]],
+                  log: Callable[[str], None] | None) -> None:
     greedy = Sampling(temperature=0.0, max_tokens=report.max_tokens, ignore_eos=True)
     max_b = report.batches[-1]
     engine.generate(prompts[:max_b], 1, Sampling(temperature=0.0, max_tokens=16, ignore_eos=True))  # warm-up
@@ -99,16 +100,16 @@ def _bench_method(method: str, engine: RolloutEngine, prompts: list[str], report
         best, outs, counters = _best_run(engine, prompts[:b], greedy, report.repeats)
         tokens = [s.token_ids for r in outs for s in r.samples]
         n_tok = sum(len(t) for t in tokens)
-        if method == "none":
+        if method == DrafterKind.NONE:
             reference[b] = tokens
-        sd = method != "none"
+        sd = method != DrafterKind.NONE
         entry = BenchEntry(tokens=n_tok, seconds=round(best, 4), tokens_per_s=round(n_tok / best, 1),
                            mean_accepted_length=round(counters.mean_accepted_length, 3) if sd else None,
                            acceptance_rate=round(counters.acceptance_rate, 3) if sd else None,
                            same_as_none=tokens == reference.get(b))
         report.results[method][b] = entry
         if log:
-            extra = "" if method == "none" else f", accepted length {entry.mean_accepted_length}"
+            extra = f", accepted length {entry.mean_accepted_length}" if sd else ""
             log(f"  batch {b}: {entry.tokens_per_s:,.0f} tok/s{extra}")
 
 
@@ -119,12 +120,15 @@ def bench_rollout(model: str | Path, drafter: str | Path | None = None, batches:
     report = RolloutBench(str(model), str(drafter) if drafter else None, sizes, max_tokens, draft_len, repeats, seed)
     max_b = sizes[-1]
     prompts = bench_prompts(max_b, seed, max_tokens)
-    methods = ["none", "ngram"] + (["eagle"] if drafter is not None else [])
+    methods = [DrafterKind.NONE, DrafterKind.NGRAM]
+    if drafter is not None:
+        methods.append(DrafterKind.EAGLE)
     reference: dict[int, list[list[int]]] = {}
     for method in methods:
         t0 = time.perf_counter()
         engine = RolloutEngine(model, bench_policy(method, max_b, draft_len),
-                               drafter_dir=drafter if method == "eagle" else None, max_num_seqs=max_b, seed=seed)
+                               drafter_dir=drafter if method == DrafterKind.EAGLE else None,
+                               max_num_seqs=max_b, seed=seed)
         if log:
             log(f"{method}: engine started in {time.perf_counter() - t0:.1f}s")
         try:

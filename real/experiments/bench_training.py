@@ -37,6 +37,7 @@ from real.run.coordinator import RunConfig, TrainingRun
 from real.run.pool import start_local_ray
 from real.run.records import StepRecord
 from workbench.contracts.trace import load_trace
+from workbench.contracts.policy import DrafterKind
 
 # Batch buckets of the per-bucket figures (upper edges, inclusive).
 BUCKET_EDGES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -174,7 +175,7 @@ def policy_result(ref: list[StepRecord], run: list[StepRecord]) -> PolicyResult:
         reward=_mean([m.reward for m in run]), mean_accept_len=_mean([m.mean_accept_len for m in run]),
         rollout_share=pp.rollout_share,
         sd_speedup_est=_mean([m.sd_speedup for m in run if not math.isnan(m.sd_speedup)]),
-        sd_off_steps=sum(m.drafter_kind == "none" for m in run))
+        sd_off_steps=sum(m.drafter_kind == DrafterKind.NONE for m in run))
 
 
 def summarize(steps: dict[str, list[StepRecord]]) -> tuple[str, dict[str, PolicyResult], TrainingBenchSummary]:

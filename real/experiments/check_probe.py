@@ -30,7 +30,7 @@ from real.run.sd_guard import plain_cost, probe_requests, sd_verdict
 from real.run.worker import RolloutWorker
 from real.tiny.model import variant_of
 from real.tiny.task import make_problems
-from workbench.contracts.policy import load_policy
+from workbench.contracts.policy import DrafterKind, load_policy
 from workbench.contracts.seeds import Stream, derive_seed
 
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
         ap.error(f"--model {a.model}: no config.json (give a Hugging Face model directory)")
     pol = load_policy(a.policy)
     drafter = default_drafter(a.model, pol, a.drafter)
-    if pol.drafter.kind == "eagle" and drafter is None:
+    if pol.drafter.kind == DrafterKind.EAGLE and drafter is None:
         ap.error(f"--policy {a.policy} runs EAGLE: give --drafter DIR (a `tlt drafter train` checkpoint)")
     groups = math.ceil(a.prompts / a.workers)
     out = []

@@ -76,7 +76,7 @@ class RolloutEngine:
         # scheduler). Rollout workers run every engine this way, SD or not, so baseline and TLT
         # engines pay the same per-step costs and use the same threads.
         self.in_process = self.adaptive if in_process is None else bool(in_process or self.adaptive)
-        if self.spec is None or self.spec["method"] != "eagle":
+        if self.spec is None or self.spec["method"] != "eagle":  # vLLM's method name
             self.drafter_dir = None  # the policy does not use it
 
         from vllm import LLM
@@ -132,6 +132,7 @@ class RolloutEngine:
 
     @property
     def draft_method(self) -> str:
+        """vLLM's speculative method ("ngram", "eagle"), "none" without SD."""
         return self.spec["method"] if self.spec else "none"
 
     @property

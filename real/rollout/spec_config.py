@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 
 NGRAM_LOOKUP_MAX = 4
 NGRAM_LOOKUP_MIN = 2
@@ -88,7 +88,7 @@ def refuse_undraftable(policy: Policy) -> None:
     """What no vLLM engine of this backend can draft, refused naming the field and the fix: tree
     strategies (`refuse_trees`) and suffix drafters."""
     refuse_trees(policy)
-    if policy.drafter.kind == "suffix":
+    if policy.drafter.kind == DrafterKind.SUFFIX:
         raise EngineConfigError(
             f"policy '{policy.name}': drafter.kind 'suffix' is simulator-only here (vLLM's suffix decoding "
             f"needs the arctic-inference package, which the real backend does not ship): set drafter.kind to "
@@ -143,10 +143,10 @@ def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
     if k_max == 0:
         return None
     kind = policy.drafter.kind
-    if kind == "ngram":
+    if kind == DrafterKind.NGRAM:
         spec: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": k_max,
                                 "prompt_lookup_max": NGRAM_LOOKUP_MAX, "prompt_lookup_min": NGRAM_LOOKUP_MIN}
-    elif kind == "eagle":
+    elif kind == DrafterKind.EAGLE:
         spec = {"method": "eagle", "model": str(eagle_checkpoint(policy, drafter_dir)), "num_speculative_tokens": k_max}
     else:  # pragma: no cover - refuse_undraftable() leaves only none/ngram/eagle
         raise EngineConfigError(f"drafter.kind {kind!r}: the real backend runs none, ngram or eagle")

@@ -29,7 +29,7 @@ from real.rollout.vllm_env import running_on_cpu
 from real.tiny import task
 from real.run.task_source import task_source
 from real.tiny.model import load_model_dir
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.task import Task
 from workbench.contracts.schema import from_mapping, to_mapping
 from workbench.contracts.trace import (
@@ -269,7 +269,7 @@ class EngineSession:
         self.max_num_seqs, self.max_model_len = max_num_seqs, max_model_len
         self.max_draft_len, self.seed = max_draft_len, seed
         self.engine: RolloutEngine | None = None
-        self.kind: str | None = None
+        self.kind: DrafterKind | None = None
         self.reference = ReferenceForward(self.model, seed=seed)
         self.reference.measure()  # first calls pay lazy initialisation
 
@@ -277,26 +277,29 @@ class EngineSession:
         if self.torch.get_num_threads() != self.threads:
             self.torch.set_num_threads(self.threads)
 
-    def engine_policy(self, kind: str) -> Policy:
+    def engine_policy(self, kind: DrafterKind) -> Policy:
         """The policy an engine for `kind` starts with: the longest draft everywhere (captures set theirs)."""
-        if kind == "none":
-            return from_mapping(Policy, {"name": "selfcal-none", "drafter": {"kind": "none"}})
+        if kind == DrafterKind.NONE:
+            return from_mapping(Policy, {"name": "selfcal-none",
+                                         "drafter": {"kind": DrafterKind.NONE}})
         return from_mapping(Policy, {"name": f"selfcal-{kind}", "sd_threshold": self.max_num_seqs,
                                      "schedule": [[1, self.max_num_seqs, self.max_draft_len]],
-                                     "bandit": {"algorithm": "fixed"}, "training": {"enabled": False},
-                                     "drafter": {"kind": kind, "warm_start": kind == "eagle"}})
+                                     "bandit": {"algorithm": "fixed"},
+                                     "spot_training": {"enabled": False},
+                                     "drafter": {"kind": kind,
+                                                 "warm_start": kind == DrafterKind.EAGLE}})
 
-    def start(self, kind: str) -> float:
+    def start(self, kind: DrafterKind) -> float:
         """Close the running engine, start one for `kind`, warm it up; seconds taken."""
-        if kind == "eagle" and self.drafter is None:
+        if kind == DrafterKind.EAGLE and self.drafter is None:
             raise CaptureError("an EAGLE capture needs --drafter (an EAGLE checkpoint directory)")
         t = time.perf_counter()
         self.close()
         self._pin_threads()
         self.engine = RolloutEngine(self.model, self.engine_policy(kind),
-                                    drafter_dir=self.drafter if kind == "eagle" else None,
+                                    drafter_dir=self.drafter if kind == DrafterKind.EAGLE else None,
                                     max_num_seqs=self.max_num_seqs, max_model_len=self.max_model_len, seed=self.seed,
-                                    adaptive=kind != "none", in_process=True)
+                                    adaptive=kind != DrafterKind.NONE, in_process=True)
         self.kind = kind
         # Lazy initialisation and the n-gram proposer's JIT compile stay out of every capture.
         self.engine.generate([task.make_problems(1, seed=0)[0].prompt], 1, Sampling(temperature=0.0, max_tokens=32))
@@ -310,7 +313,8 @@ class EngineSession:
             raise CaptureError(f"capture of drafter {policy.drafter.kind!r} on an engine for {self.kind!r}: start() it "
                                f"first")
         self._pin_threads()
-        return capture(self.model, policy, self.drafter if self.kind == "eagle" else None, prompts=prompts,
+        drafter = self.drafter if self.kind == DrafterKind.EAGLE else None
+        return capture(self.model, policy, drafter, prompts=prompts,
                        samples=samples, max_tokens=max_tokens, seed=seed, mix=mix, max_model_len=self.max_model_len,
                        engine=self.engine, log=None, max_in_flight=max_in_flight, task_file=self.task_file)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.task import Task
 
 
@@ -49,7 +49,8 @@ class RunConfig:
             refuse_unrunnable(self.policy)
         except EngineConfigError as exc:
             raise TrainError(f"--policy {self.policy.name}: {exc}") from None
-        if self.policy.drafter.kind == "eagle" and self.policy.drafter.warm_start and self.drafter is None:
+        d = self.policy.drafter
+        if d.kind == DrafterKind.EAGLE and d.warm_start and self.drafter is None:
             raise TrainError(f"--policy {self.policy.name}: drafter.warm_start needs --drafter DIR "
                              f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter; only the shipped "
                              f"models "
@@ -65,7 +66,8 @@ class RunConfig:
             raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker needs a prompt group")
         self._check_device()
         for kind, table in self.start_tables.items():
-            if kind not in ("ngram", "eagle") or len(table) != len(self.policy.schedule) or min(table, default=0) < 0:
+            drafts = kind in (DrafterKind.NGRAM, DrafterKind.EAGLE)
+            if not drafts or len(table) != len(self.policy.schedule) or min(table, default=0) < 0:
                 raise TrainError(f"start table {kind}: {list(table)}: one draft length >= 0 per schedule row "
                                  f"({len(self.policy.schedule)}) of policy '{self.policy.name}', for ngram or eagle")
 
@@ -89,7 +91,7 @@ SHIPPED = Path(__file__).resolve().parents[2] / "traces" / "reference"
 def default_drafter(model: Path | str, policy: Policy, drafter: Path | None = None) -> Path | None:
     """The warm-start drafter to use: the one given, else a shipped model's own drafter for a
     warm-starting EAGLE policy on a shipped model (so `tlt train` and the app need no --drafter there)."""
-    if drafter is None and policy.drafter.kind == "eagle" and policy.drafter.warm_start:
+    if drafter is None and policy.drafter.kind == DrafterKind.EAGLE and policy.drafter.warm_start:
         m = Path(model).resolve()
         beside = m.parent / "drafter"
         if m.name == "model" and m.parent.is_relative_to(SHIPPED) and (beside / "config.json").is_file():

@@ -42,6 +42,7 @@ from real.run.pool import IdleWork, PoolRollout, WorkerPool
 from real.run.records import DrafterCheck, StepRecord, StepTimes, add_step_rows, rollout_accept_len, step_record
 from real.run.sd_guard import SDVerdict, probe_requests, rollout_verdict, sd_next
 from workbench.contracts.seeds import Stream, derive_seed
+from workbench.contracts.policy import DrafterKind
 
 
 class TrainingRun(RunOutputs):
@@ -74,7 +75,7 @@ class TrainingRun(RunOutputs):
         self.out.mkdir(parents=True, exist_ok=True)
         self.model_dir = ckpt.path("model") if ckpt else Path(cfg.model)
         self.drafter_dir = initial_drafter(cfg, ckpt, self.out)
-        self.buffer = DrafterBuffer(cfg.policy.training.buffer)
+        self.buffer = DrafterBuffer(cfg.policy.spot_training.buffer)
         if ckpt is not None:
             self.engines = self.restore(ckpt, self.engines)
             if ckpt.path("buffer.pt").exists():
@@ -121,8 +122,9 @@ class TrainingRun(RunOutputs):
         every `checkpoint_every` steps (and at the last), a checkpoint."""
         cfg, s = self.cfg, self.next_step
         problems = self.source.draw(cfg.prompts, derive_seed(cfg.seed, Stream.PROMPTS, s))
-        keeps = cfg.policy.training.enabled and cfg.policy.drafter.kind == "eagle"  # a drafter buffer
-        training = keeps and s % cfg.policy.training.interval_steps == 0
+        # a drafter buffer
+        keeps = cfg.policy.spot_training.enabled and cfg.policy.drafter.kind == DrafterKind.EAGLE
+        training = keeps and s % cfg.policy.spot_training.interval_steps == 0
         ran = self.engines.kind  # the drafter this step decodes with; its sync may switch to the other
         ro = self.pool.rollout(self._shards(problems, s), s, self.clock0, self._idle_work(training))
         t_train0 = time.time()
@@ -159,8 +161,9 @@ class TrainingRun(RunOutputs):
         pol, switches = self.cfg.policy, self.engines.switches
         busy = training or switches
         check_k = adaptive_draft_cap(pol) if busy and (switches or pol.drafter.warm_start) else 0
-        return IdleWork(check_k=check_k, max_steps=pol.training.steps if training else 0,
-                        buffer=self.buffer.records() if training else (), min_idle=pol.training.min_idle_workers)
+        return IdleWork(check_k=check_k, max_steps=pol.spot_training.steps if training else 0,
+                        buffer=self.buffer.records() if training else (),
+                        min_idle=pol.spot_training.min_idle_workers)
 
     def _sync(self, new_model: Path, new_drafter: Path | None, ro: PoolRollout,
               records: list[HiddenRecord]) -> tuple[DrafterCheck | None, SDVerdict | None]:
@@ -178,7 +181,8 @@ class TrainingRun(RunOutputs):
             self.log(f"  drafter check: EAGLE {check.eagle:.2f} vs n-gram {check.ngram:.2f} estimated tokens per "
                      f"pass{static} ({self.engines.kind} ran, vLLM measured "
                      f"{rollout_accept_len(ro.rollouts.values()):.2f})")
-        verdict = self._verdict(ro) if self.engines.kind != "none" and self.engines.guarded else None
+        judged = self.engines.kind != DrafterKind.NONE and self.engines.guarded
+        verdict = self._verdict(ro) if judged else None
         self._run_engines(self.engines.next(check, verdict, has_drafter=self.drafter_dir is not None))
         return check, verdict
 
@@ -187,8 +191,8 @@ class TrainingRun(RunOutputs):
         with SD on, worker 0's on up to 8 of the update's `records` (None: nothing to check on).
         Not while SD is off: bringing SD back can wait for an idle worker's check."""
         check = DrafterCheck.mean(sp.check for sp in ro.spots)
-        if (check is None and self.engines.switches and self.engines.kind != "none" and records
-                and self.drafter_dir is not None):
+        if (check is None and self.engines.switches and self.engines.kind != DrafterKind.NONE
+                and records and self.drafter_dir is not None):
             sample = records[:: max(1, len(records) // 8)][:8]  # the check runs inside the sync
             check = self.pool.check_drafters(sample, adaptive_draft_cap(self.cfg.policy))
         return check

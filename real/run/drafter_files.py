@@ -11,13 +11,14 @@ from real.run.checkpoints import Checkpoint
 from real.run.config import RunConfig
 from real.run.records import WorkerSpot
 from workbench.contracts.seeds import Stream, derive_seed
+from workbench.contracts.policy import DrafterKind
 
 
 def initial_drafter(cfg: RunConfig, ckpt: Checkpoint | None, out: Path) -> Path | None:
     """The drafter the engines start with: the checkpoint's, the warm-start one, or a fresh one
     (None: the policy has no learned drafter)."""
     pol = cfg.policy
-    if pol.drafter.kind != "eagle":
+    if pol.drafter.kind != DrafterKind.EAGLE:
         return None
     if ckpt is not None and ckpt.path("drafter").exists():
         return ckpt.path("drafter")

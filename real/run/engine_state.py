@@ -15,29 +15,31 @@ from typing import Any, Mapping, Sequence
 from real.run.engine_choice import next_engines
 from real.run.records import DrafterCheck
 from real.run.sd_guard import SDOff, SDVerdict, guards_sd
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 
 
 @dataclass(frozen=True)
 class EngineState:
     policy: Policy  # as the user wrote it
-    kind: str  # the drafter the engines run: "ngram", "eagle" or "none"
+    kind: DrafterKind  # the drafter the engines run: "ngram", "eagle" or "none"
     sd_off: SDOff | None = None  # why SD is off (None: it is on, or the policy has none)
-    start_tables: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # drafter kind -> draft length per row
+    # drafter kind -> draft length per row
+    start_tables: Mapping[DrafterKind, tuple[int, ...]] = field(default_factory=dict)
 
     @classmethod
     def initial(cls, policy: Policy, start_tables: Mapping[str, Sequence[int]] | None = None) -> EngineState:
         """A fresh run's engines: the policy's drafter, except that a cold learned drafter with
         `ngram_fallback` starts behind n-gram (the switch rule brings it in once it is better)."""
         d = policy.drafter
-        kind = "ngram" if d.kind == "eagle" and d.ngram_fallback and not d.warm_start else d.kind
-        tables = {k: tuple(int(x) for x in v) for k, v in (start_tables or {}).items()}
+        cold = d.kind == DrafterKind.EAGLE and d.ngram_fallback and not d.warm_start
+        kind = DrafterKind.NGRAM if cold else d.kind
+        tables = {DrafterKind(k): tuple(int(x) for x in v) for k, v in (start_tables or {}).items()}
         return cls(policy, kind, None, tables)
 
     @property
     def switches(self) -> bool:
         """Whether the engines switch between n-gram and the learned drafter (the drafters are checked every step)."""
-        return self.policy.drafter.kind == "eagle" and self.policy.drafter.ngram_fallback
+        return self.policy.drafter.kind == DrafterKind.EAGLE and self.policy.drafter.ngram_fallback
 
     @property
     def guarded(self) -> bool:
@@ -62,7 +64,7 @@ class EngineState:
         return replace(self, kind=choice.kind, sd_off=choice.sd_off)
 
     def without_sd(self, why: SDOff) -> EngineState:
-        return replace(self, kind="none", sd_off=why)
+        return replace(self, kind=DrafterKind.NONE, sd_off=why)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps (the policy and start tables come from the run's settings)."""
@@ -70,8 +72,11 @@ class EngineState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> EngineState:
         off = state.get("sd_off")
-        sd_off = SDOff(off["kind"], off["speedup"], off["estimate"], tuple(off.get("recent", ()))) if off else None
-        return replace(self, kind=state["kind"], sd_off=sd_off)
+        sd_off = None
+        if off:
+            sd_off = SDOff(DrafterKind(off["kind"]), off["speedup"], off["estimate"],
+                           tuple(off.get("recent", ())))
+        return replace(self, kind=DrafterKind(state["kind"]), sd_off=sd_off)
 
 
 def _sd_off_dict(off: SDOff | None) -> dict[str, Any] | None:

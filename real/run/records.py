@@ -14,17 +14,17 @@ from typing import Any, Iterable
 import pandas as pd
 
 from real.rollout.requests import EngineStepRow, Sample
-from workbench.contracts.timeline import rollout_split
+from workbench.contracts.timeline import Timeline, rollout_split
 from workbench.contracts.trace import (
     RequestRow,
     RLStepRow,
     StepRow,
-    Timeline,
     TimelineRow,
     Trace,
     accepted_length,
     rows_frame,
 )
+from workbench.contracts.policy import DrafterKind
 
 
 @dataclass
@@ -55,9 +55,9 @@ class DrafterCheck:
     ngram: float  # vLLM's n-gram prompt lookup, replayed on the records
     static: float = math.nan  # the run's initial (warm-start) drafter, never trained: staleness
 
-    def estimate(self, kind: str) -> float:
+    def estimate(self, kind: DrafterKind) -> float:
         """The estimated tokens per verify pass of drafter `kind` (NaN for "none")."""
-        return {"eagle": self.eagle, "ngram": self.ngram}.get(kind, math.nan)
+        return {DrafterKind.EAGLE: self.eagle, DrafterKind.NGRAM: self.ngram}.get(kind, math.nan)
 
     @staticmethod
     def mean(checks: Iterable[DrafterCheck | None]) -> DrafterCheck | None:
@@ -103,7 +103,7 @@ class StepRecord:
     pass_at_g: float  # mean best reward per prompt: with 0/1 rewards, prompts with at least one correct sample
     drafter_loss: float
     drafter_steps: int
-    drafter_kind: str
+    drafter_kind: DrafterKind
     tokens: int
     longest: int
     grpo_loss: float
@@ -126,7 +126,8 @@ class StepRecord:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> StepRecord:
         """A record from its fields by name (a checkpoint's, or a metrics.csv row), old names too."""
-        return cls(**{OLD_METRIC_NAMES.get(k, k): v for k, v in values.items()})
+        named = {OLD_METRIC_NAMES.get(k, k): v for k, v in values.items()}
+        return cls(**{**named, "drafter_kind": DrafterKind(named["drafter_kind"])})
 
 
 METRIC_COLUMNS = tuple(f.name for f in fields(StepRecord))  # metrics.csv, in this order
@@ -190,7 +191,8 @@ def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[Wor
 
 
 def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], requests: list[RequestRow],
-                times: StepTimes, grpo: Any, drafter_kind: str, check: DrafterCheck | None = None,
+                times: StepTimes, grpo: Any, drafter_kind: DrafterKind,
+                check: DrafterCheck | None = None,
                 style_share: float = math.nan, sd_speedup: float = math.nan, *, clock0: float) -> StepRecord:
     """The RL step's metrics (`grpo`: the GRPO update's StepStats; `check`: the drafters judged;
     `clock0`: when the run began, the origin of the engine steps' `start_s`)."""

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.tiny.task import make_problems
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 
 # Fewest plain-equivalent steps (and distinct batch sizes) a cost fit needs.
 MIN_STEPS = 8
@@ -124,7 +124,7 @@ class SDOff:
     """Why SD is off: the drafter that ran, its measured speedup and estimated tokens per pass then,
     and the estimates judged since (the newest RECENT)."""
 
-    kind: str  # "eagle" or "ngram": what the engines return to
+    kind: DrafterKind  # "eagle" or "ngram": what the engines return to
     speedup: float
     estimate: float  # NaN: not judged yet (the probe turned SD off before step 0); the first estimate judged is taken
     recent: tuple[float, ...] = ()
@@ -133,7 +133,7 @@ class SDOff:
 def guards_sd(policy: Policy) -> bool:
     """Whether a run of `policy` is guarded: adaptive SD (a bandit other than `fixed`), whose
     bandit is there to never lose to no SD."""
-    return policy.drafter.kind != "none" and policy.bandit.algorithm != "fixed"
+    return policy.drafter.kind != DrafterKind.NONE and policy.bandit.algorithm != "fixed"
 
 
 def _decoding(row: EngineStepRow) -> bool:
@@ -189,7 +189,8 @@ def rollout_verdict(engines: Iterable[tuple[PlainCost | None, list[EngineStepRow
     return SDVerdict(sum(p.sd_s for p in parts), sum(p.plain_s for p in parts), sum(p.steps for p in parts))
 
 
-def sd_next(off: SDOff | None, verdict: SDVerdict | None, kind: str, estimate: float, margin: float) -> SDOff | None:
+def sd_next(off: SDOff | None, verdict: SDVerdict | None, kind: DrafterKind, estimate: float,
+            margin: float) -> SDOff | None:
     """SD's state for the next RL step (None: on). `kind`: the drafter that ran (or that SD would
     return to, while off); `estimate`: its tokens per verify pass judged this step (NaN: not judged)."""
     if off is None:

@@ -54,6 +54,7 @@ from real.run.sd_guard import PLAIN_BATCH, plain_requests
 from real.run.shipping import DirBundle, LocalDirs
 from real.tiny.task import make_problems
 from workbench.contracts.seeds import Stream, derive_seed
+from workbench.contracts.policy import DrafterKind
 
 
 # Fresh responses an idle worker featurizes, checks the drafters on and trains on (spot_train).
@@ -94,8 +95,10 @@ class RolloutWorker:
         # The switch between n-gram and EAGLE checks the drafter with the spot trainer's copy, so
         # a fallback policy has one even when it does not train.
         pol = self.policy
-        self.spot = SpotTrainer(model_dir, drafter_dir, lr=pol.training.lr, seed=derive_seed(seed, Stream.SPOT, worker),
-                                max_len=max_model_len) if pol.training.enabled or engines.switches else None
+        spot_seed = derive_seed(seed, Stream.SPOT, worker)
+        self.spot = (SpotTrainer(model_dir, drafter_dir, lr=pol.spot_training.lr, seed=spot_seed,
+                                 max_len=max_model_len)
+                     if pol.spot_training.enabled or engines.switches else None)
         # The drafter the run started from, never trained: what spot training is judged against.
         self.static_state = self.spot.drafter_state() if self.spot is not None and pol.drafter.warm_start else None
         self._pending: tuple[str | None, str | None] = (None, None)  # (target, drafter) not yet in the spot trainer
@@ -120,7 +123,7 @@ class RolloutWorker:
         return self.plain_rows
 
     def _start_engine(self) -> None:
-        drafter = self.drafter_dir if self.engines.kind == "eagle" else None
+        drafter = self.drafter_dir if self.engines.kind == DrafterKind.EAGLE else None
         self.engine = RolloutEngine(self.model_dir, self.engines.engine_policy(), drafter_dir=drafter,
                                     adaptive=True, in_process=True, **self.engine_kwargs)
         self._warm_up()
@@ -270,7 +273,7 @@ class RolloutWorker:
         target_dir, drafter_dir = self.local.local(target_dir), self.local.local(drafter_dir)
         self._stop.clear()
         self._stop_at = float("nan")
-        eagle = self.engines.kind == "eagle"
+        eagle = self.engines.kind == DrafterKind.EAGLE
         self.engine.reload(target_dir=target_dir, drafter_dir=drafter_dir if eagle else None)
         if target_dir is not None:
             self.model_dir = str(target_dir)

@@ -13,15 +13,16 @@ import yaml
 from workbench.contracts.policy import (
     BanditConfig,
     DrafterConfig,
-    DrafterTraining,
+    DrafterKind,
     Policy,
     ScheduleBucket,
+    SpotTraining,
     Strategy,
     load_policy,
     policy_presets,
 )
 from workbench.contracts.profile import load_profile, profile_presets
-from workbench.contracts.schema import ConfigError, differences, save
+from workbench.contracts.schema import ConfigError, FieldRenamed, differences, save
 from workbench.contracts.workload import load_workload, workload_presets
 
 GOOD_POLICY = {
@@ -30,7 +31,7 @@ GOOD_POLICY = {
     "schedule": [[1, 8, 4], [9, 32, 2]],
     "bandit": {"algorithm": "beg", "arms": [0, 2, 4], "epsilon": 0.1},
     "drafter": {"kind": "eagle", "ngram_fallback": True},
-    "training": {"enabled": True},
+    "spot_training": {"enabled": True},
 }
 
 GOOD_WORKLOAD = {
@@ -145,8 +146,8 @@ def test_out_of_range_workload(tmp_path, dotted, value, allowed):
 
 
 @pytest.mark.parametrize("dotted,value", [
-    ("training.lr", 2.0),
-    ("training.min_idle_workers", 0),
+    ("spot_training.lr", 2.0),
+    ("spot_training.min_idle_workers", 0),
     ("drafter.switch_margin", -0.1),
 ])
 def test_out_of_range_nested_policy_parts(tmp_path, dotted, value):
@@ -164,6 +165,41 @@ def test_bad_enum(tmp_path, suffix):
     _assert_clear(exc.value, path, "bandit.algorithm", "'foo'", "'beg'")
     for name in ("fixed", "ucb1", "egreedy"):
         assert repr(name) in str(exc.value)
+
+
+def test_a_bad_drafter_kind_names_the_field_and_the_kinds(tmp_path):
+    path = _write(tmp_path / "bad.yaml", _with(GOOD_POLICY, "drafter.kind", "medusa"))
+    with pytest.raises(ConfigError) as exc:
+        load_policy(path)
+    _assert_clear(exc.value, path, "drafter.kind", "'medusa'", "'none', 'ngram', 'eagle', 'suffix'")
+
+
+def test_drafter_kinds_are_members_that_read_as_their_names(tmp_path):
+    """Loaded or built in code, a drafter kind is a DrafterKind; files, tables and messages show
+    its name, as before."""
+    pol = load_policy(_write(tmp_path / "p.yaml", GOOD_POLICY))
+    built = DrafterConfig(kind="ngram")
+    assert pol.drafter.kind is DrafterKind.EAGLE
+    assert built.kind is DrafterKind.NGRAM
+    assert pol.drafter.kind == "eagle" and {"eagle": 1}[pol.drafter.kind] == 1
+    kind = pol.drafter.kind
+    assert f"{kind}|{kind:>6}|{kind!r}" == "eagle| eagle|'eagle'"
+    save(pol, tmp_path / "back.yaml")
+    assert yaml.safe_load((tmp_path / "back.yaml").read_text())["drafter"]["kind"] == "eagle"
+
+
+def test_a_file_with_the_old_training_field_loads_with_a_notice(tmp_path):
+    """`training` is `spot_training`'s old name: the file loads as before, and says so."""
+    old = {k: v for k, v in GOOD_POLICY.items() if k != "spot_training"}
+    old["training"] = {"enabled": True, "lr": 3e-4}
+    path = _write(tmp_path / "old.yaml", old)
+    with pytest.warns(FieldRenamed, match=r"old\.yaml: field 'training' is now 'spot_training'"):
+        pol = load_policy(path)
+    assert pol.spot_training.enabled and pol.spot_training.lr == 3e-4
+    both = _write(tmp_path / "both.yaml", {**GOOD_POLICY, "training": {"enabled": True}})
+    with pytest.raises(ConfigError) as exc:
+        load_policy(both)
+    _assert_clear(exc.value, both, "training", "", "'spot_training'")
 
 
 def test_non_contiguous_schedule(tmp_path):
@@ -262,12 +298,15 @@ def test_every_preset_loads():
 def test_preset_semantics():
     assert not load_policy("baseline").uses_sd
     static, tlt, cold = load_policy("static-sd"), load_policy("tlt"), load_policy("tlt-cold")
-    assert static.uses_sd and static.bandit.algorithm == "fixed" and not static.training.enabled
+    assert static.uses_sd and static.bandit.algorithm == "fixed"
+    assert not static.spot_training.enabled
     # The paper's TLT: a warm-started drafter, FastRL's fixed tree strategies, spot training.
-    assert tlt.uses_sd and tlt.drafter.warm_start and tlt.training.enabled and tlt.bandit.algorithm == "fixed"
+    assert tlt.uses_sd and tlt.drafter.warm_start and tlt.spot_training.enabled
+    assert tlt.bandit.algorithm == "fixed"
     assert not all(row.strategy.is_chain for row in tlt.schedule)
     # The cold start: a drafter trained from scratch, n-gram while it is worse, BEG-MAB over chains.
-    assert cold.uses_sd and cold.bandit.algorithm == "beg" and cold.training.enabled and cold.drafter.ngram_fallback
+    assert cold.uses_sd and cold.bandit.algorithm == "beg" and cold.spot_training.enabled
+    assert cold.drafter.ngram_fallback
     assert not cold.drafter.warm_start and all(row.strategy.is_chain for row in cold.schedule)
     base = load_policy("tlt-base")
     assert base.drafter.kind == "ngram" and (base.sd_threshold, base.sd_warmup_steps) == (tlt.sd_threshold,
@@ -280,7 +319,7 @@ def _custom_policy() -> Policy:
         schedule=(ScheduleBucket(1, 4, 6), ScheduleBucket(5, 24, 3)),
         bandit=BanditConfig(algorithm="ucb1", arms=(0, 3, 6), epsilon=0.25, window=8, decision_interval=16),
         drafter=DrafterConfig(kind="eagle", warm_start=True, ngram_fallback=True, switch_margin=0.1),
-        training=DrafterTraining(enabled=True, min_idle_workers=2, lr=3e-4, steps=500, buffer=3),
+        spot_training=SpotTraining(enabled=True, min_idle_workers=2, lr=3e-4, steps=500, buffer=3),
     )
 
 
@@ -365,11 +404,13 @@ def test_a_tree_schedule_loads_and_bad_trees_name_the_field(tmp_path):
 
 def test_fastrl_rules_are_policy_fields(tmp_path):
     pol = load_policy("tlt")
-    assert pol.sd_threshold == 32 and pol.sd_warmup_steps == 10 and pol.training.interval_steps == 10
+    assert pol.sd_threshold == 32 and pol.sd_warmup_steps == 10
+    assert pol.spot_training.interval_steps == 10
     assert [r.strategy.name for r in pol.schedule] == ["8_4_48", "8_4_32", "8_4_16", "8_4_8"]
     assert [(r.min_batch, r.max_batch) for r in pol.schedule] == [(1, 1), (2, 4), (5, 20), (21, 32)]
     for part, field, value in (("sd_warmup_steps", "sd_warmup_steps", -1),
-                               ("training", "training.interval_steps", {"interval_steps": 0}),
+                               ("spot_training", "spot_training.interval_steps",
+                                {"interval_steps": 0}),
                                ("bandit", "bandit.reward_stat", {"reward_stat": "mode"})):
         path = _write(tmp_path / "bad.yaml", _with(GOOD_POLICY, part, value))
         with pytest.raises(ConfigError) as exc:

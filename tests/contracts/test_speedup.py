@@ -13,7 +13,8 @@ from workbench.compare import why_runs
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.speedup import RunTimes, eligible_wall_s, explain, why_json, why_table
-from workbench.contracts.trace import Timeline, TimelineRow, rows_frame
+from workbench.contracts.timeline import Timeline
+from workbench.contracts.trace import TimelineRow, rows_frame
 from workbench.contracts.workload import load_workload
 
 

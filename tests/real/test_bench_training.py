@@ -162,7 +162,7 @@ def test_spot_interference_compares_like_steps_only():
     """Steps beside another worker's spot training are the tail's (deep contexts, long drafts): each
     is compared with steps alone at its batch, draft length and context, never with the whole bucket."""
     from real.experiments.bench_training import matched_slowdown
-    from workbench.contracts.trace import Timeline
+    from workbench.contracts.timeline import Timeline
 
     tl, t = Timeline(), 0.0
     for ms, k, ctx in [(10, 2, 300)] * 5 + [(20, 8, 1050)] * 5:  # worker 0 alone: shallow K=2, deep K=8

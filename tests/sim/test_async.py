@@ -174,4 +174,4 @@ def test_streaming_refuses_spot_training():
     tlt = load_policy("tlt")
     with pytest.raises(FieldError) as exc:
         replace(tlt, rollout=replace(load_policy("async-4").rollout)).check()
-    assert exc.value.field == "training.enabled"
+    assert exc.value.field == "spot_training.enabled"

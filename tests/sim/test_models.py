@@ -188,7 +188,7 @@ def test_policy_update_makes_the_drafter_stale(gpu_profile):
 
 def test_training_raises_quality_toward_the_buffers_freshness(gpu_profile, policies):
     # At the profile's best learning rate (the learning curve's efficiency is 1 there).
-    tlt = replace(policies["tlt-cold"], training=replace(policies["tlt-cold"].training,
+    tlt = replace(policies["tlt-cold"], spot_training=replace(policies["tlt-cold"].spot_training,
                                                          lr=gpu_profile.learning.lr_best))
     decay = 1 - gpu_profile.acceptance.staleness_per_update
     new, old = 20_000_000, 10_000_000
@@ -215,7 +215,8 @@ def test_buffer_keeps_only_the_configured_number_of_steps(gpu_profile, policies)
 
 
 def test_training_disabled_leaves_quality_unchanged(gpu_profile, policies):
-    off = replace(policies["tlt-cold"], training=replace(policies["tlt-cold"].training, enabled=False))
+    cold = policies["tlt-cold"]
+    off = replace(cold, spot_training=replace(cold.spot_training, enabled=False))
     s = DrafterState(0.3, (5_000_000,))
     after = after_training(s, off, gpu_profile, trained_tokens=1e12, new_tokens=5_000_000)
     assert after.quality == s.quality
@@ -230,7 +231,7 @@ def test_learning_rate_far_from_best_helps_less(gpu_profile, policies):
     s = DrafterState(0.1, ())
     gains = {}
     for lr in (best, best * 10, best / 10, best * 100):
-        pol = replace(tlt, training=replace(tlt.training, lr=lr))
+        pol = replace(tlt, spot_training=replace(tlt.spot_training, lr=lr))
         gains[lr] = after_training(s, pol, gpu_profile, trained_tokens=3e6, new_tokens=50_000_000).quality - s.quality
     assert gains[best] > gains[best * 10] > gains[best * 100] > 0
     assert gains[best] > gains[best / 10]

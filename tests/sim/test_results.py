@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sim.results import PolicyRun, StepInfo, step_metrics
-from workbench.contracts.trace import Timeline
+from workbench.contracts.timeline import Timeline
 
 
 def _info(lengths) -> StepInfo:

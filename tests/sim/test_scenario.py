@@ -24,7 +24,7 @@ def runs(paper_7b, policies):
     # The cold-start mechanisms (staleness, spot training, the n-gram switch) with the drafter
     # trained at the profile's best learning rate: not a preset's hyperparameter.
     cold = policies["tlt-cold"]
-    cold = replace(cold, training=replace(cold.training, lr=profile.learning.lr_best))
+    cold = replace(cold, spot_training=replace(cold.spot_training, lr=profile.learning.lr_best))
     chosen = {"baseline": policies["baseline"], "static-sd": policies["static-sd"], "tlt-cold": cold}
     return {name: simulate(wl, pol, profile, seed=0) for name, pol in chosen.items()}
 

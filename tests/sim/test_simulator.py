@@ -226,7 +226,8 @@ def test_steps_are_reported_as_they_end_and_match_the_run(paper_7b, policies, gp
 def _paper_run(sd_warmup_steps: int, steps: int = 1, interval: int = 10):
     wl = replace(load_workload("tlt-eval-qwen2.5-7b"), workers=2, prompts_per_step=16, steps=steps)
     pol = load_policy("tlt")
-    pol = replace(pol, sd_warmup_steps=sd_warmup_steps, training=replace(pol.training, interval_steps=interval))
+    pol = replace(pol, sd_warmup_steps=sd_warmup_steps,
+                  spot_training=replace(pol.spot_training, interval_steps=interval))
     return simulate(wl, pol, load_profile(wl.profile), seed=3, steps=steps), pol
 
 

@@ -194,7 +194,7 @@ def _synthetic_run(out, profile: Profile, policy: dict, *, prompts: int = 6, sam
                          shared_acceptance=True)
     tokens = t.requests.groupby("rl_step")[["prompt_tokens", "response_tokens"]].sum().sum(axis=1)
     t.rl_steps["train_s"] = [profile.phases.train_gpu_s_per_token * tokens[s] / workers for s in t.rl_steps["rl_step"]]
-    trains = bool(policy.get("training", {}).get("enabled", False))
+    trains = bool(policy.get("spot_training", {}).get("enabled", False))
     stop_s = profile.phases.spot_stop_s if trains else float("nan")
     t.rl_steps["sync_s"] = profile.phases.weight_sync_s + (profile.phases.drafter_sync_s if trains else 0.0)
     t.rl_steps["drafter_train_s"] = [spot_s[s] if s < len(spot_s) else 0.0 for s in t.rl_steps["rl_step"]]

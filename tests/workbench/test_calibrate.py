@@ -23,7 +23,6 @@ from workbench.calibrate import (
     Calibration,
     ParamFit,
     calibrate,
-    fit_lengths,
     per_position_acceptance,
     predict_steps,
     trace_drafter_kind,
@@ -33,6 +32,7 @@ from workbench.contracts.profile import load_profile
 from workbench.contracts.trace import Trace, TraceError, load_trace, write_trace
 from workbench.contracts.workload import LengthModel, load_workload
 from workbench.validate import save_validations, validate
+from workbench.workloads.tobit import fit_tobit
 
 runner = CliRunner()
 BASE = load_profile("cpu-tiny")
@@ -194,7 +194,7 @@ def test_length_model_is_recovered():
     t = Trace({"max_tokens": cap, "policy": BASELINE}, pd.DataFrame(), pd.concat(rows, ignore_index=True),
               pd.DataFrame(),
               Path("lengths"))
-    fit = fit_lengths([t])
+    fit = fit_tobit([t])
     m = fit.model
     assert m.sigma == pytest.approx(0.8, abs=0.08)
     assert m.group_correlation == pytest.approx(0.5, abs=0.1)

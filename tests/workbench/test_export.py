@@ -219,7 +219,7 @@ def test_the_cli_writes_notes_and_refuses_before_writing(tmp_path):
     out = tmp_path / "tlt.sglang.sh"
     res = runner.invoke(app, ["export", "tlt", "--to", "sglang", "--drafter", DRAFTER, "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert "note: dropped: training.steps 200" in res.stderr and out.is_file()
+    assert "note: dropped: spot_training.steps 200" in res.stderr and out.is_file()
     for argv, msg in [(["tlt", "--to", "vllm", "--drafter", DRAFTER], "tree strategy 8_4_48"),
                       (["static-sd", "--to", "vllm"], "--drafter"),
                       (["tlt-vllm", "--to", "trtllm", "--drafter", DRAFTER], "--to 'trtllm'"),

@@ -30,7 +30,8 @@ def toy():
     prof = replace(prof, acceptance=replace(prof.acceptance, staleness_per_update=0.0),
                    decode=replace(prof.decode, prefill_s_per_token=0.0))
     base = load_policy("tlt-cold")
-    base = replace(base, drafter=replace(base.drafter, warm_start=True), training=replace(base.training, enabled=False))
+    base = replace(base, drafter=replace(base.drafter, warm_start=True),
+                   spot_training=replace(base.spot_training, enabled=False))
     return wl, prof, base
 
 

@@ -16,7 +16,7 @@ def _whatif_with_a_log() -> None:
 
     import streamlit as st
 
-    from workbench.ui import whatif
+    from workbench.ui import whatif_page
 
     src = Path(st.session_state["log_path"])
     with gz.open(src, "rt", encoding="utf-8") as fh:
@@ -38,7 +38,7 @@ def _whatif_with_a_log() -> None:
         Upload() if k.get("key") == "whatif_runlog_file" else real(*a, **k)
     )
     try:
-        whatif.render()
+        whatif_page.render()
     finally:
         st.file_uploader = real
 

@@ -33,7 +33,7 @@ from workbench.run_prediction import predict_run
 
 BASELINE = {"name": "baseline"}
 SD = {"name": "sd", "sd_threshold": 16, "schedule": [[1, 16, 4]], "drafter": {"kind": "eagle", "warm_start": True},
-      "training": {"enabled": True}}
+      "spot_training": {"enabled": True}}
 TRUE = replace(load_profile("cpu-tiny"), phases=replace(load_profile("cpu-tiny").phases, train_gpu_s_per_token=3e-4,
                                                                                         weight_sync_s=0.2,
                                                                                         spot_stop_s=0.3,

@@ -13,12 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.calibrate.drift import DRIFT_KEY, apply_recorded, cpu_drift_factors, drift_factors, scale_trace
+from workbench.calibrate.capture_plan import FIT_SHAPES, KINDS, CaptureSpec, plan_captures
 from workbench.calibrate.self_calibration import (
-    FIT_SHAPES,
-    KINDS,
-    CaptureSpec,
     Progress,
-    plan_captures,
     run_self_calibration,
     write_self_calibration,
 )

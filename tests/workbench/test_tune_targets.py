@@ -20,7 +20,7 @@ DRAFTER = (
 )  # the shipped EAGLE checkpoint
 # FastRL keeps its own bound on a training session and its own buffer: said in every file with spot
 # training.
-FASTRL_OWN = "dropped: training.steps"
+FASTRL_OWN = "dropped: spot_training.steps"
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_every_policy_of_a_stacks_space_exports_to_it_unchanged(workload, target
             (
                 pol.drafter.kind,
                 any(not r.strategy.is_chain for r in pol.schedule),
-                pol.training.enabled,
+                pol.spot_training.enabled,
             )
         )
         study.tell(trial, 0.0)

@@ -15,7 +15,7 @@ from workbench.contracts.length_data import COLUMNS, from_frame, read_observed
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import LengthModel, load_workload
 from workbench.workloads.build import import_workload, infer_cap
-from workbench.workloads.fit import fit_lengths
+from workbench.workloads.mixture import fit_mixture
 from workbench.workloads.reader import read_files
 
 runner = CliRunner()
@@ -121,7 +121,7 @@ def test_fit_recovers_a_known_model_and_reports_goodness():
         s = sample_step(true, 8192, 200, 8, b, rng)
         rows += [(b, int(p), -1, -1, int(x), int(c), -1) for p, x, c in zip(s.prompt, s.lengths, s.correct)]
     obs = from_frame(pd.DataFrame(rows, columns=list(COLUMNS)))
-    fit = fit_lengths(obs, 8192)
+    fit = fit_mixture(obs, 8192)
     assert fit.labelled and fit.ok
     assert fit.model.mean_accuracy == pytest.approx(0.85, abs=0.03)
     assert fit.model.wrong_factor == pytest.approx(3.0, rel=0.25)
@@ -134,7 +134,7 @@ def test_a_distribution_the_family_cannot_fit_says_so(tmp_path):
     x = np.concatenate([np.full(600, 30), np.full(300, 3000), np.full(100, 4096)])
     obs = from_frame(pd.DataFrame([(0, i // 4, -1, -1, int(v), -1, -1) for i, v in enumerate(x)],
                                   columns=list(COLUMNS)))
-    fit = fit_lengths(obs, 4096)
+    fit = fit_mixture(obs, 4096)
     assert not fit.ok and "empirical" in fit.note
 
 
@@ -185,7 +185,7 @@ def test_a_cap_heavy_file_is_fitted_with_its_mass_at_the_cap():
     s = sample_step(true, 2048, 400, 8, 0, rng)
     obs = from_frame(pd.DataFrame([(0, int(p), -1, -1, int(x), -1, -1) for p, x in zip(s.prompt, s.lengths)],
                                   columns=list(COLUMNS)))
-    fit = fit_lengths(obs, 2048)
+    fit = fit_mixture(obs, 2048)
     clip = next(r for r in fit.rows if r.quantity == "clip_ratio")
     assert clip.observed > 0.1 and abs(clip.error) <= 0.02 and fit.ok
 

@@ -11,7 +11,7 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
   profile's value, and each `ParamFit` says which were fitted);
 - `acceptance`: per-position acceptance per drafter kind (`fit_acceptance`),
   then (alpha, shape) of r_i = alpha ** (i ** shape);
-- `lengths`: the length model (`fit_lengths`), a censored (Tobit) fit of log lengths;
+- the length model: `workbench/workloads/tobit.py` (`fit_tobit`), which `calibrate()` calls;
 - `phases`: policy-update and weight-sync costs (`fit_phases`);
 - `operators`: a Profile from `python -m real.profiler` measurements (`fit_operators`);
 - `measured_gpu`: a Profile for any (model, GPU, TP, framework) from NVIDIA's measured operator
@@ -22,8 +22,10 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
   report (`Calibration.report()`, the `.calibration.json` file);
 - `drift`: a trace's times rescaled to the machine's median speed (the factor `tlt calibrate
   --model` records in each capture's meta; `apply_recorded` applies it once);
-- `self_calibration`: `tlt calibrate --model`: plan, capture (an injectable `Machine`), normalise,
-  fit, validate on held-out captures, write (`run_self_calibration`, `write_self_calibration`).
+- `capture_plan`: `tlt calibrate --model`'s captures in run order (`plan_captures`) and what runs
+  them (`Machine`; `VllmMachine` on the real engine);
+- `self_calibration`: `tlt calibrate --model`: capture, normalise, fit, validate on held-out
+  captures, write (`run_self_calibration`, `write_self_calibration`).
   Import it as `workbench.calibrate.self_calibration` (not re-exported here: it uses
   `workbench.validate`, which imports this package);
 - `runs`: whole `tlt train` runs -> update, sync, spot-trainer and drafter-learning parameters
@@ -50,7 +52,6 @@ from workbench.calibrate.costs import (
     fit_costs,
     predict_steps,
 )
-from workbench.calibrate.lengths import LengthFit, fit_lengths
 from workbench.calibrate.phases import fit_phases
 from workbench.calibrate.report import Calibration, calibrate, trace_workload_spec
 from workbench.calibrate.trace_view import (
@@ -61,7 +62,7 @@ from workbench.calibrate.trace_view import (
 )
 
 __all__ = [
-    "CV_FOLDS", "WARMUP_STEPS", "AcceptanceFit", "Calibration", "CostFit", "LengthFit", "ParamFit", "TraceFit",
-    "calibrate", "features", "fit_acceptance", "fit_costs", "fit_lengths", "fit_phases", "per_position_acceptance",
+    "CV_FOLDS", "WARMUP_STEPS", "AcceptanceFit", "Calibration", "CostFit", "ParamFit", "TraceFit",
+    "calibrate", "features", "fit_acceptance", "fit_costs", "fit_phases", "per_position_acceptance",
     "predict_steps", "step_draft_len", "step_frame", "trace_drafter_kind", "trace_workload_spec",
 ]

@@ -12,14 +12,11 @@ from scipy.optimize import least_squares
 
 from workbench.calibrate.costs import ParamFit
 from workbench.calibrate.position_acceptance import PositionFit, fit_position_gain
-from workbench.calibrate.trace_view import (
-    parse_positions,
-    sig,
-    step_draft_len,
-    trace_drafter_kind,
-)
+from workbench.calibrate.trace_view import parse_positions, step_draft_len, trace_drafter_kind
+from workbench.contracts.fileio import sig
 from workbench.contracts.profile import AcceptanceModel, Profile
 from workbench.contracts.trace import Trace
+from workbench.contracts.policy import DrafterKind
 
 MIN_DRAFTS_PER_POS = 20
 # The AcceptanceModel fields, in the calibration report's order.
@@ -29,7 +26,7 @@ ACCEPTANCE_FIELDS = ("eagle_alpha_fresh", "eagle_alpha_cold", "eagle_shape", "ng
 
 @dataclass
 class AcceptanceFit:
-    kind: str
+    kind: DrafterKind
     alpha: float
     shape: float
     shape_fitted: bool
@@ -93,12 +90,12 @@ def fit_alpha_shape(r: np.ndarray, weight: np.ndarray, base_shape: float) -> tup
     return float(res.x[0]), float(res.x[1]), True
 
 
-def fit_acceptance(traces: Sequence[Trace], base: Profile) -> dict[str, AcceptanceFit]:
+def fit_acceptance(traces: Sequence[Trace], base: Profile) -> dict[DrafterKind, AcceptanceFit]:
     """Per drafter kind present in the traces (pooled over its traces)."""
-    by_kind: dict[str, list[tuple[np.ndarray, ...]]] = {}
+    by_kind: dict[DrafterKind, list[tuple[np.ndarray, ...]]] = {}
     for t in traces:
         kind = trace_drafter_kind(t.meta)
-        if kind != "none":
+        if kind != DrafterKind.NONE:
             by_kind.setdefault(kind, []).append(per_position_acceptance(t.steps, t.meta))
     out = {}
     for kind, parts in by_kind.items():
@@ -109,7 +106,8 @@ def fit_acceptance(traces: Sequence[Trace], base: Profile) -> dict[str, Acceptan
         pad = lambda v: np.pad(v, (0, kmax - len(v)))  # noqa: E731
         acc, offered, drafts = (sum(pad(p[i]) for p in parts) for i in range(3))
         r = np.divide(acc, offered, out=np.zeros(kmax), where=offered > 0)
-        base_shape = base.acceptance.ngram_shape if kind == "ngram" else base.acceptance.eagle_shape
+        ngram = kind == DrafterKind.NGRAM
+        base_shape = base.acceptance.ngram_shape if ngram else base.acceptance.eagle_shape
         alpha, shape, shape_fitted = fit_alpha_shape(r, offered, base_shape)
         ok = offered >= MIN_DRAFTS_PER_POS
         curve = np.array([alpha ** (i ** shape) for i in range(1, len(r) + 1)])
@@ -128,13 +126,13 @@ def acceptance_model(base: AcceptanceModel, fits: dict[str, AcceptanceFit]) -> t
     with each field's ParamFit and the notes to tell the user."""
     acc, notes = base, []
     fitted = dict.fromkeys(ACCEPTANCE_FIELDS, False)
-    if "ngram" in fits:
-        a = fits["ngram"]
+    if DrafterKind.NGRAM in fits:
+        a = fits[DrafterKind.NGRAM]
         acc = replace(acc, ngram_alpha=sig(a.alpha, 4), ngram_shape=sig(a.shape, 4),
                       ngram_position=_moving(a.position))
         fitted["ngram_alpha"], fitted["ngram_shape"] = True, a.shape_fitted
-    if "eagle" in fits:
-        a = fits["eagle"]
+    if DrafterKind.EAGLE in fits:
+        a = fits[DrafterKind.EAGLE]
         acc = replace(acc, eagle_alpha_fresh=sig(a.alpha, 4), eagle_shape=sig(a.shape, 4),
                       eagle_alpha_cold=min(acc.eagle_alpha_cold, sig(a.alpha, 4)),
                       eagle_position=_moving(a.position))

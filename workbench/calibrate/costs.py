@@ -38,8 +38,9 @@ import pandas as pd
 from scipy.optimize import minimize_scalar, nnls
 
 from sim.costs import draft_step_s, prefill_s, verify_step_s
-from workbench.calibrate.trace_view import sig
+from workbench.contracts.fileio import sig
 from workbench.contracts.profile import DecodeCost, DrafterCost, Profile
+from workbench.contracts.policy import DrafterKind
 
 # Linear cost parameters, in the order they are kept when features are collinear
 # (earlier = kept: the target's own costs before the drafter's, which the trace
@@ -128,9 +129,9 @@ def features(f: pd.DataFrame, knee: float) -> np.ndarray:
     """Columns in COST_PARAMS order; `knee` = weights_s / compute_s_per_token (tokens)."""
     b, ctx, k, p = (f[c].to_numpy(float) for c in ("B", "ctx", "K", "P"))
     sd = k > 0
-    ngram = sd & (f["kind"].to_numpy() == "ngram")
+    ngram = sd & (f["kind"].to_numpy() == DrafterKind.NGRAM)
     # An EAGLE engine's drafter runs a forward in every decoding step, K = 0 too (sim/costs.py).
-    eagle = np.where((f["kind"].to_numpy() == "eagle") & (b > 0), np.maximum(k, 1), 0)
+    eagle = np.where((f["kind"].to_numpy() == DrafterKind.EAGLE) & (b > 0), np.maximum(k, 1), 0)
     return np.column_stack([
         np.ones(len(f)),                 # overhead_s
         np.maximum(knee, b * (k + 1)),   # compute_s_per_token (and weights_s = compute * knee)

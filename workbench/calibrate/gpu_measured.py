@@ -40,7 +40,7 @@ from workbench.calibrate.measured_gpu import Engine, draft_overhead_s, with_draf
 from workbench.calibrate.operators import fit_operators, predict_point
 from workbench.contracts.architecture import architecture_presets
 from workbench.contracts.fileio import write_json
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
 
@@ -314,8 +314,8 @@ def input_changes(shipped: Profile, fitted: Profile) -> list[InputChange]:
         InputChange(
             "EAGLE draft step B=1 top-k 4",
             "s",
-            draft_step_s(shipped.drafter, "eagle", 1, tree),
-            draft_step_s(fitted.drafter, "eagle", 1, tree),
+            draft_step_s(shipped.drafter, DrafterKind.EAGLE, 1, tree),
+            draft_step_s(fitted.drafter, DrafterKind.EAGLE, 1, tree),
         )
     )
     return out

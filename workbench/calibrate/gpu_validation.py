@@ -39,7 +39,7 @@ from workbench.calibrate.measured_gpu import (
     with_draft_overhead,
 )
 from workbench.calibrate.published import Published, load_published
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import AcceptanceModel, Profile, load_profile
 
 CONTEXT = MICROBENCH_CONTEXT  # assumed context of the microbenchmarks (not published)
@@ -64,7 +64,7 @@ class Check:
 
 
 def tokens_per_s(p: Profile, batch: int, strategy: Strategy, accepted: float, context: float = CONTEXT) -> float:
-    kind = "eagle" if strategy.steps else "none"
+    kind = DrafterKind.EAGLE if strategy.steps else DrafterKind.NONE
     return batch * accepted / segment_s(p.decode, p.drafter, kind, batch, context, strategy)
 
 
@@ -87,8 +87,8 @@ def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONT
     accepted = {m.strategy: m.value for m in rows if m.kind == "accepted_length"}
     out = []
     for m in (m for m in rows if m.kind == "speedup"):
-        no_sd = segment_s(prof.decode, prof.drafter, "none", 1, context, NO_SD)
-        with_sd = segment_s(prof.decode, prof.drafter, "eagle", 1, context, m.strategy)
+        no_sd = segment_s(prof.decode, prof.drafter, DrafterKind.NONE, 1, context, NO_SD)
+        with_sd = segment_s(prof.decode, prof.drafter, DrafterKind.EAGLE, 1, context, m.strategy)
         out.append((accepted[m.strategy] * no_sd / m.value - with_sd) / m.strategy.steps)
     return out
 
@@ -123,7 +123,8 @@ def fit_acceptance(pub: Published, base: AcceptanceModel) -> AcceptanceModel:
 
     def resid(x: np.ndarray) -> np.ndarray:
         m = model(x)
-        return np.array([math.log(stats_for(m, "eagle", 1.0, r.strategy).mean / r.value) for r in rows])
+        accepted = [stats_for(m, DrafterKind.EAGLE, 1.0, r.strategy).mean for r in rows]
+        return np.array([math.log(a / r.value) for a, r in zip(accepted, rows)])
 
     res = least_squares(resid, np.array([0.8, 0.8, 0.4]), bounds=([0.05, 0.1, 0.0], [0.999, 2.0, 3.0]))
     return model(res.x)
@@ -139,7 +140,7 @@ def table_c(framework: str = "sglang", overhead_at_reference_s: float = DRAFT_ST
                           overhead_at_reference_s=overhead_at_reference_s).profile
     out: list[Check] = []
     for m in (m for m in pub.measurements if m.table == "C"):
-        el = stats_for(acc, "eagle", 1.0, m.strategy).mean
+        el = stats_for(acc, DrafterKind.EAGLE, 1.0, m.strategy).mean
         with_sd = tokens_per_s(prof, m.batch, m.strategy, el, context)
         speedup = with_sd / tokens_per_s(prof, m.batch, NO_SD, 1.0, context)
         out.append(Check("C", f"TV {m.strategy.tokens} bs {m.batch}", m.value, speedup, f"E[L] {el:.2f}"))
@@ -169,7 +170,7 @@ class ScalingCheck:
 def reference_step_s(framework: str = "sglang") -> float:
     """Table D's target decode step at batch 1 (Qwen2.5-32B TP4, H100), as the database gives it."""
     ref = table_d_engine(framework)
-    return segment_s(ref.decode, ref.drafter, "none", 1, CONTEXT, NO_SD)
+    return segment_s(ref.decode, ref.drafter, DrafterKind.NONE, 1, CONTEXT, NO_SD)
 
 
 def table_e_engines(framework: str = "sglang",
@@ -190,7 +191,7 @@ def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float,
     out = []
     for row, bare in engines:
         no_sd, sd = TABLE_E_PUBLISHED[row]
-        step = segment_s(bare.decode, bare.drafter, "none", 1, CONTEXT, NO_SD)
+        step = segment_s(bare.decode, bare.drafter, DrafterKind.NONE, 1, CONTEXT, NO_SD)
         for x in exponents:
             overhead = draft_overhead_s(bare.decode, at_reference_s, x)
             prof = with_draft_overhead(bare, overhead)

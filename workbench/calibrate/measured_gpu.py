@@ -38,11 +38,11 @@ from scipy.optimize import least_squares
 from sim.costs import draft_step_s, prefill_s, verify_step_s
 from workbench.calibrate.attention_coverage import Coverage, attention_coverage, sweep_sentence
 from workbench.calibrate.operators import fit_drafter
-from workbench.calibrate.trace_view import sig
+from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import DATABASE_PREFIX, DecodeCost, DrafterCost, Profile
 from workbench.contracts.schema import ConfigError
 
@@ -295,7 +295,7 @@ def measure_grid(eng: Engine) -> list[Point]:
 def predict(c: DecodeCost, d: DrafterCost, p: Point) -> float:
     """A point's time in the simulator's own functions (sim/costs.py)."""
     if p.op == "drafter":
-        return draft_step_s(d, "eagle", p.batch, Strategy(1, p.topk, 1 + p.topk))
+        return draft_step_s(d, DrafterKind.EAGLE, p.batch, Strategy(1, p.topk, 1 + p.topk))
     if p.op == "prefill":
         return prefill_s(c, p.tokens) + verify_step_s(c, 0, 0.0, 0)
     return verify_step_s(c, p.batch, p.context, Strategy.chain(p.tokens - 1))

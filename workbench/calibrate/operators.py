@@ -33,8 +33,8 @@ from scipy.optimize import nnls
 from real.profiler.table import Measurements
 from sim.costs import draft_step_s, prefill_s, verify_step_s
 from workbench.calibrate.costs import CostFit, fit_costs
-from workbench.calibrate.trace_view import sig
-from workbench.contracts.policy import Strategy
+from workbench.contracts.fileio import sig
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import MEASURED_PREFIX, DrafterCost, Profile
 
 INFER_OPS = ("decode", "verify", "drafter", "prefill")
@@ -46,7 +46,7 @@ def fitted_mode(m: Measurements) -> str:
     return "graph" if (m.rows["mode"] == "graph").any() else "eager"
 
 
-def _step(op: str, b: int, ctx: float, k: int, p: int, kind: str, y: float, i: int) -> dict:
+def _step(op: str, b: int, ctx: float, k: int, p: int, kind: DrafterKind, y: float, i: int) -> dict:
     return {"trace": op, "rl_step": 0, "worker": 0, "engine_step": i, "B": b, "ctx": ctx, "K": k, "P": p, "F": 0,
             "kind": kind, "y": y, "warmup": False, "why_dropped": ""}
 
@@ -57,12 +57,13 @@ def step_frame(m: Measurements, mode: str) -> pd.DataFrame:
     pick = lambda op: rows[(rows["op"] == op) & (rows["mode"] == (mode if op != "prefill" else "eager"))]
     out: list[dict] = []
     for r in pick("decode").itertuples():
-        out.append(_step("decode", r.batch, r.context, 0, 0, "none", r.step_s, len(out)))
+        out.append(_step("decode", r.batch, r.context, 0, 0, DrafterKind.NONE, r.step_s, len(out)))
     verify = pick("verify")
     for r in verify.itertuples():
-        out.append(_step("verify", r.batch, r.context, r.tokens - 1, 0, "none", r.step_s, len(out)))
+        out.append(_step("verify", r.batch, r.context, r.tokens - 1, 0, DrafterKind.NONE, r.step_s,
+                         len(out)))
     for r in pick("prefill").itertuples():
-        out.append(_step("prefill", 0, 0.0, 0, r.tokens, "none", r.step_s, len(out)))
+        out.append(_step("prefill", 0, 0.0, 0, r.tokens, DrafterKind.NONE, r.step_s, len(out)))
     return pd.DataFrame(out)
 
 
@@ -105,7 +106,7 @@ class OperatorFit:
 def predict_point(prof: Profile, op: str, batch: int, context: float, tokens: int, topk: int) -> float:
     """A point's time under a profile, in the simulator's functions (op as real/profiler/grid.py)."""
     if op == "drafter":  # one drafter forward: a one-step tree of `topk` candidates per sequence
-        return draft_step_s(prof.drafter, "eagle", batch, Strategy(1, topk, 1 + topk))
+        return draft_step_s(prof.drafter, DrafterKind.EAGLE, batch, Strategy(1, topk, 1 + topk))
     if op == "prefill":
         return prefill_s(prof.decode, tokens) + verify_step_s(prof.decode, 0, 0.0, 0)
     return verify_step_s(prof.decode, batch, context, Strategy.chain(tokens - 1))

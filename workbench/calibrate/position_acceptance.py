@@ -26,9 +26,11 @@ from typing import Sequence
 import numpy as np
 
 from sim.acceptance import cumulative_acceptance
-from workbench.calibrate.trace_view import sig, step_draft_len, trace_drafter_kind
+from workbench.calibrate.trace_view import step_draft_len, trace_drafter_kind
+from workbench.contracts.fileio import sig
 from workbench.contracts.profile import PositionMiss
 from workbench.contracts.trace import Trace
+from workbench.contracts.policy import DrafterKind
 
 MIN_STEPS = 20
 Z = 3.0  # standard errors a gain must be from 1 to be kept
@@ -39,7 +41,7 @@ FIRST_EDGE = 32
 class PositionFit:
     """One drafter kind's acceptance by position in the response, as fitted."""
 
-    kind: str
+    kind: DrafterKind
     rows: tuple[PositionMiss, ...]
     steps: list[int]  # SD steps per row
     ratios: list[float]  # accepted over the pooled fit's expectation per row (1.0: within noise)
@@ -62,7 +64,7 @@ class SdSteps:
     draft_len: np.ndarray
 
 
-def sd_steps(traces: Sequence[Trace], kind: str) -> SdSteps:
+def sd_steps(traces: Sequence[Trace], kind: DrafterKind) -> SdSteps:
     """The SD steps of the traces that ran drafter `kind`."""
     cols: list[list[np.ndarray]] = [[], [], [], []]
     for t in traces:
@@ -98,7 +100,8 @@ def miss_multiplier(steps: SdSteps, alpha: float, shape: float) -> float:
     return (lo + hi) / 2
 
 
-def fit_position_gain(traces: Sequence[Trace], kind: str, alpha: float, shape: float) -> PositionFit | None:
+def fit_position_gain(traces: Sequence[Trace], kind: DrafterKind, alpha: float,
+                      shape: float) -> PositionFit | None:
     """The rows for drafter `kind` (None: fewer than 2 * MIN_STEPS SD steps)."""
     steps = sd_steps(traces, kind)
     pos = steps.position

@@ -32,7 +32,7 @@ from sim.acceptance import stats_for
 from sim.costs import segment_s
 from workbench.calibrate.shapes import GPU, EngineFactors, decode_cost, drafter_cost, kv_s_per_token, weights_s
 from workbench.contracts.architecture import Architecture
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import AcceptanceModel
 from workbench.contracts.schema import ConfigError
 
@@ -171,13 +171,13 @@ def unpack(x: np.ndarray, pub: Published, archs: dict[str, Architecture], gpu: G
 def predict(m: Measurement, fitted: Fitted, arch: Architecture, gpu: GPU) -> float:
     """The simulator's value for one microbenchmark: tokens per pass, or the goodput ratio
     (B x E[L] / segment time) with SD over without, at the same batch and context."""
-    accept = stats_for(fitted.acceptance, "eagle", 1.0, m.strategy).mean
+    accept = stats_for(fitted.acceptance, DrafterKind.EAGLE, 1.0, m.strategy).mean
     if m.kind == "accepted_length":
         return accept
     dec = decode_cost(arch, gpu, m.tp, fitted.factors)
     dr = drafter_cost(arch, gpu, m.tp, fitted.factors, 0.0)
-    with_sd = segment_s(dec, dr, "eagle", m.batch, fitted.context, m.strategy)
-    without = segment_s(dec, dr, "none", m.batch, fitted.context, NO_SD)
+    with_sd = segment_s(dec, dr, DrafterKind.EAGLE, m.batch, fitted.context, m.strategy)
+    without = segment_s(dec, dr, DrafterKind.NONE, m.batch, fitted.context, NO_SD)
     return accept * without / with_sd
 
 

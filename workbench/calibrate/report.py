@@ -20,13 +20,13 @@ from workbench.calibrate.acceptance import (
 from workbench.calibrate.costs import CV_FOLDS, CostFit, ParamFit, fit_costs
 from workbench.calibrate.drift import DRIFT_KEY
 from workbench.calibrate.probe_drift import normalise_by_probe
-from workbench.calibrate.lengths import LengthFit, fit_lengths
 from workbench.calibrate.phases import fit_phases
-from workbench.calibrate.trace_view import WARMUP_STEPS, fitted_name, sig, step_frame
-from workbench.contracts.fileio import jsonable
+from workbench.calibrate.trace_view import WARMUP_STEPS, fitted_name, step_frame
+from workbench.contracts.fileio import jsonable, sig
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Trace
 from workbench.contracts.workload import LengthModel, Workload
+from workbench.workloads.tobit import TobitFit, fit_tobit
 
 SCHEMA = "tlt-calibration/1"
 
@@ -40,7 +40,7 @@ class Calibration:
     residuals: pd.DataFrame  # per used engine step: measured, predicted, error
     costs: CostFit
     acceptance: dict[str, AcceptanceFit]
-    length_fit: LengthFit | None
+    length_fit: TobitFit | None
     notes: list[str]
 
     def report(self, base: Profile) -> dict:
@@ -100,7 +100,8 @@ def _source(traces: Sequence[Trace], base: Profile, costs: CostFit, acc_fits: di
             f"fit_error_pct: median |error| of per-step latency on held-out steps ({CV_FOLDS}-fold cross-validation)")
 
 
-def _errors(costs: CostFit, acc_fits: dict[str, AcceptanceFit], length_fit: LengthFit | None) -> dict[str, float]:
+def _errors(costs: CostFit, acc_fits: dict[str, AcceptanceFit],
+            length_fit: TobitFit | None) -> dict[str, float]:
     errors = {"decode_mdape_pct": costs.mdape_pct, "decode_cv_mdape_pct": costs.cv_mdape_pct}
     for kind, a in acc_fits.items():
         errors[f"acceptance_{kind}_rmse"] = a.rmse
@@ -165,7 +166,7 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, w
     notes += acc_notes
     phases, phase_params = fit_phases(traces, base.phases)
     try:
-        length_fit = fit_lengths(traces)
+        length_fit = fit_tobit(traces)
         notes += length_fit.notes
     except Exception as exc:  # a length model the traces cannot support (e.g. every response at the cap)
         length_fit = None

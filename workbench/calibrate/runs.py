@@ -53,7 +53,8 @@ from sim.acceptance import accept_stats, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.calibrate.costs import ParamFit
 from workbench.calibrate.phases import fit_phases
-from workbench.calibrate.trace_view import fitted_name, sig
+from workbench.calibrate.trace_view import fitted_name
+from workbench.contracts.fileio import sig
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, from_mapping
@@ -233,7 +234,7 @@ def spot_wait(metrics: pd.DataFrame) -> np.ndarray:
 
 
 def fit_spot_phases(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[ParamFit], dict[str, str]]:
-    spot = [r for r in runs if run_policy(r.trace).training.enabled]
+    spot = [r for r in runs if run_policy(r.trace).spot_training.enabled]
     plain = [r for r in runs if r not in spot]
     ph, how = base.phases, {}
     if spot and plain:
@@ -341,7 +342,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
     pairs = []  # (run, step mask, measured log q_E/q_S)
     for r in runs:
         m = _est_columns(r)
-        if not {"eagle_est", "static_est"} <= set(m.columns) or not run_policy(r.trace).training.enabled:
+        judged = {"eagle_est", "static_est"} <= set(m.columns)
+        if not judged or not run_policy(r.trace).spot_training.enabled:
             continue
         k = judged_draft_len(r.trace)
         y = np.full(len(m), np.nan)

@@ -36,7 +36,7 @@ from workbench.calibrate.gpu_validation import (
 )
 from workbench.calibrate.measured_gpu import draft_overhead_s, with_draft_overhead
 from workbench.calibrate.sd_published import SdPoint, SdPublished, SdSeries, load_sd_published
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import Profile
 
 NO_SD = Strategy.chain(0)
@@ -85,17 +85,18 @@ def engine(series: SdSeries, constants: EngineConstants, tp: int | None = None) 
 
 
 def speedup(
-    prof: Profile, kind: str, batch: int, context: float, strategy: Strategy, accepted: float
+    prof: Profile, kind: DrafterKind, batch: int, context: float, strategy: Strategy,
+    accepted: float
 ) -> float:
     """SD's throughput over the same engine decoding plainly (no drafter) at one batch."""
-    plain = segment_s(prof.decode, prof.drafter, "none", batch, context, NO_SD)
+    plain = segment_s(prof.decode, prof.drafter, DrafterKind.NONE, batch, context, NO_SD)
     return accepted * plain / segment_s(prof.decode, prof.drafter, kind, batch, context, strategy)
 
 
 def predict_point(prof: Profile, series: SdSeries, p: SdPoint) -> float:
     if p.measure == "tokens_per_s":
         return p.batch / segment_s(
-            prof.decode, prof.drafter, "none", p.batch, series.context, NO_SD
+            prof.decode, prof.drafter, DrafterKind.NONE, p.batch, series.context, NO_SD
         )
     if p.accepted is None:
         raise ValueError(f"{series.name}: a speedup needs the accepted length to be predicted")
@@ -197,7 +198,7 @@ def specdecode_checks(
         "h100",
         "llama3.1-8b",
         1,
-        "eagle",
+        DrafterKind.EAGLE,
         m.context,
         (),
     )
@@ -212,7 +213,7 @@ def specdecode_checks(
             1,
             "speedup",
             m.speedup(b, k),
-            speedup(prof, "eagle", b, m.context, strategy, accepted),
+            speedup(prof, DrafterKind.EAGLE, b, m.context, strategy, accepted),
         )
         for b in batches
     ]

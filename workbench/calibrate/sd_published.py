@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.schema import ConfigError
 
 SD_PUBLISHED = Path(__file__).resolve().parents[2] / "traces" / "published" / "sd-by-batch.yaml"
@@ -44,7 +44,7 @@ class SdSeries:
     gpu: str
     model: str  # an architecture preset or a config.json path
     tp: int
-    drafter: str  # eagle, ngram, none
+    drafter: DrafterKind  # eagle, ngram, none
     context: float  # tokens per sequence the figures are judged at (stated in the file)
     points: tuple[SdPoint, ...]
     version: str = ""
@@ -141,7 +141,7 @@ def _series(src: str, i: int, d: dict) -> SdSeries:
             str(d["gpu"]),
             str(d["model"]),
             tp,
-            str(d.get("drafter", "eagle")),
+            DrafterKind(str(d.get("drafter", DrafterKind.EAGLE))),
             float(d["context"]),
             pts,
             str(d.get("version", "")),

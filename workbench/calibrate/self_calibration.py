@@ -5,7 +5,7 @@ Why it is built this way: the machine drifts by tens of percent within minutes, 
 fitted on captures taken at one moment and validated on captures taken at another mostly
 measures the drift. Here
 
-- the plan (`plan_captures`) interleaves the drafter kinds (no SD, n-gram, EAGLE) in rounds, each
+- the plan (`capture_plan.py`'s `plan_captures`) interleaves the drafter kinds (no SD, n-gram, EAGLE) in rounds, each
   round in another kind order, and repeats every fit shape in every round, so no kind or shape
   is measured only while the machine ran fast or slow;
 - the machine's speed is measured for every capture, and each capture's times are scaled to
@@ -22,8 +22,8 @@ measures the drift. Here
   normalisation and raw (a profile fitted on the raw fit captures against the raw held-out one:
   what not normalising gives).
 
-What runs the captures is injected (`Machine`): `VllmMachine` on the real engine, a synthetic
-one in the tests. `run_self_calibration` returns a `SelfCalibration`; `write_self_calibration`
+What runs the captures is injected (`capture_plan.Machine`): `VllmMachine` on the real engine, a
+synthetic one in the tests. `run_self_calibration` returns a `SelfCalibration`; `write_self_calibration`
 writes the profile, the report, the workload and the raw captures, each atomically.
 """
 
@@ -33,10 +33,11 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from workbench.calibrate.capture_plan import KINDS, CaptureSpec, Machine
 from workbench.calibrate.costs import predict_steps
 from workbench.calibrate.drift import (
     DriftFactor,
@@ -49,120 +50,13 @@ from workbench.calibrate.probe_drift import probe_factors, warp_to_profile
 from workbench.calibrate.report import Calibration, calibrate, trace_workload_spec
 from workbench.calibrate.trace_view import WARMUP_STEPS, step_frame
 from workbench.contracts.fileio import jsonable, write_dir_atomic, write_json
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind
 from workbench.contracts.profile import Profile
-from workbench.contracts.schema import from_mapping, save
-from workbench.contracts.task import Task
+from workbench.contracts.schema import save
 from workbench.contracts.trace import Trace, write_trace
 from workbench.validate import step_cost_rollout, validate
 
-KINDS = ("none", "ngram", "eagle")
-# Fit shapes: (prompts, samples, max_tokens, batch cap); every one runs for every kind every round.
-FIT_SHAPES = ((16, 4, 1024, 64), (16, 4, 512, 32), (8, 4, 512, 8), (16, 4, 256, 16))
-# Draft-length schedules (min_batch, max_batch, K) of the SD fit captures, rotated over the shapes so
-# each K meets several batch sizes. K runs up to 8, the SD engines' num_speculative_tokens and the
-# longest draft the tuner and `tlt-vllm` use, so no tuned K = 8 rests on acceptance and verify costs
-# extrapolated from shorter drafts.
-FIT_SCHEDULES = (((1, 8, 6), (9, 32, 2)), ((1, 64, 3),), ((1, 4, 8), (5, 16, 1), (17, 64, 2)),
-                 ((1, 16, 4), (17, 64, 1)))
-MAX_DRAFT_LEN = 8
-# The held-out shape: a mix, group size and cap no fit capture has; its own schedule too.
-HELDOUT = dict(prompts=24, samples=2, max_tokens=768, cap=24, mix="hard", schedule=((1, 6, 4), (7, 24, 2)))
 BUCKET_EDGES = (1, 2, 4, 8, 16, 32, 64)
-
-
-@dataclass(frozen=True)
-class CaptureSpec:
-    """One planned capture."""
-
-    name: str  # its trace directory under PROFILE.captures/
-    kind: str  # drafter the engine runs: none, ngram, eagle
-    role: str  # "fit" or "heldout"
-    round: int
-    prompts: int
-    samples: int
-    max_tokens: int
-    cap: int  # batch cap: the most requests in flight
-    seed: int
-    mix: str
-    schedule: tuple[tuple[int, int, int], ...]  # draft length per batch bucket; () without SD
-
-    def policy(self) -> Policy:
-        """The policy the capture runs (a fixed schedule), as its trace's meta records it."""
-        if self.kind == "none":
-            return from_mapping(Policy, {"name": f"selfcal-{self.name}", "drafter": {"kind": "none"}})
-        return from_mapping(Policy, {
-            "name": f"selfcal-{self.name}", "sd_threshold": max(hi for _, hi, _ in self.schedule),
-            "schedule": [list(r) for r in self.schedule], "bandit": {"algorithm": "fixed"},
-            "drafter": {"kind": self.kind, "warm_start": self.kind == "eagle"}, "training": {"enabled": False}})
-
-
-def plan_captures(kinds: Sequence[str] = KINDS, rounds: int = 2, seed: int = 0) -> list[CaptureSpec]:
-    """The captures in run order: per round, one engine session per kind (the kind order rotates
-    each round), each session its kind's fit shapes with the held-out capture in the middle."""
-    if rounds < 1 or not kinds or any(k not in KINDS for k in kinds):
-        raise ValueError(f"plan: rounds >= 1 and kinds among {', '.join(KINDS)} (got {rounds}, {list(kinds)})")
-    plan: list[CaptureSpec] = []
-    for r in range(rounds):
-        order = [kinds[(j + r) % len(kinds)] for j in range(len(kinds))]
-        if plan and len(kinds) > 1 and order[0] == plan[-1].kind:  # a new round starts on another engine
-            order = order[1:] + order[:1]
-        for kind in order:
-            ki = kinds.index(kind)
-            fits = []
-            for i in range(len(FIT_SHAPES)):
-                s = (i + r + ki) % len(FIT_SHAPES)  # another shape order each session
-                prompts, samples, max_tokens, cap = FIT_SHAPES[s]
-                sched = () if kind == "none" else FIT_SCHEDULES[(s + r) % len(FIT_SCHEDULES)]
-                fits.append(CaptureSpec(f"fit-r{r}-{kind}-{i}", kind, "fit", r, prompts, samples, max_tokens, cap,
-                                        seed + 100 * r + 10 * ki + i, "default", sched))
-            h = HELDOUT
-            held = CaptureSpec(f"heldout-r{r}-{kind}", kind, "heldout", r, h["prompts"], h["samples"], h["max_tokens"],
-                               h["cap"], seed + 1000 + 100 * r + ki, h["mix"], () if kind == "none" else h["schedule"])
-            half = len(fits) // 2
-            plan += fits[:half] + [held] + fits[half:]
-    return plan
-
-
-class Machine(Protocol):
-    """What runs the captures: one engine at a time, and the drift reference."""
-
-    def start(self, kind: str) -> float: ...  # (re)start the engine for a drafter kind; seconds
-
-    def capture(self, spec: CaptureSpec) -> Trace: ...  # one capture on the running engine
-
-    def reference_s(self) -> float: ...  # the fixed reference measurement, seconds
-
-    # Optional: `reference_cpu_s()`, this process's CPU seconds of the last reference measurement,
-    # and `meta["summary"]["cpu_share"]` in each capture's trace enable method "cpu".
-
-    def close(self) -> None: ...
-
-
-class VllmMachine:
-    """The real machine: real/run/capture.py's EngineSession (vLLM in this process)."""
-
-    def __init__(self, model: str | Path, drafter: str | Path | None = None, seed: int = 0, task: Task | None = None):
-        """`task`: a user's task file the captures draw their prompts from (None: the GCD task)."""
-        from real.run.capture import EngineSession
-
-        self.session = EngineSession(model, drafter, seed=seed, max_draft_len=MAX_DRAFT_LEN, task_file=task)
-
-    def start(self, kind: str) -> float:
-        return self.session.start(kind)
-
-    def capture(self, spec: CaptureSpec) -> Trace:
-        return self.session.capture(spec.policy(), prompts=spec.prompts, samples=spec.samples,
-                                    max_tokens=spec.max_tokens, seed=spec.seed, mix=spec.mix, max_in_flight=spec.cap)
-
-    def reference_s(self) -> float:
-        return self.session.reference_s()
-
-    def reference_cpu_s(self) -> float:
-        return self.session.reference_cpu_s()
-
-    def close(self) -> None:
-        self.session.close()
 
 
 @dataclass(frozen=True)
@@ -202,7 +96,7 @@ class CaptureRecord:
 @dataclass(frozen=True)
 class HeldoutResult:
     trace: str
-    kind: str
+    kind: DrafterKind
     error_pct: float  # normalised profile vs normalised capture
     raw_error_pct: float  # profile fitted on the raw fit captures vs the raw capture (no normalisation)
     errors_by_method: dict[str, float]  # each normalisation method's profile vs the capture normalised so
@@ -216,7 +110,7 @@ class HeldoutResult:
 class BucketRow:
     """Mean step latency of one drafter kind in one batch bucket: measured vs the profile's."""
 
-    kind: str
+    kind: DrafterKind
     min_batch: int
     max_batch: int
     steps: int

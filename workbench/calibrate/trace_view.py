@@ -11,20 +11,15 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.schema import from_mapping
 from workbench.contracts.trace import Trace, TraceError
 
 WARMUP_STEPS = 5
-DRAFTER_KINDS = ("none", "ngram", "eagle")
+DRAFTER_KINDS = (DrafterKind.NONE, DrafterKind.NGRAM, DrafterKind.EAGLE)  # what a capture runs
 
 
-def sig(x: float, digits: int = 5) -> float:
-    """Round to `digits` significant digits (profiles are read by people too)."""
-    return float(f"{float(x):.{digits - 1}e}")
-
-
-def trace_drafter_kind(meta: dict) -> str:
+def trace_drafter_kind(meta: dict) -> DrafterKind:
     """The drafter the traced engine ran: from meta['engine']['speculative_config'] (None: no SD;
     else its method) when the capture recorded it, else meta['engine']['drafter'] if that names a
     kind, else the policy's."""
@@ -32,22 +27,22 @@ def trace_drafter_kind(meta: dict) -> str:
     if "speculative_config" in eng:
         spec = eng["speculative_config"]
         if not spec:
-            return "none"
+            return DrafterKind.NONE
         method = str(spec.get("method", "")).lower() if isinstance(spec, dict) else ""
-        if method == "ngram":
-            return "ngram"
+        if method == "ngram":  # vLLM's method names
+            return DrafterKind.NGRAM
         if method.startswith("eagle"):
-            return "eagle"
+            return DrafterKind.EAGLE
     d = eng.get("drafter")
     if isinstance(d, dict):
         d = d.get("kind") or d.get("method")
     if isinstance(d, str) and d.lower() in DRAFTER_KINDS:
-        return d.lower()
-    kind = ((meta.get("policy") or {}).get("drafter") or {}).get("kind", "none")
+        return DrafterKind(d.lower())
+    kind = ((meta.get("policy") or {}).get("drafter") or {}).get("kind", DrafterKind.NONE)
     if kind not in DRAFTER_KINDS:
         raise TraceError("meta.json", "field 'policy.drafter.kind'", f"is {kind!r}",
                          f"one of {', '.join(DRAFTER_KINDS)}")
-    return kind
+    return DrafterKind(kind)
 
 
 def parse_positions(value) -> np.ndarray:
@@ -68,7 +63,8 @@ def scheduled_draft_len(meta: dict, batch_size: np.ndarray) -> np.ndarray | None
         pol = from_mapping(Policy, {"name": "trace", **(meta.get("policy") or {})})
     except Exception:
         return None
-    if not pol.uses_sd or pol.bandit.algorithm != "fixed" or trace_drafter_kind(meta) == "none":
+    fixed = pol.uses_sd and pol.bandit.algorithm == "fixed"
+    if not fixed or trace_drafter_kind(meta) == DrafterKind.NONE:
         return None
     k = np.zeros(len(batch_size), dtype=np.int64)
     for row in pol.schedule:

@@ -6,7 +6,7 @@ import warnings
 
 import typer
 
-from workbench.contracts.workload import PresetRenamed
+from workbench.contracts.schema import RenameNotice
 
 app = typer.Typer(help="TLT Workbench: simulate, calibrate, tune and run TLT for long-tail RL rollouts.",
                   no_args_is_help=True, add_completion=False)
@@ -24,8 +24,9 @@ app.add_typer(task_app, name="task")
 
 
 def _notice(message, category, filename, lineno, file=None, line=None) -> None:
-    """A renamed preset is a notice on stderr, not a Python warning with a file and line."""
-    if issubclass(category, PresetRenamed):
+    """A renamed preset or field is a notice on stderr, not a Python warning with a file and
+    line."""
+    if issubclass(category, RenameNotice):
         typer.echo(f"notice: {message}", err=True)
     else:
         _SHOW(message, category, filename, lineno, file, line)
@@ -37,5 +38,5 @@ _SHOW = warnings.showwarning
 @app.callback()
 def _main() -> None:
     """TLT Workbench: simulate, calibrate, tune and run TLT for long-tail RL rollouts."""
-    warnings.simplefilter("always", PresetRenamed)
+    warnings.simplefilter("always", RenameNotice)
     warnings.showwarning = _notice

@@ -24,6 +24,7 @@ from workbench.calibrate.drift import apply_recorded
 from workbench.calibrate.report import SCHEMA as REPORT_SCHEMA
 from workbench.calibrate.runs import TABLE_HEADERS, TRACE_DIR, fit_loaded_runs, is_run_dir, load_run
 from workbench.contracts.trace import TraceError, load_trace
+from workbench.contracts.policy import DrafterKind
 from workbench.tables import format_table
 
 
@@ -228,11 +229,13 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
     from real.run.capture import CaptureError
     from real.run.config import default_drafter
     from real.tiny.model import load_model_dir
+    from workbench.calibrate import capture_plan as plans
     from workbench.calibrate import self_calibration as sc
 
     try:
         load_model_dir(model)  # its errors name --model
-        drafter = default_drafter(model, next(s.policy() for s in sc.plan_captures() if s.kind == "eagle"), drafter)
+        eagle = next(s.policy() for s in plans.plan_captures() if s.kind == DrafterKind.EAGLE)
+        drafter = default_drafter(model, eagle, drafter)
         if drafter is not None and not (Path(drafter) / "config.json").is_file():
             raise CaptureError(f"--drafter {drafter}: no config.json (give an EAGLE checkpoint from `tlt drafter "
                                f"train`)")
@@ -244,14 +247,14 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
         import vllm  # noqa: F401
     except ImportError as exc:
         fail(RuntimeError(f"--model needs vLLM ({exc}); install the project with its 'cpu' or 'gpu' extra"))
-    kinds = sc.KINDS if drafter is not None else ("none", "ngram")
-    plan = sc.plan_captures(kinds, rounds=rounds, seed=seed)
+    kinds = plans.KINDS if drafter is not None else (DrafterKind.NONE, DrafterKind.NGRAM)
+    plan = plans.plan_captures(kinds, rounds=rounds, seed=seed)
     captures_dir = out.with_name(out.stem + ".captures")
     workload_out = lengths_out or out.with_name(out.stem + ".workload" + out.suffix)
     typer.echo(f"self-calibration of this machine on {model}: {len(plan)} captures ({', '.join(kinds)}; "
                f"{rounds} round(s)), drafter {drafter or 'none (no EAGLE captures)'}", err=True)
     try:
-        machine = sc.VllmMachine(model, drafter, seed=seed, task=user_task)
+        machine = plans.VllmMachine(model, drafter, seed=seed, task=user_task)
         result = sc.run_self_calibration(machine, plan, base_prof, name or out.stem, captures_dir,
                                          progress=lambda p: typer.echo(p.line(), err=True), warmup_steps=warmup_steps,
                                          method=drift, window=drift_window)

@@ -22,7 +22,7 @@ from workbench.workloads.build import (
     infer_cap,
     report,
 )
-from workbench.workloads.fit import fit_lengths
+from workbench.workloads.mixture import fit_mixture
 
 
 @workload_app.command("import")
@@ -66,7 +66,8 @@ def show(workload: str = typer.Argument(..., help="Workload preset or file.")) -
         if wl.lengths.data:
             obs = read_observed(wl.lengths.data)
             cap, how = infer_cap(obs, wl.max_response_tokens)
-            for line in format_report(report(obs, cap, how, list(range(obs.batches))), fit_lengths(obs, cap)):
+            imported = report(obs, cap, how, list(range(obs.batches)))
+            for line in format_report(imported, fit_mixture(obs, cap)):
                 typer.echo(line)
     except ConfigError as exc:
         fail(exc)

@@ -1,7 +1,9 @@
 """The one set of writers: every file and directory the workbench writes goes through here.
 
 Each writer builds its output beside the destination and renames it into place, so a crash
-or a kill at any moment leaves the old file (or none), never half a file.
+or a kill at any moment leaves the old file (or none), never half a file. Fitted numbers are
+written at fixed precision (`sig`), so a refit on another CPU changes a file only where the fit
+moved.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+
+def sig(x: float, digits: int = 5) -> float:
+    """Round to `digits` significant digits (fitted files are read by people too)."""
+    return float(f"{float(x):.{digits - 1}e}")
 
 
 def write_atomic(path: str | Path, text: str) -> None:

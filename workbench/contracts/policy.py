@@ -9,8 +9,9 @@ field by field in `docs/formats.md`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from workbench.contracts.schema import (
     FieldError,
@@ -24,7 +25,28 @@ PRESET_DIR = Path(__file__).parent / "presets" / "policies"
 
 BanditAlgorithm = Literal["fixed", "beg", "ucb1", "egreedy", "climb"]
 RewardStat = Literal["mean", "median"]
-DrafterKind = Literal["none", "ngram", "eagle", "suffix"]
+
+
+class DrafterKind(str, Enum):
+    """What drafts the tokens the target verifies (docs/design.md, "Glossary"): nothing (plain
+    decoding), n-gram lookups in the prompt, the learned EAGLE drafter, or suffix lookups in
+    earlier and sibling responses (simulator only). A member equals its string ("eagle"), and
+    prints, formats and reprs as it, so files, tables and messages read as before."""
+
+    NONE = "none"
+    NGRAM = "ngram"
+    EAGLE = "eagle"
+    SUFFIX = "suffix"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
 RolloutMode = Literal["sync", "partial", "tail_batching", "async"]
 
 
@@ -173,24 +195,28 @@ class BanditConfig:
 
 @dataclass(frozen=True)
 class DrafterConfig:
-    kind: DrafterKind = "none"
+    kind: DrafterKind = DrafterKind.NONE
     warm_start: bool = False  # eagle: start from a drafter trained offline on the initial policy
     ngram_fallback: bool = False  # eagle: use the n-gram drafter while the learned one is worse
     # Switch rule: the learned drafter takes over once its accepted length beats
     # n-gram's by this relative margin (checked between RL steps, both directions).
     switch_margin: float = 0.0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", DrafterKind(self.kind))  # "eagle" given in code, too
+
     def check(self) -> None:
         require(self.switch_margin >= 0.0, "switch_margin", self.switch_margin, "a number >= 0")
-        if self.kind != "eagle":
+        if self.kind != DrafterKind.EAGLE:
             require(not self.ngram_fallback, "ngram_fallback", self.ngram_fallback,
                     "false unless kind is 'eagle' (only a learned drafter falls back to n-gram)")
             require(not self.warm_start, "warm_start", self.warm_start, "false unless kind is 'eagle'")
 
 
 @dataclass(frozen=True)
-class DrafterTraining:
-    """Spot training of the learned drafter on workers that finished their shard."""
+class SpotTraining:
+    """Spot training: the learned drafter trained on workers that finished their shard of the
+    rollout (docs/design.md, "Glossary"; not the policy update)."""
 
     enabled: bool = False
     min_idle_workers: int = 1  # start spot training once this many workers are idle
@@ -290,21 +316,25 @@ class Policy:
     schedule: tuple[ScheduleBucket, ...] = ()
     bandit: BanditConfig = field(default_factory=BanditConfig)
     drafter: DrafterConfig = field(default_factory=DrafterConfig)
-    training: DrafterTraining = field(default_factory=DrafterTraining)
+    spot_training: SpotTraining = field(default_factory=SpotTraining)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+    # Files written before `training` was named for what it is still load, with a notice.
+    RENAMED_FIELDS: ClassVar[dict[str, str]] = {"training": "spot_training"}
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
         require(self.sd_threshold >= 0, "sd_threshold", self.sd_threshold, "an integer >= 0")
         require(self.sd_warmup_steps >= 0, "sd_warmup_steps", self.sd_warmup_steps, "an integer >= 0")
-        for part in ("bandit", "drafter", "training", "rollout"):
+        for part in ("bandit", "drafter", "spot_training", "rollout"):
             check_part(part, getattr(self, part))
         for i, row in enumerate(self.schedule):
             check_part(f"schedule[{i}]", row)
-        if self.rollout.stream and self.training.enabled:
-            raise FieldError("training.enabled", True, "false with rollout.stream (streaming keeps every engine busy: "
-                                                       "spot training has no idle engine to run on)")
-        if self.drafter.kind == "none":
+        if self.rollout.stream and self.spot_training.enabled:
+            raise FieldError("spot_training.enabled", True,
+                             "false with rollout.stream (streaming keeps every engine busy: "
+                             "spot training has no idle engine to run on)")
+        if self.drafter.kind == DrafterKind.NONE:
             return
         require(
             len(self.schedule) >= 1, "schedule", [], "at least one [min_batch, max_batch, draft_len] row when SD is on"
@@ -321,10 +351,9 @@ class Policy:
                     f"{prev.max_batch + 1} (rows must be contiguous and sorted)")
         require(self.schedule[-1].max_batch >= self.sd_threshold, "sd_threshold", self.sd_threshold,
                 f"at most the schedule's last max_batch ({self.schedule[-1].max_batch})")
-        if self.training.enabled and self.drafter.kind != "eagle":
-            raise FieldError(
-                "training.enabled", True, "false unless drafter.kind is 'eagle' (n-gram has nothing to train)"
-            )
+        if self.spot_training.enabled and self.drafter.kind != DrafterKind.EAGLE:
+            raise FieldError("spot_training.enabled", True,
+                             "false unless drafter.kind is 'eagle' (n-gram has nothing to train)")
         trees = [i for i, row in enumerate(self.schedule) if not row.strategy.is_chain]
         if trees and self.bandit.algorithm != "fixed":
             i = trees[0]
@@ -339,7 +368,7 @@ class Policy:
 
     @property
     def uses_sd(self) -> bool:
-        return self.drafter.kind != "none" and self.sd_threshold > 0
+        return self.drafter.kind != DrafterKind.NONE and self.sd_threshold > 0
 
     def bucket_of(self, batch_size: int) -> int | None:
         """Index of the schedule row holding `batch_size`, or None when SD is off for it."""
@@ -356,8 +385,9 @@ class Policy:
     def without_sd(self) -> "Policy":
         """The same policy decoding without a drafter: what an SD guard runs where SD loses
         (real/run/sd_guard.py), and the plain engine it prices SD against."""
-        return replace(self, drafter=DrafterConfig(kind="none", switch_margin=self.drafter.switch_margin),
-                       training=replace(self.training, enabled=False))
+        plain = DrafterConfig(kind=DrafterKind.NONE, switch_margin=self.drafter.switch_margin)
+        return replace(self, drafter=plain,
+                       spot_training=replace(self.spot_training, enabled=False))
 
 
 def load_policy(name_or_path: str | Path) -> Policy:

@@ -9,10 +9,12 @@ value and what is allowed, never with a bare KeyError deep in the simulator.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import types
 import typing
+import warnings
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +40,15 @@ class FieldError(ValueError):
     def __init__(self, field: str, value: Any, allowed: str):
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"field '{field}' has value {value!r}; allowed: {allowed}")
+
+
+class RenameNotice(UserWarning):
+    """Something asked for by its old name (a preset, a file's field): it still loads, and the
+    command line prints the message as a notice (workbench/cli/apps.py), the app shows it."""
+
+
+class FieldRenamed(RenameNotice):
+    """A file's field under its old name (a contract's RENAMED_FIELDS)."""
 
 
 def require(ok: bool, field: str, value: Any, allowed: str) -> None:
@@ -76,6 +87,7 @@ def from_mapping(cls: type[T], data: Any, source: str = "", prefix: str = "") ->
     """Build dataclass `cls` from `data`, validating types, unknown keys and check() rules."""
     if not isinstance(data, dict):
         raise ConfigError(source, prefix or "<top level>", data, f"a mapping for {cls.__name__}")
+    data = _renamed_fields(cls, data, source, prefix)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
@@ -99,12 +111,34 @@ def from_mapping(cls: type[T], data: Any, source: str = "", prefix: str = "") ->
     return obj
 
 
+def _renamed_fields(cls: type, data: dict, source: str, prefix: str) -> dict:
+    """`data` with the fields `cls.RENAMED_FIELDS` renamed (old -> new) under their new names, each
+    with a FieldRenamed notice; a file that gives both names is refused."""
+    renamed = getattr(cls, "RENAMED_FIELDS", {})
+    if not any(old in data for old in renamed):
+        return data
+    data = dict(data)
+    for old, new in renamed.items():
+        if old not in data:
+            continue
+        if new in data:
+            raise ConfigError(source, _join(prefix, old), data[old], f"nothing: '{old}' is the old "
+                              f"name of '{new}', which the file also gives")
+        data[new] = data.pop(old)
+        where = f"{source}: " if source else ""
+        warnings.warn(f"{where}field '{_join(prefix, old)}' is now '{_join(prefix, new)}'; read as "
+                      f"'{_join(prefix, new)}' (rename it in the file)", FieldRenamed, stacklevel=3)
+    return data
+
+
 def to_mapping(obj: Any) -> Any:
     """Plain YAML/JSON-able form of a contract (tuples become lists)."""
     if dataclasses.is_dataclass(obj):
         return {f.name: to_mapping(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_mapping(v) for v in obj]
+    if isinstance(obj, enum.Enum):
+        return obj.value
     return obj
 
 
@@ -158,6 +192,12 @@ def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
         if value not in args:
             raise ConfigError(source, path, value, "one of " + ", ".join(repr(a) for a in args))
         return value
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise ConfigError(source, path, value,
+                              "one of " + ", ".join(repr(m.value) for m in tp)) from None
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(source, path, value, f"a list of {_type_name(args[0])}")

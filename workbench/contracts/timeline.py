@@ -1,4 +1,5 @@
-"""Where one RL step's rollout worker-time goes, from its timeline rows (`TimelineRow`'s columns).
+"""The timeline: what every worker did when, built as it happens (`Timeline`), and where one RL
+step's rollout worker-time went, from its rows (`TimelineRow`'s columns).
 
 The one computation of the bubble, the tail and spot training: the simulator's step metrics
 (sim/results.py), a real run's per-step records (real/run/records.py) and the waste tool
@@ -20,12 +21,43 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from workbench.contracts.trace import STATES, TIMELINE_COLUMNS
+
 ROLLOUT_STATES = ("decode", "decode_sd", "idle", "drafter_train")
 DECODE_STATES = ("decode", "decode_sd")
 # The tail is a decode interval whose running batch is at most the step's full batch (the largest any
 # worker ran) / TAIL_DIVISOR. At a full batch of 256 that is batch <= 32, the batch up to which the
 # TLT paper turns SD on.
 TAIL_DIVISOR = 8
+
+
+class Timeline:
+    """Builds a timeline table: rows are appended as plain tuples (cheap in the simulator's hot
+    loop) and turned into a DataFrame once."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+
+    def add(self, rl_step: int, worker: int, start: float, end: float, state: str, batch: int = 0,
+            draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0, context: float = 0.0,
+            strategy: str | None = None) -> None:
+        """`strategy` defaults to the chain of `draft_len` (empty when nothing is drafted)."""
+        if end <= start:
+            return  # zero-length: a worker that finished exactly as the rollout ended
+        if strategy is None:
+            strategy = str(draft_len) if draft_len else ""
+        self.rows.append((rl_step, worker, start, end, state, batch, draft_len, tokens, passes,
+                          context, strategy))
+
+    def frame(self, first_row: int = 0, rl_step: int | None = None) -> pd.DataFrame:
+        """The rows from `first_row` on (of one RL step, if given) as a table (state is
+        categorical over STATES)."""
+        rows = self.rows[first_row:]
+        if rl_step is not None:
+            rows = [r for r in rows if r[0] == rl_step]
+        df = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
+        df["state"] = pd.Categorical(df["state"], categories=list(STATES))
+        return df
 
 
 @dataclass(frozen=True)

@@ -175,32 +175,6 @@ def rows_frame(rows: Sequence[Any], row_class: type) -> pd.DataFrame:
     return df
 
 
-class Timeline:
-    """Builds a timeline table: rows are appended as plain tuples (cheap in the simulator's hot
-    loop) and turned into a DataFrame once."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple] = []
-
-    def add(self, rl_step: int, worker: int, start: float, end: float, state: str, batch: int = 0,
-            draft_len: int = 0, tokens: float = 0.0, passes: float = 0.0, context: float = 0.0,
-            strategy: str | None = None) -> None:
-        """`strategy` defaults to the chain of `draft_len` (empty when nothing is drafted)."""
-        if end <= start:
-            return  # zero-length: a worker that finished exactly as the rollout ended
-        if strategy is None:
-            strategy = str(draft_len) if draft_len else ""
-        self.rows.append((rl_step, worker, start, end, state, batch, draft_len, tokens, passes, context, strategy))
-
-    def frame(self, first_row: int = 0, rl_step: int | None = None) -> pd.DataFrame:
-        """The rows from `first_row` on (of one RL step, if given) as a table (state is
-        categorical over STATES)."""
-        rows = self.rows[first_row:] if rl_step is None else [r for r in self.rows[first_row:] if r[0] == rl_step]
-        df = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
-        df["state"] = pd.Categorical(df["state"], categories=list(STATES))
-        return df
-
-
 def accepted_length(accepted_tokens: float, drafts: float) -> float:
     """Tokens emitted per verify pass: 1 + accepted draft tokens / drafts (vLLM's mean accepted
     length; NaN when nothing was drafted)."""

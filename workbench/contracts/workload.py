@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from workbench.contracts.schema import check_part, load, preset_names, require
+from workbench.contracts.schema import RenameNotice, check_part, load, preset_names, require
 
 PRESET_DIR = Path(__file__).parent / "presets" / "workloads"
 
@@ -130,7 +130,7 @@ RENAMED = {"paper-7b-8gpu": "fastrl-example-7b-8gpu",
            "paper-32b-128gpu": "fastrl-example-32b-128gpu"}
 
 
-class PresetRenamed(UserWarning):
+class PresetRenamed(RenameNotice):
     """A workload preset asked for by its old name."""
 
 

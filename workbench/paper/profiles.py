@@ -23,10 +23,10 @@ from workbench.calibrate.published import (
     load_published,
 )
 from workbench.calibrate.shapes import GPU, H100_SXM, decode_cost, drafter_cost
-from workbench.calibrate.trace_view import sig
+from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import Cluster
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import (
     AcceptanceModel,
     DrafterLearning,
@@ -71,11 +71,12 @@ CASES = (
 def warm_start_quality(acc: AcceptanceModel, base_aligned: float, adapted: float) -> float:
     """The quality q whose accepted length is Table G's base-aligned share of the adapted one, at
     FastRL's default strategy (bisection: accepted length rises with quality)."""
-    target = stats_for(acc, "eagle", 1.0, WARM_START_STRATEGY).mean * base_aligned / adapted
+    aligned = stats_for(acc, DrafterKind.EAGLE, 1.0, WARM_START_STRATEGY).mean
+    target = aligned * base_aligned / adapted
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        if stats_for(acc, "eagle", mid, WARM_START_STRATEGY).mean < target:
+        if stats_for(acc, DrafterKind.EAGLE, mid, WARM_START_STRATEGY).mean < target:
             lo = mid
         else:
             hi = mid

@@ -26,7 +26,7 @@ from sim.costs import segment_s
 from sim.results import PolicyRun
 from sim.sweep import sweep
 from workbench.calibrate.published import NO_SD, Published, PublishedFit
-from workbench.contracts.policy import load_policy
+from workbench.contracts.policy import DrafterKind, load_policy
 from workbench.contracts.profile import load_profile, profile_presets
 from workbench.contracts.workload import Workload, load_workload
 from workbench.paper.calibration import (
@@ -112,9 +112,9 @@ def fit_rows(fit: PublishedFit, pub: Published) -> list[PaperRow]:
                      r.measurement.value, r.predicted, "fit") for r in fit.rows if r.measurement.table == "C"]
     profile = load_profile(next(c.profile for c in CASES if c.model == pub.table_e_model and c.tp == 1))
     d, ctx, strategy = profile.decode, fit.fitted.context, pub.table_e_strategy
-    without = 1.0 / segment_s(d, profile.drafter, "none", 1, ctx, NO_SD)
-    accept = stats_for(profile.acceptance, "eagle", 1.0, strategy).mean
-    with_sd = accept / segment_s(d, profile.drafter, "eagle", 1, ctx, strategy)
+    without = 1.0 / segment_s(d, profile.drafter, DrafterKind.NONE, 1, ctx, NO_SD)
+    accept = stats_for(profile.acceptance, DrafterKind.EAGLE, 1.0, strategy).mean
+    with_sd = accept / segment_s(d, profile.drafter, DrafterKind.EAGLE, 1, ctx, strategy)
     published_without, published_with = pub.table_e_tokens_per_s
     rows.append(PaperRow("E", "H100 Qwen2.5-7B, without SD", published_without, without, "fit", "tokens/s"))
     rows.append(PaperRow("E", f"H100 Qwen2.5-7B, with SD ({strategy.name})", published_with, with_sd, "fit",

@@ -17,10 +17,9 @@ from matplotlib.figure import Figure
 
 from workbench.calibrate.gpu_catalog import disk_cached_profile, model_choices
 from workbench.calibrate.measured_gpu import gpu_names, latest_version, model_name, system_spec
-from workbench.calibrate.trace_view import sig
 from workbench.contracts.architecture import load_architecture
 from workbench.contracts.cluster import check_workload_profile
-from workbench.contracts.fileio import save_figure, write_atomic
+from workbench.contracts.fileio import save_figure, sig, write_atomic
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, to_mapping

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.calibrate.trace_view import sig
+from workbench.contracts.fileio import sig
 from sim.simulator import MAX_WORK
 from workbench.contracts.length_data import COLUMNS, UNKNOWN, ObservedLengths, from_frame
 from workbench.contracts.profile import RUNLOG_PREFIX, Profile, RunFactors

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sim.simulator import simulate
-from workbench.calibrate.trace_view import sig
+from workbench.contracts.fileio import sig
 from workbench.project import Mapper, serial_map
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import Profile, RunFactors

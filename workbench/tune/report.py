@@ -96,7 +96,8 @@ def pareto_frame(study: optuna.Study) -> pd.DataFrame:
         pol = policy_of(t)
         rows.append({"trial": t.number, STEP_TIME: t.user_attrs[STEP_TIME], TRAIN_GPU_S: t.user_attrs[TRAIN_GPU_S],
                      "drafter": pol.drafter.kind, "bandit": pol.bandit.algorithm, "sd_threshold": pol.sd_threshold,
-                     "training": pol.training.enabled, "preset": t.user_attrs.get("preset", "")})
+                     "training": pol.spot_training.enabled,  # the tables' column name
+                     "preset": t.user_attrs.get("preset", "")})
     df = pd.DataFrame(rows, columns=["trial", STEP_TIME, TRAIN_GPU_S, "drafter", "bandit", "sd_threshold",
                                      "training", "preset"])
     return df.sort_values([STEP_TIME, TRAIN_GPU_S, "trial"]).reset_index(drop=True)

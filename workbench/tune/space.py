@@ -26,9 +26,10 @@ from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
 from workbench.contracts.policy import (
     BanditConfig,
     DrafterConfig,
-    DrafterTraining,
+    DrafterKind,
     Policy,
     ScheduleBucket,
+    SpotTraining,
     Strategy,
 )
 from workbench.contracts.schema import FieldError, to_mapping
@@ -96,8 +97,9 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
     """
     check_target(target)
     space = SPACES[target]
-    kind = trial.suggest_categorical("drafter", list(space.drafters))
-    if kind == "none":
+    # Optuna stores plain strings (a resumed study reads them back)
+    kind = DrafterKind(trial.suggest_categorical("drafter", [k.value for k in space.drafters]))
+    if kind == DrafterKind.NONE:
         return _checked(Policy(name=name, description="no speculative decoding"), target)
 
     threshold = trial.suggest_categorical("sd_threshold", threshold_choices(workload.max_batch))
@@ -113,7 +115,7 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
         lens = _falling_strategies(trial, uppers)
         bandit = BanditConfig(algorithm="fixed")
     elif algorithm == "fixed":
-        trees = space.trees and kind == "eagle"  # SGLang/FastRL trees are EAGLE's
+        trees = space.trees and kind == DrafterKind.EAGLE  # SGLang/FastRL trees are EAGLE's
         lens = [_fixed_strategy(trial, u, trees) for u in uppers]
         bandit = BanditConfig(algorithm="fixed")
     else:
@@ -135,27 +137,30 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
         schedule.append(ScheduleBucket(lo, upper, s.steps, **tree))
         lo = upper + 1
 
-    drafter, training = DrafterConfig(kind=kind), DrafterTraining()
-    if kind == "eagle":
-        drafter, training = _eagle(trial, workload, allow_warm_start, space)
+    drafter, spot = DrafterConfig(kind=kind), SpotTraining()
+    if kind == DrafterKind.EAGLE:
+        drafter, spot = _eagle(trial, workload, allow_warm_start, space)
     warmup = {} if space.warmup is None else {"sd_warmup_steps": space.warmup}
-    return _checked(Policy(name=name, description=describe(threshold, algorithm, kind), sd_threshold=threshold,
-                           schedule=tuple(schedule), bandit=bandit, drafter=drafter, training=training, **warmup),
-                    target)
+    policy = Policy(name=name, description=describe(threshold, algorithm, kind),
+                    sd_threshold=threshold, schedule=tuple(schedule), bandit=bandit,
+                    drafter=drafter, spot_training=spot, **warmup)
+    return _checked(policy, target)
 
 
 def _eagle(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: bool,
-           space: TargetSpace) -> tuple[DrafterConfig, DrafterTraining]:
+           space: TargetSpace) -> tuple[DrafterConfig, SpotTraining]:
     """The EAGLE drafter's settings: warm start (if allowed), the n-gram fallback and spot training
     where the target runs them."""
     warm = space.warm if space.warm is not None else (
         trial.suggest_categorical("warm_start", [False, True]) if allow_warm_start else False)
     fallback = trial.suggest_categorical("ngram_fallback", [False, True]) if space.fallback else False
     margin = trial.suggest_float("switch_margin", *SWITCH_MARGIN_RANGE) if fallback else 0.0
-    drafter = DrafterConfig(kind="eagle", warm_start=warm, ngram_fallback=fallback, switch_margin=margin)
-    if not (space.training and trial.suggest_categorical("training", [False, True])):
-        return drafter, DrafterTraining()
-    return drafter, DrafterTraining(
+    drafter = DrafterConfig(kind=DrafterKind.EAGLE, warm_start=warm, ngram_fallback=fallback,
+                            switch_margin=margin)
+    # The trial parameter keeps its name "training": stored studies resume with it.
+    if not (space.spot_training and trial.suggest_categorical("training", [False, True])):
+        return drafter, SpotTraining()
+    return drafter, SpotTraining(
         enabled=True,
         min_idle_workers=trial.suggest_int("min_idle_workers", 1, workload.workers),
         lr=trial.suggest_float("lr", *LR_RANGE, log=True),
@@ -212,11 +217,12 @@ def refusal(policy: Policy, target: str) -> str | None:
                 fastrl_buckets(p, sd_buckets(p, target))
             except ExportError as exc:
                 why.append(str(exc))
-    if p.uses_sd and p.drafter.kind == "eagle" and space.warm and not p.drafter.warm_start:
+    cold = p.drafter.kind == DrafterKind.EAGLE and not p.drafter.warm_start
+    if p.uses_sd and cold and space.warm:
         why.append("a cold EAGLE drafter (it runs the trained checkpoint it is given)")
     if p.rollout.mode != "sync" or p.rollout.stream:
         why.append(f"rollout mode {p.rollout.mode} (the trainer's, not the engine's)")
-    if p.training.enabled and not space.training:
+    if p.spot_training.enabled and not space.spot_training:
         why.append("spot training")
     if p.drafter.ngram_fallback and not space.fallback:
         why.append("the n-gram fallback")
@@ -250,12 +256,12 @@ def canonical(policy: Policy) -> Policy:
     Two policies with equal canonical forms simulate identically: name and
     description; bandit settings an algorithm does not read; a bandit's schedule
     draft lengths (it only uses the rows as buckets; `climb` starts at them); the switch margin without
-    n-gram fallback; training settings when training is off.
+    n-gram fallback; spot-training settings when spot training is off.
     """
     p = replace(policy, name="-", description="")
-    if p.drafter.kind == "none" or p.sd_threshold == 0:
+    if p.drafter.kind == DrafterKind.NONE or p.sd_threshold == 0:
         return replace(p, sd_threshold=0, schedule=(), bandit=BanditConfig(), drafter=DrafterConfig(),
-                       training=DrafterTraining())
+                       spot_training=SpotTraining())
     b, d = BanditConfig(), p.bandit
     if d.algorithm == "fixed":
         bandit = BanditConfig(algorithm="fixed")
@@ -274,8 +280,8 @@ def canonical(policy: Policy) -> Policy:
     drafter = p.drafter
     if not drafter.ngram_fallback:
         drafter = replace(drafter, switch_margin=0.0)
-    training = p.training if p.training.enabled else DrafterTraining()
-    return replace(p, bandit=bandit, schedule=rows, drafter=drafter, training=training)
+    spot = p.spot_training if p.spot_training.enabled else SpotTraining()
+    return replace(p, bandit=bandit, schedule=rows, drafter=drafter, spot_training=spot)
 
 
 def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = False,
@@ -285,8 +291,9 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
     Used to enqueue the presets as the study's first trials.
     """
     pol = canonical(policy)
-    params: dict[str, Any] = {"drafter": policy.drafter.kind if policy.uses_sd else "none"}
-    if params["drafter"] != "none":
+    kind = policy.drafter.kind if policy.uses_sd else DrafterKind.NONE
+    params: dict[str, Any] = {"drafter": kind.value}
+    if kind != DrafterKind.NONE:
         params["sd_threshold"] = policy.sd_threshold
         params["bandit"] = policy.bandit.algorithm
         uppers = [r.max_batch for r in policy.schedule if r.max_batch < policy.sd_threshold]
@@ -306,10 +313,11 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
                 return None
             params.update(arms=keys[0], epsilon=policy.bandit.epsilon, window=policy.bandit.window,
                           decision_interval=policy.bandit.decision_interval)
-        if policy.drafter.kind == "eagle":
+        if policy.drafter.kind == DrafterKind.EAGLE:
             params.update(warm_start=policy.drafter.warm_start, ngram_fallback=policy.drafter.ngram_fallback,
-                          switch_margin=policy.drafter.switch_margin, training=policy.training.enabled)
-            t = policy.training
+                          switch_margin=policy.drafter.switch_margin,
+                          training=policy.spot_training.enabled)
+            t = policy.spot_training
             params.update(min_idle_workers=t.min_idle_workers, lr=t.lr, train_steps=t.steps, buffer=t.buffer,
                           train_interval=t.interval_steps)
     trial = StrictFixedTrial(params)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from workbench.contracts.profile import Profile, provenance_kind
 from workbench.contracts.workload import Workload
+from workbench.contracts.policy import DrafterKind
 from workbench.export import FASTRL_WARMUP_CHECKS
 
 ALGORITHMS = ("fixed", "beg", "ucb1", "egreedy")
@@ -37,10 +38,10 @@ class TargetSpace:
     """What a target's policies may use."""
 
     label: str
-    drafters: tuple[str, ...]
+    drafters: tuple[DrafterKind, ...]
     algorithms: tuple[str, ...]
     trees: bool  # EAGLE trees in a fixed table's buckets
-    training: bool  # spot training of the EAGLE drafter
+    spot_training: bool  # spot training of the EAGLE drafter
     fallback: bool  # the switch to n-gram drafts while the learned drafter is worse
     warmup: int | None  # sd_warmup_steps fixed to this (None: the Policy's default)
     falling: bool  # verified tokens fall strictly from bucket to bucket (FastRL's MAB)
@@ -52,10 +53,10 @@ class TargetSpace:
 
 _CHAINS = TargetSpace(
     "vLLM",
-    ("none", "ngram", "eagle"),
+    (DrafterKind.NONE, DrafterKind.NGRAM, DrafterKind.EAGLE),
     ("fixed",),
     trees=False,
-    training=False,
+    spot_training=False,
     fallback=False,
     warmup=0,
     falling=False,
@@ -69,10 +70,10 @@ SPACES = {
     "vllm": _CHAINS,
     "sglang": TargetSpace(
         "SGLang / FastRL",
-        ("none", "eagle"),
+        (DrafterKind.NONE, DrafterKind.EAGLE),
         ("fixed",),
         trees=True,
-        training=True,
+        spot_training=True,
         fallback=False,
         warmup=FASTRL_WARMUP_CHECKS,
         falling=True,
@@ -84,7 +85,7 @@ SPACES = {
         _CHAINS.drafters,
         _CHAINS.algorithms,
         trees=False,
-        training=False,
+        spot_training=False,
         fallback=False,
         warmup=0,
         falling=False,
@@ -92,20 +93,20 @@ SPACES = {
     ),
     "tlt-train": TargetSpace(
         "tlt train (this project's vLLM backend)",
-        ("none", "ngram", "eagle"),
+        (DrafterKind.NONE, DrafterKind.NGRAM, DrafterKind.EAGLE),
         ALGORITHMS,
         trees=False,
-        training=True,
+        spot_training=True,
         fallback=True,
         warmup=None,
         falling=False,
     ),
     "sim": TargetSpace(
         "simulator only (anything goes)",
-        ("none", "ngram", "eagle", "suffix"),
+        (DrafterKind.NONE, DrafterKind.NGRAM, DrafterKind.EAGLE, DrafterKind.SUFFIX),
         ALGORITHMS,
         trees=True,
-        training=True,
+        spot_training=True,
         fallback=True,
         warmup=None,
         falling=False,

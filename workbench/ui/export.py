@@ -28,7 +28,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from matplotlib.figure import Figure
 
-from workbench.contracts.policy import Policy
+from workbench.contracts.policy import DrafterKind, Policy
 from workbench.export import TARGETS, ExportError, export_policy
 
 CHROME_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -208,7 +208,7 @@ def policy_export_buttons(policy: Policy, key: str, first: str | None = None) ->
     button first and primary)."""
     st.markdown(f"**Export {policy.name} for a real stack** (as `tlt export {policy.name}.yaml --to ...` writes it)")
     drafter = ""
-    if policy.drafter.kind == "eagle":
+    if policy.drafter.kind == DrafterKind.EAGLE:
         drafter = st.text_input("EAGLE drafter checkpoint directory (written into the files)", key=f"{key}_drafter",
                                 value=DEFAULT_DRAFTER if os.path.isdir(DEFAULT_DRAFTER) else "")
     targets = sorted(TARGETS, key=lambda t: t != first)

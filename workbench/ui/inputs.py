@@ -7,13 +7,16 @@ validated as the command line validates it, and a bad one is shown with its file
 from __future__ import annotations
 
 import hashlib
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import streamlit as st
 import yaml
 
 from workbench.contracts.policy import Policy
-from workbench.contracts.schema import ConfigError, FieldError, from_mapping
+from workbench.contracts.schema import ConfigError, FieldError, RenameNotice, from_mapping
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 
 DEFAULT_WORKLOAD = "polytrace-dapo-qwen2.5-32b"  # measured lengths (a real DAPO run), not a hand-set shape
@@ -23,6 +26,20 @@ def digest(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()[:10]
 
 
+@contextmanager
+def rename_notices() -> Iterator[None]:
+    """Show what the block loaded by an old name (a preset, a file's field) as a notice on the page,
+    as the command line prints it on stderr; other warnings pass on."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RenameNotice)
+        yield
+    for w in caught:
+        if issubclass(w.category, RenameNotice):
+            st.info(f"notice: {w.message}")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 def parse_upload(cls: type, upload) -> Any:
     """A contract from an uploaded YAML/JSON file; ConfigError on any problem."""
     raw = upload.getvalue()
@@ -30,7 +47,8 @@ def parse_upload(cls: type, upload) -> Any:
         data = yaml.safe_load(raw.decode("utf-8"))  # YAML is a superset of JSON
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(upload.name, "<file>", "unparseable", f"valid YAML/JSON ({exc})") from None
-    return from_mapping(cls, data, source=upload.name)
+    with rename_notices():
+        return from_mapping(cls, data, source=upload.name)
 
 
 def workload_file(key: str) -> tuple[Workload | None, str]:

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from workbench.contracts.policy import Strategy
+from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import Profile
 from workbench.sd_curve import Acceptance, SdCurve, sd_curve
 
@@ -56,7 +56,8 @@ def curve_figure(c: SdCurve) -> go.Figure:
 
 def _inputs(profile: Profile, key: str) -> tuple[str, Strategy, Acceptance, float] | None:
     c1, c2, c3, c4 = st.columns(4)
-    kind = c1.selectbox("Drafter", ["eagle", "ngram"], key=f"sdcurve_kind:{key}")
+    kind = c1.selectbox("Drafter", [DrafterKind.EAGLE, DrafterKind.NGRAM],
+                        key=f"sdcurve_kind:{key}")
     default = (
         "8_4_16" if profile.cluster is not None and profile.cluster.framework == "sglang" else "3"
     )

@@ -31,6 +31,7 @@ import streamlit as st
 
 from real.run.coordinator import RunConfig, TrainError, default_drafter
 from workbench.contracts.policy import load_policy, policy_presets
+from workbench.ui.inputs import rename_notices
 from workbench.ui.run_monitor import LOG_NAME, find_failure, log_tail, show_run
 from workbench.ui.run_prediction_view import show_prediction
 
@@ -95,7 +96,9 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
                         f"(e.g. {DEFAULT_MODEL}).")
     policy = None
     try:
-        policy = load_policy(form.policy if form.policy in policy_presets() else resolve(form.policy))
+        name = form.policy if form.policy in policy_presets() else resolve(form.policy)
+        with rename_notices():
+            policy = load_policy(name)
     except ValueError as exc:  # ConfigError / FieldError: their text names the field and what is allowed
         problems.append(f"Policy '{form.policy}' does not load: {exc}")
     for name, value in (("steps", form.steps), ("workers", form.workers)):

@@ -1,6 +1,6 @@
 """What-if's results: the tiles, the table, why each speedup, the per-step lines, the whole run, the
 worker timelines and the downloads (the page itself, its inputs and the run:
-workbench/ui/whatif.py).
+workbench/ui/whatif_page.py).
 
 "Why this speedup" is `workbench.contracts.speedup.explain` on each policy's run against the
 first (`workbench.compare.why_runs`): the same decomposition `tlt sim` prints, with its sentence.

@@ -12,7 +12,7 @@ from scipy.stats import norm
 from workbench.contracts.length_data import UNKNOWN, ObservedLengths, write_observed
 from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.workload import DynamicSampling, LengthModel, Workload
-from workbench.workloads.fit import LengthFit, fit_lengths
+from workbench.workloads.mixture import MixtureFit, fit_mixture
 from workbench.workloads.reader import Imported, SummaryTable, read_files
 
 MODES = ("replay", "fit", "empirical")
@@ -85,7 +85,7 @@ def report(obs: ObservedLengths, cap: int, cap_how: str, steps: list[int]) -> Im
 
 
 def build_workload(im: Imported, base: Workload, name: str, mode: str, cap: int, data_file: str,
-                   fit: LengthFit | None, source: str, description: str = "") -> Workload:
+                   fit: MixtureFit | None, source: str, description: str = "") -> Workload:
     """The Workload over observed lengths: the base's hardware, the files' batch shape, the chosen
     model. `description` "": one saying where the lengths and the shape come from."""
     if mode not in MODES:
@@ -177,7 +177,7 @@ def _norm_ppf(p: float) -> float:
     return float(norm.ppf(p))
 
 
-def format_report(r: ImportReport, fit: LengthFit | None) -> list[str]:
+def format_report(r: ImportReport, fit: MixtureFit | None) -> list[str]:
     """The report as text lines (the CLI prints them)."""
     lines = [(f"{r.responses:,} responses, {r.steps} steps, {r.groups} groups; group size {r.group_size[1]} "
               f"(min {r.group_size[0]}, max {r.group_size[2]})"),
@@ -206,7 +206,7 @@ class ImportResult:
     workload: Workload
     lines: list[str]  # the report
     data: Path | None  # the observed table written beside the workload (None: from a summary)
-    fit: LengthFit | None
+    fit: MixtureFit | None
 
 
 def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: str = "replay", cap: int | None = None,
@@ -232,7 +232,7 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: st
         return ImportResult(wl, lines + notes + im.notes, None, None)
     obs = im.observed
     cap, how = infer_cap(obs, cap)
-    fit = fit_lengths(obs, cap)
+    fit = fit_mixture(obs, cap)
     wl = build_workload(im, base, name, mode, cap, data_path(out).name, fit, source, description)
     notes = list(im.notes)
     if mode == "fit" and wl.dynamic_sampling.enabled and not fit.labelled:

@@ -1,4 +1,5 @@
-"""Fit the simulator's length model to observed lengths, and say how well it fits.
+"""The length fit for length tables (`fit_mixture`): the simulator's length model from observed
+lengths, and how well it fits.
 
 The family is `sim.lengths`' model: log(length) is a two-component normal mixture (correct
 answers, and wrong ones `wrong_factor` times longer in median) with a shared log-sd, a
@@ -8,7 +9,8 @@ without it they are fitted from the lengths alone (a mixture: a short and a long
 what they mean is not identified. The fit is maximum likelihood on the censored lengths; its
 goodness compares quantiles, the longest response and the clip ratio of the fitted model
 (sampled with the observed batches' shape) with the observed, and gives the two-sample KS
-statistic. Where it misses, the empirical model (whole observed groups) is the answer.
+statistic. Where it misses, the empirical model (whole observed groups) is the answer. Traces,
+whose responses carry rewards and RL steps, get the censored regression instead (`tobit.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from scipy.optimize import minimize
 from scipy.stats import ks_2samp, norm
 
 from sim.lengths import clip_ratio_at, sample_step
+from workbench.contracts.fileio import sig
 from workbench.contracts.length_data import UNKNOWN, ObservedLengths
 from workbench.contracts.workload import LengthModel
 
@@ -44,17 +47,13 @@ class FitRow:
 
 
 @dataclass(frozen=True)
-class LengthFit:
+class MixtureFit:
     model: LengthModel
     rows: list[FitRow]
     ks: float  # two-sample KS statistic, observed vs the fitted model's draws
     labelled: bool  # the components are correct/wrong from the file (else a mixture fitted from lengths alone)
     ok: bool  # p50/p90/p99 within 10% and the clip ratio within 0.02
     note: str
-
-
-def _sig(x: float, digits: int = 4) -> float:
-    return float(f"{x:.{digits}g}")
 
 
 FIT_PROBS = np.array([0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995])  # the body and the tail, where waits come from
@@ -106,7 +105,7 @@ def _concentration(correct: np.ndarray, starts: np.ndarray, a: float) -> float:
     return float(np.clip((base * n - v * n) / (v * n - base), 0.05, 100.0))
 
 
-def fit_lengths(obs: ObservedLengths, cap: int) -> LengthFit:
+def fit_mixture(obs: ObservedLengths, cap: int) -> MixtureFit:
     """Fit the mixture model to the observed lengths (cap: the run's max_response_tokens).
 
     Drift: the slope of each batch's log-median over the batches. Body and tail: the mixture's
@@ -136,15 +135,18 @@ def fit_lengths(obs: ObservedLengths, cap: int) -> LengthFit:
     resid = y0 - mu - (np.where(label, 0.0, w) if labelled else 0.0)
     rho = _icc(resid, obs.starts)
     conc = _concentration(label, obs.starts, a) if labelled else 2.0
-    model = LengthModel(clip_ratio=0.0, sigma=_sig(float(np.clip(math.exp(log_sd), 0.05, 3.0))),
-                        group_correlation=_sig(rho), mean_accuracy=_sig(a), accuracy_concentration=_sig(conc),
-                        wrong_factor=_sig(max(1.0, math.exp(w))), drift_per_step=_sig(float(np.clip(drift, -0.5, 0.5))),
-                        median_tokens=_sig(math.exp(mu), 5))
-    model = replace(model, clip_ratio=_sig(min(0.49, clip_ratio_at(model, cap, math.log(model.median_tokens)))))
+    model = LengthModel(clip_ratio=0.0, sigma=sig(float(np.clip(math.exp(log_sd), 0.05, 3.0)), 4),
+                        group_correlation=sig(rho, 4), mean_accuracy=sig(a, 4),
+                        accuracy_concentration=sig(conc, 4),
+                        wrong_factor=sig(max(1.0, math.exp(w)), 4),
+                        drift_per_step=sig(float(np.clip(drift, -0.5, 0.5)), 4),
+                        median_tokens=sig(math.exp(mu), 5))
+    clip = min(0.49, clip_ratio_at(model, cap, math.log(model.median_tokens)))
+    model = replace(model, clip_ratio=sig(clip, 4))
     return _goodness(obs, cap, model, labelled)
 
 
-def _goodness(obs: ObservedLengths, cap: int, model: LengthModel, labelled: bool) -> LengthFit:
+def _goodness(obs: ObservedLengths, cap: int, model: LengthModel, labelled: bool) -> MixtureFit:
     observed = np.minimum(obs.length, cap)
     drawn, maxes = _draws(obs, cap, model)
     rows = [FitRow(f"p{round(q * 100)}", float(np.quantile(observed, q)), float(np.quantile(drawn, q)))
@@ -160,7 +162,7 @@ def _goodness(obs: ObservedLengths, cap: int, model: LengthModel, labelled: bool
     if misses:
         parts.append(f"the lognormal mixture misses {', '.join(misses)} (beyond 10% / 0.02): use the empirical "
                      "model (`--mode empirical`, or `--mode replay` for the observed steps as they were)")
-    return LengthFit(model, rows, ks, labelled, not misses, "; ".join(parts))
+    return MixtureFit(model, rows, ks, labelled, not misses, "; ".join(parts))
 
 
 def _draws(obs: ObservedLengths, cap: int, model: LengthModel) -> tuple[np.ndarray, np.ndarray]:

@@ -1,5 +1,10 @@
-"""The length fit (`fit_lengths`): the simulator's LengthModel (`sim/lengths.py`) from the traces'
-responses, by a censored (Tobit) fit of log lengths."""
+"""The length fit for traces (`fit_tobit`): the simulator's LengthModel (`sim/lengths.py`) from the
+traces' responses, by a censored (Tobit) regression of log length on correctness and RL step.
+
+A trace's responses carry what a length table may lack: each one's reward (so correctness is a
+regressor, not a mixture component to guess), its RL step (drift is a slope) and whether the
+engine cut it at the cap (censoring is exact). Maximum likelihood on that is `tlt calibrate
+--lengths-out`'s fit; length tables without those columns get the mixture (`mixture.py`)."""
 
 from __future__ import annotations
 
@@ -13,13 +18,13 @@ from scipy.optimize import minimize
 from scipy.stats import norm
 
 from sim.lengths import log_median
-from workbench.calibrate.trace_view import sig
+from workbench.contracts.fileio import sig
 from workbench.contracts.trace import Trace
 from workbench.contracts.workload import LengthModel
 
 
 @dataclass
-class LengthFit:
+class TobitFit:
     model: LengthModel
     fitted: dict[str, bool]  # LengthModel field -> fitted (False: the base's)
     responses: int
@@ -143,7 +148,7 @@ def _clip_ratio(d: pd.DataFrame, b: _Body, wrong: np.ndarray, cap: int, single_c
     return float(np.clip(clip, 1e-4, 0.49)), observed, implied
 
 
-def fit_lengths(traces: Sequence[Trace], base: LengthModel | None = None) -> LengthFit:
+def fit_tobit(traces: Sequence[Trace], base: LengthModel | None = None) -> TobitFit:
     """Fit the LengthModel to the traces' responses.
 
     - correctness: reward >= 0.5 (no rewards: wrong_factor 1, accuracy kept from the base);
@@ -184,4 +189,5 @@ def fit_lengths(traces: Sequence[Trace], base: LengthModel | None = None) -> Len
               "accuracy_concentration": conc_fitted, "wrong_factor": fit_wrong, "drift_per_step": multi_step}
     if not have_reward:
         notes.append("no rewards in the traces: wrong_factor = 1 (no correctness effect), mean_accuracy from the base")
-    return LengthFit(model, fitted, len(d), len(codes), cap, observed, implied, b.mu, log_median(model, cap), notes)
+    return TobitFit(model, fitted, len(d), len(codes), cap, observed, implied, b.mu,
+                    log_median(model, cap), notes)
