@@ -9,7 +9,7 @@ from collections import OrderedDict
 import numpy as np
 
 from sim.lengths import GroupDraw, model_group, observed_group
-from sim.rollout import Group
+from sim.entities import Group
 from workbench.contracts import seeds
 from workbench.contracts.length_data import ObservedLengths, read_observed
 from workbench.contracts.seeds import Stream

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -148,3 +149,16 @@ class PolicyRun:
         if self.filtering:
             write_atomic(out_dir / "dapo_filter_indices.jsonl",
                          "".join(json.dumps(r.row()) + "\n" for r in self.filtering))
+
+
+@dataclass
+class StepLog:
+    """The steps' metrics as they end, in order; `on_step` hears of each."""
+
+    on_step: Callable[[StepMetrics], None] | None = None
+    metrics: list[StepMetrics] = field(default_factory=list)
+
+    def add(self, m: StepMetrics) -> None:
+        self.metrics.append(m)
+        if self.on_step is not None:
+            self.on_step(m)

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from sim.lengths import LengthModel, for_cap
-from sim.rollout import Group, Seq, shard_seqs
+from sim.entities import Group, Seq
+from sim.rollout import shard_seqs
 from sim.groups import group_lengths
 from sim.simulator import simulate
 from workbench.contracts.length_data import (
