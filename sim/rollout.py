@@ -96,14 +96,17 @@ class SiblingShare:
 class RolloutPool:
     """`workers` engines with their bandits and acceptance noise (own random streams per engine)."""
 
-    def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload, policy: Policy,
-                 profile: Profile, seed: int, workers: int, start: Sequence[int] | None = None):
+    def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload,
+                 policy: Policy, profile: Profile, seed: int, workers: int,
+                 start: Sequence[int] | None = None):
         """`start`: the draft length each schedule row starts at (`climb`; see `make_bandit`)."""
         self.env, self.timeline = env, timeline
         self.workload, self.policy, self.profile = workload, policy, profile
         self.workers = workers
-        self.bandits: list[Bandit] = [make_bandit(policy, seeds.seed_sequence(seed, Stream.BANDIT, w), start)
-                                      for w in range(workers)]
+        self.bandits: list[Bandit] = [
+            make_bandit(policy, seeds.seed_sequence(seed, Stream.BANDIT, w), start)
+            for w in range(workers)
+        ]
         self.noise = [seeds.rng(seed, Stream.NOISE, w) for w in range(workers)]
         self.learning = policy.bandit.algorithm != "fixed"
         self.version = [0] * workers  # the weights each engine runs
@@ -115,8 +118,10 @@ class RolloutPool:
         """Each engine's decoder over its shard, and its waiter (idle or spot training)."""
         env = self.env
         shards = shard_seqs(ro.seqs, ro.groups, self.workers)
-        decoders = [env.process(self._decode(w, ro, [ro.seqs[i] for i in s])) for w, s in enumerate(shards)]
-        waiters = [env.process(self._after_shard(w, ro, decoders[w])) for w in range(self.workers)]
+        decoders = [env.process(self._decode(w, ro, [ro.seqs[i] for i in s]))
+                    for w, s in enumerate(shards)]
+        waiters = [env.process(self._after_shard(w, ro, decoders[w]))
+                   for w in range(self.workers)]
         return decoders, waiters
 
     def sync_all(self, step: int, version: int):
@@ -150,12 +155,14 @@ class RolloutPool:
         """AReaL's interruption: pause for the sync, then prefill the sequences in flight again."""
         start = self.env.now
         in_flight = engine.batch * engine.mean_context() if engine.batch else 0.0
-        yield self.env.timeout(self.profile.phases.weight_sync_s + prefill_s(self.profile.decode, int(in_flight)))
+        prefill = prefill_s(self.profile.decode, int(in_flight))
+        yield self.env.timeout(self.profile.phases.weight_sync_s + prefill)
         self.timeline.add(step, w, start, self.env.now, "sync")
         self.version[w] = self.latest
 
     def _decode(self, w: int, ro: RolloutRound, seqs: list[Seq]):
-        """Engine w decodes its shard, one segment of constant batch (or one bandit decision) at a time.
+        """Engine w decodes its shard, one segment of constant batch (or one bandit decision) at a
+        time.
 
         Interrupted when enough groups are complete (partial rollouts, tail batching): the
         segment in flight counts up to that moment, and each unfinished response keeps what it
@@ -184,14 +191,16 @@ class RolloutPool:
             except simpy.Interrupt:
                 ran = env.now - start
                 passes = seg.passes * max(0.0, ran - prefill) / decode_s if decode_s > 0 else 0.0
-                ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, passes, seg.accept_len, context)
+                ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, passes,
+                                             seg.accept_len, context)
                 for i in self.advance(engine, passes * seg.accept_len):
                     ro.finished(seqs[i])
                 for i in engine.unfinished():
                     q = seqs[i]
                     groups[q.group].generated[q.member] = done_before[i] + engine.generated(i)
                 return env.now
-            ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, seg.passes, seg.accept_len, context)
+            ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, seg.passes,
+                                         seg.accept_len, context)
             warm.ran(batch, seg.passes)
             if seg.arm is not None and decode_s > 0:
                 self.bandits[w].update(seg.arm, segment_reward(seg, batch, decode_s))
@@ -223,7 +232,8 @@ class RolloutPool:
         arm = self.bandits[w].select(batch) if drafting.kind != DrafterKind.NONE else None
         cap = math.inf
         if arm is not None and arm.bucket != SD_OFF_BUCKET and warm_left > 0:
-            arm, cap = None, warm_left  # FastRL: SD back on only after enough decode steps at or below the threshold
+            # FastRL: SD back on only after enough decode steps at or below the threshold.
+            arm, cap = None, warm_left
         elif arm is not None and self.learning and arm.bucket != SD_OFF_BUCKET:
             cap = self.policy.bandit.decision_interval
         strategy = arm.strategy if arm is not None else NO_SD_STRATEGY
@@ -239,26 +249,30 @@ class RolloutPool:
         if stats.var > 0 and need > 0:
             # The mean of passes*batch verify outcomes: the reward the bandit sees is noisy.
             sd = math.sqrt(stats.var / (min(need / accept_len, cap) * batch))
-            accept_len = min(strategy.depth + 1.0, max(1.0, accept_len + sd * self.noise[w].standard_normal()))
+            noisy = accept_len + sd * self.noise[w].standard_normal()
+            accept_len = min(strategy.depth + 1.0, max(1.0, noisy))
         return Segment(arm, strategy, min(need / accept_len, cap), accept_len)
 
     def _suffix_stats(self, strategy: Strategy, history: bool, siblings: float) -> AcceptStats:
         key = (strategy, history, siblings)
         if key not in self._suffix_cache:
-            self._suffix_cache[key] = suffix_stats(self.profile.acceptance, strategy, history, siblings)
+            self._suffix_cache[key] = suffix_stats(self.profile.acceptance, strategy, history,
+                                                   siblings)
         return self._suffix_cache[key]
 
-    def decoded(self, step: int, w: int, start: float, batch: int, strategy: Strategy, passes: float,
-                accept_len: float, context: float) -> float:
-        """Record engine w's decode interval from `start` to now; returns the tokens it generated."""
+    def decoded(self, step: int, w: int, start: float, batch: int, strategy: Strategy,
+                passes: float, accept_len: float, context: float) -> float:
+        """Record engine w's decode interval from `start` to now; returns the tokens it
+        generated."""
         tokens = passes * accept_len * batch
         k = strategy.steps
-        self.timeline.add(step, w, start, self.env.now, "decode_sd" if k else "decode", batch, k, tokens,
-                          passes * batch, context, strategy.name if k else "")
+        self.timeline.add(step, w, start, self.env.now, "decode_sd" if k else "decode", batch, k,
+                          tokens, passes * batch, context, strategy.name if k else "")
         return tokens
 
     def _after_shard(self, w: int, ro: RolloutRound, decoder: simpy.Process):
-        """Engine w once its shard is done: idle, and spot-train the drafter when allowed, until the rollout ends."""
+        """Engine w once its shard is done: idle, and spot-train the drafter when allowed, until
+        the rollout ends."""
         env, training = self.env, self.policy.spot_training
         yield decoder
         finished = env.now

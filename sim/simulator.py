@@ -54,9 +54,11 @@ def check_size(workload: Workload, steps: int) -> None:
     limit = int(os.environ.get("TLT_SIM_MAX_WORK", MAX_WORK))
     work = steps * (workload.sequences_per_step + workload.workers)
     if work > limit:
-        raise ConfigError(workload.name, "workers, prompts_per_step x group_size, steps", f"{work:,} units of work",
-                          f"at most {limit:,} per run ((prompts_per_step x group_size + workers) x steps; "
-                          f"docs/formats.md#limits): lower them, or set TLT_SIM_MAX_WORK to allow more")
+        raise ConfigError(workload.name, "workers, prompts_per_step x group_size, steps",
+                          f"{work:,} units of work",
+                          f"at most {limit:,} per run ((prompts_per_step x group_size + workers)"
+                          " x steps; docs/formats.md#limits): lower them, or set "
+                          "TLT_SIM_MAX_WORK to allow more")
 
 
 def rollout_engines(workload: Workload, policy: Policy) -> int:
@@ -66,8 +68,8 @@ def rollout_engines(workload: Workload, policy: Policy) -> int:
     trainers = max(1, round(workload.workers * policy.rollout.train_share))
     if workload.workers - trainers < 1:
         raise ConfigError(workload.name, "workers", workload.workers,
-                          f">= 2 for policy '{policy.name}' (async mode trains on {trainers} engine(s) "
-                          "and rolls out on the others)")
+                          f">= 2 for policy '{policy.name}' (async mode trains on {trainers} "
+                          "engine(s) and rolls out on the others)")
     return workload.workers - trainers
 
 

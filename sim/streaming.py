@@ -32,8 +32,9 @@ from workbench.contracts.workload import Workload
 
 
 class StreamingPool(RolloutPool):
-    def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload, policy: Policy,
-                 profile: Profile, seed: int, workers: int, start: Sequence[int] | None = None):
+    def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload,
+                 policy: Policy, profile: Profile, seed: int, workers: int,
+                 start: Sequence[int] | None = None):
         super().__init__(env, timeline, workload, policy, profile, seed, workers, start)
         self.queue: deque[tuple[Group, int]] = deque()  # (group, member) in launch order
         self.done = simpy.Store(env)  # complete groups, in the order they completed
@@ -116,7 +117,8 @@ class StreamingPool(RolloutPool):
             if g.version is None:
                 g.version, g.started_s = self.version[w], self.env.now
             engine.add(float(g.lengths[m] - g.generated[m]),
-                       g.prompt(self.workload.prompt_tokens) + int(g.generated[m]), float(g.generated[m]))
+                       g.prompt(self.workload.prompt_tokens) + int(g.generated[m]),
+                       float(g.generated[m]))
             owners.append((g, m))
             shares.watch(g)
             free -= 1
@@ -160,7 +162,8 @@ class StreamingPool(RolloutPool):
         siblings = shares.at(engine) if d.kind == DrafterKind.SUFFIX else 0.0
         seg = self.plan_segment(w, d, engine, warm.left(batch), siblings)
         context = engine.mean_context() + seg.passes * seg.accept_len / 2
-        decode_s = segment_s(dec, self.profile.drafter, d.kind, batch, context, seg.strategy, seg.passes)
+        decode_s = segment_s(dec, self.profile.drafter, d.kind, batch, context, seg.strategy,
+                             seg.passes)
         begun = env.now
         # A wake that came during the prefill ends the segment at once (the loop takes the news).
         yield env.timeout(decode_s) | self.wake[w]
