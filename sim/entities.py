@@ -18,6 +18,7 @@ from workbench.contracts.bandit import Arm, StepReward
 from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import PositionMiss
 
+
 @dataclass
 class Group:
     """One prompt's group of responses, possibly spread over several rollouts."""

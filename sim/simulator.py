@@ -120,12 +120,11 @@ class Simulator:
 
 
 def step_loop(rollouts: Rollouts, pool: RolloutPool) -> SyncSteps | AsyncSteps | StreamSteps:
-    """The step loop of the policy's rollout mode."""
-    ro = rollouts.policy.rollout
-    if ro.stream:
-        assert isinstance(pool, StreamingPool)
+    """The step loop of the policy's rollout mode: a streaming pool (Policy.rollout.stream) is
+    driven by its trainer; otherwise rollouts alternate with updates, or overlap them (`async`)."""
+    if isinstance(pool, StreamingPool):
         return StreamSteps(rollouts, pool)
-    return AsyncSteps(rollouts) if ro.mode == "async" else SyncSteps(rollouts)
+    return AsyncSteps(rollouts) if rollouts.policy.rollout.mode == "async" else SyncSteps(rollouts)
 
 
 def simulate(workload: Workload, policy: Policy, profile: Profile, seed: int = 0,
