@@ -33,7 +33,8 @@ def accept_stats(r: list[float]) -> AcceptStats:
 
 
 def eagle_alpha(m: AcceptanceModel, quality: float) -> float:
-    """The learned drafter's acceptance scale at a quality in [0, 1] (1 = aligned with the policy)."""
+    """The learned drafter's acceptance scale at a quality in [0, 1] (1 = aligned with the
+    policy)."""
     return m.eagle_alpha_cold + (m.eagle_alpha_fresh - m.eagle_alpha_cold) * quality
 
 
@@ -47,17 +48,21 @@ def tree_alpha(alpha: float, width_gain: float, strategy: Strategy) -> float:
 def suffix_match(m: AcceptanceModel, history: bool, siblings: float) -> float:
     """The chance a pass finds a continuation in earlier responses: the prompt's answers from an
     earlier epoch (`history`) and the finished share of its group's other answers (`siblings`)."""
-    return 1.0 - (1.0 - m.suffix_history_match * float(history)) * (1.0 - m.suffix_group_match * siblings)
+    no_history = 1.0 - m.suffix_history_match * float(history)
+    return 1.0 - no_history * (1.0 - m.suffix_group_match * siblings)
 
 
-def suffix_stats(m: AcceptanceModel, strategy: Strategy | int, history: bool, siblings: float) -> AcceptStats:
+def suffix_stats(m: AcceptanceModel, strategy: Strategy | int, history: bool,
+                 siblings: float) -> AcceptStats:
     """Tokens per verify pass of model-free drafts from earlier responses: a found continuation's
-    first i tokens pass with suffix_alpha ** (i ** suffix_shape); no continuation, no draft accepted."""
+    first i tokens pass with suffix_alpha ** (i ** suffix_shape); no continuation, no draft
+    accepted."""
     s = Strategy.parse(strategy)
     if s.steps == 0:
         return NO_SD
     match = suffix_match(m, history, siblings)
-    return accept_stats([match * r for r in cumulative_acceptance(m.suffix_alpha, m.suffix_shape, s.depth)])
+    rates = cumulative_acceptance(m.suffix_alpha, m.suffix_shape, s.depth)
+    return accept_stats([match * r for r in rates])
 
 
 def stats_for(m: AcceptanceModel, kind: DrafterKind, quality: float, strategy: Strategy | int,
@@ -76,7 +81,8 @@ def stats_for(m: AcceptanceModel, kind: DrafterKind, quality: float, strategy: S
         alpha, shape = eagle_alpha(m, quality), m.eagle_shape
     if miss != 1.0:
         alpha = min(0.999, max(0.0, 1.0 - (1.0 - alpha) * miss))
-    return accept_stats(cumulative_acceptance(tree_alpha(alpha, m.tree_width_gain, s), shape, s.depth))
+    level = tree_alpha(alpha, m.tree_width_gain, s)
+    return accept_stats(cumulative_acceptance(level, shape, s.depth))
 
 
 def position_rows(m: AcceptanceModel, kind: DrafterKind) -> tuple[PositionMiss, ...]:

@@ -54,4 +54,5 @@ def segment_s(c: DecodeCost, d: DrafterCost, kind: DrafterKind, batch: int, cont
               strategy: Strategy | int, passes: float = 1.0) -> float:
     """`passes` verify passes at a constant batch: drafting and verifying with `strategy`
     (prefill not included)."""
-    return passes * (verify_step_s(c, batch, context, strategy) + draft_step_s(d, kind, batch, strategy))
+    verify_s = verify_step_s(c, batch, context, strategy)
+    return passes * (verify_s + draft_step_s(d, kind, batch, strategy))

@@ -26,7 +26,8 @@ class DrafterState:
 def initial_state(policy: Policy, profile: Profile) -> DrafterState:
     """A cold drafter knows nothing of the policy; a warm-started one starts at the quality an
     offline-trained drafter has (the profile's `warm_start_quality`)."""
-    return DrafterState(quality=profile.acceptance.warm_start_quality if policy.drafter.warm_start else 0.0)
+    warm = policy.drafter.warm_start
+    return DrafterState(quality=profile.acceptance.warm_start_quality if warm else 0.0)
 
 
 def active_kind(policy: Policy, profile: Profile, state: DrafterState) -> DrafterKind:
@@ -69,4 +70,5 @@ def after_training(state: DrafterState, policy: Policy, profile: Profile, traine
 
 def after_policy_update(state: DrafterState, profile: Profile) -> DrafterState:
     """The policy moved: the drafter is now that much less aligned."""
-    return DrafterState(state.quality * (1.0 - profile.acceptance.staleness_per_update), state.buffer_tokens)
+    kept = 1.0 - profile.acceptance.staleness_per_update
+    return DrafterState(state.quality * kept, state.buffer_tokens)

@@ -20,7 +20,8 @@ class EngineBatch:
     (its prompt, plus what an earlier, aborted rollout already generated: `done[i]` tokens of its
     response)."""
 
-    def __init__(self, remaining: list[float], context: list[int], max_batch: int, done: list[float] | None = None):
+    def __init__(self, remaining: list[float], context: list[int], max_batch: int,
+                 done: list[float] | None = None):
         self.remaining = remaining
         self.context = context
         self.done_before = done if done is not None else [0.0] * len(remaining)
@@ -30,7 +31,8 @@ class EngineBatch:
         self.admitted_at: dict[int, float] = {}  # active sequence -> progress when admitted
         self.progress = 0.0
         self._base_sum = 0.0  # over active sequences: starting context - admission progress
-        self._pos_sum = 0.0  # over active sequences: response tokens done before - admission progress
+        # Over active sequences: response tokens done before - admission progress.
+        self._pos_sum = 0.0
 
     def add(self, remaining: float, context: int, done: float = 0.0) -> int:
         """Queue one more sequence (streaming rollouts); returns its index."""

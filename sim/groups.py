@@ -9,7 +9,7 @@ from collections import OrderedDict
 import numpy as np
 
 from sim.lengths import GroupDraw, model_group, observed_group
-from sim.rollout import Group
+from sim.entities import Group
 from workbench.contracts import seeds
 from workbench.contracts.length_data import ObservedLengths, read_observed
 from workbench.contracts.seeds import Stream
@@ -18,9 +18,9 @@ from workbench.contracts.workload import Workload
 
 def group_lengths(workload: Workload, seed: int, step: int, index: int, attempt: int = 0,
                   batch: int | None = None, observed: ObservedLengths | None = None) -> GroupDraw:
-    """The responses of the `index`-th new prompt of generation batch `batch` (default: `step`; DAPO's
-    dynamic sampling runs several batches a step) at RL step `step` (a re-run of a deferred prompt
-    is a new attempt).
+    """The responses of the `index`-th new prompt of generation batch `batch` (default: `step`;
+    DAPO's dynamic sampling runs several batches a step) at RL step `step` (a re-run of a deferred
+    prompt is a new attempt).
 
     Each prompt has its own random stream, so a prompt's responses are the same
     whichever policy or rollout mode meets it (common random numbers). `observed`: the workload's
@@ -61,5 +61,5 @@ _DRAWS_KEPT = 100_000  # groups (a few hundred bytes each)
 
 
 def new_group(key: tuple[int, int], draw: GroupDraw, attempt: int = 0) -> Group:
-    return Group(key, draw.lengths, np.zeros(len(draw.lengths)), attempt, prompt_tokens=draw.prompt_tokens,
-                 rank=draw.rank, mixed=draw.mixed)
+    return Group(key, draw.lengths, np.zeros(len(draw.lengths)), attempt,
+                 prompt_tokens=draw.prompt_tokens, rank=draw.rank, mixed=draw.mixed)

@@ -38,26 +38,29 @@ def _sd_parts(m: LengthModel) -> tuple[float, float]:
 
 
 def _beta(m: LengthModel) -> tuple[float, float]:
-    return m.mean_accuracy * m.accuracy_concentration, (1.0 - m.mean_accuracy) * m.accuracy_concentration
+    c = m.accuracy_concentration
+    return m.mean_accuracy * c, (1.0 - m.mean_accuracy) * c
 
 
 def clip_ratio_at(m: LengthModel, cap: int, log_median: float) -> float:
     """Share of responses at the cap when correct answers have median exp(log_median)."""
     z = math.log(cap) - log_median
     w = math.log(m.wrong_factor)
-    return m.mean_accuracy * norm.sf(z / m.sigma) + (1 - m.mean_accuracy) * norm.sf((z - w) / m.sigma)
+    correct_cut = m.mean_accuracy * norm.sf(z / m.sigma)
+    return correct_cut + (1 - m.mean_accuracy) * norm.sf((z - w) / m.sigma)
 
 
 def log_median(m: LengthModel, cap: int, step: int = 0) -> float:
-    """Median log-length of correct answers at `step`: given (median_tokens) or solved from clip_ratio
-    at step 0, then drifting."""
+    """Median log-length of correct answers at `step`: given (median_tokens) or solved from
+    clip_ratio at step 0, then drifting."""
     start = math.log(m.median_tokens) if m.median_tokens > 0 else _log_median_step0(m, cap)
     return start + m.drift_per_step * step
 
 
 def for_cap(m: LengthModel, cap_from: int, cap_to: int) -> LengthModel:
     """The same shape of lengths for another cap: the body scaled by cap_to / cap_from (a model
-    anchored by clip_ratio already scales with the cap; one anchored by median_tokens is rescaled)."""
+    anchored by clip_ratio already scales with the cap; one anchored by median_tokens is
+    rescaled)."""
     if m.median_tokens <= 0:
         return m
     return replace(m, median_tokens=float(f"{m.median_tokens * cap_to / cap_from:.6g}"))
@@ -77,7 +80,8 @@ def sample_latent_log_lengths(m: LengthModel, cap: int, prompts: int, group: int
     accuracy = rng.beta(a, b, prompts)
     correct = rng.random((prompts, group)) < accuracy[:, None]
     noise = rng.normal(0.0, sd_sample, (prompts, group))
-    logs = log_median(m, cap, step) + effect[:, None] + noise + np.where(correct, 0.0, math.log(m.wrong_factor))
+    wrong = np.where(correct, 0.0, math.log(m.wrong_factor))
+    logs = log_median(m, cap, step) + effect[:, None] + noise + wrong
     return logs.ravel(), correct.ravel()
 
 
@@ -93,22 +97,25 @@ class GroupDraw:
     """One prompt's group as the simulator meets it."""
 
     lengths: np.ndarray  # int tokens, censored at the cap
-    correct: np.ndarray  # bool (observed groups without correctness: all False; `mixed` is what filtering reads)
+    # bool (observed groups without correctness: all False; `mixed` is what filtering reads)
+    correct: np.ndarray
     prompt_tokens: int | None = None  # None: the workload's prompt_tokens
     rank: int | None = None  # the data-parallel rank that generated it (None: unknown)
     mixed: bool = True  # its rewards are not all equal (DAPO's dynamic sampling keeps it)
 
 
-def model_group(m: LengthModel, cap: int, group: int, step: int, rng: np.random.Generator) -> GroupDraw:
+def model_group(m: LengthModel, cap: int, group: int, step: int,
+                rng: np.random.Generator) -> GroupDraw:
     s = sample_step(m, cap, 1, group, step, rng)
     return GroupDraw(s.lengths, s.correct, mixed=bool(s.correct.any() and not s.correct.all()))
 
 
 def observed_group(obs: ObservedLengths, kind: str, cap: int, seed: int, batch: int, index: int,
                    attempt: int = 0) -> GroupDraw:
-    """The `index`-th group of generation batch `batch` under replay (seed 0, first attempt, within the
-    observed batches and groups: that very group; otherwise a group of the same observed batch drawn
-    at random, with the rank of the slot it fills) or empirical (a group of any batch, at random)."""
+    """The `index`-th group of generation batch `batch` under replay (seed 0, first attempt,
+    within the observed batches and groups: that very group; otherwise a group of the same
+    observed batch drawn at random, with the rank of the slot it fills) or empirical (a group of
+    any batch, at random)."""
     per_batch = obs.batch_groups
     if kind == "empirical":
         pick = int(seeds.rng(seed, Stream.LENGTHS, batch, index, attempt).integers(obs.groups))
@@ -124,7 +131,8 @@ def observed_group(obs: ObservedLengths, kind: str, cap: int, seed: int, batch: 
 def _rank(obs: ObservedLengths, gid: int) -> int | None:
     if not len(obs.rank_values):
         return None
-    # dense 0..R-1, whatever the file numbers its ranks (PolyTrace: global ranks 0 and 4 for two dp ranks)
+    # Dense 0..R-1, whatever the file numbers its ranks (PolyTrace: global ranks 0 and 4 for two
+    # dp ranks).
     return int(np.searchsorted(obs.rank_values, obs.rank[obs.starts[gid]]))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,8 @@ class StepMetrics:
     rollout_time_s: float
     train_time_s: float
     sync_time_s: float
-    # The rollout's worker-time split (workbench/contracts/timeline.py, rollout_split): idle, spot training.
+    # The rollout's worker-time split (workbench/contracts/timeline.py, rollout_split): idle,
+    # spot training.
     bubble_fraction: float  # idle worker-seconds / worker-seconds in the rollout
     drafter_train_fraction: float  # spot-training worker-seconds / worker-seconds in the rollout
     mean_accept_len: float  # tokens per verify pass over passes that drafted (1.0 when none did)
@@ -35,12 +37,16 @@ class StepMetrics:
     drafter_trained_tokens: float  # tokens the spot trainers put into the drafter
     round_kind: str = "sync"  # sync; partial (APRIL); short or long round (tail batching)
     groups_trained: int = 0  # prompt groups complete and trained on this step
-    groups_left: int = 0  # groups left unfinished: carried to the next step (partial) or deferred (tail batching)
-    policy_lag: float = 0.0  # mean policy updates between the weights that started a trained response and this step
+    # Groups left unfinished: carried to the next step (partial) or deferred (tail batching).
+    groups_left: int = 0
+    # Mean policy updates between the weights that started a trained response and this step.
+    policy_lag: float = 0.0
     max_policy_lag: int = 0  # the stalest trained response (0: on-policy)
-    tail_fraction: float = 0.0  # worker-seconds decoding in the tail / worker-seconds in the rollout (rollout_split)
+    # Worker-seconds decoding in the tail / worker-seconds in the rollout (rollout_split).
+    tail_fraction: float = 0.0
     tail_token_share: float = 0.0  # share of the step's decoded tokens that the tail produced
-    groups_generated: int = 0  # groups decoded for this step (DAPO's dynamic sampling: more than it trained on)
+    # Groups decoded for this step (DAPO's dynamic sampling: more than it trained on).
+    groups_generated: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,8 @@ class StepInfo:
     groups_generated: int = 0
 
 
-def step_metrics(rl_step: int, iv: pd.DataFrame, workers: int, cap: int, info: StepInfo) -> StepMetrics:
+def step_metrics(rl_step: int, iv: pd.DataFrame, workers: int, cap: int,
+                 info: StepInfo) -> StepMetrics:
     """Metrics of one step from its intervals (`iv`: the step's timeline rows)."""
     lengths = info.lengths
     dur = iv["end_s"] - iv["start_s"]
@@ -70,7 +77,8 @@ def step_metrics(rl_step: int, iv: pd.DataFrame, workers: int, cap: int, info: S
     sd = iv["state"] == "decode_sd"
     sd_passes = iv.loc[sd, "passes"].sum()
     sd_tokens = iv.loc[sd, "tokens"].sum()
-    tokens = sd_tokens + iv.loc[iv["state"] == "decode", "tokens"].sum()  # same grouping as sd_tokens: share <= 1
+    # The same grouping as sd_tokens: the share stays <= 1.
+    tokens = sd_tokens + iv.loc[iv["state"] == "decode", "tokens"].sum()
     return StepMetrics(
         rl_step=rl_step,
         step_time_s=float(end - start),
@@ -101,7 +109,8 @@ def step_metrics(rl_step: int, iv: pd.DataFrame, workers: int, cap: int, info: S
 
 @dataclass(frozen=True)
 class FilterRecord:
-    """One generation round of DAPO's dynamic sampling, in veRL's (PolyTrace's) dapo_filter_indices form."""
+    """One generation round of DAPO's dynamic sampling, in veRL's (PolyTrace's)
+    dapo_filter_indices form."""
 
     workload_step: int  # generation batch, counted over the run
     trainer_step: int  # the update it feeds (1-based, as veRL counts)
@@ -115,7 +124,8 @@ class FilterRecord:
 
     def row(self) -> dict:
         d = asdict(self)
-        d["kept_prompt_count"], d["used_prompt_count"] = len(self.kept_prompt_indices), len(self.used_prompt_indices)
+        d["kept_prompt_count"] = len(self.kept_prompt_indices)
+        d["used_prompt_count"] = len(self.used_prompt_indices)
         return d
 
 
@@ -129,18 +139,20 @@ class PolicyRun:
     policy_name: str
     steps: list[StepMetrics]
     timeline: pd.DataFrame
-    filtering: list[FilterRecord] = field(default_factory=list)  # DAPO's dynamic sampling: what each round kept
+    # DAPO's dynamic sampling: what each round kept.
+    filtering: list[FilterRecord] = field(default_factory=list)
 
     def mean(self, name: str) -> float:
         return float(np.mean([getattr(s, name) for s in self.steps]))
 
     def summary(self) -> dict[str, float]:
-        return {name: self.mean(name) for name in SUMMARY_FIELDS + ("drafter_train_fraction", "tokens_per_s",
-                                                                    "tail_fraction")}
+        names = SUMMARY_FIELDS + ("drafter_train_fraction", "tokens_per_s", "tail_fraction")
+        return {name: self.mean(name) for name in names}
 
     def save(self, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        metrics = {"policy": self.policy_name, "mean": self.summary(), "steps": [asdict(s) for s in self.steps]}
+        metrics = {"policy": self.policy_name, "mean": self.summary(),
+                   "steps": [asdict(s) for s in self.steps]}
         write_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         tmp = out_dir / ".timeline.parquet.tmp"
         self.timeline.to_parquet(tmp, index=False)
@@ -148,3 +160,16 @@ class PolicyRun:
         if self.filtering:
             write_atomic(out_dir / "dapo_filter_indices.jsonl",
                          "".join(json.dumps(r.row()) + "\n" for r in self.filtering))
+
+
+@dataclass
+class StepLog:
+    """The steps' metrics as they end, in order; `on_step` hears of each."""
+
+    on_step: Callable[[StepMetrics], None] | None = None
+    metrics: list[StepMetrics] = field(default_factory=list)
+
+    def add(self, m: StepMetrics) -> None:
+        self.metrics.append(m)
+        if self.on_step is not None:
+            self.on_step(m)

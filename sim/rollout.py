@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -20,10 +19,11 @@ import simpy
 from sim.acceptance import AcceptStats, suffix_stats
 from sim.costs import prefill_s, segment_s
 from sim.engine import EngineBatch
+from sim.entities import Drafting, Group, RolloutRound, Segment, Seq, segment_reward
 from workbench.contracts import seeds
-from workbench.contracts.bandit import SD_OFF_BUCKET, Arm, Bandit, StepReward, make_bandit
+from workbench.contracts.bandit import SD_OFF_BUCKET, Bandit, make_bandit
 from workbench.contracts.policy import DrafterKind, Policy, Strategy
-from workbench.contracts.profile import PositionMiss, Profile, next_position_edge, position_row
+from workbench.contracts.profile import Profile, next_position_edge, position_row
 from workbench.contracts.seeds import Stream
 from workbench.contracts.timeline import Timeline
 from workbench.contracts.workload import Workload
@@ -48,155 +48,6 @@ def shard_seqs(seqs: list[Seq], groups: list[Group], workers: int) -> list[list[
             by_rank[groups[q.group].rank].append(i)
         return by_rank
     return [list(s) for s in shard(len(seqs), workers)]
-
-
-@dataclass
-class Group:
-    """One prompt's group of responses, possibly spread over several rollouts."""
-
-    key: tuple[int, int]  # (step it was drawn at, index): its identity when deferred
-    lengths: np.ndarray
-    generated: np.ndarray  # tokens generated so far per response (carried over by partial rollouts)
-    attempt: int = 0
-    version: int | None = None  # weights version its generation started under (None: not started)
-    started_s: float | None = None  # streaming: when its first response was admitted
-    finished_s: float | None = None  # streaming: when its last response finished
-    prompt_tokens: int | None = None  # None: the workload's prompt_tokens
-    rank: int | None = None  # replay: the data-parallel rank that generated it
-    mixed: bool = True  # rewards not all equal (what DAPO's dynamic sampling keeps)
-    # Responses at their length, counted as they finish (`finish`, the only way a response gets
-    # there once decoding started): suffix drafts read the share every segment.
-    finished_count: int = field(init=False)
-    # The SiblingShares of the engines holding its responses (a finish marks them stale).
-    watchers: list = field(init=False, repr=False)
-
-    def __post_init__(self):
-        self.finished_count = int(np.count_nonzero(self.generated >= self.lengths))
-        self.watchers = []
-
-    def prompt(self, default: int) -> int:
-        """Its prompt's tokens (`default`: the workload's, when the group has none of its own)."""
-        return default if self.prompt_tokens is None else self.prompt_tokens
-
-    @property
-    def complete(self) -> bool:
-        return bool((self.generated >= self.lengths).all())
-
-    @property
-    def finished_share(self) -> float:
-        """The share of a response's siblings that finished (its own not among them: it is decoding)."""
-        n = len(self.lengths)
-        return float(self.finished_count) / (n - 1) if n > 1 else 0.0
-
-    def finish(self, member: int) -> None:
-        if self.generated[member] < self.lengths[member]:  # one already at its length (0) counted at creation
-            self.finished_count += 1
-            for w in self.watchers:
-                w.stale = True
-        self.generated[member] = self.lengths[member]
-
-
-@dataclass(slots=True)  # thousands a step: slots make them cheaper to build and read
-class Seq:
-    group: int  # index into the rollout's groups
-    member: int  # index within the group
-
-
-def open_seqs(groups: list[Group]) -> list[Seq]:
-    """The responses of `groups` still to generate, group by group (found at once over all groups:
-    a step has thousands)."""
-    if not groups:
-        return []
-    sizes = np.fromiter((len(g.lengths) for g in groups), np.int64, len(groups))
-    generated = np.concatenate([g.generated for g in groups])
-    open_ = generated < np.concatenate([g.lengths for g in groups])
-    group = np.repeat(np.arange(len(groups)), sizes)
-    member = np.arange(len(open_)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    return [Seq(gi, m) for gi, m in zip(group[open_].tolist(), member[open_].tolist())]
-
-
-@dataclass(frozen=True)
-class Drafting:
-    """How the engines draft: the drafter in use and what it yields."""
-
-    kind: DrafterKind  # drafter in use
-    accept: dict[Strategy, AcceptStats]  # tokens per verify pass under each strategy
-    history: bool = False  # suffix drafts: the prompts were answered in an earlier epoch
-    # How acceptance moves along a response (AcceptanceModel.*_position): the rows' starts and,
-    # per strategy, tokens per pass under each row (empty: flat).
-    position: tuple[PositionMiss, ...] = ()
-    accept_by_row: dict[Strategy, tuple[AcceptStats, ...]] = field(default_factory=dict)
-
-
-@dataclass
-class RolloutRound:
-    """What the engines of one rollout share."""
-
-    step: int
-    drafting: Drafting
-    groups: list[Group]
-    seqs: list[Seq]
-    stop_at: int | None  # stop once this many groups are complete (None: run to the end)
-    done: simpy.Event  # decoding is over
-    stop: simpy.Event  # enough groups are complete
-    spot_open: simpy.Event  # enough engines are idle to start spot training
-    left: list[int] = field(default_factory=list)  # responses still to finish per group
-    complete_groups: int = 0
-    idle_workers: int = 0
-    trained_tokens: float = 0.0
-    generated: float = 0.0  # response tokens generated in this rollout
-    spot: bool = False  # idle engines train the drafter in this rollout
-    mixed_only: bool = False  # DAPO's dynamic sampling: only mixed-reward groups count towards stop_at
-
-    def __post_init__(self):
-        self.left = [0] * len(self.groups)
-        for q in self.seqs:  # the responses still to generate, by group
-            self.left[q.group] += 1
-        self.complete_groups = sum(1 for n, g in zip(self.left, self.groups) if n == 0 and self._counts(g))
-
-    def _counts(self, g: Group) -> bool:
-        return g.mixed or not self.mixed_only
-
-    def engine_inputs(self, seqs: list[Seq],
-                      prompt: int) -> tuple[list[float], list[int], list[float]]:
-        """For an engine's `seqs`: the tokens each has still to generate, its context (its prompt,
-        `prompt` for a group without its own, plus what it generated before) and what it generated
-        before, gathered from the groups' arrays at once (a step has thousands of responses)."""
-        if not seqs:
-            return [], [], []
-        groups = self.groups
-        sizes = np.fromiter((len(g.lengths) for g in groups), np.int64, len(groups))
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        lengths = np.concatenate([g.lengths for g in groups])
-        generated = np.concatenate([g.generated for g in groups]).astype(float)
-        prompts = np.fromiter((g.prompt(prompt) for g in groups), np.int64, len(groups))
-        gi = np.fromiter((q.group for q in seqs), np.int64, len(seqs))
-        at = starts[gi] + np.fromiter((q.member for q in seqs), np.int64, len(seqs))
-        done = generated[at]
-        context = prompts[gi] + done.astype(np.int64)
-        return (lengths[at] - done).tolist(), context.tolist(), done.tolist()
-
-    def finished(self, seq: Seq) -> None:
-        self.groups[seq.group].finish(seq.member)
-        self.left[seq.group] -= 1
-        if self.left[seq.group] == 0 and self._counts(self.groups[seq.group]):
-            self.complete_groups += 1
-            if self.stop_at is not None and self.complete_groups >= self.stop_at and not self.stop.triggered:
-                self.stop.succeed()
-
-
-@dataclass(frozen=True)
-class Segment:
-    arm: Arm | None  # what the bandit chose (None: no SD, nothing to learn)
-    strategy: Strategy
-    passes: float
-    accept_len: float
-
-
-def segment_reward(seg: Segment, batch: int, decode_s: float) -> StepReward:
-    """What a segment earned its arm: `passes` verify passes of `batch` sequences, each emitting
-    `accept_len` tokens a pass, in `decode_s` (its rate: tokens per second)."""
-    return StepReward(seg.passes * seg.accept_len, decode_s, batch, seg.passes)
 
 
 class WarmUp:
@@ -245,14 +96,17 @@ class SiblingShare:
 class RolloutPool:
     """`workers` engines with their bandits and acceptance noise (own random streams per engine)."""
 
-    def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload, policy: Policy,
-                 profile: Profile, seed: int, workers: int, start: Sequence[int] | None = None):
+    def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload,
+                 policy: Policy, profile: Profile, seed: int, workers: int,
+                 start: Sequence[int] | None = None):
         """`start`: the draft length each schedule row starts at (`climb`; see `make_bandit`)."""
         self.env, self.timeline = env, timeline
         self.workload, self.policy, self.profile = workload, policy, profile
         self.workers = workers
-        self.bandits: list[Bandit] = [make_bandit(policy, seeds.seed_sequence(seed, Stream.BANDIT, w), start)
-                                      for w in range(workers)]
+        self.bandits: list[Bandit] = [
+            make_bandit(policy, seeds.seed_sequence(seed, Stream.BANDIT, w), start)
+            for w in range(workers)
+        ]
         self.noise = [seeds.rng(seed, Stream.NOISE, w) for w in range(workers)]
         self.learning = policy.bandit.algorithm != "fixed"
         self.version = [0] * workers  # the weights each engine runs
@@ -264,8 +118,10 @@ class RolloutPool:
         """Each engine's decoder over its shard, and its waiter (idle or spot training)."""
         env = self.env
         shards = shard_seqs(ro.seqs, ro.groups, self.workers)
-        decoders = [env.process(self._decode(w, ro, [ro.seqs[i] for i in s])) for w, s in enumerate(shards)]
-        waiters = [env.process(self._after_shard(w, ro, decoders[w])) for w in range(self.workers)]
+        decoders = [env.process(self._decode(w, ro, [ro.seqs[i] for i in s]))
+                    for w, s in enumerate(shards)]
+        waiters = [env.process(self._after_shard(w, ro, decoders[w]))
+                   for w in range(self.workers)]
         return decoders, waiters
 
     def sync_all(self, step: int, version: int):
@@ -281,16 +137,32 @@ class RolloutPool:
         """New weights exist; interruptible engines take them at their next segment boundary."""
         self.latest = max(self.latest, version)
 
+    def take_weights(self, version: int) -> None:
+        """Every engine runs weights `version` now: a synchronous update's sync, which the
+        simulator records for all workers, reached them between rollouts."""
+        self.version = [version] * self.workers
+        self.latest = max(self.latest, version)
+
+    def oldest_version(self) -> int:
+        """The oldest weights an engine runs: what a rollout starting now generates under."""
+        return min(self.version)
+
+    def stale(self) -> bool:
+        """Newer weights exist than some engine runs."""
+        return min(self.version) < self.latest
+
     def resync(self, w: int, step: int, engine: EngineBatch):
         """AReaL's interruption: pause for the sync, then prefill the sequences in flight again."""
         start = self.env.now
         in_flight = engine.batch * engine.mean_context() if engine.batch else 0.0
-        yield self.env.timeout(self.profile.phases.weight_sync_s + prefill_s(self.profile.decode, int(in_flight)))
+        prefill = prefill_s(self.profile.decode, int(in_flight))
+        yield self.env.timeout(self.profile.phases.weight_sync_s + prefill)
         self.timeline.add(step, w, start, self.env.now, "sync")
         self.version[w] = self.latest
 
     def _decode(self, w: int, ro: RolloutRound, seqs: list[Seq]):
-        """Engine w decodes its shard, one segment of constant batch (or one bandit decision) at a time.
+        """Engine w decodes its shard, one segment of constant batch (or one bandit decision) at a
+        time.
 
         Interrupted when enough groups are complete (partial rollouts, tail batching): the
         segment in flight counts up to that moment, and each unfinished response keeps what it
@@ -310,7 +182,7 @@ class RolloutPool:
             prefill = prefill_s(dec, engine.admit())
             batch = engine.batch
             siblings = shares.at(engine) if kind == DrafterKind.SUFFIX else 0.0
-            seg = self._plan_segment(w, ro.drafting, engine, warm.left(batch), siblings)
+            seg = self.plan_segment(w, ro.drafting, engine, warm.left(batch), siblings)
             context = engine.mean_context() + seg.passes * seg.accept_len / 2
             decode_s = segment_s(dec, prof.drafter, kind, batch, context, seg.strategy, seg.passes)
             start = env.now
@@ -319,14 +191,16 @@ class RolloutPool:
             except simpy.Interrupt:
                 ran = env.now - start
                 passes = seg.passes * max(0.0, ran - prefill) / decode_s if decode_s > 0 else 0.0
-                ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, passes, seg.accept_len, context)
+                ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, passes,
+                                             seg.accept_len, context)
                 for i in self.advance(engine, passes * seg.accept_len):
                     ro.finished(seqs[i])
                 for i in engine.unfinished():
                     q = seqs[i]
                     groups[q.group].generated[q.member] = done_before[i] + engine.generated(i)
                 return env.now
-            ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, seg.passes, seg.accept_len, context)
+            ro.generated += self.decoded(ro.step, w, start, batch, seg.strategy, seg.passes,
+                                         seg.accept_len, context)
             warm.ran(batch, seg.passes)
             if seg.arm is not None and decode_s > 0:
                 self.bandits[w].update(seg.arm, segment_reward(seg, batch, decode_s))
@@ -347,7 +221,7 @@ class RolloutPool:
             return 0.0
         return round(float(np.mean([g.finished_share for g in active])), 1)
 
-    def _plan_segment(self, w: int, drafting: Drafting, engine: EngineBatch, warm_left: float,
+    def plan_segment(self, w: int, drafting: Drafting, engine: EngineBatch, warm_left: float,
                       siblings: float = 0.0) -> Segment:
         """How the next segment runs: the bandit's strategy (none while SD warms up again), how many
         verify passes (to the next completion, at most one decision interval or the warm-up left,
@@ -358,7 +232,8 @@ class RolloutPool:
         arm = self.bandits[w].select(batch) if drafting.kind != DrafterKind.NONE else None
         cap = math.inf
         if arm is not None and arm.bucket != SD_OFF_BUCKET and warm_left > 0:
-            arm, cap = None, warm_left  # FastRL: SD back on only after enough decode steps at or below the threshold
+            # FastRL: SD back on only after enough decode steps at or below the threshold.
+            arm, cap = None, warm_left
         elif arm is not None and self.learning and arm.bucket != SD_OFF_BUCKET:
             cap = self.policy.bandit.decision_interval
         strategy = arm.strategy if arm is not None else NO_SD_STRATEGY
@@ -374,26 +249,30 @@ class RolloutPool:
         if stats.var > 0 and need > 0:
             # The mean of passes*batch verify outcomes: the reward the bandit sees is noisy.
             sd = math.sqrt(stats.var / (min(need / accept_len, cap) * batch))
-            accept_len = min(strategy.depth + 1.0, max(1.0, accept_len + sd * self.noise[w].standard_normal()))
+            noisy = accept_len + sd * self.noise[w].standard_normal()
+            accept_len = min(strategy.depth + 1.0, max(1.0, noisy))
         return Segment(arm, strategy, min(need / accept_len, cap), accept_len)
 
     def _suffix_stats(self, strategy: Strategy, history: bool, siblings: float) -> AcceptStats:
         key = (strategy, history, siblings)
         if key not in self._suffix_cache:
-            self._suffix_cache[key] = suffix_stats(self.profile.acceptance, strategy, history, siblings)
+            self._suffix_cache[key] = suffix_stats(self.profile.acceptance, strategy, history,
+                                                   siblings)
         return self._suffix_cache[key]
 
-    def decoded(self, step: int, w: int, start: float, batch: int, strategy: Strategy, passes: float,
-                accept_len: float, context: float) -> float:
-        """Record engine w's decode interval from `start` to now; returns the tokens it generated."""
+    def decoded(self, step: int, w: int, start: float, batch: int, strategy: Strategy,
+                passes: float, accept_len: float, context: float) -> float:
+        """Record engine w's decode interval from `start` to now; returns the tokens it
+        generated."""
         tokens = passes * accept_len * batch
         k = strategy.steps
-        self.timeline.add(step, w, start, self.env.now, "decode_sd" if k else "decode", batch, k, tokens,
-                          passes * batch, context, strategy.name if k else "")
+        self.timeline.add(step, w, start, self.env.now, "decode_sd" if k else "decode", batch, k,
+                          tokens, passes * batch, context, strategy.name if k else "")
         return tokens
 
     def _after_shard(self, w: int, ro: RolloutRound, decoder: simpy.Process):
-        """Engine w once its shard is done: idle, and spot-train the drafter when allowed, until the rollout ends."""
+        """Engine w once its shard is done: idle, and spot-train the drafter when allowed, until
+        the rollout ends."""
         env, training = self.env, self.policy.spot_training
         yield decoder
         finished = env.now

@@ -2,7 +2,7 @@
 
 There is no rollout to wait for: each engine pulls responses from one queue as its batch frees
 slots, so a long response decodes beside new ones instead of alone, and the long tail's empty
-slots fill. The simulator (sim/simulator.py) queues prompts as far ahead of training as the
+slots fill. The trainer (sim/stream_steps.py) queues prompts as far ahead of training as the
 staleness bound allows, and trains on groups in the order they complete (`StreamingPool.done`).
 
 New weights reach a running engine at once with `interrupt` (the sequences in flight prefill
@@ -23,7 +23,8 @@ import simpy
 
 from sim.costs import prefill_s, segment_s
 from sim.engine import EngineBatch
-from sim.rollout import Drafting, Group, RolloutPool, SiblingShare, WarmUp
+from sim.entities import Drafting, Group
+from sim.rollout import RolloutPool, SiblingShare, WarmUp
 from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.timeline import Timeline
@@ -31,21 +32,24 @@ from workbench.contracts.workload import Workload
 
 
 class StreamingPool(RolloutPool):
-    def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload, policy: Policy,
-                 profile: Profile, seed: int, workers: int, start: Sequence[int] | None = None):
+    def __init__(self, env: simpy.Environment, timeline: Timeline, workload: Workload,
+                 policy: Policy, profile: Profile, seed: int, workers: int,
+                 start: Sequence[int] | None = None):
         super().__init__(env, timeline, workload, policy, profile, seed, workers, start)
         self.queue: deque[tuple[Group, int]] = deque()  # (group, member) in launch order
         self.done = simpy.Store(env)  # complete groups, in the order they completed
-        self.drafting: Drafting | None = None  # set by the simulator after every update
+        self.drafting: Drafting | None = None  # how the engines draft (new with every update)
         self.closed = False
         self.wake = [env.event() for _ in range(workers)]
         self.running = [0] * workers  # each engine's running batch
         self._drained = 0  # engines emptied while a sync waits for the rest
         self._all_drained = env.event()
 
-    # ------------------------------------------------------------ what the simulator calls
+    # ------------------------------------------------------------ what the trainer calls
 
-    def start_engines(self) -> list[simpy.Process]:
+    def start_engines(self, drafting: Drafting) -> list[simpy.Process]:
+        """Start every engine, drafting as `drafting` says."""
+        self.drafting = drafting
         return [self.env.process(self._engine(w)) for w in range(self.workers)]
 
     def offer(self, groups: list[Group]) -> None:
@@ -61,6 +65,11 @@ class StreamingPool(RolloutPool):
         super().push(version)
         for w in range(self.workers):
             self._wake(w)
+
+    def new_weights(self, version: int, drafting: Drafting) -> None:
+        """An update's weights, and how the engines draft under them."""
+        self.drafting = drafting
+        self.push(version)
 
     def close(self) -> None:
         """Training is over: the engines stop where they are."""
@@ -108,7 +117,8 @@ class StreamingPool(RolloutPool):
             if g.version is None:
                 g.version, g.started_s = self.version[w], self.env.now
             engine.add(float(g.lengths[m] - g.generated[m]),
-                       g.prompt(self.workload.prompt_tokens) + int(g.generated[m]), float(g.generated[m]))
+                       g.prompt(self.workload.prompt_tokens) + int(g.generated[m]),
+                       float(g.generated[m]))
             owners.append((g, m))
             shares.watch(g)
             free -= 1
@@ -150,9 +160,10 @@ class StreamingPool(RolloutPool):
         batch = engine.batch
         self.running[w] = batch
         siblings = shares.at(engine) if d.kind == DrafterKind.SUFFIX else 0.0
-        seg = self._plan_segment(w, d, engine, warm.left(batch), siblings)
+        seg = self.plan_segment(w, d, engine, warm.left(batch), siblings)
         context = engine.mean_context() + seg.passes * seg.accept_len / 2
-        decode_s = segment_s(dec, self.profile.drafter, d.kind, batch, context, seg.strategy, seg.passes)
+        decode_s = segment_s(dec, self.profile.drafter, d.kind, batch, context, seg.strategy,
+                             seg.passes)
         begun = env.now
         # A wake that came during the prefill ends the segment at once (the loop takes the news).
         yield env.timeout(decode_s) | self.wake[w]

@@ -61,25 +61,29 @@ class SweepUnit:
 
 
 def run_unit(unit: SweepUnit) -> SweepRun:
-    """Simulate one unit; the same unit gives the same run in any process (its seed fixes every draw)."""
+    """Simulate one unit; the same unit gives the same run in any process (its seed fixes every
+    draw)."""
     run = simulate(unit.workload, unit.policy, unit.profile, seed=unit.seed, steps=unit.steps)
     return SweepRun(unit.policy, unit.seed, run)
 
 
-def sweep_units(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
-                steps: int | None = None) -> list[SweepUnit]:
+def sweep_units(workload: Workload, policies: Sequence[Policy], profile: Profile,
+                seeds: int | Iterable[int], steps: int | None = None) -> list[SweepUnit]:
     """Every (policy, seed) of a sweep, policy by policy: the order every runner reports them in."""
     if not policies:
         raise ValueError("policies: give at least one policy")
     names = [p.name for p in policies]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ValueError(f"policies: two policies are named {dupes[0]!r}; give each a distinct name")
-    return [SweepUnit(workload, policy, profile, seed, steps) for policy in policies for seed in seed_list(seeds)]
+        raise ValueError(f"policies: two policies are named {dupes[0]!r}; "
+                         "give each a distinct name")
+    return [SweepUnit(workload, policy, profile, seed, steps)
+            for policy in policies for seed in seed_list(seeds)]
 
 
-def sweep(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
-          steps: int | None = None, on_progress: ProgressFn | None = None) -> Iterator[SweepRun]:
+def sweep(workload: Workload, policies: Sequence[Policy], profile: Profile,
+          seeds: int | Iterable[int], steps: int | None = None,
+          on_progress: ProgressFn | None = None) -> Iterator[SweepRun]:
     """Simulate every policy on every seed, policy by policy, yielding each run as it finishes."""
     units = sweep_units(workload, policies, profile, seeds, steps)
     for done, unit in enumerate(units, start=1):
@@ -94,9 +98,11 @@ Runner = Callable[..., Iterator[SweepRun]]
 
 
 def spread(values: Sequence[float]) -> dict[str, float | None]:
-    """mean, std (ddof 1; 0 for one value), min, max and the 95% t-interval half-width (None for one value)."""
+    """mean, std (ddof 1; 0 for one value), min, max and the 95% t-interval half-width (None for
+    one value)."""
     x = np.asarray(values, dtype=float)
     n = len(x)
     std = float(x.std(ddof=1)) if n > 1 else 0.0
     ci = float(stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if n > 1 else None
-    return {"mean": float(x.mean()), "std": std, "min": float(x.min()), "max": float(x.max()), "ci95": ci}
+    return {"mean": float(x.mean()), "std": std, "min": float(x.min()), "max": float(x.max()),
+            "ci95": ci}

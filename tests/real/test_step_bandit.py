@@ -195,7 +195,7 @@ def test_the_simulator_and_the_real_engine_make_the_same_choices_from_the_same_r
     `segment_reward` update per segment of `decision_interval` passes) choose the same arms."""
     import numpy as np
 
-    from sim.rollout import Segment, segment_reward
+    from sim.entities import Segment, segment_reward
     from workbench.contracts.bandit import make_bandit
     from workbench.contracts.policy import Strategy
 

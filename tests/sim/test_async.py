@@ -19,7 +19,8 @@ STEPS = 6
 @pytest.fixture(scope="module")
 def workload():
     # 8 engines: 2 train, 6 roll out; small enough to run in a second.
-    return replace(load_workload("tlt-eval-qwen2.5-7b"), workers=8, prompts_per_step=32, steps=STEPS)
+    return replace(load_workload("tlt-eval-qwen2.5-7b"), workers=8, prompts_per_step=32,
+                   steps=STEPS)
 
 
 def _rollout(policy, **changes):
@@ -31,11 +32,13 @@ def _policies():
     return {
         "baseline": load_policy("baseline"),
         "async-1": async1,
-        # Per-rollout async at k = 4 with weights pushed into running rollouts (AReaL without streaming).
+        # Per-rollout async at k = 4 with weights pushed into running rollouts (AReaL without
+        # streaming).
         "rollouts-4": replace(_rollout(async1, max_staleness=4, interrupt=True), name="rollouts-4"),
         "async-4": load_policy("async-4"),  # streaming
         # Streaming without interruption: stale engines drain, then all sync together.
-        "stream-drain": replace(_rollout(load_policy("async-4"), interrupt=False), name="stream-drain"),
+        "stream-drain": replace(_rollout(load_policy("async-4"), interrupt=False),
+                                name="stream-drain"),
         "stream-0": replace(_rollout(load_policy("async-4"), max_staleness=0), name="stream-0"),
     }
 
@@ -43,7 +46,8 @@ def _policies():
 @pytest.fixture(scope="module")
 def runs(workload):
     profile = load_profile(workload.profile)
-    return {name: simulate(workload, policy, profile, seed=4) for name, policy in _policies().items()}
+    return {name: simulate(workload, policy, profile, seed=4)
+            for name, policy in _policies().items()}
 
 
 def _lanes(run):
@@ -76,7 +80,8 @@ def test_the_trainer_has_its_own_lane_and_trains_each_step_after_its_rollout(run
     train = tl[tl["state"] == "train"]
     assert set(train["worker"]) == {engines} and sorted(train["rl_step"]) == list(range(STEPS))
     for step, t in train.groupby("rl_step"):
-        pool = tl[(tl["rl_step"] == step) & (tl["worker"] < engines) & tl["state"].isin(["decode", "decode_sd"])]
+        decoding = tl["state"].isin(["decode", "decode_sd"])
+        pool = tl[(tl["rl_step"] == step) & (tl["worker"] < engines) & decoding]
         assert pool["end_s"].max() <= t["start_s"].min() + 1e-9
     # The rollout of step j waits for the weights of version j - 1 (the update of step j - 2).
     ends = train.set_index("rl_step")["end_s"]
@@ -96,7 +101,8 @@ def test_interruptible_rollouts_take_new_weights_mid_rollout(runs, name):
         n = 0
         for rows in _lanes(run).values():
             for before, row, after in zip(rows, rows[1:], rows[2:]):
-                n += row[2] == "sync" and before[2].startswith("decode") and after[2].startswith("decode")
+                between = before[2].startswith("decode") and after[2].startswith("decode")
+                n += row[2] == "sync" and between
         return n
 
     assert syncs_between_decodes(runs[name]) > 0
@@ -107,7 +113,8 @@ def test_overlap_pays_when_training_is_heavy_and_the_split_balances_it(workload)
     """A third of the synchronous step is training: overlapping it with the next rollout pays when
     half the engines train, and loses when a quarter must (training there outlasts the rollout)."""
     profile = load_profile(workload.profile)
-    # Heavy training, whatever the profile's source: 1.85 ms per token (8x the paper-fitted 7B profile's).
+    # Heavy training, whatever the profile's source: 1.85 ms per token (8x the paper-fitted 7B
+    # profile's).
     heavy = replace(profile, phases=replace(profile.phases, train_gpu_s_per_token=1.85e-3))
     sync = simulate(workload, load_policy("baseline"), heavy, seed=4)
     assert sync.mean("train_time_s") / sync.mean("step_time_s") > 0.3
@@ -119,7 +126,8 @@ def test_overlap_pays_when_training_is_heavy_and_the_split_balances_it(workload)
 
 def test_async_needs_an_engine_to_train_and_one_to_roll_out(workload):
     with pytest.raises(ConfigError) as exc:
-        simulate(replace(workload, workers=1), load_policy("async-1"), load_profile(workload.profile), steps=1)
+        simulate(replace(workload, workers=1), load_policy("async-1"),
+                 load_profile(workload.profile), steps=1)
     assert "workers" in str(exc.value) and "async" in str(exc.value)
 
 

@@ -20,8 +20,10 @@ def observed_group_correlation(m: LengthModel) -> float:
     Between groups: the prompt effect and the prompt's accuracy (through the
     wrong-answer factor); within: sample noise and each answer's correctness.
     """
-    sd_prompt, sd_sample = m.sigma * math.sqrt(m.group_correlation), m.sigma * math.sqrt(1.0 - m.group_correlation)
-    a, b = m.mean_accuracy * m.accuracy_concentration, (1.0 - m.mean_accuracy) * m.accuracy_concentration
+    sd_prompt = m.sigma * math.sqrt(m.group_correlation)
+    sd_sample = m.sigma * math.sqrt(1.0 - m.group_correlation)
+    c = m.accuracy_concentration
+    a, b = m.mean_accuracy * c, (1.0 - m.mean_accuracy) * c
     w = math.log(m.wrong_factor)
     var_acc = a * b / ((a + b) ** 2 * (a + b + 1))
     mean_bern_var = m.mean_accuracy * (1 - m.mean_accuracy) - var_acc  # E[p(1-p)]
@@ -118,10 +120,10 @@ def test_negative_drift_makes_later_steps_shorter():
     step=st.integers(0, 20),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_lengths_are_ints_within_one_and_the_cap(clip_ratio, sigma, rho, accuracy, wrong, drift, cap,
-                                                 prompts, group, step, seed):
-    m = LengthModel(clip_ratio=clip_ratio, sigma=sigma, group_correlation=rho, mean_accuracy=accuracy,
-                    wrong_factor=wrong, drift_per_step=drift)
+def test_lengths_are_ints_within_one_and_the_cap(clip_ratio, sigma, rho, accuracy, wrong, drift,
+                                                 cap, prompts, group, step, seed):
+    m = LengthModel(clip_ratio=clip_ratio, sigma=sigma, group_correlation=rho,
+                    mean_accuracy=accuracy, wrong_factor=wrong, drift_per_step=drift)
     m.check()
     sl = sample_step(m, cap, prompts, group, step, np.random.default_rng(seed))
     assert sl.lengths.shape == (prompts * group,)

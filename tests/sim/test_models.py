@@ -71,9 +71,11 @@ def _fresh_eagle_len(profile, k):
 
 
 def _sd_over_plain(profile, kind, accept_len, batch, context, k=4):
-    """Goodput with SD over goodput of a plain engine (no drafter): B * E[L] / (T_verify + T_draft), per pass."""
+    """Goodput with SD over goodput of a plain engine (no drafter): B * E[L] / (T_verify +
+    T_draft), per pass."""
     c, d = profile.decode, profile.drafter
-    return (accept_len / segment_s(c, d, kind, batch, context, k)) / (1.0 / segment_s(c, d, "none", batch, context, 0))
+    plain = 1.0 / segment_s(c, d, "none", batch, context, 0)
+    return (accept_len / segment_s(c, d, kind, batch, context, k)) / plain
 
 
 def test_sd_beats_no_sd_at_batch_1(gpu_profile):
@@ -86,7 +88,8 @@ def test_sd_beats_no_sd_at_batch_1(gpu_profile):
 
 def _largest_winning_batch(profile, kind, accept_len, context, limit=4096):
     """Largest batch in 1..limit where SD K=4 beats no SD; limit + 1 if it still wins at limit."""
-    wins = [b for b in range(1, limit + 1) if _sd_over_plain(profile, kind, accept_len, b, context) > 1.0]
+    wins = [b for b in range(1, limit + 1)
+            if _sd_over_plain(profile, kind, accept_len, b, context) > 1.0]
     if not wins:
         return 0
     return limit + 1 if wins[-1] == limit else wins[-1]
@@ -94,9 +97,9 @@ def _largest_winning_batch(profile, kind, accept_len, context, limit=4096):
 
 @pytest.mark.parametrize("kind,quality", [("ngram", 0.0), ("eagle", 0.8)])
 def test_longer_context_moves_the_crossover_up(gpu_profile, kind, quality):
-    """SD pays at small batch and, for these drafters, stops paying at some large batch; long contexts
-    move that batch up (DESIGN: verification is nearly free while reading weights and KV dominates).
-    The exact crossover is the profile's, not a law."""
+    """SD pays at small batch and, for these drafters, stops paying at some large batch; long
+    contexts move that batch up (DESIGN: verification is nearly free while reading weights and KV
+    dominates). The exact crossover is the profile's, not a law."""
     accept_len = stats_for(gpu_profile.acceptance, kind, quality, 4).mean
     short = _largest_winning_batch(gpu_profile, kind, accept_len, 1024)
     long = _largest_winning_batch(gpu_profile, kind, accept_len, 16384)
@@ -105,16 +108,19 @@ def test_longer_context_moves_the_crossover_up(gpu_profile, kind, quality):
 
 
 def test_sd_pays_most_at_small_batch(gpu_profile):
-    """Even an aligned drafter, which the fitted H100 profile lets pay at any batch, gains most in the tail."""
+    """Even an aligned drafter, which the fitted H100 profile lets pay at any batch, gains most in
+    the tail."""
     accept_len = stats_for(gpu_profile.acceptance, "eagle", 1.0, 4).mean
-    gains = [_sd_over_plain(gpu_profile, "eagle", accept_len, b, 1024) for b in (1, 8, 32, 128, 512)]
+    gains = [_sd_over_plain(gpu_profile, "eagle", accept_len, b, 1024)
+             for b in (1, 8, 32, 128, 512)]
     assert all(later < earlier for earlier, later in zip(gains, gains[1:])), gains
 
 
 # --------------------------------------------------------------------------- acceptance
 
 
-@pytest.mark.parametrize("alpha,shape", [(0.8, 0.8), (0.45, 0.7), (0.05, 1.0), (0.95, 2.0), (0.6, 0.1)])
+@pytest.mark.parametrize("alpha,shape",
+                         [(0.8, 0.8), (0.45, 0.7), (0.05, 1.0), (0.95, 2.0), (0.6, 0.1)])
 def test_cumulative_acceptance_decreases_with_position(alpha, shape):
     r = cumulative_acceptance(alpha, shape, 8)
     assert len(r) == 8
@@ -221,7 +227,8 @@ def test_training_disabled_leaves_quality_unchanged(gpu_profile, policies):
     after = after_training(s, off, gpu_profile, trained_tokens=1e12, new_tokens=5_000_000)
     assert after.quality == s.quality
     # Enabled but nothing trained: also unchanged.
-    after = after_training(s, policies["tlt-cold"], gpu_profile, trained_tokens=0.0, new_tokens=5_000_000)
+    after = after_training(s, policies["tlt-cold"], gpu_profile, trained_tokens=0.0,
+                           new_tokens=5_000_000)
     assert after.quality == s.quality
 
 
@@ -232,7 +239,8 @@ def test_learning_rate_far_from_best_helps_less(gpu_profile, policies):
     gains = {}
     for lr in (best, best * 10, best / 10, best * 100):
         pol = replace(tlt, spot_training=replace(tlt.spot_training, lr=lr))
-        gains[lr] = after_training(s, pol, gpu_profile, trained_tokens=3e6, new_tokens=50_000_000).quality - s.quality
+        trained = after_training(s, pol, gpu_profile, trained_tokens=3e6, new_tokens=50_000_000)
+        gains[lr] = trained.quality - s.quality
     assert gains[best] > gains[best * 10] > gains[best * 100] > 0
     assert gains[best] > gains[best / 10]
     assert lr_efficiency(best, best, 1.0) == pytest.approx(1.0)
@@ -257,15 +265,18 @@ def test_switch_margin_delays_the_switch(gpu_profile, policies):
     tlt = policies["tlt-cold"]
     wide = replace(tlt, drafter=replace(tlt.drafter, switch_margin=0.5))
     qs = np.linspace(0, 1, 101)
-    first = lambda pol: next(q for q in qs if active_kind(pol, gpu_profile, DrafterState(q)) == "eagle")
+    first = lambda pol: next(q for q in qs
+                             if active_kind(pol, gpu_profile, DrafterState(q)) == "eagle")
     assert first(wide) > first(tlt)
 
 
 def test_warm_start(policies, gpu_profile):
-    assert initial_state(policies["static-sd"], gpu_profile).quality == gpu_profile.acceptance.warm_start_quality
+    warm = gpu_profile.acceptance.warm_start_quality
+    assert initial_state(policies["static-sd"], gpu_profile).quality == warm
     assert initial_state(policies["tlt-cold"], gpu_profile).quality == 0.0
     # An offline-trained drafter starts at the profile's warm-start quality, below an aligned one.
-    base_aligned = replace(gpu_profile, acceptance=replace(gpu_profile.acceptance, warm_start_quality=0.4))
+    base_aligned = replace(gpu_profile,
+                           acceptance=replace(gpu_profile.acceptance, warm_start_quality=0.4))
     assert initial_state(policies["static-sd"], base_aligned).quality == 0.4
 
 
@@ -281,35 +292,41 @@ def test_tree_acceptance_is_bounded_grows_with_tokens_and_saturates(gpu_profile)
     acc = _tree_model(gpu_profile)
     lens = [stats_for(acc, "eagle", 1.0, Strategy(8, 4, t)).mean for t in (9, 16, 32, 48, 64, 96)]
     assert all(1.0 < v <= 9.0 for v in lens), lens  # at most depth + 1 tokens per pass
-    assert all(b > a for a, b in zip(lens, lens[1:])), lens  # more candidates per level, more accepted
+    # More candidates per level, more accepted.
+    assert all(b > a for a, b in zip(lens, lens[1:])), lens
     gains = [b - a for a, b in zip(lens, lens[1:])]
     per_token = [g / dt for g, dt in zip(gains, (7, 16, 16, 16, 32))]
     assert all(b < a for a, b in zip(per_token, per_token[1:])), per_token  # diminishing returns
-    # Deeper trees accept more with the same width; a 9-token top-4 tree of depth 8 is the chain of 8.
-    assert stats_for(acc, "eagle", 1.0, Strategy(8, 4, 48)).mean > stats_for(acc, "eagle", 1.0, Strategy(4, 4, 24)).mean
-    assert stats_for(acc, "eagle", 1.0, Strategy(8, 4, 9)).mean == pytest.approx(stats_for(acc, "eagle", 1.0, 8).mean)
+    # Deeper trees accept more with the same width; a 9-token top-4 tree of depth 8 is the chain
+    # of 8.
+    deep = stats_for(acc, "eagle", 1.0, Strategy(8, 4, 48)).mean
+    assert deep > stats_for(acc, "eagle", 1.0, Strategy(4, 4, 24)).mean
+    chain = stats_for(acc, "eagle", 1.0, 8).mean
+    assert stats_for(acc, "eagle", 1.0, Strategy(8, 4, 9)).mean == pytest.approx(chain)
     # Without a width gain a tree is no better than its deepest chain.
     flat = _tree_model(gpu_profile, 0.0)
-    assert stats_for(flat, "eagle", 1.0, Strategy(8, 4, 64)).mean == pytest.approx(stats_for(flat, "eagle", 1.0,
-                                                                                             8).mean)
+    flat_chain = stats_for(flat, "eagle", 1.0, 8).mean
+    assert stats_for(flat, "eagle", 1.0, Strategy(8, 4, 64)).mean == pytest.approx(flat_chain)
 
 
 def test_tree_costs_grow_with_tokens_steps_and_topk(gpu_profile):
     c, d = gpu_profile.decode, gpu_profile.drafter
     verify = [verify_step_s(c, 16, 1024, Strategy(8, 4, t)) for t in (9, 16, 48, 64)]
     assert all(b > a for a, b in zip(verify, verify[1:])), verify
-    assert verify_step_s(c, 16, 1024, Strategy(8, 4, 9)) == pytest.approx(verify_step_s(c, 16, 1024, 8))
-    assert draft_step_s(d, "eagle", 16, Strategy(8, 8, 48)) > draft_step_s(d, "eagle", 16, Strategy(8, 4, 48))
-    assert draft_step_s(d, "eagle", 16, Strategy(12, 4, 48)) > draft_step_s(d, "eagle", 16, Strategy(8, 4, 48))
+    chain_s = verify_step_s(c, 16, 1024, 8)
+    assert verify_step_s(c, 16, 1024, Strategy(8, 4, 9)) == pytest.approx(chain_s)
+    top4 = draft_step_s(d, "eagle", 16, Strategy(8, 4, 48))
+    assert draft_step_s(d, "eagle", 16, Strategy(8, 8, 48)) > top4
+    assert draft_step_s(d, "eagle", 16, Strategy(12, 4, 48)) > top4
     # Overlap 1 is a roofline (the larger of weight reading and compute); 0 adds them.
     roof, added = replace(c, overlap=1.0), replace(c, overlap=0.0)
     for b in (1, 32, 512):
         assert verify_step_s(added, b, 1024, 4) >= verify_step_s(roof, b, 1024, 4)
-    assert verify_step_s(added, 1, 0, 4) - verify_step_s(roof, 1, 0, 4) == pytest.approx(min(c.weights_s,
-                                                                                             c.compute_s_per_token * 5))
+    gap = verify_step_s(added, 1, 0, 4) - verify_step_s(roof, 1, 0, 4)
+    assert gap == pytest.approx(min(c.weights_s, c.compute_s_per_token * 5))
 
 
-# --------------------------------------------------------------------------- drafts from history and siblings
+# ----------------------------------------------------- drafts from history and siblings
 
 
 def test_suffix_acceptance_grows_with_repetition(gpu_profile):
@@ -320,7 +337,8 @@ def test_suffix_acceptance_grows_with_repetition(gpu_profile):
     assert none == pytest.approx(1.0)  # nothing to draft from: every pass is the target's own token
     assert all(b > a for a, b in zip(siblings, siblings[1:]))
     assert suffix_stats(acc, k, True, 0.0).mean > none
-    assert suffix_stats(acc, k, True, 1.0).mean > max(suffix_stats(acc, k, True, 0.0).mean, siblings[-1])
+    both = suffix_stats(acc, k, True, 1.0).mean
+    assert both > max(suffix_stats(acc, k, True, 0.0).mean, siblings[-1])
     more = replace(acc, suffix_history_match=0.9)
     assert suffix_stats(more, k, True, 0.0).mean > suffix_stats(acc, k, True, 0.0).mean
     assert suffix_stats(acc, k, True, 1.0).mean <= 9.0
@@ -334,5 +352,6 @@ def test_suffix_drafts_pay_after_the_first_epoch():
 
     wl = replace(load_workload("peer-spec-rl-7b-8gpu"), prompts_per_step=32, epoch_steps=2)
     run = simulate(wl, load_policy("history-sd"), load_profile(wl.profile), seed=1, steps=4)
-    before, after = [m.mean_accept_len for m in run.steps[:2]], [m.mean_accept_len for m in run.steps[2:]]
+    before = [m.mean_accept_len for m in run.steps[:2]]
+    after = [m.mean_accept_len for m in run.steps[2:]]
     assert min(after) > max(before) > 1.0  # siblings only, then the prompts' earlier answers too

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from sim.lengths import LengthModel, for_cap
-from sim.rollout import Group, Seq, shard_seqs
+from sim.entities import Group, Seq
+from sim.rollout import shard_seqs
 from sim.groups import group_lengths
 from sim.simulator import simulate
 from workbench.contracts.length_data import (
@@ -29,8 +30,8 @@ BASELINE = load_policy("baseline")
 
 
 def observed_table(path, batches=4, groups=6, size=4, seed=7):
-    """Long-tailed lengths, two ranks (numbered 0 and 4, as PolyTrace numbers them), own prompt lengths,
-    every other group mixed-reward."""
+    """Long-tailed lengths, two ranks (numbered 0 and 4, as PolyTrace numbers them), own prompt
+    lengths, every other group mixed-reward."""
     rng = np.random.default_rng(seed)
     rows = []
     for b in range(batches):
@@ -46,8 +47,8 @@ def observed_table(path, batches=4, groups=6, size=4, seed=7):
 @pytest.fixture
 def replay(tmp_path):
     obs = observed_table(tmp_path / "obs.parquet")
-    wl = replace(BASE, workers=2, prompts_per_step=6, group_size=4, max_response_tokens=1024, steps=3,
-                 lengths=LengthModel(kind="replay", data=str(tmp_path / "obs.parquet")))
+    wl = replace(BASE, workers=2, prompts_per_step=6, group_size=4, max_response_tokens=1024,
+                 steps=3, lengths=LengthModel(kind="replay", data=str(tmp_path / "obs.parquet")))
     wl.check()
     return wl, obs
 
@@ -56,7 +57,8 @@ def test_seed_zero_replays_each_observed_step_exactly(replay):
     wl, obs = replay
     for b in range(obs.batches):
         drawn = np.concatenate([group_lengths(wl, 0, b, j).lengths for j in range(6)])
-        assert np.array_equal(drawn, obs.length[obs.batch == b])  # same lengths, order and so every quantile
+        # The same lengths, order and so every quantile.
+        assert np.array_equal(drawn, obs.length[obs.batch == b])
     run = simulate(wl, BASELINE, PROFILE, seed=0)
     for m in run.steps:
         x = obs.length[obs.batch == m.rl_step]
@@ -72,7 +74,8 @@ def test_other_seeds_and_steps_resample_whole_groups_of_the_same_batch(replay):
         for j in range(8):  # past the observed groups too
             d = group_lengths(wl, seed, step, j)
             source = by_batch[step % obs.batches]
-            assert any(np.array_equal(d.lengths, g.lengths) and d.prompt_tokens == g.prompt_tokens for g in source)
+            assert any(np.array_equal(d.lengths, g.lengths) and d.prompt_tokens == g.prompt_tokens
+                       for g in source)
             slot = source[j % len(source)]
             assert d.rank == (0 if slot.rank == 0 else 1)  # the slot's rank: per-rank sizes kept
 
@@ -89,7 +92,8 @@ def test_empirical_draws_observed_groups_from_any_batch(replay, tmp_path):
 def test_ranks_in_the_file_decide_which_engine_decodes_a_group(replay):
     wl, obs = replay
     run = simulate(wl, BASELINE, PROFILE, seed=0, steps=1)
-    dec = run.timeline[(run.timeline["rl_step"] == 0) & run.timeline["state"].isin(["decode", "decode_sd"])]
+    decoding = run.timeline["state"].isin(["decode", "decode_sd"])
+    dec = run.timeline[(run.timeline["rl_step"] == 0) & decoding]
     tokens = dec.groupby("worker")["tokens"].sum()
     x = obs.frame()
     for w, rank in enumerate((0, 4)):
@@ -110,10 +114,11 @@ def test_each_group_brings_its_own_prompt_length(replay, tmp_path):
     write_observed(tmp_path / "flat.parquet", from_frame(flat))
     wl = replace(wl, prompt_tokens=1)
     own = simulate(wl, BASELINE, PROFILE, seed=0, steps=1).steps[0]
-    without = simulate(replace(wl, lengths=replace(wl.lengths, data=str(tmp_path / "flat.parquet"))), BASELINE,
-                       PROFILE, seed=0, steps=1).steps[0]
+    flat_wl = replace(wl, lengths=replace(wl.lengths, data=str(tmp_path / "flat.parquet")))
+    without = simulate(flat_wl, BASELINE, PROFILE, seed=0, steps=1).steps[0]
     assert group_lengths(wl, 0, 0, 0).prompt_tokens == obs.group_at(0).prompt_tokens
-    assert own.train_time_s > without.train_time_s  # 10-90 prompt tokens a response, not the workload's 1
+    # 10-90 prompt tokens a response, not the workload's 1.
+    assert own.train_time_s > without.train_time_s
 
 
 def test_filtering_keeps_only_mixed_groups_and_the_rollout_pays_for_all(replay):
@@ -128,15 +133,19 @@ def test_filtering_keeps_only_mixed_groups_and_the_rollout_pays_for_all(replay):
         assert r.kept_prompt_indices == [i for i, g in enumerate(groups) if g.mixed == 1]
         assert all(groups[i].mixed == 1 for i in r.used_prompt_indices)
         generated += sum(int(g.lengths.sum()) for g in groups)
-    per_step = [sum(len(r.used_prompt_indices) for r in records if r.trainer_step == s + 1) for s in range(2)]
+    per_step = [sum(len(r.used_prompt_indices) for r in records if r.trainer_step == s + 1)
+                for s in range(2)]
     assert per_step == [4, 4]  # 3 mixed groups a batch: two rounds fill each update
-    assert [m.groups_trained for m in run.steps] == [4, 4] and [m.groups_generated for m in run.steps] == [12, 12]
+    assert [m.groups_trained for m in run.steps] == [4, 4]
+    assert [m.groups_generated for m in run.steps] == [12, 12]
     assert sum(m.tokens for m in run.steps) == pytest.approx(generated, rel=1e-6)
 
 
 def test_filtering_on_the_lognormal_model_keeps_mixed_correctness(tmp_path):
-    wl = replace(BASE, prompts_per_step=4, dynamic_sampling=DynamicSampling(True, 2.0, max_rounds=20),
-                 lengths=LengthModel(clip_ratio=0.05, sigma=0.8, mean_accuracy=0.5, accuracy_concentration=0.5))
+    wl = replace(BASE, prompts_per_step=4,
+                 dynamic_sampling=DynamicSampling(True, 2.0, max_rounds=20),
+                 lengths=LengthModel(clip_ratio=0.05, sigma=0.8, mean_accuracy=0.5,
+                                     accuracy_concentration=0.5))
     run = simulate(wl, BASELINE, PROFILE, seed=3, steps=2)
     for r in run.filtering:
         for i in range(r.prompt_count):
@@ -145,7 +154,8 @@ def test_filtering_on_the_lognormal_model_keeps_mixed_correctness(tmp_path):
             assert (i in r.kept_prompt_indices) == mixed
     assert all(m.groups_trained == 4 for m in run.steps)
     run.save(tmp_path / "out")
-    assert (tmp_path / "out" / "dapo_filter_indices.jsonl").read_text().count("\n") == len(run.filtering)
+    written = (tmp_path / "out" / "dapo_filter_indices.jsonl").read_text()
+    assert written.count("\n") == len(run.filtering)
 
 
 def test_partial_rollouts_with_filtering_train_on_mixed_groups_only(replay):
@@ -165,7 +175,8 @@ def test_the_shipped_dapo_workload_replays_what_dapo_kept():
     assert first[1].used_prompt_indices == [1, 2, 7, 8, 10]
     obs = read_observed(wl.lengths.data)
     assert run.steps[0].groups_generated == 192 and run.steps[0].groups_trained == 32
-    assert run.steps[0].tokens == pytest.approx(obs.length[obs.batch <= 1].sum(), rel=1e-6)  # both batches paid for
+    # Both batches paid for.
+    assert run.steps[0].tokens == pytest.approx(obs.length[obs.batch <= 1].sum(), rel=1e-6)
 
 
 def test_for_cap_scales_a_median_anchored_model():

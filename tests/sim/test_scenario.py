@@ -1,4 +1,5 @@
-"""End to end on the FastRL 7B example: a static drafter goes stale, a spot-trained one holds, TLT pays."""
+"""End to end on the FastRL 7B example: a static drafter goes stale, a spot-trained one holds, TLT
+pays."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def runs(paper_7b, policies):
     # trained at the profile's best learning rate: not a preset's hyperparameter.
     cold = policies["tlt-cold"]
     cold = replace(cold, spot_training=replace(cold.spot_training, lr=profile.learning.lr_best))
-    chosen = {"baseline": policies["baseline"], "static-sd": policies["static-sd"], "tlt-cold": cold}
+    chosen = {"baseline": policies["baseline"], "static-sd": policies["static-sd"],
+              "tlt-cold": cold}
     return {name: simulate(wl, pol, profile, seed=0) for name, pol in chosen.items()}
 
 

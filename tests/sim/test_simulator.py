@@ -50,7 +50,8 @@ def cases(draw, policies=tuple(POLICIES)):
 def step_lengths(workload, seed: int, step: int) -> StepLengths:
     """A synchronous step's responses, prompt-major: the groups the simulator draws, in order."""
     groups = [group_lengths(workload, seed, step, j) for j in range(workload.prompts_per_step)]
-    return StepLengths(np.concatenate([g.lengths for g in groups]), np.concatenate([g.correct for g in groups]),
+    return StepLengths(np.concatenate([g.lengths for g in groups]),
+                       np.concatenate([g.correct for g in groups]),
                        np.repeat(np.arange(len(groups)), workload.group_size))
 
 def _close(a: float, b: float, rel: float = 1e-9) -> bool:
@@ -70,7 +71,8 @@ def test_each_workers_intervals_tile_the_simulated_time(case):
         starts, ends = rows["start_s"].to_numpy(), rows["end_s"].to_numpy()
         assert starts[0] == 0.0, f"worker {w} starts at {starts[0]}"
         for i in range(1, len(starts)):
-            assert _close(starts[i], ends[i - 1]), f"worker {w}: gap/overlap at {ends[i - 1]} -> {starts[i]}"
+            assert _close(starts[i], ends[i - 1]), \
+                f"worker {w}: gap/overlap at {ends[i - 1]} -> {starts[i]}"
         assert _close(ends[-1], t_end), f"worker {w} ends at {ends[-1]}, simulation at {t_end}"
 
 
@@ -93,7 +95,8 @@ def _solo_decode_s(profile, prompt_tokens: int, length: int) -> float:
     c = profile.decode
     per_token = verify_step_s(c, 1, 0.0, 0)
     # sum over i = 0..length-1 of kv * (prompt + i)
-    return length * per_token + c.kv_s_per_token * (length * prompt_tokens + length * (length - 1) / 2)
+    kv_s = c.kv_s_per_token * (length * prompt_tokens + length * (length - 1) / 2)
+    return length * per_token + kv_s
 
 
 def test_solo_decode_closed_form_matches_a_loop():
@@ -127,7 +130,8 @@ def test_same_seed_gives_identical_results(case):
 def test_different_seed_gives_different_lengths_and_results():
     wl = replace(BASE, steps=2)
     for step in range(2):
-        assert not np.array_equal(step_lengths(wl, 0, step).lengths, step_lengths(wl, 1, step).lengths)
+        assert not np.array_equal(step_lengths(wl, 0, step).lengths,
+                                  step_lengths(wl, 1, step).lengths)
     # Steps differ from each other too (a fresh draw per RL step).
     assert not np.array_equal(step_lengths(wl, 0, 0).lengths, step_lengths(wl, 0, 1).lengths)
     prof = PROFILES["cpu-tiny"]
@@ -209,8 +213,8 @@ def test_shard_splits_contiguously_and_completely():
 def test_more_workers_finish_the_rollout_sooner():
     wl = replace(BASE, steps=1, prompts_per_step=16, group_size=4)
     prof = PROFILES["cpu-tiny"]
-    t = [simulate(replace(wl, workers=w), POLICIES["baseline"], prof, seed=0).steps[0].rollout_time_s
-         for w in (1, 2, 4)]
+    t = [simulate(replace(wl, workers=w), POLICIES["baseline"], prof, seed=0)
+         .steps[0].rollout_time_s for w in (1, 2, 4)]
     assert t[0] > t[1] > t[2]
 
 
@@ -220,7 +224,7 @@ def test_steps_are_reported_as_they_end_and_match_the_run(paper_7b, policies, gp
     assert seen == run.steps and [m.rl_step for m in seen] == [0, 1, 2]
 
 
-# --------------------------------------------------------------------------- FastRL's adaptive rules
+# ------------------------------------------------------------------------ FastRL's adaptive rules
 
 
 def _paper_run(sd_warmup_steps: int, steps: int = 1, interval: int = 10):
@@ -237,7 +241,8 @@ def test_each_bucket_runs_its_strategy():
     assert len(sd) > 0
     for batch, strategy in zip(sd["batch"], sd["strategy"]):
         assert strategy == pol.strategy_of(pol.bucket_of(int(batch))).name
-    assert (run.timeline.loc[run.timeline["batch"] > pol.sd_threshold, "state"] != "decode_sd").all()
+    above = run.timeline["batch"] > pol.sd_threshold
+    assert (run.timeline.loc[above, "state"] != "decode_sd").all()
 
 
 def test_sd_waits_for_the_warm_up_steps_after_a_batch_above_the_threshold():
@@ -261,7 +266,8 @@ def test_spot_training_runs_every_interval_steps_only():
     run, _ = _paper_run(10, steps=5, interval=2)
     trained = [m.rl_step for m in run.steps if m.drafter_trained_tokens > 0]
     assert trained and set(trained) <= {0, 2, 4}
-    states = run.timeline.groupby("rl_step")["state"].apply(lambda s: "drafter_train" in set(s.astype(str)))
+    states = run.timeline.groupby("rl_step")["state"].apply(
+        lambda s: "drafter_train" in set(s.astype(str)))
     assert not states.loc[[1, 3]].any()
 
 
@@ -280,7 +286,8 @@ def test_the_climb_bandit_starts_each_bucket_at_its_start_table_and_moves_from_t
     assert pol.bandit.algorithm == "climb"
     start = (1, 1, 1, 1, 1, 0)
     run = simulate(wl, pol, PROFILES["cpu-tiny"], seed=0, start=start)
-    tl = run.timeline[run.timeline["state"].isin(["decode", "decode_sd"]) & (run.timeline["batch"] <= pol.sd_threshold)]
+    decoding = run.timeline["state"].isin(["decode", "decode_sd"])
+    tl = run.timeline[decoding & (run.timeline["batch"] <= pol.sd_threshold)]
     buckets = [pol.bucket_of(int(b)) for b in tl["batch"]]
     first = {}
     for b, k in zip(buckets, tl["draft_len"]):
