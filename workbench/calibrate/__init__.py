@@ -24,10 +24,8 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
   --model` records in each capture's meta; `apply_recorded` applies it once);
 - `capture_plan`: `tlt calibrate --model`'s captures in run order (`plan_captures`) and what runs
   them (`Machine`; `VllmMachine` on the real engine);
-- `self_calibration`: `tlt calibrate --model`: capture, normalise, fit, validate on held-out
-  captures, write (`run_self_calibration`, `write_self_calibration`).
-  Import it as `workbench.calibrate.self_calibration` (not re-exported here: it uses
-  `workbench.validate`, which imports this package);
+- `tlt calibrate --model` (capture, normalise, fit, validate on held-out captures) runs in
+  `workbench/validate/self_calibration.py`: it validates, and the validation imports this package;
 - `runs`: whole `tlt train` runs -> update, sync, spot-trainer and drafter-learning parameters
   (`fit_runs`, `tlt calibrate --run`);
 - `published`: published microbenchmarks -> GPU engine factors and tree acceptance

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from workbench.cli.apps import app
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 
 def _rows(checks) -> list[list[str]]:

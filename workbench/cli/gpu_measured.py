@@ -13,7 +13,7 @@ import typer
 
 from workbench.cli.common import fail
 from workbench.contracts.schema import ConfigError
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 
 def _ms(v: float) -> str:

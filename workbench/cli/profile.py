@@ -20,7 +20,7 @@ from workbench.cli.common import fail
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 
 def default_base(device: str, arch: str, tp: int) -> str:
