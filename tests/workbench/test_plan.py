@@ -1,4 +1,4 @@
-"""`tlt plan`: the cluster-shape search (workbench/plan.py) on small spaces (one or two TPs, so few
+"""`tlt plan`: the cluster-shape search (workbench/plan/) on small spaces (one or two TPs, so few
 profiles are derived), its front, its infeasible shapes, the files it writes and its refusals."""
 
 from __future__ import annotations
