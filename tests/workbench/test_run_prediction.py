@@ -17,13 +17,12 @@ from typer.testing import CliRunner
 from sim.acceptance import accept_stats, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.validate.bench_prediction import predict_bench
+from workbench.calibrate.run_dir import load_run, run_policy
 from workbench.calibrate.runs import (
     SPOT_BATCH_SEQUENCES,
     chain_alpha,
     fit_runs,
     fit_step_seconds,
-    load_run,
-    run_policy,
     whole_steps,
 )
 from workbench.cli import app

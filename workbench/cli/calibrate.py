@@ -22,7 +22,8 @@ from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.task import Task
 from workbench.calibrate.drift import apply_recorded
 from workbench.calibrate.report import SCHEMA as REPORT_SCHEMA
-from workbench.calibrate.runs import TABLE_HEADERS, TRACE_DIR, fit_loaded_runs, is_run_dir, load_run
+from workbench.calibrate.run_dir import TRACE_DIR, is_run_dir, load_run
+from workbench.calibrate.runs import TABLE_HEADERS, fit_loaded_runs
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.contracts.policy import DrafterKind
 from workbench.report.tables import format_table

@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from workbench.calibrate.runs import TRACE_DIR, is_run_dir
+from workbench.calibrate.run_dir import TRACE_DIR, is_run_dir
 from workbench.cli import runlog as rl
 from workbench.cli.apps import app
 from workbench.cli.common import WORKERS_OPTION, fail
