@@ -19,9 +19,12 @@ from workbench.contracts.architecture import Architecture
 from workbench.contracts.schema import ConfigError
 
 # Our GPU keys -> the package's system names (systems/<name>.yaml).
-GPU_SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm", "gb200": "gb200",
-               "gb300": "gb300", "a100": "a100_sxm", "l40s": "l40s", "rtx-pro-6000": "rtx_pro_6000_server",
-               "h100-pcie": "h100_pcie", "a100-pcie": "a100_pcie", "l4": "l4", "a30": "a30"}
+GPU_SYSTEMS = {
+    "h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm",
+    "gb200": "gb200", "gb300": "gb300", "a100": "a100_sxm", "l40s": "l40s",
+    "rtx-pro-6000": "rtx_pro_6000_server", "h100-pcie": "h100_pcie", "a100-pcie": "a100_pcie",
+    "l4": "l4", "a30": "a30",
+}
 FRAMEWORKS = ("vllm", "sglang")
 # The grid (batch x context x tokens to verify): small enough for a profile in a few seconds.
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -45,14 +48,16 @@ class Point:
     tokens: int  # verify: tokens per sequence; prefill/train: tokens in all
     topk: int
     step_s: float
-    silicon_share: float  # share of the step's time from measured rows (the rest: interpolated/empirical)
+    # The share of the step's time from measured rows (the rest: interpolated or empirical).
+    silicon_share: float
     allreduce_s: float  # the TP all-reduces inside the step
 
 
 def gpu_names() -> list[str]:
     """The GPU keys whose system spec and data the installed package holds."""
     root = _systems_root()
-    return [k for k, v in GPU_SYSTEMS.items() if (root / f"{v}.yaml").is_file() and (root / "data" / v).is_dir()]
+    return [k for k, v in GPU_SYSTEMS.items()
+            if (root / f"{v}.yaml").is_file() and (root / "data" / v).is_dir()]
 
 
 def _systems_root() -> Path:
@@ -62,7 +67,8 @@ def _systems_root() -> Path:
 
 
 def system_spec(gpu: str) -> dict:
-    """The package's system spec of a GPU key (memory capacity, bandwidth, power, NCCL and other memory)."""
+    """The package's system spec of a GPU key (memory capacity, bandwidth, power, NCCL and other
+    memory)."""
     import yaml
 
     path = _systems_root() / f"{system_of(gpu)}.yaml"
@@ -88,7 +94,8 @@ def latest_version(gpu: str, framework: str) -> str:
         raise ConfigError("--framework", "framework", framework, "one of " + ", ".join(FRAMEWORKS))
     v = get_latest_database_version(system_of(gpu), framework)
     if not v:
-        raise ConfigError("--framework", "framework", framework, f"a framework the database measured on {gpu}")
+        raise ConfigError("--framework", "framework", framework,
+                          f"a framework the database measured on {gpu}")
     return v
 
 
@@ -102,7 +109,8 @@ def _config_dir(arch_name: str) -> str:
     d = Path(tempfile.gettempdir()) / "tlt-aic-configs" / f"{src.stem}-{digest}"
     d.mkdir(parents=True, exist_ok=True)
     if not (d / "config.json").is_file():
-        (d / "config.json").write_text(json.dumps({k: v for k, v in data.items() if not k.startswith("_")}))
+        public = {k: v for k, v in data.items() if not k.startswith("_")}
+        (d / "config.json").write_text(json.dumps(public))
     return str(d)
 
 
@@ -119,14 +127,17 @@ class Engine:
         self.system = system_of(gpu)
         self.db = get_database(self.system, framework, self.version)
         if self.db is None:
-            raise ConfigError("--version", "version", self.version, f"a {framework} version measured on {gpu}")
+            raise ConfigError("--version", "version", self.version,
+                              f"a {framework} version measured on {gpu}")
         cdir = _config_dir(arch)
         try:
             self.model = get_model(cdir, config.ModelConfig(tp_size=tp), framework)
-            self.layer = get_model(cdir, config.ModelConfig(tp_size=tp, overwrite_num_layers=1), framework)
+            one_layer = config.ModelConfig(tp_size=tp, overwrite_num_layers=1)
+            self.layer = get_model(cdir, one_layer, framework)
             self.full = get_model(cdir, config.ModelConfig(tp_size=1), framework)
         except (ValueError, AssertionError, KeyError) as exc:
-            raise ConfigError("--tp", "tp", tp, f"a TP degree the model's heads split into ({exc})") from None
+            raise ConfigError("--tp", "tp", tp,
+                              f"a TP degree the model's heads split into ({exc})") from None
 
     @staticmethod
     def _ops(model, context: bool) -> list[int]:
@@ -152,11 +163,15 @@ class Engine:
         if tokens == 1:
             return self.decode(batch, context)
         gen = self._gen(self.model, batch, context, x=batch * tokens)
-        read_kv = next(o for o in self._gen(self.model, batch, context) if o[0].endswith("attention"))
-        ops = [o for o in self._ctx(self.model, batch, tokens, context) if not o[0].endswith("logits_gemm")]
+        decode = self._gen(self.model, batch, context)
+        read_kv = next(o for o in decode if o[0].endswith("attention"))
+        extend = self._ctx(self.model, batch, tokens, context)
+        ops = [o for o in extend if not o[0].endswith("logits_gemm")]
         # Verifying reads each sequence's KV cache at least once, as a decode step does (measured);
-        # the extend rows' prefix blend can come out below that at long contexts, so take the larger.
-        ops = [max(o, read_kv, key=lambda v: v[1]) if o[0].endswith("attention") else o for o in ops]
+        # the extend rows' prefix blend can come out below that at long contexts, so take the
+        # larger.
+        ops = [max(o, read_kv, key=lambda v: v[1]) if o[0].endswith("attention") else o
+               for o in ops]
         ops += [o for o in gen if o[0].endswith("logits_gemm")]
         return _total(ops), ops
 

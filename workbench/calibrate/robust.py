@@ -10,10 +10,13 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import nnls as scipy_nnls
 
-COLLINEAR_TOL = 0.05  # a feature whose part not explained by the others is < 5% of it is not identified
+# A feature whose part not explained by the others is under 5% of it is not identified.
+COLLINEAR_TOL = 0.05
 
 
-def identifiable(X: np.ndarray, y: np.ndarray, tol: float = COLLINEAR_TOL) -> tuple[list[int], dict[int, str]]:
+def identifiable(
+    X: np.ndarray, y: np.ndarray, tol: float = COLLINEAR_TOL
+) -> tuple[list[int], dict[int, str]]:
     """Columns the data can fit: nonzero, and not (nearly) a combination of the others.
 
     Works on relative-residual weighted, unit-norm columns; when several are
@@ -22,7 +25,8 @@ def identifiable(X: np.ndarray, y: np.ndarray, tol: float = COLLINEAR_TOL) -> tu
     A = X / y[:, None]
     norms = np.linalg.norm(A, axis=0)
     empty = [j for j in range(A.shape[1]) if norms[j] <= 1e-12 * max(norms.max(), 1e-300)]
-    why = {j: "no such steps among those fitted (warm-up and empty steps are left out)" for j in empty}
+    no_steps = "no such steps among those fitted (warm-up and empty steps are left out)"
+    why = {j: no_steps for j in empty}
     active = [j for j in range(A.shape[1]) if j not in why]
     while len(active) > 1:
         An = A[:, active] / norms[active]
@@ -35,7 +39,9 @@ def identifiable(X: np.ndarray, y: np.ndarray, tol: float = COLLINEAR_TOL) -> tu
         if not bad:
             break
         drop = max(bad, key=lambda idx: active[idx])  # latest in keep order
-        why[active[drop]] = f"collinear with the other features (unexplained part {unexplained[drop]:.1%})"
+        why[active[drop]] = (
+            f"collinear with the other features (unexplained part {unexplained[drop]:.1%})"
+        )
         active.pop(drop)
     return active, why
 
@@ -54,14 +60,19 @@ def nnls_normal(A: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
-def robust_fit(A: np.ndarray, b: np.ndarray, f_scale: float, iters: int = 50) -> tuple[np.ndarray, float]:
-    """min sum soft_l1(A x - b) with x >= 0: iteratively reweighted NNLS from the plain NNLS solution.
+def robust_fit(
+    A: np.ndarray, b: np.ndarray, f_scale: float, iters: int = 50
+) -> tuple[np.ndarray, float]:
+    """min sum soft_l1(A x - b) with x >= 0: iteratively reweighted NNLS from the plain NNLS
+    solution.
 
     soft_l1 is rho(r) = 2 f^2 (sqrt(1 + (r/f)^2) - 1) (scipy's `least_squares` loss of that
     name); each reweighted NNLS step (weights 1/sqrt(1 + (r/f)^2)) is a majorise-minimise step,
     so the loss never rises. Returns (x, loss)."""
     x = nnls_normal(A, b)
-    loss = lambda r: float(np.sum(2 * f_scale**2 * (np.sqrt(1 + (r / f_scale) ** 2) - 1)))  # noqa: E731
+    def loss(r: np.ndarray) -> float:
+        return float(np.sum(2 * f_scale**2 * (np.sqrt(1 + (r / f_scale) ** 2) - 1)))
+
     cur = loss(A @ x - b)
     for _ in range(iters):
         r = A @ x - b

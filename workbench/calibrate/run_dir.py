@@ -44,7 +44,8 @@ def run_label(trace: Trace) -> str:
 def read_metrics(path: Path) -> pd.DataFrame:
     """metrics.csv, checked for the columns the fits and the prediction use."""
     try:
-        m = pd.read_csv(path).rename(columns=OLD_METRIC_NAMES)  # a file from before the rename reads alike
+        # A file from before the columns' rename reads alike.
+        m = pd.read_csv(path).rename(columns=OLD_METRIC_NAMES)
     except (OSError, ValueError) as exc:
         raise TraceError(path, "<file>", f"not a readable CSV ({exc})",
                          "give the metrics.csv `tlt train` wrote") from None
@@ -57,7 +58,9 @@ def read_metrics(path: Path) -> pd.DataFrame:
 
 def trace_metrics(trace: Trace) -> pd.DataFrame | None:
     """The metrics.csv beside a run's trace directory, if the trace is one."""
-    if trace.path is None or not (trace.path.parent / METRICS_FILE).is_file() or trace.path.name != TRACE_DIR:
+    if trace.path is None or trace.path.name != TRACE_DIR:
+        return None
+    if not (trace.path.parent / METRICS_FILE).is_file():
         return None
     return read_metrics(trace.path.parent / METRICS_FILE)
 

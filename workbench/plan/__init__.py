@@ -41,6 +41,7 @@ from workbench.plan.search import (
 )
 from workbench.plan.study import run_plan
 
-__all__ = ["ANY", "DEFAULT_SAMPLE_STEPS", "ROW_HEADERS", "SCHEMA", "WEIGHT_BYTES", "MemoryFit", "Plan", "PlanSpec",
-           "PlanTrial", "Shape", "choose", "gpu_choices", "mean_response_tokens", "memory_fit", "pareto_front",
+__all__ = ["ANY", "DEFAULT_SAMPLE_STEPS", "ROW_HEADERS", "SCHEMA", "WEIGHT_BYTES", "MemoryFit",
+           "Plan", "PlanSpec", "PlanTrial", "Shape", "choose", "gpu_choices",
+           "mean_response_tokens", "memory_fit", "pareto_front",
            "run_plan", "shape_rows"]
