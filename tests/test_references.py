@@ -11,7 +11,9 @@ Python file (workbench/, sim/, real/, tests/, app.py). Three forms of reference:
   or in one above it. Markdown's bare names are not checked: they name other projects' files and
   the user's own (a reward module);
 - a dotted name, `workbench.validate.capture.validate`: its longest prefix that is a module exists,
-  and the next part, if any, is a name that module defines or imports at its top level.
+  and the next part, if any, is a name that module defines or imports at its top level;
+- a package's list of its modules (a package docstring's items "- `name`: what it does", also
+  after "; " on the same line): each names a module or subpackage somewhere in that package.
 """
 
 from __future__ import annotations
@@ -34,11 +36,16 @@ PATH = re.compile(rf"(?<![\w/.:*~<-])((?:[\w.-]+/)+[\w-]+\.(?:{FILE_KINDS}))(?![
 BARE = re.compile(r"`([\w-]+\.py)`")
 # A dotted name rooted at one of the packages; a file name such as sim.py is no dotted name.
 DOTTED = re.compile(rf"(?<![\w/.-])((?:{'|'.join(PACKAGES)})(?:\.\w+)+)(?![\w/-])")
+LISTED_MODULE = re.compile(r"(?:^\s*- |; )`(\w+)`:")
 NOT_A_NAME = {"py", "md", "yaml", "yml", "json", "csv", "parquet", "toml", "txt", "log", "jsonl"}
 
 # Stale names in files other refactors are moving (sim/, real/) or whose owner edits them
 # (README.md): each "file: name" must still be stale, so the list empties as they are fixed.
-AWAITING: set[str] = {"README.md: workbench/validate.py", "README.md: workbench/compare.py"}
+AWAITING: set[str] = {
+    "README.md: workbench/validate.py",
+    "README.md: workbench/compare.py",
+    "real/__init__.py: step_bandit",
+}
 
 
 @dataclass(frozen=True)
@@ -144,12 +151,27 @@ def prose_of_python(source: str) -> list[tuple[int, str]]:
     return prose
 
 
+def stale_in_module_list(docstring: str, package: Path, first_line: int = 1) -> list[Stale]:
+    """Modules a package docstring lists (`LISTED_MODULE`) that are nowhere in the package."""
+    modules = {p.stem for p in package.rglob("*.py")}
+    modules |= {p.name for p in package.rglob("*") if p.is_dir()}
+    label = str(package / "__init__.py")
+    label = label[len(str(ROOT)) + 1:] if label.startswith(str(ROOT)) else label
+    return [Stale(label, first_line + offset, name)
+            for offset, line in enumerate(docstring.splitlines())
+            for name in LISTED_MODULE.findall(line) if name not in modules]
+
+
 def stale_in_file(path: Path, root: Path = ROOT) -> list[Stale]:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".md":
         return stale_in_text(text, path, 1, root)
     prose = prose_of_python(text)
-    return [s for line, words in prose for s in stale_in_text(words, path, line, root)]
+    stale = [s for line, words in prose for s in stale_in_text(words, path, line, root)]
+    docstring = ast.get_docstring(ast.parse(text), clean=False)
+    if path.name == "__init__.py" and docstring:
+        stale += stale_in_module_list(docstring, path.parent, 1)
+    return stale
 
 
 def checked_files() -> list[Path]:
@@ -184,6 +206,12 @@ def test_a_planted_stale_name_fails():
     assert found == [(1, "workbench/validate.py"), (1, "regret.py"),
                      (1, "workbench.compare.policies.nothing"),
                      (5, "docs/nothing.md"), (5, "workbench.no_such_module")]
+
+
+def test_a_package_listing_a_deleted_module_fails():
+    docstring = "Modules:\n\n- `capture`: a capture; `gone`: deleted.\n- `waste`: worker-time.\n"
+    found = stale_in_module_list(docstring, ROOT / "workbench" / "validate")
+    assert [(s.line, s.name) for s in found] == [(3, "gone")]
 
 
 def test_docstrings_and_comments_are_read_with_their_lines():
