@@ -4,7 +4,7 @@ Seed s draws the same response lengths for every policy (a prompt's lengths depe
 (seed, step, prompt index): `sim.groups.group_lengths`), so two policies run on the same
 seeds differ only by what the policies do. `tlt compare`, `tlt regret` and the tuner all
 sweep this way; each reduces the runs as they come (a run holds its whole timeline).
-A sweep is a list of independent units (`sweep_units`, `run_unit`): workbench/distributed.py
+A sweep is a list of independent units (`sweep_units`, `run_unit`): workbench/deploy/distributed.py
 runs the same units as Ray tasks and reports them in the same order, so results do not
 depend on where a unit ran.
 """
@@ -92,7 +92,8 @@ def sweep(workload: Workload, policies: Sequence[Policy], profile: Profile,
             on_progress(done, len(units), unit.policy.name, unit.seed)
 
 
-# A sweep runner: `sweep` here, or workbench/distributed.py's Ray runner (same runs, same order).
+# A sweep runner: `sweep` here, or workbench/deploy/distributed.py's Ray runner (same runs,
+# same order).
 # Called as runner(workload, policies, profile, seeds, steps, on_progress).
 Runner = Callable[..., Iterator[SweepRun]]
 

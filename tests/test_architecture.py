@@ -6,6 +6,8 @@ The layers are import-linter contracts in pyproject.toml (imports inside functio
     workbench.calibrate, validate, compare, ...   L2  tools over sim and traces
     sim | real                                    L1  each imports only the contracts
     workbench.contracts                           L0
+
+and no module imports itself through others (no import cycle), nor does a tool package.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("workbench", "sim", "real")
 MAX_MODULE_LINES = 500
+# The tools, CLI and UI are held to 400 lines; the CLI's real-backend commands are being split.
+MAX_WORKBENCH_LINES = 400
+OVER_400 = {"workbench/cli/real.py"}
 MAX_FUNCTION_LINES = 80
 
 
@@ -45,9 +51,13 @@ def test_a_simulator_import_from_the_real_backend_breaks_the_layers(tmp_path):
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     (tmp_path / "real" / "sneaky.py").write_text("def timeline():\n    from sim.results import PolicyRun\n    return "
                                                  "PolicyRun\n")
+    # A tool that would show its own widgets: only the CLI and the UI may.
+    tool = tmp_path / "workbench" / "compare" / "sneaky.py"
+    tool.write_text("def show():\n    import streamlit\n")
     res = _lint(tmp_path)
     assert res.returncode != 0
     assert "real.sneaky -> sim.results" in res.stdout
+    assert "workbench.compare.sneaky -> streamlit" in res.stdout
 
 
 def _sources() -> list[Path]:
@@ -58,6 +68,13 @@ def test_no_module_is_over_500_lines():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _sources()}
     long = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert not long, f"split these modules by job (over {MAX_MODULE_LINES} lines): {long}"
+
+
+def test_no_workbench_module_is_over_400_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+             for p in sorted((ROOT / "workbench").rglob("*.py"))}
+    long = {name: n for name, n in sizes.items() if n > MAX_WORKBENCH_LINES and name not in OVER_400}
+    assert not long, f"split these modules by job (over {MAX_WORKBENCH_LINES} lines): {long}"
 
 
 def test_no_function_is_over_80_lines():
@@ -81,3 +98,94 @@ def test_no_private_name_is_imported_across_modules(pkg):
                 bad += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}"
                         for a in node.names if a.name.startswith("_")]
     assert not bad, bad
+
+
+def import_cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """Every import cycle: the strongly connected components of more than one module (Tarjan,
+    iterative: a long chain of imports cannot overflow Python's stack), each sorted, in order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+    for start in sorted(imports):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(imports.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(imports.get(child, ())))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while not component or component[-1] != node:
+                    component.append(stack.pop())
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return sorted(cycles)
+
+
+def module_imports(graph: grimp.ImportGraph, names: set[str] | None = None) -> dict[str, set[str]]:
+    """Who imports whom among the graph's modules; with `names` (packages), each module counted as
+    the one of them it belongs to, and imports within one of them left out."""
+    def owner(module: str) -> str | None:
+        if names is None:
+            return module
+        return next((n for n in names if module == n or module.startswith(n + ".")), None)
+    imports: dict[str, set[str]] = {}
+    for module in graph.modules:
+        src = owner(module)
+        targets = {owner(m) for m in graph.find_modules_directly_imported_by(module)}
+        if src is not None:
+            imports.setdefault(src, set()).update(t for t in targets if t is not None and t != src)
+    return imports
+
+
+def _graph(*packages: str) -> grimp.ImportGraph:
+    # Imports under `if TYPE_CHECKING:` never run: two contracts may name each other's types
+    # (workbench/contracts/cluster.py's Profile), as long as neither imports the other to run.
+    return grimp.build_graph(*packages, cache_dir=None, exclude_type_checking_imports=True)
+
+
+def test_no_import_cycle_between_modules():
+    cycles = import_cycles(module_imports(_graph(*PACKAGES)))
+    assert not cycles, f"these modules import each other (through the others listed): {cycles}"
+
+
+def test_no_import_cycle_between_tool_packages():
+    """The tools (and the CLI, UI, contracts beside them) depend one way, package by package."""
+    graph = _graph(*PACKAGES)
+    parts = {m for m in graph.find_children("workbench")}
+    cycles = import_cycles(module_imports(graph, parts))
+    assert not cycles, f"these packages import each other (move what joins them): {cycles}"
+
+
+def test_a_planted_import_cycle_is_found(tmp_path, monkeypatch):
+    """The check can fail: a package whose modules import each other (one inside a function, as
+    import-linter counts it), and a second, longer cycle between subpackages."""
+    pkg = tmp_path / "planted"
+    for sub in ("", "inner", "outer"):
+        (pkg / sub).mkdir(exist_ok=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from planted import b\n")
+    (pkg / "b.py").write_text("def late():\n    from planted import a\n    return a\n")
+    (pkg / "inner" / "x.py").write_text("import planted.outer.y\n")
+    (pkg / "outer" / "y.py").write_text("import planted.c\n")
+    (pkg / "c.py").write_text("import planted.inner.z\n")
+    (pkg / "inner" / "z.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    graph = _graph("planted")
+    assert import_cycles(module_imports(graph)) == [["planted.a", "planted.b"]]
+    packages = module_imports(graph, {"planted.inner", "planted.outer", "planted.c"})
+    assert import_cycles(packages) == [["planted.c", "planted.inner", "planted.outer"]]

@@ -356,7 +356,8 @@ def project(workload: Workload, policies: Sequence[Policy], profile: Profile, se
             sample_steps: int = DEFAULT_SAMPLE_STEPS, full: bool = False, price_per_gpu_hour: float | None = None,
             power: GpuPower | None = None, mapper: Mapper = serial_map,
             on_done: Callable[[int, int, ProjectUnit], None] | None = None) -> Projection:
-    """Project every policy over every seed; `mapper` runs the units (`serial_map`, or workbench/distributed.py's)."""
+    """Project every policy over every seed; `mapper` runs the units (`serial_map`, or
+    workbench/deploy/distributed.py's)."""
     units = projection_units(workload, policies, profile, seeds, steps, sample_steps, full)
     runs = mapper(project_run, units, on_done)
     return Projection(workload.name, profile.name, steps, workload.gpus, seed_list(seeds), [p.name for p in policies],

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from sim.simulator import simulate
-from workbench.compare import why_runs
+from workbench.compare.policies import why_runs
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.speedup import RunTimes, eligible_wall_s, explain, why_json, why_table

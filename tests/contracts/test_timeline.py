@@ -5,7 +5,8 @@ the previous version (1) read under this version's names.
 workers whose engine steps are the first 80, 60 and 40 of the held-out reference captures
 (heldout-eagle, -none, -ngram), the first worker to finish spot-training until 30 ms past the
 rollout's end (real/run/records.py's rows). The figures pinned below were computed by the code before
-`rollout_split` replaced its three copies (sim/results.py, workbench/waste.py, real/run/records.py):
+`rollout_split` replaced its three copies (sim/results.py, workbench/validate/waste.py,
+real/run/records.py):
 the same inputs must give them still.
 """
 
@@ -40,7 +41,7 @@ from workbench.contracts.trace import (
     write_trace,
 )
 from workbench.contracts.workload import load_workload
-from workbench.waste import timeline_waste
+from workbench.validate.waste import timeline_waste
 
 V1 = Path(__file__).parent / "data" / "trace-v1"
 REFERENCE = Path(__file__).parents[2] / "traces" / "reference"
@@ -48,7 +49,7 @@ REL = 1e-9
 CLOCK0 = 1000.0  # the fixture's run began here (epoch seconds)
 
 # (workers, rollout_s, bubble_fraction, tail_fraction, tail_token_share, full_batch, tail_batch) of the
-# fixture's timeline, as workbench/waste.py computed them before.
+# fixture's timeline, as workbench/validate/waste.py computed them before.
 V1_WASTE = (3, 0.7159850759987876, 0.21718466005178236, 0.002129867950457856, 0.0006289308176100629, 16, 2)
 # StepRecord's bubble_frac and spot_frac for the fixture's rollouts, as real/run/records.py computed them before.
 V1_RECORD = (0.248327208095805, 0.19767542492762818)

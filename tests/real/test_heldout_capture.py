@@ -13,7 +13,7 @@ import pytest
 from workbench.calibrate.report import calibrate
 from workbench.calibrate.capture_plan import CaptureSpec, VllmMachine
 from workbench.contracts.profile import load_profile
-from workbench.validate import validate
+from workbench.validate.capture import validate
 
 pytestmark = [pytest.mark.needs_vllm, pytest.mark.needs_reference]
 

@@ -31,7 +31,7 @@ from workbench.cli import app
 from workbench.contracts.profile import load_profile
 from workbench.contracts.trace import Trace, TraceError, load_trace, write_trace
 from workbench.contracts.workload import LengthModel, load_workload
-from workbench.validate import save_validations, validate
+from workbench.validate.capture import save_validations, validate
 from workbench.workloads.tobit import fit_tobit
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""`tlt compare` and workbench.compare: policies over seeds, with their spread."""
+"""`tlt compare` and workbench.compare.policies: policies over seeds, with their spread."""
 
 import json
 
@@ -8,12 +8,12 @@ from typer.testing import CliRunner
 
 from sim.simulator import simulate
 from workbench.cli import app
-from workbench.compare import GPU_STATES, METRICS, compare, summarize_runs, summary_frame
+from workbench.compare.policies import GPU_STATES, METRICS, compare, summarize_runs, summary_frame
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload
 from workbench.contracts.timeline import rollout_split
-from workbench.waste import timeline_waste, waste_frame
+from workbench.validate.waste import timeline_waste, waste_frame
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

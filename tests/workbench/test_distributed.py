@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 from sim.sweep import sweep
 from workbench import tune as tuning
 from workbench.cli import app
-from workbench.compare import compare
+from workbench.compare.policies import compare
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import load_workload
-from workbench.distributed import RayConfig, ensure_ray, ray_mapper, ray_runner, shutdown
+from workbench.deploy.distributed import RayConfig, ensure_ray, ray_mapper, ray_runner, shutdown
 from workbench.project import project
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""`tlt export`: a policy for vLLM, SGLang / FastRL and veRL (workbench/export.py).
+"""`tlt export`: a policy for vLLM, SGLang / FastRL and veRL (workbench/deploy/export.py).
 
 The exported names are checked against the targets' own argument names, recorded from their source:
 
@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 from real.rollout.spec_config import speculative_config
 from workbench.cli import app
 from workbench.contracts.policy import DrafterConfig, Policy, ScheduleBucket, load_policy, policy_presets
-from workbench.export import ExportError, export_policy
+from workbench.deploy.export import ExportError, export_policy
 
 FASTRL_SERVER_ARGS = {
     "--apdative-speculative-batch_size-threshold", "--max-running-requests", "--speculative-accept-threshold-acc",

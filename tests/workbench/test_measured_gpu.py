@@ -13,12 +13,11 @@ from workbench.calibrate.gpu_validation import (
     reference_step_s,
     table_e_engines,
 )
+from workbench.calibrate.gpu_database import Engine, gpu_names
 from workbench.calibrate.measured_gpu import (
     DRAFT_OVERHEAD_EXPONENT,
     DRAFT_OVERHEAD_REF_STEP_S,
     DRAFT_STEP_OVERHEAD_S,
-    Engine,
-    gpu_names,
 )
 from workbench.cli import app
 from workbench.contracts.architecture import load_architecture

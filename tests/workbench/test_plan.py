@@ -1,4 +1,4 @@
-"""`tlt plan`: the cluster-shape search (workbench/plan.py) on small spaces (one or two TPs, so few
+"""`tlt plan`: the cluster-shape search (workbench/plan/) on small spaces (one or two TPs, so few
 profiles are derived), its front, its infeasible shapes, the files it writes and its refusals."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench import plan as planning
-from workbench.calibrate.measured_gpu import system_spec
+from workbench.calibrate.gpu_database import system_spec
 from workbench.cli import app
 from workbench.contracts.architecture import load_architecture
 from workbench.contracts.policy import load_policy

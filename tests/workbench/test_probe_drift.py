@@ -16,7 +16,7 @@ from workbench.calibrate.probe_drift import Warp, probe_slowness_ms, warp_trace
 from workbench.cli import app
 from workbench.contracts.profile import load_profile
 from workbench.contracts.trace import Trace, TraceError, write_trace
-from workbench.validate import validate
+from workbench.validate.capture import validate
 
 runner = CliRunner()
 BASE = load_profile("cpu-tiny")

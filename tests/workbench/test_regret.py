@@ -13,7 +13,7 @@ from workbench.cli import app
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload
-from workbench.regret import BANDITS, bandit_regret, bandit_variants, decision_segments
+from workbench.compare.regret import BANDITS, bandit_regret, bandit_variants, decision_segments
 
 runner = CliRunner()
 ORACLE_KEYS = ["bucket", "min_batch", "max_batch", "oracle_draft_len", "schedule_draft_len", "segments", "regret_s"]
@@ -25,7 +25,8 @@ def toy():
     wl = load_workload("cpu-tiny")
     wl = replace(wl, steps=3, lengths=replace(wl.lengths, drift_per_step=0.0))
     prof = load_profile("cpu-tiny")
-    # No prefill cost: the regret's model time leaves prefill out on purpose (workbench/regret.py),
+    # No prefill cost: the regret's model time leaves prefill out on purpose
+    # (workbench/compare/regret.py),
     # and the calibrated cpu-tiny profile has one (~2% of decode time here).
     prof = replace(prof, acceptance=replace(prof.acceptance, staleness_per_update=0.0),
                    decode=replace(prof.decode, prefill_s_per_token=0.0))

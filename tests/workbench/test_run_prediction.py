@@ -16,20 +16,19 @@ from typer.testing import CliRunner
 
 from sim.acceptance import accept_stats, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
-from workbench.bench_prediction import predict_bench
+from workbench.validate.bench_prediction import predict_bench
+from workbench.calibrate.run_dir import load_run, run_policy
 from workbench.calibrate.runs import (
     SPOT_BATCH_SEQUENCES,
     chain_alpha,
     fit_runs,
     fit_step_seconds,
-    load_run,
-    run_policy,
     whole_steps,
 )
 from workbench.cli import app
 from workbench.contracts.profile import load_profile
 from workbench.contracts.trace import TraceError, load_trace
-from workbench.run_prediction import predict_run
+from workbench.validate.run_prediction import predict_run
 
 BASELINE = {"name": "baseline"}
 SD = {"name": "sd", "sd_threshold": 16, "schedule": [[1, 16, 4]], "drafter": {"kind": "eagle", "warm_start": True},

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from workbench.cli import app
 from workbench.contracts.policy import Strategy, load_policy
 from workbench.contracts.profile import load_profile
-from workbench.sd_curve import (
+from workbench.compare.sd_curve import (
     Acceptance,
     crossover_batch,
     policy_check,

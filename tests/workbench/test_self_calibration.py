@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from workbench.calibrate.drift import DRIFT_KEY, apply_recorded, cpu_drift_factors, drift_factors, scale_trace
 from workbench.calibrate.capture_plan import FIT_SHAPES, KINDS, CaptureSpec, plan_captures
-from workbench.calibrate.self_calibration import (
+from workbench.validate.self_calibration import (
     Progress,
     run_self_calibration,
     write_self_calibration,

@@ -13,7 +13,7 @@ from workbench import tune
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.workload import load_workload
-from workbench.export import export_policy
+from workbench.deploy.export import export_policy
 
 DRAFTER = (
     Path(__file__).resolve().parents[2] / "traces" / "reference" / "drafter"

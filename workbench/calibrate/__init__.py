@@ -8,14 +8,15 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
 - `costs`: the decode and drafter cost over every engine step of every trace
   (`fit_costs`: a robust non-negative fit with a 1-D search over the
   saturation knee; parameters the traces cannot identify keep the base
-  profile's value, and each `ParamFit` says which were fitted);
+  profile's value, and each `ParamFit` says which were fitted); `robust`: its solver;
 - `acceptance`: per-position acceptance per drafter kind (`fit_acceptance`),
   then (alpha, shape) of r_i = alpha ** (i ** shape);
 - the length model: `workbench/workloads/tobit.py` (`fit_tobit`), which `calibrate()` calls;
 - `phases`: policy-update and weight-sync costs (`fit_phases`);
 - `operators`: a Profile from `python -m real.profiler` measurements (`fit_operators`);
 - `measured_gpu`: a Profile for any (model, GPU, TP, framework) from NVIDIA's measured operator
-  database, aiconfigurator-core (`derive_profile`); `gpu_catalog`: the shipped ones, the model
+  database, aiconfigurator-core (`derive_profile`); `gpu_database`: that database's GPUs, engine
+  and grid of steps; `gpu_catalog`: the shipped ones, the model
   list, the caches; `gpu_validation`: those profiles against the TLT paper's Tables E and C
   (imported by their module names, not re-exported here);
 - `report`: `calibrate()` itself, the `Calibration` it returns and its
@@ -24,12 +25,10 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
   --model` records in each capture's meta; `apply_recorded` applies it once);
 - `capture_plan`: `tlt calibrate --model`'s captures in run order (`plan_captures`) and what runs
   them (`Machine`; `VllmMachine` on the real engine);
-- `self_calibration`: `tlt calibrate --model`: capture, normalise, fit, validate on held-out
-  captures, write (`run_self_calibration`, `write_self_calibration`).
-  Import it as `workbench.calibrate.self_calibration` (not re-exported here: it uses
-  `workbench.validate`, which imports this package);
+- `tlt calibrate --model` (capture, normalise, fit, validate on held-out captures) runs in
+  `workbench/validate/self_calibration.py`: it validates, and the validation imports this package;
 - `runs`: whole `tlt train` runs -> update, sync, spot-trainer and drafter-learning parameters
-  (`fit_runs`, `tlt calibrate --run`);
+  (`fit_runs`, `tlt calibrate --run`); `run_dir`: a run directory as they read it (`load_run`);
 - `published`: published microbenchmarks -> GPU engine factors and tree acceptance
   (`fit_published`), carried to other models and TP degrees by `shapes`.
 

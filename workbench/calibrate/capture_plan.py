@@ -2,7 +2,7 @@
 
 `plan_captures` interleaves the drafter kinds in rounds and repeats every fit shape in every
 round, with a held-out capture in the middle of each engine session, so no kind or shape is
-measured only while the machine ran fast or slow (`workbench/calibrate/self_calibration.py` says
+measured only while the machine ran fast or slow (`workbench/validate/self_calibration.py` says
 why). `Machine` is what runs the captures: `VllmMachine` on the real engine, a synthetic one in
 the tests.
 """

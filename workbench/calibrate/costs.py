@@ -35,9 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize_scalar, nnls
+from scipy.optimize import minimize_scalar
 
 from sim.costs import draft_step_s, prefill_s, verify_step_s
+from workbench.calibrate.robust import identifiable, robust_fit, robust_scale
 from workbench.contracts.fileio import sig
 from workbench.contracts.profile import DecodeCost, DrafterCost, Profile
 from workbench.contracts.policy import DrafterKind
@@ -64,7 +65,6 @@ COST_PARAMS: tuple[tuple[str, str], ...] = (
 # (see `fit_costs`) and `CostFit.finish_s` reports it.
 FINISH = len(COST_PARAMS) - 1
 COMPUTE = 1  # the compute_s_per_token column: the knee needs it
-COLLINEAR_TOL = 0.05  # a feature whose part not explained by the others is < 5% of it is not identified
 KNEE_QUANTILES = np.linspace(0.02, 0.9, 23)
 CV_FOLDS = 5
 
@@ -162,68 +162,6 @@ def base_vector(base: Profile) -> np.ndarray:
     return np.array([getattr(getattr(base, part), name, 0.0) for part, name in COST_PARAMS])
 
 
-def identifiable(X: np.ndarray, y: np.ndarray, tol: float = COLLINEAR_TOL) -> tuple[list[int], dict[int, str]]:
-    """Columns the data can fit: nonzero, and not (nearly) a combination of the others.
-
-    Works on relative-residual weighted, unit-norm columns; when several are
-    collinear, the one latest in COST_PARAMS order is given up first."""
-    A = X / y[:, None]
-    norms = np.linalg.norm(A, axis=0)
-    empty = [j for j in range(A.shape[1]) if norms[j] <= 1e-12 * max(norms.max(), 1e-300)]
-    why = {j: "no such steps among those fitted (warm-up and empty steps are left out)" for j in empty}
-    active = [j for j in range(A.shape[1]) if j not in why]
-    while len(active) > 1:
-        An = A[:, active] / norms[active]
-        unexplained = []
-        for idx in range(len(active)):
-            others = np.delete(An, idx, axis=1)
-            coef, *_ = np.linalg.lstsq(others, An[:, idx], rcond=None)
-            unexplained.append(float(np.linalg.norm(An[:, idx] - others @ coef)))
-        bad = [idx for idx, u in enumerate(unexplained) if u < tol]
-        if not bad:
-            break
-        drop = max(bad, key=lambda idx: active[idx])  # latest in keep order
-        why[active[drop]] = f"collinear with the other features (unexplained part {unexplained[drop]:.1%})"
-        active.pop(drop)
-    return active, why
-
-
-def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Non-negative least squares through the normal equations: with A'A = L L', ||L' x - L^-1 A'b||
-    has the same minimiser on a p x p system (fast for many rows; columns come unit-scaled)."""
-    g = A.T @ A
-    g[np.diag_indices_from(g)] += 1e-12 * max(np.trace(g), 1e-300)
-    try:
-        low = np.linalg.cholesky(g)
-    except np.linalg.LinAlgError:
-        x, _ = nnls(A, b, maxiter=50 * A.shape[1])
-        return x
-    x, _ = nnls(low.T, np.linalg.solve(low, A.T @ b), maxiter=50 * A.shape[1])
-    return x
-
-
-def _robust_fit(A: np.ndarray, b: np.ndarray, f_scale: float, iters: int = 50) -> tuple[np.ndarray, float]:
-    """min sum soft_l1(A x - b) with x >= 0: iteratively reweighted NNLS from the plain NNLS solution.
-
-    soft_l1 is rho(r) = 2 f^2 (sqrt(1 + (r/f)^2) - 1) (scipy's `least_squares` loss of that
-    name); each reweighted NNLS step (weights 1/sqrt(1 + (r/f)^2)) is a majorise-minimise step,
-    so the loss never rises. Returns (x, loss)."""
-    x = _nnls(A, b)
-    loss = lambda r: float(np.sum(2 * f_scale**2 * (np.sqrt(1 + (r / f_scale) ** 2) - 1)))  # noqa: E731
-    cur = loss(A @ x - b)
-    for _ in range(iters):
-        r = A @ x - b
-        w = (1 + (r / f_scale) ** 2) ** -0.25  # square root of the IRLS weight
-        x_new = _nnls(A * w[:, None], b * w)
-        new = loss(A @ x_new - b)
-        if new > cur - 1e-12 * max(cur, 1e-300):
-            if new < cur:
-                x, cur = x_new, new
-            break
-        x, cur = x_new, new
-    return x, cur
-
-
 def _solve(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[int], f_scale: float,
            mean_match: bool = False) -> tuple[np.ndarray, float]:
     """Fit the `active` columns on relative residuals; the others stay at `base_vec` (their part is subtracted).
@@ -237,7 +175,7 @@ def _solve(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[int]
     A = X[:, active] / y[:, None]
     norms = np.linalg.norm(A, axis=0)
     norms[norms == 0] = 1.0
-    xs, cost = _robust_fit(A / norms, target, f_scale)
+    xs, cost = robust_fit(A / norms, target, f_scale)
     theta = base_vec.copy()
     theta[active] = xs / norms
     if mean_match:
@@ -282,10 +220,6 @@ def _fit_knee(g: pd.DataFrame, y: np.ndarray, base_vec: np.ndarray, active: list
     return knee, theta
 
 
-def _robust_scale(rel: np.ndarray) -> float:
-    return float(max(1.4826 * np.median(np.abs(rel - np.median(rel))), 1e-4))
-
-
 @dataclass
 class _RobustFit:
     """The robust fit before mean-matching: the steps it used and its solution."""
@@ -310,14 +244,14 @@ def _robust_fit_steps(f: pd.DataFrame, ok: pd.Series, base_vec: np.ndarray) -> _
     active, why = identifiable(features(g, 0.0), y)
     # One soft-l1 scale for every knee so their losses compare: from a near-L2 fit at knee 0.
     theta0, _ = _solve(features(g, 0.0), y, base_vec, active, 1.0)
-    f_scale = float(max(0.01, _robust_scale(features(g, 0.0) @ theta0 / y - 1.0)))
+    f_scale = float(max(0.01, robust_scale(features(g, 0.0) @ theta0 / y - 1.0)))
     knee, theta = _fit_knee(g, y, base_vec, active, f_scale)
 
     # Warm-up candidates that look like ordinary steps rejoin.
     warm = f[ok & f["warmup"]]
     if not len(warm):
         return _RobustFit(g, y, active, why, f_scale, knee, theta, 0, 0.0)
-    scale = _robust_scale(features(g, knee) @ theta / y - 1.0)
+    scale = robust_scale(features(g, knee) @ theta / y - 1.0)
     wrel = features(warm, knee) @ theta / warm["y"].to_numpy(float) - 1.0
     back = np.abs(wrel) <= 5 * scale
     warm_kept = int(back.sum())
@@ -413,7 +347,7 @@ def fit_costs(f: pd.DataFrame, base: Profile, folds: int = CV_FOLDS) -> CostFit:
     X = features(g, form_knee)
     pred = X @ theta
     rel = pred / y - 1.0
-    inl = np.abs(rel) <= 5 * _robust_scale(rel)
+    inl = np.abs(rel) <= 5 * robust_scale(rel)
     rel_se = _rel_se(X, y, rel, inl, fit.active, theta)
     cv_err = _cv_errors(X, y, base_vec, fit.active, fit.f_scale, folds)
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from workbench.calibrate.gpu_database import package_version
 from workbench.calibrate.measured_gpu import (
     DERIVATION,
     SD_HOST_S_PER_SEQ,
     derive_profile,
     model_name,
-    package_version,
 )
 from workbench.contracts.architecture import architecture_presets
 from workbench.contracts.profile import Profile, load_profile, profile_presets

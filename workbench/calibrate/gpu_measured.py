@@ -21,140 +21,24 @@ simulator uses today: the measured-database profile of the same GPU, model, TP a
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import pandas as pd
-
-from real.gpu_check.plan import SHAPES, hf_config
-from real.gpu_check.record import SCHEMA
-from real.profiler.table import COLUMNS, Measurements
+from real.profiler.table import Measurements
 from sim.costs import draft_step_s, verify_step_s
 from workbench.calibrate.gpu_catalog import disk_cached_profile
+from workbench.calibrate.gpu_check_file import MeasuredCheck, arch_spec, engine_measurements, gpu_key
 from workbench.calibrate.gpu_throughput import ThroughputRow, drafter_rows, grpo_rows
-from workbench.calibrate.measured_gpu import Engine, draft_overhead_s, with_draft_overhead
+from workbench.calibrate.gpu_database import Engine
+from workbench.calibrate.measured_gpu import draft_overhead_s, with_draft_overhead
 from workbench.calibrate.operators import fit_operators, predict_point
-from workbench.contracts.architecture import architecture_presets
-from workbench.contracts.fileio import write_json
 from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import Profile
-from workbench.contracts.schema import ConfigError
 
 # Acceptance and learning curve of the database profiles compared with (not compared themselves).
 BASE_PROFILE = "h100-qwen2.5-7b-tp1"
-# The measured GPU's name -> the database's GPU key; the first match wins (PCIe before SXM).
-GPU_NAMES = (
-    ("h100 pcie", "h100-pcie"),
-    ("h100", "h100"),
-    ("h200", "h200"),
-    ("gb200", "gb200"),
-    ("gb300", "gb300"),
-    ("b200", "b200"),
-    ("b300", "b300"),
-    ("a100 pcie", "a100-pcie"),
-    ("a100", "a100"),
-    ("l40s", "l40s"),
-    ("rtx pro 6000", "rtx-pro-6000"),
-    ("l4", "l4"),
-    ("a30", "a30"),
-)
-FIX = "a file written by `python -m real.gpu_check` (make gpu-check)"
-
-
-@dataclass(frozen=True)
-class MeasuredCheck:
-    path: Path
-    doc: dict
-
-    @property
-    def machine(self) -> dict:
-        return self.doc["machine"]
-
-    @property
-    def sections(self) -> dict:
-        return self.doc["sections"]
-
-
-def load_check(path: str | Path) -> MeasuredCheck:
-    """The check's JSON; a missing, garbled or foreign file is refused, naming the field and fix."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(str(path), "<file>", str(path), f"an existing file: {FIX}")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(str(path), "<file>", "not JSON", f"{FIX} ({exc})") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(str(path), "<top level>", type(doc).__name__, f"a JSON mapping: {FIX}")
-    if doc.get("schema") != SCHEMA:
-        raise ConfigError(str(path), "schema", doc.get("schema"), f"{SCHEMA}: {FIX}")
-    for key in ("machine", "sections"):
-        if not isinstance(doc.get(key), dict):
-            raise ConfigError(str(path), key, doc.get(key), f"a mapping, as {FIX} holds")
-    if doc["machine"].get("device") not in ("cpu", "cuda"):
-        raise ConfigError(str(path), "machine.device", doc["machine"].get("device"), "cpu or cuda")
-    return MeasuredCheck(path, doc)
-
-
-def gpu_key(machine: dict) -> str | None:
-    """The database's key for the measured GPU (None: a CPU run, or a GPU the database lacks)."""
-    name = str(machine.get("gpu") or "").lower()
-    return next((key for pat, key in GPU_NAMES if pat in name), None) if name else None
-
-
-def arch_spec(name: str, where: str, path: Path) -> str:
-    """What the database reads for a measured shape: a preset's name, or a config.json written
-    for one of the check's own shapes (real/gpu_check/plan.py)."""
-    if name in architecture_presets():
-        return name
-    if name not in SHAPES:
-        raise ConfigError(
-            str(path), where, name, "an architecture preset or a shape of real/gpu_check/plan.py"
-        )
-    f = Path(tempfile.gettempdir()) / "tlt-gpu-check-shapes" / f"{name}.json"
-    if not f.is_file() or json.loads(f.read_text(encoding="utf-8")) != hf_config(name):
-        write_json(f, hf_config(name))
-    return str(f)
-
-
-def engine_measurements(check: MeasuredCheck) -> dict[tuple[str, int], Measurements]:
-    """The engine runs that finished, their rows joined per (architecture, TP)."""
-    out: dict[tuple[str, int], list] = {}
-    for name, sec in check.sections.items():
-        if sec.get("kind") != "engine":
-            continue
-        for i, run in enumerate(sec.get("runs") or []):
-            if run.get("status") != "ok":
-                continue
-            where = f"sections.{name}.runs[{i}]"
-            rows = pd.DataFrame(run.get("rows") or [])
-            missing = [c for c in COLUMNS if c not in rows.columns]
-            if missing or not isinstance(run.get("meta"), dict):
-                field_ = f"{where}.rows.{missing[0]}" if missing else f"{where}.meta"
-                raise ConfigError(
-                    str(check.path), field_, "<missing>", f"the profiler's rows and meta: {FIX}"
-                )
-            rows = rows[list(COLUMNS)].copy()
-            for c in COLUMNS:
-                if c not in ("op", "mode"):  # JSON null is NaN here (a non-"whole" row's whole_s)
-                    try:
-                        rows[c] = pd.to_numeric(rows[c].astype(object).where(rows[c].notna()))
-                    except (TypeError, ValueError):
-                        raise ConfigError(
-                            str(check.path), f"{where}.rows.{c}", "not a number", f"numbers: {FIX}"
-                        ) from None
-            key = (str(run.get("arch")), int(run.get("tp", 1)))
-            out.setdefault(key, []).append((rows, run["meta"]))
-    return {
-        k: Measurements(pd.concat([r for r, _ in v], ignore_index=True), v[0][1])
-        for k, v in out.items()
-    }
-
-
 @dataclass(frozen=True)
 class PointRatio:
     op: str

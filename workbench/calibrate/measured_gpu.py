@@ -3,8 +3,8 @@
 `aiconfigurator-core` ships latencies of GEMMs, attention (decode, and prefill with a cached
 prefix), all-reduce and the small element-wise ops, measured with vLLM, SGLang and TensorRT-LLM
 on H100, H200, B200, B300, GB200, GB300, A100, L40S and more, and a compiled engine that walks a
-model's op list at a given shape, interpolating between measured rows. `measure_grid` asks it
-for every engine step the simulator's cost model needs, on one TP rank:
+model's op list at a given shape, interpolating between measured rows. `measure_grid`
+(gpu_database.py) asks it for every engine step the simulator's cost model needs, on one TP rank:
 
 - decode (B, C): one token for each of B sequences at context C (the generation op list);
 - verify (B, C, T): T tokens per sequence on top of a C-token prefix, i.e. the context op list
@@ -24,19 +24,25 @@ sweep, and which `fit_error_pct` is the median |error| of the form against the p
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-import tempfile
 from dataclasses import dataclass, replace
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from sim.costs import draft_step_s, prefill_s, verify_step_s
-from workbench.calibrate.attention_coverage import Coverage, attention_coverage, sweep_sentence
+from workbench.calibrate.gpu_database import (
+    DECODE_BATCHES,
+    DECODE_CONTEXTS,
+    DRAFTER_CANDIDATES,
+    TRAIN_TOKENS,
+    VERIFY_TOKENS,
+    Engine,
+    Point,
+    measure_grid,
+    package_version,
+)
+from workbench.calibrate.attention_coverage import Coverage, sweep_sentence
 from workbench.calibrate.operators import fit_drafter
 from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
@@ -44,23 +50,7 @@ from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import DATABASE_PREFIX, DecodeCost, DrafterCost, Profile
-from workbench.contracts.schema import ConfigError
 
-# Our GPU keys -> the package's system names (systems/<name>.yaml).
-GPU_SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm", "gb200": "gb200",
-               "gb300": "gb300", "a100": "a100_sxm", "l40s": "l40s", "rtx-pro-6000": "rtx_pro_6000_server",
-               "h100-pcie": "h100_pcie", "a100-pcie": "a100_pcie", "l4": "l4", "a30": "a30"}
-FRAMEWORKS = ("vllm", "sglang")
-# The grid (batch x context x tokens to verify): small enough for a profile in a few seconds.
-DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-DECODE_CONTEXTS = (512, 2048, 8192, 32768)
-VERIFY_BATCHES = (1, 4, 16, 32, 64)
-VERIFY_TOKENS = (2, 4, 8, 16, 32, 48, 64)
-VERIFY_CONTEXTS = (2048, 8192)
-DRAFTER_CANDIDATES = ((1, 1), (1, 4), (1, 8), (4, 4), (16, 4), (32, 4), (64, 4), (64, 8))
-DRAFTER_CONTEXT = 2048
-PREFILL_TOKENS = (1024, 4096)
-TRAIN_TOKENS = 4096
 # Training: forward + backward (3 forwards' worth) + activation recomputation (1) + the old and the
 # reference policy's log-prob forwards (2): 6 forwards per token (as the paper-fitted profiles' 12
 # FLOPs/param: 2 per forward). The drafter's own training: forward + backward, 3 forwards.
@@ -104,192 +94,6 @@ def draft_overhead_s(dec: DecodeCost, at_reference_s: float = DRAFT_STEP_OVERHEA
     """Each draft step's engine overhead on an engine whose target decode cost is `dec`."""
     step = verify_step_s(dec, 1, MICROBENCH_CONTEXT, Strategy.chain(0))
     return at_reference_s * (step / DRAFT_OVERHEAD_REF_STEP_S) ** exponent
-
-
-@dataclass(frozen=True)
-class Point:
-    """One engine step the database answered, on one TP rank, in seconds."""
-
-    op: str  # decode, verify, drafter, prefill, train
-    batch: int
-    context: int
-    tokens: int  # verify: tokens per sequence; prefill/train: tokens in all
-    topk: int
-    step_s: float
-    silicon_share: float  # share of the step's time from measured rows (the rest: interpolated/empirical)
-    allreduce_s: float  # the TP all-reduces inside the step
-
-
-def gpu_names() -> list[str]:
-    """The GPU keys whose system spec and data the installed package holds."""
-    root = _systems_root()
-    return [k for k, v in GPU_SYSTEMS.items() if (root / f"{v}.yaml").is_file() and (root / "data" / v).is_dir()]
-
-
-def _systems_root() -> Path:
-    import aiconfigurator_core
-
-    return Path(aiconfigurator_core.__file__).parent / "systems"
-
-
-def system_spec(gpu: str) -> dict:
-    """The package's system spec of a GPU key (memory capacity, bandwidth, power, NCCL and other memory)."""
-    import yaml
-
-    path = _systems_root() / f"{system_of(gpu)}.yaml"
-    if not path.is_file():
-        raise ConfigError("--gpu", "gpu", gpu, "one of " + ", ".join(gpu_names()))
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
-
-
-def package_version() -> str:
-    return metadata.version("aiconfigurator-core")
-
-
-def system_of(gpu: str) -> str:
-    if gpu not in GPU_SYSTEMS:
-        raise ConfigError("--gpu", "gpu", gpu, "one of " + ", ".join(GPU_SYSTEMS))
-    return GPU_SYSTEMS[gpu]
-
-
-def latest_version(gpu: str, framework: str) -> str:
-    from aiconfigurator_core.sdk.perf_database import get_latest_database_version
-
-    if framework not in FRAMEWORKS:
-        raise ConfigError("--framework", "framework", framework, "one of " + ", ".join(FRAMEWORKS))
-    v = get_latest_database_version(system_of(gpu), framework)
-    if not v:
-        raise ConfigError("--framework", "framework", framework, f"a framework the database measured on {gpu}")
-    return v
-
-
-def _config_dir(arch_name: str) -> str:
-    """The package reads a directory holding a config.json: the architecture's, copied once."""
-    path = Path(arch_name)
-    presets = Path(__file__).resolve().parents[1] / "contracts" / "presets" / "architectures"
-    src = path if path.is_file() else presets / f"{arch_name}.json"
-    data = json.loads(src.read_text(encoding="utf-8"))
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    d = Path(tempfile.gettempdir()) / "tlt-aic-configs" / f"{src.stem}-{digest}"
-    d.mkdir(parents=True, exist_ok=True)
-    if not (d / "config.json").is_file():
-        (d / "config.json").write_text(json.dumps({k: v for k, v in data.items() if not k.startswith("_")}))
-    return str(d)
-
-
-class Engine:
-    """The package's compiled engine for one cluster: step times in seconds on one TP rank."""
-
-    def __init__(self, arch: str, gpu: str, tp: int, framework: str, version: str = ""):
-        from aiconfigurator_core.sdk import config
-        from aiconfigurator_core.sdk.models import get_model
-        from aiconfigurator_core.sdk.perf_database import get_database
-
-        logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
-        self.version = version or latest_version(gpu, framework)
-        self.system = system_of(gpu)
-        self.db = get_database(self.system, framework, self.version)
-        if self.db is None:
-            raise ConfigError("--version", "version", self.version, f"a {framework} version measured on {gpu}")
-        cdir = _config_dir(arch)
-        try:
-            self.model = get_model(cdir, config.ModelConfig(tp_size=tp), framework)
-            self.layer = get_model(cdir, config.ModelConfig(tp_size=tp, overwrite_num_layers=1), framework)
-            self.full = get_model(cdir, config.ModelConfig(tp_size=1), framework)
-        except (ValueError, AssertionError, KeyError) as exc:
-            raise ConfigError("--tp", "tp", tp, f"a TP degree the model's heads split into ({exc})") from None
-
-    @staticmethod
-    def _ops(model, context: bool) -> list[int]:
-        return list(range(len(model.context_ops if context else model.generation_ops)))
-
-    def _gen(self, model, batch: int, s: int, x: int | None = None) -> list[tuple]:
-        from aiconfigurator_core.sdk import rust_engine_step as r
-
-        return r.evaluate_generation_ops_with_rust(model, self.db, indices=self._ops(model, False),
-                                                   batch_size=batch, s=s, x=x)
-
-    def _ctx(self, model, batch: int, s: int, prefix: int) -> list[tuple]:
-        from aiconfigurator_core.sdk import rust_engine_step as r
-
-        return r.evaluate_context_ops_with_rust(model, self.db, indices=self._ops(model, True),
-                                                batch_size=batch, s=s, prefix=prefix)
-
-    def decode(self, batch: int, context: int) -> tuple[float, list[tuple]]:
-        ops = self._gen(self.model, batch, context)
-        return _total(ops), ops
-
-    def verify(self, batch: int, context: int, tokens: int) -> tuple[float, list[tuple]]:
-        if tokens == 1:
-            return self.decode(batch, context)
-        gen = self._gen(self.model, batch, context, x=batch * tokens)
-        read_kv = next(o for o in self._gen(self.model, batch, context) if o[0].endswith("attention"))
-        ops = [o for o in self._ctx(self.model, batch, tokens, context) if not o[0].endswith("logits_gemm")]
-        # Verifying reads each sequence's KV cache at least once, as a decode step does (measured);
-        # the extend rows' prefix blend can come out below that at long contexts, so take the larger.
-        ops = [max(o, read_kv, key=lambda v: v[1]) if o[0].endswith("attention") else o for o in ops]
-        ops += [o for o in gen if o[0].endswith("logits_gemm")]
-        return _total(ops), ops
-
-    def drafter(self, batch: int, topk: int, context: int) -> tuple[float, list[tuple]]:
-        n = batch * topk
-        ops = [o for o in self._gen(self.layer, n, context, x=n) if not o[0].endswith("embedding")]
-        proj = [o for o in ops if o[0].endswith("proj_gemm")]
-        ops += [("fc_gemm (2 x proj)", 2 * p[1], 2 * p[2], p[3]) for p in proj]
-        return _total(ops), ops
-
-    def prefill(self, tokens: int) -> tuple[float, list[tuple]]:
-        ops = self._ctx(self.model, 1, tokens, 0)
-        return _total(ops), ops
-
-    def train_forward(self, model, tokens: int) -> tuple[float, list[tuple]]:
-        """One forward over a packed sequence with the LM head on every token."""
-        ops = [o for o in self._ctx(model, 1, tokens, 0) if not o[0].endswith("logits_gemm")]
-        ops += [o for o in self._gen(model, 1, tokens, x=tokens) if o[0].endswith("logits_gemm")]
-        return _total(ops), ops
-
-    def attention_dir(self, framework: str) -> Path:
-        """Where the package keeps this GPU's attention rows for `framework` at this version."""
-        return _systems_root() / "data" / self.system / "attention" / framework / self.version
-
-    def coverage(self, arch: Architecture, tp: int, framework: str) -> Coverage:
-        return attention_coverage(self.attention_dir(framework), arch, tp)
-
-
-def _total(ops: list[tuple]) -> float:
-    return sum(o[1] for o in ops) / 1e3
-
-
-def _silicon(ops: list[tuple]) -> float:
-    total = sum(o[1] for o in ops)
-    return sum(o[1] for o in ops if o[3] == "silicon") / total if total > 0 else 0.0
-
-
-def _allreduce(ops: list[tuple]) -> float:
-    return sum(o[1] for o in ops if "_ar" in o[0] or o[0].endswith("p2p")) / 1e3
-
-
-def measure_grid(eng: Engine) -> list[Point]:
-    """Every step of the grid, answered by the database (a few hundred engine calls, ~1 s)."""
-    pts: list[Point] = []
-
-    def add(op: str, b: int, c: int, t: int, k: int, res: tuple[float, list[tuple]]) -> None:
-        pts.append(Point(op, b, c, t, k, res[0], _silicon(res[1]), _allreduce(res[1])))
-
-    for b in DECODE_BATCHES:
-        for c in DECODE_CONTEXTS:
-            add("decode", b, c, 1, 1, eng.decode(b, c))
-    for b in VERIFY_BATCHES:
-        for c in VERIFY_CONTEXTS:
-            for t in VERIFY_TOKENS:
-                add("verify", b, c, t, 1, eng.verify(b, c, t))
-    for b, k in DRAFTER_CANDIDATES:
-        add("drafter", b, DRAFTER_CONTEXT, 1, k, eng.drafter(b, k, DRAFTER_CONTEXT))
-    for p in PREFILL_TOKENS:
-        add("prefill", 0, 0, p, 1, eng.prefill(p))
-    add("train", 1, 0, TRAIN_TOKENS, 1, eng.train_forward(eng.full, TRAIN_TOKENS))
-    add("drafter_train", 1, 0, TRAIN_TOKENS, 1, eng.train_forward(eng.layer, TRAIN_TOKENS))
-    return pts
 
 
 def predict(c: DecodeCost, d: DrafterCost, p: Point) -> float:

@@ -48,94 +48,22 @@ import numpy as np
 import pandas as pd
 
 from real.rollout.spec_config import adaptive_draft_cap
-from real.run.records import OLD_METRIC_NAMES
 from sim.acceptance import accept_stats, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.calibrate.costs import ParamFit
 from workbench.calibrate.phases import fit_phases
+from workbench.calibrate.run_dir import Run, load_run, run_policy
 from workbench.calibrate.trace_view import fitted_name
 from workbench.contracts.fileio import sig
-from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
-from workbench.contracts.schema import ConfigError, from_mapping
-from workbench.contracts.trace import Trace, TraceError, load_trace
+from workbench.contracts.trace import Trace
 
-METRICS_FILE = "metrics.csv"
-TRACE_DIR = "trace"
 # real/drafter/spot.py: SpotTrainer's minibatch (batch_size=8 sequences); real/run/worker.py
 # does not override it.
 SPOT_BATCH_SEQUENCES = 8
-METRIC_COLUMNS = ("rl_step", "step_s", "rollout_s", "train_s", "sync_s", "drafter_steps")
 LEARN_GRID = np.logspace(2, 12, 101)  # learn_tokens candidates: instant to never, per the form
 LR_CRITICAL = 3.84  # chi-square(1) at 5%: the learning curve must beat "no learning" by this
 TABLE_HEADERS = ["parameter", "value", "set", "how"]
-
-
-@dataclass(frozen=True)
-class Run:
-    """One `tlt train` run directory as the fits read it."""
-
-    label: str  # the run directory's name
-    path: Path
-    trace: Trace
-    metrics: pd.DataFrame  # metrics.csv, one row per finished RL step
-
-
-def is_run_dir(path: str | Path) -> bool:
-    """A `tlt train --out` directory: metrics.csv beside a trace/ directory."""
-    p = Path(path)
-    return (p / METRICS_FILE).is_file() and (p / TRACE_DIR).is_dir()
-
-
-def run_label(trace: Trace) -> str:
-    """A run's trace lives in RUN/trace: the run is named by RUN, not by 'trace'."""
-    if trace.path is not None and trace.path.name == TRACE_DIR:
-        return trace.path.parent.name
-    return trace.name
-
-
-def read_metrics(path: Path) -> pd.DataFrame:
-    """metrics.csv, checked for the columns the fits and the prediction use."""
-    try:
-        m = pd.read_csv(path).rename(columns=OLD_METRIC_NAMES)  # a file from before the rename reads alike
-    except (OSError, ValueError) as exc:
-        raise TraceError(path, "<file>", f"not a readable CSV ({exc})",
-                         "give the metrics.csv `tlt train` wrote") from None
-    missing = [c for c in METRIC_COLUMNS if c not in m.columns]
-    if missing:
-        raise TraceError(path, f"column '{missing[0]}'", "missing",
-                         "give the metrics.csv `tlt train` wrote (docs/formats.md, Real runs)")
-    return m.sort_values("rl_step").reset_index(drop=True)
-
-
-def trace_metrics(trace: Trace) -> pd.DataFrame | None:
-    """The metrics.csv beside a run's trace directory, if the trace is one."""
-    if trace.path is None or not (trace.path.parent / METRICS_FILE).is_file() or trace.path.name != TRACE_DIR:
-        return None
-    return read_metrics(trace.path.parent / METRICS_FILE)
-
-
-def load_run(path: str | Path) -> Run:
-    p = Path(path)
-    if not is_run_dir(p):
-        raise TraceError(p, "<directory>", "not a run directory (needs metrics.csv and trace/)",
-                         "give a directory `tlt train --out` wrote")
-    trace = load_trace(p / TRACE_DIR)
-    if trace.timeline is None:
-        raise TraceError(p / TRACE_DIR, "timeline.parquet", "missing",
-                         "a run's trace has a per-worker timeline; rerun `tlt train`")
-    return Run(p.name, p, trace, read_metrics(p / METRICS_FILE))
-
-
-def run_policy(trace: Trace) -> Policy:
-    """The policy the run's meta records."""
-    mapping = dict(trace.meta.get("policy") or {})
-    mapping.setdefault("name", run_label(trace))
-    try:
-        return from_mapping(Policy, mapping, f"{trace.path or trace.name}/meta.json", "policy")
-    except ConfigError as exc:
-        raise TraceError(trace.path or trace.name, "meta.json", f"policy: {exc}",
-                         "the run's policy must be a valid Policy") from None
 
 
 @dataclass(frozen=True)

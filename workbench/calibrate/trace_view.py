@@ -149,7 +149,7 @@ def step_frame(traces: Sequence[Trace], warmup_steps: int = WARMUP_STEPS, target
     the same engine's next step in the same RL step (host-side work between
     steps), which is what a rollout's wall time is made of, so a profile fitted
     on it predicts rollouts, not just steps (a capture whose wall_s runs from
-    one engine output to the next, as `real/engine.py`'s does, has no gap).
+    one engine output to the next, as `real/rollout/engine.py`'s does, has no gap).
     `warmup` marks the first `warmup_steps` steps of every engine's first RL step.
     """
     if target not in ("wall", "cycle"):

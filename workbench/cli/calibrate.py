@@ -22,10 +22,11 @@ from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.task import Task
 from workbench.calibrate.drift import apply_recorded
 from workbench.calibrate.report import SCHEMA as REPORT_SCHEMA
-from workbench.calibrate.runs import TABLE_HEADERS, TRACE_DIR, fit_loaded_runs, is_run_dir, load_run
+from workbench.calibrate.run_dir import TRACE_DIR, is_run_dir, load_run
+from workbench.calibrate.runs import TABLE_HEADERS, fit_loaded_runs
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.contracts.policy import DrafterKind
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 
 @app.command()
@@ -230,7 +231,7 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
     from real.run.config import default_drafter
     from real.tiny.model import load_model_dir
     from workbench.calibrate import capture_plan as plans
-    from workbench.calibrate import self_calibration as sc
+    from workbench.validate import self_calibration as sc
 
     try:
         load_model_dir(model)  # its errors name --model

@@ -15,7 +15,7 @@ from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import Workload, load_workload
-from workbench.distributed import RayConfig, ray_mapper, ray_runner
+from workbench.deploy.distributed import RayConfig, ray_mapper, ray_runner
 from workbench.project import serial_map
 
 

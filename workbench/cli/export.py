@@ -12,7 +12,13 @@ from workbench.cli.common import fail
 from workbench.contracts.fileio import write_atomic
 from workbench.contracts.policy import load_policy
 from workbench.contracts.schema import ConfigError
-from workbench.export import DEFAULT_MAX_NUM_SEQS, TARGETS, ExportError, check_out, export_policy
+from workbench.deploy.export import (
+    DEFAULT_MAX_NUM_SEQS,
+    TARGETS,
+    ExportError,
+    check_out,
+    export_policy,
+)
 
 
 @app.command("export")

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from workbench.cli.apps import app
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 
 def _rows(checks) -> list[list[str]]:
@@ -58,7 +58,8 @@ def gpu_check(
         table_e,
         table_e_engines,
     )
-    from workbench.calibrate.measured_gpu import DRAFT_OVERHEAD_EXPONENT, DRAFT_STEP_OVERHEAD_S, package_version
+    from workbench.calibrate.gpu_database import package_version
+    from workbench.calibrate.measured_gpu import DRAFT_OVERHEAD_EXPONENT, DRAFT_STEP_OVERHEAD_S
 
     header = ["table", "case", "published", "predicted", "error", "note"]
     d = draft_overhead_from_table_d(framework, context)

@@ -13,7 +13,7 @@ import typer
 
 from workbench.cli.common import fail
 from workbench.contracts.schema import ConfigError
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 
 def _ms(v: float) -> str:
@@ -185,7 +185,8 @@ def _changes(c) -> None:
 def measured_report(
     measured: Path, gpu: Optional[str], framework: str, profile_out: Optional[Path]
 ) -> None:
-    from workbench.calibrate.gpu_measured import compare, load_check
+    from workbench.calibrate.gpu_check_file import load_check
+    from workbench.calibrate.gpu_measured import compare
     from workbench.contracts.schema import save
 
     if profile_out is not None and profile_out.suffix not in (".yaml", ".yml", ".json"):

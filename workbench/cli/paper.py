@@ -18,7 +18,7 @@ from workbench.paper.calibration import SPLIT, load_split
 from workbench.paper.peers import peer_rows
 from workbench.paper.profiles import refit
 from workbench.paper.reproduce import reproduce
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 
 @app.command()

@@ -14,7 +14,7 @@ from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import load_workload
 from workbench.project import DEFAULT_SAMPLE_STEPS
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 from workbench.tune import EXPORTS, SPACES, TARGETS, refusal
 
 

@@ -20,7 +20,7 @@ from workbench.cli.common import fail
 from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 
 def default_base(device: str, arch: str, tp: int) -> str:
@@ -85,7 +85,8 @@ def _print(fit: OperatorFit) -> None:
 def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, framework: str,
                    version: Optional[str], base: Optional[str], name: Optional[str]) -> None:
     """`--backend aiconfigurator`: every cost from NVIDIA's measured operator database, no GPU needed."""
-    from workbench.calibrate.measured_gpu import derive_profile, gpu_names
+    from workbench.calibrate.gpu_database import gpu_names
+    from workbench.calibrate.measured_gpu import derive_profile
 
     if arch is None or gpu is None:
         fail(ConfigError("--backend aiconfigurator", "--arch" if arch is None else "--gpu", "<missing>",

@@ -17,9 +17,9 @@ from workbench.cli.apps import app, bench_app
 from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, mapper_for
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.schema import ConfigError, FieldError
-from workbench.distributed import RayConfig
-from workbench.distributed import bench_sweep as bench_ray_sweep
-from workbench.tables import format_table
+from workbench.deploy.distributed import RayConfig
+from workbench.deploy.distributed import bench_sweep as bench_ray_sweep
+from workbench.report.tables import format_table
 
 ENERGY_UNKNOWN = ("energy: unknown (the profile {profile!r} records no GPU power); give --gpu-watts DECODE,IDLE,TRAIN "
                   "(watts per GPU, e.g. measured with `nvidia-smi --query-gpu=power.draw` during decoding, idle and "

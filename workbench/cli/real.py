@@ -26,7 +26,7 @@ from real.run.coordinator import RunConfig, TrainError, default_drafter, run_tra
 from real.tiny import task
 from real.tiny.model import DEFAULT_STEPS, init_model
 from real.torch_utils import train_device
-from workbench.bench_prediction import predict_bench
+from workbench.validate.bench_prediction import predict_bench
 from workbench.cli.apps import app, bench_app, drafter_app, model_app
 from workbench.cli.common import fail
 from workbench.cli.task import REWARD_HELP, TASK_HELP, task_option
@@ -35,7 +35,7 @@ from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.task import Task
 from workbench.schedule import start_tables
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 DEFAULT_PROFILE = "cpu-tiny"
 PROFILE_HELP = ("Profile (preset or file) whose cost and acceptance models pick the draft length each batch bucket "
@@ -418,7 +418,8 @@ def _check_bench(configs: list[RunConfig], given: Optional[str], out: Path) -> N
 
 
 def _predict(report, profile: str, seed: int):
-    """The simulator's prediction of every run (workbench/bench_prediction.py), or None for --profile none."""
+    """The simulator's prediction of every run (workbench/validate/bench_prediction.py), or None
+    for --profile none."""
     if profile.strip().lower() == "none":
         return None
     try:

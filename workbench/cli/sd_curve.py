@@ -1,5 +1,5 @@
 """`tlt sd-curve`: SD's predicted speedup at each batch size on one engine, where it stops paying,
-and what that means for a policy (workbench/sd_curve.py). The last stdout line is JSON."""
+and what that means for a policy (workbench/compare/sd_curve.py). The last stdout line is JSON."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 from workbench.cli.apps import app
 from workbench.cli.common import fail
 from workbench.contracts.schema import ConfigError
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 BATCHES = "1,2,4,8,16,32,64,128,256"
 
@@ -35,7 +35,7 @@ def parse_strategy(text: str):
 def parse_accept(text: Optional[str], quality: float):
     """`--accept 2.79` (tokens per verify pass at --strategy) or `--accept 0.8,0.64,0.51`
     acceptance by draft position); absent: the profile's acceptance model at `quality`."""
-    from workbench.sd_curve import Acceptance
+    from workbench.compare.sd_curve import Acceptance
 
     if text is None:
         return Acceptance(quality=quality)
@@ -129,7 +129,7 @@ def _policy_checks(context: float) -> None:
     from workbench.calibrate.gpu_catalog import PRESET_CASES
     from workbench.contracts.policy import load_policy
     from workbench.contracts.profile import load_profile
-    from workbench.sd_curve import policy_check
+    from workbench.compare.sd_curve import policy_check
 
     rows = []
     for case in PRESET_CASES:
@@ -282,7 +282,7 @@ def sd_curve_cmd(
     """SD's speedup over plain decoding at each batch size on one engine, the batch where it stops
     paying, and the sd_threshold and per-bucket strategies that implies. The last line is JSON:
     batch, speedup, crossover_batch."""
-    from workbench.sd_curve import sd_curve
+    from workbench.compare.sd_curve import sd_curve
 
     try:
         s, bs = parse_strategy(strategy), parse_batches(batches)

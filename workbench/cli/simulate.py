@@ -18,17 +18,17 @@ from workbench import tune as tuning
 from workbench.runlog.report import measured_vs_modelled
 from workbench.cli.apps import app, bench_app
 from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, runner_for
-from workbench.compare import compare as run_compare
-from workbench.compare import summarize_runs, why_runs
+from workbench.compare.policies import compare as run_compare
+from workbench.compare.policies import summarize_runs, why_runs
 from workbench.contracts.fileio import save_figure, write_atomic
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile, profile_presets, provenance
 from workbench.contracts.schema import ConfigError, to_mapping
 from workbench.contracts.speedup import WHY_HEADERS, why_json, why_table
 from workbench.contracts.workload import load_workload, workload_presets
-from workbench.plots import batch_figure
-from workbench.regret import bandit_regret, bandit_variants
-from workbench.tables import format_table
+from workbench.report.plots import batch_figure
+from workbench.compare.regret import bandit_regret, bandit_variants
+from workbench.report.tables import format_table
 
 
 @app.command()

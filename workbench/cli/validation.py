@@ -1,8 +1,9 @@
 """`tlt validate`: judge a profile by re-simulating traced runs, or whole `tlt train` runs.
 
-A trace directory (`tlt capture`) is judged on its rollout (`workbench.validate`); a run directory
-(`tlt train --out`: metrics.csv beside trace/) on every phase of every RL step
-(`workbench.run_prediction`). One command takes one kind, so its last JSON line has one meaning.
+A trace directory (`tlt capture`) is judged on its rollout (`workbench.validate.capture`); a run
+directory (`tlt train --out`: metrics.csv beside trace/) on every phase of every RL step
+(`workbench.validate.run_prediction`). One command takes one kind, so its last JSON line has one
+meaning.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from workbench.calibrate.runs import TRACE_DIR, is_run_dir
+from workbench.calibrate.run_dir import TRACE_DIR, is_run_dir
 from workbench.cli import runlog as rl
 from workbench.cli.apps import app
 from workbench.cli.common import WORKERS_OPTION, fail
@@ -22,10 +23,10 @@ from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.trace import TraceError, load_trace
-from workbench.run_prediction import PHASES, RunPrediction, error_pct, predict_run
-from workbench.tables import format_table
-from workbench.validate import save_validations, validations_summary
-from workbench.validate import validate as run_validate
+from workbench.validate.run_prediction import PHASES, RunPrediction, error_pct, predict_run
+from workbench.report.tables import format_table
+from workbench.validate.capture import save_validations, validations_summary
+from workbench.validate.capture import validate as run_validate
 
 RUN_SCHEMA = "tlt-validate-run/2"  # 2: a step's key is rl_step (1: step)
 

@@ -36,7 +36,7 @@ class Stream(IntEnum):
     PROBE = 13  # the SD guard's probe before step 0, its problems and sampling: (worker,)
     # Tools again.
     PROJECTION = 14  # a sampled block of a whole-run projection (workbench/project.py): (its first RL step,)
-    PLAN_SAMPLER = 15  # the NSGA-II sampler of a cluster-shape search (workbench/plan.py)
+    PLAN_SAMPLER = 15  # the NSGA-II sampler of a cluster-shape search (workbench/plan/search.py)
     RUNLOG_ORDER = 16  # a run log's modelled responses, their engine and queue order: (step,)
 
 

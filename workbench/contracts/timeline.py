@@ -3,8 +3,8 @@ step's rollout worker-time went, from its rows (`TimelineRow`'s columns).
 
 The one computation of the bubble, the tail and spot training: the simulator's step metrics
 (sim/results.py), a real run's per-step records (real/run/records.py) and the waste tool
-(workbench/waste.py) all call `rollout_split`, so a simulated figure and a measured one are the
-same quantity under the same name (docs/formats.md, "The rollout's worker-time"):
+(workbench/validate/waste.py) all call `rollout_split`, so a simulated figure and a measured one
+are the same quantity under the same name (docs/formats.md, "The rollout's worker-time"):
 
 - `bubble_fraction`: worker-seconds idle (a worker that finished its share, waiting for the slowest)
   / rollout worker-seconds;

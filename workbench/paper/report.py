@@ -15,7 +15,7 @@ from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import differences, to_mapping
 from workbench.paper.peers import PeerExplanation
 from workbench.paper.reproduce import PaperRow, Reproduction
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 
 SCHEMA = "tlt-paper/2"
 

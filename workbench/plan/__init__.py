@@ -20,29 +20,28 @@ prompt plus the mean response length, `mean_response_tokens`), else it would pre
 than simulated. A deadline-missed shape is simulated and kept, marked, and never chosen.
 
 Modules: `fit` (does an engine fit the GPU: weights, KV cache, mean lengths), `search` (the spec,
-the evaluation of a shape, the NSGA-II study and the plan it returns).
+the shapes and the evaluation of a shape), `study` (the NSGA-II study), `result` (the plan it
+returns and the files it writes).
 
 Chosen shape: under a budget, the fastest feasible shape (ties: the cheaper); under a deadline,
 the cheapest shape that meets it (ties: the faster); none when no shape qualifies.
 """
 
 from workbench.plan.fit import WEIGHT_BYTES, MemoryFit, mean_response_tokens, memory_fit
+from workbench.plan.result import ROW_HEADERS, SCHEMA, Plan, shape_rows
 from workbench.plan.search import (
     ANY,
     DEFAULT_SAMPLE_STEPS,
-    ROW_HEADERS,
-    SCHEMA,
-    Plan,
     PlanSpec,
     PlanTrial,
     Shape,
     choose,
     gpu_choices,
     pareto_front,
-    run_plan,
-    shape_rows,
 )
+from workbench.plan.study import run_plan
 
-__all__ = ["ANY", "DEFAULT_SAMPLE_STEPS", "ROW_HEADERS", "SCHEMA", "WEIGHT_BYTES", "MemoryFit", "Plan", "PlanSpec",
-           "PlanTrial", "Shape", "choose", "gpu_choices", "mean_response_tokens", "memory_fit", "pareto_front",
+__all__ = ["ANY", "DEFAULT_SAMPLE_STEPS", "ROW_HEADERS", "SCHEMA", "WEIGHT_BYTES", "MemoryFit",
+           "Plan", "PlanSpec", "PlanTrial", "Shape", "choose", "gpu_choices",
+           "mean_response_tokens", "memory_fit", "pareto_front",
            "run_plan", "shape_rows"]

@@ -153,7 +153,8 @@ def simulate_steps(wl: Workload, db: Profile, lengths: ModelledLengths,
                    progress: Callable[[int, int], None] | None = None,
                    mapper: Mapper = serial_map) -> StepWork:
     """Every step simulated, in chunks of CHUNK_STEPS: here one after another, or as tasks
-    (`mapper`: workbench/distributed.py's runs them on Ray). `progress(steps done, steps)`."""
+    (`mapper`: workbench/deploy/distributed.py's runs them on Ray).
+    `progress(steps done, steps)`."""
     n = len(lengths.lengths)
     chunks = [StepChunk(wl, db, lengths.lengths[a:a + CHUNK_STEPS],
                         [int(t) for t in lengths.prompt_tokens[a:a + CHUNK_STEPS]])

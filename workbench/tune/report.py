@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial
 
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.schema import from_mapping, save
-from workbench.tables import format_table
+from workbench.report.tables import format_table
 from workbench.tune.space import refusal
 from workbench.tune.targets import SPACES
 from workbench.tune.study import (

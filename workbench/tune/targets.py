@@ -1,7 +1,7 @@
 """Where a tuned policy will run: the target stack, and what its search space may hold.
 
 A tuned policy is only worth what its user can run. Each target holds exactly what that stack
-runs as `tlt export --to TARGET` writes it (workbench/export.py), so the tuned policy exports
+runs as `tlt export --to TARGET` writes it (workbench/deploy/export.py), so the tuned policy exports
 without a refusal and without an approximation, and the simulated gain is the deployed one:
 
 On a serving stack an EAGLE drafter is the checkpoint it is given (`tlt export --drafter`), trained
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from workbench.contracts.profile import Profile, provenance_kind
 from workbench.contracts.workload import Workload
 from workbench.contracts.policy import DrafterKind
-from workbench.export import FASTRL_WARMUP_CHECKS
+from workbench.deploy.export import FASTRL_WARMUP_CHECKS
 
 ALGORITHMS = ("fixed", "beg", "ucb1", "egreedy")
 

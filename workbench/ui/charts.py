@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.contracts.trace import STATES
-from workbench.plots import NO_SD_LABEL, BatchLine, strategies
+from workbench.report.plots import NO_SD_LABEL, BatchLine, strategies
 
 # One colour per state; idle (the bubbles) in red so the waste stands out.
 STATE_COLORS = {

@@ -56,7 +56,7 @@ class Choice:
 def _options() -> tuple[dict[str, str], list[str], tuple[str, ...]]:
     """Models (name -> preset or config path), GPUs and frameworks of the measured database."""
     from workbench.calibrate.gpu_catalog import model_choices
-    from workbench.calibrate.measured_gpu import FRAMEWORKS, gpu_names
+    from workbench.calibrate.gpu_database import FRAMEWORKS, gpu_names
 
     return model_choices(), gpu_names(), tuple(FRAMEWORKS)
 

@@ -1,9 +1,9 @@
 """Compare page: policies over several seeds with their spread, and the bandits' regret.
 
 Pick a workload preset, policy presets, seeds and steps; "Run comparison"
-calls `workbench.compare.compare` (seeds 0..K-1, the same draws for every
+calls `workbench.compare.policies.compare` (seeds 0..K-1, the same draws for every
 policy) and shows the per-policy summary, the 4-panel figure and a download of
-compare.json. The "Bandit regret" expander runs `workbench.regret.bandit_regret`
+compare.json. The "Bandit regret" expander runs `workbench.compare.regret.bandit_regret`
 on the same workload, seeds and steps for a base policy that uses speculative
 decoding. Results live in st.session_state, so widgets re-render them without
 simulating again.
@@ -14,13 +14,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from workbench.compare import Comparison, compare
+from workbench.compare.policies import Comparison, compare
 from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload
-from workbench.regret import RegretReport, bandit_regret
+from workbench.compare.regret import RegretReport, bandit_regret
 from workbench.ui import inputs, run_totals
 from workbench.contracts.speedup import WHY_HEADERS, why_table
 from workbench.ui.export import Report, figure_downloads, policy_export_buttons, report_button

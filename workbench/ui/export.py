@@ -29,7 +29,7 @@ import streamlit as st
 from matplotlib.figure import Figure
 
 from workbench.contracts.policy import DrafterKind, Policy
-from workbench.export import TARGETS, ExportError, export_policy
+from workbench.deploy.export import TARGETS, ExportError, export_policy
 
 CHROME_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 MIME = {"png": "image/png", "svg": "image/svg+xml", "html": "text/html"}
@@ -202,7 +202,8 @@ TARGET_MIME = {"yaml": "application/x-yaml", "sh": "text/x-shellscript"}
 
 
 def policy_export_buttons(policy: Policy, key: str, first: str | None = None) -> None:
-    """One download per target: the policy as `tlt export --to TARGET` writes it (workbench/export.py).
+    """One download per target: the policy as `tlt export --to TARGET` writes it
+    (workbench/deploy/export.py).
     A target that cannot run the policy says why instead; what a file approximates or drops is
     listed in the file and under the buttons. `first`: the stack the policy was tuned for (its
     button first and primary)."""

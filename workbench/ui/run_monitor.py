@@ -2,7 +2,7 @@
 
 metrics.csv (a row per finished RL step, rewritten atomically after each), the run's progress
 against its planned steps, the waste of each step read from the trace's worker timeline (the
-bubble and the tail, `workbench.waste`: the same definitions as the simulator's), the last
+bubble and the tail, `workbench.validate.waste`: the same definitions as the simulator's), the last
 step's Gantt chart, and the tail of train.log, with the error a failed run ended on.
 """
 
@@ -23,7 +23,7 @@ from workbench.contracts.trace import TraceError, load_trace
 from workbench.ui.charts import gantt_figure, metric_lines_figure
 from workbench.ui.export import figure_downloads
 from workbench.ui.whatif_results import MAX_GANTT_WORKERS
-from workbench.waste import timeline_waste, waste_frame
+from workbench.validate.waste import timeline_waste, waste_frame
 
 LOG_NAME = "train.log"
 LOG_LINES = 40

@@ -1,7 +1,7 @@
 """The simulator's prediction of a finished `tlt train` run, beside what the run measured.
 
 `show_prediction(run_dir)` asks for a profile (a preset or a file, e.g. one `tlt calibrate` wrote)
-and re-simulates the run with it (`workbench.run_prediction.predict_run_dir`: the run's own
+and re-simulates the run with it (`workbench.validate.run_prediction.predict_run_dir`: the run's own
 response lengths and policy, nothing of its measured times): per phase and per RL step, predicted
 against measured. A profile fitted on this very run predicts in-sample, and the page says so.
 """
@@ -17,7 +17,7 @@ import streamlit as st
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.trace import TraceError
-from workbench.run_prediction import PHASES, RunPrediction, predict_run_dir
+from workbench.validate.run_prediction import PHASES, RunPrediction, predict_run_dir
 
 DEFAULT_PROFILE = "cpu-tiny"
 _KEY_PROFILE = "train_predict_profile"

@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from sim.results import PolicyRun
-from workbench.compare import GPU_STATES, Comparison
+from workbench.compare.policies import GPU_STATES, Comparison
 from workbench.contracts.energy import SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh, gpu_hours
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile

@@ -3,7 +3,7 @@
 Beside the cluster picker: on the profile the page will simulate with, SD's predicted speedup
 over plain decoding at each batch size for a drafter, a strategy and an acceptance, the batch
 where it stops paying, and the sd_threshold and per-bucket strategies that implies
-(workbench/sd_curve.py).
+(workbench/compare/sd_curve.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import streamlit as st
 
 from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import Profile
-from workbench.sd_curve import Acceptance, SdCurve, sd_curve
+from workbench.compare.sd_curve import Acceptance, SdCurve, sd_curve
 
 BATCHES = tuple(range(1, 257))
 

@@ -3,7 +3,8 @@ worker timelines and the downloads (the page itself, its inputs and the run:
 workbench/ui/whatif_page.py).
 
 "Why this speedup" is `workbench.contracts.speedup.explain` on each policy's run against the
-first (`workbench.compare.why_runs`): the same decomposition `tlt sim` prints, with its sentence.
+first (`workbench.compare.policies.why_runs`): the same decomposition `tlt sim` prints, with its
+sentence.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import pandas as pd
 import streamlit as st
 
 from sim.results import PolicyRun
-from workbench.compare import summarize_runs, summary_frame, why_runs
+from workbench.compare.policies import summarize_runs, summary_frame, why_runs
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import to_mapping
 from workbench.contracts.speedup import WHY_HEADERS, why_frame, why_json, why_table
 from workbench.contracts.timeline import TAIL_DIVISOR, rollout_split
 from workbench.contracts.workload import Workload
-from workbench.plots import batch_lines
+from workbench.report.plots import batch_lines
 from workbench.ui import run_totals
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times

@@ -343,7 +343,7 @@ def bandit_regret(workload: Workload, base: Policy, profile: Profile, seeds: int
                   steps: int | None = None, on_progress: ProgressFn | None = None,
                   algorithms: Sequence[str] | None = None, runner: Runner = sweep) -> RegretReport:
     """Simulate the four bandit variants of `base` for every seed and measure their regret
-    (`runner`: `sim.sweep.sweep` here, or a Ray runner from workbench/distributed.py)."""
+    (`runner`: `sim.sweep.sweep` here, or a Ray runner from workbench/deploy/distributed.py)."""
     variants = bandit_variants(base)
     if algorithms is not None:
         unknown = sorted(set(algorithms) - {a for a, _ in BANDITS})

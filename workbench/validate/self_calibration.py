@@ -5,9 +5,9 @@ Why it is built this way: the machine drifts by tens of percent within minutes, 
 fitted on captures taken at one moment and validated on captures taken at another mostly
 measures the drift. Here
 
-- the plan (`capture_plan.py`'s `plan_captures`) interleaves the drafter kinds (no SD, n-gram, EAGLE) in rounds, each
-  round in another kind order, and repeats every fit shape in every round, so no kind or shape
-  is measured only while the machine ran fast or slow;
+- the plan (`workbench/calibrate/capture_plan.py`'s `plan_captures`) interleaves the drafter
+  kinds (no SD, n-gram, EAGLE) in rounds, each round in another kind order, and repeats every
+  fit shape in every round, so no kind or shape is measured only while the machine ran fast or slow;
 - the machine's speed is measured for every capture, and each capture's times are scaled to
   the run's median speed (`workbench/calibrate/drift.py`): method "probe" (the default where
   captures carry it), a light reference workload timed between the capture's engine steps
@@ -18,7 +18,7 @@ measures the drift. Here
   written profile is `method`'s, and under "probe" it records the speed it is for
   (`Profile.speed_probe_ms`), so `tlt validate` can correct later captures too;
 - held-out captures (another prompt mix, group size, batch cap and seeds than any fit capture)
-  sit among the fit captures, and are validated with `workbench.validate.validate` after
+  sit among the fit captures, and are validated with `workbench.validate.capture.validate` after
   normalisation and raw (a profile fitted on the raw fit captures against the raw held-out one:
   what not normalising gives).
 
@@ -54,7 +54,7 @@ from workbench.contracts.policy import DrafterKind
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import save
 from workbench.contracts.trace import Trace, write_trace
-from workbench.validate import step_cost_rollout, validate
+from workbench.validate.capture import step_cost_rollout, validate
 
 BUCKET_EDGES = (1, 2, 4, 8, 16, 32, 64)
 

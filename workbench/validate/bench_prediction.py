@@ -1,10 +1,10 @@
 """Predict `tlt bench real`: each policy's run re-simulated, speedups over the baseline against measured.
 
 `predict_bench(run_dirs, profile, baseline)` predicts every policy's run from its own responses
-(`workbench.run_prediction.predict_run`: the run's lengths per RL step, its meta's workload and
-policy) and compares speedups = baseline mean / policy mean, step and rollout, predicted and
-measured. The runs of a bench draw the same prompts per step but sample their own responses, so
-each policy is predicted on the lengths it really produced, as its measured time was.
+(`workbench.validate.run_prediction.predict_run`: the run's lengths per RL step, its meta's
+workload and policy) and compares speedups = baseline mean / policy mean, step and rollout,
+predicted and measured. The runs of a bench draw the same prompts per step but sample their own
+responses, so each policy is predicted on the lengths it really produced, as its measured time was.
 
 prediction_error_pct = 100 * (predicted speedup - measured speedup) / measured speedup.
 """
@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.calibrate.runs import load_run
+from workbench.calibrate.run_dir import load_run
 from workbench.contracts.profile import Profile
-from workbench.run_prediction import RunPrediction, error_pct, predict_run
+from workbench.validate.run_prediction import RunPrediction, error_pct, predict_run
 
 
 @dataclass(frozen=True)

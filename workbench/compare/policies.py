@@ -249,7 +249,8 @@ def compare(workload: Workload, policies: Sequence[Policy], profile: Profile, se
             steps: int | None = None, on_progress: ProgressFn | None = None, runner: Runner = sweep) -> Comparison:
     """Simulate every policy for every seed (an int K means seeds 0..K-1) and collect per-seed means.
 
-    `runner` runs the units: `sim.sweep.sweep` in this process, or a Ray runner (workbench/distributed.py)."""
+    `runner` runs the units: `sim.sweep.sweep` in this process, or a Ray runner
+    (workbench/deploy/distributed.py)."""
     rows, whys, refs = [], [], {}
     for r in runner(workload, policies, profile, seeds, steps, on_progress):
         usage = [step_usage(m, workload, r.policy).gpu for m in r.run.steps]

@@ -1,0 +1,5 @@
+"""Beyond one process: a tuned policy for another stack, and sweeps on a Ray cluster.
+
+- `export.py`: a policy as vLLM, SGLang / FastRL or veRL take it (`tlt export`).
+- `distributed.py`: sweeps and projections as Ray tasks, the same units as in one process.
+"""
