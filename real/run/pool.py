@@ -2,7 +2,7 @@
 them, fan each call out to all of them, and run a rollout with spot training in the idle time.
 
 The pool holds no engine state of its own: what the engines run is the coordinator's
-`EngineState` (real/run/engine_state.py), handed to the workers on start and on every change.
+`EnginePlan` (real/run/engine_plan.py), handed to the workers on start and on every change.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, Sequence
 from real.drafter.records import HiddenRecord
 from real.rollout.requests import EngineStepRow, RolloutRequest
 from real.run.config import RunConfig
-from real.run.engine_state import EngineState
+from real.run.engine_plan import EnginePlan
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
-from real.run.sd_guard import PlainCost, plain_cost
+from real.run.sd_pricing import PlainCost, plain_cost
 from real.run.shipping import bundle
 
 
@@ -61,7 +61,7 @@ class WorkerPool:
     goes through Ray's object store (real/run/shipping.py), not a path on this machine's disk. Where
     the cluster has GPUs, each worker takes one (its vLLM engine's)."""
 
-    def __init__(self, cfg: RunConfig, model_dir: str, drafter_dir: str | None, engines: EngineState):
+    def __init__(self, cfg: RunConfig, model_dir: str, drafter_dir: str | None, engines: EnginePlan):
         import ray
 
         from real.run.worker import RolloutWorker
@@ -140,7 +140,7 @@ class WorkerPool:
 
         return ray.get(self.workers[0].check_drafters.remote(list(records), k))
 
-    def run_engines(self, engines: EngineState, drafter_dir: str | None) -> None:
+    def run_engines(self, engines: EnginePlan, drafter_dir: str | None) -> None:
         """Every worker's engine restarted as `engines` says (in its process)."""
         import ray
 

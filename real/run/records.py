@@ -118,7 +118,7 @@ class StepRecord:
     # preferred style, real/tiny/task.py; NaN for the plain task).
     style_share: float = math.nan
     # SD's decode speed over a plain engine's on this rollout, priced at the plain engine each
-    # worker measured at start-up (real/run/sd_guard.py; NaN: not judged, e.g. while SD is off).
+    # worker measured at start-up (real/run/sd_pricing.py; NaN: not judged, e.g. while SD is off).
     sd_speedup: float = math.nan
     # Worker-time decoding at a small batch (the tail; rollout_split) over the rollout's worker-time.
     tail_fraction: float = math.nan

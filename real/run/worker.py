@@ -1,7 +1,7 @@
 """A rollout worker: one vLLM engine, its bandit, and a spot drafter trainer, run as a Ray actor.
 
 The coordinator (real/run/coordinator.py, through real/run/pool.py) owns the schedule of an RL
-step and the engines' state (real/run/engine_state.py); a worker only does what it is told and
+step and the engines' plan (real/run/engine_plan.py); a worker only does what it is told and
 reports what happened (real/run/records.py), with wall-clock times (`time.time()`, comparable
 across the processes of one machine) so the coordinator can draw the step's timeline:
 
@@ -16,7 +16,7 @@ across the processes of one machine) so the coordinator can draw the step's time
                                   (Ray `max_concurrency=2`), so a stop reaches a running spot_train
     sync(target_dir, drafter)     reload weights in place before the next rollout
     check_drafters(records, k)    the learned drafter and n-gram checked alike (the switch rule's input)
-    run_engine(engines, drafter)  restart the engine as an EngineState says (n-gram, EAGLE or none)
+    run_engine(engines, drafter)  restart the engine as an EnginePlan says (n-gram, EAGLE or none)
     probe(requests)               before the run's first step, a short rollout the SD guard judges
 
 The stop flag is cleared by `sync` (between RL steps), never by `spot_train`: with a threaded
@@ -49,8 +49,8 @@ from real.rollout.adaptive import BanditController
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
-from real.run.engine_state import EngineState
-from real.run.sd_guard import PLAIN_BATCH, plain_requests
+from real.run.engine_plan import EnginePlan
+from real.run.sd_pricing import PLAIN_BATCH, plain_requests
 from real.run.shipping import DirBundle, LocalDirs
 from real.tiny.task import make_problems
 from workbench.contracts.seeds import Stream, derive_seed
@@ -67,11 +67,11 @@ def spread(items: Sequence[Any], n: int) -> list[Any]:
 
 
 class RolloutWorker:
-    def __init__(self, worker: int, model_dir: str | DirBundle, engines: EngineState,
+    def __init__(self, worker: int, model_dir: str | DirBundle, engines: EnginePlan,
                  drafter_dir: str | DirBundle | None, seed: int, max_num_seqs: int = 64, max_model_len: int = 2048,
                  kv_cache_gib: float = 0.5,
                  threads: int = 1):
-        """`engines`: what the engine runs (real/run/engine_state.py); `seed`: the run's seed, the
+        """`engines`: what the engine runs (real/run/engine_plan.py); `seed`: the run's seed, the
         worker's streams derive from it and `worker`. Directories come as paths, or as bundles
         from the object store (real/run/shipping.py) that the worker writes to its own disk."""
         self.local = LocalDirs()
@@ -112,7 +112,7 @@ class RolloutWorker:
         return True
 
     def start(self) -> list[EngineStepRow]:
-        """Measure a plain engine (guarded policies: real/run/sd_guard.py), then start the SD
+        """Measure a plain engine (guarded policies: real/run/sd_pricing.py), then start the SD
         engine; returns the plain engine's steps. The coordinator calls it on every worker at
         once, after all are constructed (`ready`), so the measurement runs beside the other
         workers' as a rollout runs beside their decoding (alone, it reads a different machine)."""
@@ -152,7 +152,7 @@ class RolloutWorker:
     def _measure_plain(self) -> list[EngineStepRow]:
         """A plain engine's decode steps at every batch size from PLAIN_BATCH down to 1
         (`plain_requests`), on this worker's threads: the SD guard's plain engine
-        (real/run/sd_guard.py). A few seconds, once."""
+        (real/run/sd_pricing.py). A few seconds, once."""
         engine = RolloutEngine(self.model_dir, self.policy.without_sd(), adaptive=True, in_process=True,
                                **self.engine_kwargs)
         try:
@@ -163,9 +163,9 @@ class RolloutWorker:
             engine.close()
         return [replace(r, draft_s=0.0) for r in run.steps]
 
-    def run_engine(self, engines: EngineState, drafter_dir: str | DirBundle | None) -> float:
+    def run_engine(self, engines: EnginePlan, drafter_dir: str | DirBundle | None) -> float:
         """Restart the engine as `engines` says: drafter "ngram", "eagle" or "none" (plain decoding,
-        where SD loses: real/run/sd_guard.py); seconds taken.
+        where SD loses: real/run/engine_plan.py); seconds taken.
 
         vLLM fixes a drafter when an engine starts, so the engine is rebuilt in this process
         (real/rollout/vllm_fixes.py makes that possible on CPU); weights, bandit and spot trainer
