@@ -43,6 +43,7 @@ from real.rollout.requests import (
     StepController,
 )
 from real.rollout.draft_clock import DraftClock
+from real.rollout.draft_lengths import lookup_rows, rows_lookup, started_lookup
 from real.rollout.outputs import Tracked, step_row, take_outputs
 from real.rollout.probing import ProbedClock
 from real.rollout.spec_config import EngineConfigError, speculative_config
@@ -182,55 +183,25 @@ class RolloutEngine:
         if self._scheduler is not None:
             lookup = list(self._scheduler.dynamic_sd_lookup)
         else:  # fixed for the engine's life: what it was started with
-            table, k = (self.spec or {}).get("num_speculative_tokens_per_batch_size"), self.max_draft_len
-            if table:
-                from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
-
-                lookup = build_dynamic_sd_schedule_lookup(table, self.max_num_seqs, k)
-            else:
-                lookup = [0] + [k] * self.max_num_seqs
-        rows: list[tuple[int, int, int]] = []
-        for batch in range(1, self.max_num_seqs + 1):
-            k = int(lookup[batch])
-            if rows and rows[-1][2] == k:
-                rows[-1] = (rows[-1][0], batch, k)
-            else:
-                rows.append((batch, batch, k))
-        return rows
+            lookup = started_lookup(self.spec, self.max_num_seqs, self.max_draft_len)
+        return lookup_rows(lookup, self.max_num_seqs)
 
     def set_draft_lengths(self, rows: Sequence[tuple[int, int, int]]) -> None:
-        """Replace the draft length per batch size, between two engine steps (`adaptive=True` engines).
+        """Replace the draft length per batch size, between two engine steps (`adaptive=True`
+        engines).
 
-        `rows` are `(min_batch, max_batch, K)` with inclusive, non-overlapping ranges; K=0 is SD off.
-        Batch sizes no row covers get K=0 (unlike vLLM's start-up table, which carries the last
-        row's K forward), and ranges are cut at max_num_seqs. The batch is the number of requests
-        scheduled in a step; the K it maps to is the draft length proposed at the end of that step
-        and verified in the next one (the K a step row reports is the previous step's).
+        `rows` are `(min_batch, max_batch, K)` with inclusive, non-overlapping ranges; K=0 is SD
+        off. Batch sizes no row covers get K=0 (unlike vLLM's start-up table, which carries the
+        last row's K forward), and ranges are cut at max_num_seqs. The batch is the number of
+        requests scheduled in a step; the K it maps to is the draft length proposed at the end of
+        that step and verified in the next one (the K a step row reports is the previous step's).
         """
         if self._scheduler is None:
             raise EngineConfigError(
-                "draft lengths change while the engine runs only with RolloutEngine(..., adaptive=True) and a "
-                f"policy that uses speculative decoding (this engine: adaptive={self.adaptive}, "
-                f"draft method {self.draft_method})")
-        cap = self.max_draft_len
-        lookup = [0] * (self.max_num_seqs + 1)
-        covered: set[int] = set()
-        for row in rows:
-            if len(row) != 3:
-                raise EngineConfigError(f"draft length row {row!r}: give (min_batch, max_batch, draft_len)")
-            lo, hi, k = (int(v) for v in row)
-            if not 1 <= lo <= hi or k < 0:
-                raise EngineConfigError(f"draft length row {row!r}: needs 1 <= min_batch <= max_batch and K >= 0")
-            if k > cap:
-                raise EngineConfigError(
-                    f"draft length row {row!r}: K={k} is above this engine's num_speculative_tokens ({cap}), the "
-                    f"most it was started for (the largest of its policy's bandit arms and schedule)")
-            span = set(range(lo, min(hi, self.max_num_seqs) + 1))
-            if span & covered:
-                raise EngineConfigError(f"draft length row {row!r} overlaps an earlier row")
-            covered |= span
-            for batch in span:
-                lookup[batch] = k
+                "draft lengths change while the engine runs only with RolloutEngine(..., "
+                "adaptive=True) and a policy that uses speculative decoding (this engine: "
+                f"adaptive={self.adaptive}, draft method {self.draft_method})")
+        lookup = rows_lookup(rows, self.max_num_seqs, self.max_draft_len)
         self._scheduler.dynamic_sd_lookup = lookup
 
     # ------------------------------------------------------------ generation
