@@ -76,10 +76,10 @@ class PolicyResult:
     reward: float
     mean_accept_len: float
     rollout_share: float
-    # SD's decode speed over a plain engine's, as the run's SD guard estimated it from its own steps
-    # (real/run/sd_pricing.py; mean over the steps it judged, NaN: none), and the steps run without a
-    # drafter (all of a baseline's): the estimate beside the speedups measured against the
-    # reference checks it.
+    # SD's decode speed over a plain engine's, as the run's SD guard estimated it from its own
+    # steps (real/run/sd_pricing.py; mean over the steps it judged, NaN: none), and the steps run
+    # without a drafter (all of a baseline's): the estimate beside the speedups measured against
+    # the reference checks it.
     sd_speedup_est: float = math.nan
     sd_off_steps: int = 0
     # The guard's verdict before step 0 (its probe; NaN: not probed), and the seconds the run's

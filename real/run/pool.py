@@ -61,7 +61,8 @@ class WorkerPool:
     goes through Ray's object store (real/run/shipping.py), not a path on this machine's disk. Where
     the cluster has GPUs, each worker takes one (its vLLM engine's)."""
 
-    def __init__(self, cfg: RunConfig, model_dir: str, drafter_dir: str | None, engines: EnginePlan):
+    def __init__(self, cfg: RunConfig, model_dir: str, drafter_dir: str | None,
+                 engines: EnginePlan):
         import ray
 
         from real.run.worker import RolloutWorker

@@ -222,7 +222,8 @@ def test_one_engine_plan_says_what_every_engine_runs_and_keeps_the_policy_as_wri
     assert st.kind == "ngram" and st.switches and st.guarded and st.sd_off is None
     assert st.engine_policy().drafter.kind == "ngram" and st.policy is cold and cold.drafter.kind == "eagle"
     assert st.engine_policy().schedule == cold.schedule and st.start_table() == (2, 2, 1, 1, 0)
-    assert EnginePlan.initial(load_policy("tlt-vllm")).kind == "eagle"  # warm-started: on the engines at once
+    # warm-started: on the engines at once
+    assert EnginePlan.initial(load_policy("tlt-vllm")).kind == "eagle"
     eagle = st.next(DrafterCheck(eagle=3.0, ngram=1.0), SDVerdict(1.0, 1.5, 10), has_drafter=True)
     assert eagle.kind == "eagle" and eagle.start_table() == (4, 4, 2, 2, 0) and st.kind == "ngram"
     off = eagle.next(DrafterCheck(eagle=3.0, ngram=1.0), SDVerdict(1.0, 0.5, 10), has_drafter=True)
@@ -232,6 +233,6 @@ def test_one_engine_plan_says_what_every_engine_runs_and_keeps_the_policy_as_wri
     back = EnginePlan.initial(cold, tables).load_state_dict(saved)
     assert back == off and back.sd_off.recent == (3.2,)
     assert st.after_probe(SDVerdict(1.0, 1.5, 10)) is st  # the probe's SD wins: the plan stands
-    probed = st.after_probe(SDVerdict(1.0, 0.5, 10))  # loses: no drafter from step 0, no estimate yet
+    probed = st.after_probe(SDVerdict(1.0, 0.5, 10))  # loses: no drafter from step 0, no estimate
     assert probed.kind == "none" and probed.sd_off.kind == "ngram"
     assert math.isnan(probed.sd_off.estimate)

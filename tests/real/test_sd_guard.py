@@ -10,7 +10,14 @@ import pytest
 
 from real.rollout.requests import EngineStepRow
 from real.run.engine_plan import SDOff, guards_sd, sd_next
-from real.run.sd_pricing import MIN_STEPS, PlainCost, SDVerdict, plain_cost, rollout_verdict, sd_verdict
+from real.run.sd_pricing import (
+    MIN_STEPS,
+    PlainCost,
+    SDVerdict,
+    plain_cost,
+    rollout_verdict,
+    sd_verdict,
+)
 
 
 def _step(batch: int, wall: float, draft: float, new_tokens: int | None = None, draft_len: int = 0,
