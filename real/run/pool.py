@@ -84,13 +84,16 @@ class WorkerPool:
         self.workers = [actor.options(runtime_env=env).remote(
             i, model, engines, drafter, cfg.seed, max_num_seqs=cfg.max_num_seqs,
             max_model_len=cfg.max_model_len, threads=threads) for i in range(cfg.workers)]
-        ray.get([w.ready.remote() for w in self.workers])  # all constructed: `start` runs on all at once
-        self.plain_rows: list[list[EngineStepRow]] = ray.get([w.start.remote() for w in self.workers])
+        # all constructed: `start` runs on all at once
+        ray.get([w.ready.remote() for w in self.workers])
+        self.plain_rows: list[list[EngineStepRow]] = ray.get(
+            [w.start.remote() for w in self.workers])
         self.plain_costs: list[PlainCost | None] = [plain_cost(rows) for rows in self.plain_rows]
         self.settings: dict[str, Any] = ray.get(self.workers[0].settings.remote())
 
     def _arg(self, path: str | None) -> Any:
-        """A directory as the workers get it: its path, or on a cluster its bundle in the object store."""
+        """A directory as the workers get it: its path, or on a cluster its bundle in the object
+        store."""
         import ray
 
         if path is None or not self.ship:
@@ -103,11 +106,13 @@ class WorkerPool:
     def rollout(self, shards: Sequence[Sequence[RolloutRequest]], step: int, clock0: float,
                 idle: IdleWork) -> PoolRollout:
         """Every worker decodes its shard at once; once `idle.min_idle` are done, each idle worker
-        does the idle work until the last shard is done, then is stopped (within one drafter step)."""
+        does the idle work until the last shard is done, then is stopped (within one drafter
+        step)."""
         import ray
 
         t0 = time.time()
-        pending = {w.rollout.remote(shard, step, clock0): i for i, (w, shard) in enumerate(zip(self.workers, shards))}
+        pending = {w.rollout.remote(shard, step, clock0): i
+                   for i, (w, shard) in enumerate(zip(self.workers, shards))}
         rollouts: dict[int, WorkerRollout] = {}
         done_workers: list[int] = []
         spot_refs: dict[Any, int] = {}
@@ -122,7 +127,8 @@ class WorkerPool:
                 for i in done_workers:
                     if i not in spot_refs.values():
                         seqs = [rollouts[i].sequence(rid) for rid in rollouts[i].outputs]
-                        ref = self.workers[i].spot_train.remote(seqs, buffer_ref or [], idle.max_steps, idle.check_k)
+                        ref = self.workers[i].spot_train.remote(
+                            seqs, buffer_ref or [], idle.max_steps, idle.check_k)
                         spot_refs[ref] = i
         end = time.time()
         for i in spot_refs.values():
