@@ -43,13 +43,16 @@ def model_init(
         None, min=1, help="SFT optimiser steps (default: real.tiny.model.DEFAULT_STEPS)."
     ),
     mix: str = typer.Option(
-        "default", help="Difficulty mix of the training problems (real/tiny/task.py: default, easy, hard, flat)."
+        "default", help="Difficulty mix of the training problems (real/tiny/task.py: default, "
+                        "easy, hard, flat)."
     ),
     evaluate: bool = typer.Option(
-        True, "--eval/--no-eval", help="Evaluate greedy answers on held-out problems after training."
+        True, "--eval/--no-eval",
+        help="Evaluate greedy answers on held-out problems after training."
     ),
     threads: int = typer.Option(
-        2, min=1, help="CPU threads for training (the weights depend on it: same seed and threads, same bytes)."
+        2, min=1, help="CPU threads for training (the weights depend on it: same seed and "
+                       "threads, same bytes)."
     ),
     variant: str = typer.Option(
         "gcd",
@@ -62,28 +65,36 @@ def model_init(
         fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
     if variant not in task.VARIANTS:
         fail(ValueError(f"--variant {variant!r}: allowed: {', '.join(task.VARIANTS)}"))
-    info = init_model(out, seed=seed, steps=steps or DEFAULT_STEPS, mix=mix, evaluate_after=evaluate, threads=threads,
+    info = init_model(out, seed=seed, steps=steps or DEFAULT_STEPS, mix=mix,
+                      evaluate_after=evaluate, threads=threads,
                       log=lambda m: typer.echo(m, err=True), variant_name=variant)
-    typer.echo(f"wrote {out} (SFT {info['train_seconds']:.0f}s, final loss {info['final_loss']:.4f})")
+    typer.echo(f"wrote {out} (SFT {info['train_seconds']:.0f}s, "
+               f"final loss {info['final_loss']:.4f})")
     if "eval" in info:
         e = info["eval"]
-        typer.echo(f"greedy on {e['problems']} held-out problems: accuracy {e['accuracy']:.2f}; response tokens "
-                   f"p50 {e['response_tokens']['p50']:.0f} p90 {e['response_tokens']['p90']:.0f} "
-                   f"max {e['response_tokens']['max']}"
-                   + (f"; reward {e['reward']:.2f}, styles {e['style_shares']}" if variant != "gcd" else ""))
+        styled = ""
+        if variant != "gcd":
+            styled = f"; reward {e['reward']:.2f}, styles {e['style_shares']}"
+        typer.echo(f"greedy on {e['problems']} held-out problems: accuracy {e['accuracy']:.2f}; "
+                   f"response tokens p50 {e['response_tokens']['p50']:.0f} "
+                   f"p90 {e['response_tokens']['p90']:.0f} max {e['response_tokens']['max']}"
+                   + styled)
 
 
-# ---------------------------------------------------------------- real backend: capture, drafter, bench rollout
+# ------------------------------------------------ real backend: capture, drafter, bench rollout
 
 
 @app.command()
 def capture(
-    model: Path = typer.Option(..., help="Target model directory (Hugging Face format, e.g. from `tlt model init`)."),
+    model: Path = typer.Option(..., help="Target model directory (Hugging Face format, e.g. "
+                                         "from `tlt model init`)."),
     policy: str = typer.Option(
-        ..., help="Policy preset name or YAML/JSON file: its drafter kind and schedule set speculative decoding."
+        ..., help="Policy preset name or YAML/JSON file: its drafter kind and schedule set "
+                  "speculative decoding."
     ),
     drafter: Optional[Path] = typer.Option(
-        None, help="EAGLE drafter checkpoint directory (`tlt drafter train`); required by an eagle policy."
+        None, help="EAGLE drafter checkpoint directory (`tlt drafter train`); required by an "
+                   "eagle policy."
     ),
     prompts: int = typer.Option(8, min=1, help="Problems drawn from real.tiny.task (or --task)."),
     samples: int = typer.Option(4, min=1, help="Responses per problem (the group size)."),
@@ -91,7 +102,8 @@ def capture(
     seed: int = typer.Option(0, help="Seed of the problems and of sampling."),
     mix: str = typer.Option("default", help="Difficulty mix of the problems (real/tiny/task.py)."),
     temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature (0: greedy)."),
-    max_num_seqs: int = typer.Option(64, min=1, help="vLLM's max_num_seqs: the most requests decoded at once."),
+    max_num_seqs: int = typer.Option(
+        64, min=1, help="vLLM's max_num_seqs: the most requests decoded at once."),
     out: Path = typer.Option(..., help="Trace directory to write (schema: traces/README.md)."),
     task: Optional[Path] = typer.Option(None, help=TASK_HELP),
     reward: Optional[str] = typer.Option(None, help=REWARD_HELP + " Default with --task: exact."),
@@ -109,9 +121,11 @@ def capture(
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
-        fail(RuntimeError(f"capture needs vLLM ({exc}); install the project with its 'cpu' or 'gpu' extra"))
-    trace = run_capture(model, pol, drafter, prompts=prompts, samples=samples, max_tokens=max_tokens, seed=seed,
-                        mix=mix, temperature=temperature, max_num_seqs=max_num_seqs, out=out,
+        fail(RuntimeError(f"capture needs vLLM ({exc}); install the project with its 'cpu' or "
+                          "'gpu' extra"))
+    trace = run_capture(model, pol, drafter, prompts=prompts, samples=samples,
+                        max_tokens=max_tokens, seed=seed, mix=mix, temperature=temperature,
+                        max_num_seqs=max_num_seqs, out=out,
                         log=lambda m: typer.echo(m, err=True), task_file=user_task)
     s = trace.meta["summary"]
     rows = [
@@ -127,11 +141,9 @@ def capture(
             "-" if s["mean_reward"] is None else f"{s['mean_reward']:.2f}",
         ]
     ]
-    typer.echo(
-        format_table(
-            rows, ["policy", "steps", "requests", "tokens", "rollout s", "tok/s", "accept len", "clipped", "reward"]
-        )
-    )
+    header = ["policy", "steps", "requests", "tokens", "rollout s", "tok/s", "accept len",
+              "clipped", "reward"]
+    typer.echo(format_table(rows, header))
     typer.echo(f"wrote {out}")
 
 
@@ -142,14 +154,20 @@ def drafter_train(
         ..., help="Drafter checkpoint directory to write (vLLM loads it as EagleLlamaForCausalLM)."
     ),
     steps: int = typer.Option(300, min=1, help="Optimiser steps."),
-    seed: int = typer.Option(0, help="Seed of the prompts, the sampling, the initial weights and the batches."),
-    prompts: int = typer.Option(32, min=1, help="Prompts to sample the target on (real.tiny.task problems)."),
-    samples: int = typer.Option(4, min=1, help="Responses per prompt: one greedy, the rest sampled."),
+    seed: int = typer.Option(0, help="Seed of the prompts, the sampling, the initial weights and "
+                                     "the batches."),
+    prompts: int = typer.Option(32, min=1, help="Prompts to sample the target on (real.tiny.task "
+                                                "problems)."),
+    samples: int = typer.Option(4, min=1,
+                                help="Responses per prompt: one greedy, the rest sampled."),
     max_tokens: int = typer.Option(256, min=1, help="Response cap of the training rollouts."),
-    lr: float = typer.Option(1e-3, min=0.0, help="AdamW learning rate (cosine decay to a tenth, 20 warm-up steps)."),
-    mix: str = typer.Option("default", help="Difficulty mix of the task prompts (real/tiny/task.py)."),
+    lr: float = typer.Option(1e-3, min=0.0, help="AdamW learning rate (cosine decay to a tenth, "
+                                                 "20 warm-up steps)."),
+    mix: str = typer.Option("default",
+                            help="Difficulty mix of the task prompts (real/tiny/task.py)."),
     temperature: float = typer.Option(1.0, min=0.0, help="Temperature of the sampled responses."),
-    device: str = typer.Option("cpu", help="Where the drafter trains: cpu, or cuda (bf16 autocast)."),
+    device: str = typer.Option("cpu",
+                               help="Where the drafter trains: cpu, or cuda (bf16 autocast)."),
 ) -> None:
     """Sample the target, then train an EAGLE drafter on its hidden states (EAGLE loss)."""
     from real.drafter.training import train_from_target
@@ -168,8 +186,9 @@ def drafter_train(
                              log=lambda m: typer.echo(m, err=True), device=device)
     info = json.loads((path / "tlt_drafter.json").read_text())
     final = info.get("final", {})
-    typer.echo(f"wrote {path} in {time.perf_counter() - t0:.0f}s: loss {final.get('loss', float('nan')):.4f}, "
-               f"top-1 agreement with the target {final.get('top1', float('nan')):.3f} (last 50 steps)")
+    loss, top1 = final.get("loss", float("nan")), final.get("top1", float("nan"))
+    typer.echo(f"wrote {path} in {time.perf_counter() - t0:.0f}s: loss {loss:.4f}, "
+               f"top-1 agreement with the target {top1:.3f} (last 50 steps)")
 
 
 @bench_app.command("rollout")
@@ -179,8 +198,10 @@ def bench_rollout(
         None, help="EAGLE drafter directory; without it the eagle rows are left out."
     ),
     batches: str = typer.Option("1,8,64", help="Comma-separated batch sizes."),
-    max_tokens: int = typer.Option(256, min=1, help="Tokens decoded per sequence (greedy, ignore_eos)."),
-    draft_len: int = typer.Option(4, min=1, max=16, help="Draft length K of n-gram and EAGLE at every batch size."),
+    max_tokens: int = typer.Option(256, min=1,
+                                   help="Tokens decoded per sequence (greedy, ignore_eos)."),
+    draft_len: int = typer.Option(4, min=1, max=16, help="Draft length K of n-gram and EAGLE at "
+                                                         "every batch size."),
     repeats: int = typer.Option(2, min=1, help="Timed runs per batch size; the best is kept."),
     seed: int = typer.Option(0, help="Seed of the prompts."),
 ) -> None:
@@ -191,27 +212,33 @@ def bench_rollout(
         fail(ValueError(f"--batches {batches!r}: give comma-separated integers"))
     if not sizes or min(sizes) < 1 or max(sizes) > 256:
         fail(ValueError(f"--batches {batches!r}: sizes from 1 to 256"))
-    report = run_bench_rollout(model, drafter, sizes, max_tokens=max_tokens, draft_len=draft_len, repeats=repeats,
-                               seed=seed, log=lambda m: typer.echo(m, err=True))
+    report = run_bench_rollout(model, drafter, sizes, max_tokens=max_tokens, draft_len=draft_len,
+                               repeats=repeats, seed=seed, log=lambda m: typer.echo(m, err=True))
     rows = []
     for method, per_b in report.results.items():
         for b, r in per_b.items():
             rows.append([method, str(b), f"{r.tokens_per_s:,.0f}", f"{r.speedup_vs_none:.2f}x",
                          "-" if r.mean_accepted_length is None else f"{r.mean_accepted_length:.2f}",
                          "yes" if r.same_as_none else "NO"])
-    typer.echo(f"{model}: greedy, {max_tokens} tokens per sequence, K={draft_len}, best of {repeats}")
-    typer.echo(format_table(rows, ["method", "batch", "tok/s", "vs none", "accept len", "same tokens"]))
+    typer.echo(f"{model}: greedy, {max_tokens} tokens per sequence, K={draft_len}, "
+               f"best of {repeats}")
+    header = ["method", "batch", "tok/s", "vs none", "accept len", "same tokens"]
+    typer.echo(format_table(rows, header))
     typer.echo(json.dumps(report.to_json()))
 
 
 @bench_app.command("grpo")
 def bench_grpo(
-    model: Path = typer.Option(..., help="Model directory (Hugging Face format) to sample the batch from and update."),
-    seed: int = typer.Option(0, help="Seed of the problems, the sampling and the GRPO minibatch order."),
-    prompts: int = typer.Option(16, min=1, help="Task problems in the batch (tlt train's default step)."),
+    model: Path = typer.Option(..., help="Model directory (Hugging Face format) to sample the "
+                                         "batch from and update."),
+    seed: int = typer.Option(0, help="Seed of the problems, the sampling and the GRPO minibatch "
+                                     "order."),
+    prompts: int = typer.Option(16, min=1,
+                                help="Task problems in the batch (tlt train's default step)."),
     samples: int = typer.Option(4, min=2, help="Responses per problem (the GRPO group)."),
     max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens: the tail's length."),
-    repeats: int = typer.Option(3, min=1, help="Timed steps per path, interleaved; medians reported."),
+    repeats: int = typer.Option(3, min=1,
+                                help="Timed steps per path, interleaved; medians reported."),
     device: str = typer.Option("cpu", help="Where the update runs: cpu, or cuda (bf16 autocast)."),
 ) -> None:
     """Time one GRPO step, packed vs padded, on a long-tailed batch: the model's own sampled responses
@@ -219,18 +246,23 @@ def bench_grpo(
     if not (model / "config.json").is_file():
         fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
     try:
-        report = run_bench_grpo(model, prompts=prompts, samples=samples, max_tokens=max_tokens, repeats=repeats,
-                                seed=seed, log=lambda m: typer.echo(m, err=True), device=device)
+        report = run_bench_grpo(model, prompts=prompts, samples=samples, max_tokens=max_tokens,
+                                repeats=repeats, seed=seed, log=lambda m: typer.echo(m, err=True),
+                                device=device)
     except ValueError as exc:
         fail(exc)
     resp = sorted(report.response_tokens)
-    typer.echo(f"{model}: {report.sequences} sequences, {report.tokens} tokens (response tokens p50 "
-               f"{resp[len(resp) // 2]}, max {resp[-1]}); minibatches of {report.minibatch}, "
+    typer.echo(f"{model}: {report.sequences} sequences, {report.tokens} tokens "
+               f"(response tokens p50 {resp[len(resp) // 2]}, max {resp[-1]}); "
+               f"minibatches of {report.minibatch}, "
                + (f"{report.threads} threads" if device == "cpu" else "on the GPU, bf16"))
-    rows = [[name, f"{statistics.median(ts):.2f}", f"{min(ts):.2f}", f"{report.tokens_per_s(ts):,.0f}", str(work)]
-            for name, ts, work in (("packed", report.packed_s, report.tokens),
-                                   ("padded", report.padded_s, report.padded_tokens))]
-    typer.echo(format_table(rows, ["path", "median step s", "min s", "tokens/s", "tokens per pass"]))
+    paths = (("packed", report.packed_s, report.tokens),
+             ("padded", report.padded_s, report.padded_tokens))
+    rows = [[name, f"{statistics.median(ts):.2f}", f"{min(ts):.2f}",
+             f"{report.tokens_per_s(ts):,.0f}", str(work)]
+            for name, ts, work in paths]
+    header = ["path", "median step s", "min s", "tokens/s", "tokens per pass"]
+    typer.echo(format_table(rows, header))
     typer.echo(f"first minibatch before any update: |loss difference| {report.loss_diff:.2e}, "
                f"largest |gradient difference| {report.grad_diff:.2e}")
     typer.echo(json.dumps(report.summary()))
