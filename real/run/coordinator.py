@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from real.rollout.requests import RolloutRequest, Sampling
+from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.rollout.spec_config import adaptive_draft_cap
 from real.run.checkpoints import Checkpoint, load_latest
 from real.run.config import RunConfig, TrainError, default_drafter  # noqa: F401 (re-exported)
@@ -89,6 +89,8 @@ class TrainingRun:
         self.pool: WorkerPool | None = None
         self.model_dir: Path = Path(cfg.model)  # the weights the engines run
         self.drafter_dir: Path | None = None  # the learned drafter they load (None: none yet)
+        # per worker, the plain engine's steps SD is priced against (kept after `close`)
+        self.plain_rows: list[list[EngineStepRow]] = []
 
     @property
     def out(self) -> Path:
@@ -148,7 +150,7 @@ class TrainingRun:
 
         drafter = str(self.drafter_dir) if self.drafter_dir else None
         self.pool = WorkerPool(self.cfg, str(self.model_dir), drafter, self.engines)
-        self.outputs.settings = self.pool.settings
+        self.outputs.settings, self.plain_rows = self.pool.settings, self.pool.plain_rows
         for i, c in enumerate(self.pool.plain_costs):
             if c is not None:
                 self.log(f"  worker {i}'s plain engine: {c.fixed_s * 1e3:.2f} ms + "

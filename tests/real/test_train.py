@@ -92,7 +92,7 @@ def test_the_guarded_run_prices_every_sd_rollout_against_a_plain_engine_it_measu
     probe = run.outputs.probe
     assert probe is not None and probe.steps > 0 and probe.speedup > 0
     assert load_trace(run.out / "trace").meta["sd_probe"]["speedup"] == pytest.approx(probe.speedup)
-    assert runs["baseline"].probe is None
+    assert runs["baseline"].outputs.probe is None
     assert len(run.plain_rows) == 2
     for rows in run.plain_rows:
         sizes = {r.decode_requests for r in rows if r.prefill_requests == 0}
