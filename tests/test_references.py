@@ -39,14 +39,6 @@ DOTTED = re.compile(rf"(?<![\w/.-])((?:{'|'.join(PACKAGES)})(?:\.\w+)+)(?![\w/-]
 LISTED_MODULE = re.compile(r"(?:^\s*- |; )`(\w+)`:")
 NOT_A_NAME = {"py", "md", "yaml", "yml", "json", "csv", "parquet", "toml", "txt", "log", "jsonl"}
 
-# Stale names in files other refactors are moving (sim/, real/) or whose owner edits them
-# (README.md): each "file: name" must still be stale, so the list empties as they are fixed.
-AWAITING: set[str] = {
-    "README.md: workbench/validate.py",
-    "README.md: workbench/compare.py",
-    "real/__init__.py: step_bandit",
-}
-
 
 @dataclass(frozen=True)
 class Stale:
@@ -184,12 +176,9 @@ def checked_files() -> list[Path]:
 
 
 def test_every_named_module_and_document_exists():
-    stale = [s for path in checked_files() for s in stale_in_file(path)]
-    unexpected = [str(s) for s in stale if f"{s.where}: {s.name}" not in AWAITING]
-    fixed = AWAITING - {f"{s.where}: {s.name}" for s in stale}
-    listing = "\n".join(unexpected)
-    assert not unexpected, f"these names resolve to nothing; name them as the tree is:\n{listing}"
-    assert not fixed, f"no longer stale, remove from AWAITING: {sorted(fixed)}"
+    stale = [str(s) for path in checked_files() for s in stale_in_file(path)]
+    listing = "\n".join(stale)
+    assert not stale, f"these names resolve to nothing; name them as the tree is:\n{listing}"
 
 
 def test_a_planted_stale_name_fails():

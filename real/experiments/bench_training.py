@@ -76,10 +76,10 @@ class PolicyResult:
     reward: float
     mean_accept_len: float
     rollout_share: float
-    # SD's decode speed over a plain engine's, as the run's SD guard estimated it from its own steps
-    # (real/run/sd_guard.py; mean over the steps it judged, NaN: none), and the steps run without a
-    # drafter (all of a baseline's): the estimate beside the speedups measured against the
-    # reference checks it.
+    # SD's decode speed over a plain engine's, as the run's SD guard estimated it from its own
+    # steps (real/run/sd_pricing.py; mean over the steps it judged, NaN: none), and the steps run
+    # without a drafter (all of a baseline's): the estimate beside the speedups measured against
+    # the reference checks it.
     sd_speedup_est: float = math.nan
     sd_off_steps: int = 0
     # The guard's verdict before step 0 (its probe; NaN: not probed), and the seconds the run's
@@ -221,15 +221,16 @@ def bench_real(configs: list[RunConfig], log: Callable[[str], None] | None = pri
                 if on_step is not None:
                     on_step(name, rec)
         for run in runs.values():
-            run.write_outputs()
+            run.outputs.write()
     finally:
         for run in runs.values():
             run.close()
     steps = {p: runs[p].metrics for p in names}
     paper, results, summary = summarize(steps)
     for p, run in runs.items():
-        results[p] = replace(results[p], setup_s=run.setup_s,
-                             sd_probe_speedup=run.probe.speedup if run.probe else math.nan)
+        probe = run.outputs.probe
+        results[p] = replace(results[p], setup_s=run.outputs.setup_s,
+                             sd_probe_speedup=probe.speedup if probe else math.nan)
     traces = {p: load_trace(runs[p].out / "trace") for p in names}
     ref = traces[names[0]].steps
     return TrainingBench(summary, steps, reference=names[0], paper_policy=paper, policies=results,

@@ -1,7 +1,7 @@
 """Whether the SD guard's probe predicts the first RL step: its verdict against that step's.
 
 A fresh guarded run (real/run/coordinator.py `probe_sd`) decides before step 0 whether SD pays
-on this model, from a probe rollout (real/run/sd_guard.py `probe_requests`) priced at each
+on this model, from a probe rollout (real/run/sd_pricing.py `probe_requests`) priced at each
 worker's plain engine. Each round here starts one rollout worker as a run starts it
 (real/run/worker.py: plain engine measured, then the SD engine with a fresh bandit), decodes the
 probe, then a rollout shaped like a worker's share of an RL step (`--prompts` / `--workers`
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from real.rollout.requests import RolloutRequest, Sampling, group_requests
 from real.run.config import default_drafter
-from real.run.engine_state import EngineState
-from real.run.sd_guard import plain_cost, probe_requests, sd_verdict
+from real.run.engine_plan import EnginePlan
+from real.run.sd_pricing import plain_cost, probe_requests, sd_verdict
 from real.run.worker import RolloutWorker
 from real.tiny.model import variant_of
 from real.tiny.task import make_problems
@@ -45,7 +45,8 @@ def check_round(model: Path, drafter: Path | None, policy: str, groups: int, sam
                 seed: int, threads: int) -> dict[str, float]:
     pol = load_policy(policy)
     variant = variant_of(model)
-    worker = RolloutWorker(0, str(model), EngineState(pol, pol.drafter.kind), str(drafter) if drafter else None, seed,
+    plan = EnginePlan(pol, pol.drafter.kind)
+    worker = RolloutWorker(0, str(model), plan, str(drafter) if drafter else None, seed,
                            threads=threads)
     try:
         worker.start()

@@ -3,7 +3,7 @@
     python -m real.experiments.check_vllm --model traces/reference/model [--problems 8] [--max-tokens 1024]
 
 For a few GCD problems it compares, token for token, vLLM's greedy output (temperature 0,
-stopping at </s>) with `real.tiny.model.greedy_generate` (a batched argmax loop over
+stopping at </s>) with `real.tiny.generation.greedy_generate` (a batched argmax loop over
 `transformers`), and vLLM's prompt token ids with ours. Prints one line per problem and a
 last line of JSON; exits 1 on any difference. Starts a vLLM engine (~30 s on CPU).
 """
@@ -16,7 +16,8 @@ import sys
 import time
 
 from real.tiny import task
-from real.tiny.model import greedy_generate, load_model_dir
+from real.tiny.generation import greedy_generate
+from real.tiny.model import load_model_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,7 +45,8 @@ from transformers import AutoTokenizer
 from real.drafter.spot import DrafterBuffer, SpotTrainer
 from real.grpo import GRPOConfig, GRPOTrainer, ScoredResponse
 from real.tiny import task
-from real.tiny.model import generate_responses, variant_of
+from real.tiny.generation import generate_responses
+from real.tiny.model import variant_of
 from real.torch_utils import torch_settings
 from workbench.contracts.seeds import Stream, derive_seed
 

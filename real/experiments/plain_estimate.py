@@ -1,6 +1,6 @@
 """The SD guard's plain engine, checked: what a plain engine's steps cost, and how well they are priced.
 
-Why the guard measures a plain engine at all (real/run/sd_guard.py): an EAGLE engine held at K=0
+Why the guard measures a plain engine at all (real/run/sd_pricing.py): an EAGLE engine held at K=0
 is not plain decoding (the drafter's first pass still runs), so its K=0 steps, net of the drafting
 the engine times (`EngineStepRow.draft_s`), would overstate what a plain engine takes. This runs
 greedy batches of the task's prompts on a plain engine and on an EAGLE engine held at K=0,
@@ -13,7 +13,7 @@ estimate over the plain engine's time (1.0: exact; above: the K=0 steps are slow
 The last line is JSON: per batch size `plain_ms`, `eagle_k0_ms`, `estimate_ms`, `estimate_over_plain`.
 
 `--check-guard` checks the guard's own plain engine instead: on one plain engine, per round, the
-measurement a worker makes at start-up (real/run/sd_guard.py `plain_requests`) and then a sampled
+measurement a worker makes at start-up (real/run/sd_pricing.py `plain_requests`) and then a sampled
 rollout of 8 prompts x 4 (cap 1024), priced at that fit (1.0: the fit prices a plain rollout at
 its own time; above: the guard leans towards keeping SD). Its last line is JSON: per round
 `priced_over_measured`, `fixed_ms`, `per_seq_ms`.
@@ -76,8 +76,7 @@ def measure(model: Path, drafter: Path, batches: list[int], rounds: int, max_tok
 def check_guard(model: Path, rounds: int, seed: int) -> list[dict[str, float]]:
     from dataclasses import replace
 
-    from real.run.sd_guard import plain_cost, sd_verdict
-    from real.run.sd_guard import PLAIN_BATCH, plain_requests
+    from real.run.sd_pricing import PLAIN_BATCH, plain_cost, plain_requests, sd_verdict
 
     engine = RolloutEngine(model, load_policy("baseline"), in_process=True, kv_cache_gib=0.5, seed=seed)
     out = []

@@ -20,7 +20,8 @@ its own, ahead of `step()`, and its scheduler is out of reach. `set_draft_length
 replaces the scheduler's batch-size -> K lookup between two `step()`s, and
 `run_steps(..., controller=...)` lets real/rollout/adaptive.py's BanditController do it every step.
 In-process, vLLM seeds this process's RNGs, starts a one-rank torch.distributed group and freezes
-its heap (`close()` unfreezes it); the engine shares the process's torch threads (no OpenMP pinning).
+its heap (`close()` unfreezes it); the engine shares the process's torch threads (no OpenMP
+pinning). The step loop itself is real/rollout/stepping.py.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ from real.rollout.requests import (
     StepController,
 )
 from real.rollout.draft_clock import DraftClock
-from real.rollout.outputs import Tracked, step_row, take_outputs
+from real.rollout.draft_lengths import lookup_rows, rows_lookup, started_lookup
+from real.rollout.outputs import Tracked
 from real.rollout.probing import ProbedClock
 from real.rollout.spec_config import EngineConfigError, speculative_config
+from real.rollout.stepping import StepLoop
 from real.rollout.vllm_env import engine_core_in_process, quiet_iteration_log, running_on_cpu
 from real.rollout.vllm_fixes import apply_engine_start_fixes
 from workbench.contracts.policy import Policy, load_policy
@@ -56,21 +59,26 @@ WORKER_EXTENSION = "real.rollout.worker_ext.TLTWorkerExtension"
 class RolloutEngine:
     """A `vllm.LLM` whose speculative decoding comes from a Policy; weights reload in place."""
 
-    def __init__(self, model_dir: str | Path, policy: Policy | None = None, drafter_dir: str | Path | None = None,
-                 max_num_seqs: int = 64, max_model_len: int = 2048, seed: int = 0, dtype: str = "float32",
-                 kv_cache_gib: float = 1.0, memory_utilization: float = 0.3, enforce_eager: bool | None = None,
+    def __init__(self, model_dir: str | Path, policy: Policy | None = None,
+                 drafter_dir: str | Path | None = None, max_num_seqs: int = 64,
+                 max_model_len: int = 2048, seed: int = 0, dtype: str = "float32",
+                 kv_cache_gib: float = 1.0, memory_utilization: float = 0.3,
+                 enforce_eager: bool | None = None,
                  adaptive: bool = False, in_process: bool | None = None, **llm_kwargs: Any):
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
-            raise EngineConfigError(f"--model {self.model_dir}: no config.json (give a Hugging Face model directory)")
+            raise EngineConfigError(f"--model {self.model_dir}: no config.json "
+                                    "(give a Hugging Face model directory)")
         self.policy = policy if policy is not None else load_policy("baseline")
         self.drafter_dir = Path(drafter_dir) if drafter_dir is not None else None
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.seed = seed
         self.dtype = dtype
-        self.spec = speculative_config(self.policy, self.drafter_dir, max_num_seqs, adaptive=adaptive)
-        # Draft lengths change between steps only with a scheduler in this process (see the module doc).
+        self.spec = speculative_config(self.policy, self.drafter_dir, max_num_seqs,
+                                       adaptive=adaptive)
+        # Draft lengths change between steps only with a scheduler in this process (see the module
+        # doc).
         self.adaptive = bool(adaptive and self.spec is not None)
         # In-process: the engine core runs in this process (adaptive engines need it to reach the
         # scheduler). Rollout workers run every engine this way, SD or not, so baseline and TLT
@@ -83,14 +91,16 @@ class RolloutEngine:
 
         on_cpu = running_on_cpu()
         kw: dict[str, Any] = dict(
-            model=str(self.model_dir), dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+            model=str(self.model_dir), dtype=dtype, max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
             seed=seed, enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
             disable_log_stats=False, enable_logging_iteration_details=True,
             worker_extension_cls=WORKER_EXTENSION, speculative_config=self.spec,
             gpu_memory_utilization=memory_utilization,
         )
         if self.spec is not None:
-            # Per request, per verify pass: drafts proposed and accepted (Tracked.take_spec_metrics).
+            # Per request, per verify pass: drafts proposed and accepted
+            # (Tracked.take_spec_metrics).
             kw["per_request_spec_decode_metrics"] = "detailed"
         if on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             # An explicit KV cache size on CPU: small engines, and no warm-up pass at start.
@@ -121,12 +131,14 @@ class RolloutEngine:
             return out
 
         core.get_output = get_output
-        self._scheduler, self._draft_clock = None, DraftClock.attach(core, self.in_process and self.spec is not None)
+        self._scheduler = None
+        self._draft_clock = DraftClock.attach(core, self.in_process and self.spec is not None)
         if self.adaptive:
             self._scheduler = core.engine_core.scheduler
-            if getattr(self._scheduler, "dynamic_sd_lookup", None) is None:  # pragma: no cover - another vLLM
-                raise RuntimeError("vLLM's scheduler has no Dynamic SD lookup (dynamic_sd_lookup): this vLLM "
-                                   "cannot change draft lengths between steps")
+            # (another vLLM's scheduler may lack it)
+            if getattr(self._scheduler, "dynamic_sd_lookup", None) is None:  # pragma: no cover
+                raise RuntimeError("vLLM's scheduler has no Dynamic SD lookup (dynamic_sd_lookup): "
+                                   "this vLLM cannot change draft lengths between steps")
 
     # ------------------------------------------------------------ facts
 
@@ -137,7 +149,8 @@ class RolloutEngine:
 
     @property
     def max_draft_len(self) -> int:
-        """vLLM's `num_speculative_tokens`: the largest draft length this engine can run (0: no SD)."""
+        """vLLM's `num_speculative_tokens`: the largest draft length this engine can run (0: no
+        SD)."""
         return int(self.spec["num_speculative_tokens"]) if self.spec else 0
 
     def settings(self) -> dict[str, Any]:
@@ -147,7 +160,8 @@ class RolloutEngine:
         return {"vllm_version": vllm.__version__, "max_num_seqs": self.max_num_seqs,
                 "max_model_len": self.max_model_len, "dtype": self.dtype, "seed": self.seed,
                 "drafter": str(self.drafter_dir) if self.drafter_dir else None,
-                "speculative_config": self.spec, "adaptive": self.adaptive, "in_process": self.in_process,
+                "speculative_config": self.spec, "adaptive": self.adaptive,
+                "in_process": self.in_process,
                 "start_s": round(self.start_s, 2),
                 "enforce_eager": self.engine_kwargs.get("enforce_eager"),
                 "kv_cache_memory_bytes": self.engine_kwargs.get("kv_cache_memory_bytes"),
@@ -182,55 +196,25 @@ class RolloutEngine:
         if self._scheduler is not None:
             lookup = list(self._scheduler.dynamic_sd_lookup)
         else:  # fixed for the engine's life: what it was started with
-            table, k = (self.spec or {}).get("num_speculative_tokens_per_batch_size"), self.max_draft_len
-            if table:
-                from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
-
-                lookup = build_dynamic_sd_schedule_lookup(table, self.max_num_seqs, k)
-            else:
-                lookup = [0] + [k] * self.max_num_seqs
-        rows: list[tuple[int, int, int]] = []
-        for batch in range(1, self.max_num_seqs + 1):
-            k = int(lookup[batch])
-            if rows and rows[-1][2] == k:
-                rows[-1] = (rows[-1][0], batch, k)
-            else:
-                rows.append((batch, batch, k))
-        return rows
+            lookup = started_lookup(self.spec, self.max_num_seqs, self.max_draft_len)
+        return lookup_rows(lookup, self.max_num_seqs)
 
     def set_draft_lengths(self, rows: Sequence[tuple[int, int, int]]) -> None:
-        """Replace the draft length per batch size, between two engine steps (`adaptive=True` engines).
+        """Replace the draft length per batch size, between two engine steps (`adaptive=True`
+        engines).
 
-        `rows` are `(min_batch, max_batch, K)` with inclusive, non-overlapping ranges; K=0 is SD off.
-        Batch sizes no row covers get K=0 (unlike vLLM's start-up table, which carries the last
-        row's K forward), and ranges are cut at max_num_seqs. The batch is the number of requests
-        scheduled in a step; the K it maps to is the draft length proposed at the end of that step
-        and verified in the next one (the K a step row reports is the previous step's).
+        `rows` are `(min_batch, max_batch, K)` with inclusive, non-overlapping ranges; K=0 is SD
+        off. Batch sizes no row covers get K=0 (unlike vLLM's start-up table, which carries the
+        last row's K forward), and ranges are cut at max_num_seqs. The batch is the number of
+        requests scheduled in a step; the K it maps to is the draft length proposed at the end of
+        that step and verified in the next one (the K a step row reports is the previous step's).
         """
         if self._scheduler is None:
             raise EngineConfigError(
-                "draft lengths change while the engine runs only with RolloutEngine(..., adaptive=True) and a "
-                f"policy that uses speculative decoding (this engine: adaptive={self.adaptive}, "
-                f"draft method {self.draft_method})")
-        cap = self.max_draft_len
-        lookup = [0] * (self.max_num_seqs + 1)
-        covered: set[int] = set()
-        for row in rows:
-            if len(row) != 3:
-                raise EngineConfigError(f"draft length row {row!r}: give (min_batch, max_batch, draft_len)")
-            lo, hi, k = (int(v) for v in row)
-            if not 1 <= lo <= hi or k < 0:
-                raise EngineConfigError(f"draft length row {row!r}: needs 1 <= min_batch <= max_batch and K >= 0")
-            if k > cap:
-                raise EngineConfigError(
-                    f"draft length row {row!r}: K={k} is above this engine's num_speculative_tokens ({cap}), the "
-                    f"most it was started for (the largest of its policy's bandit arms and schedule)")
-            span = set(range(lo, min(hi, self.max_num_seqs) + 1))
-            if span & covered:
-                raise EngineConfigError(f"draft length row {row!r} overlaps an earlier row")
-            covered |= span
-            for batch in span:
-                lookup[batch] = k
+                "draft lengths change while the engine runs only with RolloutEngine(..., "
+                "adaptive=True) and a policy that uses speculative decoding (this engine: "
+                f"adaptive={self.adaptive}, draft method {self.draft_method})")
+        lookup = rows_lookup(rows, self.max_num_seqs, self.max_draft_len)
         self._scheduler.dynamic_sd_lookup = lookup
 
     # ------------------------------------------------------------ generation
@@ -251,14 +235,16 @@ class RolloutEngine:
         sampling = sampling or Sampling()
         if sampling.seed is None:
             params: Any = sampling.to_vllm(n=n)
-        else:  # prompt i's samples get seeds seed + i*n + j: reproducible, and distinct across prompts
-            params = [sampling.to_vllm(n=n, seed=sampling.seed + i * n) for i in range(len(prompts))]
+        else:  # prompt i's samples get seeds seed + i*n + j: reproducible, distinct across prompts
+            params = [sampling.to_vllm(n=n, seed=sampling.seed + i * n)
+                      for i in range(len(prompts))]
         outs = self.llm.generate([self._prompt(p) for p in prompts], params, use_tqdm=False)
         return [PromptResult(list(o.prompt_token_ids),
                              [Sample(list(c.token_ids), c.text, str(c.finish_reason)) for c in
                               sorted(o.outputs, key=lambda c: c.index)]) for o in outs]
 
-    def run_steps(self, requests: Sequence[RolloutRequest], on_step: Callable[[EngineStepRow], None] | None = None,
+    def run_steps(self, requests: Sequence[RolloutRequest],
+                  on_step: Callable[[EngineStepRow], None] | None = None,
                   rl_step: int = 0, worker: int = 0, clock0: float | None = None,
                   controller: StepController | None = None, max_in_flight: int | None = None,
                   probe: SpeedProbe | None = None) -> RunResult:
@@ -306,22 +292,25 @@ class RolloutEngine:
         try:
             tracked: dict[str, Tracked] = {}
             alias: dict[str, str] = {}
-            todo, cap = list(enumerate(zip(requests, prompts)))[::-1], max_in_flight or len(requests)
+            todo = list(enumerate(zip(requests, prompts)))[::-1]
+            cap = max_in_flight or len(requests)
 
             def admit(live: set[str]) -> None:  # add requests, in order, until `cap` are unfinished
                 while todo and len(live) < cap:
                     i, (r, p) = todo.pop()
                     seed = None if r.sampling.seed is None else r.sampling.seed + i
                     tracked[r.request_id] = Tracked(r, len(p["prompt_token_ids"]), now())
-                    got = eng.add_request(r.request_id, p, r.sampling.to_vllm(seed=seed, delta=True))
+                    params = r.sampling.to_vllm(seed=seed, delta=True)
+                    got = eng.add_request(r.request_id, p, params)
                     if isinstance(got, str):
                         alias[got] = r.request_id
                     live.add(r.request_id)
 
             admit(set())
             between = clock.between_steps if self.in_process else (lambda: None)
-            steps = self._drive(tracked, alias, now, controller, on_step, rl_step=rl_step, worker=worker,
-                                admit=admit, held=lambda: len(todo), between=between)
+            loop = StepLoop(self.llm.llm_engine, self._stats, self._draft_clock, self.max_num_seqs)
+            steps = loop.drive(tracked, alias, now, controller, on_step, rl_step=rl_step,
+                               worker=worker, admit=admit, held=lambda: len(todo), between=between)
         finally:
             self._recording = False
         wall_s = now()
@@ -329,50 +318,12 @@ class RolloutEngine:
         return RunResult(steps, [t.row(rl_step, worker) for t in tracked.values()],
                          {key: t.sample() for key, t in tracked.items()}, wall_s, clock.samples)
 
-    def _drive(self, tracked: dict[str, Tracked], alias: dict[str, str], now: Callable[[], float],
-               controller: StepController | None, on_step: Callable[[EngineStepRow], None] | None,
-               rl_step: int, worker: int, admit: Callable[[set[str]], None] = lambda live: None,
-               held: Callable[[], int] = lambda: 0,
-               between: Callable[[], None] = lambda: None) -> list[EngineStepRow]:
-        """Step the engine until every request is finished; one row per model step (`admit(live)` adds
-        requests held back by max_in_flight as others finish; `between()` runs after each step,
-        off the clock)."""
-        eng = self.llm.llm_engine
-        steps: list[EngineStepRow] = []
-        live = set(tracked)
-        t_prev = now()
-        while eng.has_unfinished_requests():
-            decoding = [tracked[k] for k in live if tracked[k].generated > 0]
-            ctx = [s.prompt_tokens + s.generated for s in decoding]
-            n_before = len(self._stats)
-            if controller is not None:
-                controller.before_step(min(len(live), self.max_num_seqs))
-            drafted0 = self._draft_clock.seconds
-            outs = eng.step()
-            t_now, draft_s = now(), self._draft_clock.since(drafted0)
-            new_stats = [s for s in self._stats[n_before:] if s is not None]
-            new_tokens = take_outputs(outs, tracked, alias, live, t_now)
-            waiting_here = held()  # requests run_steps holds back (max_in_flight) wait too
-            admit(live)
-            ss = new_stats[-1] if new_stats else None
-            if getattr(ss, "iteration_details", None) is None and new_tokens == 0:
-                continue  # no model step (a stats-only output): its time goes to the next step
-            row = step_row(ss, ctx, len(decoding), new_tokens, rl_step=rl_step, worker=worker, engine_step=len(steps),
-                            start_s=t_prev, wall_s=t_now - t_prev, finished=len(tracked) - len(live), draft_s=draft_s)
-            row.num_waiting += waiting_here
-            t_prev = t_now
-            steps.append(row)
-            if controller is not None:
-                controller.after_step(row)
-            if on_step is not None:
-                on_step(row)
-            between()  # off the clock: the next step's wall starts at t_now still
-        return steps
-
     # ------------------------------------------------------------ weights
 
-    def reload(self, target_dir: str | Path | None = None, drafter_dir: str | Path | None = None) -> dict[str, float]:
-        """Load new target and/or drafter weights into the running engine, then drop the prefix cache.
+    def reload(self, target_dir: str | Path | None = None,
+               drafter_dir: str | Path | None = None) -> dict[str, float]:
+        """Load new target and/or drafter weights into the running engine, then drop the prefix
+        cache.
 
         The new weights must have the same architecture and shapes as the ones the engine was
         started with. Returns the seconds each reload took.
@@ -390,7 +341,8 @@ class RolloutEngine:
             self.model_dir = tdir
         if drafter_dir is not None:
             if self.draft_method != "eagle":
-                raise EngineConfigError("this engine has no EAGLE drafter (its policy's drafter.kind is not eagle)")
+                raise EngineConfigError("this engine has no EAGLE drafter (its policy's "
+                                        "drafter.kind is not eagle)")
             ddir = Path(drafter_dir)
             if not (ddir / "config.json").is_file():
                 raise EngineConfigError(f"{ddir}: not an EAGLE checkpoint (no config.json)")
@@ -415,7 +367,8 @@ class RolloutEngine:
             pass
         del llm
         if self.in_process:
-            gc.unfreeze()  # vLLM's engine core froze this process's heap (its own objects among them)
+            # vLLM's engine core froze this process's heap (its own objects among them)
+            gc.unfreeze()
         gc.collect()
 
     def __enter__(self) -> "RolloutEngine":

@@ -39,12 +39,15 @@ class RunConfig:
     # prediction from a profile); a kind without one starts at the policy's schedule.
     start_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
     start_source: str = ""  # where start_tables came from (e.g. "profile cpu-tiny"), for the trace
-    task: Task | None = None  # a user's task (workbench/contracts/task.py); None: the GCD task under `mix`
-    device: str = "cpu"  # where the GRPO update and the drafter's training run: "cpu" or "cuda" (bf16)
+    # a user's task (workbench/contracts/task.py); None: the GCD task under `mix`
+    task: Task | None = None
+    # where the GRPO update and the drafter's training run: "cpu" or "cuda" (bf16)
+    device: str = "cpu"
 
     def check(self) -> None:
         if not (Path(self.model) / "config.json").is_file():
-            raise TrainError(f"--model {self.model}: no config.json (give a Hugging Face model directory)")
+            raise TrainError(f"--model {self.model}: no config.json "
+                             "(give a Hugging Face model directory)")
         try:
             refuse_unrunnable(self.policy)
         except EngineConfigError as exc:
@@ -52,24 +55,28 @@ class RunConfig:
         d = self.policy.drafter
         if d.kind == DrafterKind.EAGLE and d.warm_start and self.drafter is None:
             raise TrainError(f"--policy {self.policy.name}: drafter.warm_start needs --drafter DIR "
-                             f"(a checkpoint from `tlt drafter train`, e.g. traces/reference/drafter; only the shipped "
-                             f"models "
-                             f"under traces/reference/ have one), or a cold-starting policy such as tlt-cold")
+                             "(a checkpoint from `tlt drafter train`, e.g. "
+                             "traces/reference/drafter; only the shipped models under "
+                             "traces/reference/ have one), or a cold-starting policy such as "
+                             "tlt-cold")
         if self.drafter is not None and not (Path(self.drafter) / "config.json").is_file():
             raise TrainError(f"--drafter {self.drafter}: not an EAGLE checkpoint (no config.json)")
-        for name, v, lo in (("steps", self.steps, 1), ("workers", self.workers, 1), ("prompts", self.prompts, 1),
-                            ("samples", self.samples, 2), ("seed", self.seed, 0)):
+        for name, v, lo in (("steps", self.steps, 1), ("workers", self.workers, 1),
+                            ("prompts", self.prompts, 1), ("samples", self.samples, 2),
+                            ("seed", self.seed, 0)):
             if v < lo:
                 why = " (GRPO needs a group)" if name == "samples" else ""
                 raise TrainError(f"--{name} {v}: must be >= {lo}{why}")
         if self.prompts < self.workers:
-            raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker needs a prompt group")
+            raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker "
+                             "needs a prompt group")
         self._check_device()
         for kind, table in self.start_tables.items():
             drafts = kind in (DrafterKind.NGRAM, DrafterKind.EAGLE)
             if not drafts or len(table) != len(self.policy.schedule) or min(table, default=0) < 0:
-                raise TrainError(f"start table {kind}: {list(table)}: one draft length >= 0 per schedule row "
-                                 f"({len(self.policy.schedule)}) of policy '{self.policy.name}', for ngram or eagle")
+                raise TrainError(f"start table {kind}: {list(table)}: one draft length >= 0 per "
+                                 f"schedule row ({len(self.policy.schedule)}) of policy "
+                                 f"'{self.policy.name}', for ngram or eagle")
 
     def _check_device(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -90,11 +97,13 @@ SHIPPED = Path(__file__).resolve().parents[2] / "traces" / "reference"
 
 def default_drafter(model: Path | str, policy: Policy, drafter: Path | None = None) -> Path | None:
     """The warm-start drafter to use: the one given, else a shipped model's own drafter for a
-    warm-starting EAGLE policy on a shipped model (so `tlt train` and the app need no --drafter there)."""
+    warm-starting EAGLE policy on a shipped model (so `tlt train` and the app need no --drafter
+    there)."""
     if drafter is None and policy.drafter.kind == DrafterKind.EAGLE and policy.drafter.warm_start:
         m = Path(model).resolve()
         beside = m.parent / "drafter"
-        if m.name == "model" and m.parent.is_relative_to(SHIPPED) and (beside / "config.json").is_file():
+        shipped = m.name == "model" and m.parent.is_relative_to(SHIPPED)
+        if shipped and (beside / "config.json").is_file():
             return beside
     return drafter
 

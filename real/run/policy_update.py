@@ -1,5 +1,5 @@
-"""Step 3 of an RL step: the responses' rewards (the run's task, real/run/task_source.py) and one GRPO
-update (real/grpo.py)."""
+"""The update of an RL step: the responses' rewards (the run's task, real/run/task_source.py) and
+one GRPO step (real/grpo.py)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,14 @@ if TYPE_CHECKING:
 class Update:
     requests: list[RequestRow]  # every response's row, its reward set
     stats: StepStats
-    hidden: list[HiddenRecord]  # the target's hidden states of the responses (keep_hidden), for the drafter
-    style_share: float  # share of responses in the style the reward asks for (NaN: any style scores)
+    # the target's hidden states of the responses (keep_hidden), for the drafter
+    hidden: list[HiddenRecord]
+    # share of responses in the style the reward asks for (NaN: any style scores)
+    style_share: float
 
 
-def policy_update(trainer: Any, problems: Sequence[Any], rollouts: dict[int, WorkerRollout], source: TaskSource,
-                  keep_hidden: bool) -> Update:
+def policy_update(trainer: Any, problems: Sequence[Any], rollouts: dict[int, WorkerRollout],
+                  source: TaskSource, keep_hidden: bool) -> Update:
     """Reward every response of the workers' rollouts (in worker order) and take one GRPO step."""
     from real.grpo import ScoredResponse
 
@@ -36,7 +38,7 @@ def policy_update(trainer: Any, problems: Sequence[Any], rollouts: dict[int, Wor
             row.reward = source.reward(problems[row.prompt_id], out.text)
             texts.append(out.text)
             requests.append(row)
-            batch.append(ScoredResponse(list(r.prompt_ids[row.request_id]), list(out.token_ids), row.reward,
-                                        row.prompt_id))
+            prompt_ids = list(r.prompt_ids[row.request_id])
+            batch.append(ScoredResponse(prompt_ids, list(out.token_ids), row.reward, row.prompt_id))
     stats, hidden = trainer.step(batch, keep_hidden=keep_hidden)
     return Update(requests, stats, hidden, source.style_share(texts))

@@ -2,7 +2,7 @@
 them, fan each call out to all of them, and run a rollout with spot training in the idle time.
 
 The pool holds no engine state of its own: what the engines run is the coordinator's
-`EngineState` (real/run/engine_state.py), handed to the workers on start and on every change.
+`EnginePlan` (real/run/engine_plan.py), handed to the workers on start and on every change.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, Sequence
 from real.drafter.records import HiddenRecord
 from real.rollout.requests import EngineStepRow, RolloutRequest
 from real.run.config import RunConfig
-from real.run.engine_state import EngineState
+from real.run.engine_plan import EnginePlan
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
-from real.run.sd_guard import PlainCost, plain_cost
+from real.run.sd_pricing import PlainCost, plain_cost
 from real.run.shipping import bundle
 
 
@@ -61,7 +61,8 @@ class WorkerPool:
     goes through Ray's object store (real/run/shipping.py), not a path on this machine's disk. Where
     the cluster has GPUs, each worker takes one (its vLLM engine's)."""
 
-    def __init__(self, cfg: RunConfig, model_dir: str, drafter_dir: str | None, engines: EngineState):
+    def __init__(self, cfg: RunConfig, model_dir: str, drafter_dir: str | None,
+                 engines: EnginePlan):
         import ray
 
         from real.run.worker import RolloutWorker
@@ -83,13 +84,16 @@ class WorkerPool:
         self.workers = [actor.options(runtime_env=env).remote(
             i, model, engines, drafter, cfg.seed, max_num_seqs=cfg.max_num_seqs,
             max_model_len=cfg.max_model_len, threads=threads) for i in range(cfg.workers)]
-        ray.get([w.ready.remote() for w in self.workers])  # all constructed: `start` runs on all at once
-        self.plain_rows: list[list[EngineStepRow]] = ray.get([w.start.remote() for w in self.workers])
+        # all constructed: `start` runs on all at once
+        ray.get([w.ready.remote() for w in self.workers])
+        self.plain_rows: list[list[EngineStepRow]] = ray.get(
+            [w.start.remote() for w in self.workers])
         self.plain_costs: list[PlainCost | None] = [plain_cost(rows) for rows in self.plain_rows]
         self.settings: dict[str, Any] = ray.get(self.workers[0].settings.remote())
 
     def _arg(self, path: str | None) -> Any:
-        """A directory as the workers get it: its path, or on a cluster its bundle in the object store."""
+        """A directory as the workers get it: its path, or on a cluster its bundle in the object
+        store."""
         import ray
 
         if path is None or not self.ship:
@@ -102,11 +106,13 @@ class WorkerPool:
     def rollout(self, shards: Sequence[Sequence[RolloutRequest]], step: int, clock0: float,
                 idle: IdleWork) -> PoolRollout:
         """Every worker decodes its shard at once; once `idle.min_idle` are done, each idle worker
-        does the idle work until the last shard is done, then is stopped (within one drafter step)."""
+        does the idle work until the last shard is done, then is stopped (within one drafter
+        step)."""
         import ray
 
         t0 = time.time()
-        pending = {w.rollout.remote(shard, step, clock0): i for i, (w, shard) in enumerate(zip(self.workers, shards))}
+        pending = {w.rollout.remote(shard, step, clock0): i
+                   for i, (w, shard) in enumerate(zip(self.workers, shards))}
         rollouts: dict[int, WorkerRollout] = {}
         done_workers: list[int] = []
         spot_refs: dict[Any, int] = {}
@@ -121,7 +127,8 @@ class WorkerPool:
                 for i in done_workers:
                     if i not in spot_refs.values():
                         seqs = [rollouts[i].sequence(rid) for rid in rollouts[i].outputs]
-                        ref = self.workers[i].spot_train.remote(seqs, buffer_ref or [], idle.max_steps, idle.check_k)
+                        ref = self.workers[i].spot_train.remote(
+                            seqs, buffer_ref or [], idle.max_steps, idle.check_k)
                         spot_refs[ref] = i
         end = time.time()
         for i in spot_refs.values():
@@ -140,7 +147,7 @@ class WorkerPool:
 
         return ray.get(self.workers[0].check_drafters.remote(list(records), k))
 
-    def run_engines(self, engines: EngineState, drafter_dir: str | None) -> None:
+    def run_engines(self, engines: EnginePlan, drafter_dir: str | None) -> None:
         """Every worker's engine restarted as `engines` says (in its process)."""
         import ray
 

@@ -84,7 +84,8 @@ class WorkerSpot:
     stop_latency_s: float  # from stop_spot() to spot_train returning (NaN when not stopped)
     state: dict[str, Any] = field(default_factory=dict)  # drafter weights (torch tensors)
     fresh_records: int = 0
-    check: DrafterCheck | None = None  # the drafters judged on the fresh records before training (None: stopped first)
+    # the drafters judged on the fresh records before training (None: stopped first)
+    check: DrafterCheck | None = None
 
 
 @dataclass
@@ -100,7 +101,8 @@ class StepRecord:
     drafter_train_fraction: float
     mean_accept_len: float  # tokens per verify pass over SD passes (1.0 with no SD)
     reward: float
-    pass_at_g: float  # mean best reward per prompt: with 0/1 rewards, prompts with at least one correct sample
+    # mean best reward per prompt: with 0/1 rewards, prompts with at least one correct sample
+    pass_at_g: float
     drafter_loss: float
     drafter_steps: int
     drafter_kind: DrafterKind
@@ -118,21 +120,24 @@ class StepRecord:
     # preferred style, real/tiny/task.py; NaN for the plain task).
     style_share: float = math.nan
     # SD's decode speed over a plain engine's on this rollout, priced at the plain engine each
-    # worker measured at start-up (real/run/sd_guard.py; NaN: not judged, e.g. while SD is off).
+    # worker measured at start-up (real/run/sd_pricing.py; NaN: not judged, e.g. while SD is off).
     sd_speedup: float = math.nan
-    # Worker-time decoding at a small batch (the tail; rollout_split) over the rollout's worker-time.
+    # Worker-time decoding at a small batch (the tail; rollout_split) over the rollout's
+    # worker-time.
     tail_fraction: float = math.nan
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> StepRecord:
-        """A record from its fields by name (a checkpoint's, or a metrics.csv row), old names too."""
+        """A record from its fields by name (a checkpoint's, or a metrics.csv row), old names
+        too."""
         named = {OLD_METRIC_NAMES.get(k, k): v for k, v in values.items()}
         return cls(**{**named, "drafter_kind": DrafterKind(named["drafter_kind"])})
 
 
 METRIC_COLUMNS = tuple(f.name for f in fields(StepRecord))  # metrics.csv, in this order
 # Columns of metrics.csv (and fields of checkpointed records) under their former names.
-OLD_METRIC_NAMES = {"step": "rl_step", "bubble_frac": "bubble_fraction", "spot_frac": "drafter_train_fraction"}
+OLD_METRIC_NAMES = {"step": "rl_step", "bubble_frac": "bubble_fraction",
+                    "spot_frac": "drafter_train_fraction"}
 
 
 @dataclass
@@ -147,7 +152,8 @@ class RunRows:
     def frames(self, meta: dict[str, Any]) -> Trace:
         """The rows as a trace (meta given by the caller)."""
         return Trace(meta, rows_frame(self.steps, StepRow), rows_frame(self.requests, RequestRow),
-                     rows_frame(self.rl_steps, RLStepRow), timeline=rows_frame(self.timeline, TimelineRow))
+                     rows_frame(self.rl_steps, RLStepRow),
+                     timeline=rows_frame(self.timeline, TimelineRow))
 
 
 @dataclass
@@ -167,8 +173,8 @@ def rollout_accept_len(rollouts: Iterable[WorkerRollout]) -> float:
     return accepted_length(sum(r.accepted for r in rollouts), sum(r.drafts for r in rollouts))
 
 
-def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], times: StepTimes,
-                  clock0: float) -> list[TimelineRow]:
+def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot],
+                  times: StepTimes, clock0: float) -> list[TimelineRow]:
     """What each worker did during the RL step: idle until its rollout began, its engine steps,
     idle time, spot training, then the policy update and the sync (times since the run began)."""
     rel = lambda t: t - clock0  # noqa: E731
@@ -176,7 +182,8 @@ def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[Wor
     for i, r in rollouts.items():
         tl.add(step, i, rel(times.start), rel(r.start), "idle")  # waiting for its share of the step
         for row in r.steps:
-            tl.add(step, i, row.start_s, row.start_s + row.wall_s, "decode_sd" if row.draft_len else "decode",
+            state = "decode_sd" if row.draft_len else "decode"
+            tl.add(step, i, row.start_s, row.start_s + row.wall_s, state,
                    row.batch_size, row.draft_len, row.new_tokens, 1, row.context_mean)
         sp = next((x for x in spots if x.worker == i), None)
         if sp is not None:
@@ -190,14 +197,16 @@ def step_timeline(step: int, rollouts: dict[int, WorkerRollout], spots: list[Wor
     return [TimelineRow(*row) for row in tl.rows]
 
 
-def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot], requests: list[RequestRow],
-                times: StepTimes, grpo: Any, drafter_kind: DrafterKind,
-                check: DrafterCheck | None = None,
-                style_share: float = math.nan, sd_speedup: float = math.nan, *, clock0: float) -> StepRecord:
+def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot],
+                requests: list[RequestRow], times: StepTimes, grpo: Any,
+                drafter_kind: DrafterKind, check: DrafterCheck | None = None,
+                style_share: float = math.nan, sd_speedup: float = math.nan, *,
+                clock0: float) -> StepRecord:
     """The RL step's metrics (`grpo`: the GRPO update's StepStats; `check`: the drafters judged;
     `clock0`: when the run began, the origin of the engine steps' `start_s`)."""
     timeline = rows_frame(step_timeline(step, rollouts, spots, times, clock0), TimelineRow)
-    split = rollout_split(timeline, len(rollouts), window=(times.start - clock0, times.rollout_end - clock0))
+    window = (times.start - clock0, times.rollout_end - clock0)
+    split = rollout_split(timeline, len(rollouts), window=window)
     rewards = [row.reward for row in requests]
     by_prompt: dict[int, float] = {}
     for row in requests:
@@ -205,7 +214,8 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
     trained = [sp for sp in spots if sp.steps > 0]
     acc = rollout_accept_len(rollouts.values())
     return StepRecord(
-        rl_step=step, step_s=times.sync_end - times.start, rollout_s=times.rollout_end - times.start,
+        rl_step=step, step_s=times.sync_end - times.start,
+        rollout_s=times.rollout_end - times.start,
         train_s=times.train_end - times.train_start, sync_s=times.sync_end - times.train_end,
         bubble_fraction=split.bubble_fraction, drafter_train_fraction=split.drafter_train_fraction,
         mean_accept_len=1.0 if math.isnan(acc) else acc,
@@ -213,7 +223,8 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
         drafter_loss=(sum(sp.loss * sp.steps for sp in trained) / sum(sp.steps for sp in trained)
                       if trained else math.nan),
         drafter_steps=sum(sp.steps for sp in spots), drafter_kind=drafter_kind,
-        tokens=sum(row.response_tokens for row in requests), longest=max(row.response_tokens for row in requests),
+        tokens=sum(row.response_tokens for row in requests),
+        longest=max(row.response_tokens for row in requests),
         grpo_loss=grpo.loss, kl=grpo.kl,
         stop_latency_s=max((sp.stop_latency_s for sp in spots if sp.stopped), default=math.nan),
         eagle_est=check.eagle if check else math.nan, ngram_est=check.ngram if check else math.nan,
@@ -221,8 +232,9 @@ def step_record(step: int, rollouts: dict[int, WorkerRollout], spots: list[Worke
         sd_speedup=sd_speedup, tail_fraction=split.tail_fraction)
 
 
-def add_step_rows(rows: RunRows, step: int, rollouts: dict[int, WorkerRollout], spots: list[WorkerSpot],
-                  requests: list[RequestRow], times: StepTimes, clock0: float) -> None:
+def add_step_rows(rows: RunRows, step: int, rollouts: dict[int, WorkerRollout],
+                  spots: list[WorkerSpot], requests: list[RequestRow], times: StepTimes,
+                  clock0: float) -> None:
     """Append one RL step's rows to the run's trace rows."""
     rows.timeline += step_timeline(step, rollouts, spots, times, clock0)
     for r in rollouts.values():
@@ -230,9 +242,11 @@ def add_step_rows(rows: RunRows, step: int, rollouts: dict[int, WorkerRollout], 
     rows.requests += requests
     spot = sum(max(0.0, min(sp.end, times.rollout_end) - sp.start) for sp in spots)
     rows.rl_steps.append(RLStepRow(rl_step=step, rollout_s=times.rollout_end - times.start,
-                                   train_s=times.train_end - times.train_start, sync_s=times.sync_end - times.train_end,
+                                   train_s=times.train_end - times.train_start,
+                                   sync_s=times.sync_end - times.train_end,
                                    drafter_train_s=spot))
 
 
 def metrics_frame(metrics: list[StepRecord]) -> pd.DataFrame:
-    return pd.DataFrame([[getattr(m, c) for c in METRIC_COLUMNS] for m in metrics], columns=list(METRIC_COLUMNS))
+    return pd.DataFrame([[getattr(m, c) for c in METRIC_COLUMNS] for m in metrics],
+                        columns=list(METRIC_COLUMNS))

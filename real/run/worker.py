@@ -1,22 +1,24 @@
 """A rollout worker: one vLLM engine, its bandit, and a spot drafter trainer, run as a Ray actor.
 
 The coordinator (real/run/coordinator.py, through real/run/pool.py) owns the schedule of an RL
-step and the engines' state (real/run/engine_state.py); a worker only does what it is told and
+step and the engines' plan (real/run/engine_plan.py); a worker only does what it is told and
 reports what happened (real/run/records.py), with wall-clock times (`time.time()`, comparable
 across the processes of one machine) so the coordinator can draw the step's timeline:
 
-    start()                       measure a plain engine (guarded policies), then start the SD engine
+    start()                       measure a plain engine (guarded policies), then start the SD
+                                  engine
     rollout(requests, rl_step)    decode its shard; the controller (real/rollout/adaptive.py) picks
                                   draft lengths between engine steps
     spot_train(sequences, buffer, max_steps, check_k)
-                                  check the drafters on a sample of its fresh responses (when check_k),
-                                  then train the drafter on their hidden states plus the buffer until
-                                  stop_spot()
+                                  check the drafters on a sample of its fresh responses (when
+                                  check_k), then train the drafter on their hidden states plus the
+                                  buffer until stop_spot()
     stop_spot()                   called from another thread: the actor runs two calls at once
                                   (Ray `max_concurrency=2`), so a stop reaches a running spot_train
     sync(target_dir, drafter)     reload weights in place before the next rollout
-    check_drafters(records, k)    the learned drafter and n-gram checked alike (the switch rule's input)
-    run_engine(engines, drafter)  restart the engine as an EngineState says (n-gram, EAGLE or none)
+    check_drafters(records, k)    the learned drafter and n-gram checked alike (the switch rule's
+                                  input)
+    run_engine(engines, drafter)  restart the engine as an EnginePlan says (n-gram, EAGLE or none)
     probe(requests)               before the run's first step, a short rollout the SD guard judges
 
 The stop flag is cleared by `sync` (between RL steps), never by `spot_train`: with a threaded
@@ -49,8 +51,8 @@ from real.rollout.adaptive import BanditController
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
-from real.run.engine_state import EngineState
-from real.run.sd_guard import PLAIN_BATCH, plain_requests
+from real.run.engine_plan import EnginePlan
+from real.run.sd_pricing import PLAIN_BATCH, plain_requests
 from real.run.shipping import DirBundle, LocalDirs
 from real.tiny.task import make_problems
 from workbench.contracts.seeds import Stream, derive_seed
@@ -67,17 +69,16 @@ def spread(items: Sequence[Any], n: int) -> list[Any]:
 
 
 class RolloutWorker:
-    def __init__(self, worker: int, model_dir: str | DirBundle, engines: EngineState,
-                 drafter_dir: str | DirBundle | None, seed: int, max_num_seqs: int = 64, max_model_len: int = 2048,
-                 kv_cache_gib: float = 0.5,
-                 threads: int = 1):
-        """`engines`: what the engine runs (real/run/engine_state.py); `seed`: the run's seed, the
+    def __init__(self, worker: int, model_dir: str | DirBundle, engines: EnginePlan,
+                 drafter_dir: str | DirBundle | None, seed: int, max_num_seqs: int = 64,
+                 max_model_len: int = 2048, kv_cache_gib: float = 0.5, threads: int = 1):
+        """`engines`: what the engine runs (real/run/engine_plan.py); `seed`: the run's seed, the
         worker's streams derive from it and `worker`. Directories come as paths, or as bundles
         from the object store (real/run/shipping.py) that the worker writes to its own disk."""
         self.local = LocalDirs()
         model_dir, drafter_dir = self.local.local(model_dir), self.local.local(drafter_dir)
-        # The engine runs in this process (real/rollout/engine.py) and shares its torch threads with the
-        # spot trainer: a worker gets its share of the machine's cores, no more.
+        # The engine runs in this process (real/rollout/engine.py) and shares its torch threads
+        # with the spot trainer: a worker gets its share of the machine's cores, no more.
         self.threads = max(1, threads)
         self._pin_threads()
         self.worker = worker
@@ -87,8 +88,10 @@ class RolloutWorker:
         self.model_dir = str(model_dir)
         self.drafter_dir = drafter_dir
         self.engine_kwargs = dict(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                                  seed=derive_seed(seed, Stream.ENGINE, worker), kv_cache_gib=kv_cache_gib)
-        self.controller_states: dict[str, dict[str, Any]] = {}  # kind -> its controller's state when switched away
+                                  seed=derive_seed(seed, Stream.ENGINE, worker),
+                                  kv_cache_gib=kv_cache_gib)
+        # kind -> its controller's state when switched away
+        self.controller_states: dict[str, dict[str, Any]] = {}
         self.plain_rows: list[EngineStepRow] = []  # what the SD guard prices SD against (`start`)
         self.engine: RolloutEngine | None = None  # started by `start`
         self.controller: BanditController | None = None
@@ -100,8 +103,11 @@ class RolloutWorker:
                                  max_len=max_model_len)
                      if pol.spot_training.enabled or engines.switches else None)
         # The drafter the run started from, never trained: what spot training is judged against.
-        self.static_state = self.spot.drafter_state() if self.spot is not None and pol.drafter.warm_start else None
-        self._pending: tuple[str | None, str | None] = (None, None)  # (target, drafter) not yet in the spot trainer
+        self.static_state = None
+        if self.spot is not None and pol.drafter.warm_start:
+            self.static_state = self.spot.drafter_state()
+        # (target, drafter) not yet in the spot trainer
+        self._pending: tuple[str | None, str | None] = (None, None)
         self._stop = threading.Event()
         self._stop_at = float("nan")
 
@@ -112,7 +118,7 @@ class RolloutWorker:
         return True
 
     def start(self) -> list[EngineStepRow]:
-        """Measure a plain engine (guarded policies: real/run/sd_guard.py), then start the SD
+        """Measure a plain engine (guarded policies: real/run/sd_pricing.py), then start the SD
         engine; returns the plain engine's steps. The coordinator calls it on every worker at
         once, after all are constructed (`ready`), so the measurement runs beside the other
         workers' as a rollout runs beside their decoding (alone, it reads a different machine)."""
@@ -124,8 +130,9 @@ class RolloutWorker:
 
     def _start_engine(self) -> None:
         drafter = self.drafter_dir if self.engines.kind == DrafterKind.EAGLE else None
-        self.engine = RolloutEngine(self.model_dir, self.engines.engine_policy(), drafter_dir=drafter,
-                                    adaptive=True, in_process=True, **self.engine_kwargs)
+        self.engine = RolloutEngine(self.model_dir, self.engines.engine_policy(),
+                                    drafter_dir=drafter, adaptive=True, in_process=True,
+                                    **self.engine_kwargs)
         self._warm_up()
         self.controller = None
         if self.engine.spec:
@@ -146,26 +153,27 @@ class RolloutWorker:
         """One short greedy request, so lazy initialisation and the n-gram proposer's JIT compile
         (tens of seconds on CPU) are not charged to the first RL step's rollout."""
         engine = engine or self.engine
-        engine.generate([make_problems(1, seed=0)[0].prompt], 1, Sampling(temperature=0.0, max_tokens=32))
+        prompt = make_problems(1, seed=0)[0].prompt
+        engine.generate([prompt], 1, Sampling(temperature=0.0, max_tokens=32))
         engine.llm.reset_prefix_cache()
 
     def _measure_plain(self) -> list[EngineStepRow]:
         """A plain engine's decode steps at every batch size from PLAIN_BATCH down to 1
         (`plain_requests`), on this worker's threads: the SD guard's plain engine
-        (real/run/sd_guard.py). A few seconds, once."""
-        engine = RolloutEngine(self.model_dir, self.policy.without_sd(), adaptive=True, in_process=True,
-                               **self.engine_kwargs)
+        (real/run/sd_pricing.py). A few seconds, once."""
+        engine = RolloutEngine(self.model_dir, self.policy.without_sd(), adaptive=True,
+                               in_process=True, **self.engine_kwargs)
         try:
             self._warm_up(engine)
-            run = engine.run_steps(plain_requests(min(PLAIN_BATCH, engine.max_num_seqs),
-                                                  derive_seed(self.seed, Stream.ENGINE, self.worker)))
+            seed = derive_seed(self.seed, Stream.ENGINE, self.worker)
+            run = engine.run_steps(plain_requests(min(PLAIN_BATCH, engine.max_num_seqs), seed))
         finally:
             engine.close()
         return [replace(r, draft_s=0.0) for r in run.steps]
 
-    def run_engine(self, engines: EngineState, drafter_dir: str | DirBundle | None) -> float:
+    def run_engine(self, engines: EnginePlan, drafter_dir: str | DirBundle | None) -> float:
         """Restart the engine as `engines` says: drafter "ngram", "eagle" or "none" (plain decoding,
-        where SD loses: real/run/sd_guard.py); seconds taken.
+        where SD loses: real/run/engine_plan.py); seconds taken.
 
         vLLM fixes a drafter when an engine starts, so the engine is rebuilt in this process
         (real/rollout/vllm_fixes.py makes that possible on CPU); weights, bandit and spot trainer
@@ -181,14 +189,16 @@ class RolloutWorker:
 
     # ------------------------------------------------------------ the RL step
 
-    def rollout(self, requests: Sequence[RolloutRequest], rl_step: int, clock0: float) -> WorkerRollout:
+    def rollout(self, requests: Sequence[RolloutRequest], rl_step: int,
+                clock0: float) -> WorkerRollout:
         self._pin_threads()
         start = time.time()
         c0 = self.engine.spec_counters() if self.engine.spec else None
         run = self.engine.run_steps(requests, rl_step=rl_step, worker=self.worker, clock0=None,
                                     controller=self.controller)
         if self.controller is not None:
-            self.controller.end_rollout()  # the next rollout's first step verifies nothing of this one's
+            # the next rollout's first step verifies nothing of this one's
+            self.controller.end_rollout()
         end = time.time()
         # Rows carry seconds since this rollout began; the trace wants seconds since the run began.
         shift = start - clock0
@@ -216,7 +226,8 @@ class RolloutWorker:
         self._pin_threads()
         start = time.time()
         if self.spot is None:
-            return WorkerSpot(self.worker, start, start, 0, float("nan"), float("nan"), False, float("nan"))
+            nan = float("nan")
+            return WorkerSpot(self.worker, start, start, 0, nan, nan, False, nan)
         self._catch_up()
         # Hidden states of the fresh responses, a minibatch at a time so a stop lands within one
         # forward pass here too.
@@ -234,8 +245,9 @@ class RolloutWorker:
             res = self.spot.train_until(self._stop, fresh + list(buffer), max_steps)
         end = time.time()
         latency = end - self._stop_at if res.stopped else float("nan")
-        return WorkerSpot(self.worker, start, end, res.steps, res.loss, res.top1, res.stopped, latency,
-                          self.spot.drafter_state() if res.steps else {}, len(fresh), check)
+        state = self.spot.drafter_state() if res.steps else {}
+        return WorkerSpot(self.worker, start, end, res.steps, res.loss, res.top1, res.stopped,
+                          latency, state, len(fresh), check)
 
     def check_drafters(self, records: Sequence[HiddenRecord], k: int) -> DrafterCheck | None:
         """The drafters on up to `FRESH_SAMPLE` of `records` (spread over them), 8 chain starts
@@ -251,9 +263,11 @@ class RolloutWorker:
         try:
             eagle = self.spot.estimate_accept_len(sample, k, max_starts=8, stop=self._stop)
             ngram = self.spot.estimate_ngram_accept_len(sample, k, max_starts=8, stop=self._stop)
-            static = (self.spot.estimate_accept_len(sample, k, max_starts=8, stop=self._stop,
-                                                    drafter=self.spot.static_drafter(self.static_state))
-                      if self.static_state is not None else float("nan"))
+            static = float("nan")
+            if self.static_state is not None:
+                initial = self.spot.static_drafter(self.static_state)
+                static = self.spot.estimate_accept_len(sample, k, max_starts=8, stop=self._stop,
+                                                       drafter=initial)
         except ValueError:  # no record long enough for a chain of k
             return None
         if self._stop.is_set():
@@ -265,9 +279,10 @@ class RolloutWorker:
         self._stop.set()
         return self._stop_at
 
-    def sync(self, target_dir: str | DirBundle | None, drafter_dir: str | DirBundle | None) -> float:
-        """Load the new target (and drafter) into the engine; the spot trainer gets them when it next
-        works (the module doc). Seconds taken."""
+    def sync(self, target_dir: str | DirBundle | None,
+             drafter_dir: str | DirBundle | None) -> float:
+        """Load the new target (and drafter) into the engine; the spot trainer gets them when it
+        next works (the module doc). Seconds taken."""
         self._pin_threads()
         t = time.perf_counter()
         target_dir, drafter_dir = self.local.local(target_dir), self.local.local(drafter_dir)
@@ -293,7 +308,8 @@ class RolloutWorker:
         if target is not None:
             self.spot.set_target(target)
         if drafter is not None:
-            self.spot.load_drafter_state(load_drafter(drafter, self.spot.target).drafter_state_dict())
+            state = load_drafter(drafter, self.spot.target).drafter_state_dict()
+            self.spot.load_drafter_state(state)
 
     # ------------------------------------------------------------ checkpoints
 
@@ -327,7 +343,8 @@ class RolloutWorker:
     def settings(self) -> dict[str, Any]:
         shipped = self.local.count > 0
         return {**self.engine.settings(), "adaptive": True, "drafter_kind": self.engines.kind,
-                "weights_from": "Ray object store, to the worker's own disk" if shipped else "the coordinator's disk"}
+                "weights_from": ("Ray object store, to the worker's own disk" if shipped
+                                 else "the coordinator's disk")}
 
     def close(self) -> None:
         if self.engine is not None:

@@ -1,2 +1,2 @@
-"""Our own task and model: the GCD task (`task`), the character tokenizer (`tokenizer`), the tiny Qwen2 and its
-SFT (`model`)."""
+"""Our own task and model: the GCD task, its character tokenizer, the tiny Qwen2 with its SFT, and
+its generation and evaluation outside vLLM."""

@@ -136,8 +136,8 @@ def test_n_policies_are_each_compared_with_the_reference_and_the_summary_keeps_t
 
 
 def test_the_bench_json_adds_every_policy_and_the_prediction_beside_the_original_keys():
+    from workbench.cli.train import bench_json
     from workbench.validate.bench_prediction import BenchPrediction, PolicyPrediction
-    from workbench.cli.real import bench_json
 
     steps = _three_runs()
     paper, results, summary = summarize(steps)

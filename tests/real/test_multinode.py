@@ -97,8 +97,8 @@ def _responses(run):
 
 def test_the_run_spans_two_nodes_and_its_workers_load_weights_from_the_object_store(runs):
     assert len(runs["nodes"]) == 2 and all(n["Resources"].get("CPU") == 1 for n in runs["nodes"])
-    assert runs["multi"].settings["weights_from"].startswith("Ray object store")
-    assert runs["single"].settings["weights_from"] == "the coordinator's disk"
+    assert runs["multi"].outputs.settings["weights_from"].startswith("Ray object store")
+    assert runs["single"].outputs.settings["weights_from"] == "the coordinator's disk"
 
 
 def test_a_user_task_with_a_module_function_reward_trains_one_step(runs, user_task):

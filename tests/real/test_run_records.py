@@ -150,7 +150,7 @@ def test_run_config_refuses_a_negative_seed(reference_model, tmp_path):
 def test_the_drafter_switch_rule_goes_both_ways_by_the_margin():
     """The drafter not running takes over once it beats the running one by the relative margin;
     within the margin (either way) nothing moves, so the engines do not flip back and forth."""
-    from real.run.engine_choice import choose_drafter
+    from real.run.engine_plan import choose_drafter
     from real.run.records import DrafterCheck
 
     m = 0.05
@@ -186,9 +186,9 @@ def test_the_idle_workers_checks_are_averaged_and_a_stopped_one_counts_for_nothi
 def test_the_engines_next_drafter_follows_the_switch_rule_and_the_sd_guard():
     """next_engines: the n-gram <-> EAGLE rule, SD off where the verdict loses (returning to the
     drafter the rule picks), back when estimates predict a win, and never EAGLE without a drafter."""
-    from real.run.engine_choice import EngineChoice, next_engines
+    from real.run.engine_plan import EngineChoice, SDOff, next_engines
     from real.run.records import DrafterCheck
-    from real.run.sd_guard import SDOff, SDVerdict
+    from real.run.sd_pricing import SDVerdict
 
     kw = dict(switches=True, margin=0.1, has_drafter=True)
     wins, loses = SDVerdict(1.0, 1.5, 10), SDVerdict(1.0, 0.5, 10)
@@ -206,28 +206,33 @@ def test_the_engines_next_drafter_follows_the_switch_rule_and_the_sd_guard():
     assert next_engines("none", None, eagle_better, None, **kw) == EngineChoice("none", None)  # a policy without SD
 
 
-def test_one_engine_state_says_what_every_engine_runs_and_keeps_the_policy_as_written():
-    """EngineState: a cold learned drafter with n-gram fallback starts behind n-gram; the engine's
+def test_one_engine_plan_says_what_every_engine_runs_and_keeps_the_policy_as_written():
+    """EnginePlan: a cold learned drafter with n-gram fallback starts behind n-gram; the engine's
     policy runs the state's drafter, the user's policy is never rewritten; the start table is the
     running drafter's; `next` applies the switch rule and the SD guard; a checkpoint round-trips."""
     import json
 
-    from real.run.engine_state import EngineState
+    from real.run.engine_plan import EnginePlan, SDOff
     from real.run.records import DrafterCheck
-    from real.run.sd_guard import SDOff, SDVerdict
+    from real.run.sd_pricing import SDVerdict
 
     cold = load_policy("tlt-cold")
     tables = {"ngram": (2, 2, 1, 1, 0), "eagle": (4, 4, 2, 2, 0)}
-    st = EngineState.initial(cold, tables)
+    st = EnginePlan.initial(cold, tables)
     assert st.kind == "ngram" and st.switches and st.guarded and st.sd_off is None
     assert st.engine_policy().drafter.kind == "ngram" and st.policy is cold and cold.drafter.kind == "eagle"
     assert st.engine_policy().schedule == cold.schedule and st.start_table() == (2, 2, 1, 1, 0)
-    assert EngineState.initial(load_policy("tlt-vllm")).kind == "eagle"  # warm-started: on the engines at once
+    # warm-started: on the engines at once
+    assert EnginePlan.initial(load_policy("tlt-vllm")).kind == "eagle"
     eagle = st.next(DrafterCheck(eagle=3.0, ngram=1.0), SDVerdict(1.0, 1.5, 10), has_drafter=True)
     assert eagle.kind == "eagle" and eagle.start_table() == (4, 4, 2, 2, 0) and st.kind == "ngram"
     off = eagle.next(DrafterCheck(eagle=3.0, ngram=1.0), SDVerdict(1.0, 0.5, 10), has_drafter=True)
     assert off.kind == "none" and off.sd_off == SDOff("eagle", 0.5, 3.0)
     off = off.next(DrafterCheck(eagle=3.2, ngram=1.0), None, has_drafter=True)
     saved = json.loads(json.dumps(off.state_dict()))
-    back = EngineState.initial(cold, tables).load_state_dict(saved)
+    back = EnginePlan.initial(cold, tables).load_state_dict(saved)
     assert back == off and back.sd_off.recent == (3.2,)
+    assert st.after_probe(SDVerdict(1.0, 1.5, 10)) is st  # the probe's SD wins: the plan stands
+    probed = st.after_probe(SDVerdict(1.0, 0.5, 10))  # loses: no drafter from step 0, no estimate
+    assert probed.kind == "none" and probed.sd_off.kind == "ngram"
+    assert math.isnan(probed.sd_off.estimate)

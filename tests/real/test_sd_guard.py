@@ -1,5 +1,6 @@
-"""The SD guard's pure rules (real/run/sd_guard.py): a plain engine's cost fitted on an SD
-engine's steps, SD's verdict on a rollout, and when the engines turn SD off and back on."""
+"""The SD guard's pure rules: a plain engine's cost fitted on an SD engine's steps and SD's
+verdict on a rollout (real/run/sd_pricing.py), and when the engines turn SD off and back on
+(real/run/engine_plan.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,13 @@ import math
 import pytest
 
 from real.rollout.requests import EngineStepRow
-from real.run.sd_guard import (
+from real.run.engine_plan import SDOff, guards_sd, sd_next
+from real.run.sd_pricing import (
     MIN_STEPS,
     PlainCost,
-    SDOff,
     SDVerdict,
-    guards_sd,
     plain_cost,
     rollout_verdict,
-    sd_next,
     sd_verdict,
 )
 
@@ -144,7 +143,7 @@ def test_sd_turned_off_before_any_estimate_compares_later_ones_with_the_first():
 def test_the_probe_falls_from_a_full_batch_to_one_with_the_deepest_contexts_last():
     """Caps rise evenly from 16 to PROBE_TOKENS (never past the run's cap) over problems sorted by
     solution length, each prompt carrying the first half of its solution's lines."""
-    from real.run.sd_guard import PROBE_TOKENS, probe_requests
+    from real.run.sd_pricing import PROBE_TOKENS, probe_requests
 
     reqs = probe_requests(32, seed=5, temperature=1.0, max_tokens=1024, mix="default")
     caps = [r.sampling.max_tokens for r in reqs]

@@ -198,7 +198,8 @@ def test_saved_model_loads_and_generates_greedily(tiny_models):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from real.tiny.model import greedy_generate, load_model_dir
+    from real.tiny.generation import greedy_generate
+    from real.tiny.model import load_model_dir
 
     root, _ = tiny_models
     d = load_model_dir(root / "a")

@@ -61,8 +61,9 @@ def test_the_warm_started_drafter_decodes_from_the_first_step_and_is_judged_agai
     # The SD guard's probe decides before step 0 from timings (on the reference model SD wins by
     # 1.2-2.1x on a quiet machine; a machine loaded by other work can make it lose): the engines
     # start with the warm drafter unless the probe measured SD slower than a plain engine.
-    kept = run.probe.speedup * (1.0 + run.cfg.policy.drafter.switch_margin) >= 1.0
-    assert run.metrics[0].drafter_kind == ("eagle" if kept else "none"), run.probe
+    probe = run.outputs.probe
+    kept = probe.speedup * (1.0 + run.cfg.policy.drafter.switch_margin) >= 1.0
+    assert run.metrics[0].drafter_kind == ("eagle" if kept else "none"), probe
     sd = [m for m in run.metrics if m.drafter_kind == "eagle"]
     assert all(m.mean_accept_len > 1.5 for m in sd), [m.mean_accept_len for m in sd]
     # Judged in an idle worker's time, or in the sync's after a step that ran SD: the drafter the
@@ -88,9 +89,10 @@ def test_the_guarded_run_prices_every_sd_rollout_against_a_plain_engine_it_measu
     32 down to 1, the guard judged SD on a probe before step 0 (recorded in the trace), and every
     step that ran SD has its verdict; the baseline has none of these."""
     run = runs["tlt-vllm"]
-    assert run.probe is not None and run.probe.steps > 0 and run.probe.speedup > 0
-    assert load_trace(run.out / "trace").meta["sd_probe"]["speedup"] == pytest.approx(run.probe.speedup)
-    assert runs["baseline"].probe is None
+    probe = run.outputs.probe
+    assert probe is not None and probe.steps > 0 and probe.speedup > 0
+    assert load_trace(run.out / "trace").meta["sd_probe"]["speedup"] == pytest.approx(probe.speedup)
+    assert runs["baseline"].outputs.probe is None
     assert len(run.plain_rows) == 2
     for rows in run.plain_rows:
         sizes = {r.decode_requests for r in rows if r.prefill_requests == 0}
@@ -127,7 +129,7 @@ def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
     stopped = [m.stop_latency_s for m in run.metrics if not math.isnan(m.stop_latency_s)]
     assert stopped and max(stopped) < 2.0, stopped  # within one drafter step (~0.05-0.2 s here), not the rollout
     # Outputs a user relies on: per-step metrics, the trace with its timeline, a servable drafter.
-    assert list(run.metrics_frame()["rl_step"]) == [0, 1]
+    assert list(run.outputs.metrics_frame()["rl_step"]) == [0, 1]
     assert (run.out / "metrics.csv").is_file()
     assert set(trace.requests["rl_step"]) == {0, 1} and len(trace.requests) == 2 * 8 * 2
     assert set(trace.steps["worker"]) == {0, 1}
@@ -167,7 +169,7 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     from real.rollout.requests import Sampling
     from real.run import coordinator
     from real.run.records import DrafterCheck
-    from real.run.sd_guard import SDVerdict
+    from real.run.sd_pricing import SDVerdict
 
     cfg = _config(
         reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=5, temperature=0.0, prompts=4, max_tokens=256
@@ -182,7 +184,8 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
 
     monkeypatch.setattr(coordinator, "rollout_verdict", scripted_verdict)
     run = TrainingRun(cfg, log=None).open()
-    assert run.probe.speedup == 0.5 and run.engines.kind == "none" and run.engines.sd_off.kind == "ngram"
+    assert run.outputs.probe.speedup == 0.5
+    assert run.engines.kind == "none" and run.engines.sd_off.kind == "ngram"
     seen: list = []
     update, check = run.trainer.step, run.check_drafters
     measured: list = []

@@ -384,7 +384,7 @@ class Policy:
 
     def without_sd(self) -> "Policy":
         """The same policy decoding without a drafter: what an SD guard runs where SD loses
-        (real/run/sd_guard.py), and the plain engine it prices SD against."""
+        (real/run/engine_plan.py), and the plain engine it prices SD against."""
         plain = DrafterConfig(kind=DrafterKind.NONE, switch_margin=self.drafter.switch_margin)
         return replace(self, drafter=plain,
                        spot_training=replace(self.spot_training, enabled=False))

@@ -5,7 +5,7 @@ The task file (JSONL, one JSON object a line, or Parquet, one row a problem) has
     prompt    str, non-empty   what the model is asked (the model's chat template, if it has one,
                                is applied by the run, not written here)
     answer    str or number    the reference answer the reward compares a response with
-    solution  str, optional    a reference response: the SD guard's probe (real/run/sd_guard.py)
+    solution  str, optional    a reference response: the SD guard's probe (real/run/sd_pricing.py)
                                starts its requests part-way into it, as deep as a rollout's contexts
 
 The reward is named (`REWARDS`: exact, numeric, math) or a `module:function` the user supplies,

@@ -1,6 +1,6 @@
 """Train (real) page: start calibrated real training (`tlt train`) in the background and watch a run.
 
-The form mirrors `tlt train`'s options (workbench/cli/real.py). Everything is checked
+The form mirrors `tlt train`'s options (workbench/cli/train.py). Everything is checked
 here first (the model directory, the policy, `RunConfig.check`, a run directory
 that holds a run without "Resume"), so a run that would fail at once never starts.
 "Start" launches the venv's `tlt train` as a process of its own: the run

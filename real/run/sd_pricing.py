@@ -1,10 +1,10 @@
-"""Whether speculative decoding pays on these engines: a rollout's engine steps against a plain engine's.
+"""Whether speculative decoding pays on these engines: a rollout's engine steps priced against a
+plain engine's. What the engines run with that verdict is decided in real/run/engine_plan.py.
 
 An adaptive engine's bandit has K=0 among its arms, but in vLLM's EAGLE engine K=0 is not plain
 decoding (the drafter's first pass still runs every step, for its KV cache), so a drafter that
 accepts little can decode slower than a plain engine in every bucket without the bandit ever
-seeing it. Only an engine without a drafter decodes plainly, and vLLM fixes the drafter when an
-engine starts, so "SD off" is a restart (real/run/engine_state.py), decided between RL steps here:
+seeing it. Only an engine without a drafter decodes plainly, so SD is priced against one:
 
 - `plain_cost`: a plain engine's step time against batch size (fixed + per-sequence cost),
   fitted on a plain engine each worker measures before its SD engine starts (`plain_requests`).
@@ -13,12 +13,6 @@ engine starts, so "SD off" is a restart (real/run/engine_state.py), decided betw
   plain steps its tokens need at the fitted cost. Speedup = plain / SD.
 - The first verdict comes before the run's first step, from a probe (`probe_requests`), so no RL
   step's rollout is the measurement; then every rollout with SD is judged.
-- `sd_next`: SD off when the speedup is below 1 / (1 + margin) (the policy's
-  `drafter.switch_margin`, the n-gram <-> EAGLE hysteresis), and back on once the speedup it had,
-  scaled by the drafter's estimated tokens per verify pass now over then (`DrafterCheck`, checked
-  by idle workers every step), reaches 1 + margin: a pass costs about the same whatever it
-  accepts. "Now" is the mean of the last RECENT estimates, at least MIN_RECENT of them, since one
-  step's estimate on a few fresh responses is noisy.
 """
 
 from __future__ import annotations
@@ -30,7 +24,6 @@ from typing import Any, Iterable, Sequence
 
 from real.rollout.requests import EngineStepRow, RolloutRequest, Sampling
 from real.tiny.task import make_problems
-from workbench.contracts.policy import DrafterKind, Policy
 
 # Fewest plain-equivalent steps (and distinct batch sizes) a cost fit needs.
 MIN_STEPS = 8
@@ -50,7 +43,10 @@ def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
     so contexts run as deep as a rollout's (~250-500 tokens): the fit prices a step at the context
     it will be applied to (`python -m real.experiments.plain_estimate --check-guard` checks it)."""
     problems = make_problems(n * PLAIN_PROMPTS, seed=seed)
-    prompts = [" ".join(p.prompt for p in problems[i * PLAIN_PROMPTS:(i + 1) * PLAIN_PROMPTS]) for i in range(n)]
+    prompts = [
+        " ".join(p.prompt for p in problems[i * PLAIN_PROMPTS:(i + 1) * PLAIN_PROMPTS])
+        for i in range(n)
+    ]
     return [
         RolloutRequest(i, 0, prompt, Sampling(temperature=0.0, max_tokens=16 + 8 * i))
         for i, prompt in enumerate(prompts)
@@ -58,7 +54,8 @@ def plain_requests(n: int, seed: int) -> list[RolloutRequest]:
 
 
 def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: str,
-                   variant: str = "gcd", problems: Sequence[Any] | None = None) -> list[RolloutRequest]:
+                   variant: str = "gcd",
+                   problems: Sequence[Any] | None = None) -> list[RolloutRequest]:
     """The probe, a short sampled rollout SD is judged on before the run's first step
     (real/run/coordinator.py `probe_sd`): n task problems drawn for `seed` from `mix`, sampled
     as a rollout samples them.
@@ -83,8 +80,8 @@ def probe_requests(n: int, seed: int, temperature: float, max_tokens: int, mix: 
     for i, p in enumerate(problems):
         lines = p.solution.splitlines(keepends=True)
         prefix = "".join(lines[:int(len(lines) * PROBE_PREFIX)])
-        reqs.append(RolloutRequest(i, 0, p.prompt + prefix,
-                                   replace(sampling, max_tokens=min(max_tokens, 16 + round(rise * i)))))
+        cap = min(max_tokens, 16 + round(rise * i))
+        reqs.append(RolloutRequest(i, 0, p.prompt + prefix, replace(sampling, max_tokens=cap)))
     return reqs
 
 
@@ -112,28 +109,6 @@ class SDVerdict:
     def speedup(self) -> float:
         """SD's decode speed over a plain engine's (< 1: SD loses)."""
         return self.plain_s / self.sd_s if self.sd_s > 0 else math.nan
-
-
-# Estimates judged while SD is off that the return rule averages (the newest), and the fewest it needs.
-RECENT = 3
-MIN_RECENT = 2
-
-
-@dataclass(frozen=True)
-class SDOff:
-    """Why SD is off: the drafter that ran, its measured speedup and estimated tokens per pass then,
-    and the estimates judged since (the newest RECENT)."""
-
-    kind: DrafterKind  # "eagle" or "ngram": what the engines return to
-    speedup: float
-    estimate: float  # NaN: not judged yet (the probe turned SD off before step 0); the first estimate judged is taken
-    recent: tuple[float, ...] = ()
-
-
-def guards_sd(policy: Policy) -> bool:
-    """Whether a run of `policy` is guarded: adaptive SD (a bandit other than `fixed`), whose
-    bandit is there to never lose to no SD."""
-    return policy.drafter.kind != DrafterKind.NONE and policy.bandit.algorithm != "fixed"
 
 
 def _decoding(row: EngineStepRow) -> bool:
@@ -180,30 +155,14 @@ def sd_verdict(steps: Iterable[EngineStepRow], cost: PlainCost) -> SDVerdict:
     return SDVerdict(sd_s=sd, plain_s=plain, steps=n)
 
 
-def rollout_verdict(engines: Iterable[tuple[PlainCost | None, list[EngineStepRow]]]) -> SDVerdict | None:
+def rollout_verdict(
+    engines: Iterable[tuple[PlainCost | None, list[EngineStepRow]]],
+) -> SDVerdict | None:
     """One verdict over several engines' rollouts, given per engine (its plain cost, the rollout's
     steps); an engine without a cost is left out (None: no engine had one)."""
     parts = [sd_verdict(steps, cost) for cost, steps in engines if cost is not None]
     if not parts:
         return None
-    return SDVerdict(sum(p.sd_s for p in parts), sum(p.plain_s for p in parts), sum(p.steps for p in parts))
-
-
-def sd_next(off: SDOff | None, verdict: SDVerdict | None, kind: DrafterKind, estimate: float,
-            margin: float) -> SDOff | None:
-    """SD's state for the next RL step (None: on). `kind`: the drafter that ran (or that SD would
-    return to, while off); `estimate`: its tokens per verify pass judged this step (NaN: not judged)."""
-    if off is None:
-        if verdict is not None and verdict.speedup * (1.0 + margin) < 1.0:
-            return SDOff(kind, verdict.speedup, estimate)
-        return None
-    if math.isnan(off.estimate) or off.estimate <= 0:
-        # Turned off before any estimate (by the probe, before step 0): the first one judged, on the
-        # drafter that lost, is what later ones are compared with.
-        return off if math.isnan(estimate) or estimate <= 0 else replace(off, estimate=estimate)
-    recent = off.recent if math.isnan(estimate) else (off.recent + (estimate,))[-RECENT:]
-    off = replace(off, recent=recent)
-    if len(recent) < MIN_RECENT:
-        return off
-    predicted = off.speedup * (sum(recent) / len(recent)) / off.estimate
-    return None if predicted >= 1.0 + margin else off
+    return SDVerdict(
+        sum(p.sd_s for p in parts), sum(p.plain_s for p in parts), sum(p.steps for p in parts)
+    )
