@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: app test test-browser chromium bench clean gpu-check gpu-wheels
+.PHONY: app test test-browser chromium bench clean gpu-check gpu-wheels golden
 
 # Reinstall whenever pyproject.toml changes; -e so the checkout is what runs.
 $(STAMP): pyproject.toml
@@ -50,6 +50,12 @@ $(CHROMIUM):
 
 bench: $(STAMP)
 	$(BIN)/tlt bench sim
+
+# A refactor changes no output: every CLI output and result file on the shipped presets, byte for byte
+# against the reference tree tests/golden/manifest.json names (~2 min; GOLDEN_ARGS=--diff shows how).
+GOLDEN_ARGS ?=
+golden: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/python tests/golden/golden.py $(GOLDEN_ARGS)
 
 # The GPU check (real/gpu_check, README "Your GPU"): about 5 minutes on a CUDA GPU, tiny shapes on a CPU
 # (GPU_CHECK_QUICK=1: tiny shapes anywhere). It builds no .venv (a GPU machine may have no network): it
