@@ -1,13 +1,12 @@
-"""The timeline's one vocabulary and one computation (workbench/contracts/timeline.py), and traces of
-the previous version (1) read under this version's names.
+"""The timeline's one vocabulary and one computation (workbench/contracts/timeline.py), and traces
+of the previous version (1) read under this version's names.
 
-`data/trace-v1/` is a version-1 trace with a timeline, written by the workbench before version 2: three
-workers whose engine steps are the first 80, 60 and 40 of the held-out reference captures
+`data/trace-v1/` is a version-1 trace with a timeline, written by the workbench before version 2:
+three workers whose engine steps are the first 80, 60 and 40 of the held-out reference captures
 (heldout-eagle, -none, -ngram), the first worker to finish spot-training until 30 ms past the
-rollout's end (real/run/records.py's rows). The figures pinned below were computed by the code before
-`rollout_split` replaced its three copies (sim/results.py, workbench/validate/waste.py,
-real/run/records.py):
-the same inputs must give them still.
+rollout's end (real/run/records.py's rows). The figures pinned below were computed by the code
+before `rollout_split` replaced its three copies (sim/results.py, workbench/validate/waste.py,
+real/run/records.py): the same inputs must give them still.
 """
 
 from __future__ import annotations
@@ -48,13 +47,14 @@ REFERENCE = Path(__file__).parents[2] / "traces" / "reference"
 REL = 1e-9
 CLOCK0 = 1000.0  # the fixture's run began here (epoch seconds)
 
-# (workers, rollout_s, bubble_fraction, tail_fraction, tail_token_share, full_batch, tail_batch) of the
-# fixture's timeline, as workbench/validate/waste.py computed them before.
+# (workers, rollout_s, bubble_fraction, tail_fraction, tail_token_share, full_batch, tail_batch) of
+# the fixture's timeline, as workbench/validate/waste.py computed them before.
 V1_WASTE = (3, 0.7159850759987876, 0.21718466005178236, 0.002129867950457856, 0.0006289308176100629, 16, 2)
-# StepRecord's bubble_frac and spot_frac for the fixture's rollouts, as real/run/records.py computed them before.
+# StepRecord's bubble_frac and spot_frac for the fixture's rollouts, as real/run/records.py computed
+# them before.
 V1_RECORD = (0.248327208095805, 0.19767542492762818)
-# Per policy and RL step: bubble_fraction, drafter_train_fraction, tail_fraction, tail_token_share of
-# `simulate(cpu-tiny, policy, seed=2, steps=2)`, as sim/results.py computed them before.
+# Per policy and RL step: bubble_fraction, drafter_train_fraction, tail_fraction, tail_token_share
+# of `simulate(cpu-tiny, policy, seed=2, steps=2)`, as sim/results.py computed them before.
 SIMULATED = {
     "baseline": [(0.05582406566835912, 0.0, 0.20437002945674654, 0.060731203692457186),
                  (0.01314118071389173, 0.0, 0.3080882475917022, 0.09584602737076262)],
@@ -87,8 +87,9 @@ def test_a_version_1_timelines_waste_is_as_before():
 
 
 def _fixture_rollouts(t) -> tuple[dict[int, WorkerRollout], list[WorkerSpot], StepTimes]:
-    """The rollouts the fixture was recorded from: each worker's rollout from 4 ms before its first engine
-    step to 2 ms after its last; the first to finish spot-trains from 50 ms after until 30 ms past the end."""
+    """The rollouts the fixture was recorded from: each worker's rollout from 4 ms before its first
+    engine step to 2 ms after its last; the first to finish spot-trains from 50 ms after until 30 ms
+    past the end."""
     extra = [f.name for f in fields(EngineStepRow) if f.name not in STEP_COLUMNS]
     rollouts = {}
     for w, rows in t.steps.groupby("worker"):
@@ -176,8 +177,8 @@ def test_a_version_1_table_missing_a_column_names_it(tmp_path):
 
 
 def test_rows_pickled_under_version_1_names_load_under_this_versions():
-    """A `tlt train` checkpoint keeps the trace's rows pickled (rows.pt); one from a run begun before
-    version 2 holds them under version 1's field names, and resuming it must read them."""
+    """A `tlt train` checkpoint keeps the trace's rows pickled (rows.pt); one from a run begun
+    before version 2 holds them under version 1's field names, and resuming it must read them."""
     import pickle
 
     from real.run.records import RunRows

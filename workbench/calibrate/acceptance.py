@@ -76,7 +76,8 @@ def per_position_acceptance(steps: pd.DataFrame, meta: dict | None = None) -> tu
 
 
 def fit_alpha_shape(r: np.ndarray, weight: np.ndarray, base_shape: float) -> tuple[float, float, bool]:
-    """Weighted least squares of r_i = alpha ** (i ** shape); shape stays at the base with one position."""
+    """Weighted least squares of r_i = alpha ** (i ** shape); shape stays at the base with one
+    position."""
     pos = np.arange(1, len(r) + 1, dtype=float)
     ok = weight >= MIN_DRAFTS_PER_POS
     if not ok.any():

@@ -21,10 +21,10 @@ from workbench.contracts.trace import Trace
 KINDS = (DrafterKind.NONE, DrafterKind.NGRAM, DrafterKind.EAGLE)
 # Fit shapes: (prompts, samples, max_tokens, batch cap); every one runs for every kind every round.
 FIT_SHAPES = ((16, 4, 1024, 64), (16, 4, 512, 32), (8, 4, 512, 8), (16, 4, 256, 16))
-# Draft-length schedules (min_batch, max_batch, K) of the SD fit captures, rotated over the shapes so
-# each K meets several batch sizes. K runs up to 8, the SD engines' num_speculative_tokens and the
-# longest draft the tuner and `tlt-vllm` use, so no tuned K = 8 rests on acceptance and verify costs
-# extrapolated from shorter drafts.
+# Draft-length schedules (min_batch, max_batch, K) of the SD fit captures, rotated over the shapes
+# so each K meets several batch sizes. K runs up to 8, the SD engines' num_speculative_tokens and
+# the longest draft the tuner and `tlt-vllm` use, so no tuned K = 8 rests on acceptance and verify
+# costs extrapolated from shorter drafts.
 FIT_SCHEDULES = (((1, 8, 6), (9, 32, 2)), ((1, 64, 3),), ((1, 4, 8), (5, 16, 1), (17, 64, 2)),
                  ((1, 16, 4), (17, 64, 1)))
 MAX_DRAFT_LEN = 8

@@ -147,7 +147,8 @@ def features(f: pd.DataFrame, knee: float) -> np.ndarray:
 
 
 def predict_steps(profile: Profile, f: pd.DataFrame) -> np.ndarray:
-    """Step latency from the simulator's own cost functions (so the fit is judged in its exact form)."""
+    """Step latency from the simulator's own cost functions (so the fit is judged in its exact
+    form)."""
     dec, dr = profile.decode, profile.drafter
     out = np.empty(len(f))
     for i, (b, ctx, k, p, kind) in enumerate(zip(f["B"].to_numpy(), f["ctx"].to_numpy(), f["K"].to_numpy(),
@@ -158,13 +159,15 @@ def predict_steps(profile: Profile, f: pd.DataFrame) -> np.ndarray:
 
 
 def base_vector(base: Profile) -> np.ndarray:
-    """The base profile's values in COST_PARAMS order (0 for finish_s, which a Profile does not hold)."""
+    """The base profile's values in COST_PARAMS order (0 for finish_s, which a Profile does not
+    hold)."""
     return np.array([getattr(getattr(base, part), name, 0.0) for part, name in COST_PARAMS])
 
 
 def _solve(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[int], f_scale: float,
            mean_match: bool = False) -> tuple[np.ndarray, float]:
-    """Fit the `active` columns on relative residuals; the others stay at `base_vec` (their part is subtracted).
+    """Fit the `active` columns on relative residuals; the others stay at `base_vec` (their part is
+    subtracted).
 
     mean_match: then drop what a Profile cannot store (finish_s) and scale the fitted parameters
     so the steps' predicted total equals their measured total (the robust fit follows the
@@ -194,7 +197,8 @@ def _decode_tokens(g: pd.DataFrame) -> np.ndarray:
 
 
 def _fit_knee(g: pd.DataFrame, y: np.ndarray, base_vec: np.ndarray, active: list[int], f_scale: float):
-    """The 1-D search over knee = weights_s / compute_s_per_token: (knee, theta) of the lowest robust loss."""
+    """The 1-D search over knee = weights_s / compute_s_per_token: (knee, theta) of the lowest
+    robust loss."""
     decode_n = _decode_tokens(g)
     knees = [0.0]
     if COMPUTE in active and len(decode_n):  # the knee needs the compute term
@@ -213,7 +217,8 @@ def _fit_knee(g: pd.DataFrame, y: np.ndarray, base_vec: np.ndarray, active: list
             knee, cost = float(res.x), float(res.fun)
             theta, _ = _solve(features(g, knee), y, base_vec, active, f_scale)
     # A knee inside the data is one more parameter: keep it only if it lowers the loss
-    # significantly (a likelihood-ratio test: the loss is ~ sum of squared residuals, noise ~ f_scale).
+    # significantly (a likelihood-ratio test: the loss is ~ sum of squared residuals, noise ~
+    # f_scale).
     min_n = float(decode_n.min()) if len(decode_n) else 0.0
     if knee > min_n and (costs[0][0] - cost) / f_scale**2 < max(10.83, math.log(len(y))):
         cost, knee, theta = costs[0]
@@ -281,7 +286,8 @@ def _weights(fit: _RobustFit, theta: np.ndarray, base: Profile) -> tuple[float, 
 
 def _rel_se(X: np.ndarray, y: np.ndarray, rel: np.ndarray, inl: np.ndarray, active: list[int],
             theta: np.ndarray) -> np.ndarray:
-    """Relative standard errors (COST_PARAMS order; nan: unknown) from the inliers' residual variance."""
+    """Relative standard errors (COST_PARAMS order; nan: unknown) from the inliers' residual
+    variance."""
     out = np.full(len(COST_PARAMS), np.nan)
     A = X[inl][:, active] / y[inl, None]
     if len(A) > len(active):
@@ -297,9 +303,9 @@ def _rel_se(X: np.ndarray, y: np.ndarray, rel: np.ndarray, inl: np.ndarray, acti
 
 def _cv_errors(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[int], f_scale: float,
                folds: int) -> np.ndarray:
-    """Held-out relative error per step: runs of consecutive steps (so neighbours, which share batch and
-    context, are held out together) dealt round-robin to the folds (so every fold sees every trace);
-    same knee and parameter set."""
+    """Held-out relative error per step: runs of consecutive steps (so neighbours, which share batch
+    and context, are held out together) dealt round-robin to the folds (so every fold sees every
+    trace); same knee and parameter set."""
     cv_err = np.full(len(y), np.nan)
     if folds >= 2 and len(y) >= 5 * folds:
         run = max(5, len(y) // (folds * 20))
@@ -313,7 +319,8 @@ def _cv_errors(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[
 
 def _param_fits(fit: _RobustFit, theta: np.ndarray, weights: float, weights_fitted: bool,
                 rel_se: np.ndarray) -> list[ParamFit]:
-    """The profile's cost parameters (finish_s left out: a Profile has no field for it), weights_s last."""
+    """The profile's cost parameters (finish_s left out: a Profile has no field for it), weights_s
+    last."""
     out = [ParamFit(part, name, sig(theta[j]), j in fit.active, float(rel_se[j]), fit.why.get(j))
            for j, (part, name) in enumerate(COST_PARAMS) if j != FINISH]
     why = None if weights_fitted else ("no saturation knee inside the traced batch*(K+1) range"
@@ -322,7 +329,8 @@ def _param_fits(fit: _RobustFit, theta: np.ndarray, weights: float, weights_fitt
 
 
 def fit_costs(f: pd.DataFrame, base: Profile, folds: int = CV_FOLDS) -> CostFit:
-    """Robust non-negative fit of DecodeCost and DrafterCost over the usable engine steps of `f` (from `step_frame`).
+    """Robust non-negative fit of DecodeCost and DrafterCost over the usable engine steps of `f`
+    (from `step_frame`).
 
     1. Fit on the steps outside warm-up: NNLS start, then soft-l1 on relative
        residuals, for each knee candidate; keep the knee of the lowest loss.

@@ -43,11 +43,11 @@ class DriftFactor:
     """One capture's normalisation: how slow the machine was around it against the run's median.
 
     method "reference": slowness = median of the reference's wall times nearest the capture
-    (`window` on each side), against the median of every reference of the run. method "cpu": slowness = the
-    reference's CPU time around the capture (the core's own speed; same window) divided by the capture's CPU
-    share (its process's CPU time over its wall time: below 1 when other processes held the
-    cores), against the median over the run's captures; it sees contention over the whole
-    capture, where two short reference measurements can each hit or miss a burst.
+    (`window` on each side), against the median of every reference of the run. method "cpu":
+    slowness = the reference's CPU time around the capture (the core's own speed; same window)
+    divided by the capture's CPU share (its process's CPU time over its wall time: below 1 when
+    other processes held the cores), against the median over the run's captures; it sees contention
+    over the whole capture, where two short reference measurements can each hit or miss a burst.
     """
 
     method: str
@@ -116,7 +116,8 @@ def scale_trace(trace: Trace, factor: float) -> Trace:
 
 
 def recorded_factor(trace: Trace) -> float | None:
-    """The drift factor a trace's meta records and that is not applied yet (None: nothing to apply)."""
+    """The drift factor a trace's meta records and that is not applied yet (None: nothing to
+    apply)."""
     d = trace.meta.get(DRIFT_KEY)
     if not d or d.get("applied") or d.get("method") == "probe":
         return None  # a probe's capture is warped from its own samples (workbench/calibrate/probe_drift.py)
@@ -128,7 +129,8 @@ def recorded_factor(trace: Trace) -> float | None:
 
 
 def apply_recorded(trace: Trace) -> tuple[Trace, float | None]:
-    """(the trace scaled by its recorded drift factor, the factor); unchanged with None if it has none."""
+    """(the trace scaled by its recorded drift factor, the factor); unchanged with None if it has
+    none."""
     f = recorded_factor(trace)
     return (trace, None) if f is None else (scale_trace(trace, f), f)
 

@@ -60,7 +60,8 @@ class PresetCase:
         return f"{self.gpu}-{self.model}-tp{self.tp}-{self.framework}"
 
 
-# The TLT paper's evaluation shapes (its rollouts ran on SGLang), for the tlt-eval-*, paper-* and peer-* workloads.
+# The TLT paper's evaluation shapes (its rollouts ran on SGLang), for the tlt-eval-*, paper-* and
+# peer-* workloads.
 PRESET_CASES = tuple(PresetCase(m, "h100", tp, "sglang", f"h100-{m}-tp{tp}") for m, tp in (
     ("qwen2.5-7b", 1), ("qwen2.5-7b", 4), ("r1-distill-qwen-7b", 4), ("qwen2.5-32b", 4), ("qwen2.5-32b", 8),
     ("llama3.3-70b", 8)))
@@ -86,8 +87,9 @@ def cache_dir() -> Path:
 
 
 def disk_cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str) -> Profile:
-    """`derive_profile`, kept on disk per (model, GPU, TP, framework, base, package version, derivation): a
-    second run of the same cluster reads the file instead of asking the database again."""
+    """`derive_profile`, kept on disk per (model, GPU, TP, framework, base, package version,
+    derivation): a second run of the same cluster reads the file instead of asking the database
+    again."""
     src = Path(arch)
     tag = hashlib.sha256(src.read_bytes()).hexdigest()[:8] if src.is_file() else arch
     name = f"{gpu}-{model_name(arch)}-tp{tp}-{framework}"

@@ -78,9 +78,9 @@ def table_d_engine(framework: str = "sglang", sd_host_s_per_seq: float | None = 
 
 def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONTEXT,
                                 sd_host_s_per_seq: float | None = None) -> list[float]:
-    """Each Table D row's draft-step overhead: what its speedup leaves of a pass beyond the database's
-    verify and drafter costs and the pass's host work (Qwen2.5-32B TP4, H100, batch 1; its own
-    published accepted length)."""
+    """Each Table D row's draft-step overhead: what its speedup leaves of a pass beyond the
+    database's verify and drafter costs and the pass's host work (Qwen2.5-32B TP4, H100, batch 1;
+    its own published accepted length)."""
     pub = load_published()
     prof = table_d_engine(framework, sd_host_s_per_seq)
     rows = [m for m in pub.measurements if m.table == "D"]
@@ -114,7 +114,8 @@ def accepted_length_rows(pub: Published) -> list:
 
 
 def fit_acceptance(pub: Published, base: AcceptanceModel) -> AcceptanceModel:
-    """alpha, shape and tree width gain on the published accepted lengths alone (Tables D, depth x TV)."""
+    """alpha, shape and tree width gain on the published accepted lengths alone (Tables D, depth x
+    TV)."""
     rows = accepted_length_rows(pub)
 
     def model(x: np.ndarray) -> AcceptanceModel:
@@ -153,7 +154,8 @@ def median_abs_error(checks: list[Check]) -> float:
 
 @dataclass(frozen=True)
 class ScalingCheck:
-    """Table E's SD speedup on one GPU with the draft-step overhead scaled as (target step / Table D's)^exponent."""
+    """Table E's SD speedup on one GPU with the draft-step overhead scaled as (target step / Table
+    D's)^exponent."""
 
     exponent: float
     gpu: str
@@ -175,7 +177,8 @@ def reference_step_s(framework: str = "sglang") -> float:
 
 def table_e_engines(framework: str = "sglang",
                     sd_host_s_per_seq: float | None = None) -> list[tuple[str, Profile]]:
-    """Table E's engines (Qwen2.5-7B TP1 on each GPU) from the database alone, without draft-step overhead."""
+    """Table E's engines (Qwen2.5-7B TP1 on each GPU) from the database alone, without draft-step
+    overhead."""
     model = load_published().table_e_model
     return [(row, with_sd_host(bare_profile(model, gpu, 1, framework, BASE_PROFILE), sd_host_s_per_seq))
             for gpu, row in TABLE_E_GPUS.items()]
@@ -186,7 +189,8 @@ def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float,
                      at_reference_s: float = DRAFT_STEP_OVERHEAD_S) -> list[ScalingCheck]:
     """Whether the draft-step overhead is fixed in ms (exponent 0) or follows the target's step (1):
     Table E's speedups (SD over no SD, so the no-SD cost's own error cancels) on GPUs whose target
-    step differs 3x (`table_e_engines`), each with Table D's overhead scaled from Table D's target step."""
+    step differs 3x (`table_e_engines`), each with Table D's overhead scaled from Table D's target
+    step."""
     strategy = strategy or load_published().table_e_strategy
     out = []
     for row, bare in engines:
@@ -204,7 +208,8 @@ def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float,
 def fit_overhead_exponent(engines: list[tuple[str, Profile]], context: float = CONTEXT,
                           at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
                           ) -> tuple[float, list[ScalingCheck]]:
-    """The exponent in [0, 1] with the least squared log error over Table E's three speedups, and its checks."""
+    """The exponent in [0, 1] with the least squared log error over Table E's three speedups, and
+    its checks."""
     strategy = load_published().table_e_strategy  # read once, not at every point the search tries
 
     def sq(x: float) -> float:

@@ -61,21 +61,22 @@ DRAFTER_TRAIN_FORWARDS = 3
 # inference power traces), training compute-bound, idle what a GPU holding its memory draws.
 DECODE_POWER_SHARE, TRAIN_POWER_SHARE, IDLE_POWER_SHARE = 0.6, 0.9, 0.15
 LONG_CONTEXT = 32768
-# Weight sync: resharding and pushing the bf16 weights to the rollout engines at an assumed effective
-# 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
+# Weight sync: resharding and pushing the bf16 weights to the rollout engines at an assumed
+# effective 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
 SYNC_BYTES_PER_S = 10e9
 # Bumped whenever a derived profile's numbers change for the same database (keys the disk cache).
 DERIVATION = 3
 # The one engine cost the operator database cannot hold: each EAGLE draft step's work outside the
-# drafter's kernels (launches, top-k, tree bookkeeping in the engine). Its level is calibrated on the
-# TLT paper's Table D alone (batch 1, Qwen2.5-32B TP4, H100, SGLang: its six rows give 0.571-0.601 ms
-# per step, median 0.579; `gpu_validation.draft_overhead_from_table_d`), whose target decode step at
-# batch 1 (context MICROBENCH_CONTEXT) the database puts at DRAFT_OVERHEAD_REF_STEP_S. Table E's SD
-# speedups across GPUs show it neither fixed in ms nor proportional to the target's step (work on the
-# host and on the GPU would do that), so it scales as (target step / reference step) **
-# DRAFT_OVERHEAD_EXPONENT, the exponent fitted to those speedups on A100, H100 and B200 alone (Qwen2.5-7B
-# TP1, target steps 3.4-11.3 ms; `gpu_validation.fit_overhead_exponent`). Table C (the reference's own
-# shape) stays a prediction; on other models and TP degrees the exponent is an extrapolation.
+# drafter's kernels (launches, top-k, tree bookkeeping in the engine). Its level is calibrated on
+# the TLT paper's Table D alone (batch 1, Qwen2.5-32B TP4, H100, SGLang: its six rows give
+# 0.571-0.601 ms per step, median 0.579; `gpu_validation.draft_overhead_from_table_d`), whose target
+# decode step at batch 1 (context MICROBENCH_CONTEXT) the database puts at
+# DRAFT_OVERHEAD_REF_STEP_S. Table E's SD speedups across GPUs show it neither fixed in ms nor
+# proportional to the target's step (work on the host and on the GPU would do that), so it scales as
+# (target step / reference step) ** DRAFT_OVERHEAD_EXPONENT, the exponent fitted to those speedups
+# on A100, H100 and B200 alone (Qwen2.5-7B TP1, target steps 3.4-11.3 ms;
+# `gpu_validation.fit_overhead_exponent`). Table C (the reference's own shape) stays a prediction;
+# on other models and TP degrees the exponent is an extrapolation.
 DRAFT_STEP_OVERHEAD_S = 0.000572
 MICROBENCH_CONTEXT = 2048  # the microbenchmarks' context (not published)
 DRAFT_OVERHEAD_REF_STEP_S = 0.008246
@@ -132,7 +133,8 @@ def fit_decode(points: list[Point]) -> DecodeCost:
 
 
 def _rounded(c: DecodeCost) -> DecodeCost:
-    """Fixed significant digits; a parameter the fit drove to its bound (below a picosecond) is 0."""
+    """Fixed significant digits; a parameter the fit drove to its bound (below a picosecond) is
+    0."""
     keep = lambda v: sig(v) if v > 1e-12 else 0.0
     names = _DECODE[:5] + ("prefill_s_per_token",)
     return replace(c, overlap=round(c.overlap, 3), **{k: keep(getattr(c, k)) for k in names})
@@ -164,8 +166,8 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
                    overhead_exponent: float = DRAFT_OVERHEAD_EXPONENT,
                    sd_host_s_per_seq: float = SD_HOST_S_PER_SEQ) -> MeasuredProfile:
     """The Profile of (arch, gpu, tp, framework): every cost from the database; what it cannot give
-    (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, the weight sync an
-    assumed bandwidth, each draft step's overhead `draft_overhead_s` (0 at reference: none) and
+    (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, the weight sync
+    an assumed bandwidth, each draft step's overhead `draft_overhead_s` (0 at reference: none) and
     the SD pass's host work per sequence."""
     a = load_architecture(arch)
     eng = Engine(arch, gpu, tp, framework, version)
@@ -250,7 +252,8 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
 
 
 def model_name(arch: str) -> str:
-    """A model's short name: the preset's, or a config file's (the package's `Org--Name_config.json`)."""
+    """A model's short name: the preset's, or a config file's (the package's
+    `Org--Name_config.json`)."""
     p = Path(arch)
     if not p.is_file():
         return arch  # a preset name (its dots are not a suffix: qwen2.5-7b)

@@ -104,7 +104,8 @@ class OperatorFit:
 
 
 def predict_point(prof: Profile, op: str, batch: int, context: float, tokens: int, topk: int) -> float:
-    """A point's time under a profile, in the simulator's functions (op as real/profiler/grid.py)."""
+    """A point's time under a profile, in the simulator's functions (op as
+    real/profiler/grid.py)."""
     if op == "drafter":  # one drafter forward: a one-step tree of `topk` candidates per sequence
         return draft_step_s(prof.drafter, DrafterKind.EAGLE, batch, Strategy(1, topk, 1 + topk))
     if op == "prefill":

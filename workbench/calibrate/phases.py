@@ -14,7 +14,8 @@ from workbench.contracts.trace import Trace
 
 
 def fit_phases(traces: Sequence[Trace], base: PhaseCost) -> tuple[PhaseCost, list[ParamFit]]:
-    """Policy-update and weight-sync costs from RL steps that trained (train_s > 0); else the base's."""
+    """Policy-update and weight-sync costs from RL steps that trained (train_s > 0); else the
+    base's."""
     per_token, sync = [], []
     for t in traces:
         gpus = int(t.steps["worker"].nunique()) * int((t.meta.get("engine") or {}).get("tensor_parallel_size", 1) or 1)

@@ -110,7 +110,8 @@ def _parse(d: dict) -> Published:
 
 @dataclass(frozen=True)
 class Fitted:
-    """What the fit found: the drafter's acceptance, the engine factors and the benchmarks' context."""
+    """What the fit found: the drafter's acceptance, the engine factors and the benchmarks'
+    context."""
 
     acceptance: AcceptanceModel
     factors: EngineFactors
@@ -148,7 +149,8 @@ _HIGH = (0.999, 2.0, 3.0, 1.0, 1.0, 0.01, 1.0, 32768.0)
 
 
 def launch_overhead_s(pub: Published, arch: Architecture, gpu: GPU, factors: EngineFactors, context: float) -> float:
-    """Table E's batch-1 no-SD step (TP1) less reading the weights and the KV cache and the per-sequence work."""
+    """Table E's batch-1 no-SD step (TP1) less reading the weights and the KV cache and the
+    per-sequence work."""
     step = 1.0 / pub.table_e_tokens_per_s[0]
     rest = step - weights_s(arch, gpu, 1, factors) - kv_s_per_token(arch, gpu, 1, factors) * context - factors.per_seq_s
     if rest <= 0:

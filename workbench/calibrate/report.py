@@ -190,8 +190,8 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None, w
 
 
 def trace_workload_spec(trace: Trace, lengths: LengthModel, profile_path, workload_path, profile_name: str) -> Workload:
-    """A Workload with the trace's shape, the fitted length model and the fitted profile (by its path,
-    relative to the workload file, as `load_workload` reads it)."""
+    """A Workload with the trace's shape, the fitted length model and the fitted profile (by its
+    path, relative to the workload file, as `load_workload` reads it)."""
     eng = trace.meta.get("engine") or {}
     rel = os.path.relpath(Path(profile_path).resolve(), Path(workload_path).resolve().parent)
     wl = Workload(name=f"{profile_name}-workload", profile=rel, workers=int(trace.steps["worker"].nunique()),

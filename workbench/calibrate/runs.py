@@ -104,7 +104,8 @@ def spot_intervals(run: Run) -> list[tuple[list[float], int]]:
 
 
 def whole_steps(intervals: Sequence[tuple[list[float], int]], step_s: float) -> int:
-    """The simulator's count: whole drafter steps in each interval (the one cut short is dropped)."""
+    """The simulator's count: whole drafter steps in each interval (the one cut short is
+    dropped)."""
     return sum(math.floor(d / step_s) for ds, _ in intervals for d in ds)
 
 
@@ -155,7 +156,8 @@ def fit_spot(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[ParamFit
 # ------------------------------------------------------------ what spot training adds to a step
 
 def spot_wait(metrics: pd.DataFrame) -> np.ndarray:
-    """Per RL step, the wait for the spot trainers to stop (`stop_latency_s`; NaN: none was running)."""
+    """Per RL step, the wait for the spot trainers to stop (`stop_latency_s`; NaN: none was
+    running)."""
     if "stop_latency_s" not in metrics.columns:
         return np.zeros(len(metrics))
     return pd.to_numeric(metrics["stop_latency_s"], errors="coerce").fillna(0.0).to_numpy(float)
@@ -265,7 +267,8 @@ def quality_ratio(run: Run, prof: Profile, learn_tokens: float) -> np.ndarray:
 
 
 def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit, str]:
-    """learn_tokens from eagle_est / static_est against the simulator's recursion (module docstring)."""
+    """learn_tokens from eagle_est / static_est against the simulator's recursion (module
+    docstring)."""
     acc, learn = base.acceptance, base.learning
     pairs = []  # (run, step mask, measured log q_E/q_S)
     for r in runs:

@@ -40,7 +40,8 @@ H100_SXM = GPU("H100 SXM", 3.35e12, 989.4e12, "NVIDIA H100 SXM datasheet: 3.35 T
 
 @dataclass(frozen=True)
 class EngineFactors:
-    """An engine's efficiencies on a GPU: fitted where a measurement shows them, assumed where not."""
+    """An engine's efficiencies on a GPU: fitted where a measurement shows them, assumed where
+    not."""
 
     launch_overhead_s: float  # per decode step outside the weights' reading (scheduling, launches, sampling)
     verify_mfu: float  # achieved share of peak FLOP/s on the verify forward's tokens
@@ -58,7 +59,8 @@ def weights_s(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> float:
 
 
 def kv_s_per_token(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> float:
-    """KV heads split over the TP ranks (each rank keeps at least one: replicated beyond kv_heads)."""
+    """KV heads split over the TP ranks (each rank keeps at least one: replicated beyond
+    kv_heads)."""
     per_rank = math.ceil(arch.kv_heads / tp) if tp <= arch.kv_heads else 1
     return arch.layers * 2 * per_rank * arch.head_dim * f.dtype_bytes / (gpu.hbm_bytes_per_s * f.hbm_efficiency)
 

@@ -58,7 +58,8 @@ def parse_positions(value) -> np.ndarray:
 
 
 def scheduled_draft_len(meta: dict, batch_size: np.ndarray) -> np.ndarray | None:
-    """Draft length the traced policy's fixed schedule gives each step's batch (None: no fixed schedule)."""
+    """Draft length the traced policy's fixed schedule gives each step's batch (None: no fixed
+    schedule)."""
     try:
         pol = from_mapping(Policy, {"name": "trace", **(meta.get("policy") or {})})
     except Exception:
@@ -97,8 +98,9 @@ def step_draft_len(steps: pd.DataFrame, meta: dict | None = None) -> np.ndarray:
 
 
 def finished_before(s: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
-    """Per step (of `s`, sorted by rl_step, worker, engine_step): requests of the same worker that finished
-    at the end of its previous step (a request's end_s is the end of the step that finished it)."""
+    """Per step (of `s`, sorted by rl_step, worker, engine_step): requests of the same worker that
+    finished at the end of its previous step (a request's end_s is the end of the step that finished
+    it)."""
     out = np.zeros(len(s), dtype=np.int64)
     req = requests[np.isfinite(requests["end_s"].to_numpy(float))]
     groups = req.groupby(["rl_step", "worker"])["end_s"]
@@ -160,7 +162,8 @@ def step_frame(traces: Sequence[Trace], warmup_steps: int = WARMUP_STEPS, target
 def fitted_name(trace: Trace) -> str:
     """How a profile's `fitted_on` names a trace: a `tlt train` run's trace (RUN/trace, metrics.csv
     beside it) as `run:` and the run directory's full path, since every run's trace directory is
-    called `trace` and two benches both have a `baseline` run; any other trace by its directory name."""
+    called `trace` and two benches both have a `baseline` run; any other trace by its directory
+    name."""
     p = trace.path
     if p is not None and p.name == "trace" and (p.parent / "metrics.csv").is_file():
         return f"run:{p.parent.resolve()}"

@@ -126,7 +126,8 @@ def _unrows(rows: list[list], value=float) -> dict:
 
 
 class FixedTable(Bandit):
-    """The schedule's strategy for each bucket, never changed (vLLM's Dynamic SD, FastRL's buckets)."""
+    """The schedule's strategy for each bucket, never changed (vLLM's Dynamic SD, FastRL's
+    buckets)."""
 
     def _choose(self, bucket: int) -> Strategy:
         return self.policy.strategy_of(bucket)
@@ -359,7 +360,8 @@ ALGORITHMS = {"fixed": FixedTable, "beg": BEGMAB, "ucb1": UCB1, "egreedy": Epsil
 def make_bandit(policy: Policy, seed: int | np.random.SeedSequence, start: Sequence[int] | None = None) -> Bandit:
     """The policy's bandit; `seed` an int or a stream of `workbench.contracts.seeds`. `start`: one
     draft length per schedule row that `climb` starts each bucket at (the schedule's by default;
-    e.g. what a profile predicts best, workbench/schedule.py); the other algorithms have no start."""
+    e.g. what a profile predicts best, workbench/schedule.py); the other algorithms have no
+    start."""
     algorithm = policy.bandit.algorithm
     if algorithm == "fixed":
         return FixedTable(policy)

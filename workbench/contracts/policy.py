@@ -96,7 +96,8 @@ class Strategy:
 
     @property
     def depth(self) -> int:
-        """The longest run of drafts a pass can accept: the tree's depth, cut by what is verified."""
+        """The longest run of drafts a pass can accept: the tree's depth, cut by what is
+        verified."""
         return min(self.steps, self.verify_tokens - 1)
 
     @property
@@ -121,9 +122,11 @@ class Strategy:
                 f"0 or steps + 1 ({self.steps + 1}) for a chain (top-k 1 verifies its drafts and one more position)",
             )
             return
-        # A tree of `steps` levels keeps top-k nodes at the first level and top-k^2 candidates after.
+        # A tree of `steps` levels keeps top-k nodes at the first level and top-k^2 candidates
+        # after.
         most = 1 + self.topk + (self.steps - 1) * self.topk**2
-        # Fewer tokens than steps + 1 is allowed (FastRL's 8_4_8): the verified tree is then shallower.
+        # Fewer tokens than steps + 1 is allowed (FastRL's 8_4_8): the verified tree is then
+        # shallower.
         require(2 <= self.tokens <= min(most, MAX_VERIFY_TOKENS), "tokens", self.tokens,
                 f"from 2 to {min(most, MAX_VERIFY_TOKENS)} for a {self.steps}-step top-{self.topk} tree")
 
@@ -172,7 +175,8 @@ class ScheduleBucket:
 
 @dataclass(frozen=True)
 class BanditConfig:
-    """How the draft length is chosen per batch-size bucket (the buckets are the schedule's rows)."""
+    """How the draft length is chosen per batch-size bucket (the buckets are the schedule's
+    rows)."""
 
     algorithm: BanditAlgorithm = "fixed"
     arms: tuple[int, ...] = (0, 2, 4)  # draft lengths the bandit may pick; 0 = SD off

@@ -142,13 +142,13 @@ class AcceptanceModel:
     # Seer's grouped SD, suffix decoding). A pass finds a continuation to draft with probability
     # m = 1 - (1 - suffix_history_match * H) * (1 - suffix_group_match * S), H = 1 when the prompt
     # was answered in an earlier epoch, S = the share of its group's other responses already
-    # finished; a found continuation's first i tokens are accepted with suffix_alpha ** (i ** shape).
-    # Defaults: assumed from those papers' descriptions (answers to a prompt repeat heavily across
-    # epochs, less across siblings), not fitted.
-    # Acceptance moves along a response: its first tokens are guessed worst, and a response that
-    # runs on to its cap often derails into text no drafter guesses (or loops, which n-gram
-    # catches). Rows (from_token, miss), ascending; () is flat. Measured by `tlt calibrate` from
-    # the SD steps' mean position in their responses (workbench/calibrate/position_acceptance.py).
+    # finished; a found continuation's first i tokens are accepted with suffix_alpha ** (i **
+    # shape). Defaults: assumed from those papers' descriptions (answers to a prompt repeat heavily
+    # across epochs, less across siblings), not fitted. Acceptance moves along a response: its first
+    # tokens are guessed worst, and a response that runs on to its cap often derails into text no
+    # drafter guesses (or loops, which n-gram catches). Rows (from_token, miss), ascending; () is
+    # flat. Measured by `tlt calibrate` from the SD steps' mean position in their responses
+    # (workbench/calibrate/position_acceptance.py).
     eagle_position: tuple[PositionMiss, ...] = ()
     ngram_position: tuple[PositionMiss, ...] = ()
     suffix_alpha: float = 0.85

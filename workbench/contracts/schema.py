@@ -143,9 +143,9 @@ def to_mapping(obj: Any) -> Any:
 
 
 def differences(a: Any, b: Any, rel_tol: float, path: str = "") -> list[str]:
-    """Where two contracts (or their mappings) differ: numbers beyond `rel_tol` relative, anything else
-    unequal. Fitted numbers differ in their last digits between CPUs (BLAS, instruction sets), so files
-    written by a fit are compared this way, never for equality."""
+    """Where two contracts (or their mappings) differ: numbers beyond `rel_tol` relative, anything
+    else unequal. Fitted numbers differ in their last digits between CPUs (BLAS, instruction sets),
+    so files written by a fit are compared this way, never for equality."""
     a, b = to_mapping(a), to_mapping(b)
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():

@@ -52,5 +52,6 @@ def rng(seed: int, stream: Stream, *indices: int) -> np.random.Generator:
 
 
 def derive_seed(seed: int, stream: Stream, *indices: int) -> int:
-    """An integer seed in [0, 2**31) for one stream, for libraries that take an int (torch, vLLM, Optuna)."""
+    """An integer seed in [0, 2**31) for one stream, for libraries that take an int (torch, vLLM,
+    Optuna)."""
     return int(seed_sequence(seed, stream, *indices).generate_state(1, np.uint32)[0] >> 1)

@@ -1,4 +1,5 @@
-"""A user's RL task: prompts and reference answers from a file, and the reward that scores a response.
+"""A user's RL task: prompts and reference answers from a file, and the reward that scores a
+response.
 
 The task file (JSONL, one JSON object a line, or Parquet, one row a problem) has the fields
 
@@ -36,7 +37,8 @@ RewardFn = Callable[[str, str], float]  # (response, answer) -> reward
 
 
 class TaskError(ValueError):
-    """A task file or reward that cannot be used (names the file and line, or the function, and the fix)."""
+    """A task file or reward that cannot be used (names the file and line, or the function, and the
+    fix)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ def exact_reward(response: str, answer: str) -> float:
 
 
 def numeric_reward(response: str, answer: str) -> float:
-    """1.0 when the last number in the response equals the answer's number (relative 1e-6); else 0.0."""
+    """1.0 when the last number in the response equals the answer's number (relative 1e-6); else
+    0.0."""
     got, want = _number(response), _number(answer)
     if got is None or want is None:
         return 0.0

@@ -143,7 +143,8 @@ class TimelineRow(_Upgrades):
                          "otherwise")
 
 
-# Column -> (pandas kind: "i" int, "f" float, "O" text or list; what it means), from the row classes.
+# Column -> (pandas kind: "i" int, "f" float, "O" text or list; what it means), from the row
+# classes.
 _KINDS = {"int": "i", "float": "f", "str": "O", "list": "O"}
 
 

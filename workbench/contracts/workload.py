@@ -40,7 +40,8 @@ class LengthModel:
     wrong_factor: float = 1.6  # wrong answers are this many times longer, in median
     drift_per_step: float = 0.0
     kind: Literal["lognormal", "replay", "empirical"] = "lognormal"
-    # replay, empirical: the observed groups (Parquet; a relative path is read next to the workload file)
+    # replay, empirical: the observed groups (Parquet; a relative path is read next to the workload
+    # file)
     data: str = ""
     median_tokens: float = 0.0  # > 0: median of correct answers at step 0 (clip_ratio is then what it implies)
 
@@ -95,8 +96,8 @@ class Workload:
     epoch_steps: int = 0  # RL steps per pass over the prompt set (0: no prompt comes back within the run)
     lengths: LengthModel = field(default_factory=LengthModel)
     dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
-    # The cluster beyond TP (gpus_per_worker): "" takes the profile's; set, it must match the profile's
-    # (workbench/contracts/cluster.py refuses a contradiction, naming the field).
+    # The cluster beyond TP (gpus_per_worker): "" takes the profile's; set, it must match the
+    # profile's (workbench/contracts/cluster.py refuses a contradiction, naming the field).
     model: str = ""  # architecture name, e.g. qwen2.5-7b
     gpu: str = ""  # GPU key, e.g. h100
     framework: str = ""  # vllm or sglang

@@ -1,4 +1,5 @@
-"""Predict `tlt bench real`: each policy's run re-simulated, speedups over the baseline against measured.
+"""Predict `tlt bench real`: each policy's run re-simulated, speedups over the baseline against
+measured.
 
 `predict_bench(run_dirs, profile, baseline)` predicts every policy's run from its own responses
 (`workbench.validate.run_prediction.predict_run`: the run's lengths per RL step, its meta's
@@ -45,7 +46,8 @@ class BenchPrediction:
     runs: list[RunPrediction]  # each policy's run in detail, in the rows' order
 
     def to_json(self) -> dict[str, Any]:
-        """{"policies": {name: {...}}} with NaN as null; plus the profile and the baseline's name."""
+        """{"policies": {name: {...}}} with NaN as null; plus the profile and the baseline's
+        name."""
         return {"profile": self.profile, "baseline": self.baseline,
                 "policies": {r.name: {k: (None if isinstance(v, float) and math.isnan(v) else v)
                                       for k, v in asdict(r).items() if k != "name"} for r in self.rows}}

@@ -65,7 +65,8 @@ SCHEMA = "tlt-validate/1"
 
 @dataclass(frozen=True)
 class ScheduleOverride:
-    """A schedule bucket whose traced steps mostly ran another draft length: the replay uses theirs."""
+    """A schedule bucket whose traced steps mostly ran another draft length: the replay uses
+    theirs."""
 
     bucket: tuple[int, int]  # (min_batch, max_batch)
     schedule: int  # the draft length the schedule gives it
@@ -77,7 +78,8 @@ class ScheduleOverride:
 
 @dataclass(frozen=True)
 class TracePolicy:
-    """The policy a traced engine ran, as the simulator replays it, and how it was set from the trace."""
+    """The policy a traced engine ran, as the simulator replays it, and how it was set from the
+    trace."""
 
     policy: Policy
     drafter: str  # the drafter kind the engine ran
@@ -178,8 +180,9 @@ def trace_workload(trace: Trace, profile: Profile) -> Workload:
 
 def _check_schedule(pol: Policy, trace: Trace,
                     kind: DrafterKind) -> tuple[Policy, list[ScheduleOverride] | None, int]:
-    """Did the traced steps follow the schedule? Per bucket, the traced draft lengths: a bucket whose
-    steps mostly ran another length takes theirs. Returns (policy, overrides, off-threshold SD steps)."""
+    """Did the traced steps follow the schedule? Per bucket, the traced draft lengths: a bucket
+    whose steps mostly ran another length takes theirs. Returns (policy, overrides, off-threshold SD
+    steps)."""
     s = trace.steps
     k = step_draft_len(s, trace.meta)
     batch = s["batch_size"].to_numpy()
@@ -227,8 +230,8 @@ def trace_policy(trace: Trace) -> TracePolicy:
 
 
 def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], float]:
-    """Per RL step, the traced response lengths in the order the simulator shards them; and the share
-    of responses the simulator's shards put on the engine that served them."""
+    """Per RL step, the traced response lengths in the order the simulator shards them; and the
+    share of responses the simulator's shards put on the engine that served them."""
     req = trace.requests
     replay, matches = [], []
     for rl in _rl_index(trace):
@@ -255,7 +258,8 @@ def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], float]:
 
 
 def measured_rollout(trace: Trace) -> tuple[float, list[float], list[float], str]:
-    """(measured total, rollout_s per RL step, request span per RL step, which one the total uses)."""
+    """(measured total, rollout_s per RL step, request span per RL step, which one the total
+    uses)."""
     spans = []
     for rl in _rl_index(trace):
         r = trace.requests[trace.requests["rl_step"] == rl]
@@ -271,8 +275,9 @@ def measured_rollout(trace: Trace) -> tuple[float, list[float], list[float], str
 
 
 def step_cost_rollout(profile: Profile, trace: Trace) -> tuple[float, list[float]]:
-    """The rollout time the profile gives the *traced* engine steps (per RL step, the slowest engine's
-    sum of predicted step times plus its traced lead time before the first step): (total, per RL step).
+    """The rollout time the profile gives the *traced* engine steps (per RL step, the slowest
+    engine's sum of predicted step times plus its traced lead time before the first step): (total,
+    per RL step).
 
     Against the measured time it isolates the cost model's error; against the simulated time, the
     error of the simulator's pace (it moves every request of a batch at the mean accepted length,
@@ -348,8 +353,8 @@ def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
 
 
 def validations_summary(results: list[Validation]) -> dict[str, Any]:
-    """The summary `tlt validate` prints last, as JSON: one run's `summary()`; for several, the totals,
-    the median |error| and each run's summary."""
+    """The summary `tlt validate` prints last, as JSON: one run's `summary()`; for several, the
+    totals, the median |error| and each run's summary."""
     if len(results) == 1:
         return results[0].summary()
     pred = sum(v.predicted_rollout_s for v in results)
@@ -382,7 +387,8 @@ def validation_figure(results: list[Validation], profile: Profile, median_abs_er
 
 
 def save_validations(results: list[Validation], out: str | Path, profile: Profile) -> None:
-    """`out/validate.json` (every run's summary and details) and `out/validate.png` (measured vs predicted)."""
+    """`out/validate.json` (every run's summary and details) and `out/validate.png` (measured vs
+    predicted)."""
     out = Path(out)
     errs = [abs(v.error_pct) for v in results]
     doc = {"schema": SCHEMA, "profile": profile.name, "fitted_on": list(profile.fitted_on),

@@ -1,4 +1,5 @@
-"""Predict a whole `tlt train` run: every RL step's rollout, update and sync, against what it measured.
+"""Predict a whole `tlt train` run: every RL step's rollout, update and sync, against what it
+measured.
 
 `predict_run(trace, profile)` re-simulates the run (`sim.simulator.simulate`) from what was decided
 before it ran, never from what it measured:
@@ -166,7 +167,8 @@ def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]
                 for c, values in extra.items():
                     if c in by_step.columns:
                         values[i] = row[c] if c != "drafter_kind" else str(row[c])
-    # The wait for the spot trainers to stop is sync on both sides (the simulator's timeline puts it there).
+    # The wait for the spot trainers to stop is sync on both sides (the simulator's timeline puts it
+    # there).
     wait = spot_wait(metrics.set_index("rl_step").reindex(rl["rl_step"].astype(int)).reset_index()) \
         if metrics is not None else np.zeros(n)
     times = [PhaseTimes(float(r.rollout_s), float(r.train_s), float(r.sync_s) + wait[i],
@@ -185,8 +187,8 @@ def run_start_table(trace: Trace, policy: Policy) -> tuple[int, ...] | None:
 
 
 def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, seed: int = 0) -> RunPrediction:
-    """Re-simulate a `tlt train` run with `profile` (module docstring); `policy` replaces the one the
-    run's meta records (a what-if on the same responses)."""
+    """Re-simulate a `tlt train` run with `profile` (module docstring); `policy` replaces the one
+    the run's meta records (a what-if on the same responses)."""
     if trace.rl_steps.empty or float(trace.rl_steps["train_s"].sum()) <= 0:
         raise TraceError(trace.path or trace.name, "rl_steps.parquet", "no RL step trained (a capture, not a run)",
                          "give a `tlt train` run; `tlt validate TRACE_DIR` judges a capture's rollout")

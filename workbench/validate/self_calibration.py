@@ -23,8 +23,9 @@ measures the drift. Here
   what not normalising gives).
 
 What runs the captures is injected (`capture_plan.Machine`): `VllmMachine` on the real engine, a
-synthetic one in the tests. `run_self_calibration` returns a `SelfCalibration`; `write_self_calibration`
-writes the profile, the report, the workload and the raw captures, each atomically.
+synthetic one in the tests. `run_self_calibration` returns a `SelfCalibration`;
+`write_self_calibration` writes the profile, the report, the workload and the raw captures, each
+atomically.
 """
 
 from __future__ import annotations
@@ -205,7 +206,8 @@ def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequ
     wins = []
     for spec, *_ in done:
         i = at[f"after {spec.name}"]  # refs[i - 1] was measured just before the capture
-        # As many references on each side, so the capture stays in the middle (fewer at the run's ends).
+        # As many references on each side, so the capture stays in the middle (fewer at the run's
+        # ends).
         k = min(window, i, len(refs) - i)
         wins.append(refs[i - k:i + k])
     around = [[r.reference_s for r in w] for w in wins]
@@ -222,7 +224,8 @@ def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequ
 def _run_plan(machine: Machine, plan: Sequence[CaptureSpec],
               progress: Callable[[Progress], None]) -> tuple[list[tuple[CaptureSpec, Trace, float, float]],
                                                              list[ReferencePoint], list[float]]:
-    """Run every capture, the reference before and after each; engines restart when the kind changes."""
+    """Run every capture, the reference before and after each; engines restart when the kind
+    changes."""
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0  # noqa: E731
     done: list[tuple[CaptureSpec, Trace, float, float]] = []
@@ -257,7 +260,8 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
                          captures_dir: str | Path, progress: Callable[[Progress], None] = lambda p: None,
                          warmup_steps: int = WARMUP_STEPS, compare_raw: bool = True,
                          method: str = "auto", window: int = 2) -> SelfCalibration:
-    """Capture `plan` on `machine`, normalise drift, fit on the fit captures, validate on the held-out ones.
+    """Capture `plan` on `machine`, normalise drift, fit on the fit captures, validate on the
+    held-out ones.
 
     `captures_dir`: where the captures will be written (their trace names and paths; nothing is
     written here: `write_self_calibration` does). The machine is closed at the end, also on error.
@@ -324,7 +328,8 @@ def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method:
 def bucket_table(profile: Profile, traces: Sequence[Trace], edges: Sequence[int] = BUCKET_EDGES,
                  warmup_steps: int = WARMUP_STEPS) -> list[BucketRow]:
     """Measured vs predicted mean step latency per drafter kind and batch bucket (decoding requests
-    in (edges[i-1], edges[i]]; the first bucket is 1 .. edges[0]), over the steps a fit would use."""
+    in (edges[i-1], edges[i]]; the first bucket is 1 .. edges[0]), over the steps a fit would
+    use."""
     f = step_frame(traces, warmup_steps, target="cycle")
     f = f[(f["why_dropped"] == "") & ~f["warmup"] & (f["B"] > 0)].copy()
     f["pred"] = predict_steps(profile, f)
