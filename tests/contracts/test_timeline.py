@@ -49,7 +49,8 @@ CLOCK0 = 1000.0  # the fixture's run began here (epoch seconds)
 
 # (workers, rollout_s, bubble_fraction, tail_fraction, tail_token_share, full_batch, tail_batch) of
 # the fixture's timeline, as workbench/validate/waste.py computed them before.
-V1_WASTE = (3, 0.7159850759987876, 0.21718466005178236, 0.002129867950457856, 0.0006289308176100629, 16, 2)
+V1_WASTE = (3, 0.7159850759987876, 0.21718466005178236, 0.002129867950457856, 0.0006289308176100629,
+            16, 2)
 # StepRecord's bubble_frac and spot_frac for the fixture's rollouts, as real/run/records.py computed
 # them before.
 V1_RECORD = (0.248327208095805, 0.19767542492762818)
@@ -71,7 +72,8 @@ def test_a_version_1_trace_reads_under_this_versions_names():
     assert list(t.timeline.columns) == list(TIMELINE_COLUMNS)
     # Engine steps count from 0 per worker; the three workers ran 80, 60 and 40 of them.
     per_worker = t.steps.groupby("worker")["engine_step"].agg(["min", "max", "size"])
-    assert per_worker.to_dict("index") == {0: {"min": 0, "max": 79, "size": 80}, 1: {"min": 0, "max": 59, "size": 60},
+    assert per_worker.to_dict("index") == {0: {"min": 0, "max": 79, "size": 80},
+                                           1: {"min": 0, "max": 59, "size": 60},
                                           2: {"min": 0, "max": 39, "size": 40}}
     assert sorted(t.requests["worker"].unique()) == [0, 1, 2]
     assert set(t.timeline["rl_step"]) == {0} and set(t.timeline["worker"]) == {0, 1, 2}
@@ -93,14 +95,16 @@ def _fixture_rollouts(t) -> tuple[dict[int, WorkerRollout], list[WorkerSpot], St
     extra = [f.name for f in fields(EngineStepRow) if f.name not in STEP_COLUMNS]
     rollouts = {}
     for w, rows in t.steps.groupby("worker"):
-        steps = [EngineStepRow(**r, **{k: getattr(EngineStepRow, k) for k in extra}) for r in rows.to_dict("records")]
+        steps = [EngineStepRow(**r,
+                               **{k: getattr(EngineStepRow,
+                                             k) for k in extra}) for r in rows.to_dict("records")]
         start = CLOCK0 + steps[0].start_s - 0.004
         end = CLOCK0 + steps[-1].start_s + steps[-1].wall_s + 0.002
         rollouts[int(w)] = WorkerRollout(int(w), start, end, steps, [], {}, drafts=1, accepted=1)
     first = min(rollouts, key=lambda w: rollouts[w].end)
     end = max(r.end for r in rollouts.values())
-    spots = [WorkerSpot(first, rollouts[first].end + 0.05, end + 0.03, steps=5, loss=0.1, top1=0.5, stopped=True,
-                        stop_latency_s=0.03)]
+    spots = [WorkerSpot(first, rollouts[first].end + 0.05, end + 0.03, steps=5, loss=0.1, top1=0.5,
+                        stopped=True, stop_latency_s=0.03)]
     return rollouts, spots, StepTimes(CLOCK0, end, end, end + 1.0, end + 1.5)
 
 
@@ -110,7 +114,8 @@ def test_a_real_runs_record_is_as_before_and_its_timeline_adds_the_wait():
     requests = [t.requests.iloc[0]]
     grpo = type("Stats", (), {"loss": 0.0, "kl": 0.0})()
     rec = step_record(0, rollouts, spots, requests, times, grpo, "eagle", clock0=CLOCK0)
-    assert [rec.bubble_fraction, rec.drafter_train_fraction] == pytest.approx(list(V1_RECORD), rel=REL)
+    assert [rec.bubble_fraction, rec.drafter_train_fraction] == pytest.approx(list(V1_RECORD),
+                                                                              rel=REL)
     assert 0.0 < rec.tail_fraction < 0.01
     # The timeline is the one recorded before, plus each worker's wait for its rollout to begin
     # (idle from the step's start): the idle time the record's bubble always counted.
@@ -130,13 +135,15 @@ def test_a_real_runs_record_is_as_before_and_its_timeline_adds_the_wait():
 def test_simulated_figures_are_as_before(policy):
     wl = load_workload("cpu-tiny")
     run = simulate(wl, load_policy(policy), load_profile(wl.profile), seed=2, steps=2)
-    got = [(m.bubble_fraction, m.drafter_train_fraction, m.tail_fraction, m.tail_token_share) for m in run.steps]
+    got = [(m.bubble_fraction, m.drafter_train_fraction, m.tail_fraction,
+            m.tail_token_share) for m in run.steps]
     for g, want in zip(got, SIMULATED[policy], strict=True):
         assert list(g) == pytest.approx(list(want), rel=REL, abs=1e-15)
     # The waste tool reads the same figures off the simulator's timeline.
     for w, m in zip(timeline_waste(run.timeline), run.steps, strict=True):
         assert (w.rl_step, w.split.bubble_fraction, w.split.tail_fraction) == \
-            (m.rl_step, pytest.approx(m.bubble_fraction, rel=REL), pytest.approx(m.tail_fraction, rel=REL))
+            (m.rl_step, pytest.approx(m.bubble_fraction, rel=REL),
+             pytest.approx(m.tail_fraction, rel=REL))
 
 
 def test_rewriting_an_old_trace_writes_this_version(tmp_path):
@@ -147,10 +154,12 @@ def test_rewriting_an_old_trace_writes_this_version(tmp_path):
     assert again.meta["trace_version"] == TRACE_VERSION
     plain = [c for c in t.steps.columns if c != "accepted_per_pos"]  # lists compare element-wise
     pd.testing.assert_frame_equal(again.steps[plain], t.steps[plain])
-    pd.testing.assert_frame_equal(again.timeline.astype({"state": str}), t.timeline.astype({"state": str}))
+    pd.testing.assert_frame_equal(again.timeline.astype({"state": str}),
+                                  t.timeline.astype({"state": str}))
 
 
-@pytest.mark.parametrize("name", [f"{s}-{k}" for s in ("fit", "heldout") for k in ("none", "ngram", "eagle")])
+@pytest.mark.parametrize("name", [f"{s}-{k}" for s in ("fit", "heldout") for k in ("none", "ngram",
+                                                                                   "eagle")])
 def test_the_shipped_reference_traces_are_version_1_and_load(name):
     t = load_trace(REFERENCE / name)
     assert t.meta["trace_version"] == 1
@@ -170,7 +179,8 @@ def test_a_version_1_table_missing_a_column_names_it(tmp_path):
     shutil.copytree(V1, tmp_path / "t")
     steps = pd.read_parquet(tmp_path / "t" / "steps.parquet").drop(columns="engine")
     steps.to_parquet(tmp_path / "t" / "steps.parquet", index=False)
-    with pytest.raises(TraceError, match=r"steps.parquet: column 'engine': missing; a trace v1 table has it "
+    with pytest.raises(TraceError,
+                       match=r"steps.parquet: column 'engine': missing; a trace v1 table has it "
                                          r"\(v2 calls it 'worker'"):
         load_trace(tmp_path / "t")
     assert OLD_COLUMNS[1]["steps"]["engine"] == "worker"
@@ -197,7 +207,8 @@ def test_rows_pickled_under_version_1_names_load_under_this_versions():
     back = pickle.loads(pickle.dumps(rows))
     assert [(r.worker, r.engine_step) for r in back.steps] == [(0, 0), (0, 1)]
     assert "engine" not in back.steps[0].__dict__ and math.isnan(back.steps[0].exec_s)
-    assert [r.worker for r in back.requests] == [0, 0] and [r.rl_step for r in back.timeline] == [0, 0]
+    assert [r.worker for r in back.requests] == [0, 0] and [r.rl_step for r in back.timeline] == [0,
+                                                                                                  0]
     trace = back.frames(t.meta)
     assert list(trace.steps.columns) == list(STEP_COLUMNS) and list(trace.timeline.columns) == list(TIMELINE_COLUMNS)
 
@@ -213,5 +224,6 @@ def test_a_trace_without_per_request_speculation_loads_and_one_with_it_round_tri
     t.requests["spec_accepted"] = 7.0
     write_trace(t, tmp_path / "t")
     back = load_trace(tmp_path / "t")
-    assert [list(v) for v in back.requests["spec_passes_by_len"]] == [[0, 0, 3, 5]] * len(t.requests)
+    assert [list(v) for v in back.requests["spec_passes_by_len"]] == [[0, 0, 3,
+                                                                       5]] * len(t.requests)
     assert (back.requests["spec_accepted"] == 7.0).all()

@@ -109,7 +109,8 @@ class CostFit:
     outliers: int  # used steps whose relative residual exceeds 5 robust sds
     mdape_pct: float  # in-sample median |error| per step, %
     cv_mdape_pct: float  # held-out (5-fold) median |error| per step, %
-    bias_pct: dict[str, float]  # per trace: 100 * (sum predicted / sum measured - 1) over used steps
+    bias_pct: dict[str,
+                   float]  # per trace: 100 * (sum predicted / sum measured - 1) over used steps
     residuals: pd.DataFrame
 
     def decode(self) -> DecodeCost:
@@ -151,9 +152,11 @@ def predict_steps(profile: Profile, f: pd.DataFrame) -> np.ndarray:
     form)."""
     dec, dr = profile.decode, profile.drafter
     out = np.empty(len(f))
-    for i, (b, ctx, k, p, kind) in enumerate(zip(f["B"].to_numpy(), f["ctx"].to_numpy(), f["K"].to_numpy(),
+    for i, (b, ctx, k, p, kind) in enumerate(zip(f["B"].to_numpy(), f["ctx"].to_numpy(),
+                                                 f["K"].to_numpy(),
                                                  f["P"].to_numpy(), f["kind"].to_numpy())):
-        out[i] = (verify_step_s(dec, int(b), float(ctx), int(k)) + draft_step_s(dr, kind, int(b), int(k))
+        out[i] = (verify_step_s(dec, int(b), float(ctx), int(k)) + draft_step_s(dr, kind, int(b),
+                                                                                int(k))
                   + prefill_s(dec, int(p)))
     return out
 
@@ -196,7 +199,8 @@ def _decode_tokens(g: pd.DataFrame) -> np.ndarray:
     return (g["B"] * (g["K"] + 1)).to_numpy(float)[g["B"].to_numpy() > 0]
 
 
-def _fit_knee(g: pd.DataFrame, y: np.ndarray, base_vec: np.ndarray, active: list[int], f_scale: float):
+def _fit_knee(g: pd.DataFrame, y: np.ndarray, base_vec: np.ndarray, active: list[int],
+              f_scale: float):
     """The 1-D search over knee = weights_s / compute_s_per_token: (knee, theta) of the lowest
     robust loss."""
     decode_n = _decode_tokens(g)
@@ -211,8 +215,9 @@ def _fit_knee(g: pd.DataFrame, y: np.ndarray, base_vec: np.ndarray, active: list
     cost, knee, theta = costs[i]
     if len(knees) > 2 and knee > 0:  # refine between the grid neighbours
         lo, hi = knees[max(i - 1, 0)], knees[min(i + 1, len(knees) - 1)]
-        res = minimize_scalar(lambda kn: _solve(features(g, kn), y, base_vec, active, f_scale)[1], bounds=(lo, hi),
-                              method="bounded", options={"xatol": max(1e-3 * knee, 1e-6), "maxiter": 25})
+        res = minimize_scalar(lambda kn: _solve(features(g, kn), y, base_vec, active, f_scale)[1],
+                              bounds=(lo, hi), method="bounded",
+                              options={"xatol": max(1e-3 * knee, 1e-6), "maxiter": 25})
         if res.fun < cost:
             knee, cost = float(res.x), float(res.fun)
             theta, _ = _solve(features(g, knee), y, base_vec, active, f_scale)
@@ -244,7 +249,8 @@ def _robust_fit_steps(f: pd.DataFrame, ok: pd.Series, base_vec: np.ndarray) -> _
     """Steps 1 and 2 of `fit_costs`: fit outside warm-up, then let warm-up steps that fit rejoin."""
     g = f[ok & ~f["warmup"]].reset_index(drop=True)
     if len(g) < 10:
-        raise ValueError(f"calibration needs at least 10 usable engine steps; the traces have {len(g)}")
+        raise ValueError("calibration needs at least 10 usable engine steps; the traces have "
+                         f"{len(g)}")
     y = g["y"].to_numpy(float)
     active, why = identifiable(features(g, 0.0), y)
     # One soft-l1 scale for every knee so their losses compare: from a near-L2 fit at knee 0.
@@ -295,14 +301,15 @@ def _rel_se(X: np.ndarray, y: np.ndarray, rel: np.ndarray, inl: np.ndarray, acti
         try:
             cov = s2 * np.linalg.inv(A.T @ A)
             for idx, j in enumerate(active):
-                out[j] = float(math.sqrt(max(cov[idx, idx], 0.0)) / theta[j]) if theta[j] > 0 else float("inf")
+                out[j] = float(math.sqrt(max(cov[idx, idx],
+                                             0.0)) / theta[j]) if theta[j] > 0 else float("inf")
         except np.linalg.LinAlgError:
             pass
     return out
 
 
-def _cv_errors(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[int], f_scale: float,
-               folds: int) -> np.ndarray:
+def _cv_errors(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[int],
+               f_scale: float, folds: int) -> np.ndarray:
     """Held-out relative error per step: runs of consecutive steps (so neighbours, which share batch
     and context, are held out together) dealt round-robin to the folds (so every fold sees every
     trace); same knee and parameter set."""
@@ -359,7 +366,8 @@ def fit_costs(f: pd.DataFrame, base: Profile, folds: int = CV_FOLDS) -> CostFit:
     rel_se = _rel_se(X, y, rel, inl, fit.active, theta)
     cv_err = _cv_errors(X, y, base_vec, fit.active, fit.f_scale, folds)
 
-    residuals = g[["trace", "rl_step", "worker", "engine_step", "B", "ctx", "K", "P", "F", "kind"]].copy()
+    residuals = g[["trace", "rl_step", "worker", "engine_step", "B", "ctx", "K", "P", "F",
+                   "kind"]].copy()
     residuals["measured_s"] = y
     residuals["predicted_s"] = pred
     residuals["error_pct"] = 100 * rel
@@ -370,8 +378,9 @@ def fit_costs(f: pd.DataFrame, base: Profile, folds: int = CV_FOLDS) -> CostFit:
     dropped = dict(Counter(f.loc[~ok, "why_dropped"]))
     if fit.warm_dropped:
         dropped["warm-up"] = int(fit.warm_dropped)
-    return CostFit(_param_fits(fit, theta, weights, weights_fitted, rel_se), float(fit.knee), fit.f_scale, mean_scale,
-                   sig(fit.theta[FINISH]), int(len(g)), dropped, fit.warm_excess_s, int((~inl).sum()),
-                   float(100 * np.median(np.abs(rel))),
+    return CostFit(_param_fits(fit, theta, weights, weights_fitted, rel_se), float(fit.knee),
+                   fit.f_scale, mean_scale,
+                   sig(fit.theta[FINISH]), int(len(g)), dropped, fit.warm_excess_s,
+                   int((~inl).sum()), float(100 * np.median(np.abs(rel))),
                    float(100 * np.nanmedian(np.abs(cv_err))) if np.isfinite(cv_err).any() else float("nan"), bias,
                    residuals)

@@ -24,7 +24,8 @@ from workbench.contracts.schema import ConfigError, save
 
 
 @lru_cache(maxsize=32)
-def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str, version: str = "") -> Profile:
+def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,
+                   version: str = "") -> Profile:
     """`derive_profile` memoised per process (the app re-asks on every rerun)."""
     name = f"{gpu}-{model_name(arch)}-tp{tp}-{framework}"
     return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name, version).profile
@@ -63,12 +64,13 @@ class PresetCase:
 # The TLT paper's evaluation shapes (its rollouts ran on SGLang), for the tlt-eval-*, paper-* and
 # peer-* workloads.
 PRESET_CASES = tuple(PresetCase(m, "h100", tp, "sglang", f"h100-{m}-tp{tp}") for m, tp in (
-    ("qwen2.5-7b", 1), ("qwen2.5-7b", 4), ("r1-distill-qwen-7b", 4), ("qwen2.5-32b", 4), ("qwen2.5-32b", 8),
-    ("llama3.3-70b", 8)))
+    ("qwen2.5-7b", 1), ("qwen2.5-7b", 4), ("r1-distill-qwen-7b", 4), ("qwen2.5-32b", 4),
+    ("qwen2.5-32b", 8), ("llama3.3-70b", 8)))
 
 
 def preset_profile(case: PresetCase) -> Profile:
-    return derive_profile(case.model, case.gpu, case.tp, case.framework, load_profile(case.base), case.name).profile
+    return derive_profile(case.model, case.gpu, case.tp, case.framework, load_profile(case.base),
+                          case.name).profile
 
 
 def default_base_profile(arch: str, tp: int) -> str:

@@ -106,7 +106,8 @@ def predict(c: DecodeCost, d: DrafterCost, p: Point) -> float:
     return verify_step_s(c, p.batch, p.context, Strategy.chain(p.tokens - 1))
 
 
-_DECODE = ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token", "overlap")
+_DECODE = ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token",
+           "overlap")
 
 
 def fit_decode(points: list[Point]) -> DecodeCost:
@@ -120,7 +121,8 @@ def fit_decode(points: list[Point]) -> DecodeCost:
 
     def cost(x: np.ndarray) -> DecodeCost:
         v = x * scale
-        return DecodeCost(*(float(a) for a in v[:5]), prefill_s_per_token=per_prompt_token, overlap=float(v[5]))
+        return DecodeCost(*(float(a) for a in v[:5]), prefill_s_per_token=per_prompt_token,
+                          overlap=float(v[5]))
 
     def resid(x: np.ndarray) -> np.ndarray:
         c = cost(x)
@@ -128,7 +130,8 @@ def fit_decode(points: list[Point]) -> DecodeCost:
 
     b1 = min(p.step_s for p in steps)
     start = np.array([0.2 * b1, 1e-6, 0.8 * b1, 1e-6, 1e-8, 0.5]) / scale
-    res = least_squares(resid, start, bounds=(np.zeros(6), np.array([np.inf] * 5 + [1.0])), x_scale="jac")
+    res = least_squares(resid, start, bounds=(np.zeros(6), np.array([np.inf] * 5 + [1.0])),
+                        x_scale="jac")
     return cost(res.x)
 
 
@@ -158,7 +161,8 @@ class MeasuredProfile:
 
 def with_draft_overhead(prof: Profile, overhead_s: float) -> Profile:
     """A database-only profile with each EAGLE draft step's engine overhead added."""
-    return replace(prof, drafter=replace(prof.drafter, eagle_step_s=sig(prof.drafter.eagle_step_s + overhead_s)))
+    return replace(prof, drafter=replace(prof.drafter,
+                                         eagle_step_s=sig(prof.drafter.eagle_step_s + overhead_s)))
 
 
 def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, name: str,
@@ -180,17 +184,21 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     drafter_fwd = by["drafter_train"].step_s / by["drafter_train"].tokens
     phases = replace(base.phases, train_gpu_s_per_token=sig(TRAIN_FORWARDS * train_fwd),
                      weight_sync_s=sig(2 * a.params / SYNC_BYTES_PER_S))
-    learning = replace(base.learning, train_tokens_per_s=sig(1.0 / (DRAFTER_TRAIN_FORWARDS * drafter_fwd)))
+    learning = replace(base.learning,
+                       train_tokens_per_s=sig(1.0 / (DRAFTER_TRAIN_FORWARDS * drafter_fwd)))
     watts = float(eng.db.system_spec["gpu"]["power"])
     power = GpuPower(decode_w=sig(DECODE_POWER_SHARE * watts), idle_w=sig(IDLE_POWER_SHARE * watts),
                      train_w=sig(TRAIN_POWER_SHARE * watts),
-                     source=f"board power {watts:g} W (aiconfigurator-core's system spec) x assumed shares "
-                            f"{DECODE_POWER_SHARE} decoding, {IDLE_POWER_SHARE} idle, {TRAIN_POWER_SHARE} training")
-    cluster = Cluster(model=model_name(arch), gpu=gpu, tp=tp, framework=framework, framework_version=eng.version)
+                     source=f"board power {watts:g} W (aiconfigurator-core's system spec) x "
+                            f"assumed shares {DECODE_POWER_SHARE} decoding, {IDLE_POWER_SHARE} "
+                            f"idle, {TRAIN_POWER_SHARE} training")
+    cluster = Cluster(model=model_name(arch), gpu=gpu, tp=tp, framework=framework,
+                      framework_version=eng.version)
     cov = eng.coverage(a, tp, framework)
-    prof = replace(base, name=name, decode=dec, drafter=dr, phases=phases, learning=learning, cluster=cluster,
-                   power=power,
-                   fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core {package_version()}",))
+    prof = replace(base, name=name, decode=dec, drafter=dr, phases=phases, learning=learning,
+                   cluster=cluster, power=power,
+                   fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core "
+                              f"{package_version()}",))
     errs = [100.0 * (predict(prof.decode, prof.drafter, p) / p.step_s - 1.0)
             for p in pts if p.op in ("decode", "verify", "drafter", "prefill")]
     fit = MeasuredProfile(prof, pts, errs, cov)
@@ -200,10 +208,11 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     fit = replace(fit, profile=prof)
     prof = replace(prof, fit_error_pct=sig(fit.median_abs_error_pct, 4),
                    source=describe(fit, a, eng, overhead),
-                   description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, {framework} "
-                               f"{eng.version}: costs "
-                               f"from NVIDIA's measured operator database (aiconfigurator-core {package_version()}); "
-                               f"acceptance and learning curve from {base.name}")
+                   description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, "
+                               f"{framework} {eng.version}: costs "
+                               "from NVIDIA's measured operator database (aiconfigurator-core "
+                               f"{package_version()}); acceptance and learning curve from "
+                               f"{base.name}")
     prof.check()
     return replace(fit, profile=prof)
 
@@ -212,7 +221,8 @@ def _drafter_frame(pts: list[Point]):
     import pandas as pd
 
     d = [p for p in pts if p.op == "drafter"]
-    return pd.DataFrame({"step_s": [p.step_s for p in d], "batch": [p.batch for p in d], "topk": [p.topk for p in d]})
+    return pd.DataFrame({"step_s": [p.step_s for p in d], "batch": [p.batch for p in d],
+                         "topk": [p.topk for p in d]})
 
 
 def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float) -> str:
@@ -223,32 +233,35 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
     ar = max((p.allreduce_s for p in pts if p.op == "decode" and p.batch == 1), default=0.0)
     sweep = sweep_sentence(cov, a, eng.attention_dir(c.framework), eng.decode, LONG_CONTEXT,
                            DECODE_BATCHES)
-    return (f"derived by workbench/calibrate/measured_gpu.py from aiconfigurator-core {package_version()} "
-            f"(NVIDIA's measured operator latencies) for {eng.system}, {c.framework} {c.framework_version}, TP{c.tp} "
-            f"(one rank's shapes: {cov.heads} heads, {cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode "
-            f"B {DECODE_BATCHES[0]}-{DECODE_BATCHES[-1]} x C {DECODE_CONTEXTS[0]}-{DECODE_CONTEXTS[-1]}, verify of "
-            f"{VERIFY_TOKENS[0]}-{VERIFY_TOKENS[-1]} tokens (an extend over the prefix), EAGLE drafter (1 layer + LM "
-            f"head; fc as 2 o-projections) at B x top-k {DRAFTER_CANDIDATES[0][0]}-{64 * 8}, prefill, training "
-            f"forward. "
-            f"Time-weighted {100 * silicon:.0f}% from measured (silicon) rows, interpolated between them by shape; "
-            f"the rest from the package's empirical formulas (norms, activations, embedding) and its prefix-attention "
-            f"blend. {sweep} TP all-reduces "
-            f"{1e3 * ar:.3f} ms per decode step at B=1 (measured custom all-reduce). Form fitted by least squares on "
-            f"log ratios: median |error| {fit.median_abs_error_pct:.1f}%, max {fit.max_abs_error_pct:.1f}% over "
-            f"{len(fit.errors_pct)} points. Training: {TRAIN_FORWARDS} forwards per token (fwd+bwd, recompute, old and "
-            f"reference log-probs) of the unsharded model at {TRAIN_TOKENS} packed tokens; drafter training "
-            f"{DRAFTER_TRAIN_FORWARDS} forwards of its layer + head. Weight sync: {2 * a.params / 1e9:.0f} GB at an "
-            f"assumed {SYNC_BYTES_PER_S / 1e9:.0f} GB/s. Energy: board power "
-            f"{eng.db.system_spec['gpu']['power']} W "
-            f"(package's system spec) x assumed shares {DECODE_POWER_SHARE} decoding, {TRAIN_POWER_SHARE} training, "
-            f"{IDLE_POWER_SHARE} idle (the database's rows carry no energy for these engines). Not in the database: "
-            f"each EAGLE draft step's engine work outside its kernels, added to eagle_step_s: "
-            f"{1e3 * overhead:.3f} ms ({1e3 * DRAFT_STEP_OVERHEAD_S:.2f} ms at the TLT paper's Table D, scaled by "
-            f"this engine's target step to the power {DRAFT_OVERHEAD_EXPONENT}, fitted to its "
-            "Table E); "
-            "and the host work per sequence of every SD pass, sd_host_s_per_seq "
-            f"{1e3 * fit.profile.drafter.sd_host_s_per_seq:.3f} ms (not overlapped with the GPU "
-            "when speculating; fitted on SGLang's SD speedups by batch).")
+    return ("derived by workbench/calibrate/measured_gpu.py from aiconfigurator-core "
+            f"{package_version()} (NVIDIA's measured operator latencies) for {eng.system}, "
+            f"{c.framework} {c.framework_version}, TP{c.tp} (one rank's shapes: {cov.heads} heads, "
+            f"{cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode B "
+            f"{DECODE_BATCHES[0]}-{DECODE_BATCHES[-1]} x C "
+            f"{DECODE_CONTEXTS[0]}-{DECODE_CONTEXTS[-1]}, verify of "
+            f"{VERIFY_TOKENS[0]}-{VERIFY_TOKENS[-1]} tokens (an extend over the prefix), EAGLE "
+            "drafter (1 layer + LM head; fc as 2 o-projections) at B x top-k "
+            f"{DRAFTER_CANDIDATES[0][0]}-{64 * 8}, prefill, training forward. Time-weighted "
+            f"{100 * silicon:.0f}% from measured (silicon) rows, interpolated between them by "
+            "shape; the rest from the package's empirical formulas (norms, activations, "
+            f"embedding) and its prefix-attention blend. {sweep} TP all-reduces {1e3 * ar:.3f} ms "
+            "per decode step at B=1 (measured custom all-reduce). Form fitted by least squares on "
+            f"log ratios: median |error| {fit.median_abs_error_pct:.1f}%, max "
+            f"{fit.max_abs_error_pct:.1f}% over {len(fit.errors_pct)} points. Training: "
+            f"{TRAIN_FORWARDS} forwards per token (fwd+bwd, recompute, old and reference "
+            f"log-probs) of the unsharded model at {TRAIN_TOKENS} packed tokens; drafter training "
+            f"{DRAFTER_TRAIN_FORWARDS} forwards of its layer + head. Weight sync: "
+            f"{2 * a.params / 1e9:.0f} GB at an assumed {SYNC_BYTES_PER_S / 1e9:.0f} GB/s. Energy: "
+            f"board power {eng.db.system_spec['gpu']['power']} W (package's system spec) x assumed "
+            f"shares {DECODE_POWER_SHARE} decoding, {TRAIN_POWER_SHARE} training, "
+            f"{IDLE_POWER_SHARE} idle (the database's rows carry no energy for these engines). Not "
+            "in the database: each EAGLE draft step's engine work outside its kernels, added to "
+            f"eagle_step_s: {1e3 * overhead:.3f} ms ({1e3 * DRAFT_STEP_OVERHEAD_S:.2f} ms at the "
+            "TLT paper's Table D, scaled by this engine's target step to the power "
+            f"{DRAFT_OVERHEAD_EXPONENT}, fitted to its Table E); and the host work per sequence of "
+            f"every SD pass, sd_host_s_per_seq {1e3 * fit.profile.drafter.sd_host_s_per_seq:.3f} "
+            "ms (not overlapped with the GPU when speculating; fitted on SGLang's SD speedups by "
+            "batch).")
 
 
 def model_name(arch: str) -> str:

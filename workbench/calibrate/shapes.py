@@ -35,7 +35,8 @@ class GPU:
     source: str
 
 
-H100_SXM = GPU("H100 SXM", 3.35e12, 989.4e12, "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3, 989.4 TFLOP/s dense bf16")
+H100_SXM = GPU("H100 SXM", 3.35e12, 989.4e12,
+               "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3, 989.4 TFLOP/s dense bf16")
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,16 @@ def drafter_read_s(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> f
 
 def decode_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> DecodeCost:
     compute = compute_s_per_token(arch, gpu, tp, f.verify_mfu)
-    return DecodeCost(overhead_s=f.launch_overhead_s + allreduce_overhead_s(arch, tp, f), per_seq_s=f.per_seq_s,
+    return DecodeCost(overhead_s=f.launch_overhead_s + allreduce_overhead_s(arch, tp, f),
+                      per_seq_s=f.per_seq_s,
                       weights_s=weights_s(arch, gpu, tp, f), compute_s_per_token=compute,
                       kv_s_per_token=kv_s_per_token(arch, gpu, tp, f),
                       prefill_s_per_token=compute, overlap=f.overlap)
 
 
-def drafter_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors, ngram_s_per_seq: float) -> DrafterCost:
-    step = f.drafter_launch_s + drafter_read_s(arch, gpu, tp, f) + (2 * f.allreduce_s if tp > 1 else 0.0)
+def drafter_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors,
+                 ngram_s_per_seq: float) -> DrafterCost:
+    step = f.drafter_launch_s + drafter_read_s(arch, gpu, tp,
+                                               f) + (2 * f.allreduce_s if tp > 1 else 0.0)
     per_seq = 2 * arch.drafter_params / tp / (gpu.bf16_flops * f.drafter_mfu)
     return DrafterCost(eagle_step_s=step, eagle_s_per_seq=per_seq, ngram_s_per_seq=ngram_s_per_seq)

@@ -109,7 +109,8 @@ def finished_before(s: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
             continue
         ends = (s["start_s"].to_numpy(float) + s["wall_s"].to_numpy(float))[idx]
         done = groups.get_group((rl, w)).to_numpy(float)
-        at = np.clip(np.searchsorted(ends, done - 1e-6), 0, len(idx) - 1)  # the step that finished each request
+        at = np.clip(np.searchsorted(ends, done - 1e-6), 0,
+                     len(idx) - 1)  # the step that finished each request
         per_step = np.bincount(at, minlength=len(idx))
         out[idx[1:]] = per_step[:-1]
     return out
@@ -131,8 +132,10 @@ def _trace_steps(t: Trace, warmup_steps: int, target: str) -> pd.DataFrame:
     p = s["prefill_tokens"].to_numpy(np.int64)
     finished = finished_before(s, t.requests)
     f = pd.DataFrame({
-        "trace": t.name, "rl_step": s["rl_step"], "worker": s["worker"], "engine_step": s["engine_step"],
-        "kind": kind, "B": b, "ctx": s["context_mean"].to_numpy(float), "K": step_draft_len(s, t.meta), "P": p,
+        "trace": t.name, "rl_step": s["rl_step"], "worker": s["worker"],
+        "engine_step": s["engine_step"],
+        "kind": kind, "B": b, "ctx": s["context_mean"].to_numpy(float),
+        "K": step_draft_len(s, t.meta), "P": p,
         "wall_s": wall, "gap_s": gap, "y": wall + gap if target == "cycle" else wall, "F": finished,
         "warmup": ((s["rl_step"] == first_rl) & (rank < warmup_steps)).to_numpy(),
     })
@@ -144,7 +147,8 @@ def _trace_steps(t: Trace, warmup_steps: int, target: str) -> pd.DataFrame:
     return f
 
 
-def step_frame(traces: Sequence[Trace], warmup_steps: int = WARMUP_STEPS, target: str = "cycle") -> pd.DataFrame:
+def step_frame(traces: Sequence[Trace], warmup_steps: int = WARMUP_STEPS,
+               target: str = "cycle") -> pd.DataFrame:
     """Every engine step of every trace, with the fit's inputs and whether it is used.
 
     target "wall": the step's own wall time. "cycle": wall time plus the gap to

@@ -41,7 +41,8 @@ class GpuPower:
         except ValueError:
             values = []
         if len(values) != 3:
-            raise FieldError("gpu_watts", text, "three numbers DECODE,IDLE,TRAIN in watts per GPU, e.g. 650,120,700")
+            raise FieldError("gpu_watts", text,
+                             "three numbers DECODE,IDLE,TRAIN in watts per GPU, e.g. 650,120,700")
         power = cls(*values, source=source)
         power.check()
         return power
@@ -60,7 +61,8 @@ class GpuSeconds:
         return self.decode + self.idle + self.train
 
     def __add__(self, other: GpuSeconds) -> GpuSeconds:
-        return GpuSeconds(self.decode + other.decode, self.idle + other.idle, self.train + other.train)
+        return GpuSeconds(self.decode + other.decode, self.idle + other.idle,
+                          self.train + other.train)
 
     def scaled(self, factor: float) -> GpuSeconds:
         return GpuSeconds(self.decode * factor, self.idle * factor, self.train * factor)

@@ -84,7 +84,8 @@ class Strategy:
             return cls.chain(value)
         parts = str(value).strip().split("_")
         if not all(p.isdigit() for p in parts) or len(parts) not in (1, 3):
-            raise ValueError(f"{value!r} is not a draft length (e.g. 4) or a steps_topk_tokens tree (e.g. 8_4_48)")
+            raise ValueError(f"{value!r} is not a draft length (e.g. 4) or a steps_topk_tokens "
+                             "tree (e.g. 8_4_48)")
         if len(parts) == 1:
             return cls.chain(int(parts[0]))
         return cls(int(parts[0]), int(parts[1]), int(parts[2]))
@@ -109,17 +110,20 @@ class Strategy:
         return str(self.steps) if self.is_chain else f"{self.steps}_{self.topk}_{self.verify_tokens}"
 
     def check(self) -> None:
-        require(0 <= self.steps <= MAX_DRAFT_STEPS, "steps", self.steps, f"draft steps from 0 to {MAX_DRAFT_STEPS}")
+        require(0 <= self.steps <= MAX_DRAFT_STEPS, "steps", self.steps,
+                f"draft steps from 0 to {MAX_DRAFT_STEPS}")
         require(1 <= self.topk <= MAX_TOPK, "topk", self.topk, f"an integer from 1 to {MAX_TOPK}")
         if self.steps == 0:
-            require(self.topk == 1 and self.tokens == 1, "tokens", self.tokens, "0 or 1 when steps is 0 (no SD)")
+            require(self.topk == 1 and self.tokens == 1, "tokens", self.tokens,
+                    "0 or 1 when steps is 0 (no SD)")
             return
         if self.is_chain:
             require(
                 self.tokens == self.steps + 1,
                 "tokens",
                 self.tokens,
-                f"0 or steps + 1 ({self.steps + 1}) for a chain (top-k 1 verifies its drafts and one more position)",
+                f"0 or steps + 1 ({self.steps + 1}) for a chain (top-k 1 verifies its drafts and "
+                "one more position)",
             )
             return
         # A tree of `steps` levels keeps top-k nodes at the first level and top-k^2 candidates
@@ -128,7 +132,8 @@ class Strategy:
         # Fewer tokens than steps + 1 is allowed (FastRL's 8_4_8): the verified tree is then
         # shallower.
         require(2 <= self.tokens <= min(most, MAX_VERIFY_TOKENS), "tokens", self.tokens,
-                f"from 2 to {min(most, MAX_VERIFY_TOKENS)} for a {self.steps}-step top-{self.topk} tree")
+                f"from 2 to {min(most, MAX_VERIFY_TOKENS)} for a {self.steps}-step top-{self.topk} "
+                "tree")
 
 
 @dataclass(frozen=True)
@@ -143,8 +148,10 @@ class ScheduleBucket:
     tokens: int = 0  # tokens verified per sequence; 0: a chain's draft_len + 1
 
     ROW_HELP = (
-        'a [min_batch, max_batch, draft_len] row, a [min_batch, max_batch, "steps_topk_tokens"] row '
-        '(e.g. [1, 1, "8_4_48"], quoted: YAML reads 8_4_48 as the number 8448), or a mapping with those fields'
+        'a [min_batch, max_batch, draft_len] row, a [min_batch, max_batch, "steps_topk_tokens"] '
+        'row '
+        '(e.g. [1, 1, "8_4_48"], quoted: YAML reads 8_4_48 as the number 8448), or a mapping with '
+        'those fields'
     )
 
     @classmethod
@@ -162,15 +169,18 @@ class ScheduleBucket:
     def check(self) -> None:
         require(self.min_batch >= 1, "min_batch", self.min_batch, "an integer >= 1")
         require(
-            self.max_batch >= self.min_batch, "max_batch", self.max_batch, f"an integer >= min_batch ({self.min_batch})"
+            self.max_batch >= self.min_batch, "max_batch", self.max_batch,
+            f"an integer >= min_batch ({self.min_batch})"
         )
         require(0 <= self.draft_len <= MAX_DRAFT_STEPS, "draft_len", self.draft_len,
-                f"an integer from 0 to {MAX_DRAFT_STEPS} (a tree strategy is a quoted \"steps_topk_tokens\" string)")
+                f"an integer from 0 to {MAX_DRAFT_STEPS} (a tree strategy is a quoted "
+                "\"steps_topk_tokens\" string)")
         s = self.strategy
         try:
             s.check()
         except FieldError as exc:
-            raise FieldError("draft_len" if exc.field == "steps" else exc.field, exc.value, exc.allowed) from None
+            raise FieldError("draft_len" if exc.field == "steps" else exc.field, exc.value,
+                             exc.allowed) from None
 
 
 @dataclass(frozen=True)
@@ -191,10 +201,12 @@ class BanditConfig:
         require(len(self.arms) >= 1, "arms", list(self.arms), "a non-empty list of draft lengths")
         require(all(0 <= a <= MAX_DRAFT_STEPS for a in self.arms), "arms", list(self.arms),
                 f"draft lengths from 0 to {MAX_DRAFT_STEPS}")
-        require(len(set(self.arms)) == len(self.arms), "arms", list(self.arms), "distinct draft lengths")
+        require(len(set(self.arms)) == len(self.arms), "arms", list(self.arms),
+                "distinct draft lengths")
         require(0.0 <= self.epsilon <= 1.0, "epsilon", self.epsilon, "a number from 0 to 1")
         require(self.window >= 1, "window", self.window, "an integer >= 1")
-        require(self.decision_interval >= 1, "decision_interval", self.decision_interval, "an integer >= 1")
+        require(self.decision_interval >= 1, "decision_interval", self.decision_interval,
+                "an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -214,7 +226,8 @@ class DrafterConfig:
         if self.kind != DrafterKind.EAGLE:
             require(not self.ngram_fallback, "ngram_fallback", self.ngram_fallback,
                     "false unless kind is 'eagle' (only a learned drafter falls back to n-gram)")
-            require(not self.warm_start, "warm_start", self.warm_start, "false unless kind is 'eagle'")
+            require(not self.warm_start, "warm_start", self.warm_start,
+                    "false unless kind is 'eagle'")
 
 
 @dataclass(frozen=True)
@@ -230,7 +243,8 @@ class SpotTraining:
     interval_steps: int = 1  # spot-train in every N-th RL step only (FastRL's training_interval_steps)
 
     def check(self) -> None:
-        require(self.min_idle_workers >= 1, "min_idle_workers", self.min_idle_workers, "an integer >= 1")
+        require(self.min_idle_workers >= 1, "min_idle_workers", self.min_idle_workers,
+                "an integer >= 1")
         require(0.0 < self.lr < 1.0, "lr", self.lr, "a number between 0 and 1")
         require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
         require(self.buffer >= 1, "buffer", self.buffer, "an integer >= 1")
@@ -273,11 +287,15 @@ class RolloutConfig:
             require(0.0 <= self.max_staleness <= 16.0, "max_staleness", self.max_staleness,
                     "a number from 0 to 16 with stream (veRL's staleness_threshold, AReaL's eta)")
         else:
-            require(float(self.max_staleness).is_integer() and 1 <= self.max_staleness <= 16, "max_staleness",
+            require(float(self.max_staleness).is_integer() and 1 <= self.max_staleness <= 16,
+                    "max_staleness",
                     self.max_staleness, "an integer from 1 to 16 (a fraction needs stream: true)")
-        require(1 <= self.minibatches <= 64, "minibatches", self.minibatches, "an integer from 1 to 64")
-        require(self.stream or self.minibatches == 1, "minibatches", self.minibatches, "1 unless stream is true")
-        require(0.0 < self.train_share < 1.0, "train_share", self.train_share, "a share between 0 and 1")
+        require(1 <= self.minibatches <= 64, "minibatches", self.minibatches,
+                "an integer from 1 to 64")
+        require(self.stream or self.minibatches == 1, "minibatches", self.minibatches,
+                "1 unless stream is true")
+        require(0.0 < self.train_share < 1.0, "train_share", self.train_share,
+                "a share between 0 and 1")
         if self.mode in ("partial", "tail_batching"):
             require(self.oversample > 0.0, "oversample", self.oversample,
                     f"> 0 for mode '{self.mode}' (it needs extra prompts to stop early)")
@@ -329,7 +347,8 @@ class Policy:
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
         require(self.sd_threshold >= 0, "sd_threshold", self.sd_threshold, "an integer >= 0")
-        require(self.sd_warmup_steps >= 0, "sd_warmup_steps", self.sd_warmup_steps, "an integer >= 0")
+        require(self.sd_warmup_steps >= 0, "sd_warmup_steps", self.sd_warmup_steps,
+                "an integer >= 0")
         for part in ("bandit", "drafter", "spot_training", "rollout"):
             check_part(part, getattr(self, part))
         for i, row in enumerate(self.schedule):
@@ -341,7 +360,8 @@ class Policy:
         if self.drafter.kind == DrafterKind.NONE:
             return
         require(
-            len(self.schedule) >= 1, "schedule", [], "at least one [min_batch, max_batch, draft_len] row when SD is on"
+            len(self.schedule) >= 1, "schedule", [],
+            "at least one [min_batch, max_batch, draft_len] row when SD is on"
         )
         require(
             self.schedule[0].min_batch == 1,
@@ -362,9 +382,9 @@ class Policy:
         if trees and self.bandit.algorithm != "fixed":
             i = trees[0]
             raise FieldError(f"schedule[{i}]", self.schedule[i].strategy.name,
-                             f"a chain draft length: a '{self.bandit.algorithm}' bandit chooses among bandit.arms "
-                             "(chain draft lengths) and uses the rows only as buckets; tree strategies run with "
-                             "bandit.algorithm 'fixed'")
+                             f"a chain draft length: a '{self.bandit.algorithm}' bandit chooses "
+                             "among bandit.arms (chain draft lengths) and uses the rows only as "
+                             "buckets; tree strategies run with bandit.algorithm 'fixed'")
 
     def strategy_of(self, bucket: int) -> Strategy:
         """The fixed table's strategy for a schedule row."""

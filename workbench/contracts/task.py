@@ -83,7 +83,8 @@ def math_reward(response: str, answer: str) -> float:
     return 1.0 if verify(gold, pred, **({} if main else {"timeout_seconds": None})) else 0.0
 
 
-REWARDS: dict[str, RewardFn] = {"exact": exact_reward, "numeric": numeric_reward, "math": math_reward}
+REWARDS: dict[str, RewardFn] = {"exact": exact_reward, "numeric": numeric_reward,
+                                "math": math_reward}
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ class Task:
         """`n` problems for `seed`: without repetition while the file has enough, then with."""
         rng = random.Random(f"task-draw/{seed}")
         k = len(self.problems)
-        idx = rng.sample(range(k), n) if n <= k else rng.sample(range(k), k) + rng.choices(range(k), k=n - k)
+        idx = rng.sample(range(k), n) if n <= k else rng.sample(range(k), k) + rng.choices(range(k),
+                                                                                           k=n - k)
         return [self.problems[i] for i in idx]
 
     def score(self, problem: TaskProblem, response: str) -> float:
@@ -109,11 +111,11 @@ class Task:
             v = self.reward(response, problem.answer)
             out = float(v)
         except Exception as exc:
-            raise TaskError(f"--reward {self.reward_name}: failed on a response to {problem.prompt[:40]!r}: "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise TaskError(f"--reward {self.reward_name}: failed on a response to "
+                            f"{problem.prompt[:40]!r}: {type(exc).__name__}: {exc}") from exc
         if not math.isfinite(out):
-            raise TaskError(f"--reward {self.reward_name}: returned {v!r} for a response to {problem.prompt[:40]!r}: "
-                            "a reward must be a finite number")
+            raise TaskError(f"--reward {self.reward_name}: returned {v!r} for a response to "
+                            f"{problem.prompt[:40]!r}: a reward must be a finite number")
         return out
 
 
@@ -126,8 +128,8 @@ def resolve_reward(spec: str) -> RewardFn:
             try:
                 import math_verify  # noqa: F401
             except ImportError:
-                raise TaskError("--reward math needs the math-verify package: pip install math-verify "
-                                "(in the project's cpu and gpu extras)") from None
+                raise TaskError("--reward math needs the math-verify package: pip install "
+                                "math-verify (in the project's cpu and gpu extras)") from None
         return REWARDS[spec]
     if ":" not in spec:
         raise TaskError(f"--reward {spec!r}: give one of {', '.join(REWARDS)} or module:function "
@@ -139,8 +141,9 @@ def resolve_reward(spec: str) -> RewardFn:
     try:
         mod = importlib.import_module(mod_name)
     except Exception as exc:
-        raise TaskError(f"--reward {spec}: cannot import module {mod_name!r} ({type(exc).__name__}: {exc}); "
-                        "put it on PYTHONPATH or in the current directory") from None
+        raise TaskError(f"--reward {spec}: cannot import module {mod_name!r} "
+                        f"({type(exc).__name__}: {exc}); put it on PYTHONPATH or in the current "
+                        "directory") from None
     fn = getattr(mod, fn_name, None)
     if not callable(fn):
         raise TaskError(f"--reward {spec}: module {mod_name!r} has no function {fn_name!r}")
@@ -156,11 +159,13 @@ def resolve_reward(spec: str) -> RewardFn:
 
 def _problem(row: Any, where: str) -> TaskProblem:
     if not isinstance(row, dict):
-        raise TaskError(f"{where}: not a JSON object (every line is {{\"prompt\": ..., \"answer\": ...}})")
+        raise TaskError(f"{where}: not a JSON object (every line is {{\"prompt\": ..., \"answer\": "
+                        f"...}})")
     prompt, answer, solution = row.get("prompt"), row.get("answer"), row.get("solution")
     if not isinstance(prompt, str) or not prompt.strip():
         raise TaskError(f"{where}: field 'prompt' missing or not a non-empty string")
-    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or str(answer).strip() == "":
+    if isinstance(answer, bool) or not isinstance(answer,
+                                                  (str, int, float)) or str(answer).strip() == "":
         raise TaskError(f"{where}: field 'answer' missing or not a string or number")
     if solution is not None and not isinstance(solution, str):
         raise TaskError(f"{where}: field 'solution' must be a string (or left out)")
@@ -171,7 +176,8 @@ def read_problems(path: str | Path) -> list[TaskProblem]:
     """The problems of a task file (`.jsonl`/`.json` lines or `.parquet`), every row checked."""
     path = Path(path)
     if not path.is_file():
-        raise TaskError(f"--task {path}: no such file (write one with `tlt task gcd --out FILE`, or your own JSONL)")
+        raise TaskError(f"--task {path}: no such file (write one with `tlt task gcd --out FILE`, "
+                        "or your own JSONL)")
     rows: list[tuple[Any, str]] = []
     if path.suffix == ".parquet":
         import pandas as pd
@@ -182,7 +188,8 @@ def read_problems(path: str | Path) -> list[TaskProblem]:
             raise TaskError(f"--task {path}: not a readable Parquet file ({exc})") from None
         missing = [c for c in ("prompt", "answer") if c not in frame.columns]
         if missing:
-            raise TaskError(f"--task {path}: no column {', '.join(missing)} (columns: {', '.join(frame.columns)})")
+            raise TaskError(f"--task {path}: no column {', '.join(missing)} (columns: "
+                            f"{', '.join(frame.columns)})")
         for i, rec in enumerate(frame.to_dict("records")):
             if isinstance(rec.get("solution"), float) and math.isnan(rec["solution"]):
                 rec["solution"] = None  # a Parquet column with gaps
@@ -194,7 +201,8 @@ def read_problems(path: str | Path) -> list[TaskProblem]:
             try:
                 rows.append((json.loads(line), f"{path}:{n}"))
             except json.JSONDecodeError as exc:
-                raise TaskError(f"{path}:{n}: not valid JSON ({exc.msg}); one JSON object per line") from None
+                raise TaskError(f"{path}:{n}: not valid JSON ({exc.msg}); one JSON object per "
+                                "line") from None
     problems = [_problem(row, where) for row, where in rows]
     if not problems:
         raise TaskError(f"--task {path}: no problems in it")
@@ -211,7 +219,8 @@ def load_task(path: str | Path, reward: str) -> Task:
     if reward == "numeric":
         for i, p in enumerate(problems):
             if _number(p.answer) is None:
-                raise TaskError(f"--task {path}: problem {i}: answer {p.answer!r} has no number for --reward numeric")
+                raise TaskError(f"--task {path}: problem {i}: answer {p.answer!r} has no number "
+                                "for --reward numeric")
     return task
 
 
@@ -219,6 +228,7 @@ def write_task_file(path: str | Path, problems: list[TaskProblem]) -> None:
     """`problems` as a JSONL task file (atomically: never half-written)."""
     from workbench.contracts.fileio import write_atomic
 
-    lines = [json.dumps({"prompt": p.prompt, "answer": p.answer, **({"solution": p.solution} if p.solution else {})})
+    lines = [json.dumps({"prompt": p.prompt, "answer": p.answer,
+                         **({"solution": p.solution} if p.solution else {})})
              for p in problems]
     write_atomic(path, "\n".join(lines) + "\n")

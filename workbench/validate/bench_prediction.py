@@ -57,20 +57,24 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else math.nan
 
 
-def predict_bench(run_dirs: dict[str, Path], profile: Profile, baseline: str, seed: int = 0) -> BenchPrediction:
+def predict_bench(run_dirs: dict[str, Path], profile: Profile, baseline: str,
+                  seed: int = 0) -> BenchPrediction:
     """`run_dirs`: policy name -> its `tlt train` run directory (trace/ and metrics.csv); `baseline`
     names the one speedups are over."""
     if baseline not in run_dirs:
-        raise ValueError(f"predict_bench: baseline '{baseline}' is not among the runs ({', '.join(run_dirs)}); "
-                         "name one of them as the baseline")
-    preds = {name: predict_run(load_run(d).trace, profile, seed=seed) for name, d in run_dirs.items()}
+        raise ValueError(f"predict_bench: baseline '{baseline}' is not among the runs "
+                         f"({', '.join(run_dirs)}); name one of them as the baseline")
+    preds = {name: predict_run(load_run(d).trace, profile,
+                               seed=seed) for name, d in run_dirs.items()}
     base = preds[baseline]
     rows = []
     for name, p in preds.items():
-        ms, ps = _ratio(base.measured.step_s, p.measured.step_s), _ratio(base.predicted.step_s, p.predicted.step_s)
+        ms, ps = _ratio(base.measured.step_s, p.measured.step_s), _ratio(base.predicted.step_s,
+                                                                         p.predicted.step_s)
         mr = _ratio(base.measured.rollout_s, p.measured.rollout_s)
         pr = _ratio(base.predicted.rollout_s, p.predicted.rollout_s)
-        rows.append(PolicyPrediction(name, p.measured.step_s, p.predicted.step_s, ms, ps, error_pct(ps, ms),
-                                     p.measured.rollout_s, p.predicted.rollout_s, mr, pr, error_pct(pr, mr),
-                                     p.in_sample))
+        rows.append(PolicyPrediction(name, p.measured.step_s, p.predicted.step_s, ms, ps,
+                                     error_pct(ps, ms),
+                                     p.measured.rollout_s, p.predicted.rollout_s, mr, pr,
+                                     error_pct(pr, mr), p.in_sample))
     return BenchPrediction(profile.name, baseline, rows, list(preds.values()))

@@ -151,7 +151,8 @@ class Validation:
                "measured_rollout_s": round(self.measured_rollout_s, 4),
                "error_pct": round(self.error_pct, 3)}
         if self.drift_factor is not None:
-            out.update(raw_error_pct=round(self.raw_error_pct, 3), drift_factor=round(self.drift_factor, 4))
+            out.update(raw_error_pct=round(self.raw_error_pct, 3),
+                       drift_factor=round(self.drift_factor, 4))
         return out
 
 
@@ -163,7 +164,8 @@ def trace_workload(trace: Trace, profile: Profile) -> Workload:
     meta, steps, req = trace.meta, trace.steps, trace.requests
     eng = meta.get("engine") or {}
     max_batch = eng.get("max_num_seqs") or int(steps["batch_size"].max())
-    wl = Workload(name=f"trace:{trace.name}", profile=profile.name, workers=int(steps["worker"].nunique()),
+    wl = Workload(name=f"trace:{trace.name}", profile=profile.name,
+                  workers=int(steps["worker"].nunique()),
                   prompts_per_step=int(meta["prompts"]), group_size=int(meta["samples"]),
                   max_response_tokens=int(meta["max_tokens"]),
                   prompt_tokens=max(1, int(round(float(req["prompt_tokens"].mean())))),
@@ -173,7 +175,8 @@ def trace_workload(trace: Trace, profile: Profile) -> Workload:
     try:
         wl.check()
     except Exception as exc:
-        raise TraceError(trace.path or trace.name, "meta.json", f"does not make a valid workload ({exc})",
+        raise TraceError(trace.path or trace.name, "meta.json",
+                         f"does not make a valid workload ({exc})",
                          "check prompts, samples, max_tokens and engine.max_num_seqs") from None
     return wl
 
@@ -241,8 +244,8 @@ def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], float]:
         if len(r) != n or (sizes != wl.group_size).any():
             raise TraceError(trace.path or trace.name, "requests.parquet",
                              f"RL step {rl} has {len(r)} responses in {len(sizes)} prompts",
-                             f"a validated trace needs prompts x samples = {wl.prompts_per_step} x {wl.group_size} per "
-                             f"RL step "
+                             f"a validated trace needs prompts x samples = {wl.prompts_per_step} x "
+                             f"{wl.group_size} per RL step "
                              "(sync rollouts)")
         group_worker = r.groupby("prompt_id")["worker"].min()
         order = r.assign(group_worker=r["prompt_id"].map(group_worker))
@@ -265,7 +268,8 @@ def measured_rollout(trace: Trace) -> tuple[float, list[float], list[float], str
         r = trace.requests[trace.requests["rl_step"] == rl]
         s = trace.steps[trace.steps["rl_step"] == rl]
         start = min(r["start_s"].min(), s["start_s"].min()) if len(s) else r["start_s"].min()
-        end = max(r["end_s"].max(), (s["start_s"] + s["wall_s"]).max()) if len(s) else r["end_s"].max()
+        end = max(r["end_s"].max(),
+                  (s["start_s"] + s["wall_s"]).max()) if len(s) else r["end_s"].max()
         spans.append(float(end - start))
     rl = trace.rl_steps.sort_values("rl_step")
     rollout = [float(v) for v in rl["rollout_s"]] if len(rl) else []
@@ -335,9 +339,10 @@ def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
         trace=trace.name, profile=profile.name, workers=wl.workers, prompts=wl.prompts_per_step,
         samples=wl.group_size, max_tokens=wl.max_response_tokens, max_batch=wl.max_batch,
         prompt_tokens=wl.prompt_tokens, rl_steps=wl.steps, policy=pol.name, drafter=tp.drafter,
-        schedule_overridden=tp.schedule_overridden, off_threshold_sd_steps=tp.off_threshold_sd_steps,
-        shards_match=shards_match, measured_basis=basis, predicted_per_step_s=predicted, rollout_s=rollout_s,
-        span_s=spans,
+        schedule_overridden=tp.schedule_overridden,
+        off_threshold_sd_steps=tp.off_threshold_sd_steps,
+        shards_match=shards_match, measured_basis=basis, predicted_per_step_s=predicted,
+        rollout_s=rollout_s, span_s=spans,
         span_vs_rollout_pct=((100 * (sum(spans) - sum(rollout_s)) / sum(rollout_s))
                              if rollout_s and sum(rollout_s) > 0 else None),
         tokens_traced=int(trace.requests["response_tokens"].sum()),
@@ -367,16 +372,19 @@ def validations_summary(results: list[Validation]) -> dict[str, Any]:
     return {**out, "traces": {v.trace: v.summary() for v in results}}
 
 
-def validation_figure(results: list[Validation], profile: Profile, median_abs_error_pct: float | None) -> Figure:
+def validation_figure(results: list[Validation], profile: Profile,
+                      median_abs_error_pct: float | None) -> Figure:
     """Measured vs simulated rollout time per run, each annotated with its error."""
     fig = Figure(figsize=(max(5.0, 1.1 * len(results) + 2), 3.6))
     ax = fig.subplots()
     x = np.arange(len(results))
     ax.bar(x - 0.2, [v.measured_rollout_s for v in results], 0.4, label="measured", color="#4c72b0")
-    ax.bar(x + 0.2, [v.predicted_rollout_s for v in results], 0.4, label="simulated", color="#dd8452")
+    ax.bar(x + 0.2, [v.predicted_rollout_s for v in results], 0.4, label="simulated",
+           color="#dd8452")
     for i, v in enumerate(results):
         ax.annotate(f"{v.error_pct:+.1f}%" + ("" if v.trace not in profile.fitted_on else "\n(fit)"),
-                    (i, max(v.measured_rollout_s, v.predicted_rollout_s)), ha="center", va="bottom", fontsize=8)
+                    (i, max(v.measured_rollout_s, v.predicted_rollout_s)), ha="center", va="bottom",
+                    fontsize=8)
     ax.set_xticks(x, [v.trace for v in results], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("rollout time, s")
     ax.set_title(f"profile {profile.name}: median |error| {median_abs_error_pct:.1f}%", fontsize=10)
@@ -396,4 +404,5 @@ def save_validations(results: list[Validation], out: str | Path, profile: Profil
            "runs": [{**v.summary(), "trace": v.trace, "held_out": v.trace not in profile.fitted_on,
                      "details": v.details.to_dict()} for v in results]}
     write_json(out / "validate.json", doc)
-    save_figure(validation_figure(results, profile, doc["median_abs_error_pct"]), out / "validate.png")
+    save_figure(validation_figure(results, profile, doc["median_abs_error_pct"]),
+                out / "validate.png")

@@ -128,7 +128,8 @@ class RunPrediction:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.summary(), "profile": self.profile, "policy": self.policy, "shards_match": self.shards_match,
+        return {**self.summary(), "profile": self.profile, "policy": self.policy,
+                "shards_match": self.shards_match,
                 "steps": [_jsonable(asdict(s)) for s in self.steps]}
 
 
@@ -138,7 +139,9 @@ def _round(x: float) -> float | None:
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     """NaN is not JSON: None instead, recursively."""
-    return {k: _jsonable(v) if isinstance(v, dict) else (None if isinstance(v, float) and math.isnan(v) else v)
+    return {k: _jsonable(v) if isinstance(v,
+                                          dict) else (None if isinstance(v,
+                                                                         float) and math.isnan(v) else v)
             for k, v in d.items()}
 
 
@@ -172,7 +175,8 @@ def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]
     wait = spot_wait(metrics.set_index("rl_step").reindex(rl["rl_step"].astype(int)).reset_index()) \
         if metrics is not None else np.zeros(n)
     times = [PhaseTimes(float(r.rollout_s), float(r.train_s), float(r.sync_s) + wait[i],
-                        max(0.0, step_s[i] - float(r.rollout_s + r.train_s + r.sync_s) - wait[i]), step_s[i])
+                        max(0.0, step_s[i] - float(r.rollout_s + r.train_s + r.sync_s) - wait[i]),
+                        step_s[i])
              for i, r in enumerate(rl.itertuples())]
     return times, extra
 
@@ -186,12 +190,15 @@ def run_start_table(trace: Trace, policy: Policy) -> tuple[int, ...] | None:
     return tuple(int(k) for k in table)
 
 
-def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, seed: int = 0) -> RunPrediction:
+def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None,
+                seed: int = 0) -> RunPrediction:
     """Re-simulate a `tlt train` run with `profile` (module docstring); `policy` replaces the one
     the run's meta records (a what-if on the same responses)."""
     if trace.rl_steps.empty or float(trace.rl_steps["train_s"].sum()) <= 0:
-        raise TraceError(trace.path or trace.name, "rl_steps.parquet", "no RL step trained (a capture, not a run)",
-                         "give a `tlt train` run; `tlt validate TRACE_DIR` judges a capture's rollout")
+        raise TraceError(trace.path or trace.name, "rl_steps.parquet",
+                         "no RL step trained (a capture, not a run)",
+                         "give a `tlt train` run; `tlt validate TRACE_DIR` judges a capture's "
+                         "rollout")
     wl = trace_workload(trace, profile)
     pol = policy if policy is not None else run_policy(trace)
     if policy is None and (trace.meta.get("sd_probe") or {}).get("sd_off"):
@@ -213,11 +220,13 @@ def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, se
     rows = []
     for i, m in enumerate(sim.steps):
         pred = PhaseTimes(m.rollout_time_s, m.train_time_s, m.sync_time_s, 0.0, m.step_time_s)
-        rows.append(RunStep(m.rl_step, pred, measured[i], m.mean_accept_len, float(extra["mean_accept_len"][i]),
+        rows.append(RunStep(m.rl_step, pred, measured[i], m.mean_accept_len,
+                            float(extra["mean_accept_len"][i]),
                             m.drafter_kind, extra["drafter_kind"][i], m.drafter_trained_tokens,
                             float(extra["drafter_steps"][i])))
-    return RunPrediction(run_label(trace), profile.name, pol.name, is_in_sample(trace, profile), rows,
-                         mean_times([r.predicted for r in rows]), mean_times([r.measured for r in rows]), shards_match)
+    return RunPrediction(run_label(trace), profile.name, pol.name, is_in_sample(trace, profile),
+                         rows, mean_times([r.predicted for r in rows]),
+                         mean_times([r.measured for r in rows]), shards_match)
 
 
 def predict_run_dir(
@@ -225,6 +234,7 @@ def predict_run_dir(
 ) -> RunPrediction:
     """`predict_run` on a `tlt train --out` directory (its trace/ beside metrics.csv)."""
     if not is_run_dir(run_dir):
-        raise TraceError(run_dir, "<directory>", "not a run directory (needs metrics.csv and trace/)",
+        raise TraceError(run_dir, "<directory>",
+                         "not a run directory (needs metrics.csv and trace/)",
                          "give a directory `tlt train --out` wrote")
     return predict_run(load_trace(Path(run_dir) / TRACE_DIR), profile, policy, seed)

@@ -100,7 +100,8 @@ class HeldoutResult:
     kind: DrafterKind
     error_pct: float  # normalised profile vs normalised capture
     raw_error_pct: float  # profile fitted on the raw fit captures vs the raw capture (no normalisation)
-    errors_by_method: dict[str, float]  # each normalisation method's profile vs the capture normalised so
+    errors_by_method: dict[str,
+                           float]  # each normalisation method's profile vs the capture normalised so
     predicted_rollout_s: float
     measured_rollout_s: float  # normalised
     raw_measured_rollout_s: float
@@ -159,12 +160,14 @@ class SelfCalibration:
         return jsonable({
             "profile": str(profile_path), "fit_error_pct": self.profile.fit_error_pct,
             "drift_method": self.method, "drift_window": self.window,
-            "heldout": [{"trace": h.trace, "error_pct": round(h.error_pct, 3), "raw_error_pct": round(h.raw_error_pct,
+            "heldout": [{"trace": h.trace, "error_pct": round(h.error_pct, 3),
+                         "raw_error_pct": round(h.raw_error_pct,
                                                                                                       3),
                          "error_pct_by_method": {m: round(e, 3) for m, e in h.errors_by_method.items()}}
                         for h in self.heldout],
             "heldout_max_abs_error_pct": round(self.heldout_max_abs_error_pct, 3),
-            "heldout_max_abs_raw_error_pct": round(max((abs(h.raw_error_pct) for h in self.heldout), default=math.nan),
+            "heldout_max_abs_raw_error_pct": round(max((abs(h.raw_error_pct) for h in self.heldout),
+                                                       default=math.nan),
                                                    3),
             "heldout_max_abs_error_pct_by_method": {
                 m: round(max(abs(h.errors_by_method[m]) for h in self.heldout), 3) for m in
@@ -176,12 +179,15 @@ class SelfCalibration:
     def report_section(self) -> dict:
         """The `self_calibration` section of PROFILE.calibration.json."""
         return jsonable({
-            "plan": [{**asdict(c.spec), "start_s": c.start_s, "wall_s": c.wall_s, "drift_factor": c.drift.factor}
+            "plan": [{**asdict(c.spec), "start_s": c.start_s, "wall_s": c.wall_s,
+                      "drift_factor": c.drift.factor}
                      for c in self.captures],
             "references": [asdict(r) for r in self.references],
             "drift": {"factors": [c.drift.factor for c in self.captures],
-                      "method": self.method, "window": self.window, "by_method": [c.factors for c in self.captures],
-                      "how": "times * median slowness / the capture's slowness (workbench/calibrate/drift.py)"},
+                      "method": self.method, "window": self.window,
+                      "by_method": [c.factors for c in self.captures],
+                      "how": "times * median slowness / the capture's slowness "
+                             "(workbench/calibrate/drift.py)"},
             "tracking": asdict(self.tracking),
             "heldout": [asdict(h) for h in self.heldout],
             "heldout_max_abs_error_pct": self.heldout_max_abs_error_pct,
@@ -196,8 +202,8 @@ def _reference(machine: Machine, t_s: float, where: str) -> ReferencePoint:
     return ReferencePoint(t_s, wall, where, None if cpu is None else float(cpu()))
 
 
-def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequence[ReferencePoint],
-             window: int) -> dict[str, list[DriftFactor]]:
+def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]],
+             refs: Sequence[ReferencePoint], window: int) -> dict[str, list[DriftFactor]]:
     """Every method's drift factors the run can give (method "cpu" needs CPU times and shares); each
     capture's slowness from the `window` references nearest it on each side."""
     if window < 1:
@@ -216,13 +222,16 @@ def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequ
     if probed is not None:
         out["probe"] = probed
     shares = [((t.meta.get("summary") or {}).get("cpu_share")) for _, t, _, _ in done]
-    if all(r.cpu_s for w in wins for r in w) and all(isinstance(x, (int, float)) and x > 0 for x in shares):
+    if all(r.cpu_s for w in wins for r in w) and all(isinstance(x,
+                                                                (int,
+                                                                 float)) and x > 0 for x in shares):
         out["cpu"] = cpu_drift_factors([[r.cpu_s for r in w] for w in wins], shares, around)
     return out
 
 
 def _run_plan(machine: Machine, plan: Sequence[CaptureSpec],
-              progress: Callable[[Progress], None]) -> tuple[list[tuple[CaptureSpec, Trace, float, float]],
+              progress: Callable[[Progress],
+                                 None]) -> tuple[list[tuple[CaptureSpec, Trace, float, float]],
                                                              list[ReferencePoint], list[float]]:
     """Run every capture, the reference before and after each; engines restart when the kind
     changes."""
@@ -245,19 +254,21 @@ def _run_plan(machine: Machine, plan: Sequence[CaptureSpec],
             kind = spec.kind
             refs.append(_reference(machine, clock(), f"engine {kind} started"))
         report(f"capturing {spec.name} ({spec.prompts}x{spec.samples}, cap {spec.cap}, "
-               f"max {spec.max_tokens} tokens, schedule {list(map(list, spec.schedule)) or 'no SD'})")
+               f"max {spec.max_tokens} tokens, schedule "
+               f"{list(map(list, spec.schedule)) or 'no SD'})")
         start = clock()
         trace = machine.capture(spec)
         wall = clock() - start
         refs.append(_reference(machine, clock(), f"after {spec.name}"))
         done.append((spec, trace, start, wall))
-        report(f"captured {spec.name} in {wall:.1f}s; reference {1e3 * refs[-1].reference_s:.1f} ms "
-               f"(before {1e3 * refs[-2].reference_s:.1f} ms)")
+        report(f"captured {spec.name} in {wall:.1f}s; reference {1e3 * refs[-1].reference_s:.1f} "
+               f"ms (before {1e3 * refs[-2].reference_s:.1f} ms)")
     return done, refs, starts
 
 
 def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Profile, name: str,
-                         captures_dir: str | Path, progress: Callable[[Progress], None] = lambda p: None,
+                         captures_dir: str | Path,
+                         progress: Callable[[Progress], None] = lambda p: None,
                          warmup_steps: int = WARMUP_STEPS, compare_raw: bool = True,
                          method: str = "auto", window: int = 2) -> SelfCalibration:
     """Capture `plan` on `machine`, normalise drift, fit on the fit captures, validate on the
@@ -287,32 +298,38 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
         f = by_method[method][i]
         t = with_factor(trace, f)
         t.path = Path(captures_dir) / spec.name
-        records.append(CaptureRecord(spec, t, f, {m: fs[i].factor for m, fs in by_method.items()}, start, wall))
+        records.append(CaptureRecord(spec, t, f, {m: fs[i].factor for m, fs in by_method.items()},
+                                     start, wall))
     progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0,
-                      f"fitting the profile on the fit captures (normalised: {', '.join(by_method)}; and raw)"))
+                      "fitting the profile on the fit captures (normalised: "
+                      f"{', '.join(by_method)}; and raw)"))
     fit = [c for c in records if c.spec.role == "fit"]
     norm, cals = {}, {}
     for m in by_method:
         if m == "probe":  # calibrate() warps the fit captures by their probes, validate() the held-out ones
             norm[m] = {c.spec.name: c.trace for c in records}
         else:
-            norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]), path=c.trace.path) for c in records}
-        cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name, warmup_steps=warmup_steps)
+            norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]),
+                                            path=c.trace.path) for c in records}
+        cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name,
+                            warmup_steps=warmup_steps)
     raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw", warmup_steps=warmup_steps,
                         by_probe=False) if compare_raw else None
-    progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0, "validating on the held-out captures"))
+    progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0,
+                      "validating on the held-out captures"))
     heldout = [_heldout(c, {m: (cals[m].profile, norm[m][c.spec.name]) for m in cals}, method,
                         raw_cal.profile if raw_cal else cals[method].profile)
                for c in records if c.spec.role == "heldout"]
     cal = cals[method]
     at_speed = list(norm[method].values())
     if method == "probe":
-        at_speed = [(warp_to_profile(cal.profile.speed_probe_ms, t, cal.profile.speed_probe_exponent) or (t,))[0]
+        at_speed = [(warp_to_profile(cal.profile.speed_probe_ms, t,
+                                     cal.profile.speed_probe_exponent) or (t,))[0]
                     for t in at_speed]
     buckets = bucket_table(cal.profile, at_speed, warmup_steps=warmup_steps)
     tracking = reference_tracking(cal.profile, records)
-    return SelfCalibration(cal, raw_cal, records, refs, heldout, buckets, tracking, time.perf_counter() - t0, method,
-                           window, starts)
+    return SelfCalibration(cal, raw_cal, records, refs, heldout, buckets, tracking,
+                           time.perf_counter() - t0, method, window, starts)
 
 
 def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method: str,
@@ -321,7 +338,8 @@ def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method:
     vs = {m: validate(prof, t) for m, (prof, t) in fitted.items()}
     v, raw = vs[method], validate(raw_profile, c.trace)
     return HeldoutResult(c.spec.name, c.spec.kind, float(v.error_pct), float(raw.error_pct),
-                         {m: float(x.error_pct) for m, x in vs.items()}, float(v.predicted_rollout_s),
+                         {m: float(x.error_pct) for m, x in vs.items()},
+                         float(v.predicted_rollout_s),
                          float(v.measured_rollout_s), float(raw.measured_rollout_s), c.drift.factor)
 
 
@@ -366,8 +384,8 @@ def reference_tracking(profile: Profile, records: Sequence[CaptureRecord]) -> Tr
     return Tracking(ref, eng, corr(ref), by)
 
 
-def write_self_calibration(result: SelfCalibration, out: str | Path, base: Profile, captures_dir: str | Path,
-                           workload_out: str | Path | None) -> list[Path]:
+def write_self_calibration(result: SelfCalibration, out: str | Path, base: Profile,
+                           captures_dir: str | Path, workload_out: str | Path | None) -> list[Path]:
     """Write the raw captures (one directory, swapped in whole), the profile, the report (the fit's
     plus `self_calibration`) and the workload; returns the paths written."""
     out, captures_dir = Path(out), Path(captures_dir)
@@ -379,7 +397,8 @@ def write_self_calibration(result: SelfCalibration, out: str | Path, base: Profi
         if lengths is None:
             raise ValueError("--lengths-out: the fit captures did not support a length model")
         # The workload takes the largest fit shape (longest cap, then largest batch cap).
-        big = max((c for c in result.captures if c.spec.role == "fit"), key=lambda c: (c.spec.max_tokens, c.spec.cap))
+        big = max((c for c in result.captures if c.spec.role == "fit"),
+                  key=lambda c: (c.spec.max_tokens, c.spec.cap))
         wl = trace_workload_spec(big.trace, lengths, out, workload_out, result.profile.name)
 
     def fill(tmp: Path) -> None:
