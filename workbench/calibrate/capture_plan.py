@@ -71,7 +71,8 @@ def plan_captures(kinds: Sequence[DrafterKind] = KINDS, rounds: int = 2,
     plan: list[CaptureSpec] = []
     for r in range(rounds):
         order = [kinds[(j + r) % len(kinds)] for j in range(len(kinds))]
-        if plan and len(kinds) > 1 and order[0] == plan[-1].kind:  # a new round starts on another engine
+        # a new round starts on another engine
+        if plan and len(kinds) > 1 and order[0] == plan[-1].kind:
             order = order[1:] + order[:1]
         for kind in order:
             ki = kinds.index(kind)

@@ -77,7 +77,8 @@ class ParamFit:
     name: str  # the field of that part
     value: float
     fitted: bool
-    rel_se: float = math.nan  # relative standard error (cost parameters; nan: unknown or not fitted)
+    # relative standard error (cost parameters; nan: unknown or not fitted)
+    rel_se: float = math.nan
     why_not_fitted: str | None = None
 
     @property
@@ -98,14 +99,19 @@ class TraceFit:
 
 @dataclass
 class CostFit:
-    params: list[ParamFit]  # the decode and drafter parameters, in table order: the fitted profile's values
+    # the decode and drafter parameters, in table order: the fitted profile's values
+    params: list[ParamFit]
     knee_tokens: float  # weights_s / compute_s_per_token
     f_scale: float  # soft-l1 scale of the relative residuals
-    mean_scale: float  # measured total / the robust fit's total (form only): what mean-matching scaled by
-    finish_s: float  # fitted cost per request finished in the previous step (reported; a Profile has no field for it)
+    # measured total / the robust fit's total (form only): what mean-matching scaled by
+    mean_scale: float
+    # fitted cost per request finished in the previous step (reported; a Profile has no field for
+    # it)
+    finish_s: float
     steps_used: int
     steps_dropped: dict[str, int]  # reason -> count
-    warmup_excess_s: float  # time the dropped warm-up steps took beyond the fit's prediction (all engines)
+    # time the dropped warm-up steps took beyond the fit's prediction (all engines)
+    warmup_excess_s: float
     outliers: int  # used steps whose relative residual exceeds 5 robust sds
     mdape_pct: float  # in-sample median |error| per step, %
     cv_mdape_pct: float  # held-out (5-fold) median |error| per step, %

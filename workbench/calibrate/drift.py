@@ -129,7 +129,8 @@ def recorded_factor(trace: Trace) -> float | None:
     apply)."""
     d = trace.meta.get(DRIFT_KEY)
     if not d or d.get("applied") or d.get("method") == "probe":
-        return None  # a probe's capture is warped from its own samples (workbench/calibrate/probe_drift.py)
+        # a probe's capture is warped from its own samples (workbench/calibrate/probe_drift.py)
+        return None
     f = d.get("factor")
     if not isinstance(f, (int, float)) or not f > 0:
         raise TraceError(trace.path or trace.name, "meta.json", f"field 'drift.factor' is {f!r}",

@@ -47,7 +47,8 @@ TABLE_E_ACCEPTED = 6.53  # Table G rl_adapted / Table H EAGLE: tokens per verify
 TABLE_E_GPUS = {"h100": "H100", "a100": "A100", "b200": "B200"}  # our key -> the paper's row
 TABLE_E_PUBLISHED = {"B200": (259.71, 605.05), "H100": (164.65, 430.24),
                      "A100": (92.83, 259.01)}  # (no SD, SD)
-BASE_PROFILE = "h100-qwen2.5-7b-tp1"  # acceptance/learning curve for the derived profiles (not used here)
+# acceptance/learning curve for the derived profiles (not used here)
+BASE_PROFILE = "h100-qwen2.5-7b-tp1"
 NO_SD = Strategy.chain(0)
 
 

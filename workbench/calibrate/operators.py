@@ -38,7 +38,8 @@ from workbench.contracts.policy import DrafterKind, Strategy
 from workbench.contracts.profile import MEASURED_PREFIX, DrafterCost, Profile
 
 INFER_OPS = ("decode", "verify", "drafter", "prefill")
-LOGPROB_FORWARDS = 2  # old and reference policy log-probs per token, beside the update's forward+backward
+# old and reference policy log-probs per token, beside the update's forward+backward
+LOGPROB_FORWARDS = 2
 
 
 def fitted_mode(m: Measurements) -> str:

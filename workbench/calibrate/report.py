@@ -36,7 +36,8 @@ class Calibration:
     profile: Profile
     lengths: LengthModel | None
     errors: dict[str, float]  # per-part fit errors (see `report`)
-    params: list[ParamFit]  # every fitted-or-kept profile parameter, with the profile's value, in table order
+    # every fitted-or-kept profile parameter, with the profile's value, in table order
+    params: list[ParamFit]
     residuals: pd.DataFrame  # per used engine step: measured, predicted, error
     costs: CostFit
     acceptance: dict[str, AcceptanceFit]
@@ -182,7 +183,8 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None,
     try:
         length_fit = fit_tobit(traces)
         notes += length_fit.notes
-    except Exception as exc:  # a length model the traces cannot support (e.g. every response at the cap)
+    # a length model the traces cannot support (e.g. every response at the cap)
+    except Exception as exc:
         length_fit = None
         notes.append(f"length model not fitted: {exc}")
 

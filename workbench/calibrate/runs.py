@@ -309,7 +309,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
     sse = np.array([sum(float(np.sum((y[mask] - np.log(quality_ratio(r, base,
                                                                      L)[mask])) ** 2)) for r, mask, y in pairs)
                     for L in LEARN_GRID])
-    none = sum(float(np.sum(y[mask] ** 2)) for _, mask, y in pairs)  # L -> infinity: training changes nothing
+    # L -> infinity: training changes nothing
+    none = sum(float(np.sum(y[mask] ** 2)) for _, mask, y in pairs)
     best = int(np.argmin(sse))
     gain = (none - sse[best]) / max(sse[best] / max(1, n - 1), 1e-12)
     ratio = float(np.exp(np.mean(np.concatenate([y[mask] for _, mask, y in pairs]))))

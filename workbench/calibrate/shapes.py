@@ -44,13 +44,17 @@ class EngineFactors:
     """An engine's efficiencies on a GPU: fitted where a measurement shows them, assumed where
     not."""
 
-    launch_overhead_s: float  # per decode step outside the weights' reading (scheduling, launches, sampling)
+    # per decode step outside the weights' reading (scheduling, launches, sampling)
+    launch_overhead_s: float
     verify_mfu: float  # achieved share of peak FLOP/s on the verify forward's tokens
     overlap: float  # DecodeCost.overlap: how much of the weight reading hides under compute
-    drafter_launch_s: float  # one drafter forward's fixed cost (launches, tree bookkeeping): no TP split
+    # one drafter forward's fixed cost (launches, tree bookkeeping): no TP split
+    drafter_launch_s: float
     drafter_mfu: float  # achieved share of peak FLOP/s per drafted candidate
-    hbm_efficiency: float = 0.85  # assumed: achieved share of peak bandwidth when streaming weights/KV
-    allreduce_s: float = 15e-6  # assumed: one decode-size all-reduce over NVLink (NCCL small message)
+    # assumed: achieved share of peak bandwidth when streaming weights/KV
+    hbm_efficiency: float = 0.85
+    # assumed: one decode-size all-reduce over NVLink (NCCL small message)
+    allreduce_s: float = 15e-6
     per_seq_s: float = 1.5e-5  # assumed: the engine's CPU work per sequence per step
     dtype_bytes: int = 2  # bf16 weights and KV cache
 

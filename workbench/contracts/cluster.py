@@ -25,8 +25,10 @@ FRAMEWORKS = ("vllm", "sglang", "trtllm")
 class Cluster:
     """What a profile's costs were derived for."""
 
-    model: str  # architecture name (a preset of presets/architectures/, or a config.json's directory name)
-    gpu: str  # GPU key (h100, h200, b200, a100, l40s, ...: workbench/calibrate/measured_gpu.py lists them)
+    # architecture name (a preset of presets/architectures/, or a config.json's directory name)
+    model: str
+    # GPU key (h100, h200, b200, a100, l40s, ...: workbench/calibrate/measured_gpu.py lists them)
+    gpu: str
     tp: int  # tensor-parallel degree of one engine (a workload's gpus_per_worker)
     framework: str = ""  # vllm, sglang or trtllm ("": not stated)
     framework_version: str = ""  # the engine version the costs were measured on ("": not stated)

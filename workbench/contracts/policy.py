@@ -191,7 +191,8 @@ class BanditConfig:
     algorithm: BanditAlgorithm = "fixed"
     arms: tuple[int, ...] = (0, 2, 4)  # draft lengths the bandit may pick; 0 = SD off
     epsilon: float = 0.1  # exploration rate (beg, egreedy, climb)
-    window: int = 32  # rewards (climb: steps) remembered per arm (beg, climb): forgets as the policy drifts
+    # rewards (climb: steps) remembered per arm (beg, climb): forgets as the policy drifts
+    window: int = 32
     decision_interval: int = 64  # engine steps between two choices
     # beg: judge an arm by its window's mean or median reward; climb: by its mean or median step
     # time (median: FastRL's, robust to outlier steps)
@@ -240,7 +241,8 @@ class SpotTraining:
     lr: float = 1e-4
     steps: int = 2000  # most drafter optimiser steps per RL step
     buffer: int = 2  # RL steps of hidden states kept for training (this one and older)
-    interval_steps: int = 1  # spot-train in every N-th RL step only (FastRL's training_interval_steps)
+    # spot-train in every N-th RL step only (FastRL's training_interval_steps)
+    interval_steps: int = 1
 
     def check(self) -> None:
         require(self.min_idle_workers >= 1, "min_idle_workers", self.min_idle_workers,
@@ -274,11 +276,16 @@ class RolloutConfig:
 
     mode: RolloutMode = "sync"
     oversample: float = 0.0
-    max_staleness: float = 1.0  # async: how far rollouts may run ahead of training, in policy updates
-    train_share: float = 0.25  # async: share of the engines (their GPUs) that train instead of rolling out
-    interrupt: bool = False  # async: push new weights into running rollouts (AReaL's interruptible generation)
-    stream: bool = False  # async: stream prompts through the engines and groups into training (fully async)
-    minibatches: int = 1  # stream: updates a step's groups are trained in, each as soon as its groups complete
+    # async: how far rollouts may run ahead of training, in policy updates
+    max_staleness: float = 1.0
+    # async: share of the engines (their GPUs) that train instead of rolling out
+    train_share: float = 0.25
+    # async: push new weights into running rollouts (AReaL's interruptible generation)
+    interrupt: bool = False
+    # async: stream prompts through the engines and groups into training (fully async)
+    stream: bool = False
+    # stream: updates a step's groups are trained in, each as soon as its groups complete
+    minibatches: int = 1
 
     def check(self) -> None:
         require(0.0 <= self.oversample <= 4.0, "oversample", self.oversample, "a share from 0 to 4")

@@ -38,7 +38,8 @@ class DecodeCost:
     compute_s_per_token: float  # per token processed (B*(K+1) tokens per verify)
     kv_s_per_token: float  # per sequence per context token (attention's KV read)
     prefill_s_per_token: float  # per prompt token on admission
-    overlap: float = 1.0  # share of the smaller of weight reading and compute hidden under the larger
+    # share of the smaller of weight reading and compute hidden under the larger
+    overlap: float = 1.0
 
     def check(self) -> None:
         for name in ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token",
@@ -219,7 +220,8 @@ class DrafterLearning:
 class PhaseCost:
     """The RL step outside the rollout."""
 
-    train_gpu_s_per_token: float  # policy update (and log-probs) per prompt+response token, GPU-seconds
+    # policy update (and log-probs) per prompt+response token, GPU-seconds
+    train_gpu_s_per_token: float
     weight_sync_s: float  # pushing new weights to every engine
     # A step whose rollout spot-trained the drafter also waits, after its last rollout returns, for
     # the spot trainers to stop (the drafter step in flight finishes: `tlt train`'s stop_latency_s),
@@ -274,7 +276,8 @@ class Profile:
     source: str = ""  # provenance of the numbers
     fitted_on: tuple[str, ...] = ()  # traces this profile was fitted on (empty: hand-set)
     fit_error_pct: float | None = None  # median held-out error of the fit, if fitted
-    cluster: Cluster | None = None  # the model x GPU x TP x framework the costs hold for (None: not recorded)
+    # the model x GPU x TP x framework the costs hold for (None: not recorded)
+    cluster: Cluster | None = None
     power: GpuPower | None = None  # watts per GPU state (None: unknown; energy is not reported)
     # The machine's speed the costs hold for, as the capture speed probe timed it (ms; None: not
     # measured). A trace captured while the probe ran slower is scaled down by as much before it
@@ -312,7 +315,8 @@ def profile_presets() -> list[str]:
 # prefixes are those the writers use (workbench/calibrate/operators.py writes "profiler:",
 # workbench/paper/profiles.py "tlt-paper:", `tlt calibrate` the traces' names).
 MEASURED_PREFIX = "profiler:"
-DATABASE_PREFIX = "aiconfigurator:"  # workbench/calibrate/measured_gpu.py: NVIDIA's measured operator database
+# workbench/calibrate/measured_gpu.py: NVIDIA's measured operator database
+DATABASE_PREFIX = "aiconfigurator:"
 PUBLISHED_PREFIX = "tlt-paper:"
 RUNLOG_PREFIX = "runlog:"  # workbench/runlog/: a real run's log (`tlt calibrate --run-log`)
 

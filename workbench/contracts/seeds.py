@@ -35,7 +35,8 @@ class Stream(IntEnum):
     # The real backend again (values are never reused).
     PROBE = 13  # the SD guard's probe before step 0, its problems and sampling: (worker,)
     # Tools again.
-    PROJECTION = 14  # a sampled block of a whole-run projection (workbench/project.py): (its first RL step,)
+    # a sampled block of a whole-run projection (workbench/project.py): (its first RL step,)
+    PROJECTION = 14
     PLAN_SAMPLER = 15  # the NSGA-II sampler of a cluster-shape search (workbench/plan/search.py)
     RUNLOG_ORDER = 16  # a run log's modelled responses, their engine and queue order: (step,)
 

@@ -72,7 +72,8 @@ class RolloutSplit:
     tail_token_share: float  # tokens decoded in the tail / tokens decoded
     drafter_train_fraction: float  # spot-training worker-seconds / rollout worker-seconds
     full_batch: int  # the largest running batch of any worker in the step (0: no decoding)
-    tail_batch: int  # decode intervals at a batch <= this are the tail: max(1, full_batch // TAIL_DIVISOR)
+    # decode intervals at a batch <= this are the tail: max(1, full_batch // TAIL_DIVISOR)
+    tail_batch: int
 
 
 def rollout_seconds(rows: pd.DataFrame) -> float:

@@ -203,7 +203,8 @@ class Trace:
     requests: pd.DataFrame
     rl_steps: pd.DataFrame
     path: Path | None = None
-    timeline: pd.DataFrame | None = None  # optional: per-worker states (`tlt train`), TIMELINE_COLUMNS
+    # optional: per-worker states (`tlt train`), TIMELINE_COLUMNS
+    timeline: pd.DataFrame | None = None
 
     @property
     def name(self) -> str:

@@ -36,14 +36,16 @@ class LengthModel:
     sigma: float = 0.9  # total log-sd of the body (prompt effect and sample noise together)
     group_correlation: float = 0.5  # share of the body's log-variance shared within a group
     mean_accuracy: float = 0.5  # mean share of correct answers
-    accuracy_concentration: float = 2.0  # Beta(a, b) with a + b = this; small = prompts either easy or hard
+    # Beta(a, b) with a + b = this; small = prompts either easy or hard
+    accuracy_concentration: float = 2.0
     wrong_factor: float = 1.6  # wrong answers are this many times longer, in median
     drift_per_step: float = 0.0
     kind: Literal["lognormal", "replay", "empirical"] = "lognormal"
     # replay, empirical: the observed groups (Parquet; a relative path is read next to the workload
     # file)
     data: str = ""
-    median_tokens: float = 0.0  # > 0: median of correct answers at step 0 (clip_ratio is then what it implies)
+    # > 0: median of correct answers at step 0 (clip_ratio is then what it implies)
+    median_tokens: float = 0.0
 
     def check(self) -> None:
         require(self.kind == "lognormal" or bool(self.data.strip()), "data", self.data,
@@ -100,7 +102,8 @@ class Workload:
     prompt_tokens: int = 512
     max_batch: int = 256  # most sequences an engine decodes at once (vLLM max_num_seqs)
     steps: int = 3
-    epoch_steps: int = 0  # RL steps per pass over the prompt set (0: no prompt comes back within the run)
+    # RL steps per pass over the prompt set (0: no prompt comes back within the run)
+    epoch_steps: int = 0
     lengths: LengthModel = field(default_factory=LengthModel)
     dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
     # The cluster beyond TP (gpus_per_worker): "" takes the profile's; set, it must match the

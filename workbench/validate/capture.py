@@ -102,7 +102,8 @@ class ValidationDetails:
     rl_steps: int
     policy: str
     drafter: str
-    schedule_overridden: list[ScheduleOverride] | None  # None: not checked (no SD schedule); not written
+    # None: not checked (no SD schedule); not written
+    schedule_overridden: list[ScheduleOverride] | None
     off_threshold_sd_steps: int
     shards_match: float  # share of responses the simulator's shards put on their traced engine
     measured_basis: str  # "rl_steps.rollout_s" or "request span"

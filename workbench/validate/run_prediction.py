@@ -59,7 +59,8 @@ class PhaseTimes:
     rollout_s: float
     train_s: float
     sync_s: float
-    other_s: float  # the step beyond rollout + update + sync (measured only; the simulator has none)
+    # the step beyond rollout + update + sync (measured only; the simulator has none)
+    other_s: float
     step_s: float
 
     def get(self, phase: str) -> float:
@@ -99,7 +100,8 @@ class RunPrediction:
     steps: list[RunStep]
     predicted: PhaseTimes  # means over steps
     measured: PhaseTimes
-    shards_match: float  # share of responses the simulator's shards put on the engine that served them
+    # share of responses the simulator's shards put on the engine that served them
+    shards_match: float
 
     @property
     def error_pct(self) -> float:

@@ -99,9 +99,11 @@ class HeldoutResult:
     trace: str
     kind: DrafterKind
     error_pct: float  # normalised profile vs normalised capture
-    raw_error_pct: float  # profile fitted on the raw fit captures vs the raw capture (no normalisation)
+    # profile fitted on the raw fit captures vs the raw capture (no normalisation)
+    raw_error_pct: float
     errors_by_method: dict[str,
-                           float]  # each normalisation method's profile vs the capture normalised so
+                           # each normalisation method's profile vs the capture normalised so
+                           float]
     predicted_rollout_s: float
     measured_rollout_s: float  # normalised
     raw_measured_rollout_s: float
@@ -306,7 +308,8 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
     fit = [c for c in records if c.spec.role == "fit"]
     norm, cals = {}, {}
     for m in by_method:
-        if m == "probe":  # calibrate() warps the fit captures by their probes, validate() the held-out ones
+        # calibrate() warps the fit captures by their probes, validate() the held-out ones
+        if m == "probe":
             norm[m] = {c.spec.name: c.trace for c in records}
         else:
             norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]),
