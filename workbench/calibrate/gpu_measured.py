@@ -34,7 +34,8 @@ from workbench.calibrate.gpu_throughput import ThroughputRow, drafter_rows, grpo
 from workbench.calibrate.gpu_database import Engine
 from workbench.calibrate.measured_gpu import draft_overhead_s, with_draft_overhead
 from workbench.calibrate.operators import fit_operators, predict_point
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
 
 # Acceptance and learning curve of the database profiles compared with (not compared themselves).

@@ -39,7 +39,8 @@ from workbench.calibrate.measured_gpu import (
     with_draft_overhead,
 )
 from workbench.calibrate.published import Published, load_published
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import AcceptanceModel, Profile, load_profile
 
 CONTEXT = MICROBENCH_CONTEXT  # assumed context of the microbenchmarks (not published)

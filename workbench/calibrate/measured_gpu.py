@@ -48,7 +48,8 @@ from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import DATABASE_PREFIX, DecodeCost, DrafterCost, Profile
 
 # Training: forward + backward (3 forwards' worth) + activation recomputation (1) + the old and the

@@ -34,7 +34,8 @@ from real.profiler.table import Measurements
 from sim.costs import draft_step_s, prefill_s, verify_step_s
 from workbench.calibrate.costs import CostFit, fit_costs
 from workbench.contracts.fileio import sig
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import MEASURED_PREFIX, DrafterCost, Profile
 
 INFER_OPS = ("decode", "verify", "drafter", "prefill")

@@ -32,7 +32,8 @@ from sim.acceptance import stats_for
 from sim.costs import segment_s
 from workbench.calibrate.shapes import GPU, EngineFactors, decode_cost, drafter_cost, kv_s_per_token, weights_s
 from workbench.contracts.architecture import Architecture
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import AcceptanceModel
 from workbench.contracts.schema import ConfigError
 

@@ -34,7 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from workbench.contracts.policy import Policy, Strategy
+from workbench.contracts.policy import Policy
+from workbench.contracts.strategy import Strategy
 
 SD_OFF_BUCKET = -1
 

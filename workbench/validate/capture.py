@@ -54,7 +54,8 @@ from workbench.calibrate.trace_view import (
     trace_drafter_kind,
 )
 from workbench.contracts.fileio import save_figure, write_json
-from workbench.contracts.policy import DrafterKind, Policy, ScheduleBucket
+from workbench.contracts.policy import DrafterKind, Policy
+from workbench.contracts.strategy import ScheduleBucket
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, from_mapping
 from workbench.contracts.trace import Trace, TraceError
