@@ -4,10 +4,10 @@ measured.
 `predict_run(trace, profile)` re-simulates the run (`sim.simulator.simulate`) from what was decided
 before it ran, never from what it measured:
 
-- the workload from the run's meta, as `workbench.validate.capture.trace_workload` builds it
+- the workload from the run's meta, as `workbench.validate.trace_inputs.trace_workload` builds it
   (engines, prompts x samples, the cap, `max_num_seqs`, the mean prompt length);
-- each RL step's own response lengths (`replay=`, `workbench.validate.capture.trace_replay`): the
-  lengths are the RL algorithm's output, the same whatever the speed, so they are an input here;
+- each RL step's own response lengths (`replay=`, `workbench.validate.trace_inputs.trace_replay`):
+  the lengths are the RL algorithm's output, the same whatever the speed, so they are an input here;
 - the policy as the run's meta records it, run by the simulator's own models, adaptive parts
   included: the bandit starts from the run's start table for its drafter (meta `start_tables`,
   `run_start_table`), a warm-started drafter starts at the profile's `warm_start_quality`, spot
@@ -47,7 +47,7 @@ from workbench.calibrate.runs import spot_wait
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Trace, TraceError, load_trace
-from workbench.validate.capture import trace_replay, trace_workload
+from workbench.validate.trace_inputs import trace_replay, trace_workload
 
 PHASES = ("rollout", "train", "sync", "other", "step")
 
