@@ -38,8 +38,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from workbench.calibrate.capture_plan import KINDS, CaptureSpec, Machine
-from workbench.calibrate.costs import predict_steps
+from workbench.calibrate.capture_plan import CaptureSpec, Machine
 from workbench.calibrate.drift import (
     DriftFactor,
     cpu_drift_factors,
@@ -49,15 +48,14 @@ from workbench.calibrate.drift import (
 )
 from workbench.calibrate.probe_drift import probe_factors, warp_to_profile
 from workbench.calibrate.report import Calibration, calibrate, trace_workload_spec
-from workbench.calibrate.trace_view import WARMUP_STEPS, step_frame
+from workbench.calibrate.trace_view import WARMUP_STEPS
 from workbench.contracts.fileio import jsonable, write_dir_atomic, write_json
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import save
 from workbench.contracts.trace import Trace, write_trace
 from workbench.validate.capture import step_cost_rollout, validate
-
-BUCKET_EDGES = (1, 2, 4, 8, 16, 32, 64)
+from workbench.validate.step_buckets import BucketRow, bucket_table
 
 
 @dataclass(frozen=True)
@@ -108,19 +106,6 @@ class HeldoutResult:
     measured_rollout_s: float  # normalised
     raw_measured_rollout_s: float
     drift_factor: float
-
-
-@dataclass(frozen=True)
-class BucketRow:
-    """Mean step latency of one drafter kind in one batch bucket: measured vs the profile's."""
-
-    kind: DrafterKind
-    min_batch: int
-    max_batch: int
-    steps: int
-    measured_ms: float
-    predicted_ms: float
-    error_pct: float
 
 
 @dataclass(frozen=True)
@@ -344,25 +329,6 @@ def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method:
                          {m: float(x.error_pct) for m, x in vs.items()},
                          float(v.predicted_rollout_s),
                          float(v.measured_rollout_s), float(raw.measured_rollout_s), c.drift.factor)
-
-
-def bucket_table(profile: Profile, traces: Sequence[Trace], edges: Sequence[int] = BUCKET_EDGES,
-                 warmup_steps: int = WARMUP_STEPS) -> list[BucketRow]:
-    """Measured vs predicted mean step latency per drafter kind and batch bucket (decoding requests
-    in (edges[i-1], edges[i]]; the first bucket is 1 .. edges[0]), over the steps a fit would
-    use."""
-    f = step_frame(traces, warmup_steps, target="cycle")
-    f = f[(f["why_dropped"] == "") & ~f["warmup"] & (f["B"] > 0)].copy()
-    f["pred"] = predict_steps(profile, f)
-    rows = []
-    lows = [1] + [e + 1 for e in edges[:-1]]
-    for kind in [k for k in KINDS if k in set(f["kind"])]:
-        for lo, hi in zip(lows, edges):
-            g = f[(f["kind"] == kind) & (f["B"] >= lo) & (f["B"] <= hi)]
-            if len(g):
-                m, p = float(g["y"].mean()), float(g["pred"].mean())
-                rows.append(BucketRow(kind, lo, hi, len(g), 1e3 * m, 1e3 * p, 100 * (p - m) / m))
-    return rows
 
 
 def reference_tracking(profile: Profile, records: Sequence[CaptureRecord]) -> Tracking:
