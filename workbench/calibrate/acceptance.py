@@ -43,10 +43,9 @@ class AcceptanceFit:
         return [self.alpha ** (i ** self.shape) for i in range(1, n + 1)]
 
 
-def per_position_acceptance(steps: pd.DataFrame,
-                            meta: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                                    np.ndarray,
-                                                                                    int]:
+def per_position_acceptance(
+    steps: pd.DataFrame, meta: dict | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Cumulative acceptance per position over the SD steps (draft_len > 0).
 
     With Dynamic SD steps have different draft lengths: position i counts only
@@ -77,8 +76,9 @@ def per_position_acceptance(steps: pd.DataFrame,
     return acc, offered, drafts, r, int(sd.sum())
 
 
-def fit_alpha_shape(r: np.ndarray, weight: np.ndarray, base_shape: float) -> tuple[float, float,
-                                                                                   bool]:
+def fit_alpha_shape(
+    r: np.ndarray, weight: np.ndarray, base_shape: float
+) -> tuple[float, float, bool]:
     """Weighted least squares of r_i = alpha ** (i ** shape); shape stays at the base with one
     position."""
     pos = np.arange(1, len(r) + 1, dtype=float)
@@ -126,9 +126,9 @@ def fit_acceptance(traces: Sequence[Trace], base: Profile) -> dict[DrafterKind, 
     return out
 
 
-def acceptance_model(base: AcceptanceModel,
-                     fits: dict[str, AcceptanceFit]) -> tuple[AcceptanceModel, list[ParamFit],
-                                                                                     list[str]]:
+def acceptance_model(
+    base: AcceptanceModel, fits: dict[str, AcceptanceFit]
+) -> tuple[AcceptanceModel, list[ParamFit], list[str]]:
     """The profile's acceptance model from the fits (what no trace shows stays the base's),
     with each field's ParamFit and the notes to tell the user."""
     acc, notes = base, []
@@ -149,8 +149,8 @@ def acceptance_model(base: AcceptanceModel,
                      "learning curve stay the base's")
     for a in fits.values():
         if a.position is not None:
-            rows = ", ".join(f"{r.from_token}+: x{r.miss:.2f} ({q:.2f})" for r, q in zip(a.position.rows,
-                                                                                    a.position.ratios))
+            pairs = zip(a.position.rows, a.position.ratios)
+            rows = ", ".join(f"{r.from_token}+: x{r.miss:.2f} ({q:.2f})" for r, q in pairs)
             notes.append(f"{a.kind} acceptance along a response, by tokens into the response: the "
                          f"miss rate's multiplier (accepted drafts over the pooled fit's): {rows} "
                          f"(workbench/calibrate/position_acceptance.py)")

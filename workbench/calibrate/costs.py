@@ -161,8 +161,8 @@ def predict_steps(profile: Profile, f: pd.DataFrame) -> np.ndarray:
     for i, (b, ctx, k, p, kind) in enumerate(zip(f["B"].to_numpy(), f["ctx"].to_numpy(),
                                                  f["K"].to_numpy(),
                                                  f["P"].to_numpy(), f["kind"].to_numpy())):
-        out[i] = (verify_step_s(dec, int(b), float(ctx), int(k)) + draft_step_s(dr, kind, int(b),
-                                                                                int(k))
+        out[i] = (verify_step_s(dec, int(b), float(ctx), int(k))
+                  + draft_step_s(dr, kind, int(b), int(k))
                   + prefill_s(dec, int(p)))
     return out
 
@@ -289,8 +289,8 @@ def _weights(fit: _RobustFit, theta: np.ndarray, base: Profile) -> tuple[float, 
     decode_n = _decode_tokens(fit.g)
     min_n = float(decode_n.min()) if len(decode_n) else 0.0
     fitted = bool(COMPUTE in fit.active and fit.knee > min_n and compute > 0)
-    weights = compute * fit.knee if fitted else min(base.decode.weights_s,
-                                                    compute * min_n if compute > 0 else base.decode.weights_s)
+    at_min_n = compute * min_n if compute > 0 else base.decode.weights_s
+    weights = compute * fit.knee if fitted else min(base.decode.weights_s, at_min_n)
     if not fitted and weights > 0 and compute > 0:
         return weights, fitted, weights / compute  # keep the form exact
     return weights, fitted, fit.knee
@@ -379,14 +379,14 @@ def fit_costs(f: pd.DataFrame, base: Profile, folds: int = CV_FOLDS) -> CostFit:
     residuals["error_pct"] = 100 * rel
     residuals["cv_error_pct"] = 100 * cv_err
     residuals["outlier"] = ~inl
-    bias = {t: float(100 * (r["predicted_s"].sum() / r["measured_s"].sum() - 1)) for t, r in residuals.groupby("trace",
-                                                                                                               sort=False)}
+    bias = {t: float(100 * (r["predicted_s"].sum() / r["measured_s"].sum() - 1))
+            for t, r in residuals.groupby("trace", sort=False)}
     dropped = dict(Counter(f.loc[~ok, "why_dropped"]))
     if fit.warm_dropped:
         dropped["warm-up"] = int(fit.warm_dropped)
+    cv_error = float(100 * np.nanmedian(np.abs(cv_err))) if np.isfinite(cv_err).any() else math.nan
     return CostFit(_param_fits(fit, theta, weights, weights_fitted, rel_se), float(fit.knee),
                    fit.f_scale, mean_scale,
                    sig(fit.theta[FINISH]), int(len(g)), dropped, fit.warm_excess_s,
-                   int((~inl).sum()), float(100 * np.median(np.abs(rel))),
-                   float(100 * np.nanmedian(np.abs(cv_err))) if np.isfinite(cv_err).any() else float("nan"), bias,
+                   int((~inl).sum()), float(100 * np.median(np.abs(rel))), cv_error, bias,
                    residuals)

@@ -98,8 +98,8 @@ def cpu_drift_factors(around_cpu: Sequence[Sequence[float]], shares: Sequence[fl
                          "times")
     slow = [float(statistics.median(w)) / sh for w, sh in zip(around_cpu, shares)]
     med = float(statistics.median(slow))
-    return [DriftFactor("cpu", x, med, *_adjacent(w), float(sh)) for x, sh, w in zip(slow, shares,
-                                                                                     around)]
+    return [DriftFactor("cpu", x, med, *_adjacent(w), float(sh))
+            for x, sh, w in zip(slow, shares, around)]
 
 
 def scale_trace(trace: Trace, factor: float) -> Trace:

@@ -115,13 +115,15 @@ def model_choices() -> dict[str, str]:
     import aiconfigurator_core
 
     out = {n: n for n in architecture_presets() if n != "tiny-gcd"}
-    for f in sorted((Path(aiconfigurator_core.__file__).parent / "model_configs").glob("*_config.json")):
+    configs = Path(aiconfigurator_core.__file__).parent / "model_configs"
+    for f in sorted(configs.glob("*_config.json")):
         try:
             data = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             continue
         moe = any(k in data for k in ("num_experts", "num_local_experts", "n_routed_experts"))
-        quantised = "quantization_config" in data or "fp8" in f.name.lower() or "fp4" in f.name.lower()
+        lower = f.name.lower()
+        quantised = "quantization_config" in data or "fp8" in lower or "fp4" in lower
         if not moe and not quantised and data.get("architectures", [""])[0] in _DENSE:
             out[model_name(str(f)).replace("--", "/")] = str(f)
     return out

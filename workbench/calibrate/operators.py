@@ -56,7 +56,8 @@ def _step(op: str, b: int, ctx: float, k: int, p: int, kind: DrafterKind, y: flo
 def step_frame(m: Measurements, mode: str) -> pd.DataFrame:
     """The measured inference points as engine steps (`fit_costs`' frame, one `trace` per op)."""
     rows = m.rows[m.rows["mode"].isin((mode, "eager"))]
-    pick = lambda op: rows[(rows["op"] == op) & (rows["mode"] == (mode if op != "prefill" else "eager"))]
+    pick = lambda op: rows[(rows["op"] == op)
+                           & (rows["mode"] == (mode if op != "prefill" else "eager"))]
     out: list[dict] = []
     for r in pick("decode").itertuples():
         out.append(_step("decode", r.batch, r.context, 0, 0, DrafterKind.NONE, r.step_s, len(out)))
@@ -196,8 +197,8 @@ def fit_operators(m: Measurements, base: Profile, name: str) -> OperatorFit:
     points = point_fits(prof, m.rows[m.rows["mode"].eq(mode) | m.rows["op"].eq("prefill")])
     prof = replace(prof, fit_error_pct=sig(float(np.median([abs(p.error_pct) for p in points])), 4))
     prof.check()
-    eager = point_fits(prof,
-                       m.rows[m.rows["mode"].eq("eager") & ~m.rows["op"].eq("prefill")]) if mode == "graph" else []
+    eager_rows = m.rows[m.rows["mode"].eq("eager") & ~m.rows["op"].eq("prefill")]
+    eager = point_fits(prof, eager_rows) if mode == "graph" else []
     return OperatorFit(prof, costs, points, eager, whole_checks(m), train)
 
 

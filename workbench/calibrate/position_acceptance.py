@@ -84,8 +84,8 @@ def sd_steps(traces: Sequence[Trace], kind: DrafterKind) -> SdSteps:
 
 def expected_accepted(steps: SdSteps, alpha: float, shape: float) -> np.ndarray:
     """Per step: the drafts a drafter of `alpha` would have had accepted."""
-    per_k = {k: float(np.sum(cumulative_acceptance(alpha, shape,
-                                                   int(k)))) for k in set(steps.draft_len.tolist())}
+    per_k = {k: float(np.sum(cumulative_acceptance(alpha, shape, int(k))))
+             for k in set(steps.draft_len.tolist())}
     return steps.offered * np.array([per_k[k] for k in steps.draft_len])
 
 

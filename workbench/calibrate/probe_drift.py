@@ -114,7 +114,8 @@ def warp_trace(trace: Trace, ref_ms: float, exponent: float = 1.0) -> tuple[Trac
     for col in ("rollout_s", "train_s", "sync_s", "drafter_train_s"):
         if col in rl.columns:
             rl[col] = rl[col].astype(float) * factor
-    how = "each stretch of the capture at its nearest probe sample's speed (workbench/calibrate/probe_drift.py)"
+    how = ("each stretch of the capture at its nearest probe sample's speed "
+           "(workbench/calibrate/probe_drift.py)")
     meta = {**trace.meta,
             DRIFT_KEY: {"factor": factor, "method": "probe warp", "reference_ms": ref_ms,
                                       "exponent": exponent, "applied": True, "how": how}}
@@ -122,8 +123,9 @@ def warp_trace(trace: Trace, ref_ms: float, exponent: float = 1.0) -> tuple[Trac
                    timeline=timeline), factor
 
 
-def normalise_by_probe(traces: Sequence[Trace], exponent: float = 1.0) -> tuple[list[Trace],
-                                                                                float | None]:
+def normalise_by_probe(
+    traces: Sequence[Trace], exponent: float = 1.0
+) -> tuple[list[Trace], float | None]:
     """Fit traces captured at different machine speeds, each warped to the median of their mean
     probe times, and that time (ms): the speed the fitted costs are for (`Profile.speed_probe_ms`).
     Unchanged with None when a trace lacks a probe or already had a drift factor applied."""
@@ -141,6 +143,7 @@ def warp_to_profile(speed_probe_ms: float | None, trace: Trace,
     """A held-out trace brought to the speed a profile was fitted at, and its mean factor (None when
     either was not measured, or the trace's times were already scaled: `tlt calibrate --model`
     validates normalised captures)."""
-    if speed_probe_ms is None or (trace.meta.get(DRIFT_KEY) or {}).get("applied") or _samples(trace) is None:
+    applied = (trace.meta.get(DRIFT_KEY) or {}).get("applied")
+    if speed_probe_ms is None or applied or _samples(trace) is None:
         return None
     return warp_trace(trace, float(speed_probe_ms), exponent)

@@ -30,7 +30,14 @@ from scipy.optimize import least_squares
 
 from sim.acceptance import stats_for
 from sim.costs import segment_s
-from workbench.calibrate.shapes import GPU, EngineFactors, decode_cost, drafter_cost, kv_s_per_token, weights_s
+from workbench.calibrate.shapes import (
+    GPU,
+    EngineFactors,
+    decode_cost,
+    drafter_cost,
+    kv_s_per_token,
+    weights_s,
+)
 from workbench.contracts.architecture import Architecture
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
@@ -161,8 +168,8 @@ def launch_overhead_s(pub: Published, arch: Architecture, gpu: GPU, factors: Eng
     """Table E's batch-1 no-SD step (TP1) less reading the weights and the KV cache and the
     per-sequence work."""
     step = 1.0 / pub.table_e_tokens_per_s[0]
-    rest = step - weights_s(arch, gpu, 1, factors) - kv_s_per_token(arch, gpu, 1,
-                                                                    factors) * context - factors.per_seq_s
+    kv = kv_s_per_token(arch, gpu, 1, factors) * context
+    rest = step - weights_s(arch, gpu, 1, factors) - kv - factors.per_seq_s
     if rest <= 0:
         raise ValueError(f"Table E's no-SD step ({1e3 * step:.2f} ms) is shorter than reading "
                          f"{arch.name}'s weights at the assumed bandwidth efficiency: the shape "

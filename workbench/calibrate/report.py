@@ -69,10 +69,9 @@ class Calibration:
                                "tokens_per_pass": a.tokens_per_pass}
                            for k, a in self.acceptance.items()},
             "lengths": None if lf is None else {
-                "model": {f: getattr(lf.model, f) for f in ("clip_ratio", "sigma",
-                                                            "group_correlation", "mean_accuracy",
-                                                            "accuracy_concentration",
-                                                            "wrong_factor", "drift_per_step")},
+                "model": {f: getattr(lf.model, f)
+                          for f in ("clip_ratio", "sigma", "group_correlation", "mean_accuracy",
+                                    "accuracy_concentration", "wrong_factor", "drift_per_step")},
                 "fitted": lf.fitted, "responses": lf.responses, "groups": lf.groups, "cap": lf.cap,
                 "clip_ratio_observed": lf.clip_ratio_observed,
                 "clip_ratio_implied": lf.clip_ratio_implied,
@@ -87,7 +86,8 @@ class Calibration:
         for p in self.params:
             old = getattr(getattr(base, p.part), p.name)
             se = p.rel_se
-            how = "fitted" + (f" ±{100 * se:.0f}%" if p.fitted and math.isfinite(se) else "") if p.fitted else "base"
+            se_text = f" ±{100 * se:.0f}%" if p.fitted and math.isfinite(se) else ""
+            how = "fitted" + se_text if p.fitted else "base"
             rows.append([p.key, f"{p.value:.4g}", f"{old:.4g}", how])
         return rows
 
@@ -116,7 +116,8 @@ def _errors(costs: CostFit, acc_fits: dict[str, AcceptanceFit],
     for kind, a in acc_fits.items():
         errors[f"acceptance_{kind}_rmse"] = a.rmse
     if length_fit:
-        errors["lengths_clip_ratio_gap"] = abs(length_fit.clip_ratio_observed - length_fit.clip_ratio_implied)
+        gap = length_fit.clip_ratio_observed - length_fit.clip_ratio_implied
+        errors["lengths_clip_ratio_gap"] = abs(gap)
     return errors
 
 
@@ -132,8 +133,10 @@ def _normalised_fit(traces: Sequence[Trace], base: Profile, warmup_steps: int, t
     the traces as given."""
     best = None
     for exponent in PROBE_EXPONENTS:
-        normed, probe_ms = normalise_by_probe(traces, exponent) if by_probe else (list(traces),
-                                                                                  None)
+        if by_probe:
+            normed, probe_ms = normalise_by_probe(traces, exponent)
+        else:
+            normed, probe_ms = list(traces), None
         costs = fit_costs(step_frame(normed, warmup_steps, target), base)
         if best is None or costs.cv_mdape_pct < best[3].cv_mdape_pct - 0.1:
             best = (normed, probe_ms, exponent, costs)

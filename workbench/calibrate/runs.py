@@ -125,15 +125,17 @@ def fit_step_seconds(intervals: Sequence[tuple[list[float], int]]) -> float | No
     return float(math.sqrt(best.min() * best.max()))
 
 
-def fit_spot(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[ParamFit], dict[str, str],
-                                                          list[str]]:
+def fit_spot(
+    runs: Sequence[Run], base: Profile
+) -> tuple[Profile, list[ParamFit], dict[str, str], list[str]]:
     learn = base.learning
     intervals = [iv for r in runs for iv in spot_intervals(r)]
     step_s = fit_step_seconds(intervals)
     seqs = pd.concat([r.trace.requests for r in runs])
-    tps = max(1, round(SPOT_BATCH_SEQUENCES * float((seqs["prompt_tokens"] + seqs["response_tokens"]).mean())))
-    tp = max(int((r.trace.meta.get("engine") or {}).get("tensor_parallel_size",
-                                                        1) or 1) for r in runs)
+    seq_tokens = float((seqs["prompt_tokens"] + seqs["response_tokens"]).mean())
+    tps = max(1, round(SPOT_BATCH_SEQUENCES * seq_tokens))
+    tp = max(int((r.trace.meta.get("engine") or {}).get("tensor_parallel_size", 1) or 1)
+             for r in runs)
     how, notes = {}, []
     if step_s is None:
         why = "no drafter step in the runs' drafter_train intervals"
@@ -148,7 +150,8 @@ def fit_spot(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[ParamFit
                                           f"whole steps per drafter_train "
                                           f"interval ({sum(len(ds) for ds, _ in intervals)} "
                                           f"intervals) match the {done} done")
-    how["learning.tokens_per_step"] = f"{SPOT_BATCH_SEQUENCES} sequences x the runs' mean prompt+response tokens"
+    how["learning.tokens_per_step"] = (f"{SPOT_BATCH_SEQUENCES} sequences x the runs' mean "
+                                       "prompt+response tokens")
     idle = [d for ds, n in intervals if n == 0 for d in ds]
     if idle:
         notes.append(f"spot intervals with no drafter step last up to {max(idle):.2f} s (judging "
@@ -170,15 +173,17 @@ def spot_wait(metrics: pd.DataFrame) -> np.ndarray:
     return pd.to_numeric(metrics["stop_latency_s"], errors="coerce").fillna(0.0).to_numpy(float)
 
 
-def fit_spot_phases(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[ParamFit],
-                                                                 dict[str, str]]:
+def fit_spot_phases(
+    runs: Sequence[Run], base: Profile
+) -> tuple[Profile, list[ParamFit], dict[str, str]]:
     spot = [r for r in runs if run_policy(r.trace).spot_training.enabled]
     plain = [r for r in runs if r not in spot]
     ph, how = base.phases, {}
     if spot and plain:
         sync = [float(x) for r in plain for x in r.trace.rl_steps["sync_s"] if x > 0]
         ph = replace(ph, weight_sync_s=sig(np.median(sync)) if sync else ph.weight_sync_s)
-        how["phases.weight_sync_s"] = "median sync_s over the runs that do not spot-train (weights only)"
+        how["phases.weight_sync_s"] = ("median sync_s over the runs that do not spot-train "
+                                       "(weights only)")
     if not spot:
         why = "no run spot-trained a drafter"
         how["phases.spot_stop_s"] = how["phases.drafter_sync_s"] = f"kept: {why}"
@@ -187,13 +192,14 @@ def fit_spot_phases(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[P
                                why_not_fitted=why)], how
     stop = sig(float(np.mean(np.concatenate([spot_wait(r.metrics) for r in spot]))))
     spot_sync = float(np.mean([float(x) for r in spot for x in r.trace.rl_steps["sync_s"]]))
-    plain_sync = float(np.mean([float(x) for r in plain for x in r.trace.rl_steps["sync_s"]])) if plain else 0.0
+    plain_sync = (float(np.mean([float(x) for r in plain for x in r.trace.rl_steps["sync_s"]]))
+                  if plain else 0.0)
     extra = sig(max(0.0, spot_sync - plain_sync)) if plain else 0.0
-    how["phases.spot_stop_s"] = "mean over the spot-training runs' steps of stop_latency_s (none running: 0)"
-    how["phases.drafter_sync_s"] = ("mean sync_s of the spot-training runs minus that of the "
-                                    "others" if plain else
-                                    "kept at 0: without a run that does not spot-train, "
-                                    "weight_sync_s holds it")
+    how["phases.spot_stop_s"] = ("mean over the spot-training runs' steps of stop_latency_s "
+                                 "(none running: 0)")
+    how["phases.drafter_sync_s"] = (
+        "mean sync_s of the spot-training runs minus that of the others" if plain
+        else "kept at 0: without a run that does not spot-train, weight_sync_s holds it")
     ph = replace(ph, spot_stop_s=stop, drafter_sync_s=extra)
     return replace(base, phases=ph), [ParamFit("phases", "spot_stop_s", stop, True),
                                       ParamFit("phases", "drafter_sync_s", extra, bool(plain))], how
@@ -239,23 +245,25 @@ def fit_staleness(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit
         if "static_est" not in m.columns:
             continue
         k = judged_draft_len(r.trace)
-        pts = [(float(t), math.log(a - acc.eagle_alpha_cold)) for t, e in zip(m["rl_step"],
-                                                                              m["static_est"])
-               if np.isfinite(e) and (a := chain_alpha(float(e), acc.eagle_shape,
-                                                       k)) > acc.eagle_alpha_cold]
+        pts = [(float(t), math.log(a - acc.eagle_alpha_cold))
+               for t, e in zip(m["rl_step"], m["static_est"])
+               if np.isfinite(e)
+               and (a := chain_alpha(float(e), acc.eagle_shape, k)) > acc.eagle_alpha_cold]
         if len(pts) >= 3:  # per-run intercepts: demean within the run
             t, y = np.array(pts).T
             xs.append(t - t.mean())
             ys.append(y - y.mean())
     n = sum(len(x) for x in xs)
     if n - len(xs) < 2:
-        why = "fewer than 3 steps with a static_est (the static drafter is judged in warm-started runs only)"
+        why = ("fewer than 3 steps with a static_est (the static drafter is judged in "
+               "warm-started runs only)")
         return base, ParamFit("acceptance", "staleness_per_update", acc.staleness_per_update, False,
                               why_not_fitted=why), f"kept: {why}"
     x, y = np.concatenate(xs), np.concatenate(ys)
     slope = float(np.sum(x * y) / np.sum(x * x))
     dof = n - len(xs) - 1
-    se = math.sqrt(float(np.sum((y - slope * x) ** 2)) / dof / float(np.sum(x * x))) if dof > 0 else math.nan
+    se = (math.sqrt(float(np.sum((y - slope * x) ** 2)) / dof / float(np.sum(x * x)))
+          if dof > 0 else math.nan)
     s = sig(min(0.99, max(0.0, 1.0 - math.exp(slope))))
     rel = se * math.exp(slope) / s if s > 0 else math.nan
     how = (f"static_est over {n} steps of {len(xs)} run(s): log(alpha - cold) falls {-slope:.4f} "
@@ -295,8 +303,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
         y = np.full(len(m), np.nan)
         for i, (e, s) in enumerate(zip(m["eagle_est"], m["static_est"])):
             if np.isfinite(e) and np.isfinite(s):
-                ae, a_s = chain_alpha(float(e), acc.eagle_shape, k), chain_alpha(float(s),
-                                                                                 acc.eagle_shape, k)
+                ae = chain_alpha(float(e), acc.eagle_shape, k)
+                a_s = chain_alpha(float(s), acc.eagle_shape, k)
                 if min(ae, a_s) > acc.eagle_alpha_cold:
                     y[i] = math.log((ae - acc.eagle_alpha_cold) / (a_s - acc.eagle_alpha_cold))
         if np.isfinite(y).sum() >= 3 and base.acceptance.warm_start_quality > 0:
@@ -306,8 +314,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
     if n < 3:
         why = "fewer than 3 steps judged both the spot-trained and the static drafter"
         return base, replace(keep, why_not_fitted=why), f"kept: {why}"
-    sse = np.array([sum(float(np.sum((y[mask] - np.log(quality_ratio(r, base,
-                                                                     L)[mask])) ** 2)) for r, mask, y in pairs)
+    sse = np.array([sum(float(np.sum((y[mask] - np.log(quality_ratio(r, base, L)[mask])) ** 2))
+                        for r, mask, y in pairs)
                     for L in LEARN_GRID])
     # L -> infinity: training changes nothing
     none = sum(float(np.sum(y[mask] ** 2)) for _, mask, y in pairs)
@@ -318,9 +326,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
         L = sig(float(LEARN_GRID[best]))
         how = (f"eagle_est/static_est over {n} steps against sim.drafter's recursion "
                f"(log grid; beats no learning by {gain:.1f})")
-        return replace(base, learning=replace(learn, learn_tokens=L)), ParamFit("learning",
-                                                                                "learn_tokens", L,
-                                                                                True), how
+        fitted = ParamFit("learning", "learn_tokens", L, True)
+        return replace(base, learning=replace(learn, learn_tokens=L)), fitted, how
     why = (f"spot training moved the estimate by less than its noise over {n} steps "
            f"(mean spot-trained / static ratio {ratio:.3f} in alpha - cold)")
     return base, replace(keep, why_not_fitted=why), f"kept: {why}"
@@ -372,10 +379,8 @@ def fit_loaded_runs(runs: Sequence[Run], base: Profile) -> RunFit:
     labels = [r.label for r in runs]
     prof = replace(prof,
                    fitted_on=tuple(base.fitted_on) + tuple(fitted_name(r.trace) for r in runs),
-                   source=(base.source + "; " if base.source else "") + "run-level parameters "
-                                                                        "fitted on runs "
-                                                                        f"{', '.join(labels)} "
-                                                                        "(fit_runs)")
+                   source=(base.source + "; " if base.source else "")
+                   + f"run-level parameters fitted on runs {', '.join(labels)} (fit_runs)")
     prof.check()
     return RunFit(prof, [*phase_params, *extra_params, *spot_params, stale, learn, *kept], how,
                   labels, notes)

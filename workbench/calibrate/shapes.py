@@ -67,7 +67,8 @@ def kv_s_per_token(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> f
     """KV heads split over the TP ranks (each rank keeps at least one: replicated beyond
     kv_heads)."""
     per_rank = math.ceil(arch.kv_heads / tp) if tp <= arch.kv_heads else 1
-    return arch.layers * 2 * per_rank * arch.head_dim * f.dtype_bytes / (gpu.hbm_bytes_per_s * f.hbm_efficiency)
+    per_token_bytes = arch.layers * 2 * per_rank * arch.head_dim * f.dtype_bytes
+    return per_token_bytes / (gpu.hbm_bytes_per_s * f.hbm_efficiency)
 
 
 def allreduce_overhead_s(arch: Architecture, tp: int, f: EngineFactors) -> float:
