@@ -77,7 +77,8 @@ def from_hf_config(data: dict, name: str, source: str = "") -> Architecture:
                         head_dim=int(data.get("head_dim") or hidden // heads),
                         intermediate=int(data["intermediate_size"]), vocab=int(data["vocab_size"]),
                         tied_embeddings=bool(data.get("tie_word_embeddings", False)),
-                        qkv_bias=data.get("model_type") == "qwen2" or bool(data.get("attention_bias", False)))
+                        qkv_bias=(data.get("model_type") == "qwen2"
+                                  or bool(data.get("attention_bias", False))))
 
 
 def load_architecture(name_or_path: str | Path) -> Architecture:

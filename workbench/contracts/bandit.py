@@ -123,7 +123,8 @@ def _rows(d: dict) -> list[list]:
 
 
 def _unrows(rows: list[list], value=float) -> dict:
-    return {(tuple(int(x) for x in r[:-1]) if len(r) > 2 else int(r[0])): value(r[-1]) for r in rows}
+    return {(tuple(int(x) for x in r[:-1]) if len(r) > 2 else int(r[0])): value(r[-1])
+            for r in rows}
 
 
 class FixedTable(Bandit):
@@ -282,7 +283,10 @@ class Climb(Bandit):
     def __init__(self, policy: Policy, seed: int | np.random.SeedSequence,
                  start: Sequence[int] | None = None):
         super().__init__(policy)
-        start = [row.draft_len for row in policy.schedule] if start is None else [int(k) for k in start]
+        if start is None:
+            start = [row.draft_len for row in policy.schedule]
+        else:
+            start = [int(k) for k in start]
         if len(start) != len(policy.schedule):
             raise ValueError(f"start: {len(start)} draft lengths for the {len(policy.schedule)} "
                              f"rows of policy '{policy.name}'")
@@ -341,8 +345,8 @@ class Climb(Bandit):
     def summary(self) -> dict[int, dict[int, float]]:
         """bucket -> arm -> measured value, for logs and reports."""
         buckets = sorted({b for b, _ in self.windows})
-        return {b: {a: v for a in self.arms if (v := self.value(b,
-                                                                a)) is not None} for b in buckets}
+        return {b: {a: v for a in self.arms if (v := self.value(b, a)) is not None}
+                for b in buckets}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "rng": self.rng.bit_generator.state,

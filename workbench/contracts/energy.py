@@ -71,7 +71,8 @@ class GpuSeconds:
 def energy_kwh(seconds: GpuSeconds, power: GpuPower) -> float:
     """Energy of the GPUs alone (no host, network or cooling): sum over states of GPU-seconds x
     watts."""
-    joules = seconds.decode * power.decode_w + seconds.idle * power.idle_w + seconds.train * power.train_w
+    joules = (seconds.decode * power.decode_w + seconds.idle * power.idle_w
+              + seconds.train * power.train_w)
     return joules / JOULES_PER_KWH
 
 

@@ -73,7 +73,9 @@ class ObservedLengths:
     @cached_property
     def rank_values(self) -> np.ndarray:
         """The distinct ranks the table records (empty if any row has none)."""
-        return np.unique(self.rank) if len(self.rank) and (self.rank != UNKNOWN).all() else np.zeros(0, np.int64)
+        if len(self.rank) and (self.rank != UNKNOWN).all():
+            return np.unique(self.rank)
+        return np.zeros(0, np.int64)
 
     def group_at(self, index: int) -> ObservedGroup:
         a, b = int(self.starts[index]), int(self.starts[index + 1])

@@ -199,7 +199,9 @@ class RolloutConfig:
         if self.mode == "tail_batching":
             return "on-policy, prompts reordered"
         k = f"{self.max_staleness:g}"
-        return f"off-policy (streamed, staleness {k})" if self.stream else f"off-policy (up to {k} behind)"
+        if self.stream:
+            return f"off-policy (streamed, staleness {k})"
+        return f"off-policy (up to {k} behind)"
 
 
 @dataclass(frozen=True)

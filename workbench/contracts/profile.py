@@ -336,9 +336,10 @@ def provenance(p: Profile) -> str:
     kind = provenance_kind(p)
     err = f", fit error {p.fit_error_pct:.1f}%" if p.fit_error_pct is not None else ""
     if kind == "measured":
-        on = "; ".join(f.split(":", 1)[1] for f in p.fitted_on if f.startswith((MEASURED_PREFIX,
-                                                                                DATABASE_PREFIX)))
-        how = "measured database" if any(f.startswith(DATABASE_PREFIX) for f in p.fitted_on) else "operator level"
+        on = "; ".join(f.split(":", 1)[1] for f in p.fitted_on
+                       if f.startswith((MEASURED_PREFIX, DATABASE_PREFIX)))
+        database = any(f.startswith(DATABASE_PREFIX) for f in p.fitted_on)
+        how = "measured database" if database else "operator level"
         return f"measured ({how}): {on}{err}"
     if kind == "published":
         return f"fitted to {len(p.fitted_on)} published tables{err}"

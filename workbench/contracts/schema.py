@@ -156,13 +156,13 @@ def differences(a: Any, b: Any, rel_tol: float, path: str = "") -> list[str]:
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [path or "."]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, rel_tol,
-                                                                             f"{path}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b))
+                for d in differences(x, y, rel_tol, f"{path}[{i}]")]
     numbers = (int, float)
-    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a,
-                                                                            bool) and not isinstance(b, bool):
-        return [] if math.isclose(a, b, rel_tol=rel_tol,
-                                  abs_tol=0.0) or (a != a and b != b) else [path or "."]
+    both_numbers = isinstance(a, numbers) and isinstance(b, numbers)
+    if both_numbers and not isinstance(a, bool) and not isinstance(b, bool):
+        same = math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0) or (a != a and b != b)
+        return [] if same else [path or "."]
     return [] if a == b else [path or "."]
 
 

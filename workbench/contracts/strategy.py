@@ -65,7 +65,9 @@ class Strategy:
 
     @property
     def name(self) -> str:
-        return str(self.steps) if self.is_chain else f"{self.steps}_{self.topk}_{self.verify_tokens}"
+        if self.is_chain:
+            return str(self.steps)
+        return f"{self.steps}_{self.topk}_{self.verify_tokens}"
 
     def check(self) -> None:
         require(0 <= self.steps <= MAX_DRAFT_STEPS, "steps", self.steps,

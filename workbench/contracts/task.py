@@ -100,8 +100,10 @@ class Task:
         """`n` problems for `seed`: without repetition while the file has enough, then with."""
         rng = random.Random(f"task-draw/{seed}")
         k = len(self.problems)
-        idx = rng.sample(range(k), n) if n <= k else rng.sample(range(k), k) + rng.choices(range(k),
-                                                                                           k=n - k)
+        if n <= k:
+            idx = rng.sample(range(k), n)
+        else:
+            idx = rng.sample(range(k), k) + rng.choices(range(k), k=n - k)
         return [self.problems[i] for i in idx]
 
     def score(self, problem: TaskProblem, response: str) -> float:
@@ -164,8 +166,8 @@ def _problem(row: Any, where: str) -> TaskProblem:
     prompt, answer, solution = row.get("prompt"), row.get("answer"), row.get("solution")
     if not isinstance(prompt, str) or not prompt.strip():
         raise TaskError(f"{where}: field 'prompt' missing or not a non-empty string")
-    if isinstance(answer, bool) or not isinstance(answer,
-                                                  (str, int, float)) or str(answer).strip() == "":
+    if (isinstance(answer, bool) or not isinstance(answer, (str, int, float))
+            or str(answer).strip() == ""):
         raise TaskError(f"{where}: field 'answer' missing or not a string or number")
     if solution is not None and not isinstance(solution, str):
         raise TaskError(f"{where}: field 'solution' must be a string (or left out)")

@@ -53,7 +53,8 @@ class _Upgrades:
     _table = ""  # the OLD_COLUMNS table whose renames apply
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        renames = {old: new for tables in OLD_COLUMNS.values() for old, new in tables.get(self._table, {}).items()}
+        renames = {old: new for tables in OLD_COLUMNS.values()
+                   for old, new in tables.get(self._table, {}).items()}
         self.__dict__.update({renames.get(k, k): v for k, v in state.items()})
 
 

@@ -158,7 +158,9 @@ def load_workload(name_or_path: str | Path) -> Workload:
     wl = load(Workload, name_or_path, PRESET_DIR)
     path = Path(name_or_path)
     # A profile named by a relative path is read next to the workload file, not the cwd.
-    if path.is_file() and Path(wl.profile).suffix in (".yaml", ".yml", ".json") and not Path(wl.profile).is_absolute():
+    profile_file = Path(wl.profile)
+    if (path.is_file() and profile_file.suffix in (".yaml", ".yml", ".json")
+            and not profile_file.is_absolute()):
         wl = replace(wl, profile=str(path.parent / wl.profile))
     # So is the observed-lengths file; a preset's lies beside the preset.
     data = Path(wl.lengths.data)

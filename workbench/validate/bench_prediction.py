@@ -50,7 +50,8 @@ class BenchPrediction:
         name."""
         return {"profile": self.profile, "baseline": self.baseline,
                 "policies": {r.name: {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                                      for k, v in asdict(r).items() if k != "name"} for r in self.rows}}
+                                      for k, v in asdict(r).items() if k != "name"}
+                             for r in self.rows}}
 
 
 def _ratio(a: float, b: float) -> float:

@@ -170,7 +170,8 @@ def step_cost_rollout(profile: Profile, trace: Trace) -> tuple[float, list[float
         r = trace.requests[trace.requests["rl_step"] == rl]
         t0 = float(r["start_s"].min())
         g = f[f["rl_step"] == rl]
-        ends = [float(e["start_s"].min()) - t0 + float(e["pred"].sum()) for _, e in g.groupby("worker")]
+        ends = [float(e["start_s"].min()) - t0 + float(e["pred"].sum())
+                for _, e in g.groupby("worker")]
         per_step.append(max(ends) if ends else 0.0)
         total += per_step[-1]
     return total, per_step
@@ -181,7 +182,8 @@ def _accept_lens(trace: Trace, run) -> tuple[float, float]:
     s = trace.steps
     sd = step_draft_len(s, trace.meta) > 0
     passes = float(s.loc[sd, "decode_requests"].sum())
-    traced = float((s.loc[sd, "new_tokens"] - s.loc[sd, "prefill_requests"]).sum() / passes) if passes else 1.0
+    tokens = float((s.loc[sd, "new_tokens"] - s.loc[sd, "prefill_requests"]).sum())
+    traced = tokens / passes if passes else 1.0
     return traced, float(np.mean([m.mean_accept_len for m in run.steps]))
 
 
@@ -243,7 +245,8 @@ def validations_summary(results: list[Validation]) -> dict[str, Any]:
            "error_pct": round(100 * (pred - meas) / meas, 3),
            "median_abs_error_pct": round(float(np.median([abs(v.error_pct) for v in results])), 3)}
     if any(v.drift_factor is not None for v in results):
-        out["median_abs_raw_error_pct"] = round(float(np.median([abs(v.raw_error_pct) for v in results])), 3)
+        raw = float(np.median([abs(v.raw_error_pct) for v in results]))
+        out["median_abs_raw_error_pct"] = round(raw, 3)
     return {**out, "traces": {v.trace: v.summary() for v in results}}
 
 
@@ -257,7 +260,8 @@ def validation_figure(results: list[Validation], profile: Profile,
     ax.bar(x + 0.2, [v.predicted_rollout_s for v in results], 0.4, label="simulated",
            color="#dd8452")
     for i, v in enumerate(results):
-        ax.annotate(f"{v.error_pct:+.1f}%" + ("" if v.trace not in profile.fitted_on else "\n(fit)"),
+        in_fit = "" if v.trace not in profile.fitted_on else "\n(fit)"
+        ax.annotate(f"{v.error_pct:+.1f}%" + in_fit,
                     (i, max(v.measured_rollout_s, v.predicted_rollout_s)), ha="center", va="bottom",
                     fontsize=8)
     ax.set_xticks(x, [v.trace for v in results], rotation=20, ha="right", fontsize=8)

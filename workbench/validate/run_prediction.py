@@ -141,9 +141,8 @@ def _round(x: float) -> float | None:
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     """NaN is not JSON: None instead, recursively."""
-    return {k: _jsonable(v) if isinstance(v,
-                                          dict) else (None if isinstance(v,
-                                                                         float) and math.isnan(v) else v)
+    return {k: _jsonable(v) if isinstance(v, dict)
+            else (None if isinstance(v, float) and math.isnan(v) else v)
             for k, v in d.items()}
 
 
@@ -174,8 +173,11 @@ def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]
                         values[i] = row[c] if c != "drafter_kind" else str(row[c])
     # The wait for the spot trainers to stop is sync on both sides (the simulator's timeline puts it
     # there).
-    wait = spot_wait(metrics.set_index("rl_step").reindex(rl["rl_step"].astype(int)).reset_index()) \
-        if metrics is not None else np.zeros(n)
+    if metrics is not None:
+        by_rl = metrics.set_index("rl_step").reindex(rl["rl_step"].astype(int)).reset_index()
+        wait = spot_wait(by_rl)
+    else:
+        wait = np.zeros(n)
     times = [PhaseTimes(float(r.rollout_s), float(r.train_s), float(r.sync_s) + wait[i],
                         max(0.0, step_s[i] - float(r.rollout_s + r.train_s + r.sync_s) - wait[i]),
                         step_s[i])

@@ -71,7 +71,8 @@ class Progress:
     def line(self) -> str:
         eta = "?" if self.eta_s is None else f"{self.eta_s:.0f}s"
         left = self.total - self.done
-        return f"  [{self.done}/{self.total}] {self.message} ({self.elapsed_s:.0f}s elapsed, {left} left, ETA {eta})"
+        return (f"  [{self.done}/{self.total}] {self.message} "
+                f"({self.elapsed_s:.0f}s elapsed, {left} left, ETA {eta})")
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,8 @@ class HeldoutResult:
     error_pct: float  # normalised profile vs normalised capture
     # profile fitted on the raw fit captures vs the raw capture (no normalisation)
     raw_error_pct: float
-    errors_by_method: dict[str,
-                           # each normalisation method's profile vs the capture normalised so
-                           float]
+    # each normalisation method's profile vs the capture normalised so
+    errors_by_method: dict[str, float]
     predicted_rollout_s: float
     measured_rollout_s: float  # normalised
     raw_measured_rollout_s: float
@@ -148,9 +148,9 @@ class SelfCalibration:
             "profile": str(profile_path), "fit_error_pct": self.profile.fit_error_pct,
             "drift_method": self.method, "drift_window": self.window,
             "heldout": [{"trace": h.trace, "error_pct": round(h.error_pct, 3),
-                         "raw_error_pct": round(h.raw_error_pct,
-                                                                                                      3),
-                         "error_pct_by_method": {m: round(e, 3) for m, e in h.errors_by_method.items()}}
+                         "raw_error_pct": round(h.raw_error_pct, 3),
+                         "error_pct_by_method": {m: round(e, 3)
+                                                 for m, e in h.errors_by_method.items()}}
                         for h in self.heldout],
             "heldout_max_abs_error_pct": round(self.heldout_max_abs_error_pct, 3),
             "heldout_max_abs_raw_error_pct": round(max((abs(h.raw_error_pct) for h in self.heldout),
@@ -160,7 +160,8 @@ class SelfCalibration:
                 m: round(max(abs(h.errors_by_method[m]) for h in self.heldout), 3) for m in
                 (self.heldout[0].errors_by_method if self.heldout else {})},
             "drift_factor_range": [round(min(factors), 4), round(max(factors), 4)],
-            "tracking_correlation_by_method": {m: round(c, 3) for m, c in self.tracking.correlation_by_method.items()},
+            "tracking_correlation_by_method": {
+                m: round(c, 3) for m, c in self.tracking.correlation_by_method.items()},
             "captures": len(self.captures), "wall_s": round(self.wall_s, 1)})
 
     def report_section(self) -> dict:
@@ -178,7 +179,8 @@ class SelfCalibration:
             "tracking": asdict(self.tracking),
             "heldout": [asdict(h) for h in self.heldout],
             "heldout_max_abs_error_pct": self.heldout_max_abs_error_pct,
-            "raw_fit_error_pct": self.raw_calibration.profile.fit_error_pct if self.raw_calibration else None,
+            "raw_fit_error_pct": (self.raw_calibration.profile.fit_error_pct
+                                  if self.raw_calibration else None),
             "buckets": [asdict(b) for b in self.buckets],
             "engine_starts_s": self.engine_starts_s, "wall_s": self.wall_s})
 

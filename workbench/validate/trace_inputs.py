@@ -88,8 +88,9 @@ def _check_schedule(pol: Policy, trace: Trace,
             if row.max_batch > pol.sd_threshold:  # the part above the threshold runs without SD
                 inb &= batch <= pol.sd_threshold
             seen = Counter(k[inb].tolist())
-            if seen and seen.most_common(1)[0][0] != expect and seen.most_common(1)[0][1] > 0.5 * inb.sum():
-                traced = int(seen.most_common(1)[0][0])
+            majority, count = seen.most_common(1)[0] if seen else (None, 0)
+            if seen and majority != expect and count > 0.5 * inb.sum():
+                traced = int(majority)
                 overridden.append(ScheduleOverride((row.min_batch, row.max_batch), expect, traced))
                 row = ScheduleBucket(row.min_batch, row.max_batch, traced)
             rows.append(row)
