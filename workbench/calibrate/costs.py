@@ -158,9 +158,8 @@ def predict_steps(profile: Profile, f: pd.DataFrame) -> np.ndarray:
     form)."""
     dec, dr = profile.decode, profile.drafter
     out = np.empty(len(f))
-    for i, (b, ctx, k, p, kind) in enumerate(zip(f["B"].to_numpy(), f["ctx"].to_numpy(),
-                                                 f["K"].to_numpy(),
-                                                 f["P"].to_numpy(), f["kind"].to_numpy())):
+    columns = (f[c].to_numpy() for c in ("B", "ctx", "K", "P", "kind"))
+    for i, (b, ctx, k, p, kind) in enumerate(zip(*columns)):
         out[i] = (verify_step_s(dec, int(b), float(ctx), int(k))
                   + draft_step_s(dr, kind, int(b), int(k))
                   + prefill_s(dec, int(p)))
@@ -307,8 +306,8 @@ def _rel_se(X: np.ndarray, y: np.ndarray, rel: np.ndarray, inl: np.ndarray, acti
         try:
             cov = s2 * np.linalg.inv(A.T @ A)
             for idx, j in enumerate(active):
-                out[j] = float(math.sqrt(max(cov[idx, idx],
-                                             0.0)) / theta[j]) if theta[j] > 0 else float("inf")
+                se = float(math.sqrt(max(cov[idx, idx], 0.0)))
+                out[j] = se / theta[j] if theta[j] > 0 else float("inf")
         except np.linalg.LinAlgError:
             pass
     return out

@@ -94,7 +94,7 @@ def decode_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> Deco
 
 def drafter_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors,
                  ngram_s_per_seq: float) -> DrafterCost:
-    step = f.drafter_launch_s + drafter_read_s(arch, gpu, tp,
-                                               f) + (2 * f.allreduce_s if tp > 1 else 0.0)
+    step = (f.drafter_launch_s + drafter_read_s(arch, gpu, tp, f)
+            + (2 * f.allreduce_s if tp > 1 else 0.0))
     per_seq = 2 * arch.drafter_params / tp / (gpu.bf16_flops * f.drafter_mfu)
     return DrafterCost(eagle_step_s=step, eagle_s_per_seq=per_seq, ngram_s_per_seq=ngram_s_per_seq)

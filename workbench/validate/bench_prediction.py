@@ -70,8 +70,8 @@ def predict_bench(run_dirs: dict[str, Path], profile: Profile, baseline: str,
     base = preds[baseline]
     rows = []
     for name, p in preds.items():
-        ms, ps = _ratio(base.measured.step_s, p.measured.step_s), _ratio(base.predicted.step_s,
-                                                                         p.predicted.step_s)
+        ms = _ratio(base.measured.step_s, p.measured.step_s)
+        ps = _ratio(base.predicted.step_s, p.predicted.step_s)
         mr = _ratio(base.measured.rollout_s, p.measured.rollout_s)
         pr = _ratio(base.predicted.rollout_s, p.predicted.rollout_s)
         rows.append(PolicyPrediction(name, p.measured.step_s, p.predicted.step_s, ms, ps,

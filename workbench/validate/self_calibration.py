@@ -153,9 +153,8 @@ class SelfCalibration:
                                                  for m, e in h.errors_by_method.items()}}
                         for h in self.heldout],
             "heldout_max_abs_error_pct": round(self.heldout_max_abs_error_pct, 3),
-            "heldout_max_abs_raw_error_pct": round(max((abs(h.raw_error_pct) for h in self.heldout),
-                                                       default=math.nan),
-                                                   3),
+            "heldout_max_abs_raw_error_pct": round(
+                max((abs(h.raw_error_pct) for h in self.heldout), default=math.nan), 3),
             "heldout_max_abs_error_pct_by_method": {
                 m: round(max(abs(h.errors_by_method[m]) for h in self.heldout), 3) for m in
                 (self.heldout[0].errors_by_method if self.heldout else {})},
@@ -211,9 +210,8 @@ def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]],
     if probed is not None:
         out["probe"] = probed
     shares = [((t.meta.get("summary") or {}).get("cpu_share")) for _, t, _, _ in done]
-    if all(r.cpu_s for w in wins for r in w) and all(isinstance(x,
-                                                                (int,
-                                                                 float)) and x > 0 for x in shares):
+    numeric = all(isinstance(x, (int, float)) and x > 0 for x in shares)
+    if all(r.cpu_s for w in wins for r in w) and numeric:
         out["cpu"] = cpu_drift_factors([[r.cpu_s for r in w] for w in wins], shares, around)
     return out
 

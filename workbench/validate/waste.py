@@ -33,9 +33,8 @@ class StepWaste:
 def timeline_waste(timeline: pd.DataFrame) -> list[StepWaste]:
     """Per RL step, in step order, over the workers with rows in the step; none for an empty
     timeline."""
-    return [StepWaste(int(rl_step),
-                      rollout_split(rows)) for rl_step, rows in timeline.groupby("rl_step",
-                                                                                 sort=True)]
+    return [StepWaste(int(rl_step), rollout_split(rows))
+            for rl_step, rows in timeline.groupby("rl_step", sort=True)]
 
 
 def waste_frame(steps: list[StepWaste]) -> pd.DataFrame:
