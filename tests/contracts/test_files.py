@@ -289,8 +289,8 @@ def test_every_preset_loads():
     assert {"cpu-tiny", "h100-qwen2.5-7b-tp4", "h100-qwen2.5-32b-tp8"} <= profiles
     for name in profiles:
         assert load_profile(name).name == name
-    assert {"cpu-tiny", "fastrl-example-7b-8gpu",
-            "fastrl-example-32b-128gpu"} <= set(workload_presets())
+    shipped = {"cpu-tiny", "fastrl-example-7b-8gpu", "fastrl-example-32b-128gpu"}
+    assert shipped <= set(workload_presets())
     for name in workload_presets():
         w = load_workload(name)
         assert w.name == name
@@ -311,9 +311,8 @@ def test_preset_semantics():
     assert cold.drafter.ngram_fallback
     assert not cold.drafter.warm_start and all(row.strategy.is_chain for row in cold.schedule)
     base = load_policy("tlt-base")
-    assert base.drafter.kind == "ngram" and (base.sd_threshold,
-                                             base.sd_warmup_steps) == (tlt.sd_threshold,
-                                                                                          tlt.sd_warmup_steps)
+    assert base.drafter.kind == "ngram"
+    assert (base.sd_threshold, base.sd_warmup_steps) == (tlt.sd_threshold, tlt.sd_warmup_steps)
 
 
 def _custom_policy() -> Policy:
@@ -379,8 +378,8 @@ def test_save_is_atomic(tmp_path, monkeypatch):
 def test_strategies_parse_chains_and_trees():
     assert Strategy.parse(4) == Strategy.parse("4") == Strategy(4, 1, 5) == Strategy.chain(4)
     tree = Strategy.parse("8_4_48")
-    assert (tree.steps, tree.topk, tree.verify_tokens, tree.depth, tree.name) == (8, 4, 48, 8,
-                                                                                  "8_4_48")
+    got = (tree.steps, tree.topk, tree.verify_tokens, tree.depth, tree.name)
+    assert got == (8, 4, 48, 8, "8_4_48")
     # FastRL's 8_4_8 verifies 8 positions: the root and 7 drafts, so the tree is 7 deep.
     assert Strategy.parse("8_4_8").depth == 7
     assert Strategy.chain(0).verify_tokens == 1 and Strategy.chain(0).depth == 0

@@ -49,8 +49,8 @@ CLOCK0 = 1000.0  # the fixture's run began here (epoch seconds)
 
 # (workers, rollout_s, bubble_fraction, tail_fraction, tail_token_share, full_batch, tail_batch) of
 # the fixture's timeline, as workbench/validate/waste.py computed them before.
-V1_WASTE = (3, 0.7159850759987876, 0.21718466005178236, 0.002129867950457856, 0.0006289308176100629,
-            16, 2)
+V1_WASTE = (3, 0.7159850759987876, 0.21718466005178236, 0.002129867950457856,
+            0.0006289308176100629, 16, 2)
 # StepRecord's bubble_frac and spot_frac for the fixture's rollouts, as real/run/records.py computed
 # them before.
 V1_RECORD = (0.248327208095805, 0.19767542492762818)
@@ -95,9 +95,8 @@ def _fixture_rollouts(t) -> tuple[dict[int, WorkerRollout], list[WorkerSpot], St
     extra = [f.name for f in fields(EngineStepRow) if f.name not in STEP_COLUMNS]
     rollouts = {}
     for w, rows in t.steps.groupby("worker"):
-        steps = [EngineStepRow(**r,
-                               **{k: getattr(EngineStepRow,
-                                             k) for k in extra}) for r in rows.to_dict("records")]
+        defaults = {k: getattr(EngineStepRow, k) for k in extra}
+        steps = [EngineStepRow(**r, **defaults) for r in rows.to_dict("records")]
         start = CLOCK0 + steps[0].start_s - 0.004
         end = CLOCK0 + steps[-1].start_s + steps[-1].wall_s + 0.002
         rollouts[int(w)] = WorkerRollout(int(w), start, end, steps, [], {}, drafts=1, accepted=1)
@@ -114,8 +113,8 @@ def test_a_real_runs_record_is_as_before_and_its_timeline_adds_the_wait():
     requests = [t.requests.iloc[0]]
     grpo = type("Stats", (), {"loss": 0.0, "kl": 0.0})()
     rec = step_record(0, rollouts, spots, requests, times, grpo, "eagle", clock0=CLOCK0)
-    assert [rec.bubble_fraction, rec.drafter_train_fraction] == pytest.approx(list(V1_RECORD),
-                                                                              rel=REL)
+    got = [rec.bubble_fraction, rec.drafter_train_fraction]
+    assert got == pytest.approx(list(V1_RECORD), rel=REL)
     assert 0.0 < rec.tail_fraction < 0.01
     # The timeline is the one recorded before, plus each worker's wait for its rollout to begin
     # (idle from the step's start): the idle time the record's bubble always counted.
@@ -135,8 +134,8 @@ def test_a_real_runs_record_is_as_before_and_its_timeline_adds_the_wait():
 def test_simulated_figures_are_as_before(policy):
     wl = load_workload("cpu-tiny")
     run = simulate(wl, load_policy(policy), load_profile(wl.profile), seed=2, steps=2)
-    got = [(m.bubble_fraction, m.drafter_train_fraction, m.tail_fraction,
-            m.tail_token_share) for m in run.steps]
+    got = [(m.bubble_fraction, m.drafter_train_fraction, m.tail_fraction, m.tail_token_share)
+           for m in run.steps]
     for g, want in zip(got, SIMULATED[policy], strict=True):
         assert list(g) == pytest.approx(list(want), rel=REL, abs=1e-15)
     # The waste tool reads the same figures off the simulator's timeline.
@@ -158,12 +157,13 @@ def test_rewriting_an_old_trace_writes_this_version(tmp_path):
                                   t.timeline.astype({"state": str}))
 
 
-@pytest.mark.parametrize("name", [f"{s}-{k}" for s in ("fit", "heldout") for k in ("none", "ngram",
-                                                                                   "eagle")])
+@pytest.mark.parametrize("name", [f"{s}-{k}" for s in ("fit", "heldout")
+                                  for k in ("none", "ngram", "eagle")])
 def test_the_shipped_reference_traces_are_version_1_and_load(name):
     t = load_trace(REFERENCE / name)
     assert t.meta["trace_version"] == 1
-    assert set(t.steps["worker"]) == {0} and list(t.steps["engine_step"]) == list(range(len(t.steps)))
+    assert set(t.steps["worker"]) == {0}
+    assert list(t.steps["engine_step"]) == list(range(len(t.steps)))
     assert "engine" not in t.steps.columns and "step" not in t.steps.columns
 
 
@@ -197,7 +197,8 @@ def test_rows_pickled_under_version_1_names_load_under_this_versions():
     rows = RunRows()
     rows.steps = [EngineStepRow(**r) for r in t.steps.head(2).to_dict("records")]
     rows.requests = [RequestRow(**r) for r in t.requests.head(2).to_dict("records")]
-    rows.timeline = [TimelineRow(**r) for r in t.timeline.astype({"state": str}).head(2).to_dict("records")]
+    first_two = t.timeline.astype({"state": str}).head(2).to_dict("records")
+    rows.timeline = [TimelineRow(**r) for r in first_two]
     for row in rows.steps + rows.requests + rows.timeline:  # as version 1's classes pickled them
         for table in ("steps", "requests", "timeline"):
             if row._table == table:
@@ -207,23 +208,25 @@ def test_rows_pickled_under_version_1_names_load_under_this_versions():
     back = pickle.loads(pickle.dumps(rows))
     assert [(r.worker, r.engine_step) for r in back.steps] == [(0, 0), (0, 1)]
     assert "engine" not in back.steps[0].__dict__ and math.isnan(back.steps[0].exec_s)
-    assert [r.worker for r in back.requests] == [0, 0] and [r.rl_step for r in back.timeline] == [0,
-                                                                                                  0]
+    assert [r.worker for r in back.requests] == [0, 0]
+    assert [r.rl_step for r in back.timeline] == [0, 0]
     trace = back.frames(t.meta)
-    assert list(trace.steps.columns) == list(STEP_COLUMNS) and list(trace.timeline.columns) == list(TIMELINE_COLUMNS)
+    assert list(trace.steps.columns) == list(STEP_COLUMNS)
+    assert list(trace.timeline.columns) == list(TIMELINE_COLUMNS)
 
 
 def test_a_trace_without_per_request_speculation_loads_and_one_with_it_round_trips(tmp_path):
     """RequestRow.spec_* are optional: a trace written before them (or by an engine without SD)
     reads them as "not recorded"; a capture's values survive a write and a read."""
     t = load_trace(REFERENCE / "heldout-eagle")
-    assert "spec_passes_by_len" not in pd.read_parquet(REFERENCE / "heldout-eagle" / "requests.parquet").columns
+    written = pd.read_parquet(REFERENCE / "heldout-eagle" / "requests.parquet")
+    assert "spec_passes_by_len" not in written.columns
     assert all(list(v) == [] for v in t.requests["spec_passes_by_len"])
     assert t.requests["spec_accepted"].isna().all()
     t.requests["spec_passes_by_len"] = [[0, 0, 3, 5]] * len(t.requests)
     t.requests["spec_accepted"] = 7.0
     write_trace(t, tmp_path / "t")
     back = load_trace(tmp_path / "t")
-    assert [list(v) for v in back.requests["spec_passes_by_len"]] == [[0, 0, 3,
-                                                                       5]] * len(t.requests)
+    passes = [list(v) for v in back.requests["spec_passes_by_len"]]
+    assert passes == [[0, 0, 3, 5]] * len(t.requests)
     assert (back.requests["spec_accepted"] == 7.0).all()
