@@ -128,7 +128,8 @@ def test_above_the_threshold_sd_is_off_and_rewards_are_ignored(algorithm):
     assert bandit.counts == before
     # A huge reward on the SD-off arm changed nothing about the choice below the threshold.
     if algorithm != "fixed":
-        assert Counter(_run(bandit, 4, {0: 1.0, 2: 1.5, 4: 2.0, 6: 1.2}, 500, rng)).most_common(1)[0][0] == 4
+        picks = Counter(_run(bandit, 4, {0: 1.0, 2: 1.5, 4: 2.0, 6: 1.2}, 500, rng))
+        assert picks.most_common(1)[0][0] == 4
 
 
 def test_at_the_threshold_sd_is_still_on():
@@ -203,7 +204,8 @@ def test_epsilon_greedy_pools_all_batch_sizes():
 
 
 def test_fixed_table_returns_the_schedule():
-    schedule = (ScheduleBucket(1, 1, 6), ScheduleBucket(2, 4, 4), ScheduleBucket(5, 16, 3), ScheduleBucket(17, 32, 0))
+    schedule = (ScheduleBucket(1, 1, 6), ScheduleBucket(2, 4, 4), ScheduleBucket(5, 16, 3),
+                ScheduleBucket(17, 32, 0))
     policy = make_policy("fixed", schedule=schedule, sd_threshold=24)
     bandit = make_bandit(policy, 0)
     for batch in range(1, 65):
@@ -223,7 +225,8 @@ def test_same_seed_same_choices(algorithm):
     def run(seed):
         rng = np.random.default_rng(0)
         return _run(
-            make_bandit(make_policy(algorithm, epsilon=0.3), seed), 4, {0: 1.0, 2: 1.1, 4: 1.05, 6: 1.08}, 500, rng
+            make_bandit(make_policy(algorithm, epsilon=0.3), seed), 4,
+            {0: 1.0, 2: 1.1, 4: 1.05, 6: 1.08}, 500, rng
         )
 
     assert run(1) == run(1)
@@ -263,7 +266,7 @@ def test_state_dict_round_trip_resumes_the_same_choices(algorithm):
         other.load_state_dict(state)
 
 
-def test_climb_starts_at_its_table_then_climbs_to_the_best_neighbour_by_tokens_per_sequence_per_second():
+def test_climb_starts_at_its_table_then_climbs_to_the_best_neighbour_by_tokens_per_seq_second():
     """Each bucket's first choice is its start; then the untried neighbour of the best arm (the
     longer first), then the best with epsilon 0. Values are mean tokens over median seconds, so one
     slow step moves nothing."""
@@ -288,7 +291,8 @@ def test_climb_starts_at_its_table_then_climbs_to_the_best_neighbour_by_tokens_p
 
 def test_a_step_reward_is_a_rate_for_the_scalar_bandits():
     """`beg` learns the same from a StepReward as from its tokens per second."""
-    a, b = make_bandit(make_policy("beg", window=4), 1), make_bandit(make_policy("beg", window=4), 1)
+    a = make_bandit(make_policy("beg", window=4), 1)
+    b = make_bandit(make_policy("beg", window=4), 1)
     r = StepReward(tokens=6.0, seconds=0.5, batch=4, steps=2)
     assert r.rate == pytest.approx(48.0)
     for bandit, reward in ((a, r), (b, r.rate)):

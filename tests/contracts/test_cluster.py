@@ -24,7 +24,8 @@ def test_tp_contradiction_is_refused_naming_gpus_per_worker():
     assert exc.value.field == "gpus_per_worker" and "TP" in str(exc.value)
 
 
-@pytest.mark.parametrize("field,value", [("gpu", "a100"), ("model", "qwen2.5-32b"), ("framework", "vllm")])
+@pytest.mark.parametrize("field,value",
+                         [("gpu", "a100"), ("model", "qwen2.5-32b"), ("framework", "vllm")])
 def test_gpu_model_and_framework_contradictions_are_refused_naming_the_field(field, value):
     wl = load_workload("tlt-eval-qwen2.5-7b")
     with pytest.raises(ConfigError) as exc:

@@ -65,7 +65,8 @@ def _with(base: dict, dotted: str, value) -> dict:
     return data
 
 
-def _assert_clear(err: ConfigError, path: Path, field: str, value_text: str, allowed_text: str) -> None:
+def _assert_clear(err: ConfigError, path: Path, field: str, value_text: str,
+                  allowed_text: str) -> None:
     msg = str(err)
     assert str(path) in msg
     assert f"'{field}'" in msg, msg
@@ -288,7 +289,8 @@ def test_every_preset_loads():
     assert {"cpu-tiny", "h100-qwen2.5-7b-tp4", "h100-qwen2.5-32b-tp8"} <= profiles
     for name in profiles:
         assert load_profile(name).name == name
-    assert {"cpu-tiny", "fastrl-example-7b-8gpu", "fastrl-example-32b-128gpu"} <= set(workload_presets())
+    shipped = {"cpu-tiny", "fastrl-example-7b-8gpu", "fastrl-example-32b-128gpu"}
+    assert shipped <= set(workload_presets())
     for name in workload_presets():
         w = load_workload(name)
         assert w.name == name
@@ -309,22 +311,25 @@ def test_preset_semantics():
     assert cold.drafter.ngram_fallback
     assert not cold.drafter.warm_start and all(row.strategy.is_chain for row in cold.schedule)
     base = load_policy("tlt-base")
-    assert base.drafter.kind == "ngram" and (base.sd_threshold, base.sd_warmup_steps) == (tlt.sd_threshold,
-                                                                                          tlt.sd_warmup_steps)
+    assert base.drafter.kind == "ngram"
+    assert (base.sd_threshold, base.sd_warmup_steps) == (tlt.sd_threshold, tlt.sd_warmup_steps)
 
 
 def _custom_policy() -> Policy:
     return Policy(
         name="custom", description="round trip", sd_threshold=24,
         schedule=(ScheduleBucket(1, 4, 6), ScheduleBucket(5, 24, 3)),
-        bandit=BanditConfig(algorithm="ucb1", arms=(0, 3, 6), epsilon=0.25, window=8, decision_interval=16),
-        drafter=DrafterConfig(kind="eagle", warm_start=True, ngram_fallback=True, switch_margin=0.1),
+        bandit=BanditConfig(algorithm="ucb1", arms=(0, 3, 6), epsilon=0.25, window=8,
+                            decision_interval=16),
+        drafter=DrafterConfig(kind="eagle", warm_start=True, ngram_fallback=True,
+                              switch_margin=0.1),
         spot_training=SpotTraining(enabled=True, min_idle_workers=2, lr=3e-4, steps=500, buffer=3),
     )
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json", ".yml"])
-@pytest.mark.parametrize("which", ["custom", "baseline", "static-sd", "tlt", "tlt-cold", "tlt-base"])
+@pytest.mark.parametrize("which",
+                         ["custom", "baseline", "static-sd", "tlt", "tlt-cold", "tlt-base"])
 def test_policy_round_trips(tmp_path, suffix, which):
     policy = _custom_policy() if which == "custom" else load_policy(which)
     path = tmp_path / f"policy{suffix}"
@@ -373,7 +378,8 @@ def test_save_is_atomic(tmp_path, monkeypatch):
 def test_strategies_parse_chains_and_trees():
     assert Strategy.parse(4) == Strategy.parse("4") == Strategy(4, 1, 5) == Strategy.chain(4)
     tree = Strategy.parse("8_4_48")
-    assert (tree.steps, tree.topk, tree.verify_tokens, tree.depth, tree.name) == (8, 4, 48, 8, "8_4_48")
+    got = (tree.steps, tree.topk, tree.verify_tokens, tree.depth, tree.name)
+    assert got == (8, 4, 48, 8, "8_4_48")
     # FastRL's 8_4_8 verifies 8 positions: the root and 7 drafts, so the tree is 7 deep.
     assert Strategy.parse("8_4_8").depth == 7
     assert Strategy.chain(0).verify_tokens == 1 and Strategy.chain(0).depth == 0
@@ -420,7 +426,8 @@ def test_fastrl_rules_are_policy_fields(tmp_path):
 
 def test_differences_compares_numbers_within_a_relative_tolerance():
     prof = load_profile("cpu-tiny")
-    near = replace(prof, decode=replace(prof.decode, overhead_s=prof.decode.overhead_s * (1 + 1e-5)))
+    near = replace(prof,
+                   decode=replace(prof.decode, overhead_s=prof.decode.overhead_s * (1 + 1e-5)))
     far = replace(prof, decode=replace(prof.decode, overhead_s=prof.decode.overhead_s * 1.01))
     renamed = replace(prof, name="other")
     assert differences(prof, near, rel_tol=1e-3) == []

@@ -23,8 +23,8 @@ def table(rows):
 
 
 def test_rows_are_sorted_into_groups_and_batches_keeping_member_order():
-    df = table([(1, 0, 0, 10, 7, -1, -1), (0, 1, 1, 20, 5, -1, -1), (0, 0, 0, 30, 3, 1, 1), (0, 0, 0, 30, 4, 0, 1),
-                (0, 1, 1, 20, 6, -1, -1)])
+    df = table([(1, 0, 0, 10, 7, -1, -1), (0, 1, 1, 20, 5, -1, -1), (0, 0, 0, 30, 3, 1, 1),
+                (0, 0, 0, 30, 4, 0, 1), (0, 1, 1, 20, 6, -1, -1)])
     obs = from_frame(df)
     assert obs.batches == 2 and obs.groups == 3
     assert [list(ids) for ids in obs.batch_groups] == [[0, 1], [2]]
@@ -40,7 +40,8 @@ def test_parquet_round_trip(tmp_path):
     assert np.array_equal(back.length, obs.length) and np.array_equal(back.correct, obs.correct)
 
 
-@pytest.mark.parametrize("bad, field", [({"length": -3}, "length (row 0)"), ({"batch": "x"}, "batch (row 0)")])
+@pytest.mark.parametrize("bad, field",
+                         [({"length": -3}, "length (row 0)"), ({"batch": "x"}, "batch (row 0)")])
 def test_bad_tables_name_the_column_and_row(bad, field):
     row = dict(zip(COLUMNS, (0, 0, 0, 10, 3, -1, -1)))
     row.update(bad)
@@ -59,7 +60,8 @@ def test_missing_column_and_missing_file_are_refused(tmp_path):
 def test_replay_needs_data_and_relative_data_is_read_next_to_the_workload(tmp_path):
     with pytest.raises(Exception, match="data"):
         LengthModel(kind="replay").check()
-    wl = replace(load_workload("cpu-tiny"), lengths=LengthModel(kind="replay", data="w.lengths.parquet"),
+    wl = replace(load_workload("cpu-tiny"),
+                 lengths=LengthModel(kind="replay", data="w.lengths.parquet"),
                  dynamic_sampling=DynamicSampling(True, 2.0))
     save(wl, tmp_path / "w.yaml")
     back = load_workload(tmp_path / "w.yaml")

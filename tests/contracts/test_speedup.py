@@ -20,7 +20,8 @@ from workbench.contracts.workload import load_workload
 
 def _timeline(tail_s: float, tail_state: str) -> Timeline:
     """Two workers: worker 0 decodes at batch 64 for 10 s, then at batch 4 for `tail_s`; worker 1 at
-    batch 64 for 15 s, then idles; then both train 5 s. 100 tokens a second at batch 4 in the reference."""
+    batch 64 for 15 s, then idles; then both train 5 s. 100 tokens a second at batch 4 in the
+    reference."""
     tl = Timeline()
     end = max(10 + tail_s, 15)
     tl.add(0, 0, 0, 10, "decode", 64, tokens=6400)

@@ -26,12 +26,14 @@ def _write(path, rows):
     return path
 
 
-ROWS = [{"prompt": f"What is {i} + {i}?", "answer": 2 * i, "solution": f"{i} + {i} = {2 * i}"} for i in range(6)]
+ROWS = [{"prompt": f"What is {i} + {i}?", "answer": 2 * i, "solution": f"{i} + {i} = {2 * i}"}
+        for i in range(6)]
 
 
 def test_a_jsonl_and_a_parquet_file_give_the_same_problems(tmp_path):
     a = read_problems(_write(tmp_path / "t.jsonl", ROWS))
-    pd.DataFrame(ROWS).assign(answer=lambda f: f["answer"].astype(str)).to_parquet(tmp_path / "t.parquet")
+    rows = pd.DataFrame(ROWS).assign(answer=lambda f: f["answer"].astype(str))
+    rows.to_parquet(tmp_path / "t.parquet")
     assert read_problems(tmp_path / "t.parquet") == a
     assert a[3] == TaskProblem("What is 3 + 3?", "6", "3 + 3 = 6")
 
@@ -71,7 +73,8 @@ def test_the_named_rewards():
 def test_the_math_reward_uses_math_verify():
     pytest.importorskip("math_verify")
     fn = resolve_reward("math")
-    assert fn("The answer is $\\frac{1}{2}$", "0.5") == 1.0 and fn("The answer is $3$", "0.5") == 0.0
+    assert fn("The answer is $\\frac{1}{2}$", "0.5") == 1.0
+    assert fn("The answer is $3$", "0.5") == 0.0
 
 
 @pytest.fixture
@@ -89,7 +92,8 @@ def user_module(tmp_path, monkeypatch):
 
 def test_a_module_function_reward_is_imported_and_scores(tmp_path, user_module):
     task = load_task(_write(tmp_path / "t.jsonl", ROWS), "team_rw:good")
-    assert task.score(task.problems[2], "it is 4") == 1.0 and task.score(task.problems[2], "5") == 0.0
+    assert task.score(task.problems[2], "it is 4") == 1.0
+    assert task.score(task.problems[2], "5") == 0.0
 
 
 @pytest.mark.parametrize("spec, says", [
@@ -108,7 +112,8 @@ def test_a_bad_reward_is_refused_naming_the_function(tmp_path, user_module, spec
 
 def test_a_numeric_reward_needs_numeric_answers(tmp_path):
     with pytest.raises(TaskError, match="problem 1: answer 'seven' has no number"):
-        load_task(_write(tmp_path / "t.jsonl", [ROWS[0], {"prompt": "p", "answer": "seven"}]), "numeric")
+        load_task(_write(tmp_path / "t.jsonl", [ROWS[0], {"prompt": "p", "answer": "seven"}]),
+                  "numeric")
 
 
 def test_draws_are_seeded_and_repeat_only_past_the_file(tmp_path):

@@ -20,8 +20,8 @@ from workbench.contracts.policy import DrafterKind
 
 MIN_DRAFTS_PER_POS = 20
 # The AcceptanceModel fields, in the calibration report's order.
-ACCEPTANCE_FIELDS = ("eagle_alpha_fresh", "eagle_alpha_cold", "eagle_shape", "ngram_alpha", "ngram_shape",
-                     "staleness_per_update")
+ACCEPTANCE_FIELDS = ("eagle_alpha_fresh", "eagle_alpha_cold", "eagle_shape", "ngram_alpha",
+                     "ngram_shape", "staleness_per_update")
 
 
 @dataclass
@@ -43,8 +43,9 @@ class AcceptanceFit:
         return [self.alpha ** (i ** self.shape) for i in range(1, n + 1)]
 
 
-def per_position_acceptance(steps: pd.DataFrame, meta: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                                    np.ndarray, int]:
+def per_position_acceptance(
+    steps: pd.DataFrame, meta: dict | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Cumulative acceptance per position over the SD steps (draft_len > 0).
 
     With Dynamic SD steps have different draft lengths: position i counts only
@@ -75,8 +76,11 @@ def per_position_acceptance(steps: pd.DataFrame, meta: dict | None = None) -> tu
     return acc, offered, drafts, r, int(sd.sum())
 
 
-def fit_alpha_shape(r: np.ndarray, weight: np.ndarray, base_shape: float) -> tuple[float, float, bool]:
-    """Weighted least squares of r_i = alpha ** (i ** shape); shape stays at the base with one position."""
+def fit_alpha_shape(
+    r: np.ndarray, weight: np.ndarray, base_shape: float
+) -> tuple[float, float, bool]:
+    """Weighted least squares of r_i = alpha ** (i ** shape); shape stays at the base with one
+    position."""
     pos = np.arange(1, len(r) + 1, dtype=float)
     ok = weight >= MIN_DRAFTS_PER_POS
     if not ok.any():
@@ -85,7 +89,8 @@ def fit_alpha_shape(r: np.ndarray, weight: np.ndarray, base_shape: float) -> tup
     r = np.clip(r, 0.0, 0.999)
     if len(pos) == 1 or r[0] <= 0:
         return float(np.clip(r[0], 0.0, 0.999)), base_shape, False
-    res = least_squares(lambda x: w * (x[0] ** (pos ** x[1]) - r), [float(np.clip(r[0], 0.01, 0.99)), 0.8],
+    res = least_squares(lambda x: w * (x[0] ** (pos ** x[1]) - r),
+                        [float(np.clip(r[0], 0.01, 0.99)), 0.8],
                         bounds=([1e-4, 0.1], [0.999, 2.0]), method="trf")
     return float(res.x[0]), float(res.x[1]), True
 
@@ -114,14 +119,16 @@ def fit_acceptance(traces: Sequence[Trace], base: Profile) -> dict[DrafterKind, 
         rmse = float(np.sqrt(np.mean((curve[ok] - r[ok]) ** 2))) if ok.any() else float("nan")
         per_draft = np.divide(acc, drafts, out=np.zeros(len(acc)), where=drafts > 0)
         # Measured tokens per verify pass (per decoding request), over all SD steps.
-        out[kind] = AcceptanceFit(kind, alpha, shape, shape_fitted, r.tolist(), offered.astype(int).tolist(),
-                                  per_draft.tolist(), n, rmse, float(1 + acc.sum() / offered[0]) if offered[0] else 1.0,
+        out[kind] = AcceptanceFit(kind, alpha, shape, shape_fitted, r.tolist(),
+                                  offered.astype(int).tolist(), per_draft.tolist(), n, rmse,
+                                  float(1 + acc.sum() / offered[0]) if offered[0] else 1.0,
                                   fit_position_gain(traces, kind, alpha, shape))
     return out
 
 
-def acceptance_model(base: AcceptanceModel, fits: dict[str, AcceptanceFit]) -> tuple[AcceptanceModel, list[ParamFit],
-                                                                                     list[str]]:
+def acceptance_model(
+    base: AcceptanceModel, fits: dict[str, AcceptanceFit]
+) -> tuple[AcceptanceModel, list[ParamFit], list[str]]:
     """The profile's acceptance model from the fits (what no trace shows stays the base's),
     with each field's ParamFit and the notes to tell the user."""
     acc, notes = base, []
@@ -137,14 +144,15 @@ def acceptance_model(base: AcceptanceModel, fits: dict[str, AcceptanceFit]) -> t
                       eagle_alpha_cold=min(acc.eagle_alpha_cold, sig(a.alpha, 4)),
                       eagle_position=_moving(a.position))
         fitted["eagle_alpha_fresh"], fitted["eagle_shape"] = True, a.shape_fitted
-        notes.append("EAGLE traces are taken as a drafter aligned with the traced policy: their acceptance sets "
-                     "eagle_alpha_fresh; eagle_alpha_cold, staleness and the learning curve stay the base's")
+        notes.append("EAGLE traces are taken as a drafter aligned with the traced policy: their "
+                     "acceptance sets eagle_alpha_fresh; eagle_alpha_cold, staleness and the "
+                     "learning curve stay the base's")
     for a in fits.values():
         if a.position is not None:
-            rows = ", ".join(f"{r.from_token}+: x{r.miss:.2f} ({q:.2f})" for r, q in zip(a.position.rows,
-                                                                                    a.position.ratios))
-            notes.append(f"{a.kind} acceptance along a response, by tokens into the response: the miss rate's "
-                         f"multiplier (accepted drafts over the pooled fit's): {rows} "
+            pairs = zip(a.position.rows, a.position.ratios)
+            rows = ", ".join(f"{r.from_token}+: x{r.miss:.2f} ({q:.2f})" for r, q in pairs)
+            notes.append(f"{a.kind} acceptance along a response, by tokens into the response: the "
+                         f"miss rate's multiplier (accepted drafts over the pooled fit's): {rows} "
                          f"(workbench/calibrate/position_acceptance.py)")
     return acc, [ParamFit("acceptance", n, getattr(acc, n), f) for n, f in fitted.items()], notes
 

@@ -21,15 +21,16 @@ from workbench.contracts.trace import Trace
 KINDS = (DrafterKind.NONE, DrafterKind.NGRAM, DrafterKind.EAGLE)
 # Fit shapes: (prompts, samples, max_tokens, batch cap); every one runs for every kind every round.
 FIT_SHAPES = ((16, 4, 1024, 64), (16, 4, 512, 32), (8, 4, 512, 8), (16, 4, 256, 16))
-# Draft-length schedules (min_batch, max_batch, K) of the SD fit captures, rotated over the shapes so
-# each K meets several batch sizes. K runs up to 8, the SD engines' num_speculative_tokens and the
-# longest draft the tuner and `tlt-vllm` use, so no tuned K = 8 rests on acceptance and verify costs
-# extrapolated from shorter drafts.
+# Draft-length schedules (min_batch, max_batch, K) of the SD fit captures, rotated over the shapes
+# so each K meets several batch sizes. K runs up to 8, the SD engines' num_speculative_tokens and
+# the longest draft the tuner and `tlt-vllm` use, so no tuned K = 8 rests on acceptance and verify
+# costs extrapolated from shorter drafts.
 FIT_SCHEDULES = (((1, 8, 6), (9, 32, 2)), ((1, 64, 3),), ((1, 4, 8), (5, 16, 1), (17, 64, 2)),
                  ((1, 16, 4), (17, 64, 1)))
 MAX_DRAFT_LEN = 8
 # The held-out shape: a mix, group size and cap no fit capture has; its own schedule too.
-HELDOUT = dict(prompts=24, samples=2, max_tokens=768, cap=24, mix="hard", schedule=((1, 6, 4), (7, 24, 2)))
+HELDOUT = dict(prompts=24, samples=2, max_tokens=768, cap=24, mix="hard",
+               schedule=((1, 6, 4), (7, 24, 2)))
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,13 @@ def plan_captures(kinds: Sequence[DrafterKind] = KINDS, rounds: int = 2,
     """The captures in run order: per round, one engine session per kind (the kind order rotates
     each round), each session its kind's fit shapes with the held-out capture in the middle."""
     if rounds < 1 or not kinds or any(k not in KINDS for k in kinds):
-        raise ValueError(f"plan: rounds >= 1 and kinds among {', '.join(KINDS)} (got {rounds}, {list(kinds)})")
+        raise ValueError(f"plan: rounds >= 1 and kinds among {', '.join(KINDS)} (got {rounds}, "
+                         f"{list(kinds)})")
     plan: list[CaptureSpec] = []
     for r in range(rounds):
         order = [kinds[(j + r) % len(kinds)] for j in range(len(kinds))]
-        if plan and len(kinds) > 1 and order[0] == plan[-1].kind:  # a new round starts on another engine
+        # a new round starts on another engine
+        if plan and len(kinds) > 1 and order[0] == plan[-1].kind:
             order = order[1:] + order[:1]
         for kind in order:
             ki = kinds.index(kind)
@@ -79,7 +82,8 @@ def plan_captures(kinds: Sequence[DrafterKind] = KINDS, rounds: int = 2,
                 prompts, samples, max_tokens, cap = FIT_SHAPES[s]
                 sd = kind != DrafterKind.NONE
                 sched = FIT_SCHEDULES[(s + r) % len(FIT_SCHEDULES)] if sd else ()
-                fits.append(CaptureSpec(f"fit-r{r}-{kind}-{i}", kind, "fit", r, prompts, samples, max_tokens, cap,
+                fits.append(CaptureSpec(f"fit-r{r}-{kind}-{i}", kind, "fit", r, prompts, samples,
+                                        max_tokens, cap,
                                         seed + 100 * r + 10 * ki + i, "default", sched))
             h = HELDOUT
             sched = () if kind == DrafterKind.NONE else h["schedule"]
@@ -110,18 +114,21 @@ class Machine(Protocol):
 class VllmMachine:
     """The real machine: real/run/capture.py's EngineSession (vLLM in this process)."""
 
-    def __init__(self, model: str | Path, drafter: str | Path | None = None, seed: int = 0, task: Task | None = None):
+    def __init__(self, model: str | Path, drafter: str | Path | None = None, seed: int = 0,
+                 task: Task | None = None):
         """`task`: a user's task file the captures draw their prompts from (None: the GCD task)."""
         from real.run.capture import EngineSession
 
-        self.session = EngineSession(model, drafter, seed=seed, max_draft_len=MAX_DRAFT_LEN, task_file=task)
+        self.session = EngineSession(model, drafter, seed=seed, max_draft_len=MAX_DRAFT_LEN,
+                                     task_file=task)
 
     def start(self, kind: DrafterKind) -> float:
         return self.session.start(kind)
 
     def capture(self, spec: CaptureSpec) -> Trace:
         return self.session.capture(spec.policy(), prompts=spec.prompts, samples=spec.samples,
-                                    max_tokens=spec.max_tokens, seed=spec.seed, mix=spec.mix, max_in_flight=spec.cap)
+                                    max_tokens=spec.max_tokens, seed=spec.seed, mix=spec.mix,
+                                    max_in_flight=spec.cap)
 
     def reference_s(self) -> float:
         return self.session.reference_s()

@@ -77,7 +77,8 @@ class ParamFit:
     name: str  # the field of that part
     value: float
     fitted: bool
-    rel_se: float = math.nan  # relative standard error (cost parameters; nan: unknown or not fitted)
+    # relative standard error (cost parameters; nan: unknown or not fitted)
+    rel_se: float = math.nan
     why_not_fitted: str | None = None
 
     @property
@@ -98,18 +99,24 @@ class TraceFit:
 
 @dataclass
 class CostFit:
-    params: list[ParamFit]  # the decode and drafter parameters, in table order: the fitted profile's values
+    # the decode and drafter parameters, in table order: the fitted profile's values
+    params: list[ParamFit]
     knee_tokens: float  # weights_s / compute_s_per_token
     f_scale: float  # soft-l1 scale of the relative residuals
-    mean_scale: float  # measured total / the robust fit's total (form only): what mean-matching scaled by
-    finish_s: float  # fitted cost per request finished in the previous step (reported; a Profile has no field for it)
+    # measured total / the robust fit's total (form only): what mean-matching scaled by
+    mean_scale: float
+    # fitted cost per request finished in the previous step (reported; a Profile has no field for
+    # it)
+    finish_s: float
     steps_used: int
     steps_dropped: dict[str, int]  # reason -> count
-    warmup_excess_s: float  # time the dropped warm-up steps took beyond the fit's prediction (all engines)
+    # time the dropped warm-up steps took beyond the fit's prediction (all engines)
+    warmup_excess_s: float
     outliers: int  # used steps whose relative residual exceeds 5 robust sds
     mdape_pct: float  # in-sample median |error| per step, %
     cv_mdape_pct: float  # held-out (5-fold) median |error| per step, %
-    bias_pct: dict[str, float]  # per trace: 100 * (sum predicted / sum measured - 1) over used steps
+    bias_pct: dict[str,
+                   float]  # per trace: 100 * (sum predicted / sum measured - 1) over used steps
     residuals: pd.DataFrame
 
     def decode(self) -> DecodeCost:
@@ -147,24 +154,28 @@ def features(f: pd.DataFrame, knee: float) -> np.ndarray:
 
 
 def predict_steps(profile: Profile, f: pd.DataFrame) -> np.ndarray:
-    """Step latency from the simulator's own cost functions (so the fit is judged in its exact form)."""
+    """Step latency from the simulator's own cost functions (so the fit is judged in its exact
+    form)."""
     dec, dr = profile.decode, profile.drafter
     out = np.empty(len(f))
-    for i, (b, ctx, k, p, kind) in enumerate(zip(f["B"].to_numpy(), f["ctx"].to_numpy(), f["K"].to_numpy(),
-                                                 f["P"].to_numpy(), f["kind"].to_numpy())):
-        out[i] = (verify_step_s(dec, int(b), float(ctx), int(k)) + draft_step_s(dr, kind, int(b), int(k))
+    columns = (f[c].to_numpy() for c in ("B", "ctx", "K", "P", "kind"))
+    for i, (b, ctx, k, p, kind) in enumerate(zip(*columns)):
+        out[i] = (verify_step_s(dec, int(b), float(ctx), int(k))
+                  + draft_step_s(dr, kind, int(b), int(k))
                   + prefill_s(dec, int(p)))
     return out
 
 
 def base_vector(base: Profile) -> np.ndarray:
-    """The base profile's values in COST_PARAMS order (0 for finish_s, which a Profile does not hold)."""
+    """The base profile's values in COST_PARAMS order (0 for finish_s, which a Profile does not
+    hold)."""
     return np.array([getattr(getattr(base, part), name, 0.0) for part, name in COST_PARAMS])
 
 
 def _solve(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[int], f_scale: float,
            mean_match: bool = False) -> tuple[np.ndarray, float]:
-    """Fit the `active` columns on relative residuals; the others stay at `base_vec` (their part is subtracted).
+    """Fit the `active` columns on relative residuals; the others stay at `base_vec` (their part is
+    subtracted).
 
     mean_match: then drop what a Profile cannot store (finish_s) and scale the fitted parameters
     so the steps' predicted total equals their measured total (the robust fit follows the
@@ -193,8 +204,10 @@ def _decode_tokens(g: pd.DataFrame) -> np.ndarray:
     return (g["B"] * (g["K"] + 1)).to_numpy(float)[g["B"].to_numpy() > 0]
 
 
-def _fit_knee(g: pd.DataFrame, y: np.ndarray, base_vec: np.ndarray, active: list[int], f_scale: float):
-    """The 1-D search over knee = weights_s / compute_s_per_token: (knee, theta) of the lowest robust loss."""
+def _fit_knee(g: pd.DataFrame, y: np.ndarray, base_vec: np.ndarray, active: list[int],
+              f_scale: float):
+    """The 1-D search over knee = weights_s / compute_s_per_token: (knee, theta) of the lowest
+    robust loss."""
     decode_n = _decode_tokens(g)
     knees = [0.0]
     if COMPUTE in active and len(decode_n):  # the knee needs the compute term
@@ -207,13 +220,15 @@ def _fit_knee(g: pd.DataFrame, y: np.ndarray, base_vec: np.ndarray, active: list
     cost, knee, theta = costs[i]
     if len(knees) > 2 and knee > 0:  # refine between the grid neighbours
         lo, hi = knees[max(i - 1, 0)], knees[min(i + 1, len(knees) - 1)]
-        res = minimize_scalar(lambda kn: _solve(features(g, kn), y, base_vec, active, f_scale)[1], bounds=(lo, hi),
-                              method="bounded", options={"xatol": max(1e-3 * knee, 1e-6), "maxiter": 25})
+        res = minimize_scalar(lambda kn: _solve(features(g, kn), y, base_vec, active, f_scale)[1],
+                              bounds=(lo, hi), method="bounded",
+                              options={"xatol": max(1e-3 * knee, 1e-6), "maxiter": 25})
         if res.fun < cost:
             knee, cost = float(res.x), float(res.fun)
             theta, _ = _solve(features(g, knee), y, base_vec, active, f_scale)
     # A knee inside the data is one more parameter: keep it only if it lowers the loss
-    # significantly (a likelihood-ratio test: the loss is ~ sum of squared residuals, noise ~ f_scale).
+    # significantly (a likelihood-ratio test: the loss is ~ sum of squared residuals, noise ~
+    # f_scale).
     min_n = float(decode_n.min()) if len(decode_n) else 0.0
     if knee > min_n and (costs[0][0] - cost) / f_scale**2 < max(10.83, math.log(len(y))):
         cost, knee, theta = costs[0]
@@ -239,7 +254,8 @@ def _robust_fit_steps(f: pd.DataFrame, ok: pd.Series, base_vec: np.ndarray) -> _
     """Steps 1 and 2 of `fit_costs`: fit outside warm-up, then let warm-up steps that fit rejoin."""
     g = f[ok & ~f["warmup"]].reset_index(drop=True)
     if len(g) < 10:
-        raise ValueError(f"calibration needs at least 10 usable engine steps; the traces have {len(g)}")
+        raise ValueError("calibration needs at least 10 usable engine steps; the traces have "
+                         f"{len(g)}")
     y = g["y"].to_numpy(float)
     active, why = identifiable(features(g, 0.0), y)
     # One soft-l1 scale for every knee so their losses compare: from a near-L2 fit at knee 0.
@@ -272,8 +288,8 @@ def _weights(fit: _RobustFit, theta: np.ndarray, base: Profile) -> tuple[float, 
     decode_n = _decode_tokens(fit.g)
     min_n = float(decode_n.min()) if len(decode_n) else 0.0
     fitted = bool(COMPUTE in fit.active and fit.knee > min_n and compute > 0)
-    weights = compute * fit.knee if fitted else min(base.decode.weights_s,
-                                                    compute * min_n if compute > 0 else base.decode.weights_s)
+    at_min_n = compute * min_n if compute > 0 else base.decode.weights_s
+    weights = compute * fit.knee if fitted else min(base.decode.weights_s, at_min_n)
     if not fitted and weights > 0 and compute > 0:
         return weights, fitted, weights / compute  # keep the form exact
     return weights, fitted, fit.knee
@@ -281,7 +297,8 @@ def _weights(fit: _RobustFit, theta: np.ndarray, base: Profile) -> tuple[float, 
 
 def _rel_se(X: np.ndarray, y: np.ndarray, rel: np.ndarray, inl: np.ndarray, active: list[int],
             theta: np.ndarray) -> np.ndarray:
-    """Relative standard errors (COST_PARAMS order; nan: unknown) from the inliers' residual variance."""
+    """Relative standard errors (COST_PARAMS order; nan: unknown) from the inliers' residual
+    variance."""
     out = np.full(len(COST_PARAMS), np.nan)
     A = X[inl][:, active] / y[inl, None]
     if len(A) > len(active):
@@ -289,17 +306,18 @@ def _rel_se(X: np.ndarray, y: np.ndarray, rel: np.ndarray, inl: np.ndarray, acti
         try:
             cov = s2 * np.linalg.inv(A.T @ A)
             for idx, j in enumerate(active):
-                out[j] = float(math.sqrt(max(cov[idx, idx], 0.0)) / theta[j]) if theta[j] > 0 else float("inf")
+                se = float(math.sqrt(max(cov[idx, idx], 0.0)))
+                out[j] = se / theta[j] if theta[j] > 0 else float("inf")
         except np.linalg.LinAlgError:
             pass
     return out
 
 
-def _cv_errors(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[int], f_scale: float,
-               folds: int) -> np.ndarray:
-    """Held-out relative error per step: runs of consecutive steps (so neighbours, which share batch and
-    context, are held out together) dealt round-robin to the folds (so every fold sees every trace);
-    same knee and parameter set."""
+def _cv_errors(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[int],
+               f_scale: float, folds: int) -> np.ndarray:
+    """Held-out relative error per step: runs of consecutive steps (so neighbours, which share batch
+    and context, are held out together) dealt round-robin to the folds (so every fold sees every
+    trace); same knee and parameter set."""
     cv_err = np.full(len(y), np.nan)
     if folds >= 2 and len(y) >= 5 * folds:
         run = max(5, len(y) // (folds * 20))
@@ -313,7 +331,8 @@ def _cv_errors(X: np.ndarray, y: np.ndarray, base_vec: np.ndarray, active: list[
 
 def _param_fits(fit: _RobustFit, theta: np.ndarray, weights: float, weights_fitted: bool,
                 rel_se: np.ndarray) -> list[ParamFit]:
-    """The profile's cost parameters (finish_s left out: a Profile has no field for it), weights_s last."""
+    """The profile's cost parameters (finish_s left out: a Profile has no field for it), weights_s
+    last."""
     out = [ParamFit(part, name, sig(theta[j]), j in fit.active, float(rel_se[j]), fit.why.get(j))
            for j, (part, name) in enumerate(COST_PARAMS) if j != FINISH]
     why = None if weights_fitted else ("no saturation knee inside the traced batch*(K+1) range"
@@ -322,7 +341,8 @@ def _param_fits(fit: _RobustFit, theta: np.ndarray, weights: float, weights_fitt
 
 
 def fit_costs(f: pd.DataFrame, base: Profile, folds: int = CV_FOLDS) -> CostFit:
-    """Robust non-negative fit of DecodeCost and DrafterCost over the usable engine steps of `f` (from `step_frame`).
+    """Robust non-negative fit of DecodeCost and DrafterCost over the usable engine steps of `f`
+    (from `step_frame`).
 
     1. Fit on the steps outside warm-up: NNLS start, then soft-l1 on relative
        residuals, for each knee candidate; keep the knee of the lowest loss.
@@ -351,19 +371,21 @@ def fit_costs(f: pd.DataFrame, base: Profile, folds: int = CV_FOLDS) -> CostFit:
     rel_se = _rel_se(X, y, rel, inl, fit.active, theta)
     cv_err = _cv_errors(X, y, base_vec, fit.active, fit.f_scale, folds)
 
-    residuals = g[["trace", "rl_step", "worker", "engine_step", "B", "ctx", "K", "P", "F", "kind"]].copy()
+    residuals = g[["trace", "rl_step", "worker", "engine_step", "B", "ctx", "K", "P", "F",
+                   "kind"]].copy()
     residuals["measured_s"] = y
     residuals["predicted_s"] = pred
     residuals["error_pct"] = 100 * rel
     residuals["cv_error_pct"] = 100 * cv_err
     residuals["outlier"] = ~inl
-    bias = {t: float(100 * (r["predicted_s"].sum() / r["measured_s"].sum() - 1)) for t, r in residuals.groupby("trace",
-                                                                                                               sort=False)}
+    bias = {t: float(100 * (r["predicted_s"].sum() / r["measured_s"].sum() - 1))
+            for t, r in residuals.groupby("trace", sort=False)}
     dropped = dict(Counter(f.loc[~ok, "why_dropped"]))
     if fit.warm_dropped:
         dropped["warm-up"] = int(fit.warm_dropped)
-    return CostFit(_param_fits(fit, theta, weights, weights_fitted, rel_se), float(fit.knee), fit.f_scale, mean_scale,
-                   sig(fit.theta[FINISH]), int(len(g)), dropped, fit.warm_excess_s, int((~inl).sum()),
-                   float(100 * np.median(np.abs(rel))),
-                   float(100 * np.nanmedian(np.abs(cv_err))) if np.isfinite(cv_err).any() else float("nan"), bias,
+    cv_error = float(100 * np.nanmedian(np.abs(cv_err))) if np.isfinite(cv_err).any() else math.nan
+    return CostFit(_param_fits(fit, theta, weights, weights_fitted, rel_se), float(fit.knee),
+                   fit.f_scale, mean_scale,
+                   sig(fit.theta[FINISH]), int(len(g)), dropped, fit.warm_excess_s,
+                   int((~inl).sum()), float(100 * np.median(np.abs(rel))), cv_error, bias,
                    residuals)

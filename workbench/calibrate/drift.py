@@ -32,7 +32,8 @@ from workbench.contracts.trace import Trace, TraceError
 DRIFT_KEY = "drift"
 # Columns holding seconds, per table: all of them scale with the machine's speed.
 TIME_COLUMNS = {"steps": ("start_s", "wall_s"), "requests": ("start_s", "end_s"),
-                "rl_steps": ("rollout_s", "train_s", "sync_s", "drafter_train_s"), "timeline": ("start_s", "end_s")}
+                "rl_steps": ("rollout_s", "train_s", "sync_s", "drafter_train_s"),
+                "timeline": ("start_s", "end_s")}
 
 
 METHODS = ("probe", "reference", "cpu")
@@ -43,11 +44,11 @@ class DriftFactor:
     """One capture's normalisation: how slow the machine was around it against the run's median.
 
     method "reference": slowness = median of the reference's wall times nearest the capture
-    (`window` on each side), against the median of every reference of the run. method "cpu": slowness = the
-    reference's CPU time around the capture (the core's own speed; same window) divided by the capture's CPU
-    share (its process's CPU time over its wall time: below 1 when other processes held the
-    cores), against the median over the run's captures; it sees contention over the whole
-    capture, where two short reference measurements can each hit or miss a burst.
+    (`window` on each side), against the median of every reference of the run. method "cpu":
+    slowness = the reference's CPU time around the capture (the core's own speed; same window)
+    divided by the capture's CPU share (its process's CPU time over its wall time: below 1 when
+    other processes held the cores), against the median over the run's captures; it sees contention
+    over the whole capture, where two short reference measurements can each hit or miss a burst.
     """
 
     method: str
@@ -64,18 +65,22 @@ class DriftFactor:
 
     def to_meta(self) -> dict:
         return {"factor": float(self.factor), "method": self.method, "slowness": self.slowness,
-                "median_slowness": self.median_slowness, "reference_before_s": self.reference_before_s,
-                "reference_after_s": self.reference_after_s, "cpu_share": self.cpu_share, "applied": False,
-                "how": "times * factor = times at the run's median speed (workbench/calibrate/drift.py)"}
+                "median_slowness": self.median_slowness,
+                "reference_before_s": self.reference_before_s,
+                "reference_after_s": self.reference_after_s, "cpu_share": self.cpu_share,
+                "applied": False, "how": "times * factor = times at the run's median speed "
+                       "(workbench/calibrate/drift.py)"}
 
 
-def drift_factors(around: Sequence[Sequence[float]], references: Sequence[float]) -> list[DriftFactor]:
+def drift_factors(around: Sequence[Sequence[float]],
+                  references: Sequence[float]) -> list[DriftFactor]:
     """Method "reference": per capture the reference wall times nearest it, in time order (the
     middle two: just before and just after it); `references`: all of the run's."""
     if not references or any(r <= 0 for r in references):
         raise ValueError("drift normalisation needs positive reference times")
     med = float(statistics.median(references))
-    return [DriftFactor("reference", float(statistics.median(w)), med, *_adjacent(w)) for w in around]
+    return [DriftFactor("reference", float(statistics.median(w)), med,
+                        *_adjacent(w)) for w in around]
 
 
 def _adjacent(window: Sequence[float]) -> tuple[float, float]:
@@ -89,10 +94,12 @@ def cpu_drift_factors(around_cpu: Sequence[Sequence[float]], shares: Sequence[fl
     """Method "cpu": per capture the reference's CPU seconds nearest it (as `drift_factors`), the
     capture's CPU share and (for the record) the reference's wall times."""
     if any(not x > 0 for x in shares) or any(not c > 0 for w in around_cpu for c in w):
-        raise ValueError("cpu drift normalisation needs positive CPU shares and reference CPU times")
+        raise ValueError("cpu drift normalisation needs positive CPU shares and reference CPU "
+                         "times")
     slow = [float(statistics.median(w)) / sh for w, sh in zip(around_cpu, shares)]
     med = float(statistics.median(slow))
-    return [DriftFactor("cpu", x, med, *_adjacent(w), float(sh)) for x, sh, w in zip(slow, shares, around)]
+    return [DriftFactor("cpu", x, med, *_adjacent(w), float(sh))
+            for x, sh, w in zip(slow, shares, around)]
 
 
 def scale_trace(trace: Trace, factor: float) -> Trace:
@@ -111,15 +118,19 @@ def scale_trace(trace: Trace, factor: float) -> Trace:
 
     meta = dict(trace.meta)
     meta[DRIFT_KEY] = {**(meta.get(DRIFT_KEY) or {"factor": factor}), "applied": True}
-    return replace(trace, meta=meta, steps=scaled(trace.steps, "steps"), requests=scaled(trace.requests, "requests"),
-                   rl_steps=scaled(trace.rl_steps, "rl_steps"), timeline=scaled(trace.timeline, "timeline"))
+    return replace(trace, meta=meta, steps=scaled(trace.steps, "steps"),
+                   requests=scaled(trace.requests, "requests"),
+                   rl_steps=scaled(trace.rl_steps, "rl_steps"),
+                   timeline=scaled(trace.timeline, "timeline"))
 
 
 def recorded_factor(trace: Trace) -> float | None:
-    """The drift factor a trace's meta records and that is not applied yet (None: nothing to apply)."""
+    """The drift factor a trace's meta records and that is not applied yet (None: nothing to
+    apply)."""
     d = trace.meta.get(DRIFT_KEY)
     if not d or d.get("applied") or d.get("method") == "probe":
-        return None  # a probe's capture is warped from its own samples (workbench/calibrate/probe_drift.py)
+        # a probe's capture is warped from its own samples (workbench/calibrate/probe_drift.py)
+        return None
     f = d.get("factor")
     if not isinstance(f, (int, float)) or not f > 0:
         raise TraceError(trace.path or trace.name, "meta.json", f"field 'drift.factor' is {f!r}",
@@ -128,7 +139,8 @@ def recorded_factor(trace: Trace) -> float | None:
 
 
 def apply_recorded(trace: Trace) -> tuple[Trace, float | None]:
-    """(the trace scaled by its recorded drift factor, the factor); unchanged with None if it has none."""
+    """(the trace scaled by its recorded drift factor, the factor); unchanged with None if it has
+    none."""
     f = recorded_factor(trace)
     return (trace, None) if f is None else (scale_trace(trace, f), f)
 

@@ -24,7 +24,8 @@ from workbench.contracts.schema import ConfigError, save
 
 
 @lru_cache(maxsize=32)
-def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str, version: str = "") -> Profile:
+def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,
+                   version: str = "") -> Profile:
     """`derive_profile` memoised per process (the app re-asks on every rerun)."""
     name = f"{gpu}-{model_name(arch)}-tp{tp}-{framework}"
     return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name, version).profile
@@ -60,14 +61,16 @@ class PresetCase:
         return f"{self.gpu}-{self.model}-tp{self.tp}-{self.framework}"
 
 
-# The TLT paper's evaluation shapes (its rollouts ran on SGLang), for the tlt-eval-*, paper-* and peer-* workloads.
+# The TLT paper's evaluation shapes (its rollouts ran on SGLang), for the tlt-eval-*, paper-* and
+# peer-* workloads.
 PRESET_CASES = tuple(PresetCase(m, "h100", tp, "sglang", f"h100-{m}-tp{tp}") for m, tp in (
-    ("qwen2.5-7b", 1), ("qwen2.5-7b", 4), ("r1-distill-qwen-7b", 4), ("qwen2.5-32b", 4), ("qwen2.5-32b", 8),
-    ("llama3.3-70b", 8)))
+    ("qwen2.5-7b", 1), ("qwen2.5-7b", 4), ("r1-distill-qwen-7b", 4), ("qwen2.5-32b", 4),
+    ("qwen2.5-32b", 8), ("llama3.3-70b", 8)))
 
 
 def preset_profile(case: PresetCase) -> Profile:
-    return derive_profile(case.model, case.gpu, case.tp, case.framework, load_profile(case.base), case.name).profile
+    return derive_profile(case.model, case.gpu, case.tp, case.framework, load_profile(case.base),
+                          case.name).profile
 
 
 def default_base_profile(arch: str, tp: int) -> str:
@@ -86,8 +89,9 @@ def cache_dir() -> Path:
 
 
 def disk_cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str) -> Profile:
-    """`derive_profile`, kept on disk per (model, GPU, TP, framework, base, package version, derivation): a
-    second run of the same cluster reads the file instead of asking the database again."""
+    """`derive_profile`, kept on disk per (model, GPU, TP, framework, base, package version,
+    derivation): a second run of the same cluster reads the file instead of asking the database
+    again."""
     src = Path(arch)
     tag = hashlib.sha256(src.read_bytes()).hexdigest()[:8] if src.is_file() else arch
     name = f"{gpu}-{model_name(arch)}-tp{tp}-{framework}"
@@ -111,13 +115,15 @@ def model_choices() -> dict[str, str]:
     import aiconfigurator_core
 
     out = {n: n for n in architecture_presets() if n != "tiny-gcd"}
-    for f in sorted((Path(aiconfigurator_core.__file__).parent / "model_configs").glob("*_config.json")):
+    configs = Path(aiconfigurator_core.__file__).parent / "model_configs"
+    for f in sorted(configs.glob("*_config.json")):
         try:
             data = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             continue
         moe = any(k in data for k in ("num_experts", "num_local_experts", "n_routed_experts"))
-        quantised = "quantization_config" in data or "fp8" in f.name.lower() or "fp4" in f.name.lower()
+        lower = f.name.lower()
+        quantised = "quantization_config" in data or "fp8" in lower or "fp4" in lower
         if not moe and not quantised and data.get("architectures", [""])[0] in _DENSE:
             out[model_name(str(f)).replace("--", "/")] = str(f)
     return out

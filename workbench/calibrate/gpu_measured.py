@@ -29,12 +29,18 @@ from pathlib import Path
 from real.profiler.table import Measurements
 from sim.costs import draft_step_s, verify_step_s
 from workbench.calibrate.gpu_catalog import disk_cached_profile
-from workbench.calibrate.gpu_check_file import MeasuredCheck, arch_spec, engine_measurements, gpu_key
+from workbench.calibrate.gpu_check_file import (
+    MeasuredCheck,
+    arch_spec,
+    engine_measurements,
+    gpu_key,
+)
 from workbench.calibrate.gpu_throughput import ThroughputRow, drafter_rows, grpo_rows
 from workbench.calibrate.gpu_database import Engine
 from workbench.calibrate.measured_gpu import draft_overhead_s, with_draft_overhead
 from workbench.calibrate.operators import fit_operators, predict_point
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
 
 # Acceptance and learning curve of the database profiles compared with (not compared themselves).

@@ -39,14 +39,17 @@ from workbench.calibrate.measured_gpu import (
     with_draft_overhead,
 )
 from workbench.calibrate.published import Published, load_published
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import AcceptanceModel, Profile, load_profile
 
 CONTEXT = MICROBENCH_CONTEXT  # assumed context of the microbenchmarks (not published)
 TABLE_E_ACCEPTED = 6.53  # Table G rl_adapted / Table H EAGLE: tokens per verify pass at 8_4_48
 TABLE_E_GPUS = {"h100": "H100", "a100": "A100", "b200": "B200"}  # our key -> the paper's row
-TABLE_E_PUBLISHED = {"B200": (259.71, 605.05), "H100": (164.65, 430.24), "A100": (92.83, 259.01)}  # (no SD, SD)
-BASE_PROFILE = "h100-qwen2.5-7b-tp1"  # acceptance/learning curve for the derived profiles (not used here)
+TABLE_E_PUBLISHED = {"B200": (259.71, 605.05), "H100": (164.65, 430.24),
+                     "A100": (92.83, 259.01)}  # (no SD, SD)
+# acceptance/learning curve for the derived profiles (not used here)
+BASE_PROFILE = "h100-qwen2.5-7b-tp1"
 NO_SD = Strategy.chain(0)
 
 
@@ -63,7 +66,8 @@ class Check:
         return 100.0 * (self.predicted / self.published - 1.0)
 
 
-def tokens_per_s(p: Profile, batch: int, strategy: Strategy, accepted: float, context: float = CONTEXT) -> float:
+def tokens_per_s(p: Profile, batch: int, strategy: Strategy, accepted: float,
+                 context: float = CONTEXT) -> float:
     kind = DrafterKind.EAGLE if strategy.steps else DrafterKind.NONE
     return batch * accepted / segment_s(p.decode, p.drafter, kind, batch, context, strategy)
 
@@ -78,9 +82,9 @@ def table_d_engine(framework: str = "sglang", sd_host_s_per_seq: float | None = 
 
 def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONTEXT,
                                 sd_host_s_per_seq: float | None = None) -> list[float]:
-    """Each Table D row's draft-step overhead: what its speedup leaves of a pass beyond the database's
-    verify and drafter costs and the pass's host work (Qwen2.5-32B TP4, H100, batch 1; its own
-    published accepted length)."""
+    """Each Table D row's draft-step overhead: what its speedup leaves of a pass beyond the
+    database's verify and drafter costs and the pass's host work (Qwen2.5-32B TP4, H100, batch 1;
+    its own published accepted length)."""
     pub = load_published()
     prof = table_d_engine(framework, sd_host_s_per_seq)
     rows = [m for m in pub.measurements if m.table == "D"]
@@ -94,7 +98,8 @@ def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONT
 
 
 def table_e(framework: str = "sglang", accepted: float = TABLE_E_ACCEPTED,
-            overhead_at_reference_s: float = DRAFT_STEP_OVERHEAD_S, context: float = CONTEXT) -> list[Check]:
+            overhead_at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
+            context: float = CONTEXT) -> list[Check]:
     pub = load_published()
     base = load_profile(BASE_PROFILE)
     out: list[Check] = []
@@ -103,9 +108,11 @@ def table_e(framework: str = "sglang", accepted: float = TABLE_E_ACCEPTED,
                               overhead_at_reference_s=overhead_at_reference_s).profile
         no_sd, sd = TABLE_E_PUBLISHED[row]
         v = prof.cluster.framework_version
-        out.append(Check("E", f"{row} no SD", no_sd, tokens_per_s(prof, 1, NO_SD, 1.0, context), f"{framework} {v}"))
+        out.append(Check("E", f"{row} no SD", no_sd, tokens_per_s(prof, 1, NO_SD, 1.0, context),
+                         f"{framework} {v}"))
         out.append(Check("E", f"{row} SD {pub.table_e_strategy.name}", sd,
-                         tokens_per_s(prof, 1, pub.table_e_strategy, accepted, context), f"E[L] {accepted}"))
+                         tokens_per_s(prof, 1, pub.table_e_strategy, accepted, context),
+                         f"E[L] {accepted}"))
     return out
 
 
@@ -114,11 +121,13 @@ def accepted_length_rows(pub: Published) -> list:
 
 
 def fit_acceptance(pub: Published, base: AcceptanceModel) -> AcceptanceModel:
-    """alpha, shape and tree width gain on the published accepted lengths alone (Tables D, depth x TV)."""
+    """alpha, shape and tree width gain on the published accepted lengths alone (Tables D, depth x
+    TV)."""
     rows = accepted_length_rows(pub)
 
     def model(x: np.ndarray) -> AcceptanceModel:
-        return replace(base, eagle_alpha_fresh=float(x[0]), eagle_shape=float(x[1]), tree_width_gain=float(x[2]),
+        return replace(base, eagle_alpha_fresh=float(x[0]), eagle_shape=float(x[1]),
+                       tree_width_gain=float(x[2]),
                        eagle_alpha_cold=min(base.eagle_alpha_cold, float(x[0])))
 
     def resid(x: np.ndarray) -> np.ndarray:
@@ -126,7 +135,8 @@ def fit_acceptance(pub: Published, base: AcceptanceModel) -> AcceptanceModel:
         accepted = [stats_for(m, DrafterKind.EAGLE, 1.0, r.strategy).mean for r in rows]
         return np.array([math.log(a / r.value) for a, r in zip(accepted, rows)])
 
-    res = least_squares(resid, np.array([0.8, 0.8, 0.4]), bounds=([0.05, 0.1, 0.0], [0.999, 2.0, 3.0]))
+    res = least_squares(resid, np.array([0.8, 0.8, 0.4]),
+                        bounds=([0.05, 0.1, 0.0], [0.999, 2.0, 3.0]))
     return model(res.x)
 
 
@@ -143,7 +153,8 @@ def table_c(framework: str = "sglang", overhead_at_reference_s: float = DRAFT_ST
         el = stats_for(acc, DrafterKind.EAGLE, 1.0, m.strategy).mean
         with_sd = tokens_per_s(prof, m.batch, m.strategy, el, context)
         speedup = with_sd / tokens_per_s(prof, m.batch, NO_SD, 1.0, context)
-        out.append(Check("C", f"TV {m.strategy.tokens} bs {m.batch}", m.value, speedup, f"E[L] {el:.2f}"))
+        out.append(Check("C", f"TV {m.strategy.tokens} bs {m.batch}", m.value, speedup,
+                         f"E[L] {el:.2f}"))
     return out, acc
 
 
@@ -153,7 +164,8 @@ def median_abs_error(checks: list[Check]) -> float:
 
 @dataclass(frozen=True)
 class ScalingCheck:
-    """Table E's SD speedup on one GPU with the draft-step overhead scaled as (target step / Table D's)^exponent."""
+    """Table E's SD speedup on one GPU with the draft-step overhead scaled as (target step / Table
+    D's)^exponent."""
 
     exponent: float
     gpu: str
@@ -175,18 +187,22 @@ def reference_step_s(framework: str = "sglang") -> float:
 
 def table_e_engines(framework: str = "sglang",
                     sd_host_s_per_seq: float | None = None) -> list[tuple[str, Profile]]:
-    """Table E's engines (Qwen2.5-7B TP1 on each GPU) from the database alone, without draft-step overhead."""
+    """Table E's engines (Qwen2.5-7B TP1 on each GPU) from the database alone, without draft-step
+    overhead."""
     model = load_published().table_e_model
-    return [(row, with_sd_host(bare_profile(model, gpu, 1, framework, BASE_PROFILE), sd_host_s_per_seq))
+    return [(row,
+             with_sd_host(bare_profile(model, gpu, 1, framework, BASE_PROFILE), sd_host_s_per_seq))
             for gpu, row in TABLE_E_GPUS.items()]
 
 
-def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float, ...] = (0.0, 0.5, 1.0),
+def overhead_scaling(engines: list[tuple[str, Profile]],
+                     exponents: tuple[float, ...] = (0.0, 0.5, 1.0),
                      context: float = CONTEXT, strategy: Strategy | None = None,
                      at_reference_s: float = DRAFT_STEP_OVERHEAD_S) -> list[ScalingCheck]:
     """Whether the draft-step overhead is fixed in ms (exponent 0) or follows the target's step (1):
     Table E's speedups (SD over no SD, so the no-SD cost's own error cancels) on GPUs whose target
-    step differs 3x (`table_e_engines`), each with Table D's overhead scaled from Table D's target step."""
+    step differs 3x (`table_e_engines`), each with Table D's overhead scaled from Table D's target
+    step."""
     strategy = strategy or load_published().table_e_strategy
     out = []
     for row, bare in engines:
@@ -204,7 +220,8 @@ def overhead_scaling(engines: list[tuple[str, Profile]], exponents: tuple[float,
 def fit_overhead_exponent(engines: list[tuple[str, Profile]], context: float = CONTEXT,
                           at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
                           ) -> tuple[float, list[ScalingCheck]]:
-    """The exponent in [0, 1] with the least squared log error over Table E's three speedups, and its checks."""
+    """The exponent in [0, 1] with the least squared log error over Table E's three speedups, and
+    its checks."""
     strategy = load_published().table_e_strategy  # read once, not at every point the search tries
 
     def sq(x: float) -> float:

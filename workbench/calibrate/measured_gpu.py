@@ -48,7 +48,8 @@ from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import DATABASE_PREFIX, DecodeCost, DrafterCost, Profile
 
 # Training: forward + backward (3 forwards' worth) + activation recomputation (1) + the old and the
@@ -61,21 +62,22 @@ DRAFTER_TRAIN_FORWARDS = 3
 # inference power traces), training compute-bound, idle what a GPU holding its memory draws.
 DECODE_POWER_SHARE, TRAIN_POWER_SHARE, IDLE_POWER_SHARE = 0.6, 0.9, 0.15
 LONG_CONTEXT = 32768
-# Weight sync: resharding and pushing the bf16 weights to the rollout engines at an assumed effective
-# 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
+# Weight sync: resharding and pushing the bf16 weights to the rollout engines at an assumed
+# effective 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
 SYNC_BYTES_PER_S = 10e9
 # Bumped whenever a derived profile's numbers change for the same database (keys the disk cache).
 DERIVATION = 3
 # The one engine cost the operator database cannot hold: each EAGLE draft step's work outside the
-# drafter's kernels (launches, top-k, tree bookkeeping in the engine). Its level is calibrated on the
-# TLT paper's Table D alone (batch 1, Qwen2.5-32B TP4, H100, SGLang: its six rows give 0.571-0.601 ms
-# per step, median 0.579; `gpu_validation.draft_overhead_from_table_d`), whose target decode step at
-# batch 1 (context MICROBENCH_CONTEXT) the database puts at DRAFT_OVERHEAD_REF_STEP_S. Table E's SD
-# speedups across GPUs show it neither fixed in ms nor proportional to the target's step (work on the
-# host and on the GPU would do that), so it scales as (target step / reference step) **
-# DRAFT_OVERHEAD_EXPONENT, the exponent fitted to those speedups on A100, H100 and B200 alone (Qwen2.5-7B
-# TP1, target steps 3.4-11.3 ms; `gpu_validation.fit_overhead_exponent`). Table C (the reference's own
-# shape) stays a prediction; on other models and TP degrees the exponent is an extrapolation.
+# drafter's kernels (launches, top-k, tree bookkeeping in the engine). Its level is calibrated on
+# the TLT paper's Table D alone (batch 1, Qwen2.5-32B TP4, H100, SGLang: its six rows give
+# 0.571-0.601 ms per step, median 0.579; `gpu_validation.draft_overhead_from_table_d`), whose target
+# decode step at batch 1 (context MICROBENCH_CONTEXT) the database puts at
+# DRAFT_OVERHEAD_REF_STEP_S. Table E's SD speedups across GPUs show it neither fixed in ms nor
+# proportional to the target's step (work on the host and on the GPU would do that), so it scales as
+# (target step / reference step) ** DRAFT_OVERHEAD_EXPONENT, the exponent fitted to those speedups
+# on A100, H100 and B200 alone (Qwen2.5-7B TP1, target steps 3.4-11.3 ms;
+# `gpu_validation.fit_overhead_exponent`). Table C (the reference's own shape) stays a prediction;
+# on other models and TP degrees the exponent is an extrapolation.
 DRAFT_STEP_OVERHEAD_S = 0.000572
 MICROBENCH_CONTEXT = 2048  # the microbenchmarks' context (not published)
 DRAFT_OVERHEAD_REF_STEP_S = 0.008246
@@ -105,7 +107,8 @@ def predict(c: DecodeCost, d: DrafterCost, p: Point) -> float:
     return verify_step_s(c, p.batch, p.context, Strategy.chain(p.tokens - 1))
 
 
-_DECODE = ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token", "overlap")
+_DECODE = ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token",
+           "overlap")
 
 
 def fit_decode(points: list[Point]) -> DecodeCost:
@@ -119,7 +122,8 @@ def fit_decode(points: list[Point]) -> DecodeCost:
 
     def cost(x: np.ndarray) -> DecodeCost:
         v = x * scale
-        return DecodeCost(*(float(a) for a in v[:5]), prefill_s_per_token=per_prompt_token, overlap=float(v[5]))
+        return DecodeCost(*(float(a) for a in v[:5]), prefill_s_per_token=per_prompt_token,
+                          overlap=float(v[5]))
 
     def resid(x: np.ndarray) -> np.ndarray:
         c = cost(x)
@@ -127,12 +131,14 @@ def fit_decode(points: list[Point]) -> DecodeCost:
 
     b1 = min(p.step_s for p in steps)
     start = np.array([0.2 * b1, 1e-6, 0.8 * b1, 1e-6, 1e-8, 0.5]) / scale
-    res = least_squares(resid, start, bounds=(np.zeros(6), np.array([np.inf] * 5 + [1.0])), x_scale="jac")
+    res = least_squares(resid, start, bounds=(np.zeros(6), np.array([np.inf] * 5 + [1.0])),
+                        x_scale="jac")
     return cost(res.x)
 
 
 def _rounded(c: DecodeCost) -> DecodeCost:
-    """Fixed significant digits; a parameter the fit drove to its bound (below a picosecond) is 0."""
+    """Fixed significant digits; a parameter the fit drove to its bound (below a picosecond) is
+    0."""
     keep = lambda v: sig(v) if v > 1e-12 else 0.0
     names = _DECODE[:5] + ("prefill_s_per_token",)
     return replace(c, overlap=round(c.overlap, 3), **{k: keep(getattr(c, k)) for k in names})
@@ -156,7 +162,8 @@ class MeasuredProfile:
 
 def with_draft_overhead(prof: Profile, overhead_s: float) -> Profile:
     """A database-only profile with each EAGLE draft step's engine overhead added."""
-    return replace(prof, drafter=replace(prof.drafter, eagle_step_s=sig(prof.drafter.eagle_step_s + overhead_s)))
+    return replace(prof, drafter=replace(prof.drafter,
+                                         eagle_step_s=sig(prof.drafter.eagle_step_s + overhead_s)))
 
 
 def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, name: str,
@@ -164,8 +171,8 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
                    overhead_exponent: float = DRAFT_OVERHEAD_EXPONENT,
                    sd_host_s_per_seq: float = SD_HOST_S_PER_SEQ) -> MeasuredProfile:
     """The Profile of (arch, gpu, tp, framework): every cost from the database; what it cannot give
-    (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, the weight sync an
-    assumed bandwidth, each draft step's overhead `draft_overhead_s` (0 at reference: none) and
+    (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, the weight sync
+    an assumed bandwidth, each draft step's overhead `draft_overhead_s` (0 at reference: none) and
     the SD pass's host work per sequence."""
     a = load_architecture(arch)
     eng = Engine(arch, gpu, tp, framework, version)
@@ -178,17 +185,21 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     drafter_fwd = by["drafter_train"].step_s / by["drafter_train"].tokens
     phases = replace(base.phases, train_gpu_s_per_token=sig(TRAIN_FORWARDS * train_fwd),
                      weight_sync_s=sig(2 * a.params / SYNC_BYTES_PER_S))
-    learning = replace(base.learning, train_tokens_per_s=sig(1.0 / (DRAFTER_TRAIN_FORWARDS * drafter_fwd)))
+    learning = replace(base.learning,
+                       train_tokens_per_s=sig(1.0 / (DRAFTER_TRAIN_FORWARDS * drafter_fwd)))
     watts = float(eng.db.system_spec["gpu"]["power"])
     power = GpuPower(decode_w=sig(DECODE_POWER_SHARE * watts), idle_w=sig(IDLE_POWER_SHARE * watts),
                      train_w=sig(TRAIN_POWER_SHARE * watts),
-                     source=f"board power {watts:g} W (aiconfigurator-core's system spec) x assumed shares "
-                            f"{DECODE_POWER_SHARE} decoding, {IDLE_POWER_SHARE} idle, {TRAIN_POWER_SHARE} training")
-    cluster = Cluster(model=model_name(arch), gpu=gpu, tp=tp, framework=framework, framework_version=eng.version)
+                     source=f"board power {watts:g} W (aiconfigurator-core's system spec) x "
+                            f"assumed shares {DECODE_POWER_SHARE} decoding, {IDLE_POWER_SHARE} "
+                            f"idle, {TRAIN_POWER_SHARE} training")
+    cluster = Cluster(model=model_name(arch), gpu=gpu, tp=tp, framework=framework,
+                      framework_version=eng.version)
     cov = eng.coverage(a, tp, framework)
-    prof = replace(base, name=name, decode=dec, drafter=dr, phases=phases, learning=learning, cluster=cluster,
-                   power=power,
-                   fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core {package_version()}",))
+    prof = replace(base, name=name, decode=dec, drafter=dr, phases=phases, learning=learning,
+                   cluster=cluster, power=power,
+                   fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core "
+                              f"{package_version()}",))
     errs = [100.0 * (predict(prof.decode, prof.drafter, p) / p.step_s - 1.0)
             for p in pts if p.op in ("decode", "verify", "drafter", "prefill")]
     fit = MeasuredProfile(prof, pts, errs, cov)
@@ -198,10 +209,11 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     fit = replace(fit, profile=prof)
     prof = replace(prof, fit_error_pct=sig(fit.median_abs_error_pct, 4),
                    source=describe(fit, a, eng, overhead),
-                   description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, {framework} "
-                               f"{eng.version}: costs "
-                               f"from NVIDIA's measured operator database (aiconfigurator-core {package_version()}); "
-                               f"acceptance and learning curve from {base.name}")
+                   description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, "
+                               f"{framework} {eng.version}: costs "
+                               "from NVIDIA's measured operator database (aiconfigurator-core "
+                               f"{package_version()}); acceptance and learning curve from "
+                               f"{base.name}")
     prof.check()
     return replace(fit, profile=prof)
 
@@ -210,7 +222,8 @@ def _drafter_frame(pts: list[Point]):
     import pandas as pd
 
     d = [p for p in pts if p.op == "drafter"]
-    return pd.DataFrame({"step_s": [p.step_s for p in d], "batch": [p.batch for p in d], "topk": [p.topk for p in d]})
+    return pd.DataFrame({"step_s": [p.step_s for p in d], "batch": [p.batch for p in d],
+                         "topk": [p.topk for p in d]})
 
 
 def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float) -> str:
@@ -221,36 +234,40 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
     ar = max((p.allreduce_s for p in pts if p.op == "decode" and p.batch == 1), default=0.0)
     sweep = sweep_sentence(cov, a, eng.attention_dir(c.framework), eng.decode, LONG_CONTEXT,
                            DECODE_BATCHES)
-    return (f"derived by workbench/calibrate/measured_gpu.py from aiconfigurator-core {package_version()} "
-            f"(NVIDIA's measured operator latencies) for {eng.system}, {c.framework} {c.framework_version}, TP{c.tp} "
-            f"(one rank's shapes: {cov.heads} heads, {cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode "
-            f"B {DECODE_BATCHES[0]}-{DECODE_BATCHES[-1]} x C {DECODE_CONTEXTS[0]}-{DECODE_CONTEXTS[-1]}, verify of "
-            f"{VERIFY_TOKENS[0]}-{VERIFY_TOKENS[-1]} tokens (an extend over the prefix), EAGLE drafter (1 layer + LM "
-            f"head; fc as 2 o-projections) at B x top-k {DRAFTER_CANDIDATES[0][0]}-{64 * 8}, prefill, training "
-            f"forward. "
-            f"Time-weighted {100 * silicon:.0f}% from measured (silicon) rows, interpolated between them by shape; "
-            f"the rest from the package's empirical formulas (norms, activations, embedding) and its prefix-attention "
-            f"blend. {sweep} TP all-reduces "
-            f"{1e3 * ar:.3f} ms per decode step at B=1 (measured custom all-reduce). Form fitted by least squares on "
-            f"log ratios: median |error| {fit.median_abs_error_pct:.1f}%, max {fit.max_abs_error_pct:.1f}% over "
-            f"{len(fit.errors_pct)} points. Training: {TRAIN_FORWARDS} forwards per token (fwd+bwd, recompute, old and "
-            f"reference log-probs) of the unsharded model at {TRAIN_TOKENS} packed tokens; drafter training "
-            f"{DRAFTER_TRAIN_FORWARDS} forwards of its layer + head. Weight sync: {2 * a.params / 1e9:.0f} GB at an "
-            f"assumed {SYNC_BYTES_PER_S / 1e9:.0f} GB/s. Energy: board power "
-            f"{eng.db.system_spec['gpu']['power']} W "
-            f"(package's system spec) x assumed shares {DECODE_POWER_SHARE} decoding, {TRAIN_POWER_SHARE} training, "
-            f"{IDLE_POWER_SHARE} idle (the database's rows carry no energy for these engines). Not in the database: "
-            f"each EAGLE draft step's engine work outside its kernels, added to eagle_step_s: "
-            f"{1e3 * overhead:.3f} ms ({1e3 * DRAFT_STEP_OVERHEAD_S:.2f} ms at the TLT paper's Table D, scaled by "
-            f"this engine's target step to the power {DRAFT_OVERHEAD_EXPONENT}, fitted to its "
-            "Table E); "
-            "and the host work per sequence of every SD pass, sd_host_s_per_seq "
-            f"{1e3 * fit.profile.drafter.sd_host_s_per_seq:.3f} ms (not overlapped with the GPU "
-            "when speculating; fitted on SGLang's SD speedups by batch).")
+    return ("derived by workbench/calibrate/measured_gpu.py from aiconfigurator-core "
+            f"{package_version()} (NVIDIA's measured operator latencies) for {eng.system}, "
+            f"{c.framework} {c.framework_version}, TP{c.tp} (one rank's shapes: {cov.heads} heads, "
+            f"{cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode B "
+            f"{DECODE_BATCHES[0]}-{DECODE_BATCHES[-1]} x C "
+            f"{DECODE_CONTEXTS[0]}-{DECODE_CONTEXTS[-1]}, verify of "
+            f"{VERIFY_TOKENS[0]}-{VERIFY_TOKENS[-1]} tokens (an extend over the prefix), EAGLE "
+            "drafter (1 layer + LM head; fc as 2 o-projections) at B x top-k "
+            f"{DRAFTER_CANDIDATES[0][0]}-{64 * 8}, prefill, training forward. Time-weighted "
+            f"{100 * silicon:.0f}% from measured (silicon) rows, interpolated between them by "
+            "shape; the rest from the package's empirical formulas (norms, activations, "
+            f"embedding) and its prefix-attention blend. {sweep} TP all-reduces {1e3 * ar:.3f} ms "
+            "per decode step at B=1 (measured custom all-reduce). Form fitted by least squares on "
+            f"log ratios: median |error| {fit.median_abs_error_pct:.1f}%, max "
+            f"{fit.max_abs_error_pct:.1f}% over {len(fit.errors_pct)} points. Training: "
+            f"{TRAIN_FORWARDS} forwards per token (fwd+bwd, recompute, old and reference "
+            f"log-probs) of the unsharded model at {TRAIN_TOKENS} packed tokens; drafter training "
+            f"{DRAFTER_TRAIN_FORWARDS} forwards of its layer + head. Weight sync: "
+            f"{2 * a.params / 1e9:.0f} GB at an assumed {SYNC_BYTES_PER_S / 1e9:.0f} GB/s. Energy: "
+            f"board power {eng.db.system_spec['gpu']['power']} W (package's system spec) x assumed "
+            f"shares {DECODE_POWER_SHARE} decoding, {TRAIN_POWER_SHARE} training, "
+            f"{IDLE_POWER_SHARE} idle (the database's rows carry no energy for these engines). Not "
+            "in the database: each EAGLE draft step's engine work outside its kernels, added to "
+            f"eagle_step_s: {1e3 * overhead:.3f} ms ({1e3 * DRAFT_STEP_OVERHEAD_S:.2f} ms at the "
+            "TLT paper's Table D, scaled by this engine's target step to the power "
+            f"{DRAFT_OVERHEAD_EXPONENT}, fitted to its Table E); and the host work per sequence of "
+            f"every SD pass, sd_host_s_per_seq {1e3 * fit.profile.drafter.sd_host_s_per_seq:.3f} "
+            "ms (not overlapped with the GPU when speculating; fitted on SGLang's SD speedups by "
+            "batch).")
 
 
 def model_name(arch: str) -> str:
-    """A model's short name: the preset's, or a config file's (the package's `Org--Name_config.json`)."""
+    """A model's short name: the preset's, or a config file's (the package's
+    `Org--Name_config.json`)."""
     p = Path(arch)
     if not p.is_file():
         return arch  # a preset name (its dots are not a suffix: qwen2.5-7b)

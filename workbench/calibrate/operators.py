@@ -34,11 +34,13 @@ from real.profiler.table import Measurements
 from sim.costs import draft_step_s, prefill_s, verify_step_s
 from workbench.calibrate.costs import CostFit, fit_costs
 from workbench.contracts.fileio import sig
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import MEASURED_PREFIX, DrafterCost, Profile
 
 INFER_OPS = ("decode", "verify", "drafter", "prefill")
-LOGPROB_FORWARDS = 2  # old and reference policy log-probs per token, beside the update's forward+backward
+# old and reference policy log-probs per token, beside the update's forward+backward
+LOGPROB_FORWARDS = 2
 
 
 def fitted_mode(m: Measurements) -> str:
@@ -47,14 +49,15 @@ def fitted_mode(m: Measurements) -> str:
 
 
 def _step(op: str, b: int, ctx: float, k: int, p: int, kind: DrafterKind, y: float, i: int) -> dict:
-    return {"trace": op, "rl_step": 0, "worker": 0, "engine_step": i, "B": b, "ctx": ctx, "K": k, "P": p, "F": 0,
-            "kind": kind, "y": y, "warmup": False, "why_dropped": ""}
+    return {"trace": op, "rl_step": 0, "worker": 0, "engine_step": i, "B": b, "ctx": ctx, "K": k,
+            "P": p, "F": 0, "kind": kind, "y": y, "warmup": False, "why_dropped": ""}
 
 
 def step_frame(m: Measurements, mode: str) -> pd.DataFrame:
     """The measured inference points as engine steps (`fit_costs`' frame, one `trace` per op)."""
     rows = m.rows[m.rows["mode"].isin((mode, "eager"))]
-    pick = lambda op: rows[(rows["op"] == op) & (rows["mode"] == (mode if op != "prefill" else "eager"))]
+    pick = lambda op: rows[(rows["op"] == op)
+                           & (rows["mode"] == (mode if op != "prefill" else "eager"))]
     out: list[dict] = []
     for r in pick("decode").itertuples():
         out.append(_step("decode", r.batch, r.context, 0, 0, DrafterKind.NONE, r.step_s, len(out)))
@@ -103,8 +106,10 @@ class OperatorFit:
         return float(max(abs(p.error_pct) for p in self.points))
 
 
-def predict_point(prof: Profile, op: str, batch: int, context: float, tokens: int, topk: int) -> float:
-    """A point's time under a profile, in the simulator's functions (op as real/profiler/grid.py)."""
+def predict_point(prof: Profile, op: str, batch: int, context: float, tokens: int,
+                  topk: int) -> float:
+    """A point's time under a profile, in the simulator's functions (op as
+    real/profiler/grid.py)."""
     if op == "drafter":  # one drafter forward: a one-step tree of `topk` candidates per sequence
         return draft_step_s(prof.drafter, DrafterKind.EAGLE, batch, Strategy(1, topk, 1 + topk))
     if op == "prefill":
@@ -113,7 +118,8 @@ def predict_point(prof: Profile, op: str, batch: int, context: float, tokens: in
 
 
 def point_fits(prof: Profile, rows: pd.DataFrame) -> list[PointFit]:
-    return [PointFit(r.op, r.mode, int(r.batch), int(r.context), int(r.tokens), int(r.topk), float(r.step_s),
+    return [PointFit(r.op, r.mode, int(r.batch), int(r.context), int(r.tokens), int(r.topk),
+                     float(r.step_s),
                      predict_point(prof, r.op, r.batch, r.context, r.tokens, r.topk))
             for r in rows[rows["op"].isin(INFER_OPS)].itertuples()]
 
@@ -151,17 +157,19 @@ def describe(m: Measurements, mode: str) -> str:
     t = m.meta
     link = t.get("link", {})
     tp = int(t.get("tp", 1))
-    coll = (f"; TP {tp} collectives assumed, not measured: all-reduce {1e6 * link.get('allreduce_latency_s', 0):.0f} "
-            f"us "
-            f"+ ring transfer at {link.get('bus_bytes_per_s', 0) / 1e9:.0f} GB/s bus bandwidth") if tp > 1 else ""
-    return (f"measured by `python -m real.profiler` (operator level: one TP rank's decoder layer x layers + head, "
-            f"random weights) on {t.get('device_name', '?')} at {t.get('measured_at', '?')}, {t.get('dtype')}, "
-            f"torch {t.get('torch')}, grid {t.get('grid')}, median of {t.get('repeats')} runs (clock "
-            f"{t.get('clock', '?')}), fastest of {t.get('passes', 1)} interleaved passes, "
-            f"{'CUDA-graph replays' if mode == 'graph' else 'eager'} for decode/verify/drafter{coll}; "
-            f"fitted by workbench/calibrate/operators.py (fit_costs over the points); no engine scheduling or "
-            f"sampling overhead is in it (an engine's step costs more); fit_error_pct: median |error| over the "
-            f"measured points, in sample")
+    coll = (f"; TP {tp} collectives assumed, not measured: all-reduce "
+            f"{1e6 * link.get('allreduce_latency_s', 0):.0f} us "
+            f"+ ring transfer at {link.get('bus_bytes_per_s', 0) / 1e9:.0f} GB/s bus "
+            "bandwidth") if tp > 1 else ""
+    return ("measured by `python -m real.profiler` (operator level: one TP rank's decoder layer x "
+            f"layers + head, random weights) on {t.get('device_name', '?')} at "
+            f"{t.get('measured_at', '?')}, {t.get('dtype')}, torch {t.get('torch')}, grid "
+            f"{t.get('grid')}, median of {t.get('repeats')} runs (clock {t.get('clock', '?')}), "
+            f"fastest of {t.get('passes', 1)} interleaved passes, "
+            f"{'CUDA-graph replays' if mode == 'graph' else 'eager'} for "
+            f"decode/verify/drafter{coll}; fitted by workbench/calibrate/operators.py (fit_costs "
+            "over the points); no engine scheduling or sampling overhead is in it (an engine's "
+            "step costs more); fit_error_pct: median |error| over the measured points, in sample")
 
 
 def fit_operators(m: Measurements, base: Profile, name: str) -> OperatorFit:
@@ -178,30 +186,36 @@ def fit_operators(m: Measurements, base: Profile, name: str) -> OperatorFit:
         learning = replace(learning, train_tokens_per_s=sig(1.0 / train["drafter_train"]))
     t = m.meta
     what = f"{t.get('architecture')} TP{t.get('tp')} on {t.get('device_name')}"
-    drafter = fit_drafter(m.of("drafter", mode), replace(costs.drafter(), ngram_s_per_seq=base.drafter.ngram_s_per_seq))
-    prof = replace(base, name=name, decode=costs.decode(), drafter=drafter, phases=phases, learning=learning,
-                   description=f"{what}: operator-level measurement (base {base.name} for acceptance, learning "
-                               "curve and weight sync)",
+    drafter = fit_drafter(m.of("drafter", mode),
+                          replace(costs.drafter(), ngram_s_per_seq=base.drafter.ngram_s_per_seq))
+    prof = replace(base, name=name, decode=costs.decode(), drafter=drafter, phases=phases,
+                   learning=learning,
+                   description=f"{what}: operator-level measurement (base {base.name} for "
+                               "acceptance, learning curve and weight sync)",
                    source=describe(m, mode),
                    fitted_on=(f"{MEASURED_PREFIX}{what}, {str(t.get('measured_at', '?'))[:10]}",))
     points = point_fits(prof, m.rows[m.rows["mode"].eq(mode) | m.rows["op"].eq("prefill")])
     prof = replace(prof, fit_error_pct=sig(float(np.median([abs(p.error_pct) for p in points])), 4))
     prof.check()
-    eager = point_fits(prof,
-                       m.rows[m.rows["mode"].eq("eager") & ~m.rows["op"].eq("prefill")]) if mode == "graph" else []
+    eager_rows = m.rows[m.rows["mode"].eq("eager") & ~m.rows["op"].eq("prefill")]
+    eager = point_fits(prof, eager_rows) if mode == "graph" else []
     return OperatorFit(prof, costs, points, eager, whole_checks(m), train)
 
 
 def fit_report(fit: OperatorFit, m: Measurements, measurements_file: str) -> dict:
     """The fit error file written beside the profile (JSON)."""
     c = fit.costs
-    pts = lambda ps: [{**{k: getattr(p, k) for k in p.__dataclass_fields__}, "error_pct": p.error_pct} for p in ps]
+    pts = lambda ps: [{**{k: getattr(p, k) for k in p.__dataclass_fields__},
+                       "error_pct": p.error_pct} for p in ps]
     return {
         "profile": fit.profile.name, "measurements": measurements_file, "meta": m.meta,
         "fit_error_pct": {"median_abs": fit.median_abs_error_pct, "max_abs": fit.max_abs_error_pct,
-                          "cost_fit_in_sample_mdape": c.mdape_pct, "cost_fit_cv_mdape": c.cv_mdape_pct},
-        "params": [{"parameter": p.key, "value": p.value, "fitted": p.fitted, "why_not": p.why_not_fitted}
+                          "cost_fit_in_sample_mdape": c.mdape_pct,
+                          "cost_fit_cv_mdape": c.cv_mdape_pct},
+        "params": [{"parameter": p.key, "value": p.value, "fitted": p.fitted,
+                    "why_not": p.why_not_fitted}
                    for p in c.params],
         "knee_tokens": c.knee_tokens, "points": pts(fit.points), "eager_points": pts(fit.eager),
-        "whole_model_check": fit.whole.to_dict(orient="records"), "train_s_per_token": fit.train_s_per_token,
+        "whole_model_check": fit.whole.to_dict(orient="records"),
+        "train_s_per_token": fit.train_s_per_token,
     }

@@ -76,14 +76,16 @@ def sd_steps(traces: Sequence[Trace], kind: DrafterKind) -> SdSteps:
         offered = np.maximum(s["decode_requests"].to_numpy(float), s["num_drafts"].to_numpy(float))
         prompt = float(t.requests["prompt_tokens"].mean())
         for col, v in zip(cols, (s["context_mean"].to_numpy(float) - prompt,
-                                 s["num_accepted_tokens"].to_numpy(float), offered, k.astype(float))):
+                                 s["num_accepted_tokens"].to_numpy(float), offered,
+                                 k.astype(float))):
             col.append(v[sd])
     return SdSteps(*(np.concatenate(c) if c else np.zeros(0) for c in cols))
 
 
 def expected_accepted(steps: SdSteps, alpha: float, shape: float) -> np.ndarray:
     """Per step: the drafts a drafter of `alpha` would have had accepted."""
-    per_k = {k: float(np.sum(cumulative_acceptance(alpha, shape, int(k)))) for k in set(steps.draft_len.tolist())}
+    per_k = {k: float(np.sum(cumulative_acceptance(alpha, shape, int(k))))
+             for k in set(steps.draft_len.tolist())}
     return steps.offered * np.array([per_k[k] for k in steps.draft_len])
 
 

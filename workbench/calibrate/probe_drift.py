@@ -38,8 +38,10 @@ def _samples(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
           and all(isinstance(x, (int, float)) and x > 0 for x in times)
           and all(isinstance(x, (int, float)) for x in at))
     if not ok:
-        raise TraceError(trace.path or trace.name, "meta.json", "field 'speed' has no matching lists t_s and "
-                         "times_ms of positive probe times", "re-capture, or remove the 'speed' field")
+        raise TraceError(trace.path or trace.name, "meta.json",
+                         "field 'speed' has no matching lists t_s and "
+                         "times_ms of positive probe times",
+                         "re-capture, or remove the 'speed' field")
     order = np.argsort(at, kind="stable")
     return np.asarray(at, float)[order], np.asarray(times, float)[order]
 
@@ -58,7 +60,8 @@ def probe_factors(traces: Sequence[Trace]) -> list[DriftFactor] | None:
     if not slow or any(x is None for x in slow):
         return None
     med = float(statistics.median(slow))
-    ends = [(t.meta["speed"]["times_ms"][0] / 1e3, t.meta["speed"]["times_ms"][-1] / 1e3) for t in traces]
+    ends = [(t.meta["speed"]["times_ms"][0] / 1e3,
+             t.meta["speed"]["times_ms"][-1] / 1e3) for t in traces]
     return [DriftFactor("probe", x, med, *e) for x, e in zip(slow, ends)]
 
 
@@ -85,10 +88,12 @@ def warp_trace(trace: Trace, ref_ms: float, exponent: float = 1.0) -> tuple[Trac
     mean factor (warped rollout over measured). Raises TraceError without a probe."""
     s = _samples(trace)
     if s is None:
-        raise TraceError(trace.path or trace.name, "meta.json", "no 'speed' probe", "capture it again")
+        raise TraceError(trace.path or trace.name, "meta.json", "no 'speed' probe",
+                         "capture it again")
     w = Warp(s[0], s[1], ref_ms, exponent)
 
-    def points(df: pd.DataFrame | None, starts: str, ends: str | None, walls: str | None) -> pd.DataFrame | None:
+    def points(df: pd.DataFrame | None, starts: str, ends: str | None,
+               walls: str | None) -> pd.DataFrame | None:
         if df is None:
             return None
         df = df.copy()
@@ -109,13 +114,18 @@ def warp_trace(trace: Trace, ref_ms: float, exponent: float = 1.0) -> tuple[Trac
     for col in ("rollout_s", "train_s", "sync_s", "drafter_train_s"):
         if col in rl.columns:
             rl[col] = rl[col].astype(float) * factor
-    how = "each stretch of the capture at its nearest probe sample's speed (workbench/calibrate/probe_drift.py)"
-    meta = {**trace.meta, DRIFT_KEY: {"factor": factor, "method": "probe warp", "reference_ms": ref_ms,
+    how = ("each stretch of the capture at its nearest probe sample's speed "
+           "(workbench/calibrate/probe_drift.py)")
+    meta = {**trace.meta,
+            DRIFT_KEY: {"factor": factor, "method": "probe warp", "reference_ms": ref_ms,
                                       "exponent": exponent, "applied": True, "how": how}}
-    return replace(trace, meta=meta, steps=steps, requests=reqs, rl_steps=rl, timeline=timeline), factor
+    return replace(trace, meta=meta, steps=steps, requests=reqs, rl_steps=rl,
+                   timeline=timeline), factor
 
 
-def normalise_by_probe(traces: Sequence[Trace], exponent: float = 1.0) -> tuple[list[Trace], float | None]:
+def normalise_by_probe(
+    traces: Sequence[Trace], exponent: float = 1.0
+) -> tuple[list[Trace], float | None]:
     """Fit traces captured at different machine speeds, each warped to the median of their mean
     probe times, and that time (ms): the speed the fitted costs are for (`Profile.speed_probe_ms`).
     Unchanged with None when a trace lacks a probe or already had a drift factor applied."""
@@ -128,10 +138,12 @@ def normalise_by_probe(traces: Sequence[Trace], exponent: float = 1.0) -> tuple[
     return [replace(warp_trace(t, ref, exponent)[0], path=t.path) for t in traces], ref
 
 
-def warp_to_profile(speed_probe_ms: float | None, trace: Trace, exponent: float = 1.0) -> tuple[Trace, float] | None:
+def warp_to_profile(speed_probe_ms: float | None, trace: Trace,
+                    exponent: float = 1.0) -> tuple[Trace, float] | None:
     """A held-out trace brought to the speed a profile was fitted at, and its mean factor (None when
     either was not measured, or the trace's times were already scaled: `tlt calibrate --model`
     validates normalised captures)."""
-    if speed_probe_ms is None or (trace.meta.get(DRIFT_KEY) or {}).get("applied") or _samples(trace) is None:
+    applied = (trace.meta.get(DRIFT_KEY) or {}).get("applied")
+    if speed_probe_ms is None or applied or _samples(trace) is None:
         return None
     return warp_trace(trace, float(speed_probe_ms), exponent)

@@ -30,9 +30,17 @@ from scipy.optimize import least_squares
 
 from sim.acceptance import stats_for
 from sim.costs import segment_s
-from workbench.calibrate.shapes import GPU, EngineFactors, decode_cost, drafter_cost, kv_s_per_token, weights_s
+from workbench.calibrate.shapes import (
+    GPU,
+    EngineFactors,
+    decode_cost,
+    drafter_cost,
+    kv_s_per_token,
+    weights_s,
+)
 from workbench.contracts.architecture import Architecture
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import AcceptanceModel
 from workbench.contracts.schema import ConfigError
 
@@ -78,9 +86,11 @@ def load_published(path: str | Path = PUBLISHED) -> Published:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
         return _parse(data)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(str(path), "<file>", "unreadable", f"the published-tables YAML ({exc})") from None
+        raise ConfigError(str(path), "<file>", "unreadable",
+                          f"the published-tables YAML ({exc})") from None
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(str(path), "<tables>", repr(exc), "the layout of traces/published/tlt-paper.yaml") from None
+        raise ConfigError(str(path), "<tables>", repr(exc),
+                          "the layout of traces/published/tlt-paper.yaml") from None
 
 
 def _parse(d: dict) -> Published:
@@ -89,12 +99,15 @@ def _parse(d: dict) -> Published:
     for tokens, values in c["speedup"].items():
         for batch, v in zip(c["batches"], values):
             rows.append(Measurement("C", "speedup", c["model"], int(c["tp"]), int(batch),
-                                    Strategy(int(c["steps"]), int(c["topk"]), int(tokens)), float(v)))
+                                    Strategy(int(c["steps"]), int(c["topk"]), int(tokens)),
+                                    float(v)))
     t = d["table_d"]
     for r in t["rows"]:
         s = Strategy(int(t["steps"]), int(r["topk"]), int(t["tokens"]))
-        rows.append(Measurement("D", "accepted_length", c["model"], int(c["tp"]), 1, s, float(r["accepted_length"])))
-        rows.append(Measurement("D", "speedup", c["model"], int(c["tp"]), 1, s, float(r["speedup"])))
+        rows.append(Measurement("D", "accepted_length", c["model"], int(c["tp"]), 1, s,
+                                float(r["accepted_length"])))
+        rows.append(Measurement("D", "speedup", c["model"], int(c["tp"]), 1, s,
+                                float(r["speedup"])))
     for r in d["depth_tv"]:
         s = Strategy(int(r["steps"]), int(r["topk"]), int(r["tokens"]))
         kind = "accepted_length" if "accepted_length" in r else "speedup"
@@ -102,15 +115,17 @@ def _parse(d: dict) -> Published:
     e = d["table_e"]
     strategy = Strategy.parse(e["strategy"])
     without, with_sd = float(e["without_sd_tokens_per_s"]), float(e["with_sd_tokens_per_s"])
-    rows.append(Measurement("E", "speedup", e["model"], int(e["tp"]), 1, strategy, with_sd / without))
+    rows.append(Measurement("E", "speedup", e["model"], int(e["tp"]), 1, strategy,
+                            with_sd / without))
     a = tuple(EndToEnd(r["model"], r["system"], float(r["speedup"])) for r in d["table_a"])
-    return Published(str(d.get("source", "")), tuple(rows), a, (without, with_sd), e["model"], strategy,
-                     {k: float(v) for k, v in d["table_g"].items()})
+    return Published(str(d.get("source", "")), tuple(rows), a, (without, with_sd), e["model"],
+                     strategy, {k: float(v) for k, v in d["table_g"].items()})
 
 
 @dataclass(frozen=True)
 class Fitted:
-    """What the fit found: the drafter's acceptance, the engine factors and the benchmarks' context."""
+    """What the fit found: the drafter's acceptance, the engine factors and the benchmarks'
+    context."""
 
     acceptance: AcceptanceModel
     factors: EngineFactors
@@ -141,26 +156,32 @@ class PublishedFit:
         return float(max(abs(r.error_pct) for r in self.rows))
 
 
-_NAMES = ("alpha", "shape", "width_gain", "verify_mfu", "overlap", "drafter_launch_s", "drafter_mfu", "context")
+_NAMES = ("alpha", "shape", "width_gain", "verify_mfu", "overlap", "drafter_launch_s",
+          "drafter_mfu", "context")
 _START = (0.8, 0.8, 0.4, 0.4, 0.5, 3e-4, 0.3, 4000.0)
 _LOW = (0.05, 0.1, 0.0, 0.02, 0.0, 0.0, 0.01, 0.0)
 _HIGH = (0.999, 2.0, 3.0, 1.0, 1.0, 0.01, 1.0, 32768.0)
 
 
-def launch_overhead_s(pub: Published, arch: Architecture, gpu: GPU, factors: EngineFactors, context: float) -> float:
-    """Table E's batch-1 no-SD step (TP1) less reading the weights and the KV cache and the per-sequence work."""
+def launch_overhead_s(pub: Published, arch: Architecture, gpu: GPU, factors: EngineFactors,
+                      context: float) -> float:
+    """Table E's batch-1 no-SD step (TP1) less reading the weights and the KV cache and the
+    per-sequence work."""
     step = 1.0 / pub.table_e_tokens_per_s[0]
-    rest = step - weights_s(arch, gpu, 1, factors) - kv_s_per_token(arch, gpu, 1, factors) * context - factors.per_seq_s
+    kv = kv_s_per_token(arch, gpu, 1, factors) * context
+    rest = step - weights_s(arch, gpu, 1, factors) - kv - factors.per_seq_s
     if rest <= 0:
-        raise ValueError(f"Table E's no-SD step ({1e3 * step:.2f} ms) is shorter than reading {arch.name}'s weights "
-                         "at the assumed bandwidth efficiency: the shape assumptions do not hold")
+        raise ValueError(f"Table E's no-SD step ({1e3 * step:.2f} ms) is shorter than reading "
+                         f"{arch.name}'s weights at the assumed bandwidth efficiency: the shape "
+                         "assumptions do not hold")
     return rest
 
 
 def unpack(x: np.ndarray, pub: Published, archs: dict[str, Architecture], gpu: GPU,
            base: AcceptanceModel) -> Fitted:
     p = dict(zip(_NAMES, (float(v) for v in x)))
-    acceptance = replace(base, eagle_alpha_fresh=p["alpha"], eagle_shape=p["shape"], tree_width_gain=p["width_gain"],
+    acceptance = replace(base, eagle_alpha_fresh=p["alpha"], eagle_shape=p["shape"],
+                         tree_width_gain=p["width_gain"],
                          eagle_alpha_cold=min(base.eagle_alpha_cold, p["alpha"]))
     factors = EngineFactors(launch_overhead_s=0.0, verify_mfu=p["verify_mfu"], overlap=p["overlap"],
                             drafter_launch_s=p["drafter_launch_s"], drafter_mfu=p["drafter_mfu"])
@@ -181,7 +202,8 @@ def predict(m: Measurement, fitted: Fitted, arch: Architecture, gpu: GPU) -> flo
     return accept * without / with_sd
 
 
-def fit_published(pub: Published, archs: dict[str, Architecture], gpu: GPU, base: AcceptanceModel) -> PublishedFit:
+def fit_published(pub: Published, archs: dict[str, Architecture], gpu: GPU,
+                  base: AcceptanceModel) -> PublishedFit:
     """Least squares on log(predicted / published) over every microbenchmark."""
     meas = pub.measurements
 
@@ -192,7 +214,8 @@ def fit_published(pub: Published, archs: dict[str, Architecture], gpu: GPU, base
             return np.full(len(meas), 10.0)
         return np.array([math.log(predict(m, f, archs[m.model], gpu) / m.value) for m in meas])
 
-    res = least_squares(resid, np.array(_START), bounds=(np.array(_LOW), np.array(_HIGH)), x_scale="jac")
+    res = least_squares(resid, np.array(_START), bounds=(np.array(_LOW), np.array(_HIGH)),
+                        x_scale="jac")
     fitted = unpack(res.x, pub, archs, gpu, base)
     rows = tuple(FitRow(m, predict(m, fitted, archs[m.model], gpu)) for m in meas)
     return PublishedFit(fitted, rows)

@@ -78,13 +78,15 @@ class RunFit:
 
     def table_rows(self) -> list[list[str]]:
         """Rows under TABLE_HEADERS: parameter, value, fitted or kept, how."""
-        return [[p.key, f"{p.value:.5g}", "fitted" if p.fitted else "kept (base)", self.how.get(p.key, "")]
+        return [[p.key, f"{p.value:.5g}", "fitted" if p.fitted else "kept (base)",
+                 self.how.get(p.key, "")]
                 for p in self.params]
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": list(self.runs), "notes": list(self.notes),
                 "params": [{"param": p.key, "value": p.value, "fitted": p.fitted,
-                            "rel_se": None if math.isnan(p.rel_se) else p.rel_se, "how": self.how.get(p.key, "")}
+                            "rel_se": None if math.isnan(p.rel_se) else p.rel_se,
+                            "how": self.how.get(p.key, "")}
                            for p in self.params]}
 
 
@@ -95,7 +97,8 @@ def spot_intervals(run: Run) -> list[tuple[list[float], int]]:
     steps it did (metrics.csv)."""
     tl = run.trace.timeline
     spot = tl[tl["state"] == "drafter_train"]
-    done = dict(zip(run.metrics["rl_step"].astype(int), run.metrics["drafter_steps"].fillna(0).astype(int)))
+    done = dict(zip(run.metrics["rl_step"].astype(int),
+                    run.metrics["drafter_steps"].fillna(0).astype(int)))
     out = []
     for step, n in done.items():
         s = spot[spot["rl_step"] == step]
@@ -104,7 +107,8 @@ def spot_intervals(run: Run) -> list[tuple[list[float], int]]:
 
 
 def whole_steps(intervals: Sequence[tuple[list[float], int]], step_s: float) -> int:
-    """The simulator's count: whole drafter steps in each interval (the one cut short is dropped)."""
+    """The simulator's count: whole drafter steps in each interval (the one cut short is
+    dropped)."""
     return sum(math.floor(d / step_s) for ds, _ in intervals for d in ds)
 
 
@@ -121,32 +125,39 @@ def fit_step_seconds(intervals: Sequence[tuple[list[float], int]]) -> float | No
     return float(math.sqrt(best.min() * best.max()))
 
 
-def fit_spot(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[ParamFit], dict[str, str], list[str]]:
+def fit_spot(
+    runs: Sequence[Run], base: Profile
+) -> tuple[Profile, list[ParamFit], dict[str, str], list[str]]:
     learn = base.learning
     intervals = [iv for r in runs for iv in spot_intervals(r)]
     step_s = fit_step_seconds(intervals)
     seqs = pd.concat([r.trace.requests for r in runs])
-    tps = max(1, round(SPOT_BATCH_SEQUENCES * float((seqs["prompt_tokens"] + seqs["response_tokens"]).mean())))
-    tp = max(int((r.trace.meta.get("engine") or {}).get("tensor_parallel_size", 1) or 1) for r in runs)
+    seq_tokens = float((seqs["prompt_tokens"] + seqs["response_tokens"]).mean())
+    tps = max(1, round(SPOT_BATCH_SEQUENCES * seq_tokens))
+    tp = max(int((r.trace.meta.get("engine") or {}).get("tensor_parallel_size", 1) or 1)
+             for r in runs)
     how, notes = {}, []
     if step_s is None:
         why = "no drafter step in the runs' drafter_train intervals"
         how["learning.train_tokens_per_s"] = how["learning.tokens_per_step"] = f"kept: {why}"
-        return base, [ParamFit("learning", "train_tokens_per_s", learn.train_tokens_per_s, False, why_not_fitted=why),
+        return base, [ParamFit("learning", "train_tokens_per_s", learn.train_tokens_per_s, False,
+                               why_not_fitted=why),
                       ParamFit("learning", "tokens_per_step", learn.tokens_per_step, False,
                                why_not_fitted=why)], how, notes
     rate = sig(tps / (step_s * tp))
     done = sum(n for _, n in intervals)
-    how["learning.train_tokens_per_s"] = (f"tokens_per_step / {step_s:.3f} s per drafter step: whole steps per "
-                                          f"drafter_train "
-                                          f"interval ({sum(len(ds) for ds, _ in intervals)} intervals) match the "
-                                          f"{done} done")
-    how["learning.tokens_per_step"] = f"{SPOT_BATCH_SEQUENCES} sequences x the runs' mean prompt+response tokens"
+    how["learning.train_tokens_per_s"] = (f"tokens_per_step / {step_s:.3f} s per drafter step: "
+                                          f"whole steps per drafter_train "
+                                          f"interval ({sum(len(ds) for ds, _ in intervals)} "
+                                          f"intervals) match the {done} done")
+    how["learning.tokens_per_step"] = (f"{SPOT_BATCH_SEQUENCES} sequences x the runs' mean "
+                                       "prompt+response tokens")
     idle = [d for ds, n in intervals if n == 0 for d in ds]
     if idle:
-        notes.append(f"spot intervals with no drafter step last up to {max(idle):.2f} s (judging the drafters and the "
-                     f"fresh "
-                     "responses' hidden states come first); the form has no fixed cost, so it is in the step time")
+        notes.append(f"spot intervals with no drafter step last up to {max(idle):.2f} s (judging "
+                     f"the drafters and the fresh "
+                     "responses' hidden states come first); the form has no fixed cost, so it is "
+                     "in the step time")
     prof = replace(base, learning=replace(learn, train_tokens_per_s=rate, tokens_per_step=tps))
     return prof, [ParamFit("learning", "train_tokens_per_s", rate, True),
                   ParamFit("learning", "tokens_per_step", float(tps), True)], how, notes
@@ -155,32 +166,40 @@ def fit_spot(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[ParamFit
 # ------------------------------------------------------------ what spot training adds to a step
 
 def spot_wait(metrics: pd.DataFrame) -> np.ndarray:
-    """Per RL step, the wait for the spot trainers to stop (`stop_latency_s`; NaN: none was running)."""
+    """Per RL step, the wait for the spot trainers to stop (`stop_latency_s`; NaN: none was
+    running)."""
     if "stop_latency_s" not in metrics.columns:
         return np.zeros(len(metrics))
     return pd.to_numeric(metrics["stop_latency_s"], errors="coerce").fillna(0.0).to_numpy(float)
 
 
-def fit_spot_phases(runs: Sequence[Run], base: Profile) -> tuple[Profile, list[ParamFit], dict[str, str]]:
+def fit_spot_phases(
+    runs: Sequence[Run], base: Profile
+) -> tuple[Profile, list[ParamFit], dict[str, str]]:
     spot = [r for r in runs if run_policy(r.trace).spot_training.enabled]
     plain = [r for r in runs if r not in spot]
     ph, how = base.phases, {}
     if spot and plain:
         sync = [float(x) for r in plain for x in r.trace.rl_steps["sync_s"] if x > 0]
         ph = replace(ph, weight_sync_s=sig(np.median(sync)) if sync else ph.weight_sync_s)
-        how["phases.weight_sync_s"] = "median sync_s over the runs that do not spot-train (weights only)"
+        how["phases.weight_sync_s"] = ("median sync_s over the runs that do not spot-train "
+                                       "(weights only)")
     if not spot:
         why = "no run spot-trained a drafter"
         how["phases.spot_stop_s"] = how["phases.drafter_sync_s"] = f"kept: {why}"
         return base, [ParamFit("phases", "spot_stop_s", ph.spot_stop_s, False, why_not_fitted=why),
-                      ParamFit("phases", "drafter_sync_s", ph.drafter_sync_s, False, why_not_fitted=why)], how
+                      ParamFit("phases", "drafter_sync_s", ph.drafter_sync_s, False,
+                               why_not_fitted=why)], how
     stop = sig(float(np.mean(np.concatenate([spot_wait(r.metrics) for r in spot]))))
     spot_sync = float(np.mean([float(x) for r in spot for x in r.trace.rl_steps["sync_s"]]))
-    plain_sync = float(np.mean([float(x) for r in plain for x in r.trace.rl_steps["sync_s"]])) if plain else 0.0
+    plain_sync = (float(np.mean([float(x) for r in plain for x in r.trace.rl_steps["sync_s"]]))
+                  if plain else 0.0)
     extra = sig(max(0.0, spot_sync - plain_sync)) if plain else 0.0
-    how["phases.spot_stop_s"] = "mean over the spot-training runs' steps of stop_latency_s (none running: 0)"
-    how["phases.drafter_sync_s"] = ("mean sync_s of the spot-training runs minus that of the others" if plain else
-                                    "kept at 0: without a run that does not spot-train, weight_sync_s holds it")
+    how["phases.spot_stop_s"] = ("mean over the spot-training runs' steps of stop_latency_s "
+                                 "(none running: 0)")
+    how["phases.drafter_sync_s"] = (
+        "mean sync_s of the spot-training runs minus that of the others" if plain
+        else "kept at 0: without a run that does not spot-train, weight_sync_s holds it")
     ph = replace(ph, spot_stop_s=stop, drafter_sync_s=extra)
     return replace(base, phases=ph), [ParamFit("phases", "spot_stop_s", stop, True),
                                       ParamFit("phases", "drafter_sync_s", extra, bool(plain))], how
@@ -226,24 +245,29 @@ def fit_staleness(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit
         if "static_est" not in m.columns:
             continue
         k = judged_draft_len(r.trace)
-        pts = [(float(t), math.log(a - acc.eagle_alpha_cold)) for t, e in zip(m["rl_step"], m["static_est"])
-               if np.isfinite(e) and (a := chain_alpha(float(e), acc.eagle_shape, k)) > acc.eagle_alpha_cold]
+        pts = [(float(t), math.log(a - acc.eagle_alpha_cold))
+               for t, e in zip(m["rl_step"], m["static_est"])
+               if np.isfinite(e)
+               and (a := chain_alpha(float(e), acc.eagle_shape, k)) > acc.eagle_alpha_cold]
         if len(pts) >= 3:  # per-run intercepts: demean within the run
             t, y = np.array(pts).T
             xs.append(t - t.mean())
             ys.append(y - y.mean())
     n = sum(len(x) for x in xs)
     if n - len(xs) < 2:
-        why = "fewer than 3 steps with a static_est (the static drafter is judged in warm-started runs only)"
+        why = ("fewer than 3 steps with a static_est (the static drafter is judged in "
+               "warm-started runs only)")
         return base, ParamFit("acceptance", "staleness_per_update", acc.staleness_per_update, False,
                               why_not_fitted=why), f"kept: {why}"
     x, y = np.concatenate(xs), np.concatenate(ys)
     slope = float(np.sum(x * y) / np.sum(x * x))
     dof = n - len(xs) - 1
-    se = math.sqrt(float(np.sum((y - slope * x) ** 2)) / dof / float(np.sum(x * x))) if dof > 0 else math.nan
+    se = (math.sqrt(float(np.sum((y - slope * x) ** 2)) / dof / float(np.sum(x * x)))
+          if dof > 0 else math.nan)
     s = sig(min(0.99, max(0.0, 1.0 - math.exp(slope))))
     rel = se * math.exp(slope) / s if s > 0 else math.nan
-    how = (f"static_est over {n} steps of {len(xs)} run(s): log(alpha - cold) falls {-slope:.4f} per update"
+    how = (f"static_est over {n} steps of {len(xs)} run(s): log(alpha - cold) falls {-slope:.4f} "
+           "per update"
            + (" (it rose: no decay measured, 0)" if slope >= 0 else ""))
     prof = replace(base, acceptance=replace(acc, staleness_per_update=s))
     return prof, ParamFit("acceptance", "staleness_per_update", s, True, rel_se=rel), how
@@ -259,13 +283,15 @@ def quality_ratio(run: Run, prof: Profile, learn_tokens: float) -> np.ndarray:
     state, out = DrafterState(q0), []
     for t, n in zip(run.metrics["rl_step"].astype(int), run.metrics["drafter_steps"].fillna(0)):
         out.append(state.quality / (q0 * (1.0 - s) ** t))
-        state = after_training(state, pol, p, float(n) * p.learning.tokens_per_step, int(tokens.get(t, 0)))
+        state = after_training(state, pol, p, float(n) * p.learning.tokens_per_step,
+                               int(tokens.get(t, 0)))
         state = after_policy_update(state, p)
     return np.array(out)
 
 
 def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit, str]:
-    """learn_tokens from eagle_est / static_est against the simulator's recursion (module docstring)."""
+    """learn_tokens from eagle_est / static_est against the simulator's recursion (module
+    docstring)."""
     acc, learn = base.acceptance, base.learning
     pairs = []  # (run, step mask, measured log q_E/q_S)
     for r in runs:
@@ -277,7 +303,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
         y = np.full(len(m), np.nan)
         for i, (e, s) in enumerate(zip(m["eagle_est"], m["static_est"])):
             if np.isfinite(e) and np.isfinite(s):
-                ae, a_s = chain_alpha(float(e), acc.eagle_shape, k), chain_alpha(float(s), acc.eagle_shape, k)
+                ae = chain_alpha(float(e), acc.eagle_shape, k)
+                a_s = chain_alpha(float(s), acc.eagle_shape, k)
                 if min(ae, a_s) > acc.eagle_alpha_cold:
                     y[i] = math.log((ae - acc.eagle_alpha_cold) / (a_s - acc.eagle_alpha_cold))
         if np.isfinite(y).sum() >= 3 and base.acceptance.warm_start_quality > 0:
@@ -287,9 +314,11 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
     if n < 3:
         why = "fewer than 3 steps judged both the spot-trained and the static drafter"
         return base, replace(keep, why_not_fitted=why), f"kept: {why}"
-    sse = np.array([sum(float(np.sum((y[mask] - np.log(quality_ratio(r, base, L)[mask])) ** 2)) for r, mask, y in pairs)
+    sse = np.array([sum(float(np.sum((y[mask] - np.log(quality_ratio(r, base, L)[mask])) ** 2))
+                        for r, mask, y in pairs)
                     for L in LEARN_GRID])
-    none = sum(float(np.sum(y[mask] ** 2)) for _, mask, y in pairs)  # L -> infinity: training changes nothing
+    # L -> infinity: training changes nothing
+    none = sum(float(np.sum(y[mask] ** 2)) for _, mask, y in pairs)
     best = int(np.argmin(sse))
     gain = (none - sse[best]) / max(sse[best] / max(1, n - 1), 1e-12)
     ratio = float(np.exp(np.mean(np.concatenate([y[mask] for _, mask, y in pairs]))))
@@ -297,8 +326,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
         L = sig(float(LEARN_GRID[best]))
         how = (f"eagle_est/static_est over {n} steps against sim.drafter's recursion "
                f"(log grid; beats no learning by {gain:.1f})")
-        return replace(base, learning=replace(learn, learn_tokens=L)), ParamFit("learning", "learn_tokens", L,
-                                                                                True), how
+        fitted = ParamFit("learning", "learn_tokens", L, True)
+        return replace(base, learning=replace(learn, learn_tokens=L)), fitted, how
     why = (f"spot training moved the estimate by less than its noise over {n} steps "
            f"(mean spot-trained / static ratio {ratio:.3f} in alpha - cold)")
     return base, replace(keep, why_not_fitted=why), f"kept: {why}"
@@ -309,7 +338,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
 NOT_IDENTIFIED = (
     ("acceptance", "warm_start_quality",
      "the drafter estimates' scale is not the rollout's acceptance scale; captures fit it"),
-    ("acceptance", "eagle_alpha_fresh", "fitted on captures (tlt calibrate TRACE), not on the runs' estimates"),
+    ("acceptance", "eagle_alpha_fresh",
+     "fitted on captures (tlt calibrate TRACE), not on the runs' estimates"),
     ("learning", "useful_epochs", "no run trains past a few epochs of its buffer"),
     ("learning", "lr_best", "one learning rate per run"),
     ("learning", "lr_tolerance", "one learning rate per run"),
@@ -319,7 +349,8 @@ NOT_IDENTIFIED = (
 def fit_runs(run_dirs: Sequence[str | Path], base: Profile) -> RunFit:
     """`base` updated from whole `tlt train` runs (module docstring); each row says how."""
     if not run_dirs:
-        raise ValueError("fit_runs: no run directory given; pass at least one `tlt train --out` directory")
+        raise ValueError("fit_runs: no run directory given; pass at least one `tlt train --out` "
+                         "directory")
     return fit_loaded_runs([load_run(d) for d in run_dirs], base)
 
 
@@ -327,9 +358,10 @@ def fit_loaded_runs(runs: Sequence[Run], base: Profile) -> RunFit:
     """`fit_runs` on runs already read (`load_run`)."""
     phases, phase_params = fit_phases([r.trace for r in runs], base.phases)
     prof = replace(base, phases=phases)
-    how = {"phases.train_gpu_s_per_token": "median over RL steps of train_s x GPUs / prompt+response tokens",
-           "phases.weight_sync_s": "median over RL steps of sync_s (the runs' policies: drafter reloads and judging "
-                                   "included)"}
+    how = {"phases.train_gpu_s_per_token": "median over RL steps of train_s x GPUs / "
+                                           "prompt+response tokens",
+           "phases.weight_sync_s": "median over RL steps of sync_s (the runs' policies: drafter "
+                                   "reloads and judging included)"}
     for p in phase_params:
         if not p.fitted:
             how[p.key] = "kept: no RL step timed it"
@@ -340,12 +372,15 @@ def fit_loaded_runs(runs: Sequence[Run], base: Profile) -> RunFit:
     prof, learn, learn_how = fit_learning(runs, prof)
     how.update(spot_how)
     how[stale.key], how[learn.key] = stale_how, learn_how
-    kept = [ParamFit(part, name, float(getattr(getattr(prof, part), name)), False, why_not_fitted=why)
+    kept = [ParamFit(part, name, float(getattr(getattr(prof, part), name)), False,
+                     why_not_fitted=why)
             for part, name, why in NOT_IDENTIFIED]
     how.update({p.key: f"kept: {p.why_not_fitted}" for p in kept})
     labels = [r.label for r in runs]
-    prof = replace(prof, fitted_on=tuple(base.fitted_on) + tuple(fitted_name(r.trace) for r in runs),
-                   source=(base.source + "; " if base.source else "") + f"run-level parameters fitted on runs "
-                                                                        f"{', '.join(labels)} (fit_runs)")
+    prof = replace(prof,
+                   fitted_on=tuple(base.fitted_on) + tuple(fitted_name(r.trace) for r in runs),
+                   source=(base.source + "; " if base.source else "")
+                   + f"run-level parameters fitted on runs {', '.join(labels)} (fit_runs)")
     prof.check()
-    return RunFit(prof, [*phase_params, *extra_params, *spot_params, stale, learn, *kept], how, labels, notes)
+    return RunFit(prof, [*phase_params, *extra_params, *spot_params, stale, learn, *kept], how,
+                  labels, notes)

@@ -36,7 +36,8 @@ from workbench.calibrate.gpu_validation import (
 )
 from workbench.calibrate.measured_gpu import draft_overhead_s, with_draft_overhead
 from workbench.calibrate.sd_published import SdPoint, SdPublished, SdSeries, load_sd_published
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
 
 NO_SD = Strategy.chain(0)

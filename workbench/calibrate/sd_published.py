@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.schema import ConfigError
 
 SD_PUBLISHED = Path(__file__).resolve().parents[2] / "traces" / "published" / "sd-by-batch.yaml"

@@ -35,20 +35,26 @@ class GPU:
     source: str
 
 
-H100_SXM = GPU("H100 SXM", 3.35e12, 989.4e12, "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3, 989.4 TFLOP/s dense bf16")
+H100_SXM = GPU("H100 SXM", 3.35e12, 989.4e12,
+               "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3, 989.4 TFLOP/s dense bf16")
 
 
 @dataclass(frozen=True)
 class EngineFactors:
-    """An engine's efficiencies on a GPU: fitted where a measurement shows them, assumed where not."""
+    """An engine's efficiencies on a GPU: fitted where a measurement shows them, assumed where
+    not."""
 
-    launch_overhead_s: float  # per decode step outside the weights' reading (scheduling, launches, sampling)
+    # per decode step outside the weights' reading (scheduling, launches, sampling)
+    launch_overhead_s: float
     verify_mfu: float  # achieved share of peak FLOP/s on the verify forward's tokens
     overlap: float  # DecodeCost.overlap: how much of the weight reading hides under compute
-    drafter_launch_s: float  # one drafter forward's fixed cost (launches, tree bookkeeping): no TP split
+    # one drafter forward's fixed cost (launches, tree bookkeeping): no TP split
+    drafter_launch_s: float
     drafter_mfu: float  # achieved share of peak FLOP/s per drafted candidate
-    hbm_efficiency: float = 0.85  # assumed: achieved share of peak bandwidth when streaming weights/KV
-    allreduce_s: float = 15e-6  # assumed: one decode-size all-reduce over NVLink (NCCL small message)
+    # assumed: achieved share of peak bandwidth when streaming weights/KV
+    hbm_efficiency: float = 0.85
+    # assumed: one decode-size all-reduce over NVLink (NCCL small message)
+    allreduce_s: float = 15e-6
     per_seq_s: float = 1.5e-5  # assumed: the engine's CPU work per sequence per step
     dtype_bytes: int = 2  # bf16 weights and KV cache
 
@@ -58,9 +64,11 @@ def weights_s(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> float:
 
 
 def kv_s_per_token(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> float:
-    """KV heads split over the TP ranks (each rank keeps at least one: replicated beyond kv_heads)."""
+    """KV heads split over the TP ranks (each rank keeps at least one: replicated beyond
+    kv_heads)."""
     per_rank = math.ceil(arch.kv_heads / tp) if tp <= arch.kv_heads else 1
-    return arch.layers * 2 * per_rank * arch.head_dim * f.dtype_bytes / (gpu.hbm_bytes_per_s * f.hbm_efficiency)
+    per_token_bytes = arch.layers * 2 * per_rank * arch.head_dim * f.dtype_bytes
+    return per_token_bytes / (gpu.hbm_bytes_per_s * f.hbm_efficiency)
 
 
 def allreduce_overhead_s(arch: Architecture, tp: int, f: EngineFactors) -> float:
@@ -77,13 +85,16 @@ def drafter_read_s(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> f
 
 def decode_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors) -> DecodeCost:
     compute = compute_s_per_token(arch, gpu, tp, f.verify_mfu)
-    return DecodeCost(overhead_s=f.launch_overhead_s + allreduce_overhead_s(arch, tp, f), per_seq_s=f.per_seq_s,
+    return DecodeCost(overhead_s=f.launch_overhead_s + allreduce_overhead_s(arch, tp, f),
+                      per_seq_s=f.per_seq_s,
                       weights_s=weights_s(arch, gpu, tp, f), compute_s_per_token=compute,
                       kv_s_per_token=kv_s_per_token(arch, gpu, tp, f),
                       prefill_s_per_token=compute, overlap=f.overlap)
 
 
-def drafter_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors, ngram_s_per_seq: float) -> DrafterCost:
-    step = f.drafter_launch_s + drafter_read_s(arch, gpu, tp, f) + (2 * f.allreduce_s if tp > 1 else 0.0)
+def drafter_cost(arch: Architecture, gpu: GPU, tp: int, f: EngineFactors,
+                 ngram_s_per_seq: float) -> DrafterCost:
+    step = (f.drafter_launch_s + drafter_read_s(arch, gpu, tp, f)
+            + (2 * f.allreduce_s if tp > 1 else 0.0))
     per_seq = 2 * arch.drafter_params / tp / (gpu.bf16_flops * f.drafter_mfu)
     return DrafterCost(eagle_step_s=step, eagle_s_per_seq=per_seq, ngram_s_per_seq=ngram_s_per_seq)

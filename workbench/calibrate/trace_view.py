@@ -58,7 +58,8 @@ def parse_positions(value) -> np.ndarray:
 
 
 def scheduled_draft_len(meta: dict, batch_size: np.ndarray) -> np.ndarray | None:
-    """Draft length the traced policy's fixed schedule gives each step's batch (None: no fixed schedule)."""
+    """Draft length the traced policy's fixed schedule gives each step's batch (None: no fixed
+    schedule)."""
     try:
         pol = from_mapping(Policy, {"name": "trace", **(meta.get("policy") or {})})
     except Exception:
@@ -97,8 +98,9 @@ def step_draft_len(steps: pd.DataFrame, meta: dict | None = None) -> np.ndarray:
 
 
 def finished_before(s: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
-    """Per step (of `s`, sorted by rl_step, worker, engine_step): requests of the same worker that finished
-    at the end of its previous step (a request's end_s is the end of the step that finished it)."""
+    """Per step (of `s`, sorted by rl_step, worker, engine_step): requests of the same worker that
+    finished at the end of its previous step (a request's end_s is the end of the step that finished
+    it)."""
     out = np.zeros(len(s), dtype=np.int64)
     req = requests[np.isfinite(requests["end_s"].to_numpy(float))]
     groups = req.groupby(["rl_step", "worker"])["end_s"]
@@ -107,7 +109,8 @@ def finished_before(s: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
             continue
         ends = (s["start_s"].to_numpy(float) + s["wall_s"].to_numpy(float))[idx]
         done = groups.get_group((rl, w)).to_numpy(float)
-        at = np.clip(np.searchsorted(ends, done - 1e-6), 0, len(idx) - 1)  # the step that finished each request
+        at = np.clip(np.searchsorted(ends, done - 1e-6), 0,
+                     len(idx) - 1)  # the step that finished each request
         per_step = np.bincount(at, minlength=len(idx))
         out[idx[1:]] = per_step[:-1]
     return out
@@ -129,8 +132,10 @@ def _trace_steps(t: Trace, warmup_steps: int, target: str) -> pd.DataFrame:
     p = s["prefill_tokens"].to_numpy(np.int64)
     finished = finished_before(s, t.requests)
     f = pd.DataFrame({
-        "trace": t.name, "rl_step": s["rl_step"], "worker": s["worker"], "engine_step": s["engine_step"],
-        "kind": kind, "B": b, "ctx": s["context_mean"].to_numpy(float), "K": step_draft_len(s, t.meta), "P": p,
+        "trace": t.name, "rl_step": s["rl_step"], "worker": s["worker"],
+        "engine_step": s["engine_step"],
+        "kind": kind, "B": b, "ctx": s["context_mean"].to_numpy(float),
+        "K": step_draft_len(s, t.meta), "P": p,
         "wall_s": wall, "gap_s": gap, "y": wall + gap if target == "cycle" else wall, "F": finished,
         "warmup": ((s["rl_step"] == first_rl) & (rank < warmup_steps)).to_numpy(),
     })
@@ -142,7 +147,8 @@ def _trace_steps(t: Trace, warmup_steps: int, target: str) -> pd.DataFrame:
     return f
 
 
-def step_frame(traces: Sequence[Trace], warmup_steps: int = WARMUP_STEPS, target: str = "cycle") -> pd.DataFrame:
+def step_frame(traces: Sequence[Trace], warmup_steps: int = WARMUP_STEPS,
+               target: str = "cycle") -> pd.DataFrame:
     """Every engine step of every trace, with the fit's inputs and whether it is used.
 
     target "wall": the step's own wall time. "cycle": wall time plus the gap to
@@ -160,7 +166,8 @@ def step_frame(traces: Sequence[Trace], warmup_steps: int = WARMUP_STEPS, target
 def fitted_name(trace: Trace) -> str:
     """How a profile's `fitted_on` names a trace: a `tlt train` run's trace (RUN/trace, metrics.csv
     beside it) as `run:` and the run directory's full path, since every run's trace directory is
-    called `trace` and two benches both have a `baseline` run; any other trace by its directory name."""
+    called `trace` and two benches both have a `baseline` run; any other trace by its directory
+    name."""
     p = trace.path
     if p is not None and p.name == "trace" and (p.parent / "metrics.csv").is_file():
         return f"run:{p.parent.resolve()}"

@@ -16,7 +16,8 @@ from pathlib import Path
 from workbench.contracts.schema import ConfigError, preset_names
 
 PRESET_DIR = Path(__file__).parent / "presets" / "architectures"
-_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -67,16 +68,17 @@ class Architecture:
 def from_hf_config(data: dict, name: str, source: str = "") -> Architecture:
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
-        raise ConfigError(source or name, missing[0], "<missing>", "a Hugging Face decoder config.json with "
-                          + ", ".join(_REQUIRED))
+        raise ConfigError(source or name, missing[0], "<missing>",
+                          "a Hugging Face decoder config.json with " + ", ".join(_REQUIRED))
     heads = int(data["num_attention_heads"])
     hidden = int(data["hidden_size"])
-    return Architecture(name=name, hidden=hidden, layers=int(data["num_hidden_layers"]), heads=heads,
-                        kv_heads=int(data.get("num_key_value_heads") or heads),
+    return Architecture(name=name, hidden=hidden, layers=int(data["num_hidden_layers"]),
+                        heads=heads, kv_heads=int(data.get("num_key_value_heads") or heads),
                         head_dim=int(data.get("head_dim") or hidden // heads),
                         intermediate=int(data["intermediate_size"]), vocab=int(data["vocab_size"]),
                         tied_embeddings=bool(data.get("tie_word_embeddings", False)),
-                        qkv_bias=data.get("model_type") == "qwen2" or bool(data.get("attention_bias", False)))
+                        qkv_bias=(data.get("model_type") == "qwen2"
+                                  or bool(data.get("attention_bias", False))))
 
 
 def load_architecture(name_or_path: str | Path) -> Architecture:
@@ -86,14 +88,17 @@ def load_architecture(name_or_path: str | Path) -> Architecture:
         path = PRESET_DIR / f"{name_or_path}.json"
         if not path.is_file():
             raise ConfigError(str(name_or_path), "<name>", str(name_or_path),
-                              f"an architecture preset ({', '.join(architecture_presets())}) or a config.json path")
+                              f"an architecture preset ({', '.join(architecture_presets())}) or a "
+                              "config.json path")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(str(path), "<file>", "unparseable", f"a JSON config.json ({exc})") from None
+        raise ConfigError(str(path), "<file>", "unparseable",
+                          f"a JSON config.json ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "<top level>", type(data).__name__, "a JSON mapping")
-    return from_hf_config(data, path.stem if path.name != "config.json" else path.parent.name, str(path))
+    return from_hf_config(data, path.stem if path.name != "config.json" else path.parent.name,
+                          str(path))
 
 
 def architecture_presets() -> list[str]:

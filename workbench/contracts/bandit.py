@@ -34,7 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from workbench.contracts.policy import Policy, Strategy
+from workbench.contracts.policy import Policy
+from workbench.contracts.strategy import Strategy
 
 SD_OFF_BUCKET = -1
 
@@ -122,11 +123,13 @@ def _rows(d: dict) -> list[list]:
 
 
 def _unrows(rows: list[list], value=float) -> dict:
-    return {(tuple(int(x) for x in r[:-1]) if len(r) > 2 else int(r[0])): value(r[-1]) for r in rows}
+    return {(tuple(int(x) for x in r[:-1]) if len(r) > 2 else int(r[0])): value(r[-1])
+            for r in rows}
 
 
 class FixedTable(Bandit):
-    """The schedule's strategy for each bucket, never changed (vLLM's Dynamic SD, FastRL's buckets)."""
+    """The schedule's strategy for each bucket, never changed (vLLM's Dynamic SD, FastRL's
+    buckets)."""
 
     def _choose(self, bucket: int) -> Strategy:
         return self.policy.strategy_of(bucket)
@@ -215,7 +218,8 @@ class BEGMAB(_Sampled):
                                 else self.recent_sum.get(key, 0.0) + reward - dropped)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "recent": _rows({k: list(v) for k, v in self.recent.items()}),
+        return {**super().state_dict(),
+                "recent": _rows({k: list(v) for k, v in self.recent.items()}),
                 "recent_sum": _rows(self.recent_sum)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -276,18 +280,23 @@ class Climb(Bandit):
     compare whatever their batch size. A `StepReward` of several steps joins the window as one
     step of its mean tokens and time (the simulator's segment of constant batch)."""
 
-    def __init__(self, policy: Policy, seed: int | np.random.SeedSequence, start: Sequence[int] | None = None):
+    def __init__(self, policy: Policy, seed: int | np.random.SeedSequence,
+                 start: Sequence[int] | None = None):
         super().__init__(policy)
-        start = [row.draft_len for row in policy.schedule] if start is None else [int(k) for k in start]
+        if start is None:
+            start = [row.draft_len for row in policy.schedule]
+        else:
+            start = [int(k) for k in start]
         if len(start) != len(policy.schedule):
-            raise ValueError(f"start: {len(start)} draft lengths for the {len(policy.schedule)} rows of "
-                             f"policy '{policy.name}'")
+            raise ValueError(f"start: {len(start)} draft lengths for the {len(policy.schedule)} "
+                             f"rows of policy '{policy.name}'")
         self.start = tuple(start)
         self.arms = tuple(sorted(set(self.arms) | {0} | set(self.start)))
         self.rng = np.random.default_rng(seed)
         self.median = policy.bandit.reward_stat == "median"
         self.chosen: dict[int, int] = {}  # bucket -> its draft length now (absent: never chosen)
-        self.windows: dict[tuple[int, int], deque[tuple[float, float]]] = {}  # (tokens, seconds) per step
+        self.windows: dict[tuple[int, int],
+                           deque[tuple[float, float]]] = {}  # (tokens, seconds) per step
 
     def value(self, bucket: int, arm: int) -> float | None:
         """Measured tokens per sequence per second of `arm` in `bucket` (None: never measured)."""
@@ -336,12 +345,15 @@ class Climb(Bandit):
     def summary(self) -> dict[int, dict[int, float]]:
         """bucket -> arm -> measured value, for logs and reports."""
         buckets = sorted({b for b, _ in self.windows})
-        return {b: {a: v for a in self.arms if (v := self.value(b, a)) is not None} for b in buckets}
+        return {b: {a: v for a in self.arms if (v := self.value(b, a)) is not None}
+                for b in buckets}
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "rng": self.rng.bit_generator.state, "start": list(self.start),
+        return {**super().state_dict(), "rng": self.rng.bit_generator.state,
+                "start": list(self.start),
                 "chosen": _rows(self.chosen), "counts": _rows(self.counts),
-                "windows": [[b, a, [list(x) for x in w]] for (b, a), w in sorted(self.windows.items())]}
+                "windows": [[b, a,
+                             [list(x) for x in w]] for (b, a), w in sorted(self.windows.items())]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -353,13 +365,16 @@ class Climb(Bandit):
                         for b, a, w in state["windows"]}
 
 
-ALGORITHMS = {"fixed": FixedTable, "beg": BEGMAB, "ucb1": UCB1, "egreedy": EpsilonGreedy, "climb": Climb}
+ALGORITHMS = {"fixed": FixedTable, "beg": BEGMAB, "ucb1": UCB1, "egreedy": EpsilonGreedy,
+              "climb": Climb}
 
 
-def make_bandit(policy: Policy, seed: int | np.random.SeedSequence, start: Sequence[int] | None = None) -> Bandit:
+def make_bandit(policy: Policy, seed: int | np.random.SeedSequence,
+                start: Sequence[int] | None = None) -> Bandit:
     """The policy's bandit; `seed` an int or a stream of `workbench.contracts.seeds`. `start`: one
     draft length per schedule row that `climb` starts each bucket at (the schedule's by default;
-    e.g. what a profile predicts best, workbench/schedule.py); the other algorithms have no start."""
+    e.g. what a profile predicts best, workbench/schedule.py); the other algorithms have no
+    start."""
     algorithm = policy.bandit.algorithm
     if algorithm == "fixed":
         return FixedTable(policy)

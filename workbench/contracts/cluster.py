@@ -25,8 +25,10 @@ FRAMEWORKS = ("vllm", "sglang", "trtllm")
 class Cluster:
     """What a profile's costs were derived for."""
 
-    model: str  # architecture name (a preset of presets/architectures/, or a config.json's directory name)
-    gpu: str  # GPU key (h100, h200, b200, a100, l40s, ...: workbench/calibrate/measured_gpu.py lists them)
+    # architecture name (a preset of presets/architectures/, or a config.json's directory name)
+    model: str
+    # GPU key (h100, h200, b200, a100, l40s, ...: workbench/calibrate/measured_gpu.py lists them)
+    gpu: str
     tp: int  # tensor-parallel degree of one engine (a workload's gpus_per_worker)
     framework: str = ""  # vllm, sglang or trtllm ("": not stated)
     framework_version: str = ""  # the engine version the costs were measured on ("": not stated)
@@ -35,7 +37,8 @@ class Cluster:
         require(bool(self.model.strip()), "model", self.model, "a non-empty architecture name")
         require(bool(self.gpu.strip()), "gpu", self.gpu, "a non-empty GPU key (h100, a100, ...)")
         require(self.tp >= 1, "tp", self.tp, "an integer >= 1")
-        require(self.framework in ("",) + FRAMEWORKS, "framework", self.framework, "one of " + ", ".join(FRAMEWORKS))
+        require(self.framework in ("",) + FRAMEWORKS, "framework", self.framework,
+                "one of " + ", ".join(FRAMEWORKS))
 
     @property
     def label(self) -> str:
@@ -54,11 +57,13 @@ def check_workload_profile(wl: Workload, prof: Profile, source: str = "") -> Non
     where = source or f"workload {wl.name!r}"
     if wl.gpus_per_worker != c.tp:
         raise ConfigError(where, "gpus_per_worker", wl.gpus_per_worker,
-                          f"{c.tp}, the TP of profile {prof.name!r} ({c.label}); or derive a profile for TP "
-                          f"{wl.gpus_per_worker}: `tlt profile --backend aiconfigurator --arch {c.model} --gpu {c.gpu} "
-                          f"--tp {wl.gpus_per_worker} --out P.yaml`")
+                          f"{c.tp}, the TP of profile {prof.name!r} ({c.label}); or derive a "
+                          f"profile for TP {wl.gpus_per_worker}: `tlt profile --backend "
+                          f"aiconfigurator --arch {c.model} --gpu {c.gpu} --tp "
+                          f"{wl.gpus_per_worker} --out P.yaml`")
     for field, want in (("gpu", c.gpu), ("model", c.model), ("framework", c.framework)):
         have = getattr(wl, field)
         if have and want and have != want:
-            raise ConfigError(where, field, have, f"{want!r}, the {field} of profile {prof.name!r} ({c.label}); "
+            raise ConfigError(where, field, have,
+                              f"{want!r}, the {field} of profile {prof.name!r} ({c.label}); "
                               f"or pick a profile derived for {field} {have!r}")

@@ -19,7 +19,8 @@ SECONDS_PER_DAY = 86400.0
 
 @dataclass(frozen=True)
 class GpuPower:
-    """Mean electrical power of one GPU in each state, in watts (board power, as `nvidia-smi` reads it)."""
+    """Mean electrical power of one GPU in each state, in watts (board power, as `nvidia-smi` reads
+    it)."""
 
     decode_w: float  # decoding (rollout, with or without speculative decoding)
     idle_w: float  # allocated but waiting: bubbles, weight syncs, waits for the trainer
@@ -40,7 +41,8 @@ class GpuPower:
         except ValueError:
             values = []
         if len(values) != 3:
-            raise FieldError("gpu_watts", text, "three numbers DECODE,IDLE,TRAIN in watts per GPU, e.g. 650,120,700")
+            raise FieldError("gpu_watts", text,
+                             "three numbers DECODE,IDLE,TRAIN in watts per GPU, e.g. 650,120,700")
         power = cls(*values, source=source)
         power.check()
         return power
@@ -59,15 +61,18 @@ class GpuSeconds:
         return self.decode + self.idle + self.train
 
     def __add__(self, other: GpuSeconds) -> GpuSeconds:
-        return GpuSeconds(self.decode + other.decode, self.idle + other.idle, self.train + other.train)
+        return GpuSeconds(self.decode + other.decode, self.idle + other.idle,
+                          self.train + other.train)
 
     def scaled(self, factor: float) -> GpuSeconds:
         return GpuSeconds(self.decode * factor, self.idle * factor, self.train * factor)
 
 
 def energy_kwh(seconds: GpuSeconds, power: GpuPower) -> float:
-    """Energy of the GPUs alone (no host, network or cooling): sum over states of GPU-seconds x watts."""
-    joules = seconds.decode * power.decode_w + seconds.idle * power.idle_w + seconds.train * power.train_w
+    """Energy of the GPUs alone (no host, network or cooling): sum over states of GPU-seconds x
+    watts."""
+    joules = (seconds.decode * power.decode_w + seconds.idle * power.idle_w
+              + seconds.train * power.train_w)
     return joules / JOULES_PER_KWH
 
 
@@ -76,7 +81,8 @@ def gpu_hours(seconds: GpuSeconds) -> float:
 
 
 def cost(gpu_hours_: float, price_per_gpu_hour: float) -> float:
-    """Money for the GPU-hours at a price per GPU-hour (cloud prices bill allocated GPUs, busy or idle)."""
+    """Money for the GPU-hours at a price per GPU-hour (cloud prices bill allocated GPUs, busy or
+    idle)."""
     if price_per_gpu_hour < 0:
         raise FieldError("price_per_gpu_hour", price_per_gpu_hour, "a price >= 0")
     return gpu_hours_ * price_per_gpu_hour

@@ -54,7 +54,8 @@ def write_parquet(path: str | Path, frame: Any) -> None:
 
 
 def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
-    """Build a directory with `fill(tmp_dir)` next to `path`, then swap it in: never half a directory."""
+    """Build a directory with `fill(tmp_dir)` next to `path`, then swap it in: never half a
+    directory."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))

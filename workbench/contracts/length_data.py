@@ -73,12 +73,14 @@ class ObservedLengths:
     @cached_property
     def rank_values(self) -> np.ndarray:
         """The distinct ranks the table records (empty if any row has none)."""
-        return np.unique(self.rank) if len(self.rank) and (self.rank != UNKNOWN).all() else np.zeros(0, np.int64)
+        if len(self.rank) and (self.rank != UNKNOWN).all():
+            return np.unique(self.rank)
+        return np.zeros(0, np.int64)
 
     def group_at(self, index: int) -> ObservedGroup:
         a, b = int(self.starts[index]), int(self.starts[index + 1])
-        return ObservedGroup(self.length[a:b], int(self.prompt_tokens[a]), int(self.rank[a]), self.correct[a:b],
-                             int(self.mixed[a]))
+        return ObservedGroup(self.length[a:b], int(self.prompt_tokens[a]), int(self.rank[a]),
+                             self.correct[a:b], int(self.mixed[a]))
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame({c: getattr(self, c) for c in COLUMNS})
@@ -95,7 +97,8 @@ def from_frame(df: pd.DataFrame, source: str = "") -> ObservedLengths:
     """Validate and sort a table with COLUMNS; errors name the source and the column."""
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise ConfigError(source, missing[0], "<missing column>", f"a table with columns {', '.join(COLUMNS)}")
+        raise ConfigError(source, missing[0], "<missing column>",
+                          f"a table with columns {', '.join(COLUMNS)}")
     cols = {}
     for c in COLUMNS:
         values = pd.to_numeric(df[c], errors="coerce")
@@ -107,12 +110,14 @@ def from_frame(df: pd.DataFrame, source: str = "") -> ObservedLengths:
         raise ConfigError(source, "<rows>", 0, "at least one response")
     if (cols["length"] < 0).any():
         row = int(np.flatnonzero(cols["length"] < 0)[0])
-        raise ConfigError(source, f"length (row {row})", int(cols["length"][row]), "a number of tokens >= 0")
+        raise ConfigError(source, f"length (row {row})", int(cols["length"][row]),
+                          "a number of tokens >= 0")
     if (cols["batch"] < 0).any() or (cols["group"] < 0).any():
         raise ConfigError(source, "batch, group", "a negative index", "indices >= 0")
     order = np.lexsort((cols["group"], cols["batch"]))  # stable: members keep their order
     cols = {c: v[order] for c, v in cols.items()}
-    return ObservedLengths(cols["batch"], cols["group"], cols["rank"], cols["prompt_tokens"], cols["length"],
+    return ObservedLengths(cols["batch"], cols["group"], cols["rank"], cols["prompt_tokens"],
+                           cols["length"],
                            cols["correct"].astype(np.int8), cols["mixed"].astype(np.int8))
 
 
@@ -125,7 +130,8 @@ def read_observed(path: str | Path) -> ObservedLengths:
     """The table written by `write_observed` (cached while the file is unchanged)."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(str(p), "lengths.data", str(p), "an existing Parquet file written by `tlt workload import`")
+        raise ConfigError(str(p), "lengths.data", str(p),
+                          "an existing Parquet file written by `tlt workload import`")
     stat = os.stat(p)
     return _read(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
 

@@ -20,6 +20,7 @@ from workbench.contracts.schema import (
     preset_names,
     require,
 )
+from workbench.contracts.strategy import MAX_DRAFT_STEPS, ScheduleBucket, Strategy
 
 PRESET_DIR = Path(__file__).parent / "presets" / "policies"
 
@@ -50,134 +51,16 @@ class DrafterKind(str, Enum):
 RolloutMode = Literal["sync", "partial", "tail_batching", "async"]
 
 
-MAX_DRAFT_STEPS = 32
-MAX_TOPK = 16
-MAX_VERIFY_TOKENS = 512
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """How one verify pass speculates: `steps` drafter steps, keeping the `topk` best candidates
-    per step, and verifying `tokens` tokens per sequence (SGLang/FastRL's `steps_topk_tokens`,
-    e.g. 8_4_48; `tokens` counts the position the target predicts itself, as SGLang's
-    `speculative_num_draft_tokens` does). A chain (vLLM's method) is top-k 1: K drafted tokens
-    verify K + 1 positions. Steps 0 is no speculation."""
-
-    steps: int
-    topk: int = 1
-    tokens: int = 0  # 0: a chain's steps + 1
-
-    def __post_init__(self) -> None:
-        if self.tokens == 0:  # one form per strategy, so equal strategies compare equal
-            object.__setattr__(self, "tokens", self.steps + 1)
-
-    @classmethod
-    def chain(cls, steps: int) -> "Strategy":
-        return cls(steps)
-
-    @classmethod
-    def parse(cls, value: "int | str | Strategy") -> "Strategy":
-        """A chain from its length (4 or "4"), or a tree from "steps_topk_tokens" ("8_4_48")."""
-        if isinstance(value, Strategy):
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return cls.chain(value)
-        parts = str(value).strip().split("_")
-        if not all(p.isdigit() for p in parts) or len(parts) not in (1, 3):
-            raise ValueError(f"{value!r} is not a draft length (e.g. 4) or a steps_topk_tokens tree (e.g. 8_4_48)")
-        if len(parts) == 1:
-            return cls.chain(int(parts[0]))
-        return cls(int(parts[0]), int(parts[1]), int(parts[2]))
-
-    @property
-    def verify_tokens(self) -> int:
-        """Positions verified per sequence in one target forward (1 without speculation)."""
-        return self.tokens
-
-    @property
-    def depth(self) -> int:
-        """The longest run of drafts a pass can accept: the tree's depth, cut by what is verified."""
-        return min(self.steps, self.verify_tokens - 1)
-
-    @property
-    def is_chain(self) -> bool:
-        return self.topk == 1
-
-    @property
-    def name(self) -> str:
-        return str(self.steps) if self.is_chain else f"{self.steps}_{self.topk}_{self.verify_tokens}"
-
-    def check(self) -> None:
-        require(0 <= self.steps <= MAX_DRAFT_STEPS, "steps", self.steps, f"draft steps from 0 to {MAX_DRAFT_STEPS}")
-        require(1 <= self.topk <= MAX_TOPK, "topk", self.topk, f"an integer from 1 to {MAX_TOPK}")
-        if self.steps == 0:
-            require(self.topk == 1 and self.tokens == 1, "tokens", self.tokens, "0 or 1 when steps is 0 (no SD)")
-            return
-        if self.is_chain:
-            require(
-                self.tokens == self.steps + 1,
-                "tokens",
-                self.tokens,
-                f"0 or steps + 1 ({self.steps + 1}) for a chain (top-k 1 verifies its drafts and one more position)",
-            )
-            return
-        # A tree of `steps` levels keeps top-k nodes at the first level and top-k^2 candidates after.
-        most = 1 + self.topk + (self.steps - 1) * self.topk**2
-        # Fewer tokens than steps + 1 is allowed (FastRL's 8_4_8): the verified tree is then shallower.
-        require(2 <= self.tokens <= min(most, MAX_VERIFY_TOKENS), "tokens", self.tokens,
-                f"from 2 to {min(most, MAX_VERIFY_TOKENS)} for a {self.steps}-step top-{self.topk} tree")
-
-
-@dataclass(frozen=True)
-class ScheduleBucket:
-    """One batch-size bucket: vLLM's `num_speculative_tokens_per_batch_size` row (min_batch,
-    max_batch, draft_len), and optionally a tree: `topk` > 1 and `tokens` to verify."""
-
-    min_batch: int
-    max_batch: int
-    draft_len: int  # draft steps (a chain's length, a tree's depth); 0 = SD off
-    topk: int = 1
-    tokens: int = 0  # tokens verified per sequence; 0: a chain's draft_len + 1
-
-    ROW_HELP = (
-        'a [min_batch, max_batch, draft_len] row, a [min_batch, max_batch, "steps_topk_tokens"] row '
-        '(e.g. [1, 1, "8_4_48"], quoted: YAML reads 8_4_48 as the number 8448), or a mapping with those fields'
-    )
-
-    @classmethod
-    def from_row(cls, row: list | tuple) -> dict:
-        if len(row) != 3:
-            raise ValueError(row)
-        s = Strategy.parse(row[2])
-        tree = {} if s.is_chain else {"topk": s.topk, "tokens": s.tokens}
-        return {"min_batch": row[0], "max_batch": row[1], "draft_len": s.steps, **tree}
-
-    @property
-    def strategy(self) -> Strategy:
-        return Strategy(self.draft_len, self.topk, self.tokens)
-
-    def check(self) -> None:
-        require(self.min_batch >= 1, "min_batch", self.min_batch, "an integer >= 1")
-        require(
-            self.max_batch >= self.min_batch, "max_batch", self.max_batch, f"an integer >= min_batch ({self.min_batch})"
-        )
-        require(0 <= self.draft_len <= MAX_DRAFT_STEPS, "draft_len", self.draft_len,
-                f"an integer from 0 to {MAX_DRAFT_STEPS} (a tree strategy is a quoted \"steps_topk_tokens\" string)")
-        s = self.strategy
-        try:
-            s.check()
-        except FieldError as exc:
-            raise FieldError("draft_len" if exc.field == "steps" else exc.field, exc.value, exc.allowed) from None
-
-
 @dataclass(frozen=True)
 class BanditConfig:
-    """How the draft length is chosen per batch-size bucket (the buckets are the schedule's rows)."""
+    """How the draft length is chosen per batch-size bucket (the buckets are the schedule's
+    rows)."""
 
     algorithm: BanditAlgorithm = "fixed"
     arms: tuple[int, ...] = (0, 2, 4)  # draft lengths the bandit may pick; 0 = SD off
     epsilon: float = 0.1  # exploration rate (beg, egreedy, climb)
-    window: int = 32  # rewards (climb: steps) remembered per arm (beg, climb): forgets as the policy drifts
+    # rewards (climb: steps) remembered per arm (beg, climb): forgets as the policy drifts
+    window: int = 32
     decision_interval: int = 64  # engine steps between two choices
     # beg: judge an arm by its window's mean or median reward; climb: by its mean or median step
     # time (median: FastRL's, robust to outlier steps)
@@ -187,10 +70,12 @@ class BanditConfig:
         require(len(self.arms) >= 1, "arms", list(self.arms), "a non-empty list of draft lengths")
         require(all(0 <= a <= MAX_DRAFT_STEPS for a in self.arms), "arms", list(self.arms),
                 f"draft lengths from 0 to {MAX_DRAFT_STEPS}")
-        require(len(set(self.arms)) == len(self.arms), "arms", list(self.arms), "distinct draft lengths")
+        require(len(set(self.arms)) == len(self.arms), "arms", list(self.arms),
+                "distinct draft lengths")
         require(0.0 <= self.epsilon <= 1.0, "epsilon", self.epsilon, "a number from 0 to 1")
         require(self.window >= 1, "window", self.window, "an integer >= 1")
-        require(self.decision_interval >= 1, "decision_interval", self.decision_interval, "an integer >= 1")
+        require(self.decision_interval >= 1, "decision_interval", self.decision_interval,
+                "an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -210,7 +95,8 @@ class DrafterConfig:
         if self.kind != DrafterKind.EAGLE:
             require(not self.ngram_fallback, "ngram_fallback", self.ngram_fallback,
                     "false unless kind is 'eagle' (only a learned drafter falls back to n-gram)")
-            require(not self.warm_start, "warm_start", self.warm_start, "false unless kind is 'eagle'")
+            require(not self.warm_start, "warm_start", self.warm_start,
+                    "false unless kind is 'eagle'")
 
 
 @dataclass(frozen=True)
@@ -223,10 +109,12 @@ class SpotTraining:
     lr: float = 1e-4
     steps: int = 2000  # most drafter optimiser steps per RL step
     buffer: int = 2  # RL steps of hidden states kept for training (this one and older)
-    interval_steps: int = 1  # spot-train in every N-th RL step only (FastRL's training_interval_steps)
+    # spot-train in every N-th RL step only (FastRL's training_interval_steps)
+    interval_steps: int = 1
 
     def check(self) -> None:
-        require(self.min_idle_workers >= 1, "min_idle_workers", self.min_idle_workers, "an integer >= 1")
+        require(self.min_idle_workers >= 1, "min_idle_workers", self.min_idle_workers,
+                "an integer >= 1")
         require(0.0 < self.lr < 1.0, "lr", self.lr, "a number between 0 and 1")
         require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
         require(self.buffer >= 1, "buffer", self.buffer, "an integer >= 1")
@@ -256,11 +144,16 @@ class RolloutConfig:
 
     mode: RolloutMode = "sync"
     oversample: float = 0.0
-    max_staleness: float = 1.0  # async: how far rollouts may run ahead of training, in policy updates
-    train_share: float = 0.25  # async: share of the engines (their GPUs) that train instead of rolling out
-    interrupt: bool = False  # async: push new weights into running rollouts (AReaL's interruptible generation)
-    stream: bool = False  # async: stream prompts through the engines and groups into training (fully async)
-    minibatches: int = 1  # stream: updates a step's groups are trained in, each as soon as its groups complete
+    # async: how far rollouts may run ahead of training, in policy updates
+    max_staleness: float = 1.0
+    # async: share of the engines (their GPUs) that train instead of rolling out
+    train_share: float = 0.25
+    # async: push new weights into running rollouts (AReaL's interruptible generation)
+    interrupt: bool = False
+    # async: stream prompts through the engines and groups into training (fully async)
+    stream: bool = False
+    # stream: updates a step's groups are trained in, each as soon as its groups complete
+    minibatches: int = 1
 
     def check(self) -> None:
         require(0.0 <= self.oversample <= 4.0, "oversample", self.oversample, "a share from 0 to 4")
@@ -269,11 +162,15 @@ class RolloutConfig:
             require(0.0 <= self.max_staleness <= 16.0, "max_staleness", self.max_staleness,
                     "a number from 0 to 16 with stream (veRL's staleness_threshold, AReaL's eta)")
         else:
-            require(float(self.max_staleness).is_integer() and 1 <= self.max_staleness <= 16, "max_staleness",
+            require(float(self.max_staleness).is_integer() and 1 <= self.max_staleness <= 16,
+                    "max_staleness",
                     self.max_staleness, "an integer from 1 to 16 (a fraction needs stream: true)")
-        require(1 <= self.minibatches <= 64, "minibatches", self.minibatches, "an integer from 1 to 64")
-        require(self.stream or self.minibatches == 1, "minibatches", self.minibatches, "1 unless stream is true")
-        require(0.0 < self.train_share < 1.0, "train_share", self.train_share, "a share between 0 and 1")
+        require(1 <= self.minibatches <= 64, "minibatches", self.minibatches,
+                "an integer from 1 to 64")
+        require(self.stream or self.minibatches == 1, "minibatches", self.minibatches,
+                "1 unless stream is true")
+        require(0.0 < self.train_share < 1.0, "train_share", self.train_share,
+                "a share between 0 and 1")
         if self.mode in ("partial", "tail_batching"):
             require(self.oversample > 0.0, "oversample", self.oversample,
                     f"> 0 for mode '{self.mode}' (it needs extra prompts to stop early)")
@@ -302,7 +199,9 @@ class RolloutConfig:
         if self.mode == "tail_batching":
             return "on-policy, prompts reordered"
         k = f"{self.max_staleness:g}"
-        return f"off-policy (streamed, staleness {k})" if self.stream else f"off-policy (up to {k} behind)"
+        if self.stream:
+            return f"off-policy (streamed, staleness {k})"
+        return f"off-policy (up to {k} behind)"
 
 
 @dataclass(frozen=True)
@@ -325,7 +224,8 @@ class Policy:
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
         require(self.sd_threshold >= 0, "sd_threshold", self.sd_threshold, "an integer >= 0")
-        require(self.sd_warmup_steps >= 0, "sd_warmup_steps", self.sd_warmup_steps, "an integer >= 0")
+        require(self.sd_warmup_steps >= 0, "sd_warmup_steps", self.sd_warmup_steps,
+                "an integer >= 0")
         for part in ("bandit", "drafter", "spot_training", "rollout"):
             check_part(part, getattr(self, part))
         for i, row in enumerate(self.schedule):
@@ -337,7 +237,8 @@ class Policy:
         if self.drafter.kind == DrafterKind.NONE:
             return
         require(
-            len(self.schedule) >= 1, "schedule", [], "at least one [min_batch, max_batch, draft_len] row when SD is on"
+            len(self.schedule) >= 1, "schedule", [],
+            "at least one [min_batch, max_batch, draft_len] row when SD is on"
         )
         require(
             self.schedule[0].min_batch == 1,
@@ -358,9 +259,9 @@ class Policy:
         if trees and self.bandit.algorithm != "fixed":
             i = trees[0]
             raise FieldError(f"schedule[{i}]", self.schedule[i].strategy.name,
-                             f"a chain draft length: a '{self.bandit.algorithm}' bandit chooses among bandit.arms "
-                             "(chain draft lengths) and uses the rows only as buckets; tree strategies run with "
-                             "bandit.algorithm 'fixed'")
+                             f"a chain draft length: a '{self.bandit.algorithm}' bandit chooses "
+                             "among bandit.arms (chain draft lengths) and uses the rows only as "
+                             "buckets; tree strategies run with bandit.algorithm 'fixed'")
 
     def strategy_of(self, bucket: int) -> Strategy:
         """The fixed table's strategy for a schedule row."""

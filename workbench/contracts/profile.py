@@ -38,16 +38,17 @@ class DecodeCost:
     compute_s_per_token: float  # per token processed (B*(K+1) tokens per verify)
     kv_s_per_token: float  # per sequence per context token (attention's KV read)
     prefill_s_per_token: float  # per prompt token on admission
-    overlap: float = 1.0  # share of the smaller of weight reading and compute hidden under the larger
+    # share of the smaller of weight reading and compute hidden under the larger
+    overlap: float = 1.0
 
     def check(self) -> None:
-        for name in ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token",
-                     "prefill_s_per_token"):
+        for name in ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token",
+                     "kv_s_per_token", "prefill_s_per_token"):
             v = getattr(self, name)
             require(0.0 <= v < 10.0, name, v, "seconds, >= 0 and < 10")
         require(0.0 <= self.overlap <= 1.0, "overlap", self.overlap, "a share from 0 to 1")
-        require(self.overhead_s + self.weights_s + self.per_seq_s > 0, "overhead_s", self.overhead_s,
-                "a positive step cost (overhead_s, per_seq_s or weights_s)")
+        require(self.overhead_s + self.weights_s + self.per_seq_s > 0, "overhead_s",
+                self.overhead_s, "a positive step cost (overhead_s, per_seq_s or weights_s)")
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ class DrafterCost:
     sd_step_s: float = 0.0
 
     def check(self) -> None:
-        for name in ("eagle_step_s", "eagle_s_per_seq", "ngram_s_per_seq", "sd_host_s_per_seq", "sd_step_s"):
+        for name in ("eagle_step_s", "eagle_s_per_seq", "ngram_s_per_seq", "sd_host_s_per_seq",
+                     "sd_step_s"):
             v = getattr(self, name)
             require(0.0 <= v < 1.0, name, v, "seconds, >= 0 and < 1")
 
@@ -142,13 +144,13 @@ class AcceptanceModel:
     # Seer's grouped SD, suffix decoding). A pass finds a continuation to draft with probability
     # m = 1 - (1 - suffix_history_match * H) * (1 - suffix_group_match * S), H = 1 when the prompt
     # was answered in an earlier epoch, S = the share of its group's other responses already
-    # finished; a found continuation's first i tokens are accepted with suffix_alpha ** (i ** shape).
-    # Defaults: assumed from those papers' descriptions (answers to a prompt repeat heavily across
-    # epochs, less across siblings), not fitted.
-    # Acceptance moves along a response: its first tokens are guessed worst, and a response that
-    # runs on to its cap often derails into text no drafter guesses (or loops, which n-gram
-    # catches). Rows (from_token, miss), ascending; () is flat. Measured by `tlt calibrate` from
-    # the SD steps' mean position in their responses (workbench/calibrate/position_acceptance.py).
+    # finished; a found continuation's first i tokens are accepted with suffix_alpha ** (i **
+    # shape). Defaults: assumed from those papers' descriptions (answers to a prompt repeat heavily
+    # across epochs, less across siblings), not fitted. Acceptance moves along a response: its first
+    # tokens are guessed worst, and a response that runs on to its cap often derails into text no
+    # drafter guesses (or loops, which n-gram catches). Rows (from_token, miss), ascending; () is
+    # flat. Measured by `tlt calibrate` from the SD steps' mean position in their responses
+    # (workbench/calibrate/position_acceptance.py).
     eagle_position: tuple[PositionMiss, ...] = ()
     ngram_position: tuple[PositionMiss, ...] = ()
     suffix_alpha: float = 0.85
@@ -160,16 +162,17 @@ class AcceptanceModel:
         for name in ("eagle_alpha_fresh", "eagle_alpha_cold", "ngram_alpha"):
             v = getattr(self, name)
             require(0.0 <= v < 1.0, name, v, "a probability in [0, 1)")
-        require(self.eagle_alpha_cold <= self.eagle_alpha_fresh, "eagle_alpha_cold", self.eagle_alpha_cold,
-                f"at most eagle_alpha_fresh ({self.eagle_alpha_fresh})")
+        require(self.eagle_alpha_cold <= self.eagle_alpha_fresh, "eagle_alpha_cold",
+                self.eagle_alpha_cold, f"at most eagle_alpha_fresh ({self.eagle_alpha_fresh})")
         for name in ("eagle_shape", "ngram_shape"):
             v = getattr(self, name)
             require(0.1 <= v <= 2.0, name, v, "a number from 0.1 to 2")
-        require(0.0 <= self.staleness_per_update < 1.0, "staleness_per_update", self.staleness_per_update,
-                "a share in [0, 1)")
-        require(0.0 <= self.tree_width_gain <= 3.0, "tree_width_gain", self.tree_width_gain, "a number from 0 to 3")
-        require(0.0 <= self.warm_start_quality <= 1.0, "warm_start_quality", self.warm_start_quality,
-                "a quality from 0 to 1")
+        require(0.0 <= self.staleness_per_update < 1.0, "staleness_per_update",
+                self.staleness_per_update, "a share in [0, 1)")
+        require(0.0 <= self.tree_width_gain <= 3.0, "tree_width_gain", self.tree_width_gain,
+                "a number from 0 to 3")
+        require(0.0 <= self.warm_start_quality <= 1.0, "warm_start_quality",
+                self.warm_start_quality, "a quality from 0 to 1")
         for name in ("eagle_position", "ngram_position"):
             rows = getattr(self, name)
             for i, r in enumerate(rows):
@@ -177,10 +180,13 @@ class AcceptanceModel:
             starts = [r.from_token for r in rows]
             require(not rows or (starts[0] == 0 and starts == sorted(set(starts))), name, starts,
                     "rows ascending by from_token, the first from token 0")
-        require(0.0 <= self.suffix_alpha < 1.0, "suffix_alpha", self.suffix_alpha, "a probability in [0, 1)")
-        require(0.1 <= self.suffix_shape <= 2.0, "suffix_shape", self.suffix_shape, "a number from 0.1 to 2")
+        require(0.0 <= self.suffix_alpha < 1.0, "suffix_alpha", self.suffix_alpha,
+                "a probability in [0, 1)")
+        require(0.1 <= self.suffix_shape <= 2.0, "suffix_shape", self.suffix_shape,
+                "a number from 0.1 to 2")
         for name in ("suffix_history_match", "suffix_group_match"):
-            require(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "a share from 0 to 1")
+            require(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name),
+                    "a share from 0 to 1")
 
 
 @dataclass(frozen=True)
@@ -200,8 +206,10 @@ class DrafterLearning:
     lr_tolerance: float  # log-sd of the learning-rate efficiency curve
 
     def check(self) -> None:
-        require(self.train_tokens_per_s > 0, "train_tokens_per_s", self.train_tokens_per_s, "a number > 0")
-        require(self.tokens_per_step >= 1, "tokens_per_step", self.tokens_per_step, "an integer >= 1")
+        require(self.train_tokens_per_s > 0, "train_tokens_per_s", self.train_tokens_per_s,
+                "a number > 0")
+        require(self.tokens_per_step >= 1, "tokens_per_step", self.tokens_per_step,
+                "an integer >= 1")
         require(self.learn_tokens > 0, "learn_tokens", self.learn_tokens, "a number > 0")
         require(self.useful_epochs > 0, "useful_epochs", self.useful_epochs, "a number > 0")
         require(0.0 < self.lr_best < 1.0, "lr_best", self.lr_best, "a number between 0 and 1")
@@ -212,7 +220,8 @@ class DrafterLearning:
 class PhaseCost:
     """The RL step outside the rollout."""
 
-    train_gpu_s_per_token: float  # policy update (and log-probs) per prompt+response token, GPU-seconds
+    # policy update (and log-probs) per prompt+response token, GPU-seconds
+    train_gpu_s_per_token: float
     weight_sync_s: float  # pushing new weights to every engine
     # A step whose rollout spot-trained the drafter also waits, after its last rollout returns, for
     # the spot trainers to stop (the drafter step in flight finishes: `tlt train`'s stop_latency_s),
@@ -267,7 +276,8 @@ class Profile:
     source: str = ""  # provenance of the numbers
     fitted_on: tuple[str, ...] = ()  # traces this profile was fitted on (empty: hand-set)
     fit_error_pct: float | None = None  # median held-out error of the fit, if fitted
-    cluster: Cluster | None = None  # the model x GPU x TP x framework the costs hold for (None: not recorded)
+    # the model x GPU x TP x framework the costs hold for (None: not recorded)
+    cluster: Cluster | None = None
     power: GpuPower | None = None  # watts per GPU state (None: unknown; energy is not reported)
     # The machine's speed the costs hold for, as the capture speed probe timed it (ms; None: not
     # measured). A trace captured while the probe ran slower is scaled down by as much before it
@@ -283,9 +293,10 @@ class Profile:
         for part in ("decode", "drafter", "acceptance", "learning", "phases"):
             check_part(part, getattr(self, part))
         if self.speed_probe_ms is not None:
-            require(self.speed_probe_ms > 0, "speed_probe_ms", self.speed_probe_ms, "a time in ms > 0")
-        require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent", self.speed_probe_exponent,
-                "a number from 0.25 to 4")
+            require(self.speed_probe_ms > 0, "speed_probe_ms", self.speed_probe_ms,
+                    "a time in ms > 0")
+        require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent",
+                self.speed_probe_exponent, "a number from 0.25 to 4")
         for part in ("cluster", "power", "run_factors"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
@@ -304,7 +315,8 @@ def profile_presets() -> list[str]:
 # prefixes are those the writers use (workbench/calibrate/operators.py writes "profiler:",
 # workbench/paper/profiles.py "tlt-paper:", `tlt calibrate` the traces' names).
 MEASURED_PREFIX = "profiler:"
-DATABASE_PREFIX = "aiconfigurator:"  # workbench/calibrate/measured_gpu.py: NVIDIA's measured operator database
+# workbench/calibrate/measured_gpu.py: NVIDIA's measured operator database
+DATABASE_PREFIX = "aiconfigurator:"
 PUBLISHED_PREFIX = "tlt-paper:"
 RUNLOG_PREFIX = "runlog:"  # workbench/runlog/: a real run's log (`tlt calibrate --run-log`)
 
@@ -324,8 +336,10 @@ def provenance(p: Profile) -> str:
     kind = provenance_kind(p)
     err = f", fit error {p.fit_error_pct:.1f}%" if p.fit_error_pct is not None else ""
     if kind == "measured":
-        on = "; ".join(f.split(":", 1)[1] for f in p.fitted_on if f.startswith((MEASURED_PREFIX, DATABASE_PREFIX)))
-        how = "measured database" if any(f.startswith(DATABASE_PREFIX) for f in p.fitted_on) else "operator level"
+        on = "; ".join(f.split(":", 1)[1] for f in p.fitted_on
+                       if f.startswith((MEASURED_PREFIX, DATABASE_PREFIX)))
+        database = any(f.startswith(DATABASE_PREFIX) for f in p.fitted_on)
+        how = "measured database" if database else "operator level"
         return f"measured ({how}): {on}{err}"
     if kind == "published":
         return f"fitted to {len(p.fitted_on)} published tables{err}"

@@ -79,7 +79,8 @@ def read_mapping(path: str | Path) -> dict:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(str(path), "<file>", "unparseable", f"valid YAML/JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise ConfigError(str(path), "<top level>", type(data).__name__, "a mapping of field: value")
+        raise ConfigError(str(path), "<top level>", type(data).__name__,
+                          "a mapping of field: value")
     return data
 
 
@@ -99,7 +100,8 @@ def from_mapping(cls: type[T], data: Any, source: str = "", prefix: str = "") ->
         path = _join(prefix, name)
         if name not in data:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError(source, path, "<missing>", f"a value of type {_type_name(hints[name])}")
+                raise ConfigError(source, path, "<missing>",
+                                  f"a value of type {_type_name(hints[name])}")
             continue
         kwargs[name] = _convert(hints[name], data[name], source, path)
     try:
@@ -143,9 +145,9 @@ def to_mapping(obj: Any) -> Any:
 
 
 def differences(a: Any, b: Any, rel_tol: float, path: str = "") -> list[str]:
-    """Where two contracts (or their mappings) differ: numbers beyond `rel_tol` relative, anything else
-    unequal. Fitted numbers differ in their last digits between CPUs (BLAS, instruction sets), so files
-    written by a fit are compared this way, never for equality."""
+    """Where two contracts (or their mappings) differ: numbers beyond `rel_tol` relative, anything
+    else unequal. Fitted numbers differ in their last digits between CPUs (BLAS, instruction sets),
+    so files written by a fit are compared this way, never for equality."""
     a, b = to_mapping(a), to_mapping(b)
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
@@ -154,10 +156,13 @@ def differences(a: Any, b: Any, rel_tol: float, path: str = "") -> list[str]:
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [path or "."]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, rel_tol, f"{path}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b))
+                for d in differences(x, y, rel_tol, f"{path}[{i}]")]
     numbers = (int, float)
-    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
-        return [] if math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0) or (a != a and b != b) else [path or "."]
+    both_numbers = isinstance(a, numbers) and isinstance(b, numbers)
+    if both_numbers and not isinstance(a, bool) and not isinstance(b, bool):
+        same = math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0) or (a != a and b != b)
+        return [] if same else [path or "."]
     return [] if a == b else [path or "."]
 
 

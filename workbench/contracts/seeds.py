@@ -35,7 +35,8 @@ class Stream(IntEnum):
     # The real backend again (values are never reused).
     PROBE = 13  # the SD guard's probe before step 0, its problems and sampling: (worker,)
     # Tools again.
-    PROJECTION = 14  # a sampled block of a whole-run projection (workbench/project.py): (its first RL step,)
+    # a sampled block of a whole-run projection (workbench/project.py): (its first RL step,)
+    PROJECTION = 14
     PLAN_SAMPLER = 15  # the NSGA-II sampler of a cluster-shape search (workbench/plan/search.py)
     RUNLOG_ORDER = 16  # a run log's modelled responses, their engine and queue order: (step,)
 
@@ -52,5 +53,6 @@ def rng(seed: int, stream: Stream, *indices: int) -> np.random.Generator:
 
 
 def derive_seed(seed: int, stream: Stream, *indices: int) -> int:
-    """An integer seed in [0, 2**31) for one stream, for libraries that take an int (torch, vLLM, Optuna)."""
+    """An integer seed in [0, 2**31) for one stream, for libraries that take an int (torch, vLLM,
+    Optuna)."""
     return int(seed_sequence(seed, stream, *indices).generate_state(1, np.uint32)[0] >> 1)

@@ -1,4 +1,5 @@
-"""A user's RL task: prompts and reference answers from a file, and the reward that scores a response.
+"""A user's RL task: prompts and reference answers from a file, and the reward that scores a
+response.
 
 The task file (JSONL, one JSON object a line, or Parquet, one row a problem) has the fields
 
@@ -36,7 +37,8 @@ RewardFn = Callable[[str, str], float]  # (response, answer) -> reward
 
 
 class TaskError(ValueError):
-    """A task file or reward that cannot be used (names the file and line, or the function, and the fix)."""
+    """A task file or reward that cannot be used (names the file and line, or the function, and the
+    fix)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ def exact_reward(response: str, answer: str) -> float:
 
 
 def numeric_reward(response: str, answer: str) -> float:
-    """1.0 when the last number in the response equals the answer's number (relative 1e-6); else 0.0."""
+    """1.0 when the last number in the response equals the answer's number (relative 1e-6); else
+    0.0."""
     got, want = _number(response), _number(answer)
     if got is None or want is None:
         return 0.0
@@ -80,7 +83,8 @@ def math_reward(response: str, answer: str) -> float:
     return 1.0 if verify(gold, pred, **({} if main else {"timeout_seconds": None})) else 0.0
 
 
-REWARDS: dict[str, RewardFn] = {"exact": exact_reward, "numeric": numeric_reward, "math": math_reward}
+REWARDS: dict[str, RewardFn] = {"exact": exact_reward, "numeric": numeric_reward,
+                                "math": math_reward}
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,10 @@ class Task:
         """`n` problems for `seed`: without repetition while the file has enough, then with."""
         rng = random.Random(f"task-draw/{seed}")
         k = len(self.problems)
-        idx = rng.sample(range(k), n) if n <= k else rng.sample(range(k), k) + rng.choices(range(k), k=n - k)
+        if n <= k:
+            idx = rng.sample(range(k), n)
+        else:
+            idx = rng.sample(range(k), k) + rng.choices(range(k), k=n - k)
         return [self.problems[i] for i in idx]
 
     def score(self, problem: TaskProblem, response: str) -> float:
@@ -106,11 +113,11 @@ class Task:
             v = self.reward(response, problem.answer)
             out = float(v)
         except Exception as exc:
-            raise TaskError(f"--reward {self.reward_name}: failed on a response to {problem.prompt[:40]!r}: "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise TaskError(f"--reward {self.reward_name}: failed on a response to "
+                            f"{problem.prompt[:40]!r}: {type(exc).__name__}: {exc}") from exc
         if not math.isfinite(out):
-            raise TaskError(f"--reward {self.reward_name}: returned {v!r} for a response to {problem.prompt[:40]!r}: "
-                            "a reward must be a finite number")
+            raise TaskError(f"--reward {self.reward_name}: returned {v!r} for a response to "
+                            f"{problem.prompt[:40]!r}: a reward must be a finite number")
         return out
 
 
@@ -123,8 +130,8 @@ def resolve_reward(spec: str) -> RewardFn:
             try:
                 import math_verify  # noqa: F401
             except ImportError:
-                raise TaskError("--reward math needs the math-verify package: pip install math-verify "
-                                "(in the project's cpu and gpu extras)") from None
+                raise TaskError("--reward math needs the math-verify package: pip install "
+                                "math-verify (in the project's cpu and gpu extras)") from None
         return REWARDS[spec]
     if ":" not in spec:
         raise TaskError(f"--reward {spec!r}: give one of {', '.join(REWARDS)} or module:function "
@@ -136,8 +143,9 @@ def resolve_reward(spec: str) -> RewardFn:
     try:
         mod = importlib.import_module(mod_name)
     except Exception as exc:
-        raise TaskError(f"--reward {spec}: cannot import module {mod_name!r} ({type(exc).__name__}: {exc}); "
-                        "put it on PYTHONPATH or in the current directory") from None
+        raise TaskError(f"--reward {spec}: cannot import module {mod_name!r} "
+                        f"({type(exc).__name__}: {exc}); put it on PYTHONPATH or in the current "
+                        "directory") from None
     fn = getattr(mod, fn_name, None)
     if not callable(fn):
         raise TaskError(f"--reward {spec}: module {mod_name!r} has no function {fn_name!r}")
@@ -153,11 +161,13 @@ def resolve_reward(spec: str) -> RewardFn:
 
 def _problem(row: Any, where: str) -> TaskProblem:
     if not isinstance(row, dict):
-        raise TaskError(f"{where}: not a JSON object (every line is {{\"prompt\": ..., \"answer\": ...}})")
+        raise TaskError(f"{where}: not a JSON object (every line is {{\"prompt\": ..., \"answer\": "
+                        f"...}})")
     prompt, answer, solution = row.get("prompt"), row.get("answer"), row.get("solution")
     if not isinstance(prompt, str) or not prompt.strip():
         raise TaskError(f"{where}: field 'prompt' missing or not a non-empty string")
-    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or str(answer).strip() == "":
+    if (isinstance(answer, bool) or not isinstance(answer, (str, int, float))
+            or str(answer).strip() == ""):
         raise TaskError(f"{where}: field 'answer' missing or not a string or number")
     if solution is not None and not isinstance(solution, str):
         raise TaskError(f"{where}: field 'solution' must be a string (or left out)")
@@ -168,7 +178,8 @@ def read_problems(path: str | Path) -> list[TaskProblem]:
     """The problems of a task file (`.jsonl`/`.json` lines or `.parquet`), every row checked."""
     path = Path(path)
     if not path.is_file():
-        raise TaskError(f"--task {path}: no such file (write one with `tlt task gcd --out FILE`, or your own JSONL)")
+        raise TaskError(f"--task {path}: no such file (write one with `tlt task gcd --out FILE`, "
+                        "or your own JSONL)")
     rows: list[tuple[Any, str]] = []
     if path.suffix == ".parquet":
         import pandas as pd
@@ -179,7 +190,8 @@ def read_problems(path: str | Path) -> list[TaskProblem]:
             raise TaskError(f"--task {path}: not a readable Parquet file ({exc})") from None
         missing = [c for c in ("prompt", "answer") if c not in frame.columns]
         if missing:
-            raise TaskError(f"--task {path}: no column {', '.join(missing)} (columns: {', '.join(frame.columns)})")
+            raise TaskError(f"--task {path}: no column {', '.join(missing)} (columns: "
+                            f"{', '.join(frame.columns)})")
         for i, rec in enumerate(frame.to_dict("records")):
             if isinstance(rec.get("solution"), float) and math.isnan(rec["solution"]):
                 rec["solution"] = None  # a Parquet column with gaps
@@ -191,7 +203,8 @@ def read_problems(path: str | Path) -> list[TaskProblem]:
             try:
                 rows.append((json.loads(line), f"{path}:{n}"))
             except json.JSONDecodeError as exc:
-                raise TaskError(f"{path}:{n}: not valid JSON ({exc.msg}); one JSON object per line") from None
+                raise TaskError(f"{path}:{n}: not valid JSON ({exc.msg}); one JSON object per "
+                                "line") from None
     problems = [_problem(row, where) for row, where in rows]
     if not problems:
         raise TaskError(f"--task {path}: no problems in it")
@@ -208,7 +221,8 @@ def load_task(path: str | Path, reward: str) -> Task:
     if reward == "numeric":
         for i, p in enumerate(problems):
             if _number(p.answer) is None:
-                raise TaskError(f"--task {path}: problem {i}: answer {p.answer!r} has no number for --reward numeric")
+                raise TaskError(f"--task {path}: problem {i}: answer {p.answer!r} has no number "
+                                "for --reward numeric")
     return task
 
 
@@ -216,6 +230,7 @@ def write_task_file(path: str | Path, problems: list[TaskProblem]) -> None:
     """`problems` as a JSONL task file (atomically: never half-written)."""
     from workbench.contracts.fileio import write_atomic
 
-    lines = [json.dumps({"prompt": p.prompt, "answer": p.answer, **({"solution": p.solution} if p.solution else {})})
+    lines = [json.dumps({"prompt": p.prompt, "answer": p.answer,
+                         **({"solution": p.solution} if p.solution else {})})
              for p in problems]
     write_atomic(path, "\n".join(lines) + "\n")

@@ -11,7 +11,8 @@ are the same quantity under the same name (docs/formats.md, "The rollout's worke
 - `tail_fraction`: worker-seconds decoding at a running batch <= the step's full batch /
   TAIL_DIVISOR (a worker finishing its last few sequences on hardware sized for many) / rollout
   worker-seconds; `tail_token_share`: the tail's share of the decoded tokens;
-- `drafter_train_fraction`: worker-seconds training the drafter (spot training) / rollout worker-seconds.
+- `drafter_train_fraction`: worker-seconds training the drafter (spot training) / rollout
+  worker-seconds.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from workbench.contracts.trace import STATES, TIMELINE_COLUMNS
 
 ROLLOUT_STATES = ("decode", "decode_sd", "idle", "drafter_train")
 DECODE_STATES = ("decode", "decode_sd")
-# The tail is a decode interval whose running batch is at most the step's full batch (the largest any
-# worker ran) / TAIL_DIVISOR. At a full batch of 256 that is batch <= 32, the batch up to which the
-# TLT paper turns SD on.
+# The tail is a decode interval whose running batch is at most the step's full batch (the largest
+# any worker ran) / TAIL_DIVISOR. At a full batch of 256 that is batch <= 32, the batch up to which
+# the TLT paper turns SD on.
 TAIL_DIVISOR = 8
 
 
@@ -71,11 +72,13 @@ class RolloutSplit:
     tail_token_share: float  # tokens decoded in the tail / tokens decoded
     drafter_train_fraction: float  # spot-training worker-seconds / rollout worker-seconds
     full_batch: int  # the largest running batch of any worker in the step (0: no decoding)
-    tail_batch: int  # decode intervals at a batch <= this are the tail: max(1, full_batch // TAIL_DIVISOR)
+    # decode intervals at a batch <= this are the tail: max(1, full_batch // TAIL_DIVISOR)
+    tail_batch: int
 
 
 def rollout_seconds(rows: pd.DataFrame) -> float:
-    """From a step's first interval to the end of its last rollout interval (decode, idle, spot training)."""
+    """From a step's first interval to the end of its last rollout interval (decode, idle, spot
+    training)."""
     rollout_end = rows.loc[rows["state"].isin(ROLLOUT_STATES), "end_s"].max()
     return float(rollout_end - rows["start_s"].min())
 

@@ -31,8 +31,8 @@ from workbench.contracts.fileio import write_dir_atomic
 
 TRACE_VERSION = 2
 # Older versions still read, and how their columns map to this one's, per table.
-OLD_COLUMNS = {1: {"steps": {"engine": "worker", "step": "engine_step"}, "requests": {"engine": "worker"},
-                   "timeline": {"step": "rl_step"}}}
+OLD_COLUMNS = {1: {"steps": {"engine": "worker", "step": "engine_step"},
+                   "requests": {"engine": "worker"}, "timeline": {"step": "rl_step"}}}
 
 
 def _col(doc: str) -> Any:
@@ -53,7 +53,8 @@ class _Upgrades:
     _table = ""  # the OLD_COLUMNS table whose renames apply
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        renames = {old: new for tables in OLD_COLUMNS.values() for old, new in tables.get(self._table, {}).items()}
+        renames = {old: new for tables in OLD_COLUMNS.values()
+                   for old, new in tables.get(self._table, {}).items()}
         self.__dict__.update({renames.get(k, k): v for k, v in state.items()})
 
 
@@ -139,11 +140,12 @@ class TimelineRow(_Upgrades):
     tokens: float = _col("response tokens emitted (decode states); drafter steps (drafter_train)")
     passes: float = _col("verify passes (1 per engine step)")
     context: float = _col("mean context length of the engine step")
-    strategy: str = _col("speculation of decode_sd rows: a chain's draft length ('4') or a tree ('8_4_48'); '' "
-                         "otherwise")
+    strategy: str = _col("speculation of decode_sd rows: a chain's draft length ('4') or a tree "
+                         "('8_4_48'); '' otherwise")
 
 
-# Column -> (pandas kind: "i" int, "f" float, "O" text or list; what it means), from the row classes.
+# Column -> (pandas kind: "i" int, "f" float, "O" text or list; what it means), from the row
+# classes.
 _KINDS = {"int": "i", "float": "f", "str": "O", "list": "O"}
 
 
@@ -184,7 +186,8 @@ def accepted_length(accepted_tokens: float, drafts: float) -> float:
 TABLES = {"steps": STEP_COLUMNS, "requests": REQUEST_COLUMNS, "rl_steps": RL_STEP_COLUMNS}
 OPTIONAL = {"steps": optional_defaults(StepRow), "requests": optional_defaults(RequestRow),
             "rl_steps": optional_defaults(RLStepRow)}
-META_FIELDS = ("trace_version", "model", "policy", "prompts", "samples", "max_tokens", "seed", "machine", "engine")
+META_FIELDS = ("trace_version", "model", "policy", "prompts", "samples", "max_tokens", "seed",
+               "machine", "engine")
 
 
 class TraceError(ValueError):
@@ -201,7 +204,8 @@ class Trace:
     requests: pd.DataFrame
     rl_steps: pd.DataFrame
     path: Path | None = None
-    timeline: pd.DataFrame | None = None  # optional: per-worker states (`tlt train`), TIMELINE_COLUMNS
+    # optional: per-worker states (`tlt train`), TIMELINE_COLUMNS
+    timeline: pd.DataFrame | None = None
 
     @property
     def name(self) -> str:
@@ -212,7 +216,8 @@ def _check_table(path: Path, df: pd.DataFrame, columns: dict[str, tuple[str, str
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise TraceError(path, f"column '{missing[0]}'", "missing",
-                         f"a trace v{TRACE_VERSION} table has columns {', '.join(columns)} (traces/README.md)")
+                         f"a trace v{TRACE_VERSION} table has columns {', '.join(columns)} "
+                         "(traces/README.md)")
     for col, (kind, _) in columns.items():
         if len(df) and not _kind_ok(kind, df[col].dtype):
             raise TraceError(path, f"column '{col}'", f"has dtype {df[col].dtype}",
@@ -235,7 +240,8 @@ def _upgrade(file: Path, df: pd.DataFrame, version: int, renames: dict[str, str]
     for old, new in renames.items():
         if old not in df.columns and new not in df.columns:
             raise TraceError(file, f"column '{old}'", "missing",
-                             f"a trace v{version} table has it (v{TRACE_VERSION} calls it '{new}'; traces/README.md)")
+                             f"a trace v{version} table has it (v{TRACE_VERSION} calls it '{new}'; "
+                             "traces/README.md)")
     return df.rename(columns=renames)
 
 
@@ -259,7 +265,8 @@ def load_trace(path: str | Path) -> Trace:
                          "give a trace directory written by `tlt capture` or `tlt train`")
     meta_path = path / "meta.json"
     if not meta_path.is_file():
-        raise TraceError(meta_path, "<file>", "missing", "the trace is incomplete; capture it again")
+        raise TraceError(meta_path, "<file>", "missing",
+                         "the trace is incomplete; capture it again")
     try:
         meta = json.loads(meta_path.read_text())
     except json.JSONDecodeError as exc:
@@ -267,12 +274,14 @@ def load_trace(path: str | Path) -> Trace:
                          "the trace is corrupt; capture it again") from None
     for f in META_FIELDS:
         if f not in meta:
-            raise TraceError(meta_path, f"field '{f}'", "missing", f"meta.json needs {', '.join(META_FIELDS)}")
+            raise TraceError(meta_path, f"field '{f}'", "missing",
+                             f"meta.json needs {', '.join(META_FIELDS)}")
     version = meta["trace_version"]
     if version != TRACE_VERSION and not (type(version) is int and version in OLD_COLUMNS):
         raise TraceError(meta_path, "field 'trace_version'", f"is {version!r}",
-                         f"this workbench reads versions {', '.join(map(str, [*OLD_COLUMNS, TRACE_VERSION]))}; "
-                         "re-capture or upgrade")
+                         "this workbench reads versions "
+                         f"{', '.join(map(str, [*OLD_COLUMNS, TRACE_VERSION]))}; re-capture or "
+                         "upgrade")
     renames = OLD_COLUMNS.get(version, {}) if type(version) is int else {}
     tables = {}
     for name, columns in TABLES.items():
@@ -288,7 +297,8 @@ def load_trace(path: str | Path) -> Trace:
         _check_table(file, df, columns)
         tables[name] = df
     if tables["steps"].empty or tables["requests"].empty:
-        raise TraceError(path, "steps/requests", "empty", "a trace needs at least one engine step and one request")
+        raise TraceError(path, "steps/requests", "empty",
+                         "a trace needs at least one engine step and one request")
     timeline = None
     file = path / "timeline.parquet"
     if file.is_file():
@@ -296,7 +306,8 @@ def load_trace(path: str | Path) -> Trace:
             timeline = pq.read_table(file).to_pandas()
         except Exception as exc:
             raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
-                             "the file is truncated or corrupt; re-run or delete timeline.parquet") from None
+                             "the file is truncated or corrupt; re-run or delete "
+                             "timeline.parquet") from None
         timeline = _upgrade(file, timeline, version, renames.get("timeline", {}))
         if "strategy" not in timeline.columns and "draft_len" in timeline.columns:
             # Timelines written before the column existed held chains only.
@@ -312,10 +323,12 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     for name, columns in TABLES.items():
         _check_table(path / f"{name}.parquet", tables[name], columns)
     # The tables are this version's, whatever version the trace was read from.
-    meta = {"trace_version": TRACE_VERSION, **{k: v for k, v in trace.meta.items() if k != "trace_version"}}
+    meta = {"trace_version": TRACE_VERSION,
+            **{k: v for k, v in trace.meta.items() if k != "trace_version"}}
     for f in META_FIELDS:
         if f not in meta:
-            raise TraceError(path / "meta.json", f"field '{f}'", "missing", f"meta needs {', '.join(META_FIELDS)}")
+            raise TraceError(path / "meta.json", f"field '{f}'", "missing",
+                             f"meta needs {', '.join(META_FIELDS)}")
 
     def fill(tmp: Path) -> None:
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")

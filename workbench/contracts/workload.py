@@ -36,30 +36,39 @@ class LengthModel:
     sigma: float = 0.9  # total log-sd of the body (prompt effect and sample noise together)
     group_correlation: float = 0.5  # share of the body's log-variance shared within a group
     mean_accuracy: float = 0.5  # mean share of correct answers
-    accuracy_concentration: float = 2.0  # Beta(a, b) with a + b = this; small = prompts either easy or hard
+    # Beta(a, b) with a + b = this; small = prompts either easy or hard
+    accuracy_concentration: float = 2.0
     wrong_factor: float = 1.6  # wrong answers are this many times longer, in median
     drift_per_step: float = 0.0
     kind: Literal["lognormal", "replay", "empirical"] = "lognormal"
-    # replay, empirical: the observed groups (Parquet; a relative path is read next to the workload file)
+    # replay, empirical: the observed groups (Parquet; a relative path is read next to the workload
+    # file)
     data: str = ""
-    median_tokens: float = 0.0  # > 0: median of correct answers at step 0 (clip_ratio is then what it implies)
+    # > 0: median of correct answers at step 0 (clip_ratio is then what it implies)
+    median_tokens: float = 0.0
 
     def check(self) -> None:
         require(self.kind == "lognormal" or bool(self.data.strip()), "data", self.data,
-                f"the path of the observed lengths (Parquet from `tlt workload import`) for kind '{self.kind}'")
+                "the path of the observed lengths (Parquet from `tlt workload import`) for kind "
+                f"'{self.kind}'")
         require(self.median_tokens >= 0.0, "median_tokens", self.median_tokens,
                 "a number of tokens >= 0 (0: solved from clip_ratio)")
         if self.median_tokens > 0:
-            require(0.0 <= self.clip_ratio < 0.5, "clip_ratio", self.clip_ratio, "a share from 0 to 0.5")
+            require(0.0 <= self.clip_ratio < 0.5, "clip_ratio", self.clip_ratio,
+                    "a share from 0 to 0.5")
         else:
-            require(0.0 < self.clip_ratio < 0.5, "clip_ratio", self.clip_ratio, "a share between 0 and 0.5")
+            require(0.0 < self.clip_ratio < 0.5, "clip_ratio", self.clip_ratio,
+                    "a share between 0 and 0.5")
         require(0.05 <= self.sigma <= 3.0, "sigma", self.sigma, "a log-sd from 0.05 to 3")
-        require(0.0 <= self.group_correlation < 1.0, "group_correlation", self.group_correlation, "a number in [0, 1)")
-        require(0.0 < self.mean_accuracy < 1.0, "mean_accuracy", self.mean_accuracy, "a share between 0 and 1")
-        require(self.accuracy_concentration > 0.0, "accuracy_concentration", self.accuracy_concentration,
-                "a number > 0")
+        require(0.0 <= self.group_correlation < 1.0, "group_correlation", self.group_correlation,
+                "a number in [0, 1)")
+        require(0.0 < self.mean_accuracy < 1.0, "mean_accuracy", self.mean_accuracy,
+                "a share between 0 and 1")
+        require(self.accuracy_concentration > 0.0, "accuracy_concentration",
+                self.accuracy_concentration, "a number > 0")
         require(self.wrong_factor >= 1.0, "wrong_factor", self.wrong_factor, "a number >= 1")
-        require(abs(self.drift_per_step) <= 0.5, "drift_per_step", self.drift_per_step, "a number from -0.5 to 0.5")
+        require(abs(self.drift_per_step) <= 0.5, "drift_per_step", self.drift_per_step,
+                "a number from -0.5 to 0.5")
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,8 @@ class DynamicSampling:
     max_rounds: int = 10  # veRL: max_num_gen_batches (the update takes what it has after that many)
 
     def check(self) -> None:
-        require(1.0 <= self.oversample <= 100.0, "oversample", self.oversample, "a factor from 1 to 100")
+        require(1.0 <= self.oversample <= 100.0, "oversample", self.oversample,
+                "a factor from 1 to 100")
         require(self.max_rounds >= 1, "max_rounds", self.max_rounds, "an integer >= 1")
 
 
@@ -92,11 +102,12 @@ class Workload:
     prompt_tokens: int = 512
     max_batch: int = 256  # most sequences an engine decodes at once (vLLM max_num_seqs)
     steps: int = 3
-    epoch_steps: int = 0  # RL steps per pass over the prompt set (0: no prompt comes back within the run)
+    # RL steps per pass over the prompt set (0: no prompt comes back within the run)
+    epoch_steps: int = 0
     lengths: LengthModel = field(default_factory=LengthModel)
     dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
-    # The cluster beyond TP (gpus_per_worker): "" takes the profile's; set, it must match the profile's
-    # (workbench/contracts/cluster.py refuses a contradiction, naming the field).
+    # The cluster beyond TP (gpus_per_worker): "" takes the profile's; set, it must match the
+    # profile's (workbench/contracts/cluster.py refuses a contradiction, naming the field).
     model: str = ""  # architecture name, e.g. qwen2.5-7b
     gpu: str = ""  # GPU key, e.g. h100
     framework: str = ""  # vllm or sglang
@@ -104,11 +115,13 @@ class Workload:
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
         require(self.workers >= 1, "workers", self.workers, "an integer >= 1")
-        require(self.gpus_per_worker >= 1, "gpus_per_worker", self.gpus_per_worker, "an integer >= 1")
-        require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, "an integer >= 1")
+        require(self.gpus_per_worker >= 1, "gpus_per_worker", self.gpus_per_worker,
+                "an integer >= 1")
+        require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step,
+                "an integer >= 1")
         require(self.group_size >= 1, "group_size", self.group_size, "an integer >= 1")
-        require(16 <= self.max_response_tokens <= 1_048_576, "max_response_tokens", self.max_response_tokens,
-                "an integer from 16 to 1048576")
+        require(16 <= self.max_response_tokens <= 1_048_576, "max_response_tokens",
+                self.max_response_tokens, "an integer from 16 to 1048576")
         require(self.prompt_tokens >= 1, "prompt_tokens", self.prompt_tokens, "an integer >= 1")
         require(self.max_batch >= 1, "max_batch", self.max_batch, "an integer >= 1")
         require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
@@ -138,14 +151,16 @@ def load_workload(name_or_path: str | Path) -> Workload:
     key = str(name_or_path)
     if key in RENAMED and not Path(key).exists():
         new = RENAMED[key]
-        warnings.warn(f"workload preset '{key}' is now '{new}' (FastRL's example shape with hand-set "
-                      f"lengths, not the paper's measurements); loading '{new}'", PresetRenamed,
-                      stacklevel=2)
+        warnings.warn(f"workload preset '{key}' is now '{new}' (FastRL's example shape with "
+                      f"hand-set lengths, not the paper's measurements); loading '{new}'",
+                      PresetRenamed, stacklevel=2)
         name_or_path = RENAMED[key]
     wl = load(Workload, name_or_path, PRESET_DIR)
     path = Path(name_or_path)
     # A profile named by a relative path is read next to the workload file, not the cwd.
-    if path.is_file() and Path(wl.profile).suffix in (".yaml", ".yml", ".json") and not Path(wl.profile).is_absolute():
+    profile_file = Path(wl.profile)
+    if (path.is_file() and profile_file.suffix in (".yaml", ".yml", ".json")
+            and not profile_file.is_absolute()):
         wl = replace(wl, profile=str(path.parent / wl.profile))
     # So is the observed-lengths file; a preset's lies beside the preset.
     data = Path(wl.lengths.data)

@@ -1,4 +1,5 @@
-"""Predict `tlt bench real`: each policy's run re-simulated, speedups over the baseline against measured.
+"""Predict `tlt bench real`: each policy's run re-simulated, speedups over the baseline against
+measured.
 
 `predict_bench(run_dirs, profile, baseline)` predicts every policy's run from its own responses
 (`workbench.validate.run_prediction.predict_run`: the run's lengths per RL step, its meta's
@@ -45,30 +46,36 @@ class BenchPrediction:
     runs: list[RunPrediction]  # each policy's run in detail, in the rows' order
 
     def to_json(self) -> dict[str, Any]:
-        """{"policies": {name: {...}}} with NaN as null; plus the profile and the baseline's name."""
+        """{"policies": {name: {...}}} with NaN as null; plus the profile and the baseline's
+        name."""
         return {"profile": self.profile, "baseline": self.baseline,
                 "policies": {r.name: {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                                      for k, v in asdict(r).items() if k != "name"} for r in self.rows}}
+                                      for k, v in asdict(r).items() if k != "name"}
+                             for r in self.rows}}
 
 
 def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else math.nan
 
 
-def predict_bench(run_dirs: dict[str, Path], profile: Profile, baseline: str, seed: int = 0) -> BenchPrediction:
+def predict_bench(run_dirs: dict[str, Path], profile: Profile, baseline: str,
+                  seed: int = 0) -> BenchPrediction:
     """`run_dirs`: policy name -> its `tlt train` run directory (trace/ and metrics.csv); `baseline`
     names the one speedups are over."""
     if baseline not in run_dirs:
-        raise ValueError(f"predict_bench: baseline '{baseline}' is not among the runs ({', '.join(run_dirs)}); "
-                         "name one of them as the baseline")
-    preds = {name: predict_run(load_run(d).trace, profile, seed=seed) for name, d in run_dirs.items()}
+        raise ValueError(f"predict_bench: baseline '{baseline}' is not among the runs "
+                         f"({', '.join(run_dirs)}); name one of them as the baseline")
+    preds = {name: predict_run(load_run(d).trace, profile,
+                               seed=seed) for name, d in run_dirs.items()}
     base = preds[baseline]
     rows = []
     for name, p in preds.items():
-        ms, ps = _ratio(base.measured.step_s, p.measured.step_s), _ratio(base.predicted.step_s, p.predicted.step_s)
+        ms = _ratio(base.measured.step_s, p.measured.step_s)
+        ps = _ratio(base.predicted.step_s, p.predicted.step_s)
         mr = _ratio(base.measured.rollout_s, p.measured.rollout_s)
         pr = _ratio(base.predicted.rollout_s, p.predicted.rollout_s)
-        rows.append(PolicyPrediction(name, p.measured.step_s, p.predicted.step_s, ms, ps, error_pct(ps, ms),
-                                     p.measured.rollout_s, p.predicted.rollout_s, mr, pr, error_pct(pr, mr),
-                                     p.in_sample))
+        rows.append(PolicyPrediction(name, p.measured.step_s, p.predicted.step_s, ms, ps,
+                                     error_pct(ps, ms),
+                                     p.measured.rollout_s, p.predicted.rollout_s, mr, pr,
+                                     error_pct(pr, mr), p.in_sample))
     return BenchPrediction(profile.name, baseline, rows, list(preds.values()))

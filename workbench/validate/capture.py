@@ -36,7 +36,6 @@ the mean accepted length; real requests run at their own pace, and the last one 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,45 +43,26 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from sim.rollout import shard
 from sim.simulator import simulate
 from workbench.calibrate.costs import predict_steps
 from workbench.calibrate.probe_drift import warp_to_profile
 from workbench.calibrate.trace_view import (
     step_draft_len,
     step_frame,
-    trace_drafter_kind,
 )
 from workbench.contracts.fileio import save_figure, write_json
-from workbench.contracts.policy import DrafterKind, Policy, ScheduleBucket
+from workbench.contracts.policy import DrafterKind
 from workbench.contracts.profile import Profile
-from workbench.contracts.schema import ConfigError, from_mapping
-from workbench.contracts.trace import Trace, TraceError
-from workbench.contracts.workload import Workload
+from workbench.contracts.trace import Trace
+from workbench.validate.trace_inputs import (
+    ScheduleOverride,
+    rl_index,
+    trace_policy,
+    trace_replay,
+    trace_workload,
+)
 
 SCHEMA = "tlt-validate/1"
-
-
-@dataclass(frozen=True)
-class ScheduleOverride:
-    """A schedule bucket whose traced steps mostly ran another draft length: the replay uses theirs."""
-
-    bucket: tuple[int, int]  # (min_batch, max_batch)
-    schedule: int  # the draft length the schedule gives it
-    traced: int  # the traced steps' majority draft length
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"bucket": list(self.bucket), "schedule": self.schedule, "traced": self.traced}
-
-
-@dataclass(frozen=True)
-class TracePolicy:
-    """The policy a traced engine ran, as the simulator replays it, and how it was set from the trace."""
-
-    policy: Policy
-    drafter: str  # the drafter kind the engine ran
-    schedule_overridden: list[ScheduleOverride] | None  # None: no SD schedule to check
-    off_threshold_sd_steps: int  # traced steps that drafted above the SD threshold
 
 
 @dataclass(frozen=True)
@@ -100,7 +80,8 @@ class ValidationDetails:
     rl_steps: int
     policy: str
     drafter: str
-    schedule_overridden: list[ScheduleOverride] | None  # None: not checked (no SD schedule); not written
+    # None: not checked (no SD schedule); not written
+    schedule_overridden: list[ScheduleOverride] | None
     off_threshold_sd_steps: int
     shards_match: float  # share of responses the simulator's shards put on their traced engine
     measured_basis: str  # "rl_steps.rollout_s" or "request span"
@@ -149,119 +130,21 @@ class Validation:
                "measured_rollout_s": round(self.measured_rollout_s, 4),
                "error_pct": round(self.error_pct, 3)}
         if self.drift_factor is not None:
-            out.update(raw_error_pct=round(self.raw_error_pct, 3), drift_factor=round(self.drift_factor, 4))
+            out.update(raw_error_pct=round(self.raw_error_pct, 3),
+                       drift_factor=round(self.drift_factor, 4))
         return out
 
 
-def _rl_index(trace: Trace) -> list[int]:
-    return sorted(set(trace.requests["rl_step"].astype(int)))
-
-
-def trace_workload(trace: Trace, profile: Profile) -> Workload:
-    meta, steps, req = trace.meta, trace.steps, trace.requests
-    eng = meta.get("engine") or {}
-    max_batch = eng.get("max_num_seqs") or int(steps["batch_size"].max())
-    wl = Workload(name=f"trace:{trace.name}", profile=profile.name, workers=int(steps["worker"].nunique()),
-                  prompts_per_step=int(meta["prompts"]), group_size=int(meta["samples"]),
-                  max_response_tokens=int(meta["max_tokens"]),
-                  prompt_tokens=max(1, int(round(float(req["prompt_tokens"].mean())))),
-                  max_batch=int(max_batch), steps=len(_rl_index(trace)),
-                  gpus_per_worker=int(eng.get("tensor_parallel_size", 1) or 1),
-                  source=f"built from trace {trace.name} by tlt validate")
-    try:
-        wl.check()
-    except Exception as exc:
-        raise TraceError(trace.path or trace.name, "meta.json", f"does not make a valid workload ({exc})",
-                         "check prompts, samples, max_tokens and engine.max_num_seqs") from None
-    return wl
-
-
-def _check_schedule(pol: Policy, trace: Trace,
-                    kind: DrafterKind) -> tuple[Policy, list[ScheduleOverride] | None, int]:
-    """Did the traced steps follow the schedule? Per bucket, the traced draft lengths: a bucket whose
-    steps mostly ran another length takes theirs. Returns (policy, overrides, off-threshold SD steps)."""
-    s = trace.steps
-    k = step_draft_len(s, trace.meta)
-    batch = s["batch_size"].to_numpy()
-    decoding = s["decode_requests"].to_numpy() > 0
-    overridden = None
-    if kind != DrafterKind.NONE and pol.schedule:
-        rows, overridden = [], []
-        for row in pol.schedule:
-            expect = row.draft_len if row.min_batch <= pol.sd_threshold else 0
-            inb = decoding & (batch >= row.min_batch) & (batch <= row.max_batch)
-            if row.max_batch > pol.sd_threshold:  # the part above the threshold runs without SD
-                inb &= batch <= pol.sd_threshold
-            seen = Counter(k[inb].tolist())
-            if seen and seen.most_common(1)[0][0] != expect and seen.most_common(1)[0][1] > 0.5 * inb.sum():
-                traced = int(seen.most_common(1)[0][0])
-                overridden.append(ScheduleOverride((row.min_batch, row.max_batch), expect, traced))
-                row = ScheduleBucket(row.min_batch, row.max_batch, traced)
-            rows.append(row)
-        if overridden:
-            pol = replace(pol, schedule=tuple(rows))
-    sd_off = decoding & (batch > pol.sd_threshold) if kind != DrafterKind.NONE else decoding
-    return pol, overridden, int(np.sum(sd_off & (k > 0)))
-
-
-def trace_policy(trace: Trace) -> TracePolicy:
-    """The policy the traced engine ran, as a fixed schedule (see the module docstring)."""
-    meta = trace.meta
-    mapping = dict(meta.get("policy") or {})
-    mapping.setdefault("name", f"trace:{trace.name}")
-    try:
-        pol = from_mapping(Policy, mapping, f"{trace.path or trace.name}/meta.json", "policy")
-    except ConfigError as exc:
-        raise TraceError(trace.path or trace.name, "meta.json", f"policy: {exc}",
-                         "the trace's policy must be a valid Policy") from None
-    kind = trace_drafter_kind(meta)
-    drafter = replace(pol.drafter, kind=kind, warm_start=kind == DrafterKind.EAGLE,
-                      ngram_fallback=False)
-    spot = replace(pol.spot_training, enabled=False)
-    # The replay holds each RL step's prompts x samples, run to the end: a sync rollout.
-    pol = replace(pol, bandit=replace(pol.bandit, algorithm="fixed"), drafter=drafter,
-                  spot_training=spot, rollout=replace(pol.rollout, mode="sync", oversample=0.0))
-    pol, overridden, off_threshold = _check_schedule(pol, trace, kind)
-    pol.check()
-    return TracePolicy(pol, kind, overridden, off_threshold)
-
-
-def trace_replay(trace: Trace, wl: Workload) -> tuple[list[np.ndarray], float]:
-    """Per RL step, the traced response lengths in the order the simulator shards them; and the share
-    of responses the simulator's shards put on the engine that served them."""
-    req = trace.requests
-    replay, matches = [], []
-    for rl in _rl_index(trace):
-        r = req[req["rl_step"] == rl]
-        n = wl.prompts_per_step * wl.group_size
-        sizes = r.groupby("prompt_id").size()
-        if len(r) != n or (sizes != wl.group_size).any():
-            raise TraceError(trace.path or trace.name, "requests.parquet",
-                             f"RL step {rl} has {len(r)} responses in {len(sizes)} prompts",
-                             f"a validated trace needs prompts x samples = {wl.prompts_per_step} x {wl.group_size} per "
-                             f"RL step "
-                             "(sync rollouts)")
-        group_worker = r.groupby("prompt_id")["worker"].min()
-        order = r.assign(group_worker=r["prompt_id"].map(group_worker))
-        order = order.sort_values(["group_worker", "prompt_id", "sample"])
-        replay.append(order["response_tokens"].to_numpy(np.int64))
-        workers = order["worker"].to_numpy()
-        worker_ids = {e: i for i, e in enumerate(sorted(set(workers)))}
-        expect = np.empty(len(order), int)
-        for w, rg in enumerate(shard(len(order), wl.workers)):
-            expect[list(rg)] = w
-        matches.append(float(np.mean([worker_ids[e] == x for e, x in zip(workers, expect)])))
-    return replay, float(np.mean(matches))
-
-
 def measured_rollout(trace: Trace) -> tuple[float, list[float], list[float], str]:
-    """(measured total, rollout_s per RL step, request span per RL step, which one the total uses)."""
+    """(measured total, rollout_s per RL step, request span per RL step, which one the total
+    uses)."""
     spans = []
-    for rl in _rl_index(trace):
+    for rl in rl_index(trace):
         r = trace.requests[trace.requests["rl_step"] == rl]
         s = trace.steps[trace.steps["rl_step"] == rl]
         start = min(r["start_s"].min(), s["start_s"].min()) if len(s) else r["start_s"].min()
-        end = max(r["end_s"].max(), (s["start_s"] + s["wall_s"]).max()) if len(s) else r["end_s"].max()
+        end = max(r["end_s"].max(),
+                  (s["start_s"] + s["wall_s"]).max()) if len(s) else r["end_s"].max()
         spans.append(float(end - start))
     rl = trace.rl_steps.sort_values("rl_step")
     rollout = [float(v) for v in rl["rollout_s"]] if len(rl) else []
@@ -271,8 +154,9 @@ def measured_rollout(trace: Trace) -> tuple[float, list[float], list[float], str
 
 
 def step_cost_rollout(profile: Profile, trace: Trace) -> tuple[float, list[float]]:
-    """The rollout time the profile gives the *traced* engine steps (per RL step, the slowest engine's
-    sum of predicted step times plus its traced lead time before the first step): (total, per RL step).
+    """The rollout time the profile gives the *traced* engine steps (per RL step, the slowest
+    engine's sum of predicted step times plus its traced lead time before the first step): (total,
+    per RL step).
 
     Against the measured time it isolates the cost model's error; against the simulated time, the
     error of the simulator's pace (it moves every request of a batch at the mean accepted length,
@@ -282,11 +166,12 @@ def step_cost_rollout(profile: Profile, trace: Trace) -> tuple[float, list[float
     s = trace.steps.sort_values(["rl_step", "worker", "engine_step"]).reset_index(drop=True)
     f["start_s"] = s["start_s"].to_numpy(float)
     total, per_step = 0.0, []
-    for rl in _rl_index(trace):
+    for rl in rl_index(trace):
         r = trace.requests[trace.requests["rl_step"] == rl]
         t0 = float(r["start_s"].min())
         g = f[f["rl_step"] == rl]
-        ends = [float(e["start_s"].min()) - t0 + float(e["pred"].sum()) for _, e in g.groupby("worker")]
+        ends = [float(e["start_s"].min()) - t0 + float(e["pred"].sum())
+                for _, e in g.groupby("worker")]
         per_step.append(max(ends) if ends else 0.0)
         total += per_step[-1]
     return total, per_step
@@ -297,7 +182,8 @@ def _accept_lens(trace: Trace, run) -> tuple[float, float]:
     s = trace.steps
     sd = step_draft_len(s, trace.meta) > 0
     passes = float(s.loc[sd, "decode_requests"].sum())
-    traced = float((s.loc[sd, "new_tokens"] - s.loc[sd, "prefill_requests"]).sum() / passes) if passes else 1.0
+    tokens = float((s.loc[sd, "new_tokens"] - s.loc[sd, "prefill_requests"]).sum())
+    traced = tokens / passes if passes else 1.0
     return traced, float(np.mean([m.mean_accept_len for m in run.steps]))
 
 
@@ -330,9 +216,10 @@ def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
         trace=trace.name, profile=profile.name, workers=wl.workers, prompts=wl.prompts_per_step,
         samples=wl.group_size, max_tokens=wl.max_response_tokens, max_batch=wl.max_batch,
         prompt_tokens=wl.prompt_tokens, rl_steps=wl.steps, policy=pol.name, drafter=tp.drafter,
-        schedule_overridden=tp.schedule_overridden, off_threshold_sd_steps=tp.off_threshold_sd_steps,
-        shards_match=shards_match, measured_basis=basis, predicted_per_step_s=predicted, rollout_s=rollout_s,
-        span_s=spans,
+        schedule_overridden=tp.schedule_overridden,
+        off_threshold_sd_steps=tp.off_threshold_sd_steps,
+        shards_match=shards_match, measured_basis=basis, predicted_per_step_s=predicted,
+        rollout_s=rollout_s, span_s=spans,
         span_vs_rollout_pct=((100 * (sum(spans) - sum(rollout_s)) / sum(rollout_s))
                              if rollout_s and sum(rollout_s) > 0 else None),
         tokens_traced=int(trace.requests["response_tokens"].sum()),
@@ -348,8 +235,8 @@ def validate(profile: Profile, trace: Trace, seed: int = 0) -> Validation:
 
 
 def validations_summary(results: list[Validation]) -> dict[str, Any]:
-    """The summary `tlt validate` prints last, as JSON: one run's `summary()`; for several, the totals,
-    the median |error| and each run's summary."""
+    """The summary `tlt validate` prints last, as JSON: one run's `summary()`; for several, the
+    totals, the median |error| and each run's summary."""
     if len(results) == 1:
         return results[0].summary()
     pred = sum(v.predicted_rollout_s for v in results)
@@ -358,20 +245,25 @@ def validations_summary(results: list[Validation]) -> dict[str, Any]:
            "error_pct": round(100 * (pred - meas) / meas, 3),
            "median_abs_error_pct": round(float(np.median([abs(v.error_pct) for v in results])), 3)}
     if any(v.drift_factor is not None for v in results):
-        out["median_abs_raw_error_pct"] = round(float(np.median([abs(v.raw_error_pct) for v in results])), 3)
+        raw = float(np.median([abs(v.raw_error_pct) for v in results]))
+        out["median_abs_raw_error_pct"] = round(raw, 3)
     return {**out, "traces": {v.trace: v.summary() for v in results}}
 
 
-def validation_figure(results: list[Validation], profile: Profile, median_abs_error_pct: float | None) -> Figure:
+def validation_figure(results: list[Validation], profile: Profile,
+                      median_abs_error_pct: float | None) -> Figure:
     """Measured vs simulated rollout time per run, each annotated with its error."""
     fig = Figure(figsize=(max(5.0, 1.1 * len(results) + 2), 3.6))
     ax = fig.subplots()
     x = np.arange(len(results))
     ax.bar(x - 0.2, [v.measured_rollout_s for v in results], 0.4, label="measured", color="#4c72b0")
-    ax.bar(x + 0.2, [v.predicted_rollout_s for v in results], 0.4, label="simulated", color="#dd8452")
+    ax.bar(x + 0.2, [v.predicted_rollout_s for v in results], 0.4, label="simulated",
+           color="#dd8452")
     for i, v in enumerate(results):
-        ax.annotate(f"{v.error_pct:+.1f}%" + ("" if v.trace not in profile.fitted_on else "\n(fit)"),
-                    (i, max(v.measured_rollout_s, v.predicted_rollout_s)), ha="center", va="bottom", fontsize=8)
+        in_fit = "" if v.trace not in profile.fitted_on else "\n(fit)"
+        ax.annotate(f"{v.error_pct:+.1f}%" + in_fit,
+                    (i, max(v.measured_rollout_s, v.predicted_rollout_s)), ha="center", va="bottom",
+                    fontsize=8)
     ax.set_xticks(x, [v.trace for v in results], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("rollout time, s")
     ax.set_title(f"profile {profile.name}: median |error| {median_abs_error_pct:.1f}%", fontsize=10)
@@ -382,7 +274,8 @@ def validation_figure(results: list[Validation], profile: Profile, median_abs_er
 
 
 def save_validations(results: list[Validation], out: str | Path, profile: Profile) -> None:
-    """`out/validate.json` (every run's summary and details) and `out/validate.png` (measured vs predicted)."""
+    """`out/validate.json` (every run's summary and details) and `out/validate.png` (measured vs
+    predicted)."""
     out = Path(out)
     errs = [abs(v.error_pct) for v in results]
     doc = {"schema": SCHEMA, "profile": profile.name, "fitted_on": list(profile.fitted_on),
@@ -390,4 +283,5 @@ def save_validations(results: list[Validation], out: str | Path, profile: Profil
            "runs": [{**v.summary(), "trace": v.trace, "held_out": v.trace not in profile.fitted_on,
                      "details": v.details.to_dict()} for v in results]}
     write_json(out / "validate.json", doc)
-    save_figure(validation_figure(results, profile, doc["median_abs_error_pct"]), out / "validate.png")
+    save_figure(validation_figure(results, profile, doc["median_abs_error_pct"]),
+                out / "validate.png")

@@ -1,12 +1,13 @@
-"""Predict a whole `tlt train` run: every RL step's rollout, update and sync, against what it measured.
+"""Predict a whole `tlt train` run: every RL step's rollout, update and sync, against what it
+measured.
 
 `predict_run(trace, profile)` re-simulates the run (`sim.simulator.simulate`) from what was decided
 before it ran, never from what it measured:
 
-- the workload from the run's meta, as `workbench.validate.capture.trace_workload` builds it
+- the workload from the run's meta, as `workbench.validate.trace_inputs.trace_workload` builds it
   (engines, prompts x samples, the cap, `max_num_seqs`, the mean prompt length);
-- each RL step's own response lengths (`replay=`, `workbench.validate.capture.trace_replay`): the
-  lengths are the RL algorithm's output, the same whatever the speed, so they are an input here;
+- each RL step's own response lengths (`replay=`, `workbench.validate.trace_inputs.trace_replay`):
+  the lengths are the RL algorithm's output, the same whatever the speed, so they are an input here;
 - the policy as the run's meta records it, run by the simulator's own models, adaptive parts
   included: the bandit starts from the run's start table for its drafter (meta `start_tables`,
   `run_start_table`), a warm-started drafter starts at the profile's `warm_start_quality`, spot
@@ -46,7 +47,7 @@ from workbench.calibrate.runs import spot_wait
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Trace, TraceError, load_trace
-from workbench.validate.capture import trace_replay, trace_workload
+from workbench.validate.trace_inputs import trace_replay, trace_workload
 
 PHASES = ("rollout", "train", "sync", "other", "step")
 
@@ -58,7 +59,8 @@ class PhaseTimes:
     rollout_s: float
     train_s: float
     sync_s: float
-    other_s: float  # the step beyond rollout + update + sync (measured only; the simulator has none)
+    # the step beyond rollout + update + sync (measured only; the simulator has none)
+    other_s: float
     step_s: float
 
     def get(self, phase: str) -> float:
@@ -98,7 +100,8 @@ class RunPrediction:
     steps: list[RunStep]
     predicted: PhaseTimes  # means over steps
     measured: PhaseTimes
-    shards_match: float  # share of responses the simulator's shards put on the engine that served them
+    # share of responses the simulator's shards put on the engine that served them
+    shards_match: float
 
     @property
     def error_pct(self) -> float:
@@ -127,7 +130,8 @@ class RunPrediction:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.summary(), "profile": self.profile, "policy": self.policy, "shards_match": self.shards_match,
+        return {**self.summary(), "profile": self.profile, "policy": self.policy,
+                "shards_match": self.shards_match,
                 "steps": [_jsonable(asdict(s)) for s in self.steps]}
 
 
@@ -137,7 +141,8 @@ def _round(x: float) -> float | None:
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     """NaN is not JSON: None instead, recursively."""
-    return {k: _jsonable(v) if isinstance(v, dict) else (None if isinstance(v, float) and math.isnan(v) else v)
+    return {k: _jsonable(v) if isinstance(v, dict)
+            else (None if isinstance(v, float) and math.isnan(v) else v)
             for k, v in d.items()}
 
 
@@ -166,11 +171,16 @@ def measured_times(trace: Trace) -> tuple[list[PhaseTimes], dict[str, list[Any]]
                 for c, values in extra.items():
                     if c in by_step.columns:
                         values[i] = row[c] if c != "drafter_kind" else str(row[c])
-    # The wait for the spot trainers to stop is sync on both sides (the simulator's timeline puts it there).
-    wait = spot_wait(metrics.set_index("rl_step").reindex(rl["rl_step"].astype(int)).reset_index()) \
-        if metrics is not None else np.zeros(n)
+    # The wait for the spot trainers to stop is sync on both sides (the simulator's timeline puts it
+    # there).
+    if metrics is not None:
+        by_rl = metrics.set_index("rl_step").reindex(rl["rl_step"].astype(int)).reset_index()
+        wait = spot_wait(by_rl)
+    else:
+        wait = np.zeros(n)
     times = [PhaseTimes(float(r.rollout_s), float(r.train_s), float(r.sync_s) + wait[i],
-                        max(0.0, step_s[i] - float(r.rollout_s + r.train_s + r.sync_s) - wait[i]), step_s[i])
+                        max(0.0, step_s[i] - float(r.rollout_s + r.train_s + r.sync_s) - wait[i]),
+                        step_s[i])
              for i, r in enumerate(rl.itertuples())]
     return times, extra
 
@@ -184,12 +194,15 @@ def run_start_table(trace: Trace, policy: Policy) -> tuple[int, ...] | None:
     return tuple(int(k) for k in table)
 
 
-def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, seed: int = 0) -> RunPrediction:
-    """Re-simulate a `tlt train` run with `profile` (module docstring); `policy` replaces the one the
-    run's meta records (a what-if on the same responses)."""
+def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None,
+                seed: int = 0) -> RunPrediction:
+    """Re-simulate a `tlt train` run with `profile` (module docstring); `policy` replaces the one
+    the run's meta records (a what-if on the same responses)."""
     if trace.rl_steps.empty or float(trace.rl_steps["train_s"].sum()) <= 0:
-        raise TraceError(trace.path or trace.name, "rl_steps.parquet", "no RL step trained (a capture, not a run)",
-                         "give a `tlt train` run; `tlt validate TRACE_DIR` judges a capture's rollout")
+        raise TraceError(trace.path or trace.name, "rl_steps.parquet",
+                         "no RL step trained (a capture, not a run)",
+                         "give a `tlt train` run; `tlt validate TRACE_DIR` judges a capture's "
+                         "rollout")
     wl = trace_workload(trace, profile)
     pol = policy if policy is not None else run_policy(trace)
     if policy is None and (trace.meta.get("sd_probe") or {}).get("sd_off"):
@@ -211,11 +224,13 @@ def predict_run(trace: Trace, profile: Profile, policy: Policy | None = None, se
     rows = []
     for i, m in enumerate(sim.steps):
         pred = PhaseTimes(m.rollout_time_s, m.train_time_s, m.sync_time_s, 0.0, m.step_time_s)
-        rows.append(RunStep(m.rl_step, pred, measured[i], m.mean_accept_len, float(extra["mean_accept_len"][i]),
+        rows.append(RunStep(m.rl_step, pred, measured[i], m.mean_accept_len,
+                            float(extra["mean_accept_len"][i]),
                             m.drafter_kind, extra["drafter_kind"][i], m.drafter_trained_tokens,
                             float(extra["drafter_steps"][i])))
-    return RunPrediction(run_label(trace), profile.name, pol.name, is_in_sample(trace, profile), rows,
-                         mean_times([r.predicted for r in rows]), mean_times([r.measured for r in rows]), shards_match)
+    return RunPrediction(run_label(trace), profile.name, pol.name, is_in_sample(trace, profile),
+                         rows, mean_times([r.predicted for r in rows]),
+                         mean_times([r.measured for r in rows]), shards_match)
 
 
 def predict_run_dir(
@@ -223,6 +238,7 @@ def predict_run_dir(
 ) -> RunPrediction:
     """`predict_run` on a `tlt train --out` directory (its trace/ beside metrics.csv)."""
     if not is_run_dir(run_dir):
-        raise TraceError(run_dir, "<directory>", "not a run directory (needs metrics.csv and trace/)",
+        raise TraceError(run_dir, "<directory>",
+                         "not a run directory (needs metrics.csv and trace/)",
                          "give a directory `tlt train --out` wrote")
     return predict_run(load_trace(Path(run_dir) / TRACE_DIR), profile, policy, seed)

@@ -23,8 +23,9 @@ measures the drift. Here
   what not normalising gives).
 
 What runs the captures is injected (`capture_plan.Machine`): `VllmMachine` on the real engine, a
-synthetic one in the tests. `run_self_calibration` returns a `SelfCalibration`; `write_self_calibration`
-writes the profile, the report, the workload and the raw captures, each atomically.
+synthetic one in the tests. `run_self_calibration` returns a `SelfCalibration`;
+`write_self_calibration` writes the profile, the report, the workload and the raw captures, each
+atomically.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from workbench.calibrate.capture_plan import KINDS, CaptureSpec, Machine
-from workbench.calibrate.costs import predict_steps
+from workbench.calibrate.capture_plan import CaptureSpec, Machine
 from workbench.calibrate.drift import (
     DriftFactor,
     cpu_drift_factors,
@@ -48,15 +48,14 @@ from workbench.calibrate.drift import (
 )
 from workbench.calibrate.probe_drift import probe_factors, warp_to_profile
 from workbench.calibrate.report import Calibration, calibrate, trace_workload_spec
-from workbench.calibrate.trace_view import WARMUP_STEPS, step_frame
+from workbench.calibrate.trace_view import WARMUP_STEPS
 from workbench.contracts.fileio import jsonable, write_dir_atomic, write_json
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import save
 from workbench.contracts.trace import Trace, write_trace
 from workbench.validate.capture import step_cost_rollout, validate
-
-BUCKET_EDGES = (1, 2, 4, 8, 16, 32, 64)
+from workbench.validate.step_buckets import BucketRow, bucket_table
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,8 @@ class Progress:
     def line(self) -> str:
         eta = "?" if self.eta_s is None else f"{self.eta_s:.0f}s"
         left = self.total - self.done
-        return f"  [{self.done}/{self.total}] {self.message} ({self.elapsed_s:.0f}s elapsed, {left} left, ETA {eta})"
+        return (f"  [{self.done}/{self.total}] {self.message} "
+                f"({self.elapsed_s:.0f}s elapsed, {left} left, ETA {eta})")
 
 
 @dataclass(frozen=True)
@@ -98,25 +98,14 @@ class HeldoutResult:
     trace: str
     kind: DrafterKind
     error_pct: float  # normalised profile vs normalised capture
-    raw_error_pct: float  # profile fitted on the raw fit captures vs the raw capture (no normalisation)
-    errors_by_method: dict[str, float]  # each normalisation method's profile vs the capture normalised so
+    # profile fitted on the raw fit captures vs the raw capture (no normalisation)
+    raw_error_pct: float
+    # each normalisation method's profile vs the capture normalised so
+    errors_by_method: dict[str, float]
     predicted_rollout_s: float
     measured_rollout_s: float  # normalised
     raw_measured_rollout_s: float
     drift_factor: float
-
-
-@dataclass(frozen=True)
-class BucketRow:
-    """Mean step latency of one drafter kind in one batch bucket: measured vs the profile's."""
-
-    kind: DrafterKind
-    min_batch: int
-    max_batch: int
-    steps: int
-    measured_ms: float
-    predicted_ms: float
-    error_pct: float
 
 
 @dataclass(frozen=True)
@@ -158,33 +147,39 @@ class SelfCalibration:
         return jsonable({
             "profile": str(profile_path), "fit_error_pct": self.profile.fit_error_pct,
             "drift_method": self.method, "drift_window": self.window,
-            "heldout": [{"trace": h.trace, "error_pct": round(h.error_pct, 3), "raw_error_pct": round(h.raw_error_pct,
-                                                                                                      3),
-                         "error_pct_by_method": {m: round(e, 3) for m, e in h.errors_by_method.items()}}
+            "heldout": [{"trace": h.trace, "error_pct": round(h.error_pct, 3),
+                         "raw_error_pct": round(h.raw_error_pct, 3),
+                         "error_pct_by_method": {m: round(e, 3)
+                                                 for m, e in h.errors_by_method.items()}}
                         for h in self.heldout],
             "heldout_max_abs_error_pct": round(self.heldout_max_abs_error_pct, 3),
-            "heldout_max_abs_raw_error_pct": round(max((abs(h.raw_error_pct) for h in self.heldout), default=math.nan),
-                                                   3),
+            "heldout_max_abs_raw_error_pct": round(
+                max((abs(h.raw_error_pct) for h in self.heldout), default=math.nan), 3),
             "heldout_max_abs_error_pct_by_method": {
                 m: round(max(abs(h.errors_by_method[m]) for h in self.heldout), 3) for m in
                 (self.heldout[0].errors_by_method if self.heldout else {})},
             "drift_factor_range": [round(min(factors), 4), round(max(factors), 4)],
-            "tracking_correlation_by_method": {m: round(c, 3) for m, c in self.tracking.correlation_by_method.items()},
+            "tracking_correlation_by_method": {
+                m: round(c, 3) for m, c in self.tracking.correlation_by_method.items()},
             "captures": len(self.captures), "wall_s": round(self.wall_s, 1)})
 
     def report_section(self) -> dict:
         """The `self_calibration` section of PROFILE.calibration.json."""
         return jsonable({
-            "plan": [{**asdict(c.spec), "start_s": c.start_s, "wall_s": c.wall_s, "drift_factor": c.drift.factor}
+            "plan": [{**asdict(c.spec), "start_s": c.start_s, "wall_s": c.wall_s,
+                      "drift_factor": c.drift.factor}
                      for c in self.captures],
             "references": [asdict(r) for r in self.references],
             "drift": {"factors": [c.drift.factor for c in self.captures],
-                      "method": self.method, "window": self.window, "by_method": [c.factors for c in self.captures],
-                      "how": "times * median slowness / the capture's slowness (workbench/calibrate/drift.py)"},
+                      "method": self.method, "window": self.window,
+                      "by_method": [c.factors for c in self.captures],
+                      "how": "times * median slowness / the capture's slowness "
+                             "(workbench/calibrate/drift.py)"},
             "tracking": asdict(self.tracking),
             "heldout": [asdict(h) for h in self.heldout],
             "heldout_max_abs_error_pct": self.heldout_max_abs_error_pct,
-            "raw_fit_error_pct": self.raw_calibration.profile.fit_error_pct if self.raw_calibration else None,
+            "raw_fit_error_pct": (self.raw_calibration.profile.fit_error_pct
+                                  if self.raw_calibration else None),
             "buckets": [asdict(b) for b in self.buckets],
             "engine_starts_s": self.engine_starts_s, "wall_s": self.wall_s})
 
@@ -195,8 +190,8 @@ def _reference(machine: Machine, t_s: float, where: str) -> ReferencePoint:
     return ReferencePoint(t_s, wall, where, None if cpu is None else float(cpu()))
 
 
-def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequence[ReferencePoint],
-             window: int) -> dict[str, list[DriftFactor]]:
+def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]],
+             refs: Sequence[ReferencePoint], window: int) -> dict[str, list[DriftFactor]]:
     """Every method's drift factors the run can give (method "cpu" needs CPU times and shares); each
     capture's slowness from the `window` references nearest it on each side."""
     if window < 1:
@@ -205,7 +200,8 @@ def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequ
     wins = []
     for spec, *_ in done:
         i = at[f"after {spec.name}"]  # refs[i - 1] was measured just before the capture
-        # As many references on each side, so the capture stays in the middle (fewer at the run's ends).
+        # As many references on each side, so the capture stays in the middle (fewer at the run's
+        # ends).
         k = min(window, i, len(refs) - i)
         wins.append(refs[i - k:i + k])
     around = [[r.reference_s for r in w] for w in wins]
@@ -214,15 +210,18 @@ def _factors(done: Sequence[tuple[CaptureSpec, Trace, float, float]], refs: Sequ
     if probed is not None:
         out["probe"] = probed
     shares = [((t.meta.get("summary") or {}).get("cpu_share")) for _, t, _, _ in done]
-    if all(r.cpu_s for w in wins for r in w) and all(isinstance(x, (int, float)) and x > 0 for x in shares):
+    numeric = all(isinstance(x, (int, float)) and x > 0 for x in shares)
+    if all(r.cpu_s for w in wins for r in w) and numeric:
         out["cpu"] = cpu_drift_factors([[r.cpu_s for r in w] for w in wins], shares, around)
     return out
 
 
 def _run_plan(machine: Machine, plan: Sequence[CaptureSpec],
-              progress: Callable[[Progress], None]) -> tuple[list[tuple[CaptureSpec, Trace, float, float]],
+              progress: Callable[[Progress],
+                                 None]) -> tuple[list[tuple[CaptureSpec, Trace, float, float]],
                                                              list[ReferencePoint], list[float]]:
-    """Run every capture, the reference before and after each; engines restart when the kind changes."""
+    """Run every capture, the reference before and after each; engines restart when the kind
+    changes."""
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0  # noqa: E731
     done: list[tuple[CaptureSpec, Trace, float, float]] = []
@@ -242,22 +241,25 @@ def _run_plan(machine: Machine, plan: Sequence[CaptureSpec],
             kind = spec.kind
             refs.append(_reference(machine, clock(), f"engine {kind} started"))
         report(f"capturing {spec.name} ({spec.prompts}x{spec.samples}, cap {spec.cap}, "
-               f"max {spec.max_tokens} tokens, schedule {list(map(list, spec.schedule)) or 'no SD'})")
+               f"max {spec.max_tokens} tokens, schedule "
+               f"{list(map(list, spec.schedule)) or 'no SD'})")
         start = clock()
         trace = machine.capture(spec)
         wall = clock() - start
         refs.append(_reference(machine, clock(), f"after {spec.name}"))
         done.append((spec, trace, start, wall))
-        report(f"captured {spec.name} in {wall:.1f}s; reference {1e3 * refs[-1].reference_s:.1f} ms "
-               f"(before {1e3 * refs[-2].reference_s:.1f} ms)")
+        report(f"captured {spec.name} in {wall:.1f}s; reference {1e3 * refs[-1].reference_s:.1f} "
+               f"ms (before {1e3 * refs[-2].reference_s:.1f} ms)")
     return done, refs, starts
 
 
 def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Profile, name: str,
-                         captures_dir: str | Path, progress: Callable[[Progress], None] = lambda p: None,
+                         captures_dir: str | Path,
+                         progress: Callable[[Progress], None] = lambda p: None,
                          warmup_steps: int = WARMUP_STEPS, compare_raw: bool = True,
                          method: str = "auto", window: int = 2) -> SelfCalibration:
-    """Capture `plan` on `machine`, normalise drift, fit on the fit captures, validate on the held-out ones.
+    """Capture `plan` on `machine`, normalise drift, fit on the fit captures, validate on the
+    held-out ones.
 
     `captures_dir`: where the captures will be written (their trace names and paths; nothing is
     written here: `write_self_calibration` does). The machine is closed at the end, also on error.
@@ -283,32 +285,39 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
         f = by_method[method][i]
         t = with_factor(trace, f)
         t.path = Path(captures_dir) / spec.name
-        records.append(CaptureRecord(spec, t, f, {m: fs[i].factor for m, fs in by_method.items()}, start, wall))
+        records.append(CaptureRecord(spec, t, f, {m: fs[i].factor for m, fs in by_method.items()},
+                                     start, wall))
     progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0,
-                      f"fitting the profile on the fit captures (normalised: {', '.join(by_method)}; and raw)"))
+                      "fitting the profile on the fit captures (normalised: "
+                      f"{', '.join(by_method)}; and raw)"))
     fit = [c for c in records if c.spec.role == "fit"]
     norm, cals = {}, {}
     for m in by_method:
-        if m == "probe":  # calibrate() warps the fit captures by their probes, validate() the held-out ones
+        # calibrate() warps the fit captures by their probes, validate() the held-out ones
+        if m == "probe":
             norm[m] = {c.spec.name: c.trace for c in records}
         else:
-            norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]), path=c.trace.path) for c in records}
-        cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name, warmup_steps=warmup_steps)
+            norm[m] = {c.spec.name: replace(scale_trace(c.trace, c.factors[m]),
+                                            path=c.trace.path) for c in records}
+        cals[m] = calibrate([norm[m][c.spec.name] for c in fit], base, name=name,
+                            warmup_steps=warmup_steps)
     raw_cal = calibrate([c.trace for c in fit], base, name=f"{name}-raw", warmup_steps=warmup_steps,
                         by_probe=False) if compare_raw else None
-    progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0, "validating on the held-out captures"))
+    progress(Progress(len(done), len(plan), time.perf_counter() - t0, 0.0,
+                      "validating on the held-out captures"))
     heldout = [_heldout(c, {m: (cals[m].profile, norm[m][c.spec.name]) for m in cals}, method,
                         raw_cal.profile if raw_cal else cals[method].profile)
                for c in records if c.spec.role == "heldout"]
     cal = cals[method]
     at_speed = list(norm[method].values())
     if method == "probe":
-        at_speed = [(warp_to_profile(cal.profile.speed_probe_ms, t, cal.profile.speed_probe_exponent) or (t,))[0]
+        at_speed = [(warp_to_profile(cal.profile.speed_probe_ms, t,
+                                     cal.profile.speed_probe_exponent) or (t,))[0]
                     for t in at_speed]
     buckets = bucket_table(cal.profile, at_speed, warmup_steps=warmup_steps)
     tracking = reference_tracking(cal.profile, records)
-    return SelfCalibration(cal, raw_cal, records, refs, heldout, buckets, tracking, time.perf_counter() - t0, method,
-                           window, starts)
+    return SelfCalibration(cal, raw_cal, records, refs, heldout, buckets, tracking,
+                           time.perf_counter() - t0, method, window, starts)
 
 
 def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method: str,
@@ -317,26 +326,9 @@ def _heldout(c: CaptureRecord, fitted: dict[str, tuple[Profile, Trace]], method:
     vs = {m: validate(prof, t) for m, (prof, t) in fitted.items()}
     v, raw = vs[method], validate(raw_profile, c.trace)
     return HeldoutResult(c.spec.name, c.spec.kind, float(v.error_pct), float(raw.error_pct),
-                         {m: float(x.error_pct) for m, x in vs.items()}, float(v.predicted_rollout_s),
+                         {m: float(x.error_pct) for m, x in vs.items()},
+                         float(v.predicted_rollout_s),
                          float(v.measured_rollout_s), float(raw.measured_rollout_s), c.drift.factor)
-
-
-def bucket_table(profile: Profile, traces: Sequence[Trace], edges: Sequence[int] = BUCKET_EDGES,
-                 warmup_steps: int = WARMUP_STEPS) -> list[BucketRow]:
-    """Measured vs predicted mean step latency per drafter kind and batch bucket (decoding requests
-    in (edges[i-1], edges[i]]; the first bucket is 1 .. edges[0]), over the steps a fit would use."""
-    f = step_frame(traces, warmup_steps, target="cycle")
-    f = f[(f["why_dropped"] == "") & ~f["warmup"] & (f["B"] > 0)].copy()
-    f["pred"] = predict_steps(profile, f)
-    rows = []
-    lows = [1] + [e + 1 for e in edges[:-1]]
-    for kind in [k for k in KINDS if k in set(f["kind"])]:
-        for lo, hi in zip(lows, edges):
-            g = f[(f["kind"] == kind) & (f["B"] >= lo) & (f["B"] <= hi)]
-            if len(g):
-                m, p = float(g["y"].mean()), float(g["pred"].mean())
-                rows.append(BucketRow(kind, lo, hi, len(g), 1e3 * m, 1e3 * p, 100 * (p - m) / m))
-    return rows
 
 
 def reference_tracking(profile: Profile, records: Sequence[CaptureRecord]) -> Tracking:
@@ -361,8 +353,8 @@ def reference_tracking(profile: Profile, records: Sequence[CaptureRecord]) -> Tr
     return Tracking(ref, eng, corr(ref), by)
 
 
-def write_self_calibration(result: SelfCalibration, out: str | Path, base: Profile, captures_dir: str | Path,
-                           workload_out: str | Path | None) -> list[Path]:
+def write_self_calibration(result: SelfCalibration, out: str | Path, base: Profile,
+                           captures_dir: str | Path, workload_out: str | Path | None) -> list[Path]:
     """Write the raw captures (one directory, swapped in whole), the profile, the report (the fit's
     plus `self_calibration`) and the workload; returns the paths written."""
     out, captures_dir = Path(out), Path(captures_dir)
@@ -374,7 +366,8 @@ def write_self_calibration(result: SelfCalibration, out: str | Path, base: Profi
         if lengths is None:
             raise ValueError("--lengths-out: the fit captures did not support a length model")
         # The workload takes the largest fit shape (longest cap, then largest batch cap).
-        big = max((c for c in result.captures if c.spec.role == "fit"), key=lambda c: (c.spec.max_tokens, c.spec.cap))
+        big = max((c for c in result.captures if c.spec.role == "fit"),
+                  key=lambda c: (c.spec.max_tokens, c.spec.cap))
         wl = trace_workload_spec(big.trace, lengths, out, workload_out, result.profile.name)
 
     def fill(tmp: Path) -> None:

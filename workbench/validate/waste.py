@@ -1,4 +1,5 @@
-"""Where a rollout's worker-time goes, per RL step, from any timeline: the simulator's or a real run's trace.
+"""Where a rollout's worker-time goes, per RL step, from any timeline: the simulator's or a real
+run's trace.
 
 Two kinds of waste (docs/formats.md, "The rollout's worker-time"), and spot training beside them:
 
@@ -30,11 +31,14 @@ class StepWaste:
 
 
 def timeline_waste(timeline: pd.DataFrame) -> list[StepWaste]:
-    """Per RL step, in step order, over the workers with rows in the step; none for an empty timeline."""
-    return [StepWaste(int(rl_step), rollout_split(rows)) for rl_step, rows in timeline.groupby("rl_step", sort=True)]
+    """Per RL step, in step order, over the workers with rows in the step; none for an empty
+    timeline."""
+    return [StepWaste(int(rl_step), rollout_split(rows))
+            for rl_step, rows in timeline.groupby("rl_step", sort=True)]
 
 
 def waste_frame(steps: list[StepWaste]) -> pd.DataFrame:
-    """One row per step: `rl_step`, then the RolloutSplit fields (empty with those columns for no steps)."""
+    """One row per step: `rl_step`, then the RolloutSplit fields (empty with those columns for no
+    steps)."""
     cols = ["rl_step", *(f.name for f in fields(RolloutSplit))]
     return pd.DataFrame([{"rl_step": s.rl_step, **asdict(s.split)} for s in steps], columns=cols)
