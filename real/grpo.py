@@ -66,7 +66,8 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     pack: bool = True  # packed, padding-free forwards (real/packing.py); False: right-padded ones
-    micro_tokens: int = 16384  # packed: tokens per forward (memory only; the optimisation is the same)
+    # packed: tokens per forward (memory only; the optimisation is the same)
+    micro_tokens: int = 16384
     # padded: sequences per forward, gradients accumulating over a minibatch's (veRL's micro-batch
     # per GPU; memory only); 0: the whole minibatch in one forward
     micro_batch: int = 0
@@ -128,8 +129,9 @@ def padded_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Seque
     ids, mask = pad_right(seqs)
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
-    # Not real.drafter.eagle.target_hidden_states: that one is no-grad only and keeps a KV cache. The
-    # hidden state is hidden_states[-1] as there: the final-norm output, equal to last_hidden_state.
+    # Not real.drafter.eagle.target_hidden_states: that one is no-grad only and keeps a KV cache.
+    # The hidden state is hidden_states[-1] as there: the final-norm output, equal to
+    # last_hidden_state.
     out = model(input_ids=ids, attention_mask=mask.long(), output_hidden_states=hidden, use_cache=False)
     logits = out.logits[:, :-1].float()
     # log_softmax gathered without materialising a second [B, T, V] tensor (vocabularies are large).

@@ -66,7 +66,8 @@ def _register() -> None:
 
 @contextmanager
 def attention(model, implementation: str):
-    """The model's attention set to `implementation` for the block (its config is shared by all layers)."""
+    """The model's attention set to `implementation` for the block (its config is shared by all
+    layers)."""
     old = model.config._attn_implementation
     model.config._attn_implementation = implementation
     try:
@@ -82,7 +83,8 @@ class PackedRow:
     input_ids: torch.Tensor  # [1, T]
     position_ids: torch.Tensor  # [1, T], restarting at 0 for each sequence
     spans: list[tuple[int, int]]  # [start, end) of each sequence in the row
-    predict_at: torch.Tensor  # [R]: positions whose next token is a response token, sequence by sequence
+    # [R]: positions whose next token is a response token, sequence by sequence
+    predict_at: torch.Tensor
     targets: torch.Tensor  # [R]: those response tokens
     response_lens: list[int]  # per sequence; they sum to R
 

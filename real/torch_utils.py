@@ -52,7 +52,8 @@ def train_device(name: str) -> Any:
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
         raise ValueError(f"--device cuda: torch {torch.__version__} ({build}) sees no CUDA device on this machine; "
                          "run with --device cpu, or on a machine with a GPU and the project's 'gpu' extra")
-    # Deterministic algorithms (torch_settings) need cuBLAS's fixed workspace, set before its first use.
+    # Deterministic algorithms (torch_settings) need cuBLAS's fixed workspace, set before its first
+    # use.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     return torch.device("cuda")
 

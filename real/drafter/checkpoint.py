@@ -1,4 +1,5 @@
-"""EAGLE drafter checkpoints: a directory vLLM loads as the drafter, and `load_drafter` to train it further.
+"""EAGLE drafter checkpoints: a directory vLLM loads as the drafter, and `load_drafter` to train it
+further.
 
 The checkpoint (`save_drafter`) is a directory with `config.json` (a `LlamaConfig`,
 `architectures: ["EagleLlamaForCausalLM"]`, one layer, the target's sizes), `model.safetensors`

@@ -177,7 +177,8 @@ class DecoderLayer(nn.Module):
 
 
 class EagleDrafter(nn.Module):
-    """One decoder layer on `fc(concat(embedding, target hidden))`; the target's embedding and LM head."""
+    """One decoder layer on `fc(concat(embedding, target hidden))`; the target's embedding and LM
+    head."""
 
     SHARED = ("embed_tokens", "lm_head")
 

@@ -218,7 +218,8 @@ class SpotTrainer:
 
     def static_drafter(self, state: dict[str, torch.Tensor]) -> EagleDrafter:
         """A drafter with the weights `state` on this trainer's current target (its embedding and LM
-        head, as vLLM shares the reloaded target's): e.g. the run's initial drafter, never trained."""
+        head, as vLLM shares the reloaded target's): e.g. the run's initial drafter, never
+        trained."""
         drafter = EagleDrafter.from_target(self.target)
         drafter.load_drafter_state_dict(state)
         return drafter.eval()
@@ -242,7 +243,8 @@ class SpotTrainer:
                     if d != int(ref[t + j]):
                         break
                     count += 1
-                    # as in _chain_accepts: the next reference holds only if the record went on with d
+                    # as in _chain_accepts: the next reference holds only if the record went on with
+                    # d
                     if j < k and tokens[t + j + 1] != d:
                         break
                 counts.append(count)
@@ -251,14 +253,16 @@ class SpotTrainer:
 
     def _chain_starts(self, records: Sequence[HiddenRecord], k: int, max_starts: int):
         """Per record long enough for a chain of `k`: its ids, hidden states, the target's greedy
-        token after each position (`lm_head(hidden)`) and up to `max_starts` evenly spaced starts."""
+        token after each position (`lm_head(hidden)`) and up to `max_starts` evenly spaced
+        starts."""
         if k < 1:
             raise ValueError(f"k must be at least 1, not {k}")
         out = []
         for r in records:
             ids = torch.as_tensor(r.token_ids, dtype=torch.long)
             hidden = r.hidden.to(torch.float32)
-            last = len(ids) - 1 - k  # the chain at start t is judged against lm_head(hidden[t+1..t+k])
+            # the chain at start t is judged against lm_head(hidden[t+1..t+k])
+            last = len(ids) - 1 - k
             if last < 0:
                 continue
             starts = torch.linspace(0, last, min(max_starts, last + 1)).round().long().unique()
@@ -277,7 +281,8 @@ class SpotTrainer:
             alive &= d == ref[starts + j]
             count += alive.long()
             if j < k:
-                # the next reference, lm_head(hidden[t+j+1]), holds only if the record went on with d
+                # the next reference, lm_head(hidden[t+j+1]), holds only if the record went on with
+                # d
                 alive &= ids[starts + j + 1] == d
         return count
 
@@ -307,7 +312,8 @@ def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor,
     ctx_mask = (span[None, :] <= starts[:, None])[:, None, None, :]  # [S, 1, 1, T]
     keys, vals = [], []
     for j in range(2, k + 1):
-        xs = drafter.fc(torch.cat((drafter.embed_tokens(d).to(g.dtype), g), dim=-1))[:, None]  # [S, 1, H]
+        # [S, 1, H]
+        xs = drafter.fc(torch.cat((drafter.embed_tokens(d).to(g.dtype), g), dim=-1))[:, None]
         qs, ks, vs = _qkv(attn, xs, (starts + j - 1)[:, None])  # [S, heads, 1, hd]
         keys.append(ks)
         vals.append(vs)

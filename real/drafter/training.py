@@ -165,7 +165,8 @@ def train_drafter(target: str | Path | nn.Module, sequences: Sequence[Sequence[i
                   lr: float = 1e-3, seed: int = 0, drafter: EagleDrafter | None = None,
                   config: DrafterTrainConfig | None = None, log: Callable[[str], None] | None = print,
                   log_every: int = 50) -> EagleDrafter:
-    """Train an EAGLE drafter on the target's hidden states over `sequences` (prompt + response ids).
+    """Train an EAGLE drafter on the target's hidden states over `sequences` (prompt + response
+    ids).
 
     Deterministic for a seed (weights, batches, noise). Prints progress every `log_every` steps
     when `log` is given. The drafter's training history is left in `drafter.train_log`.
@@ -295,7 +296,8 @@ def train_from_target(model_dir: str | Path, out_dir: str | Path, steps: int = 3
                       mix: str = "default", temperature: float = 1.0,
                       log: Callable[[str], None] | None = print, device: str = "cpu") -> Path:
     """`tlt drafter train`: sample the target on task prompts (real.tiny.task), train a drafter on
-    the rollouts' hidden states, save it atomically. `device`: where the drafter trains (cpu or cuda)."""
+    the rollouts' hidden states, save it atomically. `device`: where the drafter trains (cpu or
+    cuda)."""
     train_device(device)  # refused before any rollout
     prompt_list = [p.prompt for p in task.make_problems(prompts, seed, mix)]
     if log:

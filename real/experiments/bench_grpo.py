@@ -43,7 +43,8 @@ class GrpoBench:
     tokens: int = 0  # real tokens of the batch, prompts included
     response_tokens: list[int] = field(default_factory=list)
     padded_tokens: int = 0  # what one padded pass over the batch computes, padding included
-    loss_diff: float = float("nan")  # |packed - padded| loss of the first minibatch, before any update
+    # |packed - padded| loss of the first minibatch, before any update
+    loss_diff: float = float("nan")
     grad_diff: float = float("nan")  # the largest |packed - padded| gradient entry there
     packed_s: list[float] = field(default_factory=list)
     padded_s: list[float] = field(default_factory=list)

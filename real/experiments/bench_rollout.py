@@ -48,7 +48,8 @@ class RolloutBench:
     draft_len: int
     repeats: int
     seed: int
-    results: dict[str, dict[int, BenchEntry]] = field(default_factory=dict)  # method -> batch -> entry
+    # method -> batch -> entry
+    results: dict[str, dict[int, BenchEntry]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k != "results"}
@@ -94,7 +95,8 @@ def _bench_method(method: DrafterKind, engine: RolloutEngine, prompts: list[str]
                   log: Callable[[str], None] | None) -> None:
     greedy = Sampling(temperature=0.0, max_tokens=report.max_tokens, ignore_eos=True)
     max_b = report.batches[-1]
-    engine.generate(prompts[:max_b], 1, Sampling(temperature=0.0, max_tokens=16, ignore_eos=True))  # warm-up
+    # warm-up
+    engine.generate(prompts[:max_b], 1, Sampling(temperature=0.0, max_tokens=16, ignore_eos=True))
     report.results[method] = {}
     for b in report.batches:
         best, outs, counters = _best_run(engine, prompts[:b], greedy, report.repeats)

@@ -113,7 +113,8 @@ class BucketRow:
     tlt_rate: float
     speedup: float  # tlt_rate / baseline_rate
     tlt_draft_lens: str  # the draft lengths the TLT engines verified there, by share of steps
-    best_draft_len: int = -1  # the draft length that decoded fastest there (at least MIN_ARM_STEPS steps; -1: none)
+    # the draft length that decoded fastest there (at least MIN_ARM_STEPS steps; -1: none)
+    best_draft_len: int = -1
     best_speedup: float = math.nan  # its rate over the baseline's
 
 
@@ -194,7 +195,8 @@ def summarize(steps: dict[str, list[StepRecord]]) -> tuple[str, dict[str, Policy
 
 
 def _init_ray(configs: list[RunConfig]) -> None:
-    """A local Ray with a slot per worker of every run (all stay alive at once), unless one is up."""
+    """A local Ray with a slot per worker of every run (all stay alive at once), unless one is
+    up."""
     import ray
 
     if not ray.is_initialized() and not any(c.address for c in configs):

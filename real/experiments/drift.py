@@ -98,7 +98,8 @@ class _DriftLoop:
 
     def sample(self, problems: list[task.Problem], n: int, sample_seed: int,
                temperature: float = 1.0) -> tuple[list[list[int]], list[ScoredResponse]]:
-        """n responses per problem from the current policy: the sequences and the scored responses."""
+        """n responses per problem from the current policy: the sequences and the scored
+        responses."""
         texts = [p.prompt for p in problems for _ in range(n)]
         responses = generate_responses(self.policy, self.tok, texts, self.cfg.max_tokens, batch_size=len(texts),
                                        temperature=temperature, seed=sample_seed, keep_eos=True)

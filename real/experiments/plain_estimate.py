@@ -1,4 +1,5 @@
-"""The SD guard's plain engine, checked: what a plain engine's steps cost, and how well they are priced.
+r"""The SD guard's plain engine, checked: what a plain engine's steps cost, and how well they are
+priced.
 
 Why the guard measures a plain engine at all (real/run/sd_pricing.py): an EAGLE engine held at K=0
 is not plain decoding (the drafter's first pass still runs), so its K=0 steps, net of the drafting
@@ -8,9 +9,11 @@ alternately (`--rounds` of each, engines restarted in this process, so drifts of
 hit both), and prints per batch size the median step time of each, that estimate, and the
 estimate over the plain engine's time (1.0: exact; above: the K=0 steps are slower):
 
-    python -m real.experiments.plain_estimate --model traces/reference/model --drafter traces/reference/drafter
+    python -m real.experiments.plain_estimate --model traces/reference/model \
+        --drafter traces/reference/drafter
 
-The last line is JSON: per batch size `plain_ms`, `eagle_k0_ms`, `estimate_ms`, `estimate_over_plain`.
+The last line is JSON: per batch size `plain_ms`, `eagle_k0_ms`, `estimate_ms`,
+`estimate_over_plain`.
 
 `--check-guard` checks the guard's own plain engine instead: on one plain engine, per round, the
 measurement a worker makes at start-up (real/run/sd_pricing.py `plain_requests`) and then a sampled

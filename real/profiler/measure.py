@@ -66,7 +66,8 @@ class Rank:
 
 @dataclass
 class StepFns:
-    """The callables one target point times: a chain of `copies` layers, the head, the whole model."""
+    """The callables one target point times: a chain of `copies` layers, the head, the whole
+    model."""
 
     chain: Callable[[], torch.Tensor]
     head: Callable[[], torch.Tensor]
@@ -209,7 +210,8 @@ def check_whole(rank: Rank, timer: Timer, p: Point, mode: str, rounds: int, cach
 
 
 def cache_bytes(device: torch.device) -> int:
-    """The device's last-level cache: the GPU's L2, or the CPU's largest cache (32 MiB if unknown)."""
+    """The device's last-level cache: the GPU's L2, or the CPU's largest cache (32 MiB if
+    unknown)."""
     if device.type == "cuda":
         return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20))
     sizes = []
@@ -258,7 +260,8 @@ def meta(st: Settings, device: torch.device, grid: Grid, llc: int, clock: str,
 
 
 def jobs(grid: Grid, modes: tuple[str, ...], check: bool) -> tuple[list[tuple[str, Point, str]], list[Point]]:
-    """(what, point, mode) of the inference points, then the whole-model checks; and the training points."""
+    """(what, point, mode) of the inference points, then the whole-model checks; and the training
+    points."""
     pts = points(grid)
     infer = [p for p in pts if p.op in ("decode", "verify", "drafter", "prefill")]
     out = [("drafter" if p.op == "drafter" else "target", p, m)
@@ -277,7 +280,8 @@ def fastest_pass(rows: list[Row]) -> Row:
 
 def measure_infer(rank: Rank, timer: Timer, st: Settings, todo: list, llc: int, say: Progress, total: int) -> list[Row]:
     """The inference points in `st.passes` interleaved passes (a busy machine's slow spells then
-    hit one pass of a point, not all: each point keeps its fastest pass), then the whole-model checks."""
+    hit one pass of a point, not all: each point keeps its fastest pass), then the whole-model
+    checks."""
     per_job: dict[int, list[Row]] = {}
     targets = [(i, job) for i, job in enumerate(todo) if job[0] != "whole"]
     for k in range(st.passes):
@@ -315,7 +319,8 @@ def measure(st: Settings, grid: Grid | None = None, progress: Progress | None = 
     try:
         return _measure(st, grid, device, progress or (lambda i, n, line: None), ops, modes)
     finally:
-        torch.set_num_threads(threads)  # a caller in the same process (the test suite) keeps its own
+        # a caller in the same process (the test suite) keeps its own
+        torch.set_num_threads(threads)
 
 
 def _measure(st: Settings, grid: Grid, device: torch.device, say: Progress, ops: tuple[str, ...] | None,
@@ -335,7 +340,8 @@ def _measure(st: Settings, grid: Grid, device: torch.device, say: Progress, ops:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     if train:
-        train_rank = Rank(shard(st.arch, 1), device, dtype)  # training is data-parallel: whole layers
+        # training is data-parallel: whole layers
+        train_rank = Rank(shard(st.arch, 1), device, dtype)
     for p in train:
         rows.append(measure_training(train_rank, timer, p))
         say(len(rows), total, f"{p.label()}: {1e6 * rows[-1].step_s / (p.batch * p.tokens):.2f} us per token")

@@ -48,13 +48,15 @@ class KVCache:
 
 
 class DecoderLayer(nn.Module):
-    """One TP rank's decoder layer (the all-reduces after `o` and `down` are Shard.collectives_s)."""
+    """One TP rank's decoder layer (the all-reduces after `o` and `down` are
+    Shard.collectives_s)."""
 
     def __init__(self, s: Shard, input_norm: bool = True):
         super().__init__()
         h, d = s.hidden, s.head_dim
         self.heads, self.kv_heads, self.head_dim = s.heads, s.kv_heads, d
-        self.norm1 = nn.Parameter(torch.ones(h)) if input_norm else None  # EAGLE's layer has no input norm
+        # EAGLE's layer has no input norm
+        self.norm1 = nn.Parameter(torch.ones(h)) if input_norm else None
         self.qkv = nn.Linear(h, (s.heads + 2 * s.kv_heads) * d, bias=s.arch.qkv_bias)
         self.o = nn.Linear(s.heads * d, h, bias=False)
         self.norm2 = nn.Parameter(torch.ones(h))

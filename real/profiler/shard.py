@@ -28,7 +28,8 @@ NVLINK_BUS_BYTES_PER_S = 360e9
 
 @dataclass(frozen=True)
 class Link:
-    """The interconnect between the TP ranks: ring-algorithm costs from a latency and a bus bandwidth."""
+    """The interconnect between the TP ranks: ring-algorithm costs from a latency and a bus
+    bandwidth."""
 
     latency_s: float = ALLREDUCE_LATENCY_S
     bus_bytes_per_s: float = NVLINK_BUS_BYTES_PER_S
@@ -51,7 +52,8 @@ class Shard:
     heads: int  # query heads on this rank
     kv_heads: int  # KV heads on this rank
     intermediate: int  # MLP intermediate size on this rank
-    vocab: int  # embedding and LM-head rows on this rank (the vocabulary padded to a multiple of tp)
+    # embedding and LM-head rows on this rank (the vocabulary padded to a multiple of tp)
+    vocab: int
 
     @property
     def hidden(self) -> int:
@@ -63,7 +65,8 @@ class Shard:
 
     @property
     def layer_params(self) -> int:
-        """One decoder layer on this rank: q, k, v (with their biases), o, the gated MLP, two norms."""
+        """One decoder layer on this rank: q, k, v (with their biases), o, the gated MLP, two
+        norms."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         bias = (q + 2 * kv) if self.arch.qkv_bias else 0
         attention = self.hidden * (q + 2 * kv) + bias + q * self.hidden

@@ -45,7 +45,8 @@ class Row:
     p10_s: float  # 10th and 90th percentile of the layer timing's runs
     p90_s: float
     runs: int
-    whole_s: float = math.nan  # op "whole": the whole model's forward measured as one, to check step_s
+    # op "whole": the whole model's forward measured as one, to check step_s
+    whole_s: float = math.nan
 
 
 COLUMNS = tuple(f.name for f in fields(Row))

@@ -48,9 +48,9 @@ def step_reward(row: EngineStepRow) -> StepReward:
 
 
 class BanditController:
-    """Chooses each bucket's draft length with the policy's Bandit; pass it to `RolloutEngine.run_steps`.
-    `start`: the draft length each schedule row starts at (`climb`'s start, and every bandit's
-    table before its first choice; the schedule's by default)."""
+    """Chooses each bucket's draft length with the policy's Bandit; pass it to
+    `RolloutEngine.run_steps`. `start`: the draft length each schedule row starts at (`climb`'s
+    start, and every bandit's table before its first choice; the schedule's by default)."""
 
     def __init__(self, engine: Any, policy: Policy | None = None, seed: int = 0, start: Sequence[int] | None = None,
                  bandit: Bandit | None = None):
@@ -152,7 +152,8 @@ class BanditController:
     # ------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """The bandit's state, the buckets' draft lengths and their open choices (JSON-serialisable)."""
+        """The bandit's state, the buckets' draft lengths and their open choices
+        (JSON-serialisable)."""
         return {"bandit": self.bandit.state_dict(), "steps": self.steps, "learnt": self.learnt,
                 "k": [[b, k] for b, k in sorted(self.k.items())],
                 "since": [[b, n] for b, n in sorted(self.since.items())],

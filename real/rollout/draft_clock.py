@@ -1,4 +1,5 @@
-"""Seconds a vLLM engine's model runner spends drafting, per engine step (`EngineStepRow.draft_s`)."""
+"""Seconds a vLLM engine's model runner spends drafting, per engine step
+(`EngineStepRow.draft_s`)."""
 
 from __future__ import annotations
 

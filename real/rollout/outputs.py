@@ -81,8 +81,8 @@ def take_outputs(outs: Sequence[Any], tracked: dict[str, Tracked], alias: dict[s
 
 
 def step_row(ss: Any, ctx: list[int], n_decoding: int, new_tokens: int, **where: Any) -> EngineStepRow:
-    """The row of one engine step from vLLM's scheduler stats `ss`; `where`: rl_step, worker, engine_step,
-    start_s, wall_s and finished."""
+    """The row of one engine step from vLLM's scheduler stats `ss`; `where`: rl_step, worker,
+    engine_step, start_s, wall_s and finished."""
     d = getattr(ss, "iteration_details", None)
     sd = getattr(ss, "spec_decoding_stats", None)
     if d is not None:

@@ -76,10 +76,13 @@ def group_requests(prompts: Sequence[str | Sequence[int]], samples: int, samplin
 class EngineStepRow(StepRow):
     """One engine step as `run_steps` records it: the trace's columns, then four of the engine's."""
 
-    exec_s: float = math.nan  # vLLM's own model-execution time for the step (iteration_details.elapsed_ms)
+    # vLLM's own model-execution time for the step (iteration_details.elapsed_ms)
+    exec_s: float = math.nan
     finished: int = 0  # requests finished so far
-    chosen_k: int | None = None  # the draft length a StepController gave the step's batch (None: no controller)
-    draft_s: float = math.nan  # seconds the step spent drafting (NaN: not timed; real/rollout/draft_clock.py)
+    # the draft length a StepController gave the step's batch (None: no controller)
+    chosen_k: int | None = None
+    # seconds the step spent drafting (NaN: not timed; real/rollout/draft_clock.py)
+    draft_s: float = math.nan
 
 
 @dataclass
@@ -110,7 +113,8 @@ class SpeedProbe(Protocol):
 
 
 class StepController(Protocol):
-    """Called by `RolloutEngine.run_steps` around each engine step (real/rollout/adaptive.py has one)."""
+    """Called by `RolloutEngine.run_steps` around each engine step (real/rollout/adaptive.py has
+    one)."""
 
     def before_step(self, batch_size: int) -> None: ...
 

@@ -67,7 +67,8 @@ def dynamic_schedule(policy: Policy, max_num_seqs: int) -> list[tuple[int, int, 
 
 def adaptive_draft_cap(policy: Policy) -> int:
     """The largest draft length an adaptive engine may be asked for: the largest arm the policy's
-    bandit may pick (a `fixed` bandit picks none: the schedule's), at least the schedule's largest."""
+    bandit may pick (a `fixed` bandit picks none: the schedule's), at least the schedule's
+    largest."""
     k = max((row.draft_len for row in policy.schedule), default=0)
     if policy.bandit.algorithm != "fixed":
         k = max(k, *policy.bandit.arms)
@@ -75,7 +76,8 @@ def adaptive_draft_cap(policy: Policy) -> int:
 
 
 def refuse_trees(policy: Policy) -> None:
-    """vLLM drafts chains: a tree strategy (top-k > 1, SGLang/FastRL's EAGLE trees) is simulator-only."""
+    """vLLM drafts chains: a tree strategy (top-k > 1, SGLang/FastRL's EAGLE trees) is
+    simulator-only."""
     for i, row in enumerate(policy.schedule):
         if not row.strategy.is_chain:
             raise EngineConfigError(
@@ -99,7 +101,8 @@ def refuse_unrunnable(policy: Policy) -> None:
     """Everything in `policy` that `tlt train` cannot run (the simulator runs all of it), refused
     naming the field and the fix: `refuse_undraftable`, and rollout modes other than sync (the
     real backend rolls out every response of a step to the end, then trains on it). A single
-    engine's rollout (`tlt capture`) has no mode, so `speculative_config` checks only the drafting."""
+    engine's rollout (`tlt capture`) has no mode, so `speculative_config` checks only the
+    drafting."""
     refuse_undraftable(policy)
     rollout = policy.rollout
     if rollout.stream:
@@ -114,7 +117,8 @@ def refuse_unrunnable(policy: Policy) -> None:
 
 
 def eagle_checkpoint(policy: Policy, drafter_dir: str | Path | None) -> Path:
-    """The EAGLE drafter directory an eagle policy needs, checked (the engine and `tlt export` alike)."""
+    """The EAGLE drafter directory an eagle policy needs, checked (the engine and `tlt export`
+    alike)."""
     if drafter_dir is None:
         raise EngineConfigError(
             f"policy '{policy.name}' uses an EAGLE drafter: give its checkpoint directory with "

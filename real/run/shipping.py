@@ -42,7 +42,8 @@ class LocalDirs:
         self.count = 0
 
     def local(self, item: str | DirBundle | None) -> str | None:
-        """A path for `item`: a path as given, a bundle written out (a fresh directory each time)."""
+        """A path for `item`: a path as given, a bundle written out (a fresh directory each
+        time)."""
         if item is None or isinstance(item, str):
             return item
         self.count += 1

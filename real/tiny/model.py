@@ -1,4 +1,5 @@
-"""Our own tiny reasoning model: a small Qwen2, trained (SFT) on `real.tiny.task` in minutes on a CPU.
+"""Our own tiny reasoning model: a small Qwen2, trained (SFT) on `real.tiny.task` in minutes on a
+CPU.
 
 No weights can be downloaded here, so the real backend runs on a model the project builds
 itself: `init_model(out_dir, seed)` (the CLI: `tlt model init --out DIR --seed S`) makes a

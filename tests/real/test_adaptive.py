@@ -1,4 +1,5 @@
-"""Draft lengths changed between engine steps (RolloutEngine(adaptive=True), real/rollout/adaptive.py).
+"""Draft lengths changed between engine steps (RolloutEngine(adaptive=True),
+real/rollout/adaptive.py).
 
 The vLLM tests share ONE adaptive engine (module-scoped) on the shipped reference model and
 drafter (traces/reference/); they are skipped, with the reason, where vLLM or those files are
@@ -99,7 +100,8 @@ def test_controller_chooses_per_bucket_every_interval_and_learns_per_stint():
     # Starts from the policy's schedule, cut at the threshold, SD off above it.
     assert eng.tables == [[(1, 4, 4), (5, 12, 2), (13, 16, 0)]]
     rows = _drive(ctl, [8] * 7 + [3] * 2 + [14] * 2, tokens_per_s=100.0)
-    # Bucket 1 (5-12): choices at its steps 0, 3 and 6; bucket 0 (1-4) at its first step; none above 12.
+    # Bucket 1 (5-12): choices at its steps 0, 3 and 6; bucket 0 (1-4) at its first step; none above
+    # 12.
     assert [(s, b) for s, b, _ in ctl.decisions] == [(0, 1), (3, 1), (6, 1), (7, 0)]
     # BEG tries its arms in order first; each choice rewrites that bucket's row only.
     assert [k for *_, k in ctl.decisions] == [0, 1, 2, 0]
@@ -108,7 +110,8 @@ def test_controller_chooses_per_bucket_every_interval_and_learns_per_stint():
     # One update per finished stint (arms 0 and 1 of bucket 1), with the stint's tokens per second.
     assert ctl.bandit.counts == {(1, 0): 1, (1, 1): 1}
     assert ctl.bandit.recent[(1, 1)][0] == pytest.approx(100.0)
-    # The open choices (bucket 1's third, bucket 0's first) are learnt once they have run the interval.
+    # The open choices (bucket 1's third, bucket 0's first) are learnt once they have run the
+    # interval.
     assert {b: (ctl.k[b], n) for b, n in ctl.since.items()} == {1: (2, 1), 0: (0, 2)}
     _drive(ctl, [3, 3, 8, 8, 8], tokens_per_s=100.0)
     assert ctl.bandit.counts == {(1, 0): 1, (1, 1): 1, (1, 2): 1, (0, 0): 1}
@@ -118,7 +121,8 @@ def test_controller_chooses_per_bucket_every_interval_and_learns_per_stint():
 def test_controller_counts_a_step_for_the_bucket_it_scheduled_and_resumes_from_a_checkpoint():
     pol = _policy(interval=2)
     ctl = BanditController(_FakeEngine(pol), seed=3)
-    ctl.before_step(8)  # predicted bucket 1, but the step scheduled 3 requests (bucket 0, never chosen)
+    # predicted bucket 1, but the step scheduled 3 requests (bucket 0, never chosen)
+    ctl.before_step(8)
     ctl.after_step(row := _row(3, 3, 0.01))
     assert row.chosen_k == 4 and ctl.since == {1: 0}
     _drive(ctl, [8, 3, 8, 8, 3, 3, 8], tokens_per_s=50.0)
@@ -192,12 +196,14 @@ def test_set_draft_lengths_between_steps_changes_the_k_vllm_runs(engine, task_pr
         engine.set_draft_lengths([(1, 16, 5)])
     with pytest.raises(EngineConfigError, match="overlaps"):
         engine.set_draft_lengths([(1, 8, 2), (8, 16, 1)])
-    assert engine.current_draft_lengths() == [(1, 4, 2), (5, 8, 0), (9, 16, 1)]  # a refused table changes nothing
+    # a refused table changes nothing
+    assert engine.current_draft_lengths() == [(1, 4, 2), (5, 8, 0), (9, 16, 1)]
 
 
 @pytest.fixture(scope="module")
 def bandit_run(engine, task_prompts):
-    """Greedy responses with SD off (the reference), then the same requests under a BanditController."""
+    """Greedy responses with SD off (the reference), then the same requests under a
+    BanditController."""
     prompts = task_prompts(12, 7)
     greedy = Sampling(temperature=0.0, max_tokens=160)
     engine.set_draft_lengths([(1, MAX_NUM_SEQS, 0)])  # no SD

@@ -1,6 +1,6 @@
-"""real/experiments/bench_training.py's report, from hand-made trace tables and step records (no vLLM, no Ray):
-where the baseline's decoding time goes per batch bucket, how fast each run decodes there, the
-rollout's share of the step, and the response-length shape."""
+"""real/experiments/bench_training.py's report, from hand-made trace tables and step records (no
+vLLM, no Ray): where the baseline's decoding time goes per batch bucket, how fast each run decodes
+there, the rollout's share of the step, and the response-length shape."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from real.run.records import StepRecord
 
 
 def _steps(rows) -> pd.DataFrame:
-    """Engine steps of (batch, decode requests, new tokens, wall seconds, draft length, prefills)."""
+    """Engine steps of (batch, decode requests, new tokens, wall seconds, draft length,
+    prefills)."""
     return pd.DataFrame([dict(batch_size=b, decode_requests=d, new_tokens=n, wall_s=w, draft_len=k, prefill_requests=p)
                          for b, d, n, w, k, p in rows])
 
@@ -34,7 +35,8 @@ def test_bucket_rows_compare_tokens_per_sequence_per_second_and_leave_prefill_ou
     rows = {r.bucket: r for r in bucket_rows(base, tlt)}
     assert set(rows) == {"1", "5-8"}
     one = rows["1"]
-    assert one.baseline_time_share == pytest.approx(0.02 / 0.04)  # the prefill step's 0.5 s is no decoding
+    # the prefill step's 0.5 s is no decoding
+    assert one.baseline_time_share == pytest.approx(0.02 / 0.04)
     assert one.baseline_rate == pytest.approx(2 / 0.02) and one.tlt_rate == pytest.approx(4 / 0.022)
     assert one.speedup == pytest.approx(one.tlt_rate / one.baseline_rate)
     assert one.tlt_draft_lens == "K4:100%"
@@ -44,7 +46,8 @@ def test_bucket_rows_compare_tokens_per_sequence_per_second_and_leave_prefill_ou
 def test_the_fastest_draft_length_per_bucket_and_the_whole_decode_speedup():
     from real.experiments.bench_training import MIN_ARM_STEPS, decode_speedup
 
-    base = _steps([(1, 1, 1, 0.01, 0, 0)] * 10 + [(8, 8, 8, 0.01, 0, 0)] * 30)  # 100 tok/seq/s at both
+    # 100 tok/seq/s at both
+    base = _steps([(1, 1, 1, 0.01, 0, 0)] * 10 + [(8, 8, 8, 0.01, 0, 0)] * 30)
     n = MIN_ARM_STEPS
     tlt = _steps([(1, 1, 2, 0.01, 1, 0)] * n + [(1, 1, 4, 0.01, 3, 0)] * n  # K1 2x, K3 4x
                  + [(1, 1, 9, 0.01, 8, 0)] * (n - 1)  # faster still, but too few steps to count
@@ -150,7 +153,8 @@ def test_the_bench_json_adds_every_policy_and_the_prediction_beside_the_original
                               "rollout_share_baseline", "rollout_share_tlt", "speedup_step_median",
                               "speedup_rollout_median"]
     assert data["paper_policy"] == "tlt-vllm" and data["speedup_step"] == round(33 / 38, 4)
-    assert data["predicted_speedup_step"] == 1.1 and data["prediction_error_pct"] is None  # NaN -> null
+    # NaN -> null
+    assert data["predicted_speedup_step"] == 1.1 and data["prediction_error_pct"] is None
     assert set(data["policies"]) == {"baseline", "ngram-sd", "tlt-vllm"}
     ng = data["policies"]["ngram-sd"]
     assert ng["speedup_step"] == round(33 / 30, 4) and ng["predicted_speedup_step"] == 1.2
@@ -160,12 +164,14 @@ def test_the_bench_json_adds_every_policy_and_the_prediction_beside_the_original
 
 def test_spot_interference_compares_like_steps_only():
     """Steps beside another worker's spot training are the tail's (deep contexts, long drafts): each
-    is compared with steps alone at its batch, draft length and context, never with the whole bucket."""
+    is compared with steps alone at its batch, draft length and context, never with the whole
+    bucket."""
     from real.experiments.bench_training import matched_slowdown
     from workbench.contracts.timeline import Timeline
 
     tl, t = Timeline(), 0.0
-    for ms, k, ctx in [(10, 2, 300)] * 5 + [(20, 8, 1050)] * 5:  # worker 0 alone: shallow K=2, deep K=8
+    # worker 0 alone: shallow K=2, deep K=8
+    for ms, k, ctx in [(10, 2, 300)] * 5 + [(20, 8, 1050)] * 5:
         tl.add(0, 0, t, t + ms / 1e3, "decode_sd", batch=1, draft_len=k, context=ctx)
         t += ms / 1e3
     tl.add(0, 1, t, t + 1.0, "drafter_train", tokens=3)  # worker 1 trains the drafter
@@ -176,4 +182,5 @@ def test_spot_interference_compares_like_steps_only():
     g = matched_slowdown(tl.frame())
     row = g.loc["1"]
     assert row["beside_training"] == 4 and row["matched"] == 3
-    assert row["slowdown"] == pytest.approx(23 / 20)  # the bucket's median alone (15 ms) would say 1.53x
+    # the bucket's median alone (15 ms) would say 1.53x
+    assert row["slowdown"] == pytest.approx(23 / 20)

@@ -51,7 +51,8 @@ def test_static_drafter_falls_while_spot_drafter_holds(reference_model, referenc
 
     assert [r["update"] for r in out["updates"]] == list(range(UPDATES + 1))
     assert out["updates"][0]["spot_accept_len"] == start  # both start as the shipped drafter
-    assert all(r["static_accept_len"] is None for r in out["updates"][1:-1])  # measured at the start and end only
+    # measured at the start and end only
+    assert all(r["static_accept_len"] is None for r in out["updates"][1:-1])
     assert static < start - DROP, f"the static drafter did not fall: {start:.3f} -> {static:.3f}"
     assert spot > static + GAP, f"the spot drafter does not beat the static one: {spot:.3f} vs {static:.3f}"
     assert out["ratio"] == pytest.approx(spot / static)

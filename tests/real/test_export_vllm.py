@@ -56,8 +56,8 @@ def test_the_exported_vllm_config_loads_and_decodes(reference_model, reference_d
     finally:
         llm.llm_engine.engine_core.shutdown()
     assert len(one[0].outputs[0].token_ids) == 48 and all(len(o.outputs[0].token_ids) == 48 for o in two)
-    # Alone, a request drafts 6 tokens a step. Two together draft 4 each until the one SD pushed ahead
-    # finishes; the other then drafts 6 alone: between 4 and 6 a draft, fewer than alone.
+    # Alone, a request drafts 6 tokens a step. Two together draft 4 each until the one SD pushed
+    # ahead finishes; the other then drafts 6 alone: between 4 and 6 a draft, fewer than alone.
     alone, pair = t1 / d1, (t2 - t1) / (d2 - d1)
     print(f"[export] alone: {d1} drafts, {t1} tokens ({alone:.2f}/draft); two: {d2 - d1} drafts, {t2 - t1} tokens "
           f"({pair:.2f}/draft)")

@@ -1,4 +1,5 @@
-"""GRPO on a transformers causal LM (real/grpo.py), on a random-weight tiny Qwen2 saved once per module."""
+"""GRPO on a transformers causal LM (real/grpo.py), on a random-weight tiny Qwen2 saved once per
+module."""
 
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ def test_group_advantages_normalise_per_group():
         assert abs(mean) < 1e-9
         assert math.sqrt(sum((x - mean) ** 2 for x in a) / (len(a) - 1)) == pytest.approx(1.0, abs=1e-5)
     assert adv[0] > 0 and all(x < 0 for x in adv[1:4]) and adv[4] < adv[5] < adv[6]
-    assert adv[7:] == [0.0, 0.0, 0.0, 0.0]  # equal rewards (0.1's mean is not exactly 0.1) and a lone sample
+    # equal rewards (0.1's mean is not exactly 0.1) and a lone sample
+    assert adv[7:] == [0.0, 0.0, 0.0, 0.0]
     with pytest.raises(ValueError):
         group_advantages([1.0], [0, 1])
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A random-weight tiny Qwen2 directory, with a tokenizer-like file that save() must carry over."""
+    """A random-weight tiny Qwen2 directory, with a tokenizer-like file that save() must carry
+    over."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -86,7 +89,8 @@ def test_step_raises_the_rewarded_response_and_lowers_the_others(model_dir):
     after = _seq_logprobs(tr.model, responses)
     assert after[0] > before[0] + 0.1
     assert all(a < b for a, b in zip(after[1:], before[1:]))
-    assert stats.adv_std == pytest.approx(math.sqrt(3 / 4), rel=1e-4)  # unbiased group std, population std reported
+    # unbiased group std, population std reported
+    assert stats.adv_std == pytest.approx(math.sqrt(3 / 4), rel=1e-4)
 
 
 def test_hidden_states_are_the_pre_update_final_norm_output(model_dir):
@@ -142,7 +146,8 @@ def test_save_and_resume_equal_an_uninterrupted_run(model_dir, tmp_path):
     state = a.state_dict()
     w1 = _weights(a.model)
     rng_after_r1 = torch.get_rng_state()
-    a.step(r2, keep_hidden=False)  # must not leak into `state` (the optimiser's moments change in place)
+    # must not leak into `state` (the optimiser's moments change in place)
+    a.step(r2, keep_hidden=False)
 
     assert sorted(p.name for p in saved.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
                                                       "tokenizer_config.json"]
@@ -153,7 +158,8 @@ def test_save_and_resume_equal_an_uninterrupted_run(model_dir, tmp_path):
     assert not all(torch.equal(w1[k], v) for k, v in _weights(GRPOTrainer(model_dir, cfg).model).items())
 
     b = GRPOTrainer(saved, cfg, seed=3, threads=1)
-    torch.manual_seed(12345)  # the resumed trainer puts torch's generator back where the run left it
+    # the resumed trainer puts torch's generator back where the run left it
+    torch.manual_seed(12345)
     b.load_state_dict(state)
     assert torch.equal(torch.get_rng_state(), rng_after_r1)
     b.step(r2, keep_hidden=False)
@@ -203,7 +209,8 @@ def _long_tailed(n_groups=3, group=4, seed=0):
 
 def test_packed_and_padded_updates_give_the_same_loss_and_gradients(model_dir, other_model_dir):
     """Packing (several micro-batches per minibatch here) changes the work, not the optimisation:
-    the same loss, gradients, statistics and hidden states as one right-padded forward per minibatch."""
+    the same loss, gradients, statistics and hidden states as one right-padded forward per
+    minibatch."""
     import torch
 
     from real.grpo import GRPOConfig, GRPOTrainer
@@ -249,7 +256,8 @@ def test_padded_micro_batches_accumulate_to_the_minibatchs_gradients(model_dir):
 
 
 def test_packed_forward_keeps_sequences_apart(model_dir):
-    """A sequence's log-probs do not depend on what it is packed with (attention stays within it)."""
+    """A sequence's log-probs do not depend on what it is packed with (attention stays within
+    it)."""
     import torch
 
     from real.grpo import GRPOTrainer

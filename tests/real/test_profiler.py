@@ -52,7 +52,8 @@ def test_kv_heads_are_replicated_beyond_the_models_kv_heads():
 def test_a_tp_that_does_not_divide_the_model_is_refused_naming_the_field(name, tp, field):
     with pytest.raises(ConfigError, match=field) as err:
         shard(load_architecture(name), tp)
-    if tp > 0:  # the fix names the TPs that work (Qwen2.5-7B: 28 heads, 4 KV heads, MLP 18944 = 2^9 x 37)
+    # the fix names the TPs that work (Qwen2.5-7B: 28 heads, 4 KV heads, MLP 18944 = 2^9 x 37)
+    if tp > 0:
         assert "use --tp among 1, 2, 4" in str(err.value)
 
 
@@ -69,7 +70,8 @@ def test_collectives_follow_the_ring_all_reduce_and_vanish_at_tp1():
 
 
 def test_distinct_layers_streams_twice_the_cache_at_most_the_models_layers():
-    assert distinct_layers(layer_bytes=10, model_layers=4, cache_bytes=1000) == 4  # fits: cycle the whole model
+    # fits: cycle the whole model
+    assert distinct_layers(layer_bytes=10, model_layers=4, cache_bytes=1000) == 4
     assert distinct_layers(layer_bytes=400 * 2**20, model_layers=28, cache_bytes=50 * 2**20) == 1
     assert distinct_layers(layer_bytes=10 * 2**20, model_layers=80, cache_bytes=50 * 2**20) == 10
 
@@ -166,7 +168,8 @@ def test_a_measurement_covers_the_grid_and_sums_layers_head_and_collectives(meas
                             "whole"}
     assert (r["step_s"] > 0).all() and r["step_s"].map(math.isfinite).all()
     target = r[r["op"].isin(("decode", "verify", "prefill"))]
-    assert (target["layers"] == 4).all() and (target["collectives_s"] > 0).all()  # TP 2: collectives assumed
+    # TP 2: collectives assumed
+    assert (target["layers"] == 4).all() and (target["collectives_s"] > 0).all()
     recomposed = target["layers"] * target["layer_s"] + target["head_s"] + target["collectives_s"]
     assert recomposed.to_numpy() == pytest.approx(target["step_s"].to_numpy())
     whole = r[r["op"] == "whole"]

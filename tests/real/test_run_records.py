@@ -88,7 +88,8 @@ def test_step_record_and_rows(step_zero, tmp_path):
     assert (rec.step_s, rec.rollout_s, rec.train_s, rec.sync_s) == (6.0, 4.0, 1.0, 1.0)
     assert rec.mean_accept_len == 3.0  # 1 + 4 accepted / 2 drafts
     assert rec.reward == 0.25 and rec.pass_at_g == 0.5  # prompt 0 has a right sample, prompt 1 none
-    # Worker-time over 2 workers x 4 s: decoding 4 + 2 s, spot training 1.5 s (cut at the rollout's end).
+    # Worker-time over 2 workers x 4 s: decoding 4 + 2 s, spot training 1.5 s (cut at the rollout's
+    # end).
     assert rec.drafter_train_fraction == pytest.approx(1.5 / 8) and rec.bubble_fraction == pytest.approx(1 - 7.5 / 8)
     assert rec.tail_fraction == 0.0  # every decode step ran the full batch (2)
     assert (rec.drafter_steps, rec.drafter_loss, rec.stop_latency_s) == (7, 0.5, 0.2)
@@ -122,8 +123,8 @@ def test_step_record_and_rows(step_zero, tmp_path):
 
 
 def test_a_record_under_its_former_names_loads(step_zero):
-    """A checkpoint (or metrics.csv) written before the fields were renamed, and before tail_fraction:
-    resuming it reads the old names as the new ones."""
+    """A checkpoint (or metrics.csv) written before the fields were renamed, and before
+    tail_fraction: resuming it reads the old names as the new ones."""
     from dataclasses import asdict
 
     from real.run.records import OLD_METRIC_NAMES, StepRecord
@@ -155,11 +156,14 @@ def test_the_drafter_switch_rule_goes_both_ways_by_the_margin():
 
     m = 0.05
     assert choose_drafter("ngram", DrafterCheck(eagle=2.2, ngram=2.0), m) == "eagle"
-    assert choose_drafter("ngram", DrafterCheck(eagle=2.05, ngram=2.0), m) == "ngram"  # within the margin
+    # within the margin
+    assert choose_drafter("ngram", DrafterCheck(eagle=2.05, ngram=2.0), m) == "ngram"
     assert choose_drafter("eagle", DrafterCheck(eagle=2.05, ngram=2.0), m) == "eagle"
-    assert choose_drafter("eagle", DrafterCheck(eagle=2.0, ngram=2.05), m) == "eagle"  # within the margin
+    # within the margin
+    assert choose_drafter("eagle", DrafterCheck(eagle=2.0, ngram=2.05), m) == "eagle"
     assert choose_drafter("eagle", DrafterCheck(eagle=1.8, ngram=2.0), m) == "ngram"
-    assert choose_drafter("eagle", DrafterCheck(eagle=2.0, ngram=2.0), 0.0) == "eagle"  # a tie keeps the running one
+    # a tie keeps the running one
+    assert choose_drafter("eagle", DrafterCheck(eagle=2.0, ngram=2.0), 0.0) == "eagle"
     nan = math.nan
     assert choose_drafter("ngram", DrafterCheck(eagle=nan, ngram=2.0), m) == "ngram"
     assert choose_drafter("eagle", DrafterCheck(eagle=nan, ngram=2.0), m) == "eagle"
@@ -178,14 +182,16 @@ def test_the_idle_workers_checks_are_averaged_and_a_stopped_one_counts_for_nothi
     got = mean([spot(0, DrafterCheck(4.0, 1.5, 3.0)), spot(1, None), spot(2, DrafterCheck(5.0, 2.5, 4.0))])
     assert (got.eagle, got.ngram, got.static) == (4.5, 2.0, 3.5)
     assert (got.estimate("eagle"), got.estimate("ngram")) == (4.5, 2.0) and math.isnan(got.estimate("none"))
-    # A cold run checks no static drafter: its NaN stays NaN, the switch rule reads eagle and n-gram only.
+    # A cold run checks no static drafter: its NaN stays NaN, the switch rule reads eagle and n-gram
+    # only.
     cold = mean([spot(0, DrafterCheck(2.0, 1.2))])
     assert math.isnan(cold.static) and (cold.eagle, cold.ngram) == (2.0, 1.2)
 
 
 def test_the_engines_next_drafter_follows_the_switch_rule_and_the_sd_guard():
     """next_engines: the n-gram <-> EAGLE rule, SD off where the verdict loses (returning to the
-    drafter the rule picks), back when estimates predict a win, and never EAGLE without a drafter."""
+    drafter the rule picks), back when estimates predict a win, and never EAGLE without a
+    drafter."""
     from real.run.engine_plan import EngineChoice, SDOff, next_engines
     from real.run.records import DrafterCheck
     from real.run.sd_pricing import SDVerdict
@@ -197,13 +203,15 @@ def test_the_engines_next_drafter_follows_the_switch_rule_and_the_sd_guard():
     assert next_engines("ngram", None, eagle_better, wins, **{**kw, "has_drafter": False}).kind == "ngram"
     assert next_engines("ngram", None, eagle_better, None, **{**kw, "switches": False}).kind == "ngram"
     off = next_engines("ngram", None, eagle_better, loses, **kw)
-    assert off == EngineChoice("none", SDOff("eagle", 0.5, 3.0))  # returns to what the rule picked, by its estimate
+    # returns to what the rule picked, by its estimate
+    assert off == EngineChoice("none", SDOff("eagle", 0.5, 3.0))
     improved = DrafterCheck(eagle=9.0, ngram=1.0)
     still = next_engines("none", off.sd_off, improved, None, **kw)
     assert still.kind == "none" and still.sd_off.recent == (9.0,)  # one estimate is not enough
     back = next_engines("none", still.sd_off, improved, None, **kw)  # 0.5 x 9 / 3: predicts 1.5x
     assert back == EngineChoice("eagle", None)
-    assert next_engines("none", None, eagle_better, None, **kw) == EngineChoice("none", None)  # a policy without SD
+    # a policy without SD
+    assert next_engines("none", None, eagle_better, None, **kw) == EngineChoice("none", None)
 
 
 def test_one_engine_plan_says_what_every_engine_runs_and_keeps_the_policy_as_written():

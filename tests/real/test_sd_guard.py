@@ -43,8 +43,10 @@ def test_plain_cost_recovers_fixed_and_per_sequence_cost_from_wall_minus_draftin
 
 def test_plain_cost_ignores_slow_outliers_steps_that_verified_drafts_prefills_and_untimed_steps():
     steps = _plain_steps(0.004, 0.0001)
-    steps.append(_step(64, 5.0, 0.002))  # one slow step of a shared machine: a median per batch size
-    steps += [_step(8, 0.02, 0.003, new_tokens=20, draft_len=3)]  # verified drafts: not a plain step's target pass
+    # one slow step of a shared machine: a median per batch size
+    steps.append(_step(64, 5.0, 0.002))
+    # verified drafts: not a plain step's target pass
+    steps += [_step(8, 0.02, 0.003, new_tokens=20, draft_len=3)]
     steps += [_step(8, 0.5, 0.001, prefill=4), _step(8, 0.5, math.nan)]
     cost = plain_cost(steps)
     assert cost.fixed_s == pytest.approx(0.004) and cost.per_seq_s == pytest.approx(0.0001)
@@ -97,11 +99,13 @@ def test_only_adaptive_sd_policies_are_guarded():
     from workbench.contracts.policy import load_policy
 
     assert guards_sd(load_policy("tlt-vllm")) and guards_sd(load_policy("tlt-cold"))
-    assert not guards_sd(load_policy("baseline")) and not guards_sd(load_policy("tlt"))  # tlt: a fixed schedule
+    # tlt: a fixed schedule
+    assert not guards_sd(load_policy("baseline")) and not guards_sd(load_policy("tlt"))
 
 
 def test_sd_turns_off_below_one_over_one_plus_margin_and_remembers_why():
-    assert sd_next(None, SDVerdict(1.0, 0.95, 10), "eagle", 2.0, margin=0.1) is None  # within the margin
+    # within the margin
+    assert sd_next(None, SDVerdict(1.0, 0.95, 10), "eagle", 2.0, margin=0.1) is None
     assert sd_next(None, None, "eagle", 2.0, margin=0.1) is None  # not judged: SD stays on
     off = sd_next(None, SDVerdict(1.0, 0.8, 10), "eagle", 2.0, margin=0.1)
     assert off == SDOff("eagle", 0.8, 2.0)
@@ -131,13 +135,15 @@ def test_sd_turned_off_before_any_estimate_compares_later_ones_with_the_first():
     """The probe turns SD off before step 0, with no estimate of the drafter yet: the first one
     judged is the reference, and SD returns only once later ones predict a win."""
     off = SDOff("eagle", 0.5, math.nan)
-    assert sd_next(off, None, "eagle", math.nan, margin=0.1) == off  # not judged: nothing to compare with
+    # not judged: nothing to compare with
+    assert sd_next(off, None, "eagle", math.nan, margin=0.1) == off
     off = sd_next(off, None, "eagle", 9.0, margin=0.1)
     assert off == SDOff("eagle", 0.5, 9.0)  # however high, the first estimate is only the reference
     for est in (12.0, 15.0, 30.0):
         off = sd_next(off, None, "eagle", est, margin=0.1)
         assert off is not None  # 0.5 x mean / 9 predicts 0.75x, then 1.06x: short of 1.1
-    assert sd_next(off, None, "eagle", 45.0, margin=0.1) is None  # mean 30 of the last 3 predicts 1.67x
+    # mean 30 of the last 3 predicts 1.67x
+    assert sd_next(off, None, "eagle", 45.0, margin=0.1) is None
 
 
 def test_the_probe_falls_from_a_full_batch_to_one_with_the_deepest_contexts_last():

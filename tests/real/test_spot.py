@@ -164,7 +164,8 @@ def test_runs_are_deterministic_and_state_round_trips(random_target, records, tm
     torch.save(saved, tmp_path / "spot.pt")
     b.load_state_dict(torch.load(tmp_path / "spot.pt"))
     a.train_until(threading.Event(), records, max_steps=3)
-    b.train_until(threading.Event(), records, max_steps=3)  # resumed: same batches, same Adam moments
+    # resumed: same batches, same Adam moments
+    b.train_until(threading.Event(), records, max_steps=3)
     sa, sb = a.drafter_state(), b.drafter_state()
     assert b.steps == 6 and all(torch.equal(sa[k], sb[k]) for k in sa)
 
@@ -198,7 +199,8 @@ def test_set_target_shares_the_new_embedding_and_head(random_target, records):
     trainer.set_target(updated)
     assert trainer.drafter.lm_head is updated.lm_head and trainer.drafter.embed_tokens is updated.get_input_embeddings()
     assert not updated.lm_head.weight.requires_grad
-    assert all(torch.equal(before[k], v) for k, v in trainer.drafter_state().items())  # own weights kept
+    # own weights kept
+    assert all(torch.equal(before[k], v) for k, v in trainer.drafter_state().items())
     assert trainer.train_until(threading.Event(), records, max_steps=2).steps == 2
     assert torch.equal(updated.lm_head.weight, random_target.lm_head.weight * 2.0)  # still frozen
 
@@ -275,7 +277,8 @@ def test_chain_drafts_are_the_drafters_own_greedy_chain(random_target, records):
     from real.drafter.spot import SpotTrainer, chain_drafts
 
     trainer = SpotTrainer(random_target, lr=3e-3, seed=0)
-    trainer.train_until(threading.Event(), records[:8], max_steps=20)  # a drafter that agrees sometimes
+    # a drafter that agrees sometimes
+    trainer.train_until(threading.Event(), records[:8], max_steps=20)
     drafter = trainer.drafter.eval()
     rec = records[0]
     ids, hidden = torch.tensor(rec.token_ids), rec.hidden

@@ -1,6 +1,7 @@
 """The `climb` bandit on engine steps (real/rollout/adaptive.py's BanditController over
 workbench/contracts/bandit.py's Climb), driven with hand-made step rows (no vLLM): a toy engine
-where each arm's speed per batch size is known, so the test can say what the bandit should end at."""
+where each arm's speed per batch size is known, so the test can say what the bandit should end
+at."""
 
 from __future__ import annotations
 
@@ -201,7 +202,8 @@ def test_the_simulator_and_the_real_engine_make_the_same_choices_from_the_same_r
 
     pol = _policy(algorithm=algorithm, reward_stat=stat, epsilon=0.3, decision_interval=4)
     start, n = (4, 2, 0), pol.bandit.decision_interval
-    blocks = [int(b) for b in np.random.default_rng(0).choice([2, 6, 12], size=80)]  # one batch per bucket
+    # one batch per bucket
+    blocks = [int(b) for b in np.random.default_rng(0).choice([2, 6, 12], size=80)]
 
     eng = _Engine(max_draft_len=4)
     ctl = BanditController(eng, pol, seed=7, start=start)

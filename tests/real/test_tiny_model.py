@@ -1,4 +1,5 @@
-"""The tiny reasoning model's parts (real/tiny/): the GCD task, the character tokenizer, `init_model`.
+"""The tiny reasoning model's parts (real/tiny/): the GCD task, the character tokenizer,
+`init_model`.
 
 No vLLM here (tests/real/test_engine.py starts engines); `python -m real.experiments.check_vllm`
 compares vLLM's greedy output with ours on a trained model.
@@ -120,7 +121,8 @@ def test_styles_variant_teaches_two_styles_and_rewards_one():
     assert task.reward(p, compact.solution, "gcd-styles") == 0.5       # right, in the other style
     assert task.reward(p, p.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.5
     assert task.reward(p, compact.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.0
-    assert task.reward(p, compact.solution) == task.reward(p, p.solution) == 1.0  # plain gcd: any style
+    # plain gcd: any style
+    assert task.reward(p, compact.solution) == task.reward(p, p.solution) == 1.0
     with pytest.raises(ValueError, match="variant"):
         task.reward(p, p.solution, "nope")
 
@@ -135,7 +137,8 @@ def tok_dir(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("tok")
     build_tokenizer(d)
-    qwen2_config().save_pretrained(d)  # AutoTokenizer then picks its class for a qwen2 model, as vLLM does
+    # AutoTokenizer then picks its class for a qwen2 model, as vLLM does
+    qwen2_config().save_pretrained(d)
     return d
 
 
@@ -207,9 +210,11 @@ def test_saved_model_loads_and_generates_greedily(tiny_models):
     tok = AutoTokenizer.from_pretrained(d)
     assert type(model).__name__ == "Qwen2ForCausalLM" and model.config.tie_word_embeddings is False
     assert model.config.hidden_size == 128 and model.config.num_hidden_layers == 4
-    prompts = [p.prompt for p in task.make_problems(3, seed=0)] + ["Q: gcd(1,2)=?\n"]  # one of another length
+    # one of another length
+    prompts = [p.prompt for p in task.make_problems(3, seed=0)] + ["Q: gcd(1,2)=?\n"]
     got = greedy_generate(model, tok, prompts, max_new_tokens=6)
-    for prompt, resp in zip(prompts, got):  # the batched loop equals a plain argmax loop, one prompt at a time
+    # the batched loop equals a plain argmax loop, one prompt at a time
+    for prompt, resp in zip(prompts, got):
         ids = tok(prompt)["input_ids"]
         ref = []
         with torch.no_grad():

@@ -34,16 +34,17 @@ def _config(model: Path, policy: str, out: Path, **kw) -> RunConfig:
 def ray_local():
     import ray
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)  # not another test's Ray
+    # not another test's Ray
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
 
 @pytest.fixture(scope="module")
 def runs(ray_local, tmp_path_factory, reference_model, reference_drafter):
-    """A sampled run of the paper's configuration on vLLM (tlt-vllm: the shipped drafter warm-started,
-    start tables predicted on cpu-tiny) and a sampled baseline run, same model and seed (2 steps).
-    The cold start (tlt-cold) runs in the switch test below."""
+    """A sampled run of the paper's configuration on vLLM (tlt-vllm: the shipped drafter
+    warm-started, start tables predicted on cpu-tiny) and a sampled baseline run, same model and
+    seed (2 steps). The cold start (tlt-cold) runs in the switch test below."""
     from workbench.contracts.profile import load_profile
     from workbench.schedule import start_tables
 
@@ -127,7 +128,8 @@ def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
     for m in run.metrics:
         assert (m.drafter_steps > 0) == (not math.isnan(m.drafter_loss)), m
     stopped = [m.stop_latency_s for m in run.metrics if not math.isnan(m.stop_latency_s)]
-    assert stopped and max(stopped) < 2.0, stopped  # within one drafter step (~0.05-0.2 s here), not the rollout
+    # within one drafter step (~0.05-0.2 s here), not the rollout
+    assert stopped and max(stopped) < 2.0, stopped
     # Outputs a user relies on: per-step metrics, the trace with its timeline, a servable drafter.
     assert list(run.outputs.metrics_frame()["rl_step"]) == [0, 1]
     assert (run.out / "metrics.csv").is_file()
@@ -176,7 +178,8 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     )
     verdict = coordinator.rollout_verdict
     verdicts: list = []
-    forced_speedup = [0.5, 1.5, 0.5]  # the probe's, step 3's and step 4's (steps 0-2 ran without SD: not judged)
+    # the probe's, step 3's and step 4's (steps 0-2 ran without SD: not judged)
+    forced_speedup = [0.5, 1.5, 0.5]
 
     def scripted_verdict(engines):
         verdicts.append(verdict(engines))
@@ -189,7 +192,8 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     seen: list = []
     update, check = run.trainer.step, run.check_drafters
     measured: list = []
-    # Step 0's n-gram estimate is the reference (SD went off before any); steps 1-2 predict 0.5 x 5 / 1.
+    # Step 0's n-gram estimate is the reference (SD went off before any); steps 1-2 predict 0.5 x 5
+    # / 1.
     forced = [
         DrafterCheck(eagle=1.0, ngram=1.0),
         DrafterCheck(eagle=1.0, ngram=5.0),
@@ -214,7 +218,8 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     finally:
         run.close()
     assert [m.drafter_kind for m in run.metrics] == ["none", "none", "none", "ngram", "eagle"]
-    assert run.engines.kind == "none" and run.engines.sd_off.kind == "eagle"  # after step 4's losing verdict
+    # after step 4's losing verdict
+    assert run.engines.kind == "none" and run.engines.sd_off.kind == "eagle"
     assert run.metrics[0].mean_accept_len == 1.0 and math.isnan(run.metrics[0].sd_speedup), "no SD in step 0"
     assert run.metrics[3].mean_accept_len > 1.0, "n-gram must have drafted"
     assert [m.sd_speedup for m in run.metrics[3:]] == [1.5, 0.5]
@@ -277,7 +282,8 @@ def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
 
 
 def test_validate_predicts_every_phase_of_a_real_run(runs):
-    """`tlt validate RUN_DIR` re-simulates the whole run: per-phase and per-step rows, then the JSON."""
+    """`tlt validate RUN_DIR` re-simulates the whole run: per-phase and per-step rows, then the
+    JSON."""
     from typer.testing import CliRunner
 
     from workbench.cli import app
@@ -292,8 +298,8 @@ def test_validate_predicts_every_phase_of_a_real_run(runs):
 
 
 def test_bench_prediction_from_real_runs(runs):
-    """Run-level parameters fitted on the baseline run (in-sample for it, held out for tlt-vllm), then
-    both runs predicted: finite speedups, and every parameter row says how it was set."""
+    """Run-level parameters fitted on the baseline run (in-sample for it, held out for tlt-vllm),
+    then both runs predicted: finite speedups, and every parameter row says how it was set."""
     from workbench.validate.bench_prediction import predict_bench
     from workbench.calibrate.runs import fit_runs
     from workbench.contracts.profile import load_profile

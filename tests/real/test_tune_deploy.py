@@ -40,7 +40,8 @@ def test_a_policy_tuned_on_a_cpu_workload_trains_unchanged_on_the_real_backend(t
     assert res.exit_code == 0, res.output
     assert "target tlt-train" in res.output and "tlt train" in res.output
     pol = load_policy(tuned)
-    assert pol.uses_sd, pol  # on cpu-tiny's costs SD pays at small batches: the deployed policy drafts
+    # on cpu-tiny's costs SD pays at small batches: the deployed policy drafts
+    assert pol.uses_sd, pol
 
     out = tmp_path / "run"
     cmd = [str(Path(sys.executable).with_name("tlt")), "train", "--model", str(reference_model), "--policy",
