@@ -24,11 +24,16 @@ RMS_EPS = 1e-6
 ROPE_THETA = 10000.0  # the frequencies' base changes values, not cost
 
 
-def rotary(head_dim: int, start: int, tokens: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor,
-                                                                                                      torch.Tensor]:
+def rotary(
+    head_dim: int, start: int, tokens: int, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin for positions start .. start + tokens - 1, shaped [tokens, head_dim]."""
-    inv = 1.0 / ROPE_THETA ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(start, start + tokens, device=device, dtype=torch.float32), inv)
+    inv = 1.0 / ROPE_THETA ** (
+        torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
+    )
+    angles = torch.outer(
+        torch.arange(start, start + tokens, device=device, dtype=torch.float32), inv
+    )
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -41,7 +46,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 class KVCache:
     """One layer's keys and values for `sequences` sequences of exactly `length` positions."""
 
-    def __init__(self, s: Shard, sequences: int, length: int, device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self, s: Shard, sequences: int, length: int, device: torch.device, dtype: torch.dtype
+    ):
         shape = (sequences, s.kv_heads, length, s.head_dim)
         self.k = torch.randn(shape, device=device, dtype=dtype)
         self.v = torch.randn(shape, device=device, dtype=dtype)
@@ -107,8 +114,16 @@ class Drafter(nn.Module):
         self.fc = nn.Linear(2 * s.hidden, s.hidden, bias=False)
         self.layer = DecoderLayer(s, input_norm=False)
 
-    def forward(self, head: Head, ids: torch.Tensor, hidden: torch.Tensor, start: int, cos: torch.Tensor,
-                sin: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        head: Head,
+        ids: torch.Tensor,
+        hidden: torch.Tensor,
+        start: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         x = self.fc(torch.cat((head.embed(ids), hidden), dim=-1))
         return head.logits(self.layer(x, start, cos, sin, cache))
 

@@ -36,7 +36,9 @@ class Link:
 
     def allreduce_s(self, nbytes: float, tp: int) -> float:
         """A ring all-reduce moves 2 (tp - 1) / tp of the message through each rank's link."""
-        return 0.0 if tp == 1 else self.latency_s + 2 * (tp - 1) / tp * nbytes / self.bus_bytes_per_s
+        return (
+            0.0 if tp == 1 else self.latency_s + 2 * (tp - 1) / tp * nbytes / self.bus_bytes_per_s
+        )
 
     def gather_s(self, nbytes: float, tp: int) -> float:
         """Gathering a tensor of `nbytes` in all on one rank: it receives (tp - 1) / tp of it."""
@@ -76,13 +78,19 @@ class Shard:
         """One layer's KV cache on this rank for `sequences` sequences of `context` tokens."""
         return 2 * sequences * self.kv_heads * context * self.head_dim * dtype_bytes
 
-    def collectives_s(self, tokens: int, link: Link, dtype_bytes: int, logit_tokens: int | None = None) -> float:
+    def collectives_s(
+        self, tokens: int, link: Link, dtype_bytes: int, logit_tokens: int | None = None
+    ) -> float:
         """A target forward over `tokens` positions: 2 all-reduces per layer and one after the
         embedding, each of tokens x hidden, then the logits of `logit_tokens` positions (default
         all; a prefill: its last) gathered on one rank."""
         activations = tokens * self.hidden * dtype_bytes
-        logits = (tokens if logit_tokens is None else logit_tokens) * self.vocab * self.tp * dtype_bytes
-        return (2 * self.arch.layers + 1) * link.allreduce_s(activations, self.tp) + link.gather_s(logits, self.tp)
+        logits = (
+            (tokens if logit_tokens is None else logit_tokens) * self.vocab * self.tp * dtype_bytes
+        )
+        return (2 * self.arch.layers + 1) * link.allreduce_s(activations, self.tp) + link.gather_s(
+            logits, self.tp
+        )
 
     def drafter_collectives_s(self, tokens: int, link: Link, dtype_bytes: int) -> float:
         """An EAGLE drafter forward: the target's embedding (1 all-reduce), its one layer (2; its
@@ -115,6 +123,11 @@ def shard(arch: Architecture, tp: int) -> Shard:
     bad = _problem(arch, tp)
     if bad is not None:
         field, value, need = bad
-        raise ConfigError(arch.name, field, value, f"{need}: use --tp among {', '.join(map(str, valid_tps(arch)))}")
+        raise ConfigError(
+            arch.name,
+            field,
+            value,
+            f"{need}: use --tp among {', '.join(map(str, valid_tps(arch)))}",
+        )
     return Shard(arch=arch, tp=tp, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
                  intermediate=arch.intermediate // tp, vocab=math.ceil(arch.vocab / tp))

@@ -39,7 +39,11 @@ class DraftClock:
         clock = cls()
         runner = None
         if wanted and running_on_cpu():
-            worker = getattr(getattr(getattr(core, "engine_core", None), "model_executor", None), "driver_worker", None)
+            worker = getattr(
+                getattr(getattr(core, "engine_core", None), "model_executor", None),
+                "driver_worker",
+                None,
+            )
             runner = getattr(getattr(worker, "worker", None), "model_runner", None)
         if runner is None or not all(hasattr(runner, m) for m in DRAFT_METHODS):
             return clock

@@ -60,8 +60,10 @@ def dynamic_schedule(policy: Policy, max_num_seqs: int) -> list[tuple[int, int, 
     """
     if not policy.uses_sd:
         return []
-    rows = [(lo, hi, policy.schedule[i].draft_len) for i, (lo, hi) in sorted(bucket_ranges(policy,
-                                                                                           max_num_seqs).items())]
+    rows = [
+        (lo, hi, policy.schedule[i].draft_len)
+        for i, (lo, hi) in sorted(bucket_ranges(policy, max_num_seqs).items())
+    ]
     return close_table(rows, max_num_seqs)
 
 
@@ -83,7 +85,8 @@ def refuse_trees(policy: Policy) -> None:
             raise EngineConfigError(
                 f"policy '{policy.name}': schedule[{i}] is the tree strategy {row.strategy.name} (top-k {row.topk}); "
                 f"vLLM drafts chains: give a draft length there (e.g. [{row.min_batch}, {row.max_batch}, "
-                f"{row.strategy.depth}]) or simulate the policy with `tlt sim` instead")
+                f"{row.strategy.depth}]) or simulate the policy with `tlt sim` instead"
+            )
 
 
 def refuse_undraftable(policy: Policy) -> None:
@@ -94,7 +97,8 @@ def refuse_undraftable(policy: Policy) -> None:
         raise EngineConfigError(
             f"policy '{policy.name}': drafter.kind 'suffix' is simulator-only here (vLLM's suffix decoding "
             f"needs the arctic-inference package, which the real backend does not ship): set drafter.kind to "
-            f"'ngram' (model-free, the nearest) or 'eagle', or simulate the policy with `tlt sim`")
+            f"'ngram' (model-free, the nearest) or 'eagle', or simulate the policy with `tlt sim`"
+        )
 
 
 def refuse_unrunnable(policy: Policy) -> None:
@@ -108,12 +112,14 @@ def refuse_unrunnable(policy: Policy) -> None:
     if rollout.stream:
         raise EngineConfigError(
             f"policy '{policy.name}': rollout.stream is simulator-only (the real backend rolls out, then "
-            f"trains): set rollout.stream: false and rollout.mode: sync, or simulate the policy with `tlt sim`")
+            f"trains): set rollout.stream: false and rollout.mode: sync, or simulate the policy with `tlt sim`"
+        )
     if rollout.mode != "sync":
         raise EngineConfigError(
             f"policy '{policy.name}': rollout.mode '{rollout.mode}' is simulator-only (the real backend runs "
             f"every response of a step to the end, then trains on it): set rollout.mode: sync, or simulate "
-            f"the policy with `tlt sim`")
+            f"the policy with `tlt sim`"
+        )
 
 
 def eagle_checkpoint(policy: Policy, drafter_dir: str | Path | None) -> Path:
@@ -148,12 +154,22 @@ def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
         return None
     kind = policy.drafter.kind
     if kind == DrafterKind.NGRAM:
-        spec: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": k_max,
-                                "prompt_lookup_max": NGRAM_LOOKUP_MAX, "prompt_lookup_min": NGRAM_LOOKUP_MIN}
+        spec: dict[str, Any] = {
+            "method": "ngram",
+            "num_speculative_tokens": k_max,
+            "prompt_lookup_max": NGRAM_LOOKUP_MAX,
+            "prompt_lookup_min": NGRAM_LOOKUP_MIN,
+        }
     elif kind == DrafterKind.EAGLE:
-        spec = {"method": "eagle", "model": str(eagle_checkpoint(policy, drafter_dir)), "num_speculative_tokens": k_max}
+        spec = {
+            "method": "eagle",
+            "model": str(eagle_checkpoint(policy, drafter_dir)),
+            "num_speculative_tokens": k_max,
+        }
     else:  # pragma: no cover - refuse_undraftable() leaves only none/ngram/eagle
-        raise EngineConfigError(f"drafter.kind {kind!r}: the real backend runs none, ngram or eagle")
+        raise EngineConfigError(
+            f"drafter.kind {kind!r}: the real backend runs none, ngram or eagle"
+        )
     if adaptive or len({k for _, _, k in rows}) > 1:
         spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in rows]
     return spec

@@ -32,15 +32,23 @@ from __future__ import annotations
 from typing import Any
 
 
-def expand_batch_to_tokens(x, cu_num_tokens, num_tokens: int, replace_from: int = 0, replace_to: int = 0):
+def expand_batch_to_tokens(
+    x, cu_num_tokens, num_tokens: int, replace_from: int = 0, replace_to: int = 0
+):
     """vLLM's contract: x[i] repeated (cu[i] - cu[i-1]) times, `replace_from` mapped to
     `replace_to`."""
     import torch
 
-    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1, dtype=torch.int64))
+    counts = torch.diff(
+        cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1, dtype=torch.int64)
+    )
     out = torch.repeat_interleave(x, counts.to(x.device), output_size=num_tokens)
     if replace_from != replace_to:
-        out = torch.where(out == replace_from, torch.as_tensor(replace_to, dtype=out.dtype, device=out.device), out)
+        out = torch.where(
+            out == replace_from,
+            torch.as_tensor(replace_to, dtype=out.dtype, device=out.device),
+            out,
+        )
     return out
 
 

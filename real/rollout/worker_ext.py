@@ -35,7 +35,9 @@ class TLTWorkerExtension:
         drafter = getattr(self.model_runner, "drafter", None)
         model = getattr(drafter, "model", None)
         if model is None or not hasattr(model, "model") or not hasattr(model.model, "fc"):
-            raise RuntimeError("this engine has no EAGLE drafter to reload (start it with an eagle policy)")
+            raise RuntimeError(
+                "this engine has no EAGLE drafter to reload (start it with an eagle policy)"
+            )
         weights = {}
         for file in sorted(Path(path).glob("*.safetensors")):
             weights.update(load_file(str(file)))

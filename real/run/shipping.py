@@ -28,7 +28,9 @@ class DirBundle:
 
 def bundle(path: str | Path) -> DirBundle:
     root = Path(path)
-    files = tuple((str(f.relative_to(root)), f.read_bytes()) for f in sorted(root.rglob("*")) if f.is_file())
+    files = tuple(
+        (str(f.relative_to(root)), f.read_bytes()) for f in sorted(root.rglob("*")) if f.is_file()
+    )
     if not files:
         raise FileNotFoundError(f"{root}: no files to ship to the rollout workers")
     return DirBundle(root.name, files)

@@ -151,7 +151,15 @@ def steps_of(a: int, b: int) -> int:
 
 def make_problem(a: int, b: int, style: str = "compact") -> Problem:
     text, answer, steps = solve(a, b, style)
-    return Problem(prompt=prompt_for(a, b), solution=text, answer=answer, difficulty=steps, a=a, b=b, style=style)
+    return Problem(
+        prompt=prompt_for(a, b),
+        solution=text,
+        answer=answer,
+        difficulty=steps,
+        a=a,
+        b=b,
+        style=style,
+    )
 
 
 def split_of(a: int, b: int) -> str:

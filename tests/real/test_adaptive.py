@@ -28,11 +28,24 @@ from workbench.contracts.policy import (
 MAX_NUM_SEQS = 16
 
 
-def _policy(kind: str = "eagle", rows=((1, 4, 4), (5, 16, 2)), threshold: int = 12, algorithm: str = "beg",
-            arms=(0, 1, 2, 4), interval: int = 4, epsilon: float = 0.2) -> Policy:
-    pol = Policy(name=f"adaptive-{kind}", sd_threshold=threshold, schedule=tuple(ScheduleBucket(*r) for r in rows),
-                 bandit=BanditConfig(algorithm=algorithm, arms=arms, epsilon=epsilon, decision_interval=interval),
-                 drafter=DrafterConfig(kind=kind))
+def _policy(
+    kind: str = "eagle",
+    rows=((1, 4, 4), (5, 16, 2)),
+    threshold: int = 12,
+    algorithm: str = "beg",
+    arms=(0, 1, 2, 4),
+    interval: int = 4,
+    epsilon: float = 0.2,
+) -> Policy:
+    pol = Policy(
+        name=f"adaptive-{kind}",
+        sd_threshold=threshold,
+        schedule=tuple(ScheduleBucket(*r) for r in rows),
+        bandit=BanditConfig(
+            algorithm=algorithm, arms=arms, epsilon=epsilon, decision_interval=interval
+        ),
+        drafter=DrafterConfig(kind=kind),
+    )
     pol.check()
     return pol
 
@@ -44,7 +57,9 @@ def test_adaptive_speculative_config_always_has_a_table_sized_for_the_arms():
     uniform = _policy("ngram", rows=((1, 16, 2),), threshold=16, arms=(0, 2, 6))
     assert "num_speculative_tokens_per_batch_size" not in speculative_config(uniform, None, 16)
     spec = speculative_config(uniform, None, 16, adaptive=True)
-    assert spec["num_speculative_tokens"] == 6 and spec["num_speculative_tokens_per_batch_size"] == [[1, 16, 2]]
+    assert spec["num_speculative_tokens"] == 6 and spec[
+        "num_speculative_tokens_per_batch_size"
+    ] == [[1, 16, 2]]
     # A fixed table never picks an arm: the schedule's largest K is enough.
     fixed = _policy("ngram", rows=((1, 16, 2),), threshold=16, algorithm="fixed", arms=(0, 2, 6))
     assert speculative_config(fixed, None, 16, adaptive=True)["num_speculative_tokens"] == 2
@@ -76,11 +91,27 @@ class _FakeEngine:
 
 def _row(batch_size: int, new_tokens: int, wall_s: float) -> EngineStepRow:
     """An engine step row with the fields the controller reads; the rest zero."""
-    return EngineStepRow(rl_step=0, worker=0, engine_step=0, start_s=0.0, wall_s=wall_s, batch_size=batch_size,
-                         num_waiting=0,
-                         prefill_requests=0, prefill_tokens=0, decode_requests=batch_size, scheduled_tokens=batch_size,
-                         context_mean=0.0, context_max=0, draft_len=0, num_drafts=0, num_draft_tokens=0,
-                         num_accepted_tokens=0, accepted_per_pos=[], new_tokens=new_tokens)
+    return EngineStepRow(
+        rl_step=0,
+        worker=0,
+        engine_step=0,
+        start_s=0.0,
+        wall_s=wall_s,
+        batch_size=batch_size,
+        num_waiting=0,
+        prefill_requests=0,
+        prefill_tokens=0,
+        decode_requests=batch_size,
+        scheduled_tokens=batch_size,
+        context_mean=0.0,
+        context_max=0,
+        draft_len=0,
+        num_drafts=0,
+        num_draft_tokens=0,
+        num_accepted_tokens=0,
+        accepted_per_pos=[],
+        new_tokens=new_tokens,
+    )
 
 
 def _drive(ctl, batches, tokens_per_s):
@@ -148,8 +179,16 @@ def test_fixed_table_controller_keeps_the_schedule():
 
 @pytest.fixture(scope="module")
 def engine(reference_model, reference_drafter):
-    eng = RolloutEngine(reference_model, _policy(), drafter_dir=reference_drafter, max_num_seqs=MAX_NUM_SEQS,
-                        max_model_len=1024, seed=0, kv_cache_gib=0.25, adaptive=True)
+    eng = RolloutEngine(
+        reference_model,
+        _policy(),
+        drafter_dir=reference_drafter,
+        max_num_seqs=MAX_NUM_SEQS,
+        max_model_len=1024,
+        seed=0,
+        kv_cache_gib=0.25,
+        adaptive=True,
+    )
     yield eng
     eng.close()
 
@@ -221,7 +260,9 @@ def bandit_run(engine, task_prompts):
 def test_bandit_controller_keeps_greedy_output_exact(bandit_run):
     reference, run, controller = bandit_run
     outputs = [run.outputs[f"p{i}-s0"].token_ids for i in range(len(reference))]
-    assert outputs == reference, "greedy decoding under bandit-chosen draft lengths must equal no SD"
+    assert outputs == reference, (
+        "greedy decoding under bandit-chosen draft lengths must equal no SD"
+    )
     assert sum(r.num_drafts for r in run.steps) > 0
     print(f"controller overhead {1e6 * controller.overhead_s / len(run.steps):.1f} us/step over "
           f"{len(run.steps)} steps ({1e3 * run.wall_s / len(run.steps):.2f} ms/step)")
@@ -249,7 +290,11 @@ def test_bandit_controller_choices_reach_vllm_and_the_bandit_learns(bandit_run, 
     resumed.load_state_dict(state)
     assert engine.current_draft_lengths() == _merged(controller.rows())
     assert resumed.bandit.counts == pulls
-    assert (resumed.k, resumed.since, resumed.stints) == (controller.k, controller.since, controller.stints)
+    assert (resumed.k, resumed.since, resumed.stints) == (
+        controller.k,
+        controller.since,
+        controller.stints,
+    )
 
 
 def _merged(rows):

@@ -12,7 +12,9 @@ from workbench.contracts.policy import load_policy
 pytestmark = pytest.mark.needs_reference
 
 
-def test_each_shipped_model_warm_starts_from_its_own_drafter(reference_model, reference_drafter, tmp_path):
+def test_each_shipped_model_warm_starts_from_its_own_drafter(
+    reference_model, reference_drafter, tmp_path
+):
     warm, cold = load_policy("tlt-vllm"), load_policy("tlt-cold")
     styles = reference_model.parent / "styles" / "model"
     assert default_drafter(reference_model, warm) == reference_drafter.resolve()

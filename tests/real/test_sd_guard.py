@@ -22,14 +22,33 @@ from real.run.sd_pricing import (
 
 def _step(batch: int, wall: float, draft: float, new_tokens: int | None = None, draft_len: int = 0,
           prefill: int = 0) -> EngineStepRow:
-    return EngineStepRow(rl_step=0, worker=0, engine_step=0, start_s=0.0, wall_s=wall, batch_size=batch + prefill,
-                         num_waiting=0, prefill_requests=prefill, prefill_tokens=prefill * 20, decode_requests=batch,
-                         scheduled_tokens=batch, context_mean=100.0, context_max=100, draft_len=draft_len,
-                         num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0, accepted_per_pos=[],
-                         new_tokens=batch if new_tokens is None else new_tokens, draft_s=draft)
+    return EngineStepRow(
+        rl_step=0,
+        worker=0,
+        engine_step=0,
+        start_s=0.0,
+        wall_s=wall,
+        batch_size=batch + prefill,
+        num_waiting=0,
+        prefill_requests=prefill,
+        prefill_tokens=prefill * 20,
+        decode_requests=batch,
+        scheduled_tokens=batch,
+        context_mean=100.0,
+        context_max=100,
+        draft_len=draft_len,
+        num_drafts=0,
+        num_draft_tokens=0,
+        num_accepted_tokens=0,
+        accepted_per_pos=[],
+        new_tokens=batch if new_tokens is None else new_tokens,
+        draft_s=draft,
+    )
 
 
-def _plain_steps(fixed: float, per_seq: float, batches=(64, 48, 40, 33), each: int = 4, draft: float = 0.002):
+def _plain_steps(
+    fixed: float, per_seq: float, batches=(64, 48, 40, 33), each: int = 4, draft: float = 0.002
+):
     """K=0 steps of an EAGLE engine: wall = a plain step + the drafter's first pass."""
     return [_step(b, fixed + per_seq * b + draft, draft) for b in batches for _ in range(each)]
 
@@ -54,13 +73,17 @@ def test_plain_cost_ignores_slow_outliers_steps_that_verified_drafts_prefills_an
 
 def test_plain_cost_needs_enough_steps_at_two_batch_sizes():
     assert plain_cost(_plain_steps(0.004, 0.0001, batches=(64,), each=20)) is None
-    assert plain_cost(_plain_steps(0.004, 0.0001, batches=(64, 33), each=(MIN_STEPS - 1) // 2)) is None
+    assert (
+        plain_cost(_plain_steps(0.004, 0.0001, batches=(64, 33), each=(MIN_STEPS - 1) // 2)) is None
+    )
 
 
 def test_verdict_prices_each_steps_tokens_at_the_plain_steps_they_need():
     cost = PlainCost(fixed_s=0.004, per_seq_s=0.0, steps=10)
     # batch 2, 6 tokens (3 per sequence) in 0.006 s: a plain engine needs 3 steps, 0.012 s
-    v = sd_verdict([_step(2, 0.006, 0.001, new_tokens=6, draft_len=2), _step(2, 0.5, 0.0, prefill=1)], cost)
+    v = sd_verdict(
+        [_step(2, 0.006, 0.001, new_tokens=6, draft_len=2), _step(2, 0.5, 0.0, prefill=1)], cost
+    )
     assert (v.sd_s, v.plain_s, v.steps) == (pytest.approx(0.006), pytest.approx(0.012), 1)
     assert v.speedup == pytest.approx(2.0)
 
@@ -69,19 +92,24 @@ def test_an_engine_whose_k0_steps_pay_a_drafter_pass_and_whose_drafts_accept_lit
     """The styles model's case: SD at batch 4 emits 1.3 tokens a sequence per step for 1.5 plain
     steps' time, and K=0 at large batches pays the drafter's pass; a plain engine wins."""
     rows = _plain_steps(0.004, 0.0001, draft=0.003)
-    rows += [_step(4, 1.5 * 0.0044, 0.002, new_tokens=round(4 * 1.3), draft_len=2) for _ in range(50)]
+    rows += [
+        _step(4, 1.5 * 0.0044, 0.002, new_tokens=round(4 * 1.3), draft_len=2) for _ in range(50)
+    ]
     v = rollout_verdict([(plain_cost(rows), rows)])
     assert v is not None and v.speedup < 1.0
     # The same steps accepting 3 tokens a sequence per step: SD wins.
-    rows = _plain_steps(0.004, 0.0001, draft=0.003) + [_step(4, 1.5 * 0.0044, 0.002, new_tokens=12, draft_len=2)
-                                                       for _ in range(50)]
+    rows = _plain_steps(0.004, 0.0001, draft=0.003) + [
+        _step(4, 1.5 * 0.0044, 0.002, new_tokens=12, draft_len=2) for _ in range(50)
+    ]
     assert rollout_verdict([(plain_cost(rows), rows)]).speedup > 1.0
 
 
 def test_rollout_verdict_sums_engines_each_at_its_own_cost_and_skips_engines_without_a_fit():
     fast, slow = _plain_steps(0.002, 0.0), _plain_steps(0.008, 0.0, each=2)  # 16 and 8 K=0 steps
     lone = [_step(4, 0.01, 0.0, new_tokens=8, draft_len=1)]
-    v = rollout_verdict([(plain_cost(fast), fast), (plain_cost(slow), slow), (plain_cost(lone), lone)])
+    v = rollout_verdict(
+        [(plain_cost(fast), fast), (plain_cost(slow), slow), (plain_cost(lone), lone)]
+    )
     assert v.steps == len(fast) + len(slow)
     # Each engine against its own plain cost (one fit over both would price all at 0.002 s: 0.33x).
     assert v.speedup == pytest.approx((16 * 0.002 + 8 * 0.008) / (16 * 0.004 + 8 * 0.010))
@@ -92,7 +120,11 @@ def test_a_plain_engines_own_steps_are_what_the_cost_is_fitted_on():
     """The workers' measured plain engine: no drafts, drafting 0 (what `_measure_plain` records)."""
     rows = [_step(b, 0.004 + 0.0001 * b, 0.0) for b in range(32, 0, -1) for _ in range(8)]
     cost = plain_cost(rows)
-    assert cost.steps == 256 and cost.fixed_s == pytest.approx(0.004) and cost.per_seq_s == pytest.approx(0.0001)
+    assert (
+        cost.steps == 256
+        and cost.fixed_s == pytest.approx(0.004)
+        and cost.per_seq_s == pytest.approx(0.0001)
+    )
 
 
 def test_only_adaptive_sd_policies_are_guarded():

@@ -25,7 +25,9 @@ def test_solutions_are_right_and_fit_the_cap():
     from real.tiny.task import _pairs_by_steps
 
     rng = random.Random(0)
-    pairs = [(rng.randint(task.LOW, task.HIGH), rng.randint(task.LOW, task.HIGH)) for _ in range(3000)]
+    pairs = [
+        (rng.randint(task.LOW, task.HIGH), rng.randint(task.LOW, task.HIGH)) for _ in range(3000)
+    ]
     pool = _pairs_by_steps("all")
     assert sorted(pool) == list(range(1, task.MAX_STEPS + 1))  # every difficulty can be drawn
     pairs += [divmod(v[-1], 1000) for v in pool.values()]      # one pair of each difficulty
@@ -42,7 +44,10 @@ def test_solutions_are_right_and_fit_the_cap():
 def test_solution_format():
     p = task.make_problem(35, 91)
     assert p.prompt == "Q: gcd(35,91)=?\n"
-    assert p.solution == "091-035=056\n056-035=021\n035-021=014\n021-014=007\n014-007=007\n007-007=000\nA: 7"
+    assert (
+        p.solution
+        == "091-035=056\n056-035=021\n035-021=014\n021-014=007\n014-007=007\n007-007=000\nA: 7"
+    )
     assert (p.answer, p.difficulty) == (7, 6)
 
 
@@ -113,14 +118,19 @@ def test_styles_variant_teaches_two_styles_and_rewards_one():
     spaced = [p for p in styled if p.style == "spaced"]
     assert 0.18 < len(spaced) / len(styled) < 0.32
     p = spaced[0]
-    assert p.solution.split("\n")[0] == f"{max(p.a, p.b):03d} - {min(p.a, p.b):03d} = {abs(p.a - p.b):03d}"
+    assert (
+        p.solution.split("\n")[0]
+        == f"{max(p.a, p.b):03d} - {min(p.a, p.b):03d} = {abs(p.a - p.b):03d}"
+    )
     compact = task.make_problem(p.a, p.b)
     assert (task.style_of(p.solution), task.style_of(compact.solution)) == ("spaced", "compact")
     assert task.style_of("A: 7") is None
     assert task.reward(p, p.solution, "gcd-styles") == 1.0
     assert task.reward(p, compact.solution, "gcd-styles") == 0.5       # right, in the other style
     assert task.reward(p, p.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.5
-    assert task.reward(p, compact.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.0
+    assert (
+        task.reward(p, compact.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.0
+    )
     # plain gcd: any style
     assert task.reward(p, compact.solution) == task.reward(p, p.solution) == 1.0
     with pytest.raises(ValueError, match="variant"):
@@ -250,15 +260,30 @@ def test_cli_model_init(tmp_path):
 
     from workbench.cli import app
 
-    res = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "m"), "--seed", "2", "--steps", "2",
-                                   "--threads", "1",
-                                   "--no-eval"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "model",
+            "init",
+            "--out",
+            str(tmp_path / "m"),
+            "--seed",
+            "2",
+            "--steps",
+            "2",
+            "--threads",
+            "1",
+            "--no-eval",
+        ],
+    )
     assert res.exit_code == 0, res.output
     info = json.loads((tmp_path / "m" / "training.json").read_text())
     assert info["steps"] == 2 and info["seed"] == 2
     bad = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "n"), "--mix", "nope"])
     assert bad.exit_code == 2 and "mix" in bad.output
-    bad = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "n"), "--variant", "nope"])
+    bad = CliRunner().invoke(
+        app, ["model", "init", "--out", str(tmp_path / "n"), "--variant", "nope"]
+    )
     assert bad.exit_code == 2 and "--variant" in bad.output and not (tmp_path / "n").exists()
 
 
@@ -269,8 +294,16 @@ def test_a_model_records_its_task_variant(tmp_path, tiny_models):
 
     root, _ = tiny_models
     assert variant_of(root / "a") == "gcd"
-    init_model(tmp_path / "s", seed=0, steps=1, evaluate_after=False, log=lambda _m: None, tokens_per_batch=1024,
-               threads=1, variant_name="gcd-styles")
+    init_model(
+        tmp_path / "s",
+        seed=0,
+        steps=1,
+        evaluate_after=False,
+        log=lambda _m: None,
+        tokens_per_batch=1024,
+        threads=1,
+        variant_name="gcd-styles",
+    )
     assert variant_of(tmp_path / "s") == "gcd-styles"
     info = tmp_path / "s" / "training.json"
     info.write_text(info.read_text().replace('"gcd-styles"', '"nope"'))
