@@ -94,8 +94,9 @@ class SpotTrainer:
     is put in eval mode and frozen (its embedding and LM head become the drafter's): pass a copy
     of a policy that is still being trained."""
 
-    def __init__(self, target_model_dir_or_module: str | Path | nn.Module, drafter_dir: str | Path | None = None,
-                 lr: float = 1e-4, batch_size: int = 8, max_len: int = 1024, seed: int = 0):
+    def __init__(self, target_model_dir_or_module: str | Path | nn.Module,
+                 drafter_dir: str | Path | None = None, lr: float = 1e-4, batch_size: int = 8,
+                 max_len: int = 1024, seed: int = 0):
         self.target = _as_target(target_model_dir_or_module)
         self.config = DrafterTrainConfig(lr=lr, seed=seed, batch_size=batch_size, max_len=max_len)
         if drafter_dir is not None:
@@ -136,18 +137,21 @@ class SpotTrainer:
             if stop.is_set():
                 stopped = True
                 break
-            idx = torch.randint(len(data), (min(self.config.batch_size, len(data)),), generator=self.generator).tolist()
+            idx = torch.randint(len(data), (min(self.config.batch_size, len(data)),),
+                                generator=self.generator).tolist()
             ids, mask = pad_right([data[i][0] for i in idx])
             hidden, _ = pad_right([data[i][1] for i in idx])
-            parts = train_step(self.drafter, self.optimizer, hidden, ids, mask, self.config, self.generator)
+            parts = train_step(self.drafter, self.optimizer, hidden, ids, mask, self.config,
+                               self.generator)
             done += 1
             self.steps += 1
             loss += parts["loss"]
             top1 += parts["top1"]
         self.drafter.eval()
         nan = float("nan")
-        return SpotResult(steps=done, seconds=time.perf_counter() - t0, loss=loss / done if done else nan,
-                          top1=top1 / done if done else nan, stopped=stopped)
+        return SpotResult(steps=done, seconds=time.perf_counter() - t0,
+                          loss=loss / done if done else nan, top1=top1 / done if done else nan,
+                          stopped=stopped)
 
     def set_target(self, target_model_dir_or_module: str | Path | nn.Module) -> None:
         """After the policy update: the drafter shares (frozen) the new target's embedding and
@@ -155,7 +159,8 @@ class SpotTrainer:
         target = _as_target(target_model_dir_or_module)
         cfg = EagleConfig.from_target_config(target.config)
         if cfg != self.drafter.config:
-            raise ValueError(f"the new target's shapes differ from the drafter's: {cfg} vs {self.drafter.config}")
+            raise ValueError(f"the new target's shapes differ from the drafter's: {cfg} vs "
+                             f"{self.drafter.config}")
         self.target = target
         self.drafter.embed_tokens = target.get_input_embeddings()
         self.drafter.lm_head = target.get_output_embeddings()
@@ -179,8 +184,8 @@ class SpotTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("version") != SPOT_STATE_VERSION:
-            raise ValueError(f"spot trainer state version {state.get('version')!r}; this code reads "
-                             f"{SPOT_STATE_VERSION}")
+            raise ValueError(f"spot trainer state version {state.get('version')!r}; this code "
+                             f"reads {SPOT_STATE_VERSION}")
         self.load_drafter_state(state["drafter"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
@@ -190,7 +195,8 @@ class SpotTrainer:
 
     @torch.no_grad()
     def estimate_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64,
-                            drafter: EagleDrafter | None = None, stop: threading.Event | None = None) -> float:
+                            drafter: EagleDrafter | None = None,
+                            stop: threading.Event | None = None) -> float:
         """Expected tokens per verify pass with a chain draft of `k` tokens under greedy
         verification: 1 + the mean number of leading draft tokens the target accepts.
 
@@ -225,7 +231,8 @@ class SpotTrainer:
         return drafter.eval()
 
     @torch.no_grad()
-    def estimate_ngram_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64,
+    def estimate_ngram_accept_len(self, records: Sequence[HiddenRecord], k: int,
+                                  max_starts: int = 64,
                                   stop: threading.Event | None = None) -> float:
         """`estimate_accept_len` for vLLM's n-gram drafter: the same start positions, target
         references and chain cut, with the draft vLLM's prompt lookup makes from the tokens seen
@@ -288,7 +295,8 @@ class SpotTrainer:
 
 
 @torch.no_grad()
-def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor, k: int):
+def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor,
+                 starts: torch.Tensor, k: int):
     """The `k` tokens the drafter proposes after each start t of one record, as vLLM's EAGLE
     proposer runs it: its context is the pairs (hidden[i], ids[i+1]) for i <= t, then it feeds back
     its own predicted hidden state and argmax token, position after position. Yields one [starts]
@@ -301,7 +309,8 @@ def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor,
     layer = drafter.layers[0]
     attn = layer.self_attn
     last = int(starts.max())
-    x = drafter.fc(torch.cat((drafter.embed_tokens(ids[1: last + 2]).to(hidden.dtype), hidden[: last + 1]), dim=-1))
+    x = drafter.fc(torch.cat((drafter.embed_tokens(ids[1: last + 2]).to(hidden.dtype),
+                              hidden[: last + 1]), dim=-1))
     q, key, val = _qkv(attn, x[None], torch.arange(last + 1)[None])  # [1, heads, T, hd]
     out = F.scaled_dot_product_attention(q, key, val, is_causal=True)
     g = _layer_rest(layer, x[None], out)[0][starts]  # step 1: the context's own output at t
@@ -319,7 +328,8 @@ def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor,
         vals.append(vs)
         k_all = torch.cat((key.expand(len(starts), -1, -1, -1), *keys), dim=2)
         v_all = torch.cat((val.expand(len(starts), -1, -1, -1), *vals), dim=2)
-        mask = torch.cat((ctx_mask, torch.ones(len(starts), 1, 1, len(keys), dtype=torch.bool)), dim=-1)
+        mask = torch.cat((ctx_mask, torch.ones(len(starts), 1, 1, len(keys), dtype=torch.bool)),
+                         dim=-1)
         o = F.scaled_dot_product_attention(qs, k_all, v_all, attn_mask=mask)
         g = _layer_rest(layer, xs, o)[:, 0]
         d = drafter.lm_head(g).argmax(-1)
@@ -351,11 +361,13 @@ def _layer_rest(layer: nn.Module, x: torch.Tensor, attn_out: torch.Tensor) -> to
     return y + layer.mlp(layer.post_attention_layernorm(y))
 
 
-def average_states(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:
+def average_states(states: Sequence[dict[str, torch.Tensor]],
+                   weights: Sequence[float]) -> dict[str, torch.Tensor]:
     """The weighted mean of drafter states (the copies idle workers trained, weighted by the
     steps each did). Zero-weight states are left out, so weights [1, 0] give the first state."""
     if len(states) != len(weights) or not states:
-        raise ValueError(f"{len(states)} states and {len(weights)} weights: need as many of each, at least one")
+        raise ValueError(f"{len(states)} states and {len(weights)} weights: need as many of each, "
+                         "at least one")
     if any(w < 0 or not math.isfinite(w) for w in weights) or sum(weights) <= 0:
         raise ValueError(f"weights must be finite, non-negative and not all zero: {list(weights)}")
     keys = set(states[0])
