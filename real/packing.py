@@ -57,11 +57,13 @@ def varlen_attention(
     row = kwargs.get("tlt_spans")
     if row is None:
         raise ValueError(
-            f"attention '{VARLEN}' runs only inside real.packing.packed_forward (it needs the spans)"
+            f"attention '{VARLEN}' runs only inside real.packing.packed_forward (it needs the "
+            "spans)"
         )
     if kwargs.get("sliding_window") is not None:
         raise ValueError(
-            f"attention '{VARLEN}': sliding-window layers are not supported; use a full-attention model"
+            f"attention '{VARLEN}': sliding-window layers are not supported; use a full-attention "
+            "model"
         )
     if query.shape[0] != 1:
         raise ValueError(

@@ -55,8 +55,9 @@ def train_device(name: str) -> Any:
             else f"built for CUDA {torch.version.cuda}"
         )
         raise ValueError(
-            f"--device cuda: torch {torch.__version__} ({build}) sees no CUDA device on this machine; "
-            "run with --device cpu, or on a machine with a GPU and the project's 'gpu' extra"
+            f"--device cuda: torch {torch.__version__} ({build}) sees no CUDA device on this "
+            "machine; run with --device cpu, or on a machine with a GPU and the project's 'gpu' "
+            "extra"
         )
     # Deterministic algorithms (torch_settings) need cuBLAS's fixed workspace, set before its first
     # use.

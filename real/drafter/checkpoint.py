@@ -64,6 +64,7 @@ def load_drafter(drafter_dir: str | Path, target_model: nn.Module) -> EagleDraft
     missing = [k for k in missing if k.split(".")[0] not in EagleDrafter.SHARED]
     if missing or unexpected:
         raise ValueError(
-            f"{drafter_dir}: not a drafter of this target (missing {missing}, unexpected {unexpected})"
+            f"{drafter_dir}: not a drafter of this target (missing {missing}, unexpected "
+            f"{unexpected})"
         )
     return drafter

@@ -141,6 +141,7 @@ def bench_grpo(
             trainers[pack].step(batch, keep_hidden=True)
             (report.packed_s if pack else report.padded_s).append(time.perf_counter() - t)
         say(
-            f"  repeat {r + 1}/{repeats}: packed {report.packed_s[-1]:.2f} s, padded {report.padded_s[-1]:.2f} s"
+            f"  repeat {r + 1}/{repeats}: packed {report.packed_s[-1]:.2f} s, padded "
+            f"{report.padded_s[-1]:.2f} s"
         )
     return report

@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     a = ap.parse_args(argv)
     if min(a.prompts, a.workers, a.samples, a.max_tokens, a.threads, a.rounds) < 1 or a.seed < 0:
         ap.error(
-            "--prompts, --workers, --samples, --max-tokens, --threads and --rounds must be >= 1, --seed >= 0"
+            "--prompts, --workers, --samples, --max-tokens, --threads and --rounds must be >= 1, "
+            "--seed >= 0"
         )
     if not (a.model / "config.json").is_file():
         ap.error(f"--model {a.model}: no config.json (give a Hugging Face model directory)")
@@ -134,8 +135,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
         )
         out.append(res)
         print(
-            f"round {r + 1}/{a.rounds}: probe {res['probe']:.2f}x ({res['probe_steps']} engine steps), "
-            f"step {res['step']:.2f}x ({res['step_steps']} engine steps) SD over a plain engine",
+            f"round {r + 1}/{a.rounds}: probe {res['probe']:.2f}x ({res['probe_steps']} engine "
+            f"steps), step {res['step']:.2f}x ({res['step_steps']} engine steps) SD over a plain "
+            "engine",
             flush=True,
         )
     print(json.dumps(out))

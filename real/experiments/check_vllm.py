@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         same += ok
         text = o.outputs[0].text
         print(
-            f"{p.prompt.strip():18s} steps {p.difficulty:3d}  tokens hf {len(h):4d} vllm {len(v):4d}  "
-            f"{'same' if ok else 'DIFFERENT'}  reward {task.reward(p, text):.0f}"
+            f"{p.prompt.strip():18s} steps {p.difficulty:3d}  tokens hf {len(h):4d} vllm "
+            f"{len(v):4d}  {'same' if ok else 'DIFFERENT'}  reward {task.reward(p, text):.0f}"
         )
     res = {"model": d, "problems": len(probs), "identical": same, "hf_seconds": round(t_hf, 1),
            "vllm_start_seconds": round(t_start, 1), "vllm_seconds": round(t_vllm, 1)}

@@ -176,8 +176,8 @@ class _DriftLoop:
         """Row 0 (the start), then one row per update."""
         if self.log:
             self.log(
-                f"{'update':>6}  {'reward':>6}  {'static_len':>10}  {'spot_len':>10}  {'spot_loss':>9}  "
-                f"{'time':>7}"
+                f"{'update':>6}  {'reward':>6}  {'static_len':>10}  {'spot_len':>10}  "
+                f"{'spot_loss':>9}  {'time':>7}"
             )
         never = threading.Event()
         t0 = time.perf_counter()
@@ -234,8 +234,9 @@ def drift_experiment(
     )
     if updates < 1 or prompts < 1 or samples < 2 or spot_steps < 0 or cfg.measure_every < 1:
         raise ValueError(
-            f"need updates >= 1, prompts >= 1, samples >= 2 (a GRPO group), spot_steps >= 0, "
-            f"measure_every >= 1; got {updates}, {prompts}, {samples}, {spot_steps}, {cfg.measure_every}"
+            "need updates >= 1, prompts >= 1, samples >= 2 (a GRPO group), spot_steps >= 0, "
+            f"measure_every >= 1; got {updates}, {prompts}, {samples}, {spot_steps}, "
+            f"{cfg.measure_every}"
         )
     t_start = time.perf_counter()
     with torch_settings(cfg.threads):

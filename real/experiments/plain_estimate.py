@@ -119,8 +119,9 @@ def check_guard(model: Path, rounds: int, seed: int) -> list[dict[str, float]]:
                 }
             )
             print(
-                f"round {r + 1}/{rounds}: a plain rollout priced at {v.speedup:.3f}x its measured time "
-                f"(fit {cost.fixed_s * 1e3:.2f} ms + {cost.per_seq_s * 1e3:.3f} ms per sequence)",
+                f"round {r + 1}/{rounds}: a plain rollout priced at {v.speedup:.3f}x its measured "
+                f"time (fit {cost.fixed_s * 1e3:.2f} ms + {cost.per_seq_s * 1e3:.3f} ms per "
+                "sequence)",
                 flush=True,
             )
     finally:
@@ -162,7 +163,8 @@ def main(argv: list[str] | None = None) -> dict:
     for b, r in res.items():
         print(
             f"batch {b:3d}: plain {r['plain_ms']:.2f} ms, EAGLE at K=0 {r['eagle_k0_ms']:.2f} ms, "
-            f"estimate {r['estimate_ms']:.2f} ms ({r['estimate_over_plain']:.2f}x the plain engine's)"
+            f"estimate {r['estimate_ms']:.2f} ms ({r['estimate_over_plain']:.2f}x the plain "
+            "engine's)"
         )
     print(json.dumps({str(b): r for b, r in res.items()}))
     return res

@@ -83,9 +83,10 @@ def refuse_trees(policy: Policy) -> None:
     for i, row in enumerate(policy.schedule):
         if not row.strategy.is_chain:
             raise EngineConfigError(
-                f"policy '{policy.name}': schedule[{i}] is the tree strategy {row.strategy.name} (top-k {row.topk}); "
-                f"vLLM drafts chains: give a draft length there (e.g. [{row.min_batch}, {row.max_batch}, "
-                f"{row.strategy.depth}]) or simulate the policy with `tlt sim` instead"
+                f"policy '{policy.name}': schedule[{i}] is the tree strategy {row.strategy.name} "
+                f"(top-k {row.topk}); vLLM drafts chains: give a draft length there (e.g. "
+                f"[{row.min_batch}, {row.max_batch}, {row.strategy.depth}]) or simulate the policy "
+                "with `tlt sim` instead"
             )
 
 
@@ -95,9 +96,10 @@ def refuse_undraftable(policy: Policy) -> None:
     refuse_trees(policy)
     if policy.drafter.kind == DrafterKind.SUFFIX:
         raise EngineConfigError(
-            f"policy '{policy.name}': drafter.kind 'suffix' is simulator-only here (vLLM's suffix decoding "
-            f"needs the arctic-inference package, which the real backend does not ship): set drafter.kind to "
-            f"'ngram' (model-free, the nearest) or 'eagle', or simulate the policy with `tlt sim`"
+            f"policy '{policy.name}': drafter.kind 'suffix' is simulator-only here (vLLM's suffix "
+            "decoding needs the arctic-inference package, which the real backend does not ship): "
+            "set drafter.kind to 'ngram' (model-free, the nearest) or 'eagle', or simulate the "
+            "policy with `tlt sim`"
         )
 
 
@@ -111,14 +113,15 @@ def refuse_unrunnable(policy: Policy) -> None:
     rollout = policy.rollout
     if rollout.stream:
         raise EngineConfigError(
-            f"policy '{policy.name}': rollout.stream is simulator-only (the real backend rolls out, then "
-            f"trains): set rollout.stream: false and rollout.mode: sync, or simulate the policy with `tlt sim`"
+            f"policy '{policy.name}': rollout.stream is simulator-only (the real backend rolls "
+            "out, then trains): set rollout.stream: false and rollout.mode: sync, or simulate the "
+            "policy with `tlt sim`"
         )
     if rollout.mode != "sync":
         raise EngineConfigError(
-            f"policy '{policy.name}': rollout.mode '{rollout.mode}' is simulator-only (the real backend runs "
-            f"every response of a step to the end, then trains on it): set rollout.mode: sync, or simulate "
-            f"the policy with `tlt sim`"
+            f"policy '{policy.name}': rollout.mode '{rollout.mode}' is simulator-only (the real "
+            "backend runs every response of a step to the end, then trains on it): set "
+            "rollout.mode: sync, or simulate the policy with `tlt sim`"
         )
 
 

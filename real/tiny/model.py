@@ -190,8 +190,8 @@ def sft(model, tok, cfg: SFTConfig, log: Callable[[str], None] = print) -> dict:
         ema = loss if ema is None else 0.9 * ema + 0.1 * loss
         if step % every == 0 or step == cfg.steps - 1:
             log(
-                f"step {step + 1}/{cfg.steps}  loss {loss:.4f} (ema {ema:.4f})  lr {_lr_at(step, cfg):.2e}  "
-                f"{time.perf_counter() - t0:.1f}s"
+                f"step {step + 1}/{cfg.steps}  loss {loss:.4f} (ema {ema:.4f})  lr "
+                f"{_lr_at(step, cfg):.2e}  {time.perf_counter() - t0:.1f}s"
             )
     model.eval()
     tail = losses[-max(1, min(20, len(losses))):]
@@ -243,8 +243,8 @@ def init_model(
         model = Qwen2ForCausalLM(qwen2_config())
         params = sum(p.numel() for p in model.parameters())
         log(
-            f"model: Qwen2, {params:,} parameters; SFT {steps} steps of {cfg.tokens_per_batch} tokens, "
-            f"mix {mix}, task variant {variant_name}, seed {seed}, {cfg.threads} threads"
+            f"model: Qwen2, {params:,} parameters; SFT {steps} steps of {cfg.tokens_per_batch} "
+            f"tokens, mix {mix}, task variant {variant_name}, seed {seed}, {cfg.threads} threads"
         )
         result = sft(model, tok, cfg, log=log)
         info = {
@@ -265,7 +265,8 @@ def init_model(
         }
         if minutes_budget is not None and result["train_seconds"] > minutes_budget * 60:
             log(
-                f"warning: training took {result['train_seconds'] / 60:.1f} min, over the {minutes_budget} min budget"
+                f"warning: training took {result['train_seconds'] / 60:.1f} min, over the "
+                f"{minutes_budget} min budget"
             )
         model.generation_config.bos_token_id = BOS_ID
         model.generation_config.eos_token_id = EOS_ID
@@ -280,8 +281,9 @@ def init_model(
             )
             e = info["eval"]
             log(
-                f"accuracy {e['accuracy']:.2f}; response tokens p50 {e['response_tokens']['p50']:.0f} "
-                f"p90 {e['response_tokens']['p90']:.0f} max {e['response_tokens']['max']} ({e['eval_seconds']}s)"
+                f"accuracy {e['accuracy']:.2f}; response tokens p50 "
+                f"{e['response_tokens']['p50']:.0f} p90 {e['response_tokens']['p90']:.0f} max "
+                f"{e['response_tokens']['max']} ({e['eval_seconds']}s)"
             )
     info["total_seconds"] = round(time.perf_counter() - t_start, 1)
     (out / "training.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -294,18 +296,20 @@ def model_card(info: dict) -> str:
     lines = [
         "# Tiny GCD reasoning model (TLT Workbench)",
         "",
-        f"A {info['parameters']:,}-parameter Qwen2 (hidden {ARCH['hidden_size']}, {ARCH['num_hidden_layers']} layers, "
-        f"{ARCH['num_attention_heads']} heads, {ARCH['num_key_value_heads']} KV heads, MLP "
-        f"{ARCH['intermediate_size']}, "
-        "untied LM head, float32) with a one-token-per-character tokenizer, trained by SFT on the GCD-by-subtraction "
-        "task of `real/tiny/task.py`. Built by:",
+        f"A {info['parameters']:,}-parameter Qwen2 (hidden {ARCH['hidden_size']}, "
+        f"{ARCH['num_hidden_layers']} layers, {ARCH['num_attention_heads']} heads, "
+        f"{ARCH['num_key_value_heads']} KV heads, MLP {ARCH['intermediate_size']}, untied LM head, "
+        "float32) with a one-token-per-character tokenizer, trained by SFT on the "
+        "GCD-by-subtraction task of `real/tiny/task.py`. Built by:",
         "",
-        f"    tlt model init --out DIR --seed {info['seed']} --steps {info['steps']} --mix {info['mix']}"
+        f"    tlt model init --out DIR --seed {info['seed']} --steps {info['steps']} --mix "
+        f"{info['mix']}"
         + (f" --variant {info['variant']}" if info.get("variant", "gcd") != "gcd" else ""),
         "",
-        f"SFT: {info['steps']} steps of {info['tokens_per_batch']} tokens, AdamW, peak lr {info['lr']}, "
-        f"{info['threads']} threads, {info['train_seconds']:.0f} s; final loss {info['final_loss']:.4f} "
-        f"(torch {info['torch']}). Same seed, steps, mix, thread count and torch build: same weights, byte for byte.",
+        f"SFT: {info['steps']} steps of {info['tokens_per_batch']} tokens, AdamW, peak lr "
+        f"{info['lr']}, {info['threads']} threads, {info['train_seconds']:.0f} s; final loss "
+        f"{info['final_loss']:.4f} (torch {info['torch']}). Same seed, steps, mix, thread count "
+        "and torch build: same weights, byte for byte.",
     ]
     e = info.get("eval")
     if e:
@@ -316,11 +320,11 @@ def model_card(info: dict) -> str:
         )
         lines += [
             "",
-            f"Greedy on {e['problems']} held-out problems (mix {e['mix']}): accuracy {e['accuracy']:.2f} "
-            f"({bands}); response tokens p50 {r['p50']:.0f}, p90 {r['p90']:.0f}, max {r['max']} "
-            f"(reference solutions: p50 {e['reference_tokens']['p50']:.0f}, p90 "
-            f"{e['reference_tokens']['p90']:.0f}, "
-            f"max {e['reference_tokens']['max']}).",
+            f"Greedy on {e['problems']} held-out problems (mix {e['mix']}): accuracy "
+            f"{e['accuracy']:.2f} ({bands}); response tokens p50 {r['p50']:.0f}, p90 "
+            f"{r['p90']:.0f}, max {r['max']} (reference solutions: p50 "
+            f"{e['reference_tokens']['p50']:.0f}, p90 {e['reference_tokens']['p90']:.0f}, max "
+            f"{e['reference_tokens']['max']}).",
         ]
     lines += [
         "",

@@ -61,8 +61,8 @@ def test_static_drafter_falls_while_spot_drafter_holds(reference_model, referenc
         out["spot_accept_len"],
     )
     print(
-        f"accepted length: start {start:.3f}; after {UPDATES} updates static {static:.3f}, spot {spot:.3f} "
-        f"(ratio {out['ratio']:.3f}); {time.perf_counter() - t0:.1f}s"
+        f"accepted length: start {start:.3f}; after {UPDATES} updates static {static:.3f}, spot "
+        f"{spot:.3f} (ratio {out['ratio']:.3f}); {time.perf_counter() - t0:.1f}s"
     )
 
     assert [r["update"] for r in out["updates"]] == list(range(UPDATES + 1))

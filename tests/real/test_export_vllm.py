@@ -98,8 +98,8 @@ def test_the_exported_vllm_config_loads_and_decodes(
     # ahead finishes; the other then drafts 6 alone: between 4 and 6 a draft, fewer than alone.
     alone, pair = t1 / d1, (t2 - t1) / (d2 - d1)
     print(
-        f"[export] alone: {d1} drafts, {t1} tokens ({alone:.2f}/draft); two: {d2 - d1} drafts, {t2 - t1} tokens "
-        f"({pair:.2f}/draft)"
+        f"[export] alone: {d1} drafts, {t1} tokens ({alone:.2f}/draft); two: {d2 - d1} drafts, "
+        f"{t2 - t1} tokens ({pair:.2f}/draft)"
     )
     assert d1 > 0 and 5 < alone <= 6, (d1, t1)
     assert d2 > d1 and 4 <= pair < alone, (d1, t1, d2, t2)

@@ -14,7 +14,8 @@ SCRIPT = textwrap.dedent("""
 
     from real.run.pool import start_local_ray
 
-    other = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    other = Cluster(initialize_head=True,
+                    head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         start_local_ray(3)
         cpus = ray.cluster_resources().get("CPU")

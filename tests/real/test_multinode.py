@@ -142,7 +142,8 @@ def test_two_nodes_give_the_single_node_run(runs):
     # Not vacuous: the step's groups had rewards apart, so the update moved the weights.
     moved = max(float((a[k] - start[k].float()).abs().max()) for k in a)
     print(
-        f"[multinode] rewards {[r['reward'] for r in _responses(single)]}, loss {s.grpo_loss:.6g} vs "
-        f"{m.grpo_loss:.6g}, weights moved by up to {moved:.3g}, the two runs' weights {apart:.3g} apart"
+        f"[multinode] rewards {[r['reward'] for r in _responses(single)]}, loss {s.grpo_loss:.6g} "
+        f"vs {m.grpo_loss:.6g}, weights moved by up to {moved:.3g}, the two runs' weights "
+        f"{apart:.3g} apart"
     )
     assert moved > 1e-7

@@ -88,7 +88,7 @@ def test_verdict_prices_each_steps_tokens_at_the_plain_steps_they_need():
     assert v.speedup == pytest.approx(2.0)
 
 
-def test_an_engine_whose_k0_steps_pay_a_drafter_pass_and_whose_drafts_accept_little_loses_to_plain():
+def test_an_engine_whose_k0_steps_pay_a_drafter_pass_and_drafts_accept_little_loses_to_plain():
     """The styles model's case: SD at batch 4 emits 1.3 tokens a sequence per step for 1.5 plain
     steps' time, and K=0 at large batches pays the drafter's pass; a plain engine wins."""
     rows = _plain_steps(0.004, 0.0001, draft=0.003)

@@ -54,7 +54,8 @@ def test_buffer_keeps_the_last_rl_steps():
     from real.drafter.spot import DrafterBuffer
 
     buf = DrafterBuffer(max_steps=2)
-    rec = lambda n: HiddenRecord(list(range(n)), None)  # noqa: E731 - the buffer reads token_ids only
+    # The buffer reads token_ids only.
+    rec = lambda n: HiddenRecord(list(range(n)), None)  # noqa: E731
     lengths = lambda: [len(r.token_ids) for r in buf.records()]  # noqa: E731
     buf.add(1, [rec(3)])
     buf.add(2, [rec(4), rec(5)])

@@ -59,7 +59,7 @@ def runs(ray_local, tmp_path_factory, reference_model, reference_drafter):
     }
 
 
-def test_the_warm_started_drafter_decodes_from_the_first_step_and_is_judged_against_itself_kept_static(
+def test_warm_started_drafter_decodes_from_the_first_step_and_is_judged_against_itself_kept_static(
     runs,
 ):
     run = runs["tlt-vllm"]
