@@ -250,8 +250,8 @@ class SpotTrainer:
                     if d != int(ref[t + j]):
                         break
                     count += 1
-                    # as in _chain_accepts: the next reference holds only if the record went on with
-                    # d
+                    # as in _chain_accepts: the next reference holds only if the record went on
+                    # with d
                     if j < k and tokens[t + j + 1] != d:
                         break
                 counts.append(count)
@@ -288,8 +288,8 @@ class SpotTrainer:
             alive &= d == ref[starts + j]
             count += alive.long()
             if j < k:
-                # the next reference, lm_head(hidden[t+j+1]), holds only if the record went on with
-                # d
+                # the next reference, lm_head(hidden[t+j+1]), holds only if the record went on
+                # with d
                 alive &= ids[starts + j + 1] == d
         return count
 

@@ -113,9 +113,8 @@ def points(g: Grid) -> list[Point]:
     """Every point of the grid, in the order they are measured (no point twice)."""
     out = [Point("decode", b, c, 1) for c in g.contexts for b in g.batches]
     verify = [(b, t) for t in g.verify_tokens for b in g.verify_batches]
-    verify += [(b * k, 2) for b, k in g.drafter if (b * k,
-                                                    # verifying each drafter point's candidates
-                                                    2) not in verify]
+    # verifying each drafter point's candidates
+    verify += [(b * k, 2) for b, k in g.drafter if (b * k, 2) not in verify]
     out += [Point("verify", b, c, t) for c in g.verify_at for b, t in verify]
     out += [Point("drafter", b, g.context, k, k) for b, k in g.drafter]
     out += [Point("prefill", 1, 0, t) for t in g.prefill_tokens]

@@ -79,8 +79,8 @@ def save_checkpoint(run_dir: str | Path, step: int, state: dict,
     write_atomic(run_dir / LATEST_FILE, f"{CHECKPOINTS_DIR}/{target.name}\n")
     older = [d for s, d in _complete_steps(run_dir) if s < step][: KEEP - 1]
     for entry in (run_dir / CHECKPOINTS_DIR).iterdir():
+        # stale temp dirs too
         if entry != target and entry not in older and entry.is_dir() and (
-                # stale temp dirs too
                 _STEP_DIR.match(entry.name) or entry.name.startswith(".step-")):
             shutil.rmtree(entry, ignore_errors=True)
     return Checkpoint(int(step), target, state)

@@ -43,8 +43,7 @@ def _policy(
     return pol
 
 
-# ---------------------------------------------------------------- policy -> speculative_config (no
-# vLLM)
+# -------------------------------------------------------- policy -> speculative_config (no vLLM)
 
 
 def test_schedule_cut_at_threshold_and_closed_with_k0():
@@ -130,8 +129,7 @@ def test_capture_cli_refuses_before_starting_an_engine(tmp_path):
     assert not (tmp_path / "t").exists()
 
 
-# ---------------------------------------------------------------- the drafter module (torch, no
-# vLLM)
+# -------------------------------------------------------- the drafter module (torch, no vLLM)
 
 
 # random_target: tests/conftest.py
@@ -198,8 +196,7 @@ def test_drafter_checkpoint_layout_and_deterministic_training(random_target, tmp
     assert all(torch.equal(again.drafter_state_dict()[k], sa[k]) for k in sa)
 
 
-# ---------------------------------------------------------------- vLLM: one engine at a time,
-# shared
+# -------------------------------------------------------- vLLM: one engine at a time, shared
 
 
 class Lab:
