@@ -104,27 +104,13 @@ def check_inputs(model: str | Path, policy: Policy, drafter: str | Path | None, 
     speculative_config(policy, drafter)  # raises naming --drafter when an eagle policy lacks one
 
 
-def capture(
-    model: str | Path,
-    policy: Policy,
-    drafter: str | Path | None = None,
-    prompts: int = 8,
-    samples: int = 4,
-    max_tokens: int = 512,
-    seed: int = 0,
-    mix: str = "default",
-    temperature: float = 1.0,
-    max_num_seqs: int = 64,
-    max_model_len: int = 2048,
-    out: str | Path | None = None,
-    engine: Any = None,
-    log: Callable[[str], None] | None = print,
-    progress_every_s: float = 2.0,
-    max_in_flight: int | None = None,
-    task_file: Task | None = None,
-    probe: ReferenceForward | None | bool = True,
-    threads: int = 1,
-) -> Trace:
+def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None, prompts: int = 8,
+            samples: int = 4, max_tokens: int = 512, seed: int = 0, mix: str = "default",
+            temperature: float = 1.0, max_num_seqs: int = 64, max_model_len: int = 2048,
+            out: str | Path | None = None, engine: Any = None,
+            log: Callable[[str], None] | None = print, progress_every_s: float = 2.0,
+            max_in_flight: int | None = None, task_file: Task | None = None,
+            probe: ReferenceForward | None | bool = True, threads: int = 1) -> Trace:
     """Capture one rollout as a Trace (written to `out` when given).
 
     `engine`: an already running RolloutEngine to use (its drafter is then the engine's; an
@@ -175,11 +161,10 @@ def capture(
             row.reward = source.reward(problems[row.prompt_id], run.outputs[row.request_id].text)
         settings = engine.settings()
         if max_in_flight is not None and max_in_flight < engine.max_num_seqs:
-            settings.update(
-                max_num_seqs=int(max_in_flight),
-                started_max_num_seqs=engine.max_num_seqs,
-                in_flight_cap="held by the driver (RolloutEngine.run_steps max_in_flight)",
-            )
+            settings.update(max_num_seqs=int(max_in_flight),
+                            started_max_num_seqs=engine.max_num_seqs,
+                            in_flight_cap="held by the driver (RolloutEngine.run_steps "
+                                          "max_in_flight)")
     finally:
         if own:
             engine.close()

@@ -199,20 +199,11 @@ def sft(model, tok, cfg: SFTConfig, log: Callable[[str], None] = print) -> dict:
             "loss_tokens": tokens, "losses": losses}
 
 
-def init_model(
-    out_dir: str | Path,
-    seed: int = 0,
-    steps: int = DEFAULT_STEPS,
-    mix: str = DEFAULT_MIX,
-    lr: float = DEFAULT_LR,
-    evaluate_after: bool = True,
-    eval_problems: int = EVAL_PROBLEMS,
-    log: Callable[[str], None] = print,
-    minutes_budget: Optional[float] = 10.0,
-    tokens_per_batch: int = TOKENS_PER_BATCH,
-    threads: int = THREADS,
-    variant_name: str = "gcd",
-) -> dict:
+def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS,
+               mix: str = DEFAULT_MIX, lr: float = DEFAULT_LR, evaluate_after: bool = True,
+               eval_problems: int = EVAL_PROBLEMS, log: Callable[[str], None] = print,
+               minutes_budget: Optional[float] = 10.0, tokens_per_batch: int = TOKENS_PER_BATCH,
+               threads: int = THREADS, variant_name: str = "gcd") -> dict:
     """Build, train and save the tiny reasoning model in `out_dir`; returns training.json's content.
 
     The number of steps is fixed (not a time budget) so that the result is deterministic;
@@ -223,15 +214,8 @@ def init_model(
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     task.variant(variant_name)
-    cfg = SFTConfig(
-        seed=seed,
-        steps=steps,
-        mix=mix,
-        lr=lr,
-        tokens_per_batch=tokens_per_batch,
-        threads=threads,
-        variant=variant_name,
-    )
+    cfg = SFTConfig(seed=seed, steps=steps, mix=mix, lr=lr, tokens_per_batch=tokens_per_batch,
+                    threads=threads, variant=variant_name)
     from transformers import Qwen2ForCausalLM
 
     out = Path(out_dir)
@@ -242,10 +226,8 @@ def init_model(
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(qwen2_config())
         params = sum(p.numel() for p in model.parameters())
-        log(
-            f"model: Qwen2, {params:,} parameters; SFT {steps} steps of {cfg.tokens_per_batch} "
-            f"tokens, mix {mix}, task variant {variant_name}, seed {seed}, {cfg.threads} threads"
-        )
+        log(f"model: Qwen2, {params:,} parameters; SFT {steps} steps of {cfg.tokens_per_batch} "
+            f"tokens, mix {mix}, task variant {variant_name}, seed {seed}, {cfg.threads} threads")
         result = sft(model, tok, cfg, log=log)
         info = {
             "seed": seed,
@@ -264,10 +246,8 @@ def init_model(
             "torch": torch.__version__,
         }
         if minutes_budget is not None and result["train_seconds"] > minutes_budget * 60:
-            log(
-                f"warning: training took {result['train_seconds'] / 60:.1f} min, over the "
-                f"{minutes_budget} min budget"
-            )
+            log(f"warning: training took {result['train_seconds'] / 60:.1f} min, over the "
+                f"{minutes_budget} min budget")
         model.generation_config.bos_token_id = BOS_ID
         model.generation_config.eos_token_id = EOS_ID
         model.generation_config.pad_token_id = PAD_ID
@@ -276,15 +256,12 @@ def init_model(
         if evaluate_after:  # after saving: evaluation does not change the weights
             log(f"evaluating greedy answers on {eval_problems} held-out problems (mix {mix}) ...")
             # The same held-out problems whatever the seed, so that models compare.
-            info["eval"] = evaluate(
-                model, tok, n=eval_problems, seed=0, mix=mix, variant_name=variant_name
-            )
+            info["eval"] = evaluate(model, tok, n=eval_problems, seed=0, mix=mix,
+                                    variant_name=variant_name)
             e = info["eval"]
-            log(
-                f"accuracy {e['accuracy']:.2f}; response tokens p50 "
+            log(f"accuracy {e['accuracy']:.2f}; response tokens p50 "
                 f"{e['response_tokens']['p50']:.0f} p90 {e['response_tokens']['p90']:.0f} max "
-                f"{e['response_tokens']['max']} ({e['eval_seconds']}s)"
-            )
+                f"{e['response_tokens']['max']} ({e['eval_seconds']}s)")
     info["total_seconds"] = round(time.perf_counter() - t_start, 1)
     (out / "training.json").write_text(json.dumps(info, indent=2) + "\n")
     (out / "README.md").write_text(model_card(info))
