@@ -66,7 +66,8 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     pack: bool = True  # packed, padding-free forwards (real/packing.py); False: right-padded ones
-    micro_tokens: int = 16384  # packed: tokens per forward (memory only; the optimisation is the same)
+    # packed: tokens per forward (memory only; the optimisation is the same)
+    micro_tokens: int = 16384
     # padded: sequences per forward, gradients accumulating over a minibatch's (veRL's micro-batch
     # per GPU; memory only); 0: the whole minibatch in one forward
     micro_batch: int = 0
@@ -95,7 +96,8 @@ class StepStats:
     seconds: float
 
 
-def group_advantages(rewards: Sequence[float], groups: Sequence[int], eps: float = 1e-6) -> list[float]:
+def group_advantages(rewards: Sequence[float], groups: Sequence[int],
+                     eps: float = 1e-6) -> list[float]:
     """(r - mean of its group) / (std of its group + eps), std unbiased (as TRL's and verl's GRPO).
 
     A group whose rewards are all equal (one sample included) teaches nothing: its advantages are
@@ -122,15 +124,17 @@ def padded_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Seque
     """`packed_forward`'s contract with one right-padded forward (the path before packing)."""
     for s, p in zip(sequences, prompt_lens):
         if not 1 <= p <= len(s):
-            raise ValueError(f"prompt length {p} of a {len(s)}-token sequence: the first response token "
-                             "needs a prompt token before it")
+            raise ValueError(f"prompt length {p} of a {len(s)}-token sequence: the first response "
+                             "token needs a prompt token before it")
     seqs = [torch.as_tensor(list(s), dtype=torch.long) for s in sequences]
     ids, mask = pad_right(seqs)
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
-    # Not real.drafter.eagle.target_hidden_states: that one is no-grad only and keeps a KV cache. The
-    # hidden state is hidden_states[-1] as there: the final-norm output, equal to last_hidden_state.
-    out = model(input_ids=ids, attention_mask=mask.long(), output_hidden_states=hidden, use_cache=False)
+    # Not real.drafter.eagle.target_hidden_states: that one is no-grad only and keeps a KV cache.
+    # The hidden state is hidden_states[-1] as there: the final-norm output, equal to
+    # last_hidden_state.
+    out = model(input_ids=ids, attention_mask=mask.long(), output_hidden_states=hidden,
+                use_cache=False)
     logits = out.logits[:, :-1].float()
     # log_softmax gathered without materialising a second [B, T, V] tensor (vocabularies are large).
     tok_lp = logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
@@ -142,15 +146,17 @@ def padded_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Seque
     return lps, [h[i, : len(s)].detach().float().cpu().clone() for i, s in enumerate(seqs)]
 
 
-def response_logprobs(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int]) -> list[torch.Tensor]:
+def response_logprobs(model, sequences: Sequence[Sequence[int]],
+                      prompt_lens: Sequence[int]) -> list[torch.Tensor]:
     """Log-probs of each sequence's response tokens (positions prompt_len..end) under `model`;
     differentiable unless called under no_grad."""
     return packed_forward(model, sequences, prompt_lens)[0]
 
 
 class GRPOTrainer:
-    def __init__(self, model_dir, config: GRPOConfig = GRPOConfig(), seed: int = 0, reference_dir=None,
-                 threads: int | None = None, device: str = "cpu", model: torch.nn.Module | None = None):
+    def __init__(self, model_dir, config: GRPOConfig = GRPOConfig(), seed: int = 0,
+                 reference_dir=None, threads: int | None = None, device: str = "cpu",
+                 model: torch.nn.Module | None = None):
         """The policy from `model_dir` (float32 weights); a frozen reference (from `reference_dir`,
         default `model_dir`) only when `config.kl_coef > 0`. `threads`: torch threads (and
         deterministic algorithms) during `step`; None leaves the caller's settings. `device`:
@@ -169,7 +175,8 @@ class GRPOTrainer:
         self.seed = seed
         self.threads = threads
         torch.manual_seed(seed)
-        self._model = (load_target(self.model_dir) if model is None else model.eval()).to(self.device)
+        self._model = (load_target(self.model_dir) if model is None
+                       else model.eval()).to(self.device)
         # Eval mode while training too: the responses were sampled without dropout, and the hidden
         # states handed to the drafter must be the ones vLLM computes.
         self._model.requires_grad_(True)
@@ -179,7 +186,8 @@ class GRPOTrainer:
                 load_target(reference_dir or model_dir)
             self.reference = ref.requires_grad_(False).to(self.device)
         self._params = [p for p in self._model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self._params, lr=config.lr, weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.AdamW(self._params, lr=config.lr,
+                                           weight_decay=config.weight_decay)
         self.steps = 0
 
     @property
@@ -198,7 +206,8 @@ class GRPOTrainer:
         with self._settings():
             return self._step(list(responses), keep_hidden)
 
-    def _step(self, responses: list[ScoredResponse], keep_hidden: bool) -> tuple[StepStats, list[HiddenRecord]]:
+    def _step(self, responses: list[ScoredResponse],
+              keep_hidden: bool) -> tuple[StepStats, list[HiddenRecord]]:
         t0 = time.perf_counter()
         seqs = [list(r.prompt_ids) + list(r.response_ids) for r in responses]
         plens = [len(r.prompt_ids) for r in responses]
@@ -211,13 +220,20 @@ class GRPOTrainer:
 
         mean_adv = sum(adv) / n
         stats = StepStats(
-            loss=sums["loss"] / max(1, updates), kl=sums["kl"] / max(1, tok_seen),
-            clip_frac=sums["clip"] / max(1, tok_seen), ratio_mean=sums["ratio"] / max(1, tok_seen),
-            grad_norm=sums["grad"] / max(1, updates), tokens=sum(o.numel() for o in old), sequences=n,
-            adv_std=math.sqrt(sum((x - mean_adv) ** 2 for x in adv) / n), seconds=time.perf_counter() - t0)
+            loss=sums["loss"] / max(1, updates),
+            kl=sums["kl"] / max(1, tok_seen),
+            clip_frac=sums["clip"] / max(1, tok_seen),
+            ratio_mean=sums["ratio"] / max(1, tok_seen),
+            grad_norm=sums["grad"] / max(1, updates),
+            tokens=sum(o.numel() for o in old),
+            sequences=n,
+            adv_std=math.sqrt(sum((x - mean_adv) ** 2 for x in adv) / n),
+            seconds=time.perf_counter() - t0,
+        )
         return stats, records
 
-    def gradients(self, responses: Sequence[ScoredResponse]) -> tuple[float, dict[str, torch.Tensor]]:
+    def gradients(self,
+                  responses: Sequence[ScoredResponse]) -> tuple[float, dict[str, torch.Tensor]]:
         """The loss and gradients of the first minibatch `step` would update on (its order, its
         loss normalisation), at the current weights, with no optimiser step; gradients are cleared
         afterwards. For comparing the packed and padded paths (tests, `tlt bench grpo`)."""
@@ -233,7 +249,8 @@ class GRPOTrainer:
             idx = order[: self.config.minibatch]
             sums = dict(loss=0.0, kl=0.0, clip=0.0, ratio=0.0)
             self.optimizer.zero_grad(set_to_none=True)
-            self._accumulate(idx, max(1, sum(old[i].numel() for i in idx)), seqs, plens, adv, old, ref, sums)
+            self._accumulate(idx, max(1, sum(old[i].numel() for i in idx)), seqs, plens, adv, old,
+                             ref, sums)
             named = self._model.named_parameters()
             grads = {k: p.grad.detach().clone() for k, p in named if p.grad is not None}
             self.optimizer.zero_grad(set_to_none=True)
@@ -247,9 +264,11 @@ class GRPOTrainer:
         mb = self.config.micro_batch or self.config.minibatch
         return [list(range(i, min(i + mb, len(seqs)))) for i in range(0, len(seqs), mb)]
 
-    def _forward(self, model, seqs: Sequence[Sequence[int]], plens: Sequence[int], hidden: bool = False):
+    def _forward(self, model, seqs: Sequence[Sequence[int]], plens: Sequence[int],
+                 hidden: bool = False):
         with autocast(self.device):
-            return (packed_forward if self.config.pack else padded_forward)(model, seqs, plens, hidden=hidden)
+            return (packed_forward if self.config.pack else padded_forward)(model, seqs, plens,
+                                                                            hidden=hidden)
 
     def _before_update(self, seqs: list[list[int]], plens: list[int], keep_hidden: bool
                        ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[HiddenRecord]]:
@@ -270,7 +289,8 @@ class GRPOTrainer:
                     ref += self._forward(self.reference, s, p)[0]
         return old, ref, records
 
-    def _update(self, seqs: list[list[int]], plens: list[int], adv: list[float], old: list[torch.Tensor],
+    def _update(self, seqs: list[list[int]], plens: list[int], adv: list[float],
+                old: list[torch.Tensor],
                 ref: list[torch.Tensor]) -> tuple[dict[str, float], int, int]:
         """`epochs` passes of minibatch updates; returns the summed statistics, the number of
         optimiser steps and the response tokens they saw."""
@@ -289,22 +309,26 @@ class GRPOTrainer:
                     continue  # nothing to average over: an AdamW step on zero gradients still moves
                 self.optimizer.zero_grad(set_to_none=True)
                 self._accumulate(idx, tokens, seqs, plens, adv, old, ref, sums)
-                clip_to = cfg.max_grad_norm if cfg.max_grad_norm and cfg.max_grad_norm > 0 else math.inf
+                clip_to = (
+                    cfg.max_grad_norm if cfg.max_grad_norm and cfg.max_grad_norm > 0 else math.inf
+                )
                 sums["grad"] += float(torch.nn.utils.clip_grad_norm_(self._params, clip_to))
                 self.optimizer.step()
                 updates += 1
                 tok_seen += tokens
         return sums, updates, tok_seen
 
-    def _accumulate(self, idx: list[int], tokens: int, seqs: list[list[int]], plens: list[int], adv: list[float],
-                    old: list[torch.Tensor], ref: list[torch.Tensor], sums: dict[str, float]) -> None:
+    def _accumulate(self, idx: list[int], tokens: int, seqs: list[list[int]], plens: list[int],
+                    adv: list[float], old: list[torch.Tensor], ref: list[torch.Tensor],
+                    sums: dict[str, float]) -> None:
         """Gradients of one minibatch's loss (the mean over its `tokens` response tokens of the
         clipped surrogate, plus the KL term) into `.grad`, micro-batch by micro-batch; its
         statistics added to `sums`."""
         cfg = self.config
         for part in self._chunks([seqs[i] for i in idx]):
             mi = [idx[k] for k in part]
-            new = torch.cat(self._forward(self._model, [seqs[i] for i in mi], [plens[i] for i in mi])[0])
+            new = torch.cat(self._forward(self._model, [seqs[i] for i in mi],
+                                          [plens[i] for i in mi])[0])
             old_t = torch.cat([old[i] for i in mi])
             a = torch.cat([torch.full((old[i].numel(),), adv[i], device=new.device) for i in mi])
             ratio = torch.exp(new - old_t)
@@ -320,7 +344,8 @@ class GRPOTrainer:
             loss = per_tok.sum() / tokens
             loss.backward()
             with torch.no_grad():
-                clipped = ((ratio < 1 - cfg.clip_eps) & (a < 0)) | ((ratio > 1 + cfg.clip_eps) & (a > 0))
+                low = (ratio < 1 - cfg.clip_eps) & (a < 0)
+                clipped = low | ((ratio > 1 + cfg.clip_eps) & (a > 0))
                 sums["loss"] += loss.item()
                 sums["clip"] += clipped.sum().item()
                 sums["ratio"] += ratio.sum().item()
@@ -334,7 +359,11 @@ class GRPOTrainer:
 
         def fill(tmp: Path) -> None:
             for f in sorted(self.model_dir.iterdir()):
-                if f.is_file() and f.name != "config.json" and not f.name.endswith(_WEIGHT_SUFFIXES):
+                if (
+                    f.is_file()
+                    and f.name != "config.json"
+                    and not f.name.endswith(_WEIGHT_SUFFIXES)
+                ):
                     shutil.copy2(f, tmp / f.name)
             # One bar for one shard, printed every RL step, would bury `tlt train`'s step lines.
             from transformers.utils import logging as hf_logging
@@ -353,8 +382,9 @@ class GRPOTrainer:
     def state_dict(self) -> dict:
         """What a checkpoint needs beyond the saved weights: optimiser, step count, torch RNG."""
         # Deep copy: the optimiser's moment tensors are updated in place by later steps.
-        return {"optimizer": copy.deepcopy(self.optimizer.state_dict()), "steps": self.steps, "seed": self.seed,
-                "torch_rng": torch.get_rng_state(), "config": asdict(self.config)}
+        return {"optimizer": copy.deepcopy(self.optimizer.state_dict()), "steps": self.steps,
+                "seed": self.seed, "torch_rng": torch.get_rng_state(),
+                "config": asdict(self.config)}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
@@ -364,5 +394,5 @@ class GRPOTrainer:
             torch.set_rng_state(state["torch_rng"])
 
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "ScoredResponse", "StepStats", "group_advantages", "padded_forward",
-           "response_logprobs"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "ScoredResponse", "StepStats", "group_advantages",
+           "padded_forward", "response_logprobs"]

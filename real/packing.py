@@ -41,19 +41,34 @@ from real.span_attention import attend, packed_spans
 VARLEN = "tlt_varlen"
 
 
-def varlen_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                     **kwargs: Any) -> tuple[torch.Tensor, None]:
+def varlen_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract ([1, heads, T, head_dim] in, [1, T, heads,
     head_dim] out) over a packed row: causal attention within each of `kwargs["tlt_spans"]`
     (a real.span_attention.Spans)."""
     row = kwargs.get("tlt_spans")
     if row is None:
-        raise ValueError(f"attention '{VARLEN}' runs only inside real.packing.packed_forward (it needs the spans)")
+        raise ValueError(
+            f"attention '{VARLEN}' runs only inside real.packing.packed_forward (it needs the "
+            "spans)"
+        )
     if kwargs.get("sliding_window") is not None:
-        raise ValueError(f"attention '{VARLEN}': sliding-window layers are not supported; use a full-attention model")
+        raise ValueError(
+            f"attention '{VARLEN}': sliding-window layers are not supported; use a full-attention "
+            "model"
+        )
     if query.shape[0] != 1:
-        raise ValueError(f"attention '{VARLEN}': one packed row expected, got a batch of {query.shape[0]}")
+        raise ValueError(
+            f"attention '{VARLEN}': one packed row expected, got a batch of {query.shape[0]}"
+        )
     return attend(query, key, value, row, scaling), None
 
 
@@ -66,7 +81,8 @@ def _register() -> None:
 
 @contextmanager
 def attention(model, implementation: str):
-    """The model's attention set to `implementation` for the block (its config is shared by all layers)."""
+    """The model's attention set to `implementation` for the block (its config is shared by all
+    layers)."""
     old = model.config._attn_implementation
     model.config._attn_implementation = implementation
     try:
@@ -82,7 +98,8 @@ class PackedRow:
     input_ids: torch.Tensor  # [1, T]
     position_ids: torch.Tensor  # [1, T], restarting at 0 for each sequence
     spans: list[tuple[int, int]]  # [start, end) of each sequence in the row
-    predict_at: torch.Tensor  # [R]: positions whose next token is a response token, sequence by sequence
+    # [R]: positions whose next token is a response token, sequence by sequence
+    predict_at: torch.Tensor
     targets: torch.Tensor  # [R]: those response tokens
     response_lens: list[int]  # per sequence; they sum to R
 
@@ -93,21 +110,26 @@ def pack(sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int]) -> Pack
                          "need as many, at least one")
     for s, p in zip(sequences, prompt_lens):
         if not 1 <= p <= len(s):
-            raise ValueError(f"prompt length {p} of a {len(s)}-token sequence: the first response token "
-                             "needs a prompt token before it")
+            raise ValueError(
+                f"prompt length {p} of a {len(s)}-token sequence: the first response token "
+                "needs a prompt token before it"
+            )
     ids = torch.as_tensor([int(t) for s in sequences for t in s], dtype=torch.long)
     spans, start = [], 0
     for s in sequences:
         spans.append((start, start + len(s)))
         start += len(s)
     positions = torch.cat([torch.arange(e - s) for s, e in spans])
-    predict_at = torch.cat([torch.arange(s + p - 1, e - 1) for (s, e), p in zip(spans, prompt_lens)])
+    predict_at = torch.cat(
+        [torch.arange(s + p - 1, e - 1) for (s, e), p in zip(spans, prompt_lens)]
+    )
     return PackedRow(ids[None], positions[None], spans, predict_at, ids[predict_at + 1],
                      [len(s) - p for s, p in zip(sequences, prompt_lens)])
 
 
-def packed_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int], hidden: bool = False
-                   ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+def packed_forward(
+    model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int], hidden: bool = False
+) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per sequence, the log-probs of its response tokens and (with `hidden`) its final-norm hidden
     states over all its positions (a detached float32 CPU copy); one forward of the packed row.
     Differentiable unless called under no_grad. `model`: a Qwen2/Llama-style causal LM (`.model`
@@ -117,8 +139,12 @@ def packed_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Seque
     device = next(model.parameters()).device
     with attention(model, VARLEN):
         row_spans = packed_spans(row.spans, device)  # the offsets built once for every layer
-        h = model.model(input_ids=row.input_ids.to(device), position_ids=row.position_ids.to(device),
-                        use_cache=False, tlt_spans=row_spans).last_hidden_state[0]
+        h = model.model(
+            input_ids=row.input_ids.to(device),
+            position_ids=row.position_ids.to(device),
+            use_cache=False,
+            tlt_spans=row_spans,
+        ).last_hidden_state[0]
     logits = model.lm_head(h[row.predict_at.to(device)]).float()
     targets = row.targets.to(device)
     # log_softmax gathered without materialising a second [R, V] tensor (vocabularies are large).

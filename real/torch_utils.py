@@ -49,10 +49,18 @@ def train_device(name: str) -> Any:
     if name != "cuda":
         raise ValueError(f"device {name!r}: give cpu or cuda")
     if not torch.cuda.is_available():
-        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        raise ValueError(f"--device cuda: torch {torch.__version__} ({build}) sees no CUDA device on this machine; "
-                         "run with --device cpu, or on a machine with a GPU and the project's 'gpu' extra")
-    # Deterministic algorithms (torch_settings) need cuBLAS's fixed workspace, set before its first use.
+        build = (
+            "a CPU-only build"
+            if torch.version.cuda is None
+            else f"built for CUDA {torch.version.cuda}"
+        )
+        raise ValueError(
+            f"--device cuda: torch {torch.__version__} ({build}) sees no CUDA device on this "
+            "machine; run with --device cpu, or on a machine with a GPU and the project's 'gpu' "
+            "extra"
+        )
+    # Deterministic algorithms (torch_settings) need cuBLAS's fixed workspace, set before its first
+    # use.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     return torch.device("cuda")
 

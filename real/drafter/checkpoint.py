@@ -1,4 +1,5 @@
-"""EAGLE drafter checkpoints: a directory vLLM loads as the drafter, and `load_drafter` to train it further.
+"""EAGLE drafter checkpoints: a directory vLLM loads as the drafter, and `load_drafter` to train it
+further.
 
 The checkpoint (`save_drafter`) is a directory with `config.json` (a `LlamaConfig`,
 `architectures: ["EagleLlamaForCausalLM"]`, one layer, the target's sizes), `model.safetensors`
@@ -32,7 +33,9 @@ def save_drafter(drafter: EagleDrafter, out_dir: str | Path, target_config: Any 
 
     def fill(tmp: Path) -> None:
         drafter.config.to_llama_config(target_config).save_pretrained(str(tmp))
-        save_file(drafter.drafter_state_dict(), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_file(
+            drafter.drafter_state_dict(), str(tmp / "model.safetensors"), metadata={"format": "pt"}
+        )
         info: dict[str, Any] = {"drafter_config": asdict(drafter.config)}
         cfg = getattr(drafter, "train_config", None)
         if cfg is not None:
@@ -40,7 +43,9 @@ def save_drafter(drafter: EagleDrafter, out_dir: str | Path, target_config: Any 
             log = getattr(drafter, "train_log", [])
             if log:
                 tail = log[-min(50, len(log)):]
-                info["final"] = {k: sum(h[k] for h in tail) / len(tail) for k in ("loss", "reg", "ce", "top1")}
+                info["final"] = {
+                    k: sum(h[k] for h in tail) / len(tail) for k in ("loss", "reg", "ce", "top1")
+                }
             info["train_sequences"] = getattr(drafter, "train_sequences", None)
         info.update(extra or {})
         (tmp / EXTRA_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
@@ -58,5 +63,8 @@ def load_drafter(drafter_dir: str | Path, target_model: nn.Module) -> EagleDraft
     missing, unexpected = drafter.load_state_dict(state, strict=False)
     missing = [k for k in missing if k.split(".")[0] not in EagleDrafter.SHARED]
     if missing or unexpected:
-        raise ValueError(f"{drafter_dir}: not a drafter of this target (missing {missing}, unexpected {unexpected})")
+        raise ValueError(
+            f"{drafter_dir}: not a drafter of this target (missing {missing}, unexpected "
+            f"{unexpected})"
+        )
     return drafter

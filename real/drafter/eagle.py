@@ -43,9 +43,14 @@ ARCHITECTURE = "EagleLlamaForCausalLM"
 
 def _rope_theta(cfg: Any) -> float:
     params = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-    if isinstance(params, dict) and params.get("rope_type", params.get("type", "default")) not in ("default", None):
-        raise NotImplementedError(f"target RoPE type {params.get('rope_type')!r}: the drafter implements default RoPE "
-                                  f"only")
+    if isinstance(params, dict) and params.get("rope_type", params.get("type", "default")) not in (
+        "default",
+        None,
+    ):
+        raise NotImplementedError(
+            f"target RoPE type {params.get('rope_type')!r}: the drafter implements default RoPE "
+            f"only"
+        )
     theta = params.get("rope_theta") if isinstance(params, dict) else None
     return float(theta if theta is not None else getattr(cfg, "rope_theta", 10000.0))
 
@@ -68,12 +73,18 @@ class EagleConfig:
         """From a `transformers` config of a Llama-like target (Qwen2, Llama, ...)."""
         text = getattr(cfg, "text_config", None) or cfg
         h, nh = int(text.hidden_size), int(text.num_attention_heads)
-        return cls(hidden_size=h, intermediate_size=int(text.intermediate_size), num_attention_heads=nh,
-                   num_key_value_heads=int(getattr(text, "num_key_value_heads", None) or nh),
-                   head_dim=int(getattr(text, "head_dim", None) or h // nh), vocab_size=int(text.vocab_size),
-                   rms_norm_eps=float(getattr(text, "rms_norm_eps", 1e-6)), rope_theta=_rope_theta(text),
-                   max_position_embeddings=int(getattr(text, "max_position_embeddings", 2048)),
-                   initializer_range=float(getattr(text, "initializer_range", 0.02)))
+        return cls(
+            hidden_size=h,
+            intermediate_size=int(text.intermediate_size),
+            num_attention_heads=nh,
+            num_key_value_heads=int(getattr(text, "num_key_value_heads", None) or nh),
+            head_dim=int(getattr(text, "head_dim", None) or h // nh),
+            vocab_size=int(text.vocab_size),
+            rms_norm_eps=float(getattr(text, "rms_norm_eps", 1e-6)),
+            rope_theta=_rope_theta(text),
+            max_position_embeddings=int(getattr(text, "max_position_embeddings", 2048)),
+            initializer_range=float(getattr(text, "initializer_range", 0.02)),
+        )
 
     def to_llama_config(self, target_cfg: Any = None):
         from transformers import LlamaConfig
@@ -82,13 +93,24 @@ class EagleConfig:
         for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
             if target_cfg is not None and getattr(target_cfg, k, None) is not None:
                 extra[k] = getattr(target_cfg, k)
-        cfg = LlamaConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-                          intermediate_size=self.intermediate_size, num_hidden_layers=1,
-                          num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
-                          head_dim=self.head_dim, max_position_embeddings=self.max_position_embeddings,
-                          rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta, attention_bias=False,
-                          mlp_bias=False, hidden_act="silu", tie_word_embeddings=False,
-                          initializer_range=self.initializer_range, **extra)
+        cfg = LlamaConfig(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=1,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim,
+            max_position_embeddings=self.max_position_embeddings,
+            rms_norm_eps=self.rms_norm_eps,
+            rope_theta=self.rope_theta,
+            attention_bias=False,
+            mlp_bias=False,
+            hidden_act="silu",
+            tie_word_embeddings=False,
+            initializer_range=self.initializer_range,
+            **extra,
+        )
         cfg.architectures = [ARCHITECTURE]
         import transformers
 
@@ -177,15 +199,29 @@ class DecoderLayer(nn.Module):
 
 
 class EagleDrafter(nn.Module):
-    """One decoder layer on `fc(concat(embedding, target hidden))`; the target's embedding and LM head."""
+    """One decoder layer on `fc(concat(embedding, target hidden))`; the target's embedding and LM
+    head."""
 
     SHARED = ("embed_tokens", "lm_head")
 
-    def __init__(self, cfg: EagleConfig, embed_tokens: nn.Module | None = None, lm_head: nn.Module | None = None):
+    def __init__(
+        self,
+        cfg: EagleConfig,
+        embed_tokens: nn.Module | None = None,
+        lm_head: nn.Module | None = None,
+    ):
         super().__init__()
         self.config = cfg
-        self.embed_tokens = embed_tokens if embed_tokens is not None else nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.lm_head = lm_head if lm_head is not None else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.embed_tokens = (
+            embed_tokens
+            if embed_tokens is not None
+            else nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        )
+        self.lm_head = (
+            lm_head
+            if lm_head is not None
+            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        )
         for m in (self.embed_tokens, self.lm_head):
             m.requires_grad_(False)
         self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
@@ -207,9 +243,13 @@ class EagleDrafter(nn.Module):
         cfg = EagleConfig.from_target_config(target_model.config)
         return cls(cfg, target_model.get_input_embeddings(), target_model.get_output_embeddings())
 
-    def forward(self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                spans: Sequence[tuple[int, int]] | Spans | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        spans: Sequence[tuple[int, int]] | Spans | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden [B, T, H]: target hidden states at positions 0..T-1; tokens [B, T]: the tokens
         at positions 1..T. Returns (predicted hidden states at 1..T, logits for tokens at 2..T+1).
         Sequences are right-padded (attention is causal, so padding never reaches real positions),
@@ -219,8 +259,13 @@ class EagleDrafter(nn.Module):
         x = self.predict_hidden(hidden, tokens, positions, spans)
         return x, self.lm_head(x)
 
-    def predict_hidden(self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                       spans: Sequence[tuple[int, int]] | Spans | None = None) -> torch.Tensor:
+    def predict_hidden(
+        self,
+        hidden: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        spans: Sequence[tuple[int, int]] | Spans | None = None,
+    ) -> torch.Tensor:
         """`forward` without the LM head: the predicted hidden states only (apply `lm_head` to
         the positions you need; over a large vocabulary the full logits are the costly part)."""
         b, t = tokens.shape
@@ -238,8 +283,10 @@ class EagleDrafter(nn.Module):
         """Load weights named as `drafter_state_dict` gives them (the shared ones stay)."""
         own = self.drafter_state_dict()
         if set(state) != set(own):
-            raise ValueError(f"not a drafter state of this shape: missing {sorted(set(own) - set(state))}, "
-                             f"unexpected {sorted(set(state) - set(own))}")
+            raise ValueError(
+                f"not a drafter state of this shape: missing {sorted(set(own) - set(state))}, "
+                f"unexpected {sorted(set(state) - set(own))}"
+            )
         self.load_state_dict({**self.state_dict(), **state})
 
     def drafter_state_dict(self) -> dict[str, torch.Tensor]:
@@ -251,9 +298,15 @@ class EagleDrafter(nn.Module):
 # ---------------------------------------------------------------- loss and target features
 
 
-def eagle_loss(pred_hidden: torch.Tensor, pred_logits: torch.Tensor, target_hidden: torch.Tensor,
-               target_logits: torch.Tensor, mask: torch.Tensor | None = None,
-               reg_weight: float = REG_WEIGHT, ce_weight: float = CE_WEIGHT) -> tuple[torch.Tensor, dict[str, float]]:
+def eagle_loss(
+    pred_hidden: torch.Tensor,
+    pred_logits: torch.Tensor,
+    target_hidden: torch.Tensor,
+    target_logits: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    reg_weight: float = REG_WEIGHT,
+    ce_weight: float = CE_WEIGHT,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """EAGLE's loss over positions where `mask` is true: smooth-L1 on the hidden state plus
     cross-entropy against the target's next-token distribution. Also returns its parts and
     the top-1 agreement of drafter and target (what greedy acceptance at position 1 tracks)."""
@@ -271,8 +324,9 @@ def eagle_loss(pred_hidden: torch.Tensor, pred_logits: torch.Tensor, target_hidd
 
 
 @torch.no_grad()
-def target_hidden_states(model: nn.Module, input_ids: torch.Tensor,
-                         attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def target_hidden_states(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(hidden [B, T, H], logits [B, T, V]) of a `transformers` causal LM over `input_ids`.
 
     `hidden` is `hidden_states[-1]` of a forward with `output_hidden_states=True`: the output of

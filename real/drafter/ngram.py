@@ -17,7 +17,9 @@ from typing import Sequence
 from real.rollout.spec_config import NGRAM_LOOKUP_MAX, NGRAM_LOOKUP_MIN
 
 
-def propose(context: Sequence[int], k: int, min_n: int = NGRAM_LOOKUP_MIN, max_n: int = NGRAM_LOOKUP_MAX) -> list[int]:
+def propose(
+    context: Sequence[int], k: int, min_n: int = NGRAM_LOOKUP_MIN, max_n: int = NGRAM_LOOKUP_MAX
+) -> list[int]:
     """The n-gram draft of at most `k` tokens after `context` (see the module doc)."""
     tokens = list(context)
     total = len(tokens)

@@ -8,7 +8,8 @@ from typing import Any
 
 @dataclass
 class HiddenRecord:
-    """One sequence the drafter trains on (the GRPO update's forward pass yields them at no extra cost)."""
+    """One sequence the drafter trains on (the GRPO update's forward pass yields them at no extra
+    cost)."""
 
     token_ids: list[int]  # prompt + response
     # [len(token_ids), hidden_size] float32 torch tensor, detached, CPU: the target's final-norm

@@ -94,8 +94,9 @@ class SpotTrainer:
     is put in eval mode and frozen (its embedding and LM head become the drafter's): pass a copy
     of a policy that is still being trained."""
 
-    def __init__(self, target_model_dir_or_module: str | Path | nn.Module, drafter_dir: str | Path | None = None,
-                 lr: float = 1e-4, batch_size: int = 8, max_len: int = 1024, seed: int = 0):
+    def __init__(self, target_model_dir_or_module: str | Path | nn.Module,
+                 drafter_dir: str | Path | None = None, lr: float = 1e-4, batch_size: int = 8,
+                 max_len: int = 1024, seed: int = 0):
         self.target = _as_target(target_model_dir_or_module)
         self.config = DrafterTrainConfig(lr=lr, seed=seed, batch_size=batch_size, max_len=max_len)
         if drafter_dir is not None:
@@ -136,18 +137,21 @@ class SpotTrainer:
             if stop.is_set():
                 stopped = True
                 break
-            idx = torch.randint(len(data), (min(self.config.batch_size, len(data)),), generator=self.generator).tolist()
+            idx = torch.randint(len(data), (min(self.config.batch_size, len(data)),),
+                                generator=self.generator).tolist()
             ids, mask = pad_right([data[i][0] for i in idx])
             hidden, _ = pad_right([data[i][1] for i in idx])
-            parts = train_step(self.drafter, self.optimizer, hidden, ids, mask, self.config, self.generator)
+            parts = train_step(self.drafter, self.optimizer, hidden, ids, mask, self.config,
+                               self.generator)
             done += 1
             self.steps += 1
             loss += parts["loss"]
             top1 += parts["top1"]
         self.drafter.eval()
         nan = float("nan")
-        return SpotResult(steps=done, seconds=time.perf_counter() - t0, loss=loss / done if done else nan,
-                          top1=top1 / done if done else nan, stopped=stopped)
+        return SpotResult(steps=done, seconds=time.perf_counter() - t0,
+                          loss=loss / done if done else nan, top1=top1 / done if done else nan,
+                          stopped=stopped)
 
     def set_target(self, target_model_dir_or_module: str | Path | nn.Module) -> None:
         """After the policy update: the drafter shares (frozen) the new target's embedding and
@@ -155,7 +159,8 @@ class SpotTrainer:
         target = _as_target(target_model_dir_or_module)
         cfg = EagleConfig.from_target_config(target.config)
         if cfg != self.drafter.config:
-            raise ValueError(f"the new target's shapes differ from the drafter's: {cfg} vs {self.drafter.config}")
+            raise ValueError(f"the new target's shapes differ from the drafter's: {cfg} vs "
+                             f"{self.drafter.config}")
         self.target = target
         self.drafter.embed_tokens = target.get_input_embeddings()
         self.drafter.lm_head = target.get_output_embeddings()
@@ -179,8 +184,8 @@ class SpotTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("version") != SPOT_STATE_VERSION:
-            raise ValueError(f"spot trainer state version {state.get('version')!r}; this code reads "
-                             f"{SPOT_STATE_VERSION}")
+            raise ValueError(f"spot trainer state version {state.get('version')!r}; this code "
+                             f"reads {SPOT_STATE_VERSION}")
         self.load_drafter_state(state["drafter"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
@@ -190,7 +195,8 @@ class SpotTrainer:
 
     @torch.no_grad()
     def estimate_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64,
-                            drafter: EagleDrafter | None = None, stop: threading.Event | None = None) -> float:
+                            drafter: EagleDrafter | None = None,
+                            stop: threading.Event | None = None) -> float:
         """Expected tokens per verify pass with a chain draft of `k` tokens under greedy
         verification: 1 + the mean number of leading draft tokens the target accepts.
 
@@ -218,13 +224,15 @@ class SpotTrainer:
 
     def static_drafter(self, state: dict[str, torch.Tensor]) -> EagleDrafter:
         """A drafter with the weights `state` on this trainer's current target (its embedding and LM
-        head, as vLLM shares the reloaded target's): e.g. the run's initial drafter, never trained."""
+        head, as vLLM shares the reloaded target's): e.g. the run's initial drafter, never
+        trained."""
         drafter = EagleDrafter.from_target(self.target)
         drafter.load_drafter_state_dict(state)
         return drafter.eval()
 
     @torch.no_grad()
-    def estimate_ngram_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64,
+    def estimate_ngram_accept_len(self, records: Sequence[HiddenRecord], k: int,
+                                  max_starts: int = 64,
                                   stop: threading.Event | None = None) -> float:
         """`estimate_accept_len` for vLLM's n-gram drafter: the same start positions, target
         references and chain cut, with the draft vLLM's prompt lookup makes from the tokens seen
@@ -242,7 +250,8 @@ class SpotTrainer:
                     if d != int(ref[t + j]):
                         break
                     count += 1
-                    # as in _chain_accepts: the next reference holds only if the record went on with d
+                    # as in _chain_accepts: the next reference holds only if the record went on
+                    # with d
                     if j < k and tokens[t + j + 1] != d:
                         break
                 counts.append(count)
@@ -251,14 +260,16 @@ class SpotTrainer:
 
     def _chain_starts(self, records: Sequence[HiddenRecord], k: int, max_starts: int):
         """Per record long enough for a chain of `k`: its ids, hidden states, the target's greedy
-        token after each position (`lm_head(hidden)`) and up to `max_starts` evenly spaced starts."""
+        token after each position (`lm_head(hidden)`) and up to `max_starts` evenly spaced
+        starts."""
         if k < 1:
             raise ValueError(f"k must be at least 1, not {k}")
         out = []
         for r in records:
             ids = torch.as_tensor(r.token_ids, dtype=torch.long)
             hidden = r.hidden.to(torch.float32)
-            last = len(ids) - 1 - k  # the chain at start t is judged against lm_head(hidden[t+1..t+k])
+            # the chain at start t is judged against lm_head(hidden[t+1..t+k])
+            last = len(ids) - 1 - k
             if last < 0:
                 continue
             starts = torch.linspace(0, last, min(max_starts, last + 1)).round().long().unique()
@@ -277,13 +288,15 @@ class SpotTrainer:
             alive &= d == ref[starts + j]
             count += alive.long()
             if j < k:
-                # the next reference, lm_head(hidden[t+j+1]), holds only if the record went on with d
+                # the next reference, lm_head(hidden[t+j+1]), holds only if the record went on
+                # with d
                 alive &= ids[starts + j + 1] == d
         return count
 
 
 @torch.no_grad()
-def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor, k: int):
+def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor,
+                 starts: torch.Tensor, k: int):
     """The `k` tokens the drafter proposes after each start t of one record, as vLLM's EAGLE
     proposer runs it: its context is the pairs (hidden[i], ids[i+1]) for i <= t, then it feeds back
     its own predicted hidden state and argmax token, position after position. Yields one [starts]
@@ -296,7 +309,8 @@ def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor,
     layer = drafter.layers[0]
     attn = layer.self_attn
     last = int(starts.max())
-    x = drafter.fc(torch.cat((drafter.embed_tokens(ids[1: last + 2]).to(hidden.dtype), hidden[: last + 1]), dim=-1))
+    x = drafter.fc(torch.cat((drafter.embed_tokens(ids[1: last + 2]).to(hidden.dtype),
+                              hidden[: last + 1]), dim=-1))
     q, key, val = _qkv(attn, x[None], torch.arange(last + 1)[None])  # [1, heads, T, hd]
     out = F.scaled_dot_product_attention(q, key, val, is_causal=True)
     g = _layer_rest(layer, x[None], out)[0][starts]  # step 1: the context's own output at t
@@ -307,13 +321,15 @@ def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor,
     ctx_mask = (span[None, :] <= starts[:, None])[:, None, None, :]  # [S, 1, 1, T]
     keys, vals = [], []
     for j in range(2, k + 1):
-        xs = drafter.fc(torch.cat((drafter.embed_tokens(d).to(g.dtype), g), dim=-1))[:, None]  # [S, 1, H]
+        # [S, 1, H]
+        xs = drafter.fc(torch.cat((drafter.embed_tokens(d).to(g.dtype), g), dim=-1))[:, None]
         qs, ks, vs = _qkv(attn, xs, (starts + j - 1)[:, None])  # [S, heads, 1, hd]
         keys.append(ks)
         vals.append(vs)
         k_all = torch.cat((key.expand(len(starts), -1, -1, -1), *keys), dim=2)
         v_all = torch.cat((val.expand(len(starts), -1, -1, -1), *vals), dim=2)
-        mask = torch.cat((ctx_mask, torch.ones(len(starts), 1, 1, len(keys), dtype=torch.bool)), dim=-1)
+        mask = torch.cat((ctx_mask, torch.ones(len(starts), 1, 1, len(keys), dtype=torch.bool)),
+                         dim=-1)
         o = F.scaled_dot_product_attention(qs, k_all, v_all, attn_mask=mask)
         g = _layer_rest(layer, xs, o)[:, 0]
         d = drafter.lm_head(g).argmax(-1)
@@ -345,11 +361,13 @@ def _layer_rest(layer: nn.Module, x: torch.Tensor, attn_out: torch.Tensor) -> to
     return y + layer.mlp(layer.post_attention_layernorm(y))
 
 
-def average_states(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:
+def average_states(states: Sequence[dict[str, torch.Tensor]],
+                   weights: Sequence[float]) -> dict[str, torch.Tensor]:
     """The weighted mean of drafter states (the copies idle workers trained, weighted by the
     steps each did). Zero-weight states are left out, so weights [1, 0] give the first state."""
     if len(states) != len(weights) or not states:
-        raise ValueError(f"{len(states)} states and {len(weights)} weights: need as many of each, at least one")
+        raise ValueError(f"{len(states)} states and {len(weights)} weights: need as many of each, "
+                         "at least one")
     if any(w < 0 or not math.isfinite(w) for w in weights) or sum(weights) <= 0:
         raise ValueError(f"weights must be finite, non-negative and not all zero: {list(weights)}")
     keys = set(states[0])

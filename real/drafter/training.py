@@ -71,12 +71,14 @@ def featurize(model: nn.Module, sequences: Sequence[Sequence[int]], max_len: int
         with autocast(device):
             hidden, _ = target_hidden_states(model, ids.to(device), mask.long().to(device))
         # float32 on the CPU: the records travel between processes and into checkpoints.
-        feats.update((j, (seqs[j], hidden[r, : len(seqs[j])].float().cpu().clone())) for r, j in enumerate(chunk))
+        feats.update((j, (seqs[j], hidden[r, : len(seqs[j])].float().cpu().clone()))
+                     for r, j in enumerate(chunk))
     return [feats[j] for j in range(len(seqs))]
 
 
-def train_step(drafter: EagleDrafter, opt: torch.optim.Optimizer, hidden: torch.Tensor, tokens: torch.Tensor,
-               mask: torch.Tensor | None = None, cfg: DrafterTrainConfig | None = None,
+def train_step(drafter: EagleDrafter, opt: torch.optim.Optimizer, hidden: torch.Tensor,
+               tokens: torch.Tensor, mask: torch.Tensor | None = None,
+               cfg: DrafterTrainConfig | None = None,
                gen: torch.Generator | None = None) -> dict[str, float]:
     """One optimiser step of the EAGLE loss on a batch of target hidden states and tokens.
 
@@ -89,7 +91,8 @@ def train_step(drafter: EagleDrafter, opt: torch.optim.Optimizer, hidden: torch.
     # The batch goes where the drafter is (the CPU unless `train_drafter` moved it to a GPU).
     device = next(drafter.parameters()).device
     hidden, tokens = hidden.to(device), tokens.to(device)
-    mask = torch.ones(tokens.shape, dtype=torch.bool, device=device) if mask is None else mask.to(device)
+    mask = torch.ones(tokens.shape, dtype=torch.bool,
+                      device=device) if mask is None else mask.to(device)
     return _optimise(drafter, opt, _noisy(hidden[:, :-1], cfg, gen), tokens[:, 1:], hidden[:, 1:],
                      mask[:, 1:] & mask[:, :-1], cfg)
 
@@ -126,46 +129,52 @@ def pack_features(feats: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> PackedP
 
 
 def train_step_packed(drafter: EagleDrafter, opt: torch.optim.Optimizer, batch: PackedPairs,
-                      cfg: DrafterTrainConfig | None = None, gen: torch.Generator | None = None) -> dict[str, float]:
+                      cfg: DrafterTrainConfig | None = None,
+                      gen: torch.Generator | None = None) -> dict[str, float]:
     """`train_step` on a packed row (`pack_features`): the same loss, the mean over the same pairs,
     without computing the padding a right-padded batch of long-tailed sequences carries (the TLT
     paper's spot trainer packs sequences: 29.6 samples/s against 13.3 padded)."""
     cfg = cfg or DrafterTrainConfig()
     device = next(drafter.parameters()).device
     hidden = _noisy(batch.hidden.to(device), cfg, gen)
-    return _optimise(drafter, opt, hidden, batch.tokens.to(device), batch.target.to(device), None, cfg,
-                     batch.positions.to(device), batch.spans)
+    return _optimise(drafter, opt, hidden, batch.tokens.to(device), batch.target.to(device), None,
+                     cfg, batch.positions.to(device), batch.spans)
 
 
-def _noisy(hidden: torch.Tensor, cfg: DrafterTrainConfig, gen: torch.Generator | None) -> torch.Tensor:
+def _noisy(hidden: torch.Tensor, cfg: DrafterTrainConfig,
+           gen: torch.Generator | None) -> torch.Tensor:
     if cfg.noise <= 0:
         return hidden
-    return hidden + ((torch.rand(hidden.shape, generator=gen) * 2 - 1) * cfg.noise).to(hidden.device)
+    return hidden + ((torch.rand(hidden.shape,
+                                 generator=gen) * 2 - 1) * cfg.noise).to(hidden.device)
 
 
-def _optimise(drafter: EagleDrafter, opt: torch.optim.Optimizer, inp_h: torch.Tensor, tokens: torch.Tensor,
-              tgt_h: torch.Tensor, mask: torch.Tensor | None, cfg: DrafterTrainConfig,
-              positions: torch.Tensor | None = None, spans: list[tuple[int, int]] | None = None) -> dict[str, float]:
+def _optimise(drafter: EagleDrafter, opt: torch.optim.Optimizer, inp_h: torch.Tensor,
+              tokens: torch.Tensor, tgt_h: torch.Tensor, mask: torch.Tensor | None,
+              cfg: DrafterTrainConfig, positions: torch.Tensor | None = None,
+              spans: list[tuple[int, int]] | None = None) -> dict[str, float]:
     """The EAGLE loss of (inp_h, tokens) towards tgt_h over `mask`'s pairs, one optimiser step."""
     with autocast(inp_h.device):
         pred_h, pred_logits = drafter(inp_h, tokens, positions, spans)
         with torch.no_grad():
             tgt_logits = drafter.lm_head(tgt_h)
-        loss, parts = eagle_loss(pred_h.float(), pred_logits.float(), tgt_h, tgt_logits.float(), mask,
-                                 cfg.reg_weight, cfg.ce_weight)
+        loss, parts = eagle_loss(pred_h.float(), pred_logits.float(), tgt_h, tgt_logits.float(),
+                                 mask, cfg.reg_weight, cfg.ce_weight)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip:
-        torch.nn.utils.clip_grad_norm_([p for p in drafter.parameters() if p.requires_grad], cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_([p for p in drafter.parameters() if p.requires_grad],
+                                       cfg.grad_clip)
     opt.step()
     return parts
 
 
-def train_drafter(target: str | Path | nn.Module, sequences: Sequence[Sequence[int]], steps: int = 300,
-                  lr: float = 1e-3, seed: int = 0, drafter: EagleDrafter | None = None,
-                  config: DrafterTrainConfig | None = None, log: Callable[[str], None] | None = print,
-                  log_every: int = 50) -> EagleDrafter:
-    """Train an EAGLE drafter on the target's hidden states over `sequences` (prompt + response ids).
+def train_drafter(target: str | Path | nn.Module, sequences: Sequence[Sequence[int]],
+                  steps: int = 300, lr: float = 1e-3, seed: int = 0,
+                  drafter: EagleDrafter | None = None, config: DrafterTrainConfig | None = None,
+                  log: Callable[[str], None] | None = print, log_every: int = 50) -> EagleDrafter:
+    """Train an EAGLE drafter on the target's hidden states over `sequences` (prompt + response
+    ids).
 
     Deterministic for a seed (weights, batches, noise). Prints progress every `log_every` steps
     when `log` is given. The drafter's training history is left in `drafter.train_log`.
@@ -188,8 +197,9 @@ def train_drafter(target: str | Path | nn.Module, sequences: Sequence[Sequence[i
     return drafter.to("cpu")
 
 
-def _train(model: nn.Module, sequences: Sequence[Sequence[int]], cfg: DrafterTrainConfig, drafter: EagleDrafter | None,
-           log: Callable[[str], None] | None, log_every: int) -> EagleDrafter:
+def _train(model: nn.Module, sequences: Sequence[Sequence[int]], cfg: DrafterTrainConfig,
+           drafter: EagleDrafter | None, log: Callable[[str], None] | None,
+           log_every: int) -> EagleDrafter:
     torch.manual_seed(cfg.seed)
     if drafter is None:
         drafter = EagleDrafter.from_target(model)
@@ -202,7 +212,9 @@ def _train(model: nn.Module, sequences: Sequence[Sequence[int]], cfg: DrafterTra
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     def lr_factor(s: int) -> float:  # linear warm-up, then cosine down to 10%
         progress = min(1.0, s / max(1, cfg.steps))
-        return min(1.0, (s + 1) / max(1, cfg.warmup)) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        return min(1.0, (s + 1) / max(1, cfg.warmup)) * (
+            0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+        )
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     drafter.train()
@@ -219,8 +231,9 @@ def _train(model: nn.Module, sequences: Sequence[Sequence[int]], cfg: DrafterTra
         if log is not None and (step + 1 == cfg.steps or (step + 1) % log_every == 0 or step == 0):
             recent = history[-log_every:]
             mean = lambda k: sum(h[k] for h in recent) / len(recent)  # noqa: E731
-            log(f"  drafter step {step + 1}/{cfg.steps}  loss {mean('loss'):.4f}  reg {mean('reg'):.4f}  "
-                f"ce {mean('ce'):.3f}  top1 {mean('top1'):.3f}  ({time.perf_counter() - t0:.1f}s)")
+            log(f"  drafter step {step + 1}/{cfg.steps}  loss {mean('loss'):.4f}  reg "
+                f"{mean('reg'):.4f}  ce {mean('ce'):.3f}  top1 {mean('top1'):.3f}  "
+                f"({time.perf_counter() - t0:.1f}s)")
     drafter.eval()
     drafter.train_log = history  # type: ignore[attr-defined]
     drafter.train_config = cfg  # type: ignore[attr-defined]
@@ -241,12 +254,14 @@ def rollout_sequences(model_dir: str | Path, prompts: Sequence[str | Sequence[in
             log(f"rollouts (transformers; vLLM is not installed): {len(seqs)} sequences, "
                 f"{sum(len(s) for s in seqs)} tokens in {time.perf_counter() - t0:.1f}s")
         return seqs
-    engine = RolloutEngine(model_dir, None, max_num_seqs=min(64, max(1, len(prompts) * samples)), seed=seed)
+    engine = RolloutEngine(model_dir, None, max_num_seqs=min(64, max(1, len(prompts) * samples)),
+                           seed=seed)
     try:
         results = engine.generate(prompts, 1, Sampling(temperature=0.0, max_tokens=max_tokens))
         if samples > 1:
-            sampled = engine.generate(prompts, samples - 1, Sampling(temperature=temperature, max_tokens=max_tokens,
-                                                                     seed=seed))
+            sampled = engine.generate(prompts, samples - 1,
+                                      Sampling(temperature=temperature, max_tokens=max_tokens,
+                                               seed=seed))
             for r, s in zip(results, sampled):
                 r.samples += s.samples
     finally:
@@ -259,8 +274,8 @@ def rollout_sequences(model_dir: str | Path, prompts: Sequence[str | Sequence[in
 
 
 @torch.no_grad()
-def hf_rollouts(model_dir: str | Path, prompts: Sequence[str | Sequence[int]], samples: int, max_tokens: int,
-                seed: int, temperature: float) -> list[list[int]]:
+def hf_rollouts(model_dir: str | Path, prompts: Sequence[str | Sequence[int]], samples: int,
+                max_tokens: int, seed: int, temperature: float) -> list[list[int]]:
     """`rollout_sequences` without vLLM: `transformers`, one sequence at a time on the CPU (the
     first sample of each prompt greedy); prompts as text or token ids."""
     from transformers import AutoTokenizer
@@ -281,7 +296,8 @@ def hf_rollouts(model_dir: str | Path, prompts: Sequence[str | Sequence[int]], s
                 if j == 0 or temperature <= 0:
                     nxt = int(logits.argmax())
                 else:
-                    nxt = int(torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen))
+                    nxt = int(torch.multinomial(torch.softmax(logits / temperature, -1), 1,
+                                                generator=gen))
                 out.append(nxt)
                 if nxt == eos:
                     break
@@ -295,12 +311,13 @@ def train_from_target(model_dir: str | Path, out_dir: str | Path, steps: int = 3
                       mix: str = "default", temperature: float = 1.0,
                       log: Callable[[str], None] | None = print, device: str = "cpu") -> Path:
     """`tlt drafter train`: sample the target on task prompts (real.tiny.task), train a drafter on
-    the rollouts' hidden states, save it atomically. `device`: where the drafter trains (cpu or cuda)."""
+    the rollouts' hidden states, save it atomically. `device`: where the drafter trains (cpu or
+    cuda)."""
     train_device(device)  # refused before any rollout
     prompt_list = [p.prompt for p in task.make_problems(prompts, seed, mix)]
     if log:
-        log(f"training data: {len(prompt_list)} prompts from {task.__name__}, {samples} samples each, "
-            f"up to {max_tokens} tokens")
+        log(f"training data: {len(prompt_list)} prompts from {task.__name__}, {samples} samples "
+            f"each, up to {max_tokens} tokens")
     seqs = rollout_sequences(model_dir, prompt_list, samples, max_tokens, seed, temperature, log)
     model = load_target(model_dir)
     # Train on whole responses: a drafter never shown positions past max_len collapses there
@@ -308,5 +325,6 @@ def train_from_target(model_dir: str | Path, out_dir: str | Path, steps: int = 3
     config = DrafterTrainConfig(max_len=max(len(s) for s in seqs), device=device)
     drafter = train_drafter(model, seqs, steps=steps, lr=lr, seed=seed, config=config, log=log)
     return save_drafter(drafter, out_dir, model.config,
-                        extra={"target": str(model_dir), "prompts": len(prompt_list), "prompt_source": task.__name__,
-                               "samples": samples, "max_tokens": max_tokens, "temperature": temperature})
+                        extra={"target": str(model_dir), "prompts": len(prompt_list),
+                               "prompt_source": task.__name__, "samples": samples,
+                               "max_tokens": max_tokens, "temperature": temperature})

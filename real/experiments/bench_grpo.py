@@ -43,7 +43,8 @@ class GrpoBench:
     tokens: int = 0  # real tokens of the batch, prompts included
     response_tokens: list[int] = field(default_factory=list)
     padded_tokens: int = 0  # what one padded pass over the batch computes, padding included
-    loss_diff: float = float("nan")  # |packed - padded| loss of the first minibatch, before any update
+    # |packed - padded| loss of the first minibatch, before any update
+    loss_diff: float = float("nan")
     grad_diff: float = float("nan")  # the largest |packed - padded| gradient entry there
     packed_s: list[float] = field(default_factory=list)
     padded_s: list[float] = field(default_factory=list)
@@ -66,13 +67,25 @@ def _responses(model: Path, prompts: int, samples: int, max_tokens: int, seed: i
     from real.rollout.requests import Sampling
 
     problems = task.make_problems(prompts, derive_seed(seed, Stream.PROMPTS, 0))
-    sampling = Sampling(temperature=1.0, max_tokens=max_tokens, seed=derive_seed(seed, Stream.SAMPLING, 0))
-    with RolloutEngine(model, in_process=True, max_num_seqs=64, seed=derive_seed(seed, Stream.ENGINE, 0),
-                       kv_cache_gib=0.5) as engine:
+    sampling = Sampling(
+        temperature=1.0, max_tokens=max_tokens, seed=derive_seed(seed, Stream.SAMPLING, 0)
+    )
+    with RolloutEngine(
+        model,
+        in_process=True,
+        max_num_seqs=64,
+        seed=derive_seed(seed, Stream.ENGINE, 0),
+        kv_cache_gib=0.5,
+    ) as engine:
         results = engine.generate([p.prompt for p in problems], samples, sampling)
     variant = variant_of(model)
-    return [ScoredResponse(list(r.prompt_token_ids), list(s.token_ids), float(task.reward(p, s.text, variant)), i)
-            for i, (p, r) in enumerate(zip(problems, results)) for s in r.samples]
+    return [
+        ScoredResponse(
+            list(r.prompt_token_ids), list(s.token_ids), float(task.reward(p, s.text, variant)), i
+        )
+        for i, (p, r) in enumerate(zip(problems, results))
+        for s in r.samples
+    ]
 
 
 def _padded_tokens(batch: list[Any], minibatch: int) -> int:
@@ -81,8 +94,16 @@ def _padded_tokens(batch: list[Any], minibatch: int) -> int:
     return sum(len(c) * max(c) for c in chunks)
 
 
-def bench_grpo(model: str | Path, prompts: int = 16, samples: int = 4, max_tokens: int = 1024, repeats: int = 3,
-               seed: int = 0, log: Callable[[str], None] | None = print, device: str = "cpu") -> GrpoBench:
+def bench_grpo(
+    model: str | Path,
+    prompts: int = 16,
+    samples: int = 4,
+    max_tokens: int = 1024,
+    repeats: int = 3,
+    seed: int = 0,
+    log: Callable[[str], None] | None = print,
+    device: str = "cpu",
+) -> GrpoBench:
     from real.grpo import GRPOConfig, GRPOTrainer
     from real.torch_utils import train_device
 
@@ -97,9 +118,16 @@ def bench_grpo(model: str | Path, prompts: int = 16, samples: int = 4, max_token
     report.tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in batch)
     report.minibatch = min(16, len(batch))
     report.padded_tokens = _padded_tokens(batch, report.minibatch)
-    trainers = {pack: GRPOTrainer(model, GRPOConfig(lr=2e-5, minibatch=report.minibatch, pack=pack),
-                                  seed=derive_seed(seed, Stream.GRPO), threads=threads, device=device)
-                for pack in (True, False)}
+    trainers = {
+        pack: GRPOTrainer(
+            model,
+            GRPOConfig(lr=2e-5, minibatch=report.minibatch, pack=pack),
+            seed=derive_seed(seed, Stream.GRPO),
+            threads=threads,
+            device=device,
+        )
+        for pack in (True, False)
+    }
     (loss_p, grads_p), (loss_q, grads_q) = (trainers[p].gradients(batch) for p in (True, False))
     report.loss_diff = abs(loss_p - loss_q)
     report.grad_diff = max(float((grads_p[k] - grads_q[k]).abs().max()) for k in grads_p)
@@ -112,5 +140,8 @@ def bench_grpo(model: str | Path, prompts: int = 16, samples: int = 4, max_token
             t = time.perf_counter()
             trainers[pack].step(batch, keep_hidden=True)
             (report.packed_s if pack else report.padded_s).append(time.perf_counter() - t)
-        say(f"  repeat {r + 1}/{repeats}: packed {report.packed_s[-1]:.2f} s, padded {report.padded_s[-1]:.2f} s")
+        say(
+            f"  repeat {r + 1}/{repeats}: packed {report.packed_s[-1]:.2f} s, padded "
+            f"{report.padded_s[-1]:.2f} s"
+        )
     return report

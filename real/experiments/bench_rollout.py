@@ -48,19 +48,26 @@ class RolloutBench:
     draft_len: int
     repeats: int
     seed: int
-    results: dict[str, dict[int, BenchEntry]] = field(default_factory=dict)  # method -> batch -> entry
+    # method -> batch -> entry
+    results: dict[str, dict[int, BenchEntry]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k != "results"}
-        out["results"] = {m: {str(b): asdict(e) for b, e in per_b.items()} for m, per_b in self.results.items()}
+        out["results"] = {
+            m: {str(b): asdict(e) for b, e in per_b.items()} for m, per_b in self.results.items()
+        }
         return out
 
 
 def bench_policy(method: DrafterKind, max_batch: int, draft_len: int) -> Policy:
     if method == DrafterKind.NONE:
         return Policy(name="bench-none")
-    pol = Policy(name=f"bench-{method}-k{draft_len}", sd_threshold=max_batch,
-                 schedule=(ScheduleBucket(1, max_batch, draft_len),), drafter=DrafterConfig(kind=method))
+    pol = Policy(
+        name=f"bench-{method}-k{draft_len}",
+        sd_threshold=max_batch,
+        schedule=(ScheduleBucket(1, max_batch, draft_len),),
+        drafter=DrafterConfig(kind=method),
+    )
     pol.check()
     return pol
 
@@ -94,7 +101,8 @@ def _bench_method(method: DrafterKind, engine: RolloutEngine, prompts: list[str]
                   log: Callable[[str], None] | None) -> None:
     greedy = Sampling(temperature=0.0, max_tokens=report.max_tokens, ignore_eos=True)
     max_b = report.batches[-1]
-    engine.generate(prompts[:max_b], 1, Sampling(temperature=0.0, max_tokens=16, ignore_eos=True))  # warm-up
+    # warm-up
+    engine.generate(prompts[:max_b], 1, Sampling(temperature=0.0, max_tokens=16, ignore_eos=True))
     report.results[method] = {}
     for b in report.batches:
         best, outs, counters = _best_run(engine, prompts[:b], greedy, report.repeats)
@@ -103,21 +111,34 @@ def _bench_method(method: DrafterKind, engine: RolloutEngine, prompts: list[str]
         if method == DrafterKind.NONE:
             reference[b] = tokens
         sd = method != DrafterKind.NONE
-        entry = BenchEntry(tokens=n_tok, seconds=round(best, 4), tokens_per_s=round(n_tok / best, 1),
-                           mean_accepted_length=round(counters.mean_accepted_length, 3) if sd else None,
-                           acceptance_rate=round(counters.acceptance_rate, 3) if sd else None,
-                           same_as_none=tokens == reference.get(b))
+        entry = BenchEntry(
+            tokens=n_tok,
+            seconds=round(best, 4),
+            tokens_per_s=round(n_tok / best, 1),
+            mean_accepted_length=round(counters.mean_accepted_length, 3) if sd else None,
+            acceptance_rate=round(counters.acceptance_rate, 3) if sd else None,
+            same_as_none=tokens == reference.get(b),
+        )
         report.results[method][b] = entry
         if log:
             extra = f", accepted length {entry.mean_accepted_length}" if sd else ""
             log(f"  batch {b}: {entry.tokens_per_s:,.0f} tok/s{extra}")
 
 
-def bench_rollout(model: str | Path, drafter: str | Path | None = None, batches: Sequence[int] = (1, 8, 64),
-                  max_tokens: int = 256, draft_len: int = 4, repeats: int = 2, seed: int = 0,
-                  log: Callable[[str], None] | None = print) -> RolloutBench:
+def bench_rollout(
+    model: str | Path,
+    drafter: str | Path | None = None,
+    batches: Sequence[int] = (1, 8, 64),
+    max_tokens: int = 256,
+    draft_len: int = 4,
+    repeats: int = 2,
+    seed: int = 0,
+    log: Callable[[str], None] | None = print,
+) -> RolloutBench:
     sizes = sorted(set(int(b) for b in batches))
-    report = RolloutBench(str(model), str(drafter) if drafter else None, sizes, max_tokens, draft_len, repeats, seed)
+    report = RolloutBench(
+        str(model), str(drafter) if drafter else None, sizes, max_tokens, draft_len, repeats, seed
+    )
     max_b = sizes[-1]
     prompts = bench_prompts(max_b, seed, max_tokens)
     methods = [DrafterKind.NONE, DrafterKind.NGRAM]
@@ -138,5 +159,7 @@ def bench_rollout(model: str | Path, drafter: str | Path | None = None, batches:
     for method in methods:
         for b in sizes:
             entry = report.results[method][b]
-            entry.speedup_vs_none = round(entry.tokens_per_s / report.results["none"][b].tokens_per_s, 3)
+            entry.speedup_vs_none = round(
+                entry.tokens_per_s / report.results["none"][b].tokens_per_s, 3
+            )
     return report

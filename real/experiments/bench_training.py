@@ -113,7 +113,8 @@ class BucketRow:
     tlt_rate: float
     speedup: float  # tlt_rate / baseline_rate
     tlt_draft_lens: str  # the draft lengths the TLT engines verified there, by share of steps
-    best_draft_len: int = -1  # the draft length that decoded fastest there (at least MIN_ARM_STEPS steps; -1: none)
+    # the draft length that decoded fastest there (at least MIN_ARM_STEPS steps; -1: none)
+    best_draft_len: int = -1
     best_speedup: float = math.nan  # its rate over the baseline's
 
 
@@ -168,17 +169,25 @@ def policy_result(ref: list[StepRecord], run: list[StepRecord]) -> PolicyResult:
     """One run's figures against the reference run's (steps paired by index)."""
     pr, pp = phase_times(ref), phase_times(run)
     return PolicyResult(
-        step_s=pp.step_s, rollout_s=pp.rollout_s, speedup_step=pr.step_s / pp.step_s,
+        step_s=pp.step_s,
+        rollout_s=pp.rollout_s,
+        speedup_step=pr.step_s / pp.step_s,
         speedup_rollout=pr.rollout_s / pp.rollout_s,
         speedup_step_median=paired_median([m.step_s for m in ref], [m.step_s for m in run]),
-        speedup_rollout_median=paired_median([m.rollout_s for m in ref], [m.rollout_s for m in run]),
-        reward=_mean([m.reward for m in run]), mean_accept_len=_mean([m.mean_accept_len for m in run]),
+        speedup_rollout_median=paired_median(
+            [m.rollout_s for m in ref], [m.rollout_s for m in run]
+        ),
+        reward=_mean([m.reward for m in run]),
+        mean_accept_len=_mean([m.mean_accept_len for m in run]),
         rollout_share=pp.rollout_share,
         sd_speedup_est=_mean([m.sd_speedup for m in run if not math.isnan(m.sd_speedup)]),
-        sd_off_steps=sum(m.drafter_kind == DrafterKind.NONE for m in run))
+        sd_off_steps=sum(m.drafter_kind == DrafterKind.NONE for m in run),
+    )
 
 
-def summarize(steps: dict[str, list[StepRecord]]) -> tuple[str, dict[str, PolicyResult], TrainingBenchSummary]:
+def summarize(
+    steps: dict[str, list[StepRecord]],
+) -> tuple[str, dict[str, PolicyResult], TrainingBenchSummary]:
     """The paper's configuration, every policy's result and the summary, from the runs' records
     (`steps` in the bench's order, the first the reference)."""
     names = list(steps)
@@ -186,15 +195,22 @@ def summarize(steps: dict[str, list[StepRecord]]) -> tuple[str, dict[str, Policy
     results = {n: policy_result(steps[names[0]], steps[n]) for n in names}
     b, t = results[names[0]], results[paper]
     summary = TrainingBenchSummary(
-        speedup_step=t.speedup_step, speedup_rollout=t.speedup_rollout, mean_accept_len=t.mean_accept_len,
-        reward_baseline=b.reward, reward_tlt=t.reward, rollout_share_baseline=b.rollout_share,
-        rollout_share_tlt=t.rollout_share, speedup_step_median=t.speedup_step_median,
-        speedup_rollout_median=t.speedup_rollout_median)
+        speedup_step=t.speedup_step,
+        speedup_rollout=t.speedup_rollout,
+        mean_accept_len=t.mean_accept_len,
+        reward_baseline=b.reward,
+        reward_tlt=t.reward,
+        rollout_share_baseline=b.rollout_share,
+        rollout_share_tlt=t.rollout_share,
+        speedup_step_median=t.speedup_step_median,
+        speedup_rollout_median=t.speedup_rollout_median,
+    )
     return paper, results, summary
 
 
 def _init_ray(configs: list[RunConfig]) -> None:
-    """A local Ray with a slot per worker of every run (all stay alive at once), unless one is up."""
+    """A local Ray with a slot per worker of every run (all stay alive at once), unless one is
+    up."""
     import ray
 
     if not ray.is_initialized() and not any(c.address for c in configs):
@@ -207,7 +223,9 @@ def bench_real(configs: list[RunConfig], log: Callable[[str], None] | None = pri
     steps, their steps interleaved round-robin; each run in its own `out`."""
     names = [c.policy.name for c in configs]
     if len(configs) < 2 or len(set(names)) != len(names):
-        raise ValueError(f"bench_real compares two or more runs of differently named policies (got {names})")
+        raise ValueError(
+            f"bench_real compares two or more runs of differently named policies (got {names})"
+        )
     if len({Path(c.out).resolve() for c in configs}) != len(configs):
         raise ValueError("bench_real: every run needs its own out directory")
     runs: dict[str, TrainingRun] = {}
@@ -233,17 +251,25 @@ def bench_real(configs: list[RunConfig], log: Callable[[str], None] | None = pri
                              sd_probe_speedup=probe.speedup if probe else math.nan)
     traces = {p: load_trace(runs[p].out / "trace") for p in names}
     ref = traces[names[0]].steps
-    return TrainingBench(summary, steps, reference=names[0], paper_policy=paper, policies=results,
-                         phases={p: phase_times(steps[p]) for p in names},
-                         buckets={p: bucket_rows(ref, traces[p].steps) for p in names[1:]},
-                         lengths={p: length_shape(traces[p].requests, configs[0].max_tokens) for p in names},
-                         runs={p: runs[p].out for p in names})
+    return TrainingBench(
+        summary,
+        steps,
+        reference=names[0],
+        paper_policy=paper,
+        policies=results,
+        phases={p: phase_times(steps[p]) for p in names},
+        buckets={p: bucket_rows(ref, traces[p].steps) for p in names[1:]},
+        lengths={p: length_shape(traces[p].requests, configs[0].max_tokens) for p in names},
+        runs={p: runs[p].out for p in names},
+    )
 
 
 def batch_bucket(batch: pd.Series) -> pd.Series:
     """Each batch size's bucket label ("1", "2", "3-4", ... up to BUCKET_EDGES' last)."""
-    labels = [str(e) if lo == e else f"{lo}-{e}" for lo, e in zip((1,) + tuple(x + 1 for x in BUCKET_EDGES),
-                                                                  BUCKET_EDGES)]
+    labels = [
+        str(e) if lo == e else f"{lo}-{e}"
+        for lo, e in zip((1,) + tuple(x + 1 for x in BUCKET_EDGES), BUCKET_EDGES)
+    ]
     return pd.cut(batch, (0,) + BUCKET_EDGES, labels=labels)
 
 
@@ -277,10 +303,18 @@ def bucket_rows(baseline_steps: pd.DataFrame, tlt_steps: pd.DataFrame) -> list[B
         arms = {int(k): g["per_seq"].sum() / g["wall_s"].sum() for k,
                 g in t.groupby("draft_len") if len(g) >= MIN_ARM_STEPS}
         best_k = max(arms, key=arms.get) if arms and rate_b > 0 else -1
-        rows.append(BucketRow(str(label), float(b["wall_s"].sum() / total) if total else math.nan, float(rate_b),
-                              float(rate_t), float(rate_t / rate_b) if rate_b else math.nan,
-                              " ".join(f"K{k}:{v:.0%}" for k, v in ks.items() if v >= 0.005),
-                              best_k, float(arms[best_k] / rate_b) if best_k >= 0 else math.nan))
+        rows.append(
+            BucketRow(
+                str(label),
+                float(b["wall_s"].sum() / total) if total else math.nan,
+                float(rate_b),
+                float(rate_t),
+                float(rate_t / rate_b) if rate_b else math.nan,
+                " ".join(f"K{k}:{v:.0%}" for k, v in ks.items() if v >= 0.005),
+                best_k,
+                float(arms[best_k] / rate_b) if best_k >= 0 else math.nan,
+            )
+        )
     return rows
 
 
@@ -288,7 +322,10 @@ def decode_speedup(rows: list[BucketRow], best: bool = False) -> float:
     """SD's speedup of the baseline's whole decode: each bucket's speedup weighted by the
     baseline's time there (the time its decoding would take at those speeds); `best`: at each
     bucket's best draft length where it has one. NaN: no bucket both runs reached."""
-    parts = [(r.baseline_time_share, r.best_speedup if best and r.best_draft_len >= 0 else r.speedup) for r in rows]
+    parts = [
+        (r.baseline_time_share, r.best_speedup if best and r.best_draft_len >= 0 else r.speedup)
+        for r in rows
+    ]
     parts = [(w, x) for w, x in parts if w > 0 and x > 0]
     return sum(w for w, _ in parts) / sum(w / x for w, x in parts) if parts else math.nan
 
@@ -296,7 +333,9 @@ def decode_speedup(rows: list[BucketRow], best: bool = False) -> float:
 def length_shape(requests: pd.DataFrame, max_tokens: int) -> LengthShape:
     r = requests["response_tokens"]
     clipped = (requests["finish_reason"] == "length") | (r >= max_tokens)
-    return LengthShape(float(r.quantile(0.5)), float(r.quantile(0.9)), int(r.max()), float(clipped.mean()))
+    return LengthShape(
+        float(r.quantile(0.5)), float(r.quantile(0.9)), int(r.max()), float(clipped.mean())
+    )
 
 
 def spot_interference(trace_dir: str | Path) -> pd.DataFrame:
@@ -329,6 +368,7 @@ def matched_slowdown(tl: pd.DataFrame) -> pd.DataFrame:
     hit = dec[dec["beside"]].join(alone, on=key)
     hit["ratio"] = hit["ms"] / hit["alone_ms"]
     hit["bucket"] = batch_bucket(hit["batch"])
-    g = hit.groupby("bucket", observed=True).agg(beside_training=("ms", "size"), matched=("ratio", "count"),
-                                                 slowdown=("ratio", "median"))
+    g = hit.groupby("bucket", observed=True).agg(
+        beside_training=("ms", "size"), matched=("ratio", "count"), slowdown=("ratio", "median")
+    )
     return g

@@ -21,11 +21,15 @@ from real.tiny.model import load_model_dir
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", required=True)
     ap.add_argument("--problems", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mix", default="hard", help="difficulty mix of the problems (hard: some long responses)")
+    ap.add_argument(
+        "--mix", default="hard", help="difficulty mix of the problems (hard: some long responses)"
+    )
     ap.add_argument("--max-tokens", type=int, default=None)
     args = ap.parse_args(argv)
 
@@ -46,7 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     from vllm import LLM, SamplingParams
 
     t0 = time.perf_counter()
-    llm = LLM(model=d, dtype="float32", gpu_memory_utilization=0.3, max_model_len=2048, enforce_eager=True, seed=0)
+    llm = LLM(
+        model=d,
+        dtype="float32",
+        gpu_memory_utilization=0.3,
+        max_model_len=2048,
+        enforce_eager=True,
+        seed=0,
+    )
     t_start = time.perf_counter() - t0
     t0 = time.perf_counter()
     outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=cap), use_tqdm=False)
@@ -60,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         ok = v == h and list(o.prompt_token_ids) == tok(p.prompt)["input_ids"]
         same += ok
         text = o.outputs[0].text
-        print(f"{p.prompt.strip():18s} steps {p.difficulty:3d}  tokens hf {len(h):4d} vllm {len(v):4d}  "
-              f"{'same' if ok else 'DIFFERENT'}  reward {task.reward(p, text):.0f}")
+        print(
+            f"{p.prompt.strip():18s} steps {p.difficulty:3d}  tokens hf {len(h):4d} vllm "
+            f"{len(v):4d}  {'same' if ok else 'DIFFERENT'}  reward {task.reward(p, text):.0f}"
+        )
     res = {"model": d, "problems": len(probs), "identical": same, "hf_seconds": round(t_hf, 1),
            "vllm_start_seconds": round(t_start, 1), "vllm_seconds": round(t_vllm, 1)}
     print(json.dumps(res))

@@ -50,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--eager-only",
         action="store_true",
-        help="time engine points without CUDA graphs (a failed capture can break the rest of the process)",
+        help="time engine points without CUDA graphs (a failed capture can break the rest of the "
+             "process)",
     )
     ap.add_argument(
         "--model",

@@ -61,20 +61,51 @@ class Grid:
 # "gpu-check" is the lent-GPU check's (real/gpu_check): the measured database's decode and verify
 # points at batch <= 64 and contexts 2k and 8k, its drafter points at batch <= 32, in minutes.
 GRIDS = {
-    "cuda": Grid(batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), contexts=(512, 4096, 16384),
-                 verify_batches=(1, 4, 16, 64), verify_tokens=(2, 4, 8, 16, 32, 48, 64), context=4096,
-                 drafter=((1, 1), (1, 4), (4, 4), (8, 8), (16, 4), (32, 4), (64, 4)),
-                 prefill_tokens=(256, 1024, 4096), train_sequences=2, train_tokens=2048),
-    "cpu": Grid(batches=(1, 2, 4, 8, 16, 32, 64), contexts=(64, 256, 1024),
-                verify_batches=(1, 4, 16), verify_tokens=(2, 4, 8), context=256,
-                drafter=((1, 1), (1, 4), (4, 4), (16, 4)),
-                prefill_tokens=(32, 128, 512), train_sequences=4, train_tokens=256),
-    "gpu-check": Grid(batches=(1, 2, 4, 8, 16, 32, 64), contexts=(2048, 8192), verify_batches=(1, 4, 16, 64),
-                      verify_tokens=(2, 4, 8, 16, 32, 48), context=2048, verify_contexts=(2048, 8192),
-                      drafter=((1, 1), (1, 4), (1, 8), (4, 4), (8, 4), (16, 4), (32, 4)),
-                      prefill_tokens=(1024, 4096), train_sequences=2, train_tokens=2048),
-    "test": Grid(batches=(1, 4), contexts=(16, 64), verify_batches=(1, 4), verify_tokens=(2, 4), context=32,
-                 drafter=((1, 1), (2, 2)), prefill_tokens=(16, 64), train_sequences=2, train_tokens=16),
+    "cuda": Grid(
+        batches=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        contexts=(512, 4096, 16384),
+        verify_batches=(1, 4, 16, 64),
+        verify_tokens=(2, 4, 8, 16, 32, 48, 64),
+        context=4096,
+        drafter=((1, 1), (1, 4), (4, 4), (8, 8), (16, 4), (32, 4), (64, 4)),
+        prefill_tokens=(256, 1024, 4096),
+        train_sequences=2,
+        train_tokens=2048,
+    ),
+    "cpu": Grid(
+        batches=(1, 2, 4, 8, 16, 32, 64),
+        contexts=(64, 256, 1024),
+        verify_batches=(1, 4, 16),
+        verify_tokens=(2, 4, 8),
+        context=256,
+        drafter=((1, 1), (1, 4), (4, 4), (16, 4)),
+        prefill_tokens=(32, 128, 512),
+        train_sequences=4,
+        train_tokens=256,
+    ),
+    "gpu-check": Grid(
+        batches=(1, 2, 4, 8, 16, 32, 64),
+        contexts=(2048, 8192),
+        verify_batches=(1, 4, 16, 64),
+        verify_tokens=(2, 4, 8, 16, 32, 48),
+        context=2048,
+        verify_contexts=(2048, 8192),
+        drafter=((1, 1), (1, 4), (1, 8), (4, 4), (8, 4), (16, 4), (32, 4)),
+        prefill_tokens=(1024, 4096),
+        train_sequences=2,
+        train_tokens=2048,
+    ),
+    "test": Grid(
+        batches=(1, 4),
+        contexts=(16, 64),
+        verify_batches=(1, 4),
+        verify_tokens=(2, 4),
+        context=32,
+        drafter=((1, 1), (2, 2)),
+        prefill_tokens=(16, 64),
+        train_sequences=2,
+        train_tokens=16,
+    ),
 }
 
 
@@ -82,12 +113,15 @@ def points(g: Grid) -> list[Point]:
     """Every point of the grid, in the order they are measured (no point twice)."""
     out = [Point("decode", b, c, 1) for c in g.contexts for b in g.batches]
     verify = [(b, t) for t in g.verify_tokens for b in g.verify_batches]
-    verify += [(b * k, 2) for b, k in g.drafter if (b * k,
-                                                    2) not in verify]  # verifying each drafter point's candidates
+    # verifying each drafter point's candidates
+    verify += [(b * k, 2) for b, k in g.drafter if (b * k, 2) not in verify]
     out += [Point("verify", b, c, t) for c in g.verify_at for b, t in verify]
     out += [Point("drafter", b, g.context, k, k) for b, k in g.drafter]
     out += [Point("prefill", 1, 0, t) for t in g.prefill_tokens]
-    out += [Point(op, g.train_sequences, 0, g.train_tokens) for op in ("train_fwd", "train_fwd_bwd", "drafter_train")]
+    out += [
+        Point(op, g.train_sequences, 0, g.train_tokens)
+        for op in ("train_fwd", "train_fwd_bwd", "drafter_train")
+    ]
     return out
 
 

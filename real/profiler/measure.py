@@ -60,13 +60,15 @@ class Rank:
         return self._drafter
 
     def layer_bytes(self, p: Point) -> int:
-        return self.shard.layer_params * self.dtype_bytes + self.shard.kv_bytes(p.batch, p.context + p.tokens,
-                                                                                self.dtype_bytes)
+        return self.shard.layer_params * self.dtype_bytes + self.shard.kv_bytes(
+            p.batch, p.context + p.tokens, self.dtype_bytes
+        )
 
 
 @dataclass
 class StepFns:
-    """The callables one target point times: a chain of `copies` layers, the head, the whole model."""
+    """The callables one target point times: a chain of `copies` layers, the head, the whole
+    model."""
 
     chain: Callable[[], torch.Tensor]
     head: Callable[[], torch.Tensor]
@@ -104,17 +106,19 @@ def time_mode(timer: Timer, fn: Callable[[], torch.Tensor], mode: str) -> Timing
     return timer.graph(fn) if mode == "graph" else timer.eager(fn)
 
 
-def measure_target(rank: Rank, timer: Timer, p: Point, mode: str, link: Link, cache_bytes: int) -> Row:
+def measure_target(rank: Rank, timer: Timer, p: Point, mode: str, link: Link,
+                   cache_bytes: int) -> Row:
     s = rank.shard
     copies = distinct_layers(rank.layer_bytes(p), s.arch.layers, cache_bytes)
     fns = target_fns(rank, p, copies)
     layer = time_mode(timer, fns.chain, mode)
     head = time_mode(timer, fns.head, mode)
     per_layer = layer.seconds / copies
-    coll = s.collectives_s(p.batch * p.tokens, link, rank.dtype_bytes, p.batch if p.op == "prefill" else None)
-    return Row(p.op, p.batch, p.context, p.tokens, p.topk, mode, s.arch.layers * per_layer + head.seconds + coll,
-               per_layer, head.seconds, coll, s.arch.layers, copies, layer.p10_s / copies, layer.p90_s / copies,
-               layer.runs)
+    coll = s.collectives_s(p.batch * p.tokens, link, rank.dtype_bytes,
+                           p.batch if p.op == "prefill" else None)
+    return Row(p.op, p.batch, p.context, p.tokens, p.topk, mode,
+               s.arch.layers * per_layer + head.seconds + coll, per_layer, head.seconds, coll,
+               s.arch.layers, copies, layer.p10_s / copies, layer.p90_s / copies, layer.runs)
 
 
 def measure_drafter(rank: Rank, timer: Timer, p: Point, mode: str, link: Link) -> Row:
@@ -126,11 +130,12 @@ def measure_drafter(rank: Rank, timer: Timer, p: Point, mode: str, link: Link) -
     hidden = torch.randn(p.batch, p.tokens, s.hidden, device=dev, dtype=dt)
     ids = torch.randint(0, s.vocab, (p.batch, p.tokens), device=dev)
     drafter, head = rank.drafter, rank.head
-    t = time_mode(timer, lambda: drafter(head, ids, hidden, p.context, cos, sin, cache).topk(p.topk, dim=-1).indices,
-                  mode)
+    t = time_mode(timer,
+                  lambda: drafter(head, ids, hidden, p.context, cos, sin,
+                                  cache).topk(p.topk, dim=-1).indices, mode)
     coll = s.drafter_collectives_s(p.batch * p.tokens, link, rank.dtype_bytes)
-    return Row(p.op, p.batch, p.context, p.tokens, p.topk, mode, t.seconds + coll, t.seconds, 0.0, coll, 1, 1,
-               t.p10_s, t.p90_s, t.runs)
+    return Row(p.op, p.batch, p.context, p.tokens, p.topk, mode, t.seconds + coll, t.seconds, 0.0,
+               coll, 1, 1, t.p10_s, t.p90_s, t.runs)
 
 
 def train_fns(rank: Rank, p: Point) -> tuple[Callable[[], object], Callable[[], object]]:
@@ -179,16 +184,17 @@ def measure_training(rank: Rank, timer: Timer, p: Point) -> Row:
     step is the whole model's forward (+ backward) over B x T tokens; per token divides by it."""
     if p.op == "drafter_train":
         t = timer.eager(drafter_train_fn(rank, p))
-        return Row(p.op, p.batch, 0, p.tokens, 1, "eager", t.seconds, t.seconds, 0.0, 0.0, 1, 1, t.p10_s, t.p90_s,
-                   t.runs)
+        return Row(p.op, p.batch, 0, p.tokens, 1, "eager", t.seconds, t.seconds, 0.0, 0.0, 1, 1,
+                   t.p10_s, t.p90_s, t.runs)
     layer_fn, head_fn = train_fns(rank, p)
     layer, head = timer.eager(layer_fn), timer.eager(head_fn)
     n = rank.shard.arch.layers
-    return Row(p.op, p.batch, 0, p.tokens, 1, "eager", n * layer.seconds + head.seconds, layer.seconds, head.seconds,
-               0.0, n, 1, layer.p10_s, layer.p90_s, layer.runs)
+    return Row(p.op, p.batch, 0, p.tokens, 1, "eager", n * layer.seconds + head.seconds,
+               layer.seconds, head.seconds, 0.0, n, 1, layer.p10_s, layer.p90_s, layer.runs)
 
 
-def check_whole(rank: Rank, timer: Timer, p: Point, mode: str, rounds: int, cache_bytes: int) -> Row:
+def check_whole(rank: Rank, timer: Timer, p: Point, mode: str, rounds: int,
+                cache_bytes: int) -> Row:
     """The whole model's forward (every layer, one rank, no collectives) against layers x one
     layer + head timed as `measure_target` times them, in `rounds` interleaved rounds (a
     machine's speed drifts)."""
@@ -204,12 +210,14 @@ def check_whole(rank: Rank, timer: Timer, p: Point, mode: str, rounds: int, cach
     # other processes only add time, and the rounds interleave, so both sides had the same chances.
     fast = lambda ts: min(t.seconds for t in ts)
     per_layer = fast(layer) / copies
-    return Row("whole", p.batch, p.context, p.tokens, 1, mode, s.arch.layers * per_layer + fast(head), per_layer,
-               fast(head), 0.0, s.arch.layers, copies, math.nan, math.nan, rounds * timer.repeats, whole_s=fast(whole))
+    return Row("whole", p.batch, p.context, p.tokens, 1, mode,
+               s.arch.layers * per_layer + fast(head), per_layer, fast(head), 0.0, s.arch.layers,
+               copies, math.nan, math.nan, rounds * timer.repeats, whole_s=fast(whole))
 
 
 def cache_bytes(device: torch.device) -> int:
-    """The device's last-level cache: the GPU's L2, or the CPU's largest cache (32 MiB if unknown)."""
+    """The device's last-level cache: the GPU's L2, or the CPU's largest cache (32 MiB if
+    unknown)."""
     if device.type == "cuda":
         return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20))
     sizes = []
@@ -223,8 +231,10 @@ def cache_bytes(device: torch.device) -> int:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "CPU") if Path("/proc/cpuinfo").is_file() else "CPU"
+    model = next((line.split(":", 1)[1].strip()
+                  for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")),
+                 "CPU") if Path("/proc/cpuinfo").is_file() else "CPU"
     return f"{model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
 
 
@@ -246,19 +256,36 @@ def meta(st: Settings, device: torch.device, grid: Grid, llc: int, clock: str,
          modes: tuple[str, ...] = ("graph", "eager")) -> dict:
     a = st.arch
     return {
-        "schema": SCHEMA, "architecture": a.name, "shape": {k: getattr(a, k) for k in a.__dataclass_fields__},
-        "tp": st.tp, "dtype": st.dtype, "device": device.type, "device_name": device_name(device),
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
-        "threads": torch.get_num_threads(), "repeats": st.repeats, "passes": st.passes, "warmup": st.warmup,
+        "schema": SCHEMA,
+        "architecture": a.name,
+        "shape": {k: getattr(a, k) for k in a.__dataclass_fields__},
+        "tp": st.tp,
+        "dtype": st.dtype,
+        "device": device.type,
+        "device_name": device_name(device),
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "repeats": st.repeats,
+        "passes": st.passes,
+        "warmup": st.warmup,
         "seed": st.seed,
-        "grid": st.grid, "grid_points": {k: getattr(grid, k) for k in grid.__dataclass_fields__},
-        "link": {"allreduce_latency_s": st.link.latency_s, "bus_bytes_per_s": st.link.bus_bytes_per_s},
-        "cache_bytes": llc, "clock": clock, "decode_mode": modes[0] if device.type == "cuda" else "eager",
+        "grid": st.grid,
+        "grid_points": {k: getattr(grid, k) for k in grid.__dataclass_fields__},
+        "link": {
+            "allreduce_latency_s": st.link.latency_s,
+            "bus_bytes_per_s": st.link.bus_bytes_per_s,
+        },
+        "cache_bytes": llc,
+        "clock": clock,
+        "decode_mode": modes[0] if device.type == "cuda" else "eager",
     }
 
 
-def jobs(grid: Grid, modes: tuple[str, ...], check: bool) -> tuple[list[tuple[str, Point, str]], list[Point]]:
-    """(what, point, mode) of the inference points, then the whole-model checks; and the training points."""
+def jobs(grid: Grid, modes: tuple[str, ...],
+         check: bool) -> tuple[list[tuple[str, Point, str]], list[Point]]:
+    """(what, point, mode) of the inference points, then the whole-model checks; and the training
+    points."""
     pts = points(grid)
     infer = [p for p in pts if p.op in ("decode", "verify", "drafter", "prefill")]
     out = [("drafter" if p.op == "drafter" else "target", p, m)
@@ -275,9 +302,11 @@ def fastest_pass(rows: list[Row]) -> Row:
     return min(rows, key=lambda r: r.step_s)
 
 
-def measure_infer(rank: Rank, timer: Timer, st: Settings, todo: list, llc: int, say: Progress, total: int) -> list[Row]:
+def measure_infer(rank: Rank, timer: Timer, st: Settings, todo: list, llc: int, say: Progress,
+                  total: int) -> list[Row]:
     """The inference points in `st.passes` interleaved passes (a busy machine's slow spells then
-    hit one pass of a point, not all: each point keeps its fastest pass), then the whole-model checks."""
+    hit one pass of a point, not all: each point keeps its fastest pass), then the whole-model
+    checks."""
     per_job: dict[int, list[Row]] = {}
     targets = [(i, job) for i, job in enumerate(todo) if job[0] != "whole"]
     for k in range(st.passes):
@@ -286,20 +315,23 @@ def measure_infer(rank: Rank, timer: Timer, st: Settings, todo: list, llc: int, 
             args = (st.link,) if what == "drafter" else (st.link, llc)
             per_job.setdefault(i, []).append(fn(rank, timer, p, mode, *args))
             r = per_job[i][-1]
-            say(i + 1, total, f"{what} {p.label()} {mode}: {1e3 * r.step_s:.3f} ms (pass {k + 1}/{st.passes})")
+            say(i + 1, total,
+                f"{what} {p.label()} {mode}: {1e3 * r.step_s:.3f} ms (pass {k + 1}/{st.passes})")
     rows = [fastest_pass(per_job[i]) for i, _ in targets]
     for what, p, mode in (job for job in todo if job[0] == "whole"):
         if not whole_model_fits(rank, p):
-            say(len(rows), total, f"whole-model check at {p.label()}: skipped, the model does not fit")
+            say(len(rows), total,
+                f"whole-model check at {p.label()}: skipped, the model does not fit")
             continue
         rows.append(check_whole(rank, timer, p, mode, st.check_rounds, llc))
-        say(len(rows), total, f"whole {p.label()} {mode}: {1e3 * rows[-1].step_s:.3f} ms (sum over layers); "
-                              f"whole model {1e3 * rows[-1].whole_s:.3f} ms")
+        say(len(rows), total, f"whole {p.label()} {mode}: {1e3 * rows[-1].step_s:.3f} ms (sum over "
+                              f"layers); whole model {1e3 * rows[-1].whole_s:.3f} ms")
     return rows
 
 
 def measure(st: Settings, grid: Grid | None = None, progress: Progress | None = None,
-            ops: tuple[str, ...] | None = None, modes: tuple[str, ...] | None = None) -> Measurements:
+            ops: tuple[str, ...] | None = None,
+            modes: tuple[str, ...] | None = None) -> Measurements:
     """Every point of `grid` (default: the grid `st.grid` names) and the whole-model check;
     `progress(i, n, line)` after each. `ops`: only these ops of the grid ("whole" names the
     whole-model check; None: all). `modes`: how CUDA steps are timed (default graph and eager;
@@ -315,11 +347,12 @@ def measure(st: Settings, grid: Grid | None = None, progress: Progress | None = 
     try:
         return _measure(st, grid, device, progress or (lambda i, n, line: None), ops, modes)
     finally:
-        torch.set_num_threads(threads)  # a caller in the same process (the test suite) keeps its own
+        # a caller in the same process (the test suite) keeps its own
+        torch.set_num_threads(threads)
 
 
-def _measure(st: Settings, grid: Grid, device: torch.device, say: Progress, ops: tuple[str, ...] | None,
-             modes: tuple[str, ...]) -> Measurements:
+def _measure(st: Settings, grid: Grid, device: torch.device, say: Progress,
+             ops: tuple[str, ...] | None, modes: tuple[str, ...]) -> Measurements:
     torch.manual_seed(st.seed)
     dtype, llc = DTYPES[st.dtype], cache_bytes(device)
     todo, train = jobs(grid, modes, st.check_rounds > 0)
@@ -335,8 +368,10 @@ def _measure(st: Settings, grid: Grid, device: torch.device, say: Progress, ops:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     if train:
-        train_rank = Rank(shard(st.arch, 1), device, dtype)  # training is data-parallel: whole layers
+        # training is data-parallel: whole layers
+        train_rank = Rank(shard(st.arch, 1), device, dtype)
     for p in train:
         rows.append(measure_training(train_rank, timer, p))
-        say(len(rows), total, f"{p.label()}: {1e6 * rows[-1].step_s / (p.batch * p.tokens):.2f} us per token")
+        say(len(rows), total,
+            f"{p.label()}: {1e6 * rows[-1].step_s / (p.batch * p.tokens):.2f} us per token")
     return Measurements(frame(rows), meta(st, device, grid, llc, timer.clock_name, modes))

@@ -24,11 +24,16 @@ RMS_EPS = 1e-6
 ROPE_THETA = 10000.0  # the frequencies' base changes values, not cost
 
 
-def rotary(head_dim: int, start: int, tokens: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor,
-                                                                                                      torch.Tensor]:
+def rotary(
+    head_dim: int, start: int, tokens: int, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin for positions start .. start + tokens - 1, shaped [tokens, head_dim]."""
-    inv = 1.0 / ROPE_THETA ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(start, start + tokens, device=device, dtype=torch.float32), inv)
+    inv = 1.0 / ROPE_THETA ** (
+        torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
+    )
+    angles = torch.outer(
+        torch.arange(start, start + tokens, device=device, dtype=torch.float32), inv
+    )
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -41,20 +46,24 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 class KVCache:
     """One layer's keys and values for `sequences` sequences of exactly `length` positions."""
 
-    def __init__(self, s: Shard, sequences: int, length: int, device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self, s: Shard, sequences: int, length: int, device: torch.device, dtype: torch.dtype
+    ):
         shape = (sequences, s.kv_heads, length, s.head_dim)
         self.k = torch.randn(shape, device=device, dtype=dtype)
         self.v = torch.randn(shape, device=device, dtype=dtype)
 
 
 class DecoderLayer(nn.Module):
-    """One TP rank's decoder layer (the all-reduces after `o` and `down` are Shard.collectives_s)."""
+    """One TP rank's decoder layer (the all-reduces after `o` and `down` are
+    Shard.collectives_s)."""
 
     def __init__(self, s: Shard, input_norm: bool = True):
         super().__init__()
         h, d = s.hidden, s.head_dim
         self.heads, self.kv_heads, self.head_dim = s.heads, s.kv_heads, d
-        self.norm1 = nn.Parameter(torch.ones(h)) if input_norm else None  # EAGLE's layer has no input norm
+        # EAGLE's layer has no input norm
+        self.norm1 = nn.Parameter(torch.ones(h)) if input_norm else None
         self.qkv = nn.Linear(h, (s.heads + 2 * s.kv_heads) * d, bias=s.arch.qkv_bias)
         self.o = nn.Linear(s.heads * d, h, bias=False)
         self.norm2 = nn.Parameter(torch.ones(h))
@@ -105,8 +114,16 @@ class Drafter(nn.Module):
         self.fc = nn.Linear(2 * s.hidden, s.hidden, bias=False)
         self.layer = DecoderLayer(s, input_norm=False)
 
-    def forward(self, head: Head, ids: torch.Tensor, hidden: torch.Tensor, start: int, cos: torch.Tensor,
-                sin: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        head: Head,
+        ids: torch.Tensor,
+        hidden: torch.Tensor,
+        start: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         x = self.fc(torch.cat((head.embed(ids), hidden), dim=-1))
         return head.logits(self.layer(x, start, cos, sin, cache))
 

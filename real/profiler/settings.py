@@ -30,10 +30,20 @@ class Settings:
     passes: int = 1  # interleaved passes over the inference points (each keeps its fastest pass)
 
 
-def make_settings(arch: str | Path, device: str = "cpu", tp: int = 1, dtype: str | None = None,
-                  grid: str | None = None, repeats: int | None = None, warmup: int = 3, seed: int = 0,
-                  threads: int | None = None, check_rounds: int = 5, passes: int | None = None,
-                  link: Link | None = None) -> Settings:
+def make_settings(
+    arch: str | Path,
+    device: str = "cpu",
+    tp: int = 1,
+    dtype: str | None = None,
+    grid: str | None = None,
+    repeats: int | None = None,
+    warmup: int = 3,
+    seed: int = 0,
+    threads: int | None = None,
+    check_rounds: int = 5,
+    passes: int | None = None,
+    link: Link | None = None,
+) -> Settings:
     """Settings with the device's defaults (cuda: bfloat16, 30 runs, 1 pass; cpu: float32, 20
     runs, 3 passes and 1 thread, timed on the thread's CPU clock, since other processes share a
     CPU's cores: timing.py); errors name the option."""
@@ -48,11 +58,27 @@ def make_settings(arch: str | Path, device: str = "cpu", tp: int = 1, dtype: str
         raise ConfigError("--grid", "grid", grid, " or ".join(GRIDS))
     a = load_architecture(arch)
     shard(a, tp)
-    counts = {"repeats": repeats, "warmup": warmup, "threads": threads, "check_rounds": check_rounds, "passes": passes}
+    counts = {
+        "repeats": repeats,
+        "warmup": warmup,
+        "threads": threads,
+        "check_rounds": check_rounds,
+        "passes": passes,
+    }
     for name, v in counts.items():
         if v is not None and v < (0 if name in ("warmup", "check_rounds") else 1):
             raise ConfigError(f"--{name.replace('_', '-')}", name, v, "a larger integer")
-    return Settings(arch=a, tp=tp, device=device, dtype=dtype, grid=grid, repeats=repeats or (30 if cuda else 20),
-                    warmup=warmup, seed=seed, link=link or Link(), threads=threads or (None if cuda else 1),
-                    check_rounds=check_rounds,
-                    passes=passes or (1 if cuda else 3))
+    return Settings(
+        arch=a,
+        tp=tp,
+        device=device,
+        dtype=dtype,
+        grid=grid,
+        repeats=repeats or (30 if cuda else 20),
+        warmup=warmup,
+        seed=seed,
+        link=link or Link(),
+        threads=threads or (None if cuda else 1),
+        check_rounds=check_rounds,
+        passes=passes or (1 if cuda else 3),
+    )

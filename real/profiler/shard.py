@@ -28,14 +28,17 @@ NVLINK_BUS_BYTES_PER_S = 360e9
 
 @dataclass(frozen=True)
 class Link:
-    """The interconnect between the TP ranks: ring-algorithm costs from a latency and a bus bandwidth."""
+    """The interconnect between the TP ranks: ring-algorithm costs from a latency and a bus
+    bandwidth."""
 
     latency_s: float = ALLREDUCE_LATENCY_S
     bus_bytes_per_s: float = NVLINK_BUS_BYTES_PER_S
 
     def allreduce_s(self, nbytes: float, tp: int) -> float:
         """A ring all-reduce moves 2 (tp - 1) / tp of the message through each rank's link."""
-        return 0.0 if tp == 1 else self.latency_s + 2 * (tp - 1) / tp * nbytes / self.bus_bytes_per_s
+        return (
+            0.0 if tp == 1 else self.latency_s + 2 * (tp - 1) / tp * nbytes / self.bus_bytes_per_s
+        )
 
     def gather_s(self, nbytes: float, tp: int) -> float:
         """Gathering a tensor of `nbytes` in all on one rank: it receives (tp - 1) / tp of it."""
@@ -51,7 +54,8 @@ class Shard:
     heads: int  # query heads on this rank
     kv_heads: int  # KV heads on this rank
     intermediate: int  # MLP intermediate size on this rank
-    vocab: int  # embedding and LM-head rows on this rank (the vocabulary padded to a multiple of tp)
+    # embedding and LM-head rows on this rank (the vocabulary padded to a multiple of tp)
+    vocab: int
 
     @property
     def hidden(self) -> int:
@@ -63,7 +67,8 @@ class Shard:
 
     @property
     def layer_params(self) -> int:
-        """One decoder layer on this rank: q, k, v (with their biases), o, the gated MLP, two norms."""
+        """One decoder layer on this rank: q, k, v (with their biases), o, the gated MLP, two
+        norms."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         bias = (q + 2 * kv) if self.arch.qkv_bias else 0
         attention = self.hidden * (q + 2 * kv) + bias + q * self.hidden
@@ -73,13 +78,19 @@ class Shard:
         """One layer's KV cache on this rank for `sequences` sequences of `context` tokens."""
         return 2 * sequences * self.kv_heads * context * self.head_dim * dtype_bytes
 
-    def collectives_s(self, tokens: int, link: Link, dtype_bytes: int, logit_tokens: int | None = None) -> float:
+    def collectives_s(
+        self, tokens: int, link: Link, dtype_bytes: int, logit_tokens: int | None = None
+    ) -> float:
         """A target forward over `tokens` positions: 2 all-reduces per layer and one after the
         embedding, each of tokens x hidden, then the logits of `logit_tokens` positions (default
         all; a prefill: its last) gathered on one rank."""
         activations = tokens * self.hidden * dtype_bytes
-        logits = (tokens if logit_tokens is None else logit_tokens) * self.vocab * self.tp * dtype_bytes
-        return (2 * self.arch.layers + 1) * link.allreduce_s(activations, self.tp) + link.gather_s(logits, self.tp)
+        logits = (
+            (tokens if logit_tokens is None else logit_tokens) * self.vocab * self.tp * dtype_bytes
+        )
+        return (2 * self.arch.layers + 1) * link.allreduce_s(activations, self.tp) + link.gather_s(
+            logits, self.tp
+        )
 
     def drafter_collectives_s(self, tokens: int, link: Link, dtype_bytes: int) -> float:
         """An EAGLE drafter forward: the target's embedding (1 all-reduce), its one layer (2; its
@@ -112,6 +123,11 @@ def shard(arch: Architecture, tp: int) -> Shard:
     bad = _problem(arch, tp)
     if bad is not None:
         field, value, need = bad
-        raise ConfigError(arch.name, field, value, f"{need}: use --tp among {', '.join(map(str, valid_tps(arch)))}")
+        raise ConfigError(
+            arch.name,
+            field,
+            value,
+            f"{need}: use --tp among {', '.join(map(str, valid_tps(arch)))}",
+        )
     return Shard(arch=arch, tp=tp, heads=arch.heads // tp, kv_heads=max(1, arch.kv_heads // tp),
                  intermediate=arch.intermediate // tp, vocab=math.ceil(arch.vocab / tp))

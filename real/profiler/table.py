@@ -45,7 +45,8 @@ class Row:
     p10_s: float  # 10th and 90th percentile of the layer timing's runs
     p90_s: float
     runs: int
-    whole_s: float = math.nan  # op "whole": the whole model's forward measured as one, to check step_s
+    # op "whole": the whole model's forward measured as one, to check step_s
+    whole_s: float = math.nan
 
 
 COLUMNS = tuple(f.name for f in fields(Row))
@@ -69,7 +70,9 @@ def write_measurements(path: str | Path, m: Measurements) -> None:
     """The Parquet file, written beside `path` and renamed into place (never half a file)."""
     path = Path(path)
     table = pa.Table.from_pandas(m.rows[list(COLUMNS)], preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: json.dumps(m.meta).encode()})
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), META_KEY: json.dumps(m.meta).encode()}
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
@@ -91,16 +94,25 @@ def read_measurements(path: str | Path) -> Measurements:
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise ConfigError(str(path), "<file>", "not Parquet", f"a profiler measurements file ({exc})") from None
+        raise ConfigError(
+            str(path), "<file>", "not Parquet", f"a profiler measurements file ({exc})"
+        ) from None
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
-        raise ConfigError(str(path), "<metadata>", "missing", f"Parquet metadata key {META_KEY.decode()!r} "
-                          "(re-measure with `python -m real.profiler`)")
+        raise ConfigError(
+            str(path),
+            "<metadata>",
+            "missing",
+            f"Parquet metadata key {META_KEY.decode()!r} "
+            "(re-measure with `python -m real.profiler`)",
+        )
     meta = json.loads(raw)
     if meta.get("schema") != SCHEMA:
         raise ConfigError(str(path), "schema", meta.get("schema"), SCHEMA)
     rows = table.to_pandas()
     missing = [c for c in COLUMNS if c not in rows.columns]
     if missing:
-        raise ConfigError(str(path), missing[0], "<missing column>", "the columns " + ", ".join(COLUMNS))
+        raise ConfigError(
+            str(path), missing[0], "<missing column>", "the columns " + ", ".join(COLUMNS)
+        )
     return Measurements(rows[list(COLUMNS)], meta)

@@ -35,7 +35,9 @@ class Timing:
 
 def _summary(samples: list[float]) -> Timing:
     a = np.asarray(samples, dtype=float)
-    return Timing(float(np.median(a)), float(np.quantile(a, 0.1)), float(np.quantile(a, 0.9)), len(a))
+    return Timing(
+        float(np.median(a)), float(np.quantile(a, 0.1)), float(np.quantile(a, 0.9)), len(a)
+    )
 
 
 class Timer:
@@ -46,7 +48,11 @@ class Timer:
             raise ValueError(f"repeats {repeats} and warmup {warmup}: repeats >= 1, warmup >= 0")
         self.device, self.repeats, self.warmup = device, repeats, warmup
         self.cuda = device.type == "cuda"
-        self.clock = time.thread_time if not self.cuda and torch.get_num_threads() == 1 else time.perf_counter
+        self.clock = (
+            time.thread_time
+            if not self.cuda and torch.get_num_threads() == 1
+            else time.perf_counter
+        )
         self.clock_name = "cuda-events" if self.cuda else self.clock.__name__
 
     def eager(self, fn: Callable[[], object]) -> Timing:

@@ -44,23 +44,37 @@ class _Stint:
 
 def step_reward(row: EngineStepRow) -> StepReward:
     """One engine step as the per-step bandit learns it."""
-    return StepReward(row.new_tokens / row.decode_requests, float(row.wall_s), float(row.decode_requests))
+    return StepReward(
+        row.new_tokens / row.decode_requests, float(row.wall_s), float(row.decode_requests)
+    )
 
 
 class BanditController:
-    """Chooses each bucket's draft length with the policy's Bandit; pass it to `RolloutEngine.run_steps`.
-    `start`: the draft length each schedule row starts at (`climb`'s start, and every bandit's
-    table before its first choice; the schedule's by default)."""
+    """Chooses each bucket's draft length with the policy's Bandit; pass it to
+    `RolloutEngine.run_steps`. `start`: the draft length each schedule row starts at (`climb`'s
+    start, and every bandit's table before its first choice; the schedule's by default)."""
 
-    def __init__(self, engine: Any, policy: Policy | None = None, seed: int = 0, start: Sequence[int] | None = None,
-                 bandit: Bandit | None = None):
+    def __init__(
+        self,
+        engine: Any,
+        policy: Policy | None = None,
+        seed: int = 0,
+        start: Sequence[int] | None = None,
+        bandit: Bandit | None = None,
+    ):
         self.engine = engine
         self.policy = policy if policy is not None else engine.policy
         cap = engine.max_draft_len
-        table = [row.draft_len for row in self.policy.schedule] if start is None else [int(k) for k in start]
+        table = (
+            [row.draft_len for row in self.policy.schedule]
+            if start is None
+            else [int(k) for k in start]
+        )
         if len(table) != len(self.policy.schedule):
-            raise ValueError(f"start: {len(table)} draft lengths for the {len(self.policy.schedule)} rows of "
-                             f"policy '{self.policy.name}'")
+            raise ValueError(
+                f"start: {len(table)} draft lengths for the {len(self.policy.schedule)} rows of "
+                f"policy '{self.policy.name}'"
+            )
         table = [min(k, cap) for k in table]
         self.bandit = bandit if bandit is not None else make_bandit(self.policy, seed, start=table)
         self.per_step = isinstance(self.bandit, Climb)
@@ -82,7 +96,11 @@ class BanditController:
     def rows(self) -> list[tuple[int, int, int]]:
         """The engine's table as this controller keeps it: the buckets' K, then K=0 above them."""
         rows = [(lo, hi, self.k[i]) for i, (lo, hi) in sorted(self.ranges.items())]
-        return close_table(rows, self.engine.max_num_seqs) if rows else [(1, self.engine.max_num_seqs, 0)]
+        return (
+            close_table(rows, self.engine.max_num_seqs)
+            if rows
+            else [(1, self.engine.max_num_seqs, 0)]
+        )
 
     def _apply(self) -> None:
         self.engine.set_draft_lengths(self.rows())
@@ -152,7 +170,8 @@ class BanditController:
     # ------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """The bandit's state, the buckets' draft lengths and their open choices (JSON-serialisable)."""
+        """The bandit's state, the buckets' draft lengths and their open choices
+        (JSON-serialisable)."""
         return {"bandit": self.bandit.state_dict(), "steps": self.steps, "learnt": self.learnt,
                 "k": [[b, k] for b, k in sorted(self.k.items())],
                 "since": [[b, n] for b, n in sorted(self.since.items())],
@@ -161,11 +180,15 @@ class BanditController:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()`; the engine's table is set to the saved draft lengths."""
         if "since" not in state:
-            raise ValueError("a controller state without 'since': saved by another version of this controller; "
-                             "start the run in a fresh --out")
+            raise ValueError(
+                "a controller state without 'since': saved by another version of this controller; "
+                "start the run in a fresh --out"
+            )
         saved = {int(b): int(k) for b, k in state["k"]}
         if set(saved) != set(self.k):
-            raise ValueError(f"saved buckets {sorted(saved)} are not this controller's {sorted(self.k)}")
+            raise ValueError(
+                f"saved buckets {sorted(saved)} are not this controller's {sorted(self.k)}"
+            )
         self.bandit.load_state_dict(state["bandit"])
         self.steps, self.learnt = int(state["steps"]), int(state["learnt"])
         self.k = {b: min(k, self.engine.max_draft_len) for b, k in saved.items()}

@@ -1,4 +1,5 @@
-"""Seconds a vLLM engine's model runner spends drafting, per engine step (`EngineStepRow.draft_s`)."""
+"""Seconds a vLLM engine's model runner spends drafting, per engine step
+(`EngineStepRow.draft_s`)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,11 @@ class DraftClock:
         clock = cls()
         runner = None
         if wanted and running_on_cpu():
-            worker = getattr(getattr(getattr(core, "engine_core", None), "model_executor", None), "driver_worker", None)
+            worker = getattr(
+                getattr(getattr(core, "engine_core", None), "model_executor", None),
+                "driver_worker",
+                None,
+            )
             runner = getattr(getattr(worker, "worker", None), "model_runner", None)
         if runner is None or not all(hasattr(runner, m) for m in DRAFT_METHODS):
             return clock

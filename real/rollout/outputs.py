@@ -29,11 +29,21 @@ class Tracked:
 
     def row(self, rl_step: int, worker: int) -> RequestRow:
         r = self.request
-        return RequestRow(rl_step=rl_step, worker=worker, request_id=r.request_id, prompt_id=r.prompt_id,
-                          sample=r.sample, prompt_tokens=self.prompt_tokens, response_tokens=self.generated,
-                          finish_reason=self.finish_reason or "abort", start_s=self.start_s, end_s=self.end_s,
-                          reward=math.nan, spec_passes_by_len=list(self.spec_passes_by_len),
-                          spec_accepted=self.spec_accepted)
+        return RequestRow(
+            rl_step=rl_step,
+            worker=worker,
+            request_id=r.request_id,
+            prompt_id=r.prompt_id,
+            sample=r.sample,
+            prompt_tokens=self.prompt_tokens,
+            response_tokens=self.generated,
+            finish_reason=self.finish_reason or "abort",
+            start_s=self.start_s,
+            end_s=self.end_s,
+            reward=math.nan,
+            spec_passes_by_len=list(self.spec_passes_by_len),
+            spec_accepted=self.spec_accepted,
+        )
 
     def take_spec_metrics(self, metrics: Any) -> None:
         """vLLM's per-request speculative metrics (`RequestSpecDecodeMetrics`, level "detailed"):
@@ -55,8 +65,13 @@ class Tracked:
 
 
 
-def take_outputs(outs: Sequence[Any], tracked: dict[str, Tracked], alias: dict[str, str], live: set[str],
-                  t_now: float) -> int:
+def take_outputs(
+    outs: Sequence[Any],
+    tracked: dict[str, Tracked],
+    alias: dict[str, str],
+    live: set[str],
+    t_now: float,
+) -> int:
     """Add one step's (delta) outputs to the tracked requests; finished ones leave `live`.
     Returns the response tokens the step emitted."""
     new_tokens = 0
@@ -80,9 +95,11 @@ def take_outputs(outs: Sequence[Any], tracked: dict[str, Tracked], alias: dict[s
     return new_tokens
 
 
-def step_row(ss: Any, ctx: list[int], n_decoding: int, new_tokens: int, **where: Any) -> EngineStepRow:
-    """The row of one engine step from vLLM's scheduler stats `ss`; `where`: rl_step, worker, engine_step,
-    start_s, wall_s and finished."""
+def step_row(
+    ss: Any, ctx: list[int], n_decoding: int, new_tokens: int, **where: Any
+) -> EngineStepRow:
+    """The row of one engine step from vLLM's scheduler stats `ss`; `where`: rl_step, worker,
+    engine_step, start_s, wall_s and finished."""
     d = getattr(ss, "iteration_details", None)
     sd = getattr(ss, "spec_decoding_stats", None)
     if d is not None:

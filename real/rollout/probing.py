@@ -68,7 +68,9 @@ class ReferenceForward:
         from transformers import AutoModelForCausalLM
 
         self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(
+            str(model_dir), dtype=torch.float32
+        ).eval()
         gen = torch.Generator().manual_seed(seed)
         vocab = int(self.model.config.vocab_size)
         self.inputs = [torch.randint(0, vocab, (1, 8), generator=gen)] * small + \
@@ -105,8 +107,14 @@ def probe_summary(samples: list[ProbeSample], what: str) -> dict[str, Any]:
     ordered = sorted(wall)
     n = len(ordered)
     median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-    return {"probe": what, "samples": n, "mean_ms": round(sum(wall) / n, 4), "median_ms": round(median, 4),
-            "times_ms": [round(x, 3) for x in wall], "cpu_ms": [round(1e3 * p.cpu_s, 3) for p in samples],
-            "t_s": [round(p.t_s, 3) for p in samples],
-            "how": "a fixed reference workload timed before, during (between engine steps, off the "
-                   "run's clock) and after the rollout (real/rollout/probing.py)"}
+    return {
+        "probe": what,
+        "samples": n,
+        "mean_ms": round(sum(wall) / n, 4),
+        "median_ms": round(median, 4),
+        "times_ms": [round(x, 3) for x in wall],
+        "cpu_ms": [round(1e3 * p.cpu_s, 3) for p in samples],
+        "t_s": [round(p.t_s, 3) for p in samples],
+        "how": "a fixed reference workload timed before, during (between engine steps, off the "
+        "run's clock) and after the rollout (real/rollout/probing.py)",
+    }

@@ -67,19 +67,28 @@ class RolloutRequest:
         return f"p{self.prompt_id}-s{self.sample}"
 
 
-def group_requests(prompts: Sequence[str | Sequence[int]], samples: int, sampling: Sampling) -> list[RolloutRequest]:
+def group_requests(
+    prompts: Sequence[str | Sequence[int]], samples: int, sampling: Sampling
+) -> list[RolloutRequest]:
     """GRPO's groups: `samples` requests per prompt, all sampled alike, prompt by prompt."""
-    return [RolloutRequest(i, j, prompt, sampling) for i, prompt in enumerate(prompts) for j in range(samples)]
+    return [
+        RolloutRequest(i, j, prompt, sampling)
+        for i, prompt in enumerate(prompts)
+        for j in range(samples)
+    ]
 
 
 @dataclass
 class EngineStepRow(StepRow):
     """One engine step as `run_steps` records it: the trace's columns, then four of the engine's."""
 
-    exec_s: float = math.nan  # vLLM's own model-execution time for the step (iteration_details.elapsed_ms)
+    # vLLM's own model-execution time for the step (iteration_details.elapsed_ms)
+    exec_s: float = math.nan
     finished: int = 0  # requests finished so far
-    chosen_k: int | None = None  # the draft length a StepController gave the step's batch (None: no controller)
-    draft_s: float = math.nan  # seconds the step spent drafting (NaN: not timed; real/rollout/draft_clock.py)
+    # the draft length a StepController gave the step's batch (None: no controller)
+    chosen_k: int | None = None
+    # seconds the step spent drafting (NaN: not timed; real/rollout/draft_clock.py)
+    draft_s: float = math.nan
 
 
 @dataclass
@@ -110,7 +119,8 @@ class SpeedProbe(Protocol):
 
 
 class StepController(Protocol):
-    """Called by `RolloutEngine.run_steps` around each engine step (real/rollout/adaptive.py has one)."""
+    """Called by `RolloutEngine.run_steps` around each engine step (real/rollout/adaptive.py has
+    one)."""
 
     def before_step(self, batch_size: int) -> None: ...
 
@@ -129,14 +139,19 @@ class SpecCounters:
     def __sub__(self, other: "SpecCounters") -> "SpecCounters":
         n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
         pad = lambda v: list(v) + [0] * (n - len(v))  # noqa: E731
-        return SpecCounters(self.num_drafts - other.num_drafts, self.num_draft_tokens - other.num_draft_tokens,
-                            self.num_accepted_tokens - other.num_accepted_tokens,
-                            [a - b for a, b in zip(pad(self.accepted_per_pos), pad(other.accepted_per_pos))])
+        return SpecCounters(
+            self.num_drafts - other.num_drafts,
+            self.num_draft_tokens - other.num_draft_tokens,
+            self.num_accepted_tokens - other.num_accepted_tokens,
+            [a - b for a, b in zip(pad(self.accepted_per_pos), pad(other.accepted_per_pos))],
+        )
 
     @property
     def acceptance_rate(self) -> float:
         """Accepted draft tokens / proposed draft tokens (NaN without drafts)."""
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else math.nan
+        return (
+            self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else math.nan
+        )
 
     @property
     def mean_accepted_length(self) -> float:

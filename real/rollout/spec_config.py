@@ -60,14 +60,17 @@ def dynamic_schedule(policy: Policy, max_num_seqs: int) -> list[tuple[int, int, 
     """
     if not policy.uses_sd:
         return []
-    rows = [(lo, hi, policy.schedule[i].draft_len) for i, (lo, hi) in sorted(bucket_ranges(policy,
-                                                                                           max_num_seqs).items())]
+    rows = [
+        (lo, hi, policy.schedule[i].draft_len)
+        for i, (lo, hi) in sorted(bucket_ranges(policy, max_num_seqs).items())
+    ]
     return close_table(rows, max_num_seqs)
 
 
 def adaptive_draft_cap(policy: Policy) -> int:
     """The largest draft length an adaptive engine may be asked for: the largest arm the policy's
-    bandit may pick (a `fixed` bandit picks none: the schedule's), at least the schedule's largest."""
+    bandit may pick (a `fixed` bandit picks none: the schedule's), at least the schedule's
+    largest."""
     k = max((row.draft_len for row in policy.schedule), default=0)
     if policy.bandit.algorithm != "fixed":
         k = max(k, *policy.bandit.arms)
@@ -75,13 +78,16 @@ def adaptive_draft_cap(policy: Policy) -> int:
 
 
 def refuse_trees(policy: Policy) -> None:
-    """vLLM drafts chains: a tree strategy (top-k > 1, SGLang/FastRL's EAGLE trees) is simulator-only."""
+    """vLLM drafts chains: a tree strategy (top-k > 1, SGLang/FastRL's EAGLE trees) is
+    simulator-only."""
     for i, row in enumerate(policy.schedule):
         if not row.strategy.is_chain:
             raise EngineConfigError(
-                f"policy '{policy.name}': schedule[{i}] is the tree strategy {row.strategy.name} (top-k {row.topk}); "
-                f"vLLM drafts chains: give a draft length there (e.g. [{row.min_batch}, {row.max_batch}, "
-                f"{row.strategy.depth}]) or simulate the policy with `tlt sim` instead")
+                f"policy '{policy.name}': schedule[{i}] is the tree strategy {row.strategy.name} "
+                f"(top-k {row.topk}); vLLM drafts chains: give a draft length there (e.g. "
+                f"[{row.min_batch}, {row.max_batch}, {row.strategy.depth}]) or simulate the policy "
+                "with `tlt sim` instead"
+            )
 
 
 def refuse_undraftable(policy: Policy) -> None:
@@ -90,31 +96,38 @@ def refuse_undraftable(policy: Policy) -> None:
     refuse_trees(policy)
     if policy.drafter.kind == DrafterKind.SUFFIX:
         raise EngineConfigError(
-            f"policy '{policy.name}': drafter.kind 'suffix' is simulator-only here (vLLM's suffix decoding "
-            f"needs the arctic-inference package, which the real backend does not ship): set drafter.kind to "
-            f"'ngram' (model-free, the nearest) or 'eagle', or simulate the policy with `tlt sim`")
+            f"policy '{policy.name}': drafter.kind 'suffix' is simulator-only here (vLLM's suffix "
+            "decoding needs the arctic-inference package, which the real backend does not ship): "
+            "set drafter.kind to 'ngram' (model-free, the nearest) or 'eagle', or simulate the "
+            "policy with `tlt sim`"
+        )
 
 
 def refuse_unrunnable(policy: Policy) -> None:
     """Everything in `policy` that `tlt train` cannot run (the simulator runs all of it), refused
     naming the field and the fix: `refuse_undraftable`, and rollout modes other than sync (the
     real backend rolls out every response of a step to the end, then trains on it). A single
-    engine's rollout (`tlt capture`) has no mode, so `speculative_config` checks only the drafting."""
+    engine's rollout (`tlt capture`) has no mode, so `speculative_config` checks only the
+    drafting."""
     refuse_undraftable(policy)
     rollout = policy.rollout
     if rollout.stream:
         raise EngineConfigError(
-            f"policy '{policy.name}': rollout.stream is simulator-only (the real backend rolls out, then "
-            f"trains): set rollout.stream: false and rollout.mode: sync, or simulate the policy with `tlt sim`")
+            f"policy '{policy.name}': rollout.stream is simulator-only (the real backend rolls "
+            "out, then trains): set rollout.stream: false and rollout.mode: sync, or simulate the "
+            "policy with `tlt sim`"
+        )
     if rollout.mode != "sync":
         raise EngineConfigError(
-            f"policy '{policy.name}': rollout.mode '{rollout.mode}' is simulator-only (the real backend runs "
-            f"every response of a step to the end, then trains on it): set rollout.mode: sync, or simulate "
-            f"the policy with `tlt sim`")
+            f"policy '{policy.name}': rollout.mode '{rollout.mode}' is simulator-only (the real "
+            "backend runs every response of a step to the end, then trains on it): set "
+            "rollout.mode: sync, or simulate the policy with `tlt sim`"
+        )
 
 
 def eagle_checkpoint(policy: Policy, drafter_dir: str | Path | None) -> Path:
-    """The EAGLE drafter directory an eagle policy needs, checked (the engine and `tlt export` alike)."""
+    """The EAGLE drafter directory an eagle policy needs, checked (the engine and `tlt export`
+    alike)."""
     if drafter_dir is None:
         raise EngineConfigError(
             f"policy '{policy.name}' uses an EAGLE drafter: give its checkpoint directory with "
@@ -144,12 +157,22 @@ def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
         return None
     kind = policy.drafter.kind
     if kind == DrafterKind.NGRAM:
-        spec: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": k_max,
-                                "prompt_lookup_max": NGRAM_LOOKUP_MAX, "prompt_lookup_min": NGRAM_LOOKUP_MIN}
+        spec: dict[str, Any] = {
+            "method": "ngram",
+            "num_speculative_tokens": k_max,
+            "prompt_lookup_max": NGRAM_LOOKUP_MAX,
+            "prompt_lookup_min": NGRAM_LOOKUP_MIN,
+        }
     elif kind == DrafterKind.EAGLE:
-        spec = {"method": "eagle", "model": str(eagle_checkpoint(policy, drafter_dir)), "num_speculative_tokens": k_max}
+        spec = {
+            "method": "eagle",
+            "model": str(eagle_checkpoint(policy, drafter_dir)),
+            "num_speculative_tokens": k_max,
+        }
     else:  # pragma: no cover - refuse_undraftable() leaves only none/ngram/eagle
-        raise EngineConfigError(f"drafter.kind {kind!r}: the real backend runs none, ngram or eagle")
+        raise EngineConfigError(
+            f"drafter.kind {kind!r}: the real backend runs none, ngram or eagle"
+        )
     if adaptive or len({k for _, _, k in rows}) > 1:
         spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in rows]
     return spec

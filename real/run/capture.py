@@ -50,7 +50,8 @@ class CaptureError(ValueError):
 def machine_info() -> dict[str, Any]:
     """The host: platform, CPU, cores, memory, accelerator, library versions."""
     info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
-                            "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+                            "cpu_count": os.cpu_count(),
+                            "processor": platform.processor() or platform.machine()}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -78,14 +79,16 @@ def machine_info() -> dict[str, Any]:
     try:
         import torch
 
-        info["accelerator"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)"
+        info["accelerator"] = (
+            torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)"
+        )
     except Exception:
         info["accelerator"] = "unknown"
     return info
 
 
-def check_inputs(model: str | Path, policy: Policy, drafter: str | Path | None, prompts: int, samples: int,
-                 max_tokens: int, mix: str, max_model_len: int) -> None:
+def check_inputs(model: str | Path, policy: Policy, drafter: str | Path | None, prompts: int,
+                 samples: int, max_tokens: int, mix: str, max_model_len: int) -> None:
     """Everything that can be refused before an engine starts (the start costs ~30 s)."""
     try:
         load_model_dir(model)
@@ -102,9 +105,10 @@ def check_inputs(model: str | Path, policy: Policy, drafter: str | Path | None, 
 
 
 def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None, prompts: int = 8,
-            samples: int = 4, max_tokens: int = 512, seed: int = 0, mix: str = "default", temperature: float = 1.0,
-            max_num_seqs: int = 64, max_model_len: int = 2048, out: str | Path | None = None,
-            engine: Any = None, log: Callable[[str], None] | None = print, progress_every_s: float = 2.0,
+            samples: int = 4, max_tokens: int = 512, seed: int = 0, mix: str = "default",
+            temperature: float = 1.0, max_num_seqs: int = 64, max_model_len: int = 2048,
+            out: str | Path | None = None, engine: Any = None,
+            log: Callable[[str], None] | None = print, progress_every_s: float = 2.0,
             max_in_flight: int | None = None, task_file: Task | None = None,
             probe: ReferenceForward | None | bool = True, threads: int = 1) -> Trace:
     """Capture one rollout as a Trace (written to `out` when given).
@@ -115,12 +119,13 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
     `max_in_flight`: the batch cap, held by the driver (`RolloutEngine.run_steps`) instead of
     vLLM's max_num_seqs, so one running engine captures several caps; the meta's
     `engine.max_num_seqs` is then the cap (what the run behaved as), `engine.started_max_num_seqs`
-    the engine's. `task_file`: a user's task (workbench/contracts/task.py) instead of the GCD task under `mix`.
+    the engine's. `task_file`: a user's task (workbench/contracts/task.py) instead of the GCD task
+    under `mix`.
 
     An engine started here runs in this process on `threads` torch threads (one, as `tlt
     train`'s rollout workers run theirs: two on a 2-core machine wait on each other whenever
-    another process takes a core), so the trace prices the engine the profile will predict. `probe` (on
-    CPU): the machine's speed is timed before, during and after the rollout (`True`: a light
+    another process takes a core), so the trace prices the engine the profile will predict. `probe`
+    (on CPU): the machine's speed is timed before, during and after the rollout (`True`: a light
     `ReferenceForward` of the target; False or None: not measured) and kept in meta["speed"].
     """
     check_inputs(model, policy, drafter, prompts, samples, max_tokens, mix, max_model_len)
@@ -130,8 +135,8 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
     threads_before = _pin_torch_threads(threads) if own else None
     if own:
         if log:
-            log(f"starting vLLM: {model}, policy {policy.name} (drafter {policy.drafter.kind}), max_num_seqs "
-                f"{max_num_seqs}")
+            log(f"starting vLLM: {model}, policy {policy.name} (drafter {policy.drafter.kind}), "
+                f"max_num_seqs {max_num_seqs}")
         engine = RolloutEngine(model, policy, drafter_dir=drafter, max_num_seqs=max_num_seqs,
                                max_model_len=max_model_len, seed=seed, in_process=True)
         _pin_torch_threads(threads)  # an in-process engine start may have set its own
@@ -146,8 +151,8 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
         sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
         requests = group_requests([p.prompt for p in problems], samples, sampling)
         if log:
-            log(f"capturing {prompts} prompts x {samples} samples, up to {max_tokens} tokens, temperature "
-                f"{temperature}, seed {seed}")
+            log(f"capturing {prompts} prompts x {samples} samples, up to {max_tokens} tokens, "
+                f"temperature {temperature}, seed {seed}")
         cpu0 = time.process_time()
         run = engine.run_steps(requests, on_step=_progress(len(requests), log, progress_every_s),
                                max_in_flight=max_in_flight, probe=probe or None)
@@ -156,28 +161,31 @@ def capture(model: str | Path, policy: Policy, drafter: str | Path | None = None
             row.reward = source.reward(problems[row.prompt_id], run.outputs[row.request_id].text)
         settings = engine.settings()
         if max_in_flight is not None and max_in_flight < engine.max_num_seqs:
-            settings.update(max_num_seqs=int(max_in_flight), started_max_num_seqs=engine.max_num_seqs,
-                            in_flight_cap="held by the driver (RolloutEngine.run_steps max_in_flight)")
+            settings.update(max_num_seqs=int(max_in_flight),
+                            started_max_num_seqs=engine.max_num_seqs,
+                            in_flight_cap="held by the driver (RolloutEngine.run_steps "
+                                          "max_in_flight)")
     finally:
         if own:
             engine.close()
             _pin_torch_threads(threads_before)
 
-    params = {"prompts": prompts, "samples": samples, "max_tokens": max_tokens, "seed": seed, "mix": mix,
-              "temperature": temperature, "task": source.name, "reward": source.reward_name}
+    params = {"prompts": prompts, "samples": samples, "max_tokens": max_tokens, "seed": seed,
+              "mix": mix, "temperature": temperature, "task": source.name,
+              "reward": source.reward_name}
     trace = _trace(run, model, policy, settings, params, cpu_s)
     if out is not None:
         write_trace(trace, out)
     return trace
 
 
-def _trace(run: RunResult, model: str | Path, policy: Policy, settings: dict[str, Any], params: dict[str, Any],
-           cpu_s: float) -> Trace:
+def _trace(run: RunResult, model: str | Path, policy: Policy, settings: dict[str, Any],
+           params: dict[str, Any], cpu_s: float) -> Trace:
     """The capture's trace: its rows and meta (`params`: the rollout's parameters as given)."""
     steps = rows_frame(run.steps, StepRow)
     reqs = rows_frame(run.requests, RequestRow)
-    rl = rows_frame([RLStepRow(rl_step=0, rollout_s=run.wall_s, train_s=0.0, sync_s=0.0, drafter_train_s=0.0)],
-                    RLStepRow)
+    rl = rows_frame([RLStepRow(rl_step=0, rollout_s=run.wall_s, train_s=0.0, sync_s=0.0,
+                               drafter_train_s=0.0)], RLStepRow)
     cpu_s -= sum(p.cpu_s for p in run.probes)  # the probes ran off the run's clock
     meta = {
         "model": str(Path(model).resolve()),
@@ -192,10 +200,11 @@ def _trace(run: RunResult, model: str | Path, policy: Policy, settings: dict[str
            if run.probes else {}),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join(sys.argv) if sys.argv else None,
-        "notes": "steps.wall_s is the time between two engine outputs seen by the driver (they add up to "
-                 "rollout_s); summary.model_exec_s is vLLM's own model-execution time summed over steps; "
-                 "summary.process_cpu_s the CPU time of this process (all its threads) over the rollout, "
-                 "cpu_share that over rollout_s (below 1: the process waited for a core).",
+        "notes": "steps.wall_s is the time between two engine outputs seen by the driver (they add "
+                 "up to rollout_s); summary.model_exec_s is vLLM's own model-execution time summed "
+                 "over steps; summary.process_cpu_s the CPU time of this process (all its threads) "
+                 "over the rollout, cpu_share that over rollout_s (below 1: the process waited for "
+                 "a core).",
     }
     return Trace(meta, steps, reqs, rl)
 
@@ -209,7 +218,8 @@ def _pin_torch_threads(threads: int) -> int:
     return before
 
 
-def _progress(total: int, log: Callable[[str], None] | None, every_s: float) -> Callable[[EngineStepRow], None]:
+def _progress(total: int, log: Callable[[str], None] | None,
+              every_s: float) -> Callable[[EngineStepRow], None]:
     """An `on_step` that logs the rollout's progress at most every `every_s` seconds."""
     state = {"last": time.perf_counter(), "tokens": 0}
     t_run = time.perf_counter()
@@ -220,7 +230,8 @@ def _progress(total: int, log: Callable[[str], None] | None, every_s: float) -> 
         if log and now - state["last"] >= every_s:
             state["last"] = now
             log(f"  step {row.engine_step + 1}: batch {row.batch_size}, waiting {row.num_waiting}, "
-                f"{row.finished}/{total} requests finished, {state['tokens']} tokens, {now - t_run:.1f}s")
+                f"{row.finished}/{total} requests finished, {state['tokens']} tokens, "
+                f"{now - t_run:.1f}s")
 
     return on_step
 
@@ -232,13 +243,18 @@ def _summary(run: RunResult, steps: pd.DataFrame, reqs: pd.DataFrame) -> dict[st
     tokens = int(reqs["response_tokens"].sum())
     exec_s = [r.exec_s for r in run.steps]
     return {
-        "engine_steps": len(steps), "requests": len(reqs), "response_tokens": tokens,
-        "rollout_s": round(run.wall_s, 4), "tokens_per_s": round(tokens / run.wall_s, 2) if run.wall_s else None,
+        "engine_steps": len(steps),
+        "requests": len(reqs),
+        "response_tokens": tokens,
+        "rollout_s": round(run.wall_s, 4),
+        "tokens_per_s": round(tokens / run.wall_s, 2) if run.wall_s else None,
         "model_exec_s": round(float(sum(x for x in exec_s if not math.isnan(x))), 4),
         "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
         "mean_accepted_length": round(accepted_length(accepted, n_drafts), 4) if n_drafts else None,
         "clip_ratio": round(float((reqs["finish_reason"] == "length").mean()), 4),
-        "mean_reward": round(float(reqs["reward"].mean()), 4) if reqs["reward"].notna().any() else None,
+        "mean_reward": round(float(reqs["reward"].mean()), 4)
+        if reqs["reward"].notna().any()
+        else None,
     }
 
 
@@ -278,7 +294,8 @@ class EngineSession:
             self.torch.set_num_threads(self.threads)
 
     def engine_policy(self, kind: DrafterKind) -> Policy:
-        """The policy an engine for `kind` starts with: the longest draft everywhere (captures set theirs)."""
+        """The policy an engine for `kind` starts with: the longest draft everywhere (captures set
+        theirs)."""
         if kind == DrafterKind.NONE:
             return from_mapping(Policy, {"name": "selfcal-none",
                                          "drafter": {"kind": DrafterKind.NONE}})
@@ -298,25 +315,29 @@ class EngineSession:
         self._pin_threads()
         self.engine = RolloutEngine(self.model, self.engine_policy(kind),
                                     drafter_dir=self.drafter if kind == DrafterKind.EAGLE else None,
-                                    max_num_seqs=self.max_num_seqs, max_model_len=self.max_model_len, seed=self.seed,
+                                    max_num_seqs=self.max_num_seqs,
+                                    max_model_len=self.max_model_len, seed=self.seed,
                                     adaptive=kind != DrafterKind.NONE, in_process=True)
         self.kind = kind
         # Lazy initialisation and the n-gram proposer's JIT compile stay out of every capture.
-        self.engine.generate([task.make_problems(1, seed=0)[0].prompt], 1, Sampling(temperature=0.0, max_tokens=32))
+        self.engine.generate([task.make_problems(1, seed=0)[0].prompt], 1,
+                             Sampling(temperature=0.0, max_tokens=32))
         self.engine.llm.reset_prefix_cache()
         return time.perf_counter() - t
 
-    def capture(self, policy: Policy, *, prompts: int, samples: int, max_tokens: int, seed: int, mix: str,
-                max_in_flight: int) -> Trace:
-        """One capture on the running engine (`policy`'s schedule; its drafter kind must be the engine's)."""
+    def capture(self, policy: Policy, *, prompts: int, samples: int, max_tokens: int, seed: int,
+                mix: str, max_in_flight: int) -> Trace:
+        """One capture on the running engine (`policy`'s schedule; its drafter kind must be the
+        engine's)."""
         if self.engine is None or policy.drafter.kind != self.kind:
-            raise CaptureError(f"capture of drafter {policy.drafter.kind!r} on an engine for {self.kind!r}: start() it "
-                               f"first")
+            raise CaptureError(f"capture of drafter {policy.drafter.kind!r} on an engine for "
+                               f"{self.kind!r}: start() it first")
         self._pin_threads()
         drafter = self.drafter if self.kind == DrafterKind.EAGLE else None
-        return capture(self.model, policy, drafter, prompts=prompts,
-                       samples=samples, max_tokens=max_tokens, seed=seed, mix=mix, max_model_len=self.max_model_len,
-                       engine=self.engine, log=None, max_in_flight=max_in_flight, task_file=self.task_file)
+        return capture(self.model, policy, drafter, prompts=prompts, samples=samples,
+                       max_tokens=max_tokens, seed=seed, mix=mix, max_model_len=self.max_model_len,
+                       engine=self.engine, log=None, max_in_flight=max_in_flight,
+                       task_file=self.task_file)
 
     def reference_s(self) -> float:
         self._pin_threads()

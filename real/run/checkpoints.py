@@ -64,7 +64,10 @@ def save_checkpoint(run_dir: str | Path, step: int, state: dict,
     if STATE_FILE in (files or {}):
         raise ValueError(f"{STATE_FILE!r} is the checkpoint's own file; name the entry otherwise")
     run_dir = Path(run_dir)
-    text = json.dumps({"version": CHECKPOINT_VERSION, "step": int(step), "state": state}, indent=2) + "\n"
+    text = (
+        json.dumps({"version": CHECKPOINT_VERSION, "step": int(step), "state": state}, indent=2)
+        + "\n"
+    )
     target = step_dir(run_dir, step)
 
     def fill(tmp: Path) -> None:
@@ -76,8 +79,9 @@ def save_checkpoint(run_dir: str | Path, step: int, state: dict,
     write_atomic(run_dir / LATEST_FILE, f"{CHECKPOINTS_DIR}/{target.name}\n")
     older = [d for s, d in _complete_steps(run_dir) if s < step][: KEEP - 1]
     for entry in (run_dir / CHECKPOINTS_DIR).iterdir():
+        # stale temp dirs too
         if entry != target and entry not in older and entry.is_dir() and (
-                _STEP_DIR.match(entry.name) or entry.name.startswith(".step-")):  # stale temp dirs too
+                _STEP_DIR.match(entry.name) or entry.name.startswith(".step-")):
             shutil.rmtree(entry, ignore_errors=True)
     return Checkpoint(int(step), target, state)
 
@@ -101,8 +105,11 @@ def _complete_steps(run_dir: Path) -> list[tuple[int, Path]]:
     root = run_dir / CHECKPOINTS_DIR
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)),
-              d) for d in root.iterdir() if (m := _STEP_DIR.match(d.name)) and (d / STATE_FILE).is_file()]
+    found = [
+        (int(m.group(1)), d)
+        for d in root.iterdir()
+        if (m := _STEP_DIR.match(d.name)) and (d / STATE_FILE).is_file()
+    ]
     return sorted(found, reverse=True)
 
 
@@ -111,13 +118,23 @@ def _read(directory: Path) -> Checkpoint:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: unreadable checkpoint state ({exc}); delete that checkpoint "
-                              "directory to resume from the one before") from None
-    if not isinstance(data, dict) or not isinstance(data.get("step"), int) or not isinstance(data.get("state"), dict):
-        raise CheckpointError(f"{path}: not a checkpoint state (want a mapping with an integer 'step' and a 'state' "
-                              f"mapping)")
+        raise CheckpointError(
+            f"{path}: unreadable checkpoint state ({exc}); delete that checkpoint "
+            "directory to resume from the one before"
+        ) from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("step"), int)
+        or not isinstance(data.get("state"), dict)
+    ):
+        raise CheckpointError(
+            f"{path}: not a checkpoint state (want a mapping with an integer 'step' and a 'state' "
+            f"mapping)"
+        )
     if data.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {data.get('version')!r}; this code reads "
-                              f"{CHECKPOINT_VERSION}")
+        raise CheckpointError(
+            f"{path}: checkpoint version {data.get('version')!r}; this code reads "
+            f"{CHECKPOINT_VERSION}"
+        )
     return Checkpoint(data["step"], directory, data["state"])
 

@@ -34,7 +34,9 @@ def initial_drafter(cfg: RunConfig, ckpt: Checkpoint | None, out: Path) -> Path 
     return save_drafter(EagleDrafter.from_target(target), out / "drafter-initial", target.config)
 
 
-def merge_drafters(spots: Sequence[WorkerSpot], target: Any, folder: Path, step: int) -> Path | None:
+def merge_drafters(
+    spots: Sequence[WorkerSpot], target: Any, folder: Path, step: int
+) -> Path | None:
     """The drafters the idle workers trained, averaged by the steps each did, saved under
     `folder`/step-N for vLLM (None: no worker did a drafter step). `target`: the policy's model."""
     from real.drafter.checkpoint import save_drafter

@@ -28,7 +28,9 @@ class DirBundle:
 
 def bundle(path: str | Path) -> DirBundle:
     root = Path(path)
-    files = tuple((str(f.relative_to(root)), f.read_bytes()) for f in sorted(root.rglob("*")) if f.is_file())
+    files = tuple(
+        (str(f.relative_to(root)), f.read_bytes()) for f in sorted(root.rglob("*")) if f.is_file()
+    )
     if not files:
         raise FileNotFoundError(f"{root}: no files to ship to the rollout workers")
     return DirBundle(root.name, files)
@@ -42,7 +44,8 @@ class LocalDirs:
         self.count = 0
 
     def local(self, item: str | DirBundle | None) -> str | None:
-        """A path for `item`: a path as given, a bundle written out (a fresh directory each time)."""
+        """A path for `item`: a path as given, a bundle written out (a fresh directory each
+        time)."""
         if item is None or isinstance(item, str):
             return item
         self.count += 1

@@ -1,5 +1,6 @@
-"""What a run's rollouts are asked and how they are scored: the project's GCD task (real/tiny/task.py,
-the default) or a user's task file (workbench/contracts/task.py), behind one interface.
+"""What a run's rollouts are asked and how they are scored: the project's GCD task
+(real/tiny/task.py, the default) or a user's task file (workbench/contracts/task.py), behind one
+interface.
 
 A user's prompts go through the model's chat template when its tokenizer has one (a chat model
 expects its template around the question); the GCD task's prompts are the tiny model's raw format.

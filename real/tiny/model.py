@@ -1,4 +1,5 @@
-"""Our own tiny reasoning model: a small Qwen2, trained (SFT) on `real.tiny.task` in minutes on a CPU.
+"""Our own tiny reasoning model: a small Qwen2, trained (SFT) on `real.tiny.task` in minutes on a
+CPU.
 
 No weights can be downloaded here, so the real backend runs on a model the project builds
 itself: `init_model(out_dir, seed)` (the CLI: `tlt model init --out DIR --seed S`) makes a
@@ -68,8 +69,16 @@ class SFTConfig:
 def qwen2_config(**overrides):
     from transformers import Qwen2Config
 
-    kw = dict(ARCH, vocab_size=vocab_size(), bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
-              rope_theta=10000.0, attention_dropout=0.0, use_cache=True)
+    kw = dict(
+        ARCH,
+        vocab_size=vocab_size(),
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        rope_theta=10000.0,
+        attention_dropout=0.0,
+        use_cache=True,
+    )
     kw.update(overrides)
     cfg = Qwen2Config(**kw)
     cfg.dtype = "float32"
@@ -83,7 +92,9 @@ def encode(tok, problem: task.Problem) -> tuple[list[int], int]:
     return p + s + [EOS_ID], len(p)
 
 
-def make_batches(seqs: list[tuple[list[int], int]], tokens_per_batch: int, rng: random.Random) -> list[list[int]]:
+def make_batches(
+    seqs: list[tuple[list[int], int]], tokens_per_batch: int, rng: random.Random
+) -> list[list[int]]:
     """Group sequences of similar length (indices into `seqs`) so that padded batches hold at
     most `tokens_per_batch` tokens, then shuffle the batches' order."""
     order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i][0]), i))
@@ -151,8 +162,15 @@ def sft(model, tok, cfg: SFTConfig, log: Callable[[str], None] = print) -> dict:
     batches = training_batches(tok, cfg)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=cfg.lr,
+        betas=(0.9, 0.98),
+        eps=1e-8,
+    )
     model.train()
     t0 = time.perf_counter()
     losses, tokens, ema = [], 0, None
@@ -171,18 +189,21 @@ def sft(model, tok, cfg: SFTConfig, log: Callable[[str], None] = print) -> dict:
         tokens += int((labels != -100).sum())
         ema = loss if ema is None else 0.9 * ema + 0.1 * loss
         if step % every == 0 or step == cfg.steps - 1:
-            log(f"step {step + 1}/{cfg.steps}  loss {loss:.4f} (ema {ema:.4f})  lr {_lr_at(step, cfg):.2e}  "
-                f"{time.perf_counter() - t0:.1f}s")
+            log(
+                f"step {step + 1}/{cfg.steps}  loss {loss:.4f} (ema {ema:.4f})  lr "
+                f"{_lr_at(step, cfg):.2e}  {time.perf_counter() - t0:.1f}s"
+            )
     model.eval()
     tail = losses[-max(1, min(20, len(losses))):]
     return {"final_loss": sum(tail) / len(tail), "train_seconds": time.perf_counter() - t0,
             "loss_tokens": tokens, "losses": losses}
 
 
-def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, mix: str = DEFAULT_MIX,
-               lr: float = DEFAULT_LR, evaluate_after: bool = True, eval_problems: int = EVAL_PROBLEMS,
-               log: Callable[[str], None] = print, minutes_budget: Optional[float] = 10.0,
-               tokens_per_batch: int = TOKENS_PER_BATCH, threads: int = THREADS, variant_name: str = "gcd") -> dict:
+def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS,
+               mix: str = DEFAULT_MIX, lr: float = DEFAULT_LR, evaluate_after: bool = True,
+               eval_problems: int = EVAL_PROBLEMS, log: Callable[[str], None] = print,
+               minutes_budget: Optional[float] = 10.0, tokens_per_batch: int = TOKENS_PER_BATCH,
+               threads: int = THREADS, variant_name: str = "gcd") -> dict:
     """Build, train and save the tiny reasoning model in `out_dir`; returns training.json's content.
 
     The number of steps is fixed (not a time budget) so that the result is deterministic;
@@ -193,8 +214,8 @@ def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, m
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     task.variant(variant_name)
-    cfg = SFTConfig(seed=seed, steps=steps, mix=mix, lr=lr, tokens_per_batch=tokens_per_batch, threads=threads,
-                    variant=variant_name)
+    cfg = SFTConfig(seed=seed, steps=steps, mix=mix, lr=lr, tokens_per_batch=tokens_per_batch,
+                    threads=threads, variant=variant_name)
     from transformers import Qwen2ForCausalLM
 
     out = Path(out_dir)
@@ -205,18 +226,28 @@ def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, m
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(qwen2_config())
         params = sum(p.numel() for p in model.parameters())
-        log(f"model: Qwen2, {params:,} parameters; SFT {steps} steps of {cfg.tokens_per_batch} tokens, "
-            f"mix {mix}, task variant {variant_name}, seed {seed}, {cfg.threads} threads")
+        log(f"model: Qwen2, {params:,} parameters; SFT {steps} steps of {cfg.tokens_per_batch} "
+            f"tokens, mix {mix}, task variant {variant_name}, seed {seed}, {cfg.threads} threads")
         result = sft(model, tok, cfg, log=log)
         info = {
-            "seed": seed, "steps": steps, "mix": mix, "lr": lr, "tokens_per_batch": cfg.tokens_per_batch,
-            "threads": cfg.threads, "parameters": params, "architecture": dict(ARCH),
-            "task": "gcd by repeated subtraction (real/tiny/task.py)", "variant": variant_name,
-            "final_loss": round(result["final_loss"], 5), "train_seconds": round(result["train_seconds"], 1),
-            "loss_tokens": result["loss_tokens"], "torch": torch.__version__,
+            "seed": seed,
+            "steps": steps,
+            "mix": mix,
+            "lr": lr,
+            "tokens_per_batch": cfg.tokens_per_batch,
+            "threads": cfg.threads,
+            "parameters": params,
+            "architecture": dict(ARCH),
+            "task": "gcd by repeated subtraction (real/tiny/task.py)",
+            "variant": variant_name,
+            "final_loss": round(result["final_loss"], 5),
+            "train_seconds": round(result["train_seconds"], 1),
+            "loss_tokens": result["loss_tokens"],
+            "torch": torch.__version__,
         }
         if minutes_budget is not None and result["train_seconds"] > minutes_budget * 60:
-            log(f"warning: training took {result['train_seconds'] / 60:.1f} min, over the {minutes_budget} min budget")
+            log(f"warning: training took {result['train_seconds'] / 60:.1f} min, over the "
+                f"{minutes_budget} min budget")
         model.generation_config.bos_token_id = BOS_ID
         model.generation_config.eos_token_id = EOS_ID
         model.generation_config.pad_token_id = PAD_ID
@@ -225,10 +256,12 @@ def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, m
         if evaluate_after:  # after saving: evaluation does not change the weights
             log(f"evaluating greedy answers on {eval_problems} held-out problems (mix {mix}) ...")
             # The same held-out problems whatever the seed, so that models compare.
-            info["eval"] = evaluate(model, tok, n=eval_problems, seed=0, mix=mix, variant_name=variant_name)
+            info["eval"] = evaluate(model, tok, n=eval_problems, seed=0, mix=mix,
+                                    variant_name=variant_name)
             e = info["eval"]
-            log(f"accuracy {e['accuracy']:.2f}; response tokens p50 {e['response_tokens']['p50']:.0f} "
-                f"p90 {e['response_tokens']['p90']:.0f} max {e['response_tokens']['max']} ({e['eval_seconds']}s)")
+            log(f"accuracy {e['accuracy']:.2f}; response tokens p50 "
+                f"{e['response_tokens']['p50']:.0f} p90 {e['response_tokens']['p90']:.0f} max "
+                f"{e['response_tokens']['max']} ({e['eval_seconds']}s)")
     info["total_seconds"] = round(time.perf_counter() - t_start, 1)
     (out / "training.json").write_text(json.dumps(info, indent=2) + "\n")
     (out / "README.md").write_text(model_card(info))
@@ -238,29 +271,44 @@ def init_model(out_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS, m
 def model_card(info: dict) -> str:
     """A short README.md for the saved directory: what it is, how it was made, how it did."""
     lines = [
-        "# Tiny GCD reasoning model (TLT Workbench)", "",
-        f"A {info['parameters']:,}-parameter Qwen2 (hidden {ARCH['hidden_size']}, {ARCH['num_hidden_layers']} layers, "
-        f"{ARCH['num_attention_heads']} heads, {ARCH['num_key_value_heads']} KV heads, MLP "
-        f"{ARCH['intermediate_size']}, "
-        "untied LM head, float32) with a one-token-per-character tokenizer, trained by SFT on the GCD-by-subtraction "
-        "task of `real/tiny/task.py`. Built by:", "",
-        f"    tlt model init --out DIR --seed {info['seed']} --steps {info['steps']} --mix {info['mix']}"
-        + (f" --variant {info['variant']}" if info.get("variant", "gcd") != "gcd" else ""), "",
-        f"SFT: {info['steps']} steps of {info['tokens_per_batch']} tokens, AdamW, peak lr {info['lr']}, "
-        f"{info['threads']} threads, {info['train_seconds']:.0f} s; final loss {info['final_loss']:.4f} "
-        f"(torch {info['torch']}). Same seed, steps, mix, thread count and torch build: same weights, byte for byte.",
+        "# Tiny GCD reasoning model (TLT Workbench)",
+        "",
+        f"A {info['parameters']:,}-parameter Qwen2 (hidden {ARCH['hidden_size']}, "
+        f"{ARCH['num_hidden_layers']} layers, {ARCH['num_attention_heads']} heads, "
+        f"{ARCH['num_key_value_heads']} KV heads, MLP {ARCH['intermediate_size']}, untied LM head, "
+        "float32) with a one-token-per-character tokenizer, trained by SFT on the "
+        "GCD-by-subtraction task of `real/tiny/task.py`. Built by:",
+        "",
+        f"    tlt model init --out DIR --seed {info['seed']} --steps {info['steps']} --mix "
+        f"{info['mix']}"
+        + (f" --variant {info['variant']}" if info.get("variant", "gcd") != "gcd" else ""),
+        "",
+        f"SFT: {info['steps']} steps of {info['tokens_per_batch']} tokens, AdamW, peak lr "
+        f"{info['lr']}, {info['threads']} threads, {info['train_seconds']:.0f} s; final loss "
+        f"{info['final_loss']:.4f} (torch {info['torch']}). Same seed, steps, mix, thread count "
+        "and torch build: same weights, byte for byte.",
     ]
     e = info.get("eval")
     if e:
         r = e["response_tokens"]
-        bands = ", ".join(f"{k} steps {v['accuracy']:.2f} (n={v['n']})" for k, v in e["accuracy_by_difficulty"].items())
-        lines += ["", f"Greedy on {e['problems']} held-out problems (mix {e['mix']}): accuracy {e['accuracy']:.2f} "
-                  f"({bands}); response tokens p50 {r['p50']:.0f}, p90 {r['p90']:.0f}, max {r['max']} "
-                  f"(reference solutions: p50 {e['reference_tokens']['p50']:.0f}, p90 "
-                  f"{e['reference_tokens']['p90']:.0f}, "
-                  f"max {e['reference_tokens']['max']})."]
-    lines += ["", "`training.json` holds these figures. Load with `transformers.AutoModelForCausalLM` / "
-              "`AutoTokenizer` or `vllm.LLM(model=DIR, dtype=\"float32\")`.", ""]
+        bands = ", ".join(
+            f"{k} steps {v['accuracy']:.2f} (n={v['n']})"
+            for k, v in e["accuracy_by_difficulty"].items()
+        )
+        lines += [
+            "",
+            f"Greedy on {e['problems']} held-out problems (mix {e['mix']}): accuracy "
+            f"{e['accuracy']:.2f} ({bands}); response tokens p50 {r['p50']:.0f}, p90 "
+            f"{r['p90']:.0f}, max {r['max']} (reference solutions: p50 "
+            f"{e['reference_tokens']['p50']:.0f}, p90 {e['reference_tokens']['p90']:.0f}, max "
+            f"{e['reference_tokens']['max']}).",
+        ]
+    lines += [
+        "",
+        "`training.json` holds these figures. Load with `transformers.AutoModelForCausalLM` / "
+        '`AutoTokenizer` or `vllm.LLM(model=DIR, dtype="float32")`.',
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -273,7 +321,9 @@ def variant_of(model_dir: str | Path) -> str:
     try:
         name = json.loads(info.read_text()).get("variant", "gcd")
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{info}: not valid JSON ({exc}); rebuild the model with `tlt model init`") from None
+        raise ValueError(
+            f"{info}: not valid JSON ({exc}); rebuild the model with `tlt model init`"
+        ) from None
     try:
         task.variant(name)
     except ValueError as exc:
@@ -299,15 +349,24 @@ def load_model_dir(path: str | Path) -> Path:
     except json.JSONDecodeError as exc:
         raise ValueError(f"--model {p}: config.json is not valid JSON ({exc}); {fix}") from None
     archs = data.get("architectures")
-    if archs is not None and not any(str(a).endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"))
-                                     for a in archs):
-        raise ValueError(f"--model {p}: config.json's architectures {archs} name no causal-LM class "
-                         f"(*ForCausalLM); {fix}")
-    weights = [f for pat in ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
-               for f in p.glob(pat)]
+    if archs is not None and not any(
+        str(a).endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in archs
+    ):
+        raise ValueError(
+            f"--model {p}: config.json's architectures {archs} name no causal-LM class "
+            f"(*ForCausalLM); {fix}"
+        )
+    weights = [
+        f
+        for pat in ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+        for f in p.glob(pat)
+    ]
     if not weights:
         raise FileNotFoundError(f"--model {p}: no weights (*.safetensors or *.bin) in it; {fix}")
-    if not any((p / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")):
+    if not any(
+        (p / f).is_file()
+        for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    ):
         raise FileNotFoundError(f"--model {p}: no tokenizer files in it; {fix}")
     return p
 

@@ -19,10 +19,10 @@ s = 1..80), then uniformly among the pairs with that many steps, so a few proble
 steps and the response lengths have a real long tail. `MIXES` names the distributions:
 
     mix      alpha   median  p90  p99  P(steps <= 6)  P(steps >= 40)   use
-    default   2.0      5     27   68       60%            5.3%          SFT, RL, reference traces
-    easy      3.0      2     10   36       82%            0.8%          a lighter tail
-    hard      1.2     12     54   77       35%           17.8%          a heavier tail
-    flat       -      40     73   80        7%             51%          every difficulty equally often
+    default   2.0      5     27   68       60%            5.3%       SFT, RL, reference traces
+    easy      3.0      2     10   36       82%            0.8%       a lighter tail
+    hard      1.2     12     54   77       35%           17.8%       a heavier tail
+    flat       -      40     73   80        7%             51%       every difficulty equally often
 
 Each step depends only on the line before it, so one slip (a wrong borrow, say) makes the
 answer wrong while the response goes on in the same form: a model that has learnt the
@@ -81,11 +81,13 @@ _FIRST_LINE = {"compact": re.compile(r"^\d+-\d+=\d+$"), "spaced": re.compile(r"^
 @dataclass(frozen=True)
 class Variant:
     """A task variant: the mix of solution styles SFT teaches, and the reward's format term:
-    `format_weight` of the reward is for writing in a `rewarded` style, the rest for a right answer."""
+    `format_weight` of the reward is for writing in a `rewarded` style, the rest for a right
+    answer."""
 
     name: str
     styles: tuple[tuple[str, float], ...]  # (style, share of SFT solutions)
-    rewarded: tuple[str, ...] = ()         # the styles the format term pays for (empty: no format term)
+    # the styles the format term pays for (empty: no format term)
+    rewarded: tuple[str, ...] = ()
     format_weight: float = 0.0
 
 
@@ -149,7 +151,15 @@ def steps_of(a: int, b: int) -> int:
 
 def make_problem(a: int, b: int, style: str = "compact") -> Problem:
     text, answer, steps = solve(a, b, style)
-    return Problem(prompt=prompt_for(a, b), solution=text, answer=answer, difficulty=steps, a=a, b=b, style=style)
+    return Problem(
+        prompt=prompt_for(a, b),
+        solution=text,
+        answer=answer,
+        difficulty=steps,
+        a=a,
+        b=b,
+        style=style,
+    )
 
 
 def split_of(a: int, b: int) -> str:
@@ -239,6 +249,7 @@ def reward(problem: Problem, response: str, variant_name: str = "gcd") -> float:
 
 
 def answer_reward(response: str, answer: str) -> float:
-    """The plain task's reward against a task file's answer (`tlt train --reward real.tiny.task:answer_reward`):
+    """The plain task's reward against a task file's answer
+    (`tlt train --reward real.tiny.task:answer_reward`):
     1.0 when the response's first answer line parses and equals `answer`, else 0.0."""
     return 1.0 if parse_answer(response) == int(answer) else 0.0

@@ -27,8 +27,10 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 # Printable ASCII (space to '~') and newline: one token each.
 CHARS = "".join(chr(c) for c in range(32, 127)) + "\n"
 # Qwen2Tokenizer's pre-tokenization regex (transformers, tokenization_qwen2.py).
-PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-                     r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -58,19 +60,35 @@ def build_tokenizer(out_dir: str | Path | None = None):
     Returns the tokenizer. `AutoTokenizer.from_pretrained(out_dir)` (whatever class it
     picks for the model next to it) and vLLM give the same ids for any ASCII text.
     """
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     vocab = vocabulary()
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK, fuse_unk=False, byte_fallback=False))
+    tok = Tokenizer(
+        models.BPE(vocab=vocab, merges=[], unk_token=UNK, fuse_unk=False, byte_fallback=False)
+    )
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, special=True) for t in (*SPECIALS, UNK)])
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                 unk_token=UNK, model_max_length=2048)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token=UNK,
+        model_max_length=2048,
+    )
     if out_dir is not None:
         save_tokenizer(hf, out_dir)
     return hf

@@ -1,4 +1,5 @@
-"""Fixtures the real-backend tests share (tests/conftest.py has the markers and the reference model)."""
+"""Fixtures the real-backend tests share (tests/conftest.py has the markers and the reference
+model)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Draft lengths changed between engine steps (RolloutEngine(adaptive=True), real/rollout/adaptive.py).
+"""Draft lengths changed between engine steps (RolloutEngine(adaptive=True),
+real/rollout/adaptive.py).
 
 The vLLM tests share ONE adaptive engine (module-scoped) on the shipped reference model and
 drafter (traces/reference/); they are skipped, with the reason, where vLLM or those files are
@@ -27,11 +28,24 @@ from workbench.contracts.policy import (
 MAX_NUM_SEQS = 16
 
 
-def _policy(kind: str = "eagle", rows=((1, 4, 4), (5, 16, 2)), threshold: int = 12, algorithm: str = "beg",
-            arms=(0, 1, 2, 4), interval: int = 4, epsilon: float = 0.2) -> Policy:
-    pol = Policy(name=f"adaptive-{kind}", sd_threshold=threshold, schedule=tuple(ScheduleBucket(*r) for r in rows),
-                 bandit=BanditConfig(algorithm=algorithm, arms=arms, epsilon=epsilon, decision_interval=interval),
-                 drafter=DrafterConfig(kind=kind))
+def _policy(
+    kind: str = "eagle",
+    rows=((1, 4, 4), (5, 16, 2)),
+    threshold: int = 12,
+    algorithm: str = "beg",
+    arms=(0, 1, 2, 4),
+    interval: int = 4,
+    epsilon: float = 0.2,
+) -> Policy:
+    pol = Policy(
+        name=f"adaptive-{kind}",
+        sd_threshold=threshold,
+        schedule=tuple(ScheduleBucket(*r) for r in rows),
+        bandit=BanditConfig(
+            algorithm=algorithm, arms=arms, epsilon=epsilon, decision_interval=interval
+        ),
+        drafter=DrafterConfig(kind=kind),
+    )
     pol.check()
     return pol
 
@@ -43,7 +57,9 @@ def test_adaptive_speculative_config_always_has_a_table_sized_for_the_arms():
     uniform = _policy("ngram", rows=((1, 16, 2),), threshold=16, arms=(0, 2, 6))
     assert "num_speculative_tokens_per_batch_size" not in speculative_config(uniform, None, 16)
     spec = speculative_config(uniform, None, 16, adaptive=True)
-    assert spec["num_speculative_tokens"] == 6 and spec["num_speculative_tokens_per_batch_size"] == [[1, 16, 2]]
+    assert spec["num_speculative_tokens"] == 6 and spec[
+        "num_speculative_tokens_per_batch_size"
+    ] == [[1, 16, 2]]
     # A fixed table never picks an arm: the schedule's largest K is enough.
     fixed = _policy("ngram", rows=((1, 16, 2),), threshold=16, algorithm="fixed", arms=(0, 2, 6))
     assert speculative_config(fixed, None, 16, adaptive=True)["num_speculative_tokens"] == 2
@@ -75,11 +91,27 @@ class _FakeEngine:
 
 def _row(batch_size: int, new_tokens: int, wall_s: float) -> EngineStepRow:
     """An engine step row with the fields the controller reads; the rest zero."""
-    return EngineStepRow(rl_step=0, worker=0, engine_step=0, start_s=0.0, wall_s=wall_s, batch_size=batch_size,
-                         num_waiting=0,
-                         prefill_requests=0, prefill_tokens=0, decode_requests=batch_size, scheduled_tokens=batch_size,
-                         context_mean=0.0, context_max=0, draft_len=0, num_drafts=0, num_draft_tokens=0,
-                         num_accepted_tokens=0, accepted_per_pos=[], new_tokens=new_tokens)
+    return EngineStepRow(
+        rl_step=0,
+        worker=0,
+        engine_step=0,
+        start_s=0.0,
+        wall_s=wall_s,
+        batch_size=batch_size,
+        num_waiting=0,
+        prefill_requests=0,
+        prefill_tokens=0,
+        decode_requests=batch_size,
+        scheduled_tokens=batch_size,
+        context_mean=0.0,
+        context_max=0,
+        draft_len=0,
+        num_drafts=0,
+        num_draft_tokens=0,
+        num_accepted_tokens=0,
+        accepted_per_pos=[],
+        new_tokens=new_tokens,
+    )
 
 
 def _drive(ctl, batches, tokens_per_s):
@@ -99,7 +131,8 @@ def test_controller_chooses_per_bucket_every_interval_and_learns_per_stint():
     # Starts from the policy's schedule, cut at the threshold, SD off above it.
     assert eng.tables == [[(1, 4, 4), (5, 12, 2), (13, 16, 0)]]
     rows = _drive(ctl, [8] * 7 + [3] * 2 + [14] * 2, tokens_per_s=100.0)
-    # Bucket 1 (5-12): choices at its steps 0, 3 and 6; bucket 0 (1-4) at its first step; none above 12.
+    # Bucket 1 (5-12): choices at its steps 0, 3 and 6; bucket 0 (1-4) at its first step; none above
+    # 12.
     assert [(s, b) for s, b, _ in ctl.decisions] == [(0, 1), (3, 1), (6, 1), (7, 0)]
     # BEG tries its arms in order first; each choice rewrites that bucket's row only.
     assert [k for *_, k in ctl.decisions] == [0, 1, 2, 0]
@@ -108,7 +141,8 @@ def test_controller_chooses_per_bucket_every_interval_and_learns_per_stint():
     # One update per finished stint (arms 0 and 1 of bucket 1), with the stint's tokens per second.
     assert ctl.bandit.counts == {(1, 0): 1, (1, 1): 1}
     assert ctl.bandit.recent[(1, 1)][0] == pytest.approx(100.0)
-    # The open choices (bucket 1's third, bucket 0's first) are learnt once they have run the interval.
+    # The open choices (bucket 1's third, bucket 0's first) are learnt once they have run the
+    # interval.
     assert {b: (ctl.k[b], n) for b, n in ctl.since.items()} == {1: (2, 1), 0: (0, 2)}
     _drive(ctl, [3, 3, 8, 8, 8], tokens_per_s=100.0)
     assert ctl.bandit.counts == {(1, 0): 1, (1, 1): 1, (1, 2): 1, (0, 0): 1}
@@ -118,7 +152,8 @@ def test_controller_chooses_per_bucket_every_interval_and_learns_per_stint():
 def test_controller_counts_a_step_for_the_bucket_it_scheduled_and_resumes_from_a_checkpoint():
     pol = _policy(interval=2)
     ctl = BanditController(_FakeEngine(pol), seed=3)
-    ctl.before_step(8)  # predicted bucket 1, but the step scheduled 3 requests (bucket 0, never chosen)
+    # predicted bucket 1, but the step scheduled 3 requests (bucket 0, never chosen)
+    ctl.before_step(8)
     ctl.after_step(row := _row(3, 3, 0.01))
     assert row.chosen_k == 4 and ctl.since == {1: 0}
     _drive(ctl, [8, 3, 8, 8, 3, 3, 8], tokens_per_s=50.0)
@@ -144,8 +179,16 @@ def test_fixed_table_controller_keeps_the_schedule():
 
 @pytest.fixture(scope="module")
 def engine(reference_model, reference_drafter):
-    eng = RolloutEngine(reference_model, _policy(), drafter_dir=reference_drafter, max_num_seqs=MAX_NUM_SEQS,
-                        max_model_len=1024, seed=0, kv_cache_gib=0.25, adaptive=True)
+    eng = RolloutEngine(
+        reference_model,
+        _policy(),
+        drafter_dir=reference_drafter,
+        max_num_seqs=MAX_NUM_SEQS,
+        max_model_len=1024,
+        seed=0,
+        kv_cache_gib=0.25,
+        adaptive=True,
+    )
     yield eng
     eng.close()
 
@@ -192,12 +235,14 @@ def test_set_draft_lengths_between_steps_changes_the_k_vllm_runs(engine, task_pr
         engine.set_draft_lengths([(1, 16, 5)])
     with pytest.raises(EngineConfigError, match="overlaps"):
         engine.set_draft_lengths([(1, 8, 2), (8, 16, 1)])
-    assert engine.current_draft_lengths() == [(1, 4, 2), (5, 8, 0), (9, 16, 1)]  # a refused table changes nothing
+    # a refused table changes nothing
+    assert engine.current_draft_lengths() == [(1, 4, 2), (5, 8, 0), (9, 16, 1)]
 
 
 @pytest.fixture(scope="module")
 def bandit_run(engine, task_prompts):
-    """Greedy responses with SD off (the reference), then the same requests under a BanditController."""
+    """Greedy responses with SD off (the reference), then the same requests under a
+    BanditController."""
     prompts = task_prompts(12, 7)
     greedy = Sampling(temperature=0.0, max_tokens=160)
     engine.set_draft_lengths([(1, MAX_NUM_SEQS, 0)])  # no SD
@@ -215,7 +260,9 @@ def bandit_run(engine, task_prompts):
 def test_bandit_controller_keeps_greedy_output_exact(bandit_run):
     reference, run, controller = bandit_run
     outputs = [run.outputs[f"p{i}-s0"].token_ids for i in range(len(reference))]
-    assert outputs == reference, "greedy decoding under bandit-chosen draft lengths must equal no SD"
+    assert outputs == reference, (
+        "greedy decoding under bandit-chosen draft lengths must equal no SD"
+    )
     assert sum(r.num_drafts for r in run.steps) > 0
     print(f"controller overhead {1e6 * controller.overhead_s / len(run.steps):.1f} us/step over "
           f"{len(run.steps)} steps ({1e3 * run.wall_s / len(run.steps):.2f} ms/step)")
@@ -243,7 +290,11 @@ def test_bandit_controller_choices_reach_vllm_and_the_bandit_learns(bandit_run, 
     resumed.load_state_dict(state)
     assert engine.current_draft_lengths() == _merged(controller.rows())
     assert resumed.bandit.counts == pulls
-    assert (resumed.k, resumed.since, resumed.stints) == (controller.k, controller.since, controller.stints)
+    assert (resumed.k, resumed.since, resumed.stints) == (
+        controller.k,
+        controller.since,
+        controller.stints,
+    )
 
 
 def _merged(rows):

@@ -42,16 +42,35 @@ def test_static_drafter_falls_while_spot_drafter_holds(reference_model, referenc
     from real.experiments.drift import drift_experiment
 
     t0 = time.perf_counter()
-    out = drift_experiment(reference_model, reference_drafter, updates=UPDATES, prompts=8, samples=4, max_tokens=200,
-                           lr=LR,
-                           spot_steps=40, seed=0, log=print, measure_every=UPDATES)
-    start, static, spot = out["initial_accept_len"], out["static_accept_len"], out["spot_accept_len"]
-    print(f"accepted length: start {start:.3f}; after {UPDATES} updates static {static:.3f}, spot {spot:.3f} "
-          f"(ratio {out['ratio']:.3f}); {time.perf_counter() - t0:.1f}s")
+    out = drift_experiment(
+        reference_model,
+        reference_drafter,
+        updates=UPDATES,
+        prompts=8,
+        samples=4,
+        max_tokens=200,
+        lr=LR,
+        spot_steps=40,
+        seed=0,
+        log=print,
+        measure_every=UPDATES,
+    )
+    start, static, spot = (
+        out["initial_accept_len"],
+        out["static_accept_len"],
+        out["spot_accept_len"],
+    )
+    print(
+        f"accepted length: start {start:.3f}; after {UPDATES} updates static {static:.3f}, spot "
+        f"{spot:.3f} (ratio {out['ratio']:.3f}); {time.perf_counter() - t0:.1f}s"
+    )
 
     assert [r["update"] for r in out["updates"]] == list(range(UPDATES + 1))
     assert out["updates"][0]["spot_accept_len"] == start  # both start as the shipped drafter
-    assert all(r["static_accept_len"] is None for r in out["updates"][1:-1])  # measured at the start and end only
+    # measured at the start and end only
+    assert all(r["static_accept_len"] is None for r in out["updates"][1:-1])
     assert static < start - DROP, f"the static drafter did not fall: {start:.3f} -> {static:.3f}"
-    assert spot > static + GAP, f"the spot drafter does not beat the static one: {spot:.3f} vs {static:.3f}"
+    assert spot > static + GAP, (
+        f"the spot drafter does not beat the static one: {spot:.3f} vs {static:.3f}"
+    )
     assert out["ratio"] == pytest.approx(spot / static)

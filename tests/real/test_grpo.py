@@ -1,4 +1,5 @@
-"""GRPO on a transformers causal LM (real/grpo.py), on a random-weight tiny Qwen2 saved once per module."""
+"""GRPO on a transformers causal LM (real/grpo.py), on a random-weight tiny Qwen2 saved once per
+module."""
 
 from __future__ import annotations
 
@@ -21,16 +22,20 @@ def test_group_advantages_normalise_per_group():
         a = [x for x, gg in zip(adv, groups) if gg == g]
         mean = sum(a) / len(a)
         assert abs(mean) < 1e-9
-        assert math.sqrt(sum((x - mean) ** 2 for x in a) / (len(a) - 1)) == pytest.approx(1.0, abs=1e-5)
+        assert math.sqrt(sum((x - mean) ** 2 for x in a) / (len(a) - 1)) == pytest.approx(
+            1.0, abs=1e-5
+        )
     assert adv[0] > 0 and all(x < 0 for x in adv[1:4]) and adv[4] < adv[5] < adv[6]
-    assert adv[7:] == [0.0, 0.0, 0.0, 0.0]  # equal rewards (0.1's mean is not exactly 0.1) and a lone sample
+    # equal rewards (0.1's mean is not exactly 0.1) and a lone sample
+    assert adv[7:] == [0.0, 0.0, 0.0, 0.0]
     with pytest.raises(ValueError):
         group_advantages([1.0], [0, 1])
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A random-weight tiny Qwen2 directory, with a tokenizer-like file that save() must carry over."""
+    """A random-weight tiny Qwen2 directory, with a tokenizer-like file that save() must carry
+    over."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -53,7 +58,9 @@ def _responses(rewards_by_group, prompt_len=5, resp_len=7, offset=0):
     for g, rewards in enumerate(rewards_by_group):
         prompt = [1] + [(3 * g + j + offset) % (VOCAB - 3) + 3 for j in range(prompt_len - 1)]
         for k, r in enumerate(rewards):
-            resp = [(5 * k + 7 * g + 2 * j + offset) % (VOCAB - 3) + 3 for j in range(resp_len + k % 3)]
+            resp = [
+                (5 * k + 7 * g + 2 * j + offset) % (VOCAB - 3) + 3 for j in range(resp_len + k % 3)
+            ]
             out.append(ScoredResponse(prompt_ids=prompt, response_ids=resp, reward=r, group=g))
     return out
 
@@ -82,11 +89,17 @@ def test_step_raises_the_rewarded_response_and_lowers_the_others(model_dir):
     for _ in range(3):
         stats, _ = tr.step(responses, keep_hidden=False)
         assert stats.sequences == 4 and stats.tokens == sum(len(r.response_ids) for r in responses)
-        assert math.isfinite(stats.loss) and stats.grad_norm > 0 and stats.kl == 0.0 and 0 <= stats.clip_frac <= 1
+        assert (
+            math.isfinite(stats.loss)
+            and stats.grad_norm > 0
+            and stats.kl == 0.0
+            and 0 <= stats.clip_frac <= 1
+        )
     after = _seq_logprobs(tr.model, responses)
     assert after[0] > before[0] + 0.1
     assert all(a < b for a, b in zip(after[1:], before[1:]))
-    assert stats.adv_std == pytest.approx(math.sqrt(3 / 4), rel=1e-4)  # unbiased group std, population std reported
+    # unbiased group std, population std reported
+    assert stats.adv_std == pytest.approx(math.sqrt(3 / 4), rel=1e-4)
 
 
 def test_hidden_states_are_the_pre_update_final_norm_output(model_dir):
@@ -97,7 +110,10 @@ def test_hidden_states_are_the_pre_update_final_norm_output(model_dir):
     tr = GRPOTrainer(model_dir, GRPOConfig(lr=1e-2, minibatch=3), seed=0, threads=1)
     responses = _responses([[1.0, 0.0, 0.5], [0.0, 1.0]])
     with torch.no_grad():
-        want = [tr.model.model(torch.tensor([r.prompt_ids + r.response_ids])).last_hidden_state[0] for r in responses]
+        want = [
+            tr.model.model(torch.tensor([r.prompt_ids + r.response_ids])).last_hidden_state[0]
+            for r in responses
+        ]
     stats, records = tr.step(responses)
     assert stats.ratio_mean == pytest.approx(1.0, abs=0.5)
     assert len(records) == len(responses)
@@ -135,25 +151,36 @@ def test_save_and_resume_equal_an_uninterrupted_run(model_dir, tmp_path):
     from real.grpo import GRPOConfig, GRPOTrainer
 
     cfg = GRPOConfig(lr=1e-3, minibatch=2)
-    r1, r2 = _responses([[1.0, 0.0, 0.0], [0.0, 0.3, 1.0]]), _responses([[0.0, 1.0], [1.0, 0.0, 0.5]], offset=4)
+    r1, r2 = (
+        _responses([[1.0, 0.0, 0.0], [0.0, 0.3, 1.0]]),
+        _responses([[0.0, 1.0], [1.0, 0.0, 0.5]], offset=4),
+    )
     a = GRPOTrainer(model_dir, cfg, seed=3, threads=1)
     a.step(r1, keep_hidden=False)
     saved = a.save(tmp_path / "ckpt")
     state = a.state_dict()
     w1 = _weights(a.model)
     rng_after_r1 = torch.get_rng_state()
-    a.step(r2, keep_hidden=False)  # must not leak into `state` (the optimiser's moments change in place)
+    # must not leak into `state` (the optimiser's moments change in place)
+    a.step(r2, keep_hidden=False)
 
-    assert sorted(p.name for p in saved.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
-                                                      "tokenizer_config.json"]
+    assert sorted(p.name for p in saved.iterdir()) == [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+    ]
     assert (saved / "tokenizer_config.json").read_text() == '{"marker": "copied"}\n'
     assert not list(tmp_path.glob(".ckpt.*"))  # written through a temp dir, renamed away
     loaded = AutoModelForCausalLM.from_pretrained(str(saved), dtype=torch.float32)
     assert all(torch.equal(v, w1[k]) for k, v in loaded.state_dict().items())
-    assert not all(torch.equal(w1[k], v) for k, v in _weights(GRPOTrainer(model_dir, cfg).model).items())
+    assert not all(
+        torch.equal(w1[k], v) for k, v in _weights(GRPOTrainer(model_dir, cfg).model).items()
+    )
 
     b = GRPOTrainer(saved, cfg, seed=3, threads=1)
-    torch.manual_seed(12345)  # the resumed trainer puts torch's generator back where the run left it
+    # the resumed trainer puts torch's generator back where the run left it
+    torch.manual_seed(12345)
     b.load_state_dict(state)
     assert torch.equal(torch.get_rng_state(), rng_after_r1)
     b.step(r2, keep_hidden=False)
@@ -197,22 +224,31 @@ def _long_tailed(n_groups=3, group=4, seed=0):
         prompt = [1] + [rng.randrange(3, VOCAB) for _ in range(rng.randrange(2, 9))]
         for _ in range(group):
             n = rng.choice([1, 3, 7, 12, 20, 35, 90])
-            out.append(ScoredResponse(prompt, [rng.randrange(3, VOCAB) for _ in range(n)], rng.random(), g))
+            out.append(
+                ScoredResponse(prompt, [rng.randrange(3, VOCAB) for _ in range(n)], rng.random(), g)
+            )
     return out
 
 
 def test_packed_and_padded_updates_give_the_same_loss_and_gradients(model_dir, other_model_dir):
     """Packing (several micro-batches per minibatch here) changes the work, not the optimisation:
-    the same loss, gradients, statistics and hidden states as one right-padded forward per minibatch."""
+    the same loss, gradients, statistics and hidden states as one right-padded forward per
+    minibatch."""
     import torch
 
     from real.grpo import GRPOConfig, GRPOTrainer
 
     responses = _long_tailed()
-    trainers = {pack: GRPOTrainer(model_dir, GRPOConfig(lr=3e-3, minibatch=5, epochs=2, kl_coef=0.1, pack=pack,
-                                                        micro_tokens=60), seed=4, reference_dir=other_model_dir,
-                                  threads=1)
-                for pack in (True, False)}
+    trainers = {
+        pack: GRPOTrainer(
+            model_dir,
+            GRPOConfig(lr=3e-3, minibatch=5, epochs=2, kl_coef=0.1, pack=pack, micro_tokens=60),
+            seed=4,
+            reference_dir=other_model_dir,
+            threads=1,
+        )
+        for pack in (True, False)
+    }
     (loss_p, grads_p), (loss_q, grads_q) = (trainers[p].gradients(responses) for p in (True, False))
     assert loss_p == pytest.approx(loss_q, rel=1e-5, abs=1e-7) and loss_p != 0.0
     assert grads_p.keys() == grads_q.keys() and len(grads_p) > 10
@@ -221,7 +257,11 @@ def test_packed_and_padded_updates_give_the_same_loss_and_gradients(model_dir, o
     (sp, rp), (sq, rq) = (trainers[p].step(responses) for p in (True, False))
     for field in ("loss", "kl", "ratio_mean", "clip_frac", "grad_norm"):
         assert getattr(sp, field) == pytest.approx(getattr(sq, field), rel=1e-4, abs=1e-6), field
-    assert sp.kl > 0 and sp.ratio_mean != 1.0 and (sp.tokens, sp.sequences) == (sq.tokens, sq.sequences)
+    assert (
+        sp.kl > 0
+        and sp.ratio_mean != 1.0
+        and (sp.tokens, sp.sequences) == (sq.tokens, sq.sequences)
+    )
     assert [r.token_ids for r in rp] == [r.token_ids for r in rq]
     assert all(torch.allclose(a.hidden, b.hidden, atol=1e-5) for a, b in zip(rp, rq))
     wp, wq = _weights(trainers[True].model), _weights(trainers[False].model)
@@ -249,7 +289,8 @@ def test_padded_micro_batches_accumulate_to_the_minibatchs_gradients(model_dir):
 
 
 def test_packed_forward_keeps_sequences_apart(model_dir):
-    """A sequence's log-probs do not depend on what it is packed with (attention stays within it)."""
+    """A sequence's log-probs do not depend on what it is packed with (attention stays within
+    it)."""
     import torch
 
     from real.grpo import GRPOTrainer

@@ -24,13 +24,18 @@ FIT = [  # name, kind, prompts, samples, max_tokens, batch cap, seed, schedule
     ("fit-eagle-a", "eagle", 8, 2, 384, 8, 3, SCHEDULE),
     ("fit-eagle-b", "eagle", 8, 4, 384, 16, 4, ((1, 8, 3), (9, 16, 4))),
 ]
-HELDOUT = CaptureSpec("heldout-eagle", "eagle", "heldout", 0, 8, 3, 384, 12, 77, "hard", ((1, 3, 4), (4, 12, 2)))
+HELDOUT = CaptureSpec(
+    "heldout-eagle", "eagle", "heldout", 0, 8, 3, 384, 12, 77, "hard", ((1, 3, 4), (4, 12, 2))
+)
 
 
 @pytest.fixture(scope="module")
 def captured(reference_model, reference_drafter):
     machine = VllmMachine(reference_model, reference_drafter, seed=0)
-    specs = [CaptureSpec(n, k, "fit", 0, p, s, t, c, seed, "default", sched) for n, k, p, s, t, c, seed, sched in FIT]
+    specs = [
+        CaptureSpec(n, k, "fit", 0, p, s, t, c, seed, "default", sched)
+        for n, k, p, s, t, c, seed, sched in FIT
+    ]
     traces = {}
     try:
         for spec in [*specs[:2], *specs[2:], HELDOUT]:
@@ -45,7 +50,9 @@ def captured(reference_model, reference_drafter):
 def test_a_held_out_eagle_capture_is_paced_and_timed_as_measured(captured):
     fit = [captured[n] for n, *_ in FIT]
     profile = calibrate(fit, load_profile("cpu-tiny"), name="ci-heldout").profile
-    assert profile.speed_probe_ms is not None, "the captures timed the machine; the profile records its speed"
+    assert profile.speed_probe_ms is not None, (
+        "the captures timed the machine; the profile records its speed"
+    )
     v = validate(profile, captured["heldout-eagle"])
     d = v.details
     assert v.drift_factor is not None and v.raw_measured_rollout_s is not None

@@ -55,8 +55,19 @@ def user_task(tmp_path_factory):
 
 
 def _run(model, task, out, address=None):
-    cfg = RunConfig(model=model, policy=load_policy("baseline"), out=out, steps=1, workers=2, seed=3, prompts=2,
-                    samples=4, max_tokens=192, task=task, address=address)
+    cfg = RunConfig(
+        model=model,
+        policy=load_policy("baseline"),
+        out=out,
+        steps=1,
+        workers=2,
+        seed=3,
+        prompts=2,
+        samples=4,
+        max_tokens=192,
+        task=task,
+        address=address,
+    )
     return run_training(cfg, log=None)
 
 
@@ -72,7 +83,9 @@ def runs(user_task, tmp_path_factory, reference_model):
     # on a machine of more than 2 cores the single-node run would sample on other threads.
     mp = pytest.MonkeyPatch()
     mp.setattr("os.cpu_count", lambda: 2)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
@@ -92,7 +105,9 @@ def runs(user_task, tmp_path_factory, reference_model):
 
 def _responses(run):
     req = load_trace(run.out / "trace").requests.sort_values(["rl_step", "prompt_id", "sample"])
-    return req[["prompt_id", "sample", "response_tokens", "finish_reason", "reward"]].to_dict("records")
+    return req[["prompt_id", "sample", "response_tokens", "finish_reason", "reward"]].to_dict(
+        "records"
+    )
 
 
 def test_the_run_spans_two_nodes_and_its_workers_load_weights_from_the_object_store(runs):
@@ -126,6 +141,9 @@ def test_two_nodes_give_the_single_node_run(runs):
     assert apart <= 1e-6
     # Not vacuous: the step's groups had rewards apart, so the update moved the weights.
     moved = max(float((a[k] - start[k].float()).abs().max()) for k in a)
-    print(f"[multinode] rewards {[r['reward'] for r in _responses(single)]}, loss {s.grpo_loss:.6g} vs "
-          f"{m.grpo_loss:.6g}, weights moved by up to {moved:.3g}, the two runs' weights {apart:.3g} apart")
+    print(
+        f"[multinode] rewards {[r['reward'] for r in _responses(single)]}, loss {s.grpo_loss:.6g} "
+        f"vs {m.grpo_loss:.6g}, weights moved by up to {moved:.3g}, the two runs' weights "
+        f"{apart:.3g} apart"
+    )
     assert moved > 1e-7

@@ -52,7 +52,8 @@ def test_kv_heads_are_replicated_beyond_the_models_kv_heads():
 def test_a_tp_that_does_not_divide_the_model_is_refused_naming_the_field(name, tp, field):
     with pytest.raises(ConfigError, match=field) as err:
         shard(load_architecture(name), tp)
-    if tp > 0:  # the fix names the TPs that work (Qwen2.5-7B: 28 heads, 4 KV heads, MLP 18944 = 2^9 x 37)
+    # the fix names the TPs that work (Qwen2.5-7B: 28 heads, 4 KV heads, MLP 18944 = 2^9 x 37)
+    if tp > 0:
         assert "use --tp among 1, 2, 4" in str(err.value)
 
 
@@ -69,7 +70,8 @@ def test_collectives_follow_the_ring_all_reduce_and_vanish_at_tp1():
 
 
 def test_distinct_layers_streams_twice_the_cache_at_most_the_models_layers():
-    assert distinct_layers(layer_bytes=10, model_layers=4, cache_bytes=1000) == 4  # fits: cycle the whole model
+    # fits: cycle the whole model
+    assert distinct_layers(layer_bytes=10, model_layers=4, cache_bytes=1000) == 4
     assert distinct_layers(layer_bytes=400 * 2**20, model_layers=28, cache_bytes=50 * 2**20) == 1
     assert distinct_layers(layer_bytes=10 * 2**20, model_layers=80, cache_bytes=50 * 2**20) == 10
 
@@ -78,8 +80,15 @@ def test_the_grid_has_every_op_once_and_a_verify_point_for_each_drafter_point():
     g = GRIDS["cpu"]
     pts = points(g)
     assert len(pts) == len(set(pts))
-    assert {p.op for p in pts} == {"decode", "verify", "drafter", "prefill", "train_fwd", "train_fwd_bwd",
-                                   "drafter_train"}
+    assert {p.op for p in pts} == {
+        "decode",
+        "verify",
+        "drafter",
+        "prefill",
+        "train_fwd",
+        "train_fwd_bwd",
+        "drafter_train",
+    }
     verify = {(p.batch, p.tokens) for p in pts if p.op == "verify"}
     assert all((b * k, 2) in verify for b, k in g.drafter)
 
@@ -97,7 +106,11 @@ def _imports(path: Path) -> set[str]:
 def test_the_profiler_imports_only_what_a_bare_gpu_machine_has():
     """The closure of real/profiler's imports (through our own modules, inside functions too):
     the standard library, BARE, and workbench.contracts."""
-    seen, todo, outside = set(), ["real.profiler." + p.stem for p in (ROOT / "real" / "profiler").glob("*.py")], set()
+    seen, todo, outside = (
+        set(),
+        ["real.profiler." + p.stem for p in (ROOT / "real" / "profiler").glob("*.py")],
+        set(),
+    )
     while todo:
         mod = todo.pop()
         if mod in seen:
@@ -112,7 +125,9 @@ def test_the_profiler_imports_only_what_a_bare_gpu_machine_has():
         for imp in set().union(*(_imports(f) for f in [path, *inits] if f.is_file())):
             top = imp.split(".")[0]
             if top in ("real", "workbench"):
-                assert imp.startswith(("real.profiler", "workbench.contracts")), f"{mod} imports {imp}"
+                assert imp.startswith(("real.profiler", "workbench.contracts")), (
+                    f"{mod} imports {imp}"
+                )
                 todo.append(imp)
             elif top not in sys.stdlib_module_names and top != "__future__":
                 outside.add(top)
@@ -122,8 +137,20 @@ def test_the_profiler_imports_only_what_a_bare_gpu_machine_has():
 
 # The workbench's other dependencies (pyproject.toml) and the real backend's engine libraries:
 # absent on a bare GPU machine, so the profiler must run with every one of them unimportable.
-ABSENT = ("scipy", "simpy", "typer", "streamlit", "plotly", "matplotlib", "optuna", "vllm", "ray", "tokenizers",
-          "safetensors", "sim")
+ABSENT = (
+    "scipy",
+    "simpy",
+    "typer",
+    "streamlit",
+    "plotly",
+    "matplotlib",
+    "optuna",
+    "vllm",
+    "ray",
+    "tokenizers",
+    "safetensors",
+    "sim",
+)
 _BLOCKED_RUN = """
 import importlib.abc, runpy, sys
 class Absent(importlib.abc.MetaPathFinder):
@@ -139,14 +166,39 @@ runpy.run_module("real.profiler", run_name="__main__")
 def test_python_m_real_profiler_runs_with_the_workbench_dependencies_unimportable(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "m.parquet"
-    argv = ["--arch", "tiny-gcd", "--grid", "test", "--repeats", "1", "--warmup", "1", "--passes", "1",
-            "--check-rounds", "0", "--out", str(out)]
-    res = subprocess.run([sys.executable, "-c", _BLOCKED_RUN.format(absent=set(ABSENT), argv=argv)], cwd=ROOT,
-                         capture_output=True, text=True, check=False, env={"PYTHONPATH": str(ROOT),
-                                                                           "PATH": "/usr/bin:/bin"})
+    argv = [
+        "--arch",
+        "tiny-gcd",
+        "--grid",
+        "test",
+        "--repeats",
+        "1",
+        "--warmup",
+        "1",
+        "--passes",
+        "1",
+        "--check-rounds",
+        "0",
+        "--out",
+        str(out),
+    ]
+    res = subprocess.run(
+        [sys.executable, "-c", _BLOCKED_RUN.format(absent=set(ABSENT), argv=argv)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == str(out)
-    assert set(read_measurements(out).rows["op"]) >= {"decode", "verify", "drafter", "prefill", "train_fwd_bwd"}
+    assert set(read_measurements(out).rows["op"]) >= {
+        "decode",
+        "verify",
+        "drafter",
+        "prefill",
+        "train_fwd_bwd",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -162,11 +214,20 @@ def measured():
 
 def test_a_measurement_covers_the_grid_and_sums_layers_head_and_collectives(measured):
     r = measured.rows
-    assert set(r["op"]) == {"decode", "verify", "drafter", "prefill", "train_fwd", "train_fwd_bwd", "drafter_train",
-                            "whole"}
+    assert set(r["op"]) == {
+        "decode",
+        "verify",
+        "drafter",
+        "prefill",
+        "train_fwd",
+        "train_fwd_bwd",
+        "drafter_train",
+        "whole",
+    }
     assert (r["step_s"] > 0).all() and r["step_s"].map(math.isfinite).all()
     target = r[r["op"].isin(("decode", "verify", "prefill"))]
-    assert (target["layers"] == 4).all() and (target["collectives_s"] > 0).all()  # TP 2: collectives assumed
+    # TP 2: collectives assumed
+    assert (target["layers"] == 4).all() and (target["collectives_s"] > 0).all()
     recomposed = target["layers"] * target["layer_s"] + target["head_s"] + target["collectives_s"]
     assert recomposed.to_numpy() == pytest.approx(target["step_s"].to_numpy())
     whole = r[r["op"] == "whole"]
@@ -178,7 +239,9 @@ def test_measurements_round_trip_through_parquet_and_other_files_are_refused(mea
     path = tmp_path / "m.parquet"
     write_measurements(path, measured)
     back = read_measurements(path)
-    pd.testing.assert_frame_equal(back.rows, measured.rows[list(COLUMNS)].reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        back.rows, measured.rows[list(COLUMNS)].reset_index(drop=True), check_dtype=False
+    )
     assert back.meta == json.loads(json.dumps(measured.meta))  # tuples come back as lists
     pd.DataFrame({"a": [1]}).to_parquet(tmp_path / "other.parquet")
     with pytest.raises(ConfigError, match="tlt-profiler"):
@@ -187,9 +250,24 @@ def test_measurements_round_trip_through_parquet_and_other_files_are_refused(mea
 
 def test_python_m_real_profiler_refuses_a_bad_tp_and_writes_nothing(tmp_path):
     out = tmp_path / "m.parquet"
-    res = subprocess.run([sys.executable, "-m", "real.profiler", "--arch", "tiny-gcd", "--tp", "3", "--out", str(out)],
-                         cwd=ROOT, capture_output=True, text=True, check=False, env={"PYTHONPATH": str(ROOT),
-                                                                                     "PATH": "/usr/bin:/bin"})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "real.profiler",
+            "--arch",
+            "tiny-gcd",
+            "--tp",
+            "3",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert res.returncode == 2
     assert "num_attention_heads" in res.stderr and "--tp" in res.stderr
     assert not out.exists() and not list(tmp_path.iterdir())

@@ -12,11 +12,14 @@ from workbench.contracts.policy import load_policy
 pytestmark = pytest.mark.needs_reference
 
 
-def test_each_shipped_model_warm_starts_from_its_own_drafter(reference_model, reference_drafter, tmp_path):
+def test_each_shipped_model_warm_starts_from_its_own_drafter(
+    reference_model, reference_drafter, tmp_path
+):
     warm, cold = load_policy("tlt-vllm"), load_policy("tlt-cold")
     styles = reference_model.parent / "styles" / "model"
     assert default_drafter(reference_model, warm) == reference_drafter.resolve()
     assert default_drafter(styles, warm) == (styles.parent / "drafter").resolve()
     assert default_drafter(str(styles), cold) is None  # a cold start trains its own
-    assert default_drafter(tmp_path / "model", warm) is None  # a model we did not ship: --drafter is needed
+    # a model we did not ship: --drafter is needed
+    assert default_drafter(tmp_path / "model", warm) is None
     assert default_drafter(styles, warm, Path("mine")) == Path("mine")

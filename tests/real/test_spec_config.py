@@ -45,15 +45,25 @@ def test_a_suffix_drafter_is_refused_naming_the_field_and_the_fix(reference_mode
     suffix = _with(load_policy("tlt-base"), name="suffix-sd", drafter=DrafterConfig(kind="suffix"))
     with pytest.raises(EngineConfigError) as exc:
         speculative_config(suffix)
-    assert "drafter.kind 'suffix'" in str(exc.value) and "'ngram'" in str(exc.value) and "tlt sim" in str(exc.value)
+    assert (
+        "drafter.kind 'suffix'" in str(exc.value)
+        and "'ngram'" in str(exc.value)
+        and "tlt sim" in str(exc.value)
+    )
     with pytest.raises(TrainError) as exc:
         RunConfig(model=reference_model, policy=suffix, out=tmp_path / "run").check()
     assert "--policy suffix-sd" in str(exc.value) and "drafter.kind 'suffix'" in str(exc.value)
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("preset, field", [("async-1", "rollout.mode 'async'"), ("verl-fully-async", "rollout.stream"),
-                                           ("april", "rollout.mode 'partial'")])
+@pytest.mark.parametrize(
+    "preset, field",
+    [
+        ("async-1", "rollout.mode 'async'"),
+        ("verl-fully-async", "rollout.stream"),
+        ("april", "rollout.mode 'partial'"),
+    ],
+)
 def test_tlt_train_refuses_simulator_only_rollout_modes(reference_model, tmp_path, preset, field):
     from real.run.coordinator import RunConfig, TrainError
 

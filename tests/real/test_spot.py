@@ -54,7 +54,8 @@ def test_buffer_keeps_the_last_rl_steps():
     from real.drafter.spot import DrafterBuffer
 
     buf = DrafterBuffer(max_steps=2)
-    rec = lambda n: HiddenRecord(list(range(n)), None)  # noqa: E731 - the buffer reads token_ids only
+    # The buffer reads token_ids only.
+    rec = lambda n: HiddenRecord(list(range(n)), None)  # noqa: E731
     lengths = lambda: [len(r.token_ids) for r in buf.records()]  # noqa: E731
     buf.add(1, [rec(3)])
     buf.add(2, [rec(4), rec(5)])
@@ -76,7 +77,11 @@ def test_hidden_records_are_the_target_final_norm_states(random_target, records,
 
     assert len(records) == len(greedy_sequences)
     r = records[0]
-    assert r.token_ids == greedy_sequences[0] and r.hidden.shape == (32, 32) and r.hidden.dtype == torch.float32
+    assert (
+        r.token_ids == greedy_sequences[0]
+        and r.hidden.shape == (32, 32)
+        and r.hidden.dtype == torch.float32
+    )
     with torch.no_grad():
         last = random_target.model(torch.tensor([r.token_ids])).last_hidden_state[0]
     assert torch.allclose(r.hidden, last, atol=1e-5)
@@ -94,7 +99,9 @@ def test_stop_set_before_the_call_means_no_step(random_target, records):
     assert res.steps == 0 and not res.stopped
 
 
-def test_stop_from_another_thread_ends_after_the_step_in_flight(random_target, records, monkeypatch):
+def test_stop_from_another_thread_ends_after_the_step_in_flight(
+    random_target, records, monkeypatch
+):
     """The stop is set by another thread while step 4 runs: step 4 completes, no step 5 starts."""
     import real.drafter.spot as spot
 
@@ -164,7 +171,8 @@ def test_runs_are_deterministic_and_state_round_trips(random_target, records, tm
     torch.save(saved, tmp_path / "spot.pt")
     b.load_state_dict(torch.load(tmp_path / "spot.pt"))
     a.train_until(threading.Event(), records, max_steps=3)
-    b.train_until(threading.Event(), records, max_steps=3)  # resumed: same batches, same Adam moments
+    # resumed: same batches, same Adam moments
+    b.train_until(threading.Event(), records, max_steps=3)
     sa, sb = a.drafter_state(), b.drafter_state()
     assert b.steps == 6 and all(torch.equal(sa[k], sb[k]) for k in sa)
 
@@ -196,9 +204,13 @@ def test_set_target_shares_the_new_embedding_and_head(random_target, records):
     with torch.no_grad():
         updated.lm_head.weight.mul_(2.0)
     trainer.set_target(updated)
-    assert trainer.drafter.lm_head is updated.lm_head and trainer.drafter.embed_tokens is updated.get_input_embeddings()
+    assert (
+        trainer.drafter.lm_head is updated.lm_head
+        and trainer.drafter.embed_tokens is updated.get_input_embeddings()
+    )
     assert not updated.lm_head.weight.requires_grad
-    assert all(torch.equal(before[k], v) for k, v in trainer.drafter_state().items())  # own weights kept
+    # own weights kept
+    assert all(torch.equal(before[k], v) for k, v in trainer.drafter_state().items())
     assert trainer.train_until(threading.Event(), records, max_steps=2).steps == 2
     assert torch.equal(updated.lm_head.weight, random_target.lm_head.weight * 2.0)  # still frozen
 
@@ -224,17 +236,28 @@ def test_average_states(random_target):
 def test_ngram_replay_proposes_what_vllms_ngram_drafter_does():
     pytest.importorskip("vllm")
     import numpy as np
-    from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as vllm_propose
+    from vllm.v1.spec_decode.ngram_proposer import (
+        _find_longest_matched_ngram_and_propose_tokens as vllm_propose,
+    )
 
     from real.drafter.ngram import propose
 
     rng = np.random.default_rng(0)
     cases = [[1, 2, 3, 1, 2], [1, 2], [5], [7, 7, 7, 7, 7], [1, 2, 3, 4, 9, 1, 2, 3, 4, 8, 2, 3, 4]]
-    cases += [rng.integers(0, v, n).tolist() for v, n in ((3, 40), (4, 12), (6, 80), (2, 9), (50,
-                                                                                              30)) for _ in range(20)]
+    cases += [
+        rng.integers(0, v, n).tolist()
+        for v, n in ((3, 40), (4, 12), (6, 80), (2, 9), (50, 30))
+        for _ in range(20)
+    ]
     for tokens in cases:
         for k in (1, 3, 6):
-            want = vllm_propose(np.asarray(tokens, dtype=np.int32), min_ngram=2, max_ngram=4, max_model_len=4096, k=k)
+            want = vllm_propose(
+                np.asarray(tokens, dtype=np.int32),
+                min_ngram=2,
+                max_ngram=4,
+                max_model_len=4096,
+                k=k,
+            )
             assert propose(tokens, k) == want.tolist(), (tokens, k)
 
 
@@ -275,7 +298,8 @@ def test_chain_drafts_are_the_drafters_own_greedy_chain(random_target, records):
     from real.drafter.spot import SpotTrainer, chain_drafts
 
     trainer = SpotTrainer(random_target, lr=3e-3, seed=0)
-    trainer.train_until(threading.Event(), records[:8], max_steps=20)  # a drafter that agrees sometimes
+    # a drafter that agrees sometimes
+    trainer.train_until(threading.Event(), records[:8], max_steps=20)
     drafter = trainer.drafter.eval()
     rec = records[0]
     ids, hidden = torch.tensor(rec.token_ids), rec.hidden

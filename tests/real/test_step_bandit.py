@@ -1,6 +1,7 @@
 """The `climb` bandit on engine steps (real/rollout/adaptive.py's BanditController over
 workbench/contracts/bandit.py's Climb), driven with hand-made step rows (no vLLM): a toy engine
-where each arm's speed per batch size is known, so the test can say what the bandit should end at."""
+where each arm's speed per batch size is known, so the test can say what the bandit should end
+at."""
 
 from __future__ import annotations
 
@@ -17,10 +18,21 @@ MAX_NUM_SEQS = 32
 
 
 def _policy(**bandit) -> Policy:
-    cfg = dict(algorithm="climb", arms=(0, 2, 4), epsilon=0.1, window=16, decision_interval=2, reward_stat="median")
-    pol = Policy(name="step", sd_threshold=16, schedule=(ScheduleBucket(1, 2, 4), ScheduleBucket(3, 8, 2),
-                                                          ScheduleBucket(9, 32, 2)),
-                 bandit=BanditConfig(**{**cfg, **bandit}), drafter=DrafterConfig(kind="eagle"))
+    cfg = dict(
+        algorithm="climb",
+        arms=(0, 2, 4),
+        epsilon=0.1,
+        window=16,
+        decision_interval=2,
+        reward_stat="median",
+    )
+    pol = Policy(
+        name="step",
+        sd_threshold=16,
+        schedule=(ScheduleBucket(1, 2, 4), ScheduleBucket(3, 8, 2), ScheduleBucket(9, 32, 2)),
+        bandit=BanditConfig(**{**cfg, **bandit}),
+        drafter=DrafterConfig(kind="eagle"),
+    )
     pol.check()
     return pol
 
@@ -45,11 +57,27 @@ class _Engine:
 
 
 def _row(batch: int, new_tokens: int, wall_s: float, prefill: int = 0) -> EngineStepRow:
-    return EngineStepRow(rl_step=0, worker=0, engine_step=0, start_s=0.0, wall_s=wall_s, batch_size=batch,
-                         num_waiting=0,
-                         prefill_requests=prefill, prefill_tokens=0, decode_requests=batch - prefill,
-                         scheduled_tokens=batch, context_mean=0.0, context_max=0, draft_len=0, num_drafts=0,
-                         num_draft_tokens=0, num_accepted_tokens=0, accepted_per_pos=[], new_tokens=new_tokens)
+    return EngineStepRow(
+        rl_step=0,
+        worker=0,
+        engine_step=0,
+        start_s=0.0,
+        wall_s=wall_s,
+        batch_size=batch,
+        num_waiting=0,
+        prefill_requests=prefill,
+        prefill_tokens=0,
+        decode_requests=batch - prefill,
+        scheduled_tokens=batch,
+        context_mean=0.0,
+        context_max=0,
+        draft_len=0,
+        num_drafts=0,
+        num_draft_tokens=0,
+        num_accepted_tokens=0,
+        accepted_per_pos=[],
+        new_tokens=new_tokens,
+    )
 
 
 def _drive(ctl: BanditController, eng: _Engine, batches, slow=lambda i: 1.0) -> list[EngineStepRow]:
@@ -97,7 +125,9 @@ def test_learns_from_every_step_that_verified_and_drafted_one_arm_and_nothing_el
     assert ctl.learnt == 5 and ctl.bandit.windows.keys() == {(0, 4), (1, 2)}
 
 
-def _decode(ctl: BanditController, eng: _Engine, phases, slow=lambda i: 1.0) -> tuple[list[EngineStepRow], float]:
+def _decode(
+    ctl: BanditController, eng: _Engine, phases, slow=lambda i: 1.0
+) -> tuple[list[EngineStepRow], float]:
     """Decode phases of (batch, tokens each sequence must advance); returns the rows and the time
     taken without the slow-down (what the choices cost, not the machine's outliers)."""
     rows, prev, clean = [], 0, 0.0
@@ -153,7 +183,9 @@ def test_resumes_from_a_checkpoint_with_the_same_choices():
     assert eng2.tables[-1] == table
     assert [r.chosen_k for r in _drive(resumed, eng2, later)] == whole
     with pytest.raises(ValueError, match="BEGMAB"):
-        resumed.load_state_dict(BanditController(_Engine(), _policy(algorithm="beg"), seed=0).state_dict())
+        resumed.load_state_dict(
+            BanditController(_Engine(), _policy(algorithm="beg"), seed=0).state_dict()
+        )
 
 
 def test_the_controller_runs_the_bandit_the_policy_names():
@@ -187,9 +219,20 @@ def _toy_reward(k: int, batch: int) -> tuple[int, float]:
     return (1 + k // 2 if batch <= 2 else 1), (16 + 2 * k + batch) / 1024
 
 
-@pytest.mark.parametrize("algorithm,stat", [("climb", "median"), ("climb", "mean"), ("beg", "median"),
-                                            ("beg", "mean"), ("ucb1", "mean"), ("egreedy", "mean")])
-def test_the_simulator_and_the_real_engine_make_the_same_choices_from_the_same_rewards(algorithm, stat):
+@pytest.mark.parametrize(
+    "algorithm,stat",
+    [
+        ("climb", "median"),
+        ("climb", "mean"),
+        ("beg", "median"),
+        ("beg", "mean"),
+        ("ucb1", "mean"),
+        ("egreedy", "mean"),
+    ],
+)
+def test_the_simulator_and_the_real_engine_make_the_same_choices_from_the_same_rewards(
+    algorithm, stat
+):
     """The same policy runs the same bandit in both backends: fed the same rewards, the real glue
     (BanditController on engine steps) and the simulator's use (one select and one
     `segment_reward` update per segment of `decision_interval` passes) choose the same arms."""
@@ -201,7 +244,8 @@ def test_the_simulator_and_the_real_engine_make_the_same_choices_from_the_same_r
 
     pol = _policy(algorithm=algorithm, reward_stat=stat, epsilon=0.3, decision_interval=4)
     start, n = (4, 2, 0), pol.bandit.decision_interval
-    blocks = [int(b) for b in np.random.default_rng(0).choice([2, 6, 12], size=80)]  # one batch per bucket
+    # one batch per bucket
+    blocks = [int(b) for b in np.random.default_rng(0).choice([2, 6, 12], size=80)]
 
     eng = _Engine(max_draft_len=4)
     ctl = BanditController(eng, pol, seed=7, start=start)

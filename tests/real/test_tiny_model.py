@@ -1,4 +1,5 @@
-"""The tiny reasoning model's parts (real/tiny/): the GCD task, the character tokenizer, `init_model`.
+"""The tiny reasoning model's parts (real/tiny/): the GCD task, the character tokenizer,
+`init_model`.
 
 No vLLM here (tests/real/test_engine.py starts engines); `python -m real.experiments.check_vllm`
 compares vLLM's greedy output with ours on a trained model.
@@ -24,7 +25,9 @@ def test_solutions_are_right_and_fit_the_cap():
     from real.tiny.task import _pairs_by_steps
 
     rng = random.Random(0)
-    pairs = [(rng.randint(task.LOW, task.HIGH), rng.randint(task.LOW, task.HIGH)) for _ in range(3000)]
+    pairs = [
+        (rng.randint(task.LOW, task.HIGH), rng.randint(task.LOW, task.HIGH)) for _ in range(3000)
+    ]
     pool = _pairs_by_steps("all")
     assert sorted(pool) == list(range(1, task.MAX_STEPS + 1))  # every difficulty can be drawn
     pairs += [divmod(v[-1], 1000) for v in pool.values()]      # one pair of each difficulty
@@ -41,7 +44,10 @@ def test_solutions_are_right_and_fit_the_cap():
 def test_solution_format():
     p = task.make_problem(35, 91)
     assert p.prompt == "Q: gcd(35,91)=?\n"
-    assert p.solution == "091-035=056\n056-035=021\n035-021=014\n021-014=007\n014-007=007\n007-007=000\nA: 7"
+    assert (
+        p.solution
+        == "091-035=056\n056-035=021\n035-021=014\n021-014=007\n014-007=007\n007-007=000\nA: 7"
+    )
     assert (p.answer, p.difficulty) == (7, 6)
 
 
@@ -112,15 +118,21 @@ def test_styles_variant_teaches_two_styles_and_rewards_one():
     spaced = [p for p in styled if p.style == "spaced"]
     assert 0.18 < len(spaced) / len(styled) < 0.32
     p = spaced[0]
-    assert p.solution.split("\n")[0] == f"{max(p.a, p.b):03d} - {min(p.a, p.b):03d} = {abs(p.a - p.b):03d}"
+    assert (
+        p.solution.split("\n")[0]
+        == f"{max(p.a, p.b):03d} - {min(p.a, p.b):03d} = {abs(p.a - p.b):03d}"
+    )
     compact = task.make_problem(p.a, p.b)
     assert (task.style_of(p.solution), task.style_of(compact.solution)) == ("spaced", "compact")
     assert task.style_of("A: 7") is None
     assert task.reward(p, p.solution, "gcd-styles") == 1.0
     assert task.reward(p, compact.solution, "gcd-styles") == 0.5       # right, in the other style
     assert task.reward(p, p.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.5
-    assert task.reward(p, compact.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.0
-    assert task.reward(p, compact.solution) == task.reward(p, p.solution) == 1.0  # plain gcd: any style
+    assert (
+        task.reward(p, compact.solution.replace(f"A: {p.answer}", "A: 1000"), "gcd-styles") == 0.0
+    )
+    # plain gcd: any style
+    assert task.reward(p, compact.solution) == task.reward(p, p.solution) == 1.0
     with pytest.raises(ValueError, match="variant"):
         task.reward(p, p.solution, "nope")
 
@@ -135,7 +147,8 @@ def tok_dir(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("tok")
     build_tokenizer(d)
-    qwen2_config().save_pretrained(d)  # AutoTokenizer then picks its class for a qwen2 model, as vLLM does
+    # AutoTokenizer then picks its class for a qwen2 model, as vLLM does
+    qwen2_config().save_pretrained(d)
     return d
 
 
@@ -207,9 +220,11 @@ def test_saved_model_loads_and_generates_greedily(tiny_models):
     tok = AutoTokenizer.from_pretrained(d)
     assert type(model).__name__ == "Qwen2ForCausalLM" and model.config.tie_word_embeddings is False
     assert model.config.hidden_size == 128 and model.config.num_hidden_layers == 4
-    prompts = [p.prompt for p in task.make_problems(3, seed=0)] + ["Q: gcd(1,2)=?\n"]  # one of another length
+    # one of another length
+    prompts = [p.prompt for p in task.make_problems(3, seed=0)] + ["Q: gcd(1,2)=?\n"]
     got = greedy_generate(model, tok, prompts, max_new_tokens=6)
-    for prompt, resp in zip(prompts, got):  # the batched loop equals a plain argmax loop, one prompt at a time
+    # the batched loop equals a plain argmax loop, one prompt at a time
+    for prompt, resp in zip(prompts, got):
         ids = tok(prompt)["input_ids"]
         ref = []
         with torch.no_grad():
@@ -245,15 +260,30 @@ def test_cli_model_init(tmp_path):
 
     from workbench.cli import app
 
-    res = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "m"), "--seed", "2", "--steps", "2",
-                                   "--threads", "1",
-                                   "--no-eval"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "model",
+            "init",
+            "--out",
+            str(tmp_path / "m"),
+            "--seed",
+            "2",
+            "--steps",
+            "2",
+            "--threads",
+            "1",
+            "--no-eval",
+        ],
+    )
     assert res.exit_code == 0, res.output
     info = json.loads((tmp_path / "m" / "training.json").read_text())
     assert info["steps"] == 2 and info["seed"] == 2
     bad = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "n"), "--mix", "nope"])
     assert bad.exit_code == 2 and "mix" in bad.output
-    bad = CliRunner().invoke(app, ["model", "init", "--out", str(tmp_path / "n"), "--variant", "nope"])
+    bad = CliRunner().invoke(
+        app, ["model", "init", "--out", str(tmp_path / "n"), "--variant", "nope"]
+    )
     assert bad.exit_code == 2 and "--variant" in bad.output and not (tmp_path / "n").exists()
 
 
@@ -264,8 +294,16 @@ def test_a_model_records_its_task_variant(tmp_path, tiny_models):
 
     root, _ = tiny_models
     assert variant_of(root / "a") == "gcd"
-    init_model(tmp_path / "s", seed=0, steps=1, evaluate_after=False, log=lambda _m: None, tokens_per_batch=1024,
-               threads=1, variant_name="gcd-styles")
+    init_model(
+        tmp_path / "s",
+        seed=0,
+        steps=1,
+        evaluate_after=False,
+        log=lambda _m: None,
+        tokens_per_batch=1024,
+        threads=1,
+        variant_name="gcd-styles",
+    )
     assert variant_of(tmp_path / "s") == "gcd-styles"
     info = tmp_path / "s" / "training.json"
     info.write_text(info.read_text().replace('"gcd-styles"', '"nope"'))

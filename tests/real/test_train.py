@@ -34,16 +34,17 @@ def _config(model: Path, policy: str, out: Path, **kw) -> RunConfig:
 def ray_local():
     import ray
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)  # not another test's Ray
+    # not another test's Ray
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
 
 @pytest.fixture(scope="module")
 def runs(ray_local, tmp_path_factory, reference_model, reference_drafter):
-    """A sampled run of the paper's configuration on vLLM (tlt-vllm: the shipped drafter warm-started,
-    start tables predicted on cpu-tiny) and a sampled baseline run, same model and seed (2 steps).
-    The cold start (tlt-cold) runs in the switch test below."""
+    """A sampled run of the paper's configuration on vLLM (tlt-vllm: the shipped drafter
+    warm-started, start tables predicted on cpu-tiny) and a sampled baseline run, same model and
+    seed (2 steps). The cold start (tlt-cold) runs in the switch test below."""
     from workbench.contracts.profile import load_profile
     from workbench.schedule import start_tables
 
@@ -52,11 +53,15 @@ def runs(ray_local, tmp_path_factory, reference_model, reference_drafter):
     tables = {k: v.table for k, v in start_tables(pol, load_profile("cpu-tiny")).items()}
     tlt = RunConfig(model=reference_model, policy=pol, out=root / "tlt-vllm",
                     drafter=reference_drafter, start_tables=tables, **SMALL)
-    return {"tlt-vllm": run_training(tlt, log=None),
-            "baseline": run_training(_config(reference_model, "baseline", root / "baseline"), log=None)}
+    return {
+        "tlt-vllm": run_training(tlt, log=None),
+        "baseline": run_training(_config(reference_model, "baseline", root / "baseline"), log=None),
+    }
 
 
-def test_the_warm_started_drafter_decodes_from_the_first_step_and_is_judged_against_itself_kept_static(runs):
+def test_warm_started_drafter_decodes_from_the_first_step_and_is_judged_against_itself_kept_static(
+    runs,
+):
     run = runs["tlt-vllm"]
     # The SD guard's probe decides before step 0 from timings (on the reference model SD wins by
     # 1.2-2.1x on a quiet machine; a machine loaded by other work can make it lose): the engines
@@ -98,7 +103,9 @@ def test_the_guarded_run_prices_every_sd_rollout_against_a_plain_engine_it_measu
         sizes = {r.decode_requests for r in rows if r.prefill_requests == 0}
         assert 1 in sizes and max(sizes) > 16 and len(sizes) >= 16
     assert all(m.sd_speedup > 0 for m in run.metrics if m.drafter_kind != "none")
-    assert runs["baseline"].plain_rows == [[], []] and all(math.isnan(m.sd_speedup) for m in runs["baseline"].metrics)
+    assert runs["baseline"].plain_rows == [[], []] and all(
+        math.isnan(m.sd_speedup) for m in runs["baseline"].metrics
+    )
 
 
 def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
@@ -112,7 +119,9 @@ def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
         spot = s[s["state"] == "drafter_train"]
         for _, t in spot.iterrows():
             other = s[(s["worker"] != t["worker"]) & s["state"].isin(["decode", "decode_sd"])]
-            overlaps += int(((other["start_s"] < t["end_s"]) & (other["end_s"] > t["start_s"])).any())
+            overlaps += int(
+                ((other["start_s"] < t["end_s"]) & (other["end_s"] > t["start_s"])).any()
+            )
         # The rollout never waits for spot training: every trainer stopped by the time the
         # last decoder finished, plus its stop latency (one drafter step).
         last_decode = s[s["state"].isin(["decode", "decode_sd"])]["end_s"].max()
@@ -127,14 +136,17 @@ def test_two_ray_workers_spot_train_while_the_other_decodes(runs):
     for m in run.metrics:
         assert (m.drafter_steps > 0) == (not math.isnan(m.drafter_loss)), m
     stopped = [m.stop_latency_s for m in run.metrics if not math.isnan(m.stop_latency_s)]
-    assert stopped and max(stopped) < 2.0, stopped  # within one drafter step (~0.05-0.2 s here), not the rollout
+    # within one drafter step (~0.05-0.2 s here), not the rollout
+    assert stopped and max(stopped) < 2.0, stopped
     # Outputs a user relies on: per-step metrics, the trace with its timeline, a servable drafter.
     assert list(run.outputs.metrics_frame()["rl_step"]) == [0, 1]
     assert (run.out / "metrics.csv").is_file()
     assert set(trace.requests["rl_step"]) == {0, 1} and len(trace.requests) == 2 * 8 * 2
     assert set(trace.steps["worker"]) == {0, 1}
     assert (run.out / "drafter" / "config.json").is_file()
-    assert json.loads((run.out / "drafter" / "config.json").read_text())["architectures"] == ["EagleLlamaForCausalLM"]
+    assert json.loads((run.out / "drafter" / "config.json").read_text())["architectures"] == [
+        "EagleLlamaForCausalLM"
+    ]
 
 
 def test_sampled_rewards_agree_between_tlt_and_baseline(runs):
@@ -153,8 +165,9 @@ def test_sampled_rewards_agree_between_tlt_and_baseline(runs):
     assert all(math.isnan(m.style_share) for m in run.metrics)
 
 
-def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_outputs(ray_local, tmp_path,
-                                                                                     reference_model, monkeypatch):
+def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_outputs(
+    ray_local, tmp_path, reference_model, monkeypatch
+):
     """Real switches inside `tlt train`: the SD guard's probe before step 0 is handed a verdict that
     SD decoded at half a plain engine's speed, so every Ray worker restarts its vLLM engine without
     a drafter in set-up and steps 0-2 run plain; after step 2 n-gram estimates that predict SD wins
@@ -172,11 +185,18 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     from real.run.sd_pricing import SDVerdict
 
     cfg = _config(
-        reference_model, "tlt-cold", tmp_path / "tlt-cold", steps=5, temperature=0.0, prompts=4, max_tokens=256
+        reference_model,
+        "tlt-cold",
+        tmp_path / "tlt-cold",
+        steps=5,
+        temperature=0.0,
+        prompts=4,
+        max_tokens=256,
     )
     verdict = coordinator.rollout_verdict
     verdicts: list = []
-    forced_speedup = [0.5, 1.5, 0.5]  # the probe's, step 3's and step 4's (steps 0-2 ran without SD: not judged)
+    # the probe's, step 3's and step 4's (steps 0-2 ran without SD: not judged)
+    forced_speedup = [0.5, 1.5, 0.5]
 
     def scripted_verdict(engines):
         verdicts.append(verdict(engines))
@@ -189,7 +209,8 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     seen: list = []
     update, check = run.trainer.step, run.check_drafters
     measured: list = []
-    # Step 0's n-gram estimate is the reference (SD went off before any); steps 1-2 predict 0.5 x 5 / 1.
+    # Step 0's n-gram estimate is the reference (SD went off before any); steps 1-2 predict 0.5 x 5
+    # / 1.
     forced = [
         DrafterCheck(eagle=1.0, ngram=1.0),
         DrafterCheck(eagle=1.0, ngram=5.0),
@@ -214,31 +235,59 @@ def test_switches_between_no_sd_ngram_and_eagle_inside_tlt_train_keep_greedy_out
     finally:
         run.close()
     assert [m.drafter_kind for m in run.metrics] == ["none", "none", "none", "ngram", "eagle"]
-    assert run.engines.kind == "none" and run.engines.sd_off.kind == "eagle"  # after step 4's losing verdict
-    assert run.metrics[0].mean_accept_len == 1.0 and math.isnan(run.metrics[0].sd_speedup), "no SD in step 0"
+    # after step 4's losing verdict
+    assert run.engines.kind == "none" and run.engines.sd_off.kind == "eagle"
+    assert run.metrics[0].mean_accept_len == 1.0 and math.isnan(run.metrics[0].sd_speedup), (
+        "no SD in step 0"
+    )
     assert run.metrics[3].mean_accept_len > 1.0, "n-gram must have drafted"
     assert [m.sd_speedup for m in run.metrics[3:]] == [1.5, 0.5]
     k = 6  # the tlt preset's largest bandit arm: the draft length both drafters are judged at
     # While SD is off only an idle worker's check counts (the sync does not judge then).
     assert len(measured) == 5 and all(measured[i] is not None for i in (3, 4))
-    assert all(1.0 <= c.eagle <= k + 1 and 1.0 <= c.ngram <= k + 1 for c in measured if c is not None)
+    assert all(
+        1.0 <= c.eagle <= k + 1 and 1.0 <= c.ngram <= k + 1 for c in measured if c is not None
+    )
     # The real verdicts of the probe and the SD steps, priced at the plain engine each worker
     # measured at start-up (None only if a worker's measurement gave no fit).
-    assert len(verdicts) == 3 and all(v is None or (v.speedup > 0 and v.steps > 0) for v in verdicts)
+    assert len(verdicts) == 3 and all(
+        v is None or (v.speedup > 0 and v.steps > 0) for v in verdicts
+    )
     assert len(seen) == 5
     with RolloutEngine(reference_model, in_process=True, kv_cache_gib=0.25) as engine:
         for step, batch in enumerate(seen):
             prompts = [p for p, _ in batch]
             got = engine.generate(prompts, 1, Sampling(temperature=0.0, max_tokens=cfg.max_tokens))
-            assert [g.samples[0].token_ids for g in got] == [r for _, r in batch], f"step {step} differs from no SD"
+            assert [g.samples[0].token_ids for g in got] == [r for _, r in batch], (
+                f"step {step} differs from no SD"
+            )
 
 
 def _tlt_train(model: Path, out: Path, *extra: str) -> list[str]:
     exe = Path(sys.executable).with_name("tlt")
-    return [str(exe), "train", "--model", str(model), "--policy", "baseline", "--out", str(out),
-            "--steps", str(SMALL["steps"]), "--workers", str(SMALL["workers"]), "--seed", str(SMALL["seed"]),
-            "--prompts", str(SMALL["prompts"]), "--samples", str(SMALL["samples"]),
-            "--max-tokens", str(SMALL["max_tokens"]), *extra]
+    return [
+        str(exe),
+        "train",
+        "--model",
+        str(model),
+        "--policy",
+        "baseline",
+        "--out",
+        str(out),
+        "--steps",
+        str(SMALL["steps"]),
+        "--workers",
+        str(SMALL["workers"]),
+        "--seed",
+        str(SMALL["seed"]),
+        "--prompts",
+        str(SMALL["prompts"]),
+        "--samples",
+        str(SMALL["samples"]),
+        "--max-tokens",
+        str(SMALL["max_tokens"]),
+        *extra,
+    ]
 
 
 def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
@@ -247,8 +296,13 @@ def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
     deterministic for a seed, so rewards must match request for request)."""
     out = tmp_path / "killed"
     env = {**os.environ, "RAY_ADDRESS": ""}
-    proc = subprocess.Popen(_tlt_train(reference_model, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        _tlt_train(reference_model, out),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
     deadline = time.time() + 300
     try:
         while not (out / "LATEST").is_file():
@@ -262,7 +316,11 @@ def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
     before = (out / "metrics.csv").read_text().splitlines()
     assert len(before) == 2, "one finished step before the kill"
     done = subprocess.run(
-        _tlt_train(reference_model, out, "--resume"), capture_output=True, text=True, env=env, timeout=600
+        _tlt_train(reference_model, out, "--resume"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     after = (out / "metrics.csv").read_text().splitlines()
@@ -277,7 +335,8 @@ def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
 
 
 def test_validate_predicts_every_phase_of_a_real_run(runs):
-    """`tlt validate RUN_DIR` re-simulates the whole run: per-phase and per-step rows, then the JSON."""
+    """`tlt validate RUN_DIR` re-simulates the whole run: per-phase and per-step rows, then the
+    JSON."""
     from typer.testing import CliRunner
 
     from workbench.cli import app
@@ -286,14 +345,20 @@ def test_validate_predicts_every_phase_of_a_real_run(runs):
     assert r.exit_code == 0, r.output
     assert "phase (mean per step)" in r.output and "held out" in r.output
     last = json.loads(r.output.strip().splitlines()[-1])
-    assert last["measured_step_s"] > 0 and last["predicted_step_s"] > 0 and math.isfinite(last["error_pct"])
+    assert (
+        last["measured_step_s"] > 0
+        and last["predicted_step_s"] > 0
+        and math.isfinite(last["error_pct"])
+    )
     assert set(last["phases"]) == {"rollout", "train", "sync", "other", "step"}
-    assert last["phases"]["rollout"]["measured_s"] > 0 and last["phases"]["train"]["predicted_s"] > 0
+    assert (
+        last["phases"]["rollout"]["measured_s"] > 0 and last["phases"]["train"]["predicted_s"] > 0
+    )
 
 
 def test_bench_prediction_from_real_runs(runs):
-    """Run-level parameters fitted on the baseline run (in-sample for it, held out for tlt-vllm), then
-    both runs predicted: finite speedups, and every parameter row says how it was set."""
+    """Run-level parameters fitted on the baseline run (in-sample for it, held out for tlt-vllm),
+    then both runs predicted: finite speedups, and every parameter row says how it was set."""
     from workbench.validate.bench_prediction import predict_bench
     from workbench.calibrate.runs import fit_runs
     from workbench.contracts.profile import load_profile
@@ -301,14 +366,28 @@ def test_bench_prediction_from_real_runs(runs):
     fit = fit_runs([runs["baseline"].out], load_profile("cpu-tiny"))
     assert all(row[3] for row in fit.table_rows())
     assert {p.key: p for p in fit.params}["phases.train_gpu_s_per_token"].fitted
-    b = predict_bench({"baseline": runs["baseline"].out, "tlt-vllm": runs["tlt-vllm"].out}, fit.profile, "baseline")
+    b = predict_bench(
+        {"baseline": runs["baseline"].out, "tlt-vllm": runs["tlt-vllm"].out},
+        fit.profile,
+        "baseline",
+    )
     rows = {r.name: r for r in b.rows}
     assert rows["baseline"].in_sample and not rows["tlt-vllm"].in_sample
     t = rows["tlt-vllm"]
-    assert all(math.isfinite(v) and v > 0 for v in (t.predicted_step_s, t.measured_step_s, t.predicted_speedup_step,
-                                                    t.measured_speedup_step, t.predicted_speedup_rollout))
+    assert all(
+        math.isfinite(v) and v > 0
+        for v in (
+            t.predicted_step_s,
+            t.measured_step_s,
+            t.predicted_speedup_step,
+            t.measured_speedup_step,
+            t.predicted_speedup_rollout,
+        )
+    )
     json.dumps(b.to_json())
     spot = fit_runs([runs["tlt-vllm"].out], load_profile("cpu-tiny"))
-    assert {"learning.train_tokens_per_s", "acceptance.staleness_per_update", "learning.learn_tokens"} <= {
-        p.key for p in spot.params
-    }
+    assert {
+        "learning.train_tokens_per_s",
+        "acceptance.staleness_per_update",
+        "learning.learn_tokens",
+    } <= {p.key for p in spot.params}

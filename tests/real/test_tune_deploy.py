@@ -29,24 +29,74 @@ from workbench.contracts.workload import load_workload
 pytestmark = [pytest.mark.needs_vllm, pytest.mark.needs_reference]
 
 
-def test_a_policy_tuned_on_a_cpu_workload_trains_unchanged_on_the_real_backend(tmp_path, reference_model):
+def test_a_policy_tuned_on_a_cpu_workload_trains_unchanged_on_the_real_backend(
+    tmp_path, reference_model
+):
     base = load_workload("cpu-tiny")
-    wl = replace(base, name="cpu-tiny-deploy", workers=1, prompts_per_step=2, group_size=2, max_response_tokens=64,
-                 steps=1, profile="cpu-tiny")
+    wl = replace(
+        base,
+        name="cpu-tiny-deploy",
+        workers=1,
+        prompts_per_step=2,
+        group_size=2,
+        max_response_tokens=64,
+        steps=1,
+        profile="cpu-tiny",
+    )
     wl_file, tuned = tmp_path / "wl.yaml", tmp_path / "tuned.yaml"
     save(wl, wl_file)
-    res = CliRunner().invoke(app, ["tune", "--workload", str(wl_file), "--trials", "12", "--seeds", "1",
-                                   "--storage", "memory", "--study", "deploy", "--out", str(tuned)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "tune",
+            "--workload",
+            str(wl_file),
+            "--trials",
+            "12",
+            "--seeds",
+            "1",
+            "--storage",
+            "memory",
+            "--study",
+            "deploy",
+            "--out",
+            str(tuned),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "target tlt-train" in res.output and "tlt train" in res.output
     pol = load_policy(tuned)
-    assert pol.uses_sd, pol  # on cpu-tiny's costs SD pays at small batches: the deployed policy drafts
+    # on cpu-tiny's costs SD pays at small batches: the deployed policy drafts
+    assert pol.uses_sd, pol
 
     out = tmp_path / "run"
-    cmd = [str(Path(sys.executable).with_name("tlt")), "train", "--model", str(reference_model), "--policy",
-           str(tuned), "--steps", "1", "--workers", "1", "--prompts", "2", "--samples", "2", "--max-tokens", "64",
-           "--seed", "0", "--profile", "none", "--out", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "RAY_ADDRESS": ""}, timeout=400)
+    cmd = [
+        str(Path(sys.executable).with_name("tlt")),
+        "train",
+        "--model",
+        str(reference_model),
+        "--policy",
+        str(tuned),
+        "--steps",
+        "1",
+        "--workers",
+        "1",
+        "--prompts",
+        "2",
+        "--samples",
+        "2",
+        "--max-tokens",
+        "64",
+        "--seed",
+        "0",
+        "--profile",
+        "none",
+        "--out",
+        str(out),
+    ]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "RAY_ADDRESS": ""}, timeout=400
+    )
     assert done.returncode == 0, f"{pol}\n{done.stderr[-3000:]}"
     assert len((out / "metrics.csv").read_text().splitlines()) == 2  # header and the one step
     meta = load_trace(out / "trace").meta
