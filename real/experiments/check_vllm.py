@@ -1,6 +1,7 @@
-"""Check that vLLM loads a model directory and decodes exactly as `transformers` does.
+r"""Check that vLLM loads a model directory and decodes exactly as `transformers` does.
 
-    python -m real.experiments.check_vllm --model traces/reference/model [--problems 8] [--max-tokens 1024]
+    python -m real.experiments.check_vllm --model traces/reference/model \
+        [--problems 8] [--max-tokens 1024]
 
 For a few GCD problems it compares, token for token, vLLM's greedy output (temperature 0,
 stopping at </s>) with `real.tiny.generation.greedy_generate` (a batched argmax loop over
