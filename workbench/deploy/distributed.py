@@ -92,11 +92,11 @@ def ray_runner(config: RayConfig) -> Callable[..., Iterator[SweepRun]]:
     its order."""
 
     def run(workload: Workload, policies: Sequence[Policy], profile: Profile,
-            seeds: int | Iterable[int],
-            steps: int | None = None, on_progress: ProgressFn | None = None) -> Iterator[SweepRun]:
+            seeds: int | Iterable[int], steps: int | None = None,
+            on_progress: ProgressFn | None = None) -> Iterator[SweepRun]:
         units = sweep_units(workload, policies, profile, seeds, steps)
-        done = None if on_progress is None else (lambda k, n, u: on_progress(k, n, u.policy.name,
-                                                                             u.seed))
+        done = None if on_progress is None else (
+            lambda k, n, u: on_progress(k, n, u.policy.name, u.seed))
         return _ray_iter(run_unit, units, done, config)
 
     return run
@@ -144,8 +144,8 @@ class SweepBench:
     def sweep_estimate_s(self, simulations: int, cpus: int) -> float:
         """A sweep of `simulations` like these on `cpus` workers in all: the work spread evenly,
         plus Ray's start and its per-task overhead."""
-        return self.ray_start_s + simulations * (self.per_simulation_s
-                                                 + self.task_overhead_s) / cpus
+        per_task_s = self.per_simulation_s + self.task_overhead_s
+        return self.ray_start_s + simulations * per_task_s / cpus
 
 
 def bench_sweep(units: Sequence, config: RayConfig, repeats: int = 2,
@@ -169,8 +169,8 @@ def bench_sweep(units: Sequence, config: RayConfig, repeats: int = 2,
     for rep in range(repeats):
         for mode in (("serial", "ray") if rep % 2 == 0 else ("ray", "serial")):
             t0 = time.perf_counter()
-            runs = [run_unit(u) for u in units] if mode == "serial" else ray_map(run_unit, units,
-                                                                                 None, config)
+            runs = ([run_unit(u) for u in units] if mode == "serial"
+                    else ray_map(run_unit, units, None, config))
             (serial if mode == "serial" else on_ray).append(time.perf_counter() - t0)
             if mode == "serial":
                 want = [summarize(r) for r in runs]
