@@ -176,7 +176,8 @@ COMMANDS: list[Command] = (
         Command(
             "sim-async",
             "sim --workload peer-async-7b-128gpu "
-            "--policy baseline,async-1,async-4,tlt-async-1,verl-fully-async --steps 3 --seed 1 --out {out}",
+            "--policy baseline,async-1,async-4,tlt-async-1,verl-fully-async "
+            "--steps 3 --seed 1 --out {out}",
         ),
         Command(
             "sim-partial",
@@ -489,8 +490,8 @@ def record(commit: str, ref_dir: Path | None, keep: Path | None) -> int:
     files = apply_declared(raw)
     MANIFEST.write_text(json.dumps({"commit": commit, "files": digests(files)}, indent=1) + "\n")
     print(
-        f"golden: recorded {len(files)} outputs of {commit} ({len(DECLARED)} declared changes) into "
-        f"{MANIFEST.relative_to(ROOT)}"
+        f"golden: recorded {len(files)} outputs of {commit} ({len(DECLARED)} declared changes) "
+        f"into {MANIFEST.relative_to(ROOT)}"
     )
     return 0
 
@@ -524,8 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = compare(files, manifest)
     if not bad:
         print(
-            f"golden: all {len(files)} outputs identical to {manifest['commit']}'s (declared changes: "
-            f"{len(DECLARED)})"
+            f"golden: all {len(files)} outputs identical to {manifest['commit']}'s "
+            f"(declared changes: {len(DECLARED)})"
         )
         return 0
     print(f"golden: {len(bad)} of {len(files)} outputs differ from {manifest['commit']}'s:")
