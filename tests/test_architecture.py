@@ -42,12 +42,15 @@ def test_the_layers_contracts_are_kept():
 
 
 def test_a_simulator_import_from_the_real_backend_breaks_the_layers(tmp_path):
-    """The check can fail: the same code with one forbidden import (inside a function) is refused."""
+    """The check can fail: the same code with one forbidden import (inside a function) is
+    refused."""
     for pkg in PACKAGES:
-        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "presets"))
+        shutil.copytree(ROOT / pkg, tmp_path / pkg,
+                        ignore=shutil.ignore_patterns("__pycache__", "presets"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    (tmp_path / "real" / "sneaky.py").write_text("def timeline():\n    from sim.results import PolicyRun\n    return "
-                                                 "PolicyRun\n")
+    (tmp_path / "real" / "sneaky.py").write_text("def timeline():\n"
+                                                 "    from sim.results import PolicyRun\n"
+                                                 "    return PolicyRun\n")
     # A tool that would show its own widgets: only the CLI and the UI may.
     tool = tmp_path / "workbench" / "compare" / "sneaky.py"
     tool.write_text("def show():\n    import streamlit\n")
@@ -80,11 +83,13 @@ def test_no_function_is_over_80_lines():
 
 @pytest.mark.parametrize("pkg", PACKAGES)
 def test_no_private_name_is_imported_across_modules(pkg):
-    """`from x import _helper` reaches into another module's internals: make it public or move it."""
+    """`from x import _helper` reaches into another module's internals: make it public or move
+    it."""
     bad = []
     for path in (ROOT / pkg).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+            if (isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.split(".")[0] in PACKAGES):
                 bad += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}"
                         for a in node.names if a.name.startswith("_")]
     assert not bad, bad

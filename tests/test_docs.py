@@ -15,9 +15,11 @@ CODE = re.compile(r"^```.*?^```|`[^`]+`", re.M | re.S)
 
 
 def relative_links(path: Path) -> list[str]:
-    """Link targets in a Markdown file that point into the repository (no scheme, not a bare anchor)."""
+    """Link targets in a Markdown file that point into the repository (no scheme, not a bare
+    anchor)."""
     targets = LINK.findall(CODE.sub("", path.read_text(encoding="utf-8")))
-    return [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I) and not t.startswith("#")]
+    return [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I)
+            and not t.startswith("#")]
 
 
 def test_readme_is_short_and_names_the_two_commands():

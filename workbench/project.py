@@ -38,7 +38,8 @@ from sim.lengths import clip_ratio_at, log_median
 from sim.results import StepMetrics
 from sim.simulator import Simulator, check_size, rollout_engines
 from sim.sweep import seed_list, spread
-from workbench.contracts.energy import SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh, gpu_hours
+from workbench.contracts.energy import (SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh,
+                                        gpu_hours)
 from workbench.contracts.fileio import save_result
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
@@ -47,7 +48,8 @@ from workbench.contracts.workload import Workload
 
 SCHEMA = "tlt-project/1"
 MIN_BLOCK = 10  # steps per sampled block, at least (FastRL spot-trains every 10 RL steps)
-DEFAULT_SAMPLE_STEPS = 60  # steps simulated per (policy, seed) before a run is sampled instead of simulated in full
+# steps simulated per (policy, seed) before a run is sampled instead of simulated in full
+DEFAULT_SAMPLE_STEPS = 60
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -57,22 +59,25 @@ Mapper = Callable[[Callable[[T], R], Sequence[T], Callable[[int, int, T], None] 
 
 @dataclass(frozen=True)
 class StepUsage:
-    """One RL step: its wall-clock seconds and GPU-seconds per power state (every GPU of the job counts)."""
+    """One RL step: its wall-clock seconds and GPU-seconds per power state (every GPU of the job
+    counts)."""
 
     wall_s: float
     gpu: GpuSeconds
 
 
 def step_usage(m: StepMetrics, workload: Workload, policy: Policy) -> StepUsage:
-    """Decode, train (update + spot training) and idle GPU-seconds of a step; idle is the rest of the
-    step's allocated GPU-seconds (bubbles, syncs, waits), so the three add up to wall x GPUs."""
+    """Decode, train (update + spot training) and idle GPU-seconds of a step; idle is the rest of
+    the step's allocated GPU-seconds (bubbles, syncs, waits), so the three add up to wall x GPUs."""
     gpw = workload.gpus_per_worker
     engines = rollout_engines(workload, policy)
     rollout_gpu_s = m.rollout_time_s * engines * gpw
     spot = m.drafter_train_fraction * rollout_gpu_s
     decode = max(0.0, 1.0 - m.bubble_fraction - m.drafter_train_fraction) * rollout_gpu_s
     # Synchronous RL updates on every GPU; asynchronous modes on the engines not rolling out.
-    trainer_gpus = workload.gpus if policy.rollout.mode != "async" else (workload.workers - engines) * gpw
+    # An async run trains on the workers that do not roll out.
+    async_trainers = (workload.workers - engines) * gpw
+    trainer_gpus = workload.gpus if policy.rollout.mode != "async" else async_trainers
     train = m.train_time_s * trainer_gpus + spot
     total = m.step_time_s * workload.gpus
     return StepUsage(m.step_time_s, GpuSeconds(decode, max(0.0, total - decode - train), train))
@@ -93,7 +98,8 @@ class ProjectUnit:
 
 @dataclass(frozen=True)
 class RunProjection:
-    """A projected run: per step wall seconds and GPU-seconds by state (simulated or interpolated)."""
+    """A projected run: per step wall seconds and GPU-seconds by state (simulated or
+    interpolated)."""
 
     policy: str
     seed: int
@@ -112,11 +118,13 @@ class RunProjection:
 
     @property
     def gpu(self) -> GpuSeconds:
-        return GpuSeconds(float(self.decode_gpu_s.sum()), float(self.idle_gpu_s.sum()), float(self.train_gpu_s.sum()))
+        return GpuSeconds(float(self.decode_gpu_s.sum()), float(self.idle_gpu_s.sum()),
+                          float(self.train_gpu_s.sum()))
 
 
 def block_length(policies: Sequence[Policy]) -> int:
-    """A multiple of every spot-training interval (so a block holds whole training cycles), >= MIN_BLOCK."""
+    """A multiple of every spot-training interval (so a block holds whole training cycles), >=
+    MIN_BLOCK."""
     period = 1
     for p in policies:
         if p.spot_training.enabled:
@@ -142,10 +150,12 @@ def workload_at(workload: Workload, step: int) -> Workload:
     step 0 draws from the distribution the original draws from at `step`."""
     m, cap = workload.lengths, workload.max_response_tokens
     lengths = m if step == 0 or m.drift_per_step == 0 else replace(
-        m, clip_ratio=clip_ratio_at(m, cap, log_median(m, cap, step)), drift_per_step=m.drift_per_step)
-    # Prompts come back after epoch_steps: from the same global step on (or from the block's second step, when
-    # that is past; the burn-in of `project_run` absorbs that first step).
-    epoch = workload.epoch_steps if workload.epoch_steps == 0 else max(1, workload.epoch_steps - step)
+        m, clip_ratio=clip_ratio_at(m, cap, log_median(m, cap, step)),
+        drift_per_step=m.drift_per_step)
+    # Prompts come back after epoch_steps: from the same global step on (or from the block's second
+    # step, when that is past; the burn-in of `project_run` absorbs that first step).
+    left = workload.epoch_steps - step
+    epoch = workload.epoch_steps if workload.epoch_steps == 0 else max(1, left)
     return replace(workload, lengths=lengths, epoch_steps=epoch)
 
 
@@ -158,9 +168,10 @@ def _simulate_block(unit: ProjectUnit, start: int, count: int,
     return run.steps, sim.drafter
 
 
-def _carry(state: DrafterState, unit: ProjectUnit, block: list[StepMetrics], start: int, end: int) -> DrafterState:
-    """The drafter across skipped steps start..end-1: the simulator's per-step update rules, fed with
-    the tokens of the block step at the same phase."""
+def _carry(state: DrafterState, unit: ProjectUnit, block: list[StepMetrics], start: int,
+           end: int) -> DrafterState:
+    """The drafter across skipped steps start..end-1: the simulator's per-step update rules, fed
+    with the tokens of the block step at the same phase."""
     for j in range(start, end):
         m = block[j % unit.block]
         state = after_training(state, unit.policy, unit.profile, m.drafter_trained_tokens, m.tokens)
@@ -176,8 +187,8 @@ def project_run(unit: ProjectUnit) -> RunProjection:
         sim = Simulator(wl, pol, unit.profile, unit.seed)
         metrics = {m.rl_step: m for m in sim.run(n).steps}
         return _assemble(unit, metrics, "full", n)
-    # What carries from step to step besides the drafter (a pipeline, carried or deferred groups, prompts
-    # coming back after an epoch) is rebuilt by a burn-in block, run and dropped.
+    # What carries from step to step besides the drafter (a pipeline, carried or deferred groups,
+    # prompts coming back after an epoch) is rebuilt by a burn-in block, run and dropped.
     burn = unit.block if pol.rollout.mode != "sync" or wl.epoch_steps > 0 else 0
     state, at, ran = initial_state(pol, unit.profile), 0, 0
     metrics: dict[int, StepMetrics] = {}
@@ -194,8 +205,10 @@ def project_run(unit: ProjectUnit) -> RunProjection:
     return _assemble(unit, metrics, "sampled", ran)
 
 
-def _assemble(unit: ProjectUnit, metrics: dict[int, StepMetrics], method: str, ran: int) -> RunProjection:
-    """Per-step arrays over the whole run: simulated steps as they are, the others interpolated per phase."""
+def _assemble(unit: ProjectUnit, metrics: dict[int, StepMetrics], method: str,
+              ran: int) -> RunProjection:
+    """Per-step arrays over the whole run: simulated steps as they are, the others interpolated per
+    phase."""
     n, b = unit.steps, unit.block
     usage = {j: step_usage(m, unit.workload, unit.policy) for j, m in metrics.items()}
     cols = {
@@ -229,16 +242,20 @@ def serial_map(fn: Callable[[T], R], items: Sequence[T],
     return out
 
 
-def projection_units(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Sequence[int],
-                     steps: int, sample_steps: int = DEFAULT_SAMPLE_STEPS, full: bool = False) -> list[ProjectUnit]:
-    """Every (policy, seed), policy by policy, with the same blocks for all (common random numbers)."""
+def projection_units(workload: Workload, policies: Sequence[Policy], profile: Profile,
+                     seeds: int | Sequence[int], steps: int,
+                     sample_steps: int = DEFAULT_SAMPLE_STEPS,
+                     full: bool = False) -> list[ProjectUnit]:
+    """Every (policy, seed), policy by policy, with the same blocks for all (common random
+    numbers)."""
     if steps < 1:
         raise ValueError(f"steps: {steps}; allowed: an integer >= 1")
     if sample_steps < 1:
         raise ValueError(f"sample_steps: {sample_steps}; allowed: an integer >= 1")
     block = block_length(policies)
     starts = () if full else block_starts(steps, block, sample_steps)
-    return [ProjectUnit(workload, p, profile, s, steps, block, starts) for p in policies for s in seed_list(seeds)]
+    return [ProjectUnit(workload, p, profile, s, steps, block, starts) for p in policies
+            for s in seed_list(seeds)]
 
 
 # Run-level figures of one projected run, in the report's order: (key, unit).
@@ -247,7 +264,8 @@ FIGURES = (("days", "days"), ("gpu_hours", "GPU-hours"), ("cost", "money"), ("en
 
 @dataclass(frozen=True)
 class RunTotals:
-    """One projected run in the user's currency; cost and energy are None where price or power is unknown."""
+    """One projected run in the user's currency; cost and energy are None where price or power is
+    unknown."""
 
     days: float
     gpu_hours: float
@@ -256,7 +274,8 @@ class RunTotals:
     mean_step_min: float
 
 
-def run_totals(run: RunProjection, price_per_gpu_hour: float | None, power: GpuPower | None) -> RunTotals:
+def run_totals(run: RunProjection, price_per_gpu_hour: float | None,
+               power: GpuPower | None) -> RunTotals:
     hours = gpu_hours(run.gpu)
     return RunTotals(run.total_wall_s / SECONDS_PER_DAY, hours,
                      cost(hours, price_per_gpu_hour) if price_per_gpu_hour is not None else None,
@@ -266,7 +285,8 @@ def run_totals(run: RunProjection, price_per_gpu_hour: float | None, power: GpuP
 
 @dataclass
 class Projection:
-    """Projected runs of several policies over seeds; the first policy is the baseline for savings."""
+    """Projected runs of several policies over seeds; the first policy is the baseline for
+    savings."""
 
     workload: str
     profile: str
@@ -303,25 +323,32 @@ class Projection:
         for key, _ in FIGURES:
             mine, base = self.figure_values(policy, key), self.figure_values(ref, key)
             # Paired by seed: the same response lengths for both policies (common random numbers).
-            entry["saving_vs_first"][key] = spread(1.0 - mine / base) if mine is not None and base.all() else None
-        entry["speedup_vs_first"] = spread(self.figure_values(ref, "days") / self.figure_values(policy, "days"))
+            paired = mine is not None and base.all()
+            entry["saving_vs_first"][key] = spread(1.0 - mine / base) if paired else None
+        entry["speedup_vs_first"] = spread(self.figure_values(ref, "days")
+                                           / self.figure_values(policy, "days"))
         runs = [r for r in self.runs if r.policy == policy]
         entry["mean_accept_len"] = float(np.mean([r.accept_len.mean() for r in runs]))
         entry["simulated_steps_per_seed"] = runs[0].simulated_steps
         return entry
 
     def to_dict(self) -> dict:
-        how = (f"sampled: blocks of {self.block} steps starting at steps {list(self.starts)}, drafter state carried "
-               "between blocks, skipped steps interpolated per phase (docs/formats.md, 'Whole-run projection')"
-               if self.starts else f"full: all {self.steps} steps simulated; totals are sums over them")
+        how = (f"sampled: blocks of {self.block} steps starting at steps {list(self.starts)}, "
+               "drafter state carried between blocks, skipped steps interpolated per phase "
+               "(docs/formats.md, 'Whole-run projection')"
+               if self.starts
+               else f"full: all {self.steps} steps simulated; totals are sums over them")
+        watts = None if self.power is None else {
+            "decode": self.power.decode_w, "idle": self.power.idle_w,
+            "train": self.power.train_w, "source": self.power.source}
         return {
-            "schema": SCHEMA, "workload": self.workload, "profile": self.profile, "steps": self.steps,
-            "gpus": self.gpus, "seeds": list(self.seeds), "common_random_numbers": True,
-            "reference_policy": self.policies[0], "method": self.method, "how": how,
+            "schema": SCHEMA, "workload": self.workload, "profile": self.profile,
+            "steps": self.steps, "gpus": self.gpus, "seeds": list(self.seeds),
+            "common_random_numbers": True, "reference_policy": self.policies[0],
+            "method": self.method, "how": how,
             "block_steps": self.block, "block_starts": list(self.starts),
             "price_per_gpu_hour": self.price_per_gpu_hour,
-            "gpu_watts": None if self.power is None else {"decode": self.power.decode_w, "idle": self.power.idle_w,
-                                                          "train": self.power.train_w, "source": self.power.source},
+            "gpu_watts": watts,
             "energy_scope": "GPU board power only (no host, network or cooling)",
             "policies": {p: self.policy_entry(p) for p in self.policies},
         }
@@ -330,7 +357,8 @@ class Projection:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def figure(self) -> Figure:
-        """Step time over the run per policy (mean over seeds; dots: simulated steps of the first seed)."""
+        """Step time over the run per policy (mean over seeds; dots: simulated steps of the first
+        seed)."""
         fig = Figure(figsize=(9.0, 4.5), layout="constrained")
         ax = fig.subplots()
         for i, name in enumerate(self.policies):
@@ -343,8 +371,8 @@ class Projection:
         ax.set_ylabel("step time (minutes)")
         ax.grid(alpha=0.3)
         ax.legend()
-        ax.set_title(f"{self.workload} on {self.profile}: {self.steps} steps, {self.gpus} GPUs ({self.method}; "
-                     f"dots: simulated steps)", fontsize=10)
+        ax.set_title(f"{self.workload} on {self.profile}: {self.steps} steps, {self.gpus} GPUs "
+                     f"({self.method}; dots: simulated steps)", fontsize=10)
         return fig
 
     def save(self, out_dir: str | Path) -> tuple[Path, Path]:
@@ -352,13 +380,16 @@ class Projection:
         return save_result(out_dir, "project", self.to_json(), self.figure())
 
 
-def project(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Sequence[int], steps: int,
-            sample_steps: int = DEFAULT_SAMPLE_STEPS, full: bool = False, price_per_gpu_hour: float | None = None,
-            power: GpuPower | None = None, mapper: Mapper = serial_map,
+def project(workload: Workload, policies: Sequence[Policy], profile: Profile,
+            seeds: int | Sequence[int], steps: int,
+            sample_steps: int = DEFAULT_SAMPLE_STEPS, full: bool = False,
+            price_per_gpu_hour: float | None = None, power: GpuPower | None = None,
+            mapper: Mapper = serial_map,
             on_done: Callable[[int, int, ProjectUnit], None] | None = None) -> Projection:
     """Project every policy over every seed; `mapper` runs the units (`serial_map`, or
     workbench/deploy/distributed.py's)."""
     units = projection_units(workload, policies, profile, seeds, steps, sample_steps, full)
     runs = mapper(project_run, units, on_done)
-    return Projection(workload.name, profile.name, steps, workload.gpus, seed_list(seeds), [p.name for p in policies],
-                      units[0].block, units[0].starts, runs, price_per_gpu_hour, power)
+    return Projection(workload.name, profile.name, steps, workload.gpus, seed_list(seeds),
+                      [p.name for p in policies], units[0].block, units[0].starts, runs,
+                      price_per_gpu_hour, power)

@@ -14,11 +14,11 @@ A chain of K drafts at batch B is worth its goodput, tokens per second
 
 with E[L_K] the tokens one verify pass emits (1 + the expected accepted drafts) for the drafter
 at its quality, and K = 0 the same engine with SD off (E[L] = 1; an EAGLE engine still runs its
-drafter's first forward then, sim/costs.py, so against it one draft costs little more). A bucket's value of K is the
-mean over its batch sizes of that goodput relative to K = 0's, and the bucket starts at the K
-with the highest value; where no K beats 1.0 (plain decoding), it starts with SD off (K = 0).
-A profile is a prediction, fitted on another machine or at another time (`tlt validate`: errors
-of tens of percent across machines), so this is only the start: the engine's bandit measures
+drafter's first forward then, sim/costs.py, so against it one draft costs little more). A bucket's
+value of K is the mean over its batch sizes of that goodput relative to K = 0's, and the bucket
+starts at the K with the highest value; where no K beats 1.0 (plain decoding), it starts with SD off
+(K = 0). A profile is a prediction, fitted on another machine or at another time (`tlt validate`:
+errors of tens of percent across machines), so this is only the start: the engine's bandit measures
 every step and moves off a wrong start (real/rollout/adaptive.py).
 """
 
@@ -44,7 +44,8 @@ class BucketChoice:
     bucket: int  # row of the policy's schedule
     min_batch: int
     max_batch: int  # cut at the policy's sd_threshold
-    speedups: dict[int, float]  # draft length -> mean goodput over the bucket's batch sizes / no SD's
+    # draft length -> mean goodput over the bucket's batch sizes / no SD's
+    speedups: dict[int, float]
     draft_len: int  # the best (0: no K beats plain decoding)
 
     @property
@@ -71,16 +72,20 @@ class PredictedSchedule:
 def candidates(policy: Policy) -> tuple[int, ...]:
     """Chain lengths a bucket may start at: the bandit's arms for a learning bandit (it can only
     choose among them), with 0 (SD off) always among them."""
-    arms = set(policy.bandit.arms) if policy.bandit.algorithm != "fixed" else {row.draft_len for row in policy.schedule}
+    if policy.bandit.algorithm != "fixed":
+        arms = set(policy.bandit.arms)
+    else:
+        arms = {row.draft_len for row in policy.schedule}
     return tuple(sorted(arms | {0}))
 
 
 def goodput(profile: Profile, kind: DrafterKind, quality: float, batch: int, draft_len: int,
             context: float) -> float:
-    """Predicted tokens per second of an engine decoding `batch` sequences with chains of `draft_len`."""
+    """Predicted tokens per second of an engine decoding `batch` sequences with chains of
+    `draft_len`."""
     accept = stats_for(profile.acceptance, kind, quality, draft_len).mean
-    step = verify_step_s(profile.decode, batch, context, draft_len) + draft_step_s(profile.drafter, kind, batch,
-                                                                                   draft_len)
+    verify_s = verify_step_s(profile.decode, batch, context, draft_len)
+    step = verify_s + draft_step_s(profile.drafter, kind, batch, draft_len)
     return batch * accept / step
 
 
@@ -89,7 +94,8 @@ def predict_schedule(policy: Policy, profile: Profile, kind: DrafterKind | None 
                      context: float = DEFAULT_CONTEXT) -> PredictedSchedule:
     """Each schedule row's best chain length among `candidates(policy)` for drafter `kind` (default:
     the policy's) at `quality` (default: a warm-started drafter's `warm_start_quality`, else a fresh
-    one's 1.0: the learned drafter runs only once it beats n-gram, so a cold one's 0 never decodes)."""
+    one's 1.0: the learned drafter runs only once it beats n-gram, so a cold one's 0 never
+    decodes)."""
     kind = kind or policy.drafter.kind
     if kind not in (DrafterKind.NGRAM, DrafterKind.EAGLE):
         raise ValueError(f"drafter kind {kind!r}: a schedule is predicted for 'ngram' or 'eagle'")
@@ -106,15 +112,17 @@ def predict_schedule(policy: Policy, profile: Profile, kind: DrafterKind | None 
             continue
         sizes = range(row.min_batch, hi + 1)
         plain = [goodput(profile, kind, quality, b, 0, context) for b in sizes]
-        speedups = {k: sum(goodput(profile, kind, quality, b, k, context) / p for b, p in zip(sizes,
-                                                                                              plain)) / len(plain)
+        speedups = {k: sum(goodput(profile, kind, quality, b, k, context) / p
+                           for b, p in zip(sizes, plain)) / len(plain)
                     for k in arms}
         best = max(arms, key=lambda k: (speedups[k], -k))  # ties: the shorter chain (less to lose)
-        buckets.append(BucketChoice(i, row.min_batch, hi, speedups, best if speedups[best] > 1.0 else 0))
+        buckets.append(BucketChoice(i, row.min_batch, hi, speedups,
+                                    best if speedups[best] > 1.0 else 0))
     return PredictedSchedule(profile.name, kind, float(quality), float(context), tuple(buckets))
 
 
-def start_tables(policy: Policy, profile: Profile, context: float = DEFAULT_CONTEXT) -> dict[str, PredictedSchedule]:
+def start_tables(policy: Policy, profile: Profile,
+                 context: float = DEFAULT_CONTEXT) -> dict[str, PredictedSchedule]:
     """The predicted schedule for every drafter kind the policy's engines may run: its own, and
     n-gram too for a learned drafter with `ngram_fallback`. Empty when the policy runs no SD or
     its bandit is a fixed table (a fixed table is the schedule as written, never re-derived)."""
@@ -128,14 +136,16 @@ def start_tables(policy: Policy, profile: Profile, context: float = DEFAULT_CONT
 def with_table(policy: Policy, table: tuple[int, ...]) -> Policy:
     """The policy with its schedule rows' draft lengths replaced by `table` (one per row)."""
     if len(table) != len(policy.schedule):
-        raise ValueError(f"{len(table)} draft lengths for the {len(policy.schedule)} rows of policy '{policy.name}'")
+        raise ValueError(f"{len(table)} draft lengths for the {len(policy.schedule)} rows of "
+                         f"policy '{policy.name}'")
     rows = tuple(replace(row, draft_len=int(k)) for row, k in zip(policy.schedule, table))
     out = replace(policy, schedule=rows)
     out.check()
     return out
 
 
-def with_predicted_schedule(policy: Policy, profile: Profile, context: float = DEFAULT_CONTEXT) -> Policy:
+def with_predicted_schedule(policy: Policy, profile: Profile,
+                            context: float = DEFAULT_CONTEXT) -> Policy:
     """The policy starting from the schedule `profile` predicts best for its own drafter kind (the
     policy unchanged when `start_tables` has nothing for it)."""
     tables = start_tables(policy, profile, context)

@@ -30,9 +30,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("TLT_CHROMIUM", "/usr/bin/chromium"))
 # As this project's machines need them: no sandbox as root, and no background traffic to Google's
 # hosts (the network is closed; Chromium would retry many connections at every start).
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
-SERVER_START_S = 180  # a cold start imports streamlit, pandas, plotly, torch's and vLLM's Python parts
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+# a cold start imports streamlit, pandas, plotly, torch's and vLLM's Python parts
+SERVER_START_S = 180
 PAGE_S = 120  # the longest a page may take to show what a test waits for (2 busy cores)
 
 
@@ -44,7 +46,8 @@ def _missing() -> str | None:
     if importlib.util.find_spec("playwright") is None:
         return "the playwright package is not installed (pip install -e '.[test]')"
     if not CHROMIUM.is_file():
-        return f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium; `make test` installs it)"
+        return (f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium; `make test` "
+                "installs it)")
     return None
 
 
@@ -58,7 +61,8 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        # launch() gives every run a fresh, temporary profile (the --user-data-dir the machines need).
+        # launch() gives every run a fresh, temporary profile (the --user-data-dir the machines
+        # need).
         b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         yield b
         b.close()
@@ -80,20 +84,24 @@ def _healthy(url: str) -> bool:
 
 @pytest.fixture(scope="session")
 def app_url(browser, tmp_path_factory) -> str:
-    """`streamlit run app.py` on a free port, for the session; its log is in the session's temp dir."""
+    """`streamlit run app.py` on a free port, for the session; its log is in the session's temp
+    dir."""
     port = _free_port()
     log_path = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
-           "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+           "--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(port),
+           "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none", "--global.developmentMode", "false"]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_S
     while not _healthy(url):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"streamlit did not start (exit {proc.poll()}):\n{log_path.read_text()[-3000:]}")
+            pytest.fail(f"streamlit did not start (exit {proc.poll()}):\n"
+                        f"{log_path.read_text()[-3000:]}")
         time.sleep(0.5)
     yield url
     proc.terminate()
@@ -105,7 +113,8 @@ def app_url(browser, tmp_path_factory) -> str:
 
 @pytest.fixture()
 def page(browser, app_url, tmp_path, request):
-    """A new browser context (a new Streamlit session); a screenshot is saved at the end, pass or fail."""
+    """A new browser context (a new Streamlit session); a screenshot is saved at the end, pass or
+    fail."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     context.set_default_timeout(PAGE_S * 1000)
     pg = context.new_page()
@@ -145,13 +154,15 @@ def appear_fixture() -> Callable:
 
 def settle(pg, quiet_ms: int = 300) -> None:
     """Wait until the script run the last action started has finished."""
-    pg.wait_for_timeout(quiet_ms)  # the front end marks the app "running" a moment after a widget changes
+    # the front end marks the app "running" a moment after a widget changes
+    pg.wait_for_timeout(quiet_ms)
     pg.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for()
 
 
 @pytest.fixture()
 def healthy() -> Callable:
-    """healthy(page): assert the page shows no uncaught exception, no error box and no 'Page not found'."""
+    """healthy(page): assert the page shows no uncaught exception, no error box and no 'Page not
+    found'."""
 
     def _check(pg, errors_ok: bool = False) -> None:
         exceptions = pg.locator("[data-testid=stException]")
@@ -166,9 +177,9 @@ def healthy() -> Callable:
 
 @pytest.fixture()
 def shot(tmp_path) -> Callable:
-    """shot(page, name, show=None): a screenshot under the test's temporary directory; returns its path.
-    `show`: a text scrolled into view first (Streamlit scrolls inside a div, so a full-page shot
-    would still show only the viewport)."""
+    """shot(page, name, show=None): a screenshot under the test's temporary directory; returns its
+    path. `show`: a text scrolled into view first (Streamlit scrolls inside a div, so a full-page
+    shot would still show only the viewport)."""
 
     def _shot(pg, name: str, show: str | None = None) -> Path:
         if show is not None:
@@ -194,21 +205,24 @@ class Widgets:
         settle(pg)
 
     def number(self, pg, label: str, value: float) -> None:
-        box = pg.locator("[data-testid=stNumberInput]").filter(has=pg.get_by_text(label, exact=True)).first
+        label_text = pg.get_by_text(label, exact=True)
+        box = pg.locator("[data-testid=stNumberInput]").filter(has=label_text).first
         field = box.locator("input")
         field.fill(str(value))
         field.press("Enter")
         settle(pg)
 
     def text(self, pg, label: str, value: str) -> None:
-        box = pg.locator("[data-testid=stTextInput]").filter(has=pg.get_by_text(label, exact=True)).first
+        label_text = pg.get_by_text(label, exact=True)
+        box = pg.locator("[data-testid=stTextInput]").filter(has=label_text).first
         field = box.locator("input")
         field.fill(value)
         field.press("Enter")
         settle(pg)
 
     def select(self, pg, label: str, option: str) -> None:
-        box = pg.locator("[data-testid=stSelectbox]").filter(has=pg.get_by_text(label, exact=True)).first
+        label_text = pg.get_by_text(label, exact=True)
+        box = pg.locator("[data-testid=stSelectbox]").filter(has=label_text).first
         box.locator("input").click()
         pg.get_by_role("option", name=option, exact=True).click()
         settle(pg)

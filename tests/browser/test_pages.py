@@ -21,7 +21,8 @@ PAGES = {
     "train": "Train (real)",
     "paper": "The TLT paper, reproduced",
 }
-TRAIN_S = 420  # one real RL step: Ray, one vLLM engine on CPU, the GRPO update (about 1.5 min on 2 busy cores)
+# one real RL step: Ray, one vLLM engine on CPU, the GRPO update (about 1.5 min on 2 busy cores)
+TRAIN_S = 420
 
 
 def test_every_page_opens_at_its_own_url(page, open_page, healthy, shot):
@@ -29,7 +30,8 @@ def test_every_page_opens_at_its_own_url(page, open_page, healthy, shot):
     assert page.url.rstrip("/").endswith("/what-if")  # the root forwards to the What-if page
     links = page.eval_on_selector_all("[data-testid=stSidebarNav] a", "els => els.map(e => e.href)")
     paths = [link.rstrip("/").rsplit("/", 1)[-1] for link in links]
-    assert sorted(paths) == sorted(PAGES), f"pages in the navigation: {paths}; give new ones a test here"
+    assert sorted(paths) == sorted(PAGES), (f"pages in the navigation: {paths}; give new ones a "
+                                            "test here")
     for path, title in PAGES.items():
         open_page(page, path, title)
         page.get_by_role("heading", name=title).first.wait_for()
@@ -38,7 +40,8 @@ def test_every_page_opens_at_its_own_url(page, open_page, healthy, shot):
         shot(page, f"page-{path}")
 
 
-def test_whatif_shows_results_on_arrival_then_simulates(page, open_page, appear, healthy, shot, widgets, tmp_path):
+def test_whatif_shows_results_on_arrival_then_simulates(page, open_page, appear, healthy, shot,
+                                                        widgets, tmp_path):
     open_page(page, "what-if", "Speedup: tlt")  # the default comparison, without pressing anything
     healthy(page)
     tiles = page.locator("[data-testid=stMetric]").all_inner_texts()
@@ -55,12 +58,14 @@ def test_whatif_shows_results_on_arrival_then_simulates(page, open_page, appear,
     shot(page, "whatif-cpu-tiny", show="Results")
 
     report = widgets.download(page, "Download report (HTML)", tmp_path / "whatif.html").read_text()
-    assert "What-if: cpu-tiny" in report and "Plotly.newPlot" in report and "<script src=" not in report
+    assert "What-if: cpu-tiny" in report and "Plotly.newPlot" in report
+    assert "<script src=" not in report
     svg = widgets.download(page, "SVG", tmp_path / "steps.svg").read_text()
     assert svg.lstrip().startswith("<svg")
 
 
-def test_compare_runs_policies_over_seeds(page, open_page, appear, healthy, shot, widgets, tmp_path):
+def test_compare_runs_policies_over_seeds(page, open_page, appear, healthy, shot, widgets,
+                                          tmp_path):
     open_page(page, "compare", "Run comparison")
     widgets.select(page, "Workload preset", "cpu-tiny")
     widgets.number(page, "Seeds", 1)
@@ -101,10 +106,11 @@ def test_paper_reproduction_runs(page, open_page, appear, healthy, shot, widgets
     shot(page, "paper")
 
 
-def test_calibrate_shows_the_shipped_calibration_and_checks_the_form(page, open_page, appear, healthy, shot, widgets,
-                                                                   tmp_path):
-    """The shipped self-calibration's report on arrival; a model directory that is not one is named and
-    nothing can start. (A real calibration takes minutes: `tlt calibrate --model` is tested on the CLI.)"""
+def test_calibrate_shows_the_shipped_calibration_and_checks_the_form(
+        page, open_page, appear, healthy, shot, widgets, tmp_path):
+    """The shipped self-calibration's report on arrival; a model directory that is not one is named
+    and nothing can start. (A real calibration takes minutes: `tlt calibrate --model` is tested on
+    the CLI.)"""
     open_page(page, "calibrate", "Calibration report")
     appear(page, page.get_by_text("Held-out captures, worst |error|"))
     healthy(page)
@@ -137,7 +143,8 @@ def test_train_runs_one_real_step(page, open_page, appear, healthy, shot, widget
     shot(page, "train-running")
     try:
         # Nothing is clicked from here on: the page redraws the run's status by itself.
-        page.get_by_text(re.compile(r"^(finished|failed|stopped) \(pid")).first.wait_for(timeout=TRAIN_S * 1000)
+        ended = page.get_by_text(re.compile(r"^(finished|failed|stopped) \(pid")).first
+        ended.wait_for(timeout=TRAIN_S * 1000)
     finally:
         _stop(pid)
     finished = page.get_by_text(re.compile(r"^finished \(pid"))
@@ -147,13 +154,15 @@ def test_train_runs_one_real_step(page, open_page, appear, healthy, shot, widget
     tiles = page.locator("[data-testid=stMetric]").all_inner_texts()
     assert any(t.startswith("Steps done") and t.rstrip().endswith("1") for t in tiles), tiles
     assert any(t.startswith("Tail (last step)") for t in tiles), tiles
-    assert (run_dir / "metrics.csv").is_file() and (run_dir / "trace" / "timeline.parquet").is_file()
+    assert (run_dir / "metrics.csv").is_file()
+    assert (run_dir / "trace" / "timeline.parquet").is_file()
     shot(page, "train-finished", show="Where the rollout's worker-time went")
     # The simulator's prediction of the finished run, beside what it measured.
     widgets.click(page, "Predict this run")
     appear(page, page.get_by_text(re.compile(r"mean step predicted .* measured")))
     healthy(page)
-    # The finished run no longer holds the page: its directory is taken (Resume continues it), another starts.
+    # The finished run no longer holds the page: its directory is taken (Resume continues it),
+    # another starts.
     page.get_by_text("holds the run started here").wait_for()
     assert page.get_by_role("button", name="Start").is_disabled()
     widgets.text(page, "Run directory", str(tmp_path / "next"))
@@ -162,7 +171,8 @@ def test_train_runs_one_real_step(page, open_page, appear, healthy, shot, widget
 
 
 def _stop(pid: int) -> None:
-    """End a run the test started, if it is still going (its own process group: Ray and vLLM too)."""
+    """End a run the test started, if it is still going (its own process group: Ray and vLLM
+    too)."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -177,8 +187,9 @@ def _stop(pid: int) -> None:
 
 
 def test_a_broken_page_fails_the_check(page, open_page, healthy):
-    """The checks can fail: an unknown URL shows Streamlit's 'Page not found', which healthy() refuses.
-    Waited for first, not after the main page settles: a later rerun of the main page may close the dialog."""
+    """The checks can fail: an unknown URL shows Streamlit's 'Page not found', which healthy()
+    refuses. Waited for first, not after the main page settles: a later rerun of the main page may
+    close the dialog."""
     open_page(page, "no-such-page", "Page not found")
     with pytest.raises(AssertionError, match="Page not found"):
         healthy(page)

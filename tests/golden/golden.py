@@ -9,9 +9,9 @@ Run it from the repository root, with this checkout first on the path:
 
 It runs the `tlt` commands in COMMANDS (fixed seeds, trial counts instead of time budgets) in one
 process, one output folder each, and reduces every output to a canonical form: stdout and stderr
-and tlt plan's JSON with their wall-clock seconds masked (WALL_CLOCK), Parquet as CSV with its dtypes, the
-checkout's and the output folder's absolute paths as <ROOT> and <OUT>, everything else as written.
-Each file's sha256 is compared with manifest.json; exit 0 when all match, 1 otherwise.
+and tlt plan's JSON with their wall-clock seconds masked (WALL_CLOCK), Parquet as CSV with its
+dtypes, the checkout's and the output folder's absolute paths as <ROOT> and <OUT>, everything else
+as written. Each file's sha256 is compared with manifest.json; exit 0 when all match, 1 otherwise.
 
 manifest.json is never taken from the tree under test: `--record` exports the commit it names
 (`--commit`, default the manifest's own; the untouched tree issue 35 started from) with
@@ -61,7 +61,8 @@ WALL_CLOCK_FILES = {"plan/plan.json": re.compile(r'"(?:search_)?seconds": ([-+.e
 @dataclass(frozen=True)
 class Command:
     name: str  # the output folder
-    args: str  # `tlt` arguments; {out}: this command's folder, {outs}: all outputs, {work}: fixtures
+    # `tlt` arguments; {out}: this command's folder, {outs}: all outputs, {work}: fixtures
+    args: str
 
 
 @dataclass(frozen=True)
@@ -78,85 +79,215 @@ _NOTICE = ("notice: <OUT>/_work/legacy-tlt.yaml: field 'training' is now 'spot_t
            "'spot_training' (rename it in the file)\n")
 DECLARED: list[Declared] = [
     # Issue 35 step 1: Policy.training is Policy.spot_training (the update trains the policy).
-    Declared("check-policy-*/stdout.txt", "\ntraining:\n", "\nspot_training:\n", "the field's new name"),
+    Declared(
+        "check-policy-*/stdout.txt", "\ntraining:\n", "\nspot_training:\n", "the field's new name"
+    ),
     Declared("plan/policy.yaml", "\ntraining:\n", "\nspot_training:\n", "the field's new name"),
     Declared("tune/tuned.yaml", "\ntraining:\n", "\nspot_training:\n", "the field's new name"),
-    Declared("export-*", "dropped: training (spot", "dropped: spot_training (spot", "notes name the field"),
-    Declared("export-*", "dropped: training.steps", "dropped: spot_training.steps", "notes name the field"),
-    Declared("export-*", " and training.buffer ", " and spot_training.buffer ", "notes name the field"),
+    Declared(
+        "export-*",
+        "dropped: training (spot",
+        "dropped: spot_training (spot",
+        "notes name the field",
+    ),
+    Declared(
+        "export-*",
+        "dropped: training.steps",
+        "dropped: spot_training.steps",
+        "notes name the field",
+    ),
+    Declared(
+        "export-*", " and training.buffer ", " and spot_training.buffer ", "notes name the field"
+    ),
     Declared("sim-legacy-policy/stderr.txt", "", _NOTICE, "an old file loads, with a notice"),
 ]
 
-PRESET_POLICIES = ("april", "async-1", "async-4", "baseline", "history-sd", "rollpacker", "static-sd",
-                   "tlt", "tlt-async-1", "tlt-base", "tlt-cold", "tlt-partial", "tlt-vllm",
-                   "verl-fully-async")
+PRESET_POLICIES = (
+    "april",
+    "async-1",
+    "async-4",
+    "baseline",
+    "history-sd",
+    "rollpacker",
+    "static-sd",
+    "tlt",
+    "tlt-async-1",
+    "tlt-base",
+    "tlt-cold",
+    "tlt-partial",
+    "tlt-vllm",
+    "verl-fully-async",
+)
 GRPO_LOG = "traces/published/verl-runs/grpo_run_deepseek7b_llm.log.gz"
 PPO_LOG = "traces/published/verl-runs/ppo_run_deepseek7b_llm.log.gz"
 FIT = "traces/reference/fit-none traces/reference/fit-ngram traces/reference/fit-eagle"
-HELDOUT = "traces/reference/heldout-none traces/reference/heldout-ngram traces/reference/heldout-eagle"
+HELDOUT = (
+    "traces/reference/heldout-none traces/reference/heldout-ngram traces/reference/heldout-eagle"
+)
 
 # Every command's --help: its options, defaults and wording.
-HELP = ("", "sim", "presets", "check", "compare", "regret", "tune", "calibrate", "validate", "profile",
-        "gpu-check", "gpu-presets", "sd-curve", "capture", "train", "paper", "export", "project", "plan",
-        "bench", "bench sim", "bench rollout", "bench grpo", "bench real", "bench sweep", "model init",
-        "drafter train", "workload import", "workload show", "task gcd")
+HELP = (
+    "",
+    "sim",
+    "presets",
+    "check",
+    "compare",
+    "regret",
+    "tune",
+    "calibrate",
+    "validate",
+    "profile",
+    "gpu-check",
+    "gpu-presets",
+    "sd-curve",
+    "capture",
+    "train",
+    "paper",
+    "export",
+    "project",
+    "plan",
+    "bench",
+    "bench sim",
+    "bench rollout",
+    "bench grpo",
+    "bench real",
+    "bench sweep",
+    "model init",
+    "drafter train",
+    "workload import",
+    "workload show",
+    "task gcd",
+)
 
-COMMANDS: list[Command] = [Command("help-" + (h.replace(" ", "-") or "tlt"), f"{h} --help") for h in HELP] + [
-    Command("presets", "presets --long"),
-    Command("check-policy-tlt", "check policy tlt"),
-    Command("check-policy-ngram-sd", "check policy traces/reference/policies/ngram-sd.yaml"),
-    Command("check-workload", "check workload polytrace-dapo-qwen2.5-32b"),
-    Command("check-profile", "check profile cpu-tiny"),
-    # The simulator: every rollout mode and drafter kind on the shipped presets.
-    Command("sim-fastrl-7b", "sim --workload paper-7b-8gpu "
-            "--policy baseline,static-sd,tlt,tlt-base,tlt-cold,history-sd --out {out}"),
-    Command("sim-async", "sim --workload peer-async-7b-128gpu "
-            "--policy baseline,async-1,async-4,tlt-async-1,verl-fully-async --steps 3 --seed 1 --out {out}"),
-    Command("sim-partial", "sim --workload peer-april-7b-8gpu --policy baseline,april,tlt-partial "
-            "--steps 3 --out {out}"),
-    Command("sim-tail-batching", "sim --workload peer-rollpacker-32b-128gpu --policy baseline,rollpacker "
-            "--steps 3 --out {out}"),
-    Command("sim-suffix", "sim --workload peer-spec-rl-7b-8gpu --policy baseline,history-sd --steps 3 "
-            "--seed 2 --out {out}"),
-    Command("sim-dynamic-sampling", "sim --workload polytrace-dapo-qwen2.5-32b --policy baseline,tlt "
-            "--steps 2 --out {out}"),
-    Command("sim-cpu-tiny", "sim --workload cpu-tiny "
-            "--policy baseline,tlt-vllm,traces/reference/policies/ngram-sd.yaml --out {out}"),
-    Command("sim-cluster", "sim --workload tlt-eval-qwen2.5-32b --policy baseline,tlt "
-            "--profile cluster:qwen2.5-32b:b200:sglang --steps 2 --out {out}"),
-    Command("sim-legacy-policy", "sim --workload fastrl-example-7b-8gpu "
-            "--policy baseline,{work}/legacy-tlt.yaml --steps 2 --out {out}"),
-    # The tools over the simulator.
-    Command("compare", "compare --workload fastrl-example-7b-8gpu --policies baseline,tlt,april,rollpacker "
-            "--seeds 2 --out {out}"),
-    Command("regret", "regret --workload fastrl-example-7b-8gpu --policy tlt-cold --seeds 2 --out {out}"),
-    Command("project", "project --workload tlt-eval-qwen2.5-32b --policies baseline,tlt --steps 200 "
-            "--seeds 1 --price-per-gpu-hour 2.5 --out {out}"),
-    Command("plan", "plan --workload tlt-eval-qwen2.5-32b --gpu h100 --gpus 64 --price-per-gpu-hour 2.5 "
-            "--steps 200 --trials 6 --out {out}"),
-    Command("tune", "tune --workload fastrl-example-7b-8gpu --trials 4 --seeds 1 --steps 2 "
-            "--storage memory --out {out}/tuned.yaml"),
-    Command("sd-curve-eagle", "sd-curve --arch qwen2.5-7b --gpu h100 --tp 1 --framework sglang"),
-    Command("sd-curve-ngram", "sd-curve --profile cpu-tiny --drafter ngram --strategy chain:4 "
-            "--no-check-policies"),
-    Command("paper", "paper --no-calibrate --out {out}"),
-    Command("paper-peers", "paper --peers --seeds 1 --out {out}"),
-    Command("gpu-check", "gpu-check"),
-    Command("gpu-check-measured", "gpu-check --measured traces/measured/gpu-check-h100-80gb-hbm3-2026-11-26.json"),
-    Command("profile-aiconfigurator", "profile --backend aiconfigurator --arch qwen2.5-7b --gpu h100 --tp 1 "
-            "--framework vllm --out {out}/profile.yaml"),
-    # Calibration and validation on the shipped traces and logs.
-    Command("calibrate-traces", f"calibrate {FIT} --out {{out}}/fit.yaml --lengths-out {{out}}/fit.workload.yaml"),
-    Command("validate-traces", f"validate --profile cpu-tiny {HELDOUT} --out {{out}}"),
-    Command("calibrate-runlog", "calibrate --run-log {work}/grpo.log --fit-steps 20 --gpu h100 "
-            "--out {out}/grpo.yaml --workload-out {out}/grpo-run.yaml"),
-    Command("validate-runlog", "validate --run-log {work}/ppo.log --group-size 1 "
-            "--profile {outs}/calibrate-runlog/grpo.yaml --out {out}"),
-    Command("workload-show", "workload show polytrace-dapo-qwen2.5-32b"),
-    Command("workload-import", "workload import {work}/lengths.csv --mode fit --cap 4096 --out {out}/w.yaml"),
-] + [Command(f"export-{p}-{to}", f"export {p} --to {to} --drafter traces/reference/drafter "
-             f"--out {{out}}/{p}.{to}.{ext}")
-     for p in PRESET_POLICIES for to, ext in (("vllm", "yaml"), ("sglang", "sh"), ("verl", "yaml"))]
+COMMANDS: list[Command] = (
+    [Command("help-" + (h.replace(" ", "-") or "tlt"), f"{h} --help") for h in HELP]
+    + [
+        Command("presets", "presets --long"),
+        Command("check-policy-tlt", "check policy tlt"),
+        Command("check-policy-ngram-sd", "check policy traces/reference/policies/ngram-sd.yaml"),
+        Command("check-workload", "check workload polytrace-dapo-qwen2.5-32b"),
+        Command("check-profile", "check profile cpu-tiny"),
+        # The simulator: every rollout mode and drafter kind on the shipped presets.
+        Command(
+            "sim-fastrl-7b",
+            "sim --workload paper-7b-8gpu "
+            "--policy baseline,static-sd,tlt,tlt-base,tlt-cold,history-sd --out {out}",
+        ),
+        Command(
+            "sim-async",
+            "sim --workload peer-async-7b-128gpu "
+            "--policy baseline,async-1,async-4,tlt-async-1,verl-fully-async "
+            "--steps 3 --seed 1 --out {out}",
+        ),
+        Command(
+            "sim-partial",
+            "sim --workload peer-april-7b-8gpu --policy baseline,april,tlt-partial "
+            "--steps 3 --out {out}",
+        ),
+        Command(
+            "sim-tail-batching",
+            "sim --workload peer-rollpacker-32b-128gpu --policy baseline,rollpacker "
+            "--steps 3 --out {out}",
+        ),
+        Command(
+            "sim-suffix",
+            "sim --workload peer-spec-rl-7b-8gpu --policy baseline,history-sd --steps 3 "
+            "--seed 2 --out {out}",
+        ),
+        Command(
+            "sim-dynamic-sampling",
+            "sim --workload polytrace-dapo-qwen2.5-32b --policy baseline,tlt --steps 2 --out {out}",
+        ),
+        Command(
+            "sim-cpu-tiny",
+            "sim --workload cpu-tiny "
+            "--policy baseline,tlt-vllm,traces/reference/policies/ngram-sd.yaml --out {out}",
+        ),
+        Command(
+            "sim-cluster",
+            "sim --workload tlt-eval-qwen2.5-32b --policy baseline,tlt "
+            "--profile cluster:qwen2.5-32b:b200:sglang --steps 2 --out {out}",
+        ),
+        Command(
+            "sim-legacy-policy",
+            "sim --workload fastrl-example-7b-8gpu "
+            "--policy baseline,{work}/legacy-tlt.yaml --steps 2 --out {out}",
+        ),
+        # The tools over the simulator.
+        Command(
+            "compare",
+            "compare --workload fastrl-example-7b-8gpu --policies baseline,tlt,april,rollpacker "
+            "--seeds 2 --out {out}",
+        ),
+        Command(
+            "regret",
+            "regret --workload fastrl-example-7b-8gpu --policy tlt-cold --seeds 2 --out {out}",
+        ),
+        Command(
+            "project",
+            "project --workload tlt-eval-qwen2.5-32b --policies baseline,tlt --steps 200 "
+            "--seeds 1 --price-per-gpu-hour 2.5 --out {out}",
+        ),
+        Command(
+            "plan",
+            "plan --workload tlt-eval-qwen2.5-32b --gpu h100 --gpus 64 --price-per-gpu-hour 2.5 "
+            "--steps 200 --trials 6 --out {out}",
+        ),
+        Command(
+            "tune",
+            "tune --workload fastrl-example-7b-8gpu --trials 4 --seeds 1 --steps 2 "
+            "--storage memory --out {out}/tuned.yaml",
+        ),
+        Command(
+            "sd-curve-eagle", "sd-curve --arch qwen2.5-7b --gpu h100 --tp 1 --framework sglang"
+        ),
+        Command(
+            "sd-curve-ngram",
+            "sd-curve --profile cpu-tiny --drafter ngram --strategy chain:4 --no-check-policies",
+        ),
+        Command("paper", "paper --no-calibrate --out {out}"),
+        Command("paper-peers", "paper --peers --seeds 1 --out {out}"),
+        Command("gpu-check", "gpu-check"),
+        Command(
+            "gpu-check-measured",
+            "gpu-check --measured traces/measured/gpu-check-h100-80gb-hbm3-2026-11-26.json",
+        ),
+        Command(
+            "profile-aiconfigurator",
+            "profile --backend aiconfigurator --arch qwen2.5-7b --gpu h100 --tp 1 "
+            "--framework vllm --out {out}/profile.yaml",
+        ),
+        # Calibration and validation on the shipped traces and logs.
+        Command(
+            "calibrate-traces",
+            f"calibrate {FIT} --out {{out}}/fit.yaml --lengths-out {{out}}/fit.workload.yaml",
+        ),
+        Command("validate-traces", f"validate --profile cpu-tiny {HELDOUT} --out {{out}}"),
+        Command(
+            "calibrate-runlog",
+            "calibrate --run-log {work}/grpo.log --fit-steps 20 --gpu h100 "
+            "--out {out}/grpo.yaml --workload-out {out}/grpo-run.yaml",
+        ),
+        Command(
+            "validate-runlog",
+            "validate --run-log {work}/ppo.log --group-size 1 "
+            "--profile {outs}/calibrate-runlog/grpo.yaml --out {out}",
+        ),
+        Command("workload-show", "workload show polytrace-dapo-qwen2.5-32b"),
+        Command(
+            "workload-import",
+            "workload import {work}/lengths.csv --mode fit --cap 4096 --out {out}/w.yaml",
+        ),
+    ]
+    + [
+        Command(
+            f"export-{p}-{to}",
+            f"export {p} --to {to} --drafter traces/reference/drafter --out {{out}}/{p}.{to}.{ext}",
+        )
+        for p in PRESET_POLICIES
+        for to, ext in (("vllm", "yaml"), ("sglang", "sh"), ("verl", "yaml"))
+    ]
+)
 
 # A policy file written before `training` became `spot_training`: it must still load.
 LEGACY_POLICY = """\
@@ -215,7 +346,9 @@ def run_commands(tree: Path, out: Path) -> None:
 
     from workbench.cli import app
 
-    assert Path(sys.modules["workbench"].__file__).resolve().is_relative_to(tree), "imported another tree"
+    assert Path(sys.modules["workbench"].__file__).resolve().is_relative_to(tree), (
+        "imported another tree"
+    )
     work = out / "_work"
     write_fixtures(work, tree)
     runner = CliRunner()
@@ -249,7 +382,9 @@ def canonical(out: Path, tree: Path) -> dict[str, bytes]:
         if path.suffix == ".parquet":
             df = pd.read_parquet(path)
             dtypes = ",".join(f"{c}:{t}" for c, t in df.dtypes.items())
-            files[rel + ".csv"] = (f"dtypes {dtypes}\n" + df.to_csv(index=False, lineterminator="\n")).encode()
+            files[rel + ".csv"] = (
+                f"dtypes {dtypes}\n" + df.to_csv(index=False, lineterminator="\n")
+            ).encode()
         elif path.suffix in TEXT:
             text = path.read_text().replace(str(out), "<OUT>").replace(str(tree), "<ROOT>")
             if path.name in ("stdout.txt", "stderr.txt"):
@@ -269,7 +404,9 @@ def apply_declared(files: dict[str, bytes]) -> dict[str, bytes]:
     done = dict(files)
     for d in DECLARED:
         hits = [rel for rel in done if fnmatch.fnmatch(rel, d.glob)]
-        assert any(d.old in done[rel].decode() for rel in hits), f"declared change matches no output: {d}"
+        assert any(d.old in done[rel].decode() for rel in hits), (
+            f"declared change matches no output: {d}"
+        )
         for rel in hits:
             text = done[rel].decode()
             done[rel] = (d.new + text if not d.old else text.replace(d.old, d.new)).encode()
@@ -281,7 +418,9 @@ def outputs(tree: Path, keep: Path | None = None) -> dict[str, bytes]:
     with tempfile.TemporaryDirectory(prefix="golden-") as tmp:
         out = Path(tmp) / "out"
         env = dict(os.environ, PYTHONPATH=str(tree))
-        subprocess.run([sys.executable, __file__, "--run", str(out), "--tree", str(tree)], env=env, check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--run", str(out), "--tree", str(tree)], env=env, check=True
+        )
         files = canonical(out, tree)
     if keep is not None:
         for rel, data in files.items():
@@ -293,7 +432,9 @@ def outputs(tree: Path, keep: Path | None = None) -> dict[str, bytes]:
 def reference(commit: str, keep: Path | None = None) -> dict[str, bytes]:
     """The canonical outputs of `commit`'s tree (exported with git archive), as it wrote them."""
     with tempfile.TemporaryDirectory(prefix="golden-ref-") as tmp:
-        tar = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True).stdout
+        tar = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True
+        ).stdout
         with tarfile.open(fileobj=io.BytesIO(tar)) as t:
             t.extractall(tmp, filter="data")
         return outputs(Path(tmp).resolve(), keep)
@@ -301,7 +442,9 @@ def reference(commit: str, keep: Path | None = None) -> dict[str, bytes]:
 
 def read_folder(folder: Path) -> dict[str, bytes]:
     """Canonical outputs kept earlier (`--keep`)."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def digests(files: dict[str, bytes]) -> dict[str, str]:
@@ -314,7 +457,9 @@ def compare(files: dict[str, bytes], manifest: dict) -> list[str]:
     return sorted(rel for rel in set(mine) | set(want) if mine.get(rel) != want.get(rel))
 
 
-def show_diff(files: dict[str, bytes], ref: dict[str, bytes], bad: list[str], max_lines: int = 60) -> None:
+def show_diff(
+    files: dict[str, bytes], ref: dict[str, bytes], bad: list[str], max_lines: int = 60
+) -> None:
     for rel in bad:
         a, b = ref.get(rel), files.get(rel)
         if a is None or b is None:
@@ -337,23 +482,36 @@ def record(commit: str, ref_dir: Path | None, keep: Path | None) -> int:
         raw = reference(commit, keep)
         unstable = compare(reference(commit), {"files": digests(raw)})
         if unstable:  # a wall-clock number WALL_CLOCK does not mask yet, or an unseeded choice
-            print("golden: two runs of the reference differ in:\n" + "\n".join(f"  {r}" for r in unstable))
+            print(
+                "golden: two runs of the reference differ in:\n"
+                + "\n".join(f"  {r}" for r in unstable)
+            )
             return 1
     files = apply_declared(raw)
     MANIFEST.write_text(json.dumps({"commit": commit, "files": digests(files)}, indent=1) + "\n")
-    print(f"golden: recorded {len(files)} outputs of {commit} ({len(DECLARED)} declared changes) into "
-          f"{MANIFEST.relative_to(ROOT)}")
+    print(
+        f"golden: recorded {len(files)} outputs of {commit} ({len(DECLARED)} declared changes) "
+        f"into {MANIFEST.relative_to(ROOT)}"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--diff", action="store_true", help="on a difference, show it against the reference")
-    ap.add_argument("--record", action="store_true", help="rewrite manifest.json from --commit's tree")
+    ap.add_argument(
+        "--diff", action="store_true", help="on a difference, show it against the reference"
+    )
+    ap.add_argument(
+        "--record", action="store_true", help="rewrite manifest.json from --commit's tree"
+    )
     ap.add_argument("--commit", help="the reference commit for --record (default: the manifest's)")
     ap.add_argument("--keep", type=Path, help="keep the canonical outputs run here in this folder")
-    ap.add_argument("--ref", type=Path, help="the reference's outputs kept earlier (--record --keep): "
-                    "--record and --diff read them instead of running the reference commit")
+    ap.add_argument(
+        "--ref",
+        type=Path,
+        help="the reference's outputs kept earlier (--record --keep): "
+        "--record and --diff read them instead of running the reference commit",
+    )
     ap.add_argument("--run", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -366,8 +524,10 @@ def main(argv: list[str] | None = None) -> int:
     files = outputs(ROOT, a.keep)
     bad = compare(files, manifest)
     if not bad:
-        print(f"golden: all {len(files)} outputs identical to {manifest['commit']}'s (declared changes: "
-              f"{len(DECLARED)})")
+        print(
+            f"golden: all {len(files)} outputs identical to {manifest['commit']}'s "
+            f"(declared changes: {len(DECLARED)})"
+        )
         return 0
     print(f"golden: {len(bad)} of {len(files)} outputs differ from {manifest['commit']}'s:")
     print("\n".join(f"  {rel}" for rel in bad))

@@ -10,8 +10,8 @@ and two speedups against the first policy:
 - `speedup`: ratio of means, mean step time of the first policy / this one's;
 - `speedup_paired_*`: the per-seed ratio first[seed] / this[seed], summarised
   the same way. Seeds are common random numbers: seed s draws the same response
-  lengths for every policy (`sim.sweep`), so a per-seed ratio compares policies on identical rollouts and
-  its spread is much narrower than the spread of either policy alone.
+  lengths for every policy (`sim.sweep`), so a per-seed ratio compares policies on identical
+  rollouts and its spread is much narrower than the spread of either policy alone.
 
 Nothing here knows what a policy does; it only runs the simulator. The JSON
 (`Comparison.to_json`, written as `compare.json`) is documented in
@@ -49,8 +49,8 @@ from workbench.project import step_usage
 SCHEMA = "tlt-compare/1"
 
 # Per-seed metrics (means over the simulated steps), in table order.
-METRICS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction",
-           "tail_fraction")
+METRICS = ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len",
+           "drafter_train_fraction", "tail_fraction")
 # GPU-seconds per step in each power state (workbench/project.py, step_usage): what energy is made
 # of.
 GPU_STATES = ("gpu_decode_s", "gpu_idle_s", "gpu_train_s")
@@ -65,25 +65,29 @@ PANELS = (
 
 @dataclass(frozen=True)
 class RunSummary:
-    """One simulated run (one policy, one seed): means over its steps, and its speedup against the first run."""
+    """One simulated run (one policy, one seed): means over its steps, and its speedup against the
+    first run."""
 
     policy: str  # the run's label
     step_time_s: float
     rollout_time_s: float
     bubble_fraction: float  # idle worker-time / rollout worker-time: workers that finished and wait
-    tail_fraction: float  # worker-time decoding at a small batch / rollout worker-time (contracts' rollout_split)
+    # worker-time decoding at a small batch / rollout worker-time (contracts' rollout_split)
+    tail_fraction: float
     mean_accept_len: float
     drafter_train_fraction: float
     tokens_per_s: float
     speedup: float  # the first run's mean step time / this run's
 
 
-_RUN_FIELDS = ("step_time_s", "rollout_time_s", "bubble_fraction", "tail_fraction", "mean_accept_len",
-               "drafter_train_fraction", "tokens_per_s")
+_RUN_FIELDS = ("step_time_s", "rollout_time_s", "bubble_fraction", "tail_fraction",
+               "mean_accept_len", "drafter_train_fraction", "tokens_per_s")
 
 
-def summarize_runs(runs: Sequence[PolicyRun], labels: Sequence[str] | None = None) -> list[RunSummary]:
-    """Each run's summary (labelled by `labels`, default the policy names); the first is the reference."""
+def summarize_runs(runs: Sequence[PolicyRun],
+                   labels: Sequence[str] | None = None) -> list[RunSummary]:
+    """Each run's summary (labelled by `labels`, default the policy names); the first is the
+    reference."""
     ref = runs[0].mean("step_time_s")
     out = []
     for label, run in zip(labels if labels is not None else [r.policy_name for r in runs], runs):
@@ -111,11 +115,13 @@ WHY_FIELDS = tuple(f for f in SpeedupWhy.__dataclass_fields__ if f not in ("poli
 def mean_why(rows: Sequence[SpeedupWhy], speedup: float) -> SpeedupWhy:
     """Per-seed decompositions of one policy as one: field means over seeds (the largest SD
     batch), with `speedup` the comparison's ratio of means."""
-    mean = {f: float(np.nanmean([getattr(r, f) for r in rows])) if any(np.isfinite(getattr(r, f)) for r in rows)
+    mean = {f: float(np.nanmean([getattr(r, f) for r in rows]))
+            if any(np.isfinite(getattr(r, f)) for r in rows)
             else float("nan") for f in WHY_FIELDS}
     ref_step = float(np.mean([r.ceiling_step_s * r.ceiling_speedup for r in rows]))
     mean.update(sd_batch=max(r.sd_batch for r in rows), speedup=speedup,
-                ceiling_speedup=ref_step / mean["ceiling_step_s"] if np.isfinite(ref_step) else float("nan"))
+                ceiling_speedup=ref_step / mean["ceiling_step_s"] if np.isfinite(ref_step)
+                else float("nan"))
     return SpeedupWhy(policy=rows[0].policy, reference=rows[0].reference, **mean)
 
 
@@ -135,7 +141,8 @@ class Comparison:
     policies: list[str]  # in the order given; the first is the reference for speedups
     runs: pd.DataFrame  # tidy: policy, seed, *METRICS, *GPU_STATES (per-seed means over steps)
     natures: list[str]  # per policy: what it does to the RL algorithm (RolloutConfig.nature)
-    whys: list[SpeedupWhy] = field(default_factory=list)  # per (policy, seed), against the first policy
+    # per (policy, seed), against the first policy
+    whys: list[SpeedupWhy] = field(default_factory=list)
 
     def why(self) -> list[SpeedupWhy]:
         """Per policy: its decomposition, means over seeds (`mean_why`); empty without per-seed
@@ -144,7 +151,8 @@ class Comparison:
             return []
         ref = float(np.mean(self._by_seed(self.reference, "step_time_s")))
         return [mean_why([w for w in self.whys if w.policy == name],
-                         ref / float(np.mean(self._by_seed(name, "step_time_s")))) for name in self.policies]
+                         ref / float(np.mean(self._by_seed(name, "step_time_s"))))
+                         for name in self.policies]
 
     @property
     def reference(self) -> str:
@@ -163,7 +171,8 @@ class Comparison:
         ref_mean = float(np.mean(self._by_seed(self.reference, "step_time_s")))
         rows = []
         for name in self.policies:
-            row: dict[str, float | str | None] = {"policy": name, "nature": self.natures[self.policies.index(name)]}
+            nature = self.natures[self.policies.index(name)]
+            row: dict[str, float | str | None] = {"policy": name, "nature": nature}
             for metric in METRICS:
                 for stat, v in spread(self._by_seed(name, metric)).items():
                     row[f"{metric}_{stat}"] = v
@@ -215,28 +224,33 @@ class Comparison:
         x = np.arange(n)
         colors = [f"C{i % 10}" for i in range(n)]
         k = len(self.seeds)
-        jitter = (np.arange(k) - (k - 1) / 2) * (0.5 / max(k, 1))  # deterministic spread of the seed dots
+        # deterministic spread of the seed dots
+        jitter = (np.arange(k) - (k - 1) / 2) * (0.5 / max(k, 1))
         for ax, (metric, title, ylabel) in zip(axes, PANELS):
             per = [self._by_seed(p, metric) for p in self.policies]
             means = [float(v.mean()) for v in per]
             stds = [float(v.std(ddof=1)) if len(v) > 1 else 0.0 for v in per]
-            ax.bar(x, means, yerr=stds, capsize=5, color=colors, alpha=0.75, edgecolor="black", linewidth=0.6)
+            ax.bar(x, means, yerr=stds, capsize=5, color=colors, alpha=0.75, edgecolor="black",
+                   linewidth=0.6)
             for i, v in enumerate(per):
                 ax.scatter(x[i] + jitter, v, s=12, color="black", zorder=3)
             ax.set_title(title)
             ax.set_ylabel(ylabel)
-            ax.set_xticks(x, self.policies, rotation=20 if n > 3 else 0, ha="right" if n > 3 else "center")
+            ax.set_xticks(x, self.policies, rotation=20 if n > 3 else 0,
+                          ha="right" if n > 3 else "center")
             ax.grid(axis="y", alpha=0.3)
             if metric == "step_time_s":
                 top = max(m + s for m, s in zip(means, stds))
                 for i, name in enumerate(self.policies):
-                    ax.annotate(f"{means[0] / means[i]:.2f}x", (x[i], means[i] + stds[i] + 0.02 * top),
+                    ax.annotate(f"{means[0] / means[i]:.2f}x",
+                                (x[i], means[i] + stds[i] + 0.02 * top),
                                 ha="center", va="bottom", fontsize=9)
                 ax.set_ylim(0, top * 1.15)
             if metric == "bubble_fraction":
                 ax.set_ylim(0, min(1.0, max(m + s for m, s in zip(means, stds)) * 1.2 or 1.0))
         fig.suptitle(f"{self.workload} on {self.profile}: {self.steps} step(s) x {k} seed(s) "
-                     f"(bars: mean, error bars: std over seeds, dots: seeds; speedup vs {self.reference})",
+                     "(bars: mean, error bars: std over seeds, dots: seeds; speedup vs "
+                     f"{self.reference})",
                      fontsize=10)
         return fig
 
@@ -245,20 +259,29 @@ class Comparison:
         return save_result(out_dir, "compare", self.to_json(), self.figure())
 
 
-def compare(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
-            steps: int | None = None, on_progress: ProgressFn | None = None, runner: Runner = sweep) -> Comparison:
-    """Simulate every policy for every seed (an int K means seeds 0..K-1) and collect per-seed means.
+def compare(workload: Workload, policies: Sequence[Policy], profile: Profile,
+            seeds: int | Iterable[int], steps: int | None = None,
+            on_progress: ProgressFn | None = None,
+            runner: Runner = sweep) -> Comparison:
+    """Simulate every policy for every seed (an int K means seeds 0..K-1) and collect per-seed
+    means.
 
     `runner` runs the units: `sim.sweep.sweep` in this process, or a Ray runner
     (workbench/deploy/distributed.py)."""
     rows, whys, refs = [], [], {}
     for r in runner(workload, policies, profile, seeds, steps, on_progress):
         usage = [step_usage(m, workload, r.policy).gpu for m in r.run.steps]
-        gpu = {f"gpu_{s}_s": float(np.mean([getattr(u, s) for u in usage])) for s in ("decode", "idle", "train")}
-        rows.append({"policy": r.policy.name, "seed": r.seed, **{m: r.run.mean(m) for m in METRICS}, **gpu})
+        gpu = {f"gpu_{s}_s": float(np.mean([getattr(u, s) for u in usage]))
+               for s in ("decode", "idle", "train")}
+        rows.append({"policy": r.policy.name, "seed": r.seed, **{m: r.run.mean(m) for m in METRICS},
+                     **gpu})
         # The reference's runs come first (the runners report policy by policy), one per seed.
-        times = refs.setdefault(r.seed, run_times(r.run)) if r.policy.name == policies[0].name else run_times(r.run)
+        if r.policy.name == policies[0].name:
+            times = refs.setdefault(r.seed, run_times(r.run))
+        else:
+            times = run_times(r.run)
         whys.append(explain(r.policy.name, times, policies[0].name, refs[r.seed]))
     runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS, *GPU_STATES])
     return Comparison(workload.name, profile.name, steps if steps is not None else workload.steps,
-                      seed_list(seeds), [p.name for p in policies], runs, [p.rollout.nature for p in policies], whys)
+                      seed_list(seeds), [p.name for p in policies], runs,
+                      [p.rollout.nature for p in policies], whys)

@@ -75,7 +75,8 @@ from workbench.contracts.workload import Workload
 SCHEMA = "tlt-regret/1"
 
 # (algorithm, label) in report order.
-BANDITS = (("beg", "BEG-MAB"), ("ucb1", "UCB1"), ("egreedy", "epsilon-greedy"), ("fixed", "fixed table"))
+BANDITS = (("beg", "BEG-MAB"), ("ucb1", "UCB1"), ("egreedy", "epsilon-greedy"),
+           ("fixed", "fixed table"))
 CURVE_POINTS = 200  # most points per (bandit, seed) cumulative-regret curve in regret.json
 
 
@@ -83,8 +84,10 @@ def bandit_variants(base: Policy) -> list[Policy]:
     """The base policy four times, differing only in bandit.algorithm (named after it)."""
     if not base.uses_sd:
         raise ValueError(f"policy {base.name!r} never uses speculative decoding (drafter.kind "
-                         f"{base.drafter.kind!r}, sd_threshold {base.sd_threshold}): no bandit decisions to judge")
-    return [replace(base, name=alg, bandit=replace(base.bandit, algorithm=alg)) for alg, _ in BANDITS]
+                         f"{base.drafter.kind!r}, sd_threshold {base.sd_threshold}): no bandit "
+                         "decisions to judge")
+    return [replace(base, name=alg, bandit=replace(base.bandit, algorithm=alg))
+            for alg, _ in BANDITS]
 
 
 def candidate_arms(policy: Policy, bucket: int) -> list[int]:
@@ -92,7 +95,8 @@ def candidate_arms(policy: Policy, bucket: int) -> list[int]:
     return sorted({*policy.bandit.arms, policy.schedule[bucket].draft_len})
 
 
-def decision_segments(run, policy: Policy, profile: Profile, prompt_tokens: float = 0.0) -> pd.DataFrame:
+def decision_segments(run, policy: Policy, profile: Profile,
+                      prompt_tokens: float = 0.0) -> pd.DataFrame:
     """A run's decision segments with their model time under every candidate arm.
 
     Columns: rl_step, worker, start_s, batch, bucket, chosen, tokens, context,
@@ -115,15 +119,18 @@ def decision_segments(run, policy: Policy, profile: Profile, prompt_tokens: floa
         raise ValueError("the timeline has no 'context' column (mean context of each segment); "
                          "regret needs the simulator that writes it")
     seg["observed_s"] = seg["end_s"] - seg["start_s"]
-    seg = seg.rename(columns={"draft_len": "chosen"}).sort_values(["start_s", "worker"], kind="stable")
+    seg = seg.rename(columns={"draft_len": "chosen"})
+    seg = seg.sort_values(["start_s", "worker"], kind="stable")
     seg = seg.reset_index(drop=True)
 
-    union = sorted({k for b in range(len(policy.schedule)) for k in candidate_arms(policy, b)} | set(seg["chosen"]))
+    union = sorted({k for b in range(len(policy.schedule))
+                    for k in candidate_arms(policy, b)} | set(seg["chosen"]))
     acc, dec, dft = profile.acceptance, profile.decode, profile.drafter
     mean_len: dict[tuple[str, float, int], float] = {}
     cols = {k: np.full(len(seg), np.nan) for k in union}
     allowed = {b: set(candidate_arms(policy, b)) for b in range(len(policy.schedule))}
-    rows = zip(seg["kind"], seg["quality"], seg["batch"], seg["context"], seg["tokens"], seg["bucket"], seg["chosen"])
+    rows = zip(seg["kind"], seg["quality"], seg["batch"], seg["context"], seg["tokens"],
+               seg["bucket"], seg["chosen"])
     for i, (kind, quality, batch, context, tokens, bucket, chosen) in enumerate(rows):
         batch = int(batch)
         along = position_rows(acc, kind)
@@ -139,13 +146,15 @@ def decision_segments(run, policy: Policy, profile: Profile, prompt_tokens: floa
             cols[k][i] = segment_s(dec, dft, kind, batch, context, k, passes)
     for k in union:
         seg[f"t_{k}"] = cols[k]
-    keep_cols = ["rl_step", "worker", "start_s", "batch", "bucket", "chosen", "tokens", "context", "observed_s", "kind"]
+    keep_cols = ["rl_step", "worker", "start_s", "batch", "bucket", "chosen", "tokens", "context",
+                 "observed_s", "kind"]
     return seg[keep_cols + [f"t_{k}" for k in union]]
 
 
 @dataclass(frozen=True)
 class OracleBucket:
-    """One schedule bucket of a run: the oracle's draft length in hindsight and the regret against it."""
+    """One schedule bucket of a run: the oracle's draft length in hindsight and the regret against
+    it."""
 
     bucket: int  # index in the base policy's schedule
     min_batch: int
@@ -181,7 +190,8 @@ class RunRegret:
 def run_regret(run, policy: Policy, profile: Profile, workers: int, algorithm: str, seed: int,
                prompt_tokens: float = 0.0) -> RunRegret:
     seg = decision_segments(run, policy, profile, prompt_tokens)
-    chosen_t = np.array([seg.at[i, f"t_{c}"] for i, c in enumerate(seg["chosen"])]) if len(seg) else np.zeros(0)
+    chosen_t = np.array([seg.at[i, f"t_{c}"]
+                         for i, c in enumerate(seg["chosen"])]) if len(seg) else np.zeros(0)
     per_seg = np.zeros(len(seg))
     clair = 0.0
     oracle = []
@@ -192,19 +202,22 @@ def run_regret(run, policy: Policy, profile: Profile, workers: int, algorithm: s
             totals = {k: float(seg.loc[mask, f"t_{k}"].sum()) for k in cands}
             best = min(cands, key=lambda k: (totals[k], k))
             per_seg[mask] = chosen_t[mask] - seg.loc[mask, f"t_{best}"].to_numpy()
-            clair += float((chosen_t[mask] - seg.loc[mask, [f"t_{k}" for k in cands]].min(axis=1).to_numpy()).sum())
+            best_t = seg.loc[mask, [f"t_{k}" for k in cands]].min(axis=1).to_numpy()
+            clair += float((chosen_t[mask] - best_t).sum())
         else:
             best = None
-        oracle.append(OracleBucket(b, row.min_batch, min(row.max_batch, policy.sd_threshold), best, row.draft_len,
-                                   int(mask.sum()), float(per_seg[mask].sum())))
+        oracle.append(OracleBucket(b, row.min_batch, min(row.max_batch, policy.sd_threshold), best,
+                                   row.draft_len, int(mask.sum()), float(per_seg[mask].sum())))
     rollout = float(sum(m.rollout_time_s for m in run.steps))
     return RunRegret(
         algorithm=algorithm, seed=seed,
         regret_s=float(per_seg.sum()), clairvoyant_regret_s=clair,
-        decision_time_s=float(chosen_t.sum()), observed_decision_time_s=float(seg["observed_s"].sum()),
+        decision_time_s=float(chosen_t.sum()),
+        observed_decision_time_s=float(seg["observed_s"].sum()),
         rollout_worker_s=rollout * workers, step_time_s=run.mean("step_time_s"),
         rollout_time_s=run.mean("rollout_time_s"),
-        decisions=len(seg), oracle=[o for o in oracle if o.min_batch <= o.max_batch], curve=np.cumsum(per_seg),
+        decisions=len(seg), oracle=[o for o in oracle if o.min_batch <= o.max_batch],
+        curve=np.cumsum(per_seg),
     )
 
 
@@ -236,14 +249,15 @@ class RegretReport:
         return [r for r in self.runs if r.algorithm == algorithm]
 
     def summary(self) -> pd.DataFrame:
-        """Per bandit: regret seconds, regret % of rollout worker-time and clairvoyant regret, with spread over
-        seeds."""
+        """Per bandit: regret seconds, regret % of rollout worker-time and clairvoyant regret, with
+        spread over seeds."""
         labels = dict(BANDITS)
         rows = []
         for alg in self.algorithms:
             rs = self._of(alg)
             row = {"bandit": alg, "label": labels[alg]}
-            for name, vals in (("regret_s", [r.regret_s for r in rs]), ("regret_pct", [r.regret_pct for r in rs]),
+            for name, vals in (("regret_s", [r.regret_s for r in rs]),
+                               ("regret_pct", [r.regret_pct for r in rs]),
                                ("clairvoyant_regret_s", [r.clairvoyant_regret_s for r in rs]),
                                ("step_time_s", [r.step_time_s for r in rs])):
                 for stat, v in spread(vals).items():
@@ -255,11 +269,13 @@ class RegretReport:
     def oracle_frame(self) -> pd.DataFrame:
         """The oracle's draft length per bucket (columns "MIN-MAX"), one row per (bandit, seed)."""
         return pd.DataFrame([{"bandit": r.algorithm, "seed": r.seed,
-                              **{f"{o.min_batch}-{o.max_batch}": o.oracle_draft_len for o in r.oracle}}
+                              **{f"{o.min_batch}-{o.max_batch}": o.oracle_draft_len
+                                 for o in r.oracle}}
                              for r in self.runs])
 
     def oracle_consensus(self) -> list[tuple[int, int, int]]:
-        """(min_batch, max_batch, draft length) per bucket: the oracle's most common choice over all runs."""
+        """(min_batch, max_batch, draft length) per bucket: the oracle's most common choice over all
+        runs."""
         votes: dict[tuple[int, int], Counter] = {}
         for r in self.runs:
             for o in r.oracle:
@@ -270,7 +286,8 @@ class RegretReport:
     def to_dict(self) -> dict:
         labels = dict(BANDITS)
         out = {
-            "schema": SCHEMA, "workload": self.workload, "profile": self.profile, "base_policy": self.base_policy,
+            "schema": SCHEMA, "workload": self.workload, "profile": self.profile,
+            "base_policy": self.base_policy,
             "steps": self.steps, "seeds": list(self.seeds), "common_random_numbers": True,
             "arms": list(self.arms), "schedule": self.schedule, "sd_threshold": self.sd_threshold,
             "bandits": {},
@@ -289,9 +306,11 @@ class RegretReport:
                 entry["per_seed"].append({
                     "seed": r.seed, "regret_s": r.regret_s, "regret_pct_of_rollout": r.regret_pct,
                     "clairvoyant_regret_s": r.clairvoyant_regret_s, "decisions": r.decisions,
-                    "decision_time_s": r.decision_time_s, "observed_decision_time_s": r.observed_decision_time_s,
+                    "decision_time_s": r.decision_time_s,
+                    "observed_decision_time_s": r.observed_decision_time_s,
                     "rollout_worker_s": r.rollout_worker_s, "step_time_s": r.step_time_s,
-                    "rollout_time_s": r.rollout_time_s, "oracle_schedule": [asdict(o) for o in r.oracle],
+                    "rollout_time_s": r.rollout_time_s,
+                    "oracle_schedule": [asdict(o) for o in r.oracle],
                     "curve": {"decision": idx, "cumulative_regret_s": cum},
                 })
             out["bandits"][alg] = entry
@@ -301,15 +320,16 @@ class RegretReport:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def figure(self) -> Figure:
-        """Left: cumulative regret vs decision index (one line per seed). Right: regret % of rollout, mean +- std."""
+        """Left: cumulative regret vs decision index (one line per seed). Right: regret % of
+        rollout, mean +- std."""
         labels = dict(BANDITS)
         fig = Figure(figsize=(12.0, 4.8), layout="constrained")
         ax, bx = fig.subplots(1, 2, width_ratios=[2, 1])
         algs = self.algorithms
         for i, alg in enumerate(algs):
             for j, r in enumerate(self._of(alg)):
-                ax.plot(np.arange(1, len(r.curve) + 1), r.curve, color=f"C{i}", lw=1.2, alpha=0.8 if j == 0 else 0.4,
-                        label=labels[alg] if j == 0 else None)
+                ax.plot(np.arange(1, len(r.curve) + 1), r.curve, color=f"C{i}", lw=1.2,
+                        alpha=0.8 if j == 0 else 0.4, label=labels[alg] if j == 0 else None)
         ax.axhline(0, color="black", lw=0.6)
         ax.set_xlabel("decision segment (in start-time order)")
         ax.set_ylabel("cumulative regret (worker-seconds)")
@@ -320,18 +340,19 @@ class RegretReport:
         means = [float(np.mean(p)) for p in pct]
         stds = [float(np.std(p, ddof=1)) if len(p) > 1 else 0.0 for p in pct]
         x = np.arange(len(algs))
-        bx.bar(x, means, yerr=stds, capsize=5, color=[f"C{i}" for i in range(len(algs))], alpha=0.75,
-               edgecolor="black", linewidth=0.6)
+        bx.bar(x, means, yerr=stds, capsize=5, color=[f"C{i}" for i in range(len(algs))],
+               alpha=0.75, edgecolor="black", linewidth=0.6)
         for i, a in enumerate(algs):
             secs = float(np.mean([r.regret_s for r in self._of(a)]))
-            bx.annotate(f"{secs:,.1f} s", (x[i], means[i] + stds[i]), xytext=(0, 3), textcoords="offset points",
-                        ha="center", va="bottom", fontsize=9)
+            bx.annotate(f"{secs:,.1f} s", (x[i], means[i] + stds[i]), xytext=(0, 3),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=9)
         bx.set_xticks(x, [labels[a] for a in algs], rotation=15)
         bx.set_ylabel("regret, % of rollout worker-time")
         bx.set_title("Total regret (mean, std over seeds)")
         bx.grid(axis="y", alpha=0.3)
-        fig.suptitle(f"{self.workload} on {self.profile}, base policy {self.base_policy}: {self.steps} step(s) x "
-                     f"{len(self.seeds)} seed(s); arms {list(self.arms)}", fontsize=10)
+        fig.suptitle(f"{self.workload} on {self.profile}, base policy {self.base_policy}: "
+                     f"{self.steps} step(s) x {len(self.seeds)} seed(s); arms "
+                     f"{list(self.arms)}", fontsize=10)
         return fig
 
     def save(self, out_dir: str | Path) -> tuple[Path, Path]:
@@ -348,14 +369,16 @@ def bandit_regret(workload: Workload, base: Policy, profile: Profile, seeds: int
     if algorithms is not None:
         unknown = sorted(set(algorithms) - {a for a, _ in BANDITS})
         if unknown:
-            raise ValueError(f"algorithms: {unknown[0]!r}; allowed: " + ", ".join(a for a, _ in BANDITS))
+            raise ValueError(f"algorithms: {unknown[0]!r}; allowed: "
+                             + ", ".join(a for a, _ in BANDITS))
         variants = [v for v in variants if v.bandit.algorithm in algorithms]
-    runs = [run_regret(r.run, r.policy, profile, workload.workers, r.policy.bandit.algorithm, r.seed,
-                       workload.prompt_tokens)
+    runs = [run_regret(r.run, r.policy, profile, workload.workers, r.policy.bandit.algorithm,
+                       r.seed, workload.prompt_tokens)
             for r in runner(workload, variants, profile, seeds, steps, on_progress)]
     return RegretReport(
         workload=workload.name, profile=profile.name, base_policy=base.name,
         steps=steps if steps is not None else workload.steps, seeds=seed_list(seeds),
-        arms=list(base.bandit.arms), schedule=[[r.min_batch, r.max_batch, r.draft_len] for r in base.schedule],
+        arms=list(base.bandit.arms),
+        schedule=[[r.min_batch, r.max_batch, r.draft_len] for r in base.schedule],
         sd_threshold=base.sd_threshold, runs=runs,
     )

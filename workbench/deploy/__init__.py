@@ -1,5 +1,6 @@
 """Beyond one process: a tuned policy for another stack, and sweeps on a Ray cluster.
 
 - `export.py`: a policy as vLLM, SGLang / FastRL or veRL take it (`tlt export`).
+- `file_text.py`: the exported files' text (header comments, YAML, bash arrays).
 - `distributed.py`: sweeps and projections as Ray tasks, the same units as in one process.
 """

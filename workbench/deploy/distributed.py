@@ -30,7 +30,8 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class RayConfig:
     workers: int = 2  # units in flight at once (local Ray: its CPUs)
-    address: str | None = None  # a cluster to join ("auto", "ray://host:10001", "host:6379"); None: start one here
+    # a cluster to join ("auto", "ray://host:10001", "host:6379"); None: start one here
+    address: str | None = None
 
 
 def ensure_ray(config: RayConfig) -> None:
@@ -41,25 +42,27 @@ def ensure_ray(config: RayConfig) -> None:
         raise ValueError(f"workers: {config.workers}; allowed: an integer >= 1")
     if ray.is_initialized():
         return
-    # Local workers inherit this process's environment (PYTHONPATH included); a cluster's nodes import
-    # the project from their own install.
+    # Local workers inherit this process's environment (PYTHONPATH included); a cluster's nodes
+    # import the project from their own install.
     if config.address is None:
-        # "local": a Ray of our own, even when another one runs on this machine (ray.init() would join it).
-        ray.init(address="local", num_cpus=config.workers, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        # "local": a Ray of our own, even when another one runs on this machine (ray.init() would
+        # join it).
+        ray.init(address="local", num_cpus=config.workers, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
     else:
         ray.init(address=config.address, log_to_driver=False, configure_logging=False)
 
 
-def ray_map(fn: Callable[[T], R], items: Sequence[T], on_done: Callable[[int, int, T], None] | None = None,
+def ray_map(fn: Callable[[T], R], items: Sequence[T],
+            on_done: Callable[[int, int, T], None] | None = None,
             config: RayConfig | None = None) -> list[R]:
     """`[fn(x) for x in items]` as Ray tasks, at most `config.workers` in flight; `on_done` hears of
     each as it finishes (in finishing order), the results come back in the items' order."""
     return list(_ray_iter(fn, items, on_done, config or RayConfig()))
 
 
-def _ray_iter(fn: Callable[[T], R], items: Sequence[T], on_done: Callable[[int, int, T], None] | None,
-              config: RayConfig) -> Iterator[R]:
+def _ray_iter(fn: Callable[[T], R], items: Sequence[T],
+              on_done: Callable[[int, int, T], None] | None, config: RayConfig) -> Iterator[R]:
     """Results in the items' order, each yielded as soon as it and all before it are done."""
     import ray
 
@@ -85,12 +88,15 @@ def _ray_iter(fn: Callable[[T], R], items: Sequence[T], on_done: Callable[[int, 
 
 
 def ray_runner(config: RayConfig) -> Callable[..., Iterator[SweepRun]]:
-    """A `sim.sweep.Runner` that runs each (policy, seed) as a Ray task: the serial sweep's runs, in its order."""
+    """A `sim.sweep.Runner` that runs each (policy, seed) as a Ray task: the serial sweep's runs, in
+    its order."""
 
-    def run(workload: Workload, policies: Sequence[Policy], profile: Profile, seeds: int | Iterable[int],
-            steps: int | None = None, on_progress: ProgressFn | None = None) -> Iterator[SweepRun]:
+    def run(workload: Workload, policies: Sequence[Policy], profile: Profile,
+            seeds: int | Iterable[int], steps: int | None = None,
+            on_progress: ProgressFn | None = None) -> Iterator[SweepRun]:
         units = sweep_units(workload, policies, profile, seeds, steps)
-        done = None if on_progress is None else (lambda k, n, u: on_progress(k, n, u.policy.name, u.seed))
+        done = None if on_progress is None else (
+            lambda k, n, u: on_progress(k, n, u.policy.name, u.seed))
         return _ray_iter(run_unit, units, done, config)
 
     return run
@@ -120,7 +126,8 @@ class SweepBench:
     simulations: int
     workers: int
     ray_start_s: float  # ray.init (local) or joining the cluster
-    task_overhead_s: float  # per task, from empty tasks run `workers` at a time (wall / tasks x workers)
+    # per task, from empty tasks run `workers` at a time (wall / tasks x workers)
+    task_overhead_s: float
     serial_s: tuple[float, ...]  # per repeat
     ray_s: tuple[float, ...]
     identical: bool  # every Ray run's summary equals the serial one's
@@ -135,15 +142,16 @@ class SweepBench:
         return sum(self.serial_s) / len(self.serial_s) / self.simulations
 
     def sweep_estimate_s(self, simulations: int, cpus: int) -> float:
-        """A sweep of `simulations` like these on `cpus` workers in all: the work spread evenly, plus
-        Ray's start and its per-task overhead."""
-        return self.ray_start_s + simulations * (self.per_simulation_s + self.task_overhead_s) / cpus
+        """A sweep of `simulations` like these on `cpus` workers in all: the work spread evenly,
+        plus Ray's start and its per-task overhead."""
+        per_task_s = self.per_simulation_s + self.task_overhead_s
+        return self.ray_start_s + simulations * per_task_s / cpus
 
 
 def bench_sweep(units: Sequence, config: RayConfig, repeats: int = 2,
                 summarize: Callable[[SweepRun], object] = lambda r: r.run.summary()) -> SweepBench:
-    """Time `units` (sim.sweep.SweepUnit) serially and on Ray, alternating which goes first per repeat
-    (a drifting machine then biases neither), and check the results agree."""
+    """Time `units` (sim.sweep.SweepUnit) serially and on Ray, alternating which goes first per
+    repeat (a drifting machine then biases neither), and check the results agree."""
     import time
 
     t0 = time.perf_counter()
@@ -161,11 +169,13 @@ def bench_sweep(units: Sequence, config: RayConfig, repeats: int = 2,
     for rep in range(repeats):
         for mode in (("serial", "ray") if rep % 2 == 0 else ("ray", "serial")):
             t0 = time.perf_counter()
-            runs = [run_unit(u) for u in units] if mode == "serial" else ray_map(run_unit, units, None, config)
+            runs = ([run_unit(u) for u in units] if mode == "serial"
+                    else ray_map(run_unit, units, None, config))
             (serial if mode == "serial" else on_ray).append(time.perf_counter() - t0)
             if mode == "serial":
                 want = [summarize(r) for r in runs]
             else:
                 got = [summarize(r) for r in runs]
         identical = identical and got == want
-    return SweepBench(len(units), config.workers, start_s, overhead, tuple(serial), tuple(on_ray), identical)
+    return SweepBench(len(units), config.workers, start_s, overhead, tuple(serial), tuple(on_ray),
+                      identical)

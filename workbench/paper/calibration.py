@@ -1,11 +1,13 @@
-"""Table A from measured parts, and the declared calibration split (traces/published/calibration-split.yaml).
+"""Table A from measured parts, and the declared calibration split
+(traces/published/calibration-split.yaml).
 
 Measured parts: each tlt-eval workload with its measured-database profile and a length model whose
-shape (log-sd, within-group correlation, wrong answers' length) is the DAPO RL log's fit, at the paper's
-32k cap; the median correct answer is the DAPO log's carried to 32k (`for_cap`) for the model it was
-measured on, and the pre-registered workload's for the others. Calibrated: the same, with the split's
-global parameters (one value for every model and policy) chosen on a grid by leave-one-model-out: each
-round's objective reads only the three fit models' figures, so the fourth's are predictions.
+shape (log-sd, within-group correlation, wrong answers' length) is the DAPO RL log's fit, at the
+paper's 32k cap; the median correct answer is the DAPO log's carried to 32k (`for_cap`) for the
+model it was measured on, and the pre-registered workload's for the others. Calibrated: the same,
+with the split's global parameters (one value for every model and policy) chosen on a grid by
+leave-one-model-out: each round's objective reads only the three fit models' figures, so the
+fourth's are predictions.
 """
 
 from __future__ import annotations
@@ -55,11 +57,13 @@ class Split:
     def points(self) -> list[dict[str, float]]:
         """Every grid combination, in grid order (the first parameter varies slowest)."""
         names = [p.name for p in self.parameters]
-        return [dict(zip(names, v, strict=True)) for v in itertools.product(*(p.grid for p in self.parameters))]
+        return [dict(zip(names, v, strict=True))
+                for v in itertools.product(*(p.grid for p in self.parameters))]
 
 
 def load_split(path: str | Path = SPLIT) -> Split:
-    """The declared split; a malformed file, an unknown parameter or a grid value outside its range is refused."""
+    """The declared split; a malformed file, an unknown parameter or a grid value outside its range
+    is refused."""
     path = Path(path)
     try:
         d = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -67,18 +71,21 @@ def load_split(path: str | Path = SPLIT) -> Split:
                                  tuple(float(v) for v in p["grid"])) for p in d["parameters"])
         models = tuple(str(m) for m in d["split"]["models"])
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(str(path), "<file>", "unreadable", f"the calibration-split YAML ({exc})") from None
+        raise ConfigError(str(path), "<file>", "unreadable",
+                          f"the calibration-split YAML ({exc})") from None
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ConfigError(str(path), "parameters", repr(exc),
                           "the layout of traces/published/calibration-split.yaml") from None
     for i, p in enumerate(params):
         if p.name not in PARAMETERS:
-            raise ConfigError(str(path), f"parameters[{i}].name", p.name, f"one of {', '.join(PARAMETERS)}")
+            raise ConfigError(str(path), f"parameters[{i}].name", p.name,
+                              f"one of {', '.join(PARAMETERS)}")
         if not p.grid or any(not p.low <= v <= p.high for v in p.grid):
             raise ConfigError(str(path), f"parameters[{i}].grid", list(p.grid),
                               f"values within range [{p.low}, {p.high}]")
     if len(params) > 3:
-        raise ConfigError(str(path), "parameters", len(params), "at most three calibrated parameters")
+        raise ConfigError(str(path), "parameters", len(params),
+                          "at most three calibrated parameters")
     return Split(str(path), params, models)
 
 
@@ -95,8 +102,10 @@ def measured_parts(wl: Workload) -> Workload:
     return replace(wl, lengths=lengths)
 
 
-def calibrated(wl: Workload, profile: Profile, params: dict[str, float]) -> tuple[Workload, Profile]:
-    """Measured parts with the split's global parameters applied (the same for every model and policy)."""
+def calibrated(wl: Workload, profile: Profile,
+               params: dict[str, float]) -> tuple[Workload, Profile]:
+    """Measured parts with the split's global parameters applied (the same for every model and
+    policy)."""
     lengths = wl.lengths
     if "sigma" in params:
         lengths = replace(lengths, sigma=params["sigma"])
@@ -119,13 +128,14 @@ class CaseRuns:
     tlt: list[PolicyRun]
 
 
-def simulate_case(model: str, wl: Workload, profile: Profile, systems: dict[str, str], baseline: str,
-                  steps: int, seeds: list[int]) -> CaseRuns:
+def simulate_case(model: str, wl: Workload, profile: Profile, systems: dict[str, str],
+                  baseline: str, steps: int, seeds: list[int]) -> CaseRuns:
     policies = [load_policy(baseline)] + [load_policy(p) for p in systems.values()]
     runs = {(r.policy.name, r.seed): r.run for r in sweep(wl, policies, profile, seeds, steps)}
     base = [runs[(baseline, s)] for s in seeds]
     speed = {system: float(np.mean([b.mean("step_time_s") / runs[(name, s)].mean("step_time_s")
-                                    for b, s in zip(base, seeds)])) for system, name in systems.items()}
+                                    for b, s in zip(base, seeds)]))
+                                    for system, name in systems.items()}
     return CaseRuns(model, speed, base, [runs[(systems["tlt"], s)] for s in seeds])
 
 
@@ -152,7 +162,8 @@ def evaluate_grid(split: Split, models: list[str], case_fn: CaseFn,
 
 def loss(point: GridPoint, published: dict[tuple[str, str], float], fit_models: list[str]) -> float:
     """The split's objective: squared log errors over the fit models' figures only."""
-    return sum((math.log(v) - math.log(published[k])) ** 2 for k, v in point.speedups.items() if k[0] in fit_models)
+    return sum((math.log(v) - math.log(published[k])) ** 2 for k, v in point.speedups.items()
+               if k[0] in fit_models)
 
 
 @dataclass(frozen=True)
@@ -163,19 +174,22 @@ class Round:
     fit_loss: float
 
 
-def best_point(grid: list[GridPoint], published: dict[tuple[str, str], float], fit_models: list[str]) -> GridPoint:
+def best_point(grid: list[GridPoint], published: dict[tuple[str, str], float],
+               fit_models: list[str]) -> GridPoint:
     """The grid point with the smallest loss over `fit_models` (ties: the first in grid order)."""
     seen = {k: v for k, v in published.items() if k[0] in fit_models}
     return min(grid, key=lambda p: loss(p, seen, fit_models))
 
 
-def leave_one_out(grid: list[GridPoint], published: dict[tuple[str, str], float], models: list[str]) -> list[Round]:
-    """One round per model: fit on the others' figures (the held-out model's published figures are not
-    passed to the objective at all), keep the chosen parameters."""
+def leave_one_out(grid: list[GridPoint], published: dict[tuple[str, str], float],
+                  models: list[str]) -> list[Round]:
+    """One round per model: fit on the others' figures (the held-out model's published figures are
+    not passed to the objective at all), keep the chosen parameters."""
     rounds = []
     for held in models:
         fit_models = [m for m in models if m != held]
         visible = {k: v for k, v in published.items() if k[0] != held}
         best = best_point(grid, visible, fit_models)
-        rounds.append(Round(held, tuple(fit_models), dict(best.params), loss(best, visible, fit_models)))
+        rounds.append(Round(held, tuple(fit_models), dict(best.params),
+                            loss(best, visible, fit_models)))
     return rounds

@@ -21,27 +21,36 @@ SCHEMA = "tlt-paper/2"
 
 
 def _median_max(values: list[float]) -> tuple[float | None, float | None]:
-    return (round(float(np.median(values)), 2), round(float(max(values)), 2)) if values else (None, None)
+    if not values:
+        return None, None
+    return round(float(np.median(values)), 2), round(float(max(values)), 2)
 
 
 def summary(rep: Reproduction) -> dict:
-    """The last line's JSON: errors over every row, over the predicted rows, and per column over Table A."""
+    """The last line's JSON: errors over every row, over the predicted rows, and per column over
+    Table A."""
     errs = [abs(r.error_pct) for r in rep.rows]
     pred = [abs(r.error_pct) for r in rep.rows if r.basis == "predicted"]
-    out = {"median_abs_error_pct": round(float(np.median(errs)), 2), "max_abs_error_pct": round(float(max(errs)), 2),
-           "rows": len(rep.rows), "predicted_median_abs_error_pct": round(float(np.median(pred)), 2),
+    out = {"median_abs_error_pct": round(float(np.median(errs)), 2),
+           "max_abs_error_pct": round(float(max(errs)), 2),
+           "rows": len(rep.rows),
+           "predicted_median_abs_error_pct": round(float(np.median(pred)), 2),
            "predicted_max_abs_error_pct": round(float(max(pred)), 2)}
     a = [r for r in rep.rows if r.table == "A" and r.basis == "predicted"]
-    for key, get in (("pre_registered", lambda r: r.predicted), ("measured_parts", lambda r: r.measured_parts),
+    for key, get in (("pre_registered", lambda r: r.predicted),
+                     ("measured_parts", lambda r: r.measured_parts),
                      ("calibrated", lambda r: r.calibrated)):
         vals = [abs(100 * (get(r) / r.published - 1)) for r in a if get(r) is not None]
-        out[f"table_a_{key}_median_abs_error_pct"], out[f"table_a_{key}_max_abs_error_pct"] = _median_max(vals)
+        median, worst = _median_max(vals)
+        out[f"table_a_{key}_median_abs_error_pct"] = median
+        out[f"table_a_{key}_max_abs_error_pct"] = worst
     return out
 
 
 def _row(r: PaperRow) -> dict:
     return {"table": r.table, "case": r.case, "published": r.published, "predicted": r.predicted,
-            "error_pct": r.error_pct, "basis": r.basis, "unit": r.unit, "pre_registered": r.predicted,
+            "error_pct": r.error_pct, "basis": r.basis, "unit": r.unit,
+            "pre_registered": r.predicted,
             "measured_parts": r.measured_parts, "calibrated": r.calibrated}
 
 
@@ -68,10 +77,14 @@ def _cell(value: float | None, published: float) -> str:
 
 
 def rows_text(rep: Reproduction) -> str:
-    """One line per published figure: pre-registered, measured parts and calibrated (leave-one-out) side by side."""
+    """One line per published figure: pre-registered, measured parts and calibrated (leave-one-out)
+    side by side."""
     rows = [[r.table, r.case, f"{r.published:,.2f}", _cell(r.predicted, r.published),
-             _cell(r.measured_parts, r.published), _cell(r.calibrated, r.published), r.basis] for r in rep.rows]
-    return format_table(rows, ["table", "case", "published", "pre-registered", "measured parts", "calibrated (LOO)",
+             _cell(r.measured_parts, r.published), _cell(r.calibrated, r.published), r.basis]
+             for r in rep.rows]
+    return format_table(rows,
+                        ["table", "case", "published", "pre-registered", "measured parts",
+                         "calibrated (LOO)",
                                "basis"])
 
 
@@ -85,53 +98,63 @@ def accept_counts_text(rep: Reproduction, published: tuple[float, float]) -> str
 
 
 def rounds_text(rep: Reproduction) -> str:
-    rows = [[r.held_out, ", ".join(r.fit_models), ", ".join(f"{k} {v:g}" for k, v in r.params.items()),
+    rows = [[r.held_out, ", ".join(r.fit_models),
+             ", ".join(f"{k} {v:g}" for k, v in r.params.items()),
              f"{r.fit_loss:.4f}"] for r in rep.rounds]
-    return format_table(rows, ["held out", "fitted on", "parameters", "fit loss (sum sq. log error)"])
+    return format_table(rows,
+                        ["held out", "fitted on", "parameters", "fit loss (sum sq. log error)"])
 
 
 def explanations_text(rep: Reproduction) -> str:
     buckets = list(rep.explanations[0].critical_decode_share) if rep.explanations else []
-    rows = [[e.variant, e.case, f"{e.baseline_step_s:,.0f}", f"{100 * e.baseline_rollout_share:.0f}%",
+    rows = [[e.variant, e.case, f"{e.baseline_step_s:,.0f}",
+             f"{100 * e.baseline_rollout_share:.0f}%",
              f"{e.rollout_speedup:.2f}x", f"{e.mean_accept_len:.2f}"]
             + [f"{100 * e.critical_decode_share[b]:.0f}%/{100 * e.tlt_sd_on_share.get(b, 0):.0f}%/"
                f"{e.tlt_accept_by_bucket.get(b, 0):.1f}" for b in buckets]
             for e in rep.explanations]
-    return format_table(rows, ["inputs", "model", "baseline step s", "rollout share", "tlt rollout", "tlt accept"]
+    return format_table(rows,
+                        ["inputs", "model", "baseline step s", "rollout share", "tlt rollout",
+                         "tlt accept"]
                         + [f"batch {b}" for b in buckets])
 
 
-# A refit on another CPU moves a fitted number in its last digits (BLAS, instruction sets); the presets carry
-# five significant digits, so anything within this is the same fit.
+# A refit on another CPU moves a fitted number in its last digits (BLAS, instruction sets); the
+# presets carry five significant digits, so anything within this is the same fit.
 REFIT_REL_TOL = 1e-3
 _NUMBER = re.compile(r"-?\d+\.?\d*(?:e-?\d+)?")
 
 
 def _same_text(a: str, b: str) -> bool:
-    """A profile's `source` quotes fitted numbers rounded for reading: the same words, numbers within rounding."""
+    """A profile's `source` quotes fitted numbers rounded for reading: the same words, numbers
+    within rounding."""
     na, nb = _NUMBER.findall(a), _NUMBER.findall(b)
     return _NUMBER.sub("#", a) == _NUMBER.sub("#", b) and len(na) == len(nb) and all(
         math.isclose(float(x), float(y), rel_tol=0.02, abs_tol=0.11) for x, y in zip(na, nb))
 
 
 def _differs(shipped: Profile, refit: Profile) -> bool:
-    return any(not (isinstance(shipped.source, str) and path == "source" and _same_text(shipped.source, refit.source))
+    return any(not (isinstance(shipped.source, str) and path == "source"
+                    and _same_text(shipped.source, refit.source))
                for path in differences(shipped, refit, REFIT_REL_TOL))
 
 
 def stale_presets(refitted: list[Profile]) -> list[str]:
-    """Profile presets that differ from a fresh fit beyond REFIT_REL_TOL (the shipped files were not regenerated)."""
+    """Profile presets that differ from a fresh fit beyond REFIT_REL_TOL (the shipped files were not
+    regenerated)."""
     return [p.name for p in refitted if _differs(load_profile(p.name), p)]
 
 
 def profiles_to_write(refitted: list[Profile]) -> list[Profile]:
-    """What `--write-profiles` writes: the shipped preset where the refit agrees with it within REFIT_REL_TOL
-    (so a refit on another machine writes the same files), the refit where it does not."""
+    """What `--write-profiles` writes: the shipped preset where the refit agrees with it within
+    REFIT_REL_TOL (so a refit on another machine writes the same files), the refit where it does
+    not."""
     stale = set(stale_presets(refitted))
     return [p if p.name in stale else load_profile(p.name) for p in refitted]
 
 
-def peers_document(rows: list[PaperRow], expl: list[PeerExplanation], steps: int, seeds: list[int]) -> dict:
+def peers_document(rows: list[PaperRow], expl: list[PeerExplanation], steps: int,
+                   seeds: list[int]) -> dict:
     pred = [abs(r.error_pct) for r in rows]
     return {"schema": SCHEMA, "steps": steps, "seeds": seeds,
             "rows": [_row(r) for r in rows],
@@ -141,10 +164,14 @@ def peers_document(rows: list[PaperRow], expl: list[PeerExplanation], steps: int
 
 
 def peers_text(expl: list[PeerExplanation]) -> str:
-    rows = [[e.peer, e.steps_counted, f"{100 * e.baseline_rollout_share:.0f}%", f"{100 * e.baseline_bubble:.0f}%",
-             "streamed" if e.policy_rollout_share is None else f"{100 * e.policy_rollout_share:.0f}%",
-             f"{100 * e.policy_train_share:.0f}%", f"{e.policy_lag:.2f}", f"{e.groups_left:.1f}", f"{e.accept_len:.2f}"]
+    rows = [[e.peer, e.steps_counted, f"{100 * e.baseline_rollout_share:.0f}%",
+             f"{100 * e.baseline_bubble:.0f}%",
+             "streamed" if e.policy_rollout_share is None
+             else f"{100 * e.policy_rollout_share:.0f}%",
+             f"{100 * e.policy_train_share:.0f}%", f"{e.policy_lag:.2f}", f"{e.groups_left:.1f}",
+             f"{e.accept_len:.2f}"]
             for e in expl]
-    return format_table(rows, ["peer", "steps", "baseline rollout share", "baseline bubble", "policy rollout share",
-                               "policy train share", "policy lag", "groups left", "accept len"])
+    return format_table(rows, ["peer", "steps", "baseline rollout share", "baseline bubble",
+                               "policy rollout share", "policy train share", "policy lag",
+                               "groups left", "accept len"])
 

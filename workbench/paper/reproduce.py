@@ -58,8 +58,10 @@ class PaperRow:
     predicted: float
     basis: str  # "fit" or "predicted"
     unit: str = "x"
-    measured_parts: float | None = None  # the measured-parts prediction (no fitting); None: not simulated so
-    calibrated: float | None = None  # under the calibration split (Table A: leave-one-model-out; G: fit on all of A)
+    # the measured-parts prediction (no fitting); None: not simulated so
+    measured_parts: float | None = None
+    # under the calibration split (Table A: leave-one-model-out; G: fit on all of A)
+    calibrated: float | None = None
 
     @property
     def error_pct(self) -> float:
@@ -74,11 +76,13 @@ class Explanation:
     baseline_step_s: float
     baseline_rollout_share: float  # rollout / step (the paper: ~85%)
     rollout_speedup: float  # for the `tlt` system
-    critical_decode_share: dict[str,
-                                float] = field(default_factory=dict)  # batch bucket -> share, baseline's slowest engine
+    # batch bucket -> share, baseline's slowest engine
+    critical_decode_share: dict[str, float] = field(default_factory=dict)
     mean_accept_len: float = 1.0  # `tlt`, tokens per sequence-verify pass
-    tlt_sd_on_share: dict[str, float] = field(default_factory=dict)  # batch bucket -> `tlt`'s decode share with SD on
-    tlt_accept_by_bucket: dict[str, float] = field(default_factory=dict)  # batch bucket -> tokens per pass with SD on
+    # batch bucket -> `tlt`'s decode share with SD on
+    tlt_sd_on_share: dict[str, float] = field(default_factory=dict)
+    # batch bucket -> tokens per pass with SD on
+    tlt_accept_by_bucket: dict[str, float] = field(default_factory=dict)
     variant: str = "pre-registered"
 
 
@@ -95,10 +99,13 @@ class Reproduction:
     accept_counts: list[AcceptCount] = field(default_factory=list)
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame([{"table": r.table, "case": r.case, "published": r.published, "pre-registered": r.predicted,
+        return pd.DataFrame([{"table": r.table, "case": r.case, "published": r.published,
+                              "pre-registered": r.predicted,
                               "measured parts": r.measured_parts, "calibrated (LOO)": r.calibrated,
-                              "error_pct": r.error_pct, "measured_error_pct": _err(r.measured_parts, r.published),
-                              "calibrated_error_pct": _err(r.calibrated, r.published), "basis": r.basis}
+                              "error_pct": r.error_pct,
+                              "measured_error_pct": _err(r.measured_parts, r.published),
+                              "calibrated_error_pct": _err(r.calibrated, r.published),
+                              "basis": r.basis}
                              for r in self.rows])
 
 
@@ -109,16 +116,19 @@ def _err(value: float | None, published: float) -> float | None:
 def fit_rows(fit: PublishedFit, pub: Published) -> list[PaperRow]:
     """Tables C and E: the fitted microbenchmarks, as the shipped profiles reproduce them."""
     rows = [PaperRow("C", f"TV {r.measurement.strategy.verify_tokens}, batch {r.measurement.batch}",
-                     r.measurement.value, r.predicted, "fit") for r in fit.rows if r.measurement.table == "C"]
-    profile = load_profile(next(c.profile for c in CASES if c.model == pub.table_e_model and c.tp == 1))
+                     r.measurement.value, r.predicted, "fit") for r in fit.rows
+                     if r.measurement.table == "C"]
+    profile = load_profile(next(c.profile for c in CASES if c.model == pub.table_e_model
+                                and c.tp == 1))
     d, ctx, strategy = profile.decode, fit.fitted.context, pub.table_e_strategy
     without = 1.0 / segment_s(d, profile.drafter, DrafterKind.NONE, 1, ctx, NO_SD)
     accept = stats_for(profile.acceptance, DrafterKind.EAGLE, 1.0, strategy).mean
     with_sd = accept / segment_s(d, profile.drafter, DrafterKind.EAGLE, 1, ctx, strategy)
     published_without, published_with = pub.table_e_tokens_per_s
-    rows.append(PaperRow("E", "H100 Qwen2.5-7B, without SD", published_without, without, "fit", "tokens/s"))
-    rows.append(PaperRow("E", f"H100 Qwen2.5-7B, with SD ({strategy.name})", published_with, with_sd, "fit",
+    rows.append(PaperRow("E", "H100 Qwen2.5-7B, without SD", published_without, without, "fit",
                          "tokens/s"))
+    rows.append(PaperRow("E", f"H100 Qwen2.5-7B, with SD ({strategy.name})", published_with,
+                         with_sd, "fit", "tokens/s"))
     return rows
 
 
@@ -139,7 +149,8 @@ def _decode_rows(run: PolicyRun) -> pd.DataFrame:
 
 
 def _critical_shares(run: PolicyRun) -> dict[str, float]:
-    """Per batch bucket, the share of decode time of the engine that finished last, over all steps."""
+    """Per batch bucket, the share of decode time of the engine that finished last, over all
+    steps."""
     dec = _decode_rows(run)
     parts = []
     for _, s in dec.groupby("rl_step"):
@@ -151,26 +162,31 @@ def _critical_shares(run: PolicyRun) -> dict[str, float]:
 
 
 def _sd_by_bucket(run: PolicyRun) -> tuple[dict[str, float], dict[str, float]]:
-    """Per batch bucket, all engines: the share of decode time with SD on, and tokens per pass with SD on."""
+    """Per batch bucket, all engines: the share of decode time with SD on, and tokens per pass with
+    SD on."""
     dec = _decode_rows(run)
     on = dec[dec["state"] == "decode_sd"]
     total = dec.groupby("bucket", observed=False)["dur"].sum()
     sd = on.groupby("bucket", observed=False)["dur"].sum()
     by = on.groupby("bucket", observed=False)
     tokens, passes = by["tokens"].sum(), by["passes"].sum()
-    share = {str(k): round(float(sd[k] / total[k]), 4) if total[k] > 0 else 0.0 for k in total.index}
-    accept = {str(k): round(float(tokens[k] / passes[k]), 3) if passes[k] > 0 else 0.0 for k in total.index}
+    share = {str(k): round(float(sd[k] / total[k]), 4) if total[k] > 0 else 0.0
+             for k in total.index}
+    accept = {str(k): round(float(tokens[k] / passes[k]), 3) if passes[k] > 0 else 0.0
+              for k in total.index}
     return share, accept
 
 
 def fitted_counterpart(profile: str) -> str | None:
-    """The paper-fitted preset of a measured-database preset's cluster (`h100-M-tpN-sglang` -> `h100-M-tpN`)."""
+    """The paper-fitted preset of a measured-database preset's cluster (`h100-M-tpN-sglang` ->
+    `h100-M-tpN`)."""
     stem = profile.removesuffix("-sglang")
     return stem if stem != profile and stem in profile_presets() else None
 
 
 def table_a(pub: Published, steps: int, seeds: list[int],
-            on_progress: Callable[[str], None] | None = None) -> tuple[list[PaperRow], list[Explanation], dict]:
+            on_progress: Callable[[str], None] | None = None,
+            ) -> tuple[list[PaperRow], list[Explanation], dict]:
     """Table A rows, their explanations, and the `tlt` runs per model (Table G reads them)."""
     rows, expl, tlt_runs = [], [], {}
     for model, wl_name in WORKLOADS.items():
@@ -178,19 +194,28 @@ def table_a(pub: Published, steps: int, seeds: list[int],
         policies = [load_policy(BASELINE)] + [load_policy(p) for p in SYSTEMS.values()]
         # The workload's profile (measured database) predicts; the paper-fitted one of the same
         # cluster runs beside it as a check.
-        for prof_name, basis in ((wl.profile, "predicted"), (fitted_counterpart(wl.profile), "check: paper-fitted")):
+        for prof_name, basis in ((wl.profile, "predicted"),
+                                 (fitted_counterpart(wl.profile), "check: paper-fitted")):
             if prof_name is None:
                 continue
             profile = load_profile(prof_name)
-            tick = (lambda done, total, name, seed, m=model, b=basis:  # noqa: E731
-                    on_progress(f"{m} ({b}): {name}, seed {seed} ({done}/{total})")) if on_progress else None
-            runs = {(r.policy.name, r.seed): r.run for r in sweep(wl, policies, profile, seeds, steps, tick)}
+
+            def tick(done: int, total: int, name: str, seed: int, m: str = model,
+                     b: str = basis) -> None:
+                on_progress(f"{m} ({b}): {name}, seed {seed} ({done}/{total})")
+
+            progress = tick if on_progress else None
+            runs = {(r.policy.name, r.seed): r.run
+                    for r in sweep(wl, policies, profile, seeds, steps, progress)}
             base = [runs[(BASELINE, s)] for s in seeds]
             for system, name in SYSTEMS.items():
                 pol = [runs[(name, s)] for s in seeds]
-                speedup = float(np.mean([b.mean("step_time_s") / p.mean("step_time_s") for b, p in zip(base, pol)]))
-                published = next(e.speedup for e in pub.table_a if e.model == model and e.system == system)
-                rows.append(PaperRow("A", f"{model}, {system} [{prof_name}]", published, speedup, basis))
+                speedup = float(np.mean([b.mean("step_time_s") / p.mean("step_time_s")
+                                         for b, p in zip(base, pol)]))
+                published = next(e.speedup for e in pub.table_a if e.model == model
+                                 and e.system == system)
+                rows.append(PaperRow("A", f"{model}, {system} [{prof_name}]", published, speedup,
+                                     basis))
             if basis == "predicted":
                 measured_runs = (base, runs)
         base, runs = measured_runs
@@ -203,7 +228,8 @@ def progress_messages(seeds: int, split: Split | None = None) -> int:
     """How many messages `reproduce` sends its `on_progress` (a page shows the fraction done): one
     per Table A simulation, then with a split one for the measured parts, one per grid point, one
     per held-out model."""
-    per_model = sum(2 if fitted_counterpart(load_workload(w).profile) else 1 for w in WORKLOADS.values())
+    per_model = sum(2 if fitted_counterpart(load_workload(w).profile) else 1
+                    for w in WORKLOADS.values())
     table_a_sims = per_model * (1 + len(SYSTEMS)) * seeds
     return table_a_sims + (0 if split is None else 1 + len(split.points()) + len(WORKLOADS))
 
@@ -212,10 +238,12 @@ def _explain(model: str, wl: Workload | None, base: list[PolicyRun], tlt: list[P
              variant: str = "pre-registered") -> Explanation:
     b = base[0]
     share = float(np.mean([s.rollout_time_s / s.step_time_s for r in base for s in r.steps]))
-    roll = float(np.mean([x.mean("rollout_time_s") / y.mean("rollout_time_s") for x, y in zip(base, tlt)]))
+    roll = float(np.mean([x.mean("rollout_time_s") / y.mean("rollout_time_s")
+                          for x, y in zip(base, tlt)]))
     sd_share, accept = _sd_by_bucket(tlt[0])
     return Explanation(model, b.mean("step_time_s"), share, roll, _critical_shares(b),
-                       float(np.mean([r.mean("mean_accept_len") for r in tlt])), sd_share, accept, variant)
+                       float(np.mean([r.mean("mean_accept_len") for r in tlt])), sd_share, accept,
+                       variant)
 
 
 def _g_values(runs: list[PolicyRun]) -> tuple[float, float]:
@@ -265,10 +293,10 @@ def table_g(pub: Published, tlt_runs: dict[str, list[PolicyRun]]) -> list[PaperR
     """The `tlt` drafter's accepted length during RL (tokens per sequence-verify pass): in the first
     step (the warm start, aligned with the base model) and after spot training (the later steps)."""
     first, later = _g_values(tlt_runs[TABLE_G_WORKLOAD])
-    return [PaperRow("G", f"{TABLE_G_WORKLOAD}, base-aligned drafter (first step)", pub.table_g["rl_base_aligned"],
-                     first, "predicted", "tokens/pass"),
-            PaperRow("G", f"{TABLE_G_WORKLOAD}, RL-adapted drafter (later steps)", pub.table_g["rl_adapted"],
-                     later, "predicted", "tokens/pass")]
+    return [PaperRow("G", f"{TABLE_G_WORKLOAD}, base-aligned drafter (first step)",
+                     pub.table_g["rl_base_aligned"], first, "predicted", "tokens/pass"),
+            PaperRow("G", f"{TABLE_G_WORKLOAD}, RL-adapted drafter (later steps)",
+                     pub.table_g["rl_adapted"], later, "predicted", "tokens/pass")]
 
 
 @dataclass(frozen=True)
@@ -282,7 +310,8 @@ class Variant:
 
 
 def case_inputs(model: str, params: dict[str, float]) -> tuple[Workload, object]:
-    """A Table A case's measured parts, with the split's parameters applied (none: the measured parts alone)."""
+    """A Table A case's measured parts, with the split's parameters applied (none: the measured
+    parts alone)."""
     wl = load_workload(WORKLOADS[model])
     return calibrated(measured_parts(wl), load_profile(wl.profile), params)
 
@@ -297,7 +326,8 @@ def measured_variant(steps: int, seeds: list[int]) -> Variant:
     cases = {m: run_case(m, {}, steps, seeds) for m in WORKLOADS}
     return Variant({(m, s): v for m, c in cases.items() for s, v in c.speedups.items()},
                    _g_values(cases[TABLE_G_WORKLOAD].tlt),
-                   explanations=[_explain(m, None, c.base, c.tlt, "measured parts") for m, c in cases.items()])
+                   explanations=[_explain(m, None, c.base, c.tlt, "measured parts")
+                                 for m, c in cases.items()])
 
 
 def published_a(pub: Published) -> dict[tuple[str, str], float]:
@@ -306,10 +336,12 @@ def published_a(pub: Published) -> dict[tuple[str, str], float]:
 
 def calibrated_variant(pub: Published, split: Split, steps: int, seeds: list[int], calib_steps: int,
                        on_progress: Callable[[str], None] | None = None) -> Variant:
-    """Leave-one-model-out on the split's grid (simulated at `calib_steps`); each held-out model is then
-    simulated at `steps` with its round's parameters. Table G under the fit on all four models."""
+    """Leave-one-model-out on the split's grid (simulated at `calib_steps`); each held-out model is
+    then simulated at `steps` with its round's parameters. Table G under the fit on all four
+    models."""
     models = list(WORKLOADS)
-    grid = evaluate_grid(split, models, lambda m, p: run_case(m, p, calib_steps, seeds[:1]).speedups, on_progress)
+    grid = evaluate_grid(split, models,
+                         lambda m, p: run_case(m, p, calib_steps, seeds[:1]).speedups, on_progress)
     published = published_a(pub)
     rounds = leave_one_out(grid, published, models)
     speedups, expl = {}, []
@@ -320,10 +352,12 @@ def calibrated_variant(pub: Published, split: Split, steps: int, seeds: list[int
         speedups.update({(r.held_out, s): v for s, v in case.speedups.items()})
         expl.append(_explain(r.held_out, None, case.base, case.tlt, "calibrated (held out)"))
     everything = best_point(grid, published, models).params
-    return Variant(speedups, _g_values(run_case(TABLE_G_WORKLOAD, everything, steps, seeds).tlt), rounds, expl)
+    return Variant(speedups, _g_values(run_case(TABLE_G_WORKLOAD, everything, steps, seeds).tlt),
+                   rounds, expl)
 
 
-def _with_variants(rows: list[PaperRow], measured: Variant | None, calib: Variant | None) -> list[PaperRow]:
+def _with_variants(rows: list[PaperRow], measured: Variant | None,
+                   calib: Variant | None) -> list[PaperRow]:
     """The pre-registered rows with the measured-parts and calibrated values beside them."""
     out = []
     for r in rows:
@@ -332,10 +366,12 @@ def _with_variants(rows: list[PaperRow], measured: Variant | None, calib: Varian
             continue
         if r.table == "A":
             key = (r.case.split(",")[0], r.case.split(",")[1].split("[")[0].strip())
-            mp, cal = (measured.speedups[key] if measured else None), (calib.speedups[key] if calib else None)
+            mp = measured.speedups[key] if measured else None
+            cal = calib.speedups[key] if calib else None
         else:
             i = 0 if "first step" in r.case else 1
-            mp, cal = (measured.table_g[i] if measured else None), (calib.table_g[i] if calib else None)
+            mp = measured.table_g[i] if measured else None
+            cal = calib.table_g[i] if calib else None
         out.append(replace(r, measured_parts=mp, calibrated=cal))
     return out
 
@@ -343,7 +379,8 @@ def _with_variants(rows: list[PaperRow], measured: Variant | None, calib: Varian
 def reproduce(fit: PublishedFit, pub: Published, steps: int = 20, seeds: list[int] | None = None,
               on_progress: Callable[[str], None] | None = None, split: Split | None = None,
               calib_steps: int = 4) -> Reproduction:
-    """Pre-registered rows; with a split, also the measured-parts and leave-one-model-out columns."""
+    """Pre-registered rows; with a split, also the measured-parts and leave-one-model-out
+    columns."""
     seeds = seeds or [0]
     a_rows, expl, tlt_runs = table_a(pub, steps, seeds, on_progress)
     rows = a_rows + fit_rows(fit, pub) + table_g(pub, tlt_runs)
@@ -354,5 +391,6 @@ def reproduce(fit: PublishedFit, pub: Published, steps: int = 20, seeds: list[in
     if on_progress:
         on_progress("measured parts: simulated")
     calib = calibrated_variant(pub, split, steps, seeds, calib_steps, on_progress)
-    return Reproduction(_with_variants(rows, measured, calib), expl + measured.explanations + calib.explanations,
-                        steps, seeds, split.name, calib.rounds, calib_steps, counts)
+    return Reproduction(_with_variants(rows, measured, calib),
+                        expl + measured.explanations + calib.explanations, steps, seeds, split.name,
+                        calib.rounds, calib_steps, counts)

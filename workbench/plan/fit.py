@@ -29,28 +29,34 @@ def memory_fit(arch: Architecture, spec: dict, tp: int, sequence_tokens: int) ->
     """bf16 weights split over TP, KV heads split (or replicated past the KV-head count); what
     remains must hold one sequence of `sequence_tokens` (prompt + cap)."""
     if arch.heads % tp:
-        return MemoryFit(0.0, 0.0, 0, f"TP{tp} does not split the model's {arch.heads} attention heads")
+        return MemoryFit(0.0, 0.0, 0,
+                         f"TP{tp} does not split the model's {arch.heads} attention heads")
     gpu, misc = spec["gpu"], spec.get("misc", {})
     nccl = (misc.get("nccl_mem") or {}).get(tp, 0) if tp > 1 else 0
     usable = float(gpu["mem_capacity"]) - float(misc.get("other_mem", 0)) - float(nccl)
     weights = WEIGHT_BYTES * arch.params / tp
-    kv_per_token = arch.layers * 2 * max(1, arch.kv_heads // tp) * arch.head_dim * WEIGHT_BYTES  # per GPU
+    # per GPU
+    kv_per_token = arch.layers * 2 * max(1, arch.kv_heads // tp) * arch.head_dim * WEIGHT_BYTES
     free = usable - weights
     tokens = int(free // kv_per_token) if free > 0 else 0
     if tokens < sequence_tokens:
-        why = (f"the bf16 weights need {weights / 2**30:.1f} GiB per GPU at TP{tp}, {usable / 2**30:.1f} GiB usable"
-               if free <= 0 else f"after {weights / 2**30:.1f} GiB of weights per GPU at TP{tp} the KV cache holds "
-                                 f"{tokens:,} tokens, less than one {sequence_tokens:,}-token sequence")
+        if free <= 0:
+            why = (f"the bf16 weights need {weights / 2**30:.1f} GiB per GPU at TP{tp}, "
+                   f"{usable / 2**30:.1f} GiB usable")
+        else:
+            why = (f"after {weights / 2**30:.1f} GiB of weights per GPU at TP{tp} the KV cache "
+                   f"holds {tokens:,} tokens, less than one {sequence_tokens:,}-token sequence")
         return MemoryFit(weights, usable, tokens, why)
     return MemoryFit(weights, usable, tokens, "")
 
 
 def mean_response_tokens(wl: Workload, step: int) -> float:
-    """Mean response length at `step` (the run's longest point when lengths grow), capped: a lognormal
-    model's correct answers' median x exp(sigma^2 / 2), wrong ones `wrong_factor` times that; observed
-    lengths (replay, empirical) their mean over every batch."""
+    """Mean response length at `step` (the run's longest point when lengths grow), capped: a
+    lognormal model's correct answers' median x exp(sigma^2 / 2), wrong ones `wrong_factor` times
+    that; observed lengths (replay, empirical) their mean over every batch."""
     m, cap = wl.lengths, wl.max_response_tokens
     if m.kind != "lognormal":
         return min(float(cap), float(read_observed(m.data).length.mean()))
     correct = math.exp(log_median(m, cap, max(0, step)) + m.sigma ** 2 / 2)
-    return min(float(cap), m.mean_accuracy * correct + (1 - m.mean_accuracy) * correct * m.wrong_factor)
+    return min(float(cap),
+               m.mean_accuracy * correct + (1 - m.mean_accuracy) * correct * m.wrong_factor)

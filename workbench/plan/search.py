@@ -27,7 +27,8 @@ ANY = "any"  # the policy of a screened engine shape (no policy makes it fit)
 class PlanSpec:
     """What a plan searches and for what."""
 
-    workload: Workload  # the job: prompts, group size, lengths (its shape fields are what is searched)
+    # the job: prompts, group size, lengths (its shape fields are what is searched)
+    workload: Workload
     policies: tuple[Policy, ...]
     gpu: str
     price_per_gpu_hour: float
@@ -48,29 +49,36 @@ class PlanSpec:
         """Refuse bad inputs before any work, naming the option."""
         if (self.gpus is None) == (self.deadline_days is None):
             raise ConfigError("plan", "--gpus/--deadline-days", "both" if self.gpus else "neither",
-                              "exactly one: a GPU budget (--gpus N) or a deadline (--deadline-days D)")
+                              "exactly one: a GPU budget (--gpus N) or a deadline "
+                              "(--deadline-days D)")
         if self.gpus is not None and self.gpus < 1:
-            raise ConfigError("plan", "--gpus", self.gpus, "an integer >= 1 (the most GPUs the job may use)")
+            raise ConfigError("plan", "--gpus", self.gpus,
+                              "an integer >= 1 (the most GPUs the job may use)")
         if self.deadline_days is not None and not self.deadline_days > 0:
             raise ConfigError("plan", "--deadline-days", self.deadline_days, "a number of days > 0")
         if not self.price_per_gpu_hour > 0:
-            raise ConfigError("plan", "--price-per-gpu-hour", self.price_per_gpu_hour, "a price > 0 per GPU-hour")
+            raise ConfigError("plan", "--price-per-gpu-hour", self.price_per_gpu_hour,
+                              "a price > 0 per GPU-hour")
         for opt, values in (("--tp", self.tps), ("--max-batch", self.max_batches)):
             if not values or any(v < 1 for v in values):
-                raise ConfigError("plan", opt, list(values), "a comma-separated list of integers >= 1")
+                raise ConfigError("plan", opt, list(values),
+                                  "a comma-separated list of integers >= 1")
         if not self.policies:
             raise ConfigError("plan", "--policies", [], "at least one policy")
-        for opt, v in (("--trials", self.trials), ("--seeds", self.seeds), ("--sample-steps", self.sample_steps),
-                       ("--steps", self.n_steps), ("--max-gpus", self.max_gpus)):
+        for opt, v in (("--trials", self.trials), ("--seeds", self.seeds),
+                       ("--sample-steps", self.sample_steps), ("--steps", self.n_steps),
+                       ("--max-gpus", self.max_gpus)):
             if v < 1:
                 raise ConfigError("plan", opt, v, "an integer >= 1")
         if self.seed < 0:
             raise ConfigError("plan", "--seed", self.seed, "an integer >= 0")
         if self.gpu not in gpu_names():
             raise ConfigError("plan", "--gpu", self.gpu, "one of " + ", ".join(gpu_names()))
-        latest_version(self.gpu, self.framework)  # refuses a framework not measured on this GPU, naming it
+        # refuses a framework not measured on this GPU, naming it
+        latest_version(self.gpu, self.framework)
         if not self.model_name:
-            raise ConfigError("plan", "--model", "", "the model to plan for (the workload names none)")
+            raise ConfigError("plan", "--model", "",
+                              "the model to plan for (the workload names none)")
         load_architecture(self.architecture)
 
     @property
@@ -95,7 +103,8 @@ class PlanSpec:
 
     @property
     def space_size(self) -> int:
-        return len(set(self.tps)) * len(gpu_choices(self.cap)) * len(set(self.max_batches)) * len(self.policies)
+        shapes = len(set(self.tps)) * len(gpu_choices(self.cap)) * len(set(self.max_batches))
+        return shapes * len(self.policies)
 
     @property
     def goal(self) -> str:
@@ -103,7 +112,8 @@ class PlanSpec:
 
 
 def gpu_choices(cap: int) -> list[int]:
-    """The GPU counts searched: the cap and its halves down to 1/16 (whole counts only), largest first."""
+    """The GPU counts searched: the cap and its halves down to 1/16 (whole counts only), largest
+    first."""
     return sorted({cap // f for f in GPU_FRACTIONS if cap % f == 0 and cap // f >= 1}, reverse=True)
 
 
@@ -122,7 +132,8 @@ class Shape:
     def label(self) -> str:
         if self.gpus == 0:
             return f"TP{self.tp}, max batch {self.max_batch} (any GPU count, any policy)"
-        return f"{self.engines}x TP{self.tp} ({self.gpus} GPUs), max batch {self.max_batch}, {self.policy}"
+        return (f"{self.engines}x TP{self.tp} ({self.gpus} GPUs), max batch {self.max_batch}, "
+                f"{self.policy}")
 
 
 @dataclass
@@ -150,10 +161,12 @@ class PlanTrial:
 
 
 def pareto_front(trials: Sequence[PlanTrial]) -> list[PlanTrial]:
-    """Feasible trials no other feasible trial beats on both days and cost (one per shape), fastest first."""
+    """Feasible trials no other feasible trial beats on both days and cost (one per shape), fastest
+    first."""
     ok = {t.shape: t for t in trials if t.feasible}.values()
-    front = [t for t in ok if not any((o.days <= t.days and o.cost <= t.cost) and (o.days < t.days or o.cost < t.cost)
-                                      for o in ok)]
+    front = [t for t in ok
+             if not any((o.days <= t.days and o.cost <= t.cost)
+                        and (o.days < t.days or o.cost < t.cost) for o in ok)]
     return sorted(front, key=lambda t: (t.days, t.cost))
 
 
@@ -177,19 +190,22 @@ class Planner:
         self.profiles: dict[int, Profile | ConfigError] = {}
         self.done: dict[Shape, PlanTrial] = {}
         self.sequence_tokens = spec.sequence_tokens
-        self.mean_sequence_tokens = spec.workload.prompt_tokens + round(mean_response_tokens(spec.workload,
-                                                                                              spec.n_steps))
+        mean_response = mean_response_tokens(spec.workload, spec.n_steps)
+        self.mean_sequence_tokens = spec.workload.prompt_tokens + round(mean_response)
 
     def profile(self, tp: int) -> Profile:
         if tp not in self.profiles:
             s = self.spec
             try:
-                self.profiles[tp] = disk_cached_profile(s.architecture, s.gpu, tp, s.framework, s.workload.profile)
+                self.profiles[tp] = disk_cached_profile(s.architecture, s.gpu, tp, s.framework,
+                                                        s.workload.profile)
             except ConfigError as exc:
                 self.profiles[tp] = exc
-            except RuntimeError as exc:  # the package's PerfDataNotAvailableError: shapes it never measured
+            # the package's PerfDataNotAvailableError: shapes it never measured
+            except RuntimeError as exc:
                 why = f"a model and TP whose operators it measured ({exc})".replace("\n", " ")
-                self.profiles[tp] = ConfigError(f"measured database ({s.gpu}, {s.framework})", "tp", tp, why)
+                self.profiles[tp] = ConfigError(f"measured database ({s.gpu}, {s.framework})", "tp",
+                                                tp, why)
         got = self.profiles[tp]
         if isinstance(got, ConfigError):
             raise got
@@ -197,8 +213,9 @@ class Planner:
 
     def workload_for(self, shape: Shape, prof: Profile) -> Workload:
         c = prof.cluster
-        return replace(self.spec.workload, workers=shape.engines, gpus_per_worker=shape.tp, max_batch=shape.max_batch,
-                       profile=prof.name, model=c.model, gpu=c.gpu, framework=c.framework)
+        return replace(self.spec.workload, workers=shape.engines, gpus_per_worker=shape.tp,
+                       max_batch=shape.max_batch, profile=prof.name, model=c.model, gpu=c.gpu,
+                       framework=c.framework)
 
     def evaluate(self, number: int, shape: Shape) -> PlanTrial:
         if shape in self.done:
@@ -210,14 +227,16 @@ class Planner:
         return trial
 
     def engine_fit(self, tp: int, max_batch: int) -> tuple[str, int, int]:
-        """(why an engine of this TP and max batch cannot run, "" when it can; KV tokens it holds; KV
-        tokens a full batch at the mean length needs): the same for every GPU count and policy."""
+        """(why an engine of this TP and max batch cannot run, "" when it can; KV tokens it holds;
+        KV tokens a full batch at the mean length needs): the same for every GPU count and
+        policy."""
         fit = memory_fit(self.arch, self.system, tp, self.sequence_tokens)
         demand = max_batch * self.mean_sequence_tokens
         if fit.reason or demand <= fit.kv_tokens:
             return fit.reason, fit.kv_tokens, demand
-        return (f"a full batch of {max_batch} at the mean length needs {demand:,} KV tokens, the engine holds "
-                f"{fit.kv_tokens:,} (it would preempt, which the simulator does not model)", fit.kv_tokens, demand)
+        return (f"a full batch of {max_batch} at the mean length needs {demand:,} KV tokens, the "
+                f"engine holds {fit.kv_tokens:,} (it would preempt, which the simulator does not "
+                "model)", fit.kv_tokens, demand)
 
     def screen(self) -> tuple[list[tuple[int, int]], list[PlanTrial]]:
         """The (TP, max batch) pairs that can run, and a marked entry for each that cannot."""
@@ -235,23 +254,31 @@ class Planner:
     def _evaluate(self, number: int, shape: Shape) -> PlanTrial:
         s = self.spec
         if shape.gpus % shape.tp:
-            return PlanTrial(number, shape, "infeasible", f"TP{shape.tp} does not divide {shape.gpus} GPUs")
+            return PlanTrial(number, shape, "infeasible",
+                             f"TP{shape.tp} does not divide {shape.gpus} GPUs")
         why, kv, demand = self.engine_fit(shape.tp, shape.max_batch)
         if why:
-            return PlanTrial(number, shape, "infeasible", why, kv_tokens=kv, kv_demand_tokens=demand)
+            return PlanTrial(number, shape, "infeasible", why, kv_tokens=kv,
+                             kv_demand_tokens=demand)
         try:
             prof = self.profile(shape.tp)
             wl = self.workload_for(shape, prof)
             check_workload_profile(wl, prof, f"plan shape {shape.label}")
-            result = project(wl, [self.policies[shape.policy]], prof, s.seeds, s.n_steps, s.sample_steps,
-                             price_per_gpu_hour=s.price_per_gpu_hour, power=prof.power)
+            result = project(wl, [self.policies[shape.policy]], prof, s.seeds, s.n_steps,
+                             s.sample_steps, price_per_gpu_hour=s.price_per_gpu_hour,
+                             power=prof.power)
         except (ConfigError, ValueError) as exc:
-            return PlanTrial(number, shape, "infeasible", str(exc), kv_tokens=kv, kv_demand_tokens=demand)
-        mean = lambda key: None if (v := result.figure_values(shape.policy, key)) is None else float(v.mean())  # noqa: E731
+            return PlanTrial(number, shape, "infeasible", str(exc), kv_tokens=kv,
+                             kv_demand_tokens=demand)
+
+        def mean(key: str) -> float | None:
+            v = result.figure_values(shape.policy, key)
+            return None if v is None else float(v.mean())
+
         days = mean("days")
         late = s.deadline_days is not None and days > s.deadline_days
         return PlanTrial(number, shape, "deadline missed" if late else "ok",
-                         f"{days:.2f} days > deadline {s.deadline_days:g}" if late else "", prof.name, days,
-                         mean("gpu_hours"), mean("cost"), mean("energy_kwh"), mean("mean_step_min"), kv, demand,
-                         result.method)
+                         f"{days:.2f} days > deadline {s.deadline_days:g}" if late else "",
+                         prof.name, days, mean("gpu_hours"), mean("cost"), mean("energy_kwh"),
+                         mean("mean_step_min"), kv, demand, result.method)
 

@@ -28,17 +28,23 @@ class BatchLine:
     y: np.ndarray  # running batch
 
 
-def batch_lines(timeline: pd.DataFrame, rl_step: int, max_workers: int | None = None) -> list[BatchLine]:
-    rows = timeline[(timeline["rl_step"] == rl_step) & timeline["state"].astype(str).isin(["decode", "decode_sd"])]
+def batch_lines(timeline: pd.DataFrame, rl_step: int,
+                max_workers: int | None = None) -> list[BatchLine]:
+    decoding = timeline["state"].astype(str).isin(["decode", "decode_sd"])
+    rows = timeline[(timeline["rl_step"] == rl_step) & decoding]
     if max_workers is not None:
         rows = rows[rows["worker"] < max_workers]
     if rows.empty:
         return []
     t0 = float(timeline.loc[timeline["rl_step"] == rl_step, "start_s"].min())
-    label = rows["strategy"].astype(str).replace("", NO_SD_LABEL) if "strategy" in rows else NO_SD_LABEL
+    if "strategy" in rows:
+        label = rows["strategy"].astype(str).replace("", NO_SD_LABEL)
+    else:
+        label = NO_SD_LABEL
     rows = rows.assign(label=label)
     out = []
-    for (worker, strategy), g in rows.sort_values("start_s").groupby(["worker", "label"], sort=True):
+    by_line = rows.sort_values("start_s").groupby(["worker", "label"], sort=True)
+    for (worker, strategy), g in by_line:
         n = len(g)
         x = np.full(3 * n, np.nan)
         y = np.full(3 * n, np.nan)
@@ -54,12 +60,14 @@ def strategies(lines: list[BatchLine]) -> list[str]:
     return ([NO_SD_LABEL] if NO_SD_LABEL in names else []) + sorted(names - {NO_SD_LABEL})
 
 
-def batch_figure(timeline: pd.DataFrame, step: int, title: str = "", max_workers: int | None = 64) -> Figure:
+def batch_figure(timeline: pd.DataFrame, step: int, title: str = "",
+                 max_workers: int | None = 64) -> Figure:
     """Running batch per worker over one step (log scale), coloured by speculation strategy."""
     lines = batch_lines(timeline, step, max_workers)
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     ax = fig.subplots()
-    colors = {s: ("#4C78A8" if s == NO_SD_LABEL else f"C{i + 1}") for i, s in enumerate(strategies(lines))}
+    colors = {s: ("#4C78A8" if s == NO_SD_LABEL else f"C{i + 1}")
+              for i, s in enumerate(strategies(lines))}
     seen: set[str] = set()
     for ln in lines:
         ax.plot(ln.x, ln.y, color=colors[ln.strategy], lw=1.2, alpha=0.8,

@@ -89,13 +89,22 @@ from workbench.tune.study import (
     run_parallel,
     run_study,
 )
-from workbench.tune.targets import ALGORITHMS, EXPORTS, LEGACY, SPACES, TARGETS, check_target, default_target
+from workbench.tune.targets import (
+    ALGORITHMS,
+    EXPORTS,
+    LEGACY,
+    SPACES,
+    TARGETS,
+    check_target,
+    default_target,
+)
 
 __all__ = [
-    "ALGORITHMS", "DEFAULT_STORAGE", "EXPORTS", "LEGACY", "PRESETS", "PRUNE_MARGIN", "SPACES", "STEP_TIME", "TARGETS",
-    "TRAIN_GPU_S", "Evaluation", "TrialPrinter", "TuneSpec",
-    "best_policy", "best_trial", "canonical", "check_target", "comparison_frame", "comparison_text", "complete_trials",
-    "convergence_frame", "default_target", "evaluate", "finished_trials", "front_policies", "make_storage",
-    "objective", "open_study", "pareto_frame", "pareto_text", "params_for", "policy_of", "refusal", "run_parallel",
-    "run_study", "suggest_policy", "write_policy",
+    "ALGORITHMS", "DEFAULT_STORAGE", "EXPORTS", "LEGACY", "PRESETS", "PRUNE_MARGIN", "SPACES",
+    "STEP_TIME", "TARGETS", "TRAIN_GPU_S", "Evaluation", "TrialPrinter", "TuneSpec",
+    "best_policy", "best_trial", "canonical", "check_target", "comparison_frame", "comparison_text",
+    "complete_trials", "convergence_frame", "default_target", "evaluate", "finished_trials",
+    "front_policies", "make_storage", "objective", "open_study", "pareto_frame", "pareto_text",
+    "params_for", "policy_of", "refusal", "run_parallel", "run_study", "suggest_policy",
+    "write_policy",
 ]

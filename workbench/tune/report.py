@@ -50,31 +50,36 @@ def best_policy(study: optuna.Study, name: str | None = None) -> Policy:
     name = name or f"tuned-{study.study_name}"
     policy = policy_of(trial, name)
     fp = study.user_attrs.get("tune", {})
-    desc = (f"Tuned by tlt tune (study {study.study_name!r}, trial {trial.number}) on {fp.get('workload')} / "
-            f"{fp.get('profile')}, {fp.get('seeds')} seeds x {fp.get('steps')} steps: "
-            f"{trial.user_attrs[STEP_TIME]:.2f} s per step. {policy.description}")
+    desc = (f"Tuned by tlt tune (study {study.study_name!r}, trial {trial.number}) on "
+            f"{fp.get('workload')} / {fp.get('profile')}, {fp.get('seeds')} seeds x "
+            f"{fp.get('steps')} steps: {trial.user_attrs[STEP_TIME]:.2f} s per step. "
+            f"{policy.description}")
     return replace(policy, description=desc)
 
 
 def write_policy(policy: Policy, path: str | Path) -> None:
-    """Atomic write; the file loads with `workbench.contracts.policy.load_policy` and runs in `tlt sim`."""
+    """Atomic write; the file loads with `workbench.contracts.policy.load_policy` and runs in
+    `tlt sim`."""
     save(policy, path)
 
 
 def front_policies(study: optuna.Study, front: pd.DataFrame, name: str) -> dict[int, Policy]:
-    """Trial number -> the policy of each trial of a Pareto front (`pareto_frame`), named NAME-trial-N."""
+    """Trial number -> the policy of each trial of a Pareto front (`pareto_frame`), named
+    NAME-trial-N."""
     trials = set(front["trial"])
     return {int(t.number): policy_of(t, f"{name}-trial-{t.number}")
             for t in study.get_trials(deepcopy=False) if t.number in trials}
 
 
 def convergence_frame(study: optuna.Study) -> pd.DataFrame:
-    """Complete trials in order: trial, step_time_s, train_gpu_s, best_so_far (lowest step time so far), preset."""
+    """Complete trials in order: trial, step_time_s, train_gpu_s, best_so_far (lowest step time so
+    far), preset."""
     rows, best = [], math.inf
     for t in sorted(complete_trials(study), key=lambda t: t.number):
         step = t.values[0]
         best = min(best, step)
-        rows.append({"trial": t.number, STEP_TIME: step, TRAIN_GPU_S: t.user_attrs.get(TRAIN_GPU_S, math.nan),
+        rows.append({"trial": t.number, STEP_TIME: step,
+                     TRAIN_GPU_S: t.user_attrs.get(TRAIN_GPU_S, math.nan),
                      "best_so_far": best, "preset": t.user_attrs.get("preset", "")})
     return pd.DataFrame(rows, columns=["trial", STEP_TIME, TRAIN_GPU_S, "best_so_far", "preset"])
 
@@ -90,15 +95,19 @@ def pareto_frame(study: optuna.Study) -> pd.DataFrame:
         front = study.best_trials
     else:
         pts = [(t, t.values[0], t.user_attrs.get(TRAIN_GPU_S, 0.0)) for t in trials]
-        front = [t for t, s, g in pts if not any((s2 <= s and g2 <= g) and (s2 < s or g2 < g) for _, s2, g2 in pts)]
+        front = [t for t, s, g in pts
+                 if not any((s2 <= s and g2 <= g) and (s2 < s or g2 < g) for _, s2, g2 in pts)]
     rows = []
     for t in front:
         pol = policy_of(t)
-        rows.append({"trial": t.number, STEP_TIME: t.user_attrs[STEP_TIME], TRAIN_GPU_S: t.user_attrs[TRAIN_GPU_S],
-                     "drafter": pol.drafter.kind, "bandit": pol.bandit.algorithm, "sd_threshold": pol.sd_threshold,
+        rows.append({"trial": t.number, STEP_TIME: t.user_attrs[STEP_TIME],
+                     TRAIN_GPU_S: t.user_attrs[TRAIN_GPU_S],
+                     "drafter": pol.drafter.kind, "bandit": pol.bandit.algorithm,
+                     "sd_threshold": pol.sd_threshold,
                      "training": pol.spot_training.enabled,  # the tables' column name
                      "preset": t.user_attrs.get("preset", "")})
-    df = pd.DataFrame(rows, columns=["trial", STEP_TIME, TRAIN_GPU_S, "drafter", "bandit", "sd_threshold",
+    df = pd.DataFrame(rows,
+                      columns=["trial", STEP_TIME, TRAIN_GPU_S, "drafter", "bandit", "sd_threshold",
                                      "training", "preset"])
     return df.sort_values([STEP_TIME, TRAIN_GPU_S, "trial"]).reset_index(drop=True)
 
@@ -120,16 +129,19 @@ def comparison_frame(spec: TuneSpec, tuned: Policy, presets: Sequence[Policy] | 
         got = ran.get(pol.name)
         if got is None:
             ev = evaluate(spec.workload, pol, spec.profile, spec.seed_list, spec.n_steps)
-            got = {STEP_TIME: ev.step_time_s, "rollout_time_s": ev.rollout_time_s, TRAIN_GPU_S: ev.train_gpu_s,
-                   "mean_accept_len": ev.mean_accept_len}
+            got = {STEP_TIME: ev.step_time_s, "rollout_time_s": ev.rollout_time_s,
+                   TRAIN_GPU_S: ev.train_gpu_s, "mean_accept_len": ev.mean_accept_len}
         note = ""
-        if pol.drafter.warm_start and not spec.allow_warm_start and SPACES[spec.target].warm is None:
+        unsearched = not spec.allow_warm_start and SPACES[spec.target].warm is None
+        if pol.drafter.warm_start and unsearched:
             note = "warm start (offline drafter training, uncharged; outside the search space)"
         why = refusal(pol, spec.target)
         if why:
             note = f"outside the search space: {why}"
         rows.append({"policy": pol.name, **got, "note": note})
-    df = pd.DataFrame(rows, columns=["policy", STEP_TIME, "rollout_time_s", TRAIN_GPU_S, "mean_accept_len", "note"])
+    df = pd.DataFrame(rows,
+                      columns=["policy", STEP_TIME, "rollout_time_s", TRAIN_GPU_S,
+                               "mean_accept_len", "note"])
     names = list(df["policy"])
     ref = df.loc[names.index(BASELINE), STEP_TIME] if BASELINE in names else df.loc[0, STEP_TIME]
     df.insert(2, "speedup", ref / df[STEP_TIME])
@@ -157,11 +169,15 @@ def _ran_in(study: optuna.Study | None, tuned: Policy) -> dict[str, dict[str, fl
 def comparison_text(df: pd.DataFrame) -> str:
     rows = [[r.policy, f"{r.step_time_s:,.2f}", f"{r.speedup:.2f}x", f"{r.rollout_time_s:,.2f}",
              f"{r.train_gpu_s:,.0f}", f"{r.mean_accept_len:.2f}", r.note] for r in df.itertuples()]
-    return format_table(rows, ["policy", "step s", "speedup", "rollout s", "train GPU-s", "accept len", "note"])
+    return format_table(rows,
+                        ["policy", "step s", "speedup", "rollout s", "train GPU-s", "accept len",
+                         "note"])
 
 
 def pareto_text(df: pd.DataFrame) -> str:
     rows = [[str(r.trial), f"{r.step_time_s:,.2f}", f"{r.train_gpu_s:,.0f}", r.drafter, r.bandit,
              str(r.sd_threshold), "yes" if r.training else "no", r.preset] for r in df.itertuples()]
-    return format_table(rows, ["trial", "step s", "train GPU-s", "drafter", "bandit", "threshold", "training",
+    return format_table(rows,
+                        ["trial", "step s", "train GPU-s", "drafter", "bandit", "threshold",
+                         "training",
                                "preset"])

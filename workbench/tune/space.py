@@ -62,14 +62,16 @@ ARM_SETS = {
 TREES = ("chain", "8_4_8", "8_4_16", "8_4_32", "8_4_48")
 # SGLang / FastRL: a bucket's EAGLE strategy, trees then chains (8_1_9 is a chain of 8); SD off is
 # the threshold's.
-FASTRL_STRATEGIES = ("8_4_48", "8_4_32", "8_4_16", "8_4_8", *(f"{k}_1_{k + 1}" for k in range(8, 0, -1)))
+FASTRL_STRATEGIES = ("8_4_48", "8_4_32", "8_4_16", "8_4_8",
+                     *(f"{k}_1_{k + 1}" for k in range(8, 0, -1)))
 LR_RANGE = (1e-6, 1e-2)
 TRAIN_STEPS_RANGE = (100, 20000)
 BUFFER_RANGE = (1, 4)
 TRAIN_INTERVALS = (1, 2, 5, 10)  # spot-train every N-th RL step (FastRL: 10)
 EPSILON_RANGE = (0.01, 0.5)
 WINDOW_RANGE = (4, 256)
-INTERVAL_RANGE = (8, 512)  # shorter intervals, and median rewards, make a simulated trial 10-40x slower
+# shorter intervals, and median rewards, make a simulated trial 10-40x slower
+INTERVAL_RANGE = (8, 512)
 SWITCH_MARGIN_RANGE = (0.0, 0.5)
 
 
@@ -85,8 +87,9 @@ def _edge_candidates(threshold: int, extra: Sequence[int] = ()) -> list[int]:
     return sorted(e for e in twos | set(extra) if e < threshold)
 
 
-def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: bool = False,
-                   name: str = "trial", target: str = "sim") -> Policy:
+def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload,
+                   allow_warm_start: bool = False, name: str = "trial",
+                   target: str = "sim") -> Policy:
     """One valid Policy from the trial's suggestions (constructed valid; never pruned).
 
     Parameters are conditional: a bucket's draft length exists only for a fixed
@@ -123,7 +126,8 @@ def suggest_policy(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm
         defaults = BanditConfig()
         epsilon = (trial.suggest_float("epsilon", *EPSILON_RANGE, log=True)
                    if algorithm in ("beg", "egreedy") else defaults.epsilon)
-        window = trial.suggest_int("window", *WINDOW_RANGE, log=True) if algorithm == "beg" else defaults.window
+        beg = algorithm == "beg"
+        window = trial.suggest_int("window", *WINDOW_RANGE, log=True) if beg else defaults.window
         interval = trial.suggest_int("decision_interval", *INTERVAL_RANGE, log=True)
         bandit = BanditConfig(algorithm=algorithm, arms=arms, epsilon=epsilon, window=window,
                               decision_interval=interval)
@@ -153,7 +157,8 @@ def _eagle(trial: optuna.trial.BaseTrial, workload: Workload, allow_warm_start: 
     where the target runs them."""
     warm = space.warm if space.warm is not None else (
         trial.suggest_categorical("warm_start", [False, True]) if allow_warm_start else False)
-    fallback = trial.suggest_categorical("ngram_fallback", [False, True]) if space.fallback else False
+    fallback = (trial.suggest_categorical("ngram_fallback", [False, True]) if space.fallback
+                else False)
     margin = trial.suggest_float("switch_margin", *SWITCH_MARGIN_RANGE) if fallback else 0.0
     drafter = DrafterConfig(kind=DrafterKind.EAGLE, warm_start=warm, ngram_fallback=fallback,
                             switch_margin=margin)
@@ -174,7 +179,8 @@ def _falling_strategies(trial: optuna.trial.BaseTrial, uppers: list[int]) -> lis
     """FastRL's buckets: one EAGLE strategy each (`fastrl_U`), given to the buckets in falling order
     of verified tokens (its MAB's rule: a larger batch verifies strictly fewer); of two
     strategies verifying as many, the first chosen holds both buckets (they merge into one)."""
-    picked = [Strategy.parse(trial.suggest_categorical(f"fastrl_{u}", list(FASTRL_STRATEGIES))) for u in uppers]
+    picked = [Strategy.parse(trial.suggest_categorical(f"fastrl_{u}", list(FASTRL_STRATEGIES)))
+              for u in uppers]
     picked.sort(key=lambda s: -s.verify_tokens)
     for i in range(1, len(picked)):
         if picked[i].verify_tokens == picked[i - 1].verify_tokens:
@@ -183,7 +189,8 @@ def _falling_strategies(trial: optuna.trial.BaseTrial, uppers: list[int]) -> lis
 
 
 def _fixed_strategy(trial: optuna.trial.BaseTrial, upper: int, trees: bool) -> Strategy:
-    """A fixed-table bucket's strategy: a tree (`tree_U`, only where `trees`) or a chain (`draft_len_U`)."""
+    """A fixed-table bucket's strategy: a tree (`tree_U`, only where `trees`) or a chain
+    (`draft_len_U`)."""
     tree = trial.suggest_categorical(f"tree_{upper}", list(TREES)) if trees else "chain"
     if tree != "chain":
         return Strategy.parse(tree)
@@ -255,19 +262,20 @@ def canonical(policy: Policy) -> Policy:
 
     Two policies with equal canonical forms simulate identically: name and
     description; bandit settings an algorithm does not read; a bandit's schedule
-    draft lengths (it only uses the rows as buckets; `climb` starts at them); the switch margin without
-    n-gram fallback; spot-training settings when spot training is off.
+    draft lengths (it only uses the rows as buckets; `climb` starts at them); the switch margin
+    without n-gram fallback; spot-training settings when spot training is off.
     """
     p = replace(policy, name="-", description="")
     if p.drafter.kind == DrafterKind.NONE or p.sd_threshold == 0:
-        return replace(p, sd_threshold=0, schedule=(), bandit=BanditConfig(), drafter=DrafterConfig(),
-                       spot_training=SpotTraining())
+        return replace(p, sd_threshold=0, schedule=(), bandit=BanditConfig(),
+                       drafter=DrafterConfig(), spot_training=SpotTraining())
     b, d = BanditConfig(), p.bandit
     if d.algorithm == "fixed":
         bandit = BanditConfig(algorithm="fixed")
     else:
         bandit = BanditConfig(algorithm=d.algorithm, arms=tuple(sorted(d.arms)),
-                              epsilon=d.epsilon if d.algorithm in ("beg", "egreedy", "climb") else b.epsilon,
+                              epsilon=d.epsilon if d.algorithm in ("beg", "egreedy", "climb")
+                              else b.epsilon,
                               window=d.window if d.algorithm in ("beg", "climb") else b.window,
                               decision_interval=d.decision_interval, reward_stat=d.reward_stat)
     # Rows above the threshold are never used; the last used row ends at the threshold.
@@ -286,7 +294,8 @@ def canonical(policy: Policy) -> Policy:
 
 def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = False,
                target: str = "sim") -> dict[str, Any] | None:
-    """The trial parameters that rebuild `policy` (up to `canonical`), or None if it lies outside the space.
+    """The trial parameters that rebuild `policy` (up to `canonical`), or None if it lies outside
+    the space.
 
     Used to enqueue the presets as the study's first trials.
     """
@@ -306,7 +315,8 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
                     upper = min(r.max_batch, policy.sd_threshold)
                     params[f"draft_len_{upper}"] = r.draft_len
                     params[f"tree_{upper}"] = "chain" if r.strategy.is_chain else r.strategy.name
-                    params[f"fastrl_{upper}"] = f"{r.strategy.steps}_{r.strategy.topk}_{r.strategy.verify_tokens}"
+                    s = r.strategy
+                    params[f"fastrl_{upper}"] = f"{s.steps}_{s.topk}_{s.verify_tokens}"
         else:
             keys = [k for k, v in ARM_SETS.items() if sorted(v) == sorted(policy.bandit.arms)]
             if not keys:
@@ -314,12 +324,13 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
             params.update(arms=keys[0], epsilon=policy.bandit.epsilon, window=policy.bandit.window,
                           decision_interval=policy.bandit.decision_interval)
         if policy.drafter.kind == DrafterKind.EAGLE:
-            params.update(warm_start=policy.drafter.warm_start, ngram_fallback=policy.drafter.ngram_fallback,
+            params.update(warm_start=policy.drafter.warm_start,
+                          ngram_fallback=policy.drafter.ngram_fallback,
                           switch_margin=policy.drafter.switch_margin,
                           training=policy.spot_training.enabled)
             t = policy.spot_training
-            params.update(min_idle_workers=t.min_idle_workers, lr=t.lr, train_steps=t.steps, buffer=t.buffer,
-                          train_interval=t.interval_steps)
+            params.update(min_idle_workers=t.min_idle_workers, lr=t.lr, train_steps=t.steps,
+                          buffer=t.buffer, train_interval=t.interval_steps)
     trial = StrictFixedTrial(params)
     try:
         rebuilt = suggest_policy(trial, workload, allow_warm_start, target=target)
@@ -331,7 +342,8 @@ def params_for(policy: Policy, workload: Workload, allow_warm_start: bool = Fals
 
 
 class StrictFixedTrial(optuna.trial.FixedTrial):
-    """A FixedTrial that refuses values outside a parameter's distribution and records what was asked."""
+    """A FixedTrial that refuses values outside a parameter's distribution and records what was
+    asked."""
 
     def __init__(self, params: dict[str, Any]):
         super().__init__(params)

@@ -59,7 +59,8 @@ from workbench.contracts.workload import Workload
 from workbench.tune.space import SPACE_VERSION, params_for, suggest_policy
 from workbench.tune.targets import check_target
 
-DEFAULT_STORAGE = "sqlite:///runs/tlt-studies.db"  # under runs/ of the current directory (made when missing)
+# under runs/ of the current directory (made when missing)
+DEFAULT_STORAGE = "sqlite:///runs/tlt-studies.db"
 PRUNE_MARGIN = 0.10
 JOURNAL_PREFIX = "journal:"
 SQLITE_PREFIX = "sqlite:///"
@@ -81,12 +82,15 @@ class Evaluation:
 
     def attrs(self) -> dict[str, Any]:
         """As a trial records it (user attributes)."""
-        return {STEP_TIME: self.step_time_s, TRAIN_GPU_S: self.train_gpu_s, "rollout_time_s": self.rollout_time_s,
-                "mean_accept_len": self.mean_accept_len, "per_seed_step_time_s": list(self.per_seed_step_time_s)}
+        return {STEP_TIME: self.step_time_s, TRAIN_GPU_S: self.train_gpu_s,
+                "rollout_time_s": self.rollout_time_s,
+                "mean_accept_len": self.mean_accept_len,
+                "per_seed_step_time_s": list(self.per_seed_step_time_s)}
 
 
 def evaluate(workload: Workload, policy: Policy, profile: Profile, seeds: Iterable[int],
-             steps: int | None = None, after_seed: Callable[["Evaluation"], None] | None = None) -> Evaluation:
+             steps: int | None = None,
+             after_seed: Callable[["Evaluation"], None] | None = None) -> Evaluation:
     """Simulate `policy` once per seed (the same seeds for every policy: common random numbers);
     `after_seed` hears the evaluation so far after each seed (it may stop it by raising)."""
     step_times, train, rollout, accept = [], [], [], []
@@ -97,10 +101,12 @@ def evaluate(workload: Workload, policy: Policy, profile: Profile, seeds: Iterab
         rollout.append(run.mean("rollout_time_s"))
         accept.append(run.mean("mean_accept_len"))
         # Spot-training worker-seconds -> GPU-seconds (a worker is gpus_per_worker GPUs).
-        train.append(sum(s.drafter_train_fraction * s.rollout_time_s for s in run.steps) / len(run.steps)
+        train.append(sum(s.drafter_train_fraction * s.rollout_time_s for s in run.steps)
+                     / len(run.steps)
                      * workload.workers * workload.gpus_per_worker)
         n = len(step_times)
-        ev = Evaluation(sum(step_times) / n, sum(train) / n, sum(rollout) / n, sum(accept) / n, tuple(step_times))
+        ev = Evaluation(sum(step_times) / n, sum(train) / n, sum(rollout) / n, sum(accept) / n,
+                        tuple(step_times))
         if after_seed is not None and i < len(seeds) - 1:
             after_seed(ev)
     return ev
@@ -116,7 +122,8 @@ class TuneSpec:
     steps: int | None = None  # RL steps per simulation (None: the workload's)
     multi_objective: bool = False
     allow_warm_start: bool = False
-    target: str = "sim"  # the stack the tuned policy runs on: its space only (workbench/tune/targets.py)
+    # the stack the tuned policy runs on: its space only (workbench/tune/targets.py)
+    target: str = "sim"
     prune: bool = True  # stop hopeless trials after a seed (single objective; module docstring)
 
     def __post_init__(self) -> None:
@@ -132,20 +139,22 @@ class TuneSpec:
 
     def fingerprint(self) -> dict[str, Any]:
         def digest(obj: Any) -> str:
-            return hashlib.sha256(json.dumps(to_mapping(obj), sort_keys=True).encode()).hexdigest()[:16]
+            text = json.dumps(to_mapping(obj), sort_keys=True)
+            return hashlib.sha256(text.encode()).hexdigest()[:16]
 
         return {"workload": self.workload.name, "workload_sha": digest(self.workload),
                 "profile": self.profile.name, "profile_sha": digest(self.profile),
                 "seeds": self.seeds, "steps": self.n_steps, "multi_objective": self.multi_objective,
-                "allow_warm_start": self.allow_warm_start, "target": self.target, "space_version": SPACE_VERSION}
+                "allow_warm_start": self.allow_warm_start, "target": self.target,
+                "space_version": SPACE_VERSION}
 
 
 def objective(spec: TuneSpec) -> Callable[[optuna.trial.Trial], float | tuple[float, float]]:
     """The Optuna objective: build the trial's policy, simulate it on every seed, record it."""
 
     def run(trial: optuna.trial.Trial) -> float | tuple[float, float]:
-        policy = suggest_policy(trial, spec.workload, spec.allow_warm_start, name=f"trial-{trial.number}",
-                                target=spec.target)
+        policy = suggest_policy(trial, spec.workload, spec.allow_warm_start,
+                                name=f"trial-{trial.number}", target=spec.target)
         trial.set_user_attr("policy", to_mapping(policy))
         t0 = time.perf_counter()
         prune = spec.prune and not spec.multi_objective and "preset" not in trial.user_attrs
@@ -171,7 +180,8 @@ def _prune_if_hopeless(trial: optuna.trial.Trial, ev: Evaluation, t0: float) -> 
     on_same = best.user_attrs.get("per_seed_step_time_s", [])[:k]
     if len(on_same) < k or ev.step_time_s <= (1 + PRUNE_MARGIN) * sum(on_same) / k:
         return
-    for key, value in {**ev.attrs(), "sim_seconds": time.perf_counter() - t0, "pruned_after": k}.items():
+    for key, value in {**ev.attrs(), "sim_seconds": time.perf_counter() - t0,
+                       "pruned_after": k}.items():
         trial.set_user_attr(key, value)
     raise optuna.TrialPruned(f"{ev.step_time_s / (sum(on_same) / k) - 1:.0%} behind trial "
                              f"{best.number} "
@@ -179,28 +189,31 @@ def _prune_if_hopeless(trial: optuna.trial.Trial, ev: Evaluation, t0: float) -> 
 
 
 def make_storage(url: str | None) -> optuna.storages.BaseStorage:
-    """An RDB storage for a URL (heartbeats mark trials of killed runs as failed), a journal file for
-    'journal:PATH' (safe for several processes on one machine, or on a shared file system with locks),
-    or in-memory for None/'memory'."""
+    """An RDB storage for a URL (heartbeats mark trials of killed runs as failed), a journal file
+    for 'journal:PATH' (safe for several processes on one machine, or on a shared file system with
+    locks), or in-memory for None/'memory'."""
     if url is None or url in ("", "memory", ":memory:"):
         return optuna.storages.InMemoryStorage()
     if url.startswith(JOURNAL_PREFIX):
         Path(url[len(JOURNAL_PREFIX):]).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(url[len(JOURNAL_PREFIX):]))
     if url.startswith(SQLITE_PREFIX) and url[len(SQLITE_PREFIX):] not in ("", ":memory:"):
-        Path(url[len(SQLITE_PREFIX):]).parent.mkdir(parents=True, exist_ok=True)  # runs/ of a fresh checkout
+        # runs/ of a fresh checkout
+        Path(url[len(SQLITE_PREFIX):]).parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
         # A trial whose process was killed stops beating; the next run marks it failed
         # once it has been silent for grace_period seconds.
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=10, grace_period=30)
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=10,
+                                          grace_period=30)
 
 
-def open_study(spec: TuneSpec, study_name: str, storage: str | optuna.storages.BaseStorage | None = DEFAULT_STORAGE,
+def open_study(spec: TuneSpec, study_name: str,
+               storage: str | optuna.storages.BaseStorage | None = DEFAULT_STORAGE,
                sampler_seed: int = 0, worker: int = 0) -> optuna.Study:
-    """Create the study, or load it to resume; refuse one created for something else. Worker k > 0 of a
-    parallel run samples with its own seed (the same storage, a distinct sampler stream).
+    """Create the study, or load it to resume; refuse one created for something else. Worker k > 0
+    of a parallel run samples with its own seed (the same storage, a distinct sampler stream).
 
     Raises ConfigError (field 'study') when the stored study optimises another
     workload, profile, seed count, step count, objective or search space.
@@ -219,7 +232,8 @@ def open_study(spec: TuneSpec, study_name: str, storage: str | optuna.storages.B
         have = existing.user_attrs.get("tune")
         if have != want:
             if isinstance(have, dict):
-                diff = ", ".join(f"{k} was {have.get(k)!r}, now {v!r}" for k, v in want.items() if have.get(k) != v)
+                diff = ", ".join(f"{k} was {have.get(k)!r}, now {v!r}" for k, v in want.items()
+                                 if have.get(k) != v)
             else:
                 diff = "it was not created by tlt tune"
             raise ConfigError(f"study {study_name!r}", "study", study_name,
@@ -229,16 +243,19 @@ def open_study(spec: TuneSpec, study_name: str, storage: str | optuna.storages.B
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # Multivariate TPE with groups: the space is conditional (which parameters exist
         # depends on the drafter, the bandit and the bucket edges).
-        seed = derive_seed(sampler_seed, Stream.TUNE_SAMPLER, n_before, *((worker,) if worker else ()))
+        seed = derive_seed(sampler_seed, Stream.TUNE_SAMPLER, n_before,
+                           *((worker,) if worker else ()))
         sampler = optuna.samplers.TPESampler(seed=seed,
                                              multivariate=True, group=True, n_startup_trials=10)
-        study = optuna.create_study(storage=store, study_name=study_name, directions=directions, sampler=sampler,
-                                    load_if_exists=True)
+        study = optuna.create_study(storage=store, study_name=study_name, directions=directions,
+                                    sampler=sampler, load_if_exists=True)
         if fresh:
             study.set_user_attr("tune", want)
-            study.set_metric_names([STEP_TIME, "train_gpu_s_per_step"] if spec.multi_objective else [STEP_TIME])
+            study.set_metric_names([STEP_TIME, "train_gpu_s_per_step"] if spec.multi_objective
+                                   else [STEP_TIME])
             for name in PRESETS:
-                params = params_for(load_policy(name), spec.workload, spec.allow_warm_start, spec.target)
+                params = params_for(load_policy(name), spec.workload, spec.allow_warm_start,
+                                    spec.target)
                 if params is not None:
                     study.enqueue_trial(params, user_attrs={"preset": name}, skip_if_exists=True)
         if isinstance(store, optuna.storages.RDBStorage) and store.get_heartbeat_interval():
@@ -254,7 +271,8 @@ def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The trials that count towards a study's total: complete ones and those pruned as hopeless."""
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    states = (TrialState.COMPLETE, TrialState.PRUNED)
+    return [t for t in study.get_trials(deepcopy=False, states=states)
             if t.state == TrialState.COMPLETE or "pruned_after" in t.user_attrs]
 
 
@@ -287,12 +305,14 @@ def run_study(study: optuna.Study, spec: TuneSpec, trials: int,
     def count(study: optuna.Study, trial: FrozenTrial) -> None:
         if trial.state == TrialState.COMPLETE or "pruned_after" in trial.user_attrs:
             mine.append(trial.number)
-        if len(finished_trials(study)) >= trials:  # even when another process works on the same study
+        # even when another process works on the same study
+        if len(finished_trials(study)) >= trials:
             study.stop()
 
     while remaining > 0 and not gated_out:
         before = len(mine)
-        study.optimize(gated, n_trials=remaining, callbacks=[*callbacks, count], gc_after_trial=False)
+        study.optimize(gated, n_trials=remaining, callbacks=[*callbacks, count],
+                       gc_after_trial=False)
         remaining = trials - len(finished_trials(study))
         if len(mine) == before:  # every trial failed, or other processes hold the rest: do not spin
             break
@@ -303,31 +323,36 @@ def enough_trials(study: optuna.Study, number: int, trials: int, since: datetime
     """Whether trial `number` is one too many: finished trials plus those running that began before
     it (and after `since`)."""
     held = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    running = [t for t in held if t.number < number and t.datetime_start is not None and t.datetime_start >= since]
+    running = [t for t in held if t.number < number and t.datetime_start is not None
+               and t.datetime_start >= since]
     return len(finished_trials(study)) + len(running) >= trials
 
 
-def _tune_worker(spec: TuneSpec, study_name: str, storage: str, trials: int, sampler_seed: int, worker: int,
-                 progress: bool, since: datetime.datetime) -> int:
+def _tune_worker(spec: TuneSpec, study_name: str, storage: str, trials: int, sampler_seed: int,
+                 worker: int, progress: bool, since: datetime.datetime) -> int:
     """One process of `run_parallel` (module level: spawned processes import it)."""
     study = open_study(spec, study_name, storage, sampler_seed, worker)
-    printer = [TrialPrinter(trials, spec.multi_objective, prefix=f"[worker {worker}] ")] if progress else []
+    prefix = f"[worker {worker}] "
+    printer = [TrialPrinter(trials, spec.multi_objective, prefix=prefix)] if progress else []
     return run_study(study, spec, trials, printer, since)
 
 
-def run_parallel(spec: TuneSpec, study_name: str, storage: str, trials: int, workers: int, sampler_seed: int = 0,
-                 progress: bool = True) -> int:
-    """Run the study's trials in `workers` processes against one storage (an RDB URL or 'journal:PATH';
-    not 'memory', which a process cannot share); returns how many trials ran now."""
+def run_parallel(spec: TuneSpec, study_name: str, storage: str, trials: int, workers: int,
+                 sampler_seed: int = 0, progress: bool = True) -> int:
+    """Run the study's trials in `workers` processes against one storage (an RDB URL or
+    'journal:PATH'; not 'memory', which a process cannot share); returns how many trials ran now."""
     if storage in ("", "memory", ":memory:"):
-        raise ConfigError("--storage", "storage", storage, "a storage several processes share with --workers > 1: "
-                          "'journal:PATH' (a file) or an RDB URL such as "
-                          "sqlite:///runs/tlt-studies.db")
+        raise ConfigError("--storage", "storage", storage,
+                          "a storage several processes share with --workers > 1: 'journal:PATH' "
+                          "(a file) or an RDB URL such as sqlite:///runs/tlt-studies.db")
     since = datetime.datetime.now()
-    open_study(spec, study_name, storage, sampler_seed)  # created once, with its preset trials, before the workers
-    ctx = multiprocessing.get_context("spawn")  # fork would share the storage's connections and Ray's threads
+    # created once, with its preset trials, before the workers
+    open_study(spec, study_name, storage, sampler_seed)
+    # fork would share the storage's connections and Ray's threads
+    ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        jobs = [pool.submit(_tune_worker, spec, study_name, storage, trials, sampler_seed, k, progress, since)
+        jobs = [pool.submit(_tune_worker, spec, study_name, storage, trials, sampler_seed, k,
+                            progress, since)
                 for k in range(workers)]
         return sum(j.result() for j in jobs)
 
@@ -336,7 +361,8 @@ class TrialPrinter:
     """An Optuna callback printing one line per finished trial (to stderr by default)."""
 
     def __init__(self, total: int, multi_objective: bool = False, stream=None, prefix: str = ""):
-        self.total, self.multi, self.stream, self.prefix = total, multi_objective, stream or sys.stderr, prefix
+        self.total, self.multi, self.prefix = total, multi_objective, prefix
+        self.stream = stream or sys.stderr
         self.t0 = time.perf_counter()
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
@@ -346,7 +372,8 @@ class TrialPrinter:
         if "pruned_after" in trial.user_attrs:
             print(f"{head}  step {trial.user_attrs[STEP_TIME]:,.2f} s on "
                   f"{trial.user_attrs['pruned_after']} "
-                  f"seed(s): pruned (over {PRUNE_MARGIN:.0%} behind the best)", file=self.stream, flush=True)
+                  f"seed(s): pruned (over {PRUNE_MARGIN:.0%} behind the best)",
+                  file=self.stream, flush=True)
             return
         if trial.state != TrialState.COMPLETE:
             print(f"{head}  {trial.state.name.lower()}", file=self.stream, flush=True)
@@ -355,9 +382,10 @@ class TrialPrinter:
         tag = f"  [preset {preset}]" if preset else ""
         if self.multi:
             front = len(study.best_trials)
-            print(f"{head}  step {trial.values[0]:,.2f} s  train {trial.values[1]:,.0f} GPU-s/step  "
-                  f"front {front}{tag}", file=self.stream, flush=True)
+            print(f"{head}  step {trial.values[0]:,.2f} s  train {trial.values[1]:,.0f} "
+                  f"GPU-s/step  front {front}{tag}", file=self.stream, flush=True)
         else:
             best = study.best_trial
-            print(f"{head}  step {trial.value:,.2f} s  best {best.value:,.2f} s (#{best.number}){tag}",
+            print(f"{head}  step {trial.value:,.2f} s  best {best.value:,.2f} s "
+                  f"(#{best.number}){tag}",
                   file=self.stream, flush=True)

@@ -48,17 +48,19 @@ class ImportReport:
 
 
 def infer_cap(obs: ObservedLengths, cap: int | None) -> tuple[int, str]:
-    """The cap: given, or the longest length when several responses stop exactly there (a mass at the
-    cap), or the next power of two above the longest (a guess, said as one)."""
+    """The cap: given, or the longest length when several responses stop exactly there (a mass at
+    the cap), or the next power of two above the longest (a guess, said as one)."""
     top = int(obs.length.max())
     if cap is not None:
         if top > cap:
-            raise ConfigError("--cap", "cap", cap, f"a cap >= the longest response in the files ({top} tokens)")
+            raise ConfigError("--cap", "cap", cap,
+                              f"a cap >= the longest response in the files ({top} tokens)")
         return cap, "given (--cap)"
     if int((obs.length == top).sum()) >= max(2, math.ceil(0.001 * obs.responses)):
         return top, f"inferred: {int((obs.length == top).sum())} responses stop at {top}"
     guess = max(16, 1 << (top - 1).bit_length())
-    return guess, f"not evident (the longest, {top}, is no mass): assumed {guess}, the next power of two; pass --cap"
+    return guess, (f"not evident (the longest, {top}, is no mass): assumed {guess}, the next power "
+                   "of two; pass --cap")
 
 
 def report(obs: ObservedLengths, cap: int, cap_how: str, steps: list[int]) -> ImportReport:
@@ -68,16 +70,20 @@ def report(obs: ObservedLengths, cap: int, cap_how: str, steps: list[int]) -> Im
     for b, ids in enumerate(obs.batch_groups):
         x = lengths[obs.batch == b]
         med = float(np.median(x))
-        rows.append(StepRow(steps[b] if b < len(steps) else b, len(ids), len(x), med, float(np.quantile(x, 0.9)),
-                            int(x.max()), float(x.max() / med) if med else 0.0, float(np.mean(x >= cap))))
-    ranks = {int(r): int((obs.rank == r).sum()) for r in np.unique(obs.rank)} if len(obs.rank_values) else {}
+        rows.append(StepRow(steps[b] if b < len(steps) else b, len(ids), len(x), med,
+                            float(np.quantile(x, 0.9)), int(x.max()),
+                            float(x.max() / med) if med else 0.0, float(np.mean(x >= cap))))
+    ranks = ({int(r): int((obs.rank == r).sum()) for r in np.unique(obs.rank)}
+             if len(obs.rank_values) else {})
     known_prompt = obs.prompt_tokens[obs.prompt_tokens != UNKNOWN]
     first = obs.starts[:-1]
     mixed = obs.mixed[first]
-    return ImportReport(obs.responses, obs.batches, obs.groups, (int(sizes.min()), int(np.median(sizes)),
+    return ImportReport(obs.responses, obs.batches, obs.groups,
+                        (int(sizes.min()), int(np.median(sizes)),
                                                                  int(sizes.max())),
                         cap, cap_how, float(np.mean(lengths >= cap)),
-                        {"p50": float(np.quantile(lengths, 0.5)), "p90": float(np.quantile(lengths, 0.9)),
+                        {"p50": float(np.quantile(lengths, 0.5)),
+                         "p90": float(np.quantile(lengths, 0.9)),
                          "p99": float(np.quantile(lengths, 0.99)), "max": float(lengths.max())},
                         rows, ranks, float(np.median(known_prompt)) if len(known_prompt) else None,
                         bool((obs.correct != UNKNOWN).all()),
@@ -101,11 +107,13 @@ def build_workload(im: Imported, base: Workload, name: str, mode: str, cap: int,
     known = obs.prompt_tokens[obs.prompt_tokens != UNKNOWN]
     fitted = fit.model if fit is not None else LengthModel()
     lengths = replace(fitted, kind="lognormal" if mode == "fit" else mode, data=data_file)
-    wl = replace(base, name=name, description=description or default_description(im, base, lengths.kind),
+    wl = replace(base, name=name,
+                 description=description or default_description(im, base, lengths.kind),
                  source=source,
-                 prompts_per_step=prompts, group_size=int(np.median(sizes)), max_response_tokens=cap,
-                 prompt_tokens=int(np.median(known)) if len(known) else base.prompt_tokens, steps=steps,
-                 lengths=lengths, dynamic_sampling=ds)
+                 prompts_per_step=prompts, group_size=int(np.median(sizes)),
+                 max_response_tokens=cap,
+                 prompt_tokens=int(np.median(known)) if len(known) else base.prompt_tokens,
+                 steps=steps, lengths=lengths, dynamic_sampling=ds)
     wl.check()
     return wl
 
@@ -133,16 +141,19 @@ def write_workload(wl: Workload, obs: ObservedLengths, out: Path) -> Path:
     return data
 
 
-def fit_summary(summary: SummaryTable, cap: int, responses_per_step: int) -> tuple[LengthModel, list[str]]:
+def fit_summary(summary: SummaryTable, cap: int,
+                responses_per_step: int) -> tuple[LengthModel, list[str]]:
     """A lognormal per step from veRL's mean and max (the max of n draws sits near the quantile
-    0.5^(1/n)), or from the clip ratio where the max is absent; pooled into a median, a log-sd and a drift.
-    Correctness, the mixture and the within-group correlation are not identified by a summary."""
+    0.5^(1/n)), or from the clip ratio where the max is absent; pooled into a median, a log-sd and a
+    drift. Correctness, the mixture and the within-group correlation are not identified by a
+    summary."""
     z_n = float(_norm_ppf(0.5 ** (1.0 / max(2, responses_per_step))))
     mus, sds = [], []
     for i in range(len(summary.step)):
         m, top, clip = summary.mean[i], summary.max[i], summary.clip_ratio[i]
         if not (m > 0):
-            raise ConfigError(f"step {summary.step[i]:g}", "response_length/mean", m, "a mean length > 0")
+            raise ConfigError(f"step {summary.step[i]:g}", "response_length/mean", m,
+                              "a mean length > 0")
         if np.isfinite(top) and top > m:
             gap = math.log(top / m)
             sd = z_n - math.sqrt(max(0.0, z_n * z_n - 2 * gap))
@@ -153,23 +164,26 @@ def fit_summary(summary: SummaryTable, cap: int, responses_per_step: int) -> tup
             sd = z_c - math.sqrt(max(0.0, z_c * z_c - 2 * gap))
         else:
             raise ConfigError(f"step {summary.step[i]:g}", "response_length/max", top,
-                              "a max above the mean (or a clip ratio between 0 and 0.5) to fit the spread")
+                              "a max above the mean (or a clip ratio between 0 and 0.5) to fit the "
+                              "spread")
         sds.append(float(np.clip(sd, 0.05, 3.0)))
         mus.append(math.log(m) - sds[-1] ** 2 / 2)
     x = np.arange(len(mus))
     drift = float(np.polyfit(x, mus, 1)[0]) if len(mus) >= 2 else 0.0
     mu0 = float(np.mean(mus) - drift * x.mean())
-    model = LengthModel(clip_ratio=0.0, sigma=float(f"{np.mean(sds):.4g}"), mean_accuracy=0.5, wrong_factor=1.0,
-                        drift_per_step=float(f"{np.clip(drift, -0.5, 0.5):.4g}"),
+    model = LengthModel(clip_ratio=0.0, sigma=float(f"{np.mean(sds):.4g}"), mean_accuracy=0.5,
+                        wrong_factor=1.0, drift_per_step=float(f"{np.clip(drift, -0.5, 0.5):.4g}"),
                         median_tokens=float(f"{math.exp(mu0):.5g}"))
     notes = ["step   mean: observed  fitted    max: observed  fitted"]
     for i, step in enumerate(summary.step):
         mu = mu0 + drift * i
-        fit_mean, fit_max = math.exp(mu + model.sigma ** 2 / 2), min(cap, math.exp(mu + model.sigma * z_n))
-        notes.append(f"{step:>4g}   {summary.mean[i]:>14,.0f}  {fit_mean:>6,.0f}   {summary.max[i]:>13,.0f}  "
-                     f"{fit_max:>6,.0f}")
-    notes.append("a per-step summary has no single lengths: one lognormal per step (no correct/wrong mixture, "
-                 "group_correlation left at 0.5); replay and the KS statistic need response lengths")
+        fit_mean = math.exp(mu + model.sigma ** 2 / 2)
+        fit_max = min(cap, math.exp(mu + model.sigma * z_n))
+        notes.append(f"{step:>4g}   {summary.mean[i]:>14,.0f}  {fit_mean:>6,.0f}   "
+                     f"{summary.max[i]:>13,.0f}  {fit_max:>6,.0f}")
+    notes.append("a per-step summary has no single lengths: one lognormal per step (no "
+                 "correct/wrong mixture, group_correlation left at 0.5); replay and the KS "
+                 "statistic need response lengths")
     return model, notes
 
 
@@ -179,24 +193,26 @@ def _norm_ppf(p: float) -> float:
 
 def format_report(r: ImportReport, fit: MixtureFit | None) -> list[str]:
     """The report as text lines (the CLI prints them)."""
-    lines = [(f"{r.responses:,} responses, {r.steps} steps, {r.groups} groups; group size {r.group_size[1]} "
-              f"(min {r.group_size[0]}, max {r.group_size[2]})"),
+    lines = [(f"{r.responses:,} responses, {r.steps} steps, {r.groups} groups; group size "
+              f"{r.group_size[1]} (min {r.group_size[0]}, max {r.group_size[2]})"),
              f"cap {r.cap} ({r.cap_how}); clip ratio {r.clip_ratio:.4f}",
              "lengths: " + ", ".join(f"{k} {v:,.0f}" for k, v in r.quantiles.items()),
              f"prompt tokens (median): {r.prompt_tokens:,.0f}" if r.prompt_tokens is not None else
              "prompt tokens: not in the files (the base workload's)",
-             "per rank: " + (", ".join(f"rank {k}: {v:,}" for k, v in r.per_rank.items()) if r.per_rank else
-                             "not in the files (contiguous shards)"),
+             "per rank: " + (", ".join(f"rank {k}: {v:,}" for k, v in r.per_rank.items())
+                             if r.per_rank else "not in the files (contiguous shards)"),
              "correctness: " + ("in the files" if r.correctness else "not in the files"),
              "mixed-reward groups: " + (f"{r.mixed_share:.1%}" if r.mixed_share is not None else
                                         "unknown (dynamic sampling would keep every group)"),
              "step  groups  responses    p50    p90     max  max/p50  clip"]
-    lines += [(f"{s.step:>4}  {s.groups:>6}  {s.responses:>9}  {s.p50:>5.0f}  {s.p90:>5.0f}  {s.max:>6}  "
-               f"{s.tail_ratio:>7.1f}  {s.clip_ratio:.3f}") for s in r.per_step]
+    lines += [(f"{s.step:>4}  {s.groups:>6}  {s.responses:>9}  {s.p50:>5.0f}  {s.p90:>5.0f}  "
+               f"{s.max:>6}  {s.tail_ratio:>7.1f}  {s.clip_ratio:.3f}") for s in r.per_step]
     if fit is not None:
         lines.append("fit (lognormal mixture)  observed   fitted   error")
-        lines += [f"  {row.quantity:<22} {row.observed:>8.4g} {row.fitted:>8.4g}  {row.error:+.3f}" for row in fit.rows]
-        lines.append(f"  KS statistic {fit.ks:.3f}; {'within 10% / 0.02' if fit.ok else 'NOT within 10% / 0.02'}")
+        lines += [f"  {row.quantity:<22} {row.observed:>8.4g} {row.fitted:>8.4g}  {row.error:+.3f}"
+                  for row in fit.rows]
+        lines.append(f"  KS statistic {fit.ks:.3f}; "
+                     f"{'within 10% / 0.02' if fit.ok else 'NOT within 10% / 0.02'}")
         lines.append(f"  {fit.note}")
     return lines
 
@@ -209,8 +225,9 @@ class ImportResult:
     fit: MixtureFit | None
 
 
-def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: str = "replay", cap: int | None = None,
-                    name: str | None = None, responses_per_step: int | None = None, source: str = "",
+def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: str = "replay",
+                    cap: int | None = None, name: str | None = None,
+                    responses_per_step: int | None = None, source: str = "",
                     description: str = "") -> ImportResult:
     """Read the files, report, fit, and write OUT (and OUT.lengths.parquet): all checked before
     anything is written."""
@@ -221,9 +238,11 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: st
     if im.summary is not None:
         cap = cap or base.max_response_tokens
         model, notes = fit_summary(im.summary, cap, responses_per_step or base.sequences_per_step)
-        wl = replace(base, name=name, source=source, max_response_tokens=cap, steps=len(im.summary.step),
-                     description=description or f"Fitted to veRL's per-step length metrics "
-                     f"({len(im.summary.step)} steps). Shape and cluster: {base.name}.", lengths=model)
+        fitted = (f"Fitted to veRL's per-step length metrics ({len(im.summary.step)} steps). "
+                  f"Shape and cluster: {base.name}.")
+        wl = replace(base, name=name, source=source, max_response_tokens=cap,
+                     steps=len(im.summary.step), description=description or fitted,
+                     lengths=model)
         wl.check()
         save(wl, out)
         lines = [f"{len(im.summary.step)} steps of veRL's length metrics; cap {cap}",
@@ -237,11 +256,12 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: st
     notes = list(im.notes)
     if mode == "fit" and wl.dynamic_sampling.enabled and not fit.labelled:
         wl = replace(wl, dynamic_sampling=replace(wl.dynamic_sampling, enabled=False))
-        notes.append("dynamic sampling is off under --mode fit: without correctness in the files the model's "
-                     "components are not rewards (replay filters by what DAPO kept)")
+        notes.append("dynamic sampling is off under --mode fit: without correctness in the files "
+                     "the model's components are not rewards (replay filters by what DAPO kept)")
     lines = format_report(report(obs, cap, how, im.steps), fit) + notes
     data = write_workload(wl, obs, out)
-    lines.append(f"wrote {out} ({wl.lengths.kind}; prompts_per_step {wl.prompts_per_step}, group_size {wl.group_size}"
-                 + (f", dynamic sampling x{wl.dynamic_sampling.oversample}" if wl.dynamic_sampling.enabled else "")
-                 + f") and {data}")
+    ds = wl.dynamic_sampling
+    sampling = f", dynamic sampling x{ds.oversample}" if ds.enabled else ""
+    lines.append(f"wrote {out} ({wl.lengths.kind}; prompts_per_step {wl.prompts_per_step}, "
+                 f"group_size {wl.group_size}{sampling}) and {data}")
     return ImportResult(wl, lines, data, fit)

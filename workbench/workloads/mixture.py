@@ -51,12 +51,14 @@ class MixtureFit:
     model: LengthModel
     rows: list[FitRow]
     ks: float  # two-sample KS statistic, observed vs the fitted model's draws
-    labelled: bool  # the components are correct/wrong from the file (else a mixture fitted from lengths alone)
+    # the components are correct/wrong from the file (else a mixture fitted from lengths alone)
+    labelled: bool
     ok: bool  # p50/p90/p99 within 10% and the clip ratio within 0.02
     note: str
 
 
-FIT_PROBS = np.array([0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995])  # the body and the tail, where waits come from
+# the body and the tail, where waits come from
+FIT_PROBS = np.array([0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995])
 
 
 def _mixture_quantiles(theta: np.ndarray, probs: np.ndarray, log_cap: float) -> np.ndarray:
@@ -75,13 +77,15 @@ def _quantile_loss(theta: np.ndarray, target: np.ndarray, probs: np.ndarray, log
     if not (-5 < theta[1] < 1.2 and -8 < theta[2] < 8 and -4 < theta[3] < 2):
         return 1e9
     q = _mixture_quantiles(theta, probs, log_cap)
-    mu, sd, a, w = theta[0], math.exp(theta[1]), 1.0 / (1.0 + math.exp(-theta[2])), math.exp(theta[3])
+    mu, sd = theta[0], math.exp(theta[1])
+    a, w = 1.0 / (1.0 + math.exp(-theta[2])), math.exp(theta[3])
     clip = a * norm.sf((log_cap - mu) / sd) + (1 - a) * norm.sf((log_cap - mu - w) / sd)
     return float(((q - target) ** 2).sum() + 25.0 * (clip - clip_obs) ** 2)
 
 
 def _icc(values: np.ndarray, starts: np.ndarray) -> float:
-    """One-way ANOVA intraclass correlation of `values` over the groups (rows starts[i]:starts[i+1])."""
+    """One-way ANOVA intraclass correlation of `values` over the groups (rows
+    starts[i]:starts[i+1])."""
     sizes = np.diff(starts)
     keep = sizes >= 2
     if keep.sum() < 2:
@@ -89,7 +93,8 @@ def _icc(values: np.ndarray, starts: np.ndarray) -> float:
     sums = np.add.reduceat(values, starts[:-1])
     means = sums / sizes
     grand = values.mean()
-    within = float(((values - np.repeat(means, sizes)) ** 2).sum()) / max(1, len(values) - len(sizes))
+    squares = float(((values - np.repeat(means, sizes)) ** 2).sum())
+    within = squares / max(1, len(values) - len(sizes))
     between = float((sizes * (means - grand) ** 2).sum()) / max(1, len(sizes) - 1)
     n = float(np.mean(sizes))
     return float(np.clip((between - within) / (between + (n - 1) * within), 0.0, 0.95))
@@ -121,15 +126,18 @@ def fit_mixture(obs: ObservedLengths, cap: int) -> MixtureFit:
     a_fixed = float((obs.correct == 1).mean()) if labelled else None
     target, clip_obs = np.quantile(y0, FIT_PROBS), float(np.mean(lengths >= cap))
     best = None
-    for a0, log_w in ((0.9, 0.0), (0.8, 0.5), (0.6, -0.5), (0.95, 0.7)):  # the mixture has local optima
+    # the mixture has local optima
+    for a0, log_w in ((0.9, 0.0), (0.8, 0.5), (0.6, -0.5), (0.95, 0.7)):
         a0 = a_fixed if a_fixed is not None else a0
         theta0 = np.array([float(np.median(y0)), math.log(0.6), math.log(a0 / (1 - a0)), log_w])
         res = minimize(_quantile_loss, theta0, args=(target, FIT_PROBS, log_cap, clip_obs, a_fixed),
-                       method="Nelder-Mead", options={"maxiter": 6000, "xatol": 1e-6, "fatol": 1e-9})
+                       method="Nelder-Mead",
+                       options={"maxiter": 6000, "xatol": 1e-6, "fatol": 1e-9})
         if best is None or res.fun < best.fun:
             best = res
     mu, log_sd, logit_a, log_w = best.x
-    a = float(np.clip(a_fixed if a_fixed is not None else 1.0 / (1.0 + math.exp(-logit_a)), 0.01, 0.99))
+    a_free = a_fixed if a_fixed is not None else 1.0 / (1.0 + math.exp(-logit_a))
+    a = float(np.clip(a_free, 0.01, 0.99))
     w = math.exp(log_w)
     label = obs.correct == 1
     resid = y0 - mu - (np.where(label, 0.0, w) if labelled else 0.0)
@@ -149,7 +157,8 @@ def fit_mixture(obs: ObservedLengths, cap: int) -> MixtureFit:
 def _goodness(obs: ObservedLengths, cap: int, model: LengthModel, labelled: bool) -> MixtureFit:
     observed = np.minimum(obs.length, cap)
     drawn, maxes = _draws(obs, cap, model)
-    rows = [FitRow(f"p{round(q * 100)}", float(np.quantile(observed, q)), float(np.quantile(drawn, q)))
+    rows = [FitRow(f"p{round(q * 100)}", float(np.quantile(observed, q)),
+                   float(np.quantile(drawn, q)))
             for q in QUANTILES]
     rows.append(FitRow("max", float(observed.max()), float(np.median(maxes))))
     rows.append(FitRow("clip_ratio", float(np.mean(observed >= cap)), float(np.mean(drawn >= cap))))
@@ -157,11 +166,12 @@ def _goodness(obs: ObservedLengths, cap: int, model: LengthModel, labelled: bool
     misses = [r.quantity for r in rows if (r.quantity == "clip_ratio" and abs(r.error) > CLIP_TOL)
               or (r.quantity in ("p50", "p90", "p99") and abs(r.error) > REL_TOL)]
     parts = ["components: correct/wrong from the file's `correct` column" if labelled else
-             "no correctness in the file: the two components are a short and a long mode fitted from the lengths "
-             "alone; accuracy_concentration is not identified (left at 2.0)"]
+             "no correctness in the file: the two components are a short and a long mode fitted "
+             "from the lengths alone; accuracy_concentration is not identified (left at 2.0)"]
     if misses:
-        parts.append(f"the lognormal mixture misses {', '.join(misses)} (beyond 10% / 0.02): use the empirical "
-                     "model (`--mode empirical`, or `--mode replay` for the observed steps as they were)")
+        parts.append(f"the lognormal mixture misses {', '.join(misses)} (beyond 10% / 0.02): use "
+                     "the empirical model (`--mode empirical`, or `--mode replay` for the observed "
+                     "steps as they were)")
     return MixtureFit(model, rows, ks, labelled, not misses, "; ".join(parts))
 
 
@@ -170,13 +180,15 @@ def _draws(obs: ObservedLengths, cap: int, model: LengthModel) -> tuple[np.ndarr
     enough times for stable quantiles (at least 3, at most 40, ~400k lengths); returns all lengths
     and each replicate's longest."""
     replicates = int(np.clip(400_000 // max(1, obs.responses), 3, 40))
-    rng = np.random.default_rng(0)  # fixed: the goodness of fit is a property of the fit, not of a seed
+    # fixed: the goodness of fit is a property of the fit, not of a seed
+    rng = np.random.default_rng(0)
     sizes = np.diff(obs.starts)
     group = int(np.median(sizes))
     per_batch = [len(ids) for ids in obs.batch_groups]
     drawn, maxes = [], []
     for _ in range(replicates):
-        rep = [sample_step(model, cap, n, group, b, rng).lengths for b, n in enumerate(per_batch) if n]
+        rep = [sample_step(model, cap, n, group, b, rng).lengths for b, n in enumerate(per_batch)
+               if n]
         rep_all = np.concatenate(rep)
         drawn.append(rep_all)
         maxes.append(rep_all.max())

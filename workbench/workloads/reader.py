@@ -84,7 +84,8 @@ def _listed(paths: list[str | Path]) -> list[tuple[Path, bool]]:
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.suffix in SUFFIXES and f.is_file())
             if not found:
-                raise ConfigError(str(p), "<directory>", str(p), f"a directory holding {', '.join(SUFFIXES)} files")
+                raise ConfigError(str(p), "<directory>", str(p),
+                                  f"a directory holding {', '.join(SUFFIXES)} files")
             out += [(f, True) for f in found]
         elif p.is_file():
             out.append((p, False))
@@ -113,7 +114,8 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def _int(value, where: str, name: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < low:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value)
+            or value < low):
         raise ConfigError(where, name, value, f"a whole number >= {low}")
     return int(value)
 
@@ -124,7 +126,8 @@ def _table(path: Path) -> pd.DataFrame | list[dict]:
     try:
         return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
     except Exception as exc:  # pandas and pyarrow raise several kinds for a malformed file
-        raise ConfigError(str(path), "<file>", "unreadable", f"a {path.suffix[1:]} table ({exc})") from None
+        raise ConfigError(str(path), "<file>", "unreadable",
+                          f"a {path.suffix[1:]} table ({exc})") from None
 
 
 def read_files(paths: list[str | Path]) -> Imported:
@@ -152,22 +155,28 @@ def read_files(paths: list[str | Path]) -> Imported:
             others.append(path.name)
         else:
             raise ConfigError(str(path), "<columns>", ", ".join(sorted(keys))[:120],
-                              "PolyTrace packed_lengths lines (step, input, output), a table with step, prompt, length "
-                              f"(optional prompt_tokens, correct, rank), or veRL's '{SUMMARY_MEAN}' per step")
-    notes += _reward_note(rewards) + ([f"skipped (not lengths): {', '.join(others)}"] if others else [])
+                              "PolyTrace packed_lengths lines (step, input, output), a table with "
+                              "step, prompt, length (optional prompt_tokens, correct, rank), or "
+                              f"veRL's '{SUMMARY_MEAN}' per step")
+    skipped = [f"skipped (not lengths): {', '.join(others)}"] if others else []
+    notes += _reward_note(rewards) + skipped
     if frames and summaries:
         raise ConfigError(", ".join(map(str, files)), "<files>", "lengths and a summary",
                           "one kind per import: response lengths, or veRL's per-step summary")
     if summaries:
         s = pd.concat(summaries).sort_values("step")
-        return Imported([str(f) for f in files], summary=SummaryTable(*(s[c].to_numpy(float) for c in
-                        ("step", "mean", "max", "min", "clip_ratio"))), notes=notes)
+        return Imported([str(f) for f in files],
+                        summary=SummaryTable(*(s[c].to_numpy(float) for c in
+                                               ("step", "mean", "max", "min", "clip_ratio"))),
+                        notes=notes)
     if not frames:
-        raise ConfigError(", ".join(map(str, files)), "<files>", "no response lengths", "at least one lengths file")
+        raise ConfigError(", ".join(map(str, files)), "<files>", "no response lengths",
+                          "at least one lengths file")
     return _combine(files, frames, dapo, notes)
 
 
-def _combine(files: list[Path], frames: list[pd.DataFrame], dapo: DapoFilter | None, notes: list[str]) -> Imported:
+def _combine(files: list[Path], frames: list[pd.DataFrame], dapo: DapoFilter | None,
+             notes: list[str]) -> Imported:
     df = pd.concat(frames, ignore_index=True)
     steps = sorted(df["step"].unique().tolist())
     df["batch"] = np.searchsorted(np.array(steps), df["step"].to_numpy())
@@ -177,10 +186,12 @@ def _combine(files: list[Path], frames: list[pd.DataFrame], dapo: DapoFilter | N
             mixed[(df["step"] == step).to_numpy() & df["group"].isin(kept).to_numpy()] = 1
         known = df["step"].isin(list(dapo.kept)).to_numpy()
         df["mixed"] = np.where(known, mixed, df["mixed"])
-        notes.append("correctness is not in the files: groups DAPO kept (dapo_filter_indices) are marked mixed-reward, "
-                     "the others all-equal, so filtering replays what DAPO kept")
+        notes.append("correctness is not in the files: groups DAPO kept (dapo_filter_indices) are "
+                     "marked mixed-reward, the others all-equal, so filtering replays what DAPO "
+                     "kept")
     obs = from_frame(df[list(COLUMNS)], ", ".join(map(str, files)))
-    return Imported([str(f) for f in files], observed=obs, dapo=dapo, steps=[int(s) for s in steps], notes=notes)
+    return Imported([str(f) for f in files], observed=obs, dapo=dapo, steps=[int(s) for s in steps],
+                    notes=notes)
 
 
 def _polytrace(path: Path, rows: list[dict]) -> tuple[pd.DataFrame, int]:
@@ -192,7 +203,8 @@ def _polytrace(path: Path, rows: list[dict]) -> tuple[pd.DataFrame, int]:
         where = f"{path}:{n}"
         for name in POLYTRACE_REQUIRED:
             if name not in row:
-                raise ConfigError(where, name, "<missing>", "PolyTrace packed_lengths fields step, input, output")
+                raise ConfigError(where, name, "<missing>",
+                                  "PolyTrace packed_lengths fields step, input, output")
         if row.get("validate", False):
             skipped += 1
             continue
@@ -201,16 +213,20 @@ def _polytrace(path: Path, rows: list[dict]) -> tuple[pd.DataFrame, int]:
             raise ConfigError(where, "output", out, "a non-empty list of response lengths")
         lengths = [_int(v, where, f"output[{i}]") for i, v in enumerate(out)]
         dp = _int(row.get("dp_rank", row.get("rank", 0)), where, "dp_rank")
-        per.append((_int(row["step"], where, "step"), dp, _int(row.get("local_index", n - 1), where, "local_index"),
-                    _int(row.get("rank", dp), where, "rank"), _int(row.get("input", UNKNOWN), where, "input", UNKNOWN),
-                    lengths))
-    meta = pd.DataFrame([p[:5] for p in per], columns=["step", "dp", "local", "rank", "prompt_tokens"])
+        per.append((_int(row["step"], where, "step"), dp,
+                    _int(row.get("local_index", n - 1), where, "local_index"),
+                    _int(row.get("rank", dp), where, "rank"),
+                    _int(row.get("input", UNKNOWN), where, "input", UNKNOWN), lengths))
+    meta = pd.DataFrame([p[:5] for p in per],
+                        columns=["step", "dp", "local", "rank", "prompt_tokens"])
     # prompts of lower dp ranks come first in the batch
-    counts = meta.groupby(["step", "dp"]).size().groupby(level=0).cumsum() - meta.groupby(["step", "dp"]).size()
+    per_dp = meta.groupby(["step", "dp"]).size()
+    counts = per_dp.groupby(level=0).cumsum() - per_dp
     offset = counts.reindex(pd.MultiIndex.from_frame(meta[["step", "dp"]])).to_numpy()
     meta["group"] = offset + meta["local"].to_numpy()
     sizes = [len(p[5]) for p in per]
-    frame = meta.loc[meta.index.repeat(sizes), ["step", "group", "rank", "prompt_tokens"]].reset_index(drop=True)
+    frame = meta.loc[meta.index.repeat(sizes),
+                     ["step", "group", "rank", "prompt_tokens"]].reset_index(drop=True)
     frame["length"] = np.concatenate([p[5] for p in per]).astype(np.int64)
     frame["correct"], frame["mixed"] = UNKNOWN, UNKNOWN
     return frame, skipped
@@ -223,21 +239,25 @@ def _dapo(path: Path, data) -> DapoFilter:
         where = f"{path}:{n}"
         for name in ("workload_step", "kept_prompt_indices", "train_batch_size", "prompt_count"):
             if name not in row:
-                raise ConfigError(where, name, "<missing>", "dapo_filter_indices fields workload_step, prompt_count, "
+                raise ConfigError(where, name, "<missing>",
+                                  "dapo_filter_indices fields workload_step, prompt_count, "
                                   "train_batch_size, kept_prompt_indices")
         idx = row["kept_prompt_indices"]
         if not isinstance(idx, list):
             raise ConfigError(where, "kept_prompt_indices", idx, "a list of prompt indices")
-        kept[_int(row["workload_step"], where, "workload_step")] = [_int(i, where, "kept_prompt_indices") for i in idx]
+        # The indices before the step: a row with both wrong names the indices.
+        indices = [_int(i, where, "kept_prompt_indices") for i in idx]
+        kept[_int(row["workload_step"], where, "workload_step")] = indices
         updates.add(row.get("trainer_step", n))
-        tbs, count = _int(row["train_batch_size"], where, "train_batch_size", 1), _int(row["prompt_count"], where,
-                                                                                        "prompt_count", 1)
+        tbs = _int(row["train_batch_size"], where, "train_batch_size", 1)
+        count = _int(row["prompt_count"], where, "prompt_count", 1)
     return DapoFilter(kept, tbs, count, len(updates))
 
 
 def _generic(path: Path, data) -> pd.DataFrame:
     df = pd.DataFrame(data) if isinstance(data, list) else data
-    line0 = 1 if path.suffix == ".jsonl" else 2 if path.suffix == ".csv" else 0  # first data row's line (0: row number)
+    # first data row's line (0: row number)
+    line0 = 1 if path.suffix == ".jsonl" else 2 if path.suffix == ".csv" else 0
     out = pd.DataFrame()
     for name in ("step", "length", "prompt_tokens", "rank"):
         if name not in df.columns:
@@ -251,7 +271,8 @@ def _generic(path: Path, data) -> pd.DataFrame:
             raise ConfigError(where, name, df[name].iloc[row], "a whole number >= 0")
         out[name] = values.astype(np.int64)
     # a prompt's id may be any text or number: (step, id) pairs are numbered by first appearance
-    out["group"] = pd.factorize(pd.MultiIndex.from_arrays([out["step"], df["prompt"].astype(str)]))[0]
+    pairs = pd.MultiIndex.from_arrays([out["step"], df["prompt"].astype(str)])
+    out["group"] = pd.factorize(pairs)[0]
     out["correct"] = _correct(path, df, line0) if "correct" in df.columns else UNKNOWN
     out["mixed"] = UNKNOWN
     if "correct" in df.columns:
@@ -264,7 +285,8 @@ def _correct(path: Path, df: pd.DataFrame, line0: int) -> np.ndarray:
     raw = df["correct"]
     if raw.dtype == bool:
         return raw.to_numpy().astype(np.int8)
-    mapped = raw.astype(str).str.strip().str.lower().map({"true": 1, "false": 0, "1": 1, "0": 0, "1.0": 1, "0.0": 0})
+    words = {"true": 1, "false": 0, "1": 1, "0": 0, "1.0": 1, "0.0": 0}
+    mapped = raw.astype(str).str.strip().str.lower().map(words)
     if mapped.isna().any():
         row = int(np.flatnonzero(mapped.isna().to_numpy())[0])
         where = f"{path}:{row + line0}" if line0 else f"{path} (row {row})"
@@ -276,8 +298,12 @@ def _summary(path: Path, data) -> pd.DataFrame:
     df = pd.DataFrame(data) if isinstance(data, list) else data
     step_col = next((c for c in ("step", "training/global_step", "_step") if c in df.columns), None)
     out = pd.DataFrame({"step": df[step_col] if step_col else np.arange(len(df))})
-    for name, col in [("mean", SUMMARY_MEAN)] + [(f, f"response_length/{f}") for f in SUMMARY_FIELDS]:
-        values = pd.to_numeric(df[col], errors="coerce") if col in df.columns else pd.Series(np.nan, index=df.index)
+    columns = [("mean", SUMMARY_MEAN)] + [(f, f"response_length/{f}") for f in SUMMARY_FIELDS]
+    for name, col in columns:
+        if col in df.columns:
+            values = pd.to_numeric(df[col], errors="coerce")
+        else:
+            values = pd.Series(np.nan, index=df.index)
         if col in df.columns and values.isna().any():
             row = int(np.flatnonzero(values.isna().to_numpy())[0])
             raise ConfigError(f"{path} (row {row})", col, df[col].iloc[row], "a number")
@@ -290,10 +316,12 @@ def _reward_note(rewards: list[tuple[Path, list[dict] | pd.DataFrame]]) -> list[
     seconds."""
     if not rewards:
         return []
-    rows = [r for _, data in rewards for r in (data if isinstance(data, list) else data.to_dict("records"))]
+    rows = [r for _, data in rewards
+            for r in (data if isinstance(data, list) else data.to_dict("records"))]
     secs = [float(r[REWARD_TIMING]) for r in rows if isinstance(r.get(REWARD_TIMING), (int, float))]
     steps = {r.get("step") for r in rows}
-    names = ", ".join(p.name for p, _ in rewards[:3]) + (f" and {len(rewards) - 3} more" if len(rewards) > 3 else "")
+    more = f" and {len(rewards) - 3} more" if len(rewards) > 3 else ""
+    names = ", ".join(p.name for p, _ in rewards[:3]) + more
     span = f"{min(secs):,.1f}-{max(secs):,.1f} s per rank and step" if secs else "no seconds"
     return [f"read (reported, not simulated: the simulator has no reward phase): {names}: reward "
             f"scoring {span} "

@@ -45,10 +45,12 @@ class _Body:
     wrong: float  # log wrong_factor (>= 0)
     drift: float  # per RL step
     sigma: float
-    body: np.ndarray  # log length minus the wrong effect and the drift, censored values at their conditional mean
+    # log length minus the wrong effect and the drift, censored values at their conditional mean
+    body: np.ndarray
 
 
-def tobit(y: np.ndarray, cens: np.ndarray, logcap: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, float]:
+def tobit(y: np.ndarray, cens: np.ndarray, logcap: np.ndarray,
+          X: np.ndarray) -> tuple[np.ndarray, float]:
     """Censored normal regression: y = X beta + e, e ~ N(0, s^2), observed min(y, logcap)."""
     def nll(p):
         beta, s = p[:-1], math.exp(p[-1])
@@ -62,7 +64,8 @@ def tobit(y: np.ndarray, cens: np.ndarray, logcap: np.ndarray, X: np.ndarray) ->
 
 
 def _responses(traces: Sequence[Trace]) -> pd.DataFrame:
-    """Every response: group (trace, rl_step, prompt), rl_step from 0, length, cap, clipped, reward."""
+    """Every response: group (trace, rl_step, prompt), rl_step from 0, length, cap, clipped,
+    reward."""
     frames = []
     for t in traces:
         r = t.requests
@@ -78,7 +81,8 @@ def _responses(traces: Sequence[Trace]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _fit_body(d: pd.DataFrame, wrong: np.ndarray, fit_wrong: bool, multi_step: bool, notes: list[str]) -> _Body:
+def _fit_body(d: pd.DataFrame, wrong: np.ndarray, fit_wrong: bool, multi_step: bool,
+              notes: list[str]) -> _Body:
     y = np.log(d["L"].to_numpy())
     logcap = np.log(d["cap"].to_numpy())
     cens = d["clipped"].to_numpy()
@@ -89,18 +93,23 @@ def _fit_body(d: pd.DataFrame, wrong: np.ndarray, fit_wrong: bool, multi_step: b
     w = float(beta[1]) if fit_wrong else 0.0
     drift = float(beta[-1]) if multi_step else 0.0
     if w < 0:
-        notes.append(f"wrong answers are shorter here (log factor {w:.2f}); wrong_factor is clipped to 1")
+        notes.append(f"wrong answers are shorter here (log factor {w:.2f}); wrong_factor is "
+                     "clipped to 1")
         w = 0.0
     sigma = float(np.clip(sigma, 0.05, 3.0))
     # Body: remove the wrong effect and the drift; censored values -> E[y | y > cap] under the fit.
     m = mu + w * wrong + drift * steps
     z = (logcap - m) / sigma
-    body = np.where(cens, m + sigma * norm.pdf(z) / np.maximum(norm.sf(z), 1e-300), y) - w * wrong - drift * steps
+    # A censored response counts at its expected log length given that it passed the cap.
+    expected = m + sigma * norm.pdf(z) / np.maximum(norm.sf(z), 1e-300)
+    body = np.where(cens, expected, y) - w * wrong - drift * steps
     return _Body(mu, w, drift, sigma, body)
 
 
-def _group_correlation(body: np.ndarray, inv: np.ndarray, sizes: np.ndarray, base: float) -> tuple[float, bool]:
-    """One-way ANOVA intra-class correlation of the body over the groups (the base's with < 2 groups)."""
+def _group_correlation(body: np.ndarray, inv: np.ndarray, sizes: np.ndarray,
+                       base: float) -> tuple[float, bool]:
+    """One-way ANOVA intra-class correlation of the body over the groups (the base's with < 2
+    groups)."""
     k = len(sizes)
     if not (k >= 2 and sizes.max() >= 2):
         return base, False
@@ -114,9 +123,10 @@ def _group_correlation(body: np.ndarray, inv: np.ndarray, sizes: np.ndarray, bas
     return (float(np.clip(var_b / (var_b + msw), 0.0, 0.95)) if var_b + msw > 0 else 0.0), True
 
 
-def _accuracy_concentration(correct: np.ndarray, inv: np.ndarray, sizes: np.ndarray, have_reward: bool,
-                            base: float) -> tuple[float, bool]:
-    """Beta-binomial moment fit of per-prompt accuracy: Var(p_hat) = p(1-p)/n (1 + (n-1) rho), rho = 1/(a+b+1)."""
+def _accuracy_concentration(correct: np.ndarray, inv: np.ndarray, sizes: np.ndarray,
+                            have_reward: bool, base: float) -> tuple[float, bool]:
+    """Beta-binomial moment fit of per-prompt accuracy: Var(p_hat) = p(1-p)/n (1 + (n-1) rho), rho =
+    1/(a+b+1)."""
     if not (have_reward and 0 < correct.mean() < 1 and len(sizes) >= 3 and sizes.min() >= 2):
         return base, False
     acc_g = np.bincount(inv, correct.astype(float)) / sizes
@@ -132,7 +142,8 @@ def _accuracy_concentration(correct: np.ndarray, inv: np.ndarray, sizes: np.ndar
 
 def _clip_ratio(d: pd.DataFrame, b: _Body, wrong: np.ndarray, cap: int, single_cap: bool,
                 notes: list[str]) -> tuple[float, float, float]:
-    """(clip_ratio for the model, observed, implied) at RL step 0, where the LengthModel states it."""
+    """(clip_ratio for the model, observed, implied) at RL step 0, where the LengthModel states
+    it."""
     first = d["rl_step"].to_numpy() == 0
     implied = float(np.mean(norm.sf((math.log(cap) - (b.mu + b.wrong * wrong[first])) / b.sigma)))
     observed = float(np.mean(d["clipped"][first]))
@@ -141,10 +152,11 @@ def _clip_ratio(d: pd.DataFrame, b: _Body, wrong: np.ndarray, cap: int, single_c
         clip = observed
     else:
         clip = implied
-        notes.append(f"{n_clipped} responses of the first RL step reached the cap: clip_ratio is the censored "
-                     f"fit's {implied:.4f}, not the observed {observed:.4f}")
+        notes.append(f"{n_clipped} responses of the first RL step reached the cap: clip_ratio is "
+                     f"the censored fit's {implied:.4f}, not the observed {observed:.4f}")
     if not 1e-4 <= clip <= 0.49:
-        notes.append(f"clip ratio {clip:.4f} is outside what the length model takes (1e-4..0.49): clipped")
+        notes.append(f"clip ratio {clip:.4f} is outside what the length model takes (1e-4..0.49): "
+                     "clipped")
     return float(np.clip(clip, 1e-4, 0.49)), observed, implied
 
 
@@ -168,7 +180,8 @@ def fit_tobit(traces: Sequence[Trace], base: LengthModel | None = None) -> Tobit
     caps = d["cap"].value_counts()
     cap = int(caps.index[0])
     if len(caps) > 1:
-        notes.append(f"traces have different caps {sorted(caps.index.astype(int))}; clip ratio is stated at {cap}")
+        notes.append(f"traces have different caps {sorted(caps.index.astype(int))}; clip ratio is "
+                     f"stated at {cap}")
     have_reward = np.isfinite(d["reward"]).any()
     correct = (d["reward"].to_numpy() >= 0.5) if have_reward else np.ones(len(d), bool)
     wrong = (~correct).astype(float)
@@ -179,15 +192,19 @@ def fit_tobit(traces: Sequence[Trace], base: LengthModel | None = None) -> Tobit
     codes, inv = np.unique(d["group"].to_numpy(), return_inverse=True)
     sizes = np.bincount(inv)
     group_corr, icc_fitted = _group_correlation(b.body, inv, sizes, base.group_correlation)
-    conc, conc_fitted = _accuracy_concentration(correct, inv, sizes, have_reward, base.accuracy_concentration)
+    conc, conc_fitted = _accuracy_concentration(correct, inv, sizes, have_reward,
+                                                base.accuracy_concentration)
     clip, observed, implied = _clip_ratio(d, b, wrong, cap, len(caps) == 1, notes)
-    model = LengthModel(clip_ratio=sig(clip, 4), sigma=sig(b.sigma, 4), group_correlation=sig(group_corr, 4),
-                        mean_accuracy=sig(mean_acc, 4), accuracy_concentration=sig(conc, 4),
-                        wrong_factor=sig(math.exp(b.wrong), 4), drift_per_step=sig(np.clip(b.drift, -0.5, 0.5), 4))
+    model = LengthModel(clip_ratio=sig(clip, 4), sigma=sig(b.sigma, 4),
+                        group_correlation=sig(group_corr, 4), mean_accuracy=sig(mean_acc, 4),
+                        accuracy_concentration=sig(conc, 4), wrong_factor=sig(math.exp(b.wrong), 4),
+                        drift_per_step=sig(np.clip(b.drift, -0.5, 0.5), 4))
     model.check()
-    fitted = {"clip_ratio": True, "sigma": True, "group_correlation": icc_fitted, "mean_accuracy": have_reward,
-              "accuracy_concentration": conc_fitted, "wrong_factor": fit_wrong, "drift_per_step": multi_step}
+    fitted = {"clip_ratio": True, "sigma": True, "group_correlation": icc_fitted,
+              "mean_accuracy": have_reward, "accuracy_concentration": conc_fitted,
+              "wrong_factor": fit_wrong, "drift_per_step": multi_step}
     if not have_reward:
-        notes.append("no rewards in the traces: wrong_factor = 1 (no correctness effect), mean_accuracy from the base")
+        notes.append("no rewards in the traces: wrong_factor = 1 (no correctness effect), "
+                     "mean_accuracy from the base")
     return TobitFit(model, fitted, len(d), len(codes), cap, observed, implied, b.mu,
                     log_median(model, cap), notes)
