@@ -72,8 +72,8 @@ class _FakeEngine:
 
     def run(self, rl: int, w: int, idx: list[int], lens: np.ndarray, correct: np.ndarray, plen: np.ndarray,
             t0: float, steps: list[dict], reqs: list[dict]) -> float:
-        """Serve requests `idx` of RL step `rl` on engine `w` from time t0; append its steps and finished
-        requests; return the end of its last step."""
+        """Serve requests `idx` of RL step `rl` on engine `w` from time t0; append its steps and
+        finished requests; return the end of its last step."""
         acc = self.profile.acceptance
         kind = self.policy.drafter.kind
         alpha, shape = (acc.ngram_alpha, acc.ngram_shape) if kind == "ngram" else (acc.eagle_alpha_fresh,
@@ -167,8 +167,8 @@ def synthetic_machine() -> Profile:
 
 @pytest.fixture(scope="session")
 def synthetic_trace():
-    """`synthetic_trace(profile, policy_mapping, prompts=, samples=, cap=, workers=, max_batch=, ...)`:
-    a Trace from an engine whose step costs are the profile's own cost form (plus noise)."""
+    """`synthetic_trace(profile, policy_mapping, prompts=, samples=, cap=, workers=, max_batch=,
+    ...)`: a Trace from an engine whose step costs are the profile's own cost form (plus noise)."""
     return _synthetic_trace
 
 
@@ -178,12 +178,13 @@ def _synthetic_run(out, profile: Profile, policy: dict, *, prompts: int = 6, sam
                    workers: int = 2, max_batch: int = 16, rl_steps: int = 4, spot_s: tuple[float, ...] = (),
                    drafter_steps: tuple[int, ...] = (), eagle_est: tuple[float, ...] = (),
                    static_est: tuple[float, ...] = (), other_s: float = 0.1, seed: int = 0):
-    """A run directory as `tlt train --out` writes it (metrics.csv, trace/ with a timeline), from the
-    synthetic engine: rollouts at the profile's step costs, updates taking exactly the profile's
+    """A run directory as `tlt train --out` writes it (metrics.csv, trace/ with a timeline), from
+    the synthetic engine: rollouts at the profile's step costs, updates taking exactly the profile's
     `train_gpu_s_per_token` x prompt+response tokens / GPUs, syncs its `weight_sync_s`, `spot_s[t]`
     seconds of drafter_train on worker 0 in step t doing `drafter_steps[t]` steps, and the given
     drafter estimates (NaN where not given). A policy that spot-trains also waits the profile's
-    `spot_stop_s` for its trainers to stop (metrics.csv stop_latency_s) and syncs `drafter_sync_s` more."""
+    `spot_stop_s` for its trainers to stop (metrics.csv stop_latency_s) and syncs `drafter_sync_s`
+    more."""
     from pathlib import Path
 
     from workbench.contracts.fileio import write_atomic
@@ -239,6 +240,6 @@ def _synthetic_run(out, profile: Profile, policy: dict, *, prompts: int = 6, sam
 
 @pytest.fixture(scope="session")
 def synthetic_run():
-    """`synthetic_run(out_dir, profile, policy_mapping, ...)`: a `tlt train` run directory whose phases
-    follow the profile's forms (see `_synthetic_run`)."""
+    """`synthetic_run(out_dir, profile, policy_mapping, ...)`: a `tlt train` run directory whose
+    phases follow the profile's forms (see `_synthetic_run`)."""
     return _synthetic_run

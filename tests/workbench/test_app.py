@@ -58,7 +58,8 @@ def test_whatif_runs_three_policies(app: AppTest) -> None:
 
 
 def test_whatif_shows_the_default_comparison_on_arrival(app: AppTest) -> None:
-    """Nothing pressed: the first run of the page simulated the defaults and shows them, tail included."""
+    """Nothing pressed: the first run of the page simulated the defaults and shows them, tail
+    included."""
     assert not app.error, [e.value for e in app.error]
     result = app.session_state["whatif_result"]
     assert list(result.labels) == ["baseline", "static-sd", "tlt"]
@@ -110,7 +111,8 @@ def test_gantt_merges_back_to_back_rows() -> None:
 
 
 def _train_script() -> None:
-    # The page alone: AppTest cannot switch to an st.Page built from a function (no script path to name).
+    # The page alone: AppTest cannot switch to an st.Page built from a function (no script path to
+    # name).
     from workbench.ui import train_page
 
     train_page.render()
@@ -224,7 +226,8 @@ def _table_row(columns: dict) -> dict:
 
 
 def _write_run(run_dir: Path) -> list:
-    """A finished run directory as `tlt train` leaves it: metrics.csv, trace/ with a timeline, train.log."""
+    """A finished run directory as `tlt train` leaves it: metrics.csv, trace/ with a timeline,
+    train.log."""
     from real.run.records import METRIC_COLUMNS, StepRecord
     from workbench.contracts.trace import (
         REQUEST_COLUMNS,
@@ -277,32 +280,36 @@ def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path)
     assert list(table["mean_accept_len"]) == pytest.approx([r.mean_accept_len for r in records])
     assert {m.label: m.value for m in at.metric}["Steps done"] == "3"
 
-    lines, gantt = (json.loads(c.proto.spec) for c in at.get("plotly_chart"))  # the metric lines, the Gantt chart
+    # The metric lines, the Gantt chart.
+    lines, gantt = (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
     assert {t["name"] for t in lines["data"]} == {"step_s", "rollout_s", "mean_accept_len", "reward"}
     assert any(s.value == "Worker timeline: RL step 2" for s in at.subheader), [s.value for s in at.subheader]
     bars = {t["name"]: t for t in gantt["data"]}
     assert set(bars) == {"decode", "decode (SD)", "idle (bubble)", "drafter spot training", "policy training",
                          "weight sync"}  # drafter_train happens in step 2 only: the chart is the last step's
-    assert bars["idle (bubble)"]["marker"]["color"] == STATE_COLORS["idle"]  # red, as on the What-if page
+    # red, as on the What-if page.
+    assert bars["idle (bubble)"]["marker"]["color"] == STATE_COLORS["idle"]
 
     log = at.code[0].value
     assert log.splitlines()[-1] == "log line 99" and len(log.splitlines()) == 40
 
-    # The waste per step, from the trace: worker 1 decodes 2 s at batch 1 (the tail: full batch 4, tail
-    # batch max(1, 4 // 8) = 1) of 2 workers x 6 s; it idles 2 s; its 100 tokens are 1/5 of the step's.
+    # The waste per step, from the trace: worker 1 decodes 2 s at batch 1 (the tail: full batch 4,
+    # tail batch max(1, 4 // 8) = 1) of 2 workers x 6 s; it idles 2 s; its 100 tokens are 1/5 of the
+    # step's.
     assert any(s.value == "Where the rollout's worker-time went" for s in at.subheader)
     waste = at.dataframe[1].value.set_index("rl_step")
     assert list(waste.index) == [1, 2]
     assert waste.loc[2, ["tail_fraction", "bubble_fraction", "tail_token_share"]].tolist() == \
         pytest.approx([2 / 12, 2 / 12, 0.2])
-    assert waste.loc[2, "drafter_train_fraction"] == pytest.approx(2 / 12)  # worker 1 spot-trains 2 s
+    # Worker 1 spot-trains 2 s.
+    assert waste.loc[2, "drafter_train_fraction"] == pytest.approx(2 / 12)
     assert (waste.loc[2, "full_batch"], waste.loc[2, "tail_batch"]) == (4, 1)
     assert {m.label: m.value for m in at.metric}["Tail (last step)"] == f"{2 / 12:.1%}"
 
 
 def test_train_page_shows_a_failed_run_with_its_error(tmp_path: Path) -> None:
-    """A run that crashes (a real process, ending on a Python traceback) is shown as failed, with the
-    exception, not as a log line among others."""
+    """A run that crashes (a real process, ending on a Python traceback) is shown as failed, with
+    the exception, not as a log line among others."""
     import sys
 
     from workbench.ui import train_page
@@ -324,7 +331,8 @@ def test_train_page_shows_a_failed_run_with_its_error(tmp_path: Path) -> None:
                for c in at.code), [c.value for c in at.code]
     assert not at.button(key="train_start").disabled  # a failed run does not hold the page
 
-    # The same directory watched from a fresh session (the run started elsewhere): the log alone says it failed.
+    # The same directory watched from a fresh session (the run started elsewhere): the log alone
+    # says it failed.
     other = AppTest.from_function(_train_script, default_timeout=60)
     other.session_state["train_monitor_dir"] = str(run_dir)
     other.run()
@@ -408,7 +416,7 @@ def test_calibrate_page_checks_the_form_then_starts_tlt_calibrate(monkeypatch, t
     assert at.text_input(key="calibrate_report_path").value == str(tmp_path / "me.calibration.json")
 
 
-# ---------------------------------------------------------------- Compare and Tune: the policy exported
+# ------------------------------------------------------------ Compare and Tune: the policy exported
 
 
 def _compare_script() -> None:
@@ -449,8 +457,8 @@ def test_compare_offers_the_fastest_policy_for_each_stack() -> None:
 
 
 def test_tune_offers_the_tuned_policy_for_each_stack() -> None:
-    """cpu-tiny's profile is this machine's: the study searches what `tlt train` runs (chains), which
-    every target expresses."""
+    """cpu-tiny's profile is this machine's: the study searches what `tlt train` runs (chains),
+    which every target expresses."""
     at = AppTest.from_function(_tune_script, default_timeout=300)
     at.run()
     at.selectbox(key="tune_wl").set_value("cpu-tiny").run()
@@ -465,8 +473,8 @@ def test_tune_offers_the_tuned_policy_for_each_stack() -> None:
 
 
 def test_an_older_runs_metrics_read_under_the_new_names(tmp_path: Path) -> None:
-    """metrics.csv from before the rename (step, bubble_frac, spot_frac): the Train page reads them as
-    rl_step, bubble_fraction and drafter_train_fraction."""
+    """metrics.csv from before the rename (step, bubble_frac, spot_frac): the Train page reads them
+    as rl_step, bubble_fraction and drafter_train_fraction."""
     from workbench.ui.run_monitor import read_metrics
 
     pd.DataFrame({"step": [0, 1], "bubble_frac": [0.3, 0.25], "spot_frac": [0.2, 0.1]}).to_csv(tmp_path / "metrics.csv",
@@ -483,7 +491,8 @@ def _plan_script() -> None:
 
 
 def test_plan_page_shows_the_front_and_offers_the_chosen_files(tmp_path: Path, monkeypatch) -> None:
-    """A small plan (one TP, two batch sizes, a few shapes, 1 step): the front, the chosen shape and its files."""
+    """A small plan (one TP, two batch sizes, a few shapes, 1 step): the front, the chosen shape and
+    its files."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     at = AppTest.from_function(_plan_script, default_timeout=180)
     at.run()

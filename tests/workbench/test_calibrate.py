@@ -1,8 +1,8 @@
 """Calibration (`tlt calibrate`) and validation (`tlt validate`) on synthetic traces.
 
-The traces come from the `synthetic_trace` fixture (tests/workbench/conftest.py): a token-level stand-in for vLLM
-whose steps
-cost exactly the simulator's form under known parameters, with noise, outliers and warm-up.
+The traces come from the `synthetic_trace` fixture (tests/workbench/conftest.py): a token-level
+stand-in for vLLM whose steps cost exactly the simulator's form under known parameters, with noise,
+outliers and warm-up.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ def test_recovers_step_costs(cal, synthetic_machine):
 
 
 def test_fit_is_in_the_simulators_own_cost_form(cal):
-    """The fit's linear features reproduce sim/costs.py (verify + draft + prefill) with the fitted profile."""
+    """The fit's linear features reproduce sim/costs.py (verify + draft + prefill) with the fitted
+    profile."""
     res = cal.residuals
     assert np.allclose(predict_steps(cal.profile, res), res["predicted_s"], rtol=1e-3)
 
@@ -116,8 +117,9 @@ PARAMETER_KEYS = [
 
 
 def test_report_keeps_its_file_format(cal):
-    """The calibration report (NAME.calibration.json) is a file format: its parameters are keyed 'part.field',
-    each with the profile's value, the base's, whether it was fitted, its relative error and why not."""
+    """The calibration report (NAME.calibration.json) is a file format: its parameters are keyed
+    'part.field', each with the profile's value, the base's, whether it was fitted, its relative
+    error and why not."""
     report = cal.report(BASE)
     assert report["schema"] == "tlt-calibration/1"
     assert list(report["parameters"]) == PARAMETER_KEYS
@@ -139,7 +141,8 @@ def test_report_keeps_its_file_format(cal):
 
 
 def test_per_position_acceptance_counts_drafts_per_position():
-    """Steps of different draft lengths: position i is offered only by steps that drafted >= i tokens."""
+    """Steps of different draft lengths: position i is offered only by steps that drafted >= i
+    tokens."""
     steps = pd.DataFrame({"draft_len": [4, 2, 0], "num_drafts": [10, 10, 0], "decode_requests": [10, 10, 50],
                           "batch_size": [10, 10, 50], "accepted_per_pos": [[8, 6, 4, 2], [5, 3], []]})
     acc, offered, drafts, r, n = per_position_acceptance(steps)
@@ -155,14 +158,16 @@ def test_parameters_a_trace_cannot_identify_keep_the_base(traces, synthetic_mach
         assert not p.fitted
         assert p.value == getattr(getattr(c.profile, part), name) == getattr(getattr(BASE, part), name)
     assert param(c, "drafter", "eagle_step_s").why_not_fitted.startswith("no such steps")
-    # Without SD, K is always 0: per-sequence and per-token compute cost are one feature; one is kept.
+    # Without SD, K is always 0: per-sequence and per-token compute cost are one feature; one is
+    # kept.
     assert param(c, "decode", "per_seq_s").fitted != param(c, "decode", "compute_s_per_token").fitted
     slope = c.profile.decode.per_seq_s + c.profile.decode.compute_s_per_token
     assert close(slope, synthetic_machine.decode.per_seq_s + synthetic_machine.decode.compute_s_per_token, 0.1)
 
 
 def test_finds_the_knee_of_a_memory_bound_engine(tmp_path, synthetic_trace, synthetic_machine):
-    """GPU-like: reading the weights costs the same up to 200 tokens per step (weights_s = compute * 200)."""
+    """GPU-like: reading the weights costs the same up to 200 tokens per step (weights_s = compute *
+    200)."""
     gpu = replace(synthetic_machine, decode=replace(synthetic_machine.decode, overhead_s=0.002, per_seq_s=1e-5,
                                                     weights_s=0.004, compute_s_per_token=2e-5, kv_s_per_token=1e-8))
     shape = dict(prompts=48, samples=4, cap=256, workers=1, max_batch=192, lengths=LengthModel(clip_ratio=0.05,
@@ -260,7 +265,8 @@ def test_malformed_traces_fail_with_a_clear_error(traces, tmp_path, how, words):
 
 
 def test_calibrate_then_validate_round_trips(tmp_path, synthetic_trace, synthetic_machine):
-    """Fit on one run, validate on it and on a held-out run with another prompt mix, batch size and engine count.
+    """Fit on one run, validate on it and on a held-out run with another prompt mix, batch size and
+    engine count.
 
     The runs are consistent with the simulator (every request of a step accepts the same number
     of drafts, no warm-up, no host gap), so what is left is the fit's own error."""

@@ -162,14 +162,16 @@ def _interval(worker, start, end, state, batch=0, tokens=0.0):
 
 def test_waste_of_a_timeline_worked_by_hand():
     """Two workers, full batch 64 (tail batch 8): worker 0 decodes at 64 then 8 (the tail), worker 1
-    decodes at 16 (not the tail) and idles (the bubble); training and sync are outside the rollout."""
+    decodes at 16 (not the tail) and idles (the bubble); training and sync are outside the
+    rollout."""
     rows = pd.DataFrame([
         _interval(0, 10.0, 14.0, "decode", 64, 800.0), _interval(0, 14.0, 20.0, "decode_sd", 8, 100.0),
         _interval(1, 10.0, 15.0, "decode", 16, 300.0), _interval(1, 15.0, 20.0, "idle"),
         _interval(0, 20.0, 30.0, "train"), _interval(1, 20.0, 30.0, "train")])
     w = rollout_split(rows)
     assert (w.workers, w.rollout_s, w.full_batch, w.tail_batch) == (2, 10.0, 64, 8)
-    assert w.tail_fraction == pytest.approx(6.0 / 20.0)  # worker 0's 6 s at batch 8, of 2 x 10 worker-seconds
+    # Worker 0's 6 s at batch 8, of 2 x 10 worker-seconds.
+    assert w.tail_fraction == pytest.approx(6.0 / 20.0)
     assert w.bubble_fraction == pytest.approx(5.0 / 20.0)
     assert w.tail_token_share == pytest.approx(100.0 / 1200.0)
     # One sequence more in the tail interval's batch and it is no longer the tail.

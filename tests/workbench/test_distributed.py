@@ -69,7 +69,8 @@ def test_a_ray_projection_is_the_serial_projection(ray_local, tiny):
 
 
 def test_two_tuner_processes_complete_the_trial_count_without_duplicates(tmp_path):
-    """Two processes, one journal file: the study ends with exactly its trial count, each preset once."""
+    """Two processes, one journal file: the study ends with exactly its trial count, each preset
+    once."""
     wl = load_workload("cpu-tiny")
     spec = tuning.TuneSpec(wl, load_profile(wl.profile), seeds=1, steps=2, target="tlt-train")
     storage = f"journal:{tmp_path / 'study.log'}"
@@ -77,7 +78,8 @@ def test_two_tuner_processes_complete_the_trial_count_without_duplicates(tmp_pat
     study = optuna.load_study(study_name="par", storage=tuning.make_storage(storage))
     done = tuning.complete_trials(study)
     assert len(done) == 10 and ran == 10
-    # A trial begun when the others already made the count is pruned at once: at most one per extra process.
+    # A trial begun when the others already made the count is pruned at once: at most one per extra
+    # process.
     assert len(study.trials) - len(done) <= 1
     assert len({t.number for t in study.trials}) == len(study.trials)
     presets = [t.user_attrs["preset"] for t in done if "preset" in t.user_attrs]

@@ -43,7 +43,8 @@ FASTRL_SERVER_ARGS = {
     "--speculative-ngram-max-bfs-breadth", "--speculative-ngram-max-match-window-size",
     "--speculative-ngram-min-bfs-breadth", "--speculative-ngram-min-match-window-size",
     "--speculative-num-draft-tokens", "--speculative-num-steps", "--speculative-token-map"}
-FASTRL_MAB_ALGORITHMS = {"EG", "UCB1", "PREDEFINED", "BEG"}  # eagle_mab.py MABGroupManager.ALGORITHM_FACTORIES
+# eagle_mab.py MABGroupManager.ALGORITHM_FACTORIES.
+FASTRL_MAB_ALGORITHMS = {"EG", "UCB1", "PREDEFINED", "BEG"}
 FASTRL_TRAINER_KEYS = {
     "speculative.enable", "speculative.spec_strategy", "speculative.bs_threshold", "speculative.eagle.spec_model_path",
     "speculative.eagle.spec_steps", "speculative.eagle.spec_topk", "speculative.eagle.spec_verify_tokens",
@@ -64,7 +65,8 @@ DRAFTER = "traces/reference/drafter"
 
 
 def _fake_drafter(tmp_path: Path) -> Path:
-    """A directory shaped like an EAGLE checkpoint (what the translation checks; nothing loads it here)."""
+    """A directory shaped like an EAGLE checkpoint (what the translation checks; nothing loads it
+    here)."""
     d = tmp_path / "drafter"
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text("{}")
@@ -92,7 +94,7 @@ def _options(args: list[str]) -> dict[str, str]:
     return dict(zip(args[::2], args[1::2]))
 
 
-# ---------------------------------------------------------------- vLLM: the engine's own translation
+# --------------------------------------------------------------- vLLM: the engine's own translation
 
 
 @pytest.mark.parametrize("name", ["tlt-vllm", "static-sd", "tlt-base", "tlt-cold"])
@@ -110,7 +112,8 @@ def test_vllm_refuses_trees_and_notes_what_it_drops(tmp_path):
         export_policy(load_policy("tlt"), "vllm", _fake_drafter(tmp_path))
     exp = export_policy(load_policy("tlt-vllm"), "vllm", _fake_drafter(tmp_path))
     kinds = [n.split(":")[0] for n in exp.notes]
-    assert kinds == ["approximated", "dropped", "dropped"]  # the bandit; n-gram fallback; spot training
+    # The bandit; n-gram fallback; spot training.
+    assert kinds == ["approximated", "dropped", "dropped"]
     assert all(f"#   - {n}" in exp.text for n in exp.notes)
     plain = yaml.safe_load(export_policy(load_policy("baseline"), "vllm").text)
     assert plain == {"max-num-seqs": 256}
@@ -120,7 +123,8 @@ def test_vllm_refuses_trees_and_notes_what_it_drops(tmp_path):
 
 
 def test_the_tlt_preset_becomes_fastrls_own_launch(tmp_path):
-    """tlt is FastRL's defaults (fastrl_trainer.yaml, examples/grpo_7B.sh): the export gives them back."""
+    """tlt is FastRL's defaults (fastrl_trainer.yaml, examples/grpo_7B.sh): the export gives them
+    back."""
     ddir = _fake_drafter(tmp_path)
     exp = export_policy(load_policy("tlt"), "sglang", ddir)
     args = _sourced(exp.text, tmp_path, "SGLANG_ARGS")
@@ -232,12 +236,12 @@ def test_the_cli_writes_notes_and_refuses_before_writing(tmp_path):
     assert res.exit_code == 2 and ".yaml" in res.stderr
 
 
-# ---------------------------------------------------------------- the targets' own code, where it imports
+# ---------------------------------------------------------- the targets' own code, where it imports
 
 
 def _fastrl_plays_the_schedule(policy: Policy, a) -> None:
-    """FastRL's own MAB (eagle_mab.py), built as its eagle_worker.py builds it from the parsed arguments,
-    picks the policy's strategy at every batch size that drafts."""
+    """FastRL's own MAB (eagle_mab.py), built as its eagle_worker.py builds it from the parsed
+    arguments, picks the policy's strategy at every batch size that drafts."""
     from sglang.srt.speculative.eagle_mab import BucketedEpsilonGreedyMAB
 
     default = f"{a.speculative_num_steps}_{a.speculative_eagle_topk}_{a.speculative_num_draft_tokens}"
@@ -281,7 +285,8 @@ def test_verl_builds_its_rollout_config_from_the_fragment(tmp_path):
 
     base = OmegaConf.load(os.path.join(os.path.dirname(verl.__file__), "trainer/config/_generated_ppo_trainer.yaml"))
     OmegaConf.set_struct(base, True)  # unknown keys refused, as Hydra does
-    OmegaConf.set_struct(base.actor_rollout_ref.rollout.engine_kwargs, False)  # engine_kwargs are free-form
+    # engine_kwargs are free-form.
+    OmegaConf.set_struct(base.actor_rollout_ref.rollout.engine_kwargs, False)
     for name, exp in _exportable("verl", tmp_path):
         merged = OmegaConf.merge(base, OmegaConf.create(yaml.safe_load(exp.text)))
         cfg = omega_conf_to_dataclass(merged.actor_rollout_ref.rollout)

@@ -1,4 +1,5 @@
-"""What-if's length-file panel: an upload imported as `tlt workload import` would, drawn beside the model."""
+"""What-if's length-file panel: an upload imported as `tlt workload import` would, drawn beside the
+model."""
 
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def _panel_with_an_upload() -> None:
                     for s in range(3) for p in range(6) for m in range(4)]
             return ("step,prompt,length,correct\n" + "\n".join(rows) + "\n").encode()
 
-    # Restored at once: the AppTest scripts of later tests run in this process and use the real uploader.
+    # Restored at once: the AppTest scripts of later tests run in this process and use the real
+    # uploader.
     real_uploader = st.file_uploader
     st.file_uploader = lambda *a, **k: [Upload()]
     try:

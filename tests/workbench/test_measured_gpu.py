@@ -133,12 +133,14 @@ def test_draft_overhead_is_what_table_d_gives():
 
 
 def test_the_overhead_scales_as_table_e_across_gpus_gives_and_the_profiles_use_that_fit():
-    # The shipped constants are the fits' outputs (within their written precision), not chosen values.
+    # The shipped constants are the fits' outputs (within their written precision), not chosen
+    # values.
     assert DRAFT_OVERHEAD_REF_STEP_S == pytest.approx(reference_step_s(), rel=1e-3)
     exponent, checks = fit_overhead_exponent(table_e_engines())
     assert 0.0 < exponent < 1.0 and DRAFT_OVERHEAD_EXPONENT == pytest.approx(exponent, abs=0.01)
     assert all(abs(c.error_pct) < 5.0 for c in checks), checks
-    # Faster engines pay less per draft step, slower ones more; Table D's own engine pays its 0.58 ms.
+    # Faster engines pay less per draft step, slower ones more; Table D's own engine pays its 0.58
+    # ms.
     by_gpu = {c.gpu: c.overhead_s for c in checks}
     assert by_gpu["B200"] < by_gpu["H100"] < DRAFT_STEP_OVERHEAD_S < by_gpu["A100"]
 

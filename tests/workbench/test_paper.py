@@ -46,8 +46,8 @@ def test_the_fit_reproduces_the_microbenchmarks_and_the_presets_are_its_output(f
     fit, profiles = fitted
     assert fit.median_abs_error_pct < 5.0
     assert [p.name for p in profiles] == [c.profile for c in CASES]
-    # The shipped presets are what the fit writes, within the refit tolerance a CPU change moves a fit by
-    # (regenerate with `tlt paper --write-profiles`).
+    # The shipped presets are what the fit writes, within the refit tolerance a CPU change moves a
+    # fit by (regenerate with `tlt paper --write-profiles`).
     assert report.stale_presets(profiles) == []
     for p in profiles:
         assert load_profile(p.name).fitted_on and "tlt paper" in p.source
@@ -59,7 +59,8 @@ def test_a_refit_writes_the_shipped_presets_unless_it_moved_beyond_the_tolerance
     nudged = replace(first, drafter=replace(first.drafter, eagle_s_per_seq=first.drafter.eagle_s_per_seq * 1.0001))
     moved = replace(first, drafter=replace(first.drafter, eagle_s_per_seq=first.drafter.eagle_s_per_seq * 1.01))
     assert report.stale_presets([nudged]) == [] and report.stale_presets([moved]) == [first.name]
-    # Within the tolerance the shipped file is written back unchanged, so every machine writes the same bytes.
+    # Within the tolerance the shipped file is written back unchanged, so every machine writes the
+    # same bytes.
     assert report.profiles_to_write([nudged]) == [load_profile(first.name)]
     assert report.profiles_to_write([moved]) == [moved]
 
@@ -84,7 +85,8 @@ def test_tlt_paper_prints_and_writes_the_same_rows(tmp_path):
     doc = json.loads((tmp_path / "paper.json").read_text())
     rows = doc["rows"]
     assert {r["table"] for r in rows} == {"A", "C", "E", "G"}
-    # Table A: each case predicted with the measured-database profile, and checked with the paper-fitted one.
+    # Table A: each case predicted with the measured-database profile, and checked with the
+    # paper-fitted one.
     a_rows = [r for r in rows if r["table"] == "A"]
     assert len(a_rows) == 16 and len([r for r in rows if r["table"] == "C"]) == 24
     assert sum(r["basis"] == "predicted" for r in a_rows) == 8
@@ -139,10 +141,11 @@ def test_tlt_paper_peers_sets_each_claim_beside_its_prediction(tmp_path):
     assert json.loads(res.stdout.strip().splitlines()[-1]) == doc["summary"]
 
 
-# --- the calibration split (traces/published/calibration-split.yaml) -------------------------------------------
+# --- the calibration split (traces/published/calibration-split.yaml) ------------------------------
 
 def _tiny_split(tmp_path):
-    """The declared split's parameters with two grid points each (within their ranges), for a 1-step grid."""
+    """The declared split's parameters with two grid points each (within their ranges), for a 1-step
+    grid."""
     import yaml
 
     from workbench.paper.calibration import load_split
@@ -178,7 +181,8 @@ def test_a_grid_value_outside_its_declared_range_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_grid(tmp_path_factory):
-    """The real code path (measured parts + parameters -> simulated Table A speedups), at 1 RL step."""
+    """The real code path (measured parts + parameters -> simulated Table A speedups), at 1 RL
+    step."""
     from workbench.paper.calibration import evaluate_grid
     from workbench.paper.reproduce import WORKLOADS, run_case
     split = _tiny_split(tmp_path_factory.mktemp("split"))
@@ -195,7 +199,8 @@ def test_leave_one_out_never_sees_the_held_out_figures(tiny_grid):
     assert [r.held_out for r in rounds] == models
     for r in rounds:
         assert r.held_out not in r.fit_models
-        # Perturb the held-out model's published figures wildly, both ways: its round's parameters do not move.
+        # Perturb the held-out model's published figures wildly, both ways: its round's parameters
+        # do not move.
         for factor in (0.3, 3.0):
             moved = {k: (v * factor if k[0] == r.held_out else v) for k, v in published.items()}
             again = next(x for x in leave_one_out(grid, moved, models) if x.held_out == r.held_out)

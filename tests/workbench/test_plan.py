@@ -92,10 +92,12 @@ def test_a_model_too_big_for_the_gpu_is_marked_not_dropped(tmp_path, monkeypatch
     assert res.exit_code == 0, res.output
     assert "chosen: none" in res.output and "weights need" in res.output
     data = json.loads((tmp_path / "p" / "plan.json").read_text())
-    assert data["trials"] == [] and len(data["screened"]) == 1  # TP1 x max batch 64: screened, not proposed
+    # TP1 x max batch 64: screened, not proposed.
+    assert data["trials"] == [] and len(data["screened"]) == 1
     assert data["screened"][0]["status"] == "infeasible" and "weights need" in data["screened"][0]["reason"]
     assert data["chosen"] is None and not (tmp_path / "p" / "workload.yaml").exists()
-    assert not list((tmp_path / "xdg").rglob("*.yaml"))  # nothing derived for a shape that cannot run
+    # Nothing derived for a shape that cannot run.
+    assert not list((tmp_path / "xdg").rglob("*.yaml"))
 
 
 def test_a_deadline_no_shape_meets_is_marked(tiny_plan, cache, monkeypatch):
@@ -155,7 +157,8 @@ def test_a_zero_price_is_refused(tmp_path):
 
 
 def test_a_model_the_database_never_measured_is_marked(tmp_path, monkeypatch):
-    """tiny-gcd's head size is in no attention table: every shape is infeasible, with the database's reason."""
+    """tiny-gcd's head size is in no attention table: every shape is infeasible, with the database's
+    reason."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     res = runner.invoke(app, ["plan", "--workload", "cpu-tiny", "--model", "tiny-gcd", "--gpu", "h100", "--gpus", "2",
                               "--price-per-gpu-hour", "2", "--tp", "1", "--max-batch", "64", "--policies", "baseline",

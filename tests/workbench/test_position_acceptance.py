@@ -1,6 +1,6 @@
-"""Acceptance along a response (workbench/calibrate/position_acceptance.py, AcceptanceModel.*_position):
-fitted from SD steps placed at their mean position, kept only where the data support it, and
-applied by the simulator at a batch's mean position."""
+"""Acceptance along a response (workbench/calibrate/position_acceptance.py,
+AcceptanceModel.*_position): fitted from SD steps placed at their mean position, kept only where the
+data support it, and applied by the simulator at a batch's mean position."""
 
 from __future__ import annotations
 

@@ -55,7 +55,8 @@ def test_a_burst_in_part_of_a_capture_is_taken_out_of_that_part_only(synthetic_t
     at = np.arange(0.0, end, 0.05)
     reads = np.where(at >= end / 2, 2 * PROBE_MS, PROBE_MS)
     w = Warp(at, np.full(len(at), PROBE_MS), PROBE_MS)  # a clock that runs true
-    stretched = Warp(at, PROBE_MS * PROBE_MS / reads, PROBE_MS)  # the capture's clock, slow after end / 2
+    # The capture's clock, slow after end / 2.
+    stretched = Warp(at, PROBE_MS * PROBE_MS / reads, PROBE_MS)
     s = t.steps.copy()
     s["wall_s"] = stretched(s["start_s"] + s["wall_s"]) - stretched(s["start_s"])
     s["start_s"] = stretched(s["start_s"])

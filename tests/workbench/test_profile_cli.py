@@ -77,7 +77,8 @@ def test_tlt_profile_writes_the_profile_raw_measurements_and_fit_error(profiled)
     assert prof.name == "tiny-op" and "real.profiler" in prof.source and prof.fit_error_pct is not None
     m = read_measurements(out.with_name("tiny-op.measurements.parquet"))
     report = json.loads(out.with_name("tiny-op.fit.json").read_text())
-    # The report's points are the file's measurements, each beside the saved profile's own prediction.
+    # The report's points are the file's measurements, each beside the saved profile's own
+    # prediction.
     measured = m.rows[m.rows["op"].isin(("decode", "verify", "drafter", "prefill"))]
     assert len(report["points"]) == len(measured)
     for p in report["points"]:

@@ -53,7 +53,8 @@ def test_energy_cost_and_gpu_hour_arithmetic():
     seconds = GpuSeconds(decode=10 * 3600.0, idle=5 * 3600.0, train=2 * 3600.0)
     power = GpuPower(decode_w=500.0, idle_w=100.0, train_w=700.0)
     assert gpu_hours(seconds) == pytest.approx(17.0)
-    assert energy_kwh(seconds, power) == pytest.approx((10 * 500 + 5 * 100 + 2 * 700) / 1000.0)  # 6.9 kWh
+    # 6.9 kWh.
+    assert energy_kwh(seconds, power) == pytest.approx((10 * 500 + 5 * 100 + 2 * 700) / 1000.0)
     assert cost(17.0, 2.5) == pytest.approx(42.5)
     assert GpuPower.parse("650, 120,700") == GpuPower(650.0, 120.0, 700.0)
     for bad in ("650,120", "a,b,c", "650,120,-1"):
@@ -88,8 +89,9 @@ def test_workload_at_a_step_draws_what_the_run_draws_there(tiny):
 
 
 def test_a_sampled_projection_agrees_with_the_full_simulation(tiny):
-    """The drafter learns from cold over the run and lengths drift: sampling 3 blocks of 10 of 80 steps
-    stays within 5% of simulating all 80 (docs/results.md has the measured errors at scale)."""
+    """The drafter learns from cold over the run and lengths drift: sampling 3 blocks of 10 of 80
+    steps stays within 5% of simulating all 80 (docs/results.md has the measured errors at
+    scale)."""
     wl, prof = tiny
     pols = [load_policy("baseline"), load_policy("tlt-cold")]
     sampled = project(wl, pols, prof, [0], 80, sample_steps=30)
@@ -101,7 +103,8 @@ def test_a_sampled_projection_agrees_with_the_full_simulation(tiny):
         assert s.wall_s[:10] == pytest.approx(f.wall_s[:10], rel=1e-12)
         assert s.total_wall_s == pytest.approx(f.total_wall_s, rel=0.05)
         assert s.gpu.decode == pytest.approx(f.gpu.decode, rel=0.05)
-    # The drafter state carried across the skipped steps: the last block accepts as the full run does there.
+    # The drafter state carried across the skipped steps: the last block accepts as the full run
+    # does there.
     s, f = sampled.runs[1], full.runs[1]
     assert s.accept_len[s.simulated][-10:].mean() == pytest.approx(f.accept_len[-10:].mean(), rel=0.05)
 

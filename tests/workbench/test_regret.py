@@ -21,7 +21,8 @@ ORACLE_KEYS = ["bucket", "min_batch", "max_batch", "oracle_draft_len", "schedule
 
 @pytest.fixture(scope="module")
 def toy():
-    """Stationary acceptance: no length drift, no staleness, a warm drafter that is not retrained."""
+    """Stationary acceptance: no length drift, no staleness, a warm drafter that is not
+    retrained."""
     wl = load_workload("cpu-tiny")
     wl = replace(wl, steps=3, lengths=replace(wl.lengths, drift_per_step=0.0))
     prof = load_profile("cpu-tiny")
@@ -49,13 +50,15 @@ def test_every_bandit_has_finite_nonnegative_regret(report):
         for v in (r.regret_s, r.clairvoyant_regret_s, r.regret_pct):
             assert math.isfinite(v)
         assert r.regret_s >= -1e-9, (r.algorithm, r.seed, r.regret_s)
-        # Against the best arm per segment: >= 0 by construction, and never below the fixed-oracle regret.
+        # Against the best arm per segment: >= 0 by construction, and never below the fixed-oracle
+        # regret.
         assert r.clairvoyant_regret_s >= -1e-9
         assert r.clairvoyant_regret_s >= r.regret_s - 1e-9
         # The curve ends at the total; the buckets add up to it.
         assert r.curve[-1] == pytest.approx(r.regret_s, abs=1e-9)
         assert sum(o.regret_s for o in r.oracle) == pytest.approx(r.regret_s, abs=1e-9)
-        # A bucket whose played arm is the oracle's has exactly zero regret (the fixed table's buckets).
+        # A bucket whose played arm is the oracle's has exactly zero regret (the fixed table's
+        # buckets).
         if r.algorithm == "fixed":
             for o in r.oracle:
                 assert o.regret_s >= -1e-12
@@ -64,7 +67,8 @@ def test_every_bandit_has_finite_nonnegative_regret(report):
 
 
 def test_model_time_matches_the_simulator(toy):
-    """The counterfactual cost model, applied to the arm played, reproduces the simulated durations."""
+    """The counterfactual cost model, applied to the arm played, reproduces the simulated
+    durations."""
     wl, prof, base = toy
     policy = bandit_variants(base)[0]
     run = simulate(wl, policy, prof, seed=0, steps=2)
@@ -75,7 +79,8 @@ def test_model_time_matches_the_simulator(toy):
 
 def test_beg_mab_beats_a_poor_fixed_table(toy, report):
     wl, prof, base = toy
-    poor = replace(base, schedule=tuple(replace(row, draft_len=0) for row in base.schedule))  # SD off where it pays
+    # SD off where it pays.
+    poor = replace(base, schedule=tuple(replace(row, draft_len=0) for row in base.schedule))
     poor_report = bandit_regret(wl, poor, prof, seeds=2, algorithms=["fixed"])
     poor_regret = np.mean([r.regret_s for r in poor_report.runs])
     beg_regret = np.mean([r.regret_s for r in report.runs if r.algorithm == "beg"])

@@ -1,4 +1,5 @@
-"""Whole runs: fit_runs (workbench/calibrate/runs.py), predict_run, predict_bench, `tlt validate RUN_DIR`.
+"""Whole runs: fit_runs (workbench/calibrate/runs.py), predict_run, predict_bench, `tlt validate
+RUN_DIR`.
 
 The run directories are synthetic (tests/workbench/conftest.py `synthetic_run`): rollouts at a
 known profile's step costs, updates and syncs at its phase costs, drafter estimates drawn from the
@@ -53,15 +54,17 @@ def test_phase_costs_are_recovered_from_a_run(runs):
     assert f"run:{runs['baseline'].resolve()}" in fit.profile.fitted_on
     rows = {r[0]: r for r in fit.table_rows()}
     assert rows["phases.weight_sync_s"][2] == "fitted"
-    # a baseline run shows no spot training and no drafter estimate: those keep the base's value and say why
+    # a baseline run shows no spot training and no drafter estimate: those keep the base's value and
+    # say why
     learning = rows["learning.train_tokens_per_s"]
     assert learning[2] == "kept (base)" and "no drafter step" in learning[3]
     assert rows["acceptance.staleness_per_update"][2] == "kept (base)"
 
 
 def test_what_spot_training_adds_to_a_step_is_recovered_and_predicted(runs):
-    """The wait for the spot trainers to stop and the drafter's sync: fitted from a run that spot-trains
-    beside one that does not, then predicted as sync (the simulator's timeline puts the wait there)."""
+    """The wait for the spot trainers to stop and the drafter's sync: fitted from a run that
+    spot-trains beside one that does not, then predicted as sync (the simulator's timeline puts the
+    wait there)."""
     fit = fit_runs([runs["baseline"], runs["sd"]], load_profile("cpu-tiny"))
     ph = fit.profile.phases
     assert ph.weight_sync_s == pytest.approx(0.2, rel=1e-3)
@@ -89,7 +92,8 @@ def test_spot_throughput_from_the_timeline(runs):
     tps = round(SPOT_BATCH_SEQUENCES * float((req["prompt_tokens"] + req["response_tokens"]).mean()))
     assert fit.profile.learning.tokens_per_step == tps
     step_s = tps / fit.profile.learning.train_tokens_per_s
-    # 1.0, 2.6, 0.4, 1.7 s doing 10 steps in all: the simulator's count at the fitted step time matches
+    # 1.0, 2.6, 0.4, 1.7 s doing 10 steps in all: the simulator's count at the fitted step time
+    # matches
     assert whole_steps([([1.0], 2), ([2.6], 5), ([0.4], 0), ([1.7], 3)], step_s) == 10
 
 
@@ -126,7 +130,8 @@ def test_staleness_and_learning_curve_are_recovered(runs, tmp_path, synthetic_ru
     assert fit.profile.acceptance.staleness_per_update == pytest.approx(0.05, abs=2e-3)
     params = {p.key: p for p in fit.params}
     assert params["learning.learn_tokens"].fitted
-    assert fit.profile.learning.learn_tokens == pytest.approx(1e5, rel=0.3)  # the grid's step is 10**0.1
+    # The grid's step is 10**0.1.
+    assert fit.profile.learning.learn_tokens == pytest.approx(1e5, rel=0.3)
 
 
 def test_a_drafter_that_did_not_improve_keeps_the_base_learning_curve(runs, tmp_path, synthetic_run):
@@ -150,7 +155,8 @@ def test_predict_run_per_phase_and_in_sample_label(runs):
     assert not held.in_sample and held.run == "baseline" and len(held.steps) == 4
     # the synthetic engine's steps cost the profile's form: the rollout is predicted closely
     assert abs(held.phase_error_pct("rollout")) < 15
-    # updates took exactly the form's time on the run's own tokens (prompt lengths vary around their mean)
+    # updates took exactly the form's time on the run's own tokens (prompt lengths vary around their
+    # mean)
     assert abs(held.phase_error_pct("train")) < 3
     assert held.phase_error_pct("sync") == pytest.approx(0.0, abs=1e-6)
     assert held.measured.other_s == pytest.approx(0.1, abs=1e-6) and held.predicted.other_s == 0.0
@@ -253,7 +259,8 @@ def test_cli_calibrate_fits_whole_runs_on_top_of_a_profile(runs, tmp_path):
 
 
 def test_a_run_of_the_same_name_elsewhere_is_held_out(runs, tmp_path):
-    """Two benches both have a `baseline` run: a profile fitted on one predicts the other held out."""
+    """Two benches both have a `baseline` run: a profile fitted on one predicts the other held
+    out."""
     import shutil
 
     other = tmp_path / "bench" / "baseline"

@@ -1,4 +1,5 @@
-"""The app's run totals: a whole run's days, GPU-hours, cost and energy beside the per-step figures."""
+"""The app's run totals: a whole run's days, GPU-hours, cost and energy beside the per-step
+figures."""
 
 from pathlib import Path
 
@@ -74,4 +75,5 @@ def test_compare_shows_run_totals_with_energy():
     totals = _totals(at)
     assert list(totals.index) == ["baseline", "tlt"]
     assert not totals.isin(["None"]).any().any()
-    assert all(float(v.replace(",", "")) > 0 for v in totals["Energy (kWh)"])  # the profile's power model
+    # The profile's power model.
+    assert all(float(v.replace(",", "")) > 0 for v in totals["Energy (kWh)"])

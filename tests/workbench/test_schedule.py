@@ -1,4 +1,5 @@
-"""workbench/schedule.py: the draft length a profile predicts best per batch bucket (pure, no vLLM)."""
+"""workbench/schedule.py: the draft length a profile predicts best per batch bucket (pure, no
+vLLM)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The tuner (`tlt tune`): it finds good policies, survives a kill, and writes files `tlt sim` runs."""
+"""The tuner (`tlt tune`): it finds good policies, survives a kill, and writes files `tlt sim`
+runs."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def small():
-    """fastrl-example-7b-8gpu cut to 16 prompts and 2 steps: the same long tail and costs, ~30 ms a simulation."""
+    """fastrl-example-7b-8gpu cut to 16 prompts and 2 steps: the same long tail and costs, ~30 ms a
+    simulation."""
     wl = replace(load_workload("fastrl-example-7b-8gpu"), name="paper-7b-small", prompts_per_step=16, steps=2)
     return wl, load_profile(wl.profile)
 
@@ -118,7 +120,8 @@ def test_presets_in_the_space_are_enqueued_and_warm_start_is_not_by_default(smal
     assert tune.params_for(load_policy("baseline"), wl) == {"drafter": "none"}
     assert tune.params_for(load_policy("tlt-cold"), wl) is not None
     assert tune.params_for(load_policy("tlt"), wl) is None  # bucket edges 4, 20: not powers of two
-    assert tune.params_for(load_policy("static-sd"), wl) is None  # warm start: outside the default space
+    # Warm start: outside the default space.
+    assert tune.params_for(load_policy("static-sd"), wl) is None
     assert tune.params_for(load_policy("static-sd"), wl, allow_warm_start=True) is not None
 
 
@@ -170,8 +173,8 @@ def test_hopeless_trials_are_pruned_after_a_seed_and_count_towards_the_study(sma
 
 
 def test_a_fresh_study_replays_from_its_sampler_seed_and_prints_each_trial(small):
-    """The sampler is seeded from (sampler seed, trials already in the study): a fresh study with the same
-    seed samples the same trials; TrialPrinter prints one line per finished trial."""
+    """The sampler is seeded from (sampler seed, trials already in the study): a fresh study with
+    the same seed samples the same trials; TrialPrinter prints one line per finished trial."""
     wl, prof = small
     spec = tune.TuneSpec(wl, prof, seeds=1)
     sampled, out = {}, io.StringIO()

@@ -23,8 +23,8 @@ BASE = load_workload("cpu-tiny")
 
 
 def polytrace_dir(tmp_path, steps=2):
-    """PolyTrace packed_lengths: 2 dp ranks (global ranks 0 and 4) x 2 prompts x 4 samples, rank 4's lines first,
-    and DAPO's filter record."""
+    """PolyTrace packed_lengths: 2 dp ranks (global ranks 0 and 4) x 2 prompts x 4 samples, rank 4's
+    lines first, and DAPO's filter record."""
     d = tmp_path / "poly"
     d.mkdir()
     for s in range(steps):
@@ -57,7 +57,8 @@ def test_polytrace_groups_ranks_prompt_lengths_and_dapo_flags(tmp_path):
     im = read_files([polytrace_dir(tmp_path)])
     obs = im.observed
     assert obs.responses == 32 and obs.batches == 2 and obs.groups == 8
-    g = obs.group_at(0)  # dp rank 0, local index 0 comes first in the batch though its line came later
+    # Dp rank 0, local index 0 comes first in the batch though its line came later.
+    g = obs.group_at(0)
     assert list(g.lengths) == [10, 11, 12, 13] and g.prompt_tokens == 50 and g.rank == 0
     assert [obs.group_at(i).mixed for i in range(4)] == [0, 1, 1, 0]  # kept_prompt_indices [1, 2]
     assert im.dapo.train_batch_size == 2 and any("validation" in n for n in im.notes)
@@ -130,7 +131,8 @@ def test_fit_recovers_a_known_model_and_reports_goodness():
 
 
 def test_a_distribution_the_family_cannot_fit_says_so(tmp_path):
-    # two far-apart spikes and a cap mass: no lognormal mixture of one log-sd matches p50, p90 and p99
+    # two far-apart spikes and a cap mass: no lognormal mixture of one log-sd matches p50, p90 and
+    # p99
     x = np.concatenate([np.full(600, 30), np.full(300, 3000), np.full(100, 4096)])
     obs = from_frame(pd.DataFrame([(0, i // 4, -1, -1, int(v), -1, -1) for i, v in enumerate(x)],
                                   columns=list(COLUMNS)))
