@@ -42,14 +42,18 @@ def test_an_upload_becomes_a_workload_with_charts_and_simulates(tmp_path):
     drawn, batch = model_draw(up.observed, up.workload)
     assert len(drawn) == 72 and set(batch) == {0, 1, 2}
     hist, tail = histogram_figure(up.observed, drawn, 4096), tail_figure(up.observed, drawn, batch)
-    assert [t.name for t in hist.data] == ["observed", "model (lognormal fit)"] and len(tail.data[0].y) == 3
+    assert [t.name for t in hist.data] == ["observed", "model (lognormal fit)"] and len(
+        tail.data[0].y
+    ) == 3
     run = simulate(up.workload, load_policy("baseline"), load_profile(up.workload.profile), seed=0)
     assert run.steps[0].longest_response == up.observed.length[up.observed.batch == 0].max()
 
 
 def test_a_bad_upload_raises_the_import_error(tmp_path):
     with pytest.raises(Exception, match="mine.csv:2"):
-        import_upload([("mine.csv", b"step,prompt,length\n0,a,-4\n")], "cpu-tiny", "replay", None, tmp_path)
+        import_upload(
+            [("mine.csv", b"step,prompt,length\n0,a,-4\n")], "cpu-tiny", "replay", None, tmp_path
+        )
 
 
 def test_the_page_offers_a_length_file_source():

@@ -30,8 +30,13 @@ def _compare_with_files() -> None:
     wl["name"] = "my-cluster"
     mine = to_mapping(load_policy("static-sd"))
     mine["name"] = "my-policy"
-    files = {"compare_wl_file": Upload("my-cluster.yaml", wl),
-             "compare_policy_files": [Upload("my-policy.yaml", mine), Upload("broken.yaml", {"nope": 1})]}
+    files = {
+        "compare_wl_file": Upload("my-cluster.yaml", wl),
+        "compare_policy_files": [
+            Upload("my-policy.yaml", mine),
+            Upload("broken.yaml", {"nope": 1}),
+        ],
+    }
     real_uploader = st.file_uploader
     st.file_uploader = lambda *a, **k: files.get(k.get("key"))
     try:
