@@ -263,8 +263,9 @@ def synthetic_machine() -> Profile:
 
 @pytest.fixture(scope="session")
 def synthetic_trace():
-    """`synthetic_trace(profile, policy_mapping, prompts=, samples=, cap=, workers=, max_batch=,
-    ...)`: a Trace from an engine whose step costs are the profile's own cost form (plus noise)."""
+    """A Trace from an engine whose step costs are the profile's own cost form (plus noise):
+    `synthetic_trace(profile, policy_mapping, prompts=, samples=, cap=, workers=, max_batch=, ...)`
+    """
     return _synthetic_trace
 
 

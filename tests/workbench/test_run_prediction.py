@@ -1,5 +1,5 @@
-"""Whole runs: fit_runs (workbench/calibrate/runs.py), predict_run, predict_bench, `tlt validate
-RUN_DIR`.
+"""Whole runs: fit_runs (workbench/calibrate/runs.py), predict_run, predict_bench,
+`tlt validate RUN_DIR`.
 
 The run directories are synthetic (tests/workbench/conftest.py `synthetic_run`): rollouts at a
 known profile's step costs, updates and syncs at its phase costs, drafter estimates drawn from the
