@@ -36,12 +36,19 @@ def test_whatif_runs_three_policies(app: AppTest) -> None:
 
     table = app.dataframe[0].value
     assert list(table.index) == ["baseline", "static-sd", "tlt"]
-    for col in ("step_time_s", "rollout_time_s", "bubble_fraction", "mean_accept_len", "drafter_train_fraction",
-                "speedup"):
+    for col in (
+        "step_time_s",
+        "rollout_time_s",
+        "bubble_fraction",
+        "mean_accept_len",
+        "drafter_train_fraction",
+        "speedup",
+    ):
         assert col in table.columns
     assert table.loc["baseline", "speedup"] == pytest.approx(1.0)
-    assert table.loc["tlt", "speedup"] == pytest.approx(table.loc["baseline", "step_time_s"] / table.loc["tlt",
-                                                                                                         "step_time_s"])
+    assert table.loc["tlt", "speedup"] == pytest.approx(
+        table.loc["baseline", "step_time_s"] / table.loc["tlt", "step_time_s"]
+    )
 
     tiles = {m.label: m.value for m in app.metric}
     assert any("speedup" in label.lower() and "tlt" in label and value.endswith("x") for label,
@@ -58,13 +65,16 @@ def test_whatif_runs_three_policies(app: AppTest) -> None:
 
 
 def test_whatif_shows_the_default_comparison_on_arrival(app: AppTest) -> None:
-    """Nothing pressed: the first run of the page simulated the defaults and shows them, tail included."""
+    """Nothing pressed: the first run of the page simulated the defaults and shows them, tail
+    included."""
     assert not app.error, [e.value for e in app.error]
     result = app.session_state["whatif_result"]
     assert list(result.labels) == ["baseline", "static-sd", "tlt"]
     table = app.dataframe[0].value
     assert list(table.index) == ["baseline", "static-sd", "tlt"]
-    assert (table["tail_fraction"] > 0).all() and (table["tail_fraction"] + table["bubble_fraction"] <= 1).all()
+    assert (table["tail_fraction"] > 0).all() and (
+        table["tail_fraction"] + table["bubble_fraction"] <= 1
+    ).all()
     tiles = {m.label: m.value for m in app.metric}
     assert tiles["Tail: tlt"] == f"{table.loc['tlt', 'tail_fraction']:.1%}", tiles
     # A later rerun keeps that result rather than simulating again.
@@ -88,20 +98,43 @@ def test_whatif_rejects_bad_fields(app: AppTest) -> None:
 
 def test_gantt_merges_back_to_back_rows() -> None:
     tl = pd.DataFrame(
-        [(0, 0, 0.0, 1.0, "decode", 4, 0, 40.0, 10.0),
-         (0, 0, 1.0, 2.0, "decode", 3, 0, 30.0, 10.0),
-         (0, 0, 2.0, 3.0, "idle", 0, 0, 0.0, 0.0),
-         (0, 1, 0.0, 3.0, "decode_sd", 2, 4, 60.0, 10.0),
-         (0, 0, 3.0, 4.0, "train", 0, 0, 0.0, 0.0),
-         (0, 1, 3.0, 4.0, "train", 0, 0, 0.0, 0.0)],
-        columns=["rl_step", "worker", "start_s", "end_s", "state", "batch", "draft_len", "tokens", "passes"],
+        [
+            (0, 0, 0.0, 1.0, "decode", 4, 0, 40.0, 10.0),
+            (0, 0, 1.0, 2.0, "decode", 3, 0, 30.0, 10.0),
+            (0, 0, 2.0, 3.0, "idle", 0, 0, 0.0, 0.0),
+            (0, 1, 0.0, 3.0, "decode_sd", 2, 4, 60.0, 10.0),
+            (0, 0, 3.0, 4.0, "train", 0, 0, 0.0, 0.0),
+            (0, 1, 3.0, 4.0, "train", 0, 0, 0.0, 0.0),
+        ],
+        columns=[
+            "rl_step",
+            "worker",
+            "start_s",
+            "end_s",
+            "state",
+            "batch",
+            "draft_len",
+            "tokens",
+            "passes",
+        ],
     )
     merged = merge_intervals(tl)
     assert len(merged) == 5
     first = merged.iloc[0]
-    assert (first.state, first.start_s, first.end_s, first.tokens, first.segments) == ("decode", 0.0, 2.0, 70.0, 2)
+    assert (first.state, first.start_s, first.end_s, first.tokens, first.segments) == (
+        "decode",
+        0.0,
+        2.0,
+        70.0,
+        2,
+    )
     fig = gantt_figure(tl)
-    assert {t.name for t in fig.data} == {"decode", "decode (SD)", "idle (bubble)", "policy training"}
+    assert {t.name for t in fig.data} == {
+        "decode",
+        "decode (SD)",
+        "idle (bubble)",
+        "policy training",
+    }
     assert all(t.orientation == "h" for t in fig.data)
     assert fig.layout.barmode == "overlay"
 
@@ -110,7 +143,8 @@ def test_gantt_merges_back_to_back_rows() -> None:
 
 
 def _train_script() -> None:
-    # The page alone: AppTest cannot switch to an st.Page built from a function (no script path to name).
+    # The page alone: AppTest cannot switch to an st.Page built from a function (no script path to
+    # name).
     from workbench.ui import train_page
 
     train_page.render()
@@ -154,7 +188,9 @@ def test_train_page_renders_with_defaults(train_app: AppTest) -> None:
     assert at.text_input(key=f"train_out:{DEFAULT_POLICY}:0").value == f"runs/{DEFAULT_POLICY}-0"
     assert not at.error, [e.value for e in at.error]  # the reference model and tlt are a valid run
     assert not at.button(key="train_start").disabled
-    assert any("train --model" in c.value and f"--policy {DEFAULT_POLICY}" in c.value for c in at.caption)
+    assert any(
+        "train --model" in c.value and f"--policy {DEFAULT_POLICY}" in c.value for c in at.caption
+    )
     assert not _FakeProc.calls
 
 
@@ -165,7 +201,9 @@ def test_train_page_invalid_model_starts_nothing(train_app: AppTest, tmp_path: P
     at.text_input(key=f"train_out:{DEFAULT_POLICY}:0").set_value(str(tmp_path / "run"))
     at.run()
     assert not at.exception, at.exception
-    assert any(missing in e.value and "config.json" in e.value for e in at.error), [e.value for e in at.error]
+    assert any(missing in e.value and "config.json" in e.value for e in at.error), [
+        e.value for e in at.error
+    ]
     assert at.button(key="train_start").disabled  # AppTest, like a browser, cannot click it
     assert not _FakeProc.calls
     assert "train_launch" not in at.session_state
@@ -177,12 +215,15 @@ def test_train_page_shows_a_policy_load_error(train_app: AppTest) -> None:
     at.radio(key="train_policy_source").set_value("File").run()
     at.text_input(key="train_policy_path").set_value("no/such-policy.yaml").run()
     assert not at.exception, at.exception
-    assert any("no/such-policy.yaml" in e.value and "existing .yaml" in e.value for e in at.error), \
-        [e.value for e in at.error]
+    assert any(
+        "no/such-policy.yaml" in e.value and "existing .yaml" in e.value for e in at.error
+    ), [e.value for e in at.error]
     assert at.button(key="train_start").disabled
 
 
-def test_train_page_starts_and_stops_tlt_train(train_app: AppTest, tmp_path: Path, monkeypatch) -> None:
+def test_train_page_starts_and_stops_tlt_train(
+    train_app: AppTest, tmp_path: Path, monkeypatch
+) -> None:
     from workbench.ui import train_page
 
     killed = []
@@ -200,14 +241,20 @@ def test_train_page_starts_and_stops_tlt_train(train_app: AppTest, tmp_path: Pat
     assert argv[:len(exe) + 1] == [*exe, "train"]
     opts = dict(zip(argv[argv.index("--model")::2], argv[argv.index("--model") + 1::2]))
     assert opts["--model"] == str(train_page.ROOT / "traces" / "reference" / "model")
-    assert (opts["--policy"], opts["--steps"], opts["--workers"], opts["--out"]) == (DEFAULT_POLICY, "3", "2",
-                                                                                     str(run_dir))
+    assert (opts["--policy"], opts["--steps"], opts["--workers"], opts["--out"]) == (
+        DEFAULT_POLICY,
+        "3",
+        "2",
+        str(run_dir),
+    )
     assert "--resume" not in argv
     assert kwargs["start_new_session"] is True
     assert Path(kwargs["stdout"].name) == run_dir / "train.log"
     assert (run_dir / "train.log").read_text().startswith("$ ")
 
-    assert any(f"running (pid {_FakeProc.pid})" in i.value for i in at.info), [i.value for i in at.info]
+    assert any(f"running (pid {_FakeProc.pid})" in i.value for i in at.info), [
+        i.value for i in at.info
+    ]
     assert at.button(key="train_start").disabled  # one run at a time
     assert at.text_input(key="train_monitor_dir").value == str(run_dir)
 
@@ -220,11 +267,15 @@ def test_train_page_starts_and_stops_tlt_train(train_app: AppTest, tmp_path: Pat
 def _table_row(columns: dict) -> dict:
     """One row of a trace table, a value of each column's kind."""
     value = {"i": 1, "f": 0.5, "O": "x"}
-    return {name: ([1, 0] if name == "accepted_per_pos" else value[kind]) for name, (kind, _) in columns.items()}
+    return {
+        name: ([1, 0] if name == "accepted_per_pos" else value[kind])
+        for name, (kind, _) in columns.items()
+    }
 
 
 def _write_run(run_dir: Path) -> list:
-    """A finished run directory as `tlt train` leaves it: metrics.csv, trace/ with a timeline, train.log."""
+    """A finished run directory as `tlt train` leaves it: metrics.csv, trace/ with a timeline,
+    train.log."""
     from real.run.records import METRIC_COLUMNS, StepRecord
     from workbench.contracts.trace import (
         REQUEST_COLUMNS,
@@ -235,26 +286,77 @@ def _write_run(run_dir: Path) -> list:
         write_trace,
     )
 
-    records = [StepRecord(rl_step=s, step_s=10.0 - s, rollout_s=8.0 - s, train_s=1.5, sync_s=0.5, bubble_fraction=0.3,
-                          drafter_train_fraction=0.2, mean_accept_len=1.5 + 0.5 * s, reward=0.2 * s, pass_at_g=0.5,
-                          drafter_loss=2.0, drafter_steps=10 * s, drafter_kind="eagle", tokens=1000, longest=300,
-                          grpo_loss=0.1, kl=0.0, stop_latency_s=0.01) for s in range(3)]
+    records = [
+        StepRecord(
+            rl_step=s,
+            step_s=10.0 - s,
+            rollout_s=8.0 - s,
+            train_s=1.5,
+            sync_s=0.5,
+            bubble_fraction=0.3,
+            drafter_train_fraction=0.2,
+            mean_accept_len=1.5 + 0.5 * s,
+            reward=0.2 * s,
+            pass_at_g=0.5,
+            drafter_loss=2.0,
+            drafter_steps=10 * s,
+            drafter_kind="eagle",
+            tokens=1000,
+            longest=300,
+            grpo_loss=0.1,
+            kl=0.0,
+            stop_latency_s=0.01,
+        )
+        for s in range(3)
+    ]
     run_dir.mkdir(parents=True)
-    pd.DataFrame([r.__dict__ for r in records], columns=list(METRIC_COLUMNS)).to_csv(run_dir / "metrics.csv",
-                                                                                     index=False)
+    pd.DataFrame([r.__dict__ for r in records], columns=list(METRIC_COLUMNS)).to_csv(
+        run_dir / "metrics.csv", index=False
+    )
     timeline = pd.DataFrame(
-        [(step, w, t0 + a, t0 + b, state, batch, draft, tok, passes, 100.0, str(draft) if draft else "")
-         for step, t0 in ((1, 10.0), (2, 20.0))
-         for w, a, b, state, batch, draft, tok, passes in (
-             (0, 0.0, 6.0, "decode_sd", 4, 3, 400.0, 100.0), (1, 0.0, 2.0, "decode", 1, 0, 100.0, 100.0),
-             (1, 2.0, 4.0, "drafter_train", 0, 0, 5.0, 0.0), (1, 4.0, 6.0, "idle", 0, 0, 0.0, 0.0),
-             (0, 6.0, 8.0, "train", 0, 0, 0.0, 0.0), (1, 6.0, 8.0, "train", 0, 0, 0.0, 0.0),
-             (0, 8.0, 9.0, "sync", 0, 0, 0.0, 0.0), (1, 8.0, 9.0, "sync", 0, 0, 0.0, 0.0))
-         if step == 2 or state != "drafter_train"],  # only the last step trains the drafter
-        columns=list(TIMELINE_COLUMNS))
-    meta = {"model": "m", "policy": {"name": "tlt"}, "prompts": 2, "samples": 2, "max_tokens": 8, "seed": 0,
-            "machine": {}, "engine": {}}
-    frames = [pd.DataFrame([_table_row(cols)]) for cols in (STEP_COLUMNS, REQUEST_COLUMNS, RL_STEP_COLUMNS)]
+        [
+            (
+                step,
+                w,
+                t0 + a,
+                t0 + b,
+                state,
+                batch,
+                draft,
+                tok,
+                passes,
+                100.0,
+                str(draft) if draft else "",
+            )
+            for step, t0 in ((1, 10.0), (2, 20.0))
+            for w, a, b, state, batch, draft, tok, passes in (
+                (0, 0.0, 6.0, "decode_sd", 4, 3, 400.0, 100.0),
+                (1, 0.0, 2.0, "decode", 1, 0, 100.0, 100.0),
+                (1, 2.0, 4.0, "drafter_train", 0, 0, 5.0, 0.0),
+                (1, 4.0, 6.0, "idle", 0, 0, 0.0, 0.0),
+                (0, 6.0, 8.0, "train", 0, 0, 0.0, 0.0),
+                (1, 6.0, 8.0, "train", 0, 0, 0.0, 0.0),
+                (0, 8.0, 9.0, "sync", 0, 0, 0.0, 0.0),
+                (1, 8.0, 9.0, "sync", 0, 0, 0.0, 0.0),
+            )
+            if step == 2 or state != "drafter_train"
+        ],  # only the last step trains the drafter
+        columns=list(TIMELINE_COLUMNS),
+    )
+    meta = {
+        "model": "m",
+        "policy": {"name": "tlt"},
+        "prompts": 2,
+        "samples": 2,
+        "max_tokens": 8,
+        "seed": 0,
+        "machine": {},
+        "engine": {},
+    }
+    frames = [
+        pd.DataFrame([_table_row(cols)])
+        for cols in (STEP_COLUMNS, REQUEST_COLUMNS, RL_STEP_COLUMNS)
+    ]
     write_trace(Trace(meta, *frames, timeline=timeline), run_dir / "trace")
     (run_dir / "train.log").write_text("".join(f"log line {i}\n" for i in range(100)))
     return records
@@ -277,32 +379,49 @@ def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path)
     assert list(table["mean_accept_len"]) == pytest.approx([r.mean_accept_len for r in records])
     assert {m.label: m.value for m in at.metric}["Steps done"] == "3"
 
-    lines, gantt = (json.loads(c.proto.spec) for c in at.get("plotly_chart"))  # the metric lines, the Gantt chart
-    assert {t["name"] for t in lines["data"]} == {"step_s", "rollout_s", "mean_accept_len", "reward"}
-    assert any(s.value == "Worker timeline: RL step 2" for s in at.subheader), [s.value for s in at.subheader]
+    # The metric lines, the Gantt chart.
+    lines, gantt = (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+    assert {t["name"] for t in lines["data"]} == {
+        "step_s",
+        "rollout_s",
+        "mean_accept_len",
+        "reward",
+    }
+    assert any(s.value == "Worker timeline: RL step 2" for s in at.subheader), [
+        s.value for s in at.subheader
+    ]
     bars = {t["name"]: t for t in gantt["data"]}
-    assert set(bars) == {"decode", "decode (SD)", "idle (bubble)", "drafter spot training", "policy training",
-                         "weight sync"}  # drafter_train happens in step 2 only: the chart is the last step's
-    assert bars["idle (bubble)"]["marker"]["color"] == STATE_COLORS["idle"]  # red, as on the What-if page
+    assert set(bars) == {
+        "decode",
+        "decode (SD)",
+        "idle (bubble)",
+        "drafter spot training",
+        "policy training",
+        "weight sync",
+    }  # drafter_train happens in step 2 only: the chart is the last step's
+    # red, as on the What-if page.
+    assert bars["idle (bubble)"]["marker"]["color"] == STATE_COLORS["idle"]
 
     log = at.code[0].value
     assert log.splitlines()[-1] == "log line 99" and len(log.splitlines()) == 40
 
-    # The waste per step, from the trace: worker 1 decodes 2 s at batch 1 (the tail: full batch 4, tail
-    # batch max(1, 4 // 8) = 1) of 2 workers x 6 s; it idles 2 s; its 100 tokens are 1/5 of the step's.
+    # The waste per step, from the trace: worker 1 decodes 2 s at batch 1 (the tail: full batch 4,
+    # tail batch max(1, 4 // 8) = 1) of 2 workers x 6 s; it idles 2 s; its 100 tokens are 1/5 of the
+    # step's.
     assert any(s.value == "Where the rollout's worker-time went" for s in at.subheader)
     waste = at.dataframe[1].value.set_index("rl_step")
     assert list(waste.index) == [1, 2]
     assert waste.loc[2, ["tail_fraction", "bubble_fraction", "tail_token_share"]].tolist() == \
         pytest.approx([2 / 12, 2 / 12, 0.2])
-    assert waste.loc[2, "drafter_train_fraction"] == pytest.approx(2 / 12)  # worker 1 spot-trains 2 s
+    # Worker 1 spot-trains 2 s.
+    assert waste.loc[2, "drafter_train_fraction"] == pytest.approx(2 / 12)
     assert (waste.loc[2, "full_batch"], waste.loc[2, "tail_batch"]) == (4, 1)
     assert {m.label: m.value for m in at.metric}["Tail (last step)"] == f"{2 / 12:.1%}"
 
 
 def test_train_page_shows_a_failed_run_with_its_error(tmp_path: Path) -> None:
-    """A run that crashes (a real process, ending on a Python traceback) is shown as failed, with the
-    exception, not as a log line among others."""
+    """A run that crashes (a real process, ending on a Python traceback) is shown as failed, with
+    the exception, not as a log line among others."""
     import sys
 
     from workbench.ui import train_page
@@ -320,26 +439,35 @@ def test_train_page_shows_a_failed_run_with_its_error(tmp_path: Path) -> None:
     errors = [e.value for e in at.error]
     assert any(e.startswith(f"failed (pid {run.proc.pid})") and "exit code 1" in e
                and "RuntimeError: vLLM engine died: out of memory" in e for e in errors), errors
-    assert any("Traceback (most recent call last)" in c.value and c.value.rstrip().endswith("out of memory")
-               for c in at.code), [c.value for c in at.code]
+    assert any(
+        "Traceback (most recent call last)" in c.value
+        and c.value.rstrip().endswith("out of memory")
+        for c in at.code
+    ), [c.value for c in at.code]
     assert not at.button(key="train_start").disabled  # a failed run does not hold the page
 
-    # The same directory watched from a fresh session (the run started elsewhere): the log alone says it failed.
+    # The same directory watched from a fresh session (the run started elsewhere): the log alone
+    # says it failed.
     other = AppTest.from_function(_train_script, default_timeout=60)
     other.session_state["train_monitor_dir"] = str(run_dir)
     other.run()
     assert not other.exception, other.exception
-    assert any("The log ends with an error: RuntimeError: vLLM engine died" in e.value for e in other.error), \
-        [e.value for e in other.error]
+    assert any(
+        "The log ends with an error: RuntimeError: vLLM engine died" in e.value for e in other.error
+    ), [e.value for e in other.error]
 
 
 
-def test_train_page_predicts_a_finished_run_beside_its_measurement(tmp_path: Path, synthetic_run) -> None:
+def test_train_page_predicts_a_finished_run_beside_its_measurement(
+    tmp_path: Path, synthetic_run
+) -> None:
     """A finished run, re-simulated with a profile: per phase, predicted next to measured; a profile
     that does not load is an error naming it, not a crash."""
     from workbench.contracts.profile import load_profile
 
-    run_dir = synthetic_run(tmp_path / "run", load_profile("cpu-tiny"), {"name": "baseline"}, seed=1)
+    run_dir = synthetic_run(
+        tmp_path / "run", load_profile("cpu-tiny"), {"name": "baseline"}, seed=1
+    )
     at = AppTest.from_function(_train_script, default_timeout=60)
     at.session_state["train_monitor_dir"] = str(run_dir)
     at.run()
@@ -347,8 +475,16 @@ def test_train_page_predicts_a_finished_run_beside_its_measurement(tmp_path: Pat
     at.button(key="train_predict").click().run()
     assert not at.exception, at.exception
     phases = next(d.value for d in at.dataframe if "phase" in d.value.columns)
-    assert list(phases["phase"]) == ["Rollout", "Update", "Sync (with the spot stop)", "Other", "Step"]
-    assert (phases["measured_s"].iloc[[0, 1, 4]] > 0).all() and (phases["predicted_s"].iloc[[0, 1, 4]] > 0).all()
+    assert list(phases["phase"]) == [
+        "Rollout",
+        "Update",
+        "Sync (with the spot stop)",
+        "Other",
+        "Step",
+    ]
+    assert (phases["measured_s"].iloc[[0, 1, 4]] > 0).all() and (
+        phases["predicted_s"].iloc[[0, 1, 4]] > 0
+    ).all()
     assert any("held out: the profile was not fitted on this run" in m.value for m in at.markdown)
 
     at.text_input(key="train_predict_profile").set_value("no-such-profile.yaml").run()
@@ -381,10 +517,15 @@ def test_calibrate_page_shows_the_shipped_self_calibration(monkeypatch) -> None:
     shipped = json.loads(report.read_text())["self_calibration"]["heldout"]
     assert list(held["capture"]) == [h["trace"] for h in shipped]
     assert any("measured_ms" in t.columns and len(t) > 3 for t in tables)
-    assert {m.label for m in at.metric} >= {"Held-out captures, worst |error|", "Step latency, held-out steps"}
+    assert {m.label for m in at.metric} >= {
+        "Held-out captures, worst |error|",
+        "Step latency, held-out steps",
+    }
 
 
-def test_calibrate_page_checks_the_form_then_starts_tlt_calibrate(monkeypatch, tmp_path: Path) -> None:
+def test_calibrate_page_checks_the_form_then_starts_tlt_calibrate(
+    monkeypatch, tmp_path: Path
+) -> None:
     from workbench.ui import calibrate_page, train_page
 
     _FakeProc.calls = []
@@ -392,7 +533,9 @@ def test_calibrate_page_checks_the_form_then_starts_tlt_calibrate(monkeypatch, t
     at = AppTest.from_function(_calibrate_script, default_timeout=60)
     at.run()
     at.text_input(key="calibrate_model").set_value(str(tmp_path / "nope")).run()
-    assert any("has no config.json" in e.value and "nope" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("has no config.json" in e.value and "nope" in e.value for e in at.error), [
+        e.value for e in at.error
+    ]
     assert at.button(key="calibrate_start").disabled
     at.text_input(key="calibrate_model").set_value(calibrate_page.DEFAULT_MODEL)
     at.text_input(key="calibrate_out").set_value(str(tmp_path / "me.yaml")).run()
@@ -400,15 +543,20 @@ def test_calibrate_page_checks_the_form_then_starts_tlt_calibrate(monkeypatch, t
     at.button(key="calibrate_start").click().run()
     assert not at.exception, at.exception
     argv, kwargs = _FakeProc.calls[-1]
-    assert argv[argv.index("calibrate") + 1:] == [
-        "--model", str(calibrate_page.resolve(calibrate_page.DEFAULT_MODEL)), "--out", str(tmp_path / "me.yaml"),
-        "--drafter", str(calibrate_page.resolve(calibrate_page.DEFAULT_DRAFTER))]
+    assert argv[argv.index("calibrate") + 1 :] == [
+        "--model",
+        str(calibrate_page.resolve(calibrate_page.DEFAULT_MODEL)),
+        "--out",
+        str(tmp_path / "me.yaml"),
+        "--drafter",
+        str(calibrate_page.resolve(calibrate_page.DEFAULT_DRAFTER)),
+    ]
     assert kwargs["stdout"].name == str(tmp_path / "me.calibrate.log")
     assert any(i.value.startswith("calibrating (pid") for i in at.info), [i.value for i in at.info]
     assert at.text_input(key="calibrate_report_path").value == str(tmp_path / "me.calibration.json")
 
 
-# ---------------------------------------------------------------- Compare and Tune: the policy exported
+# ------------------------------------------------------------ Compare and Tune: the policy exported
 
 
 def _compare_script() -> None:
@@ -449,8 +597,8 @@ def test_compare_offers_the_fastest_policy_for_each_stack() -> None:
 
 
 def test_tune_offers_the_tuned_policy_for_each_stack() -> None:
-    """cpu-tiny's profile is this machine's: the study searches what `tlt train` runs (chains), which
-    every target expresses."""
+    """cpu-tiny's profile is this machine's: the study searches what `tlt train` runs (chains),
+    which every target expresses."""
     at = AppTest.from_function(_tune_script, default_timeout=300)
     at.run()
     at.selectbox(key="tune_wl").set_value("cpu-tiny").run()
@@ -465,15 +613,18 @@ def test_tune_offers_the_tuned_policy_for_each_stack() -> None:
 
 
 def test_an_older_runs_metrics_read_under_the_new_names(tmp_path: Path) -> None:
-    """metrics.csv from before the rename (step, bubble_frac, spot_frac): the Train page reads them as
-    rl_step, bubble_fraction and drafter_train_fraction."""
+    """metrics.csv from before the rename (step, bubble_frac, spot_frac): the Train page reads them
+    as rl_step, bubble_fraction and drafter_train_fraction."""
     from workbench.ui.run_monitor import read_metrics
 
-    pd.DataFrame({"step": [0, 1], "bubble_frac": [0.3, 0.25], "spot_frac": [0.2, 0.1]}).to_csv(tmp_path / "metrics.csv",
-                                                                                             index=False)
+    pd.DataFrame({"step": [0, 1], "bubble_frac": [0.3, 0.25], "spot_frac": [0.2, 0.1]}).to_csv(
+        tmp_path / "metrics.csv", index=False
+    )
     df = read_metrics(tmp_path)
     assert list(df.columns) == ["rl_step", "bubble_fraction", "drafter_train_fraction"]
-    assert df["bubble_fraction"].tolist() == [0.3, 0.25] and df["drafter_train_fraction"].tolist() == [0.2, 0.1]
+    assert df["bubble_fraction"].tolist() == [0.3, 0.25] and df[
+        "drafter_train_fraction"
+    ].tolist() == [0.2, 0.1]
 
 
 def _plan_script() -> None:
@@ -483,7 +634,8 @@ def _plan_script() -> None:
 
 
 def test_plan_page_shows_the_front_and_offers_the_chosen_files(tmp_path: Path, monkeypatch) -> None:
-    """A small plan (one TP, two batch sizes, a few shapes, 1 step): the front, the chosen shape and its files."""
+    """A small plan (one TP, two batch sizes, a few shapes, 1 step): the front, the chosen shape and
+    its files."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     at = AppTest.from_function(_plan_script, default_timeout=180)
     at.run()
@@ -501,7 +653,12 @@ def test_plan_page_shows_the_front_and_offers_the_chosen_files(tmp_path: Path, m
     assert not at.error, [e.value for e in at.error]
     assert any(m.label == "Run time" for m in at.metric)
     labels = set(_downloads(at))
-    assert {"Download workload.yaml", "Download policy.yaml", "Download profile.yaml", "Download plan.json"} <= labels
+    assert {
+        "Download workload.yaml",
+        "Download policy.yaml",
+        "Download profile.yaml",
+        "Download plan.json",
+    } <= labels
     front = at.dataframe[0].value  # the front (the infeasible shapes, if any, come after)
     assert len(front) >= 1 and set(front["TP"]) == {"TP4"}
 

@@ -21,8 +21,22 @@ STATS = {"mean", "std", "min", "max", "ci95"}
 
 
 def _compare(out, seeds="3", policies="baseline,static-sd,tlt"):
-    return runner.invoke(app, ["compare", "--workload", "cpu-tiny", "--policies", policies, "--seeds", seeds,
-                               "--steps", "2", "--out", str(out)])
+    return runner.invoke(
+        app,
+        [
+            "compare",
+            "--workload",
+            "cpu-tiny",
+            "--policies",
+            policies,
+            "--seeds",
+            seeds,
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
 
 
 def test_compare_writes_json_and_png(tmp_path):
@@ -44,7 +58,10 @@ def test_compare_writes_json_and_png(tmp_path):
         assert set(paired) == STATS
     base = data["policies"]["baseline"]
     assert base["speedup_vs_first"]["ratio_of_means"] == 1.0
-    assert base["speedup_vs_first"]["paired"]["mean"] == 1.0 and base["speedup_vs_first"]["paired"]["std"] == 0.0
+    assert (
+        base["speedup_vs_first"]["paired"]["mean"] == 1.0
+        and base["speedup_vs_first"]["paired"]["std"] == 0.0
+    )
     tlt = data["policies"]["tlt"]
     # The speedup is the ratio of mean step times (on the calibrated cpu-tiny profile SD barely
     # pays, so its sign is the profile's business, not compare's).
@@ -59,7 +76,9 @@ def test_compare_writes_json_and_png(tmp_path):
 def test_same_seeds_same_json(tmp_path):
     assert _compare(tmp_path / "a", seeds="2").exit_code == 0
     assert _compare(tmp_path / "b", seeds="2").exit_code == 0
-    assert (tmp_path / "a" / "compare.json").read_text() == (tmp_path / "b" / "compare.json").read_text()
+    assert (tmp_path / "a" / "compare.json").read_text() == (
+        tmp_path / "b" / "compare.json"
+    ).read_text()
 
 
 def test_bad_policy_exits_2_and_writes_nothing(tmp_path):
@@ -74,7 +93,9 @@ def test_summary_paired_speedups_and_any_policy():
     """compare() only runs the simulator: every preset (april, rollpacker included) goes through."""
     wl = load_workload("cpu-tiny")
     names = policy_presets()
-    result = compare(wl, [load_policy(n) for n in names], load_profile(wl.profile), seeds=2, steps=2)
+    result = compare(
+        wl, [load_policy(n) for n in names], load_profile(wl.profile), seeds=2, steps=2
+    )
     assert list(result.runs.columns) == ["policy", "seed", *METRICS, *GPU_STATES]
     assert len(result.runs) == 2 * len(names)
     s = result.summary()
@@ -102,17 +123,35 @@ def test_run_summaries_are_what_tlt_sim_reports(tmp_path):
     assert summaries[0].speedup == 1.0
     assert summaries[1].speedup == runs[0].mean("step_time_s") / runs[1].mean("step_time_s")
     table = summary_frame(summaries)
-    assert list(table.index) == ["base", "mine"] and table.loc["mine", "speedup"] == summaries[1].speedup
-    res = runner.invoke(app, ["sim", "--workload", "cpu-tiny", "--policy", "baseline,tlt", "--steps", "2", "--seed",
-                              "1",
-                              "--out", str(tmp_path / "s")])
+    assert (
+        list(table.index) == ["base", "mine"]
+        and table.loc["mine", "speedup"] == summaries[1].speedup
+    )
+    res = runner.invoke(
+        app,
+        [
+            "sim",
+            "--workload",
+            "cpu-tiny",
+            "--policy",
+            "baseline,tlt",
+            "--steps",
+            "2",
+            "--seed",
+            "1",
+            "--out",
+            str(tmp_path / "s"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     written = json.loads((tmp_path / "s" / "summary.json").read_text())["policies"]
     assert written["tlt"]["speedup_vs_first"] == summaries[1].speedup
     assert written["tlt"]["step_time_s"] == summaries[1].step_time_s
     assert written["tlt"]["tail_fraction"] == summaries[1].tail_fraction
     header = next(line for line in res.output.splitlines() if line.lstrip().startswith("policy"))
-    assert header.split()[:5] == ["policy", "step", "s", "rollout", "s"] and "tail" in header.split()
+    assert (
+        header.split()[:5] == ["policy", "step", "s", "rollout", "s"] and "tail" in header.split()
+    )
 
 
 def test_compare_rejects_duplicate_names_and_no_seeds():
@@ -156,20 +195,37 @@ def test_compare_page_runs():
 
 
 def _interval(worker, start, end, state, batch=0, tokens=0.0):
-    return {"rl_step": 3, "worker": worker, "start_s": start, "end_s": end, "state": state, "batch": batch,
-            "draft_len": 0, "tokens": tokens, "passes": 0.0}
+    return {
+        "rl_step": 3,
+        "worker": worker,
+        "start_s": start,
+        "end_s": end,
+        "state": state,
+        "batch": batch,
+        "draft_len": 0,
+        "tokens": tokens,
+        "passes": 0.0,
+    }
 
 
 def test_waste_of_a_timeline_worked_by_hand():
     """Two workers, full batch 64 (tail batch 8): worker 0 decodes at 64 then 8 (the tail), worker 1
-    decodes at 16 (not the tail) and idles (the bubble); training and sync are outside the rollout."""
-    rows = pd.DataFrame([
-        _interval(0, 10.0, 14.0, "decode", 64, 800.0), _interval(0, 14.0, 20.0, "decode_sd", 8, 100.0),
-        _interval(1, 10.0, 15.0, "decode", 16, 300.0), _interval(1, 15.0, 20.0, "idle"),
-        _interval(0, 20.0, 30.0, "train"), _interval(1, 20.0, 30.0, "train")])
+    decodes at 16 (not the tail) and idles (the bubble); training and sync are outside the
+    rollout."""
+    rows = pd.DataFrame(
+        [
+            _interval(0, 10.0, 14.0, "decode", 64, 800.0),
+            _interval(0, 14.0, 20.0, "decode_sd", 8, 100.0),
+            _interval(1, 10.0, 15.0, "decode", 16, 300.0),
+            _interval(1, 15.0, 20.0, "idle"),
+            _interval(0, 20.0, 30.0, "train"),
+            _interval(1, 20.0, 30.0, "train"),
+        ]
+    )
     w = rollout_split(rows)
     assert (w.workers, w.rollout_s, w.full_batch, w.tail_batch) == (2, 10.0, 64, 8)
-    assert w.tail_fraction == pytest.approx(6.0 / 20.0)  # worker 0's 6 s at batch 8, of 2 x 10 worker-seconds
+    # Worker 0's 6 s at batch 8, of 2 x 10 worker-seconds.
+    assert w.tail_fraction == pytest.approx(6.0 / 20.0)
     assert w.bubble_fraction == pytest.approx(5.0 / 20.0)
     assert w.tail_token_share == pytest.approx(100.0 / 1200.0)
     # One sequence more in the tail interval's batch and it is no longer the tail.
@@ -199,10 +255,31 @@ def test_waste_from_a_timeline_is_the_simulators_own():
 def test_compare_says_what_each_policy_does_to_rl(tmp_path):
     """Lossless and off-policy policies side by side: the nature is in the table and the JSON."""
     out = tmp_path / "c"
-    res = runner.invoke(app, ["compare", "--workload", "cpu-tiny", "--policies", "baseline,history-sd,async-1,april",
-                              "--seeds", "1", "--steps", "2", "--out", str(out)])
+    res = runner.invoke(
+        app,
+        [
+            "compare",
+            "--workload",
+            "cpu-tiny",
+            "--policies",
+            "baseline,history-sd,async-1,april",
+            "--seeds",
+            "1",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
-    natures = {name: e["nature"] for name, e in json.loads((out / "compare.json").read_text())["policies"].items()}
-    assert natures == {"baseline": "lossless", "history-sd": "lossless", "async-1": "off-policy (up to 1 behind)",
-                       "april": "off-policy (resumed responses)"}
+    natures = {
+        name: e["nature"]
+        for name, e in json.loads((out / "compare.json").read_text())["policies"].items()
+    }
+    assert natures == {
+        "baseline": "lossless",
+        "history-sd": "lossless",
+        "async-1": "off-policy (up to 1 behind)",
+        "april": "off-policy (resumed responses)",
+    }
     assert "off-policy (up to 1 behind)" in res.stdout and "what it does to RL" in res.stdout

@@ -40,8 +40,15 @@ def test_a_ray_sweep_is_the_serial_sweep(ray_local, tiny, tmp_path):
     wl, pols, prof = tiny
     heard = []
     serial = compare(wl, pols, prof, [0, 3], steps=2)
-    on_ray = compare(wl, pols, prof, [0, 3], steps=2, runner=ray_runner(ray_local),
-                     on_progress=lambda done, total, name, seed: heard.append((done, total, name, seed)))
+    on_ray = compare(
+        wl,
+        pols,
+        prof,
+        [0, 3],
+        steps=2,
+        runner=ray_runner(ray_local),
+        on_progress=lambda done, total, name, seed: heard.append((done, total, name, seed)),
+    )
     # Same units, same seeds, same machine: the same floats, in the same order.
     assert on_ray.runs.equals(serial.runs)
     assert on_ray.to_json() == serial.to_json()
@@ -53,11 +60,23 @@ def test_a_ray_sweep_is_the_serial_sweep(ray_local, tiny, tmp_path):
     assert [r.seed for r in runs] == [0, 1]
     assert all(a.run.timeline.equals(b.run.timeline) for a, b in zip(runs, local))
     # The command line: --workers 2 writes the serial run's compare.json.
-    args = ["compare", "--workload", "cpu-tiny", "--policies", "baseline,tlt", "--seeds", "2", "--steps", "1"]
+    args = [
+        "compare",
+        "--workload",
+        "cpu-tiny",
+        "--policies",
+        "baseline,tlt",
+        "--seeds",
+        "2",
+        "--steps",
+        "1",
+    ]
     assert runner.invoke(app, [*args, "--out", str(tmp_path / "a")]).exit_code == 0
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "b"), "--workers", "2"])
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "a" / "compare.json").read_text() == (tmp_path / "b" / "compare.json").read_text()
+    assert (tmp_path / "a" / "compare.json").read_text() == (
+        tmp_path / "b" / "compare.json"
+    ).read_text()
 
 
 def test_a_ray_projection_is_the_serial_projection(ray_local, tiny):
@@ -69,15 +88,19 @@ def test_a_ray_projection_is_the_serial_projection(ray_local, tiny):
 
 
 def test_two_tuner_processes_complete_the_trial_count_without_duplicates(tmp_path):
-    """Two processes, one journal file: the study ends with exactly its trial count, each preset once."""
+    """Two processes, one journal file: the study ends with exactly its trial count, each preset
+    once."""
     wl = load_workload("cpu-tiny")
     spec = tuning.TuneSpec(wl, load_profile(wl.profile), seeds=1, steps=2, target="tlt-train")
     storage = f"journal:{tmp_path / 'study.log'}"
-    ran = tuning.run_parallel(spec, "par", storage, trials=10, workers=2, sampler_seed=3, progress=False)
+    ran = tuning.run_parallel(
+        spec, "par", storage, trials=10, workers=2, sampler_seed=3, progress=False
+    )
     study = optuna.load_study(study_name="par", storage=tuning.make_storage(storage))
     done = tuning.complete_trials(study)
     assert len(done) == 10 and ran == 10
-    # A trial begun when the others already made the count is pruned at once: at most one per extra process.
+    # A trial begun when the others already made the count is pruned at once: at most one per extra
+    # process.
     assert len(study.trials) - len(done) <= 1
     assert len({t.number for t in study.trials}) == len(study.trials)
     presets = [t.user_attrs["preset"] for t in done if "preset" in t.user_attrs]
@@ -87,6 +110,11 @@ def test_two_tuner_processes_complete_the_trial_count_without_duplicates(tmp_pat
                if "preset" not in t.user_attrs and t.params.get("drafter") != "none"]
     assert len(sampled) == len(set(sampled)), "two workers sampled the same policy"
     # Resuming with the count reached runs nothing more.
-    assert tuning.run_parallel(spec, "par", storage, trials=10, workers=2, sampler_seed=3, progress=False) == 0
+    assert (
+        tuning.run_parallel(
+            spec, "par", storage, trials=10, workers=2, sampler_seed=3, progress=False
+        )
+        == 0
+    )
     with pytest.raises(ConfigError, match="journal:PATH"):
         tuning.run_parallel(spec, "mem", "memory", trials=2, workers=2)

@@ -30,41 +30,94 @@ from typer.testing import CliRunner
 
 from real.rollout.spec_config import speculative_config
 from workbench.cli import app
-from workbench.contracts.policy import DrafterConfig, Policy, ScheduleBucket, load_policy, policy_presets
+from workbench.contracts.policy import (
+    DrafterConfig,
+    Policy,
+    ScheduleBucket,
+    load_policy,
+    policy_presets,
+)
 from workbench.deploy.export import ExportError, export_policy
 
 FASTRL_SERVER_ARGS = {
-    "--apdative-speculative-batch_size-threshold", "--max-running-requests", "--speculative-accept-threshold-acc",
-    "--speculative-accept-threshold-single", "--speculative-algorithm", "--speculative-attention-mode",
-    "--speculative-draft-load-format", "--speculative-draft-model", "--speculative-draft-model-path",
-    "--speculative-draft-model-revision", "--speculative-eagle-mab-algorithm", "--speculative-eagle-mab-configs",
-    "--speculative-eagle-topk", "--speculative-mab-bs-threshold", "--speculative-mab-window-size",
-    "--speculative-ngram-branch-length", "--speculative-ngram-capacity", "--speculative-ngram-match-type",
-    "--speculative-ngram-max-bfs-breadth", "--speculative-ngram-max-match-window-size",
-    "--speculative-ngram-min-bfs-breadth", "--speculative-ngram-min-match-window-size",
-    "--speculative-num-draft-tokens", "--speculative-num-steps", "--speculative-token-map"}
-FASTRL_MAB_ALGORITHMS = {"EG", "UCB1", "PREDEFINED", "BEG"}  # eagle_mab.py MABGroupManager.ALGORITHM_FACTORIES
+    "--apdative-speculative-batch_size-threshold",
+    "--max-running-requests",
+    "--speculative-accept-threshold-acc",
+    "--speculative-accept-threshold-single",
+    "--speculative-algorithm",
+    "--speculative-attention-mode",
+    "--speculative-draft-load-format",
+    "--speculative-draft-model",
+    "--speculative-draft-model-path",
+    "--speculative-draft-model-revision",
+    "--speculative-eagle-mab-algorithm",
+    "--speculative-eagle-mab-configs",
+    "--speculative-eagle-topk",
+    "--speculative-mab-bs-threshold",
+    "--speculative-mab-window-size",
+    "--speculative-ngram-branch-length",
+    "--speculative-ngram-capacity",
+    "--speculative-ngram-match-type",
+    "--speculative-ngram-max-bfs-breadth",
+    "--speculative-ngram-max-match-window-size",
+    "--speculative-ngram-min-bfs-breadth",
+    "--speculative-ngram-min-match-window-size",
+    "--speculative-num-draft-tokens",
+    "--speculative-num-steps",
+    "--speculative-token-map",
+}
+# eagle_mab.py MABGroupManager.ALGORITHM_FACTORIES.
+FASTRL_MAB_ALGORITHMS = {"EG", "UCB1", "PREDEFINED", "BEG"}
 FASTRL_TRAINER_KEYS = {
-    "speculative.enable", "speculative.spec_strategy", "speculative.bs_threshold", "speculative.eagle.spec_model_path",
-    "speculative.eagle.spec_steps", "speculative.eagle.spec_topk", "speculative.eagle.spec_verify_tokens",
-    "speculative.eagle.tune_algorithm", "speculative.eagle.mab_configs", "speculative.eagle.mab_bs_threshold",
-    "speculative.train.enable_drafter_training", "speculative.train.training_interval_steps",
-    "speculative.train.batch_size_per_gpu", "speculative.train.max_seq_len", "speculative.train.max_epochs",
-    "speculative.train.checkpoint_path", "speculative.train.min_workers_for_training",
-    "speculative.train.collect_hidden_states_from_sgl", "speculative.train.optim.lr",
-    "speculative.train.optim.lr_warmup_steps", "speculative.train.optim.min_lr_ratio",
-    "speculative.train.optim.warmup_style"}
+    "speculative.enable",
+    "speculative.spec_strategy",
+    "speculative.bs_threshold",
+    "speculative.eagle.spec_model_path",
+    "speculative.eagle.spec_steps",
+    "speculative.eagle.spec_topk",
+    "speculative.eagle.spec_verify_tokens",
+    "speculative.eagle.tune_algorithm",
+    "speculative.eagle.mab_configs",
+    "speculative.eagle.mab_bs_threshold",
+    "speculative.train.enable_drafter_training",
+    "speculative.train.training_interval_steps",
+    "speculative.train.batch_size_per_gpu",
+    "speculative.train.max_seq_len",
+    "speculative.train.max_epochs",
+    "speculative.train.checkpoint_path",
+    "speculative.train.min_workers_for_training",
+    "speculative.train.collect_hidden_states_from_sgl",
+    "speculative.train.optim.lr",
+    "speculative.train.optim.lr_warmup_steps",
+    "speculative.train.optim.min_lr_ratio",
+    "speculative.train.optim.warmup_style",
+}
 UPSTREAM_SGLANG_FIELDS = {
-    "speculative_algorithm", "speculative_draft_model_path", "speculative_eagle_topk", "speculative_num_draft_tokens",
-    "speculative_num_steps", "speculative_ngram_min_bfs_breadth", "speculative_ngram_max_bfs_breadth"}
-VERL_ROLLOUT_FIELDS = {"name", "mode", "max_num_seqs", "max_model_len", "engine_kwargs", "n", "temperature"}
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_num_steps",
+    "speculative_ngram_min_bfs_breadth",
+    "speculative_ngram_max_bfs_breadth",
+}
+VERL_ROLLOUT_FIELDS = {
+    "name",
+    "mode",
+    "max_num_seqs",
+    "max_model_len",
+    "engine_kwargs",
+    "n",
+    "temperature",
+}
 VERL_ENGINE_KWARGS = {"vllm", "sglang", "trtllm"}
 
 DRAFTER = "traces/reference/drafter"
 
 
 def _fake_drafter(tmp_path: Path) -> Path:
-    """A directory shaped like an EAGLE checkpoint (what the translation checks; nothing loads it here)."""
+    """A directory shaped like an EAGLE checkpoint (what the translation checks; nothing loads it
+    here)."""
     d = tmp_path / "drafter"
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text("{}")
@@ -92,7 +145,7 @@ def _options(args: list[str]) -> dict[str, str]:
     return dict(zip(args[::2], args[1::2]))
 
 
-# ---------------------------------------------------------------- vLLM: the engine's own translation
+# --------------------------------------------------------------- vLLM: the engine's own translation
 
 
 @pytest.mark.parametrize("name", ["tlt-vllm", "static-sd", "tlt-base", "tlt-cold"])
@@ -110,7 +163,8 @@ def test_vllm_refuses_trees_and_notes_what_it_drops(tmp_path):
         export_policy(load_policy("tlt"), "vllm", _fake_drafter(tmp_path))
     exp = export_policy(load_policy("tlt-vllm"), "vllm", _fake_drafter(tmp_path))
     kinds = [n.split(":")[0] for n in exp.notes]
-    assert kinds == ["approximated", "dropped", "dropped"]  # the bandit; n-gram fallback; spot training
+    # The bandit; n-gram fallback; spot training.
+    assert kinds == ["approximated", "dropped", "dropped"]
     assert all(f"#   - {n}" in exp.text for n in exp.notes)
     plain = yaml.safe_load(export_policy(load_policy("baseline"), "vllm").text)
     assert plain == {"max-num-seqs": 256}
@@ -120,22 +174,34 @@ def test_vllm_refuses_trees_and_notes_what_it_drops(tmp_path):
 
 
 def test_the_tlt_preset_becomes_fastrls_own_launch(tmp_path):
-    """tlt is FastRL's defaults (fastrl_trainer.yaml, examples/grpo_7B.sh): the export gives them back."""
+    """tlt is FastRL's defaults (fastrl_trainer.yaml, examples/grpo_7B.sh): the export gives them
+    back."""
     ddir = _fake_drafter(tmp_path)
     exp = export_policy(load_policy("tlt"), "sglang", ddir)
     args = _sourced(exp.text, tmp_path, "SGLANG_ARGS")
     opts = _options(args)
-    assert opts == {"--speculative-algorithm": "EAGLE", "--speculative-draft-model-path": str(ddir.resolve()),
-                    "--speculative-num-steps": "8", "--speculative-eagle-topk": "4",
-                    "--speculative-num-draft-tokens": "48", "--apdative-speculative-batch_size-threshold": "32",
-                    "--speculative-eagle-mab-algorithm": "BEG",
-                    "--speculative-eagle-mab-configs": "8_4_32,8_4_16,8_4_8",
-                    "--speculative-mab-bs-threshold": "1,2,5,21"}
+    assert opts == {
+        "--speculative-algorithm": "EAGLE",
+        "--speculative-draft-model-path": str(ddir.resolve()),
+        "--speculative-num-steps": "8",
+        "--speculative-eagle-topk": "4",
+        "--speculative-num-draft-tokens": "48",
+        "--apdative-speculative-batch_size-threshold": "32",
+        "--speculative-eagle-mab-algorithm": "BEG",
+        "--speculative-eagle-mab-configs": "8_4_32,8_4_16,8_4_8",
+        "--speculative-mab-bs-threshold": "1,2,5,21",
+    }
     over = dict(o.split("=", 1) for o in _sourced(exp.text, tmp_path, "FASTRL_OVERRIDES"))
-    assert over["speculative.bs_threshold"] == "32" and over["speculative.eagle.spec_verify_tokens"] == "48"
+    assert (
+        over["speculative.bs_threshold"] == "32"
+        and over["speculative.eagle.spec_verify_tokens"] == "48"
+    )
     assert json.loads(over["speculative.eagle.mab_configs"]) == ["8_4_32", "8_4_16", "8_4_8"]
     assert over["speculative.eagle.mab_bs_threshold"] == "[1,2,5,21]"
-    assert over["speculative.train.training_interval_steps"] == "10" and over["speculative.train.optim.lr"] == "1e-06"
+    assert (
+        over["speculative.train.training_interval_steps"] == "10"
+        and over["speculative.train.optim.lr"] == "1e-06"
+    )
     # sd_warmup_steps 10 is FastRL's hard-coded warm-up: nothing approximated there.
     assert not any("sd_warmup_steps" in n for n in exp.notes)
 
@@ -151,10 +217,16 @@ def test_chains_trailing_zeros_and_warmup_in_fastrl(tmp_path):
     assert any(n.startswith("approximated: bandit.algorithm 'climb'") for n in exp.notes)
 
 
-@pytest.mark.parametrize("rows, match", [
-    ([[1, 4, 4], [5, 8, 0], [9, 32, 2]], r"\[5, 8, 0\] turns SD off between batch sizes that draft"),
-    ([[1, 4, "8_4_16"], [5, 32, "8_4_32"]], r"fewer verified tokens"),
-])
+@pytest.mark.parametrize(
+    "rows, match",
+    [
+        (
+            [[1, 4, 4], [5, 8, 0], [9, 32, 2]],
+            r"\[5, 8, 0\] turns SD off between batch sizes that draft",
+        ),
+        ([[1, 4, "8_4_16"], [5, 32, "8_4_32"]], r"fewer verified tokens"),
+    ],
+)
 def test_fastrl_refuses_what_its_mab_cannot_bucket(rows, match, tmp_path):
     with pytest.raises(ExportError, match=match):
         export_policy(_policy(rows), "sglang", _fake_drafter(tmp_path))
@@ -163,7 +235,9 @@ def test_fastrl_refuses_what_its_mab_cannot_bucket(rows, match, tmp_path):
 def test_ngram_and_suffix_in_sglang(tmp_path):
     exp = export_policy(load_policy("tlt-base"), "sglang")
     opts = _options(_sourced(exp.text, tmp_path, "SGLANG_ARGS"))
-    assert opts["--speculative-algorithm"] == "NGRAM" and opts["--speculative-num-draft-tokens"] == "8"
+    assert (
+        opts["--speculative-algorithm"] == "NGRAM" and opts["--speculative-num-draft-tokens"] == "8"
+    )
     assert _sourced(exp.text, tmp_path, "FASTRL_OVERRIDES") == []
     assert any(n.startswith("approximated: SGLang's NGRAM worker") for n in exp.notes)
     with pytest.raises(ExportError, match="suffix"):
@@ -182,7 +256,10 @@ def test_verl_fragments(tmp_path):
         load_policy("static-sd"), ddir.resolve(), 64)
     tree = export_policy(load_policy("tlt"), "verl", ddir)
     sg = yaml.safe_load(tree.text)["actor_rollout_ref"]["rollout"]
-    assert sg["name"] == "sglang" and sg["engine_kwargs"]["sglang"]["speculative_num_draft_tokens"] == 8
+    assert (
+        sg["name"] == "sglang"
+        and sg["engine_kwargs"]["sglang"]["speculative_num_draft_tokens"] == 8
+    )
     assert any(n.startswith("approximated: upstream SGLang") for n in tree.notes)
 
 
@@ -202,14 +279,21 @@ def test_every_exported_name_is_one_the_target_knows(tmp_path):
     for name, exp in _exportable("sglang", tmp_path):
         args = _sourced(exp.text, tmp_path, "SGLANG_ARGS")
         assert set(args[::2]) <= FASTRL_SERVER_ARGS, name
-        assert _options(args).get("--speculative-eagle-mab-algorithm", "BEG") in FASTRL_MAB_ALGORITHMS
+        assert (
+            _options(args).get("--speculative-eagle-mab-algorithm", "BEG") in FASTRL_MAB_ALGORITHMS
+        )
         keys = {o.split("=", 1)[0] for o in _sourced(exp.text, tmp_path, "FASTRL_OVERRIDES")}
         assert keys <= FASTRL_TRAINER_KEYS, (name, keys - FASTRL_TRAINER_KEYS)
         seen += 1
     for name, exp in _exportable("verl", tmp_path):
         rollout = yaml.safe_load(exp.text)["actor_rollout_ref"]["rollout"]
-        assert set(rollout) <= VERL_ROLLOUT_FIELDS and set(rollout.get("engine_kwargs", {})) <= VERL_ENGINE_KWARGS
-        assert set(rollout.get("engine_kwargs", {}).get("sglang", {})) <= UPSTREAM_SGLANG_FIELDS, name
+        assert (
+            set(rollout) <= VERL_ROLLOUT_FIELDS
+            and set(rollout.get("engine_kwargs", {})) <= VERL_ENGINE_KWARGS
+        )
+        assert set(rollout.get("engine_kwargs", {}).get("sglang", {})) <= UPSTREAM_SGLANG_FIELDS, (
+            name
+        )
         seen += 1
     assert seen >= 16
 
@@ -217,7 +301,9 @@ def test_every_exported_name_is_one_the_target_knows(tmp_path):
 def test_the_cli_writes_notes_and_refuses_before_writing(tmp_path):
     runner = CliRunner()
     out = tmp_path / "tlt.sglang.sh"
-    res = runner.invoke(app, ["export", "tlt", "--to", "sglang", "--drafter", DRAFTER, "--out", str(out)])
+    res = runner.invoke(
+        app, ["export", "tlt", "--to", "sglang", "--drafter", DRAFTER, "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     assert "note: dropped: spot_training.steps 200" in res.stderr and out.is_file()
     for argv, msg in [(["tlt", "--to", "vllm", "--drafter", DRAFTER], "tree strategy 8_4_48"),
@@ -232,25 +318,32 @@ def test_the_cli_writes_notes_and_refuses_before_writing(tmp_path):
     assert res.exit_code == 2 and ".yaml" in res.stderr
 
 
-# ---------------------------------------------------------------- the targets' own code, where it imports
+# ---------------------------------------------------------- the targets' own code, where it imports
 
 
 def _fastrl_plays_the_schedule(policy: Policy, a) -> None:
-    """FastRL's own MAB (eagle_mab.py), built as its eagle_worker.py builds it from the parsed arguments,
-    picks the policy's strategy at every batch size that drafts."""
+    """FastRL's own MAB (eagle_mab.py), built as its eagle_worker.py builds it from the parsed
+    arguments, picks the policy's strategy at every batch size that drafts."""
     from sglang.srt.speculative.eagle_mab import BucketedEpsilonGreedyMAB
 
-    default = f"{a.speculative_num_steps}_{a.speculative_eagle_topk}_{a.speculative_num_draft_tokens}"
+    default = (
+        f"{a.speculative_num_steps}_{a.speculative_eagle_topk}_{a.speculative_num_draft_tokens}"
+    )
     mab = BucketedEpsilonGreedyMAB(strategies=sorted({default, *a.speculative_eagle_mab_configs}),
                                    window_size=a.speculative_mab_window_size,
                                    bs_threshold=a.speculative_mab_bs_threshold)
     for batch in range(1, a.apdative_speculative_batch_size_threshold + 1):
         s = policy.strategy_of(policy.bucket_of(batch))
-        assert mab.select_strategy(batch) == f"{s.steps}_{s.topk}_{s.verify_tokens}", (policy.name, batch)
+        assert mab.select_strategy(batch) == f"{s.steps}_{s.topk}_{s.verify_tokens}", (
+            policy.name,
+            batch,
+        )
 
 
 def test_sglang_parses_the_exported_arguments(tmp_path):
-    server_args = pytest.importorskip("sglang.srt.server_args", reason="SGLang is not installed (CUDA builds)")
+    server_args = pytest.importorskip(
+        "sglang.srt.server_args", reason="SGLang is not installed (CUDA builds)"
+    )
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -259,15 +352,25 @@ def test_sglang_parses_the_exported_arguments(tmp_path):
     for name, exp in _exportable("sglang", tmp_path):
         args = _sourced(exp.text, tmp_path, "SGLANG_ARGS")
         if fastrl and "--speculative-eagle-mab-configs" in args:
-            _fastrl_plays_the_schedule(load_policy(name), parser.parse_args(["--model-path", "m", *args]))
+            _fastrl_plays_the_schedule(
+                load_policy(name), parser.parse_args(["--model-path", "m", *args])
+            )
         if not fastrl:  # upstream SGLang: only the arguments it shares with FastRL's fork
-            keep = [i for i in range(0, len(args), 2) if "mab" not in args[i] and "apdative" not in args[i]]
+            keep = [
+                i
+                for i in range(0, len(args), 2)
+                if "mab" not in args[i] and "apdative" not in args[i]
+            ]
             args = [x for i in keep for x in args[i:i + 2]]
         parsed = parser.parse_args(["--model-path", "m", *args])
         assert parsed.speculative_algorithm == _options(args).get("--speculative-algorithm")
     fields = {a.dest for a in parser._actions}
     for _, exp in _exportable("verl", tmp_path):
-        kwargs = yaml.safe_load(exp.text)["actor_rollout_ref"]["rollout"].get("engine_kwargs", {}).get("sglang", {})
+        kwargs = (
+            yaml.safe_load(exp.text)["actor_rollout_ref"]["rollout"]
+            .get("engine_kwargs", {})
+            .get("sglang", {})
+        )
         assert set(kwargs) <= fields
 
 
@@ -279,9 +382,12 @@ def test_verl_builds_its_rollout_config_from_the_fragment(tmp_path):
     from omegaconf import OmegaConf
     from verl.utils.config import omega_conf_to_dataclass
 
-    base = OmegaConf.load(os.path.join(os.path.dirname(verl.__file__), "trainer/config/_generated_ppo_trainer.yaml"))
+    base = OmegaConf.load(
+        os.path.join(os.path.dirname(verl.__file__), "trainer/config/_generated_ppo_trainer.yaml")
+    )
     OmegaConf.set_struct(base, True)  # unknown keys refused, as Hydra does
-    OmegaConf.set_struct(base.actor_rollout_ref.rollout.engine_kwargs, False)  # engine_kwargs are free-form
+    # engine_kwargs are free-form.
+    OmegaConf.set_struct(base.actor_rollout_ref.rollout.engine_kwargs, False)
     for name, exp in _exportable("verl", tmp_path):
         merged = OmegaConf.merge(base, OmegaConf.create(yaml.safe_load(exp.text)))
         cfg = omega_conf_to_dataclass(merged.actor_rollout_ref.rollout)

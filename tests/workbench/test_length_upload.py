@@ -1,4 +1,5 @@
-"""What-if's length-file panel: an upload imported as `tlt workload import` would, drawn beside the model."""
+"""What-if's length-file panel: an upload imported as `tlt workload import` would, drawn beside the
+model."""
 
 from __future__ import annotations
 
@@ -41,14 +42,18 @@ def test_an_upload_becomes_a_workload_with_charts_and_simulates(tmp_path):
     drawn, batch = model_draw(up.observed, up.workload)
     assert len(drawn) == 72 and set(batch) == {0, 1, 2}
     hist, tail = histogram_figure(up.observed, drawn, 4096), tail_figure(up.observed, drawn, batch)
-    assert [t.name for t in hist.data] == ["observed", "model (lognormal fit)"] and len(tail.data[0].y) == 3
+    assert [t.name for t in hist.data] == ["observed", "model (lognormal fit)"] and len(
+        tail.data[0].y
+    ) == 3
     run = simulate(up.workload, load_policy("baseline"), load_profile(up.workload.profile), seed=0)
     assert run.steps[0].longest_response == up.observed.length[up.observed.batch == 0].max()
 
 
 def test_a_bad_upload_raises_the_import_error(tmp_path):
     with pytest.raises(Exception, match="mine.csv:2"):
-        import_upload([("mine.csv", b"step,prompt,length\n0,a,-4\n")], "cpu-tiny", "replay", None, tmp_path)
+        import_upload(
+            [("mine.csv", b"step,prompt,length\n0,a,-4\n")], "cpu-tiny", "replay", None, tmp_path
+        )
 
 
 def test_the_page_offers_a_length_file_source():
@@ -75,7 +80,8 @@ def _panel_with_an_upload() -> None:
                     for s in range(3) for p in range(6) for m in range(4)]
             return ("step,prompt,length,correct\n" + "\n".join(rows) + "\n").encode()
 
-    # Restored at once: the AppTest scripts of later tests run in this process and use the real uploader.
+    # Restored at once: the AppTest scripts of later tests run in this process and use the real
+    # uploader.
     real_uploader = st.file_uploader
     st.file_uploader = lambda *a, **k: [Upload()]
     try:

@@ -6,7 +6,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from workbench.calibrate.gpu_catalog import PRESET_CASES, disk_cached_profile, model_choices, preset_profile
+from workbench.calibrate.gpu_catalog import (
+    PRESET_CASES,
+    disk_cached_profile,
+    model_choices,
+    preset_profile,
+)
 from workbench.calibrate.gpu_validation import (
     draft_overhead_from_table_d,
     fit_overhead_exponent,
@@ -59,8 +64,20 @@ def test_tp_that_does_not_split_the_heads_is_refused():
 
 
 def test_unknown_gpu_is_refused_naming_the_field(tmp_path):
-    res = runner.invoke(app, ["profile", "--backend", "aiconfigurator", "--arch", "qwen2.5-7b", "--gpu", "tpu",
-                              "--out", str(tmp_path / "p.yaml")])
+    res = runner.invoke(
+        app,
+        [
+            "profile",
+            "--backend",
+            "aiconfigurator",
+            "--arch",
+            "qwen2.5-7b",
+            "--gpu",
+            "tpu",
+            "--out",
+            str(tmp_path / "p.yaml"),
+        ],
+    )
     assert res.exit_code == 2 and "'gpu'" in res.output and "h100" in res.output
     assert not (tmp_path / "p.yaml").exists()
 
@@ -70,40 +87,129 @@ def test_a_gpu_named_selects_the_database_and_torch_with_it_is_refused(tmp_path)
     measured data, in seconds, never a CPU torch profile of a 7B; --backend torch with --gpu is
     refused with the fix."""
     out = tmp_path / "p.yaml"
-    res = runner.invoke(app, ["profile", "--arch", "qwen2.5-7b", "--gpu", "a100", "--tp", "1", "--framework", "vllm",
-                              "--out", str(out)])
+    res = runner.invoke(
+        app,
+        [
+            "profile",
+            "--arch",
+            "qwen2.5-7b",
+            "--gpu",
+            "a100",
+            "--tp",
+            "1",
+            "--framework",
+            "vllm",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     p = load_profile(out)
-    assert provenance_kind(p) == "measured" and (p.cluster.gpu, p.cluster.framework) == ("a100", "vllm")
-    res = runner.invoke(app, ["profile", "--arch", "qwen2.5-7b", "--gpu", "a100", "--backend", "torch",
-                              "--out", str(tmp_path / "q.yaml")])
-    assert res.exit_code == 2 and "drop --backend torch" in res.output and "--backend aiconfigurator" in res.output
+    assert provenance_kind(p) == "measured" and (p.cluster.gpu, p.cluster.framework) == (
+        "a100",
+        "vllm",
+    )
+    res = runner.invoke(
+        app,
+        [
+            "profile",
+            "--arch",
+            "qwen2.5-7b",
+            "--gpu",
+            "a100",
+            "--backend",
+            "torch",
+            "--out",
+            str(tmp_path / "q.yaml"),
+        ],
+    )
+    assert (
+        res.exit_code == 2
+        and "drop --backend torch" in res.output
+        and "--backend aiconfigurator" in res.output
+    )
     assert not (tmp_path / "q.yaml").exists()
 
 
 @pytest.mark.parametrize("gpu,tp", [("h100", 4), ("a100", 1)])
 def test_derived_profiles_load_in_tlt_sim(tmp_path, gpu, tp):
     prof = tmp_path / f"{gpu}-tp{tp}.yaml"
-    res = runner.invoke(app, ["profile", "--backend", "aiconfigurator", "--arch", "qwen2.5-7b", "--gpu", gpu,
-                              "--tp", str(tp), "--framework", "vllm", "--out", str(prof)])
+    res = runner.invoke(
+        app,
+        [
+            "profile",
+            "--backend",
+            "aiconfigurator",
+            "--arch",
+            "qwen2.5-7b",
+            "--gpu",
+            gpu,
+            "--tp",
+            str(tp),
+            "--framework",
+            "vllm",
+            "--out",
+            str(prof),
+        ],
+    )
     assert res.exit_code == 0, res.output
     p = load_profile(prof)
-    assert (p.cluster.gpu, p.cluster.tp, p.cluster.model, p.cluster.framework) == (gpu, tp, "qwen2.5-7b", "vllm")
-    assert provenance_kind(p) == "measured" and "aiconfigurator-core" in p.source and p.power is not None
+    assert (p.cluster.gpu, p.cluster.tp, p.cluster.model, p.cluster.framework) == (
+        gpu,
+        tp,
+        "qwen2.5-7b",
+        "vllm",
+    )
+    assert (
+        provenance_kind(p) == "measured"
+        and "aiconfigurator-core" in p.source
+        and p.power is not None
+    )
     wl = yaml.safe_load((PRESET_DIR.parent / "workloads" / "cpu-tiny.yaml").read_text())
-    wl.update(name=f"{gpu}-tp{tp}", profile=prof.name, gpus_per_worker=tp, gpu=gpu, model="qwen2.5-7b",
-              max_response_tokens=256, steps=1)
+    wl.update(
+        name=f"{gpu}-tp{tp}",
+        profile=prof.name,
+        gpus_per_worker=tp,
+        gpu=gpu,
+        model="qwen2.5-7b",
+        max_response_tokens=256,
+        steps=1,
+    )
     (tmp_path / "wl.yaml").write_text(yaml.safe_dump(wl))
     out = tmp_path / "sim"
-    res = runner.invoke(app, ["sim", "--workload", str(tmp_path / "wl.yaml"), "--policy", "baseline,static-sd",
-                              "--steps", "1", "--out", str(out)])
+    res = runner.invoke(
+        app,
+        [
+            "sim",
+            "--workload",
+            str(tmp_path / "wl.yaml"),
+            "--policy",
+            "baseline,static-sd",
+            "--steps",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads((out / "summary.json").read_text())["policies"]["baseline"]["step_time_s"] > 0
     # The same workload with a profile of another TP is refused, naming the field.
     wl.update(gpus_per_worker=2 * tp)
     (tmp_path / "wl.yaml").write_text(yaml.safe_dump(wl))
-    res = runner.invoke(app, ["sim", "--workload", str(tmp_path / "wl.yaml"), "--policy", "baseline",
-                              "--steps", "1", "--out", str(tmp_path / "sim2")])
+    res = runner.invoke(
+        app,
+        [
+            "sim",
+            "--workload",
+            str(tmp_path / "wl.yaml"),
+            "--policy",
+            "baseline",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "sim2"),
+        ],
+    )
     assert res.exit_code == 2 and "gpus_per_worker" in res.output
     assert not (tmp_path / "sim2").exists()
 
@@ -133,12 +239,14 @@ def test_draft_overhead_is_what_table_d_gives():
 
 
 def test_the_overhead_scales_as_table_e_across_gpus_gives_and_the_profiles_use_that_fit():
-    # The shipped constants are the fits' outputs (within their written precision), not chosen values.
+    # The shipped constants are the fits' outputs (within their written precision), not chosen
+    # values.
     assert DRAFT_OVERHEAD_REF_STEP_S == pytest.approx(reference_step_s(), rel=1e-3)
     exponent, checks = fit_overhead_exponent(table_e_engines())
     assert 0.0 < exponent < 1.0 and DRAFT_OVERHEAD_EXPONENT == pytest.approx(exponent, abs=0.01)
     assert all(abs(c.error_pct) < 5.0 for c in checks), checks
-    # Faster engines pay less per draft step, slower ones more; Table D's own engine pays its 0.58 ms.
+    # Faster engines pay less per draft step, slower ones more; Table D's own engine pays its 0.58
+    # ms.
     by_gpu = {c.gpu: c.overhead_s for c in checks}
     assert by_gpu["B200"] < by_gpu["H100"] < DRAFT_STEP_OVERHEAD_S < by_gpu["A100"]
 
@@ -154,7 +262,9 @@ def test_a_derived_profile_is_kept_on_disk(tmp_path, monkeypatch):
     first = disk_cached_profile("qwen2.5-7b", "h200", 1, "vllm", "h100-qwen2.5-7b-tp1")
     files = list((tmp_path / "tlt" / "profiles").glob("*.yaml"))
     assert len(files) == 1 and first.cluster.gpu == "h200"
-    assert to_mapping(disk_cached_profile("qwen2.5-7b", "h200", 1, "vllm", "h100-qwen2.5-7b-tp1")) == to_mapping(first)
+    assert to_mapping(
+        disk_cached_profile("qwen2.5-7b", "h200", 1, "vllm", "h100-qwen2.5-7b-tp1")
+    ) == to_mapping(first)
 
 
 def test_tlt_gpu_check_prints_tables_e_and_c_with_their_errors():

@@ -1,7 +1,8 @@
-"""Compare and Tune take the user's own workload and policy files, as What-if does (workbench/ui/inputs.py).
+"""Compare and Tune take the user's own workload and policy files, as What-if does
+(workbench/ui/inputs.py).
 
-AppTest cannot upload a file, so each script answers Streamlit's uploader with files it makes (by the
-uploader's key) and puts the real uploader back before it ends.
+AppTest cannot upload a file, so each script answers Streamlit's uploader with files it makes (by
+the uploader's key) and puts the real uploader back before it ends.
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ def _compare_with_files() -> None:
     wl["name"] = "my-cluster"
     mine = to_mapping(load_policy("static-sd"))
     mine["name"] = "my-policy"
-    files = {"compare_wl_file": Upload("my-cluster.yaml", wl),
-             "compare_policy_files": [Upload("my-policy.yaml", mine), Upload("broken.yaml", {"nope": 1})]}
+    files = {
+        "compare_wl_file": Upload("my-cluster.yaml", wl),
+        "compare_policy_files": [
+            Upload("my-policy.yaml", mine),
+            Upload("broken.yaml", {"nope": 1}),
+        ],
+    }
     real_uploader = st.file_uploader
     st.file_uploader = lambda *a, **k: files.get(k.get("key"))
     try:
@@ -90,4 +96,5 @@ def test_tune_compares_the_tuned_policy_with_an_uploaded_one():
     at.button(key="tune_run").click().run()
     assert not at.exception, at.exception
     policies = list(at.session_state["tune_result"].comparison["policy"])
-    assert "my-policy" in policies and "baseline" in policies  # beside the presets, on the study's seeds
+    # Beside the presets, on the study's seeds.
+    assert "my-policy" in policies and "baseline" in policies

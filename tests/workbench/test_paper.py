@@ -46,8 +46,8 @@ def test_the_fit_reproduces_the_microbenchmarks_and_the_presets_are_its_output(f
     fit, profiles = fitted
     assert fit.median_abs_error_pct < 5.0
     assert [p.name for p in profiles] == [c.profile for c in CASES]
-    # The shipped presets are what the fit writes, within the refit tolerance a CPU change moves a fit by
-    # (regenerate with `tlt paper --write-profiles`).
+    # The shipped presets are what the fit writes, within the refit tolerance a CPU change moves a
+    # fit by (regenerate with `tlt paper --write-profiles`).
     assert report.stale_presets(profiles) == []
     for p in profiles:
         assert load_profile(p.name).fitted_on and "tlt paper" in p.source
@@ -56,10 +56,16 @@ def test_the_fit_reproduces_the_microbenchmarks_and_the_presets_are_its_output(f
 def test_a_refit_writes_the_shipped_presets_unless_it_moved_beyond_the_tolerance(fitted):
     _, profiles = fitted
     first = profiles[0]
-    nudged = replace(first, drafter=replace(first.drafter, eagle_s_per_seq=first.drafter.eagle_s_per_seq * 1.0001))
-    moved = replace(first, drafter=replace(first.drafter, eagle_s_per_seq=first.drafter.eagle_s_per_seq * 1.01))
+    nudged = replace(
+        first,
+        drafter=replace(first.drafter, eagle_s_per_seq=first.drafter.eagle_s_per_seq * 1.0001),
+    )
+    moved = replace(
+        first, drafter=replace(first.drafter, eagle_s_per_seq=first.drafter.eagle_s_per_seq * 1.01)
+    )
     assert report.stale_presets([nudged]) == [] and report.stale_presets([moved]) == [first.name]
-    # Within the tolerance the shipped file is written back unchanged, so every machine writes the same bytes.
+    # Within the tolerance the shipped file is written back unchanged, so every machine writes the
+    # same bytes.
     assert report.profiles_to_write([nudged]) == [load_profile(first.name)]
     assert report.profiles_to_write([moved]) == [moved]
 
@@ -75,7 +81,9 @@ def test_shape_scaling_is_consistent(fitted):
     # The same architecture, the same costs.
     assert by["h100-r1-distill-qwen-7b-tp4"].decode == tp4
     # Bigger models read more per GPU at the same TP.
-    assert by["h100-llama3.3-70b-tp8"].decode.weights_s > by["h100-qwen2.5-32b-tp8"].decode.weights_s
+    assert (
+        by["h100-llama3.3-70b-tp8"].decode.weights_s > by["h100-qwen2.5-32b-tp8"].decode.weights_s
+    )
 
 
 def test_tlt_paper_prints_and_writes_the_same_rows(tmp_path):
@@ -84,7 +92,8 @@ def test_tlt_paper_prints_and_writes_the_same_rows(tmp_path):
     doc = json.loads((tmp_path / "paper.json").read_text())
     rows = doc["rows"]
     assert {r["table"] for r in rows} == {"A", "C", "E", "G"}
-    # Table A: each case predicted with the measured-database profile, and checked with the paper-fitted one.
+    # Table A: each case predicted with the measured-database profile, and checked with the
+    # paper-fitted one.
     a_rows = [r for r in rows if r["table"] == "A"]
     assert len(a_rows) == 16 and len([r for r in rows if r["table"] == "C"]) == 24
     assert sum(r["basis"] == "predicted" for r in a_rows) == 8
@@ -95,10 +104,16 @@ def test_tlt_paper_prints_and_writes_the_same_rows(tmp_path):
         assert r["error_pct"] == pytest.approx(100 * (r["predicted"] / r["published"] - 1))
         assert f"{r['published']:,.2f}" in res.stdout and f"{r['predicted']:,.2f}" in res.stdout
     last = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(last) >= {"median_abs_error_pct", "max_abs_error_pct", "rows"} and last["rows"] == len(rows)
+    assert set(last) >= {"median_abs_error_pct", "max_abs_error_pct", "rows"} and last[
+        "rows"
+    ] == len(rows)
     assert last == doc["summary"]
-    assert {e["case"] for e in doc["explanations"]} == {"qwen2.5-7b", "r1-distill-qwen-7b", "qwen2.5-32b",
-                                                        "llama3.3-70b"}
+    assert {e["case"] for e in doc["explanations"]} == {
+        "qwen2.5-7b",
+        "r1-distill-qwen-7b",
+        "qwen2.5-32b",
+        "llama3.3-70b",
+    }
     # Progress is real: one line per simulation, as many as the page's bar counts.
     assert res.output.count("seed 0 (") == progress_messages(1)
 
@@ -122,7 +137,9 @@ def test_the_paper_page_fits_on_arrival_and_colours_the_gap():
     assert at.metric[0].label.startswith("Table A prediction")
     table = at.dataframe[0].value
     assert len(table) == 44 and set(table["basis"]) == {"fit", "predicted", "check: paper-fitted"}
-    assert {"published", "pre-registered", "measured parts", "calibrated (LOO)", "gap %"} <= set(table.columns)
+    assert {"published", "pre-registered", "measured parts", "calibrated (LOO)", "gap %"} <= set(
+        table.columns
+    )
 
 
 def test_tlt_paper_peers_sets_each_claim_beside_its_prediction(tmp_path):
@@ -132,23 +149,30 @@ def test_tlt_paper_peers_sets_each_claim_beside_its_prediction(tmp_path):
     peers = [r["case"].split(":")[0] for r in doc["rows"]]
     assert peers == ["RollPacker", "APRIL", "veRL fully async", "SPEC-RL"]
     for r in doc["rows"]:
-        assert r["predicted"] > 0 and r["basis"] == "predicted" and f"{r['predicted']:,.2f}" in res.stdout
+        assert (
+            r["predicted"] > 0
+            and r["basis"] == "predicted"
+            and f"{r['predicted']:,.2f}" in res.stdout
+        )
     # SPEC-RL's drafts come from earlier epochs: its steps are counted after the first pass.
     spec = next(e for e in doc["explanations"] if e["peer"] == "SPEC-RL")
     assert spec["steps_counted"].startswith("32-") and spec["accept_len"] > 1.0
     assert json.loads(res.stdout.strip().splitlines()[-1]) == doc["summary"]
 
 
-# --- the calibration split (traces/published/calibration-split.yaml) -------------------------------------------
+# --- the calibration split (traces/published/calibration-split.yaml) ------------------------------
 
 def _tiny_split(tmp_path):
-    """The declared split's parameters with two grid points each (within their ranges), for a 1-step grid."""
+    """The declared split's parameters with two grid points each (within their ranges), for a 1-step
+    grid."""
     import yaml
 
     from workbench.paper.calibration import load_split
     d = yaml.safe_load(Path(load_split().path).read_text())
     for p in d["parameters"]:
-        p["grid"] = [p["range"][0], p["range"][1]] if p["name"] != "train_efficiency" else [p["range"][1]]
+        p["grid"] = (
+            [p["range"][0], p["range"][1]] if p["name"] != "train_efficiency" else [p["range"][1]]
+        )
     path = tmp_path / "split.yaml"
     path.write_text(yaml.safe_dump(d))
     return load_split(path)
@@ -178,11 +202,14 @@ def test_a_grid_value_outside_its_declared_range_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_grid(tmp_path_factory):
-    """The real code path (measured parts + parameters -> simulated Table A speedups), at 1 RL step."""
+    """The real code path (measured parts + parameters -> simulated Table A speedups), at 1 RL
+    step."""
     from workbench.paper.calibration import evaluate_grid
     from workbench.paper.reproduce import WORKLOADS, run_case
     split = _tiny_split(tmp_path_factory.mktemp("split"))
-    return split, evaluate_grid(split, list(WORKLOADS), lambda m, p: run_case(m, p, 1, [0]).speedups)
+    return split, evaluate_grid(
+        split, list(WORKLOADS), lambda m, p: run_case(m, p, 1, [0]).speedups
+    )
 
 
 def test_leave_one_out_never_sees_the_held_out_figures(tiny_grid):
@@ -195,7 +222,8 @@ def test_leave_one_out_never_sees_the_held_out_figures(tiny_grid):
     assert [r.held_out for r in rounds] == models
     for r in rounds:
         assert r.held_out not in r.fit_models
-        # Perturb the held-out model's published figures wildly, both ways: its round's parameters do not move.
+        # Perturb the held-out model's published figures wildly, both ways: its round's parameters
+        # do not move.
         for factor in (0.3, 3.0):
             moved = {k: (v * factor if k[0] == r.held_out else v) for k, v in published.items()}
             again = next(x for x in leave_one_out(grid, moved, models) if x.held_out == r.held_out)
@@ -219,15 +247,31 @@ def test_a_fit_model_s_figures_do_move_the_fit(tiny_grid):
 
 def test_tlt_paper_writes_what_it_prints(tmp_path, tiny_grid):
     split, _ = tiny_grid
-    result = runner.invoke(app, ["paper", "--out", str(tmp_path), "--steps", "1", "--calib-steps", "1",
-                                 "--split", split.path])
+    result = runner.invoke(
+        app,
+        [
+            "paper",
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "1",
+            "--calib-steps",
+            "1",
+            "--split",
+            split.path,
+        ],
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "paper.json").read_text())
     assert doc["schema"] == "tlt-paper/2" and doc["split"] and len(doc["rounds"]) == 4
     printed = json.loads(result.output.strip().splitlines()[-1])
     assert printed == doc["summary"]
     a = [r for r in doc["rows"] if r["table"] == "A" and r["basis"] == "predicted"]
-    assert len(a) == 8 and all(r["measured_parts"] is not None and r["calibrated"] is not None for r in a)
+    assert len(a) == 8 and all(
+        r["measured_parts"] is not None and r["calibrated"] is not None for r in a
+    )
     for r in a:  # every Table A row's three values are on the printed line
         line = next(x for x in result.output.splitlines() if r["case"] in x)
-        assert all(f"{r[k]:,.2f}" in line for k in ("pre_registered", "measured_parts", "calibrated"))
+        assert all(
+            f"{r[k]:,.2f}" in line for k in ("pre_registered", "measured_parts", "calibrated")
+        )

@@ -33,8 +33,17 @@ def tiny_plan(cache, tmp_path_factory) -> tuple[planning.Plan, Path]:
     mp = pytest.MonkeyPatch()
     mp.setenv("XDG_CACHE_HOME", str(cache))
     out = tmp_path_factory.mktemp("plan")
-    spec = planning.PlanSpec(load_workload("tlt-eval-qwen2.5-7b"), (load_policy("baseline"), load_policy("tlt")),
-                             "h100", 2.5, tps=(4,), max_batches=(128, 256), gpus=16, trials=6, steps=2)
+    spec = planning.PlanSpec(
+        load_workload("tlt-eval-qwen2.5-7b"),
+        (load_policy("baseline"), load_policy("tlt")),
+        "h100",
+        2.5,
+        tps=(4,),
+        max_batches=(128, 256),
+        gpus=16,
+        trials=6,
+        steps=2,
+    )
     result = planning.run_plan(spec)
     result.save(out)
     mp.undo()
@@ -60,7 +69,9 @@ def test_a_tiny_plan_completes_with_a_non_dominated_front(tiny_plan):
             assert any(_dominates(f, t) for f in front)
     chosen = result.chosen
     assert chosen.days == min(t.days for t in ok)  # budget: the fastest
-    assert chosen.shape.gpus <= 16 and chosen.cost == pytest.approx(chosen.gpu_hours * 2.5, rel=REL_TOL)
+    assert chosen.shape.gpus <= 16 and chosen.cost == pytest.approx(
+        chosen.gpu_hours * 2.5, rel=REL_TOL
+    )
     assert chosen.energy_kwh > 0
     data = json.loads((out / "plan.json").read_text())
     assert data["goal"] == "budget" and data["chosen"]["shape"]["tp"] == 4
@@ -72,11 +83,27 @@ def test_the_chosen_files_load_and_tlt_sim_runs_them(tiny_plan, tmp_path):
     result, out = tiny_plan
     wl = load_workload(out / "workload.yaml")
     c = result.chosen
-    assert (wl.workers, wl.gpus_per_worker, wl.max_batch) == (c.shape.engines, c.shape.tp, c.shape.max_batch)
+    assert (wl.workers, wl.gpus_per_worker, wl.max_batch) == (
+        c.shape.engines,
+        c.shape.tp,
+        c.shape.max_batch,
+    )
     assert load_policy(out / "policy.yaml").name == c.shape.policy
     assert load_profile(out / "profile.yaml").cluster.tp == c.shape.tp
-    res = runner.invoke(app, ["sim", "--workload", str(out / "workload.yaml"), "--policy", str(out / "policy.yaml"),
-                              "--steps", "1", "--out", str(tmp_path / "sim")])
+    res = runner.invoke(
+        app,
+        [
+            "sim",
+            "--workload",
+            str(out / "workload.yaml"),
+            "--policy",
+            str(out / "policy.yaml"),
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "sim"),
+        ],
+    )
     assert res.exit_code == 0, res.output
 
 
@@ -86,16 +113,44 @@ def test_a_model_too_big_for_the_gpu_is_marked_not_dropped(tmp_path, monkeypatch
     fit = planning.memory_fit(arch, spec, 1, 33_000)
     assert "weights need" in fit.reason and fit.kv_tokens == 0
     assert planning.memory_fit(arch, spec, 8, 33_000).reason == ""
-    res = runner.invoke(app, ["plan", "--workload", "tlt-eval-llama3.3-70b", "--gpu", "h100", "--gpus", "8",
-                              "--price-per-gpu-hour", "2", "--tp", "1", "--max-batch", "64", "--policies", "baseline",
-                              "--trials", "3", "--steps", "1", "--out", str(tmp_path / "p")])
+    res = runner.invoke(
+        app,
+        [
+            "plan",
+            "--workload",
+            "tlt-eval-llama3.3-70b",
+            "--gpu",
+            "h100",
+            "--gpus",
+            "8",
+            "--price-per-gpu-hour",
+            "2",
+            "--tp",
+            "1",
+            "--max-batch",
+            "64",
+            "--policies",
+            "baseline",
+            "--trials",
+            "3",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "p"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "chosen: none" in res.output and "weights need" in res.output
     data = json.loads((tmp_path / "p" / "plan.json").read_text())
-    assert data["trials"] == [] and len(data["screened"]) == 1  # TP1 x max batch 64: screened, not proposed
-    assert data["screened"][0]["status"] == "infeasible" and "weights need" in data["screened"][0]["reason"]
+    # TP1 x max batch 64: screened, not proposed.
+    assert data["trials"] == [] and len(data["screened"]) == 1
+    assert (
+        data["screened"][0]["status"] == "infeasible"
+        and "weights need" in data["screened"][0]["reason"]
+    )
     assert data["chosen"] is None and not (tmp_path / "p" / "workload.yaml").exists()
-    assert not list((tmp_path / "xdg").rglob("*.yaml"))  # nothing derived for a shape that cannot run
+    # Nothing derived for a shape that cannot run.
+    assert not list((tmp_path / "xdg").rglob("*.yaml"))
 
 
 def test_a_deadline_no_shape_meets_is_marked(tiny_plan, cache, monkeypatch):
@@ -113,10 +168,16 @@ def test_a_deadline_no_shape_meets_is_marked(tiny_plan, cache, monkeypatch):
 
 def test_the_front_of_given_points():
     def t(days, cost, tp=1):
-        return planning.PlanTrial(0, planning.Shape(tp, 8, 64, f"p{days}-{cost}"), "ok", days=days, cost=cost)
+        return planning.PlanTrial(
+            0, planning.Shape(tp, 8, 64, f"p{days}-{cost}"), "ok", days=days, cost=cost
+        )
 
     pts = [t(1.0, 10.0), t(2.0, 5.0), t(2.0, 6.0), t(3.0, 5.0), t(0.5, 20.0)]
-    assert [(p.days, p.cost) for p in planning.pareto_front(pts)] == [(0.5, 20.0), (1.0, 10.0), (2.0, 5.0)]
+    assert [(p.days, p.cost) for p in planning.pareto_front(pts)] == [
+        (0.5, 20.0),
+        (1.0, 10.0),
+        (2.0, 5.0),
+    ]
     late = replace(t(0.1, 1.0), status="deadline missed")
     assert planning.pareto_front(pts + [late]) == planning.pareto_front(pts)
 
@@ -142,26 +203,71 @@ def test_gpu_counts_and_mean_lengths():
 ])
 def test_bad_inputs_are_refused_naming_the_field(args, field, tmp_path):
     price = ["--price-per-gpu-hour", "2"]
-    res = runner.invoke(app, ["plan", "--workload", "tlt-eval-qwen2.5-7b", *args, *price, "--out", str(tmp_path)])
+    res = runner.invoke(
+        app, ["plan", "--workload", "tlt-eval-qwen2.5-7b", *args, *price, "--out", str(tmp_path)]
+    )
     assert res.exit_code == 2, res.output
     assert field in res.output
     assert not (tmp_path / "plan.json").exists()
 
 
 def test_a_zero_price_is_refused(tmp_path):
-    res = runner.invoke(app, ["plan", "--workload", "tlt-eval-qwen2.5-7b", "--gpu", "h100", "--gpus", "8",
-                              "--price-per-gpu-hour", "0", "--out", str(tmp_path)])
+    res = runner.invoke(
+        app,
+        [
+            "plan",
+            "--workload",
+            "tlt-eval-qwen2.5-7b",
+            "--gpu",
+            "h100",
+            "--gpus",
+            "8",
+            "--price-per-gpu-hour",
+            "0",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 2 and "--price-per-gpu-hour" in res.output
 
 
 def test_a_model_the_database_never_measured_is_marked(tmp_path, monkeypatch):
-    """tiny-gcd's head size is in no attention table: every shape is infeasible, with the database's reason."""
+    """tiny-gcd's head size is in no attention table: every shape is infeasible, with the database's
+    reason."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    res = runner.invoke(app, ["plan", "--workload", "cpu-tiny", "--model", "tiny-gcd", "--gpu", "h100", "--gpus", "2",
-                              "--price-per-gpu-hour", "2", "--tp", "1", "--max-batch", "64", "--policies", "baseline",
-                              "--trials", "2", "--steps", "1", "--out", str(tmp_path / "p")])
+    res = runner.invoke(
+        app,
+        [
+            "plan",
+            "--workload",
+            "cpu-tiny",
+            "--model",
+            "tiny-gcd",
+            "--gpu",
+            "h100",
+            "--gpus",
+            "2",
+            "--price-per-gpu-hour",
+            "2",
+            "--tp",
+            "1",
+            "--max-batch",
+            "64",
+            "--policies",
+            "baseline",
+            "--trials",
+            "2",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "p"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert data["chosen"] is None and data["trials"]
-    assert all(t["status"] == "infeasible" and "measured database" in t["reason"] for t in data["trials"]
-               if t["shape"]["gpus"] % t["shape"]["tp"] == 0)
+    assert all(
+        t["status"] == "infeasible" and "measured database" in t["reason"]
+        for t in data["trials"]
+        if t["shape"]["gpus"] % t["shape"]["tp"] == 0
+    )

@@ -47,15 +47,27 @@ def test_the_warp_runs_each_stretch_at_its_samples_speed():
     assert w(np.array([1.5]))[0] == pytest.approx(0.5 + 2 ** -1.5)
 
 
-def test_a_burst_in_part_of_a_capture_is_taken_out_of_that_part_only(synthetic_trace, synthetic_machine):
-    t = synthetic_trace(synthetic_machine, NGRAM, seed=5, prompts=8, samples=4, cap=256, workers=1, max_batch=16,
-                        **KW)
+def test_a_burst_in_part_of_a_capture_is_taken_out_of_that_part_only(
+    synthetic_trace, synthetic_machine
+):
+    t = synthetic_trace(
+        synthetic_machine,
+        NGRAM,
+        seed=5,
+        prompts=8,
+        samples=4,
+        cap=256,
+        workers=1,
+        max_batch=16,
+        **KW,
+    )
     # The second half of the capture ran 2x slow, and the probe saw it there.
     end = float(t.rl_steps["rollout_s"].sum())
     at = np.arange(0.0, end, 0.05)
     reads = np.where(at >= end / 2, 2 * PROBE_MS, PROBE_MS)
     w = Warp(at, np.full(len(at), PROBE_MS), PROBE_MS)  # a clock that runs true
-    stretched = Warp(at, PROBE_MS * PROBE_MS / reads, PROBE_MS)  # the capture's clock, slow after end / 2
+    # The capture's clock, slow after end / 2.
+    stretched = Warp(at, PROBE_MS * PROBE_MS / reads, PROBE_MS)
     s = t.steps.copy()
     s["wall_s"] = stretched(s["start_s"] + s["wall_s"]) - stretched(s["start_s"])
     s["start_s"] = stretched(s["start_s"])
@@ -63,10 +75,14 @@ def test_a_burst_in_part_of_a_capture_is_taken_out_of_that_part_only(synthetic_t
     r["start_s"], r["end_s"] = stretched(r["start_s"]), stretched(r["end_s"])
     rl = t.rl_steps.copy()
     rl["rollout_s"] = stretched(np.array([end]))[0]
-    slow = Trace({**t.meta, "speed": {"t_s": list(stretched(at)), "times_ms": list(reads)}}, s, r, rl)
+    slow = Trace(
+        {**t.meta, "speed": {"t_s": list(stretched(at)), "times_ms": list(reads)}}, s, r, rl
+    )
     back, factor = warp_trace(slow, PROBE_MS)
     assert float(back.rl_steps["rollout_s"].sum()) == pytest.approx(end, rel=0.02)
-    assert factor == pytest.approx(float(back.rl_steps["rollout_s"].sum()) / float(rl["rollout_s"].sum()), rel=1e-9)
+    assert factor == pytest.approx(
+        float(back.rl_steps["rollout_s"].sum()) / float(rl["rollout_s"].sum()), rel=1e-9
+    )
     # Step by step too, but for the steps across the one stretch where the warp's sample midpoint
     # and the burst's start differ.
     rel = np.abs(back.steps["wall_s"].to_numpy() / t.steps["wall_s"].to_numpy() - 1)
@@ -76,7 +92,7 @@ def test_a_burst_in_part_of_a_capture_is_taken_out_of_that_part_only(synthetic_t
 
 def test_calibrate_brings_fit_traces_to_one_speed_and_validate_reports_both_errors(
         tmp_path, synthetic_trace, synthetic_machine):
-    make = lambda seed, **shape: synthetic_trace(synthetic_machine, NGRAM, seed=seed, **shape, **KW)  # noqa: E731
+    make = lambda seed, **shape: synthetic_trace(synthetic_machine, NGRAM, seed=seed, **shape, **KW)
     shape = dict(prompts=16, samples=4, cap=384, workers=1, max_batch=32)
     # Two fit captures taken while the machine ran 1.0x and 1.4x slow (the probe saw as much).
     fit = [slowed(make(21, **shape), 1.0, 1.0), slowed(make(22, **shape), 1.4, 1.4)]
@@ -94,10 +110,18 @@ def test_calibrate_brings_fit_traces_to_one_speed_and_validate_reports_both_erro
     write_trace(held, tmp_path / "held")
     from workbench.contracts.schema import save
     save(p, tmp_path / "p.yaml")
-    res = runner.invoke(app, ["validate", "--profile", str(tmp_path / "p.yaml"), str(tmp_path / "held")])
+    res = runner.invoke(
+        app, ["validate", "--profile", str(tmp_path / "p.yaml"), str(tmp_path / "held")]
+    )
     assert res.exit_code == 0, res.output
     last = json.loads(res.output.strip().splitlines()[-1])
-    assert set(last) == {"predicted_rollout_s", "measured_rollout_s", "error_pct", "raw_error_pct", "drift_factor"}
+    assert set(last) == {
+        "predicted_rollout_s",
+        "measured_rollout_s",
+        "error_pct",
+        "raw_error_pct",
+        "drift_factor",
+    }
     assert "raw error" in res.output
 
 
@@ -108,11 +132,20 @@ def test_the_exponent_that_explains_the_steps_is_found(synthetic_trace, syntheti
            for s, r in ((31, 1.0), (32, 1.5), (33, 2.0))]
     p = calibrate(fit, BASE, name="probed").profile
     assert p.speed_probe_exponent == 1.5
-    assert p.decode.overhead_s == pytest.approx(synthetic_machine.decode.overhead_s * 1.5 ** 1.5, rel=0.15)
+    assert p.decode.overhead_s == pytest.approx(
+        synthetic_machine.decode.overhead_s * 1.5**1.5, rel=0.15
+    )
 
 
 def test_a_garbled_probe_is_refused_naming_the_field(synthetic_trace, synthetic_machine):
-    t = synthetic_trace(synthetic_machine, NGRAM, seed=7, prompts=4, samples=2, cap=64, workers=1, max_batch=8, **KW)
-    t = Trace({**t.meta, "speed": {"t_s": [0.0, 1.0], "times_ms": [16.0, -1.0]}}, t.steps, t.requests, t.rl_steps)
+    t = synthetic_trace(
+        synthetic_machine, NGRAM, seed=7, prompts=4, samples=2, cap=64, workers=1, max_batch=8, **KW
+    )
+    t = Trace(
+        {**t.meta, "speed": {"t_s": [0.0, 1.0], "times_ms": [16.0, -1.0]}},
+        t.steps,
+        t.requests,
+        t.rl_steps,
+    )
     with pytest.raises(TraceError, match="speed"):
         probe_slowness_ms(t)

@@ -32,14 +32,40 @@ def _synthetic(prof, grid: str) -> Measurements:
     for p in points(GRIDS[grid]):
         if p.op in ("decode", "verify", "drafter", "prefill"):
             s = predict_point(prof, p.op, p.batch, p.context, p.tokens, p.topk)
-            rows.append(Row(p.op, p.batch, p.context, p.tokens, p.topk, "eager", s, s, 0.0, 0.0, 1, 1, s, s, 1))
-    meta = {"architecture": "synthetic", "tp": 1, "device": "cpu", "device_name": "none", "grid": grid}
+            rows.append(
+                Row(
+                    p.op,
+                    p.batch,
+                    p.context,
+                    p.tokens,
+                    p.topk,
+                    "eager",
+                    s,
+                    s,
+                    0.0,
+                    0.0,
+                    1,
+                    1,
+                    s,
+                    s,
+                    1,
+                )
+            )
+    meta = {
+        "architecture": "synthetic",
+        "tp": 1,
+        "device": "cpu",
+        "device_name": "none",
+        "grid": grid,
+    }
     return Measurements(frame(rows), meta)
 
 
 # A CPU-like engine (compute-bound from one token) and an H100-like 7B one: reading the weights
 # costs 4.5 ms until ~300 tokens per step saturate compute (H100's ridge: ~295 FLOP per byte).
-@pytest.mark.parametrize("grid, weights_s, compute, kv", [("cpu", 0.0, 6e-5, 1e-7), ("cuda", 4.5e-3, 1.5e-5, 2e-8)])
+@pytest.mark.parametrize(
+    "grid, weights_s, compute, kv", [("cpu", 0.0, 6e-5, 1e-7), ("cuda", 4.5e-3, 1.5e-5, 2e-8)]
+)
 def test_the_fit_recovers_a_known_profile_from_its_points(grid, weights_s, compute, kv):
     base = load_profile("cpu-tiny")
     truth = replace(base, decode=DecodeCost(overhead_s=1.5e-3, per_seq_s=2e-5, weights_s=weights_s,
@@ -50,7 +76,13 @@ def test_the_fit_recovers_a_known_profile_from_its_points(grid, weights_s, compu
     fit = fit_operators(_synthetic(truth, grid), base, "recovered")
     assert fit.max_abs_error_pct < 1.0
     got, want = fit.profile.decode, truth.decode
-    for name in ("overhead_s", "per_seq_s", "compute_s_per_token", "kv_s_per_token", "prefill_s_per_token"):
+    for name in (
+        "overhead_s",
+        "per_seq_s",
+        "compute_s_per_token",
+        "kv_s_per_token",
+        "prefill_s_per_token",
+    ):
         assert getattr(got, name) == pytest.approx(getattr(want, name), rel=0.02), name
     assert got.weights_s == pytest.approx(weights_s, rel=0.02, abs=1e-6)
     assert fit.profile.drafter.eagle_step_s == pytest.approx(4e-4, rel=0.01)
@@ -58,8 +90,22 @@ def test_the_fit_recovers_a_known_profile_from_its_points(grid, weights_s, compu
     assert fit.profile.acceptance == base.acceptance  # what operators cannot show stays the base's
 
 
-MEASURE = ["--arch", "tiny-gcd", "--device", "cpu", "--grid", "test", "--repeats", "3", "--passes", "1",
-           "--threads", "1", "--check-rounds", "1"]
+MEASURE = [
+    "--arch",
+    "tiny-gcd",
+    "--device",
+    "cpu",
+    "--grid",
+    "test",
+    "--repeats",
+    "3",
+    "--passes",
+    "1",
+    "--threads",
+    "1",
+    "--check-rounds",
+    "1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -74,25 +120,47 @@ def profiled(tmp_path_factory):
 def test_tlt_profile_writes_the_profile_raw_measurements_and_fit_error(profiled):
     out, output = profiled
     prof = load_profile(out)
-    assert prof.name == "tiny-op" and "real.profiler" in prof.source and prof.fit_error_pct is not None
+    assert (
+        prof.name == "tiny-op" and "real.profiler" in prof.source and prof.fit_error_pct is not None
+    )
     m = read_measurements(out.with_name("tiny-op.measurements.parquet"))
     report = json.loads(out.with_name("tiny-op.fit.json").read_text())
-    # The report's points are the file's measurements, each beside the saved profile's own prediction.
+    # The report's points are the file's measurements, each beside the saved profile's own
+    # prediction.
     measured = m.rows[m.rows["op"].isin(("decode", "verify", "drafter", "prefill"))]
     assert len(report["points"]) == len(measured)
     for p in report["points"]:
-        row = measured[(measured["op"] == p["op"]) & (measured["batch"] == p["batch"])
-                       & (measured["context"] == p["context"]) & (measured["tokens"] == p["tokens"])]
+        row = measured[
+            (measured["op"] == p["op"])
+            & (measured["batch"] == p["batch"])
+            & (measured["context"] == p["context"])
+            & (measured["tokens"] == p["tokens"])
+        ]
         assert p["measured_s"] == pytest.approx(float(row["step_s"].iloc[0]))
-        assert p["predicted_s"] == pytest.approx(predict_point(prof, p["op"], p["batch"], p["context"], p["tokens"],
-                                                               p["topk"]), rel=1e-3)
+        assert p["predicted_s"] == pytest.approx(
+            predict_point(prof, p["op"], p["batch"], p["context"], p["tokens"], p["topk"]), rel=1e-3
+        )
     assert len(report["whole_model_check"]) == 2 and "whole-model check" in output
 
 
 def test_the_measured_profile_runs_in_tlt_sim(profiled, tmp_path):
     out, _ = profiled
-    res = runner.invoke(app, ["sim", "--workload", "cpu-tiny", "--policy", "baseline,static-sd", "--steps", "1",
-                              "--profile", str(out), "--out", str(tmp_path / "sim")])
+    res = runner.invoke(
+        app,
+        [
+            "sim",
+            "--workload",
+            "cpu-tiny",
+            "--policy",
+            "baseline,static-sd",
+            "--steps",
+            "1",
+            "--profile",
+            str(out),
+            "--out",
+            str(tmp_path / "sim"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     assert summary["policies"]["baseline"]["rollout_time_s"] > 0
@@ -101,8 +169,16 @@ def test_the_measured_profile_runs_in_tlt_sim(profiled, tmp_path):
 def test_refitting_the_raw_measurements_gives_the_same_profile(profiled, tmp_path):
     out, _ = profiled
     again = tmp_path / "tiny-op.yaml"
-    res = runner.invoke(app, ["profile", "--measurements", str(out.with_name("tiny-op.measurements.parquet")),
-                              "--out", str(again)])
+    res = runner.invoke(
+        app,
+        [
+            "profile",
+            "--measurements",
+            str(out.with_name("tiny-op.measurements.parquet")),
+            "--out",
+            str(again),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert again.read_text() == out.read_text()
 

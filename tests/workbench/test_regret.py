@@ -16,12 +16,21 @@ from workbench.contracts.workload import load_workload
 from workbench.compare.regret import BANDITS, bandit_regret, bandit_variants, decision_segments
 
 runner = CliRunner()
-ORACLE_KEYS = ["bucket", "min_batch", "max_batch", "oracle_draft_len", "schedule_draft_len", "segments", "regret_s"]
+ORACLE_KEYS = [
+    "bucket",
+    "min_batch",
+    "max_batch",
+    "oracle_draft_len",
+    "schedule_draft_len",
+    "segments",
+    "regret_s",
+]
 
 
 @pytest.fixture(scope="module")
 def toy():
-    """Stationary acceptance: no length drift, no staleness, a warm drafter that is not retrained."""
+    """Stationary acceptance: no length drift, no staleness, a warm drafter that is not
+    retrained."""
     wl = load_workload("cpu-tiny")
     wl = replace(wl, steps=3, lengths=replace(wl.lengths, drift_per_step=0.0))
     prof = load_profile("cpu-tiny")
@@ -49,13 +58,15 @@ def test_every_bandit_has_finite_nonnegative_regret(report):
         for v in (r.regret_s, r.clairvoyant_regret_s, r.regret_pct):
             assert math.isfinite(v)
         assert r.regret_s >= -1e-9, (r.algorithm, r.seed, r.regret_s)
-        # Against the best arm per segment: >= 0 by construction, and never below the fixed-oracle regret.
+        # Against the best arm per segment: >= 0 by construction, and never below the fixed-oracle
+        # regret.
         assert r.clairvoyant_regret_s >= -1e-9
         assert r.clairvoyant_regret_s >= r.regret_s - 1e-9
         # The curve ends at the total; the buckets add up to it.
         assert r.curve[-1] == pytest.approx(r.regret_s, abs=1e-9)
         assert sum(o.regret_s for o in r.oracle) == pytest.approx(r.regret_s, abs=1e-9)
-        # A bucket whose played arm is the oracle's has exactly zero regret (the fixed table's buckets).
+        # A bucket whose played arm is the oracle's has exactly zero regret (the fixed table's
+        # buckets).
         if r.algorithm == "fixed":
             for o in r.oracle:
                 assert o.regret_s >= -1e-12
@@ -64,7 +75,8 @@ def test_every_bandit_has_finite_nonnegative_regret(report):
 
 
 def test_model_time_matches_the_simulator(toy):
-    """The counterfactual cost model, applied to the arm played, reproduces the simulated durations."""
+    """The counterfactual cost model, applied to the arm played, reproduces the simulated
+    durations."""
     wl, prof, base = toy
     policy = bandit_variants(base)[0]
     run = simulate(wl, policy, prof, seed=0, steps=2)
@@ -75,7 +87,8 @@ def test_model_time_matches_the_simulator(toy):
 
 def test_beg_mab_beats_a_poor_fixed_table(toy, report):
     wl, prof, base = toy
-    poor = replace(base, schedule=tuple(replace(row, draft_len=0) for row in base.schedule))  # SD off where it pays
+    # SD off where it pays.
+    poor = replace(base, schedule=tuple(replace(row, draft_len=0) for row in base.schedule))
     poor_report = bandit_regret(wl, poor, prof, seeds=2, algorithms=["fixed"])
     poor_regret = np.mean([r.regret_s for r in poor_report.runs])
     beg_regret = np.mean([r.regret_s for r in report.runs if r.algorithm == "beg"])
@@ -89,8 +102,13 @@ def test_fixed_table_at_the_oracle_schedule_has_no_regret(toy, report):
     wl, prof, base = toy
     beg0 = next(r for r in report.runs if r.algorithm == "beg" and r.seed == 0)
     oracle = {o.bucket: o.oracle_draft_len for o in beg0.oracle}
-    tuned = replace(base, schedule=tuple(replace(row, draft_len=oracle.get(i) if oracle.get(i) is not None
-                                                 else row.draft_len) for i, row in enumerate(base.schedule)))
+    tuned = replace(
+        base,
+        schedule=tuple(
+            replace(row, draft_len=oracle.get(i) if oracle.get(i) is not None else row.draft_len)
+            for i, row in enumerate(base.schedule)
+        ),
+    )
     rep = bandit_regret(wl, tuned, prof, seeds=[0], algorithms=["fixed"])
     fixed = rep.runs[0]
     assert fixed.regret_s <= 0.01 * fixed.decision_time_s
@@ -111,7 +129,9 @@ def test_json_and_png(report, tmp_path):
             assert len(curve["decision"]) == len(curve["cumulative_regret_s"]) > 0
             assert curve["decision"][-1] == run["decisions"]
             assert curve["cumulative_regret_s"][-1] == pytest.approx(run["regret_s"])
-            assert run["oracle_schedule"] and all(list(o) == ORACLE_KEYS for o in run["oracle_schedule"])
+            assert run["oracle_schedule"] and all(
+                list(o) == ORACLE_KEYS for o in run["oracle_schedule"]
+            )
     runs = {(r.algorithm, r.seed): r for r in report.runs}
     for alg, entry in data["bandits"].items():
         for run in entry["per_seed"]:
@@ -121,7 +141,9 @@ def test_json_and_png(report, tmp_path):
 def test_oracle_consensus_is_the_most_common_pick(report):
     """What `tlt regret` prints: per bucket, the oracle draft length most runs chose."""
     consensus = report.oracle_consensus()
-    assert consensus and [(lo, hi) for lo, hi, _ in consensus] == sorted({(lo, hi) for lo, hi, _ in consensus})
+    assert consensus and [(lo, hi) for lo, hi, _ in consensus] == sorted(
+        {(lo, hi) for lo, hi, _ in consensus}
+    )
     for lo, hi, k in consensus:
         picks = [o.oracle_draft_len for r in report.runs for o in r.oracle
                  if (o.min_batch, o.max_batch) == (lo, hi) and o.oracle_draft_len is not None]
@@ -133,8 +155,22 @@ def test_oracle_consensus_is_the_most_common_pick(report):
 
 def test_cli_regret(tmp_path):
     out = tmp_path / "r"
-    res = runner.invoke(app, ["regret", "--workload", "cpu-tiny", "--policy", "tlt-cold", "--seeds", "2",
-                              "--steps", "2", "--out", str(out)])
+    res = runner.invoke(
+        app,
+        [
+            "regret",
+            "--workload",
+            "cpu-tiny",
+            "--policy",
+            "tlt-cold",
+            "--seeds",
+            "2",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert (out / "regret.json").is_file() and (out / "regret.png").is_file()
     for label in ("BEG-MAB", "UCB1", "epsilon-greedy", "fixed table"):
@@ -142,6 +178,9 @@ def test_cli_regret(tmp_path):
 
 
 def test_cli_regret_needs_a_policy_with_sd(tmp_path):
-    res = runner.invoke(app, ["regret", "--workload", "cpu-tiny", "--policy", "baseline", "--out", str(tmp_path / "r")])
+    res = runner.invoke(
+        app,
+        ["regret", "--workload", "cpu-tiny", "--policy", "baseline", "--out", str(tmp_path / "r")],
+    )
     assert res.exit_code == 2 and "speculative" in res.output
     assert not (tmp_path / "r").exists()

@@ -1,4 +1,5 @@
-"""The app's run totals: a whole run's days, GPU-hours, cost and energy beside the per-step figures."""
+"""The app's run totals: a whole run's days, GPU-hours, cost and energy beside the per-step
+figures."""
 
 from pathlib import Path
 
@@ -15,12 +16,17 @@ APP = Path(__file__).resolve().parents[2] / "app.py"
 
 
 def test_totals_are_the_mean_step_times_the_run():
-    steps = [MeanStep("baseline", 600.0, GpuSeconds(3000.0, 1500.0, 300.0)), MeanStep("tlt", 300.0, None)]
+    steps = [
+        MeanStep("baseline", 600.0, GpuSeconds(3000.0, 1500.0, 300.0)),
+        MeanStep("tlt", 300.0, None),
+    ]
     df = totals_frame(steps, gpus=8, run_steps=1000, price=2.0, power=GpuPower(500.0, 100.0, 600.0))
     assert df.loc["baseline", "days"] == pytest.approx(600.0 * 1000 / 86400)
     assert df.loc["baseline", "gpu_hours"] == pytest.approx(4800.0 * 1000 / 3600)
     assert df.loc["baseline", "cost"] == pytest.approx(2.0 * df.loc["baseline", "gpu_hours"])
-    assert df.loc["baseline", "energy_kwh"] == pytest.approx((3000 * 500 + 1500 * 100 + 300 * 600) * 1000 / 3.6e6)
+    assert df.loc["baseline", "energy_kwh"] == pytest.approx(
+        (3000 * 500 + 1500 * 100 + 300 * 600) * 1000 / 3.6e6
+    )
     # Without the per-state split: GPU-hours from wall time x GPUs, energy unknown.
     assert df.loc["tlt", "gpu_hours"] == pytest.approx(300.0 * 8 * 1000 / 3600)
     assert pd.isna(df.loc["tlt", "energy_kwh"])
@@ -74,4 +80,5 @@ def test_compare_shows_run_totals_with_energy():
     totals = _totals(at)
     assert list(totals.index) == ["baseline", "tlt"]
     assert not totals.isin(["None"]).any().any()
-    assert all(float(v.replace(",", "")) > 0 for v in totals["Energy (kWh)"])  # the profile's power model
+    # The profile's power model.
+    assert all(float(v.replace(",", "")) > 0 for v in totals["Energy (kWh)"])

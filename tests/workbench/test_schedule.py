@@ -1,4 +1,5 @@
-"""workbench/schedule.py: the draft length a profile predicts best per batch bucket (pure, no vLLM)."""
+"""workbench/schedule.py: the draft length a profile predicts best per batch bucket (pure, no
+vLLM)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from sim.acceptance import stats_for
 from sim.costs import draft_step_s, verify_step_s
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
-from workbench.schedule import goodput, predict_schedule, start_tables, with_predicted_schedule, with_table
+from workbench.schedule import (
+    goodput,
+    predict_schedule,
+    start_tables,
+    with_predicted_schedule,
+    with_table,
+)
 
 
 def test_goodput_is_the_cost_models_tokens_per_second():
@@ -18,7 +25,9 @@ def test_goodput_is_the_cost_models_tokens_per_second():
     want = 8 * stats_for(prof.acceptance, "eagle", 1.0, 4).mean / (
         verify_step_s(prof.decode, 8, 256, 4) + draft_step_s(prof.drafter, "eagle", 8, 4))
     assert goodput(prof, "eagle", 1.0, 8, 4, 256) == pytest.approx(want)
-    assert goodput(prof, "ngram", 0.0, 8, 0, 256) == pytest.approx(8 / verify_step_s(prof.decode, 8, 256, 0))
+    assert goodput(prof, "ngram", 0.0, 8, 0, 256) == pytest.approx(
+        8 / verify_step_s(prof.decode, 8, 256, 0)
+    )
 
 
 def test_each_bucket_starts_at_its_best_arm_and_sd_is_off_where_no_arm_pays():
@@ -49,7 +58,9 @@ def test_the_predicted_policy_keeps_everything_but_the_draft_lengths():
     assert set(tables) == {"eagle", "ngram"}  # a fallback policy may run either
     out = with_predicted_schedule(pol, prof)
     assert tuple(r.draft_len for r in out.schedule) == tables["eagle"].table
-    assert [(r.min_batch, r.max_batch) for r in out.schedule] == [(r.min_batch, r.max_batch) for r in pol.schedule]
+    assert [(r.min_batch, r.max_batch) for r in out.schedule] == [
+        (r.min_batch, r.max_batch) for r in pol.schedule
+    ]
     assert replace(out, schedule=pol.schedule) == pol
     # Fixed tables are run as written; no SD, nothing to predict.
     for name in ("static-sd", "baseline", "tlt-base"):

@@ -21,8 +21,11 @@ def test_the_gcd_task_file_scores_its_own_solutions(tmp_path):
     res = runner.invoke(app, ["task", "gcd", "--n", "30", "--seed", "0", "--out", str(out)])
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 30 and rows[0]["prompt"].startswith("Q: gcd(") and rows[0]["solution"].endswith(
-        "A: " + rows[0]["answer"])
+    assert (
+        len(rows) == 30
+        and rows[0]["prompt"].startswith("Q: gcd(")
+        and rows[0]["solution"].endswith("A: " + rows[0]["answer"])
+    )
     for reward in ("numeric", "real.tiny.task:answer_reward"):
         task = load_task(out, reward)
         assert all(task.score(p, p.solution) == 1.0 for p in task.problems)
@@ -46,7 +49,9 @@ def test_train_and_capture_refuse_a_bad_reward_naming_it(tmp_path):
     ok = tmp_path / "ok.jsonl"
     ok.write_text('{"prompt": "a", "answer": 1}\n')
     res = _train(tmp_path, "--task", str(ok), "--reward", "no_such_module_q:score")
-    assert res.exit_code == 2 and "--reward no_such_module_q:score: cannot import module" in res.output
+    assert (
+        res.exit_code == 2 and "--reward no_such_module_q:score: cannot import module" in res.output
+    )
     res = runner.invoke(app, ["capture", "--model", MODEL, "--policy", "baseline",
                               "--out", str(tmp_path / "t"), "--task", str(ok), "--reward", "bogus"])
     assert res.exit_code == 2 and "--reward 'bogus': give one of exact, numeric, math" in res.output
@@ -61,10 +66,16 @@ def test_device_cuda_is_refused_before_anything_starts_without_cuda(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     res = _train(tmp_path, "--device", "cuda")
-    assert res.exit_code == 2 and "--device cuda: torch" in res.output and "sees no CUDA device" in res.output
+    assert (
+        res.exit_code == 2
+        and "--device cuda: torch" in res.output
+        and "sees no CUDA device" in res.output
+    )
     assert not (tmp_path / "run").exists()
     res = runner.invoke(app, ["bench", "grpo", "--model", MODEL, "--device", "cuda"])
-    assert res.exit_code == 2 and "sees no CUDA device" in res.output and "sampling" not in res.output
+    assert (
+        res.exit_code == 2 and "sees no CUDA device" in res.output and "sampling" not in res.output
+    )
     res = runner.invoke(app, ["drafter", "train", "--model", MODEL, "--out",
                               str(tmp_path / "d"), "--device", "cuda"])
     assert res.exit_code == 2 and "sees no CUDA device" in res.output
@@ -75,7 +86,9 @@ def test_device_cuda_is_refused_before_anything_starts_without_cuda(tmp_path):
 def test_calibrate_refuses_a_bad_task_file_before_any_capture(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"answer": 1}\n')
-    res = runner.invoke(app, ["calibrate", "--out", str(tmp_path / "p.yaml"), "--model", MODEL, "--task", str(bad)])
+    res = runner.invoke(
+        app, ["calibrate", "--out", str(tmp_path / "p.yaml"), "--model", MODEL, "--task", str(bad)]
+    )
     assert res.exit_code == 2 and f"{bad}:1: field 'prompt'" in res.output
     res = runner.invoke(app, ["calibrate", "--out", str(tmp_path / "p.yaml"), "--task", str(bad)])
     assert res.exit_code == 2 and "--task: give --model too" in res.output

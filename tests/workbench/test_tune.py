@@ -1,4 +1,5 @@
-"""The tuner (`tlt tune`): it finds good policies, survives a kill, and writes files `tlt sim` runs."""
+"""The tuner (`tlt tune`): it finds good policies, survives a kill, and writes files `tlt sim`
+runs."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ from typer.testing import CliRunner
 
 from workbench import tune
 from workbench.cli import app
-from workbench.contracts.policy import BanditConfig, DrafterConfig, Policy, ScheduleBucket, load_policy
+from workbench.contracts.policy import (
+    BanditConfig,
+    DrafterConfig,
+    Policy,
+    ScheduleBucket,
+    load_policy,
+)
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import from_mapping, save, to_mapping
 from workbench.contracts.workload import load_workload
@@ -30,8 +37,11 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def small():
-    """fastrl-example-7b-8gpu cut to 16 prompts and 2 steps: the same long tail and costs, ~30 ms a simulation."""
-    wl = replace(load_workload("fastrl-example-7b-8gpu"), name="paper-7b-small", prompts_per_step=16, steps=2)
+    """fastrl-example-7b-8gpu cut to 16 prompts and 2 steps: the same long tail and costs, ~30 ms a
+    simulation."""
+    wl = replace(
+        load_workload("fastrl-example-7b-8gpu"), name="paper-7b-small", prompts_per_step=16, steps=2
+    )
     return wl, load_profile(wl.profile)
 
 
@@ -59,7 +69,10 @@ def test_search_space_builds_only_valid_policies_that_round_trip(small):
             assert pol.sd_threshold <= wl.max_batch
             assert allow or not pol.drafter.warm_start
             if pol.uses_sd:
-                assert pol.schedule[0].min_batch == 1 and pol.schedule[-1].max_batch == pol.sd_threshold
+                assert (
+                    pol.schedule[0].min_batch == 1
+                    and pol.schedule[-1].max_batch == pol.sd_threshold
+                )
             seen.add((pol.drafter.kind, pol.bandit.algorithm, pol.drafter.warm_start))
             study.tell(trial, 0.0)
         assert {k for k, _, _ in seen} == {"none", "ngram", "eagle", "suffix"}
@@ -97,16 +110,33 @@ def test_the_target_is_part_of_the_study_and_auto_follows_the_profile(small):
     with pytest.raises(ValueError, match="target 'gpu'"):
         tune.TuneSpec(wl, prof, target="gpu")
     # EAGLE trees (the paper's 8_4_16 here) lie in the simulator's space, not in the real backend's.
-    tree = Policy(name="t", sd_threshold=32, schedule=(ScheduleBucket(1, 4, 8, topk=4, tokens=16), ScheduleBucket(5, 32,
-                                                                                                                  3)),
-                  bandit=BanditConfig(algorithm="fixed"), drafter=DrafterConfig(kind="eagle"))
-    assert tune.params_for(tree, wl, target="sim") == {"drafter": "eagle", "sd_threshold": 32, "bandit": "fixed",
-                                                        **{f"edge_{p}": p == 4 for p in (1, 2, 4, 8, 16)},
-                                                        "tree_4": "8_4_16", "tree_32": "chain", "draft_len_32": 3,
-                                                        "ngram_fallback": False, "training": False}
+    tree = Policy(
+        name="t",
+        sd_threshold=32,
+        schedule=(ScheduleBucket(1, 4, 8, topk=4, tokens=16), ScheduleBucket(5, 32, 3)),
+        bandit=BanditConfig(algorithm="fixed"),
+        drafter=DrafterConfig(kind="eagle"),
+    )
+    assert tune.params_for(tree, wl, target="sim") == {
+        "drafter": "eagle",
+        "sd_threshold": 32,
+        "bandit": "fixed",
+        **{f"edge_{p}": p == 4 for p in (1, 2, 4, 8, 16)},
+        "tree_4": "8_4_16",
+        "tree_32": "chain",
+        "draft_len_32": 3,
+        "ngram_fallback": False,
+        "training": False,
+    }
     assert tune.params_for(tree, wl, target="tlt-train") is None
-    assert tune.params_for(replace(tree, schedule=(ScheduleBucket(1, 4, 8), ScheduleBucket(5, 32, 3))), wl,
-                           target="tlt-train") is not None
+    assert (
+        tune.params_for(
+            replace(tree, schedule=(ScheduleBucket(1, 4, 8), ScheduleBucket(5, 32, 3))),
+            wl,
+            target="tlt-train",
+        )
+        is not None
+    )
     store = optuna.storages.InMemoryStorage()
     tune.open_study(tune.TuneSpec(wl, prof, seeds=1, target="tlt-train"), "b", store)
     with pytest.raises(Exception, match="target was 'tlt-train', now 'sim'"):
@@ -118,7 +148,8 @@ def test_presets_in_the_space_are_enqueued_and_warm_start_is_not_by_default(smal
     assert tune.params_for(load_policy("baseline"), wl) == {"drafter": "none"}
     assert tune.params_for(load_policy("tlt-cold"), wl) is not None
     assert tune.params_for(load_policy("tlt"), wl) is None  # bucket edges 4, 20: not powers of two
-    assert tune.params_for(load_policy("static-sd"), wl) is None  # warm start: outside the default space
+    # Warm start: outside the default space.
+    assert tune.params_for(load_policy("static-sd"), wl) is None
     assert tune.params_for(load_policy("static-sd"), wl, allow_warm_start=True) is not None
 
 
@@ -141,7 +172,9 @@ def test_tuner_beats_the_best_preset_on_the_same_seeds(small):
     assert tuned == pytest.approx(tune.best_trial(study).value, rel=1e-12)
     for t in study.trials:
         if "preset" in t.user_attrs:
-            assert t.value == pytest.approx(table.loc[t.user_attrs["preset"], "step_time_s"], rel=1e-12)
+            assert t.value == pytest.approx(
+                table.loc[t.user_attrs["preset"], "step_time_s"], rel=1e-12
+            )
 
     conv = tune.convergence_frame(study)
     assert list(conv["trial"]) == list(range(40))
@@ -162,16 +195,20 @@ def test_hopeless_trials_are_pruned_after_a_seed_and_count_towards_the_study(sma
         assert t.state == TrialState.PRUNED and 1 <= k < 3 and "preset" not in t.user_attrs
         # Behind by more than the margin on the seeds it ran, against a trial that completed before
         # it.
-        best = min((c for c in study.trials if c.state == TrialState.COMPLETE and c.number < t.number),
-                   key=lambda c: sum(c.user_attrs["per_seed_step_time_s"][:k]))
+        best = min(
+            (c for c in study.trials if c.state == TrialState.COMPLETE and c.number < t.number),
+            key=lambda c: sum(c.user_attrs["per_seed_step_time_s"][:k]),
+        )
         ran = t.user_attrs["per_seed_step_time_s"]
-        assert len(ran) == k and sum(ran) > (1 + tune.PRUNE_MARGIN) * sum(best.user_attrs["per_seed_step_time_s"][:k])
+        assert len(ran) == k and sum(ran) > (1 + tune.PRUNE_MARGIN) * sum(
+            best.user_attrs["per_seed_step_time_s"][:k]
+        )
     assert "pruned (over 10% behind the best)" in out.getvalue()
 
 
 def test_a_fresh_study_replays_from_its_sampler_seed_and_prints_each_trial(small):
-    """The sampler is seeded from (sampler seed, trials already in the study): a fresh study with the same
-    seed samples the same trials; TrialPrinter prints one line per finished trial."""
+    """The sampler is seeded from (sampler seed, trials already in the study): a fresh study with
+    the same seed samples the same trials; TrialPrinter prints one line per finished trial."""
     wl, prof = small
     spec = tune.TuneSpec(wl, prof, seeds=1)
     sampled, out = {}, io.StringIO()
@@ -183,7 +220,11 @@ def test_a_fresh_study_replays_from_its_sampler_seed_and_prints_each_trial(small
     assert sampled["a"][:2] == sampled["c"][:2]  # the enqueued presets
     assert sampled["a"] != sampled["c"]
     lines = out.getvalue().splitlines()
-    assert len(lines) == 6 and lines[0].startswith("trial 1/6 (#0, ") and "[preset baseline]" in lines[0]
+    assert (
+        len(lines) == 6
+        and lines[0].startswith("trial 1/6 (#0, ")
+        and "[preset baseline]" in lines[0]
+    )
     assert lines[-1].startswith("trial 6/6 (#5, ")
 
 
@@ -209,8 +250,24 @@ def test_multi_objective_front_is_non_dominated(small):
 def test_written_policy_loads_and_runs_in_tlt_sim_unchanged(small_file, tmp_path):
     db = f"sqlite:///{tmp_path / 'studies.db'}"
     out = tmp_path / "tuned.yaml"
-    res = runner.invoke(app, ["tune", "--workload", str(small_file), "--trials", "8", "--seeds", "1",
-                              "--storage", db, "--study", "rt", "--out", str(out)])
+    res = runner.invoke(
+        app,
+        [
+            "tune",
+            "--workload",
+            str(small_file),
+            "--trials",
+            "8",
+            "--seeds",
+            "1",
+            "--storage",
+            db,
+            "--study",
+            "rt",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "tuned-rt" in res.stdout and "baseline" in res.stdout and "speedup" in res.stdout
 
@@ -218,7 +275,9 @@ def test_written_policy_loads_and_runs_in_tlt_sim_unchanged(small_file, tmp_path
     loaded = load_policy(out)
     assert loaded.name == "tuned-rt"
     best = tune.best_trial(study)
-    assert replace(loaded, name="x", description="") == replace(tune.policy_of(best), name="x", description="")
+    assert replace(loaded, name="x", description="") == replace(
+        tune.policy_of(best), name="x", description=""
+    )
 
     sim_out = tmp_path / "sim"
     res = runner.invoke(app, ["sim", "--workload", str(small_file), "--policy", f"baseline,{out}",
@@ -232,29 +291,84 @@ def test_written_policy_loads_and_runs_in_tlt_sim_unchanged(small_file, tmp_path
 def test_bad_inputs_exit_2(small_file, tmp_path):
     db = f"sqlite:///{tmp_path / 'studies.db'}"
     base = ["tune", "--trials", "2", "--seeds", "1", "--storage", db]
-    res = runner.invoke(app, base + ["--workload", "no-such-workload", "--out", str(tmp_path / "p.yaml")])
+    res = runner.invoke(
+        app, base + ["--workload", "no-such-workload", "--out", str(tmp_path / "p.yaml")]
+    )
     assert res.exit_code == 2 and "no-such-workload" in res.output
-    res = runner.invoke(app, base + ["--workload", str(small_file), "--out", str(tmp_path / "p.txt")])
+    res = runner.invoke(
+        app, base + ["--workload", str(small_file), "--out", str(tmp_path / "p.txt")]
+    )
     assert res.exit_code == 2 and "--out" in res.output
-    res = runner.invoke(app, base + ["--workload", str(small_file), "--study", "s", "--out", str(tmp_path / "p.yaml")])
+    res = runner.invoke(
+        app,
+        base + ["--workload", str(small_file), "--study", "s", "--out", str(tmp_path / "p.yaml")],
+    )
     assert res.exit_code == 0, res.output
     # The same study with other seeds would mix incomparable scores: refused.
-    res = runner.invoke(app, ["tune", "--trials", "4", "--seeds", "2", "--storage", db, "--workload", str(small_file),
-                              "--study", "s", "--out", str(tmp_path / "p.yaml")])
+    res = runner.invoke(
+        app,
+        [
+            "tune",
+            "--trials",
+            "4",
+            "--seeds",
+            "2",
+            "--storage",
+            db,
+            "--workload",
+            str(small_file),
+            "--study",
+            "s",
+            "--out",
+            str(tmp_path / "p.yaml"),
+        ],
+    )
     assert res.exit_code == 2 and "seeds" in res.output
     res = runner.invoke(app, base + ["--workload", str(small_file), "--target", "gpu", "--out",
                                      str(tmp_path / "q.yaml")])
-    assert res.exit_code == 2 and "--target" in res.output and "auto, vllm, sglang, verl, tlt-train, sim" in res.output
+    assert (
+        res.exit_code == 2
+        and "--target" in res.output
+        and "auto, vllm, sglang, verl, tlt-train, sim" in res.output
+    )
     # The same study for another target's space: refused, naming the target.
-    res = runner.invoke(app, base + ["--workload", str(small_file), "--study", "s", "--target", "tlt-train",
-                                     "--out", str(tmp_path / "q.yaml")])
+    res = runner.invoke(
+        app,
+        base
+        + [
+            "--workload",
+            str(small_file),
+            "--study",
+            "s",
+            "--target",
+            "tlt-train",
+            "--out",
+            str(tmp_path / "q.yaml"),
+        ],
+    )
     assert res.exit_code == 2 and "target was 'sglang', now 'tlt-train'" in res.output
     assert not (tmp_path / "p.txt").exists() and not (tmp_path / "q.yaml").exists()
 
 
 def _tune_cmd(workload: Path, db: str, trials: int, out: Path) -> list[str]:
-    return [sys.executable, "-m", "workbench.cli", "tune", "--workload", str(workload), "--trials", str(trials),
-            "--seeds", "1", "--storage", db, "--study", "killed", "--out", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "workbench.cli",
+        "tune",
+        "--workload",
+        str(workload),
+        "--trials",
+        str(trials),
+        "--seeds",
+        "1",
+        "--storage",
+        db,
+        "--study",
+        "killed",
+        "--out",
+        str(out),
+    ]
 
 
 def test_killed_study_resumes_without_losing_finished_trials(small_file, tmp_path):
@@ -286,8 +400,14 @@ def test_killed_study_resumes_without_losing_finished_trials(small_file, tmp_pat
     before = _complete(optuna.load_study(study_name="killed", storage=db))
     assert len(before) >= 3
     total = len(before) + 4
-    res = subprocess.run(_tune_cmd(small_file, db, total, out), cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        _tune_cmd(small_file, db, total, out),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert f"{len(before)} trials done, running 4 more" in res.stderr
 
@@ -322,6 +442,9 @@ def test_tune_page_runs_a_study_and_offers_the_policy():
     assert len(res.convergence) == 10 and len(res.pareto) >= 1
     assert len(at.get("plotly_chart")) == 2  # convergence and the Pareto front
     tables = [d.value for d in at.dataframe]
-    assert any("policy" in t.columns and list(t["policy"]) == [*tune.PRESETS, res.best.name] for t in tables), tables
+    assert any(
+        "policy" in t.columns and list(t["policy"]) == [*tune.PRESETS, res.best.name]
+        for t in tables
+    ), tables
     assert any(m.label == "Speedup vs baseline" for m in at.metric)
     assert at.get("download_button")
