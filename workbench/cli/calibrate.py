@@ -29,12 +29,36 @@ from workbench.contracts.policy import DrafterKind
 from workbench.report.tables import format_table
 
 
+# The options whose help runs over several lines, out of the signature to keep the command short.
+_TRACES_ARGUMENT = typer.Argument(
+    None,
+    help="Trace directories (written by `tlt capture` or "
+         "`tlt train`) to fit on; optional with --model.")
+_LENGTHS_OUT_OPTION = typer.Option(
+    None, "--lengths-out",
+    help="Also write a workload file (.yaml/.json): the traces' "
+         "shape, the fitted length model and this profile.")
+_MODEL_OPTION = typer.Option(
+    None,
+    help="Calibrate THIS machine: capture a fit set and a held-out set "
+         "on this model (no SD, n-gram, and EAGLE with --drafter), "
+         "interleaved and drift-normalised, then fit and validate.")
+_DRIFT_OPTION = typer.Option(
+    "auto",
+    help="With --model: drift normalisation of the profile: probe (a reference workload "
+         "timed between the capture's engine steps), reference (its wall time before and "
+         "after each capture), cpu (its CPU time over the capture's CPU share), auto "
+         "(the first of these measured). Every method's held-out errors are reported.")
+_RUNS_OPTION = typer.Option(
+    None, "--run",
+    help="A `tlt train` run directory (repeat for more): fits what whole runs show on "
+         "top of the rest (update and sync cost, the spot trainers' stop and throughput, "
+         "the drafter's learning curve and staleness). Alone: on top of --base.")
+
+
 @app.command()
 def calibrate(
-    traces: Optional[list[Path]] = typer.Argument(
-        None,
-        help="Trace directories (written by `tlt capture` or "
-             "`tlt train`) to fit on; optional with --model."),
+    traces: Optional[list[Path]] = _TRACES_ARGUMENT,
     out: Path = typer.Option(...,
                              help="The fitted profile (.yaml, .yml or .json); it loads "
                                   "wherever a profile does (`tlt sim --profile`)."),
@@ -44,18 +68,11 @@ def calibrate(
     name: Optional[str] = typer.Option(None,
                                        help="The fitted profile's name "
                                             "(default: the --out file's stem)."),
-    lengths_out: Optional[Path] = typer.Option(
-        None, "--lengths-out",
-        help="Also write a workload file (.yaml/.json): the traces' "
-             "shape, the fitted length model and this profile."),
+    lengths_out: Optional[Path] = _LENGTHS_OUT_OPTION,
     warmup_steps: int = typer.Option(5, min=0,
                                      help="First engine steps of each engine that may "
                                           "be warm-up (dropped when they do not fit)."),
-    model: Optional[Path] = typer.Option(
-        None,
-        help="Calibrate THIS machine: capture a fit set and a held-out set "
-             "on this model (no SD, n-gram, and EAGLE with --drafter), "
-             "interleaved and drift-normalised, then fit and validate."),
+    model: Optional[Path] = _MODEL_OPTION,
     drafter: Optional[Path] = typer.Option(
         None,
         help="EAGLE drafter for --model (default on the reference model: "
@@ -65,21 +82,12 @@ def calibrate(
         help="With --model: how many times every fit shape is captured per " "drafter kind."),
     seed: int = typer.Option(0, help="With --model: seed of the captures' prompts and sampling; "
                              "with --run-log: of the order each step's modelled responses take."),
-    drift: str = typer.Option(
-        "auto",
-        help="With --model: drift normalisation of the profile: probe (a reference workload "
-             "timed between the capture's engine steps), reference (its wall time before and "
-             "after each capture), cpu (its CPU time over the capture's CPU share), auto "
-             "(the first of these measured). Every method's held-out errors are reported."),
+    drift: str = _DRIFT_OPTION,
     drift_window: int = typer.Option(2, min=1,
                                      help="With --model: a capture's slowness is "
                                           "the median of the reference measurements "
                                           "nearest it, this many on each side."),
-    runs: Optional[list[Path]] = typer.Option(
-        None, "--run",
-        help="A `tlt train` run directory (repeat for more): fits what whole runs show on "
-             "top of the rest (update and sync cost, the spot trainers' stop and throughput, "
-             "the drafter's learning curve and staleness). Alone: on top of --base."),
+    runs: Optional[list[Path]] = _RUNS_OPTION,
     task: Optional[Path] = typer.Option(None, help="With --model: " + TASK_HELP),
     reward: Optional[str] = typer.Option(None, help="With --task: " + REWARD_HELP),
     run_log: Optional[list[Path]] = typer.Option(None, "--run-log", help=rl.RUN_LOG_CALIBRATE),

@@ -20,32 +20,42 @@ def _rows(checks) -> list[list[str]]:
             for c in checks]
 
 
+# The options whose help runs over several lines, out of the signature to keep the command short.
+_FRAMEWORK_OPTION = typer.Option("sglang",
+                                 help="The engine whose measured rows "
+                                      "are used (the paper ran SGLang).")
+_RAW_OPTION = typer.Option(False,
+                           help="Also show the predictions without the "
+                                "draft-step overhead (database only).")
+_CONTEXT_OPTION = typer.Option(2048, min=1,
+                               help="The benchmarks' context in tokens "
+                                    "(not published; a sensitivity).")
+_MEASURED_OPTION = typer.Option(None,
+                                help="A GPU check's JSON (make gpu-check): set its "
+                                     "measured engine costs, draft steps and training "
+                                     "throughput beside the database, the overhead "
+                                     "model and the paper, instead of the tables.")
+_GPU_OPTION = typer.Option(None,
+                           help="--measured: the database GPU to compare with "
+                                "(default: the measured GPU's; h100 for a CPU run).")
+_PROFILE_OUT_OPTION = typer.Option(None,
+                                   help="--measured: also write the profile fitted "
+                                        "to the measured engine points (a new, "
+                                        "declared profile; the shipped ones stay).")
+_SD_CONTEXT_OPTION = typer.Option(
+    None, min=1, help="Context of the public SD-by-batch series "
+                      "(default: each series' stated one; a sensitivity).")
+
+
 @app.command("gpu-check")
 def gpu_check(
-    framework: str = typer.Option("sglang",
-                                  help="The engine whose measured rows "
-                                       "are used (the paper ran SGLang)."),
-    raw: bool = typer.Option(False,
-                             help="Also show the predictions without the "
-                                  "draft-step overhead (database only)."),
-    context: int = typer.Option(2048, min=1,
-                                help="The benchmarks' context in tokens "
-                                     "(not published; a sensitivity)."),
-    measured: Optional[Path] = typer.Option(None,
-                                            help="A GPU check's JSON (make gpu-check): set its "
-                                                 "measured engine costs, draft steps and training "
-                                                 "throughput beside the database, the overhead "
-                                                 "model and the paper, instead of the tables."),
-    gpu: Optional[str] = typer.Option(None,
-                                      help="--measured: the database GPU to compare with "
-                                           "(default: the measured GPU's; h100 for a CPU run)."),
-    profile_out: Optional[Path] = typer.Option(None,
-                                               help="--measured: also write the profile fitted "
-                                                    "to the measured engine points (a new, "
-                                                    "declared profile; the shipped ones stay)."),
-    sd_context: Optional[int] = typer.Option(
-        None, min=1, help="Context of the public SD-by-batch series (default: each series' "
-        "stated one; a sensitivity)."),
+    framework: str = _FRAMEWORK_OPTION,
+    raw: bool = _RAW_OPTION,
+    context: int = _CONTEXT_OPTION,
+    measured: Optional[Path] = _MEASURED_OPTION,
+    gpu: Optional[str] = _GPU_OPTION,
+    profile_out: Optional[Path] = _PROFILE_OUT_OPTION,
+    sd_context: Optional[int] = _SD_CONTEXT_OPTION,
 ) -> None:
     """Predict the TLT paper's Table E (Qwen2.5-7B, batch 1, with and without SD, every GPU the
     database covers), Table C (Qwen2.5-32B TP4 SD speedup vs batch) and the public SD speedups by

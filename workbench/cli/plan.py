@@ -59,34 +59,43 @@ def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int],
     return spec
 
 
+# The options whose help runs over several lines, out of the signature to keep the command short.
+_WORKLOAD_OPTION = typer.Option(...,
+                                help="Workload preset or file: the job (prompts, group size, "
+                                     "lengths); its engine shape is what the plan searches.")
+_GPU_OPTION = typer.Option(...,
+                           help="GPU type (h100, h200, b200, a100, l40s, "
+                                "...; `tlt gpu-presets` lists them).")
+_GPUS_OPTION = typer.Option(None,
+                            help="GPU budget: at most this many GPUs (the count and its halves "
+                                 "down to 1/16 are searched); the fastest shape is chosen.")
+_DEADLINE_DAYS_OPTION = typer.Option(None,
+                                     help="Deadline in days instead of a budget: "
+                                          "the cheapest shape meeting it is chosen.")
+_CURRENCY_OPTION = typer.Option("USD",
+                                help="The currency of --price-per-gpu-hour "
+                                     "(printed with every cost).")
+_TARGET_OPTION = typer.Option(
+    "auto",
+    help="The stack the chosen policy will run on: vllm, sglang, verl, "
+         "tlt-train or sim; every policy searched must run there, so the chosen "
+         "one exports ('auto': the engine of --framework, else of the workload).")
+_POLICIES_OPTION = typer.Option(
+    "", help="Comma-separated policy presets or files searched (default: "
+             "those of baseline, tlt-base, static-sd and tlt the target runs).")
+
+
 @app.command()
 def plan(
-    workload: str = typer.Option(...,
-                                 help="Workload preset or file: the job (prompts, group size, "
-                                      "lengths); its engine shape is what the plan searches."),
-    gpu: str = typer.Option(...,
-                            help="GPU type (h100, h200, b200, a100, l40s, "
-                                 "...; `tlt gpu-presets` lists them)."),
-    gpus: Optional[int] = typer.Option(None,
-                                       help="GPU budget: at most this many GPUs (the "
-                                            "count and its halves down to 1/16 are "
-                                            "searched); the fastest shape is chosen."),
-    deadline_days: Optional[float] = typer.Option(None,
-                                                  help="Deadline in days instead of a budget: "
-                                                       "the cheapest shape meeting it is chosen."),
+    workload: str = _WORKLOAD_OPTION,
+    gpu: str = _GPU_OPTION,
+    gpus: Optional[int] = _GPUS_OPTION,
+    deadline_days: Optional[float] = _DEADLINE_DAYS_OPTION,
     max_gpus: int = typer.Option(512, help="With --deadline-days: the largest GPU count searched."),
     price_per_gpu_hour: float = typer.Option(..., help="Price of one GPU-hour, in --currency."),
-    currency: str = typer.Option("USD",
-                                 help="The currency of --price-per-gpu-hour (printed with every "
-                                 "cost)."),
-    target: str = typer.Option(
-        "auto",
-        help="The stack the chosen policy will run on: vllm, sglang, verl, tlt-train or sim; "
-        "every policy searched must run there, so the chosen one exports ('auto': the engine of "
-        "--framework, else of the workload)."),
-    policies: str = typer.Option(
-        "", help="Comma-separated policy presets or files searched (default: those of baseline, "
-        "tlt-base, static-sd and tlt the target runs)."),
+    currency: str = _CURRENCY_OPTION,
+    target: str = _TARGET_OPTION,
+    policies: str = _POLICIES_OPTION,
     tp: str = typer.Option("1,2,4,8", help="Tensor-parallel degrees searched."),
     max_batch: str = typer.Option("64,128,256",
                                   help="Max sequences per engine (max_num_seqs) searched."),

@@ -144,20 +144,30 @@ def _backend(backend: str, gpu: Optional[str], framework: Optional[str], arch: O
     return backend
 
 
+# The options whose help runs over several lines, out of the signature to keep the command short.
+_OUT_OPTION = typer.Option(...,
+                           help="The fitted profile (.yaml, .yml or .json); with --backend "
+                                "torch the raw measurements (OUT.measurements.parquet) and "
+                                "the fit error (OUT.fit.json) beside it.")
+_ARCH_OPTION = typer.Option(None,
+                            help="Architecture preset (qwen2.5-7b, "
+                                 "r1-distill-qwen-7b, qwen2.5-32b, llama3.3-70b, "
+                                 "tiny-gcd) or a Hugging Face config.json.")
+_BACKEND_OPTION = typer.Option(
+    "auto", help="torch: time the operators on this machine (--device); aiconfigurator: derive "
+                 "every cost from NVIDIA's measured database (--gpu, --framework), no GPU "
+                 "needed; auto: aiconfigurator when --gpu or --framework is given, else torch.")
+_BASE_OPTION = typer.Option(None,
+                            help="Profile for what operators cannot measure (acceptance, "
+                                 "learning curve, weight sync); default: cpu-tiny on "
+                                 "cpu, else the H100 profile of this model and TP.")
+
+
 @app.command()
 def profile(
-    out: Path = typer.Option(...,
-                             help="The fitted profile (.yaml, .yml or .json); with --backend "
-                                  "torch the raw measurements (OUT.measurements.parquet) and "
-                                  "the fit error (OUT.fit.json) beside it."),
-    arch: Optional[str] = typer.Option(None,
-                                       help="Architecture preset (qwen2.5-7b, "
-                                            "r1-distill-qwen-7b, qwen2.5-32b, llama3.3-70b, "
-                                            "tiny-gcd) or a Hugging Face config.json."),
-    backend: str = typer.Option(
-        "auto", help="torch: time the operators on this machine (--device); aiconfigurator: derive "
-        "every cost from NVIDIA's measured database (--gpu, --framework), no GPU needed; auto: "
-        "aiconfigurator when --gpu or --framework is given, else torch."),
+    out: Path = _OUT_OPTION,
+    arch: Optional[str] = _ARCH_OPTION,
+    backend: str = _BACKEND_OPTION,
     gpu: Optional[str] = typer.Option(
         None,
         help="The GPU whose measured costs to use (NVIDIA's database): h100, h200, b200, b300, "
@@ -192,11 +202,7 @@ def profile(
     measurements: Optional[Path] = typer.Option(None,
                                                 help="Fit this measurements file (from `python "
                                                      "-m real.profiler`) instead of measuring."),
-    base: Optional[str] = typer.Option(None,
-                                       help="Profile for what operators cannot measure "
-                                            "(acceptance, learning curve, weight "
-                                            "sync); default: cpu-tiny on cpu, else the "
-                                            "H100 profile of this model and TP."),
+    base: Optional[str] = _BASE_OPTION,
     name: Optional[str] = typer.Option(None,
                                        help="The profile's name (default: the --out file's stem)."),
 ) -> None:

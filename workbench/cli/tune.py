@@ -14,6 +14,15 @@ from workbench.cli.common import PROFILE_OPTION, fail, load_inputs
 from workbench.contracts.schema import ConfigError
 
 
+# The options whose help runs over several lines, out of the signature to keep the command short.
+_TARGET_OPTION = typer.Option(
+    "auto",
+    help="The stack the tuned policy will run on; the search holds only what it runs, so `tlt "
+         "export --to TARGET` takes the result unchanged: vllm, sglang (FastRL), verl, tlt-train "
+         "(this project's backend) or sim (simulator only, anything goes); 'auto': tlt-train on "
+         "a profile calibrated from real traces, else the workload's engine (sglang or vllm).")
+
+
 @app.command()
 def tune(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
@@ -50,13 +59,7 @@ def tune(
                                 help="Processes running trials at once against "
                                      "the one --storage (journal:PATH or an RDB "
                                      "URL), each sampling with its own seed."),
-    target: str = typer.Option(
-        "auto",
-        help="The stack the tuned policy will run on; the search holds only what it "
-             "runs, so `tlt export --to TARGET` takes the result unchanged: vllm, "
-             "sglang (FastRL), verl, tlt-train (this project's backend) or sim "
-             "(simulator only, anything goes); 'auto': tlt-train on a profile "
-             "calibrated from real traces, else the workload's engine (sglang or vllm)."),
+    target: str = _TARGET_OPTION,
     backend: Optional[str] = typer.Option(None, hidden=True,
                                           help="Former name of --target: real = tlt-train."),
     prune: bool = typer.Option(True, "--prune/--no-prune",
