@@ -334,10 +334,11 @@ def _print_self_calibration(result) -> None:
                "correlation of the slowness measure with the engine's over "
                f"{len(result.tracking.engine_ratio)} captures: {tracking}")
     methods = list(result.heldout[0].errors_by_method) if result.heldout else []
-    typer.echo(format_table([[h.trace, h.kind, f"x{h.drift_factor:.3f}",
-                              f"{h.measured_rollout_s:.2f}", f"{h.predicted_rollout_s:.2f}",
-                              f"{h.error_pct:+.2f}%", f"{h.raw_error_pct:+.2f}%",
-                              *(f"{h.errors_by_method[m]:+.2f}%" for m in methods)] for h in result.heldout],
+    rows = [[h.trace, h.kind, f"x{h.drift_factor:.3f}",
+             f"{h.measured_rollout_s:.2f}", f"{h.predicted_rollout_s:.2f}",
+             f"{h.error_pct:+.2f}%", f"{h.raw_error_pct:+.2f}%",
+             *(f"{h.errors_by_method[m]:+.2f}%" for m in methods)] for h in result.heldout]
+    typer.echo(format_table(rows,
                             ["held out", "kind", "drift", "measured s", "predicted s", "error",
                              "raw error", *(f"error ({m})" for m in methods)]))
     typer.echo(format_table([[b.kind, f"{b.min_batch}-{b.max_batch}", str(b.steps),

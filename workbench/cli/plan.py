@@ -107,8 +107,8 @@ def plan(
                                              "config; default: the workload's)."),
     trials: int = typer.Option(40,
                                help="Distinct shapes to evaluate (NSGA-II over days and cost)."),
-    steps: Optional[int] = typer.Option(None,
-                                        help="RL steps of the whole run (default: the workload's)."),
+    steps: Optional[int] = typer.Option(
+        None, help="RL steps of the whole run (default: the workload's)."),
     sample_steps: int = typer.Option(DEFAULT_SAMPLE_STEPS,
                                      help="Steps simulated per run; a longer run is sampled "
                                          "in blocks (as tlt project)."),
@@ -175,7 +175,8 @@ def _print_chosen(result: planning.Plan, currency: str, target: str, out: Path) 
         why = "no feasible shape" if spec.goal == "budget" else "no shape meets the deadline"
         typer.echo(f"chosen: none ({why})")
         return
-    energy = "energy unknown (no power model)" if c.energy_kwh is None else f"{c.energy_kwh:,.0f} kWh"
+    energy = ("energy unknown (no power model)" if c.energy_kwh is None
+              else f"{c.energy_kwh:,.0f} kWh")
     typer.echo(f"chosen ({rule}): {c.shape.label}: {c.days:.2f} days, {c.cost:,.0f} "
                f"{currency}, {energy}, {c.gpu_hours:,.0f} GPU-hours (profile {c.profile})")
     if target in EXPORTS:

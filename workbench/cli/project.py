@@ -15,7 +15,8 @@ from sim.simulator import check_size
 from sim.sweep import sweep_units
 from workbench import project as projection
 from workbench.cli.apps import app, bench_app
-from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, mapper_for
+from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
+                                  load_inputs, mapper_for)
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.deploy.distributed import RayConfig
@@ -58,8 +59,8 @@ def project(
     policies: str = typer.Option("baseline,static-sd,tlt",
                                  help="Comma-separated policy presets or files; "
                                  "the first is the baseline for savings."),
-    steps: Optional[int] = typer.Option(None, min=1,
-                                        help="RL steps of the whole run (default: the workload's)."),
+    steps: Optional[int] = typer.Option(
+        None, min=1, help="RL steps of the whole run (default: the workload's)."),
     seeds: int = typer.Option(3, min=1,
                               help="Project seeds 0..K-1 (the same draws for every "
                                    "policy); figures are mean ± std over them."),

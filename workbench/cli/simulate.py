@@ -16,7 +16,8 @@ import yaml
 from sim.simulator import simulate
 from workbench.runlog.report import measured_vs_modelled
 from workbench.cli.apps import app, bench_app
-from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, runner_for
+from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
+                                  load_inputs, runner_for)
 from workbench.compare.policies import compare as run_compare
 from workbench.compare.policies import summarize_runs, why_runs
 from workbench.contracts.fileio import save_figure, write_atomic
@@ -182,8 +183,8 @@ def bench_sim(
     rows, points = [], []
     for factor in (0.25, 0.5, 1, 2, 4, 8):
         workers = max(1, round(wl.workers * factor))
-        scaled = replace(wl, workers=workers, prompts_per_step=max(1,
-                                                                   round(wl.prompts_per_step * workers / wl.workers)))
+        prompts = max(1, round(wl.prompts_per_step * workers / wl.workers))
+        scaled = replace(wl, workers=workers, prompts_per_step=prompts)
         t0 = time.perf_counter()
         simulate(scaled, pol, prof, seed=seed, steps=1)
         secs = time.perf_counter() - t0

@@ -11,7 +11,8 @@ import typer
 from real.tiny import task as gcd
 from workbench.cli.apps import task_app
 from workbench.cli.common import fail
-from workbench.contracts.task import REWARDS, Task, TaskError, TaskProblem, load_task, write_task_file
+from workbench.contracts.task import (REWARDS, Task, TaskError, TaskProblem, load_task,
+                                      write_task_file)
 
 TASK_HELP = ("Task file (JSONL or Parquet: prompt, answer, optional solution; "
              "docs/formats.md) to train on instead of the GCD task; e.g. from `tlt task gcd`.")

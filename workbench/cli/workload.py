@@ -55,8 +55,10 @@ def import_(
     """Import real response lengths: report what is in them, fit the length model, write a
     Workload."""
     t0 = time.perf_counter()
-    command = "tlt workload " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("import"):]) \
-        if "import" in sys.argv else "tlt workload import"
+    command = "tlt workload import"
+    if "import" in sys.argv:
+        command = "tlt workload " + " ".join(shlex.quote(a)
+                                             for a in sys.argv[sys.argv.index("import"):])
     try:
         result = import_workload(files, out, load_workload(base), mode, cap, name,
                                  responses_per_step, source=f"built by: {command}",

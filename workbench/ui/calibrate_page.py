@@ -161,9 +161,9 @@ def _form() -> CalibrateForm:
 def _report_section(form: CalibrateForm) -> None:
     st.subheader("Calibration report")
     ours = report_path(resolve(form.out))
-    default = str(ours.relative_to(resolve("."))) if ours.is_file() and ours.is_relative_to(resolve(
-        ".")) \
-        else SHIPPED_REPORT
+    default = SHIPPED_REPORT
+    if ours.is_file() and ours.is_relative_to(resolve(".")):
+        default = str(ours.relative_to(resolve(".")))
     st.session_state.setdefault(_KEY_REPORT, default)
     path = st.text_input("Report file", key=_KEY_REPORT,
                          help="Any .calibration.json `tlt calibrate` wrote (beside its profile).")

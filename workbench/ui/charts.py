@@ -60,8 +60,8 @@ def merge_intervals(timeline: pd.DataFrame) -> pd.DataFrame:
     start = df["start_s"].to_numpy(dtype=float)
     end = df["end_s"].to_numpy(dtype=float)
     new_run = np.ones(len(df), dtype=bool)
-    new_run[1:] = ((state[1:] != state[:-1]) | (worker[1:] != worker[:-1]) | (rl_step[1:] != rl_step[:-1])
-                   | (start[1:] > end[:-1] + _TOL))
+    new_run[1:] = ((state[1:] != state[:-1]) | (worker[1:] != worker[:-1])
+                   | (rl_step[1:] != rl_step[:-1]) | (start[1:] > end[:-1] + _TOL))
     run = np.cumsum(new_run)
     out = df.assign(state=state, _run=run).groupby("_run", sort=True).agg(
         rl_step=("rl_step", "first"),
@@ -219,8 +219,8 @@ def batch_lines_figure(lines: Sequence[BatchLine], title: str = "",
     title above the plot, the legend (each strategy in words) below it, ticks at powers of two."""
     fig = go.Figure()
     names = strategies(list(lines))
-    colors = {s: ("#4C78A8" if s == NO_SD_LABEL else POLICY_COLORS[(i + 1) % len(POLICY_COLORS)]) for i,
-              s in enumerate(names)}
+    colors = {s: ("#4C78A8" if s == NO_SD_LABEL else POLICY_COLORS[(i + 1) % len(POLICY_COLORS)])
+              for i, s in enumerate(names)}
     shown: set[str] = set()
     for ln in lines:
         label = strategy_label(ln.strategy)

@@ -117,7 +117,8 @@ class Report:
 
 
 _STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; \
+max-width: 1200px;
        color: #222; padding: 0 1rem; }
 h1 { margin-bottom: .2rem; } .context { color: #555; margin: .1rem 0; }
 table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: .9rem; }

@@ -65,7 +65,8 @@ def front_figure(result: planning.Plan, currency: str = "") -> go.Figure:
 
 def trials_frame(trials: list[planning.PlanTrial], sequence_tokens: int,
                  currency: str = "") -> pd.DataFrame:
-    headers = [f"cost ({currency})" if h == "cost" and currency else h for h in planning.ROW_HEADERS]
+    headers = [f"cost ({currency})" if h == "cost" and currency else h
+               for h in planning.ROW_HEADERS]
     return pd.DataFrame(planning.shape_rows(trials, sequence_tokens), columns=headers)
 
 

@@ -33,7 +33,8 @@ _MESSAGE_LINES = 3
 _ERROR_WINDOW = 30  # lines: an error this close to the end of the log is what a run stopped on
 # The last line of a Python traceback names the exception ("ValueError: ...",
 # "ray.exceptions.RayTaskError(ValueError): ..."); `tlt` itself says "error: ..." and exits 2.
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(\([\w.]*\))?(:.*)?$")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b"
+                             r"(\([\w.]*\))?(:.*)?$")
 
 # (title, metrics.csv columns): one line chart each.
 _LINE_PANELS = (

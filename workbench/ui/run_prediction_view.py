@@ -37,8 +37,9 @@ def step_frame(pred: RunPrediction) -> pd.DataFrame:
     """One row per RL step: step seconds predicted and measured, and the accepted length of each."""
     return pd.DataFrame([{"rl_step": s.rl_step, "predicted_s": s.predicted.step_s,
                           "measured_s": s.measured.step_s,
-                          "error_pct": 100 * (s.predicted.step_s - s.measured.step_s) / s.measured.step_s
-                          if s.measured.step_s > 0 else math.nan,
+                          "error_pct": (100 * (s.predicted.step_s - s.measured.step_s)
+                                        / s.measured.step_s
+                                        if s.measured.step_s > 0 else math.nan),
                           "accept_predicted": s.accept_len_predicted,
                           "accept_measured": s.accept_len_measured}
                          for s in pred.steps])
@@ -90,7 +91,6 @@ def show_prediction(run_dir: Path, root: Path) -> None:
         st.dataframe(step_frame(result), hide_index=True,
                      column_config={"rl_step": "Step", **fmt,
                                     "accept_predicted": st.column_config.NumberColumn(
-                                        "Accepted length predicted",
-                                        format="%.2f"),
+                                        "Accepted length predicted", format="%.2f"),
                                     "accept_measured": st.column_config.NumberColumn(
                                         "measured", format="%.2f")})

@@ -18,7 +18,8 @@ import streamlit as st
 
 from sim.results import PolicyRun
 from workbench.compare.policies import GPU_STATES, Comparison
-from workbench.contracts.energy import SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh, gpu_hours
+from workbench.contracts.energy import (SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh,
+                                        gpu_hours)
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import FieldError
@@ -66,13 +67,14 @@ def totals_frame(steps: Sequence[MeanStep], gpus: int, run_steps: int, price: fl
     saving."""
     rows = []
     for s in steps:
-        seconds = s.gpu.scaled(run_steps) if s.gpu is not None else GpuSeconds(s.wall_s * gpus * run_steps, 0, 0)
+        seconds = (s.gpu.scaled(run_steps) if s.gpu is not None
+                   else GpuSeconds(s.wall_s * gpus * run_steps, 0, 0))
         hours = gpu_hours(seconds)
         rows.append({"policy": s.label, "step_min": s.wall_s / 60.0,
                      "days": s.wall_s * run_steps / SECONDS_PER_DAY, "gpu_hours": hours,
                      "cost": cost(hours, price) if price is not None else None,
-                     "energy_kwh": energy_kwh(seconds,
-                                              power) if power is not None and s.gpu is not None else None})
+                     "energy_kwh": (energy_kwh(seconds, power)
+                                    if power is not None and s.gpu is not None else None)})
     df = pd.DataFrame(rows).set_index("policy")
     df["saving"] = 1.0 - df["days"] / df["days"].iloc[0]
     return df

@@ -128,7 +128,8 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
 
 
 def occupied(out: str) -> str:
-    return f"Run directory '{out}' holds a run already: tick Resume to continue it, or choose another directory."
+    return (f"Run directory '{out}' holds a run already: tick Resume to continue it, or choose "
+            "another directory.")
 
 
 def tlt_executable() -> list[str]:

@@ -159,8 +159,8 @@ def _show(res: _Result) -> None:
     tuned = table.loc[res.best.name]
     # The best preset the target runs too (the others are marked in the table's note).
     runnable = table.drop(index=res.best.name)
-    runnable = runnable[~runnable["note"].str.startswith("outside")] if (~runnable["note"].str.startswith(
-        "outside")).any() else runnable
+    inside = ~runnable["note"].str.startswith("outside")
+    runnable = runnable[inside] if inside.any() else runnable
     best_preset = runnable[tune.STEP_TIME].idxmin()
     cols = st.columns(3)
     cols[0].metric("Tuned step time", f"{tuned[tune.STEP_TIME]:,.1f} s")
@@ -204,7 +204,8 @@ def _show(res: _Result) -> None:
     st.caption("Speedup = baseline's mean step time / the "
                "policy's, on the study's seeds and steps.")
     if why:
-        st.caption("Outside the search space: " + "; ".join(f"**{k}**: {v}" for k, v in why.items()) + ".")
+        reasons = "; ".join(f"**{k}**: {v}" for k, v in why.items())
+        st.caption("Outside the search space: " + reasons + ".")
 
 
 
