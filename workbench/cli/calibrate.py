@@ -99,9 +99,8 @@ def calibrate(
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
     max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
 ) -> None:
-    """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position
-    acceptance) and a length model to traces; or (--run-log) run-level factors to a veRL run's
-    log."""
+    """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
+    and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""
 
     rl.check_profile_paths(out, lengths_out)
     if run_log:

@@ -51,9 +51,8 @@ def validate(
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
     max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
 ) -> None:
-    """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s,
-    measured_rollout_s, error_pct}, for run directories {predicted_step_s, measured_step_s,
-    error_pct, phases}, for
+    """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s,
+    error_pct}, for run directories {predicted_step_s, measured_step_s, error_pct, phases}, for
     --run-log {steps, gen_median_abs_error_pct, step_median_abs_error_pct, ...}."""
 
     try:
