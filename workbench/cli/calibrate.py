@@ -139,8 +139,8 @@ def calibrate(
 
 def fit_traces_cli(traces: list[Path], base_prof, out: Path, name: Optional[str],
                    lengths_out: Optional[Path], warmup_steps: int) -> None:
-    """`tlt calibrate TRACE_DIR...`: read, fit, write the profile, its report and optionally a
-    workload."""
+    """`tlt calibrate TRACE_DIR...`: read, fit, write
+    the profile, its report and optionally a workload."""
     t0 = time.perf_counter()
     try:
         loaded = []
@@ -217,8 +217,8 @@ def fit_runs_only(loaded_runs: list, base_prof, out: Path, name: Optional[str]) 
 
 
 def _print_fit(result, n_traces: int, base_prof) -> None:
-    """The fit in tables: parameters, step-latency error, per-trace bias, acceptance, length model,
-    notes."""
+    """The fit in tables: parameters, step-latency error,
+    per-trace bias, acceptance, length model, notes."""
     c = result.costs
     typer.echo(f"calibrated {result.profile.name!r} on {n_traces} trace(s), "
                f"{c.steps_used} engine steps (dropped: "
@@ -267,8 +267,8 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
                        name: Optional[str], lengths_out: Optional[Path], warmup_steps: int,
                        rounds: int, seed: int, drift: str, drift_window: int,
                        user_task: Optional[Task] = None) -> None:
-    """`tlt calibrate --model`: the checks before any engine starts, the run, its files and its
-    summary."""
+    """`tlt calibrate --model`: the checks before any
+    engine starts, the run, its files and its summary."""
     from real.run.capture import CaptureError
     from real.run.config import default_drafter
     from real.tiny.model import load_model_dir

@@ -1,5 +1,5 @@
-"""What every command does alike: fail with a clear message, load the inputs before any work, pick
-where sweeps run."""
+"""What every command does alike: fail with a clear message,
+load the inputs before any work, pick where sweeps run."""
 
 from __future__ import annotations
 
@@ -84,8 +84,8 @@ def load_inputs(workload: str, policies: str, profile: Optional[str],
 
 
 def runner_for(workers: int, address: Optional[str]) -> Runner:
-    """The serial sweep for one worker and no cluster; else Ray (local with `workers` CPUs, or the
-    cluster)."""
+    """The serial sweep for one worker and no cluster; else
+    Ray (local with `workers` CPUs, or the cluster)."""
     if workers <= 1 and address is None:
         return sweep
     _need_ray()

@@ -1,7 +1,7 @@
 """`tlt gpu-check`: the measured-database profiles against published figures they never saw
 (workbench/calibrate/gpu_validation.py): Table E on H100, A100 and B200, Table C on H100; with
-`--measured FILE`, a GPU check's own measurements (`make gpu-check`) beside them
-(gpu_measured.py)."""
+`--measured FILE`, a GPU check's own measurements
+(`make gpu-check`) beside them (gpu_measured.py)."""
 
 from __future__ import annotations
 

@@ -36,9 +36,8 @@ def paper(
                                              "to OUT/profiles/ (copy them over "
                                              "workbench/contracts/presets/profiles/ "
                                              "to update the presets)."),
-    calib_steps: int = typer.Option(4, min=1,
-                                    help="RL steps per simulation on "
-                                         "the calibration grid (seed 0)."),
+    calib_steps: int = typer.Option(
+        4, min=1, help="RL steps per simulation on the calibration grid (seed 0)."),
     split: Path = typer.Option(SPLIT,
                                help="The declared calibration split "
                                     "(YAML): parameters, ranges, grid."),

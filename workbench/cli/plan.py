@@ -1,5 +1,5 @@
-"""`tlt plan`: the cluster shape (TP x engines x max batch x policy) for a GPU budget or a
-deadline."""
+"""`tlt plan`: the cluster shape (TP x engines x max
+batch x policy) for a GPU budget or a deadline."""
 
 from __future__ import annotations
 

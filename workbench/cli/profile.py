@@ -78,8 +78,8 @@ def _print(fit: OperatorFit) -> None:
     typer.echo(f"fit error: median |error| {fit.median_abs_error_pct:.2f}%, "
                f"max {fit.max_abs_error_pct:.2f}% over {len(fit.points)} points")
     if fit.eager:
-        ratio = sorted(e.measured_s / g.measured_s for e, g in zip(
-            fit.eager, fit.points) if g.op != "prefill")
+        ratio = sorted(
+            e.measured_s / g.measured_s for e, g in zip(fit.eager, fit.points) if g.op != "prefill")
         typer.echo(f"eager / CUDA graph step time: median {ratio[len(ratio) // 2]:.2f}x "
                    f"(from {ratio[0]:.2f}x to {ratio[-1]:.2f}x)")
     for r in fit.whole.itertuples():
@@ -90,8 +90,8 @@ def _print(fit: OperatorFit) -> None:
 
 def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, framework: str,
                    version: Optional[str], base: Optional[str], name: Optional[str]) -> None:
-    """`--backend aiconfigurator`: every cost from NVIDIA's measured operator database, no GPU
-    needed."""
+    """`--backend aiconfigurator`: every cost from
+    NVIDIA's measured operator database, no GPU needed."""
     from workbench.calibrate.gpu_database import gpu_names
     from workbench.calibrate.measured_gpu import derive_profile
 
@@ -235,8 +235,8 @@ def profile(
     except (ConfigError, ValueError) as exc:
         fail(exc)
     raw, report = outputs(out)
-    # Everything is measured and fitted before the first file is written; each is written
-    # atomically.
+    # Everything is measured and fitted before the
+    # first file is written; each is written atomically.
     write_measurements(raw, m)
     write_json(report, fit_report(fit, m, raw.name))
     save(fit.profile, out)

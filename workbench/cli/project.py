@@ -1,5 +1,5 @@
-"""`tlt project`: a whole RL run in days, GPU-hours, money and energy, per policy; `tlt bench
-sweep`: Ray vs serial."""
+"""`tlt project`: a whole RL run in days, GPU-hours, money
+and energy, per policy; `tlt bench sweep`: Ray vs serial."""
 
 from __future__ import annotations
 
@@ -140,8 +140,8 @@ def bench_sweep(
     wl, pols, prof = load_inputs(workload, policies, None, steps)
     units = sweep_units(wl, pols, prof, seeds, steps)
     b = bench_ray_sweep(units, RayConfig(workers, address), repeats)
-    rows = [[str(i + 1), f"{s:.2f}", f"{r:.2f}", f"{s / r:.2f}x"] for i, (
-        s, r) in enumerate(zip(b.serial_s, b.ray_s))]
+    rows = [[str(i + 1), f"{s:.2f}", f"{r:.2f}",
+             f"{s / r:.2f}x"] for i, (s, r) in enumerate(zip(b.serial_s, b.ray_s))]
     typer.echo(f"{wl.name}: {len(pols)} policies x {seeds} seeds = {b.simulations} "
                f"simulations of {steps} steps; {workers} Ray workers (Ray start "
                f"{b.ray_start_s:.1f}s, {b.task_overhead_s * 1e3:.1f} ms per task)")

@@ -21,8 +21,8 @@ REWARD_HELP = (f"Reward of --task: {', '.join(REWARDS)} (math: math-verify's equ
 
 
 def task_option(task: Optional[Path], reward: Optional[str]) -> Task | None:
-    """The loaded, checked task of --task/--reward (None: the GCD task); exits naming the
-    problem."""
+    """The loaded, checked task of --task/--reward
+    (None: the GCD task); exits naming the problem."""
     if task is None:
         if reward is not None:
             fail(ValueError(f"--reward {reward}: give --task FILE "

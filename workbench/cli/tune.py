@@ -107,8 +107,8 @@ def tune(
 
 
 def _target(target: str, backend: Optional[str], prof, wl) -> str:
-    """--target (or the former --backend), checked; 'auto' resolved from the profile and
-    workload."""
+    """--target (or the former --backend), checked;
+    'auto' resolved from the profile and workload."""
     if backend is not None:
         if backend not in tuning.LEGACY:
             fail(ConfigError("--backend", "backend", backend,
@@ -120,8 +120,8 @@ def _target(target: str, backend: Optional[str], prof, wl) -> str:
 
 
 def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
-    """The best policy beside the presets on the same draws (and the Pareto front), then the policy
-    file."""
+    """The best policy beside the presets on the same
+    draws (and the Pareto front), then the policy file."""
     best = tuning.best_policy(opt)
     table = tuning.comparison_frame(spec, best, presets, opt)
     done = len(tuning.complete_trials(opt))

@@ -116,8 +116,8 @@ def _show_launch() -> None:
 def _took() -> str:
     """How long the shipped calibration took (its report's own figure), not a fixed estimate."""
     try:
-        wall = json.loads(resolve(SHIPPED_REPORT).read_text()).get(
-            "self_calibration", {}).get("wall_s")
+        wall = json.loads(resolve(SHIPPED_REPORT).read_text()).get("self_calibration", {}).get(
+            "wall_s")
     except (OSError, ValueError):
         return ""
     return f" (the shipped calibration took {wall / 60:.1f} min on this project's 2-core machine)" \

@@ -93,8 +93,8 @@ def _tiles(report: dict[str, Any], section: dict[str, Any]) -> None:
     cols = st.columns(4)
     cols[0].metric("Profile", str(report.get("profile", "?")))
     fit = report.get("fit_error_pct")
-    cols[1].metric("Step latency, held-out steps", f"{fit:.1f}%" if isinstance(
-        fit, (int, float)) else "n/a",
+    cols[1].metric("Step latency, held-out steps",
+                   f"{fit:.1f}%" if isinstance(fit, (int, float)) else "n/a",
                    help="Median |error| of the fitted step latency "
                         "on steps the fit left out (5-fold).")
     worst = section.get("heldout_max_abs_error_pct")

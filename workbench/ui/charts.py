@@ -181,8 +181,8 @@ def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[s
                         x: str = "rl_step", height: int = 320) -> go.Figure:
     """One subplot per panel, one line per column of the panel, over `x` (e.g. a run's metrics.csv).
 
-    panels: (title, columns) pairs; a column absent from df is skipped, so an older file still
-    draws.
+    panels: (title, columns) pairs; a column absent
+    from df is skipped, so an older file still draws.
     """
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[title for title, _ in panels])
     d = df.sort_values(x)

@@ -220,8 +220,8 @@ def _uploaded(upload) -> str:
 
 
 def checked(workload: Workload, profile: Profile | None) -> Profile | None:
-    """The picked profile if it describes the workload's cluster; else None, with the field
-    named."""
+    """The picked profile if it describes the workload's
+    cluster; else None, with the field named."""
     if profile is None:
         return None
     try:

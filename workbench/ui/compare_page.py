@@ -81,8 +81,8 @@ _REGRET_COLUMNS = {
 
 
 def _inputs():
-    """The workload (preset or file), the policies (presets, then uploaded files), seeds and
-    steps."""
+    """The workload (preset or file), the policies
+    (presets, then uploaded files), seeds and steps."""
     c1, c2, c3, c4 = st.columns([1.2, 2.4, 0.6, 0.6])
     with c1:
         workload, _ = inputs.workload_choice("compare", preset_key="compare_wl")
@@ -133,8 +133,8 @@ def _run_compare(workload, profile, policies, seeds: int, steps: int) -> Compari
 
 
 def _report(result: Comparison, summary) -> Report:
-    """The comparison as a document to send: inputs, the summary table, the figure, the per-seed
-    rows."""
+    """The comparison as a document to send: inputs,
+    the summary table, the figure, the per-seed rows."""
     rep = Report(f"Compare: {result.workload}",
                  [f"Profile {result.profile} · {result.steps} step(s) · seeds "
                   f"{result.seeds[0]}..{result.seeds[-1]} (common random numbers: "
@@ -156,8 +156,8 @@ def _show_compare(result: Comparison) -> None:
                "random numbers: every policy sees the same response lengths for a seed)")
     summary = result.summary()
     st.dataframe(summary_table(summary), width="stretch", key="compare_summary",
-                 column_config={k: st.column_config.TextColumn(
-                     k, help=v) for k, v in _SUMMARY_HELP.items()})
+                 column_config={k: st.column_config.TextColumn(k, help=v)
+                                for k, v in _SUMMARY_HELP.items()})
     st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]}. Speedup = "
                f"{result.reference}'s mean step "
                "time / the policy's; paired range = the range over seeds of the per-seed ratio.")

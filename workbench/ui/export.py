@@ -47,8 +47,8 @@ def image_export_problem() -> str | None:
 
 
 def plotly_image(fig: go.Figure, fmt: str, scale: float = 2.0) -> bytes:
-    """The figure as PNG or SVG bytes (kaleido; RuntimeError where image_export_problem() says
-    why)."""
+    """The figure as PNG or SVG bytes (kaleido;
+    RuntimeError where image_export_problem() says why)."""
     problem = image_export_problem()
     if problem:
         raise RuntimeError(problem)
@@ -90,8 +90,8 @@ def figure_downloads(fig: Union[go.Figure, Figure], name: str, key: str) -> None
 
 @dataclass
 class Report:
-    """A result as a document: a title, lines of context, then sections of text, tables and
-    figures."""
+    """A result as a document: a title, lines of context,
+    then sections of text, tables and figures."""
 
     title: str
     context: list[str] = field(default_factory=list)  # short lines under the title (plain text)
@@ -141,8 +141,8 @@ def _table_html(df: pd.DataFrame, formats: dict[str, Callable[[float], str]]) ->
 def _figure_html(fig: Union[go.Figure, Figure], name: str, index: int, first_plotly: bool) -> str:
     if isinstance(fig, go.Figure):
         div = f"fig{index}"
-        # The app's charts use thin margins (Streamlit pads them); alone on a page they need room
-        # for the axes.
+        # The app's charts use thin margins (Streamlit pads
+        # them); alone on a page they need room for the axes.
         wide = go.Figure(fig).update_layout(margin={"l": 70, "r": 30, "t": 70, "b": 60})
         body = wide.to_html(full_html=False, include_plotlyjs=first_plotly, div_id=div,
                             config={"displaylogo": False})

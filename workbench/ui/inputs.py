@@ -54,8 +54,8 @@ def parse_upload(cls: type, upload) -> Any:
 
 
 def workload_file(key: str) -> tuple[Workload | None, str]:
-    """An uploaded workload file and an id that changes with its content; (None, "") until a valid
-    one."""
+    """An uploaded workload file and an id that changes
+    with its content; (None, "") until a valid one."""
     upload = st.file_uploader("Workload file", type=["yaml", "yml", "json"], key=key)
     if upload is None:
         st.info("Upload a workload YAML/JSON file (same fields as the presets).")
@@ -88,8 +88,8 @@ def workload_choice(prefix: str, preset_key: str) -> tuple[Workload | None, str]
 
 
 def policy_uploads(key: str, label: str, taken: set[str]) -> list[Policy]:
-    """Valid uploaded policy files, each renamed where its name is already taken (errors shown,
-    skipped)."""
+    """Valid uploaded policy files, each renamed where
+    its name is already taken (errors shown, skipped)."""
     uploads = st.file_uploader(label, type=["yaml", "yml", "json"], accept_multiple_files=True,
                                key=key)
     policies: list[Policy] = []

@@ -1,5 +1,5 @@
-"""What-if's "Length file" source: upload real response lengths, see them beside the model, simulate
-them.
+"""What-if's "Length file" source: upload real response
+lengths, see them beside the model, simulate them.
 
 The upload goes through `tlt workload import` (workbench.workloads.build.import_workload) into a
 directory of this session, so the page simulates exactly the Workload the command would write. The

@@ -105,11 +105,10 @@ def find_failure(text: str, window: int = _ERROR_WINDOW) -> Failure | None:
         if line.startswith("error: "):
             return Failure(line.removeprefix("error: "), "\n".join(lines[i:]))
         if _EXCEPTION_LINE.match(line):
-            start = next((j for j in range(i, -1,
-                                           -1) if "Traceback (most recent call last)" in lines[j]),
-                         i)
-            # A long message wraps onto the lines after it (rich tracebacks wrap at the terminal
-            # width).
+            start = next((j for j in range(i, -1, -1)
+                          if "Traceback (most recent call last)" in lines[j]), i)
+            # A long message wraps onto the lines after it
+            # (rich tracebacks wrap at the terminal width).
             message = " ".join(x.strip() for x in lines[i:i + _MESSAGE_LINES] if x.strip())
             return Failure(message[:_MESSAGE_CHARS], "\n".join(lines[start:]))
     return None
@@ -135,8 +134,8 @@ def planned_steps(log_file: Path) -> int | None:
 
 
 def _stamp(trace_dir: Path) -> int:
-    # The trace is rewritten (a fresh directory renamed in) after every step: newest file time =
-    # version.
+    # The trace is rewritten (a fresh directory renamed
+    # in) after every step: newest file time = version.
     return max((f.stat().st_mtime_ns for f in trace_dir.iterdir()), default=0)
 
 

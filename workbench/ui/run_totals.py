@@ -63,8 +63,8 @@ def mean_steps_of_comparison(result: Comparison) -> list[MeanStep]:
 
 def totals_frame(steps: Sequence[MeanStep], gpus: int, run_steps: int, price: float | None,
                  power: GpuPower | None) -> pd.DataFrame:
-    """One row per policy: the per-step figure and the run's days, GPU-hours, cost, energy and
-    saving."""
+    """One row per policy: the per-step figure and the
+    run's days, GPU-hours, cost, energy and saving."""
     rows = []
     for s in steps:
         seconds = (s.gpu.scaled(run_steps) if s.gpu is not None

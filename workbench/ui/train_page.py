@@ -1,5 +1,5 @@
-"""Train (real) page: start calibrated real training (`tlt train`) in the background and watch a
-run.
+"""Train (real) page: start calibrated real training
+(`tlt train`) in the background and watch a run.
 
 The form mirrors `tlt train`'s options (workbench/cli/train.py). Everything is checked
 here first (the model directory, the policy, `RunConfig.check`, a run directory
@@ -133,8 +133,8 @@ def occupied(out: str) -> str:
 
 
 def tlt_executable() -> list[str]:
-    # The venv's own `tlt` (next to this interpreter): the run uses the app's packages whatever PATH
-    # says.
+    # The venv's own `tlt` (next to this interpreter):
+    # the run uses the app's packages whatever PATH says.
     exe = Path(sys.executable).with_name("tlt")
     return [str(exe)] if exe.is_file() else [sys.executable, "-m", "workbench.cli"]
 
@@ -278,8 +278,8 @@ def _live(default_dir: str) -> None:
 
 
 def _pick_policy() -> tuple[str, str]:
-    """The policy argument (a preset name or a file path) and a label for the default run
-    directory."""
+    """The policy argument (a preset name or a file
+    path) and a label for the default run directory."""
     source = st.radio("Policy", ["Preset", "File"], horizontal=True, key="train_policy_source")
     if source == "Preset":
         presets = policy_presets()
@@ -320,8 +320,8 @@ def _form() -> TrainForm:
     prompts = _int(c2, "Prompts per step", 16, "train_prompts")
     samples = _int(c3, "Samples per prompt", 4, "train_samples", min_value=2, hlp="The GRPO group.")
     max_tokens = _int(c3, "Max tokens", 1024, "train_max_tokens", hlp="Response cap in tokens.")
-    # The key follows the policy and seed, so the default directory follows them until the user
-    # edits it.
+    # The key follows the policy and seed, so the default
+    # directory follows them until the user edits it.
     out = c3.text_input("Run directory", value=f"runs/{label}-{seed}",
                         key=f"train_out:{label}:{seed}",
                         help="checkpoints/, metrics.csv, trace/, drafter/ and train.log go here.")
@@ -344,8 +344,8 @@ def render() -> None:
     cfg, problems = check_form(form)
     run = session_launch()
     for problem in problems:
-        # The directory of the run started here holds that run: a fact to state, not a mistake in
-        # the form.
+        # The directory of the run started here holds that
+        # run: a fact to state, not a mistake in the form.
         if run is not None and problem == occupied(form.out) and resolve(form.out) == run.out:
             st.info(f"Run directory '{form.out}' holds the run started here: tick "
                     "Resume to continue it, or choose another directory for a new run.")

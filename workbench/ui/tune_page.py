@@ -184,8 +184,8 @@ def _show(res: _Result) -> None:
 
     st.subheader("Tuned policy vs presets")
     shown = table.reset_index()
-    why = {r.policy: r.note.split(": ",
-                                  1)[1] for r in shown.itertuples() if r.note.startswith("outside")}
+    why = {r.policy: r.note.split(": ", 1)[1] for r in shown.itertuples() if r.note.startswith(
+        "outside")}
     # the reasons follow the table, in full
     shown["note"] = [n.split(": ", 1)[0] for n in shown["note"]]
     st.dataframe(shown, width="stretch", key="tune_comparison", hide_index=True,

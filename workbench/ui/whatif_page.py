@@ -113,8 +113,8 @@ def _base_workload() -> tuple[Workload | None, str, bool]:
 
 
 def _edit_workload(base: Workload, base_id: str) -> Workload | None:
-    """Number inputs over the key fields; the edited, fully validated Workload, or None (error
-    shown)."""
+    """Number inputs over the key fields; the edited,
+    fully validated Workload, or None (error shown)."""
     with st.expander(f"Workload fields: {base.name}", expanded=False):
         values: dict[str, Any] = {}
         cols = st.columns(4)
@@ -149,8 +149,8 @@ def _edit_workload(base: Workload, base_id: str) -> Workload | None:
     try:
         edited = replace(base, **values, lengths=replace(base.lengths, **length_values))
         edited.check()
-        # Workload.check() covers its own fields; from_mapping re-checks the nested length model
-        # too.
+        # Workload.check() covers its own fields;
+        # from_mapping re-checks the nested length model too.
         edited = from_mapping(Workload, to_mapping(edited))
     except (ConfigError, FieldError) as exc:
         st.error(f"Invalid workload: {exc}")
