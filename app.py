@@ -31,11 +31,14 @@ st.set_page_config(page_title="TLT Workbench", page_icon=str(FAVICON), layout="w
 
 PAGES = [
     st.Page(whatif_page.render, title="What-if", icon=":material/science:", url_path="what-if"),
-    st.Page(compare_page.render, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page(compare_page.render, title="Compare", icon=":material/compare_arrows:",
+            url_path="compare"),
     st.Page(tune_page.render, title="Tune", icon=":material/tune:", url_path="tune"),
     st.Page(plan_page.render, title="Plan", icon=":material/grid_view:", url_path="plan"),
-    st.Page(calibrate_page.render, title="Calibrate", icon=":material/straighten:", url_path="calibrate"),
-    st.Page(train_page.render, title="Train (real)", icon=":material/model_training:", url_path="train"),
+    st.Page(calibrate_page.render, title="Calibrate", icon=":material/straighten:",
+            url_path="calibrate"),
+    st.Page(train_page.render, title="Train (real)", icon=":material/model_training:",
+            url_path="train"),
     st.Page(paper_page.render, title="TLT paper", icon=":material/article:", url_path="paper"),
 ]
 
@@ -48,6 +51,7 @@ HOME = st.Page(_home, title="Home", url_path="home", default=True, visibility="h
 
 with st.sidebar:
     st.markdown("### TLT Workbench")
-    st.caption("Long-tail RL rollouts with adaptive speculative decoding: simulate, compare, tune, train.")
+    st.caption("Long-tail RL rollouts with adaptive speculative "
+               "decoding: simulate, compare, tune, train.")
 
 st.navigation([HOME, *PAGES], position="sidebar").run()

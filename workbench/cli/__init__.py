@@ -1,18 +1,18 @@
 """The `tlt` command line (layer 3): parse, call the tools, print.
 
-Commands live by job: `simulate.py` (sim, presets, check, compare, regret, tune, bench sim),
-`calibrate.py` (calibrate), `validation.py` (validate), `profile.py` (profile: operator-level
-measurement or the measured database), `gpu.py` (gpu-check, gpu-presets), `sd_curve.py`
-(sd-curve: SD's speedup by batch), `real.py` (model, capture, drafter, bench rollout, bench
-grpo), `train.py` (train, bench real), `paper.py` (the TLT paper's figures), `project.py`
-(whole-run days, GPU-hours, cost, energy), `plan.py` (the cluster shape for a budget or a
-deadline), `workload.py` (workload import and show: lengths from logs), `export.py` (export: a
-policy for vLLM, SGLang / FastRL or veRL) and `task.py` (task: task files). Importing them
-registers their commands on the groups in `apps.py`, in this order, which is the order `tlt
---help` lists them in.
+Commands live by job: `simulate.py` (sim, presets, check, compare, regret, bench sim), `tune.py`
+(tune), `calibrate.py` (calibrate), `validation.py` (validate), `profile.py` (profile:
+operator-level measurement or the measured database), `gpu.py` (gpu-check, gpu-presets),
+`sd_curve.py` (sd-curve: SD's speedup by batch), `real.py` (model, capture, drafter, bench rollout,
+bench grpo), `train.py` (train, bench real), `paper.py` (the TLT paper's figures), `project.py`
+(whole-run days, GPU-hours, cost, energy), `plan.py` (the cluster shape for a budget or a deadline),
+`workload.py` (workload import and show: lengths from logs), `export.py` (export: a policy for vLLM,
+SGLang / FastRL or veRL) and `task.py` (task: task files). Importing them registers their commands
+on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
 """
 
 from workbench.cli import simulate  # noqa: F401, I001
+from workbench.cli import tune  # noqa: F401
 from workbench.cli import calibrate  # noqa: F401
 from workbench.cli import validation  # noqa: F401
 from workbench.cli import profile  # noqa: F401

@@ -8,14 +8,20 @@ import typer
 
 from workbench.contracts.schema import RenameNotice
 
-app = typer.Typer(help="TLT Workbench: simulate, calibrate, tune and run TLT for long-tail RL rollouts.",
-                  no_args_is_help=True, add_completion=False)
-bench_app = typer.Typer(help="Benchmarks (they print a table and, last, one line of JSON).", no_args_is_help=True)
-model_app = typer.Typer(help="Our own tiny reasoning model: build, train, save.", no_args_is_help=True)
-drafter_app = typer.Typer(help="The EAGLE drafter: train it on the target's own rollouts.", no_args_is_help=True)
-workload_app = typer.Typer(help="Workloads from real response lengths: import, show.", no_args_is_help=True)
-task_app = typer.Typer(help="RL tasks as files `tlt train --task` reads (prompt, answer, solution).",
-                       no_args_is_help=True)
+app = typer.Typer(
+    help="TLT Workbench: simulate, calibrate, tune and run TLT for long-tail RL rollouts.",
+    no_args_is_help=True, add_completion=False)
+bench_app = typer.Typer(
+    help="Benchmarks (they print a table and, last, one line of JSON).", no_args_is_help=True)
+model_app = typer.Typer(
+    help="Our own tiny reasoning model: build, train, save.", no_args_is_help=True)
+drafter_app = typer.Typer(
+    help="The EAGLE drafter: train it on the target's own rollouts.", no_args_is_help=True)
+workload_app = typer.Typer(
+    help="Workloads from real response lengths: import, show.", no_args_is_help=True)
+task_app = typer.Typer(
+    help="RL tasks as files `tlt train --task` reads (prompt, answer, solution).",
+    no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(model_app, name="model")
 app.add_typer(drafter_app, name="drafter")

@@ -1,4 +1,5 @@
-"""What every command does alike: fail with a clear message, load the inputs before any work, pick where sweeps run."""
+"""What every command does alike: fail with a clear message,
+load the inputs before any work, pick where sweeps run."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ from workbench.project import serial_map
 
 
 # Options several commands share, one wording each.
-PROFILE_OPTION = typer.Option(None, help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK (derived from the "
-                              "measured database at the workload's TP; default: the workload's profile).")
-WORKERS_OPTION = typer.Option(1, min=1, help="Simulations run at once: 1 runs them here one after another; more run "
-                              "them as Ray tasks (same results, same order).")
+PROFILE_OPTION = typer.Option(None,
+                              help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK "
+                                   "(derived from the measured database at the workload's "
+                                   "TP; default: the workload's profile).")
+WORKERS_OPTION = typer.Option(1, min=1,
+                              help="Simulations run at once: 1 runs them here one after another; "
+                                   "more run them as Ray tasks (same results, same order).")
 ADDRESS_OPTION = typer.Option(None, help="A Ray cluster to run the simulations on (e.g. 'auto' or "
                               "'ray://HOST:10001'); default: a local Ray when --workers > 1.")
 
@@ -74,12 +78,14 @@ def load_inputs(workload: str, policies: str, profile: Optional[str],
     names = [p.name for p in pols]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        fail(ValueError(f"--policy: two policies are named {dupes[0]!r}; give each file a distinct 'name' field"))
+        fail(ValueError(f"--policy: two policies are named {dupes[0]!r}; "
+                        "give each file a distinct 'name' field"))
     return wl, pols, prof
 
 
 def runner_for(workers: int, address: Optional[str]) -> Runner:
-    """The serial sweep for one worker and no cluster; else Ray (local with `workers` CPUs, or the cluster)."""
+    """The serial sweep for one worker and no cluster; else
+    Ray (local with `workers` CPUs, or the cluster)."""
     if workers <= 1 and address is None:
         return sweep
     _need_ray()
@@ -96,5 +102,5 @@ def mapper_for(workers: int, address: Optional[str]) -> Callable:
 
 def _need_ray() -> None:
     if importlib.util.find_spec("ray") is None:
-        fail(ValueError("--workers/--address: Ray is not installed; install it (pip install 'ray>=2.40', or this "
-                        "project's [cpu] extra) or run with --workers 1"))
+        fail(ValueError("--workers/--address: Ray is not installed; install it (pip install "
+                        "'ray>=2.40', or this project's [cpu] extra) or run with --workers 1"))

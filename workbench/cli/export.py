@@ -23,12 +23,19 @@ from workbench.deploy.export import (
 
 @app.command("export")
 def export_cmd(
-    policy: str = typer.Argument(..., help="Policy preset name or YAML/JSON file (e.g. a tuned one from `tlt tune`)."),
+    policy: str = typer.Argument(...,
+                                 help="Policy preset name or YAML/JSON file "
+                                      "(e.g. a tuned one from `tlt tune`)."),
     to: str = typer.Option(..., "--to", help=f"Target: {', '.join(TARGETS)}."),
-    out: Path = typer.Option(..., help="File to write: vllm and verl a YAML file, sglang a bash file."),
-    drafter: Optional[Path] = typer.Option(None, help="EAGLE drafter checkpoint directory (eagle policies need one)."),
-    max_num_seqs: int = typer.Option(DEFAULT_MAX_NUM_SEQS, min=1, help="The engine's batch limit: vLLM's "
-                                     "per-batch table is closed there (vLLM's default 256)."),
+    out: Path = typer.Option(...,
+                             help="File to write: vllm and verl a YAML file, sglang a bash file."),
+    drafter: Optional[Path] = typer.Option(None,
+                                           help="EAGLE drafter checkpoint directory "
+                                                "(eagle policies need one)."),
+    max_num_seqs: int = typer.Option(
+        DEFAULT_MAX_NUM_SEQS, min=1,
+        help="The engine's batch limit: vLLM's per-batch "
+             "table is closed there (vLLM's default 256)."),
 ) -> None:
     """Export a policy to vLLM (`vllm serve --config`), SGLang / FastRL (server arguments and FastRL's
     trainer overrides) or veRL (a rollout config fragment). What the target cannot express is written

@@ -1,4 +1,5 @@
-"""`tlt plan`: the cluster shape (TP x engines x max batch x policy) for a GPU budget or a deadline."""
+"""`tlt plan`: the cluster shape (TP x engines x max
+batch x policy) for a GPU budget or a deadline."""
 
 from __future__ import annotations
 
@@ -28,85 +29,114 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
         fail(ValueError(f"{option}: {text!r}; allowed: comma-separated integers, e.g. 1,2,4,8"))
 
 
-def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int], deadline_days: Optional[float],
-          max_gpus: int, price: float, tp: str, max_batch: str, framework: Optional[str], model: Optional[str],
-          trials: int, steps: Optional[int], sample_steps: int, seeds: int, seed: int,
-          target: str) -> planning.PlanSpec:
+def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int],
+          deadline_days: Optional[float], max_gpus: int, price: float, tp: str, max_batch: str,
+          framework: Optional[str], model: Optional[str], trials: int, steps: Optional[int],
+          sample_steps: int, seeds: int, seed: int, target: str) -> planning.PlanSpec:
     try:
         wl = load_workload(workload)
         names = [p.strip() for p in policies.split(",") if p.strip()] or [
             n for n in DEFAULT_POLICIES if refusal(load_policy(n), target) is None]
         pols = tuple(load_policy(n) for n in names)
-        spec = planning.PlanSpec(wl, pols, gpu, price, framework or wl.framework or "sglang", model or "",
-                                 _ints(tp, "--tp"), _ints(max_batch, "--max-batch"), gpus, deadline_days, max_gpus,
-                                 trials, steps, sample_steps, seeds, seed)
+        spec = planning.PlanSpec(wl, pols, gpu, price, framework or wl.framework or "sglang",
+                                 model or "", _ints(tp, "--tp"), _ints(max_batch, "--max-batch"),
+                                 gpus, deadline_days, max_gpus, trials, steps, sample_steps, seeds,
+                                 seed)
         spec.check()
     except ConfigError as exc:
         fail(exc)
     names = [p.name for p in spec.policies]
     if len(set(names)) != len(names):
-        fail(ValueError("--policies: two policies share a name; give each file a distinct 'name' field"))
+        fail(ValueError("--policies: two policies share a name; "
+                        "give each file a distinct 'name' field"))
     for pol in spec.policies:
         why = refusal(pol, target)
         if why:
             runs = [n for n in policy_presets() if refusal(load_policy(n), target) is None]
             fail(ConfigError("--policies", pol.name, why,
-                             f"policies {SPACES[target].label} runs (presets: {', '.join(runs)}), or "
-                             "--target sim to plan with any"))
+                             f"policies {SPACES[target].label} runs (presets: "
+                             f"{', '.join(runs)}), or --target sim to plan with any"))
     return spec
+
+
+# The options whose help runs over several lines, out of the signature to keep the command short.
+_WORKLOAD_OPTION = typer.Option(...,
+                                help="Workload preset or file: the job (prompts, group size, "
+                                     "lengths); its engine shape is what the plan searches.")
+_GPU_OPTION = typer.Option(...,
+                           help="GPU type (h100, h200, b200, a100, l40s, "
+                                "...; `tlt gpu-presets` lists them).")
+_GPUS_OPTION = typer.Option(None,
+                            help="GPU budget: at most this many GPUs (the count and its halves "
+                                 "down to 1/16 are searched); the fastest shape is chosen.")
+_DEADLINE_DAYS_OPTION = typer.Option(None,
+                                     help="Deadline in days instead of a budget: "
+                                          "the cheapest shape meeting it is chosen.")
+_CURRENCY_OPTION = typer.Option("USD",
+                                help="The currency of --price-per-gpu-hour "
+                                     "(printed with every cost).")
+_TARGET_OPTION = typer.Option(
+    "auto",
+    help="The stack the chosen policy will run on: vllm, sglang, verl, "
+         "tlt-train or sim; every policy searched must run there, so the chosen "
+         "one exports ('auto': the engine of --framework, else of the workload).")
+_POLICIES_OPTION = typer.Option(
+    "", help="Comma-separated policy presets or files searched (default: "
+             "those of baseline, tlt-base, static-sd and tlt the target runs).")
 
 
 @app.command()
 def plan(
-    workload: str = typer.Option(..., help="Workload preset or file: the job (prompts, group size, lengths); its "
-                                           "engine shape is what the plan searches."),
-    gpu: str = typer.Option(..., help="GPU type (h100, h200, b200, a100, l40s, ...; `tlt gpu-presets` lists them)."),
-    gpus: Optional[int] = typer.Option(None, help="GPU budget: at most this many GPUs (the count and its halves "
-                                                  "down to 1/16 are searched); the fastest shape is chosen."),
-    deadline_days: Optional[float] = typer.Option(None, help="Deadline in days instead of a budget: the cheapest "
-                                                             "shape meeting it is chosen."),
+    workload: str = _WORKLOAD_OPTION,
+    gpu: str = _GPU_OPTION,
+    gpus: Optional[int] = _GPUS_OPTION,
+    deadline_days: Optional[float] = _DEADLINE_DAYS_OPTION,
     max_gpus: int = typer.Option(512, help="With --deadline-days: the largest GPU count searched."),
     price_per_gpu_hour: float = typer.Option(..., help="Price of one GPU-hour, in --currency."),
-    currency: str = typer.Option("USD", help="The currency of --price-per-gpu-hour (printed with every "
-                                 "cost)."),
-    target: str = typer.Option(
-        "auto", help="The stack the chosen policy will run on: vllm, sglang, verl, tlt-train or sim; "
-        "every policy searched must run there, so the chosen one exports ('auto': the engine of "
-        "--framework, else of the workload)."),
-    policies: str = typer.Option(
-        "", help="Comma-separated policy presets or files searched (default: those of baseline, "
-        "tlt-base, static-sd and tlt the target runs)."),
+    currency: str = _CURRENCY_OPTION,
+    target: str = _TARGET_OPTION,
+    policies: str = _POLICIES_OPTION,
     tp: str = typer.Option("1,2,4,8", help="Tensor-parallel degrees searched."),
-    max_batch: str = typer.Option("64,128,256", help="Max sequences per engine (max_num_seqs) searched."),
-    framework: Optional[str] = typer.Option(None, help="Engine framework of the measured data (vllm or sglang; "
-                                                       "default: the workload's, else sglang)."),
-    model: Optional[str] = typer.Option(None, help="Model (architecture preset or config; default: the workload's)."),
-    trials: int = typer.Option(40, help="Distinct shapes to evaluate (NSGA-II over days and cost)."),
-    steps: Optional[int] = typer.Option(None, help="RL steps of the whole run (default: the workload's)."),
-    sample_steps: int = typer.Option(DEFAULT_SAMPLE_STEPS, help="Steps simulated per run; a longer run is sampled "
-                                                               "in blocks (as tlt project)."),
+    max_batch: str = typer.Option("64,128,256",
+                                  help="Max sequences per engine (max_num_seqs) searched."),
+    framework: Optional[str] = typer.Option(None,
+                                            help="Engine framework of the measured data (vllm or "
+                                                 "sglang; default: the workload's, else sglang)."),
+    model: Optional[str] = typer.Option(None,
+                                        help="Model (architecture preset or "
+                                             "config; default: the workload's)."),
+    trials: int = typer.Option(40,
+                               help="Distinct shapes to evaluate (NSGA-II over days and cost)."),
+    steps: Optional[int] = typer.Option(
+        None, help="RL steps of the whole run (default: the workload's)."),
+    sample_steps: int = typer.Option(DEFAULT_SAMPLE_STEPS,
+                                     help="Steps simulated per run; a longer run is sampled "
+                                         "in blocks (as tlt project)."),
     seeds: int = typer.Option(1, help="Seeds per shape (the same draws for every shape)."),
     seed: int = typer.Option(0, help="Seed of the NSGA-II sampler."),
-    out: Path = typer.Option(..., help="Output directory: plan.json, plan.png, and the chosen shape's workload.yaml, "
-                                       "policy.yaml and profile.yaml."),
+    out: Path = typer.Option(...,
+                             help="Output directory: plan.json, plan.png, and the chosen "
+                                  "shape's workload.yaml, policy.yaml and profile.yaml."),
 ) -> None:
     """Search cluster shapes for a GPU budget or a deadline: the Pareto front of run time vs cost (and energy)."""
 
     if target not in ("auto", *TARGETS):
         fail(ConfigError("--target", "target", target, f"auto, {', '.join(TARGETS)}"))
-    if target == "auto":  # the engine the plan's costs are of: --framework, else the workload's, else SGLang
+    if target == "auto":
+        # the engine the plan's costs are of: --framework, else the workload's, else SGLang
         try:
             fw = framework or load_workload(workload).framework
         except ConfigError:
             fw = framework  # _spec reports the workload's error
         target = {"sglang": "sglang", "vllm": "vllm"}.get(fw or "sglang", "sim")
-    spec = _spec(workload, policies, gpu, gpus, deadline_days, max_gpus, price_per_gpu_hour, tp, max_batch, framework,
-                 model, trials, steps, sample_steps, seeds, seed, target)
+    spec = _spec(workload, policies, gpu, gpus, deadline_days, max_gpus, price_per_gpu_hour, tp,
+                 max_batch, framework, model, trials, steps, sample_steps, seeds, seed, target)
     goal = (f"budget {spec.gpus} GPUs" if spec.goal == "budget" else
             f"deadline {spec.deadline_days:g} days, up to {spec.max_gpus} GPUs")
-    typer.echo(f"{spec.workload.name} on {spec.gpu} ({spec.framework}), {goal}, {spec.price_per_gpu_hour:g} "
-               f"{currency} per GPU-hour, target {SPACES[target].label}; "
-               f"up to {min(spec.trials, spec.space_size)} of {spec.space_size} shapes", err=True)
+    typer.echo(f"{spec.workload.name} on {spec.gpu} ({spec.framework}), {goal}, "
+               f"{spec.price_per_gpu_hour:g} {currency} per GPU-hour, target "
+               f"{SPACES[target].label}; up to "
+               f"{min(spec.trials, spec.space_size)} of {spec.space_size} shapes", err=True)
     progress = lambda t: typer.echo(  # noqa: E731
         f"  [{t.number}] {t.shape.label}: "
         + (f"{t.days:.2f} days, {t.cost:,.0f} {currency}" if t.days is not None else "")
@@ -117,16 +147,20 @@ def plan(
     except ConfigError as exc:
         fail(exc)
     paths = result.save(out)
-    typer.echo(f"Pareto front ({len(result.front)} of {len(result.trials)} trials; {result.method}):")
-    typer.echo(format_table(planning.shape_rows(result.front, spec.sequence_tokens), planning.ROW_HEADERS))
+    typer.echo(f"Pareto front ({len(result.front)} of "
+               f"{len(result.trials)} trials; {result.method}):")
+    typer.echo(format_table(planning.shape_rows(result.front, spec.sequence_tokens),
+                            planning.ROW_HEADERS))
     if result.screened:
         typer.echo(f"engine shapes that cannot run on {spec.gpu} (screened, never proposed):")
-        typer.echo(format_table([[f"TP{t.shape.tp}", str(t.shape.max_batch), t.reason] for t in result.screened],
+        typer.echo(format_table([[f"TP{t.shape.tp}", str(t.shape.max_batch),
+                                  t.reason] for t in result.screened],
                                 ["TP", "max batch", "why"]))
     bad = [t for t in result.trials if t.status == "infeasible"]
     if bad:
         typer.echo(f"not feasible ({len({t.shape for t in bad})} shapes):")
-        typer.echo(format_table(planning.shape_rows(bad, spec.sequence_tokens), planning.ROW_HEADERS))
+        typer.echo(format_table(planning.shape_rows(bad, spec.sequence_tokens),
+                                planning.ROW_HEADERS))
     _print_chosen(result, currency, target, out)
     typer.echo(f"searched in {result.seconds:.1f}s; energy: GPU board power only; wrote " +
                ", ".join(str(p) for p in paths))
@@ -140,9 +174,10 @@ def _print_chosen(result: planning.Plan, currency: str, target: str, out: Path) 
         why = "no feasible shape" if spec.goal == "budget" else "no shape meets the deadline"
         typer.echo(f"chosen: none ({why})")
         return
-    energy = "energy unknown (no power model)" if c.energy_kwh is None else f"{c.energy_kwh:,.0f} kWh"
-    typer.echo(f"chosen ({rule}): {c.shape.label}: {c.days:.2f} days, {c.cost:,.0f} {currency}, {energy}, "
-               f"{c.gpu_hours:,.0f} GPU-hours (profile {c.profile})")
+    energy = ("energy unknown (no power model)" if c.energy_kwh is None
+              else f"{c.energy_kwh:,.0f} kWh")
+    typer.echo(f"chosen ({rule}): {c.shape.label}: {c.days:.2f} days, {c.cost:,.0f} "
+               f"{currency}, {energy}, {c.gpu_hours:,.0f} GPU-hours (profile {c.profile})")
     if target in EXPORTS:
         typer.echo(f"deploy it: tlt export {out}/policy.yaml --to {target} --drafter DIR --out "
                    f"{out}/policy.{target}.{'sh' if target == 'sglang' else 'yaml'}")

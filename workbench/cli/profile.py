@@ -36,8 +36,9 @@ def outputs(out: Path) -> tuple[Path, Path]:
     return out.with_name(out.stem + ".measurements.parquet"), out.with_name(out.stem + ".fit.json")
 
 
-def _measure(arch: str, device: str, tp: int, dtype: Optional[str], grid: Optional[str], repeats: Optional[int],
-             passes: Optional[int], threads: Optional[int], seed: int, check_rounds: int):
+def _measure(arch: str, device: str, tp: int, dtype: Optional[str], grid: Optional[str],
+             repeats: Optional[int], passes: Optional[int], threads: Optional[int], seed: int,
+             check_rounds: int):
     from real.profiler.settings import make_settings
 
     try:
@@ -48,8 +49,8 @@ def _measure(arch: str, device: str, tp: int, dtype: Optional[str], grid: Option
     try:
         from real.profiler.measure import measure
     except ImportError as exc:
-        fail(ValueError(f"--device {device}: measuring needs torch ({exc}); or fit a file measured elsewhere "
-                        "with --measurements"))
+        fail(ValueError(f"--device {device}: measuring needs torch ({exc}); "
+                        "or fit a file measured elsewhere with --measurements"))
 
     def progress(i: int, n: int, line: str) -> None:
         typer.echo(f"[{i}/{n}] {line}", err=True)
@@ -63,33 +64,40 @@ def _measure(arch: str, device: str, tp: int, dtype: Optional[str], grid: Option
 def _print(fit: OperatorFit) -> None:
     p = fit.profile
     d, dr = p.decode, p.drafter
-    typer.echo(f"profile {p.name!r}: overhead {1e3 * d.overhead_s:.3f} ms, per seq {1e6 * d.per_seq_s:.2f} us, "
-               f"weights {1e3 * d.weights_s:.3f} ms, compute {1e6 * d.compute_s_per_token:.2f} us/token, "
-               f"kv {1e9 * d.kv_s_per_token:.2f} ns/seq/token, prefill {1e6 * d.prefill_s_per_token:.2f} us/token; "
-               f"drafter {1e3 * dr.eagle_step_s:.3f} ms + {1e6 * dr.eagle_s_per_seq:.2f} us/candidate; "
-               f"train {1e6 * p.phases.train_gpu_s_per_token:.2f} us/token")
-    rows = [[q.op, str(q.batch), str(q.context), str(q.tokens), str(q.topk), f"{1e3 * q.measured_s:.3f}",
-             f"{1e3 * q.predicted_s:.3f}", f"{q.error_pct:+.1f}%"] for q in fit.points]
-    typer.echo(format_table(rows, ["op", "B", "C", "T", "top-k", "measured ms", "fitted ms", "error"]))
-    typer.echo(f"fit error: median |error| {fit.median_abs_error_pct:.2f}%, max {fit.max_abs_error_pct:.2f}% "
-               f"over {len(fit.points)} points")
+    typer.echo(f"profile {p.name!r}: overhead {1e3 * d.overhead_s:.3f} ms, per seq "
+               f"{1e6 * d.per_seq_s:.2f} us, weights {1e3 * d.weights_s:.3f} ms, compute "
+               f"{1e6 * d.compute_s_per_token:.2f} us/token, kv {1e9 * d.kv_s_per_token:.2f} "
+               f"ns/seq/token, prefill {1e6 * d.prefill_s_per_token:.2f} us/token; drafter "
+               f"{1e3 * dr.eagle_step_s:.3f} ms + {1e6 * dr.eagle_s_per_seq:.2f} "
+               f"us/candidate; train {1e6 * p.phases.train_gpu_s_per_token:.2f} us/token")
+    rows = [[q.op, str(q.batch), str(q.context), str(q.tokens), str(q.topk),
+             f"{1e3 * q.measured_s:.3f}", f"{1e3 * q.predicted_s:.3f}",
+             f"{q.error_pct:+.1f}%"] for q in fit.points]
+    typer.echo(format_table(rows, ["op", "B", "C", "T", "top-k", "measured ms", "fitted ms",
+                                   "error"]))
+    typer.echo(f"fit error: median |error| {fit.median_abs_error_pct:.2f}%, "
+               f"max {fit.max_abs_error_pct:.2f}% over {len(fit.points)} points")
     if fit.eager:
-        ratio = sorted(e.measured_s / g.measured_s for e, g in zip(fit.eager, fit.points) if g.op != "prefill")
-        typer.echo(f"eager / CUDA graph step time: median {ratio[len(ratio) // 2]:.2f}x (from {ratio[0]:.2f}x to "
-                   f"{ratio[-1]:.2f}x)")
+        ratio = sorted(
+            e.measured_s / g.measured_s for e, g in zip(fit.eager, fit.points) if g.op != "prefill")
+        typer.echo(f"eager / CUDA graph step time: median {ratio[len(ratio) // 2]:.2f}x "
+                   f"(from {ratio[0]:.2f}x to {ratio[-1]:.2f}x)")
     for r in fit.whole.itertuples():
-        typer.echo(f"whole-model check, decode B={r.batch} C={r.context} {r.mode}: sum over layers "
-                   f"{1e3 * r.sum_s:.3f} ms, whole model {1e3 * r.whole_s:.3f} ms ({r.error_pct:+.1f}%)")
+        typer.echo(f"whole-model check, decode B={r.batch} C={r.context} "
+                   f"{r.mode}: sum over layers {1e3 * r.sum_s:.3f} ms, whole "
+                   f"model {1e3 * r.whole_s:.3f} ms ({r.error_pct:+.1f}%)")
 
 
 def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, framework: str,
                    version: Optional[str], base: Optional[str], name: Optional[str]) -> None:
-    """`--backend aiconfigurator`: every cost from NVIDIA's measured operator database, no GPU needed."""
+    """`--backend aiconfigurator`: every cost from
+    NVIDIA's measured operator database, no GPU needed."""
     from workbench.calibrate.gpu_database import gpu_names
     from workbench.calibrate.measured_gpu import derive_profile
 
     if arch is None or gpu is None:
-        fail(ConfigError("--backend aiconfigurator", "--arch" if arch is None else "--gpu", "<missing>",
+        fail(ConfigError("--backend aiconfigurator", "--arch" if arch is None else "--gpu",
+                         "<missing>",
                          f"--arch NAME|config.json and --gpu ({', '.join(gpu_names())})"))
     try:
         base_prof = load_profile(base or default_base("cuda", arch, tp))
@@ -99,22 +107,23 @@ def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, 
     p = fit.profile
     save(p, out)
     d, dr = p.decode, p.drafter
-    typer.echo(f"profile {p.name!r} ({p.cluster.label}): overhead {1e3 * d.overhead_s:.3f} ms, per seq "
-               f"{1e6 * d.per_seq_s:.2f} us, weights {1e3 * d.weights_s:.3f} ms, compute "
-               f"{1e6 * d.compute_s_per_token:.2f} us/token, overlap {d.overlap:.2f}, kv {1e9 * d.kv_s_per_token:.2f} "
-               f"ns/seq/token, prefill "
-               f"{1e6 * d.prefill_s_per_token:.2f} us/token; drafter {1e3 * dr.eagle_step_s:.3f} ms + "
-               f"{1e6 * dr.eagle_s_per_seq:.2f} us/candidate; train {1e6 * p.phases.train_gpu_s_per_token:.1f} "
-               f"GPU-us/token; power {p.power.decode_w:.0f} W decoding, {p.power.train_w:.0f} W training, "
-               f"{p.power.idle_w:.0f} W idle")
-    typer.echo(f"form vs database: median |error| {fit.median_abs_error_pct:.1f}%, max {fit.max_abs_error_pct:.1f}% "
-               f"over {len(fit.errors_pct)} steps")
+    typer.echo(f"profile {p.name!r} ({p.cluster.label}): overhead "
+               f"{1e3 * d.overhead_s:.3f} ms, per seq {1e6 * d.per_seq_s:.2f} us, weights "
+               f"{1e3 * d.weights_s:.3f} ms, compute {1e6 * d.compute_s_per_token:.2f} "
+               f"us/token, overlap {d.overlap:.2f}, kv {1e9 * d.kv_s_per_token:.2f} "
+               f"ns/seq/token, prefill {1e6 * d.prefill_s_per_token:.2f} us/token; "
+               f"drafter {1e3 * dr.eagle_step_s:.3f} ms + {1e6 * dr.eagle_s_per_seq:.2f} "
+               f"us/candidate; train {1e6 * p.phases.train_gpu_s_per_token:.1f} "
+               f"GPU-us/token; power {p.power.decode_w:.0f} W decoding, "
+               f"{p.power.train_w:.0f} W training, {p.power.idle_w:.0f} W idle")
+    typer.echo(f"form vs database: median |error| {fit.median_abs_error_pct:.1f}%, "
+               f"max {fit.max_abs_error_pct:.1f}% over {len(fit.errors_pct)} steps")
     typer.echo(f"source: {p.source}")
     typer.echo(f"wrote {out}")
 
 
-def _backend(backend: str, gpu: Optional[str], framework: Optional[str], arch: Optional[str], device: str,
-             grid: Optional[str], measurements: Optional[Path]) -> str:
+def _backend(backend: str, gpu: Optional[str], framework: Optional[str], arch: Optional[str],
+             device: str, grid: Optional[str], measurements: Optional[Path]) -> str:
     """The backend the options ask for: --gpu or --framework name the measured database (a GPU's
     costs are never timed on this machine's CPU); torch with them is refused with the fix."""
     if backend not in ("auto", "torch", "aiconfigurator"):
@@ -123,9 +132,9 @@ def _backend(backend: str, gpu: Optional[str], framework: Optional[str], arch: O
     if backend == "torch" and database:
         given = "--gpu" if gpu is not None else "--framework"
         fail(ConfigError("--backend torch", given, gpu or framework,
-                         f"either drop {given} (torch times this machine's --device), or drop --backend "
-                         f"torch: {given} selects NVIDIA's measured database (--backend aiconfigurator, "
-                         "seconds, no GPU)"))
+                         f"either drop {given} (torch times this machine's --device), "
+                         f"or drop --backend torch: {given} selects NVIDIA's measured "
+                         "database (--backend aiconfigurator, seconds, no GPU)"))
     if backend == "auto":
         backend = "aiconfigurator" if database else "torch"
     if backend == "torch" and device == "cpu" and measurements is None and grid is None and arch:
@@ -135,46 +144,67 @@ def _backend(backend: str, gpu: Optional[str], framework: Optional[str], arch: O
     return backend
 
 
+# The options whose help runs over several lines, out of the signature to keep the command short.
+_OUT_OPTION = typer.Option(...,
+                           help="The fitted profile (.yaml, .yml or .json); with --backend "
+                                "torch the raw measurements (OUT.measurements.parquet) and "
+                                "the fit error (OUT.fit.json) beside it.")
+_ARCH_OPTION = typer.Option(None,
+                            help="Architecture preset (qwen2.5-7b, "
+                                 "r1-distill-qwen-7b, qwen2.5-32b, llama3.3-70b, "
+                                 "tiny-gcd) or a Hugging Face config.json.")
+_BACKEND_OPTION = typer.Option(
+    "auto", help="torch: time the operators on this machine (--device); aiconfigurator: derive "
+                 "every cost from NVIDIA's measured database (--gpu, --framework), no GPU "
+                 "needed; auto: aiconfigurator when --gpu or --framework is given, else torch.")
+_BASE_OPTION = typer.Option(None,
+                            help="Profile for what operators cannot measure (acceptance, "
+                                 "learning curve, weight sync); default: cpu-tiny on "
+                                 "cpu, else the H100 profile of this model and TP.")
+
+
 @app.command()
 def profile(
-    out: Path = typer.Option(..., help="The fitted profile (.yaml, .yml or .json); with --backend torch the raw "
-                             "measurements (OUT.measurements.parquet) and the fit error (OUT.fit.json) beside it."),
-    arch: Optional[str] = typer.Option(None, help="Architecture preset (qwen2.5-7b, r1-distill-qwen-7b, qwen2.5-32b, "
-                                       "llama3.3-70b, tiny-gcd) or a Hugging Face config.json."),
-    backend: str = typer.Option(
-        "auto", help="torch: time the operators on this machine (--device); aiconfigurator: derive "
-        "every cost from NVIDIA's measured database (--gpu, --framework), no GPU needed; auto: "
-        "aiconfigurator when --gpu or --framework is given, else torch."),
+    out: Path = _OUT_OPTION,
+    arch: Optional[str] = _ARCH_OPTION,
+    backend: str = _BACKEND_OPTION,
     gpu: Optional[str] = typer.Option(
-        None, help="The GPU whose measured costs to use (NVIDIA's database): h100, h200, b200, b300, "
+        None,
+        help="The GPU whose measured costs to use (NVIDIA's database): h100, h200, b200, b300, "
         "gb200, gb300, a100, l40s, rtx-pro-6000, h100-pcie, a100-pcie, l4, a30."),
     framework: Optional[str] = typer.Option(
         None, help="The engine whose measured costs to use: vllm or sglang (default vllm)."),
-    version: Optional[str] = typer.Option(None, help="--backend aiconfigurator: the framework version measured "
-                                          "(default: the newest the database holds for the GPU)."),
+    version: Optional[str] = typer.Option(None,
+                                          help="--backend aiconfigurator: the framework "
+                                               "version measured (default: the newest "
+                                               "the database holds for the GPU)."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
-    tp: int = typer.Option(1, help="Tensor-parallel degree: one rank's shapes are measured, collectives assumed."),
+    tp: int = typer.Option(1,
+                           help="Tensor-parallel degree: one rank's "
+                                "shapes are measured, collectives assumed."),
     dtype: Optional[str] = typer.Option(
         None, help="float32, bfloat16 or float16 (default: bfloat16 on cuda, float32 on cpu)."),
-    grid: Optional[str] = typer.Option(None, help="Points to measure: cuda, cpu, gpu-check or test (default: the "
-                                      "device's)."),
-    repeats: Optional[int] = typer.Option(None, help="Timed runs per point (default: 30 cuda, 20 cpu)."),
+    grid: Optional[str] = typer.Option(None,
+                                       help="Points to measure: cuda, cpu, gpu-check "
+                                            "or test (default: the device's)."),
+    repeats: Optional[int] = typer.Option(None,
+                                          help="Timed runs per point (default: 30 cuda, 20 cpu)."),
     passes: Optional[int] = typer.Option(None,
-                                         help="Interleaved passes over the points, each keeping its fastest (default: "
-                                              "1 cuda, 3 cpu)."),
+                                         help="Interleaved passes over the points, each "
+                                              "keeping its fastest (default: 1 cuda, 3 cpu)."),
     threads: Optional[int] = typer.Option(None,
-                                          help="torch CPU threads (default: 1 on cpu, timed on its own CPU clock; "
-                                               "torch's on cuda)."),
+                                          help="torch CPU threads (default: 1 on cpu, timed "
+                                               "on its own CPU clock; torch's on cuda)."),
     seed: int = typer.Option(0, help="Seeds the random weights and inputs."),
-    check_rounds: int = typer.Option(5, help="Interleaved rounds of the whole-model check (0: skip it)."),
+    check_rounds: int = typer.Option(5,
+                                     help="Interleaved rounds of the "
+                                          "whole-model check (0: skip it)."),
     measurements: Optional[Path] = typer.Option(None,
-                                                help="Fit this measurements file (from `python -m real.profiler`) "
-                                                     "instead of measuring."),
-    base: Optional[str] = typer.Option(None,
-                                       help="Profile for what operators cannot measure (acceptance, learning curve, "
-                                       "weight sync); default: cpu-tiny on cpu, else the H100 profile of this model "
-                                       "and TP."),
-    name: Optional[str] = typer.Option(None, help="The profile's name (default: the --out file's stem)."),
+                                                help="Fit this measurements file (from `python "
+                                                     "-m real.profiler`) instead of measuring."),
+    base: Optional[str] = _BASE_OPTION,
+    name: Optional[str] = typer.Option(None,
+                                       help="The profile's name (default: the --out file's stem)."),
 ) -> None:
     """Measure decode, verify, EAGLE drafter, prefill and training costs (torch: per decoder layer, random weights;
     aiconfigurator: from NVIDIA's measured database) and fit a profile."""
@@ -186,7 +216,8 @@ def profile(
         return
     if (arch is None) == (measurements is None):
         fail(ConfigError("--arch", "<option>", "both or neither of --arch and --measurements",
-                         "--arch to measure here, or --measurements FILE to fit a file measured elsewhere"))
+                         "--arch to measure here, or --measurements "
+                         "FILE to fit a file measured elsewhere"))
     from real.profiler.table import read_measurements, write_measurements
 
     if measurements is not None:
@@ -198,12 +229,14 @@ def profile(
         m = _measure(arch, device, tp, dtype, grid, repeats, passes, threads, seed, check_rounds)
     meta = m.meta
     try:
-        base_prof = load_profile(base or default_base(meta["device"], str(meta["architecture"]), int(meta["tp"])))
+        base_prof = load_profile(base or default_base(meta["device"], str(meta["architecture"]),
+                                                      int(meta["tp"])))
         fit = fit_operators(m, base_prof, name or out.stem)
     except (ConfigError, ValueError) as exc:
         fail(exc)
     raw, report = outputs(out)
-    # Everything is measured and fitted before the first file is written; each is written atomically.
+    # Everything is measured and fitted before the
+    # first file is written; each is written atomically.
     write_measurements(raw, m)
     write_json(report, fit_report(fit, m, raw.name))
     save(fit.profile, out)

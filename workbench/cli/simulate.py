@@ -1,4 +1,4 @@
-"""`tlt sim`, `presets`, `check`, `compare`, `regret`, `tune` and `bench sim`: the simulator's commands."""
+"""`tlt sim`, `presets`, `check`, `compare`, `regret` and `bench sim`: the simulator's commands."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import typer
 import yaml
 
 from sim.simulator import simulate
-from workbench import tune as tuning
 from workbench.runlog.report import measured_vs_modelled
 from workbench.cli.apps import app, bench_app
-from workbench.cli.common import ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail, load_inputs, runner_for
+from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
+                                  load_inputs, runner_for)
 from workbench.compare.policies import compare as run_compare
 from workbench.compare.policies import summarize_runs, why_runs
 from workbench.contracts.fileio import save_figure, write_atomic
@@ -35,14 +35,15 @@ from workbench.report.tables import format_table
 def sim(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
     policy: str = typer.Option("baseline,static-sd,tlt",
-                               help="Comma-separated policy preset names or files; the first is the reference for "
-                                    "speedups."),
-    steps: Optional[int] = typer.Option(None, min=1, help="RL steps to simulate (default: the workload's)."),
+                               help="Comma-separated policy preset names or files; "
+                                    "the first is the reference for speedups."),
+    steps: Optional[int] = typer.Option(None, min=1,
+                                        help="RL steps to simulate (default: the workload's)."),
     seed: int = typer.Option(0, help="Seed for every random choice; same seed, same result."),
     out: Path = typer.Option(...,
-                             help="Output directory: summary.json and, per policy, NAME/metrics.json, "
-                                  "NAME/timeline.parquet and NAME/batch.png (each worker's running batch in the last "
-                                  "step)."),
+                             help="Output directory: summary.json and, per policy, "
+                                  "NAME/metrics.json, NAME/timeline.parquet and NAME/batch.png "
+                                  "(each worker's running batch in the last step)."),
     profile: Optional[str] = PROFILE_OPTION,
 ) -> None:
     """Simulate RL steps of a workload under one or more policies."""
@@ -53,7 +54,8 @@ def sim(
     for pol in pols:
         t0 = time.perf_counter()
         progress = lambda m, name=pol.name: typer.echo(  # noqa: E731
-            f"  {name}: step {m.rl_step + 1}/{n}  step {m.step_time_s:,.1f}s  accept {m.mean_accept_len:.2f}", err=True)
+            f"  {name}: step {m.rl_step + 1}/{n}  step "
+            f"{m.step_time_s:,.1f}s  accept {m.mean_accept_len:.2f}", err=True)
         run = simulate(wl, pol, prof, seed=seed, steps=n, on_step=progress)
         typer.echo(f"simulated {pol.name} in {time.perf_counter() - t0:.2f}s", err=True)
         runs.append(run)
@@ -62,22 +64,27 @@ def sim(
     rows = []
     whys = why_runs(runs)
     for run, s, why in zip(runs, summarize_runs(runs), whys):
-        summary["policies"][s.policy] = {"step_time_s": s.step_time_s, "rollout_time_s": s.rollout_time_s,
-                                         "bubble_fraction": s.bubble_fraction, "tail_fraction": s.tail_fraction,
-                                         "mean_accept_len": s.mean_accept_len, "speedup_vs_first": s.speedup,
-                                         "why": why_json(why)}
+        summary["policies"][s.policy] = {"step_time_s": s.step_time_s,
+                                         "rollout_time_s": s.rollout_time_s,
+                                         "bubble_fraction": s.bubble_fraction,
+                                         "tail_fraction": s.tail_fraction,
+                                         "mean_accept_len": s.mean_accept_len,
+                                         "speedup_vs_first": s.speedup, "why": why_json(why)}
         run.save(out / run.policy_name)
         last = run.steps[-1].rl_step
-        save_figure(batch_figure(run.timeline, last, f"{run.policy_name} on {wl.name}: running batch per worker, "
-                                                     f"RL step {last}"), out / run.policy_name / "batch.png")
-        rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}", f"{s.bubble_fraction:.1%}",
-                     f"{s.tail_fraction:.1%}", f"{s.drafter_train_fraction:.1%}", f"{s.mean_accept_len:.2f}",
+        save_figure(batch_figure(
+            run.timeline, last,
+            f"{run.policy_name} on {wl.name}: running batch per worker, " f"RL step {last}"),
+                    out / run.policy_name / "batch.png")
+        rows.append([s.policy, f"{s.step_time_s:,.1f}", f"{s.rollout_time_s:,.1f}",
+                     f"{s.bubble_fraction:.1%}", f"{s.tail_fraction:.1%}",
+                     f"{s.drafter_train_fraction:.1%}", f"{s.mean_accept_len:.2f}",
                      f"{s.speedup:.2f}x"])
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed} (another seed draws other lengths: "
-               "tlt compare --seeds K for the spread)")
-    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "spot-train", "accept len",
-                                   "speedup"]))
+    typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed} (another seed "
+               "draws other lengths: tlt compare --seeds K for the spread)")
+    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "spot-train",
+                                   "accept len", "speedup"]))
     _print_why(whys)
     typer.echo(f"wrote {out}/summary.json")
 
@@ -94,9 +101,10 @@ def _print_why(whys) -> None:
 
 @app.command()
 def presets(long: bool = typer.Option(
-        False, "--long", help="Each preset with where its numbers come from: a workload's description "
-        "and source, a policy's description, a profile's provenance (measured, published, "
-        "calibrated or hand-set).")) -> None:
+        False, "--long",
+        help="Each preset with where its numbers come from: a workload's "
+             "description and source, a policy's description, a profile's "
+             "provenance (measured, published, calibrated or hand-set).")) -> None:
     """List the named presets (--long: with their provenance)."""
     if not long:
         typer.echo("workloads: " + ", ".join(workload_presets()))
@@ -122,7 +130,8 @@ def _wrapped(head: str, text: str) -> list[str]:
 
 def _workload_lines(name: str) -> list[str]:
     wl = load_workload(name)
-    return [f"  {name}", *_wrapped("      ", wl.description), *_wrapped("      source: ", wl.source)]
+    return [f"  {name}", *_wrapped("      ", wl.description),
+            *_wrapped("      source: ", wl.source)]
 
 
 def _policy_lines(name: str) -> list[str]:
@@ -131,7 +140,8 @@ def _policy_lines(name: str) -> list[str]:
 
 def _profile_lines(name: str) -> list[str]:
     prof = load_profile(name)
-    return [f"  {name}", *_wrapped("      ", prof.description), *_wrapped("      ", provenance(prof))]
+    return [f"  {name}", *_wrapped("      ", prof.description),
+            *_wrapped("      ", provenance(prof))]
 
 
 @app.command()
@@ -155,8 +165,8 @@ def check(
 def bench_sim(
     workload: str = typer.Option("fastrl-example-32b-128gpu", help="Workload to time."),
     policy: str = typer.Option("tlt-cold",
-                               help="Policy to time (tlt-cold is the costliest: bandit decisions every interval, spot "
-                                    "training)."),
+                               help="Policy to time (tlt-cold is the costliest: "
+                                    "bandit decisions every interval, spot training)."),
     steps: int = typer.Option(3, min=1),
     seed: int = typer.Option(0),
 ) -> None:
@@ -173,36 +183,41 @@ def bench_sim(
     rows, points = [], []
     for factor in (0.25, 0.5, 1, 2, 4, 8):
         workers = max(1, round(wl.workers * factor))
-        scaled = replace(wl, workers=workers, prompts_per_step=max(1,
-                                                                   round(wl.prompts_per_step * workers / wl.workers)))
+        prompts = max(1, round(wl.prompts_per_step * workers / wl.workers))
+        scaled = replace(wl, workers=workers, prompts_per_step=prompts)
         t0 = time.perf_counter()
         simulate(scaled, pol, prof, seed=seed, steps=1)
         secs = time.perf_counter() - t0
         work = scaled.workers * scaled.sequences_per_step
         points.append((work, secs))
-        rows.append([str(scaled.workers), str(scaled.sequences_per_step), f"{secs:.3f}", f"{secs / work * 1e6:.3f}"])
+        rows.append([str(scaled.workers), str(scaled.sequences_per_step), f"{secs:.3f}",
+                     f"{secs / work * 1e6:.3f}"])
     slope = float(np.polyfit(np.log([p[0] for p in points]), np.log([p[1] for p in points]), 1)[0])
     # Against sequences alone (each engine's load fixed) the cost should be ~linear.
     seqs = [int(r[1]) for r in rows]
     slope_seq = float(np.polyfit(np.log(seqs), np.log([p[1] for p in points]), 1)[0])
     typer.echo(f"{wl.name} / {pol.name}: {per_step:.3f} s per simulated step ({steps} steps)")
     typer.echo(format_table(rows, ["workers", "sequences", "seconds/step", "us per worker*seq"]))
-    typer.echo(f"growth exponent of cost in workers x sequences: {slope:.2f}; in sequences: {slope_seq:.2f}")
-    typer.echo(json.dumps({"workload": wl.name, "policy": pol.name, "seconds_per_step": round(per_step, 4),
-                           "exponent_workers_x_sequences": round(slope, 3), "exponent_sequences": round(slope_seq, 3)}))
+    typer.echo("growth exponent of cost in workers x sequences: "
+               f"{slope:.2f}; in sequences: {slope_seq:.2f}")
+    typer.echo(json.dumps({"workload": wl.name, "policy": pol.name,
+                           "seconds_per_step": round(per_step, 4),
+                           "exponent_workers_x_sequences": round(slope, 3),
+                           "exponent_sequences": round(slope_seq, 3)}))
 
 
 @app.command()
 def compare(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
     policies: str = typer.Option("baseline,static-sd,tlt",
-                                 help="Comma-separated policy preset names or files; the first is the reference for "
-                                      "speedups."),
+                                 help="Comma-separated policy preset names or files; "
+                                      "the first is the reference for speedups."),
     seeds: int = typer.Option(3, min=1,
-                              help="Simulate seeds 0..K-1; seed s draws the same response lengths for every policy "
-                                   "(common random numbers)."),
+                              help="Simulate seeds 0..K-1; seed s draws the same response "
+                                   "lengths for every policy (common random numbers)."),
     out: Path = typer.Option(..., help="Output directory: compare.json and compare.png."),
-    steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
+    steps: Optional[int] = typer.Option(None, min=1,
+                                        help="RL steps per simulation (default: the workload's)."),
     profile: Optional[str] = PROFILE_OPTION,
     workers: int = WORKERS_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
@@ -213,7 +228,8 @@ def compare(
     t0 = time.perf_counter()
     progress = lambda done, total, name, seed: typer.echo(  # noqa: E731
         f"  [{done}/{total}] {name} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
-    result = run_compare(wl, pols, prof, seeds, steps=steps, on_progress=progress, runner=runner_for(workers, address))
+    result = run_compare(wl, pols, prof, seeds, steps=steps, on_progress=progress,
+                         runner=runner_for(workers, address))
     result.save(out)
     s = result.summary()
     rows = []
@@ -225,12 +241,13 @@ def compare(
                      f"{r['mean_accept_len_mean']:.2f} ± {r['mean_accept_len_std']:.2f}",
                      f"{r['speedup']:.2f}x",
                      f"{r['speedup_paired_min']:.2f}-{r['speedup_paired_max']:.2f}x", r["nature"]])
-    typer.echo(f"{wl.name} on {prof.name}, {result.steps} steps x seeds {result.seeds[0]}..{result.seeds[-1]} "
-               f"(same draws for every policy); mean ± std over seeds")
-    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "accept len", "speedup",
-                                   "paired range", "what it does to RL"]))
-    typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; paired range = min-max over seeds "
-               f"of the per-seed ratio")
+    typer.echo(f"{wl.name} on {prof.name}, {result.steps} steps x "
+               f"seeds {result.seeds[0]}..{result.seeds[-1]} (same "
+               "draws for every policy); mean ± std over seeds")
+    typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "accept len",
+                                   "speedup", "paired range", "what it does to RL"]))
+    typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; "
+               "paired range = min-max over seeds of the per-seed ratio")
     _print_why(result.why())
     for line in measured_vs_modelled(prof):  # a profile calibrated on a real run's log
         typer.echo(line)
@@ -241,11 +258,13 @@ def compare(
 def regret(
     workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
     policy: str = typer.Option("tlt-cold",
-                               help="Base policy (preset or file; chains); the four bandits differ from it only in "
-                                    "bandit.algorithm."),
-    seeds: int = typer.Option(3, min=1, help="Simulate seeds 0..K-1 (the same draws for every bandit)."),
+                               help="Base policy (preset or file; chains); the four "
+                                    "bandits differ from it only in bandit.algorithm."),
+    seeds: int = typer.Option(3, min=1,
+                              help="Simulate seeds 0..K-1 (the same draws for every bandit)."),
     out: Path = typer.Option(..., help="Output directory: regret.json and regret.png."),
-    steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
+    steps: Optional[int] = typer.Option(None, min=1,
+                                        help="RL steps per simulation (default: the workload's)."),
     profile: Optional[str] = PROFILE_OPTION,
     workers: int = WORKERS_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
@@ -270,124 +289,17 @@ def regret(
     s = report.summary()
     rows = [[r["label"], f"{r['regret_s_mean']:,.2f} ± {r['regret_s_std']:,.2f}",
              f"{r['regret_pct_mean']:.2f}%", f"{r['clairvoyant_regret_s_mean']:,.2f}",
-             f"{r['decisions_mean']:,.0f}", f"{r['step_time_s_mean']:,.1f}"] for _, r in s.iterrows()]
-    typer.echo(f"{wl.name} on {prof.name}, base policy {base.name} (arms {list(base.bandit.arms)}), "
-               f"{report.steps} steps x seeds {report.seeds[0]}..{report.seeds[-1]}; mean ± std over seeds")
-    typer.echo(format_table(rows, ["bandit", "regret s", "% rollout", "clairvoyant s", "decisions", "step s"]))
+             f"{r['decisions_mean']:,.0f}",
+             f"{r['step_time_s_mean']:,.1f}"] for _, r in s.iterrows()]
+    typer.echo(f"{wl.name} on {prof.name}, base policy {base.name} (arms "
+               f"{list(base.bandit.arms)}), {report.steps} steps x seeds "
+               f"{report.seeds[0]}..{report.seeds[-1]}; mean ± std over seeds")
+    typer.echo(format_table(rows, ["bandit", "regret s", "% rollout", "clairvoyant s", "decisions",
+                                   "step s"]))
     oracle = ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in report.oracle_consensus())
     sched = ", ".join(f"{row.min_batch}-{row.max_batch}: {row.draft_len}" for row in base.schedule)
-    typer.echo(f"oracle draft length per bucket (most common over runs): {oracle}; {base.name}'s schedule: {sched}")
-    typer.echo("regret = worker-seconds lost vs the best fixed draft length per bucket in hindsight "
-               "(model time, docs/formats.md); % of rollout worker-time")
+    typer.echo("oracle draft length per bucket (most common over "
+               f"runs): {oracle}; {base.name}'s schedule: {sched}")
+    typer.echo("regret = worker-seconds lost vs the best fixed draft length per bucket "
+               "in hindsight (model time, docs/formats.md); % of rollout worker-time")
     typer.echo(f"wrote {out}/regret.json and {out}/regret.png")
-
-
-@app.command()
-def tune(
-    workload: str = typer.Option(..., help="Workload preset name or YAML/JSON file."),
-    profile: Optional[str] = PROFILE_OPTION,
-    trials: int = typer.Option(100, min=1,
-                               help="Complete trials the study should hold; a resumed study runs only the rest."),
-    seeds: int = typer.Option(3, min=1,
-                              help="Score each policy on seeds 0..K-1, the same for every trial (common random "
-                                   "numbers)."),
-    steps: Optional[int] = typer.Option(None, min=1, help="RL steps per simulation (default: the workload's)."),
-    storage: str = typer.Option(tuning.DEFAULT_STORAGE,
-                                help="Optuna storage: an RDB URL (default: runs/tlt-studies.db under "
-                                     "the current directory), 'journal:PATH' (a journal file; best "
-                                     "for --workers) or 'memory' (keeps nothing)."),
-    study: Optional[str] = typer.Option(None,
-                                        help="Study name; run again with the same name to resume it (default: "
-                                             "tune-WORKLOAD, plus -mo in multi-objective mode)."),
-    out: Path = typer.Option(..., help="Where to write the best policy (.yaml, .yml or .json); it loads in `tlt sim`."),
-    multi_objective: bool = typer.Option(False, "--multi-objective",
-                                         help="Minimise step time and drafter-training GPU-seconds per step; print the "
-                                              "Pareto front and write its fastest point."),
-    allow_warm_start: bool = typer.Option(False, "--allow-warm-start",
-                                          help="Let the search use an offline-trained (warm-start) drafter; the "
-                                               "objective does not charge that training."),
-    sampler_seed: int = typer.Option(0, help="Seed of the TPE sampler."),
-    workers: int = typer.Option(1, min=1,
-                                help="Processes running trials at once against the one --storage (journal:PATH or an "
-                                     "RDB URL), each sampling with its own seed."),
-    target: str = typer.Option(
-        "auto", help="The stack the tuned policy will run on; the search holds only what it runs, so "
-        "`tlt export --to TARGET` takes the result unchanged: vllm, sglang (FastRL), verl, tlt-train "
-        "(this project's backend) or sim (simulator only, anything goes); 'auto': tlt-train on a "
-        "profile calibrated from real traces, else the workload's engine (sglang or vllm)."),
-    backend: Optional[str] = typer.Option(None, hidden=True,
-                                          help="Former name of --target: real = tlt-train."),
-    prune: bool = typer.Option(True, "--prune/--no-prune",
-                               help="Stop a trial after a seed when it is more than 10% behind the "
-                                    "best trial on the same seeds (single objective)."),
-) -> None:
-    """Tune a policy with Optuna over the simulator; resumable, and open in optuna-dashboard."""
-
-    wl, presets, prof = load_inputs(workload, ",".join(tuning.PRESETS), profile, steps)
-    if out.suffix not in (".yaml", ".yml", ".json"):
-        fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
-    name = study or f"tune-{wl.name}" + ("-mo" if multi_objective else "")
-    target = _target(target, backend, prof, wl)
-    spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
-                           allow_warm_start=allow_warm_start, target=target, prune=prune)
-    try:
-        store = tuning.make_storage(storage)
-    except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
-        fail(ValueError(f"--storage {storage!r}: {exc}"))
-    try:
-        opt = tuning.open_study(spec, name, store, sampler_seed=sampler_seed)
-    except ConfigError as exc:
-        fail(exc)
-    have = len(tuning.finished_trials(opt))
-    where = "memory" if storage in ("", "memory", ":memory:") else storage
-    typer.echo(f"study {name!r} in {where}: {have} trials done, running {max(0, trials - have)} more "
-               f"({wl.name} on {prof.name}, seeds 0..{seeds - 1} x {spec.n_steps} steps; "
-               f"target {target}: {tuning.SPACES[target].label})", err=True)
-    t0 = time.perf_counter()
-    try:
-        if workers > 1:
-            tuning.run_parallel(spec, name, storage, trials, workers, sampler_seed)  # `opt` reads what they wrote
-        else:
-            tuning.run_study(opt, spec, trials, [tuning.TrialPrinter(trials, multi_objective)])
-    except ConfigError as exc:
-        fail(exc)
-    except KeyboardInterrupt:
-        typer.echo(f"interrupted: finished trials are kept; resume with --study {name}", err=True)
-        raise typer.Exit(130)
-    if not tuning.complete_trials(opt):
-        fail(ValueError(f"study {name!r} has no complete trial"))
-    typer.echo(f"tuned in {time.perf_counter() - t0:.1f}s", err=True)
-    _report_tuned(opt, spec, presets, name, out)
-
-
-def _target(target: str, backend: Optional[str], prof, wl) -> str:
-    """--target (or the former --backend), checked; 'auto' resolved from the profile and workload."""
-    if backend is not None:
-        if backend not in tuning.LEGACY:
-            fail(ConfigError("--backend", "backend", backend, f"--target ({', '.join(tuning.TARGETS)})"))
-        target = tuning.LEGACY[backend]
-    if target not in ("auto", *tuning.TARGETS):
-        fail(ConfigError("--target", "target", target, f"auto, {', '.join(tuning.TARGETS)}"))
-    return tuning.default_target(prof, wl) if target == "auto" else target
-
-
-def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
-    """The best policy beside the presets on the same draws (and the Pareto front), then the policy file."""
-    best = tuning.best_policy(opt)
-    table = tuning.comparison_frame(spec, best, presets, opt)
-    done = len(tuning.complete_trials(opt))
-    typer.echo(f"{spec.workload.name} on {spec.profile.name}, seeds 0..{spec.seeds - 1} x {spec.n_steps} steps (same "
-               f"draws for every policy); study {name!r}, {done} complete trials and "
-               f"{len(tuning.finished_trials(opt)) - done} pruned, best trial {tuning.best_trial(opt).number}")
-    typer.echo(tuning.comparison_text(table))
-    if spec.multi_objective:
-        typer.echo("Pareto front (step time vs drafter-training GPU-seconds per step):")
-        typer.echo(tuning.pareto_text(tuning.pareto_frame(opt)))
-    tuning.write_policy(best, out)
-    t = spec.target
-    suffix = "sh" if t == "sglang" else "yaml"
-    runs = {"tlt-train": "`tlt sim`, `tlt train` and `tlt bench real` run it unchanged",
-            "sim": "`tlt sim` runs it; a real stack may not (tune with --target vllm, sglang or "
-                   "verl)"}.get(
-        t, f"deploy it: tlt export {out} --to {t} --drafter DIR --out {out.stem}.{t}.{suffix}")
-    typer.echo(f"wrote {out} (policy {best.name!r}; {runs})")

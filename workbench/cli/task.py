@@ -11,19 +11,22 @@ import typer
 from real.tiny import task as gcd
 from workbench.cli.apps import task_app
 from workbench.cli.common import fail
-from workbench.contracts.task import REWARDS, Task, TaskError, TaskProblem, load_task, write_task_file
+from workbench.contracts.task import (REWARDS, Task, TaskError, TaskProblem, load_task,
+                                      write_task_file)
 
-TASK_HELP = ("Task file (JSONL or Parquet: prompt, answer, optional solution; docs/formats.md) to train on "
-             "instead of the GCD task; e.g. from `tlt task gcd`.")
-REWARD_HELP = (f"Reward of --task: {', '.join(REWARDS)} (math: math-verify's equivalence) or module:function, "
-               "called as function(response, answer) -> float.")
+TASK_HELP = ("Task file (JSONL or Parquet: prompt, answer, optional solution; "
+             "docs/formats.md) to train on instead of the GCD task; e.g. from `tlt task gcd`.")
+REWARD_HELP = (f"Reward of --task: {', '.join(REWARDS)} (math: math-verify's equivalence) "
+               "or module:function, called as function(response, answer) -> float.")
 
 
 def task_option(task: Optional[Path], reward: Optional[str]) -> Task | None:
-    """The loaded, checked task of --task/--reward (None: the GCD task); exits naming the problem."""
+    """The loaded, checked task of --task/--reward
+    (None: the GCD task); exits naming the problem."""
     if task is None:
         if reward is not None:
-            fail(ValueError(f"--reward {reward}: give --task FILE too (the GCD task has its own reward)"))
+            fail(ValueError(f"--reward {reward}: give --task FILE "
+                            "too (the GCD task has its own reward)"))
         return None
     try:
         return load_task(task, reward or "exact")
@@ -36,7 +39,8 @@ def task_gcd(
     out: Path = typer.Option(..., help="JSONL file to write (prompt, answer, solution per line)."),
     n: int = typer.Option(200, min=1, help="Problems to draw."),
     seed: int = typer.Option(0, help="Seed of the problems."),
-    mix: str = typer.Option("default", help="Difficulty mix (real/tiny/task.py: default, easy, hard, flat)."),
+    mix: str = typer.Option("default",
+                            help="Difficulty mix (real/tiny/task.py: default, easy, hard, flat)."),
     split: str = typer.Option("all", help="Pairs to draw from: train, test or all."),
 ) -> None:
     """The GCD task as a task file: `tlt train --task FILE --reward real.tiny.task:answer_reward` then trains on it

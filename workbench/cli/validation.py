@@ -36,7 +36,9 @@ def validate(
     traces: Optional[list[Path]] = typer.Argument(
         None, help="Trace directory to re-simulate, or a `tlt train` run directory (metrics.csv "
         "and trace/: every phase of every RL step predicted); several: each, then the total."),
-    profile: str = typer.Option(..., help="Profile preset name or file to test (e.g. one `tlt calibrate` wrote)."),
+    profile: str = typer.Option(...,
+                                help="Profile preset name or file to test "
+                                     "(e.g. one `tlt calibrate` wrote)."),
     seed: int = typer.Option(0, help="Seed of the simulator's acceptance noise (and bandits)."),
     out: Optional[Path] = typer.Option(
         None, help="Also write OUT/validate.json and OUT/validate.png (traces), "
@@ -68,8 +70,9 @@ def validate(
         fail(ValueError("tlt validate needs trace or run directories, or --run-log LOG"))
     runs = [is_run_dir(t) for t in traces]
     if any(runs) and not all(runs):
-        fail(ValueError(f"{traces[runs.index(False)] if any(runs) else traces[0]}: mixes trace and run directories; "
-                        "validate traces (tlt capture) and runs (tlt train --out) in separate commands"))
+        fail(ValueError(f"{traces[runs.index(False)] if any(runs) else traces[0]}: "
+                        "mixes trace and run directories; validate traces (tlt "
+                        "capture) and runs (tlt train --out) in separate commands"))
     if all(runs):
         validate_runs(traces, prof, seed, out)
     else:
@@ -87,31 +90,36 @@ def validate_traces(traces: list[Path], prof: Profile, seed: int, out: Optional[
     for v in results:
         d = v.details
         drift = "-" if v.drift_factor is None else f"x{v.drift_factor:.3f}"
-        rows.append([v.trace, str(d.workers), f"{d.prompts}x{d.samples}", str(d.max_batch), d.drafter,
-                     f"{d.accept_len_traced:.2f}/{d.accept_len_simulated:.2f}",
+        rows.append([v.trace, str(d.workers), f"{d.prompts}x{d.samples}", str(d.max_batch),
+                     d.drafter, f"{d.accept_len_traced:.2f}/{d.accept_len_simulated:.2f}",
                      f"{v.predicted_rollout_s:,.3f}", f"{v.measured_rollout_s:,.3f}", drift,
                      f"{v.error_pct:+.2f}%", f"{v.raw_error_pct:+.2f}%"])
-    typer.echo(f"profile {prof.name}: traced runs re-simulated with their own lengths, schedule and drafter")
-    typer.echo(format_table(rows, ["trace", "engines", "prompts", "batch", "drafter", "accept len trace/sim",
+    typer.echo(f"profile {prof.name}: traced runs re-simulated "
+               "with their own lengths, schedule and drafter")
+    typer.echo(format_table(rows, ["trace", "engines", "prompts", "batch", "drafter",
+                                   "accept len trace/sim",
                              "predicted s", "measured s", "drift", "error", "raw error"]))
     if any(v.drift_factor is not None for v in results):
-        typer.echo(f"measured s and error at the profile's machine speed (speed probe {prof.speed_probe_ms} ms): "
-                   "each stretch of a trace at its probe samples' speed, drift its mean factor "
-                   "(workbench/calibrate/probe_drift.py); raw error: against the clock, the machine's drift in")
+        typer.echo("measured s and error at the profile's machine speed (speed probe "
+                   f"{prof.speed_probe_ms} ms): each stretch of a trace at its probe samples' "
+                   "speed, drift its mean factor (workbench/calibrate/probe_drift.py); raw "
+                   "error: against the clock, the machine's drift in")
     elif prof.speed_probe_ms is None:
-        typer.echo("no drift correction: the profile records no machine speed (fitted on traces without a "
-                   "speed probe); error includes whatever the machine drifted")
+        typer.echo("no drift correction: the profile records no machine speed (fitted on "
+                   "traces without a speed probe); error includes whatever the machine drifted")
     for v in results:
         d = v.details
-        extra = (f"; schedule buckets set from the trace: {[o.to_dict() for o in d.schedule_overridden]}"
+        extra = ("; schedule buckets set from the trace: "
+                 f"{[o.to_dict() for o in d.schedule_overridden]}"
                  if d.schedule_overridden else "")
         span = d.span_vs_rollout_pct
         typer.echo(f"{v.trace}: measured from {d.measured_basis}"
                    + (f" (request span differs by {span:+.2f}%)" if span is not None else "")
                    + f"; groups on their traced engine: {100 * d.shards_match:.0f}%{extra}")
-        typer.echo(f"  engine steps traced {d.engine_steps_traced}, simulated {d.engine_steps_simulated:,.0f}; "
-                   f"the profile on the traced steps gives {d.step_cost_rollout_s:,.3f}s "
-                   f"(cost model {d.cost_error_pct:+.2f}%, simulator pacing {d.pace_error_pct:+.2f}%)")
+        typer.echo(f"  engine steps traced {d.engine_steps_traced}, simulated "
+                   f"{d.engine_steps_simulated:,.0f}; the profile on the traced steps "
+                   f"gives {d.step_cost_rollout_s:,.3f}s (cost model "
+                   f"{d.cost_error_pct:+.2f}%, simulator pacing {d.pace_error_pct:+.2f}%)")
     if out is not None:
         save_validations(results, out, prof)
         typer.echo(f"wrote {out}/validate.json and {out}/validate.png")
@@ -126,23 +134,26 @@ def show_run(p: RunPrediction) -> None:
     """One run's per-phase means and per-step rows."""
     sample = ("IN-SAMPLE: the profile was fitted on this run" if p.in_sample
               else "held out: the profile was not fitted on this run")
-    typer.echo(f"run {p.run} (policy {p.policy}), profile {p.profile}, {len(p.steps)} RL steps; {sample}")
+    typer.echo(f"run {p.run} (policy {p.policy}), profile "
+               f"{p.profile}, {len(p.steps)} RL steps; {sample}")
     typer.echo(format_table([[ph, f"{p.predicted.get(ph):.3f}", f"{p.measured.get(ph):.3f}",
                               _pct(p.phase_error_pct(ph))]
-                             for ph in PHASES], ["phase (mean per step)", "predicted s", "measured s", "error"]))
+                             for ph in PHASES], ["phase (mean per step)", "predicted s",
+                                                 "measured s", "error"]))
     rows = []
     for s in p.steps:
         pr, me = s.predicted, s.measured
-        rows.append([str(s.rl_step)] + [f"{pr.get(ph):.2f}/{me.get(ph):.2f}" for ph in ("rollout", "train", "sync",
-                                                                                        "step")]
+        rows.append([str(s.rl_step)] + [f"{pr.get(ph):.2f}/{me.get(ph):.2f}" for ph in (
+            "rollout", "train", "sync",
+            "step")]
                     + [_pct(error_pct(pr.step_s, me.step_s)),
                        f"{s.accept_len_predicted:.2f}/{s.accept_len_measured:.2f}",
                        f"{s.drafter_predicted}/{s.drafter_measured or '?'}"])
-    typer.echo(format_table(rows, ["step", "rollout s pred/meas", "update s", "sync s", "step s", "step error",
-                                   "accept len", "drafter"]))
-    typer.echo("  sync includes the wait for the spot trainers to stop (metrics.csv stop_latency_s; the profile's "
-               "phases.spot_stop_s); 'other' is the rest of the measured step (rewards, the checkpoint), "
-               "which the simulator does not model")
+    typer.echo(format_table(rows, ["step", "rollout s pred/meas", "update s", "sync s", "step s",
+                                   "step error", "accept len", "drafter"]))
+    typer.echo("  sync includes the wait for the spot trainers to stop (metrics.csv "
+               "stop_latency_s; the profile's phases.spot_stop_s); 'other' is the rest of the "
+               "measured step (rewards, the checkpoint), which the simulator does not model")
 
 
 def validate_runs(runs: list[Path], prof: Profile, seed: int, out: Optional[Path]) -> None:
@@ -150,17 +161,19 @@ def validate_runs(runs: list[Path], prof: Profile, seed: int, out: Optional[Path
         preds = [predict_run(load_trace(r / TRACE_DIR), prof, seed=seed) for r in runs]
     except (TraceError, ValueError) as exc:
         fail(exc)
-    typer.echo(f"profile {prof.name}: runs re-simulated from their own responses and their recorded policy "
-               "(bandit, drafter and spot training simulated, not replayed)")
+    typer.echo(f"profile {prof.name}: runs re-simulated from their own responses and their "
+               "recorded policy (bandit, drafter and spot training simulated, not replayed)")
     for p in preds:
         show_run(p)
     if out is not None:
         write_json(out / "validate-run.json", {"schema": RUN_SCHEMA, "profile": prof.name,
-                                               "fitted_on": list(prof.fitted_on), "runs": [p.to_dict() for p in preds]})
+                                               "fitted_on": list(prof.fitted_on),
+                                               "runs": [p.to_dict() for p in preds]})
         typer.echo(f"wrote {out}/validate-run.json")
     if len(preds) == 1:
         typer.echo(json.dumps(preds[0].summary()))
         return
     pred, meas = sum(p.predicted.step_s for p in preds), sum(p.measured.step_s for p in preds)
     typer.echo(json.dumps({"predicted_step_s": round(pred, 4), "measured_step_s": round(meas, 4),
-                           "error_pct": round(error_pct(pred, meas), 3), "runs": {p.run: p.summary() for p in preds}}))
+                           "error_pct": round(error_pct(pred, meas), 3),
+                           "runs": {p.run: p.summary() for p in preds}}))

@@ -27,29 +27,41 @@ from workbench.workloads.mixture import fit_mixture
 
 @workload_app.command("import")
 def import_(
-    files: list[Path] = typer.Argument(..., help="Length files or directories: PolyTrace packed_lengths JSONL (with "
-                                       "dapo_filter_indices.jsonl), a CSV/JSONL/Parquet table with step, prompt, "
-                                       "length "
-                                       "[prompt_tokens, correct, rank], or veRL's per-step response_length/* metrics."),
-    out: Path = typer.Option(..., help="The Workload YAML to write (the lengths go beside it: OUT.lengths.parquet)."),
+    files: list[Path] = typer.Argument(...,
+                                       help="Length files or directories: PolyTrace packed_lengths "
+                                            "JSONL (with dapo_filter_indices.jsonl), a "
+                                            "CSV/JSONL/Parquet table with step, prompt, length "
+                                            "[prompt_tokens, correct, rank], or veRL's per-step "
+                                            "response_length/* metrics."),
+    out: Path = typer.Option(...,
+                             help="The Workload YAML to write (the lengths "
+                                  "go beside it: OUT.lengths.parquet)."),
     mode: str = typer.Option("replay", help=f"Length model: {', '.join(MODES)}."),
-    cap: int | None = typer.Option(None, min=16, help="max_response_tokens of the run (default: a mass at the longest "
-                                      "length, else the next power of two)."),
-    base: str = typer.Option("tlt-eval-qwen2.5-32b", help="Workload preset or file whose hardware (profile, workers, "
+    cap: int | None = typer.Option(None, min=16,
+                                   help="max_response_tokens of the run (default: a mass at "
+                                        "the longest length, else the next power of two)."),
+    base: str = typer.Option("tlt-eval-qwen2.5-32b",
+                             help="Workload preset or file whose hardware (profile, workers, "
                              "TP, max_batch) the new workload runs on."),
     name: str | None = typer.Option(None, help="Workload name (default: OUT's stem)."),
-    responses_per_step: int | None = typer.Option(None, min=2, help="Summary tables only: responses behind each "
-                                                     "step's max (default: the base's prompts x group size)."),
-    description: str = typer.Option("", help="The workload's description (default: where its lengths "
+    responses_per_step: int | None = typer.Option(None, min=2,
+                                                  help="Summary tables only: responses "
+                                                       "behind each step's max (default: "
+                                                       "the base's prompts x group size)."),
+    description: str = typer.Option("",
+                                    help="The workload's description (default: where its lengths "
                                     "and shape come from)."),
 ) -> None:
     """Import real response lengths: report what is in them, fit the length model, write a Workload."""
     t0 = time.perf_counter()
-    command = "tlt workload " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("import"):]) \
-        if "import" in sys.argv else "tlt workload import"
+    command = "tlt workload import"
+    if "import" in sys.argv:
+        command = "tlt workload " + " ".join(shlex.quote(a)
+                                             for a in sys.argv[sys.argv.index("import"):])
     try:
-        result = import_workload(files, out, load_workload(base), mode, cap, name, responses_per_step,
-                                 source=f"built by: {command}", description=description)
+        result = import_workload(files, out, load_workload(base), mode, cap, name,
+                                 responses_per_step, source=f"built by: {command}",
+                                 description=description)
     except ConfigError as exc:
         fail(exc)
     for line in result.lines:

@@ -55,11 +55,12 @@ def check_form(form: CalibrateForm) -> list[str]:
     """Every problem found before anything starts; each names the field and the fix."""
     problems = []
     if not (resolve(form.model) / "config.json").is_file():
-        problems.append(f"Model directory '{form.model}' has no config.json: give a Hugging Face model directory "
-                        f"(e.g. {DEFAULT_MODEL}).")
+        problems.append(f"Model directory '{form.model}' has no config.json: give "
+                        f"a Hugging Face model directory (e.g. {DEFAULT_MODEL}).")
     if form.drafter.strip() and not resolve(form.drafter).is_dir():
-        problems.append(f"Drafter directory '{form.drafter}' does not exist: give an EAGLE drafter directory "
-                        f"(e.g. {DEFAULT_DRAFTER}) or leave it empty to calibrate without EAGLE.")
+        problems.append(f"Drafter directory '{form.drafter}' does not exist: give "
+                        f"an EAGLE drafter directory (e.g. {DEFAULT_DRAFTER}) or "
+                        "leave it empty to calibrate without EAGLE.")
     if Path(form.out.strip()).suffix not in (".yaml", ".yml", ".json"):
         problems.append(f"Profile file '{form.out}': give a .yaml, .yml or .json file name.")
     return problems
@@ -76,7 +77,8 @@ def log_path(profile: Path) -> Path:
 
 
 def calibrate_command(form: CalibrateForm) -> list[str]:
-    argv = [*tlt_executable(), "calibrate", "--model", str(resolve(form.model)), "--out", str(resolve(form.out))]
+    argv = [*tlt_executable(), "calibrate", "--model", str(resolve(form.model)), "--out",
+            str(resolve(form.out))]
     if form.drafter.strip():
         argv += ["--drafter", str(resolve(form.drafter))]
     return argv
@@ -91,7 +93,8 @@ def _show_launch() -> None:
     c1, c2 = st.columns([4, 1])
     if rc is None:
         c1.info(f"calibrating (pid {run.proc.pid}) · log `{log}`")
-        if c2.button("Stop", key="calibrate_stop", help="SIGTERM: nothing half-written is left behind."):
+        if c2.button("Stop", key="calibrate_stop",
+                     help="SIGTERM: nothing half-written is left behind."):
             stop(run)
             st.rerun()
     elif rc == 0:
@@ -99,7 +102,8 @@ def _show_launch() -> None:
     else:
         tail = log_tail(log, lines=200)
         failure = find_failure(tail) if tail else None
-        c1.error(f"calibration failed, exit code {rc}: " + (failure.message if failure else "see the log below."))
+        c1.error(f"calibration failed, exit code {rc}: " + (
+            failure.message if failure else "see the log below."))
     tail = log_tail(log)
     done = progress_of(tail) if tail and rc is None else None
     if done is not None:
@@ -112,7 +116,8 @@ def _show_launch() -> None:
 def _took() -> str:
     """How long the shipped calibration took (its report's own figure), not a fixed estimate."""
     try:
-        wall = json.loads(resolve(SHIPPED_REPORT).read_text()).get("self_calibration", {}).get("wall_s")
+        wall = json.loads(resolve(SHIPPED_REPORT).read_text()).get("self_calibration", {}).get(
+            "wall_s")
     except (OSError, ValueError):
         return ""
     return f" (the shipped calibration took {wall / 60:.1f} min on this project's 2-core machine)" \
@@ -141,19 +146,24 @@ def _live() -> None:
 def _form() -> CalibrateForm:
     c1, c2, c3 = st.columns(3)
     model = c1.text_input("Model directory", value=DEFAULT_MODEL, key="calibrate_model",
-                          help="The model to calibrate the machine with; relative paths are from the workbench root.")
-    drafter = c2.text_input("EAGLE drafter directory", value=DEFAULT_DRAFTER, key="calibrate_drafter",
-                            help="Its captures fit the EAGLE drafter's cost and acceptance; empty: none.")
+                          help="The model to calibrate the machine with; "
+                               "relative paths are from the workbench root.")
+    drafter = c2.text_input("EAGLE drafter directory", value=DEFAULT_DRAFTER,
+                            key="calibrate_drafter",
+                            help="Its captures fit the EAGLE drafter's "
+                                 "cost and acceptance; empty: none.")
     out = c3.text_input("Profile to write", value=DEFAULT_OUT, key="calibrate_out",
-                        help="Beside it: .calibration.json (the report), .workload.yaml and .captures/.")
+                        help="Beside it: .calibration.json (the "
+                             "report), .workload.yaml and .captures/.")
     return CalibrateForm(model, drafter, out)
 
 
 def _report_section(form: CalibrateForm) -> None:
     st.subheader("Calibration report")
     ours = report_path(resolve(form.out))
-    default = str(ours.relative_to(resolve("."))) if ours.is_file() and ours.is_relative_to(resolve(".")) \
-        else SHIPPED_REPORT
+    default = SHIPPED_REPORT
+    if ours.is_file() and ours.is_relative_to(resolve(".")):
+        default = str(ours.relative_to(resolve(".")))
     st.session_state.setdefault(_KEY_REPORT, default)
     path = st.text_input("Report file", key=_KEY_REPORT,
                          help="Any .calibration.json `tlt calibrate` wrote (beside its profile).")
@@ -162,22 +172,24 @@ def _report_section(form: CalibrateForm) -> None:
 
 def render() -> None:
     st.title("Calibrate")
-    st.caption("Calibrate this machine in one run: capture rollouts with no SD, n-gram and EAGLE (interleaved, "
-               "with a reference measurement repeated through the run to take out the machine's drift), fit the "
-               "profile, and validate it on held-out captures taken in the same run (`tlt calibrate --model`).")
+    st.caption("Calibrate this machine in one run: capture rollouts with no SD, n-gram "
+               "and EAGLE (interleaved, with a reference measurement repeated through "
+               "the run to take out the machine's drift), fit the profile, and validate "
+               "it on held-out captures taken in the same run (`tlt calibrate --model`).")
     form = _form()
     problems = check_form(form)
     for problem in problems:
         st.error(problem)
     running = is_running(_STATE)
-    clicked = st.button("Calibrate this machine", type="primary", disabled=bool(problems) or running,
-                        key="calibrate_start")
+    clicked = st.button("Calibrate this machine", type="primary",
+                        disabled=bool(problems) or running, key="calibrate_start")
     if not problems:
         argv = calibrate_command(form)
         st.caption(f"`{shlex.join(argv)}`" + _took())
         if clicked and not running:
             out = resolve(form.out)
-            st.session_state[_STATE] = launch(argv, out.parent, resume=False, steps=0, log_name=log_path(out).name)
+            st.session_state[_STATE] = launch(argv, out.parent, resume=False, steps=0,
+                                              log_name=log_path(out).name)
             st.session_state[_KEY_REPORT] = str(report_path(Path(form.out.strip())))
             st.rerun()
     st.fragment(_live, run_every=REFRESH_S if running else None)()

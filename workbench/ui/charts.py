@@ -35,7 +35,8 @@ STATE_LABELS = {
     "train": "policy training",
     "sync": "weight sync",
 }
-POLICY_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#EECA3B", "#9D755D")
+POLICY_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#EECA3B",
+                 "#9D755D")
 
 _TOL = 1e-9  # seconds: rows closer than this are back to back
 
@@ -51,15 +52,16 @@ def merge_intervals(timeline: pd.DataFrame) -> pd.DataFrame:
             "batch_min", "batch_max", "draft_min", "draft_max", "segments"]
     if timeline.empty:
         return pd.DataFrame(columns=cols)
-    df = timeline.sort_values(["rl_step", "worker", "start_s"], kind="stable").reset_index(drop=True)
+    df = timeline.sort_values(["rl_step", "worker", "start_s"],
+                              kind="stable").reset_index(drop=True)
     state = df["state"].astype(str).to_numpy()
     worker = df["worker"].to_numpy()
     rl_step = df["rl_step"].to_numpy()
     start = df["start_s"].to_numpy(dtype=float)
     end = df["end_s"].to_numpy(dtype=float)
     new_run = np.ones(len(df), dtype=bool)
-    new_run[1:] = ((state[1:] != state[:-1]) | (worker[1:] != worker[:-1]) | (rl_step[1:] != rl_step[:-1])
-                   | (start[1:] > end[:-1] + _TOL))
+    new_run[1:] = ((state[1:] != state[:-1]) | (worker[1:] != worker[:-1])
+                   | (rl_step[1:] != rl_step[:-1]) | (start[1:] > end[:-1] + _TOL))
     run = np.cumsum(new_run)
     out = df.assign(state=state, _run=run).groupby("_run", sort=True).agg(
         rl_step=("rl_step", "first"),
@@ -83,7 +85,8 @@ def _span(lo: np.ndarray, hi: np.ndarray) -> list[str]:
 
 
 def gantt_figure(timeline: pd.DataFrame, title: str = "", max_workers: int | None = None,
-                 relative: bool = True, x_max: float | None = None, height: int | None = None) -> go.Figure:
+                 relative: bool = True, x_max: float | None = None,
+                 height: int | None = None) -> go.Figure:
     """Worker-by-time Gantt chart of a timeline (usually one RL step's rows).
 
     timeline: the simulator's columns (rl_step, worker, start_s, end_s, state,
@@ -137,7 +140,8 @@ def gantt_figure(timeline: pd.DataFrame, title: str = "", max_workers: int | Non
         bargap=0.15,
         height=height or int(min(900, max(240, 110 + 22 * n))),
         margin=dict(l=10, r=10, t=75 if title else 45, b=10),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0, traceorder="normal"),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0,
+                    traceorder="normal"),
         xaxis=dict(title="seconds" + (" from step start" if relative else ""), rangemode="tozero"),
         yaxis=dict(title="worker", type="category", categoryorder="array",
                    categoryarray=[labels[w] for w in workers], autorange="reversed"),
@@ -153,7 +157,9 @@ def step_lines_figure(per_step: pd.DataFrame, policies: Sequence[str] | None = N
     per_step: columns policy, rl_step, step_time_s, mean_accept_len.
     """
     policies = list(policies) if policies is not None else list(dict.fromkeys(per_step["policy"]))
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Step time (s)", "Mean accepted length (tokens / verify pass)"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Step time (s)",
+                                                        "Mean accepted length "
+                                                        "(tokens / verify pass)"))
     for i, name in enumerate(policies):
         d = per_step[per_step["policy"] == name].sort_values("rl_step")
         color = POLICY_COLORS[i % len(POLICY_COLORS)]
@@ -166,15 +172,17 @@ def step_lines_figure(per_step: pd.DataFrame, policies: Sequence[str] | None = N
     fig.update_xaxes(title_text="RL step", dtick=1)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(rangemode="tozero", row=1, col=2)
-    fig.update_layout(height=340, margin=dict(l=10, r=10, t=40, b=10), legend=dict(title_text="policy"))
+    fig.update_layout(height=340, margin=dict(l=10, r=10, t=40, b=10),
+                      legend=dict(title_text="policy"))
     return fig
 
 
-def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[str]]], x: str = "rl_step",
-                        height: int = 320) -> go.Figure:
+def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[str]]],
+                        x: str = "rl_step", height: int = 320) -> go.Figure:
     """One subplot per panel, one line per column of the panel, over `x` (e.g. a run's metrics.csv).
 
-    panels: (title, columns) pairs; a column absent from df is skipped, so an older file still draws.
+    panels: (title, columns) pairs; a column absent
+    from df is skipped, so an older file still draws.
     """
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[title for title, _ in panels])
     d = df.sort_values(x)
@@ -188,7 +196,8 @@ def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[s
                 hovertemplate=f"{metric}<br>{x} %{{x}}: %{{y:.3g}}<extra></extra>",
             ), row=1, col=col)
     fig.update_xaxes(title_text=x, dtick=1 if len(d) <= 20 else None)
-    fig.update_layout(height=height, margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(height=height, margin=dict(l=10, r=10, t=40, b=10),
+                      legend=dict(orientation="h", y=-0.25))
     return fig
 
 
@@ -204,13 +213,14 @@ def strategy_label(name: str) -> str:
     return f"chain of {name}"
 
 
-def batch_lines_figure(lines: Sequence[BatchLine], title: str = "", x_max: float | None = None) -> go.Figure:
+def batch_lines_figure(lines: Sequence[BatchLine], title: str = "",
+                       x_max: float | None = None) -> go.Figure:
     """Running batch per worker over one step (log scale), one colour per speculation strategy; the
     title above the plot, the legend (each strategy in words) below it, ticks at powers of two."""
     fig = go.Figure()
     names = strategies(list(lines))
-    colors = {s: ("#4C78A8" if s == NO_SD_LABEL else POLICY_COLORS[(i + 1) % len(POLICY_COLORS)]) for i,
-              s in enumerate(names)}
+    colors = {s: ("#4C78A8" if s == NO_SD_LABEL else POLICY_COLORS[(i + 1) % len(POLICY_COLORS)])
+              for i, s in enumerate(names)}
     shown: set[str] = set()
     for ln in lines:
         label = strategy_label(ln.strategy)
@@ -220,14 +230,16 @@ def batch_lines_figure(lines: Sequence[BatchLine], title: str = "", x_max: float
             hovertemplate=f"worker {ln.worker} · {label}<br>batch %{{y:.0f}} at %{{x:.2f}} "
                           "s<extra></extra>"))
         shown.add(ln.strategy)
-    top = max((float(np.nanmax(ln.y)) for ln in lines if len(ln.y) and np.isfinite(ln.y).any()), default=1.0)
+    top = max((float(np.nanmax(ln.y)) for ln in lines if len(ln.y) and np.isfinite(ln.y).any()),
+              default=1.0)
     ticks = [2**i for i in range(int(np.log2(max(top, 1))) + 2)]
     fig.update_layout(title=dict(text=title, y=0.98, yanchor="top") if title else None, height=400,
                       margin=dict(l=10, r=10, t=40 if title else 10, b=10),
-                      legend=dict(title="speculation", orientation="h", yanchor="top", y=-0.18, x=0),
+                      legend=dict(title="speculation", orientation="h", yanchor="top", y=-0.18,
+                                  x=0),
                       xaxis=dict(title="seconds from step start", rangemode="tozero"),
-                      yaxis=dict(title="running batch", type="log", tickvals=ticks, ticktext=[str(v) for v in ticks],
-                                 minor=dict(showgrid=False)))
+                      yaxis=dict(title="running batch", type="log", tickvals=ticks,
+                                 ticktext=[str(v) for v in ticks], minor=dict(showgrid=False)))
     if x_max is not None:
         fig.update_xaxes(range=[0, x_max])
     return fig

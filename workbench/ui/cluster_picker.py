@@ -160,7 +160,8 @@ def pick(
     models = _options()[0]
     arch = models[choice.model]
     try:
-        with st.spinner(f"Deriving the profile of {choice.tp}x {choice.gpu} ({choice.framework})…"):
+        with st.spinner(f"Deriving the profile of {choice.tp}x {choice.gpu} "
+                        f"({choice.framework})…"):
             from workbench.calibrate.gpu_catalog import cached_profile
 
             prof = cached_profile(
@@ -212,16 +213,15 @@ def _uploaded(upload) -> str:
     data = upload.getvalue()
     d = Path(tempfile.gettempdir()) / "tlt-uploaded-profiles"
     d.mkdir(parents=True, exist_ok=True)
-    path = (
-        d
-        / f"{Path(upload.name).stem}-{hashlib.sha256(data).hexdigest()[:8]}{Path(upload.name).suffix}"
-    )
+    name = Path(upload.name)
+    path = d / f"{name.stem}-{hashlib.sha256(data).hexdigest()[:8]}{name.suffix}"
     path.write_bytes(data)
     return str(path)
 
 
 def checked(workload: Workload, profile: Profile | None) -> Profile | None:
-    """The picked profile if it describes the workload's cluster; else None, with the field named."""
+    """The picked profile if it describes the workload's
+    cluster; else None, with the field named."""
     if profile is None:
         return None
     try:

@@ -27,7 +27,8 @@ from workbench.ui.export import Report, figure_downloads, policy_export_buttons,
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
 _STATE_RESULT = "compare_result"
-_STATE_POLICIES = "compare_result_policies"  # the compared Policy objects by name (uploaded ones have no preset)
+# the compared Policy objects by name (uploaded ones have no preset)
+_STATE_POLICIES = "compare_result_policies"
 _STATE_REGRET = "compare_regret_result"
 
 _SUMMARY_HELP = {
@@ -50,44 +51,55 @@ def summary_table(summary: pd.DataFrame) -> pd.DataFrame:
     s = summary
     out = pd.DataFrame(index=s.index)
     out["What it does to RL"] = s["nature"]
-    out["Step (s)"] = [f"{m:,.1f} ± {d:,.1f}" for m, d in zip(s["step_time_s_mean"], s["step_time_s_std"])]
+    out["Step (s)"] = [f"{m:,.1f} ± {d:,.1f}" for m, d in zip(
+        s["step_time_s_mean"], s["step_time_s_std"])]
     out["Rollout (s)"] = [f"{m:,.1f}" for m in s["rollout_time_s_mean"]]
     out["Bubble"] = [f"{v:.1%}" for v in s["bubble_fraction_mean"]]
     out["Tail"] = [f"{v:.1%}" for v in s["tail_fraction_mean"]]
     out["Accepted len"] = [f"{v:.2f}" for v in s["mean_accept_len_mean"]]
     out["Spot training"] = [f"{v:.1%}" for v in s["drafter_train_fraction_mean"]]
     out["Speedup"] = [f"{v:.2f}x" for v in s["speedup"]]
-    out["Paired range"] = [f"{a:.2f}-{b:.2f}x" for a, b in zip(s["speedup_paired_min"], s["speedup_paired_max"])]
+    out["Paired range"] = [f"{a:.2f}-{b:.2f}x" for a, b in zip(
+        s["speedup_paired_min"], s["speedup_paired_max"])]
     return out
 
 
 _REGRET_COLUMNS = {
     "label": st.column_config.TextColumn("Bandit"),
     "regret_s_mean": st.column_config.NumberColumn(
-        "Regret (s)", format="%.2f", help="Worker-seconds lost vs the best fixed draft length per bucket."),
+        "Regret (s)", format="%.2f",
+        help="Worker-seconds lost vs the best fixed draft length per bucket."),
     "regret_s_std": st.column_config.NumberColumn("± std", format="%.2f"),
     "regret_pct_mean": st.column_config.NumberColumn("% of rollout", format="%.2f%%",
                                                      help="Regret / rollout worker-time."),
-    "clairvoyant_regret_s_mean": st.column_config.NumberColumn("Clairvoyant (s)", format="%.2f",
-                                                               help="Against the best arm per segment (>= regret)."),
+    "clairvoyant_regret_s_mean": st.column_config.NumberColumn(
+        "Clairvoyant (s)", format="%.2f",
+        help="Against the best arm per segment (>= regret)."),
     "decisions_mean": st.column_config.NumberColumn("Decisions", format="%.0f"),
     "step_time_s_mean": st.column_config.NumberColumn("Step (s)", format="%.1f"),
 }
 
 
 def _inputs():
-    """The workload (preset or file), the policies (presets, then uploaded files), seeds and steps."""
+    """The workload (preset or file), the policies
+    (presets, then uploaded files), seeds and steps."""
     c1, c2, c3, c4 = st.columns([1.2, 2.4, 0.6, 0.6])
     with c1:
         workload, _ = inputs.workload_choice("compare", preset_key="compare_wl")
     available = policy_presets()
-    names = c2.multiselect("Policies", available, default=[p for p in DEFAULT_POLICIES if p in available],
-                           key="compare_policies", help="Speedups are relative to the first policy in this list.")
+    names = c2.multiselect("Policies", available,
+                           default=[p for p in DEFAULT_POLICIES if p in available],
+                           key="compare_policies",
+                           help="Speedups are relative to the first policy in this list.")
     with c2:
-        uploaded = inputs.policy_uploads("compare_policy_files", "Policy files (after the presets)", set(names))
-    seeds = int(c3.number_input("Seeds", min_value=1, max_value=20, value=3, step=1, key="compare_seeds",
-                                help="Seeds 0..K-1; each seed draws the same response lengths for every policy."))
-    steps = int(c4.number_input("Steps", min_value=1, max_value=50, value=3, step=1, key="compare_steps"))
+        uploaded = inputs.policy_uploads("compare_policy_files", "Policy files (after the presets)",
+                                         set(names))
+    seeds = int(c3.number_input("Seeds", min_value=1, max_value=20, value=3, step=1,
+                                key="compare_seeds",
+                                help="Seeds 0..K-1; each seed draws the same "
+                                     "response lengths for every policy."))
+    steps = int(c4.number_input("Steps", min_value=1, max_value=50, value=3, step=1,
+                                key="compare_steps"))
     return workload, names, uploaded, seeds, steps
 
 
@@ -121,14 +133,17 @@ def _run_compare(workload, profile, policies, seeds: int, steps: int) -> Compari
 
 
 def _report(result: Comparison, summary) -> Report:
-    """The comparison as a document to send: inputs, the summary table, the figure, the per-seed rows."""
+    """The comparison as a document to send: inputs,
+    the summary table, the figure, the per-seed rows."""
     rep = Report(f"Compare: {result.workload}",
-                 [f"Profile {result.profile} · {result.steps} step(s) · seeds {result.seeds[0]}..{result.seeds[-1]} "
-                  "(common random numbers: every policy sees the same response lengths for a seed)",
+                 [f"Profile {result.profile} · {result.steps} step(s) · seeds "
+                  f"{result.seeds[0]}..{result.seeds[-1]} (common random numbers: "
+                  "every policy sees the same response lengths for a seed)",
                   f"Policies {', '.join(result.policies)}; speedups against {result.reference}"])
     rep.heading("Summary over seeds").table(summary_table(summary))
-    rep.text("Bubble: idle worker-time / rollout worker-time (workers that finished, waiting for the slowest). "
-             "Tail: worker-time decoding at a batch <= 1/8 of the step's largest / rollout worker-time.")
+    rep.text("Bubble: idle worker-time / rollout worker-time (workers that "
+             "finished, waiting for the slowest). Tail: worker-time decoding "
+             "at a batch <= 1/8 of the step's largest / rollout worker-time.")
     rep.figure(result.figure(), f"compare-{result.workload}")
     rep.heading("Per seed").table(result.runs.set_index(["policy", "seed"]))
     return rep
@@ -136,12 +151,13 @@ def _report(result: Comparison, summary) -> Report:
 
 def _show_compare(result: Comparison) -> None:
     st.subheader("Results")
-    st.caption(f"Workload **{result.workload}** · profile **{result.profile}** · {result.steps} step(s) · "
-               f"seeds {result.seeds[0]}..{result.seeds[-1]} (common random numbers: every policy sees the same "
-               "response lengths for a seed)")
+    st.caption(f"Workload **{result.workload}** · profile **{result.profile}** · "
+               f"{result.steps} step(s) · seeds {result.seeds[0]}..{result.seeds[-1]} (common "
+               "random numbers: every policy sees the same response lengths for a seed)")
     summary = result.summary()
     st.dataframe(summary_table(summary), width="stretch", key="compare_summary",
-                 column_config={k: st.column_config.TextColumn(k, help=v) for k, v in _SUMMARY_HELP.items()})
+                 column_config={k: st.column_config.TextColumn(k, help=v)
+                                for k, v in _SUMMARY_HELP.items()})
     st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]}. Speedup = "
                f"{result.reference}'s mean step "
                "time / the policy's; paired range = the range over seeds of the per-seed ratio.")
@@ -159,7 +175,8 @@ def _show_compare(result: Comparison) -> None:
     with st.expander("Per seed"):
         st.dataframe(result.runs, width="stretch", hide_index=True)
     ran = st.session_state.get(_STATE_POLICIES, {})
-    pick = st.selectbox("Policy to export", result.policies, index=result.policies.index(_export_default(result, ran)),
+    pick = st.selectbox("Policy to export", result.policies,
+                        index=result.policies.index(_export_default(result, ran)),
                         key="compare_export_pick",
                         help="First: the fastest lossless policy that speculates (an engine "
                              "setting to export); "
@@ -194,9 +211,10 @@ def _show_why(result: Comparison) -> None:
 
 def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
     with st.expander("Bandit regret vs the oracle schedule", expanded=False):
-        st.caption("BEG-MAB, UCB1, epsilon-greedy and the fixed table, each the base policy with only "
-                   "`bandit.algorithm` changed, on the same workload, seeds and steps. Regret = decode "
-                   "worker-seconds lost against the best fixed draft length per batch-size bucket in hindsight.")
+        st.caption("BEG-MAB, UCB1, epsilon-greedy and the fixed table, each the base "
+                   "policy with only `bandit.algorithm` changed, on the same workload, "
+                   "seeds and steps. Regret = decode worker-seconds lost against the "
+                   "best fixed draft length per batch-size bucket in hindsight.")
         bases = []
         for name in policy_presets():
             try:
@@ -207,7 +225,8 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
         if not bases:
             st.info("No policy preset uses speculative decoding.")
             return
-        base_name = st.selectbox("Base policy", bases, index=bases.index("tlt-cold") if "tlt-cold" in bases else 0,
+        base_name = st.selectbox("Base policy", bases,
+                                 index=bases.index("tlt-cold") if "tlt-cold" in bases else 0,
                                  key="compare_regret_base")
         if st.button("Run regret analysis", key="compare_regret_run", disabled=workload is None):
             bar = st.progress(0.0, text="Simulating bandits…")
@@ -216,8 +235,8 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
                 bar.progress(done / total, text=f"{alg}, seed {seed} ({done}/{total})")
 
             try:
-                report = bandit_regret(workload, load_policy(base_name), profile, seeds, steps=steps,
-                                       on_progress=on_progress)
+                report = bandit_regret(workload, load_policy(base_name), profile, seeds,
+                                       steps=steps, on_progress=on_progress)
                 st.session_state[_STATE_REGRET] = report
             except Exception as exc:
                 st.error(f"Regret analysis failed: {type(exc).__name__}: {exc}")
@@ -225,10 +244,11 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
         report: RegretReport | None = st.session_state.get(_STATE_REGRET)
         if report is None:
             return
-        st.caption(f"{report.workload} · base policy **{report.base_policy}** · arms {report.arms} · "
-                   f"{report.steps} step(s) · seeds {report.seeds[0]}..{report.seeds[-1]}")
+        st.caption(f"{report.workload} · base policy **{report.base_policy}** · arms {report.arms} "
+                   f"· {report.steps} step(s) · seeds {report.seeds[0]}..{report.seeds[-1]}")
         summary = report.summary()
-        st.dataframe(summary[list(_REGRET_COLUMNS)], column_config=_REGRET_COLUMNS, width="stretch", hide_index=True)
+        st.dataframe(summary[list(_REGRET_COLUMNS)], column_config=_REGRET_COLUMNS, width="stretch",
+                     hide_index=True)
         regret_fig = report.figure()
         st.pyplot(regret_fig, clear_figure=False)
         figure_downloads(regret_fig, f"regret-{report.workload}", "compare_regret_fig")
@@ -241,8 +261,9 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
 
 def render() -> None:
     st.title("Compare")
-    st.caption("Run several scheduling policies over several seeds and see which is faster, by how much, and how "
-               "sure that is; then judge the draft-length bandits against the best fixed schedule in hindsight.")
+    st.caption("Run several scheduling policies over several seeds and see which "
+               "is faster, by how much, and how sure that is; then judge the "
+               "draft-length bandits against the best fixed schedule in hindsight.")
     workload, names, uploaded, seeds, steps = _inputs()
     loaded = _load(workload, names, uploaded)
     workload, profile, policies = loaded if loaded else (None, None, [])
@@ -258,6 +279,7 @@ def render() -> None:
     if result is not None:
         _show_compare(result)
         if workload is not None and workload.name == result.workload:
-            run_totals.show(run_totals.mean_steps_of_comparison(result), workload, profile, "compare_totals")
+            run_totals.show(run_totals.mean_steps_of_comparison(result), workload, profile,
+                            "compare_totals")
     if workload is not None:
         _regret_panel(workload, profile, seeds, steps)

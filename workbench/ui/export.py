@@ -1,5 +1,5 @@
-"""Downloads the pages share: a figure as PNG or SVG, a result as one self-contained HTML report, and a
-policy exported for vLLM, SGLang / FastRL and veRL (`policy_export_buttons`).
+"""Downloads the pages share: a figure as PNG or SVG, a result as one self-contained HTML report,
+and a policy exported for vLLM, SGLang / FastRL and veRL (`policy_export_buttons`).
 
 Plotly figures become images through kaleido, which drives a Chrome (Debian's chromium here, the
 one the browser tests use). Starting it takes seconds, so nothing is drawn until a button is
@@ -47,7 +47,8 @@ def image_export_problem() -> str | None:
 
 
 def plotly_image(fig: go.Figure, fmt: str, scale: float = 2.0) -> bytes:
-    """The figure as PNG or SVG bytes (kaleido; RuntimeError where image_export_problem() says why)."""
+    """The figure as PNG or SVG bytes (kaleido;
+    RuntimeError where image_export_problem() says why)."""
     problem = image_export_problem()
     if problem:
         raise RuntimeError(problem)
@@ -71,16 +72,17 @@ def figure_downloads(fig: Union[go.Figure, Figure], name: str, key: str) -> None
     is_plotly = isinstance(fig, go.Figure)
     problem = image_export_problem() if is_plotly else None
     if problem:
-        st.caption(f"{problem}; the chart's camera button saves a PNG, and the HTML report keeps every figure.")
+        st.caption(f"{problem}; the chart's camera button saves a "
+                   "PNG, and the HTML report keeps every figure.")
         return
     cols = st.columns([1, 1, 8])
     for col, fmt in zip(cols, ("png", "svg")):
         def data(fmt=fmt) -> bytes:
             return plotly_image(fig, fmt) if is_plotly else matplotlib_image(fig, fmt)
 
-        col.download_button(fmt.upper(), data, file_name=f"{name}.{fmt}", mime=MIME[fmt], key=f"{key}:{fmt}",
-                            type="tertiary", icon=":material/download:", on_click="ignore",
-                            help=f"Download this figure as {fmt.upper()}.")
+        col.download_button(fmt.upper(), data, file_name=f"{name}.{fmt}", mime=MIME[fmt],
+                            key=f"{key}:{fmt}", type="tertiary", icon=":material/download:",
+                            on_click="ignore", help=f"Download this figure as {fmt.upper()}.")
 
 
 # ---------------------------------------------------------------- the HTML report
@@ -88,11 +90,13 @@ def figure_downloads(fig: Union[go.Figure, Figure], name: str, key: str) -> None
 
 @dataclass
 class Report:
-    """A result as a document: a title, lines of context, then sections of text, tables and figures."""
+    """A result as a document: a title, lines of context,
+    then sections of text, tables and figures."""
 
     title: str
     context: list[str] = field(default_factory=list)  # short lines under the title (plain text)
-    parts: list[tuple[str, object]] = field(default_factory=list)  # ("h2" | "p" | "table" | "figure", value)
+    # ("h2" | "p" | "table" | "figure", value)
+    parts: list[tuple[str, object]] = field(default_factory=list)
 
     def heading(self, text: str) -> "Report":
         self.parts.append(("h2", text))
@@ -102,7 +106,8 @@ class Report:
         self.parts.append(("p", text))
         return self
 
-    def table(self, df: pd.DataFrame, formats: dict[str, Callable[[float], str]] | None = None) -> "Report":
+    def table(self, df: pd.DataFrame,
+              formats: dict[str, Callable[[float], str]] | None = None) -> "Report":
         self.parts.append(("table", (df, formats or {})))
         return self
 
@@ -112,7 +117,8 @@ class Report:
 
 
 _STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; \
+max-width: 1200px;
        color: #222; padding: 0 1rem; }
 h1 { margin-bottom: .2rem; } .context { color: #555; margin: .1rem 0; }
 table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: .9rem; }
@@ -135,13 +141,16 @@ def _table_html(df: pd.DataFrame, formats: dict[str, Callable[[float], str]]) ->
 def _figure_html(fig: Union[go.Figure, Figure], name: str, index: int, first_plotly: bool) -> str:
     if isinstance(fig, go.Figure):
         div = f"fig{index}"
-        # The app's charts use thin margins (Streamlit pads them); alone on a page they need room for the axes.
+        # The app's charts use thin margins (Streamlit pads
+        # them); alone on a page they need room for the axes.
         wide = go.Figure(fig).update_layout(margin={"l": 70, "r": 30, "t": 70, "b": 60})
         body = wide.to_html(full_html=False, include_plotlyjs=first_plotly, div_id=div,
                             config={"displaylogo": False})
         buttons = "".join(
-            f'<button onclick="Plotly.downloadImage(\'{div}\', {{format: \'{fmt}\', filename: \'{html.escape(name)}\', '
-            f'scale: {2 if fmt == "png" else 1}}})">{fmt.upper()}</button>' for fmt in ("png", "svg"))
+            f'<button onclick="Plotly.downloadImage(\'{div}\', '
+            f'{{format: \'{fmt}\', filename: \'{html.escape(name)}\', '
+            'scale: '
+            f'{2 if fmt == "png" else 1}}})">{fmt.upper()}</button>' for fmt in ("png", "svg"))
         return f'<div class="figure">{body}<div>{buttons}</div></div>'
     svg = matplotlib_image(fig, "svg").decode("utf-8")
     svg_start = svg.find("<svg")  # drop the XML prolog and doctype: the SVG goes inline
@@ -154,7 +163,8 @@ def _figure_html(fig: Union[go.Figure, Figure], name: str, index: int, first_plo
 
 def report_html(report: Report) -> str:
     """One HTML file, everything inline (plotly.js included once): it opens offline, anywhere."""
-    out = [f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{html.escape(report.title)}</title>",
+    out = ["<!DOCTYPE html>\n<html lang='en'><head><meta "
+           f"charset='utf-8'><title>{html.escape(report.title)}</title>",
            f"<style>{_STYLE}</style></head><body>", f"<h1>{html.escape(report.title)}</h1>"]
     out += [f'<p class="context">{html.escape(line)}</p>' for line in report.context]
     plotly_seen = False
@@ -168,9 +178,11 @@ def report_html(report: Report) -> str:
             out.append(_table_html(df, formats))
         else:
             fig, name = value
-            out.append(_figure_html(fig, name, i, first_plotly=not plotly_seen and isinstance(fig, go.Figure)))
+            out.append(_figure_html(fig, name, i,
+                                    first_plotly=not plotly_seen and isinstance(fig, go.Figure)))
             plotly_seen = plotly_seen or isinstance(fig, go.Figure)
-    out.append(f"<footer>TLT Workbench · {time.strftime('%Y-%m-%d %H:%M')}</footer></body></html>\n")
+    out.append("<footer>TLT Workbench · "
+               f"{time.strftime('%Y-%m-%d %H:%M')}</footer></body></html>\n")
     return "\n".join(out)
 
 
@@ -188,10 +200,10 @@ def times(v: float) -> str:
 
 def report_button(label: str, build: Callable[[], Report], file_name: str, key: str) -> None:
     """A download of the report, built when clicked (a report carries plotly.js: ~5 MB)."""
-    st.download_button(label, lambda: report_html(build()), file_name=file_name, mime=MIME["html"], key=key,
-                       icon=":material/description:", on_click="ignore",
-                       help="One HTML file with the inputs, the tables and the interactive figures; it opens "
-                            "offline in any browser, so it can be sent as it is.")
+    st.download_button(label, lambda: report_html(build()), file_name=file_name, mime=MIME["html"],
+                       key=key, icon=":material/description:", on_click="ignore",
+                       help="One HTML file with the inputs, the tables and the interactive "
+                            "figures; it opens offline in any browser, so it can be sent as it is.")
 
 
 # The shipped EAGLE drafter (of traces/reference/model), found from this file: the app may start
@@ -207,10 +219,12 @@ def policy_export_buttons(policy: Policy, key: str, first: str | None = None) ->
     A target that cannot run the policy says why instead; what a file approximates or drops is
     listed in the file and under the buttons. `first`: the stack the policy was tuned for (its
     button first and primary)."""
-    st.markdown(f"**Export {policy.name} for a real stack** (as `tlt export {policy.name}.yaml --to ...` writes it)")
+    st.markdown(f"**Export {policy.name} for a real stack** (as `tlt "
+                f"export {policy.name}.yaml --to ...` writes it)")
     drafter = ""
     if policy.drafter.kind == DrafterKind.EAGLE:
-        drafter = st.text_input("EAGLE drafter checkpoint directory (written into the files)", key=f"{key}_drafter",
+        drafter = st.text_input("EAGLE drafter checkpoint directory (written into the files)",
+                                key=f"{key}_drafter",
                                 value=DEFAULT_DRAFTER if os.path.isdir(DEFAULT_DRAFTER) else "")
     targets = sorted(TARGETS, key=lambda t: t != first)
     cols = st.columns(len(targets))
@@ -222,8 +236,9 @@ def policy_export_buttons(policy: Policy, key: str, first: str | None = None) ->
         except ExportError as exc:
             col.caption(f"{label}: not exported. {exc}")
             continue
-        col.download_button(f"Download for {label}", exp.text, file_name=exp.file_name, mime=TARGET_MIME[exp.suffix],
-                            key=f"{key}_{target}", on_click="ignore", icon=":material/rocket_launch:",
+        col.download_button(f"Download for {label}", exp.text, file_name=exp.file_name,
+                            mime=TARGET_MIME[exp.suffix], key=f"{key}_{target}", on_click="ignore",
+                            icon=":material/rocket_launch:",
                             type="primary" if target == first else "secondary")
         notes += [f"{label}: {n}" for n in exp.notes]
     if notes:

@@ -19,7 +19,8 @@ from workbench.contracts.policy import Policy
 from workbench.contracts.schema import ConfigError, FieldError, RenameNotice, from_mapping
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 
-DEFAULT_WORKLOAD = "polytrace-dapo-qwen2.5-32b"  # measured lengths (a real DAPO run), not a hand-set shape
+# measured lengths (a real DAPO run), not a hand-set shape
+DEFAULT_WORKLOAD = "polytrace-dapo-qwen2.5-32b"
 
 
 def digest(data: bytes) -> str:
@@ -46,13 +47,15 @@ def parse_upload(cls: type, upload) -> Any:
     try:
         data = yaml.safe_load(raw.decode("utf-8"))  # YAML is a superset of JSON
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(upload.name, "<file>", "unparseable", f"valid YAML/JSON ({exc})") from None
+        raise ConfigError(upload.name, "<file>", "unparseable",
+                          f"valid YAML/JSON ({exc})") from None
     with rename_notices():
         return from_mapping(cls, data, source=upload.name)
 
 
 def workload_file(key: str) -> tuple[Workload | None, str]:
-    """An uploaded workload file and an id that changes with its content; (None, "") until a valid one."""
+    """An uploaded workload file and an id that changes
+    with its content; (None, "") until a valid one."""
     upload = st.file_uploader("Workload file", type=["yaml", "yml", "json"], key=key)
     if upload is None:
         st.info("Upload a workload YAML/JSON file (same fields as the presets).")
@@ -85,8 +88,10 @@ def workload_choice(prefix: str, preset_key: str) -> tuple[Workload | None, str]
 
 
 def policy_uploads(key: str, label: str, taken: set[str]) -> list[Policy]:
-    """Valid uploaded policy files, each renamed where its name is already taken (errors shown, skipped)."""
-    uploads = st.file_uploader(label, type=["yaml", "yml", "json"], accept_multiple_files=True, key=key)
+    """Valid uploaded policy files, each renamed where
+    its name is already taken (errors shown, skipped)."""
+    uploads = st.file_uploader(label, type=["yaml", "yml", "json"], accept_multiple_files=True,
+                               key=key)
     policies: list[Policy] = []
     names = set(taken)
     for upload in uploads or []:

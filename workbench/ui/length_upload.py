@@ -1,4 +1,5 @@
-"""What-if's "Length file" source: upload real response lengths, see them beside the model, simulate them.
+"""What-if's "Length file" source: upload real response
+lengths, see them beside the model, simulate them.
 
 The upload goes through `tlt workload import` (workbench.workloads.build.import_workload) into a
 directory of this session, so the page simulates exactly the Workload the command would write. The
@@ -26,8 +27,8 @@ from workbench.workloads.build import MODES, import_workload
 _STATE_DIRS = "whatif_length_dirs"  # upload digest -> the directory its import lives in
 # The import's base: the batch shape comes from the files, the cluster from the page (one engine
 # until chosen).
-UNPLACED = Workload(name="uploaded-lengths", profile="(the cluster you pick)", workers=1, prompts_per_step=1,
-                    group_size=1, max_response_tokens=32768)
+UNPLACED = Workload(name="uploaded-lengths", profile="(the cluster you pick)", workers=1,
+                    prompts_per_step=1, group_size=1, max_response_tokens=32768)
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ def import_upload(files: list[tuple[str, bytes]], base: str | Workload, mode: st
         paths.append(path)
     out = into / "uploaded.yaml"
     names = ", ".join(n for n, _ in files)
-    res = import_workload(paths, out, base if isinstance(base, Workload) else load_workload(base), mode, cap,
-                          "uploaded-lengths", source=f"uploaded: {names}",
+    res = import_workload(paths, out, base if isinstance(base, Workload) else load_workload(base),
+                          mode, cap, "uploaded-lengths", source=f"uploaded: {names}",
                           description=f"Your measured lengths ({names}); cluster: as picked on the "
                                       "What-if page.")
     wl = load_workload(out)
@@ -76,9 +77,11 @@ def histogram_figure(obs: ObservedLengths, drawn: np.ndarray, cap: int) -> go.Fi
     fig = go.Figure()
     for name, x in (("observed", np.minimum(obs.length, cap)), ("model (lognormal fit)", drawn)):
         counts, edges = np.histogram(x, bins=bins)
-        fig.add_bar(x=edges[:-1], y=counts / max(1, len(x)), width=np.diff(edges), name=name, opacity=0.6)
-    fig.update_layout(barmode="overlay", xaxis_type="log", xaxis_title="response tokens", yaxis_title="share",
-                      title="Response lengths", height=320, margin={"t": 40, "b": 40})
+        fig.add_bar(x=edges[:-1], y=counts / max(1, len(x)), width=np.diff(edges), name=name,
+                    opacity=0.6)
+    fig.update_layout(barmode="overlay", xaxis_type="log", xaxis_title="response tokens",
+                      yaxis_title="share", title="Response lengths", height=320,
+                      margin={"t": 40, "b": 40})
     return fig
 
 
@@ -87,12 +90,12 @@ def tail_figure(obs: ObservedLengths, drawn: np.ndarray, drawn_batch: np.ndarray
     steps = np.arange(obs.batches)
     ratio = lambda x: float(x.max() / max(1.0, np.median(x)))
     fig = go.Figure()
-    fig.add_scatter(x=steps, y=[ratio(obs.length[obs.batch == b]) for b in steps], mode="lines+markers",
-                    name="observed")
-    fig.add_scatter(x=steps, y=[ratio(drawn[drawn_batch == b]) for b in steps], mode="lines+markers",
-                    name="model (lognormal fit)")
-    fig.update_layout(xaxis_title="observed step", yaxis_title="longest / median", title="Per-step tail",
-                      height=320, margin={"t": 40, "b": 40})
+    fig.add_scatter(x=steps, y=[ratio(obs.length[obs.batch == b]) for b in steps],
+                    mode="lines+markers", name="observed")
+    fig.add_scatter(x=steps, y=[ratio(drawn[drawn_batch == b]) for b in steps],
+                    mode="lines+markers", name="model (lognormal fit)")
+    fig.update_layout(xaxis_title="observed step", yaxis_title="longest / median",
+                      title="Per-step tail", height=320, margin={"t": 40, "b": 40})
     return fig
 
 
@@ -103,14 +106,17 @@ def _tail_ratio(x: np.ndarray) -> float:
 def length_file_workload() -> tuple[Workload | None, str]:
     """The panel, across the page's width: upload, options, the import's report and charts; the
     imported Workload (no cluster yet: the page asks for it) and an id for the page."""
-    uploads = st.file_uploader("Length files (PolyTrace packed_lengths JSONL with dapo_filter_indices.jsonl, a "
-                               "CSV/JSONL/Parquet table of step, prompt, length, or veRL's response_length/* per step)",
-                               type=["jsonl", "csv", "parquet"], accept_multiple_files=True, key="whatif_len_files")
+    uploads = st.file_uploader("Length files (PolyTrace packed_lengths JSONL with "
+                               "dapo_filter_indices.jsonl, a CSV/JSONL/Parquet table of "
+                               "step, prompt, length, or veRL's response_length/* per step)",
+                               type=["jsonl", "csv", "parquet"], accept_multiple_files=True,
+                               key="whatif_len_files")
     cols = st.columns([2, 1, 3])
     mode = cols[0].radio("Length model", MODES, horizontal=True, key="whatif_len_mode",
-                         help="replay: the observed steps as they were; fit: the lognormal mixture fitted to them; "
-                              "empirical: whole observed groups drawn at random.")
-    cap = cols[1].number_input("Cap (0: infer)", min_value=0, value=0, step=1024, key="whatif_len_cap")
+                         help="replay: the observed steps as they were; fit: the lognormal mixture "
+                              "fitted to them; empirical: whole observed groups drawn at random.")
+    cap = cols[1].number_input("Cap (0: infer)", min_value=0, value=0, step=1024,
+                               key="whatif_len_cap")
     if not uploads:
         st.info("Upload response lengths: `tlt workload import` reads the same files. Then say "
                 "which cluster they "
@@ -133,5 +139,6 @@ def length_file_workload() -> tuple[Workload | None, str]:
         left, right = st.columns(2)
         left.plotly_chart(histogram_figure(up.observed, drawn, up.workload.max_response_tokens),
                           width="stretch", key="whatif_len_hist")
-        right.plotly_chart(tail_figure(up.observed, drawn, batch), width="stretch", key="whatif_len_tail")
+        right.plotly_chart(tail_figure(up.observed, drawn, batch), width="stretch",
+                           key="whatif_len_tail")
     return up.workload, f"lengths:{digest}"

@@ -34,13 +34,15 @@ def _gap_color(value: float) -> str:
     return f"color: {color}; font-weight: 600"
 
 
-_GAPS = {"error_pct": "gap %", "measured_error_pct": "measured gap %", "calibrated_error_pct": "calibrated gap %"}
+_GAPS = {"error_pct": "gap %", "measured_error_pct": "measured gap %",
+         "calibrated_error_pct": "calibrated gap %"}
 
 
 def _styled(rep: Reproduction):
     df = rep.frame().rename(columns=_GAPS)
     gaps = list(_GAPS.values())
-    return df.style.map(lambda v: "" if v is None or pd.isna(v) else _gap_color(v), subset=gaps).format(
+    return df.style.map(lambda v: "" if v is None or pd.isna(v) else _gap_color(v),
+                        subset=gaps).format(
         {"published": "{:,.2f}", "pre-registered": "{:,.2f}", "measured parts": "{:,.2f}",
          "calibrated (LOO)": "{:,.2f}", **{g: "{:+.1f}" for g in gaps}}, na_rep="-")
 
@@ -48,8 +50,9 @@ def _styled(rep: Reproduction):
 def _explanations(rep: Reproduction) -> pd.DataFrame:
     rows = []
     for e in rep.explanations:
-        row = {"model": e.case, "baseline step (s)": e.baseline_step_s, "rollout share": e.baseline_rollout_share,
-               "tlt rollout speedup": e.rollout_speedup, "tlt accepted length": e.mean_accept_len}
+        row = {"model": e.case, "baseline step (s)": e.baseline_step_s,
+               "rollout share": e.baseline_rollout_share, "tlt rollout speedup": e.rollout_speedup,
+               "tlt accepted length": e.mean_accept_len}
         row.update({f"batch {k}": v for k, v in e.critical_decode_share.items()})
         row.update({f"SD on, batch {k}": v for k, v in e.tlt_sd_on_share.items()})
         row.update({f"accept, batch {k}": v for k, v in e.tlt_accept_by_bucket.items()})
@@ -60,16 +63,18 @@ def _explanations(rep: Reproduction) -> pd.DataFrame:
 
 def render() -> None:
     st.title("The TLT paper, reproduced")
-    st.caption("The simulator against the published figures of TLT (arXiv 2511.16665): GPU profiles fitted to its "
-               "microbenchmarks (Tables C, E), end-to-end speedups predicted on its evaluation (Table A), and the "
-               "drafter's accepted length during RL (Table G). The same as `tlt paper --out DIR`.")
+    st.caption("The simulator against the published figures of TLT (arXiv 2511.16665): "
+               "GPU profiles fitted to its microbenchmarks (Tables C, E), end-to-end "
+               "speedups predicted on its evaluation (Table A), and the drafter's "
+               "accepted length during RL (Table G). The same as `tlt paper --out DIR`.")
     fit, _ = _fit()
     st.caption(f"The GPU profiles' microbenchmark fit (not a prediction): median |error| "
                f"{fit.median_abs_error_pct:.1f}% "
                f"over {len(fit.rows)} published numbers (Tables C, D, the depth x TV grid, E), max "
                f"{fit.max_abs_error_pct:.1f}%.")
     c1, c2, c3, _ = st.columns([1, 1, 1, 1])
-    steps = int(c1.number_input("Steps per case", min_value=1, max_value=40, value=20, key="paper_steps"))
+    steps = int(c1.number_input("Steps per case", min_value=1, max_value=40, value=20,
+                                key="paper_steps"))
     seeds = int(c2.number_input("Seeds", min_value=1, max_value=5, value=1, key="paper_seeds"))
     calibrate = c3.checkbox("Calibrate (leave-one-model-out: a grid of simulations)", value=False,
                             key="paper_calibrate",
@@ -90,8 +95,9 @@ def render() -> None:
                                                           f"about {left:.0f} s left at this pace")
 
         try:
-            st.session_state[_STATE] = reproduce(fit, load_published(), steps=steps, seeds=list(range(seeds)),
-                                                 on_progress=progress, split=split)
+            st.session_state[_STATE] = reproduce(fit, load_published(), steps=steps,
+                                                 seeds=list(range(seeds)), on_progress=progress,
+                                                 split=split)
         except Exception as exc:  # a simulator bug must not take the page down
             st.error(f"The reproduction failed: {type(exc).__name__}: {exc}")
         bar.empty()
@@ -106,15 +112,18 @@ def render() -> None:
     for col, key, label in zip(cols, ("pre_registered", "measured_parts", "calibrated"),
                                ("pre-registered", "measured parts", "calibrated, held out")):
         value = s[f"table_a_{key}_median_abs_error_pct"]
-        col.metric(f"Table A prediction, {label}: median |gap|", "-" if value is None else f"{value:.1f}%",
-                   help="Over the 8 end-to-end speedups (TLT-Base and TLT on four models); none of them is fitted "
-                        "in the column it heads (calibrated: each model's pair held out of its own fit).")
+        col.metric(f"Table A prediction, {label}: median |gap|",
+                   "-" if value is None else f"{value:.1f}%",
+                   help="Over the 8 end-to-end speedups (TLT-Base and TLT on four "
+                        "models); none of them is fitted in the column it heads "
+                        "(calibrated: each model's pair held out of its own fit).")
     if rep.split:
         st.caption(f"Calibration split: {rep.split}.")
     st.dataframe(_styled(rep), width="stretch", hide_index=True)
     st.subheader("Where Table A's time goes")
-    st.caption("The baseline's slowest engine: share of its decode time per batch bucket (SD is off above 32), the "
-               "baseline's rollout share of the step (the paper: ~85%), and TLT's rollout speedup and accepted length.")
+    st.caption("The baseline's slowest engine: share of its decode time per batch "
+               "bucket (SD is off above 32), the baseline's rollout share of the step "
+               "(the paper: ~85%), and TLT's rollout speedup and accepted length.")
     st.dataframe(_explanations(rep), width="stretch")
-    st.download_button("Download paper.json", report.json_text(rep), file_name="paper.json", mime="application/json",
-                       key="paper_dl", on_click="ignore")
+    st.download_button("Download paper.json", report.json_text(rep), file_name="paper.json",
+                       mime="application/json", key="paper_dl", on_click="ignore")

@@ -33,7 +33,8 @@ _MESSAGE_LINES = 3
 _ERROR_WINDOW = 30  # lines: an error this close to the end of the log is what a run stopped on
 # The last line of a Python traceback names the exception ("ValueError: ...",
 # "ray.exceptions.RayTaskError(ValueError): ..."); `tlt` itself says "error: ..." and exits 2.
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(\([\w.]*\))?(:.*)?$")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b"
+                             r"(\([\w.]*\))?(:.*)?$")
 
 # (title, metrics.csv columns): one line chart each.
 _LINE_PANELS = (
@@ -45,17 +46,22 @@ _TILE_COLUMNS = ("rl_step", "step_s", "rollout_s", "mean_accept_len", "reward")
 _WASTE_COLUMNS = {
     "rl_step": st.column_config.NumberColumn("Step"),
     "rollout_s": st.column_config.NumberColumn("Rollout (s)", format="%.2f"),
-    "bubble_fraction": st.column_config.NumberColumn("Bubble", format="percent",
-                                                     help="Idle worker-time / rollout worker-time (from the trace)."),
+    "bubble_fraction": st.column_config.NumberColumn(
+        "Bubble", format="percent",
+        help="Idle worker-time / rollout worker-time (from the trace)."),
     "tail_fraction": st.column_config.NumberColumn("Tail", format="percent",
-                                                   help="Worker-time decoding at a batch <= the tail batch / "
-                                                        "rollout worker-time."),
-    "tail_token_share": st.column_config.NumberColumn("Tail tokens", format="percent",
-                                                      help="Share of the step's tokens decoded in the tail."),
-    "drafter_train_fraction": st.column_config.NumberColumn("Spot training", format="percent",
-                                                            help="Rollout worker-time training the drafter."),
-    "full_batch": st.column_config.NumberColumn("Full batch", help="The largest running batch in the step."),
-    "tail_batch": st.column_config.NumberColumn("Tail batch", help="Decoding at a batch <= this is the tail."),
+                                                   help="Worker-time decoding at a batch <= "
+                                                        "the tail batch / rollout worker-time."),
+    "tail_token_share": st.column_config.NumberColumn(
+        "Tail tokens", format="percent",
+        help="Share of the step's tokens decoded in the tail."),
+    "drafter_train_fraction": st.column_config.NumberColumn(
+        "Spot training", format="percent",
+        help="Rollout worker-time training the drafter."),
+    "full_batch": st.column_config.NumberColumn("Full batch",
+                                                help="The largest running batch in the step."),
+    "tail_batch": st.column_config.NumberColumn("Tail batch",
+                                                help="Decoding at a batch <= this is the tail."),
 }
 
 
@@ -71,8 +77,8 @@ class Failure:
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame | None:
-    """metrics.csv with METRIC_COLUMNS first (an older file's columns under their new names), or None
-    before the first step finished."""
+    """metrics.csv with METRIC_COLUMNS first (an older file's columns under their new names), or
+    None before the first step finished."""
     file = run_dir / "metrics.csv"
     if not file.is_file():
         return None
@@ -99,8 +105,10 @@ def find_failure(text: str, window: int = _ERROR_WINDOW) -> Failure | None:
         if line.startswith("error: "):
             return Failure(line.removeprefix("error: "), "\n".join(lines[i:]))
         if _EXCEPTION_LINE.match(line):
-            start = next((j for j in range(i, -1, -1) if "Traceback (most recent call last)" in lines[j]), i)
-            # A long message wraps onto the lines after it (rich tracebacks wrap at the terminal width).
+            start = next((j for j in range(i, -1, -1)
+                          if "Traceback (most recent call last)" in lines[j]), i)
+            # A long message wraps onto the lines after it
+            # (rich tracebacks wrap at the terminal width).
             message = " ".join(x.strip() for x in lines[i:i + _MESSAGE_LINES] if x.strip())
             return Failure(message[:_MESSAGE_CHARS], "\n".join(lines[start:]))
     return None
@@ -126,7 +134,8 @@ def planned_steps(log_file: Path) -> int | None:
 
 
 def _stamp(trace_dir: Path) -> int:
-    # The trace is rewritten (a fresh directory renamed in) after every step: newest file time = version.
+    # The trace is rewritten (a fresh directory renamed
+    # in) after every step: newest file time = version.
     return max((f.stat().st_mtime_ns for f in trace_dir.iterdir()), default=0)
 
 
@@ -155,7 +164,8 @@ def show_progress(df: pd.DataFrame | None, total: int | None, last_line: str | N
 def _show_tiles(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
     last = df.iloc[-1]
     cols = st.columns(5)
-    cols[0].metric("Steps done", f"{len(df)}", help=f"Last finished RL step: {int(last['rl_step'])}.")
+    cols[0].metric("Steps done", f"{len(df)}",
+                   help=f"Last finished RL step: {int(last['rl_step'])}.")
     cols[1].metric("Last step time", f"{last['step_s']:.1f} s")
     accept = last["mean_accept_len"]
     cols[2].metric("Accepted length", "-" if math.isnan(accept) else f"{accept:.2f}")
@@ -163,8 +173,9 @@ def _show_tiles(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
     if waste is not None and len(waste):
         w = waste.iloc[-1]
         cols[4].metric("Tail (last step)", f"{w['tail_fraction']:.1%}",
-                       help=f"Rollout worker-time decoding at a batch <= {int(w['tail_batch'])} (of "
-                            f"{int(w['full_batch'])}); {w['tail_token_share']:.1%} of the step's tokens.")
+                       help="Rollout worker-time decoding at a batch <= "
+                            f"{int(w['tail_batch'])} (of {int(w['full_batch'])}); "
+                            f"{w['tail_token_share']:.1%} of the step's tokens.")
 
 
 def _show_metrics(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
@@ -172,7 +183,8 @@ def _show_metrics(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
     # tiles and lines need just these.
     missing = [c for c in _TILE_COLUMNS if c not in df.columns]
     if missing:
-        st.warning(f"metrics.csv lacks {', '.join(missing)}: written by another version of `tlt train`?")
+        st.warning(f"metrics.csv lacks {', '.join(missing)}: "
+                   "written by another version of `tlt train`?")
     else:
         _show_tiles(df, waste)
     st.dataframe(df, hide_index=True, width="stretch", key="train_metrics")
@@ -183,16 +195,18 @@ def _show_metrics(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
 
 def _show_trace(timeline: pd.DataFrame, waste: pd.DataFrame) -> None:
     st.subheader("Where the rollout's worker-time went")
-    st.caption("Per RL step, from the trace's worker timeline: the bubble (workers idle, waiting for the slowest) "
-               "and the tail (workers decoding at a batch <= 1/8 of the step's largest): the same definitions as "
-               "the simulator's (docs/formats.md, \"The rollout's worker-time\").")
-    st.dataframe(waste.drop(columns=["workers"]), column_config=_WASTE_COLUMNS, hide_index=True, width="stretch",
-                 key="train_waste")
+    st.caption("Per RL step, from the trace's worker timeline: the bubble (workers "
+               "idle, waiting for the slowest) and the tail (workers decoding at a "
+               "batch <= 1/8 of the step's largest): the same definitions as the "
+               "simulator's (docs/formats.md, \"The rollout's worker-time\").")
+    st.dataframe(waste.drop(columns=["workers"]), column_config=_WASTE_COLUMNS, hide_index=True,
+                 width="stretch", key="train_waste")
     step = int(timeline["rl_step"].max())
     st.subheader(f"Worker timeline: RL step {step}")
-    st.caption("Each bar is what a worker did. Red = idle (a bubble): the worker finished its share and waits "
-               "for the slowest one; orange = drafter spot training in that time.")
-    fig = gantt_figure(timeline[timeline["rl_step"] == step].reset_index(drop=True), max_workers=MAX_GANTT_WORKERS)
+    st.caption("Each bar is what a worker did. Red = idle (a bubble): the worker finished its "
+               "share and waits for the slowest one; orange = drafter spot training in that time.")
+    fig = gantt_figure(timeline[timeline["rl_step"] == step].reset_index(drop=True),
+                       max_workers=MAX_GANTT_WORKERS)
     st.plotly_chart(fig, key="train_gantt", width="stretch")
     figure_downloads(fig, f"train-timeline-step{step}", "train_fig_gantt")
 
@@ -220,9 +234,11 @@ def show_run(run_dir: Path, total: int | None = None, running: bool = False) -> 
         st.error(f"{run_dir / 'metrics.csv'} cannot be read: {exc}")
         df = None
     tail = log_tail(log)
-    show_progress(df, total or planned_steps(log), (tail or "").splitlines()[-1] if running and tail else None)
+    show_progress(df, total or planned_steps(log),
+                  (tail or "").splitlines()[-1] if running and tail else None)
     if df is None or df.empty:
-        st.info(f"No metrics.csv in `{run_dir}` yet: it is written when the first RL step finishes.")
+        st.info(f"No metrics.csv in `{run_dir}` yet: it is "
+                "written when the first RL step finishes.")
     timeline = _timeline(run_dir)
     waste = waste_frame(timeline_waste(timeline)) if timeline is not None else None
     if df is not None and not df.empty:

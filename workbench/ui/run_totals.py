@@ -18,7 +18,8 @@ import streamlit as st
 
 from sim.results import PolicyRun
 from workbench.compare.policies import GPU_STATES, Comparison
-from workbench.contracts.energy import SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh, gpu_hours
+from workbench.contracts.energy import (SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh,
+                                        gpu_hours)
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import FieldError
@@ -32,7 +33,8 @@ class MeanStep:
 
     label: str
     wall_s: float
-    gpu: GpuSeconds | None  # GPU-seconds per power state; None where the page does not know the split
+    # GPU-seconds per power state; None where the page does not know the split
+    gpu: GpuSeconds | None
 
 
 def mean_steps_of_runs(workload: Workload, labels: Sequence[str], policies: Sequence[Policy],
@@ -43,7 +45,8 @@ def mean_steps_of_runs(workload: Workload, labels: Sequence[str], policies: Sequ
         gpu = GpuSeconds(0.0, 0.0, 0.0)
         for u in usage:
             gpu = gpu + u.gpu
-        out.append(MeanStep(label, float(np.mean([u.wall_s for u in usage])), gpu.scaled(1.0 / len(usage))))
+        out.append(MeanStep(label, float(np.mean([u.wall_s for u in usage])),
+                            gpu.scaled(1.0 / len(usage))))
     return out
 
 
@@ -60,14 +63,18 @@ def mean_steps_of_comparison(result: Comparison) -> list[MeanStep]:
 
 def totals_frame(steps: Sequence[MeanStep], gpus: int, run_steps: int, price: float | None,
                  power: GpuPower | None) -> pd.DataFrame:
-    """One row per policy: the per-step figure and the run's days, GPU-hours, cost, energy and saving."""
+    """One row per policy: the per-step figure and the
+    run's days, GPU-hours, cost, energy and saving."""
     rows = []
     for s in steps:
-        seconds = s.gpu.scaled(run_steps) if s.gpu is not None else GpuSeconds(s.wall_s * gpus * run_steps, 0, 0)
+        seconds = (s.gpu.scaled(run_steps) if s.gpu is not None
+                   else GpuSeconds(s.wall_s * gpus * run_steps, 0, 0))
         hours = gpu_hours(seconds)
-        rows.append({"policy": s.label, "step_min": s.wall_s / 60.0, "days": s.wall_s * run_steps / SECONDS_PER_DAY,
-                     "gpu_hours": hours, "cost": cost(hours, price) if price is not None else None,
-                     "energy_kwh": energy_kwh(seconds, power) if power is not None and s.gpu is not None else None})
+        rows.append({"policy": s.label, "step_min": s.wall_s / 60.0,
+                     "days": s.wall_s * run_steps / SECONDS_PER_DAY, "gpu_hours": hours,
+                     "cost": cost(hours, price) if price is not None else None,
+                     "energy_kwh": (energy_kwh(seconds, power)
+                                    if power is not None and s.gpu is not None else None)})
     df = pd.DataFrame(rows).set_index("policy")
     df["saving"] = 1.0 - df["days"] / df["days"].iloc[0]
     return df
@@ -99,15 +106,17 @@ def show(steps: Sequence[MeanStep], workload: Workload, profile: Profile | None,
     """The run-totals panel: run length, price and watts in, totals out."""
     st.subheader("Whole run")
     c1, c2, c3, c4 = st.columns([1, 1, 0.6, 1.4])
-    run_steps = int(c1.number_input("RL steps in the run", min_value=1, value=max(workload.steps, 100), step=10,
+    run_steps = int(c1.number_input("RL steps in the run", min_value=1,
+                                    value=max(workload.steps, 100), step=10,
                                     key=f"{key}_run_steps"))
-    price = c2.number_input("Price per GPU-hour", min_value=0.0, value=None, step=0.5, placeholder="e.g. 2.50",
-                            key=f"{key}_price", help="Leave empty and the cost column shows '-'.")
+    price = c2.number_input("Price per GPU-hour", min_value=0.0, value=None, step=0.5,
+                            placeholder="e.g. 2.50", key=f"{key}_price",
+                            help="Leave empty and the cost column shows '-'.")
     currency = c3.text_input("Currency", value="USD", key=f"{key}_currency").strip()
     default_w = "" if profile is None or profile.power is None else \
         f"{profile.power.decode_w:g},{profile.power.idle_w:g},{profile.power.train_w:g}"
-    watts = c4.text_input("GPU watts: decode, idle, train", value=default_w, placeholder="e.g. 650,120,700",
-                          key=f"{key}_watts",
+    watts = c4.text_input("GPU watts: decode, idle, train", value=default_w,
+                          placeholder="e.g. 650,120,700", key=f"{key}_watts",
                           help="Filled from the profile's power model (measured-database profiles "
                                "have one).")
     power = None

@@ -1,4 +1,5 @@
-"""Train (real) page: start calibrated real training (`tlt train`) in the background and watch a run.
+"""Train (real) page: start calibrated real training
+(`tlt train`) in the background and watch a run.
 
 The form mirrors `tlt train`'s options (workbench/cli/train.py). Everything is checked
 here first (the model directory, the policy, `RunConfig.check`, a run directory
@@ -41,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = "traces/reference/model"
 # The paper's configuration as vLLM runs it (chains); `tlt` (the paper's trees) is simulator-only.
 DEFAULT_POLICY = "tlt-vllm"
-UPLOAD_DIR = ROOT / "runs" / "policies"  # uploaded policies: the run is another process and needs a file
+# uploaded policies: the run is another process and needs a file
+UPLOAD_DIR = ROOT / "runs" / "policies"
 STOP_WAIT_S = 5.0  # how long "Stop" waits for the run to exit before it reports "stopping"
 
 _STATE_LAUNCH = "train_launch"
@@ -92,14 +94,15 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
     problems: list[str] = []
     model = resolve(form.model)
     if not (model / "config.json").is_file():
-        problems.append(f"Model directory '{form.model}' has no config.json: give a Hugging Face model directory "
-                        f"(e.g. {DEFAULT_MODEL}).")
+        problems.append(f"Model directory '{form.model}' has no config.json: give "
+                        f"a Hugging Face model directory (e.g. {DEFAULT_MODEL}).")
     policy = None
     try:
         name = form.policy if form.policy in policy_presets() else resolve(form.policy)
         with rename_notices():
             policy = load_policy(name)
-    except ValueError as exc:  # ConfigError / FieldError: their text names the field and what is allowed
+    except ValueError as exc:
+        # ConfigError / FieldError: their text names the field and what is allowed
         problems.append(f"Policy '{form.policy}' does not load: {exc}")
     for name, value in (("steps", form.steps), ("workers", form.workers)):
         if value < 1:
@@ -111,23 +114,27 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
         problems.append(occupied(form.out))
     if problems:
         return None, problems
-    drafter = default_drafter(model, policy, resolve(form.drafter) if form.drafter.strip() else None)
-    cfg = RunConfig(model=model, policy=policy, out=resolve(form.out), steps=form.steps, workers=form.workers,
-                    seed=form.seed, prompts=form.prompts, samples=form.samples, max_tokens=form.max_tokens,
-                    drafter=drafter)
+    drafter = default_drafter(model, policy,
+                              resolve(form.drafter) if form.drafter.strip() else None)
+    cfg = RunConfig(model=model, policy=policy, out=resolve(form.out), steps=form.steps,
+                    workers=form.workers, seed=form.seed, prompts=form.prompts,
+                    samples=form.samples, max_tokens=form.max_tokens, drafter=drafter)
     try:
-        cfg.check()  # the rest of `tlt train`'s own checks (rollout mode, prompts >= workers, drafter)
+        # the rest of `tlt train`'s own checks (rollout mode, prompts >= workers, drafter)
+        cfg.check()
     except TrainError as exc:
         return None, [str(exc)]
     return cfg, []
 
 
 def occupied(out: str) -> str:
-    return f"Run directory '{out}' holds a run already: tick Resume to continue it, or choose another directory."
+    return (f"Run directory '{out}' holds a run already: tick Resume to continue it, or choose "
+            "another directory.")
 
 
 def tlt_executable() -> list[str]:
-    # The venv's own `tlt` (next to this interpreter): the run uses the app's packages whatever PATH says.
+    # The venv's own `tlt` (next to this interpreter):
+    # the run uses the app's packages whatever PATH says.
     exe = Path(sys.executable).with_name("tlt")
     return [str(exe)] if exe.is_file() else [sys.executable, "-m", "workbench.cli"]
 
@@ -135,9 +142,10 @@ def tlt_executable() -> list[str]:
 def train_command(cfg: RunConfig, form: TrainForm) -> list[str]:
     """`tlt train` with the checked config's options (absolute paths: see ROOT)."""
     policy = form.policy if form.policy in policy_presets() else str(resolve(form.policy))
-    argv = [*tlt_executable(), "train", "--model", str(cfg.model), "--policy", policy, "--steps", str(cfg.steps),
-            "--workers", str(cfg.workers), "--seed", str(cfg.seed), "--prompts", str(cfg.prompts),
-            "--samples", str(cfg.samples), "--max-tokens", str(cfg.max_tokens), "--out", str(cfg.out)]
+    argv = [*tlt_executable(), "train", "--model", str(cfg.model), "--policy", policy, "--steps",
+            str(cfg.steps), "--workers", str(cfg.workers), "--seed", str(cfg.seed), "--prompts",
+            str(cfg.prompts), "--samples", str(cfg.samples), "--max-tokens", str(cfg.max_tokens),
+            "--out", str(cfg.out)]
     if cfg.drafter is not None:
         argv += ["--drafter", str(cfg.drafter)]
     if form.resume:
@@ -148,7 +156,8 @@ def train_command(cfg: RunConfig, form: TrainForm) -> list[str]:
 # ---------------------------------------------------------------- the background run
 
 
-def launch(argv: list[str], out: Path, resume: bool, steps: int, log_name: str = LOG_NAME) -> Launch:
+def launch(argv: list[str], out: Path, resume: bool, steps: int,
+           log_name: str = LOG_NAME) -> Launch:
     """Start `argv` in the background, its output going to `out/log_name` (the Calibrate page runs
     `tlt calibrate` this way too)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -156,12 +165,12 @@ def launch(argv: list[str], out: Path, resume: bool, steps: int, log_name: str =
     with open(out / log_name, "ab" if resume else "wb") as log:
         log.write(f"$ {shlex.join(argv)}\n".encode())
         log.flush()
-        # start_new_session: the run is its own process group (pgid == pid), so Stop reaches its children,
-        # and a closed browser tab or a Ctrl-C in the Streamlit terminal does not kill it.
+        # start_new_session: the run is its own process group (pgid == pid), so Stop reaches its
+        # children, and a closed browser tab or a Ctrl-C in the Streamlit terminal does not kill it.
         # Plain Python tracebacks: typer's framed ones wrap the error across lines of box drawing.
         env = {**os.environ, "_TYPER_STANDARD_TRACEBACK": "1"}
-        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=env)
+        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
     return Launch(proc, argv, out, time.time(), steps)
 
 
@@ -207,19 +216,22 @@ def _show_launch() -> None:
     where = f"(pid {run.proc.pid}) · `{run.out}`"
     if rc is None:
         state = "stopping (SIGTERM sent)" if run.stopping else "running"
-        c1.info(f"{state} {where} · started {time.strftime('%H:%M:%S', time.localtime(run.started))}")
-        if c2.button("Stop", key="train_stop", help="SIGTERM to the run's process group; the last checkpoint stays."):
+        c1.info(f"{state} {where} · started "
+                f"{time.strftime('%H:%M:%S', time.localtime(run.started))}")
+        if c2.button("Stop", key="train_stop",
+                     help="SIGTERM to the run's process group; the last checkpoint stays."):
             stop(run)
             st.rerun()
     elif rc == 0:
         c1.success(f"finished {where}")
     elif rc == -signal.SIGTERM or run.stopping:
-        c1.warning(f"stopped {where}, exit code {rc}: the last finished step's checkpoint stays; tick Resume to "
-                   "continue it.")
+        c1.warning(f"stopped {where}, exit code {rc}: the last finished "
+                   "step's checkpoint stays; tick Resume to continue it.")
     else:
         tail = log_tail(run.out / LOG_NAME, lines=200)
         failure = find_failure(tail) if tail else None
-        c1.error(f"failed {where}, exit code {rc}: " + (failure.message if failure else "see train.log below."))
+        c1.error(f"failed {where}, exit code {rc}: " + (
+            failure.message if failure else "see train.log below."))
         if failure is not None:
             with st.expander("The error", expanded=True):
                 st.code(failure.detail, language=None)
@@ -234,7 +246,8 @@ def _monitor(default_dir: str) -> None:
     c1, c2 = st.columns([4, 1])
     path = c1.text_input("Run directory to watch", key=_KEY_MONITOR,
                          help="Any run directory of `tlt train`, running or finished.")
-    c2.button("Refresh", key="train_refresh", help="Read the run directory again.")  # a click reruns the page
+    # a click reruns the page
+    c2.button("Refresh", key="train_refresh", help="Read the run directory again.")
     run_dir = resolve(path)
     if not path.strip() or not run_dir.is_dir():
         st.info(f"No run directory at `{path}` yet.")
@@ -265,14 +278,16 @@ def _live(default_dir: str) -> None:
 
 
 def _pick_policy() -> tuple[str, str]:
-    """The policy argument (a preset name or a file path) and a label for the default run directory."""
+    """The policy argument (a preset name or a file
+    path) and a label for the default run directory."""
     source = st.radio("Policy", ["Preset", "File"], horizontal=True, key="train_policy_source")
     if source == "Preset":
         presets = policy_presets()
         name = st.selectbox("Policy preset", presets, key="train_policy_preset",
                             index=presets.index(DEFAULT_POLICY) if DEFAULT_POLICY in presets else 0)
         return name, name
-    upload = st.file_uploader("Upload a policy file", type=["yaml", "yml", "json"], key="train_policy_upload")
+    upload = st.file_uploader("Upload a policy file", type=["yaml", "yml", "json"],
+                              key="train_policy_upload")
     if upload is not None:
         data = upload.getvalue()
         # Named by content, so uploading the same file again reuses it.
@@ -281,7 +296,8 @@ def _pick_policy() -> tuple[str, str]:
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_bytes(data)
         return str(dst), Path(upload.name).stem
-    path = st.text_input("or a policy file path", key="train_policy_path", help="YAML/JSON, e.g. one `tlt tune` wrote.")
+    path = st.text_input("or a policy file path", key="train_policy_path",
+                         help="YAML/JSON, e.g. one `tlt tune` wrote.")
     return path, Path(path).stem if path.strip() else "policy"
 
 
@@ -293,46 +309,56 @@ def _form() -> TrainForm:
     c1, c2, c3 = st.columns([1.4, 1, 1])
     with c1:
         model = st.text_input("Model directory", value=DEFAULT_MODEL, key="train_model",
-                              help="A Hugging Face model directory; relative paths are from the workbench root.")
+                              help="A Hugging Face model directory; relative "
+                                   "paths are from the workbench root.")
         policy, label = _pick_policy()
-    steps = _int(c2, "Steps", 20, "train_steps", hlp="RL steps in all, counting those done before a resume.")
-    workers = _int(c2, "Workers", 2, "train_workers", hlp="Rollout workers (Ray actors, one vLLM engine each).")
+    steps = _int(c2, "Steps", 20, "train_steps",
+                 hlp="RL steps in all, counting those done before a resume.")
+    workers = _int(c2, "Workers", 2, "train_workers",
+                   hlp="Rollout workers (Ray actors, one vLLM engine each).")
     seed = _int(c2, "Seed", 0, "train_seed", min_value=0)
     prompts = _int(c2, "Prompts per step", 16, "train_prompts")
     samples = _int(c3, "Samples per prompt", 4, "train_samples", min_value=2, hlp="The GRPO group.")
     max_tokens = _int(c3, "Max tokens", 1024, "train_max_tokens", hlp="Response cap in tokens.")
-    # The key follows the policy and seed, so the default directory follows them until the user edits it.
-    out = c3.text_input("Run directory", value=f"runs/{label}-{seed}", key=f"train_out:{label}:{seed}",
+    # The key follows the policy and seed, so the default
+    # directory follows them until the user edits it.
+    out = c3.text_input("Run directory", value=f"runs/{label}-{seed}",
+                        key=f"train_out:{label}:{seed}",
                         help="checkpoints/, metrics.csv, trace/, drafter/ and train.log go here.")
     resume = c3.checkbox("Resume", value=False, key="train_resume",
                          help="Continue the run in the run directory from its last finished step.")
     with c1.expander("More"):
         drafter = st.text_input("Warm-start drafter directory", value="", key="train_drafter",
-                                help="For policies with drafter.warm_start; empty: the reference model's own.")
-    return TrainForm(model, policy, steps, workers, seed, prompts, samples, max_tokens, out, resume, drafter)
+                                help="For policies with drafter.warm_start; "
+                                     "empty: the reference model's own.")
+    return TrainForm(model, policy, steps, workers, seed, prompts, samples, max_tokens, out, resume,
+                     drafter)
 
 
 def render() -> None:
     st.title("Train (real)")
-    st.caption("Run calibrated real training: GRPO on vLLM rollouts with spot drafter training and adaptive "
-               "speculative decoding (`tlt train`), in the background; watch its steps and worker timelines.")
+    st.caption("Run calibrated real training: GRPO on vLLM rollouts with spot "
+               "drafter training and adaptive speculative decoding (`tlt "
+               "train`), in the background; watch its steps and worker timelines.")
     form = _form()
     cfg, problems = check_form(form)
     run = session_launch()
     for problem in problems:
-        # The directory of the run started here holds that run: a fact to state, not a mistake in the form.
+        # The directory of the run started here holds that
+        # run: a fact to state, not a mistake in the form.
         if run is not None and problem == occupied(form.out) and resolve(form.out) == run.out:
-            st.info(f"Run directory '{form.out}' holds the run started here: tick Resume to continue it, or "
-                    "choose another directory for a new run.")
+            st.info(f"Run directory '{form.out}' holds the run started here: tick "
+                    "Resume to continue it, or choose another directory for a new run.")
         else:
             st.error(problem)
     running = is_running()
-    clicked = st.button("Start", type="primary", disabled=bool(problems) or running, key="train_start")
+    clicked = st.button("Start", type="primary", disabled=bool(problems) or running,
+                        key="train_start")
     if cfg is not None:
         argv = train_command(cfg, form)
         st.caption(f"`{shlex.join(argv)}`")
-        # Check again at the click: a disabled button cannot be clicked in a browser, but the state may have
-        # changed since it was drawn (another tab of this session started a run).
+        # Check again at the click: a disabled button cannot be clicked in a browser, but the state
+        # may have changed since it was drawn (another tab of this session started a run).
         if clicked and not running:
             st.session_state[_STATE_LAUNCH] = launch(argv, cfg.out, form.resume, cfg.steps)
             st.session_state[_KEY_MONITOR] = form.out  # watch the new run

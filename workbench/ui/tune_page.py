@@ -54,32 +54,38 @@ def convergence_figure(conv: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     presets = conv[conv["preset"] != ""]
     others = conv[conv["preset"] == ""]
-    fig.add_trace(go.Scatter(x=others["trial"], y=others[tune.STEP_TIME], mode="markers", name="trial",
-                             marker=dict(color="#9aa5b1", size=6),
+    fig.add_trace(go.Scatter(x=others["trial"], y=others[tune.STEP_TIME], mode="markers",
+                             name="trial", marker=dict(color="#9aa5b1", size=6),
                              hovertemplate="trial %{x}<br>%{y:.2f} s<extra></extra>"))
     if len(presets):
         fig.add_trace(go.Scatter(x=presets["trial"], y=presets[tune.STEP_TIME], mode="markers+text",
                                  name="preset", text=presets["preset"], textposition="top center",
                                  marker=dict(color="#e4a11b", size=9, symbol="diamond"),
                                  hovertemplate="preset %{text}<br>%{y:.2f} s<extra></extra>"))
-    fig.add_trace(go.Scatter(x=conv["trial"], y=conv["best_so_far"], mode="lines", name="best so far",
-                             line=dict(color="#1f77b4", width=3, shape="hv")))
+    fig.add_trace(go.Scatter(x=conv["trial"], y=conv["best_so_far"], mode="lines",
+                             name="best so far", line=dict(color="#1f77b4", width=3, shape="hv")))
     fig.update_layout(xaxis_title="trial", yaxis_title="mean step time (s)", height=380,
-                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", yanchor="top", y=-0.2))
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(
+                          orientation="h", yanchor="top", y=-0.2))
     return fig
 
 
 def pareto_figure(conv: pd.DataFrame, front: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=conv[tune.STEP_TIME], y=conv[tune.TRAIN_GPU_S], mode="markers", name="trial",
-                             marker=dict(color="#9aa5b1", size=6), text=conv["trial"],
-                             hovertemplate="trial %{text}<br>%{x:.2f} s<br>%{y:,.0f} GPU-s<extra></extra>"))
-    fig.add_trace(go.Scatter(x=front[tune.STEP_TIME], y=front[tune.TRAIN_GPU_S], mode="lines+markers",
-                             name="Pareto front", line=dict(color="#d62728", shape="hv"),
-                             marker=dict(size=10), text=front["trial"],
-                             hovertemplate="trial %{text}<br>%{x:.2f} s<br>%{y:,.0f} GPU-s<extra></extra>"))
-    fig.update_layout(xaxis_title="mean step time (s)", yaxis_title="drafter-training GPU-s per step", height=380,
-                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h", yanchor="top", y=-0.2))
+    fig.add_trace(go.Scatter(x=conv[tune.STEP_TIME], y=conv[tune.TRAIN_GPU_S], mode="markers",
+                             name="trial", marker=dict(color="#9aa5b1", size=6), text=conv["trial"],
+                             hovertemplate="trial %{text}<br>%{x:.2f} "
+                                           "s<br>%{y:,.0f} GPU-s<extra></extra>"))
+    fig.add_trace(go.Scatter(x=front[tune.STEP_TIME], y=front[tune.TRAIN_GPU_S],
+                             mode="lines+markers", name="Pareto front",
+                             line=dict(color="#d62728", shape="hv"), marker=dict(size=10),
+                             text=front["trial"],
+                             hovertemplate="trial %{text}<br>%{x:.2f} "
+                                           "s<br>%{y:,.0f} GPU-s<extra></extra>"))
+    fig.update_layout(xaxis_title="mean step time (s)",
+                      yaxis_title="drafter-training GPU-s per step", height=380,
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(
+                          orientation="h", yanchor="top", y=-0.2))
     return fig
 
 
@@ -116,7 +122,8 @@ def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sample
         ran = tune.run_study(study, spec, trials, [on_trial])
     except Exception as exc:  # a simulator bug must not take the page down
         bar.empty()
-        st.error(f"The study stopped: {type(exc).__name__}: {exc}. Finished trials are kept; run again to resume.")
+        st.error(f"The study stopped: {type(exc).__name__}: {exc}. "
+                 "Finished trials are kept; run again to resume.")
         return None
     if not tune.complete_trials(study):
         bar.empty()
@@ -126,10 +133,11 @@ def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sample
     best = tune.best_policy(study)
     front = tune.pareto_frame(study)
     front_policies = tune.front_policies(study, front, best.name)
-    comparison = tune.comparison_frame(spec, best, [load_policy(n) for n in tune.PRESETS] + yours, study)
+    comparison = tune.comparison_frame(spec, best, [load_policy(n) for n in tune.PRESETS] + yours,
+                                       study)
     bar.empty()
-    return _Result(study_name, storage, spec, trials, ran, best, tune.convergence_frame(study), front, comparison,
-                   front_policies)
+    return _Result(study_name, storage, spec, trials, ran, best, tune.convergence_frame(study),
+                   front, comparison, front_policies)
 
 
 # ---------------------------------------------------------------- page
@@ -143,17 +151,16 @@ def _show(res: _Result) -> None:
     spec = res.spec
     st.divider()
     st.subheader("Results")
-    st.caption(f"Study **{res.study_name}** in `{res.storage}` · {spec.workload.name} on {spec.profile.name} · "
-               f"target **{tune.SPACES[spec.target].label}** · seeds 0..{spec.seeds - 1} x "
-               f"{spec.n_steps} steps "
-               f"(the same draws for every trial) · {len(res.convergence)} complete trials "
-               f"({res.ran} finished now)")
+    st.caption(f"Study **{res.study_name}** in `{res.storage}` · {spec.workload.name} on "
+               f"{spec.profile.name} · target **{tune.SPACES[spec.target].label}** · seeds "
+               f"0..{spec.seeds - 1} x {spec.n_steps} steps (the same draws for every "
+               f"trial) · {len(res.convergence)} complete trials ({res.ran} finished now)")
     table = res.comparison.set_index("policy")
     tuned = table.loc[res.best.name]
     # The best preset the target runs too (the others are marked in the table's note).
     runnable = table.drop(index=res.best.name)
-    runnable = runnable[~runnable["note"].str.startswith("outside")] if (~runnable["note"].str.startswith(
-        "outside")).any() else runnable
+    inside = ~runnable["note"].str.startswith("outside")
+    runnable = runnable[inside] if inside.any() else runnable
     best_preset = runnable[tune.STEP_TIME].idxmin()
     cols = st.columns(3)
     cols[0].metric("Tuned step time", f"{tuned[tune.STEP_TIME]:,.1f} s")
@@ -172,25 +179,33 @@ def _show(res: _Result) -> None:
         st.plotly_chart(front_fig, key="tune_pareto", width="stretch")
         figure_downloads(front_fig, f"pareto-{res.study_name}", "tune_fig_pareto")
         st.dataframe(res.pareto, hide_index=True, width="stretch", key="tune_pareto_table")
-        st.caption("Spot training uses GPUs that would otherwise idle: it costs no step time, but it is GPU time. "
-                   "Each point is a policy no other trial beats on both.")
+        st.caption("Spot training uses GPUs that would otherwise idle: it costs no step time, "
+                   "but it is GPU time. Each point is a policy no other trial beats on both.")
 
     st.subheader("Tuned policy vs presets")
     shown = table.reset_index()
-    why = {r.policy: r.note.split(": ", 1)[1] for r in shown.itertuples() if r.note.startswith("outside")}
-    shown["note"] = [n.split(": ", 1)[0] for n in shown["note"]]  # the reasons follow the table, in full
+    why = {r.policy: r.note.split(": ", 1)[1] for r in shown.itertuples() if r.note.startswith(
+        "outside")}
+    # the reasons follow the table, in full
+    shown["note"] = [n.split(": ", 1)[0] for n in shown["note"]]
     st.dataframe(shown, width="stretch", key="tune_comparison", hide_index=True,
                  column_config={"policy": st.column_config.TextColumn("Policy", width="medium"),
                                 "note": st.column_config.TextColumn("Note", width="large"),
-                                tune.STEP_TIME: st.column_config.NumberColumn("Step time (s)", format="%.2f"),
+                                tune.STEP_TIME: st.column_config.NumberColumn(
+                                    "Step time (s)", format="%.2f"),
                                 "speedup": st.column_config.NumberColumn("Speedup", format="%.2fx"),
-                                "rollout_time_s": st.column_config.NumberColumn("Rollout (s)", format="%.2f"),
-                                tune.TRAIN_GPU_S: st.column_config.NumberColumn("Spot-train GPU-s/step",
-                                                                                 format="%.0f"),
-                                "mean_accept_len": st.column_config.NumberColumn("Accepted len", format="%.2f")})
-    st.caption("Speedup = baseline's mean step time / the policy's, on the study's seeds and steps.")
+                                "rollout_time_s": st.column_config.NumberColumn(
+                                    "Rollout (s)", format="%.2f"),
+                                tune.TRAIN_GPU_S: st.column_config.NumberColumn(
+                                    "Spot-train GPU-s/step",
+                                     format="%.0f"),
+                                "mean_accept_len": st.column_config.NumberColumn(
+                                    "Accepted len", format="%.2f")})
+    st.caption("Speedup = baseline's mean step time / the "
+               "policy's, on the study's seeds and steps.")
     if why:
-        st.caption("Outside the search space: " + "; ".join(f"**{k}**: {v}" for k, v in why.items()) + ".")
+        reasons = "; ".join(f"**{k}**: {v}" for k, v in why.items())
+        st.caption("Outside the search space: " + reasons + ".")
 
 
 
@@ -200,7 +215,8 @@ def _deploy(res: _Result) -> None:
     policy = res.best
     if spec.multi_objective and len(res.front_policies) > 1:
         options = list(res.pareto["trial"])
-        labels = {int(r.trial): f"trial {int(r.trial)}: {r.step_time_s:,.2f} s, {r.train_gpu_s:,.0f} GPU-s"
+        labels = {int(r.trial): f"trial {int(r.trial)}: {r.step_time_s:,.2f} "
+                                f"s, {r.train_gpu_s:,.0f} GPU-s"
                   for r in res.pareto.itertuples()}
         pick = st.selectbox("Policy to download (a point of the front)", options, index=0,
                             format_func=lambda n: labels[int(n)], key="tune_front_pick")
@@ -208,10 +224,12 @@ def _deploy(res: _Result) -> None:
             policy = res.front_policies[int(pick)]
     with st.expander(f"Policy {policy.name}", expanded=False):
         st.code(_policy_yaml(policy), language="yaml")
-    st.download_button("Download policy (YAML)", _policy_yaml(policy), file_name=f"{policy.name}.yaml",
-                       mime="application/x-yaml", key="tune_download", on_click="ignore")
-    st.caption(f"Run it with `tlt sim --workload {spec.workload.name} --policy baseline,{policy.name}.yaml "
-               f"--out DIR`, or resume the study with `tlt tune --study {res.study_name} --storage {res.storage}`.")
+    st.download_button("Download policy (YAML)", _policy_yaml(policy),
+                       file_name=f"{policy.name}.yaml", mime="application/x-yaml",
+                       key="tune_download", on_click="ignore")
+    st.caption(f"Run it with `tlt sim --workload {spec.workload.name} --policy "
+               f"baseline,{policy.name}.yaml --out DIR`, or resume the study with "
+               f"`tlt tune --study {res.study_name} --storage {res.storage}`.")
     policy_export_buttons(policy, "tune_export", first=tune.EXPORTS.get(spec.target))
 
 
@@ -219,7 +237,8 @@ def _target(workload, profile) -> str:
     """The target stack: a radio of the stacks, the workload's engine first picked."""
     auto = tune.default_target(profile, workload)
     target = st.radio("Target stack", tune.TARGETS, index=tune.TARGETS.index(auto), horizontal=True,
-                      key=f"tune_target:{workload.name}:{profile.name}", format_func=lambda k: tune.SPACES[k].label,
+                      key=f"tune_target:{workload.name}:{profile.name}",
+                      format_func=lambda k: tune.SPACES[k].label,
                       help="Where the tuned policy will run: the search holds only what that stack "
                            "runs, so it "
                            "exports without refusal. vLLM / veRL: a fixed table of chains; SGLang "
@@ -259,8 +278,8 @@ def render() -> None:
         wl_name = workload.name
         profiles = profile_presets()
         own = workload.profile if workload.profile in profiles else profiles[0]
-        prof_name = st.selectbox("Profile", profiles, index=profiles.index(own), key=f"tune_profile:{wl_name}",
-                                 format_func=profile_choice_label)
+        prof_name = st.selectbox("Profile", profiles, index=profiles.index(own),
+                                 key=f"tune_profile:{wl_name}", format_func=profile_choice_label)
         try:
             profile = load_profile(prof_name)
             check_workload_profile(workload, profile)
@@ -268,37 +287,44 @@ def render() -> None:
             st.error(f"Profile '{prof_name}' cannot be used: {exc}")
             return
     with c2:
-        trials = int(st.number_input("Trials", min_value=1, max_value=5000, value=100, step=10, key="tune_trials",
+        trials = int(st.number_input("Trials", min_value=1, max_value=5000, value=100, step=10,
+                                     key="tune_trials",
                                      help="Trials the study should hold (hopeless ones are pruned "
                                           "after a seed); a "
                                           "resumed study runs only the rest."))
-        seeds = int(st.number_input("Seeds", min_value=1, max_value=50, value=3, step=1, key="tune_seeds",
-                                    help="Each policy is scored on seeds 0..K-1, the same for every trial."))
-        steps = int(st.number_input("Steps per simulation", min_value=1, max_value=100, value=workload.steps,
-                                    step=1, key=f"tune_steps:{wl_name}"))
+        seeds = int(st.number_input("Seeds", min_value=1, max_value=50, value=3, step=1,
+                                    key="tune_seeds",
+                                    help="Each policy is scored on seeds "
+                                         "0..K-1, the same for every trial."))
+        steps = int(st.number_input("Steps per simulation", min_value=1, max_value=100,
+                                    value=workload.steps, step=1, key=f"tune_steps:{wl_name}"))
     with c3:
         multi = st.toggle("Multi-objective", value=False, key="tune_multi",
-                          help="Step time vs drafter-training compute: the Pareto front of the two.")
+                          help="Step time vs drafter-training "
+                               "compute: the Pareto front of the two.")
         study_name = st.text_input("Study name", value=f"tune-{wl_name}" + ("-mo" if multi else ""),
                                    key=f"tune_study:{wl_name}:{multi}",
                                    help="Run again with the same name to resume a study.")
         storage = _storage()
         with st.expander("More"):
-            warm = st.checkbox("Allow warm start (simulator only and tlt train)", value=False, key="tune_warm",
-                               help="Let the search use a drafter trained offline before RL; the objective does "
-                                    "not charge that training. On vLLM, SGLang and veRL an EAGLE "
-                                    "drafter is the "
+            warm = st.checkbox("Allow warm start (simulator only and tlt train)", value=False,
+                               key="tune_warm",
+                               help="Let the search use a drafter trained offline before "
+                                    "RL; the objective does not charge that training. On "
+                                    "vLLM, SGLang and veRL an EAGLE drafter is the "
                                     "checkpoint you give: warm-started always.")
-            sampler_seed = int(st.number_input("Sampler seed", min_value=0, value=0, step=1, key="tune_sampler_seed"))
+            sampler_seed = int(st.number_input("Sampler seed", min_value=0, value=0, step=1,
+                                               key="tune_sampler_seed"))
     target = _target(workload, profile)
 
-    yours = inputs.policy_uploads("tune_policy_files", "Your policy files, compared with the tuned one",
+    yours = inputs.policy_uploads("tune_policy_files",
+                                  "Your policy files, compared with the tuned one",
                                   set(tune.PRESETS))
     ready = bool(study_name.strip())
     if not ready:
         st.warning("Give the study a name.")
-    spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi, allow_warm_start=warm,
-                         target=target)
+    spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi,
+                         allow_warm_start=warm, target=target)
     if st.button("Run study", type="primary", disabled=not ready, key="tune_run"):
         result = _run(spec, study_name.strip(), storage.strip(), trials, sampler_seed, yours)
         if result is not None:

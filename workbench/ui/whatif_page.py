@@ -99,7 +99,8 @@ def _base_workload() -> tuple[Workload | None, str, bool]:
     )
     if source == "Length file":
         return (*length_file_workload(), True)
-    if source == "Run log":  # its cluster comes with its calibrated profile (workbench/ui/run_log_panel.py)
+    if source == "Run log":
+        # its cluster comes with its calibrated profile (workbench/ui/run_log_panel.py)
         return (*run_log_panel.run_log_workload(), False)
     if source == "Workload file":
         return (*inputs.workload_file("whatif_wl_file"), False)
@@ -112,7 +113,8 @@ def _base_workload() -> tuple[Workload | None, str, bool]:
 
 
 def _edit_workload(base: Workload, base_id: str) -> Workload | None:
-    """Number inputs over the key fields; the edited, fully validated Workload, or None (error shown)."""
+    """Number inputs over the key fields; the edited,
+    fully validated Workload, or None (error shown)."""
     with st.expander(f"Workload fields: {base.name}", expanded=False):
         values: dict[str, Any] = {}
         cols = st.columns(4)
@@ -147,7 +149,8 @@ def _edit_workload(base: Workload, base_id: str) -> Workload | None:
     try:
         edited = replace(base, **values, lengths=replace(base.lengths, **length_values))
         edited.check()
-        # Workload.check() covers its own fields; from_mapping re-checks the nested length model too.
+        # Workload.check() covers its own fields;
+        # from_mapping re-checks the nested length model too.
         edited = from_mapping(Workload, to_mapping(edited))
     except (ConfigError, FieldError) as exc:
         st.error(f"Invalid workload: {exc}")
@@ -273,7 +276,8 @@ def _cluster(
     with picker:
         if calibrated is not None:  # a run log's engines, calibrated on its own steps
             workload, profile = base, calibrated
-            st.caption(f"The run log's cluster, its costs calibrated on the log: profile `{calibrated.name}`.")
+            st.caption("The run log's cluster, its costs calibrated "
+                       f"on the log: profile `{calibrated.name}`.")
         else:
             workload, profile = cluster_picker.pick(base, base_id, ask=unplaced)
             if workload is not None:
