@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import AcceptanceModel, PositionMiss
 
 

@@ -5,7 +5,8 @@ A strategy is a `Strategy` or an int (a chain of that many drafted tokens; 0: no
 
 from __future__ import annotations
 
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import DecodeCost, DrafterCost, PhaseCost
 
 

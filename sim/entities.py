@@ -15,7 +15,8 @@ import simpy
 
 from sim.acceptance import AcceptStats
 from workbench.contracts.bandit import Arm, StepReward
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import PositionMiss
 
 

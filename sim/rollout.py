@@ -22,7 +22,8 @@ from sim.engine import EngineBatch
 from sim.entities import Drafting, Group, RolloutRound, Segment, Seq, segment_reward
 from workbench.contracts import seeds
 from workbench.contracts.bandit import SD_OFF_BUCKET, Bandit, make_bandit
-from workbench.contracts.policy import DrafterKind, Policy, Strategy
+from workbench.contracts.policy import DrafterKind, Policy
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile, next_position_edge, position_row
 from workbench.contracts.seeds import Stream
 from workbench.contracts.timeline import Timeline

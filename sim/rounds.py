@@ -32,7 +32,8 @@ from sim.groups import group_lengths, new_group
 from sim.results import FilterRecord, StepInfo
 from sim.rollout import NO_SD_STRATEGY, RolloutPool
 from workbench.contracts.length_data import read_observed
-from workbench.contracts.policy import DrafterKind, Policy, Strategy
+from workbench.contracts.policy import DrafterKind, Policy
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
 from workbench.contracts.timeline import Timeline
 from workbench.contracts.workload import Workload

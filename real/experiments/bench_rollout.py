@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 from real.rollout.engine import RolloutEngine
 from real.rollout.requests import PromptResult, Sampling, SpecCounters
 from real.tiny import task
-from workbench.contracts.policy import DrafterConfig, DrafterKind, Policy, ScheduleBucket
+from workbench.contracts.policy import DrafterConfig, DrafterKind, Policy
+from workbench.contracts.strategy import ScheduleBucket
 
 
 @dataclass

@@ -12,7 +12,8 @@ import pytest
 from real.rollout.adaptive import BanditController
 from real.rollout.requests import EngineStepRow
 from workbench.contracts.bandit import BEGMAB, Climb
-from workbench.contracts.policy import BanditConfig, DrafterConfig, Policy, ScheduleBucket
+from workbench.contracts.policy import BanditConfig, DrafterConfig, Policy
+from workbench.contracts.strategy import ScheduleBucket
 
 MAX_NUM_SEQS = 32
 
@@ -240,7 +241,7 @@ def test_the_simulator_and_the_real_engine_make_the_same_choices_from_the_same_r
 
     from sim.entities import Segment, segment_reward
     from workbench.contracts.bandit import make_bandit
-    from workbench.contracts.policy import Strategy
+    from workbench.contracts.strategy import Strategy
 
     pol = _policy(algorithm=algorithm, reward_stat=stat, epsilon=0.3, decision_interval=4)
     start, n = (4, 2, 0), pol.bandit.decision_interval

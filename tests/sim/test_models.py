@@ -24,7 +24,8 @@ from sim.drafter import (
     initial_state,
     lr_efficiency,
 )
-from workbench.contracts.policy import DrafterConfig, Strategy
+from workbench.contracts.policy import DrafterConfig
+from workbench.contracts.strategy import Strategy
 
 # --------------------------------------------------------------------------- cost model
 

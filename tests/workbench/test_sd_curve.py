@@ -7,7 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.contracts.policy import Strategy, load_policy
+from workbench.contracts.policy import load_policy
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import load_profile
 from workbench.compare.sd_curve import (
     Acceptance,

@@ -100,7 +100,7 @@ def calibrate(
     max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
-    and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""
+    and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""  # noqa: E501
 
     rl.check_profile_paths(out, lengths_out)
     if run_log:

@@ -131,7 +131,7 @@ def gpu_check(
 
 @app.command("gpu-presets")
 def gpu_presets() -> None:
-    """Regenerate the shipped measured-database profiles (workbench/contracts/presets/profiles/*-sglang.yaml)."""
+    """Regenerate the shipped measured-database profiles (workbench/contracts/presets/profiles/*-sglang.yaml)."""  # noqa: E501
     from workbench.calibrate.gpu_catalog import PRESET_CASES, preset_profile
     from workbench.contracts.profile import PRESET_DIR
     from workbench.contracts.schema import save

@@ -18,7 +18,7 @@ BATCHES = "1,2,4,8,16,32,64,128,256"
 
 def parse_strategy(text: str):
     """`chain:3`, `3` or a tree `8_4_16`."""
-    from workbench.contracts.policy import Strategy
+    from workbench.contracts.strategy import Strategy
 
     t = text.strip()
     try:

@@ -222,7 +222,7 @@ def compare(
     workers: int = WORKERS_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
-    """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""
+    """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""  # noqa: E501
 
     wl, pols, prof = load_inputs(workload, policies, profile, steps)
     t0 = time.perf_counter()
@@ -270,7 +270,7 @@ def regret(
     address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
     """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed
-    in hindsight)."""
+    in hindsight)."""  # noqa: E501
 
     wl, pols, prof = load_inputs(workload, policy, profile, steps)
     if len(pols) != 1:

@@ -133,7 +133,7 @@ def train(
     device: str = typer.Option("cpu", help="Where the GRPO update and drafter training run: "
                                            "cpu, or cuda (bf16)."),
 ) -> None:
-    """GRPO on vLLM rollouts with spot drafter training and adaptive SD (real/run/coordinator.py)."""
+    """GRPO on vLLM rollouts with spot drafter training and adaptive SD (real/run/coordinator.py)."""  # noqa: E501
     user_task = task_option(task, reward)
     cfg = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens,
                       drafter, lr, address, mix, profile, user_task, device)
@@ -182,7 +182,7 @@ def bench_real(
 ) -> None:
     """Policies (default baseline vs tlt-vllm) from the same model and seed, steps interleaved; then one
     row per policy (speedups over the first, predicted beside measured), the phases, the speed per
-    batch bucket and the response lengths; last line JSON."""
+    batch bucket and the response lengths; last line JSON."""  # noqa: E501
     if policies is not None and policy is not None:
         fail(ValueError("--policy P is shorthand for --policies baseline,P: give one of them"))
     given = policies or f"baseline,{policy or 'tlt-vllm'}"

@@ -53,7 +53,7 @@ def validate(
 ) -> None:
     """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s,
     error_pct}, for run directories {predicted_step_s, measured_step_s, error_pct, phases}, for
-    --run-log {steps, gen_median_abs_error_pct, step_median_abs_error_pct, ...}."""
+    --run-log {steps, gen_median_abs_error_pct, step_median_abs_error_pct, ...}."""  # noqa: E501
 
     try:
         prof = load_profile(profile)

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from sim.acceptance import stats_for
 from sim.costs import draft_step_s, segment_s, verify_step_s
-from workbench.contracts.policy import DrafterKind, Policy, Strategy
+from workbench.contracts.policy import DrafterKind, Policy
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from real.rollout.spec_config import EngineConfigError, eagle_checkpoint, speculative_config
-from workbench.contracts.policy import DrafterKind, Policy, Strategy
+from workbench.contracts.policy import DrafterKind, Policy
+from workbench.contracts.strategy import Strategy
 from workbench.deploy.file_text import dump_yaml, header, shell_array
 
 TARGETS = ("vllm", "sglang", "verl")

@@ -26,7 +26,8 @@ from workbench.calibrate.shapes import GPU, H100_SXM, decode_cost, drafter_cost
 from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import Cluster
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import (
     AcceptanceModel,
     DrafterLearning,

@@ -12,7 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from workbench.contracts.policy import DrafterKind, Strategy
+from workbench.contracts.policy import DrafterKind
+from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
 from workbench.compare.sd_curve import Acceptance, SdCurve, sd_curve
 
