@@ -19,7 +19,7 @@ from workbench.calibrate.drift import (
     drift_factors,
     scale_trace,
 )
-from workbench.calibrate.capture_plan import FIT_SHAPES, KINDS, CaptureSpec, plan_captures
+from workbench.validate.capture_plan import FIT_SHAPES, KINDS, CaptureSpec, plan_captures
 from workbench.validate.self_calibration import (
     Progress,
     run_self_calibration,

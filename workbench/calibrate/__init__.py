@@ -23,10 +23,9 @@ uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module
   report (`Calibration.report()`, the `.calibration.json` file);
 - `drift`: a trace's times rescaled to the machine's median speed (the factor `tlt calibrate
   --model` records in each capture's meta; `apply_recorded` applies it once);
-- `capture_plan`: `tlt calibrate --model`'s captures in run order (`plan_captures`) and what runs
-  them (`Machine`; `VllmMachine` on the real engine);
-- `tlt calibrate --model` (capture, normalise, fit, validate on held-out captures) runs in
-  `workbench/validate/self_calibration.py`: it validates, and the validation imports this package;
+- `tlt calibrate --model` (plan, capture, normalise, fit, validate on held-out captures) runs in
+  `workbench/validate/self_calibration.py` and `workbench/validate/capture_plan.py`: it
+  validates, and the validation imports this package;
 - `runs`: whole `tlt train` runs -> update, sync, spot-trainer and drafter-learning parameters
   (`fit_runs`, `tlt calibrate --run`); `run_dir`: a run directory as they read it (`load_run`);
 - `published`: published microbenchmarks -> GPU engine factors and tree acceptance

@@ -272,7 +272,7 @@ def self_calibrate_cli(model: Path, drafter: Optional[Path], out: Path, base_pro
     from real.run.capture import CaptureError
     from real.run.config import default_drafter
     from real.tiny.model import load_model_dir
-    from workbench.calibrate import capture_plan as plans
+    from workbench.validate import capture_plan as plans
     from workbench.validate import self_calibration as sc
 
     try:

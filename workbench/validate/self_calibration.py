@@ -5,7 +5,7 @@ Why it is built this way: the machine drifts by tens of percent within minutes, 
 fitted on captures taken at one moment and validated on captures taken at another mostly
 measures the drift. Here
 
-- the plan (`workbench/calibrate/capture_plan.py`'s `plan_captures`) interleaves the drafter
+- the plan (`workbench/validate/capture_plan.py`'s `plan_captures`) interleaves the drafter
   kinds (no SD, n-gram, EAGLE) in rounds, each round in another kind order, and repeats every
   fit shape in every round, so no kind or shape is measured only while the machine ran fast or slow;
 - the machine's speed is measured for every capture, and each capture's times are scaled to
@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from workbench.calibrate.capture_plan import CaptureSpec, Machine
+from workbench.validate.capture_plan import CaptureSpec, Machine
 from workbench.calibrate.drift import (
     DriftFactor,
     cpu_drift_factors,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from workbench.calibrate.capture_plan import KINDS
+from workbench.validate.capture_plan import KINDS
 from workbench.calibrate.costs import predict_steps
 from workbench.calibrate.trace_view import WARMUP_STEPS, step_frame
 from workbench.contracts.policy import DrafterKind
