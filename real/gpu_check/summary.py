@@ -192,7 +192,7 @@ def _attention(s: dict) -> list[str]:
             rows.append(
                 [
                     name,
-                    b.get("status", "")[:80].replace("|", "/"),
+                    b.get("status", "")[:160].replace("|", "/"),
                     ", ".join(b.get("ops", []))[:160],
                     _f(b.get("first_ms"), ".2f"),
                     _f(b.get("fresh_ms"), ".2f"),
@@ -341,7 +341,7 @@ def headline(doc: dict) -> list[str]:
                 + ", ".join(
                     f"{b} {v.get('fresh_ms')} ms fresh / {v.get('same_ms')} same"
                     if v.get("status") == "ok"
-                    else f"{b} {v.get('status', '?')[:60]}"
+                    else f"{b} {v.get('status', '?')[:160]}"
                     for b, v in (sh.get("backends") or {}).items()
                 )
                 for sh in s.get("shapes", [])
