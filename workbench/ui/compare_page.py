@@ -22,7 +22,7 @@ from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload
 from workbench.compare.regret import RegretReport, bandit_regret
 from workbench.ui import inputs, run_totals
-from workbench.contracts.speedup import WHY_HEADERS, why_table
+from workbench.ui.why_view import show_whys
 from workbench.ui.export import Report, figure_downloads, policy_export_buttons, report_button
 
 DEFAULT_POLICIES = ("baseline", "static-sd", "tlt", "april", "rollpacker")
@@ -196,17 +196,9 @@ def _export_default(result: Comparison, ran: dict[str, Policy]) -> str:
 
 def _show_why(result: Comparison) -> None:
     """Why each speedup: the decomposition over seeds (means), one sentence each."""
-    whys = result.why()[1:]
-    if not whys:
-        return
-    st.subheader("Why this speedup")
-    shown = pd.DataFrame(why_table(whys), columns=list(WHY_HEADERS.values())).set_index("policy")
-    st.dataframe(shown, width="stretch", key="compare_why")
-    for w in whys:
-        st.markdown(f"- {w.sentence}")
-    st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]} of each seed's "
-               "decomposition against "
-               f"{result.reference} (docs/formats.md, 'Why a speedup').")
+    show_whys(result.why()[1:], "compare_why",
+              f"Means over seeds {result.seeds[0]}..{result.seeds[-1]} of each seed's "
+              f"decomposition against {result.reference} (docs/formats.md, 'Why a speedup').")
 
 
 def _regret_panel(workload, profile, seeds: int, steps: int) -> None:

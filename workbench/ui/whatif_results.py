@@ -21,11 +21,12 @@ from workbench.compare.policies import summarize_runs, summary_frame, why_runs
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import to_mapping
-from workbench.contracts.speedup import WHY_HEADERS, why_frame, why_json, why_table
+from workbench.contracts.speedup import why_frame, why_json
 from workbench.contracts.timeline import TAIL_DIVISOR, rollout_split
 from workbench.contracts.workload import Workload
 from workbench.report.plots import batch_lines
 from workbench.ui import run_totals
+from workbench.ui.why_view import show_whys
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times
 
@@ -302,23 +303,10 @@ def _report(res: Result, table: pd.DataFrame) -> Report:
 
 def show_why(res: Result) -> None:
     """Why this speedup: the decomposition per policy (against the first) and one sentence each."""
-    whys = res.whys()[1:]
-    if not whys:
-        return
-    st.subheader("Why this speedup")
-    # As text, one precision per figure (the CLI's table): '-' where a figure does not apply, never
-    # 'None'.
-    shown = pd.DataFrame(why_table(whys), columns=list(WHY_HEADERS.values())).set_index("policy")
-    st.dataframe(shown, width="stretch", key="whatif_why")
-    for w in whys:
-        st.markdown(f"- {w.sentence}")
-    st.caption(
-        f"Against {res.labels[0]}, seed {res.seed}: where {res.labels[0]}'s decode engine-time "
-        "lies by "
-        "running batch, what SD does there, and the step if that decoding were free "
-        "(docs/formats.md, "
-        "'Why a speedup')."
-    )
+    show_whys(res.whys()[1:], "whatif_why",
+              f"Against {res.labels[0]}, seed {res.seed}: where {res.labels[0]}'s decode "
+              "engine-time lies by running batch, what SD does there, and the step if that "
+              "decoding were free (docs/formats.md, 'Why a speedup').")
 
 
 def show(res: Result, current_signature: str | None) -> None:
