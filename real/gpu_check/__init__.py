@@ -15,7 +15,8 @@ On a CPU the same sections run at tiny shapes (`plan.quick_plan`): the test suit
 
 It writes one JSON file and a Markdown summary (`record.py`), rewritten atomically after every
 section, so a run cut short leaves what it had. `tlt gpu-check --measured FILE` compares the
-file with the measured database (workbench/calibrate/gpu_measured.py). It imports only what a
+file with the measured database (workbench/calibrate/gpu_check/comparison.py). It imports only what
+a
 bare GPU machine's Python has (torch, transformers, safetensors, numpy, pandas, pyarrow, yaml),
 our `real` modules and workbench.contracts: tests/real/test_gpu_check.py checks the closure.
 This file imports nothing.

@@ -4,7 +4,8 @@ It instantiates an architecture (a Hugging Face `config.json`, workbench/contrac
 architecture.py) with random weights, measures one tensor-parallel rank's decoder layer, head
 and EAGLE drafter over a grid of batch, context and tokens (the points a Profile needs), and
 writes the measurements as Parquet; `tlt profile` fits a Profile to them
-(workbench/calibrate/operators.py). By job: `shard` (TP shapes and the assumed collectives),
+(workbench/calibrate/captures/operators.py). By job: `shard` (TP shapes and the assumed
+collectives),
 `grid` (what is measured), `ops` (the operators in plain torch), `timing` (medians, CUDA events
 and graphs), `measure` (the measuring), `table` (the Parquet file).
 

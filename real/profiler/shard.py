@@ -19,7 +19,8 @@ from workbench.contracts.architecture import Architecture
 from workbench.contracts.schema import ConfigError
 
 # Assumed H100 SXM NVLink 4 figures (one GPU cannot measure them). Latency: one decode-size
-# NCCL all-reduce, the same 15 us workbench/calibrate/shapes.py assumes for the paper's profiles.
+# NCCL all-reduce, the same 15 us workbench/calibrate/published/shapes.py assumes for the paper's
+# profiles.
 # Bandwidth: NCCL's bus bandwidth for large all-reduces on 8 x H100 over NVSwitch without NVLS
 # (~360 GB/s of the 450 GB/s per direction NVLink 4 gives).
 ALLREDUCE_LATENCY_S = 15e-6

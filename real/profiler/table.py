@@ -1,6 +1,7 @@
 """The profiler's output: one Parquet file of measured points (one `Row` each, its columns
 below), with what was measured where and how in the file's metadata (key `tlt-profiler`,
-JSON: `measure.meta`). `workbench/calibrate/operators.py` reads it to fit a Profile. No torch
+JSON: `measure.meta`). `workbench/calibrate/captures/operators.py` reads it to fit a Profile. No
+torch
 needed here, so the fit runs on a machine that never measured.
 
 The file is written beside its destination and renamed into place, as

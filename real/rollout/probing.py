@@ -100,7 +100,8 @@ class ReferenceForward:
 
 
 def probe_summary(samples: list[ProbeSample], what: str) -> dict[str, Any]:
-    """A trace's meta["speed"]: the probe's times during the run. workbench/calibrate/drift.py takes
+    """A trace's meta["speed"]: the probe's times during the run.
+    workbench/calibrate/captures/drift.py takes
     their mean as the machine's mean slowness over the run: samples come at even intervals, so one
     that caught another process's burst stands for the share of the run the burst took."""
     wall = [1e3 * p.probe_s for p in samples]

@@ -182,7 +182,7 @@ def test_a_missing_measured_file_is_refused(tmp_path):
 def test_only_names_known_sections_and_the_gpu_slug_names_the_files():
     from real.gpu_check.__main__ import make_plan
     from real.gpu_check.machine import gpu_slug
-    from workbench.calibrate.gpu_check_file import gpu_key
+    from workbench.calibrate.gpu_check.check_file import gpu_key
 
     assert [s.name for s in make_plan(False, None, "engine-7b,grpo-0.5b").sections] == [
         "engine-7b",

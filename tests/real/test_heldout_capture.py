@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.calibrate.report import calibrate
+from workbench.calibrate.captures.report import calibrate
 from workbench.validate.capture_plan import CaptureSpec, VllmMachine
 from workbench.contracts.profile import load_profile
 from workbench.validate.capture import validate

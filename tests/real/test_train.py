@@ -360,7 +360,7 @@ def test_bench_prediction_from_real_runs(runs):
     """Run-level parameters fitted on the baseline run (in-sample for it, held out for tlt-vllm),
     then both runs predicted: finite speedups, and every parameter row says how it was set."""
     from workbench.validate.bench_prediction import predict_bench
-    from workbench.calibrate.runs import fit_runs
+    from workbench.calibrate.captures.runs import fit_runs
     from workbench.contracts.profile import load_profile
 
     fit = fit_runs([runs["baseline"].out], load_profile("cpu-tiny"))

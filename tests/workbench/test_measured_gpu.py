@@ -6,20 +6,20 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from workbench.calibrate.gpu_catalog import (
+from workbench.calibrate.database.catalog import (
     PRESET_CASES,
     disk_cached_profile,
     model_choices,
     preset_profile,
 )
-from workbench.calibrate.gpu_validation import (
+from workbench.calibrate.published.database_check import (
     draft_overhead_from_table_d,
     fit_overhead_exponent,
     reference_step_s,
     table_e_engines,
 )
-from workbench.calibrate.gpu_database import Engine, gpu_names
-from workbench.calibrate.measured_gpu import (
+from workbench.calibrate.database.aiconfigurator import Engine, gpu_names
+from workbench.calibrate.database.profile import (
     DRAFT_OVERHEAD_EXPONENT,
     DRAFT_OVERHEAD_REF_STEP_S,
     DRAFT_STEP_OVERHEAD_S,

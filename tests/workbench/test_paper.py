@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from workbench.calibrate.published import load_published
+from workbench.calibrate.published.microbenchmarks import load_published
 from workbench.cli import app
 from workbench.paper.reproduce import progress_messages
 from workbench.contracts.profile import load_profile

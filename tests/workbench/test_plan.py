@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench import plan as planning
-from workbench.calibrate.gpu_database import system_spec
+from workbench.calibrate.database.aiconfigurator import system_spec
 from workbench.cli import app
 from workbench.contracts.architecture import load_architecture
 from workbench.contracts.policy import load_policy

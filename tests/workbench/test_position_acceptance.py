@@ -1,4 +1,4 @@
-"""Acceptance along a response (workbench/calibrate/position_acceptance.py,
+"""Acceptance along a response (workbench/calibrate/captures/position_acceptance.py,
 AcceptanceModel.*_position): fitted from SD steps placed at their mean position, kept only where the
 data support it, and applied by the simulator at a batch's mean position."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from sim.acceptance import cumulative_acceptance
 from sim.simulator import simulate
-from workbench.calibrate.position_acceptance import fit_position_gain
+from workbench.calibrate.captures.position_acceptance import fit_position_gain
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import PositionMiss, load_profile
 from workbench.contracts.trace import Trace

@@ -1,4 +1,5 @@
-"""Drift by the capture's speed probe (workbench/calibrate/probe_drift.py): a capture's clock is
+"""Drift by the capture's speed probe (workbench/calibrate/captures/probe_drift.py): a capture's
+clock is
 warped by its probe samples, `tlt calibrate` brings fit traces to one speed and records it, and
 `tlt validate` reports a held-out capture's error at the profile's speed and raw."""
 
@@ -11,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.calibrate import calibrate
-from workbench.calibrate.drift import DRIFT_KEY, scale_trace
-from workbench.calibrate.probe_drift import Warp, probe_slowness_ms, warp_trace
+from workbench.calibrate.captures.drift import DRIFT_KEY, scale_trace
+from workbench.calibrate.captures.probe_drift import Warp, probe_slowness_ms, warp_trace
 from workbench.cli import app
 from workbench.contracts.profile import load_profile
 from workbench.contracts.trace import Trace, TraceError, write_trace

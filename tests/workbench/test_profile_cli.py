@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from real.profiler.grid import GRIDS, points
 from real.profiler.table import Measurements, Row, frame, read_measurements
-from workbench.calibrate.operators import fit_operators, predict_point
+from workbench.calibrate.captures.operators import fit_operators, predict_point
 from workbench.cli import app
 from workbench.contracts.profile import (
     DecodeCost,

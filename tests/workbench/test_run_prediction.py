@@ -1,4 +1,4 @@
-"""Whole runs: fit_runs (workbench/calibrate/runs.py), predict_run, predict_bench,
+"""Whole runs: fit_runs (workbench/calibrate/captures/runs.py), predict_run, predict_bench,
 `tlt validate RUN_DIR`.
 
 The run directories are synthetic (tests/workbench/conftest.py `synthetic_run`): rollouts at a
@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from sim.acceptance import accept_stats, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.validate.bench_prediction import predict_bench
-from workbench.calibrate.run_dir import load_run, run_policy
-from workbench.calibrate.runs import (
+from workbench.calibrate.captures.run_dir import load_run, run_policy
+from workbench.calibrate.captures.runs import (
     SPOT_BATCH_SEQUENCES,
     chain_alpha,
     fit_runs,

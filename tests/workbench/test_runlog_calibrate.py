@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.simulator import simulate
-from workbench.calibrate.measured_gpu import derive_profile
+from workbench.calibrate.database.profile import derive_profile
 from workbench.cli import app
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile

@@ -3,19 +3,19 @@
 import pytest
 import yaml
 
-from workbench.calibrate.measured_gpu import (
+from workbench.calibrate.database.profile import (
     DRAFT_OVERHEAD_EXPONENT,
     DRAFT_STEP_OVERHEAD_S,
     SD_HOST_S_PER_SEQ,
 )
-from workbench.calibrate.sd_batch import (
+from workbench.calibrate.published.sd_batch import (
     EngineConstants,
     crossover_check,
     fit_constants,
     fit_sd_host,
     series_checks,
 )
-from workbench.calibrate.sd_published import SD_PUBLISHED, load_sd_published
+from workbench.calibrate.published.sd_series import SD_PUBLISHED, load_sd_published
 from workbench.contracts.schema import ConfigError
 
 FIT, HELD_OUT = "eagle3-table3-eagle3", "eagle3-table3-eagle"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from workbench.calibrate.drift import (
+from workbench.calibrate.captures.drift import (
     DRIFT_KEY,
     apply_recorded,
     cpu_drift_factors,

@@ -1,47 +1,34 @@
-"""Calibration: fit a Profile (and a LengthModel) to captured traces.
+"""Calibration: fit a Profile (and a LengthModel) to measurements, grouped by where they come from.
 
-`calibrate(traces, base)` fits, in exactly the functional forms the simulator
-uses (`sim/costs.py`, `sim/acceptance.py`, `sim/lengths.py`), one job per module:
+- `captures/`: what a real engine recorded here or on your machine: `tlt capture` traces, whole
+  `tlt train` runs and `python -m real.profiler` operator timings. `calibrate(traces, base)`
+  (`captures/report.py`) fits, in exactly the functional forms the simulator uses (`sim/costs.py`,
+  `sim/acceptance.py`, `sim/lengths.py`): the step frame (`trace_view`), the decode and drafter
+  costs (`costs`, solved by `robust`), per-position acceptance (`acceptance`,
+  `position_acceptance`), update and sync (`phases`), the machine's drift (`drift`,
+  `probe_drift`), whole runs (`runs`, `run_dir`) and operator timings (`operators`).
+- `database/`: NVIDIA's measured operator database, aiconfigurator-core: the package as this
+  workbench asks it (`aiconfigurator`), a Profile for any (model, GPU, TP, framework)
+  (`profile.derive_profile`), the shipped ones and caches (`catalog`), how far its attention rows
+  reach (`attention_coverage`).
+- `published/`: published figures as measurements: the TLT paper's microbenchmarks
+  (`microbenchmarks`), carried to other shapes (`shapes`); SD's speedup by batch (`sd_series`,
+  `sd_batch`); the database's profiles against published tables (`database_check`).
+- `gpu_check/`: a `make gpu-check` file (`check_file`) beside the database and the paper
+  (`comparison`, `throughput`).
 
-- `trace_view`: the traces as the fit sees them: the drafter each engine ran,
-  each step's draft length, and one frame of every engine step (`step_frame`);
-- `costs`: the decode and drafter cost over every engine step of every trace
-  (`fit_costs`: a robust non-negative fit with a 1-D search over the
-  saturation knee; parameters the traces cannot identify keep the base
-  profile's value, and each `ParamFit` says which were fitted); `robust`: its solver;
-- `acceptance`: per-position acceptance per drafter kind (`fit_acceptance`),
-  then (alpha, shape) of r_i = alpha ** (i ** shape);
-- the length model: `workbench/workloads/tobit.py` (`fit_tobit`), which `calibrate()` calls;
-- `phases`: policy-update and weight-sync costs (`fit_phases`);
-- `operators`: a Profile from `python -m real.profiler` measurements (`fit_operators`);
-- `measured_gpu`: a Profile for any (model, GPU, TP, framework) from NVIDIA's measured operator
-  database, aiconfigurator-core (`derive_profile`); `gpu_database`: that database's GPUs, engine
-  and grid of steps; `gpu_catalog`: the shipped ones, the model
-  list, the caches; `gpu_validation`: those profiles against the TLT paper's Tables E and C
-  (imported by their module names, not re-exported here);
-- `report`: `calibrate()` itself, the `Calibration` it returns and its
-  report (`Calibration.report()`, the `.calibration.json` file);
-- `drift`: a trace's times rescaled to the machine's median speed (the factor `tlt calibrate
-  --model` records in each capture's meta; `apply_recorded` applies it once);
-- `tlt calibrate --model` (plan, capture, normalise, fit, validate on held-out captures) runs in
-  `workbench/validate/self_calibration.py` and `workbench/validate/capture_plan.py`: it
-  validates, and the validation imports this package;
-- `runs`: whole `tlt train` runs -> update, sync, spot-trainer and drafter-learning parameters
-  (`fit_runs`, `tlt calibrate --run`); `run_dir`: a run directory as they read it (`load_run`);
-- `published`: published microbenchmarks -> GPU engine factors and tree acceptance
-  (`fit_published`), carried to other models and TP degrees by `shapes`.
-
-The fit error stored in the profile (`fit_error_pct`) is the median absolute
-per-step latency error on held-out steps (5-fold cross-validation; runs of
-consecutive steps are held out together).
+`tlt calibrate --model` (plan, capture, normalise, fit, validate on held-out captures) runs in
+`workbench/validate/self_calibration.py`: it validates, and the validation imports this package.
+The fit error stored in a profile (`fit_error_pct`) is the median absolute per-step latency error
+on held-out steps (5-fold cross-validation; runs of consecutive steps are held out together).
 """
 
-from workbench.calibrate.acceptance import (
+from workbench.calibrate.captures.acceptance import (
     AcceptanceFit,
     fit_acceptance,
     per_position_acceptance,
 )
-from workbench.calibrate.costs import (
+from workbench.calibrate.captures.costs import (
     CV_FOLDS,
     CostFit,
     ParamFit,
@@ -50,9 +37,9 @@ from workbench.calibrate.costs import (
     fit_costs,
     predict_steps,
 )
-from workbench.calibrate.phases import fit_phases
-from workbench.calibrate.report import Calibration, calibrate, trace_workload_spec
-from workbench.calibrate.trace_view import (
+from workbench.calibrate.captures.phases import fit_phases
+from workbench.calibrate.captures.report import Calibration, calibrate, trace_workload_spec
+from workbench.calibrate.captures.trace_view import (
     WARMUP_STEPS,
     step_draft_len,
     step_frame,

@@ -20,10 +20,10 @@ from workbench.contracts.fileio import write_json
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.task import Task
-from workbench.calibrate.drift import apply_recorded
-from workbench.calibrate.report import SCHEMA as REPORT_SCHEMA
-from workbench.calibrate.run_dir import TRACE_DIR, is_run_dir, load_run
-from workbench.calibrate.runs import TABLE_HEADERS, fit_loaded_runs
+from workbench.calibrate.captures.drift import apply_recorded
+from workbench.calibrate.captures.report import SCHEMA as REPORT_SCHEMA
+from workbench.calibrate.captures.run_dir import TRACE_DIR, is_run_dir, load_run
+from workbench.calibrate.captures.runs import TABLE_HEADERS, fit_loaded_runs
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.contracts.policy import DrafterKind
 from workbench.report.tables import format_table
@@ -180,7 +180,7 @@ def _print_runs(fit) -> None:
 
 def add_runs(loaded_runs: list, out: Path) -> None:
     """The profile just written at `out`, refitted with what whole runs show; its report gains a
-    `runs` section (workbench/calibrate/runs.py)."""
+    `runs` section (workbench/calibrate/captures/runs.py)."""
     if not loaded_runs:
         return
     try:

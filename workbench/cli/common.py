@@ -45,7 +45,7 @@ def cluster_profile(spec: str, wl: Workload) -> Profile:
     """`--profile cluster:MODEL:GPU:FRAMEWORK`: the profile of that cluster at the workload's TP
     (gpus_per_worker), derived from the measured database and kept on disk; acceptance and the
     drafter's learning curve come from the workload's own profile."""
-    from workbench.calibrate.gpu_catalog import disk_cached_profile, model_choices
+    from workbench.calibrate.database.catalog import disk_cached_profile, model_choices
 
     parts = spec[len(CLUSTER_PREFIX):].split(":")
     if len(parts) != 3 or not all(parts):

@@ -1,7 +1,8 @@
 """`tlt gpu-check`: the measured-database profiles against published figures they never saw
-(workbench/calibrate/gpu_validation.py): Table E on H100, A100 and B200, Table C on H100; with
+(workbench/calibrate/published/database_check.py): Table E on H100, A100 and B200, Table C on H100;
+with
 `--measured FILE`, a GPU check's own measurements
-(`make gpu-check`) beside them (gpu_measured.py)."""
+(`make gpu-check`) beside them (workbench/cli/gpu_measured.py)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def gpu_check(
 
         fail(ConfigError("--gpu/--profile-out", "<option>", "without --measured",
                          "--measured FILE with them"))
-    from workbench.calibrate.gpu_validation import (
+    from workbench.calibrate.published.database_check import (
         TABLE_E_ACCEPTED,
         draft_overhead_from_table_d,
         fit_overhead_exponent,
@@ -82,8 +83,8 @@ def gpu_check(
         table_e,
         table_e_engines,
     )
-    from workbench.calibrate.gpu_database import package_version
-    from workbench.calibrate.measured_gpu import DRAFT_OVERHEAD_EXPONENT, DRAFT_STEP_OVERHEAD_S
+    from workbench.calibrate.database.aiconfigurator import package_version
+    from workbench.calibrate.database.profile import DRAFT_OVERHEAD_EXPONENT, DRAFT_STEP_OVERHEAD_S
 
     header = ["table", "case", "published", "predicted", "error", "note"]
     d = draft_overhead_from_table_d(framework, context)
@@ -132,7 +133,7 @@ def gpu_check(
 @app.command("gpu-presets")
 def gpu_presets() -> None:
     """Regenerate the shipped measured-database profiles (workbench/contracts/presets/profiles/*-sglang.yaml)."""  # noqa: E501
-    from workbench.calibrate.gpu_catalog import PRESET_CASES, preset_profile
+    from workbench.calibrate.database.catalog import PRESET_CASES, preset_profile
     from workbench.contracts.profile import PRESET_DIR
     from workbench.contracts.schema import save
 

@@ -1,6 +1,7 @@
 """`tlt gpu-check --measured FILE`: a GPU check's measurements (`make gpu-check`, real/gpu_check/)
 beside the measured database, its draft-step overhead model and the TLT paper
-(workbench/calibrate/gpu_measured.py), and what they would change in the simulator's inputs."""
+(workbench/calibrate/gpu_check/comparison.py), and what they would change in the simulator's
+inputs."""
 
 from __future__ import annotations
 
@@ -154,7 +155,8 @@ def _changes(c) -> None:
     shipped = next(e.profile.name for e in c.engine if (e.arch, e.tp) == (arch, tp))
     typer.echo(
         f"\nWhat the measurement would change: a profile fitted to {arch} TP{tp}'s measured "
-        f"engine points (workbench/calibrate/operators.py; base {shipped} for acceptance and "
+        f"engine points (workbench/calibrate/captures/operators.py; base {shipped} for acceptance "
+        f"and "
         f"learning; the draft-step "
         f"overhead model kept on top) against {shipped}"
     )
@@ -185,8 +187,8 @@ def _changes(c) -> None:
 def measured_report(
     measured: Path, gpu: Optional[str], framework: str, profile_out: Optional[Path]
 ) -> None:
-    from workbench.calibrate.gpu_check_file import load_check
-    from workbench.calibrate.gpu_measured import compare
+    from workbench.calibrate.gpu_check.check_file import load_check
+    from workbench.calibrate.gpu_check.comparison import compare
     from workbench.contracts.schema import save
 
     if profile_out is not None and profile_out.suffix not in (".yaml", ".yml", ".json"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.calibrate.published import PUBLISHED, load_published
+from workbench.calibrate.published.microbenchmarks import PUBLISHED, load_published
 from workbench.cli.apps import app
 from workbench.cli.common import fail
 from workbench.contracts.fileio import write_json

@@ -1,9 +1,10 @@
 """`tlt profile`: measure a model's operators on this machine's CPU or GPU and fit a Profile, or
 (`--backend aiconfigurator`) derive one for any GPU from NVIDIA's measured database
-(workbench/calibrate/measured_gpu.py).
+(workbench/calibrate/database/profile.py).
 
 The measuring is `python -m real.profiler` (real/profiler/, which also runs alone on a bare GPU
-machine); the fit is workbench/calibrate/operators.py. `--measurements` fits a file measured
+machine); the fit is workbench/calibrate/captures/operators.py. `--measurements` fits a file
+measured
 elsewhere instead of measuring.
 """
 
@@ -14,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from workbench.calibrate.operators import OperatorFit, fit_operators, fit_report
+from workbench.calibrate.captures.operators import OperatorFit, fit_operators, fit_report
 from workbench.cli.apps import app
 from workbench.cli.common import fail
 from workbench.contracts.fileio import write_json
@@ -26,7 +27,7 @@ from workbench.report.tables import format_table
 def default_base(device: str, arch: str, tp: int) -> str:
     """What operators cannot measure comes from a profile of the same kind: the CPU engine's, or
     the H100 profile of this model and TP (the paper-fitted one) when there is one."""
-    from workbench.calibrate.gpu_catalog import default_base_profile
+    from workbench.calibrate.database.catalog import default_base_profile
 
     return "cpu-tiny" if device == "cpu" else default_base_profile(arch, tp)
 
@@ -92,8 +93,8 @@ def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, 
                    version: Optional[str], base: Optional[str], name: Optional[str]) -> None:
     """`--backend aiconfigurator`: every cost from
     NVIDIA's measured operator database, no GPU needed."""
-    from workbench.calibrate.gpu_database import gpu_names
-    from workbench.calibrate.measured_gpu import derive_profile
+    from workbench.calibrate.database.aiconfigurator import gpu_names
+    from workbench.calibrate.database.profile import derive_profile
 
     if arch is None or gpu is None:
         fail(ConfigError("--backend aiconfigurator", "--arch" if arch is None else "--gpu",

@@ -68,7 +68,7 @@ def parse_batches(text: str) -> tuple[int, ...]:
 def engine_profile(profile: Optional[str], arch: Optional[str], gpu: str, tp: int, framework: str):
     """A profile preset/file, or the measured database's profile of (arch, gpu, tp, framework),
     kept on disk."""
-    from workbench.calibrate.gpu_catalog import disk_cached_profile, model_choices
+    from workbench.calibrate.database.catalog import disk_cached_profile, model_choices
     from workbench.cli.profile import default_base
     from workbench.contracts.profile import load_profile
 
@@ -126,7 +126,7 @@ def _print_curve(c) -> None:
 
 
 def _policy_checks(context: float) -> None:
-    from workbench.calibrate.gpu_catalog import PRESET_CASES
+    from workbench.calibrate.database.catalog import PRESET_CASES
     from workbench.contracts.policy import load_policy
     from workbench.contracts.profile import load_profile
     from workbench.compare.sd_curve import policy_check
@@ -158,13 +158,13 @@ def sd_by_batch_report(context: Optional[float] = None) -> None:
     """`tlt gpu-check`'s part on SD's speedup by batch: the engine constants fitted on the declared
     series, and
     every public figure beside its prediction (traces/published/sd-by-batch.yaml)."""
-    from workbench.calibrate import sd_batch as sb
-    from workbench.calibrate.measured_gpu import (
+    from workbench.calibrate.published import sd_batch as sb
+    from workbench.calibrate.database.profile import (
         DRAFT_OVERHEAD_EXPONENT,
         DRAFT_STEP_OVERHEAD_S,
         SD_HOST_S_PER_SEQ,
     )
-    from workbench.calibrate.sd_published import load_sd_published
+    from workbench.calibrate.published.sd_series import load_sd_published
 
     pub = load_sd_published()
     fit = sb.fit_constants(pub)

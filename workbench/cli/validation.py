@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from workbench.calibrate.run_dir import TRACE_DIR, is_run_dir
+from workbench.calibrate.captures.run_dir import TRACE_DIR, is_run_dir
 from workbench.cli import runlog as rl
 from workbench.cli.apps import app
 from workbench.cli.common import WORKERS_OPTION, fail
@@ -102,8 +102,8 @@ def validate_traces(traces: list[Path], prof: Profile, seed: int, out: Optional[
     if any(v.drift_factor is not None for v in results):
         typer.echo("measured s and error at the profile's machine speed (speed probe "
                    f"{prof.speed_probe_ms} ms): each stretch of a trace at its probe samples' "
-                   "speed, drift its mean factor (workbench/calibrate/probe_drift.py); raw "
-                   "error: against the clock, the machine's drift in")
+                   "speed, drift its mean factor (workbench/calibrate/captures/probe_drift.py); "
+                   "raw error: against the clock, the machine's drift in")
     elif prof.speed_probe_ms is None:
         typer.echo("no drift correction: the profile records no machine speed (fitted on "
                    "traces without a speed probe); error includes whatever the machine drifted")

@@ -2,7 +2,7 @@
 
 Costs of a model on a GPU follow from its shape (bytes of weights and KV cache read per step,
 FLOPs per token), so a profile measured or fitted for one model can be carried to another
-(workbench/calibrate/shapes.py), and the profiler instantiates a model from the same file.
+(workbench/calibrate/published/shapes.py), and the profiler instantiates a model from the same file.
 Presets live in `presets/architectures/` (the public configs of the models the TLT paper
 trains, plus our tiny model); any HF `config.json` works too.
 """

@@ -27,7 +27,8 @@ class Cluster:
 
     # architecture name (a preset of presets/architectures/, or a config.json's directory name)
     model: str
-    # GPU key (h100, h200, b200, a100, l40s, ...: workbench/calibrate/measured_gpu.py lists them)
+    # GPU key (h100, h200, b200, a100, l40s, ...: workbench/calibrate/database/profile.py lists
+    # them)
     gpu: str
     tp: int  # tensor-parallel degree of one engine (a workload's gpus_per_worker)
     framework: str = ""  # vllm, sglang or trtllm ("": not stated)

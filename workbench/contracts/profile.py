@@ -150,7 +150,7 @@ class AcceptanceModel:
     # tokens are guessed worst, and a response that runs on to its cap often derails into text no
     # drafter guesses (or loops, which n-gram catches). Rows (from_token, miss), ascending; () is
     # flat. Measured by `tlt calibrate` from the SD steps' mean position in their responses
-    # (workbench/calibrate/position_acceptance.py).
+    # (workbench/calibrate/captures/position_acceptance.py).
     eagle_position: tuple[PositionMiss, ...] = ()
     ngram_position: tuple[PositionMiss, ...] = ()
     suffix_alpha: float = 0.85
@@ -281,7 +281,7 @@ class Profile:
     power: GpuPower | None = None  # watts per GPU state (None: unknown; energy is not reported)
     # The machine's speed the costs hold for, as the capture speed probe timed it (ms; None: not
     # measured). A trace captured while the probe ran slower is scaled down by as much before it
-    # is compared (`tlt validate`; workbench/calibrate/drift.py).
+    # is compared (`tlt validate`; workbench/calibrate/captures/drift.py).
     speed_probe_ms: float | None = None
     # How much more than the probe the engine's steps slow down with the machine (fitted with the
     # costs: the exponent that explains the fit captures' step times best; 1: as much).
@@ -312,10 +312,10 @@ def profile_presets() -> list[str]:
 
 
 # What a profile's numbers rest on, from what it records (`fitted_on`, `fit_error_pct`): the
-# prefixes are those the writers use (workbench/calibrate/operators.py writes "profiler:",
+# prefixes are those the writers use (workbench/calibrate/captures/operators.py writes "profiler:",
 # workbench/paper/profiles.py "tlt-paper:", `tlt calibrate` the traces' names).
 MEASURED_PREFIX = "profiler:"
-# workbench/calibrate/measured_gpu.py: NVIDIA's measured operator database
+# workbench/calibrate/database/profile.py: NVIDIA's measured operator database
 DATABASE_PREFIX = "aiconfigurator:"
 PUBLISHED_PREFIX = "tlt-paper:"
 RUNLOG_PREFIX = "runlog:"  # workbench/runlog/: a real run's log (`tlt calibrate --run-log`)

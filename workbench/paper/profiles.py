@@ -1,8 +1,9 @@
 """GPU profiles of the TLT paper's models, fitted to its microbenchmarks and carried by shape.
 
-`build_profiles` turns one `PublishedFit` (workbench/calibrate/published.py) into a Profile per
+`build_profiles` turns one `PublishedFit` (workbench/calibrate/published/microbenchmarks.py) into a
+Profile per
 (model, TP) the evaluation uses. Fitted: the RL-adapted drafter's acceptance (alpha, shape,
-tree width gain) and the engine factors; carried by shape (workbench/calibrate/shapes.py):
+tree width gain) and the engine factors; carried by shape (workbench/calibrate/published/shapes.py):
 every cost. Derived from Table G: the quality of a drafter aligned with the base model (a
 warm start). Assumed, and stated in each profile's `source`: the n-gram drafter's acceptance
 (our own measurement on a reasoning task), the learning curve and staleness of spot training,
@@ -15,14 +16,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sim.acceptance import stats_for
-from workbench.calibrate.published import (
+from workbench.calibrate.published.microbenchmarks import (
     PUBLISHED,
     Published,
     PublishedFit,
     fit_published,
     load_published,
 )
-from workbench.calibrate.shapes import GPU, H100_SXM, decode_cost, drafter_cost
+from workbench.calibrate.published.shapes import GPU, H100_SXM, decode_cost, drafter_cost
 from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import Cluster

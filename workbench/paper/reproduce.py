@@ -25,7 +25,7 @@ from sim.acceptance import stats_for
 from sim.costs import segment_s
 from sim.results import PolicyRun
 from sim.sweep import sweep
-from workbench.calibrate.published import NO_SD, Published, PublishedFit
+from workbench.calibrate.published.microbenchmarks import NO_SD, Published, PublishedFit
 from workbench.contracts.policy import DrafterKind, load_policy
 from workbench.contracts.profile import load_profile, profile_presets
 from workbench.contracts.workload import Workload, load_workload

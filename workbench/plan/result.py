@@ -12,7 +12,7 @@ from typing import Sequence
 import yaml
 from matplotlib.figure import Figure
 
-from workbench.calibrate.measured_gpu import model_name
+from workbench.calibrate.database.profile import model_name
 from workbench.contracts.fileio import save_figure, sig, write_atomic
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile

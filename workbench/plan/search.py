@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from workbench.calibrate.gpu_catalog import disk_cached_profile, model_choices
-from workbench.calibrate.gpu_database import gpu_names, latest_version, system_spec
+from workbench.calibrate.database.catalog import disk_cached_profile, model_choices
+from workbench.calibrate.database.aiconfigurator import gpu_names, latest_version, system_spec
 from workbench.contracts.architecture import load_architecture
 from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.policy import Policy

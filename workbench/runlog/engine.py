@@ -63,7 +63,7 @@ class Predicted:
 
 def database_profile(shape: RunShape) -> Profile:
     """The measured-database profile of the run's cluster (derived once, then kept on disk)."""
-    from workbench.calibrate.gpu_catalog import default_base_profile, disk_cached_profile
+    from workbench.calibrate.database.catalog import default_base_profile, disk_cached_profile
 
     return disk_cached_profile(
         shape.arch, shape.gpu, shape.tp, shape.framework, default_base_profile(shape.arch, shape.tp)

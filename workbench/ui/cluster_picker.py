@@ -2,7 +2,7 @@
 
 A preset's own cluster is picked first (its profile, as shipped); changing any of the four
 derives a profile for the new cluster from NVIDIA's measured operator database
-(workbench/calibrate/measured_gpu.py; cached per process), with TP the engine's GPUs. A length
+(workbench/calibrate/database/profile.py; cached per process), with TP the engine's GPUs. A length
 file (or a run log) has no cluster of its own: every box starts empty and nothing simulates
 until the user has said where the lengths ran; no hardware is taken from an unrelated preset.
 A profile preset or file may still be picked instead (`other_profile`); one whose TP, GPU, model or
@@ -55,8 +55,8 @@ class Choice:
 @lru_cache(maxsize=1)
 def _options() -> tuple[dict[str, str], list[str], tuple[str, ...]]:
     """Models (name -> preset or config path), GPUs and frameworks of the measured database."""
-    from workbench.calibrate.gpu_catalog import model_choices
-    from workbench.calibrate.gpu_database import FRAMEWORKS, gpu_names
+    from workbench.calibrate.database.catalog import model_choices
+    from workbench.calibrate.database.aiconfigurator import FRAMEWORKS, gpu_names
 
     return model_choices(), gpu_names(), tuple(FRAMEWORKS)
 
@@ -162,7 +162,7 @@ def pick(
     try:
         with st.spinner(f"Deriving the profile of {choice.tp}x {choice.gpu} "
                         f"({choice.framework})…"):
-            from workbench.calibrate.gpu_catalog import cached_profile
+            from workbench.calibrate.database.catalog import cached_profile
 
             prof = cached_profile(
                 arch, choice.gpu, choice.tp, choice.framework, _base_for(choice.model)

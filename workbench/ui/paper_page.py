@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from workbench.calibrate.published import load_published
+from workbench.calibrate.published.microbenchmarks import load_published
 from workbench.paper import report
 from workbench.paper.calibration import load_split
 from workbench.paper.profiles import refit

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from workbench import plan as planning
-from workbench.calibrate.gpu_database import FRAMEWORKS, gpu_names
+from workbench.calibrate.database.aiconfigurator import FRAMEWORKS, gpu_names
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import load_workload, workload_presets

@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from workbench.calibrate.gpu_database import gpu_names
+from workbench.calibrate.database.aiconfigurator import gpu_names
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, FieldError, save
 from workbench.contracts.workload import Workload, load_workload

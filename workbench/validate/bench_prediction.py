@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.calibrate.run_dir import load_run
+from workbench.calibrate.captures.run_dir import load_run
 from workbench.contracts.profile import Profile
 from workbench.validate.run_prediction import RunPrediction, error_pct, predict_run
 

@@ -44,9 +44,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from sim.simulator import simulate
-from workbench.calibrate.costs import predict_steps
-from workbench.calibrate.probe_drift import warp_to_profile
-from workbench.calibrate.trace_view import (
+from workbench.calibrate.captures.costs import predict_steps
+from workbench.calibrate.captures.probe_drift import warp_to_profile
+from workbench.calibrate.captures.trace_view import (
     step_draft_len,
     step_frame,
 )

@@ -41,9 +41,15 @@ from typing import Any
 import numpy as np
 
 from sim.simulator import simulate
-from workbench.calibrate.trace_view import fitted_name
-from workbench.calibrate.run_dir import TRACE_DIR, is_run_dir, run_label, run_policy, trace_metrics
-from workbench.calibrate.runs import spot_wait
+from workbench.calibrate.captures.trace_view import fitted_name
+from workbench.calibrate.captures.run_dir import (
+    TRACE_DIR,
+    is_run_dir,
+    run_label,
+    run_policy,
+    trace_metrics,
+)
+from workbench.calibrate.captures.runs import spot_wait
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Trace, TraceError, load_trace

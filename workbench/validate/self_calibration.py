@@ -9,7 +9,8 @@ measures the drift. Here
   kinds (no SD, n-gram, EAGLE) in rounds, each round in another kind order, and repeats every
   fit shape in every round, so no kind or shape is measured only while the machine ran fast or slow;
 - the machine's speed is measured for every capture, and each capture's times are scaled to
-  the run's median speed (`workbench/calibrate/drift.py`): method "probe" (the default where
+  the run's median speed (`workbench/calibrate/captures/drift.py`): method "probe" (the default
+  where
   captures carry it), a light reference workload timed between the capture's engine steps
   (real/rollout/probing.py), so it samples the machine while it decodes; method "reference", a
   fixed reference (`Machine.reference_s`, real/rollout/probing.py's `ReferenceForward`) timed
@@ -39,16 +40,16 @@ from typing import Callable, Sequence
 import numpy as np
 
 from workbench.validate.capture_plan import CaptureSpec, Machine
-from workbench.calibrate.drift import (
+from workbench.calibrate.captures.drift import (
     DriftFactor,
     cpu_drift_factors,
     drift_factors,
     scale_trace,
     with_factor,
 )
-from workbench.calibrate.probe_drift import probe_factors, warp_to_profile
-from workbench.calibrate.report import Calibration, calibrate, trace_workload_spec
-from workbench.calibrate.trace_view import WARMUP_STEPS
+from workbench.calibrate.captures.probe_drift import probe_factors, warp_to_profile
+from workbench.calibrate.captures.report import Calibration, calibrate, trace_workload_spec
+from workbench.calibrate.captures.trace_view import WARMUP_STEPS
 from workbench.contracts.fileio import jsonable, write_dir_atomic, write_json
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.profile import Profile
@@ -174,7 +175,7 @@ class SelfCalibration:
                       "method": self.method, "window": self.window,
                       "by_method": [c.factors for c in self.captures],
                       "how": "times * median slowness / the capture's slowness "
-                             "(workbench/calibrate/drift.py)"},
+                             "(workbench/calibrate/captures/drift.py)"},
             "tracking": asdict(self.tracking),
             "heldout": [asdict(h) for h in self.heldout],
             "heldout_max_abs_error_pct": self.heldout_max_abs_error_pct,
@@ -266,7 +267,7 @@ def run_self_calibration(machine: Machine, plan: Sequence[CaptureSpec], base: Pr
     `method`: the drift normalisation of the profile ("reference", "cpu"; "auto": cpu where the
     machine gives CPU times, else reference); the held-out errors of every available one are kept.
     `window`: each capture's slowness is the median of the references nearest it, this many on
-    each side (workbench/calibrate/drift.py).
+    each side (workbench/calibrate/captures/drift.py).
     """
     if not any(s.role == "fit" for s in plan):
         raise ValueError("the plan has no fit capture")

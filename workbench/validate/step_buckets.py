@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from workbench.validate.capture_plan import KINDS
-from workbench.calibrate.costs import predict_steps
-from workbench.calibrate.trace_view import WARMUP_STEPS, step_frame
+from workbench.calibrate.captures.costs import predict_steps
+from workbench.calibrate.captures.trace_view import WARMUP_STEPS, step_frame
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Trace

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from sim.rollout import shard
-from workbench.calibrate.trace_view import step_draft_len, trace_drafter_kind
+from workbench.calibrate.captures.trace_view import step_draft_len, trace_drafter_kind
 from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, from_mapping

@@ -7,7 +7,7 @@ SD) are to a profile what traces are: measurements of an engine. `fit_published`
 simulator's own forms (sim/costs.py, sim/acceptance.py):
 
 - the acceptance model of the RL-adapted EAGLE drafter: alpha, shape and tree_width_gain;
-- the engine factors the shapes cannot give (workbench/calibrate/shapes.py): verify MFU,
+- the engine factors the shapes cannot give (workbench/calibrate/published/shapes.py): verify MFU,
   overlap of weight reading and compute, the drafter step's fixed cost and the drafter's MFU;
 - a nuisance: the benchmarks' mean context (not published; it sets the KV reading per sequence).
 
@@ -30,7 +30,7 @@ from scipy.optimize import least_squares
 
 from sim.acceptance import stats_for
 from sim.costs import segment_s
-from workbench.calibrate.shapes import (
+from workbench.calibrate.published.shapes import (
     GPU,
     EngineFactors,
     decode_cost,
@@ -44,7 +44,7 @@ from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import AcceptanceModel
 from workbench.contracts.schema import ConfigError
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "traces" / "published" / "tlt-paper.yaml"
+PUBLISHED = Path(__file__).resolve().parents[3] / "traces" / "published" / "tlt-paper.yaml"
 NO_SD = Strategy.chain(0)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from workbench.calibrate.attention_coverage import Coverage, attention_coverage
+from workbench.calibrate.database.attention_coverage import Coverage, attention_coverage
 from workbench.contracts.architecture import Architecture
 from workbench.contracts.schema import ConfigError
 
@@ -102,7 +102,7 @@ def latest_version(gpu: str, framework: str) -> str:
 def _config_dir(arch_name: str) -> str:
     """The package reads a directory holding a config.json: the architecture's, copied once."""
     path = Path(arch_name)
-    presets = Path(__file__).resolve().parents[1] / "contracts" / "presets" / "architectures"
+    presets = Path(__file__).resolve().parents[2] / "contracts" / "presets" / "architectures"
     src = path if path.is_file() else presets / f"{arch_name}.json"
     data = json.loads(src.read_text(encoding="utf-8"))
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]

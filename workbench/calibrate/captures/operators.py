@@ -2,7 +2,8 @@
 
 The profiler times one TP rank's decode, verify, drafter and prefill forwards and the training
 passes (real/profiler/grid.py). Each inference point is, to the cost fit, what an engine step
-of a trace is, so the fit is `fit_costs` (workbench/calibrate/costs.py) on a frame of them, in
+of a trace is, so the fit is `fit_costs` (workbench/calibrate/captures/costs.py) on a frame of
+them, in
 the simulator's own form (sim/costs.py):
 
 - decode (B, C): a step of B sequences at context C, no drafts (K = 0);
@@ -32,7 +33,7 @@ from scipy.optimize import nnls
 
 from real.profiler.table import Measurements
 from sim.costs import draft_step_s, prefill_s, verify_step_s
-from workbench.calibrate.costs import CostFit, fit_costs
+from workbench.calibrate.captures.costs import CostFit, fit_costs
 from workbench.contracts.fileio import sig
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
@@ -167,7 +168,8 @@ def describe(m: Measurements, mode: str) -> str:
             f"{t.get('grid')}, median of {t.get('repeats')} runs (clock {t.get('clock', '?')}), "
             f"fastest of {t.get('passes', 1)} interleaved passes, "
             f"{'CUDA-graph replays' if mode == 'graph' else 'eager'} for "
-            f"decode/verify/drafter{coll}; fitted by workbench/calibrate/operators.py (fit_costs "
+            f"decode/verify/drafter{coll}; fitted by workbench/calibrate/captures/operators.py "
+            f"(fit_costs "
             "over the points); no engine scheduling or sampling overhead is in it (an engine's "
             "step costs more); fit_error_pct: median |error| over the measured points, in sample")
 

@@ -38,7 +38,7 @@ import pandas as pd
 from scipy.optimize import minimize_scalar
 
 from sim.costs import draft_step_s, prefill_s, verify_step_s
-from workbench.calibrate.robust import identifiable, robust_fit, robust_scale
+from workbench.calibrate.captures.robust import identifiable, robust_fit, robust_scale
 from workbench.contracts.fileio import sig
 from workbench.contracts.profile import DecodeCost, DrafterCost, Profile
 from workbench.contracts.policy import DrafterKind

@@ -30,15 +30,15 @@ from scipy.optimize import least_squares, minimize_scalar
 
 from sim.acceptance import stats_for
 from sim.costs import segment_s
-from workbench.calibrate.gpu_catalog import bare_profile, with_sd_host
-from workbench.calibrate.measured_gpu import (
+from workbench.calibrate.database.catalog import bare_profile, with_sd_host
+from workbench.calibrate.database.profile import (
     DRAFT_STEP_OVERHEAD_S,
     MICROBENCH_CONTEXT,
     derive_profile,
     draft_overhead_s,
     with_draft_overhead,
 )
-from workbench.calibrate.published import Published, load_published
+from workbench.calibrate.published.microbenchmarks import Published, load_published
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import AcceptanceModel, Profile, load_profile

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from workbench.calibrate.drift import DRIFT_KEY, DriftFactor
+from workbench.calibrate.captures.drift import DRIFT_KEY, DriftFactor
 from workbench.contracts.trace import Trace, TraceError
 
 
@@ -115,7 +115,7 @@ def warp_trace(trace: Trace, ref_ms: float, exponent: float = 1.0) -> tuple[Trac
         if col in rl.columns:
             rl[col] = rl[col].astype(float) * factor
     how = ("each stretch of the capture at its nearest probe sample's speed "
-           "(workbench/calibrate/probe_drift.py)")
+           "(workbench/calibrate/captures/probe_drift.py)")
     meta = {**trace.meta,
             DRIFT_KEY: {"factor": factor, "method": "probe warp", "reference_ms": ref_ms,
                                       "exponent": exponent, "applied": True, "how": how}}

@@ -1,6 +1,6 @@
 """A GPU check's measurements (`python -m real.gpu_check`, real/gpu_check/) beside what the
 simulator uses today: the measured-database profile of the same GPU, model, TP and framework
-(workbench/calibrate/measured_gpu.py), its draft-step overhead model, and the TLT paper.
+(workbench/calibrate/database/profile.py), its draft-step overhead model, and the TLT paper.
 
 - `engine`: every measured decode, verify, drafter and prefill point over the database's own step
   at that point and over the derived profile's prediction of it (what the simulator sees), with
@@ -14,7 +14,8 @@ simulator uses today: the measured-database profile of the same GPU, model, TP a
   (our step: a no-grad pass and a forward+backward, 4 forwards per token), and spot training's
   samples/s beside the paper's (plain 13.3, packed 29.6) and the profile's drafter tokens/s.
 - `changes`: the simulator inputs a profile fitted to the measured engine points
-  (workbench/calibrate/operators.py, the database profile as its base, the draft-step overhead
+  (workbench/calibrate/captures/operators.py, the database profile as its base, the draft-step
+  overhead
   model kept on top) would change, and by how much. Nothing is written unless asked
   (`fitted_profile`): feeding a measurement into a profile is a new, declared profile file.
 """
@@ -28,17 +29,17 @@ from pathlib import Path
 
 from real.profiler.table import Measurements
 from sim.costs import draft_step_s, verify_step_s
-from workbench.calibrate.gpu_catalog import disk_cached_profile
-from workbench.calibrate.gpu_check_file import (
+from workbench.calibrate.database.catalog import disk_cached_profile
+from workbench.calibrate.gpu_check.check_file import (
     MeasuredCheck,
     arch_spec,
     engine_measurements,
     gpu_key,
 )
-from workbench.calibrate.gpu_throughput import ThroughputRow, drafter_rows, grpo_rows
-from workbench.calibrate.gpu_database import Engine
-from workbench.calibrate.measured_gpu import draft_overhead_s, with_draft_overhead
-from workbench.calibrate.operators import fit_operators, predict_point
+from workbench.calibrate.gpu_check.throughput import ThroughputRow, drafter_rows, grpo_rows
+from workbench.calibrate.database.aiconfigurator import Engine
+from workbench.calibrate.database.profile import draft_overhead_s, with_draft_overhead
+from workbench.calibrate.captures.operators import fit_operators, predict_point
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile

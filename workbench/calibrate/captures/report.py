@@ -12,16 +12,16 @@ from typing import Sequence
 
 import pandas as pd
 
-from workbench.calibrate.acceptance import (
+from workbench.calibrate.captures.acceptance import (
     AcceptanceFit,
     acceptance_model,
     fit_acceptance,
 )
-from workbench.calibrate.costs import CV_FOLDS, CostFit, ParamFit, fit_costs
-from workbench.calibrate.drift import DRIFT_KEY
-from workbench.calibrate.probe_drift import normalise_by_probe
-from workbench.calibrate.phases import fit_phases
-from workbench.calibrate.trace_view import WARMUP_STEPS, fitted_name, step_frame
+from workbench.calibrate.captures.costs import CV_FOLDS, CostFit, ParamFit, fit_costs
+from workbench.calibrate.captures.drift import DRIFT_KEY
+from workbench.calibrate.captures.probe_drift import normalise_by_probe
+from workbench.calibrate.captures.phases import fit_phases
+from workbench.calibrate.captures.trace_view import WARMUP_STEPS, fitted_name, step_frame
 from workbench.contracts.fileio import jsonable, sig
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Trace
@@ -163,7 +163,7 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None,
         notes.append("each trace brought to the traces' median machine speed (speed probe "
                      f"{probe_ms:.2f} ms, step slowness = probe slowness ^ {exponent}: the "
                      f"exponent that fits the steps best; mean factors {factors}; "
-                     "workbench/calibrate/probe_drift.py)")
+                     "workbench/calibrate/captures/probe_drift.py)")
     machines = {json.dumps(t.meta.get("machine"), sort_keys=True, default=str) for t in traces}
     models = {json.dumps(t.meta.get("model"), sort_keys=True, default=str) for t in traces}
     if len(machines) > 1 or len(models) > 1:
@@ -172,7 +172,7 @@ def calibrate(traces: Sequence[Trace], base: Profile, name: str | None = None,
     scaled = [t.name for t in traces if (t.meta.get("drift") or {}).get("applied")]
     if scaled:
         notes.append(f"times of {len(scaled)} trace(s) scaled by the drift factor their meta "
-                     "records (tlt calibrate --model; workbench/calibrate/drift.py): "
+                     "records (tlt calibrate --model; workbench/calibrate/captures/drift.py): "
                      f"{', '.join(scaled)}")
     decode = costs.decode()
     if decode.overhead_s + decode.weights_s + decode.per_seq_s <= 0:

@@ -31,7 +31,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from sim.costs import draft_step_s, prefill_s, verify_step_s
-from workbench.calibrate.gpu_database import (
+from workbench.calibrate.database.aiconfigurator import (
     DECODE_BATCHES,
     DECODE_CONTEXTS,
     DRAFTER_CANDIDATES,
@@ -42,8 +42,8 @@ from workbench.calibrate.gpu_database import (
     measure_grid,
     package_version,
 )
-from workbench.calibrate.attention_coverage import Coverage, sweep_sentence
-from workbench.calibrate.operators import fit_drafter
+from workbench.calibrate.database.attention_coverage import Coverage, sweep_sentence
+from workbench.calibrate.captures.operators import fit_drafter
 from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import Cluster
@@ -86,7 +86,8 @@ DRAFT_OVERHEAD_EXPONENT = 0.37
 # and vLLM overlap with the GPU when decoding plainly and not when speculating
 # (DrafterCost.sd_host_s_per_seq). Fitted on the EAGLE-3 paper's SGLang speedups by batch
 # (traces/published/sd-by-batch.yaml, its `fit` series), jointly with the two constants above
-# (`workbench/calibrate/sd_batch.py`, `tlt gpu-check`); the same in ms on every GPU, model and TP
+# (`workbench/calibrate/published/sd_batch.py`, `tlt gpu-check`); the same in ms on every GPU,
+# model and TP
 # degree (work on the host: an extrapolation, stated).
 SD_HOST_S_PER_SEQ = 7.9e-05
 
@@ -234,7 +235,7 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
     ar = max((p.allreduce_s for p in pts if p.op == "decode" and p.batch == 1), default=0.0)
     sweep = sweep_sentence(cov, a, eng.attention_dir(c.framework), eng.decode, LONG_CONTEXT,
                            DECODE_BATCHES)
-    return ("derived by workbench/calibrate/measured_gpu.py from aiconfigurator-core "
+    return ("derived by workbench/calibrate/database/profile.py from aiconfigurator-core "
             f"{package_version()} (NVIDIA's measured operator latencies) for {eng.system}, "
             f"{c.framework} {c.framework_version}, TP{c.tp} (one rank's shapes: {cov.heads} heads, "
             f"{cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode B "

@@ -50,10 +50,10 @@ import pandas as pd
 from real.rollout.spec_config import adaptive_draft_cap
 from sim.acceptance import accept_stats, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
-from workbench.calibrate.costs import ParamFit
-from workbench.calibrate.phases import fit_phases
-from workbench.calibrate.run_dir import Run, load_run, run_policy
-from workbench.calibrate.trace_view import fitted_name
+from workbench.calibrate.captures.costs import ParamFit
+from workbench.calibrate.captures.phases import fit_phases
+from workbench.calibrate.captures.run_dir import Run, load_run, run_policy
+from workbench.calibrate.captures.trace_view import fitted_name
 from workbench.contracts.fileio import sig
 from workbench.contracts.profile import Profile
 from workbench.contracts.trace import Trace

@@ -27,15 +27,20 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from sim.costs import segment_s
-from workbench.calibrate.gpu_catalog import bare_profile, with_sd_host
-from workbench.calibrate.gpu_validation import (
+from workbench.calibrate.database.catalog import bare_profile, with_sd_host
+from workbench.calibrate.published.database_check import (
     BASE_PROFILE,
     draft_overhead_from_table_d,
     fit_overhead_exponent,
     table_e_engines,
 )
-from workbench.calibrate.measured_gpu import draft_overhead_s, with_draft_overhead
-from workbench.calibrate.sd_published import SdPoint, SdPublished, SdSeries, load_sd_published
+from workbench.calibrate.database.profile import draft_overhead_s, with_draft_overhead
+from workbench.calibrate.published.sd_series import (
+    SdPoint,
+    SdPublished,
+    SdSeries,
+    load_sd_published,
+)
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from sim.acceptance import cumulative_acceptance
-from workbench.calibrate.trace_view import step_draft_len, trace_drafter_kind
+from workbench.calibrate.captures.trace_view import step_draft_len, trace_drafter_kind
 from workbench.contracts.fileio import sig
 from workbench.contracts.profile import PositionMiss
 from workbench.contracts.trace import Trace

@@ -2,7 +2,7 @@
 the GRPO update's tokens/s beside the measured database's forward cost of the same model (our
 step: a no-grad log-prob pass and a forward+backward, GRPO_FORWARDS forwards per token), and
 spot training's samples/s beside the TLT paper's (traces/published/tlt-paper.yaml) and the
-profile's drafter training rate. workbench/calibrate/gpu_measured.py gathers them."""
+profile's drafter training rate. workbench/calibrate/gpu_check/comparison.py gathers them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from workbench.calibrate.gpu_database import Engine
-from workbench.calibrate.published import PUBLISHED
+from workbench.calibrate.database.aiconfigurator import Engine
+from workbench.calibrate.published.microbenchmarks import PUBLISHED
 from workbench.contracts.profile import Profile
 
 # Our GRPO step per token: the no-grad log-prob pass (1) and a forward+backward (3).

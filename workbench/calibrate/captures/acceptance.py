@@ -10,9 +10,13 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from workbench.calibrate.costs import ParamFit
-from workbench.calibrate.position_acceptance import PositionFit, fit_position_gain
-from workbench.calibrate.trace_view import parse_positions, step_draft_len, trace_drafter_kind
+from workbench.calibrate.captures.costs import ParamFit
+from workbench.calibrate.captures.position_acceptance import PositionFit, fit_position_gain
+from workbench.calibrate.captures.trace_view import (
+    parse_positions,
+    step_draft_len,
+    trace_drafter_kind,
+)
 from workbench.contracts.fileio import sig
 from workbench.contracts.profile import AcceptanceModel, Profile
 from workbench.contracts.trace import Trace
@@ -153,7 +157,7 @@ def acceptance_model(
             rows = ", ".join(f"{r.from_token}+: x{r.miss:.2f} ({q:.2f})" for r, q in pairs)
             notes.append(f"{a.kind} acceptance along a response, by tokens into the response: the "
                          f"miss rate's multiplier (accepted drafts over the pooled fit's): {rows} "
-                         f"(workbench/calibrate/position_acceptance.py)")
+                         f"(workbench/calibrate/captures/position_acceptance.py)")
     return acc, [ParamFit("acceptance", n, getattr(acc, n), f) for n, f in fitted.items()], notes
 
 

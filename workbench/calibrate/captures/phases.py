@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from workbench.calibrate.costs import ParamFit
+from workbench.calibrate.captures.costs import ParamFit
 from workbench.contracts.fileio import sig
 from workbench.contracts.profile import PhaseCost
 from workbench.contracts.trace import Trace

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from workbench.calibrate.gpu_database import package_version
-from workbench.calibrate.measured_gpu import (
+from workbench.calibrate.database.aiconfigurator import package_version
+from workbench.calibrate.database.profile import (
     DERIVATION,
     SD_HOST_S_PER_SEQ,
     derive_profile,

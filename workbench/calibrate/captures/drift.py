@@ -69,7 +69,7 @@ class DriftFactor:
                 "reference_before_s": self.reference_before_s,
                 "reference_after_s": self.reference_after_s, "cpu_share": self.cpu_share,
                 "applied": False, "how": "times * factor = times at the run's median speed "
-                       "(workbench/calibrate/drift.py)"}
+                       "(workbench/calibrate/captures/drift.py)"}
 
 
 def drift_factors(around: Sequence[Sequence[float]],
@@ -129,7 +129,8 @@ def recorded_factor(trace: Trace) -> float | None:
     apply)."""
     d = trace.meta.get(DRIFT_KEY)
     if not d or d.get("applied") or d.get("method") == "probe":
-        # a probe's capture is warped from its own samples (workbench/calibrate/probe_drift.py)
+        # a probe's capture is warped from its own samples
+        # (workbench/calibrate/captures/probe_drift.py)
         return None
     f = d.get("factor")
     if not isinstance(f, (int, float)) or not f > 0:

@@ -3,7 +3,8 @@
 Each series is one engine (framework, version, GPU, model, TP) and drafter measured at several
 batch sizes or strategies, with the role the file declares for it: `fit` (what the engine
 constant `sd_host_s_per_seq` is fitted on), `held_out` (predicted and scored) or `context`
-(printed, never scored). The fit and the predictions live in `workbench/calibrate/sd_batch.py`.
+(printed, never scored). The fit and the predictions live in
+`workbench/calibrate/published/sd_batch.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
 from workbench.contracts.schema import ConfigError
 
-SD_PUBLISHED = Path(__file__).resolve().parents[2] / "traces" / "published" / "sd-by-batch.yaml"
+SD_PUBLISHED = Path(__file__).resolve().parents[3] / "traces" / "published" / "sd-by-batch.yaml"
 SCHEMA = "tlt-sd-by-batch/1"
 ROLES = ("fit", "held_out", "context")
 _MEASURES = ("speedup", "tokens_per_s")

@@ -1,0 +1,1 @@
+"""NVIDIA's measured operator database (aiconfigurator-core) -> a Profile for any cluster."""

@@ -1,0 +1,1 @@
+"""A `make gpu-check` file beside the measured database and the TLT paper."""

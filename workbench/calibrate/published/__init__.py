@@ -1,0 +1,1 @@
+"""Published figures (the TLT paper's microbenchmarks, SD by batch) as measurements."""
