@@ -6,7 +6,8 @@ A shape is (TP, rollout engines, max batch per engine, policy). Each Optuna tria
 seeded) picks one; its profile is derived from NVIDIA's measured operator database for
 (model, GPU, TP, framework) and kept on disk (`database.catalog.disk_cached_profile`, so a
 TP already derived, in this plan or an earlier one, is read, not derived again); the run is
-projected with `workbench/project.py` (days, GPU-hours, cost, energy; in full or sampled, as `tlt project`).
+projected with `workbench/project.py` (days, GPU-hours, cost, energy; in full or sampled, as
+`tlt project`).
 Objectives: days and cost, both minimised; energy is reported.
 
 GPU counts searched: the cap (the budget N, or `max_gpus` under a deadline) and its halves down to
