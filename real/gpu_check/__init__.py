@@ -11,6 +11,8 @@ On a CUDA machine it runs, in a few minutes and within a time budget per section
 - `engine-*`: the operator profiler (real/profiler, what `tlt profile --backend torch` runs) on
   Qwen2.5-7B's shape (TP1, bf16, grid `gpu-check`), with and without CUDA graphs, and the EAGLE
   draft step at 7B and 32B.
+- `moe-layers`: one MoE layer of five MoE models' shapes, timed by the tokens it routes (the
+  experts a verify pass touches against a decode step's: SD's cost on a MoE target).
 On a CPU the same sections run at tiny shapes (`plan.quick_plan`): the test suite runs it so.
 
 It writes one JSON file and a Markdown summary (`record.py`), rewritten atomically after every

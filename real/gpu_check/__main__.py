@@ -90,7 +90,7 @@ def make_plan(quick: bool, budget_s: float | None, only: str | None) -> Plan:
 
 def work(sec: Section, plan: Plan, device: str, model: Path, say):
     """The callable `Record.run` gives a section's budget, entry and saver."""
-    from real.gpu_check import attention, correctness, engine, training
+    from real.gpu_check import attention, correctness, engine, moe, training
 
     if sec.kind == "correctness":
         return lambda budget, entry, save: entry.update(correctness.run(model, device))
@@ -104,6 +104,8 @@ def work(sec: Section, plan: Plan, device: str, model: Path, say):
         return lambda budget, entry, save: training.drafter(
             sec.drafter, device, budget, entry, save
         )
+    if sec.kind == "moe":
+        return lambda budget, entry, save: moe.run(sec.moe, device, budget, entry, save)
     return lambda budget, entry, save: engine.run_section(
         sec, plan, device, budget, entry, save, say
     )

@@ -113,6 +113,22 @@ class AttentionShape:
 
 
 @dataclass(frozen=True)
+class MoeShape:
+    """One mixture-of-experts layer of a model's shape (Hugging Face config.json: n_routed_experts
+    or num_local_experts, num_experts_per_tok, hidden_size, moe_intermediate_size, the shared
+    expert's size), random weights, timed at each token count (real/gpu_check/moe.py)."""
+
+    label: str
+    experts: int
+    top_k: int
+    hidden: int
+    moe_intermediate: int
+    tokens: tuple[int, ...]
+    repeats: int
+    shared_intermediate: int = 0
+
+
+@dataclass(frozen=True)
 class EngineRun:
     """One `real.profiler.measure` call: `ops` of grid `grid` (with `changes` to its fields)."""
 
@@ -129,11 +145,12 @@ class Section:
     name: str
     budget_s: float  # the most it may take; it stops at this, recording what it had
     min_start_s: float  # it is skipped ("skipped: budget") with less than this left overall
-    kind: str  # correctness, attention, grpo, drafter, engine
+    kind: str  # correctness, attention, grpo, drafter, engine, moe
     grpo: GrpoShape | None = None
     drafter: DrafterShape | None = None
     attention: tuple[AttentionShape, ...] = ()
     engine: tuple[EngineRun, ...] = ()
+    moe: tuple[MoeShape, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,28 @@ def _attention_shapes() -> tuple[AttentionShape, ...]:
     )
 
 
+MOE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+# The verify passes the summary sets beside decode steps: batch x (drafts + 1) tokens, each a
+# token count MOE_TOKENS times.
+MOE_SD_BATCHES = (1, 4, 16, 64, 256)
+MOE_SD_DRAFTS = (1, 3, 7)
+
+
+def _moe_shapes() -> tuple[MoeShape, ...]:
+    """The MoE models RL trains, one layer each, from their Hugging Face config.json (shapes
+    only): Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B, mistralai/Mixtral-8x7B-v0.1,
+    deepseek-ai/DeepSeek-V3 (one shared expert), openai/gpt-oss-120b (biases and its clamped
+    SwiGLU left out: the weights read are the same)."""
+    t, r = MOE_TOKENS, 20
+    return (
+        MoeShape("qwen3-30b-a3b", 128, 8, 2048, 768, t, r),
+        MoeShape("qwen3-235b-a22b", 128, 8, 4096, 1536, t, r),
+        MoeShape("mixtral-8x7b", 8, 2, 4096, 14336, t, r),
+        MoeShape("gpt-oss-120b", 128, 4, 2880, 2880, t, r),
+        MoeShape("deepseek-v3", 256, 8, 7168, 2048, t, r, shared_intermediate=2048),
+    )
+
+
 def full_plan(budget_s: float = 300.0) -> Plan:
     """The lent H100's plan: about 5 minutes, the sections in the order of what they are worth
     if the time runs out (the 1.5B update last: 'if time allows')."""
@@ -220,6 +259,7 @@ def full_plan(budget_s: float = 300.0) -> Plan:
             ),
             Section("engine-drafters", 40, 15, "engine", engine=drafters),
             Section("engine-whole", 40, 20, "engine", engine=whole),
+            Section("moe-layers", 60, 15, "moe", moe=_moe_shapes()),
             Section(
                 "grpo-1.5b",
                 60,
@@ -279,6 +319,13 @@ def quick_plan(budget_s: float = 120.0) -> Plan:
                 5,
                 "drafter",
                 drafter=DrafterShape(q, 4, 24, 64, 2, paths=ALL_DRAFTER_PATHS),
+            ),
+            Section(
+                "moe-layers",
+                20,
+                5,
+                "moe",
+                moe=(MoeShape("quick moe", 8, 2, 64, 32, (1, 2, 4, 8, 16), 3),),
             ),
         ),
     )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from real.gpu_check import moe_summary
+
 
 def table(header: list[str], rows: list[list[Any]]) -> list[str]:
     if not rows:
@@ -307,7 +309,7 @@ def markdown(doc: dict) -> str:
     for s in sections.values():
         if s.get("kind") == "attention" and s.get("shapes"):
             lines += _attention(s)
-    lines += _throughput(sections) + _engine(sections)
+    lines += _throughput(sections) + _engine(sections) + moe_summary.markdown(sections)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -346,6 +348,8 @@ def headline(doc: dict) -> list[str]:
                 )
                 for sh in s.get("shapes", [])
             ]
+        elif s.get("kind") == "moe":
+            out += moe_summary.headline(name, s)
         elif s.get("kind") == "engine":
             ok = sum(r.get("status") == "ok" for r in s.get("runs", []))
             rows = sum(len(r.get("rows") or []) for r in s.get("runs", []))

@@ -97,8 +97,12 @@ def test_the_quick_check_runs_every_section_on_a_bare_machines_packages(quick_ru
         "drafter_train",
         "whole",
     }
+    moe = doc["sections"]["moe-layers"]["moe"][0]
+    touched = [p["experts_touched"] for p in moe["points"]]
+    assert moe["bandwidth_gbs"] > 0 and touched == sorted(touched) and touched[0] == moe["top_k"]
     md = quick_run.with_suffix(".md").read_text()
     assert "## Correctness" in md and "## Training throughput" in md and "## Engine costs" in md
+    assert "## One MoE layer by tokens routed" in md and "Verify pass over decode step" in md
 
 
 def test_tlt_gpu_check_measured_compares_the_run_and_writes_a_declared_profile(quick_run, tmp_path):
@@ -214,3 +218,31 @@ def test_the_full_plans_grid_holds_the_databases_points_and_fits_its_budget():
         (b, c) for b in (1, 2, 4, 8, 16, 32, 64) for c in (2048, 8192)
     }
     assert max(p.batch for p in pts if p.op == "drafter") == 32
+
+
+def test_the_moe_layer_is_top_k_routing_and_counts_the_experts_its_tokens_touch():
+    """real/gpu_check/moe.py: the fused layer (tokens sorted by expert, grouped GEMMs over the
+    touched experts only) equals each token's top-k experts summed by their router weights, plus
+    the shared expert; `touched` counts the distinct experts routed to."""
+    import torch
+
+    from real.gpu_check.moe import MoeLayer
+    from real.gpu_check.plan import MoeShape
+
+    shape = MoeShape("t", 8, 2, 64, 32, (1,), 1, shared_intermediate=32)
+    layer = MoeLayer(shape, "cpu", torch.float32, seed=0)
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(1))
+    touched = torch.zeros(8, dtype=torch.int32)
+    y = layer.forward(x, touched)
+    weight, expert = torch.topk(torch.softmax(x @ layer.router, -1), 2, -1)
+    want = torch.zeros_like(x)
+    for t in range(5):
+        for j in range(2):
+            up = layer.gate_up[expert[t, j]] @ x[t]
+            act = torch.nn.functional.silu(up[:32]) * up[32:]
+            want[t] += weight[t, j] * (layer.down[expert[t, j]] @ act)
+    gu = x @ layer.shared[0]
+    want += (torch.nn.functional.silu(gu[:, :32]) * gu[:, 32:]) @ layer.shared[1]
+    assert torch.allclose(y, want, atol=1e-5)
+    assert int((touched > 0).sum()) == len(set(expert.flatten().tolist()))
+    assert int(touched.sum()) == 5 * 2
