@@ -7,6 +7,7 @@ validated as the command line validates it, and a bad one is shown with its file
 from __future__ import annotations
 
 import hashlib
+import json
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +17,13 @@ import streamlit as st
 import yaml
 
 from workbench.contracts.policy import Policy
-from workbench.contracts.schema import ConfigError, FieldError, RenameNotice, from_mapping
+from workbench.contracts.schema import (
+    ConfigError,
+    FieldError,
+    RenameNotice,
+    from_mapping,
+    to_mapping,
+)
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 
 # measured lengths (a real DAPO run), not a hand-set shape
@@ -25,6 +32,13 @@ DEFAULT_WORKLOAD = "polytrace-dapo-qwen2.5-32b"
 
 def digest(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()[:10]
+
+
+def subject(*contracts: Any) -> str:
+    """What a page's result is a result of (its workload and profile, say), as a digest: a page
+    shows a result only under the inputs it came from, never under the input that replaced them."""
+    return digest(json.dumps([to_mapping(c) for c in contracts], sort_keys=True,
+                             default=str).encode())
 
 
 @contextmanager
