@@ -41,8 +41,10 @@ def tune(
                                      "file; best for --workers) or 'memory' (keeps nothing)."),
     study: Optional[str] = typer.Option(None,
                                         help="Study name; run again with the same name "
-                                             "to resume it (default: tune-WORKLOAD, "
-                                             "plus -mo in multi-objective mode)."),
+                                             "to resume it (default: tune-WORKLOAD, plus "
+                                             "-TARGET when not the workload's engine and -mo "
+                                             "in multi-objective mode; -2, -3, ... where the "
+                                             "storage holds that name for other inputs)."),
     out: Path = typer.Option(...,
                              help="Where to write the best policy (.yaml, "
                                   ".yml or .json); it loads in `tlt sim`."),
@@ -71,12 +73,13 @@ def tune(
     wl, presets, prof = load_inputs(workload, ",".join(tuning.PRESETS), profile, steps)
     if out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
-    name = study or f"tune-{wl.name}" + ("-mo" if multi_objective else "")
     target = _target(target, backend, prof, wl)
     spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
                            allow_warm_start=allow_warm_start, target=target, prune=prune)
     try:
         store = tuning.make_storage(storage)
+        # without --study: a name of these inputs, never one a study of other inputs holds
+        name = study or tuning.free_study_name(spec, store)
     except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
         fail(ValueError(f"--storage {storage!r}: {exc}"))
     try:

@@ -20,7 +20,7 @@ from workbench.contracts.policy import Policy
 from workbench.contracts.schema import (
     ConfigError,
     FieldError,
-    RenameNotice,
+    Notice,
     from_mapping,
     to_mapping,
 )
@@ -42,14 +42,15 @@ def subject(*contracts: Any) -> str:
 
 
 @contextmanager
-def rename_notices() -> Iterator[None]:
-    """Show what the block loaded by an old name (a preset, a file's field) as a notice on the page,
-    as the command line prints it on stderr; other warnings pass on."""
+def notices() -> Iterator[None]:
+    """Show the notices the block gives (a preset or a file's field loaded by an old name, a
+    study's abandoned trials) on the page, as the command line prints them on stderr; other
+    warnings pass on."""
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RenameNotice)
+        warnings.simplefilter("always", Notice)
         yield
     for w in caught:
-        if issubclass(w.category, RenameNotice):
+        if issubclass(w.category, Notice):
             st.info(f"notice: {w.message}")
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -63,7 +64,7 @@ def parse_upload(cls: type, upload) -> Any:
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(upload.name, "<file>", "unparseable",
                           f"valid YAML/JSON ({exc})") from None
-    with rename_notices():
+    with notices():
         return from_mapping(cls, data, source=upload.name)
 
 

@@ -32,7 +32,7 @@ import streamlit as st
 
 from real.run.coordinator import RunConfig, TrainError, default_drafter
 from workbench.contracts.policy import load_policy, policy_presets
-from workbench.ui.inputs import rename_notices
+from workbench.ui.inputs import notices
 from workbench.ui.run_monitor import LOG_NAME, find_failure, log_tail, show_run
 from workbench.ui.run_prediction_view import show_prediction
 
@@ -99,7 +99,7 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
     policy = None
     try:
         name = form.policy if form.policy in policy_presets() else resolve(form.policy)
-        with rename_notices():
+        with notices():
             policy = load_policy(name)
     except ValueError as exc:
         # ConfigError / FieldError: their text names the field and what is allowed
