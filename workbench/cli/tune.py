@@ -76,16 +76,7 @@ def tune(
     target = _target(target, backend, prof, wl)
     spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
                            allow_warm_start=allow_warm_start, target=target, prune=prune)
-    try:
-        store = tuning.make_storage(storage)
-        # without --study: a name of these inputs, never one a study of other inputs holds
-        name = study or tuning.free_study_name(spec, store)
-    except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
-        fail(ValueError(f"--storage {storage!r}: {exc}"))
-    try:
-        opt = tuning.open_study(spec, name, store, sampler_seed=sampler_seed)
-    except ConfigError as exc:
-        fail(exc)
+    opt, name = _open(spec, study, storage, sampler_seed)
     have = len(tuning.finished_trials(opt))
     where = "memory" if storage in ("", "memory", ":memory:") else storage
     typer.echo(f"study {name!r} in {where}: {have} trials done, running "
@@ -107,6 +98,20 @@ def tune(
         fail(ValueError(f"study {name!r} has no complete trial"))
     typer.echo(f"tuned in {time.perf_counter() - t0:.1f}s", err=True)
     _report_tuned(opt, spec, presets, name, out)
+
+
+def _open(spec, study: Optional[str], storage: str, sampler_seed: int):
+    """The study to run and its name (without --study: a name of these inputs, never one a study
+    of other inputs holds)."""
+    try:
+        store = tuning.make_storage(storage)
+        name = study or tuning.free_study_name(spec, store)
+    except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
+        fail(ValueError(f"--storage {storage!r}: {exc}"))
+    try:
+        return tuning.open_study(spec, name, store, sampler_seed=sampler_seed), name
+    except ConfigError as exc:
+        fail(exc)
 
 
 def _target(target: str, backend: Optional[str], prof, wl) -> str:
