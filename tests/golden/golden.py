@@ -100,6 +100,14 @@ DECLARED: list[Declared] = [
         "export-*", " and training.buffer ", " and spot_training.buffer ", "notes name the field"
     ),
     Declared("sim-legacy-policy/stderr.txt", "", _NOTICE, "an old file loads, with a notice"),
+    # Issue 44: a default study name never holds a study of other inputs (workbench/tune/names.py).
+    Declared(
+        "help-tune/stdout.txt",
+        "(default: tune-WORKLOAD, plus -mo in multi-objective mode).",
+        "(default: tune-WORKLOAD, plus -TARGET when not the workload's engine and -mo in "
+        "multi-objective mode; -2, -3, ... where the storage holds that name for other inputs).",
+        "the default study name follows the target and never holds other inputs",
+    ),
 ]
 
 PRESET_POLICIES = (
