@@ -72,6 +72,7 @@ def test_the_tune_page_tunes_a_second_target_and_says_when_a_study_is_full(tmp_p
     at.number_input(key=f"tune_steps:{WORKLOAD}").set_value(1)
     at.text_input(key="tune_storage").set_value(f"sqlite:///{tmp_path / 'studies.db'}").run()
     assert any(c.value == "A new study: Run study runs 2 trials." for c in at.caption)
+    assert not (tmp_path / "studies.db").exists()  # read to say what it holds, never made early
     at.button(key="tune_run").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]

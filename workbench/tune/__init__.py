@@ -81,7 +81,9 @@ from workbench.tune.space import (
 )
 from workbench.tune.storage import (
     DEFAULT_STORAGE,
+    JOURNAL_PREFIX,
     MEMORY,
+    SQLITE_PREFIX,
     fail_abandoned_trials,
     make_storage,
 )
@@ -114,12 +116,13 @@ from workbench.tune.targets import (
 )
 
 __all__ = [
-    "ALGORITHMS", "DEFAULT_STORAGE", "EXPORTS", "LEGACY", "MEMORY", "PRESETS", "PRUNE_MARGIN",
-    "SPACES", "STEP_TIME", "TARGETS", "TRAIN_GPU_S", "AbandonedTrials", "Evaluation",
-    "StudyStatus", "TrialPrinter", "TuneSpec", "best_policy", "best_trial", "canonical",
-    "check_target", "comparison_frame", "comparison_text", "complete_trials", "convergence_frame",
-    "default_study_name", "default_target", "evaluate", "fail_abandoned_trials", "finished_trials",
-    "free_study_name", "front_policies", "input_changes", "make_storage", "objective",
-    "open_study", "pareto_frame", "pareto_text", "params_for", "policy_of", "refusal",
-    "run_parallel", "run_study", "study_status", "suggest_policy", "write_policy",
+    "ALGORITHMS", "DEFAULT_STORAGE", "EXPORTS", "JOURNAL_PREFIX", "LEGACY", "MEMORY", "PRESETS",
+    "PRUNE_MARGIN", "SPACES", "SQLITE_PREFIX", "STEP_TIME", "TARGETS", "TRAIN_GPU_S",
+    "AbandonedTrials", "Evaluation", "StudyStatus", "TrialPrinter", "TuneSpec", "best_policy",
+    "best_trial", "canonical", "check_target", "comparison_frame", "comparison_text",
+    "complete_trials", "convergence_frame", "default_study_name", "default_target", "evaluate",
+    "fail_abandoned_trials", "finished_trials", "free_study_name", "front_policies",
+    "input_changes", "make_storage", "objective", "open_study", "pareto_frame", "pareto_text",
+    "params_for", "policy_of", "refusal", "run_parallel", "run_study", "study_status",
+    "suggest_policy", "write_policy",
 ]

@@ -307,15 +307,19 @@ def render() -> None:
     target = _target(workload, profile)
     spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi,
                          allow_warm_start=warm, target=target)
-    store = tune_study.open_storage(storage)
+    store = None if tune_study.unwritten(storage) else tune_study.open_storage(storage)
     with name_box:
-        study_name = tune_study.name_and_status(spec, store, trials) if store else None
+        readable = store is not None or tune_study.unwritten(storage)
+        study_name = tune_study.name_and_status(spec, store, trials) if readable else None
 
     yours = inputs.policy_uploads("tune_policy_files",
                                   "Your policy files, compared with the tuned one",
                                   set(tune.PRESETS))
     if st.button("Run study", type="primary", disabled=study_name is None, key="tune_run"):
-        result = _run(spec, study_name, storage, store, trials, sampler_seed, yours)
+        if store is None:  # made now, at the first study
+            store = tune_study.open_storage(storage)
+        result = (_run(spec, study_name, storage, store, trials, sampler_seed, yours)
+                  if store is not None else None)
         if result is not None:
             st.session_state[_STATE_RESULT] = result
             st.rerun()  # what the storage holds now, under the name box

@@ -36,6 +36,15 @@ def storage_input() -> str:
     return storage
 
 
+def unwritten(url: str) -> bool:
+    """Whether the storage at `url` holds nothing yet: memory, or a file not written yet (the page
+    reads a storage to say what it holds, and never makes one before Run study is pressed)."""
+    for prefix in (tune.SQLITE_PREFIX, tune.JOURNAL_PREFIX):
+        if url.startswith(prefix):
+            return not Path(url[len(prefix):]).exists()
+    return url in tune.MEMORY
+
+
 def open_storage(url: str) -> optuna.storages.BaseStorage | None:
     """The storage at `url` (memory: a fresh one, each run its own study); None, with the error
     shown, when it cannot be opened."""
@@ -46,18 +55,19 @@ def open_storage(url: str) -> optuna.storages.BaseStorage | None:
         return None
 
 
-def name_and_status(spec: tune.TuneSpec, store: optuna.storages.BaseStorage,
+def name_and_status(spec: tune.TuneSpec, store: optuna.storages.BaseStorage | None,
                     trials: int) -> str | None:
-    """The study name box and, under it, what Run study will do; the name, or None when the
-    study cannot run (no name, or a study of other inputs under it)."""
-    default = tune.free_study_name(spec, store)
+    """The study name box and, under it, what Run study will do (`store` None: a storage that
+    holds nothing yet); the name, or None when the study cannot run (no name, or a study of other
+    inputs under it)."""
+    default = tune.free_study_name(spec, store) if store else tune.default_study_name(spec)
     # The key follows the default, so the name follows the inputs until the user edits it.
     name = st.text_input("Study name", value=default, key=f"tune_study:{default}",
                          help="Run again with the same name to resume a study.").strip()
     if not name:
         st.warning("Give the study a name.")
         return None
-    status = tune.study_status(spec, name, store)
+    status = tune.study_status(spec, name, store) if store else tune.StudyStatus(name, False)
     if status.other_inputs:
         st.error(f"Study **{name}** in this storage was created for other inputs "
                  f"({status.other_inputs}): give another name (**{default}** is free).")
