@@ -318,9 +318,12 @@ def log_check(log: Callable[[str], None], check: DrafterCheck, ran: DrafterKind,
     static = ""
     if not math.isnan(check.static):
         static = f", the initial drafter kept static {check.static:.2f}"
+    measured = rollout_accept_len(ro.rollouts.values())
+    # no verify pass to measure while SD is off (the engines ran no drafter)
+    ran_text = (f"{ran} ran: no SD, nothing measured" if math.isnan(measured)
+                else f"{ran} ran, vLLM measured {measured:.2f}")
     log(f"  drafter check: EAGLE {check.eagle:.2f} vs n-gram {check.ngram:.2f} estimated tokens "
-        f"per pass{static} ({ran} ran, vLLM measured "
-        f"{rollout_accept_len(ro.rollouts.values()):.2f})")
+        f"per pass{static} ({ran_text})")
 
 
 def run_training(cfg: RunConfig, resume: bool = False, log: Callable[[str], None] | None = print,

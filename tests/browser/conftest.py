@@ -83,9 +83,23 @@ def _healthy(url: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def app_url(browser, tmp_path_factory) -> str:
+def app_tmp(tmp_path_factory) -> Path:
+    """The app's system temporary folder (TMPDIR), its own, so that what it leaves there can be
+    counted."""
+    return tmp_path_factory.mktemp("app-tmp")
+
+
+def left_behind(tmp: Path) -> list[str]:
+    """What the app left in its temporary folder (its tlt-* directories and files)."""
+    return sorted(p.name for p in tmp.glob("tlt-*"))
+
+
+@pytest.fixture(scope="session")
+def app_url(browser, tmp_path_factory, app_tmp) -> str:
     """`streamlit run app.py` on a free port, for the session; its log is in the session's temp
-    dir."""
+    dir. Once the app has stopped, nothing of its own is left in its temporary folder: every
+    directory a job made (an upload's import, a run log's calibration, a run's copies) is removed
+    when the job ends, or at the latest with the app."""
     port = _free_port()
     log_path = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
@@ -94,7 +108,8 @@ def app_url(browser, tmp_path_factory) -> str:
            "--server.fileWatcherType", "none", "--global.developmentMode", "false"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL,
+                                env={**os.environ, "TMPDIR": str(app_tmp)})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_S
     while not _healthy(url):
@@ -109,6 +124,7 @@ def app_url(browser, tmp_path_factory) -> str:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+    assert not left_behind(app_tmp), f"the app left {left_behind(app_tmp)} in its temp folder"
 
 
 @pytest.fixture()
@@ -188,6 +204,30 @@ def shot(tmp_path) -> Callable:
         pg.screenshot(path=str(path))
         assert path.stat().st_size > 10_000  # a rendered page, not a blank one
         return path
+
+    return _shot
+
+
+@pytest.fixture()
+def docs_shot() -> Callable:
+    """docs_shot(page, name, show=None): with TLT_DOCS_SHOTS=DIR, a tall screenshot for the docs
+    written to DIR/name, from the top of the page or from the text `show` (`TLT_DOCS_SHOTS=docs
+    python -m pytest tests/browser/...` rewrites the pictures README.md shows)."""
+
+    def _shot(pg, name: str, show: str | None = None, height: int = 2600) -> None:
+        target = os.environ.get("TLT_DOCS_SHOTS")
+        if not target:
+            return
+        pg.mouse.move(5, 5)  # no tooltip over the picture
+        pg.set_viewport_size({"width": 1400, "height": height})
+        pg.wait_for_timeout(1500)  # the charts re-lay out at the new size
+        if show is None:
+            pg.locator("h1").first.scroll_into_view_if_needed()
+        else:
+            pg.get_by_text(show).first.evaluate("e => e.scrollIntoView({block: 'start'})")
+            pg.wait_for_timeout(500)
+        pg.screenshot(path=str(Path(target) / name))
+        pg.set_viewport_size({"width": 1400, "height": 1000})
 
     return _shot
 

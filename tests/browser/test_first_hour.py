@@ -3,14 +3,12 @@ tests/browser/conftest.py): the default What-if explains its speedups, your own 
 your cluster, a policy tuned for vLLM exports without refusal, no cell reads "None", and the app
 fetches nothing from the web.
 
-With TLT_DOCS_SHOTS=DIR the two screenshots the README shows are written there too
+With TLT_DOCS_SHOTS=DIR the screenshots the README shows are written there too
 (`TLT_DOCS_SHOTS=docs python -m pytest tests/browser/test_first_hour.py`)."""
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 from urllib.parse import urlparse
 
 LOCAL = {"127.0.0.1", "localhost"}
@@ -55,20 +53,8 @@ def _choose(pg, widgets, label: str, option: str) -> None:
     widgets.settle(pg)
 
 
-def _docs_shot(pg, name: str) -> None:
-    """A tall screenshot from the top of the page, for the README (TLT_DOCS_SHOTS)."""
-    target = os.environ.get("TLT_DOCS_SHOTS")
-    if not target:
-        return
-    pg.mouse.move(5, 5)  # no tooltip over the picture
-    pg.set_viewport_size({"width": 1400, "height": 2600})
-    pg.wait_for_timeout(1500)  # the charts re-lay out at the new size
-    pg.locator("h1").first.scroll_into_view_if_needed()
-    pg.screenshot(path=str(Path(target) / name))
-    pg.set_viewport_size({"width": 1400, "height": 1000})
-
-
-def test_the_default_whatif_explains_each_speedup(page, open_page, appear, healthy, shot):
+def test_the_default_whatif_explains_each_speedup(page, open_page, appear, healthy, shot,
+                                                  docs_shot):
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
     open_page(page, "what-if", "Why this speedup")
@@ -85,10 +71,50 @@ def test_the_default_whatif_explains_each_speedup(page, open_page, appear, healt
     assert page.get_by_text(re.compile(r"seed 0")).count() >= 1
     _no_none_cells(page)
     shot(page, "whatif-default", show="Why this speedup")
-    _docs_shot(page, "whatif-default.png")
+    docs_shot(page, "whatif-default.png")
     assert not _outside(requests), _outside(requests)
     icon = page.eval_on_selector("link[rel~='icon']", "e => e.href")
     assert urlparse(icon).hostname in LOCAL or icon.startswith("data:"), icon
+
+
+def _panel(pg):
+    """The expander of SD's speedup by batch."""
+    return pg.locator("[data-testid=stExpander]").filter(
+        has=pg.get_by_text("Where SD stops paying on this cluster")).first
+
+
+def test_where_sd_stops_paying_reads_at_a_glance(page, open_page, appear, healthy, shot,
+                                                 docs_shot):
+    """The panel under the cluster: its batch axis spans the batches it plots (it ran to 10^92),
+    its inputs' labels fit on one line (a side column broke them: "Stra tegy"), and the Tokens per
+    pass box shows the figure the sentence uses (it showed 0.00 beside 5.67)."""
+    open_page(page, "what-if", "Why this speedup")
+    page.get_by_text("Where SD stops paying on this cluster").first.click()
+    panel = _panel(page)
+    sentence = panel.get_by_text(re.compile(r"tokens per pass\) stops paying"))
+    appear(page, sentence)
+    panel.locator(".js-plotly-plot").first.wait_for()
+    page.wait_for_timeout(1000)  # the chart lays out
+    healthy(page)
+    lo, hi = panel.locator(".js-plotly-plot").first.evaluate(
+        "e => e._fullLayout.xaxis.range")
+    assert 10 ** lo >= 0.9 and 10 ** hi <= 300, (lo, hi)  # batches 1..256
+    used = re.search(r"\((\d+\.\d\d) tokens per pass\)", sentence.inner_text()).group(1)
+    accept = panel.locator("[data-testid=stNumberInput]").filter(
+        has=page.get_by_text("Tokens per pass", exact=True)).locator("input")
+    assert accept.input_value() == "" and accept.get_attribute("placeholder").startswith(used)
+    for label in ("Drafter", "Strategy", "Tokens per pass", "Context"):
+        box = panel.get_by_text(label, exact=True).first.bounding_box()
+        assert box["height"] < 30, (label, box)  # one line of text
+    shot(page, "whatif-sd-panel", show="Where SD stops paying on this cluster")
+    docs_shot(page, "whatif-sd-panel.png", show="Cluster", height=1300)
+
+
+def _no_results(pg) -> None:
+    """No Results section: no result of another input under this one."""
+    assert pg.get_by_role("heading", name="Results").count() == 0
+    tiles = pg.locator("[data-testid=stMetric]").all_inner_texts()
+    assert not [t for t in tiles if t.startswith("Speedup:")], tiles
 
 
 def test_a_length_file_asks_for_its_cluster_before_it_simulates(
@@ -112,6 +138,7 @@ def test_a_length_file_asks_for_its_cluster_before_it_simulates(
     healthy(page)
     assert page.get_by_text("What the files hold").count() == 1
     assert page.get_by_role("button", name="Run simulation").is_disabled()
+    _no_results(page)  # the preset's 1.8x is not the upload's
     assert (
         page.get_by_text("tlt-eval-qwen2.5-32b").count() == 0
     )  # no hardware from an unrelated preset
@@ -128,7 +155,7 @@ def test_a_length_file_asks_for_its_cluster_before_it_simulates(
 
 
 def test_a_policy_tuned_for_vllm_exports_without_refusal(
-    page, open_page, appear, healthy, shot, widgets, tmp_path
+    page, open_page, appear, healthy, shot, widgets, tmp_path, docs_shot
 ):
     open_page(page, "tune", "Run study")
     widgets.number(page, "Trials", 4)
@@ -142,10 +169,25 @@ def test_a_policy_tuned_for_vllm_exports_without_refusal(
     healthy(page)
     assert page.get_by_text(re.compile(r"vLLM: not exported")).count() == 0
     exported = widgets.download(page, "Download for vLLM", tmp_path / "tuned.vllm.yaml").read_text()
+    # the study's default name says its target, which is not the workload's own engine
     assert exported.startswith(
-        "# tlt export: policy 'tuned-tune-polytrace-dapo-qwen2.5-32b' for vLLM."
+        "# tlt export: policy 'tuned-tune-polytrace-dapo-qwen2.5-32b-vllm' for vLLM."
     )
     assert "approximated" not in exported and "dropped" not in exported
     _no_none_cells(page)
-    shot(page, "tune-exported", show="Export tuned-tune-polytrace-dapo-qwen2.5-32b")
-    _docs_shot(page, "tune-exported.png")
+    shot(page, "tune-exported", show="Export tuned-tune-polytrace-dapo-qwen2.5-32b-vllm")
+    docs_shot(page, "tune-exported.png")
+
+
+def test_a_rejected_file_shows_no_old_result(page, open_page, appear, healthy, widgets, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("step,prompt\n0,a\n")
+    open_page(page, "what-if", "Why this speedup")
+    page.get_by_text("Length file", exact=True).click()
+    widgets.settle(page)
+    _no_results(page)  # nothing uploaded yet
+    page.locator("[data-testid=stFileUploader] input[type=file]").first.set_input_files(str(bad))
+    appear(page, page.get_by_text(re.compile("Length file rejected")))
+    healthy(page, errors_ok=True)
+    assert page.get_by_role("button", name="Run simulation").is_disabled()
+    _no_results(page)

@@ -21,8 +21,8 @@ PAGES = {
     "train": "Train (real)",
     "paper": "The TLT paper, reproduced",
 }
-# one real RL step: Ray, one vLLM engine on CPU, the GRPO update (about 1.5 min on 2 busy cores)
-TRAIN_S = 420
+# two real RL steps: Ray, one vLLM engine on CPU, the GRPO updates (about 2 min on 2 busy cores)
+TRAIN_S = 480
 
 
 def test_every_page_opens_at_its_own_url(page, open_page, healthy, shot):
@@ -96,6 +96,33 @@ def test_tune_runs_a_few_trials(page, open_page, appear, healthy, shot, widgets)
     shot(page, "tune", show="Convergence")
 
 
+def test_tune_a_second_target_on_the_default_name(page, open_page, appear, healthy, shot,
+                                                  widgets, tmp_path):
+    """SGLang, then vLLM, on the default study name in a file that keeps both: no refusal; the
+    same study run again says it runs nothing, before and after Run."""
+    open_page(page, "tune", "Run study")
+    widgets.number(page, "Trials", 2)
+    widgets.number(page, "Seeds", 1)
+    widgets.number(page, "Steps per simulation", 1)
+    widgets.text(page, "Storage", f"sqlite:///{tmp_path / 'studies.db'}")
+    appear(page, page.get_by_text("A new study: Run study runs 2 trials."))
+    widgets.click(page, "Run study")
+    appear(page, page.get_by_text("Tuned step time"))
+    healthy(page)
+    appear(page, page.get_by_text(re.compile(r"holds 2 finished trials .*Run study runs none")))
+    widgets.click(page, "Run study")
+    appear(page, page.get_by_text(re.compile("No trial ran now")))
+    page.get_by_text("vLLM", exact=True).first.click()
+    widgets.settle(page)
+    appear(page, page.get_by_text("A new study: Run study runs 2 trials."))
+    assert page.get_by_role("heading", name="Results").count() == 0  # SGLang's, not shown here
+    widgets.click(page, "Run study")
+    appear(page, page.get_by_text("Tuned step time"))
+    healthy(page)
+    assert page.get_by_text(re.compile(r"Study \S+-vllm in")).count() == 1
+    shot(page, "tune-second-target", show="Results")
+
+
 def test_paper_reproduction_runs(page, open_page, appear, healthy, shot, widgets):
     open_page(page, "paper", "Microbenchmark fit")
     widgets.number(page, "Steps per case", 1)
@@ -103,6 +130,21 @@ def test_paper_reproduction_runs(page, open_page, appear, healthy, shot, widgets
     appear(page, page.get_by_text("Table A prediction, pre-registered"))
     healthy(page)
     page.get_by_text("Where Table A's time goes").wait_for()
+    # Only what the run computed: no headline reads "-", no column of None.
+    values = page.locator("[data-testid=stMetricValue]").all_inner_texts()
+    assert values and all(v.strip().endswith("%") for v in values), values
+    table = page.locator("[data-testid=stDataFrame]").first
+    table.scroll_into_view_if_needed()  # a grid fills its cells once it is on screen
+    page.wait_for_timeout(500)
+    headers = table.evaluate("e => Array.from(e.querySelectorAll('th')).map(c => c.textContent)")
+    assert "pre-registered" in headers and "unit" in headers, headers
+    assert not {"measured parts", "calibrated (LOO)", "measured gap %"} & set(headers), headers
+    why = page.locator("[data-testid=stDataFrame]").nth(1)
+    why.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    cells = why.evaluate("e => Array.from(e.querySelectorAll('td, th')).map(c => c.textContent)")
+    assert {"baseline step", "rollout share", "TLT rollout speedup"} <= set(cells), cells[:20]
+    assert "None" not in cells and "nan" not in cells
     shot(page, "paper")
 
 
@@ -125,11 +167,14 @@ def test_calibrate_shows_the_shipped_calibration_and_checks_the_form(
 
 @pytest.mark.needs_vllm
 @pytest.mark.needs_reference
-def test_train_runs_one_real_step(page, open_page, appear, healthy, shot, widgets, tmp_path):
+def test_train_runs_real_steps(browser, app_url, page, open_page, appear, healthy, shot, widgets,
+                               tmp_path, docs_shot):
+    """A real run started in one tab, watched from another, ended with no page looking: reaped
+    (no zombie), and every tab opened later greets it with how it ended, not a refusal."""
     run_dir = tmp_path / "run"
     open_page(page, "train", "Run directory to watch")
     healthy(page)
-    widgets.number(page, "Steps", 1)
+    widgets.number(page, "Steps", 2)
     widgets.number(page, "Workers", 1)
     widgets.number(page, "Prompts per step", 2)
     widgets.number(page, "Samples per prompt", 2)
@@ -142,32 +187,83 @@ def test_train_runs_one_real_step(page, open_page, appear, healthy, shot, widget
     pid = int(re.search(r"pid (\d+)", status.inner_text()).group(1))
     shot(page, "train-running")
     try:
-        # Nothing is clicked from here on: the page redraws the run's status by itself.
-        ended = page.get_by_text(re.compile(r"^(finished|failed|stopped) \(pid")).first
-        ended.wait_for(timeout=TRAIN_S * 1000)
+        # Another tab opened mid-run sees it, with its Stop, and no refusal.
+        tab = _tab(browser, app_url, "train")
+        tab.get_by_text(re.compile(rf"^running \(pid {pid}\)")).first.wait_for()
+        assert tab.get_by_role("button", name="Stop").count() == 1
+        assert tab.locator("[data-testid=stAlertContentError]").count() == 0
+        # The tab that started it goes elsewhere: no page of that session looks at the run.
+        open_page(page, "what-if", "Why this speedup")
+        assert _ends_reaped(pid, TRAIN_S), f"pid {pid} was left a zombie"
     finally:
         _stop(pid)
-    finished = page.get_by_text(re.compile(r"^finished \(pid"))
-    assert finished.count() == 1, page.locator("[data-testid=stAlertContainer]").all_inner_texts()
-    appear(page, page.get_by_text("Where the rollout's worker-time went"))
-    healthy(page)
-    tiles = page.locator("[data-testid=stMetric]").all_inner_texts()
-    assert any(t.startswith("Steps done") and t.rstrip().endswith("1") for t in tiles), tiles
+    # The other tab redraws the run's status by itself.
+    ended = tab.get_by_text(re.compile(r"^(finished|failed|stopped) \(pid")).first
+    ended.wait_for()
+    finished = tab.get_by_text(re.compile(r"^finished \(pid"))
+    assert finished.count() == 1, tab.locator("[data-testid=stAlertContainer]").all_inner_texts()
+    appear(tab, tab.get_by_text("Where the rollout's worker-time went"))
+    healthy(tab)
+    tiles = tab.locator("[data-testid=stMetric]").all_inner_texts()
+    assert any(t.startswith("Steps done") and t.rstrip().endswith("2") for t in tiles), tiles
     assert any(t.startswith("Tail (last step)") for t in tiles), tiles
     assert (run_dir / "metrics.csv").is_file()
     assert (run_dir / "trace" / "timeline.parquet").is_file()
-    shot(page, "train-finished", show="Where the rollout's worker-time went")
+    # The metrics in words, and no cell reads None; the log never prints a NaN as a measurement.
+    metrics = tab.locator("[data-testid=stDataFrame]").first
+    metrics.scroll_into_view_if_needed()  # a grid fills its cells once it is on screen
+    tab.wait_for_timeout(500)
+    cells = metrics.evaluate(
+        "e => Array.from(e.querySelectorAll('td, th')).map(c => c.textContent)")
+    assert {"Step", "Step (s)", "Accepted length", "Drafter"} <= set(cells), cells[:30]
+    assert "step_s" not in cells and "None" not in cells and "nan" not in cells
+    assert "measured nan" not in (run_dir / "train.log").read_text()
     # The simulator's prediction of the finished run, beside what it measured.
-    widgets.click(page, "Predict this run")
-    appear(page, page.get_by_text(re.compile(r"mean step predicted .* measured")))
-    healthy(page)
-    # The finished run no longer holds the page: its directory is taken (Resume continues it),
-    # another starts.
-    page.get_by_text("holds the run started here").wait_for()
-    assert page.get_by_role("button", name="Start").is_disabled()
-    widgets.text(page, "Run directory", str(tmp_path / "next"))
-    assert page.get_by_role("button", name="Start").is_enabled()
-    healthy(page)
+    widgets.click(tab, "Predict this run")
+    appear(tab, tab.get_by_text(re.compile(r"mean step predicted .* measured")))
+    healthy(tab)
+    # The finished run's directory is taken (Resume continues it); another starts.
+    widgets.text(tab, "Run directory", str(run_dir))
+    tab.get_by_text("holds the run started here").wait_for()
+    assert tab.get_by_role("button", name="Start").is_disabled()
+    widgets.text(tab, "Run directory", str(tmp_path / "next"))
+    assert tab.get_by_role("button", name="Start").is_enabled()
+    healthy(tab)
+    tab.context.close()
+    # A tab opened after it ended: how it ended, its monitor, no red box and Start enabled.
+    later = _tab(browser, app_url, "train")
+    later.get_by_text(re.compile(rf"^finished \(pid {pid}\)")).first.wait_for()
+    appear(later, later.get_by_text("Where the rollout's worker-time went"))
+    healthy(later)
+    assert later.get_by_role("button", name="Start").is_enabled()
+    shot(later, "train-finished", show="Monitor")
+    docs_shot(later, "train-finished.png", height=2400)
+    later.context.close()
+
+
+def _tab(browser, app_url: str, path: str):
+    """Another tab of the app (a browser context of its own: a new Streamlit session)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(120_000)
+    tab = context.new_page()
+    tab.goto(f"{app_url}/{path}")
+    return tab
+
+
+def _ends_reaped(pid: int, within_s: float) -> bool:
+    """Whether process `pid` ends within `within_s` and is reaped (not left a zombie of the app)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True  # gone: reaped
+        if state == "Z":
+            time.sleep(5)  # a moment for the reaper, then look again
+            return not os.path.exists(f"/proc/{pid}")
+        time.sleep(0.5)
+    return False
 
 
 def _stop(pid: int) -> None:

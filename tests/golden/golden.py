@@ -133,6 +133,14 @@ DECLARED: list[Declared] = [
              "workbench/calibrate/database/profile.py", "the module's new path"),
     Declared("profile-aiconfigurator/profile.yaml", _SOURCE_OLD, _SOURCE_NEW,
              "the module's new path (the YAML folds the longer line differently)"),
+    # Issue 44: a default study name never holds a study of other inputs (workbench/tune/names.py).
+    Declared(
+        "help-tune/stdout.txt",
+        "(default: tune-WORKLOAD, plus -mo in multi-objective mode).",
+        "(default: tune-WORKLOAD, plus -TARGET when not the workload's engine and -mo in "
+        "multi-objective mode; -2, -3, ... where the storage holds that name for other inputs).",
+        "the default study name follows the target and never holds other inputs",
+    ),
 ]
 
 PRESET_POLICIES = (

@@ -189,3 +189,20 @@ def test_the_probe_falls_from_a_full_batch_to_one_with_the_deepest_contexts_last
     assert all(r.sampling.temperature == 1.0 and r.sampling.seed is None for r in reqs)
     assert len(reqs[-1].prompt) > len(reqs[0].prompt) and reqs[-1].prompt.count("\n") > 2
     assert max(r.sampling.max_tokens for r in probe_requests(8, 5, 1.0, 100, "default")) == 100
+
+
+def test_the_drafter_check_says_nothing_was_measured_while_sd_is_off():
+    """With SD off the engines run no drafter: no verify pass, no accepted length to print (the
+    log said "vLLM measured nan")."""
+    from real.run.coordinator import log_check
+    from real.run.pool import PoolRollout
+    from real.run.records import DrafterCheck, WorkerRollout
+
+    lines: list[str] = []
+    off = PoolRollout(0.0, 1.0, {0: WorkerRollout(0, 0.0, 1.0, [], [], {})}, [])
+    log_check(lines.append, DrafterCheck(2.5, 1.1), "none", off)
+    on = PoolRollout(0.0, 1.0, {0: WorkerRollout(0, 0.0, 1.0, [], [], {}, drafts=10,
+                                                 accepted=15)}, [])
+    log_check(lines.append, DrafterCheck(2.5, 1.1), "eagle", on)
+    assert "nan" not in lines[0] and lines[0].endswith("(none ran: no SD, nothing measured)")
+    assert lines[1].endswith("(eagle ran, vLLM measured 2.50)")

@@ -133,13 +133,46 @@ def test_the_paper_page_fits_on_arrival_and_colours_the_gap():
     at.number_input(key="paper_steps").set_value(1)
     at.button(key="paper_run").click().run()
     assert not at.exception, at.exception
-    # The headline is Table A's prediction error, not the microbenchmark fit.
-    assert at.metric[0].label.startswith("Table A prediction")
+    # The headline is Table A's prediction error, not the microbenchmark fit; without calibration
+    # only the pre-registered one exists: no tile reads "-", no column holds nothing.
+    assert [m.label for m in at.metric] == ["Table A prediction, pre-registered: median |gap|"]
+    assert all(m.value.endswith("%") for m in at.metric), [m.value for m in at.metric]
     table = at.dataframe[0].value
     assert len(table) == 44 and set(table["basis"]) == {"fit", "predicted", "check: paper-fitted"}
-    assert {"published", "pre-registered", "measured parts", "calibrated (LOO)", "gap %"} <= set(
-        table.columns
-    )
+    assert {"published", "unit", "pre-registered", "gap %"} <= set(table.columns)
+    assert not {"measured parts", "calibrated (LOO)", "measured gap %", "calibrated gap %"} & set(
+        table.columns)
+    assert not [c for c in table.columns if table[c].isna().all()]
+    assert any("tick **Calibrate**" in c.value for c in at.caption)
+    # Where Table A's time goes: every number with its unit (seconds, shares, x), no raw float.
+    why = at.dataframe[1]
+    config = json.loads(why.proto.columns)
+    numeric = [c for c in why.value.columns if why.value[c].dtype.kind == "f"]
+    assert numeric and all(config[c]["type_config"].get("format") for c in numeric), config
+    assert config["baseline step"]["type_config"]["format"] == "%.1f s"
+    assert config["rollout share"]["type_config"]["format"] == "percent"
+    assert config["TLT rollout speedup"]["type_config"]["format"] == "%.2fx"
+
+
+def test_a_figure_missing_in_a_calibrated_run_reads_a_dash():
+    """With calibration some rows lack a measured-parts figure: '-', not "None" or "nan"."""
+    from dataclasses import replace
+
+    from workbench.calibrate.published.microbenchmarks import load_published
+    from workbench.paper.profiles import refit
+    from workbench.paper.reproduce import reproduce
+    from workbench.ui.paper_page import paper_table
+
+    rep = reproduce(refit()[0], load_published(), steps=1, seeds=[0])
+    rows = [replace(r, measured_parts=r.published if i % 2 else None, calibrated=None)
+            for i, r in enumerate(rep.rows)]
+    styled = paper_table(replace(rep, rows=rows, split="declared"))
+    assert "measured parts" in styled.data.columns and "calibrated (LOO)" not in styled.data.columns
+    text = styled.to_string(delimiter="|")
+    assert "None" not in text and "nan" not in text
+    cells = [line.split("|") for line in text.splitlines()]
+    col = cells[0].index("measured parts")
+    assert {row[col] for row in cells[1::2]} == {"-"}  # rows 0, 2, ...: the figure missing
 
 
 def test_tlt_paper_peers_sets_each_claim_beside_its_prediction(tmp_path):

@@ -6,7 +6,7 @@ import warnings
 
 import typer
 
-from workbench.contracts.schema import RenameNotice
+from workbench.contracts.schema import Notice
 
 app = typer.Typer(
     help="TLT Workbench: simulate, calibrate, tune and run TLT for long-tail RL rollouts.",
@@ -30,9 +30,9 @@ app.add_typer(task_app, name="task")
 
 
 def _notice(message, category, filename, lineno, file=None, line=None) -> None:
-    """A renamed preset or field is a notice on stderr, not a Python warning with a file and
-    line."""
-    if issubclass(category, RenameNotice):
+    """A notice (a renamed preset or field, a study's abandoned trials) is a line on stderr, not a
+    Python warning with a file and line."""
+    if issubclass(category, Notice):
         typer.echo(f"notice: {message}", err=True)
     else:
         _SHOW(message, category, filename, lineno, file, line)
@@ -44,5 +44,5 @@ _SHOW = warnings.showwarning
 @app.callback()
 def _main() -> None:
     """TLT Workbench: simulate, calibrate, tune and run TLT for long-tail RL rollouts."""
-    warnings.simplefilter("always", RenameNotice)
+    warnings.simplefilter("always", Notice)
     warnings.showwarning = _notice

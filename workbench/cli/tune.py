@@ -41,8 +41,10 @@ def tune(
                                      "file; best for --workers) or 'memory' (keeps nothing)."),
     study: Optional[str] = typer.Option(None,
                                         help="Study name; run again with the same name "
-                                             "to resume it (default: tune-WORKLOAD, "
-                                             "plus -mo in multi-objective mode)."),
+                                             "to resume it (default: tune-WORKLOAD, plus "
+                                             "-TARGET when not the workload's engine and -mo "
+                                             "in multi-objective mode; -2, -3, ... where the "
+                                             "storage holds that name for other inputs)."),
     out: Path = typer.Option(...,
                              help="Where to write the best policy (.yaml, "
                                   ".yml or .json); it loads in `tlt sim`."),
@@ -71,18 +73,10 @@ def tune(
     wl, presets, prof = load_inputs(workload, ",".join(tuning.PRESETS), profile, steps)
     if out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
-    name = study or f"tune-{wl.name}" + ("-mo" if multi_objective else "")
     target = _target(target, backend, prof, wl)
     spec = tuning.TuneSpec(wl, prof, seeds=seeds, steps=steps, multi_objective=multi_objective,
                            allow_warm_start=allow_warm_start, target=target, prune=prune)
-    try:
-        store = tuning.make_storage(storage)
-    except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
-        fail(ValueError(f"--storage {storage!r}: {exc}"))
-    try:
-        opt = tuning.open_study(spec, name, store, sampler_seed=sampler_seed)
-    except ConfigError as exc:
-        fail(exc)
+    opt, name = _open(spec, study, storage, sampler_seed)
     have = len(tuning.finished_trials(opt))
     where = "memory" if storage in ("", "memory", ":memory:") else storage
     typer.echo(f"study {name!r} in {where}: {have} trials done, running "
@@ -104,6 +98,20 @@ def tune(
         fail(ValueError(f"study {name!r} has no complete trial"))
     typer.echo(f"tuned in {time.perf_counter() - t0:.1f}s", err=True)
     _report_tuned(opt, spec, presets, name, out)
+
+
+def _open(spec, study: Optional[str], storage: str, sampler_seed: int):
+    """The study to run and its name (without --study: a name of these inputs, never one a study
+    of other inputs holds)."""
+    try:
+        store = tuning.make_storage(storage)
+        name = study or tuning.free_study_name(spec, store)
+    except Exception as exc:  # a storage URL SQLAlchemy or Optuna cannot open
+        fail(ValueError(f"--storage {storage!r}: {exc}"))
+    try:
+        return tuning.open_study(spec, name, store, sampler_seed=sampler_seed), name
+    except ConfigError as exc:
+        fail(exc)
 
 
 def _target(target: str, backend: Optional[str], prof, wl) -> str:

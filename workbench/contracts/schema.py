@@ -42,9 +42,13 @@ class FieldError(ValueError):
         super().__init__(f"field '{field}' has value {value!r}; allowed: {allowed}")
 
 
-class RenameNotice(UserWarning):
-    """Something asked for by its old name (a preset, a file's field): it still loads, and the
-    command line prints the message as a notice (workbench/cli/apps.py), the app shows it."""
+class Notice(UserWarning):
+    """Something the user should know that stops nothing: the command line prints the message as
+    a notice (workbench/cli/apps.py), the app shows it (workbench/ui/inputs.py, `notices`)."""
+
+
+class RenameNotice(Notice):
+    """Something asked for by its old name (a preset, a file's field): it still loads."""
 
 
 class FieldRenamed(RenameNotice):

@@ -50,9 +50,17 @@ without a refusal. `default_target` picks `tlt-train` for a profile calibrated o
 else the workload's engine (SGLang -> sglang, vLLM -> vllm), else `sim`.
 
 Modules: `targets` (what each stack runs), `space` (the search space), `study` (the spec, the
-objective, the study and its per-trial printer), `report` (the best policy and the tables).
+objective, the study and its per-trial printer), `storage` (where studies live, and the trials a
+killed process left running), `names` (a study's default name and what a storage holds under a
+name), `report` (the best policy and the tables).
 """
 
+from workbench.tune.names import (
+    StudyStatus,
+    default_study_name,
+    free_study_name,
+    study_status,
+)
 from workbench.tune.report import (
     best_policy,
     best_trial,
@@ -71,19 +79,27 @@ from workbench.tune.space import (
     refusal,
     suggest_policy,
 )
-from workbench.tune.study import (
+from workbench.tune.storage import (
     DEFAULT_STORAGE,
+    JOURNAL_PREFIX,
+    MEMORY,
+    SQLITE_PREFIX,
+    fail_abandoned_trials,
+    make_storage,
+)
+from workbench.tune.study import (
     PRESETS,
     PRUNE_MARGIN,
     STEP_TIME,
     TRAIN_GPU_S,
+    AbandonedTrials,
     Evaluation,
     TrialPrinter,
     TuneSpec,
     complete_trials,
     evaluate,
     finished_trials,
-    make_storage,
+    input_changes,
     objective,
     open_study,
     run_parallel,
@@ -100,11 +116,13 @@ from workbench.tune.targets import (
 )
 
 __all__ = [
-    "ALGORITHMS", "DEFAULT_STORAGE", "EXPORTS", "LEGACY", "PRESETS", "PRUNE_MARGIN", "SPACES",
-    "STEP_TIME", "TARGETS", "TRAIN_GPU_S", "Evaluation", "TrialPrinter", "TuneSpec",
-    "best_policy", "best_trial", "canonical", "check_target", "comparison_frame", "comparison_text",
-    "complete_trials", "convergence_frame", "default_target", "evaluate", "finished_trials",
-    "front_policies", "make_storage", "objective", "open_study", "pareto_frame", "pareto_text",
-    "params_for", "policy_of", "refusal", "run_parallel", "run_study", "suggest_policy",
-    "write_policy",
+    "ALGORITHMS", "DEFAULT_STORAGE", "EXPORTS", "JOURNAL_PREFIX", "LEGACY", "MEMORY", "PRESETS",
+    "PRUNE_MARGIN", "SPACES", "SQLITE_PREFIX", "STEP_TIME", "TARGETS", "TRAIN_GPU_S",
+    "AbandonedTrials", "Evaluation", "StudyStatus", "TrialPrinter", "TuneSpec", "best_policy",
+    "best_trial", "canonical", "check_target", "comparison_frame", "comparison_text",
+    "complete_trials", "convergence_frame", "default_study_name", "default_target", "evaluate",
+    "fail_abandoned_trials", "finished_trials", "free_study_name", "front_policies",
+    "input_changes", "make_storage", "objective", "open_study", "pareto_frame", "pareto_text",
+    "params_for", "policy_of", "refusal", "run_parallel", "run_study", "study_status",
+    "suggest_policy", "write_policy",
 ]

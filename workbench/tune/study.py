@@ -1,13 +1,15 @@
 """The tuner's study: a TuneSpec (what it optimises), the objective (`evaluate` a trial's policy
 on the spec's seeds), and the Optuna study that holds the trials (`open_study`, `run_study`).
 
-Storage. Studies live in an RDB URL, by default `sqlite:///runs/tlt-studies.db` (`runs/` of the
-current directory, made when missing), or in an Optuna journal file (`journal:PATH`). Each
+Storage. Studies live in an RDB URL, by default `sqlite:///runs/tlt-studies.db`, or in an Optuna
+journal file (`journal:PATH`): workbench/tune/storage.py, which also fails the trials a killed
+process left RUNNING when the study is opened again (with a notice, `AbandonedTrials`). Each
 finished trial is committed as it ends, so a study killed at any moment keeps every finished
 trial; running again with the same study name resumes it, counting its finished trials towards
 the requested total. The study records what it was created for (workload, profile,
 seeds, steps, objective, search space: `TuneSpec.fingerprint`); resuming it with
-anything else is refused, since trials scored differently cannot be compared.
+anything else is refused, since trials scored differently cannot be compared (names a study could
+take: workbench/tune/names.py).
 
 The sampler (TPE) is seeded from the user's seed and the number of trials the
 study already holds (`derive_seed(seed, Stream.TUNE_SAMPLER, n)`), so a fresh
@@ -43,27 +45,28 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import optuna
-from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from sim.sweep import sweep
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import Profile
-from workbench.contracts.schema import ConfigError, to_mapping
+from workbench.contracts.schema import ConfigError, Notice, to_mapping
 from workbench.contracts.seeds import Stream, derive_seed
 from workbench.contracts.workload import Workload
 from workbench.tune.space import SPACE_VERSION, params_for, suggest_policy
+from workbench.tune.storage import (
+    DEFAULT_STORAGE,
+    MEMORY,
+    fail_abandoned_trials,
+    make_storage,
+    mark_process,
+)
 from workbench.tune.targets import check_target
 
-# under runs/ of the current directory (made when missing)
-DEFAULT_STORAGE = "sqlite:///runs/tlt-studies.db"
 PRUNE_MARGIN = 0.10
-JOURNAL_PREFIX = "journal:"
-SQLITE_PREFIX = "sqlite:///"
 PRESETS = ("baseline", "static-sd", "tlt-cold", "tlt",
            "tlt-vllm")  # tlt-vllm: the paper's configuration as `tlt train` runs it
 STEP_TIME = "step_time_s"
@@ -153,6 +156,7 @@ def objective(spec: TuneSpec) -> Callable[[optuna.trial.Trial], float | tuple[fl
     """The Optuna objective: build the trial's policy, simulate it on every seed, record it."""
 
     def run(trial: optuna.trial.Trial) -> float | tuple[float, float]:
+        mark_process(trial)  # a killed process's trial is found and failed on resume
         policy = suggest_policy(trial, spec.workload, spec.allow_warm_start,
                                 name=f"trial-{trial.number}", target=spec.target)
         trial.set_user_attr("policy", to_mapping(policy))
@@ -188,25 +192,17 @@ def _prune_if_hopeless(trial: optuna.trial.Trial, ev: Evaluation, t0: float) -> 
                              f"after {k} seed(s)")
 
 
-def make_storage(url: str | None) -> optuna.storages.BaseStorage:
-    """An RDB storage for a URL (heartbeats mark trials of killed runs as failed), a journal file
-    for 'journal:PATH' (safe for several processes on one machine, or on a shared file system with
-    locks), or in-memory for None/'memory'."""
-    if url is None or url in ("", "memory", ":memory:"):
-        return optuna.storages.InMemoryStorage()
-    if url.startswith(JOURNAL_PREFIX):
-        Path(url[len(JOURNAL_PREFIX):]).parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(url[len(JOURNAL_PREFIX):]))
-    if url.startswith(SQLITE_PREFIX) and url[len(SQLITE_PREFIX):] not in ("", ":memory:"):
-        # runs/ of a fresh checkout
-        Path(url[len(SQLITE_PREFIX):]).parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
-        # A trial whose process was killed stops beating; the next run marks it failed
-        # once it has been silent for grace_period seconds.
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=10,
-                                          grace_period=30)
+def input_changes(have: object, want: dict[str, Any]) -> str:
+    """How a study's recorded inputs (`have`) differ from `want` (a `TuneSpec.fingerprint`); ""
+    when they are the same."""
+    if not isinstance(have, dict):
+        return "it was not created by tlt tune"
+    return ", ".join(f"{k} was {have.get(k)!r}, now {v!r}" for k, v in want.items()
+                     if have.get(k) != v)
+
+
+class AbandonedTrials(Notice):
+    """A resumed study's trials that a killed process left running, now marked failed."""
 
 
 def open_study(spec: TuneSpec, study_name: str,
@@ -229,13 +225,8 @@ def open_study(spec: TuneSpec, study_name: str,
     # A study created by a run killed before it recorded its inputs is as good as new.
     fresh = existing is None or (not existing.trials and "tune" not in existing.user_attrs)
     if not fresh:
-        have = existing.user_attrs.get("tune")
-        if have != want:
-            if isinstance(have, dict):
-                diff = ", ".join(f"{k} was {have.get(k)!r}, now {v!r}" for k, v in want.items()
-                                 if have.get(k) != v)
-            else:
-                diff = "it was not created by tlt tune"
+        diff = input_changes(existing.user_attrs.get("tune"), want)
+        if diff:
             raise ConfigError(f"study {study_name!r}", "study", study_name,
                               f"a new study name, or the inputs it was created with ({diff})")
     n_before = 0 if existing is None else len(existing.trials)
@@ -258,11 +249,13 @@ def open_study(spec: TuneSpec, study_name: str,
                                     spec.target)
                 if params is not None:
                     study.enqueue_trial(params, user_attrs={"preset": name}, skip_if_exists=True)
-        if isinstance(store, optuna.storages.RDBStorage) and store.get_heartbeat_interval():
-            # Trials of a killed run that have been silent past the grace period: mark them failed
-            # now (optimize() also does, before each trial), so they do not show as running forever.
-            optuna.storages.fail_stale_trials(study)
+    abandoned = [] if fresh else fail_abandoned_trials(study)
+    if abandoned:
+        warnings.warn(f"study {study_name!r}: trial(s) {', '.join(map(str, abandoned))} were left "
+                      "running by a process that is gone (killed?); marked failed, they count "
+                      "towards nothing", AbandonedTrials, stacklevel=2)
     return study
+
 
 
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -285,7 +278,8 @@ def run_study(study: optuna.Study, spec: TuneSpec, trials: int,
     Other processes may work on the same study: a trial that starts when the finished trials plus
     those running before it already make `trials` is pruned at once and this process stops, so
     the study ends with `trials` finished ones, not one per process more. Running trials count only
-    if they began `since` (default: now; a killed run's trials stay RUNNING in a journal file)."""
+    if they began `since` (default: now; another host's killed run may leave trials RUNNING in a
+    journal file, where no heartbeat tells them from live ones)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     since = since or datetime.datetime.now()
     remaining = trials - len(finished_trials(study))
@@ -341,7 +335,7 @@ def run_parallel(spec: TuneSpec, study_name: str, storage: str, trials: int, wor
                  sampler_seed: int = 0, progress: bool = True) -> int:
     """Run the study's trials in `workers` processes against one storage (an RDB URL or
     'journal:PATH'; not 'memory', which a process cannot share); returns how many trials ran now."""
-    if storage in ("", "memory", ":memory:"):
+    if storage in MEMORY:
         raise ConfigError("--storage", "storage", storage,
                           "a storage several processes share with --workers > 1: 'journal:PATH' "
                           "(a file) or an RDB URL such as sqlite:///runs/tlt-studies.db")

@@ -19,17 +19,10 @@ from pathlib import Path
 
 import streamlit as st
 
+from workbench.ui import background_runs as runs
 from workbench.ui.calibration_report import show_report
 from workbench.ui.run_monitor import find_failure, log_tail
-from workbench.ui.train_page import (
-    is_running,
-    launch,
-    rerun_once_finished,
-    resolve,
-    session_launch,
-    stop,
-    tlt_executable,
-)
+from workbench.ui.train_page import ROOT, resolve, tlt_executable
 
 DEFAULT_MODEL = "traces/reference/model"
 DEFAULT_DRAFTER = "traces/reference/drafter"
@@ -37,7 +30,7 @@ DEFAULT_OUT = "runs/calibration/this-machine.yaml"
 # `tlt calibrate --model` on the reference model
 SHIPPED_REPORT = "traces/reference/self-calibration/machine.calibration.json"
 REFRESH_S = 3.0
-_STATE = "calibrate_launch"
+RUN_KEY = "calibrate"  # the page's background run (workbench/ui/background_runs.py)
 _KEY_WAS_RUNNING = "calibrate_was_running"
 _KEY_REPORT = "calibrate_report_path"
 
@@ -85,7 +78,7 @@ def calibrate_command(form: CalibrateForm) -> list[str]:
 
 
 def _show_launch() -> None:
-    run = session_launch(_STATE)
+    run = runs.current(RUN_KEY)
     if run is None:
         return
     rc = run.proc.poll()
@@ -95,7 +88,7 @@ def _show_launch() -> None:
         c1.info(f"calibrating (pid {run.proc.pid}) · log `{log}`")
         if c2.button("Stop", key="calibrate_stop",
                      help="SIGTERM: nothing half-written is left behind."):
-            stop(run)
+            runs.stop(run)
             st.rerun()
     elif rc == 0:
         c1.success(f"finished: `{log}`")
@@ -139,7 +132,7 @@ def progress_of(tail: str) -> tuple[float, str] | None:
 
 def _live() -> None:
     """The calibration's status and log; reruns by itself while it goes on, then once in full."""
-    rerun_once_finished(_STATE, _KEY_WAS_RUNNING)
+    runs.rerun_once_finished(RUN_KEY, _KEY_WAS_RUNNING)
     _show_launch()
 
 
@@ -180,7 +173,7 @@ def render() -> None:
     problems = check_form(form)
     for problem in problems:
         st.error(problem)
-    running = is_running(_STATE)
+    running = runs.is_running(RUN_KEY)
     clicked = st.button("Calibrate this machine", type="primary",
                         disabled=bool(problems) or running, key="calibrate_start")
     if not problems:
@@ -188,8 +181,11 @@ def render() -> None:
         st.caption(f"`{shlex.join(argv)}`" + _took())
         if clicked and not running:
             out = resolve(form.out)
-            st.session_state[_STATE] = launch(argv, out.parent, resume=False, steps=0,
-                                              log_name=log_path(out).name)
+            try:
+                runs.launch(RUN_KEY, argv, out.parent, ROOT, resume=False, steps=0,
+                            log_name=log_path(out).name)
+            except RuntimeError:  # another tab started one since this page was drawn
+                st.rerun()
             st.session_state[_KEY_REPORT] = str(report_path(Path(form.out.strip())))
             st.rerun()
     st.fragment(_live, run_every=REFRESH_S if running else None)()

@@ -11,11 +11,8 @@ framework contradicts the workload is refused, naming the field.
 
 from __future__ import annotations
 
-import hashlib
-import tempfile
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 
 import streamlit as st
 
@@ -29,6 +26,7 @@ from workbench.contracts.profile import (
 )
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload
+from workbench.ui.inputs import parse_upload
 
 FALLBACK_BASE = (
     "h100-qwen2.5-7b-tp1"  # acceptance and learning curve when nothing closer is shipped
@@ -200,23 +198,16 @@ def other_profile(workload: Workload, profile: Profile | None, wl_id: str) -> Pr
         upload = st.file_uploader(
             "Or a profile file", type=["yaml", "yml", "json"], key=f"whatif_profile_file:{wl_id}"
         )
-        if upload is not None:
-            name = _uploaded(upload)
+        if upload is not None:  # read where it is, in memory: nothing written for it
+            try:
+                return checked(workload, parse_upload(Profile, upload))
+            except (ConfigError, FieldError) as exc:
+                st.error(f"Profile file rejected: {exc}")
+                return None
         if name == FROM_CLUSTER:
             return profile
         picked = _load(name)
         return checked(workload, picked)
-
-
-def _uploaded(upload) -> str:
-    """An uploaded profile file, kept under a name made from its content."""
-    data = upload.getvalue()
-    d = Path(tempfile.gettempdir()) / "tlt-uploaded-profiles"
-    d.mkdir(parents=True, exist_ok=True)
-    name = Path(upload.name)
-    path = d / f"{name.stem}-{hashlib.sha256(data).hexdigest()[:8]}{name.suffix}"
-    path.write_bytes(data)
-    return str(path)
 
 
 def checked(workload: Workload, profile: Profile | None) -> Profile | None:

@@ -30,6 +30,8 @@ _STATE_RESULT = "compare_result"
 # the compared Policy objects by name (uploaded ones have no preset)
 _STATE_POLICIES = "compare_result_policies"
 _STATE_REGRET = "compare_regret_result"
+_STATE_REGRET_SUBJECT = "compare_regret_subject"
+_STATE_SUBJECT = "compare_result_subject"  # inputs.subject of the result's workload and profile
 
 _SUMMARY_HELP = {
     "What it does to RL": "lossless: trains on exactly what the baseline would; off-policy: on "
@@ -230,12 +232,14 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
                 report = bandit_regret(workload, load_policy(base_name), profile, seeds,
                                        steps=steps, on_progress=on_progress)
                 st.session_state[_STATE_REGRET] = report
+                st.session_state[_STATE_REGRET_SUBJECT] = inputs.subject(workload, profile)
             except Exception as exc:
                 st.error(f"Regret analysis failed: {type(exc).__name__}: {exc}")
             bar.empty()
         report: RegretReport | None = st.session_state.get(_STATE_REGRET)
-        if report is None:
-            return
+        subject = st.session_state.get(_STATE_REGRET_SUBJECT)
+        if report is None or subject != inputs.subject(workload, profile):
+            return  # none yet, or another workload's
         st.caption(f"{report.workload} · base policy **{report.base_policy}** · arms {report.arms} "
                    f"· {report.steps} step(s) · seeds {report.seeds[0]}..{report.seeds[-1]}")
         summary = report.summary()
@@ -265,13 +269,20 @@ def render() -> None:
         if result is not None:
             st.session_state[_STATE_RESULT] = result
             st.session_state[_STATE_POLICIES] = {p.name: p for p in policies}
+            st.session_state[_STATE_SUBJECT] = inputs.subject(workload, profile)
     if not policies:
         st.warning("Pick at least one policy.")
     result: Comparison | None = st.session_state.get(_STATE_RESULT)
+    # A result only under the workload and profile it came from (they stay in the session).
+    current = inputs.subject(workload, profile) if workload is not None else None
+    if result is not None and st.session_state.get(_STATE_SUBJECT) != current:
+        if ready:
+            st.info(f"Press **Run comparison** for **{workload.name}**: the last results were for "
+                    f"{result.workload} on {result.profile}.")
+        result = None
     if result is not None:
         _show_compare(result)
-        if workload is not None and workload.name == result.workload:
-            run_totals.show(run_totals.mean_steps_of_comparison(result), workload, profile,
-                            "compare_totals")
+        run_totals.show(run_totals.mean_steps_of_comparison(result), workload, profile,
+                        "compare_totals")
     if workload is not None:
         _regret_panel(workload, profile, seeds, steps)

@@ -7,6 +7,7 @@ validated as the command line validates it, and a bad one is shown with its file
 from __future__ import annotations
 
 import hashlib
+import json
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +17,13 @@ import streamlit as st
 import yaml
 
 from workbench.contracts.policy import Policy
-from workbench.contracts.schema import ConfigError, FieldError, RenameNotice, from_mapping
+from workbench.contracts.schema import (
+    ConfigError,
+    FieldError,
+    Notice,
+    from_mapping,
+    to_mapping,
+)
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 
 # measured lengths (a real DAPO run), not a hand-set shape
@@ -27,15 +34,23 @@ def digest(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()[:10]
 
 
+def subject(*contracts: Any) -> str:
+    """What a page's result is a result of (its workload and profile, say), as a digest: a page
+    shows a result only under the inputs it came from, never under the input that replaced them."""
+    return digest(json.dumps([to_mapping(c) for c in contracts], sort_keys=True,
+                             default=str).encode())
+
+
 @contextmanager
-def rename_notices() -> Iterator[None]:
-    """Show what the block loaded by an old name (a preset, a file's field) as a notice on the page,
-    as the command line prints it on stderr; other warnings pass on."""
+def notices() -> Iterator[None]:
+    """Show the notices the block gives (a preset or a file's field loaded by an old name, a
+    study's abandoned trials) on the page, as the command line prints them on stderr; other
+    warnings pass on."""
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RenameNotice)
+        warnings.simplefilter("always", Notice)
         yield
     for w in caught:
-        if issubclass(w.category, RenameNotice):
+        if issubclass(w.category, Notice):
             st.info(f"notice: {w.message}")
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -49,7 +64,7 @@ def parse_upload(cls: type, upload) -> Any:
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(upload.name, "<file>", "unparseable",
                           f"valid YAML/JSON ({exc})") from None
-    with rename_notices():
+    with notices():
         return from_mapping(cls, data, source=upload.name)
 
 

@@ -2,15 +2,15 @@
 lengths, see them beside the model, simulate them.
 
 The upload goes through `tlt workload import` (workbench.workloads.build.import_workload) into a
-directory of this session, so the page simulates exactly the Workload the command would write. The
-lengths carry no cluster: the import's base is a neutral one (`UNPLACED`), and the page asks for
-the cluster they ran on (workbench/ui/cluster_picker.py) before it simulates.
+temporary directory held while the upload is the session's (workbench/ui/job_dirs.py), so the page
+simulates exactly the Workload the command would write. The lengths carry no cluster: the
+import's base is a neutral one (`UNPLACED`), and the page asks for the cluster they ran on
+(workbench/ui/cluster_picker.py) before it simulates.
 """
 
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +22,10 @@ from sim.lengths import sample_step
 from workbench.contracts.length_data import ObservedLengths, read_observed
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload, load_workload
+from workbench.ui import job_dirs
 from workbench.workloads.build import MODES, import_workload
 
-_STATE_DIRS = "whatif_length_dirs"  # upload digest -> the directory its import lives in
+_STATE_JOB = "whatif_length_job"  # the upload's import, in its directory (workbench/ui/job_dirs.py)
 # The import's base: the batch shape comes from the files, the cluster from the page (one engine
 # until chosen).
 UNPLACED = Workload(name="uploaded-lengths", profile="(the cluster you pick)", workers=1,
@@ -118,6 +119,7 @@ def length_file_workload() -> tuple[Workload | None, str]:
     cap = cols[1].number_input("Cap (0: infer)", min_value=0, value=0, step=1024,
                                key="whatif_len_cap")
     if not uploads:
+        job_dirs.release(_STATE_JOB)
         st.info("Upload response lengths: `tlt workload import` reads the same files. Then say "
                 "which cluster they "
                 "ran on (model x GPU x TP x framework).")
@@ -125,10 +127,10 @@ def length_file_workload() -> tuple[Workload | None, str]:
     files = [(u.name, u.getvalue()) for u in uploads]
     digest = hashlib.sha1(b"".join(hashlib.sha1(n.encode() + d).digest() for n, d in files)
                           + f"{mode}:{cap}".encode()).hexdigest()[:12]
-    dirs = st.session_state.setdefault(_STATE_DIRS, {})
-    into = Path(dirs.setdefault(digest, tempfile.mkdtemp(prefix="tlt-lengths-")))
     try:
-        up = import_upload(files, UNPLACED, mode, int(cap) or None, into)
+        up = job_dirs.run(_STATE_JOB, digest, "tlt-lengths-",
+                          lambda into: import_upload(files, UNPLACED, mode, int(cap) or None,
+                                                     into))
     except (ConfigError, FieldError) as exc:
         st.error(f"Length file rejected: {exc}")
         return None, ""

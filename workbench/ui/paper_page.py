@@ -36,29 +36,66 @@ def _gap_color(value: float) -> str:
 
 _GAPS = {"error_pct": "gap %", "measured_error_pct": "measured gap %",
          "calibrated_error_pct": "calibrated gap %"}
+_VALUES = ("published", "pre-registered", "measured parts", "calibrated (LOO)")
+# the headline metrics: the summary's key, its label
+_HEADLINES = (("pre_registered", "pre-registered"), ("measured_parts", "measured parts"),
+              ("calibrated", "calibrated, held out"))
 
 
-def _styled(rep: Reproduction):
+def paper_table(rep: Reproduction):
+    """Every published figure beside the simulator's, gaps coloured. Columns a run leaves empty
+    (the measured-parts and calibrated ones, unless it calibrated) are not shown, and a figure
+    missing in a row reads '-'."""
     df = rep.frame().rename(columns=_GAPS)
-    gaps = list(_GAPS.values())
-    return df.style.map(lambda v: "" if v is None or pd.isna(v) else _gap_color(v),
-                        subset=gaps).format(
-        {"published": "{:,.2f}", "pre-registered": "{:,.2f}", "measured parts": "{:,.2f}",
-         "calibrated (LOO)": "{:,.2f}", **{g: "{:+.1f}" for g in gaps}}, na_rep="-")
+    df.insert(3, "unit", [r.unit for r in rep.rows])
+    df = df.drop(columns=[c for c in df.columns if df[c].isna().all()])
+    numeric = [c for c in (*_VALUES, *_GAPS.values()) if c in df.columns]
+    df[numeric] = df[numeric].apply(pd.to_numeric)  # None -> NaN, which na_rep shows as '-'
+    gaps = [g for g in _GAPS.values() if g in df.columns]
+    return df.style.map(lambda v: "" if pd.isna(v) else _gap_color(v), subset=gaps).format(
+        {**{c: "{:,.2f}" for c in _VALUES if c in df.columns}, **{g: "{:+.1f}" for g in gaps}},
+        na_rep="-")
 
 
-def _explanations(rep: Reproduction) -> pd.DataFrame:
+# batch bucket columns of "Where Table A's time goes", by what they hold
+_SHARE, _SD_ON, _ACCEPT = "decode share, batch ", "SD on, batch ", "accepted, batch "
+
+
+def explanation_table(rep: Reproduction) -> pd.DataFrame:
+    """Where each Table A case's time goes, one row per case and inputs; shares as fractions,
+    accepted lengths as text ('SD off' in a bucket where TLT never ran SD: no length to give)."""
     rows = []
     for e in rep.explanations:
-        row = {"model": e.case, "baseline step (s)": e.baseline_step_s,
-               "rollout share": e.baseline_rollout_share, "tlt rollout speedup": e.rollout_speedup,
-               "tlt accepted length": e.mean_accept_len}
-        row.update({f"batch {k}": v for k, v in e.critical_decode_share.items()})
-        row.update({f"SD on, batch {k}": v for k, v in e.tlt_sd_on_share.items()})
-        row.update({f"accept, batch {k}": v for k, v in e.tlt_accept_by_bucket.items()})
-        row["inputs"] = e.variant
+        row = {"inputs": e.variant, "model": e.case, "baseline step": e.baseline_step_s,
+               "rollout share": e.baseline_rollout_share, "TLT rollout speedup": e.rollout_speedup,
+               "TLT accepted length": e.mean_accept_len}
+        row.update({_SHARE + k: v for k, v in e.critical_decode_share.items()})
+        row.update({_SD_ON + k: v for k, v in e.tlt_sd_on_share.items()})
+        row.update({_ACCEPT + k: (f"{v:.2f}" if e.tlt_sd_on_share.get(k, 1.0) > 0 else "SD off")
+                    for k, v in e.tlt_accept_by_bucket.items()})
         rows.append(row)
     return pd.DataFrame(rows).set_index(["inputs", "model"])
+
+
+def explanation_columns(table: pd.DataFrame) -> dict:
+    """Each column of `explanation_table` with its unit."""
+    share = "The baseline's slowest engine: share of its decode time at this batch."
+    sd_on = "TLT: share of its decode time at this batch with SD on."
+    cols = {"baseline step": st.column_config.NumberColumn("baseline step", format="%.1f s"),
+            "rollout share": st.column_config.NumberColumn(
+                "rollout share", format="percent", help="The baseline's rollout / step."),
+            "TLT rollout speedup": st.column_config.NumberColumn("TLT rollout speedup",
+                                                                 format="%.2fx"),
+            "TLT accepted length": st.column_config.NumberColumn(
+                "TLT accepted length", format="%.2f", help="Tokens per verify pass.")}
+    for c in table.columns:
+        if c.startswith(_SHARE):
+            cols[c] = st.column_config.NumberColumn(c, format="percent", help=share)
+        elif c.startswith(_SD_ON):
+            cols[c] = st.column_config.NumberColumn(c, format="percent", help=sd_on)
+        elif c.startswith(_ACCEPT):
+            cols[c] = st.column_config.TextColumn(c, help="TLT's tokens per verify pass there.")
+    return cols
 
 
 def render() -> None:
@@ -72,7 +109,7 @@ def render() -> None:
                f"{fit.median_abs_error_pct:.1f}% "
                f"over {len(fit.rows)} published numbers (Tables C, D, the depth x TV grid, E), max "
                f"{fit.max_abs_error_pct:.1f}%.")
-    c1, c2, c3, _ = st.columns([1, 1, 1, 1])
+    c1, c2, c3 = st.columns([1, 1, 2])
     steps = int(c1.number_input("Steps per case", min_value=1, max_value=40, value=20,
                                 key="paper_steps"))
     seeds = int(c2.number_input("Seeds", min_value=1, max_value=5, value=1, key="paper_seeds"))
@@ -108,22 +145,27 @@ def render() -> None:
                 f"{progress_messages(seeds)} simulations of Table A as they finish.")
         return
     s = report.summary(rep)
-    cols = st.columns(3)
-    for col, key, label in zip(cols, ("pre_registered", "measured_parts", "calibrated"),
-                               ("pre-registered", "measured parts", "calibrated, held out")):
-        value = s[f"table_a_{key}_median_abs_error_pct"]
+    shown = [(k, label) for k, label in _HEADLINES
+             if s[f"table_a_{k}_median_abs_error_pct"] is not None]
+    for col, (key, label) in zip(st.columns(3), shown):
         col.metric(f"Table A prediction, {label}: median |gap|",
-                   "-" if value is None else f"{value:.1f}%",
+                   f"{s[f'table_a_{key}_median_abs_error_pct']:.1f}%",
                    help="Over the 8 end-to-end speedups (TLT-Base and TLT on four "
                         "models); none of them is fitted in the column it heads "
                         "(calibrated: each model's pair held out of its own fit).")
     if rep.split:
         st.caption(f"Calibration split: {rep.split}.")
-    st.dataframe(_styled(rep), width="stretch", hide_index=True)
+    else:
+        st.caption("Pre-registered predictions only: tick **Calibrate** for the measured-parts "
+                   "and calibrated (leave-one-model-out) columns.")
+    st.dataframe(paper_table(rep), width="stretch", hide_index=True, key="paper_table")
     st.subheader("Where Table A's time goes")
-    st.caption("The baseline's slowest engine: share of its decode time per batch "
-               "bucket (SD is off above 32), the baseline's rollout share of the step "
-               "(the paper: ~85%), and TLT's rollout speedup and accepted length.")
-    st.dataframe(_explanations(rep), width="stretch")
+    st.caption("Per case: the baseline's step and its rollout share (the paper: ~85%), TLT's "
+               "rollout speedup and accepted length; by batch bucket, the share of the "
+               "baseline's decode time there (its slowest engine), the share of TLT's with SD on "
+               "(SD is off above 32) and TLT's tokens per verify pass there.")
+    table = explanation_table(rep)
+    st.dataframe(table, column_config=explanation_columns(table), width="stretch",
+                 key="paper_explanations")
     st.download_button("Download paper.json", report.json_text(rep), file_name="paper.json",
                        mime="application/json", key="paper_dl", on_click="ignore")

@@ -12,7 +12,6 @@ calibrated profile.
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +26,12 @@ from workbench.contracts.workload import Workload, load_workload
 from workbench.runlog import calibrate as cal
 from workbench.runlog import report
 from workbench.runlog.shape import ShapeFlags
+from workbench.ui import job_dirs
 from workbench.workloads.build import write_workload
 
 ID_PREFIX = "runlog:"
-_STATE = "whatif_runlog"  # input digest -> _Calibrated
+# the calibration of the input (its digest), in its directory (workbench/ui/job_dirs.py)
+_STATE = "whatif_runlog_job"
 SUFFIXES = ["log", "txt", "out", "gz", "csv", "jsonl", "json", "parquet"]
 
 
@@ -94,8 +95,8 @@ def _shape_inputs() -> tuple[ShapeFlags, int, int]:
     return ShapeFlags(arch or None, gpu, *opt), fit, limit
 
 
-def _calibrate(name: str, data: bytes, flags: ShapeFlags, fit: int, limit: int) -> _Calibrated:
-    into = Path(tempfile.mkdtemp(prefix="tlt-runlog-"))
+def _calibrate(name: str, data: bytes, flags: ShapeFlags, fit: int, limit: int,
+               into: Path) -> _Calibrated:
     log = into / Path(name).name
     log.write_bytes(data)
     bar = st.progress(0.0, text="Simulating each step…")
@@ -198,28 +199,31 @@ def run_log_workload() -> tuple[Workload | None, str]:
     )
     flags, fit, limit = _shape_inputs()
     if upload is None:
+        job_dirs.release(_STATE)
         st.info("Upload a veRL run log: `tlt calibrate --run-log` reads the same files.")
         return None, ""
     data = upload.getvalue()
     digest = hashlib.sha1(data + repr((upload.name, flags, fit, limit)).encode()).hexdigest()[:12]
-    done: dict = st.session_state.setdefault(_STATE, {})
-    if digest not in done:
+    done: _Calibrated | None = job_dirs.result(_STATE, digest)
+    if done is None:
+        job_dirs.release(_STATE)  # the calibration of another input: its job is over
         if not st.button("Calibrate on this log", type="primary", key="whatif_runlog_go"):
             st.info("Press **Calibrate on this log**: one simulation per step, then the factors "
                     "are fitted.")
             return None, ""
         try:
-            done[digest] = _calibrate(upload.name, data, flags, fit, limit)
+            done = job_dirs.run(_STATE, digest, "tlt-runlog-",
+                                lambda into: _calibrate(upload.name, data, flags, fit, limit, into))
         except (ConfigError, FieldError, ValueError) as exc:
             st.error(f"Run log rejected: {exc}")
             return None, ""
-    _show(done[digest])
-    return load_workload(done[digest].workload_path), ID_PREFIX + digest
+    _show(done)
+    return load_workload(done.workload_path), ID_PREFIX + digest
 
 
 def calibrated_profile(base_id: str) -> Profile | None:
     """The calibrated profile of a run-log input (None: the input is not a calibrated run log)."""
     if not base_id.startswith(ID_PREFIX):
         return None
-    c = st.session_state.get(_STATE, {}).get(base_id[len(ID_PREFIX) :])
+    c: _Calibrated | None = job_dirs.result(_STATE, base_id[len(ID_PREFIX):])
     return c.result.profile if c is not None else None

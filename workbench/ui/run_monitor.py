@@ -22,6 +22,7 @@ from real.run.records import METRIC_COLUMNS, OLD_METRIC_NAMES
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.ui.charts import gantt_figure, metric_lines_figure
 from workbench.ui.export import figure_downloads
+from workbench.ui.run_steps_view import metrics_table, show_engine_story
 from workbench.ui.whatif_results import MAX_GANTT_WORKERS
 from workbench.validate.waste import timeline_waste, waste_frame
 
@@ -140,11 +141,12 @@ def _stamp(trace_dir: Path) -> int:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def trace_timeline(trace_dir: str, stamp: int) -> pd.DataFrame | None:
-    """The trace's worker timeline, or None for a trace without one. Cached per trace version
-    (`stamp`), so reruns while the run goes on do not re-read the parquet files."""
-    timeline = load_trace(trace_dir).timeline
-    return None if timeline is None or timeline.empty else timeline
+def trace_parts(trace_dir: str, stamp: int) -> tuple[pd.DataFrame | None, dict]:
+    """The trace's worker timeline (None for a trace without one) and its meta. Cached per trace
+    version (`stamp`), so reruns while the run goes on do not re-read the parquet files."""
+    trace = load_trace(trace_dir)
+    timeline = trace.timeline
+    return (None if timeline is None or timeline.empty else timeline), trace.meta
 
 
 # ---------------------------------------------------------------- showing it
@@ -178,7 +180,7 @@ def _show_tiles(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
                             f"{w['tail_token_share']:.1%} of the step's tokens.")
 
 
-def _show_metrics(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
+def _show_metrics(df: pd.DataFrame, waste: pd.DataFrame | None, meta: dict) -> None:
     # Columns added later (style_share, sd_speedup) are only missing from older runs' files: the
     # tiles and lines need just these.
     missing = [c for c in _TILE_COLUMNS if c not in df.columns]
@@ -187,7 +189,10 @@ def _show_metrics(df: pd.DataFrame, waste: pd.DataFrame | None) -> None:
                    "written by another version of `tlt train`?")
     else:
         _show_tiles(df, waste)
-    st.dataframe(df, hide_index=True, width="stretch", key="train_metrics")
+    show_engine_story(df, meta.get("sd_probe"))
+    table, columns = metrics_table(df)
+    st.dataframe(table, column_config=columns, hide_index=True, width="stretch",
+                 key="train_metrics")
     fig = metric_lines_figure(df, _LINE_PANELS)
     st.plotly_chart(fig, key="train_lines", width="stretch")
     figure_downloads(fig, "train-metrics", "train_fig_lines")
@@ -211,18 +216,19 @@ def _show_trace(timeline: pd.DataFrame, waste: pd.DataFrame) -> None:
     figure_downloads(fig, f"train-timeline-step{step}", "train_fig_gantt")
 
 
-def _timeline(run_dir: Path) -> pd.DataFrame | None:
+def _trace(run_dir: Path) -> tuple[pd.DataFrame | None, dict]:
+    """The run's worker timeline and trace meta (None and {} where there is none yet)."""
     trace_dir = run_dir / "trace"
     if not trace_dir.is_dir():
-        return None
+        return None, {}
     try:
-        timeline = trace_timeline(str(trace_dir), _stamp(trace_dir))
+        timeline, meta = trace_parts(str(trace_dir), _stamp(trace_dir))
     except (TraceError, OSError) as exc:  # OSError: the trace was replaced while being read
         st.warning(f"The trace cannot be read: {exc}")
-        return None
+        return None, {}
     if timeline is None:
         st.info("The trace has no timeline table (a `tlt capture` trace, or an older `tlt train`).")
-    return timeline
+    return timeline, meta
 
 
 def show_run(run_dir: Path, total: int | None = None, running: bool = False) -> None:
@@ -239,10 +245,10 @@ def show_run(run_dir: Path, total: int | None = None, running: bool = False) -> 
     if df is None or df.empty:
         st.info(f"No metrics.csv in `{run_dir}` yet: it is "
                 "written when the first RL step finishes.")
-    timeline = _timeline(run_dir)
+    timeline, meta = _trace(run_dir)
     waste = waste_frame(timeline_waste(timeline)) if timeline is not None else None
     if df is not None and not df.empty:
-        _show_metrics(df, waste)
+        _show_metrics(df, waste, meta)
     if timeline is not None:
         _show_trace(timeline, waste)
     if tail is not None:

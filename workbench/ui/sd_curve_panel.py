@@ -1,12 +1,14 @@
 """What-if's panel on SD's speedup by batch for the cluster picked (`tlt sd-curve` on the page).
 
-Beside the cluster picker: on the profile the page will simulate with, SD's predicted speedup
+Under the cluster picker: on the profile the page will simulate with, SD's predicted speedup
 over plain decoding at each batch size for a drafter, a strategy and an acceptance, the batch
 where it stops paying, and the sd_threshold and per-bucket strategies that implies
 (workbench/compare/sd_curve.py).
 """
 
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -15,7 +17,7 @@ import streamlit as st
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
-from workbench.compare.sd_curve import Acceptance, SdCurve, sd_curve
+from workbench.compare.sd_curve import Acceptance, SdCurve, sd_curve, tokens_per_pass
 
 BATCHES = tuple(range(1, 257))
 
@@ -44,14 +46,19 @@ def curve_figure(c: SdCurve) -> go.Figure:
     )
     fig.add_hline(y=1.0, line=dict(color="#E45756", width=1))
     if c.crossover_batch:
-        fig.add_vline(
-            x=c.crossover_batch,
-            line=dict(color="#E45756", dash="dash", width=1),
-            annotation_text=f"stops paying at {c.crossover_batch}",
-        )
-    fig.update_xaxes(type="log", title_text="batch (sequences decoding together)")
+        # On a log axis a shape takes the batch itself but an annotation takes its log10 (Plotly's
+        # rule): the batch given as an annotation's x stretched the axis to 10^batch.
+        fig.add_vline(x=c.crossover_batch, line=dict(color="#E45756", dash="dash", width=1))
+        fig.add_annotation(x=math.log10(c.crossover_batch), xref="x", y=1, yref="y domain",
+                           text=f"stops paying at {c.crossover_batch}", showarrow=False,
+                           xanchor="left", yanchor="top")
+    ticks = [t for t in (2 ** i for i in range(16)) if min(b) <= t <= max(b)]
+    fig.update_xaxes(type="log", range=[math.log10(min(b)), math.log10(max(b))], tickvals=ticks,
+                     title_text="batch (sequences decoding together)")
     fig.update_yaxes(title_text="SD speedup", rangemode="tozero")
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), legend=dict(x=0.55, y=0.98))
+    # bottom left: under the curves, which start high at small batch
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=30, b=10),
+                      legend=dict(x=0.01, y=0.02, yanchor="bottom"))
     return fig
 
 
@@ -68,14 +75,23 @@ def _inputs(profile: Profile, key: str) -> tuple[str, Strategy, Acceptance, floa
         key=f"sdcurve_strategy:{key}",
         help="A chain of K drafts (3) or an EAGLE tree steps_topk_tokens (8_4_16).",
     )
+    try:
+        strategy = Strategy.parse(text.strip().removeprefix("chain:"))
+    except ValueError as exc:
+        st.error(f"Strategy: {exc}")
+        return None
+    # Empty until the user gives one: the box then shows the profile's own figure, the one the
+    # sentence below reports, rather than a 0 that is no acceptance at all.
+    model = tokens_per_pass(profile, kind, Acceptance(), strategy, strategy)
     accepted = c3.number_input(
         "Tokens per pass",
-        min_value=0.0,
+        min_value=1.0,
         max_value=65.0,
-        value=0.0,
+        value=None,
         step=0.1,
+        placeholder=f"{model:.2f} (model)",
         key=f"sdcurve_accept:{key}",
-        help="Accepted length E[L] at this strategy; 0: the profile's model.",
+        help="Accepted length E[L] at this strategy; empty: the profile's acceptance model.",
     )
     context = c4.number_input(
         "Context",
@@ -86,12 +102,7 @@ def _inputs(profile: Profile, key: str) -> tuple[str, Strategy, Acceptance, floa
         key=f"sdcurve_context:{key}",
         help="Tokens per sequence.",
     )
-    try:
-        strategy = Strategy.parse(text.strip().removeprefix("chain:"))
-    except ValueError as exc:
-        st.error(f"Strategy: {exc}")
-        return None
-    return kind, strategy, Acceptance(tokens_per_pass=accepted or None), float(context)
+    return kind, strategy, Acceptance(tokens_per_pass=accepted), float(context)
 
 
 def render(profile: Profile | None, key: str) -> None:
@@ -115,9 +126,10 @@ def render(profile: Profile | None, key: str) -> None:
             f"SD with `{c.strategy}` ({c.accepted:.2f} tokens per pass) stops paying {where}; "
             f"a policy should turn SD off above batch **{c.sd_threshold}**."
         )
-        st.plotly_chart(curve_figure(c), key=f"sdcurve_fig:{key}", width="stretch")
+        chart, table = st.columns([2, 1])
+        chart.plotly_chart(curve_figure(c), key=f"sdcurve_fig:{key}", width="stretch")
         # A static table: the page's result tables stay its only dataframes.
-        st.table(
+        table.table(
             pd.DataFrame(
                 [
                     {

@@ -1,28 +1,27 @@
-"""Train (real) page: start calibrated real training
-(`tlt train`) in the background and watch a run.
+"""Train (real) page: start calibrated real training (`tlt train`) in the background and watch a
+run.
 
-The form mirrors `tlt train`'s options (workbench/cli/train.py). Everything is checked
-here first (the model directory, the policy, `RunConfig.check`, a run directory
-that holds a run without "Resume"), so a run that would fail at once never starts.
-"Start" launches the venv's `tlt train` as a process of its own: the run
-outlives the page's reruns (its Popen handle lives in st.session_state) and
-"Stop" sends SIGTERM to its process group, Ray's and vLLM's children included.
+The form mirrors `tlt train`'s options (workbench/cli/train.py). Everything is checked here first
+(the model directory, the policy, `RunConfig.check`, a run directory that holds a run without
+"Resume"), so a run that would fail at once never starts; the run directory starts as one that
+holds no run (`default_run_dir`), so a finished run never greets the page with a refusal. "Start"
+launches the venv's `tlt train` as a process of its own (workbench/ui/background_runs.py): every
+tab of the app sees it, running with its Stop or ended with how it ended, and it is reaped the
+moment it exits.
 
-The monitor (`workbench/ui/run_monitor.py`) reads any run directory, running or
-finished. A run started here is watched by itself: the status and the monitor are a
-fragment that Streamlit's front end reruns every REFRESH_S seconds while the run goes on
-(a sleep loop would hold the script run, and hang AppTest); "Refresh" reads any other
-run directory again. A run that exits with an error is shown as failed, with the error
+The monitor (`workbench/ui/run_monitor.py`) reads any run directory, running or finished: by
+default the page's run, else the newest under runs/. A run started here is watched by itself: the
+status and the monitor are a fragment that Streamlit's front end reruns every REFRESH_S seconds
+while the run goes on (a sleep loop would hold the script run, and hang AppTest); "Refresh" reads
+any other run directory again. A run that exits with an error is shown as failed, with the error
 its log ends on; a run started elsewhere is judged by its log alone.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -32,7 +31,8 @@ import streamlit as st
 
 from real.run.coordinator import RunConfig, TrainError, default_drafter
 from workbench.contracts.policy import load_policy, policy_presets
-from workbench.ui.inputs import rename_notices
+from workbench.ui import background_runs as runs
+from workbench.ui.inputs import notices
 from workbench.ui.run_monitor import LOG_NAME, find_failure, log_tail, show_run
 from workbench.ui.run_prediction_view import show_prediction
 
@@ -43,10 +43,10 @@ DEFAULT_MODEL = "traces/reference/model"
 # The paper's configuration as vLLM runs it (chains); `tlt` (the paper's trees) is simulator-only.
 DEFAULT_POLICY = "tlt-vllm"
 # uploaded policies: the run is another process and needs a file
+RUNS = ROOT / "runs"  # where the form's run directories go
 UPLOAD_DIR = ROOT / "runs" / "policies"
-STOP_WAIT_S = 5.0  # how long "Stop" waits for the run to exit before it reports "stopping"
 
-_STATE_LAUNCH = "train_launch"
+RUN_KEY = "train"  # the page's background run (workbench/ui/background_runs.py)
 _KEY_MONITOR = "train_monitor_dir"
 _KEY_WAS_RUNNING = "train_was_running"
 REFRESH_S = 3.0  # while a run started here goes on, its status and monitor redraw this often
@@ -69,18 +69,6 @@ class TrainForm:
     drafter: str = ""  # warm-start drafter; empty: the CLI's default (the reference model's own)
 
 
-@dataclass
-class Launch:
-    """A `tlt train` started from this session."""
-
-    proc: subprocess.Popen
-    argv: list[str]
-    out: Path
-    started: float
-    steps: int  # RL steps planned in all
-    stopping: bool = False
-
-
 def resolve(path: str) -> Path:
     p = Path(path.strip()).expanduser()
     return p if p.is_absolute() else ROOT / p
@@ -99,7 +87,7 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
     policy = None
     try:
         name = form.policy if form.policy in policy_presets() else resolve(form.policy)
-        with rename_notices():
+        with notices():
             policy = load_policy(name)
     except ValueError as exc:
         # ConfigError / FieldError: their text names the field and what is allowed
@@ -132,6 +120,38 @@ def occupied(out: str) -> str:
             "another directory.")
 
 
+def taken(path: Path) -> bool:
+    """Whether a run directory holds a run (its checkpoints or its log), or is the one this page's
+    run writes."""
+    run = runs.current(RUN_KEY)
+    return ((path / "checkpoints").exists() or (path / LOG_NAME).exists()
+            or (run is not None and run.out == path))
+
+
+def _shown(path: Path) -> str:
+    """A path as the form shows it: relative to the workbench root where it lies under it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def default_run_dir(label: str, seed: int, resume: bool) -> str:
+    """The form's run directory: the first of runs/LABEL-SEED, runs/LABEL-SEED-2, ... that holds
+    no run, so a finished run never greets the page with a refusal; with Resume, the last one
+    that holds one (the run to continue)."""
+    dirs = [RUNS / f"{label}-{seed}"]
+    while taken(dirs[-1]):
+        dirs.append(RUNS / f"{label}-{seed}-{len(dirs) + 1}")
+    return _shown(dirs[-2] if resume and len(dirs) > 1 else dirs[-1])
+
+
+def latest_run_dir() -> str | None:
+    """The run directory under runs/ whose log changed last (a run of another session, or of the
+    command line), for the monitor of a page that started none."""
+    logs = list(RUNS.glob(f"*/{LOG_NAME}"))
+    if not logs:
+        return None
+    return _shown(max(logs, key=lambda f: f.stat().st_mtime).parent)
+
+
 def tlt_executable() -> list[str]:
     # The venv's own `tlt` (next to this interpreter):
     # the run uses the app's packages whatever PATH says.
@@ -156,62 +176,11 @@ def train_command(cfg: RunConfig, form: TrainForm) -> list[str]:
 # ---------------------------------------------------------------- the background run
 
 
-def launch(argv: list[str], out: Path, resume: bool, steps: int,
-           log_name: str = LOG_NAME) -> Launch:
-    """Start `argv` in the background, its output going to `out/log_name` (the Calibrate page runs
-    `tlt calibrate` this way too)."""
-    out.mkdir(parents=True, exist_ok=True)
-    # A resumed run appends, so the log keeps the earlier steps' lines.
-    with open(out / log_name, "ab" if resume else "wb") as log:
-        log.write(f"$ {shlex.join(argv)}\n".encode())
-        log.flush()
-        # start_new_session: the run is its own process group (pgid == pid), so Stop reaches its
-        # children, and a closed browser tab or a Ctrl-C in the Streamlit terminal does not kill it.
-        # Plain Python tracebacks: typer's framed ones wrap the error across lines of box drawing.
-        env = {**os.environ, "_TYPER_STANDARD_TRACEBACK": "1"}
-        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    return Launch(proc, argv, out, time.time(), steps)
-
-
-def stop(run: Launch) -> None:
-    try:
-        os.killpg(run.proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return  # it had exited already
-    run.stopping = True
-    try:
-        run.proc.wait(timeout=STOP_WAIT_S)
-    except subprocess.TimeoutExpired:
-        pass  # still shutting Ray down: the status says "stopping" until Refresh finds it gone
-
-
-def session_launch(key: str = _STATE_LAUNCH) -> Launch | None:
-    """The background run this session started under `key` (the Calibrate page has its own key)."""
-    return st.session_state.get(key)
-
-
-def is_running(key: str = _STATE_LAUNCH) -> bool:
-    run = session_launch(key)
-    return run is not None and run.proc.poll() is None
-
-
-def rerun_once_finished(key: str, was_running_key: str) -> bool:
-    """In a fragment that redraws a background run: whether it runs; once it has stopped, one full
-    rerun of the page (so its Start button comes back)."""
-    running = is_running(key)
-    if st.session_state.get(was_running_key) and not running:
-        st.session_state[was_running_key] = False
-        st.rerun()
-    st.session_state[was_running_key] = running
-    return running
-
-
 def _show_launch() -> None:
-    run = session_launch()
+    run = runs.current(RUN_KEY)
     if run is None:
         return
-    rc = run.proc.poll()  # also reaps a finished child
+    rc = run.proc.poll()
     c1, c2 = st.columns([4, 1])
     where = f"(pid {run.proc.pid}) · `{run.out}`"
     if rc is None:
@@ -220,7 +189,7 @@ def _show_launch() -> None:
                 f"{time.strftime('%H:%M:%S', time.localtime(run.started))}")
         if c2.button("Stop", key="train_stop",
                      help="SIGTERM to the run's process group; the last checkpoint stays."):
-            stop(run)
+            runs.stop(run)
             st.rerun()
     elif rc == 0:
         c1.success(f"finished {where}")
@@ -252,9 +221,9 @@ def _monitor(default_dir: str) -> None:
     if not path.strip() or not run_dir.is_dir():
         st.info(f"No run directory at `{path}` yet.")
         return
-    run = session_launch()
+    run = runs.current(RUN_KEY)
     ours = run is not None and run.out == run_dir
-    running = ours and run.proc.poll() is None
+    running = ours and run.running
     if not ours:  # a run started elsewhere: its log is all there is to say how it ended
         tail = log_tail(run_dir / LOG_NAME, lines=200)
         failure = find_failure(tail) if tail else None
@@ -269,7 +238,7 @@ def _live(default_dir: str) -> None:
     """The run's status and the monitor; while a run started here goes on, this part reruns by
     itself every REFRESH_S seconds (a fragment: the form keeps its state), and once more in full
     when the run ends, so Start comes back."""
-    rerun_once_finished(_STATE_LAUNCH, _KEY_WAS_RUNNING)
+    runs.rerun_once_finished(RUN_KEY, _KEY_WAS_RUNNING)
     _show_launch()
     _monitor(default_dir)
 
@@ -320,13 +289,13 @@ def _form() -> TrainForm:
     prompts = _int(c2, "Prompts per step", 16, "train_prompts")
     samples = _int(c3, "Samples per prompt", 4, "train_samples", min_value=2, hlp="The GRPO group.")
     max_tokens = _int(c3, "Max tokens", 1024, "train_max_tokens", hlp="Response cap in tokens.")
-    # The key follows the policy and seed, so the default
-    # directory follows them until the user edits it.
-    out = c3.text_input("Run directory", value=f"runs/{label}-{seed}",
-                        key=f"train_out:{label}:{seed}",
-                        help="checkpoints/, metrics.csv, trace/, drafter/ and train.log go here.")
     resume = c3.checkbox("Resume", value=False, key="train_resume",
                          help="Continue the run in the run directory from its last finished step.")
+    # The key follows the default, so the directory follows the policy, the seed, Resume and the
+    # runs already there until the user edits it.
+    default = default_run_dir(label, seed, resume)
+    out = c3.text_input("Run directory", value=default, key=f"train_out:{label}:{seed}:{default}",
+                        help="checkpoints/, metrics.csv, trace/, drafter/ and train.log go here.")
     with c1.expander("More"):
         drafter = st.text_input("Warm-start drafter directory", value="", key="train_drafter",
                                 help="For policies with drafter.warm_start; "
@@ -342,7 +311,7 @@ def render() -> None:
                "train`), in the background; watch its steps and worker timelines.")
     form = _form()
     cfg, problems = check_form(form)
-    run = session_launch()
+    run = runs.current(RUN_KEY)
     for problem in problems:
         # The directory of the run started here holds that
         # run: a fact to state, not a mistake in the form.
@@ -351,19 +320,24 @@ def render() -> None:
                     "Resume to continue it, or choose another directory for a new run.")
         else:
             st.error(problem)
-    running = is_running()
+    running = runs.is_running(RUN_KEY)
     clicked = st.button("Start", type="primary", disabled=bool(problems) or running,
                         key="train_start")
     if cfg is not None:
         argv = train_command(cfg, form)
         st.caption(f"`{shlex.join(argv)}`")
-        # Check again at the click: a disabled button cannot be clicked in a browser, but the state
-        # may have changed since it was drawn (another tab of this session started a run).
+        # A disabled button cannot be clicked in a browser, but another tab may have started a run
+        # since it was drawn: the launch itself refuses then.
         if clicked and not running:
-            st.session_state[_STATE_LAUNCH] = launch(argv, cfg.out, form.resume, cfg.steps)
-            st.session_state[_KEY_MONITOR] = form.out  # watch the new run
+            try:
+                runs.launch(RUN_KEY, argv, cfg.out, ROOT, form.resume, cfg.steps, LOG_NAME)
+            except RuntimeError:
+                st.rerun()
+            st.session_state[_KEY_MONITOR] = str(cfg.out)  # watch the new run
             st.rerun()  # redraw with the run going: Start disabled, Stop shown
     if running:
-        st.caption("One run at a time from this page: stop the current one to start another.")
+        st.caption("One run at a time from this page (in any tab): stop the current one to start "
+                   "another.")
     st.divider()
-    st.fragment(_live, run_every=REFRESH_S if running else None)(form.out)
+    watch = str(run.out) if run is not None else latest_run_dir() or form.out
+    st.fragment(_live, run_every=REFRESH_S if running else None)(watch)

@@ -6,14 +6,14 @@ only what that stack runs), the number of trials and seeds, a study name and its
 the tuned policy with its exports for the target, the convergence chart, the Pareto front in
 multi-objective mode, and the tuned policy against the presets on the same seeds. A study in a
 SQLite file (by default runs/tlt-studies.db, named on the page) survives the page (and the app):
-running the same study name again resumes it, and `optuna-dashboard <storage URL>` opens it.
+running the same study name again resumes it, and `optuna-dashboard <storage URL>` opens it. The
+study's name, and what the storage holds under it before anything runs: workbench/ui/tune_study.py.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -25,7 +25,7 @@ from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import load_profile, profile_choice_label, profile_presets
 from workbench.contracts.schema import ConfigError, FieldError, to_mapping
-from workbench.ui import inputs
+from workbench.ui import inputs, tune_study
 from workbench.ui.export import figure_downloads, policy_export_buttons
 
 _STATE_RESULT = "tune_result"
@@ -40,6 +40,7 @@ class _Result:
     spec: tune.TuneSpec
     trials: int
     ran: int
+    full: bool  # the study held its trials already: none ran
     best: Policy
     convergence: pd.DataFrame
     pareto: pd.DataFrame
@@ -92,17 +93,16 @@ def pareto_figure(conv: pd.DataFrame, front: pd.DataFrame) -> go.Figure:
 # ---------------------------------------------------------------- running
 
 
-def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sampler_seed: int,
-         yours: list[Policy]) -> _Result | None:
+def _run(spec: tune.TuneSpec, study_name: str, storage: str, store, trials: int,
+         sampler_seed: int, yours: list[Policy]) -> _Result | None:
     try:
-        study = tune.open_study(spec, study_name, storage, sampler_seed=sampler_seed)
+        with inputs.notices():  # trials a killed process left running, failed now
+            study = tune.open_study(spec, study_name, store, sampler_seed=sampler_seed)
     except ConfigError as exc:
         st.error(str(exc))
         return None
-    except Exception as exc:  # a storage URL that cannot be opened
-        st.error(f"Cannot open storage {storage!r}: {type(exc).__name__}: {exc}")
-        return None
     have = len(tune.finished_trials(study))
+    full = have >= trials
     bar = st.progress(min(1.0, have / trials), text=f"{have}/{trials} trials done")
     t0 = time.perf_counter()
 
@@ -136,8 +136,8 @@ def _run(spec: tune.TuneSpec, study_name: str, storage: str, trials: int, sample
     comparison = tune.comparison_frame(spec, best, [load_policy(n) for n in tune.PRESETS] + yours,
                                        study)
     bar.empty()
-    return _Result(study_name, storage, spec, trials, ran, best, tune.convergence_frame(study),
-                   front, comparison, front_policies)
+    return _Result(study_name, storage, spec, trials, ran, full, best,
+                   tune.convergence_frame(study), front, comparison, front_policies)
 
 
 # ---------------------------------------------------------------- page
@@ -154,7 +154,10 @@ def _show(res: _Result) -> None:
     st.caption(f"Study **{res.study_name}** in `{res.storage}` · {spec.workload.name} on "
                f"{spec.profile.name} · target **{tune.SPACES[spec.target].label}** · seeds "
                f"0..{spec.seeds - 1} x {spec.n_steps} steps (the same draws for every "
-               f"trial) · {len(res.convergence)} complete trials ({res.ran} finished now)")
+               f"trial) · {len(res.convergence)} complete trials, {res.ran} of them run now")
+    if res.full:
+        st.warning(f"No trial ran now: study **{res.study_name}** already held its {res.trials} "
+                   "trials. Raise **Trials** above that to run more, or give a new study name.")
     table = res.comparison.set_index("policy")
     tuned = table.loc[res.best.name]
     # The best preset the target runs too (the others are marked in the table's note).
@@ -250,18 +253,6 @@ def _target(workload, profile) -> str:
     return target
 
 
-def _storage() -> str:
-    storage = st.text_input("Storage", value=tune.DEFAULT_STORAGE, key="tune_storage",
-                            help="An Optuna storage URL; a SQLite file keeps the study (and opens "
-                                 "in "
-                                 "optuna-dashboard); 'memory' keeps nothing.")
-    if storage.startswith("sqlite:///"):
-        st.caption(f"The study is kept in `{Path(storage[len('sqlite:///'):]).resolve()}`.")
-    elif storage.strip() in ("memory", ":memory:", ""):
-        st.caption("Kept in memory: the study ends with this page.")
-    return storage
-
-
 def render() -> None:
     st.title("Tune")
     st.caption("Search the policy space (SD threshold, draft length per batch-size bucket, "
@@ -302,10 +293,8 @@ def render() -> None:
         multi = st.toggle("Multi-objective", value=False, key="tune_multi",
                           help="Step time vs drafter-training "
                                "compute: the Pareto front of the two.")
-        study_name = st.text_input("Study name", value=f"tune-{wl_name}" + ("-mo" if multi else ""),
-                                   key=f"tune_study:{wl_name}:{multi}",
-                                   help="Run again with the same name to resume a study.")
-        storage = _storage()
+        name_box = st.container()  # filled once the inputs the name follows are known
+        storage = tune_study.storage_input()
         with st.expander("More"):
             warm = st.checkbox("Allow warm start (simulator only and tlt train)", value=False,
                                key="tune_warm",
@@ -316,22 +305,34 @@ def render() -> None:
             sampler_seed = int(st.number_input("Sampler seed", min_value=0, value=0, step=1,
                                                key="tune_sampler_seed"))
     target = _target(workload, profile)
+    spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi,
+                         allow_warm_start=warm, target=target)
+    store = None if tune_study.unwritten(storage) else tune_study.open_storage(storage)
+    with name_box:
+        readable = store is not None or tune_study.unwritten(storage)
+        study_name = tune_study.name_and_status(spec, store, trials) if readable else None
 
     yours = inputs.policy_uploads("tune_policy_files",
                                   "Your policy files, compared with the tuned one",
                                   set(tune.PRESETS))
-    ready = bool(study_name.strip())
-    if not ready:
-        st.warning("Give the study a name.")
-    spec = tune.TuneSpec(workload, profile, seeds=seeds, steps=steps, multi_objective=multi,
-                         allow_warm_start=warm, target=target)
-    if st.button("Run study", type="primary", disabled=not ready, key="tune_run"):
-        result = _run(spec, study_name.strip(), storage.strip(), trials, sampler_seed, yours)
+    if st.button("Run study", type="primary", disabled=study_name is None, key="tune_run"):
+        if store is None:  # made now, at the first study
+            store = tune_study.open_storage(storage)
+        result = (_run(spec, study_name, storage, store, trials, sampler_seed, yours)
+                  if store is not None else None)
         if result is not None:
             st.session_state[_STATE_RESULT] = result
-    result = st.session_state.get(_STATE_RESULT)
-    if result is not None:
-        _show(result)
+            st.rerun()  # what the storage holds now, under the name box
+    result: _Result | None = st.session_state.get(_STATE_RESULT)
+    if result is None:
+        return
+    # A study of other inputs is another question's answer: not shown under these.
+    if (result.study_name, result.spec.fingerprint()) != (study_name, spec.fingerprint()):
+        st.info(f"Press **Run study** for these inputs: the last results were study "
+                f"**{result.study_name}**'s ({result.spec.workload.name}, target "
+                f"{tune.SPACES[result.spec.target].label}).")
+        return
+    _show(result)
 
 
 if __name__ == "__main__":  # pragma: no cover - `streamlit run workbench/ui/tune_page.py`

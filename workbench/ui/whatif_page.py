@@ -8,7 +8,7 @@ Results live in st.session_state, so moving a widget re-renders them without sim
 (workbench/ui/whatif_results.py).
 
 Two parts live in modules of their own: a run log as a source (workbench/ui/run_log_panel.py: its
-cluster comes calibrated on the log), and SD's speedup by batch beside the cluster picker
+cluster comes calibrated on the log), and SD's speedup by batch under the cluster picker
 (workbench/ui/sd_curve_panel.py).
 """
 
@@ -272,18 +272,17 @@ def _cluster(
         st.caption("The cluster follows the workload: pick one above.")
         return None, None
     calibrated = run_log_panel.calibrated_profile(base_id)
-    picker, beside = st.columns([3, 1])
-    with picker:
-        if calibrated is not None:  # a run log's engines, calibrated on its own steps
-            workload, profile = base, calibrated
-            st.caption("The run log's cluster, its costs calibrated "
-                       f"on the log: profile `{calibrated.name}`.")
-        else:
-            workload, profile = cluster_picker.pick(base, base_id, ask=unplaced)
-            if workload is not None:
-                profile = cluster_picker.other_profile(workload, profile, base_id)
-    with beside:  # SD's speedup by batch on this cluster (workbench/ui/sd_curve_panel.py)
-        sd_curve_panel.render(profile, base_id)
+    if calibrated is not None:  # a run log's engines, calibrated on its own steps
+        workload, profile = base, calibrated
+        st.caption("The run log's cluster, its costs calibrated "
+                   f"on the log: profile `{calibrated.name}`.")
+    else:
+        workload, profile = cluster_picker.pick(base, base_id, ask=unplaced)
+        if workload is not None:
+            profile = cluster_picker.other_profile(workload, profile, base_id)
+    # SD's speedup by batch on this cluster (workbench/ui/sd_curve_panel.py), the page's width: its
+    # four inputs, chart and table do not fit a side column.
+    sd_curve_panel.render(profile, base_id)
     return workload, profile
 
 
@@ -346,7 +345,23 @@ def render() -> None:
         st.warning("To run, choose " + " and ".join(problems) + ".")
 
     result: Result | None = st.session_state.get(_STATE_RESULT)
+    if result is not None and not (ready and same_subject(result, workload, profile)):
+        # Another workload or cluster, or none valid: its results would read as this input's. They
+        # stay in the session and come back with their inputs.
+        if ready:
+            st.info(f"Press **Run simulation** to simulate **{workload.name}** on "
+                    f"**{profile.name}**: the last results were for {result.workload.name} on "
+                    f"{result.profile.name}.")
+        return
     if result is not None:
         whatif_results.show(result, signature)
     elif ready:
         st.info("Press **Run simulation** to compare the policies.")
+
+
+def same_subject(result: Result, workload: Workload | None, profile: Profile | None) -> bool:
+    """Whether `result` simulated this workload on this profile (policies, steps and the seed may
+    differ: the results then say the inputs changed)."""
+    return (workload is not None and profile is not None
+            and inputs.subject(result.workload, result.profile) == inputs.subject(workload,
+                                                                                   profile))

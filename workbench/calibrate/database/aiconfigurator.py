@@ -6,7 +6,6 @@ measured_gpu.py fits the simulator's cost forms to that grid.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import tempfile
@@ -99,19 +98,16 @@ def latest_version(gpu: str, framework: str) -> str:
     return v
 
 
-def _config_dir(arch_name: str) -> str:
-    """The package reads a directory holding a config.json: the architecture's, copied once."""
+def _write_config(arch_name: str, into: Path) -> str:
+    """The package reads a directory holding a config.json: the architecture's, written into
+    `into` (a temporary directory the engine removes once its models are built)."""
     path = Path(arch_name)
     presets = Path(__file__).resolve().parents[2] / "contracts" / "presets" / "architectures"
     src = path if path.is_file() else presets / f"{arch_name}.json"
     data = json.loads(src.read_text(encoding="utf-8"))
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    d = Path(tempfile.gettempdir()) / "tlt-aic-configs" / f"{src.stem}-{digest}"
-    d.mkdir(parents=True, exist_ok=True)
-    if not (d / "config.json").is_file():
-        public = {k: v for k, v in data.items() if not k.startswith("_")}
-        (d / "config.json").write_text(json.dumps(public))
-    return str(d)
+    public = {k: v for k, v in data.items() if not k.startswith("_")}
+    (into / "config.json").write_text(json.dumps(public))
+    return str(into)
 
 
 class Engine:
@@ -129,12 +125,14 @@ class Engine:
         if self.db is None:
             raise ConfigError("--version", "version", self.version,
                               f"a {framework} version measured on {gpu}")
-        cdir = _config_dir(arch)
         try:
-            self.model = get_model(cdir, config.ModelConfig(tp_size=tp), framework)
-            one_layer = config.ModelConfig(tp_size=tp, overwrite_num_layers=1)
-            self.layer = get_model(cdir, one_layer, framework)
-            self.full = get_model(cdir, config.ModelConfig(tp_size=1), framework)
+            # the config is read while the models are built; nothing is left in the temp folder
+            with tempfile.TemporaryDirectory(prefix="tlt-aic-config-") as d:
+                cdir = _write_config(arch, Path(d))
+                self.model = get_model(cdir, config.ModelConfig(tp_size=tp), framework)
+                one_layer = config.ModelConfig(tp_size=tp, overwrite_num_layers=1)
+                self.layer = get_model(cdir, one_layer, framework)
+                self.full = get_model(cdir, config.ModelConfig(tp_size=1), framework)
         except (ValueError, AssertionError, KeyError) as exc:
             raise ConfigError("--tp", "tp", tp,
                               f"a TP degree the model's heads split into ({exc})") from None
