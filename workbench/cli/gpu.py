@@ -75,8 +75,6 @@ def gpu_check(
                          "--measured FILE with them"))
     from workbench.calibrate.published.database_check import (
         TABLE_E_ACCEPTED,
-        draft_overhead_from_table_d,
-        fit_draft_overheads,
         fit_overhead_exponent,
         median_abs_error,
         overhead_scaling,
@@ -85,22 +83,11 @@ def gpu_check(
         table_e_engines,
     )
     from workbench.calibrate.database.aiconfigurator import package_version
-    from workbench.calibrate.database.profile import (
-        DRAFT_OVERHEAD_EXPONENT,
-        NO_OVERHEADS,
-        PROFILE_OVERHEADS,
-    )
+    from workbench.calibrate.database.profile import DRAFT_OVERHEAD_EXPONENT, NO_OVERHEADS
 
     header = ["table", "case", "published", "predicted", "error", "note"]
-    d = draft_overhead_from_table_d(framework, context)
-    o = fit_draft_overheads(framework, context=context)
     typer.echo(f"aiconfigurator-core {package_version()}, {framework}; context {context} tokens "
-               "(assumed: not published). Draft overheads on Table D's engine from Table D and "
-               f"the depth x TV grid's depth-8 rows: {1e3 * o.step_s:.3f} ms a draft step, "
-               f"{1e3 * o.tree_pass_s:.2f} ms a tree's pass beside the learned drafter's "
-               f"{1e3 * o.eagle_pass_s:.2f} (profiles use {1e3 * PROFILE_OVERHEADS.step_s:.3f}, "
-               f"{1e3 * PROFILE_OVERHEADS.tree_pass_s:.2f}); per Table D row, what is left per "
-               "step: " + ", ".join(f"{1e3 * v:.3f}" for v in d) + " ms")
+               "(assumed: not published). " + _overheads_line(framework, context))
     e = table_e(framework, context=context)
     c, acc = table_c(framework, context=context)
     typer.echo(format_table(_rows(e) + _rows(c), header))
@@ -139,6 +126,23 @@ def gpu_check(
         typer.echo(format_table(_rows([x for x in e0 if "no SD" not in x.case]) + _rows(c0),
                                 header))
         typer.echo(f"Table C database only: median |error| {median_abs_error(c0):.1f}%")
+
+
+def _overheads_line(framework: str, context: float) -> str:
+    from workbench.calibrate.database.profile import PROFILE_OVERHEADS
+    from workbench.calibrate.published.database_check import (
+        draft_overhead_from_table_d,
+        fit_draft_overheads,
+    )
+
+    d = draft_overhead_from_table_d(framework, context)
+    o = fit_draft_overheads(framework, context=context)
+    return ("Draft overheads on Table D's engine from Table D and the depth x TV grid's depth-8 "
+            f"rows: {1e3 * o.step_s:.3f} ms a draft step, {1e3 * o.tree_pass_s:.2f} ms a tree's "
+            f"pass beside the learned drafter's {1e3 * o.eagle_pass_s:.2f} (profiles use "
+            f"{1e3 * PROFILE_OVERHEADS.step_s:.3f}, {1e3 * PROFILE_OVERHEADS.tree_pass_s:.2f}); "
+            "per Table D row, what is left per step: "
+            + ", ".join(f"{1e3 * v:.3f}" for v in d) + " ms")
 
 
 @app.command("gpu-presets")

@@ -177,6 +177,27 @@ def _policy_checks(context: float) -> None:
     )
 
 
+def _constants_line(fit, path: str) -> str:
+    """The engine constants' joint fit beside what the profiles use."""
+    from workbench.calibrate.database.profile import (
+        DRAFT_OVERHEAD_EXPONENT,
+        PROFILE_OVERHEADS,
+        SD_HOST_S_PER_SEQ,
+    )
+
+    o, p = fit.overheads, PROFILE_OVERHEADS
+    return (
+        f"SD's speedup by batch ({path}): joint fit of the engine constants outside the "
+        f"kernels, each on its declared figures: at Table D's engine {1e3 * o.step_s:.3f} ms a "
+        f"draft step and {1e3 * o.tree_pass_s:.2f} ms a tree's pass (Table D, the depth x TV "
+        f"grid), exponent {fit.overhead_exponent:.3f} (Table E's SD speedups), a learned "
+        f"drafter's pass {1e3 * o.eagle_pass_s:.2f} ms and SD host work "
+        f"{1e3 * fit.sd_host_s_per_seq:.4f} ms per sequence per pass (the `fit` series); "
+        f"profiles use {1e3 * p.step_s:.3f}, {1e3 * p.tree_pass_s:.2f}, "
+        f"{DRAFT_OVERHEAD_EXPONENT}, {1e3 * p.eagle_pass_s:.2f}, {1e3 * SD_HOST_S_PER_SEQ:.4f}"
+    )
+
+
 def sd_by_batch_report(context: Optional[float] = None) -> None:
     """`tlt gpu-check`'s part on SD's speedup by batch: the engine constants fitted on the declared
     series, and
@@ -190,18 +211,7 @@ def sd_by_batch_report(context: Optional[float] = None) -> None:
     from workbench.calibrate.published.sd_series import load_sd_published
 
     pub = load_sd_published()
-    fit = sb.fit_constants(pub)
-    o, p = fit.overheads, PROFILE_OVERHEADS
-    typer.echo(
-        f"SD's speedup by batch ({pub.path}): joint fit of the engine constants outside the "
-        f"kernels, each on its declared figures: at Table D's engine {1e3 * o.step_s:.3f} ms a "
-        f"draft step and {1e3 * o.tree_pass_s:.2f} ms a tree's pass (Table D, the depth x TV "
-        f"grid), exponent {fit.overhead_exponent:.3f} (Table E's SD speedups), a learned "
-        f"drafter's pass {1e3 * o.eagle_pass_s:.2f} ms and SD host work "
-        f"{1e3 * fit.sd_host_s_per_seq:.4f} ms per sequence per pass (the `fit` series); "
-        f"profiles use {1e3 * p.step_s:.3f}, {1e3 * p.tree_pass_s:.2f}, "
-        f"{DRAFT_OVERHEAD_EXPONENT}, {1e3 * p.eagle_pass_s:.2f}, {1e3 * SD_HOST_S_PER_SEQ:.4f}"
-    )
+    typer.echo(_constants_line(sb.fit_constants(pub), pub.path))
     used = sb.EngineConstants(PROFILE_OVERHEADS, DRAFT_OVERHEAD_EXPONENT, SD_HOST_S_PER_SEQ)
     checks = sb.series_checks(pub, used, context=context)
     typer.echo(

@@ -70,7 +70,8 @@ class Acceptance:
 def tokens_per_pass(
     prof: Profile, kind: DrafterKind, acc: Acceptance, strategy: Strategy, reference: Strategy
 ) -> float:
-    """E[L] of `strategy`, anchored on what the user gave for `reference`."""
+    """E[L] of `strategy`, anchored on what the user gave for `reference` (acceptance by position:
+    on the deepest chain the positions describe)."""
     if strategy.steps == 0 or kind == DrafterKind.NONE:
         return 1.0
     model = stats_for(prof.acceptance, kind, acc.quality, strategy).mean
@@ -78,7 +79,8 @@ def tokens_per_pass(
         return 1.0 + sum(acc.positions[: strategy.depth])
     given = acc.tokens_per_pass
     if acc.positions:
-        given = 1.0 + sum(acc.positions[: reference.depth])
+        reference = Strategy.chain(len(acc.positions))
+        given = 1.0 + sum(acc.positions)
     if given is None:
         return model
     ref = stats_for(prof.acceptance, kind, acc.quality, reference).mean
