@@ -123,18 +123,19 @@ def explanations_text(rep: Reproduction) -> str:
 
 def ceilings_text(rep: Reproduction, pub: Published) -> str:
     """Each model's TLT row at the paper's own SD speedups over its simulated batch buckets
-    (workbench/paper/ceiling.py), pre-registered inputs."""
+    (workbench/paper/ceiling.py), for every set of inputs simulated."""
     published = {e.model: e.speedup for e in pub.table_a if e.system == "tlt"}
     rows = []
-    for e in (e for e in rep.explanations if e.variant == "pre-registered"):
+    for e in rep.explanations:
         c = ceiling(e.case, published[e.case], e.baseline_rollout_share, e.critical_decode_share,
                     pub)
         above = sum(v for k, v in e.critical_decode_share.items() if k in ("33-64", ">64"))
-        rows.append([c.model, f"{100 * c.rollout_share:.0f}%", f"{c.rollout_ceiling:.2f}x",
+        rows.append([e.variant, c.model, f"{100 * c.rollout_share:.0f}%",
+                     f"{c.rollout_ceiling:.2f}x",
                      f"{c.needed_rollout:.2f}x", f"{c.step_ceiling:.2f}", f"{c.published:.2f}",
                      "reachable" if c.reachable else "out of reach",
                      f"{100 * above:.0f}%", f"{100 * c.max_off_share:.0f}%"])
-    return format_table(rows, ["model", "rollout share", "rollout at Table C's speedups",
+    return format_table(rows, ["inputs", "model", "rollout share", "rollout at Table C's speedups",
                                "rollout needed", "step ceiling", "published", "",
                                "decoding above 32", "most that allows it"])
 
