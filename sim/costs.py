@@ -31,7 +31,10 @@ def draft_step_s(d: DrafterCost, kind: DrafterKind, batch: int, strategy: Strate
     A pass that speculates also pays the engine's host work per sequence (`sd_host_s_per_seq`),
     which a plain step hides under the GPU's: it is what makes SD's gain shrink with the batch on
     SGLang and vLLM where the kernels alone keep it flat (docs/results.md, "SD's speedup by
-    batch")."""
+    batch"). A learned drafter also pays its work once a pass whatever the draft's depth
+    (`eagle_pass_s`; a tree's building and verifying on top, `tree_pass_s`): what makes a draft
+    step's marginal cost smaller than a pass's cost per step (docs/results.md, "SD's speedup by
+    draft length")."""
     s = Strategy.parse(strategy)
     if kind == DrafterKind.NONE or batch <= 0:
         return 0.0
@@ -39,6 +42,8 @@ def draft_step_s(d: DrafterCost, kind: DrafterKind, batch: int, strategy: Strate
     # model-free: a CPU lookup per sequence (prompt or earlier responses)
     if kind in (DrafterKind.NGRAM, DrafterKind.SUFFIX):
         return d.ngram_s_per_seq * batch + host if s.steps else 0.0
+    if s.steps:
+        host += d.eagle_pass_s + (0.0 if s.is_chain else d.tree_pass_s)
     return max(1, s.steps) * (d.eagle_step_s + d.eagle_s_per_seq * batch * s.topk) + host
 
 

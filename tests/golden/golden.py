@@ -124,6 +124,38 @@ _SOURCE_NEW = (
     '  host work per sequence of every SD pass, sd_host_s_per_seq 0.079 ms (not overlapped\n'
     "  with the GPU when speculating; fitted on SGLang''s SD speedups by batch).'\n"
 )
+_SD_CURVE_DOC_OLD = (
+    " SD's speedup over plain decoding at each batch size on one engine, the batch where it stops "
+    "paying, and the sd_threshold and per-bucket strategies that implies. The last line is JSON: "
+    "batch, speedup, crossover_batch. \n"
+)
+_SD_CURVE_DOC_NEW = (
+    " SD's speedup over plain decoding at each batch size on one engine, the batch where it stops "
+    "paying, and the sd_threshold and per-bucket strategies that implies; with several "
+    "strategies, their curves side by side and the best per batch. The last line is JSON: batch, "
+    "speedup, crossover_batch (several: batch, curves, best). \n"
+)
+_SD_CURVE_OPTS_OLD = (
+    "│ --strategy <str> chain:K (K drafts, K + 1 verified) or a tree steps_topk_tokens. [default: "
+    "chain:3] │\n│ --accept <str> Tokens per verify pass at --strategy (e.g. 2.79), or "
+    "cumulative acceptance by position (e.g. 0.8,0.64,0.51); default: the profile's model. │\n"
+)
+_SD_CURVE_OPTS_NEW = (
+    "│ --strategy <str> chain:K (K drafts, K + 1 verified) or a tree steps_topk_tokens; several "
+    "comma-separated (e.g. 1,2,3,4,5,6,7,8,8_4_16) print their curves side by side with the best "
+    "per batch. [default: chain:3] │\n│ --accept <str> Tokens per verify pass at --strategy (its "
+    "first, if several; e.g. 2.79), or cumulative acceptance by position (e.g. 0.8,0.64,0.51); "
+    "default: the profile's model. │\n"
+)
+_SD_CURVE_LIST_OLD = (
+    "│ paying, and the sd_threshold and per-bucket strategies that implies. The last line is JSON: "
+    "│\n│ batch, speedup, crossover_batch. │\n"
+)
+_SD_CURVE_LIST_NEW = (
+    "│ paying, and the sd_threshold and per-bucket strategies that implies; with several "
+    "strategies, │\n│ their curves side by side and the best per batch. The last line is JSON: "
+    "batch, speedup, │\n│ crossover_batch (several: batch, curves, best). │\n"
+)
 DECLARED: list[Declared] = [
     Declared("calibrate-traces/*", "workbench/calibrate/position_acceptance.py",
              "workbench/calibrate/captures/position_acceptance.py", "the module's new path"),
@@ -141,6 +173,22 @@ DECLARED: list[Declared] = [
         "multi-objective mode; -2, -3, ... where the storage holds that name for other inputs).",
         "the default study name follows the target and never holds other inputs",
     ),
+    # SD by draft length (issue 42): the drafter's and a tree's work per pass, two profile fields
+    # (0 unless fitted), and sd-curve's several strategies. The outputs priced on the measured-
+    # database profiles' SD costs change in their numbers (docs/results.md, "SD's speedup by
+    # draft length"): not declared line by line.
+    Declared("check-profile/stdout.txt", "  sd_step_s: 0.0\nacceptance:",
+             "  sd_step_s: 0.0\n  eagle_pass_s: 0.0\n  tree_pass_s: 0.0\nacceptance:",
+             "two new DrafterCost fields (default 0)"),
+    Declared("calibrate-traces/fit.yaml", "  sd_step_s: 0.00082241\nacceptance:",
+             "  sd_step_s: 0.00082241\n  eagle_pass_s: 0.0\n  tree_pass_s: 0.0\nacceptance:",
+             "two new DrafterCost fields (default 0)"),
+    Declared("help-sd-curve/stdout.txt", _SD_CURVE_DOC_OLD, _SD_CURVE_DOC_NEW,
+             "sd-curve takes several strategies"),
+    Declared("help-sd-curve/stdout.txt", _SD_CURVE_OPTS_OLD, _SD_CURVE_OPTS_NEW,
+             "sd-curve takes several strategies"),
+    Declared("help-tlt/stdout.txt", _SD_CURVE_LIST_OLD, _SD_CURVE_LIST_NEW,
+             "sd-curve takes several strategies"),
 ]
 
 PRESET_POLICIES = (

@@ -14,6 +14,7 @@ from workbench.calibrate.database.catalog import (
 )
 from workbench.calibrate.published.database_check import (
     draft_overhead_from_table_d,
+    fit_draft_overheads,
     fit_overhead_exponent,
     reference_step_s,
     table_e_engines,
@@ -23,6 +24,7 @@ from workbench.calibrate.database.profile import (
     DRAFT_OVERHEAD_EXPONENT,
     DRAFT_OVERHEAD_REF_STEP_S,
     DRAFT_STEP_OVERHEAD_S,
+    PROFILE_OVERHEADS,
 )
 from workbench.cli import app
 from workbench.contracts.architecture import load_architecture
@@ -232,10 +234,16 @@ def test_regenerating_a_shipped_profile_matches_it():
     _close(to_mapping(preset_profile(case)), to_mapping(load_profile(case.name)))
 
 
-def test_draft_overhead_is_what_table_d_gives():
+def test_the_draft_overheads_are_what_table_d_and_the_depth_grid_give():
+    fitted = fit_draft_overheads()
+    assert fitted.step_s == pytest.approx(PROFILE_OVERHEADS.step_s, rel=0.02)
+    assert fitted.tree_pass_s == pytest.approx(PROFILE_OVERHEADS.tree_pass_s, rel=0.02)
+    # A draft step costs a small part of what the pass costs whatever its depth: with the tree's
+    # and the drafter's pass taken out, Table D's six rows leave about the fitted step each.
     per_row = sorted(draft_overhead_from_table_d())
     assert len(per_row) == 6
-    assert per_row[len(per_row) // 2] == pytest.approx(DRAFT_STEP_OVERHEAD_S, rel=0.05)
+    assert per_row[len(per_row) // 2] == pytest.approx(DRAFT_STEP_OVERHEAD_S, rel=0.2)
+    assert PROFILE_OVERHEADS.eagle_pass_s + PROFILE_OVERHEADS.tree_pass_s > 12 * fitted.step_s
 
 
 def test_the_overhead_scales_as_table_e_across_gpus_gives_and_the_profiles_use_that_fit():
@@ -244,9 +252,11 @@ def test_the_overhead_scales_as_table_e_across_gpus_gives_and_the_profiles_use_t
     assert DRAFT_OVERHEAD_REF_STEP_S == pytest.approx(reference_step_s(), rel=1e-3)
     exponent, checks = fit_overhead_exponent(table_e_engines())
     assert 0.0 < exponent < 1.0 and DRAFT_OVERHEAD_EXPONENT == pytest.approx(exponent, abs=0.01)
-    assert all(abs(c.error_pct) < 5.0 for c in checks), checks
-    # Faster engines pay less per draft step, slower ones more; Table D's own engine pays its 0.58
-    # ms.
+    # One exponent for a step's and a pass's overheads: Table E's three speedups within 10%
+    # (H100 and A100 about -8%: docs/results.md, "SD's speedup by draft length").
+    assert all(abs(c.error_pct) < 10.0 for c in checks), checks
+    # Faster engines pay less per draft step, slower ones more; Table D's own engine pays the
+    # profiles' step overhead.
     by_gpu = {c.gpu: c.overhead_s for c in checks}
     assert by_gpu["B200"] < by_gpu["H100"] < DRAFT_STEP_OVERHEAD_S < by_gpu["A100"]
 

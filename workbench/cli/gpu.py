@@ -75,7 +75,6 @@ def gpu_check(
                          "--measured FILE with them"))
     from workbench.calibrate.published.database_check import (
         TABLE_E_ACCEPTED,
-        draft_overhead_from_table_d,
         fit_overhead_exponent,
         median_abs_error,
         overhead_scaling,
@@ -84,14 +83,11 @@ def gpu_check(
         table_e_engines,
     )
     from workbench.calibrate.database.aiconfigurator import package_version
-    from workbench.calibrate.database.profile import DRAFT_OVERHEAD_EXPONENT, DRAFT_STEP_OVERHEAD_S
+    from workbench.calibrate.database.profile import DRAFT_OVERHEAD_EXPONENT, NO_OVERHEADS
 
     header = ["table", "case", "published", "predicted", "error", "note"]
-    d = draft_overhead_from_table_d(framework, context)
     typer.echo(f"aiconfigurator-core {package_version()}, {framework}; context {context} tokens "
-               "(assumed: not published). Draft-step engine overhead from Table D alone: "
-               + ", ".join(f"{1e3 * v:.3f}" for v in d)
-               + f" ms per step (profiles use {1e3 * DRAFT_STEP_OVERHEAD_S:.2f})")
+               "(assumed: not published). " + _overheads_line(framework, context))
     e = table_e(framework, context=context)
     c, acc = table_c(framework, context=context)
     typer.echo(format_table(_rows(e) + _rows(c), header))
@@ -108,26 +104,45 @@ def gpu_check(
     engines = table_e_engines(framework)
     fitted, _ = fit_overhead_exponent(engines, context)
     scaled = overhead_scaling(engines, (0.0, DRAFT_OVERHEAD_EXPONENT, 1.0), context)
-    typer.echo("Draft-step overhead vs the target's step (Table E's SD speedups, "
-               f"E[L] {TABLE_E_ACCEPTED}; {1e3 * DRAFT_STEP_OVERHEAD_S:.2f} ms at "
-               "Table D's step x (step / Table D's) ** exponent): best exponent "
-               f"{fitted:.3f} (profiles use {DRAFT_OVERHEAD_EXPONENT})")
+    typer.echo("Draft overheads vs the target's step (Table E's SD speedups, "
+               f"E[L] {TABLE_E_ACCEPTED}; Table D's engine's x (step / Table D's) ** exponent): "
+               f"best exponent {fitted:.3f} (profiles use {DRAFT_OVERHEAD_EXPONENT})")
     typer.echo(format_table([[f"{x.exponent:g}", x.gpu, f"{1e3 * x.target_step_s:.2f}",
-                              f"{1e3 * x.overhead_s:.3f}", f"{x.published:.2f}",
-                              f"{x.predicted:.2f}", f"{x.error_pct:+.1f}%"] for x in scaled],
-                            ["exponent", "GPU", "target step ms", "overhead ms", "published",
-                             "predicted", "error"]))
+                              f"{1e3 * x.overhead_s:.3f}", f"{1e3 * x.pass_s:.3f}",
+                              f"{x.published:.2f}", f"{x.predicted:.2f}", f"{x.error_pct:+.1f}%"]
+                             for x in scaled],
+                            ["exponent", "GPU", "target step ms", "step overhead ms",
+                             "pass overhead ms", "published", "predicted", "error"]))
     if framework == "sglang":
         from workbench.cli.sd_curve import sd_by_batch_report
+        from workbench.cli.sd_lengths import sd_by_length_report
 
         sd_by_batch_report(sd_context)
+        sd_by_length_report()
     if raw:
-        e0 = table_e(framework, overhead_at_reference_s=0.0, context=context)
-        c0, _ = table_c(framework, overhead_at_reference_s=0.0, context=context)
-        typer.echo("database only (no draft-step overhead):")
+        e0 = table_e(framework, overheads=NO_OVERHEADS, context=context)
+        c0, _ = table_c(framework, overheads=NO_OVERHEADS, context=context)
+        typer.echo("database only (no draft overheads):")
         typer.echo(format_table(_rows([x for x in e0 if "no SD" not in x.case]) + _rows(c0),
                                 header))
         typer.echo(f"Table C database only: median |error| {median_abs_error(c0):.1f}%")
+
+
+def _overheads_line(framework: str, context: float) -> str:
+    from workbench.calibrate.database.profile import PROFILE_OVERHEADS
+    from workbench.calibrate.published.database_check import (
+        draft_overhead_from_table_d,
+        fit_draft_overheads,
+    )
+
+    d = draft_overhead_from_table_d(framework, context)
+    o = fit_draft_overheads(framework, context=context)
+    return ("Draft overheads on Table D's engine from Table D and the depth x TV grid's depth-8 "
+            f"rows: {1e3 * o.step_s:.3f} ms a draft step, {1e3 * o.tree_pass_s:.2f} ms a tree's "
+            f"pass beside the learned drafter's {1e3 * o.eagle_pass_s:.2f} (profiles use "
+            f"{1e3 * PROFILE_OVERHEADS.step_s:.3f}, {1e3 * PROFILE_OVERHEADS.tree_pass_s:.2f}); "
+            "per Table D row, what is left per step: "
+            + ", ".join(f"{1e3 * v:.3f}" for v in d) + " ms")
 
 
 @app.command("gpu-presets")

@@ -97,8 +97,18 @@ def paper(
                "engine's share of decode time / tlt's share of decode time with "
                "SD on / tlt's tokens per pass with SD on; SD is off above 32):")
     typer.echo(report.explanations_text(rep))
+    _ceilings(rep, pub)
     typer.echo(f"wrote {path}" + (f" and {out / 'profiles'}/" if write_profiles else ""))
     typer.echo(json.dumps(report.summary(rep)))
+
+
+def _ceilings(rep, pub) -> None:
+    typer.echo("")
+    typer.echo("Table A's TLT rows at the paper's own SD speedups (each SD bucket's decoding at "
+               "Table C's best speedup at its smallest batch, none above 32; the baseline's "
+               "slowest engine and rollout share as simulated): a row out of reach is held down "
+               "by its batch sizes, not by SD's price (workbench/paper/ceiling.py)")
+    typer.echo(report.ceilings_text(rep, pub))
 
 
 def _peers(out: Path, steps: int, seeds: int, t0: float) -> None:

@@ -28,8 +28,17 @@ def parse_strategy(text: str):
             "--strategy",
             "strategy",
             text,
-            "chain:K (e.g. chain:3), K, or a tree steps_topk_tokens (e.g. 8_4_16)",
+            "chain:K (e.g. chain:3), K, or a tree steps_topk_tokens (e.g. 8_4_16); several "
+            "comma-separated (e.g. 1,2,3,4,8_4_16)",
         ) from None
+
+
+def parse_strategies(text: str) -> tuple:
+    """One strategy or several, comma-separated, each as `parse_strategy` reads it."""
+    out = tuple(parse_strategy(t) for t in text.split(","))
+    if len(set(out)) != len(out):
+        raise ConfigError("--strategy", "strategy", text, "distinct strategies, e.g. 1,2,3,4")
+    return out
 
 
 def parse_accept(text: Optional[str], quality: float):
@@ -125,6 +134,20 @@ def _print_curve(c) -> None:
     )
 
 
+def _print_curves(c) -> None:
+    """Several strategies side by side: SD's speedup over plain decoding, and the best per batch."""
+    rows = [[str(b), f"{ms:.2f}"] + [f"{x.points[i].speedup:.2f}" for x in c.curves]
+            + [c.best[i] if c.best[i] != "0" else "off"]
+            for i, (b, ms) in enumerate(zip(c.batches, c.plain_ms))]
+    heads = [f"{x.strategy} ({x.accepted:.2f})" for x in c.curves]
+    typer.echo("speedup over plain decoding per strategy (tokens per verify pass in brackets):")
+    typer.echo(format_table(rows, ["batch", "plain ms"] + heads + ["best"]))
+    top = max(256, max(c.batches))
+    for x in c.curves:
+        where = f"from batch {x.crossover_batch}" if x.crossover_batch else f"nowhere up to {top}"
+        typer.echo(f"{x.strategy}: stops paying {where}")
+
+
 def _policy_checks(context: float) -> None:
     from workbench.calibrate.database.catalog import PRESET_CASES
     from workbench.contracts.policy import load_policy
@@ -154,6 +177,27 @@ def _policy_checks(context: float) -> None:
     )
 
 
+def _constants_line(fit, path: str) -> str:
+    """The engine constants' joint fit beside what the profiles use."""
+    from workbench.calibrate.database.profile import (
+        DRAFT_OVERHEAD_EXPONENT,
+        PROFILE_OVERHEADS,
+        SD_HOST_S_PER_SEQ,
+    )
+
+    o, p = fit.overheads, PROFILE_OVERHEADS
+    return (
+        f"SD's speedup by batch ({path}): joint fit of the engine constants outside the "
+        f"kernels, each on its declared figures: at Table D's engine {1e3 * o.step_s:.3f} ms a "
+        f"draft step and {1e3 * o.tree_pass_s:.2f} ms a tree's pass (Table D, the depth x TV "
+        f"grid), exponent {fit.overhead_exponent:.3f} (Table E's SD speedups), a learned "
+        f"drafter's pass {1e3 * o.eagle_pass_s:.2f} ms and SD host work "
+        f"{1e3 * fit.sd_host_s_per_seq:.4f} ms per sequence per pass (the `fit` series); "
+        f"profiles use {1e3 * p.step_s:.3f}, {1e3 * p.tree_pass_s:.2f}, "
+        f"{DRAFT_OVERHEAD_EXPONENT}, {1e3 * p.eagle_pass_s:.2f}, {1e3 * SD_HOST_S_PER_SEQ:.4f}"
+    )
+
+
 def sd_by_batch_report(context: Optional[float] = None) -> None:
     """`tlt gpu-check`'s part on SD's speedup by batch: the engine constants fitted on the declared
     series, and
@@ -161,23 +205,14 @@ def sd_by_batch_report(context: Optional[float] = None) -> None:
     from workbench.calibrate.published import sd_batch as sb
     from workbench.calibrate.database.profile import (
         DRAFT_OVERHEAD_EXPONENT,
-        DRAFT_STEP_OVERHEAD_S,
+        PROFILE_OVERHEADS,
         SD_HOST_S_PER_SEQ,
     )
     from workbench.calibrate.published.sd_series import load_sd_published
 
     pub = load_sd_published()
-    fit = sb.fit_constants(pub)
-    typer.echo(
-        f"SD's speedup by batch ({pub.path}): joint fit of the engine constants outside the "
-        "kernels, each on its declared figures: draft-step overhead "
-        f"{1e3 * fit.overhead_at_reference_s:.3f} ms at Table D's engine (Table D), exponent "
-        f"{fit.overhead_exponent:.3f} (Table E's SD speedups), SD host work "
-        f"{1e3 * fit.sd_host_s_per_seq:.4f} ms per sequence per pass (the `fit` series); "
-        f"profiles use {1e3 * DRAFT_STEP_OVERHEAD_S:.3f}, {DRAFT_OVERHEAD_EXPONENT}, "
-        f"{1e3 * SD_HOST_S_PER_SEQ:.4f}"
-    )
-    used = sb.EngineConstants(DRAFT_STEP_OVERHEAD_S, DRAFT_OVERHEAD_EXPONENT, SD_HOST_S_PER_SEQ)
+    typer.echo(_constants_line(sb.fit_constants(pub), pub.path))
+    used = sb.EngineConstants(PROFILE_OVERHEADS, DRAFT_OVERHEAD_EXPONENT, SD_HOST_S_PER_SEQ)
     checks = sb.series_checks(pub, used, context=context)
     typer.echo(
         format_table(
@@ -253,12 +288,14 @@ def sd_curve_cmd(
     ),
     drafter: str = typer.Option("eagle", help="eagle or ngram."),
     strategy: str = typer.Option(
-        "chain:3", help="chain:K (K drafts, K + 1 verified) or a tree steps_topk_tokens."
+        "chain:3", help="chain:K (K drafts, K + 1 verified) or a tree steps_topk_tokens; several "
+        "comma-separated (e.g. 1,2,3,4,5,6,7,8,8_4_16) print their curves side by side with the "
+        "best per batch."
     ),
     accept: Optional[str] = typer.Option(
         None,
-        help="Tokens per verify pass at --strategy (e.g. 2.79), or cumulative "
-        "acceptance by position (e.g. 0.8,0.64,0.51); default: the profile's model.",
+        help="Tokens per verify pass at --strategy (its first, if several; e.g. 2.79), or "
+        "cumulative acceptance by position (e.g. 0.8,0.64,0.51); default: the profile's model.",
     ),
     quality: float = typer.Option(
         1.0,
@@ -280,17 +317,29 @@ def sd_curve_cmd(
     ),
 ) -> None:
     """SD's speedup over plain decoding at each batch size on one engine, the batch where it stops
-    paying, and the sd_threshold and per-bucket strategies that implies. The last line is JSON:
-    batch, speedup, crossover_batch."""
-    from workbench.compare.sd_curve import sd_curve
+    paying, and the sd_threshold and per-bucket strategies that implies; with several strategies,
+    their curves side by side and the best per batch. The last line is JSON: batch, speedup,
+    crossover_batch (several: batch, curves, best)."""
+    from workbench.compare.sd_curve import sd_curve, sd_curves
 
     try:
-        s, bs = parse_strategy(strategy), parse_batches(batches)
+        ss, bs = parse_strategies(strategy), parse_batches(batches)
         acc = parse_accept(accept, quality)
         prof = engine_profile(profile, arch, gpu, tp, framework)
-        c = sd_curve(prof, drafter, s, acc, float(context), bs)
+        if len(ss) > 1:
+            acc.check(ss[0])
+            many = sd_curves(prof, drafter, ss, acc, float(context), bs)
+        c = sd_curve(prof, drafter, ss[0], acc, float(context), bs)
     except (ConfigError, ValueError) as exc:
         fail(exc)
+    if len(ss) > 1:
+        typer.echo(f"{prof.name}: {prof.description or prof.source}"[:300])
+        typer.echo(f"drafter {drafter}, context {context}; speedup over an engine without a "
+                   f"drafter; the SD pass's host work {1e3 * prof.drafter.sd_host_s_per_seq:.3f} "
+                   "ms a sequence")
+        _print_curves(many)
+        typer.echo(json.dumps(many.as_json()))
+        return
     typer.echo(f"{prof.name}: {prof.description or prof.source}"[:300])
     typer.echo(
         f"drafter {drafter}, strategy {c.strategy}, {c.accepted:.2f} tokens per verify pass, "

@@ -70,7 +70,8 @@ class Acceptance:
 def tokens_per_pass(
     prof: Profile, kind: DrafterKind, acc: Acceptance, strategy: Strategy, reference: Strategy
 ) -> float:
-    """E[L] of `strategy`, anchored on what the user gave for `reference`."""
+    """E[L] of `strategy`, anchored on what the user gave for `reference` (acceptance by position:
+    on the deepest chain the positions describe)."""
     if strategy.steps == 0 or kind == DrafterKind.NONE:
         return 1.0
     model = stats_for(prof.acceptance, kind, acc.quality, strategy).mean
@@ -78,7 +79,8 @@ def tokens_per_pass(
         return 1.0 + sum(acc.positions[: strategy.depth])
     given = acc.tokens_per_pass
     if acc.positions:
-        given = 1.0 + sum(acc.positions[: reference.depth])
+        reference = Strategy.chain(len(acc.positions))
+        given = 1.0 + sum(acc.positions)
     if given is None:
         return model
     ref = stats_for(prof.acceptance, kind, acc.quality, reference).mean
@@ -244,6 +246,59 @@ def sd_curve(
         threshold(prof, kind, acc, strategy, context, limit),
         pick_buckets(prof, kind, acc, strategy, context),
     )
+
+
+@dataclass(frozen=True)
+class SdCurves:
+    """Several strategies' curves on one engine, side by side, and the best of them per batch (the
+    draft length that pays most there; "0" where none pays)."""
+
+    profile: str
+    kind: DrafterKind
+    context: float
+    batches: tuple[int, ...]
+    plain_ms: tuple[float, ...]
+    curves: tuple[SdCurve, ...]
+    best: tuple[str, ...]
+
+    def as_json(self) -> dict:
+        return {
+            "batch": list(self.batches),
+            "context": self.context,
+            "curves": {c.strategy: {"accepted": round(c.accepted, 4),
+                                    "speedup": [round(p.speedup, 4) for p in c.points],
+                                    "crossover_batch": c.crossover_batch} for c in self.curves},
+            "best": list(self.best),
+        }
+
+
+def sd_curves(
+    prof: Profile,
+    kind: DrafterKind,
+    strategies: tuple[Strategy, ...],
+    acc: Acceptance,
+    context: float = CONTEXT,
+    batches: tuple[int, ...] = DEFAULT_BATCHES,
+) -> SdCurves:
+    """Each strategy's curve (`acc` speaks of the first; the others' acceptance is carried from it
+    as `tokens_per_pass` does) and the best per batch."""
+    if not strategies or len(set(strategies)) != len(strategies):
+        raise ValueError("--strategy: one or more distinct strategies, e.g. 1,2,3,4 or 3,8_4_16")
+    ref = strategies[0]
+    curves = []
+    for s in strategies:
+        one = acc
+        if s != ref and (acc.tokens_per_pass is not None or acc.positions):
+            el = min(tokens_per_pass(prof, kind, acc, s, ref), s.depth + 1.0)
+            one = Acceptance(tokens_per_pass=el, quality=acc.quality)
+        curves.append(sd_curve(prof, kind, s, one, context, batches))
+    pts = curves[0].points
+    best = tuple(
+        max(((c.points[i].speedup, c.strategy) for c in curves), key=lambda x: x[0])[1]
+        if max(c.points[i].speedup for c in curves) > 1.0 else "0"
+        for i in range(len(pts)))
+    return SdCurves(prof.name, DrafterKind(kind), float(context), tuple(p.batch for p in pts),
+                    tuple(p.plain_ms for p in pts), tuple(curves), best)
 
 
 @dataclass(frozen=True)

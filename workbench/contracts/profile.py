@@ -70,10 +70,16 @@ class DrafterCost:
     # sampler and the proposals' bookkeeping): on CPU most of what an SD step costs beyond a plain
     # one at small batch. 0: none (the measured-database profiles hold it in the draft overhead).
     sd_step_s: float = 0.0
+    # A learned drafter's work once a pass, whatever its depth: the drafter's forward over the
+    # tokens the target accepted (its KV cache must see them) and the proposals' bookkeeping.
+    # `tree_pass_s`: a tree's (top-k > 1) building and verifying on top (masks, positions,
+    # candidates); chains skip it. Both fitted on published figures (docs/formats.md); 0: none.
+    eagle_pass_s: float = 0.0
+    tree_pass_s: float = 0.0
 
     def check(self) -> None:
         for name in ("eagle_step_s", "eagle_s_per_seq", "ngram_s_per_seq", "sd_host_s_per_seq",
-                     "sd_step_s"):
+                     "sd_step_s", "eagle_pass_s", "tree_pass_s"):
             v = getattr(self, name)
             require(0.0 <= v < 1.0, name, v, "seconds, >= 0 and < 1")
 

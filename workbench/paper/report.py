@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.calibrate.published.microbenchmarks import Published
 from workbench.contracts.fileio import jsonable, write_json
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import differences, to_mapping
+from workbench.paper.ceiling import ceiling
 from workbench.paper.peers import PeerExplanation
 from workbench.paper.reproduce import PaperRow, Reproduction
 from workbench.report.tables import format_table
@@ -117,6 +119,25 @@ def explanations_text(rep: Reproduction) -> str:
                         ["inputs", "model", "baseline step s", "rollout share", "tlt rollout",
                          "tlt accept"]
                         + [f"batch {b}" for b in buckets])
+
+
+def ceilings_text(rep: Reproduction, pub: Published) -> str:
+    """Each model's TLT row at the paper's own SD speedups over its simulated batch buckets
+    (workbench/paper/ceiling.py), for every set of inputs simulated."""
+    published = {e.model: e.speedup for e in pub.table_a if e.system == "tlt"}
+    rows = []
+    for e in rep.explanations:
+        c = ceiling(e.case, published[e.case], e.baseline_rollout_share, e.critical_decode_share,
+                    pub)
+        above = sum(v for k, v in e.critical_decode_share.items() if k in ("33-64", ">64"))
+        rows.append([e.variant, c.model, f"{100 * c.rollout_share:.0f}%",
+                     f"{c.rollout_ceiling:.2f}x",
+                     f"{c.needed_rollout:.2f}x", f"{c.step_ceiling:.2f}", f"{c.published:.2f}",
+                     "reachable" if c.reachable else "out of reach",
+                     f"{100 * above:.0f}%", f"{100 * c.max_off_share:.0f}%"])
+    return format_table(rows, ["inputs", "model", "rollout share", "rollout at Table C's speedups",
+                               "rollout needed", "step ceiling", "published", "",
+                               "decoding above 32", "most that allows it"])
 
 
 # A refit on another CPU moves a fitted number in its last digits (BLAS, instruction sets); the

@@ -14,6 +14,7 @@ from pathlib import Path
 from workbench.calibrate.database.aiconfigurator import package_version
 from workbench.calibrate.database.profile import (
     DERIVATION,
+    NO_OVERHEADS,
     SD_HOST_S_PER_SEQ,
     derive_profile,
     model_name,
@@ -33,11 +34,11 @@ def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,
 
 @lru_cache(maxsize=32)
 def bare_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str) -> Profile:
-    """The database's costs alone: no draft-step overhead and no SD host work (what the fits of
-    those two constants start from, `gpu_validation`, `sd_batch`)."""
+    """The database's costs alone: no draft overheads and no SD host work (what the fits of those
+    constants start from, `database_check`, `sd_batch`)."""
     name = f"{gpu}-{model_name(arch)}-tp{tp}-bare"
     return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name,
-                          overhead_at_reference_s=0.0, sd_host_s_per_seq=0.0).profile
+                          overheads=NO_OVERHEADS, sd_host_s_per_seq=0.0).profile
 
 
 def with_sd_host(prof: Profile, sd_host_s_per_seq: float | None) -> Profile:

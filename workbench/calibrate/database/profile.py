@@ -66,37 +66,71 @@ LONG_CONTEXT = 32768
 # effective 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
 SYNC_BYTES_PER_S = 10e9
 # Bumped whenever a derived profile's numbers change for the same database (keys the disk cache).
-DERIVATION = 3
-# The one engine cost the operator database cannot hold: each EAGLE draft step's work outside the
-# drafter's kernels (launches, top-k, tree bookkeeping in the engine). Its level is calibrated on
-# the TLT paper's Table D alone (batch 1, Qwen2.5-32B TP4, H100, SGLang: its six rows give
-# 0.571-0.601 ms per step, median 0.579; `gpu_validation.draft_overhead_from_table_d`), whose target
-# decode step at batch 1 (context MICROBENCH_CONTEXT) the database puts at
-# DRAFT_OVERHEAD_REF_STEP_S. Table E's SD speedups across GPUs show it neither fixed in ms nor
-# proportional to the target's step (work on the host and on the GPU would do that), so it scales as
-# (target step / reference step) ** DRAFT_OVERHEAD_EXPONENT, the exponent fitted to those speedups
-# on A100, H100 and B200 alone (Qwen2.5-7B TP1, target steps 3.4-11.3 ms;
-# `gpu_validation.fit_overhead_exponent`). Table C (the reference's own shape) stays a prediction;
-# on other models and TP degrees the exponent is an extrapolation.
-DRAFT_STEP_OVERHEAD_S = 0.000572
+DERIVATION = 4
+# The engine costs the operator database cannot hold, all work outside the kernels it prices: each
+# EAGLE draft step's (launches, top-k, candidate bookkeeping), a learned drafter's once a pass
+# (DrafterCost.eagle_pass_s: its forward over the accepted tokens and the proposals' bookkeeping,
+# whatever the depth), a tree's once a pass on top (DrafterCost.tree_pass_s: building and
+# verifying it; chains skip it), and the host's per sequence (below). On the TLT paper's own
+# engine at batch 1 (Qwen2.5-32B TP4, H100, SGLang), Table D's six rows (depth 12, 64 tokens, top-k
+# 4-16) and the depth x TV grid's two depth-8 speedups (top-k 8, 48 and 64 tokens) differ by four
+# draft steps with the tree alike: they decide the step's and the tree pass's levels
+# (`database_check.fit_draft_overheads`); the pass's level is decided with the host work on the
+# EAGLE-3 paper's SGLang chains (below). The database puts that engine's target decode step at
+# batch 1 (context MICROBENCH_CONTEXT) at DRAFT_OVERHEAD_REF_STEP_S. Table E's SD speedups across
+# GPUs show the overheads neither fixed in ms nor proportional to the target's step, so all three
+# scale as (target step / reference step) ** DRAFT_OVERHEAD_EXPONENT, the exponent fitted to those
+# speedups on A100, H100 and B200 alone (Qwen2.5-7B TP1, target steps 3.4-11.3 ms;
+# `database_check.fit_overhead_exponent`). Table C stays a prediction; on other models and TP
+# degrees the exponent is an extrapolation. `tlt gpu-check` refits all of it
+# (`workbench/calibrate/published/sd_batch.fit_constants`).
+DRAFT_STEP_OVERHEAD_S = 0.000196
+EAGLE_PASS_OVERHEAD_S = 0.00191
+TREE_PASS_OVERHEAD_S = 0.00269
 MICROBENCH_CONTEXT = 2048  # the microbenchmarks' context (not published)
 DRAFT_OVERHEAD_REF_STEP_S = 0.008246
-DRAFT_OVERHEAD_EXPONENT = 0.37
-# The other engine cost outside the kernels: host work per sequence in every SD pass, which SGLang
-# and vLLM overlap with the GPU when decoding plainly and not when speculating
-# (DrafterCost.sd_host_s_per_seq). Fitted on the EAGLE-3 paper's SGLang speedups by batch
-# (traces/published/sd-by-batch.yaml, its `fit` series), jointly with the two constants above
-# (`workbench/calibrate/published/sd_batch.py`, `tlt gpu-check`); the same in ms on every GPU,
-# model and TP
-# degree (work on the host: an extrapolation, stated).
-SD_HOST_S_PER_SEQ = 7.9e-05
+DRAFT_OVERHEAD_EXPONENT = 0.68
+# The host work per sequence in every SD pass, which SGLang and vLLM overlap with the GPU when
+# decoding plainly and not when speculating (DrafterCost.sd_host_s_per_seq). Fitted with the
+# pass's level on the EAGLE-3 paper's SGLang speedups by batch (traces/published/sd-by-batch.yaml,
+# its `fit` series: the small batches decide the pass, the fall with the batch the host work);
+# the same in ms on every GPU, model and TP degree (work on the host: an extrapolation, stated).
+SD_HOST_S_PER_SEQ = 6.4e-05
+
+
+@dataclass(frozen=True)
+class DraftOverheads:
+    """An engine's draft work outside the kernels, in seconds: each draft step's, a learned
+    drafter's once a pass, a tree's once a pass on top (DrafterCost's eagle_step_s share,
+    eagle_pass_s, tree_pass_s)."""
+
+    step_s: float
+    eagle_pass_s: float = 0.0
+    tree_pass_s: float = 0.0
+
+    def scaled(self, dec: DecodeCost, exponent: float = DRAFT_OVERHEAD_EXPONENT
+               ) -> "DraftOverheads":
+        """These overheads, given at Table D's engine, carried to an engine whose target decode cost
+        is `dec`."""
+        k = overhead_scale(dec, exponent)
+        return DraftOverheads(self.step_s * k, self.eagle_pass_s * k, self.tree_pass_s * k)
+
+
+PROFILE_OVERHEADS = DraftOverheads(DRAFT_STEP_OVERHEAD_S, EAGLE_PASS_OVERHEAD_S,
+                                   TREE_PASS_OVERHEAD_S)
+NO_OVERHEADS = DraftOverheads(0.0)
+
+
+def overhead_scale(dec: DecodeCost, exponent: float = DRAFT_OVERHEAD_EXPONENT) -> float:
+    """(this engine's target step at batch 1 / Table D engine's) ** exponent."""
+    step = verify_step_s(dec, 1, MICROBENCH_CONTEXT, Strategy.chain(0))
+    return (step / DRAFT_OVERHEAD_REF_STEP_S) ** exponent
 
 
 def draft_overhead_s(dec: DecodeCost, at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
                      exponent: float = DRAFT_OVERHEAD_EXPONENT) -> float:
     """Each draft step's engine overhead on an engine whose target decode cost is `dec`."""
-    step = verify_step_s(dec, 1, MICROBENCH_CONTEXT, Strategy.chain(0))
-    return at_reference_s * (step / DRAFT_OVERHEAD_REF_STEP_S) ** exponent
+    return at_reference_s * overhead_scale(dec, exponent)
 
 
 def predict(c: DecodeCost, d: DrafterCost, p: Point) -> float:
@@ -161,20 +195,23 @@ class MeasuredProfile:
         return float(np.max(np.abs(self.errors_pct)))
 
 
-def with_draft_overhead(prof: Profile, overhead_s: float) -> Profile:
-    """A database-only profile with each EAGLE draft step's engine overhead added."""
+def with_draft_overhead(prof: Profile, o: DraftOverheads) -> Profile:
+    """A database-only profile with the engine's draft overheads (this engine's) added."""
+    keep = lambda v: sig(v) if v else 0.0
     return replace(prof, drafter=replace(prof.drafter,
-                                         eagle_step_s=sig(prof.drafter.eagle_step_s + overhead_s)))
+                                         eagle_step_s=sig(prof.drafter.eagle_step_s + o.step_s),
+                                         eagle_pass_s=keep(o.eagle_pass_s),
+                                         tree_pass_s=keep(o.tree_pass_s)))
 
 
 def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, name: str,
-                   version: str = "", overhead_at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
+                   version: str = "", overheads: DraftOverheads = PROFILE_OVERHEADS,
                    overhead_exponent: float = DRAFT_OVERHEAD_EXPONENT,
                    sd_host_s_per_seq: float = SD_HOST_S_PER_SEQ) -> MeasuredProfile:
     """The Profile of (arch, gpu, tp, framework): every cost from the database; what it cannot give
     (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, the weight sync
-    an assumed bandwidth, each draft step's overhead `draft_overhead_s` (0 at reference: none) and
-    the SD pass's host work per sequence."""
+    an assumed bandwidth, the engine's draft overheads (`overheads`, given at Table D's engine and
+    scaled to this one; NO_OVERHEADS: none) and the SD pass's host work per sequence."""
     a = load_architecture(arch)
     eng = Engine(arch, gpu, tp, framework, version)
     pts = measure_grid(eng)
@@ -204,12 +241,12 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     errs = [100.0 * (predict(prof.decode, prof.drafter, p) / p.step_s - 1.0)
             for p in pts if p.op in ("decode", "verify", "drafter", "prefill")]
     fit = MeasuredProfile(prof, pts, errs, cov)
-    overhead = draft_overhead_s(dec, overhead_at_reference_s, overhead_exponent)
-    prof = with_draft_overhead(prof, overhead)
+    here = overheads.scaled(dec, overhead_exponent)
+    prof = with_draft_overhead(prof, here)
     prof = replace(prof, drafter=replace(prof.drafter, sd_host_s_per_seq=sd_host_s_per_seq))
     fit = replace(fit, profile=prof)
     prof = replace(prof, fit_error_pct=sig(fit.median_abs_error_pct, 4),
-                   source=describe(fit, a, eng, overhead),
+                   source=describe(fit, a, eng, here.step_s),
                    description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, "
                                f"{framework} {eng.version}: costs "
                                "from NVIDIA's measured operator database (aiconfigurator-core "
@@ -230,7 +267,7 @@ def _drafter_frame(pts: list[Point]):
 def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float) -> str:
     """The profile's `source`: package, GPU, framework and version; measured vs interpolated vs
     extrapolated; the form's fit error; what was assumed."""
-    pts, cov, c = fit.points, fit.coverage, fit.profile.cluster
+    pts, cov, c, d = fit.points, fit.coverage, fit.profile.cluster, fit.profile.drafter
     silicon = float(np.average([p.silicon_share for p in pts], weights=[p.step_s for p in pts]))
     ar = max((p.allreduce_s for p in pts if p.op == "decode" and p.batch == 1), default=0.0)
     sweep = sweep_sentence(cov, a, eng.attention_dir(c.framework), eng.decode, LONG_CONTEXT,
@@ -258,12 +295,15 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
             f"shares {DECODE_POWER_SHARE} decoding, {TRAIN_POWER_SHARE} training, "
             f"{IDLE_POWER_SHARE} idle (the database's rows carry no energy for these engines). Not "
             "in the database: each EAGLE draft step's engine work outside its kernels, added to "
-            f"eagle_step_s: {1e3 * overhead:.3f} ms ({1e3 * DRAFT_STEP_OVERHEAD_S:.2f} ms at the "
-            "TLT paper's Table D, scaled by this engine's target step to the power "
+            f"eagle_step_s: {1e3 * overhead:.3f} ms; a learned drafter's work per pass, "
+            f"eagle_pass_s {1e3 * d.eagle_pass_s:.3f} ms, and a tree's on top (top-k > 1), "
+            f"tree_pass_s {1e3 * d.tree_pass_s:.3f} ms (at the TLT paper's Table D engine "
+            f"{1e3 * DRAFT_STEP_OVERHEAD_S:.3f}, {1e3 * EAGLE_PASS_OVERHEAD_S:.2f} and "
+            f"{1e3 * TREE_PASS_OVERHEAD_S:.2f} ms, fitted on its Table D, its depth x TV grid and "
+            "SGLang's chains; scaled by this engine's target step to the power "
             f"{DRAFT_OVERHEAD_EXPONENT}, fitted to its Table E); and the host work per sequence of "
-            f"every SD pass, sd_host_s_per_seq {1e3 * fit.profile.drafter.sd_host_s_per_seq:.3f} "
-            "ms (not overlapped with the GPU when speculating; fitted on SGLang's SD speedups by "
-            "batch).")
+            f"every SD pass, sd_host_s_per_seq {1e3 * d.sd_host_s_per_seq:.3f} ms (not overlapped "
+            "with the GPU when speculating; fitted on SGLang's SD speedups by batch).")
 
 
 def model_name(arch: str) -> str:

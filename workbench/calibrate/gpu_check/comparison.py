@@ -38,7 +38,11 @@ from workbench.calibrate.gpu_check.check_file import (
 )
 from workbench.calibrate.gpu_check.throughput import ThroughputRow, drafter_rows, grpo_rows
 from workbench.calibrate.database.aiconfigurator import Engine
-from workbench.calibrate.database.profile import draft_overhead_s, with_draft_overhead
+from workbench.calibrate.database.profile import (
+    PROFILE_OVERHEADS,
+    draft_overhead_s,
+    with_draft_overhead,
+)
 from workbench.calibrate.captures.operators import fit_operators, predict_point
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
@@ -143,14 +147,15 @@ class InputChange:
 def fitted_profile(m: Measurements, base: Profile, name: str, source_file: Path) -> Profile:
     """A profile whose decode, drafter and training costs are fitted to the measured engine points
     (base: the database profile, for what operators cannot measure), with the database profiles'
-    draft-step overhead kept on top (the profiler measures the drafter's kernels only)."""
+    draft overheads kept on top (the profiler measures the drafter's kernels only)."""
     fit = fit_operators(m, base, name)
-    prof = with_draft_overhead(fit.profile, draft_overhead_s(fit.profile.decode))
+    o = PROFILE_OVERHEADS.scaled(fit.profile.decode)
+    prof = with_draft_overhead(fit.profile, o)
     return replace(
         prof,
-        source=f"tlt gpu-check --measured {source_file.name}: {prof.source}; each EAGLE draft "
-        f"step's engine overhead added as the measured-database profiles do "
-        f"({1e3 * draft_overhead_s(fit.profile.decode):.3f} ms, draft_overhead_s)",
+        source=f"tlt gpu-check --measured {source_file.name}: {prof.source}; the engine's draft "
+        f"overheads added as the measured-database profiles do ({1e3 * o.step_s:.3f} ms a draft "
+        f"step, {1e3 * o.eagle_pass_s:.3f} ms a pass, {1e3 * o.tree_pass_s:.3f} ms a tree's pass)",
     )
 
 

@@ -13,11 +13,14 @@ accepted length per verify pass, E[L]:
   published *accepted lengths* only (Table D's six top-k rows at depth 12 / 64 tokens and the
   depth x TV grid's two), evaluated at Table C's strategies 8_4_TV; no speedup enters the fit.
 The benchmarks' context is not published: `CONTEXT` (stated) is used for every row.
-One engine cost is not in the operator database, each draft step's work outside the drafter's
-kernels. `draft_overhead_from_table_d` calibrates its level on Table D alone (its speedups and
-accepted lengths at batch 1); `fit_overhead_exponent` how it scales with the engine's target step,
-on Table E's three SD speedups alone (so Table E's SD rows are its fit, its no-SD rows and Table C
-predictions). Nothing else here is fitted to these tables.
+Two engine costs are not in the operator database: each draft step's work outside the drafter's
+kernels, and a draft tree's work once a pass (building and verifying it, whatever its depth).
+`fit_draft_overheads` calibrates both levels at batch 1 on the paper's own engine: Table D's six
+rows (depth 12) and the depth x TV grid's two depth-8 speedups (the grid's accepted lengths there
+are not published: the acceptance model fitted to the published ones gives them);
+`fit_overhead_exponent` how both scale with the engine's target step, on Table E's three SD
+speedups alone (so Table E's SD rows are its fit, its no-SD rows and Table C predictions). Nothing
+else here is fitted to these tables.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from sim.acceptance import stats_for
 from sim.costs import segment_s
 from workbench.calibrate.database.catalog import bare_profile, with_sd_host
 from workbench.calibrate.database.profile import (
-    DRAFT_STEP_OVERHEAD_S,
     MICROBENCH_CONTEXT,
+    PROFILE_OVERHEADS,
+    DraftOverheads,
     derive_profile,
-    draft_overhead_s,
     with_draft_overhead,
 )
 from workbench.calibrate.published.microbenchmarks import Published, load_published
@@ -81,10 +84,13 @@ def table_d_engine(framework: str = "sglang", sd_host_s_per_seq: float | None = 
 
 
 def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONTEXT,
-                                sd_host_s_per_seq: float | None = None) -> list[float]:
+                                sd_host_s_per_seq: float | None = None,
+                                per_pass_s: float = PROFILE_OVERHEADS.eagle_pass_s
+                                + PROFILE_OVERHEADS.tree_pass_s) -> list[float]:
     """Each Table D row's draft-step overhead: what its speedup leaves of a pass beyond the
-    database's verify and drafter costs and the pass's host work (Qwen2.5-32B TP4, H100, batch 1;
-    its own published accepted length)."""
+    database's verify and drafter costs, the drafter's and the tree's work per pass (`per_pass_s`)
+    and the pass's host work (Qwen2.5-32B TP4, H100, batch 1; its own published accepted
+    length)."""
     pub = load_published()
     prof = table_d_engine(framework, sd_host_s_per_seq)
     rows = [m for m in pub.measurements if m.table == "D"]
@@ -93,19 +99,57 @@ def draft_overhead_from_table_d(framework: str = "sglang", context: float = CONT
     for m in (m for m in rows if m.kind == "speedup"):
         no_sd = segment_s(prof.decode, prof.drafter, DrafterKind.NONE, 1, context, NO_SD)
         with_sd = segment_s(prof.decode, prof.drafter, DrafterKind.EAGLE, 1, context, m.strategy)
-        out.append((accepted[m.strategy] * no_sd / m.value - with_sd) / m.strategy.steps)
+        left = accepted[m.strategy] * no_sd / m.value - with_sd - per_pass_s
+        out.append(left / m.strategy.steps)
     return out
 
 
+def overhead_rows(pub: Published) -> list[tuple[Strategy, float, float]]:
+    """What decides the two overheads' levels, as (strategy, accepted length, speedup) at batch 1
+    on Table D's engine: Table D's rows with their published accepted lengths, and the depth x TV
+    grid's depth-8 speedups with the accepted length of the acceptance model fitted to the
+    published ones (`fit_acceptance`; the grid's depth-12 point repeats Table D's top-k 8 row)."""
+    d = [m for m in pub.measurements if m.table == "D"]
+    accepted = {m.strategy: m.value for m in d if m.kind == "accepted_length"}
+    rows = [(m.strategy, accepted[m.strategy], m.value) for m in d if m.kind == "speedup"]
+    acc = fit_acceptance(pub, load_profile(BASE_PROFILE).acceptance)
+    return rows + [(m.strategy, stats_for(acc, DrafterKind.EAGLE, 1.0, m.strategy).mean, m.value)
+                   for m in pub.measurements
+                   if m.table == "depth_tv" and m.kind == "speedup" and m.strategy.steps == 8]
+
+
+def fit_draft_overheads(framework: str = "sglang", sd_host_s_per_seq: float | None = None,
+                        eagle_pass_s: float = PROFILE_OVERHEADS.eagle_pass_s,
+                        context: float = CONTEXT) -> DraftOverheads:
+    """Each draft step's overhead and a tree's work per pass on Table D's engine (seconds), by
+    least squares on log speedups over `overhead_rows`, the learned drafter's work per pass given:
+    rows four draft steps apart with the same tree separate what a step costs from what the pass
+    costs."""
+    bare = table_d_engine(framework, sd_host_s_per_seq)
+    rows = overhead_rows(load_published())
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        o = DraftOverheads(float(x[0]) * 1e-3, eagle_pass_s, float(x[1]) * 1e-3)
+        prof = with_draft_overhead(bare, o)
+        return np.array([math.log(tokens_per_s(prof, 1, s, el, context)
+                                  / tokens_per_s(prof, 1, NO_SD, 1.0, context) / v)
+                         for s, el, v in rows])
+
+    # steps of 0.1%: the profiles' costs keep five significant digits
+    res = least_squares(resid, np.array([0.5, 0.5]), bounds=([0.0, 0.0], [5.0, 50.0]),
+                        diff_step=1e-3)
+    return DraftOverheads(float(res.x[0]) * 1e-3, eagle_pass_s, float(res.x[1]) * 1e-3)
+
+
 def table_e(framework: str = "sglang", accepted: float = TABLE_E_ACCEPTED,
-            overhead_at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
+            overheads: DraftOverheads = PROFILE_OVERHEADS,
             context: float = CONTEXT) -> list[Check]:
     pub = load_published()
     base = load_profile(BASE_PROFILE)
     out: list[Check] = []
     for gpu, row in TABLE_E_GPUS.items():
         prof = derive_profile(pub.table_e_model, gpu, 1, framework, base, f"{gpu}-table-e",
-                              overhead_at_reference_s=overhead_at_reference_s).profile
+                              overheads=overheads).profile
         no_sd, sd = TABLE_E_PUBLISHED[row]
         v = prof.cluster.framework_version
         out.append(Check("E", f"{row} no SD", no_sd, tokens_per_s(prof, 1, NO_SD, 1.0, context),
@@ -140,14 +184,14 @@ def fit_acceptance(pub: Published, base: AcceptanceModel) -> AcceptanceModel:
     return model(res.x)
 
 
-def table_c(framework: str = "sglang", overhead_at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
+def table_c(framework: str = "sglang", overheads: DraftOverheads = PROFILE_OVERHEADS,
             context: float = CONTEXT) -> tuple[list[Check], AcceptanceModel]:
     pub = load_published()
     base = load_profile(BASE_PROFILE)
     acc = fit_acceptance(pub, base.acceptance)
     c = next(m for m in pub.measurements if m.table == "C")
     prof = derive_profile(c.model, "h100", c.tp, framework, base, "h100-table-c",
-                          overhead_at_reference_s=overhead_at_reference_s).profile
+                          overheads=overheads).profile
     out: list[Check] = []
     for m in (m for m in pub.measurements if m.table == "C"):
         el = stats_for(acc, DrafterKind.EAGLE, 1.0, m.strategy).mean
@@ -164,13 +208,14 @@ def median_abs_error(checks: list[Check]) -> float:
 
 @dataclass(frozen=True)
 class ScalingCheck:
-    """Table E's SD speedup on one GPU with the draft-step overhead scaled as (target step / Table
+    """Table E's SD speedup on one GPU with the draft overheads scaled as (target step / Table
     D's)^exponent."""
 
     exponent: float
     gpu: str
     target_step_s: float  # the target's decode step at batch 1, no SD
-    overhead_s: float
+    overhead_s: float  # each draft step's
+    pass_s: float  # the learned drafter's and the tree's per pass
     published: float
     predicted: float
 
@@ -198,10 +243,10 @@ def table_e_engines(framework: str = "sglang",
 def overhead_scaling(engines: list[tuple[str, Profile]],
                      exponents: tuple[float, ...] = (0.0, 0.5, 1.0),
                      context: float = CONTEXT, strategy: Strategy | None = None,
-                     at_reference_s: float = DRAFT_STEP_OVERHEAD_S) -> list[ScalingCheck]:
-    """Whether the draft-step overhead is fixed in ms (exponent 0) or follows the target's step (1):
+                     at_reference: DraftOverheads = PROFILE_OVERHEADS) -> list[ScalingCheck]:
+    """Whether the draft overheads are fixed in ms (exponent 0) or follow the target's step (1):
     Table E's speedups (SD over no SD, so the no-SD cost's own error cancels) on GPUs whose target
-    step differs 3x (`table_e_engines`), each with Table D's overhead scaled from Table D's target
+    step differs 3x (`table_e_engines`), each with Table D's overheads scaled from Table D's target
     step."""
     strategy = strategy or load_published().table_e_strategy
     out = []
@@ -209,16 +254,17 @@ def overhead_scaling(engines: list[tuple[str, Profile]],
         no_sd, sd = TABLE_E_PUBLISHED[row]
         step = segment_s(bare.decode, bare.drafter, DrafterKind.NONE, 1, CONTEXT, NO_SD)
         for x in exponents:
-            overhead = draft_overhead_s(bare.decode, at_reference_s, x)
-            prof = with_draft_overhead(bare, overhead)
+            here = at_reference.scaled(bare.decode, x)
+            prof = with_draft_overhead(bare, here)
             speedup = (tokens_per_s(prof, 1, strategy, TABLE_E_ACCEPTED, context)
                        / tokens_per_s(prof, 1, NO_SD, 1.0, context))
-            out.append(ScalingCheck(x, row, step, overhead, sd / no_sd, speedup))
+            out.append(ScalingCheck(x, row, step, here.step_s,
+                                    here.eagle_pass_s + here.tree_pass_s, sd / no_sd, speedup))
     return out
 
 
 def fit_overhead_exponent(engines: list[tuple[str, Profile]], context: float = CONTEXT,
-                          at_reference_s: float = DRAFT_STEP_OVERHEAD_S,
+                          at_reference: DraftOverheads = PROFILE_OVERHEADS,
                           ) -> tuple[float, list[ScalingCheck]]:
     """The exponent in [0, 1] with the least squared log error over Table E's three speedups, and
     its checks."""
@@ -226,7 +272,7 @@ def fit_overhead_exponent(engines: list[tuple[str, Profile]], context: float = C
 
     def sq(x: float) -> float:
         return sum(math.log(c.predicted / c.published) ** 2
-                   for c in overhead_scaling(engines, (x,), context, strategy, at_reference_s))
+                   for c in overhead_scaling(engines, (x,), context, strategy, at_reference))
 
     x = float(minimize_scalar(sq, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-4}).x)
-    return x, overhead_scaling(engines, (x,), context, strategy, at_reference_s)
+    return x, overhead_scaling(engines, (x,), context, strategy, at_reference)

@@ -11,11 +11,13 @@ which SGLang and vLLM overlap with the GPU's work in a plain step but run betwee
 in an SD pass (sglang PR 9588: "Speculative decoding currently does not support overlap
 scheduling"). One constant, seconds per sequence per SD pass (`DrafterCost.sd_host_s_per_seq`).
 
-It is fitted jointly with the draft-step overhead's two constants, each on its own declared
-figures (`gpu_validation`): the overhead's level on Table D (batch 1), its exponent on Table E's
-SD speedups (batch 1), the host work on the `fit` series of `traces/published/sd-by-batch.yaml`.
-The three interact only weakly (the host work is one sequence's worth at batch 1), so a few
-rounds of fitting each with the others fixed reach the joint fit. Everything else is predicted.
+It is fitted with the learned drafter's work per pass (`DrafterCost.eagle_pass_s`) on the `fit`
+series of `traces/published/sd-by-batch.yaml` (a chain: its small batches decide the pass, the fall
+with the batch the host work), jointly with the engine's other draft overheads, each on its own
+declared figures (`database_check`): the draft step's and the tree pass's levels on Table D and the
+depth x TV grid's depth-8 speedups (batch 1), the exponent of their scaling on Table E's SD
+speedups (batch 1). They interact weakly, so a few rounds of fitting each with the others fixed
+reach the joint fit. Everything else is predicted.
 """
 
 from __future__ import annotations
@@ -24,17 +26,17 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.optimize import minimize_scalar
+from scipy.optimize import least_squares
 
 from sim.costs import segment_s
 from workbench.calibrate.database.catalog import bare_profile, with_sd_host
 from workbench.calibrate.published.database_check import (
     BASE_PROFILE,
-    draft_overhead_from_table_d,
+    fit_draft_overheads,
     fit_overhead_exponent,
     table_e_engines,
 )
-from workbench.calibrate.database.profile import draft_overhead_s, with_draft_overhead
+from workbench.calibrate.database.profile import DraftOverheads, with_draft_overhead
 from workbench.calibrate.published.sd_series import (
     SdPoint,
     SdPublished,
@@ -50,15 +52,16 @@ HOST_BOUNDS_S = (
     0.0,
     2e-3,
 )  # per sequence per pass: up to 2 ms (a batch of 64 would then wait 128 ms)
-ROUNDS = 4
+PASS_BOUND_S = 20e-3  # a learned drafter's work per pass at Table D's engine: up to 20 ms
+ROUNDS = 5
 
 
 @dataclass(frozen=True)
 class EngineConstants:
-    """The engine costs outside the kernels: the draft step's overhead (level at Table D's engine,
-    exponent of its scaling with the target's step) and the SD pass's host work per sequence."""
+    """The engine costs outside the kernels: the draft overheads (at Table D's engine, one exponent
+    of their scaling with the target's step) and the SD pass's host work per sequence."""
 
-    overhead_at_reference_s: float
+    overheads: DraftOverheads
     overhead_exponent: float
     sd_host_s_per_seq: float
 
@@ -84,10 +87,8 @@ class SdCheck:
 def engine(series: SdSeries, constants: EngineConstants, tp: int | None = None) -> Profile:
     """The series' engine from the database with the engine constants."""
     bare = bare_profile(series.model, series.gpu, tp or series.tp, series.framework, BASE_PROFILE)
-    overhead = draft_overhead_s(
-        bare.decode, constants.overhead_at_reference_s, constants.overhead_exponent
-    )
-    return with_sd_host(with_draft_overhead(bare, overhead), constants.sd_host_s_per_seq)
+    here = constants.overheads.scaled(bare.decode, constants.overhead_exponent)
+    return with_sd_host(with_draft_overhead(bare, here), constants.sd_host_s_per_seq)
 
 
 def speedup(
@@ -109,34 +110,38 @@ def predict_point(prof: Profile, series: SdSeries, p: SdPoint) -> float:
     return speedup(prof, series.drafter, p.batch, series.context, p.strategy, p.accepted)
 
 
-def fit_sd_host(
-    fit_series: tuple[SdSeries, ...], overhead_at_reference_s: float, overhead_exponent: float
-) -> float:
-    """The host work per sequence per SD pass with the least squared log error over the fit series'
-    speedups, the draft-step overhead fixed."""
+def fit_pass_and_host(
+    fit_series: tuple[SdSeries, ...], overheads: DraftOverheads, overhead_exponent: float
+) -> tuple[float, float]:
+    """The learned drafter's work per pass (at Table D's engine) and the host work per sequence
+    per SD pass with the least squared log error over the fit series' speedups, the other draft
+    overheads fixed: (eagle_pass_s, sd_host_s_per_seq)."""
     pts = [(s, p) for s in fit_series for p in s.points if p.measure == "speedup"]
     if not pts:
         raise ValueError("no `fit` series with speedups: nothing decides sd_host_s_per_seq")
 
-    def sq(h: float) -> float:
-        c = EngineConstants(overhead_at_reference_s, overhead_exponent, h)
-        return sum(math.log(predict_point(engine(s, c, p.tp), s, p) / p.value) ** 2 for s, p in pts)
+    def resid(x: np.ndarray) -> list[float]:
+        o = replace(overheads, eagle_pass_s=float(x[0]) * 1e-3)
+        c = EngineConstants(o, overhead_exponent, float(x[1]) * 1e-3)
+        return [math.log(predict_point(engine(s, c, p.tp), s, p) / p.value) for s, p in pts]
 
-    return float(
-        minimize_scalar(sq, bounds=HOST_BOUNDS_S, method="bounded", options={"xatol": 1e-7}).x
-    )
+    hi = [PASS_BOUND_S * 1e3, HOST_BOUNDS_S[1] * 1e3]
+    # steps of 0.1%: the profiles' costs keep five significant digits
+    res = least_squares(resid, np.array([0.5, 0.05]), bounds=([0.0, 0.0], hi), diff_step=1e-3)
+    return float(res.x[0]) * 1e-3, float(res.x[1]) * 1e-3
 
 
 def fit_constants(pub: SdPublished | None = None, framework: str = "sglang") -> EngineConstants:
-    """The three engine constants, each on its declared figures, in rounds until they agree."""
+    """The engine constants, each on its declared figures, in rounds until they agree."""
     pub = pub or load_sd_published()
-    host = 0.0
-    level = exponent = 0.0
+    host = exponent = 0.0
+    o = DraftOverheads(0.0)
     for _ in range(ROUNDS):
-        level = float(np.median(draft_overhead_from_table_d(framework, sd_host_s_per_seq=host)))
-        exponent, _ = fit_overhead_exponent(table_e_engines(framework, host), at_reference_s=level)
-        host = fit_sd_host(pub.by_role("fit"), level, exponent)
-    return EngineConstants(level, exponent, host)
+        o = fit_draft_overheads(framework, sd_host_s_per_seq=host, eagle_pass_s=o.eagle_pass_s)
+        exponent, _ = fit_overhead_exponent(table_e_engines(framework, host), at_reference=o)
+        eagle_pass, host = fit_pass_and_host(pub.by_role("fit"), o, exponent)
+        o = replace(o, eagle_pass_s=eagle_pass)
+    return EngineConstants(o, exponent, host)
 
 
 def series_checks(

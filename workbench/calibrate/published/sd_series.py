@@ -1,10 +1,10 @@
-"""Public measurements of SD's speedup by batch, as data (`traces/published/sd-by-batch.yaml`).
+"""Public measurements of SD's speedup by batch (`traces/published/sd-by-batch.yaml`) and by draft
+length (`traces/published/sd-by-draft-length.yaml`), as data: one format, two files.
 
 Each series is one engine (framework, version, GPU, model, TP) and drafter measured at several
-batch sizes or strategies, with the role the file declares for it: `fit` (what the engine
-constant `sd_host_s_per_seq` is fitted on), `held_out` (predicted and scored) or `context`
-(printed, never scored). The fit and the predictions live in
-`workbench/calibrate/published/sd_batch.py`.
+batch sizes or strategies, with the role its file declares for it: `fit` (what an engine constant
+is fitted on), `held_out` (predicted and scored) or `context` (printed, never scored). The fits and
+the predictions live in `workbench/calibrate/published/sd_batch.py` and `sd_length.py`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from workbench.contracts.strategy import Strategy
 from workbench.contracts.schema import ConfigError
 
 SD_PUBLISHED = Path(__file__).resolve().parents[3] / "traces" / "published" / "sd-by-batch.yaml"
+SD_LENGTH_PUBLISHED = SD_PUBLISHED.with_name("sd-by-draft-length.yaml")
 SCHEMA = "tlt-sd-by-batch/1"
+LENGTH_SCHEMA = "tlt-sd-by-draft-length/1"
 ROLES = ("fit", "held_out", "context")
 _MEASURES = ("speedup", "tokens_per_s")
 
@@ -91,7 +93,7 @@ class SpecDecodeBenchModel:
 @dataclass(frozen=True)
 class SdPublished:
     series: tuple[SdSeries, ...]
-    specdecode_bench: SpecDecodeBenchModel
+    specdecode_bench: SpecDecodeBenchModel | None  # sd-by-batch.yaml's alone
     path: str
 
     def by_role(self, role: str) -> tuple[SdSeries, ...]:
@@ -104,7 +106,7 @@ class SdPublished:
         raise KeyError(name)
 
 
-def load_sd_published(path: str | Path = SD_PUBLISHED) -> SdPublished:
+def load_sd_published(path: str | Path = SD_PUBLISHED, schema: str = SCHEMA) -> SdPublished:
     """The file's series; a malformed one is refused naming the file, the series and the field."""
     path = Path(path)
     try:
@@ -113,14 +115,21 @@ def load_sd_published(path: str | Path = SD_PUBLISHED) -> SdPublished:
         raise ConfigError(
             str(path), "<file>", "unreadable", f"an sd-by-batch YAML file ({exc})"
         ) from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") != schema:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ConfigError(str(path), "schema", got, SCHEMA)
+        raise ConfigError(str(path), "schema", got, schema)
     series = tuple(_series(str(path), i, s) for i, s in enumerate(data.get("series") or []))
     names = [s.name for s in series]
     if len(set(names)) != len(names):
         raise ConfigError(str(path), "series[].name", names, "distinct series names")
-    return SdPublished(series, _specdecode(str(path), data.get("specdecode_bench")), str(path))
+    bench = data.get("specdecode_bench")
+    return SdPublished(series, None if bench is None and schema != SCHEMA
+                       else _specdecode(str(path), bench), str(path))
+
+
+def load_sd_length_published(path: str | Path = SD_LENGTH_PUBLISHED) -> SdPublished:
+    """`traces/published/sd-by-draft-length.yaml`: the series measured at several draft lengths."""
+    return load_sd_published(path, LENGTH_SCHEMA)
 
 
 def _series(src: str, i: int, d: dict) -> SdSeries:
