@@ -14,7 +14,7 @@ dtypes, the checkout's and the output folder's absolute paths as <ROOT> and <OUT
 as written. Each file's sha256 is compared with manifest.json; exit 0 when all match, 1 otherwise.
 
 manifest.json is never taken from the tree under test: `--record` exports the commit it names
-(`--commit`, default the manifest's own: main when this round of issues began) with
+(`--commit`, default the manifest's own, BASE_COMMIT when there is none) with
 `git archive`, runs the commands there twice (the two runs must agree: nothing unmasked depends
 on the clock), and digests their outputs after the declared changes
 (DECLARED): the few output differences intended since (a module's new path), each with its
@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MANIFEST = HERE / "manifest.json"
-BASE_COMMIT = "bfcdcd4"  # main when this round (issues 41-45) began
+BASE_COMMIT = "772ff4d"  # main after issue 42's SD cost change (draft step / pass / tree pass)
 
 TEXT = {".txt", ".json", ".yaml", ".yml", ".md", ".csv", ".log", ".sh", ".jsonl"}
 
@@ -75,121 +75,9 @@ class Declared:
     why: str
 
 
-# The regrouping of workbench/calibrate/ by source (issue 42): outputs that name a module's path.
-_SOURCE_OLD = (
-    "source: 'derived by workbench/calibrate/measured_gpu.py from aiconfigurator-core 0.12.0\n"
-    "  (NVIDIA''s measured operator latencies) for h100_sxm, vllm 0.24.0, TP1 (one rank''s\n"
-    '  shapes: 28 heads, 4 KV heads), bf16. 118 database steps: decode B 1-256 x C 512-32768,\n'
-    '  verify of 2-64 tokens (an extend over the prefix), EAGLE drafter (1 layer + LM head;\n'
-    '  fc as 2 o-projections) at B x top-k 1-512, prefill, training forward. Time-weighted\n'
-    '  87% from measured (silicon) rows, interpolated between them by shape; the rest from\n'
-    "  the package''s empirical formulas (norms, activations, embedding) and its prefix-attention\n"
-    '  blend. Decode attention sweep for these heads reaches context B=1: 65536, B=8: 65536,\n'
-    '  B=64: 8192, B=256: 1024; a 32768-token context is up to 32.0x past it (at batch\n'
-    "  256), extrapolated by the package''s interpolator (linear in context beyond the\n"
-    '  last measured row). TP all-reduces 0.000 ms per decode step at B=1 (measured custom\n'
-    '  all-reduce). Form fitted by least squares on log ratios: median |error| 1.5%, max\n'
-    '  29.9% over 116 points. Training: 6 forwards per token (fwd+bwd, recompute, old and\n'
-    '  reference log-probs) of the unsharded model at 4096 packed tokens; drafter training\n'
-    '  3 forwards of its layer + head. Weight sync: 15 GB at an assumed 10 GB/s. Energy:\n'
-    "  board power 700 W (package''s system spec) x assumed shares 0.6 decoding, 0.9 training,\n"
-    "  0.15 idle (the database''s rows carry no energy for these engines). Not in the database:\n"
-    "  each EAGLE draft step''s engine work outside its kernels, added to eagle_step_s:\n"
-    "  0.510 ms (0.57 ms at the TLT paper''s Table D, scaled by this engine''s target step\n"
-    '  to the power 0.37, fitted to its Table E); and the host work per sequence of every\n'
-    '  SD pass, sd_host_s_per_seq 0.079 ms (not overlapped with the GPU when speculating;\n'
-    "  fitted on SGLang''s SD speedups by batch).'\n"
-)
-_SOURCE_NEW = (
-    "source: 'derived by workbench/calibrate/database/profile.py from aiconfigurator-core\n"
-    "  0.12.0 (NVIDIA''s measured operator latencies) for h100_sxm, vllm 0.24.0, TP1 (one\n"
-    "  rank''s shapes: 28 heads, 4 KV heads), bf16. 118 database steps: decode B 1-256\n"
-    '  x C 512-32768, verify of 2-64 tokens (an extend over the prefix), EAGLE drafter\n'
-    '  (1 layer + LM head; fc as 2 o-projections) at B x top-k 1-512, prefill, training\n'
-    '  forward. Time-weighted 87% from measured (silicon) rows, interpolated between them\n'
-    "  by shape; the rest from the package''s empirical formulas (norms, activations, embedding)\n"
-    '  and its prefix-attention blend. Decode attention sweep for these heads reaches context\n'
-    '  B=1: 65536, B=8: 65536, B=64: 8192, B=256: 1024; a 32768-token context is up to\n'
-    "  32.0x past it (at batch 256), extrapolated by the package''s interpolator (linear\n"
-    '  in context beyond the last measured row). TP all-reduces 0.000 ms per decode step\n'
-    '  at B=1 (measured custom all-reduce). Form fitted by least squares on log ratios:\n'
-    '  median |error| 1.5%, max 29.9% over 116 points. Training: 6 forwards per token (fwd+bwd,\n'
-    '  recompute, old and reference log-probs) of the unsharded model at 4096 packed tokens;\n'
-    '  drafter training 3 forwards of its layer + head. Weight sync: 15 GB at an assumed\n'
-    "  10 GB/s. Energy: board power 700 W (package''s system spec) x assumed shares 0.6\n"
-    "  decoding, 0.9 training, 0.15 idle (the database''s rows carry no energy for these\n"
-    "  engines). Not in the database: each EAGLE draft step''s engine work outside its\n"
-    "  kernels, added to eagle_step_s: 0.510 ms (0.57 ms at the TLT paper''s Table D, scaled\n"
-    "  by this engine''s target step to the power 0.37, fitted to its Table E); and the\n"
-    '  host work per sequence of every SD pass, sd_host_s_per_seq 0.079 ms (not overlapped\n'
-    "  with the GPU when speculating; fitted on SGLang''s SD speedups by batch).'\n"
-)
-_SD_CURVE_DOC_OLD = (
-    " SD's speedup over plain decoding at each batch size on one engine, the batch where it stops "
-    "paying, and the sd_threshold and per-bucket strategies that implies. The last line is JSON: "
-    "batch, speedup, crossover_batch. \n"
-)
-_SD_CURVE_DOC_NEW = (
-    " SD's speedup over plain decoding at each batch size on one engine, the batch where it stops "
-    "paying, and the sd_threshold and per-bucket strategies that implies; with several "
-    "strategies, their curves side by side and the best per batch. The last line is JSON: batch, "
-    "speedup, crossover_batch (several: batch, curves, best). \n"
-)
-_SD_CURVE_OPTS_OLD = (
-    "│ --strategy <str> chain:K (K drafts, K + 1 verified) or a tree steps_topk_tokens. [default: "
-    "chain:3] │\n│ --accept <str> Tokens per verify pass at --strategy (e.g. 2.79), or "
-    "cumulative acceptance by position (e.g. 0.8,0.64,0.51); default: the profile's model. │\n"
-)
-_SD_CURVE_OPTS_NEW = (
-    "│ --strategy <str> chain:K (K drafts, K + 1 verified) or a tree steps_topk_tokens; several "
-    "comma-separated (e.g. 1,2,3,4,5,6,7,8,8_4_16) print their curves side by side with the best "
-    "per batch. [default: chain:3] │\n│ --accept <str> Tokens per verify pass at --strategy (its "
-    "first, if several; e.g. 2.79), or cumulative acceptance by position (e.g. 0.8,0.64,0.51); "
-    "default: the profile's model. │\n"
-)
-_SD_CURVE_LIST_OLD = (
-    "│ paying, and the sd_threshold and per-bucket strategies that implies. The last line is JSON: "
-    "│\n│ batch, speedup, crossover_batch. │\n"
-)
-_SD_CURVE_LIST_NEW = (
-    "│ paying, and the sd_threshold and per-bucket strategies that implies; with several "
-    "strategies, │\n│ their curves side by side and the best per batch. The last line is JSON: "
-    "batch, speedup, │\n│ crossover_batch (several: batch, curves, best). │\n"
-)
-DECLARED: list[Declared] = [
-    Declared("calibrate-traces/*", "workbench/calibrate/position_acceptance.py",
-             "workbench/calibrate/captures/position_acceptance.py", "the module's new path"),
-    Declared("gpu-check-measured/stdout.txt", "workbench/calibrate/operators.py",
-             "workbench/calibrate/captures/operators.py", "the module's new path"),
-    Declared("profile-aiconfigurator/stdout.txt", "workbench/calibrate/measured_gpu.py",
-             "workbench/calibrate/database/profile.py", "the module's new path"),
-    Declared("profile-aiconfigurator/profile.yaml", _SOURCE_OLD, _SOURCE_NEW,
-             "the module's new path (the YAML folds the longer line differently)"),
-    # Issue 44: a default study name never holds a study of other inputs (workbench/tune/names.py).
-    Declared(
-        "help-tune/stdout.txt",
-        "(default: tune-WORKLOAD, plus -mo in multi-objective mode).",
-        "(default: tune-WORKLOAD, plus -TARGET when not the workload's engine and -mo in "
-        "multi-objective mode; -2, -3, ... where the storage holds that name for other inputs).",
-        "the default study name follows the target and never holds other inputs",
-    ),
-    # SD by draft length (issue 42): the drafter's and a tree's work per pass, two profile fields
-    # (0 unless fitted), and sd-curve's several strategies. The outputs priced on the measured-
-    # database profiles' SD costs change in their numbers (docs/results.md, "SD's speedup by
-    # draft length"): not declared line by line.
-    Declared("check-profile/stdout.txt", "  sd_step_s: 0.0\nacceptance:",
-             "  sd_step_s: 0.0\n  eagle_pass_s: 0.0\n  tree_pass_s: 0.0\nacceptance:",
-             "two new DrafterCost fields (default 0)"),
-    Declared("calibrate-traces/fit.yaml", "  sd_step_s: 0.00082241\nacceptance:",
-             "  sd_step_s: 0.00082241\n  eagle_pass_s: 0.0\n  tree_pass_s: 0.0\nacceptance:",
-             "two new DrafterCost fields (default 0)"),
-    Declared("help-sd-curve/stdout.txt", _SD_CURVE_DOC_OLD, _SD_CURVE_DOC_NEW,
-             "sd-curve takes several strategies"),
-    Declared("help-sd-curve/stdout.txt", _SD_CURVE_OPTS_OLD, _SD_CURVE_OPTS_NEW,
-             "sd-curve takes several strategies"),
-    Declared("help-tlt/stdout.txt", _SD_CURVE_LIST_OLD, _SD_CURVE_LIST_NEW,
-             "sd-curve takes several strategies"),
-]
+# Intended output differences since the reference commit (none yet: the reference is main after
+# this round's SD cost change, issue 42). Add one per change, with its reason.
+DECLARED: list[Declared] = []
 
 PRESET_POLICIES = (
     "april",
