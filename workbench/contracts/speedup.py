@@ -179,6 +179,8 @@ def sentence(w: SpeedupWhy) -> str:
             f"{head}: no speculative decoding; it {verb} by how the rollout is scheduled (bubble "
             f"{_pct(w.bubble_ref)} -> {_pct(w.bubble)}){amdahl}."
         )
+    if w.speedup < 1 - NO_CHANGE:
+        return _slower(w, head, amdahl)
     off = ""
     if math.isfinite(w.off_speedup) and abs(w.off_speedup - 1) > NO_CHANGE:
         off = f" and runs {w.off_speedup:.2f}x as fast" + (
@@ -197,14 +199,35 @@ def sentence(w: SpeedupWhy) -> str:
     faster = f" {w.sd_speedup:.2f}x faster" if math.isfinite(w.sd_speedup) else " faster"
     if w.sd_share >= 0.5 and off:
         faster += f" (above batch {w.sd_batch} it runs {w.off_speedup:.2f}x as fast)"
-    reach = (
-        f", and {w.policy} reaches {_pct(w.reached)} of that" if math.isfinite(w.reached) else ""
-    )
+    reach = ""
+    if math.isfinite(w.reached):
+        reach = (f", and {w.policy} reaches {_pct(w.reached)} of that" if w.reached >= 0
+                 else f", and {w.policy}'s step is no faster (within {NO_CHANGE:.0%})")
     return (
         f"{head}: {where}{faster}; free SD-eligible decoding would give at most "
         f"{w.ceiling_speedup:.2f}x"
         f"{reach}{amdahl}."
     )
+
+
+def _slower(w: SpeedupWhy, head: str, amdahl: str) -> str:
+    """The sentence for a policy slower than the reference: what its SD costs, where, and the
+    ceiling it works under (never a share of that ceiling: the share would be negative)."""
+    reasons = []
+    if math.isfinite(w.off_speedup) and w.off_speedup < 1 - NO_CHANGE:
+        reasons.append(f"above batch {w.sd_batch}, where SD is off, it decodes "
+                       f"{w.off_speedup:.2f}x as fast as {w.reference} (a drafter pass in every "
+                       f"step) and {_pct(1 - w.sd_share)} of the decoding runs there")
+    if math.isfinite(w.sd_speedup) and w.sd_speedup < 1 + NO_CHANGE:
+        reasons.append(f"at batch <= {w.sd_batch}, where SD runs, drafting and verifying save "
+                       f"{'nothing' if w.sd_speedup <= 1 else 'little'} ({w.sd_speedup:.2f}x)")
+    if w.bubble > w.bubble_ref + NO_CHANGE:
+        reasons.append(f"its engines wait more (bubble {_pct(w.bubble_ref)} -> {_pct(w.bubble)})")
+    if not reasons:
+        reasons.append(f"what SD saves at batch <= {w.sd_batch} ({w.sd_speedup:.2f}x there) is "
+                       f"less than its costs elsewhere")
+    return (f"{head}: slower than {w.reference}, because {'; and '.join(reasons)}; free "
+            f"SD-eligible decoding would give at most {w.ceiling_speedup:.2f}x{amdahl}.")
 
 
 # The decomposition as a table (the CLI's text table, the pages' frame): one header each.

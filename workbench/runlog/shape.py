@@ -1,4 +1,5 @@
-"""A run's shape: from the log's launch command where it has one, from flags where not.
+"""A run's shape: from the log's launch command where it has one, else from the resolved config
+the log printed at start, from flags where neither says.
 
 A flag overrides the log; what neither gives is refused, naming the flag. The GPU type is never in
 a veRL log: `--gpu` picks it (the calibration's decode-speed factor absorbs a wrong or missing one).
@@ -95,7 +96,12 @@ def _from_log(
         return str(given)
     s = log.command.get(key)
     if s is None:
-        return None
+        printed = log.config.get(key)
+        if printed is None or printed.value is None:
+            return None
+        taken.append(Taken(field, str(printed.value),
+                           f"log's printed config: {key}, line {printed.line}"))
+        return str(printed.value)
     if s.unresolved:
         raise ConfigError(
             f"{log.path}:{s.line}",
@@ -199,14 +205,20 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     arch = resolve_arch(_need(arch_name, log, MODEL_KEY, "--arch"))
     if flags.gpu is None:
         raise ConfigError(log.path, "gpu", "<not in a veRL log>",
-                          "pass --gpu (the GPU type the run used; the calibration's decode-speed "
-                          "factor absorbs the difference from the database's)")
+                          "pass --gpu (the GPU type the run used: the measured database's costs "
+                          "and the calibration's decode-speed prior are that GPU's)")
     taken.append(Taken("gpu", flags.gpu, "flag --gpu"))
     gpus = _gpus(log, flags, taken)
     ints = {}
     for field, key, flag in INT_FIELDS:
         given = getattr(flags, field)
-        value = _need(_from_log(log, key, flag, taken, field, given), log, key, flag)
+        value = _from_log(log, key, flag, taken, field, given)
+        if value is None and field == "group_size" and any(
+                k.startswith(ROLLOUT) for k, _ in log.config.values):
+            value = "1"  # the printed rollout section is whole: a veRL before rollout.n
+            taken.append(Taken(field, value, "the log's printed rollout config has no n (a veRL "
+                               "before rollout.n: one response per prompt)"))
+        value = _need(value, log, key, flag)
         ints[field] = _int(log.path if given is None else flag, key, value, flag)
     if gpus % ints["tp"]:
         raise ConfigError(f"{log.path} with the flags given", "tp", ints["tp"],
