@@ -20,7 +20,7 @@ answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -73,6 +73,26 @@ class PolicyInterval:
     step_s: Interval
     speedup: Interval  # the reference's step over this one's
     splits: tuple[tuple[str, float], ...]  # (split name, speedup under it)
+
+
+KERNEL_DECODE = ("per_seq_s", "weights_s", "compute_s_per_token", "kv_s_per_token",
+                 "prefill_s_per_token")
+
+
+def priced_profile(profile: Profile, p: CostPoint) -> Profile:
+    """The profile with its costs at the components `p`: what a draw means (the kernels' costs
+    scaled, the per-step and per-RL-step costs set, the update scaled). Simulating with it gives
+    what `RunWork.step_s` prices (exactly for a plain engine)."""
+    own = profile.cost_point
+    k = p.kernel_scale / own.kernel_scale
+    dec = replace(profile.decode, overhead_s=p.step_overhead_s,
+                  **{f: getattr(profile.decode, f) * k for f in KERNEL_DECODE})
+    dr = replace(profile.drafter, eagle_step_s=profile.drafter.eagle_step_s * k,
+                 eagle_s_per_seq=profile.drafter.eagle_s_per_seq * k)
+    t = p.train_scale / own.train_scale
+    ph = replace(profile.phases, weight_sync_s=p.rl_step_s,
+                 train_gpu_s_per_token=profile.phases.train_gpu_s_per_token * t)
+    return replace(profile, decode=dec, drafter=dr, phases=ph)
 
 
 def _host_per_pass(profile: Profile, kind: DrafterKind, batch: np.ndarray,

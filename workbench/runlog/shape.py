@@ -150,13 +150,9 @@ def train_forwards(log: RunLog) -> int:
     """Forwards per token of the update, from the phases the log times and its checkpointing
     settings."""
     cols = set(log.metrics.columns)
-    ckpt = {
-        k: (log.command.get(k).value.lower() != "false") if log.command.get(k) else True
-        for k in (
-            "actor_rollout_ref.model.enable_gradient_checkpointing",
-            "critic.model.enable_gradient_checkpointing",
-        )
-    }
+    ckpt = {k: str(_from_log(log, k, "", [], "", None)).lower() != "false"
+            for k in ("actor_rollout_ref.model.enable_gradient_checkpointing",
+                      "critic.model.enable_gradient_checkpointing")}
     n = 3 + ckpt["actor_rollout_ref.model.enable_gradient_checkpointing"]
     n += sum(TIMING + ph in cols for ph in LOG_PROB_PHASES)
     if TIMING + "update_critic" in cols:
@@ -169,9 +165,11 @@ def _gpus(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> int:
         taken.append(Taken("gpus", str(flags.gpus), "flag --gpus"))
         return flags.gpus
     keys = ("trainer.n_gpus_per_node", "trainer.nnodes")
-    per, nodes = (_need(_from_log(log, k, "--gpus", [], "", None), log, k, "--gpus") for k in keys)
-    gpus = _int(log.path, keys[0], per, "--gpus") * _int(log.path, keys[1], nodes, "--gpus")
-    taken.append(Taken("gpus", str(gpus), f"log: {keys[0]}={per} x {keys[1]}={nodes}"))
+    per = _need(_from_log(log, keys[0], "--gpus", [], "", None), log, keys[0], "--gpus")
+    nodes = _from_log(log, keys[1], "--gpus", [], "", None)
+    said = f"{keys[1]}={nodes}" if nodes is not None else f"{keys[1]} 1 (veRL's default)"
+    gpus = _int(log.path, keys[0], per, "--gpus") * _int(log.path, keys[1], nodes or "1", "--gpus")
+    taken.append(Taken("gpus", str(gpus), f"log: {keys[0]}={per} x {said}"))
     return gpus
 
 
