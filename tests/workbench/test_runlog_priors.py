@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from workbench.runlog.reader import STEP, read_run_log
 from workbench.runlog.run_profile import run_factors
 from workbench.runlog.shape import ShapeFlags, run_shape
 
+SHAPE = SimpleNamespace(train_forwards=6, gen_forwards=0)
 P = "(main_task pid=7773) "
 OTHER = "(pid=8238) "
 PRINTED = [
@@ -198,9 +200,10 @@ def test_interval_coverage_is_computed_on_the_steps_given():
                             (0.5, 1e-4, 0.1, 0.5), (2.0, 1.0, 100.0, 2.0), (-0.05, 0.05),
                             run_scatter=0.02)
     rows = np.arange(50)
-    c = predictive.coverage(replace(prof, uncertainty=tight), f, work, meas, 6, rows)
+    c = predictive.coverage(replace(prof, uncertainty=tight), f, work, meas, SHAPE, rows)
     assert 0.8 <= c.step_share <= 1.0 and c.median_inside and c.steps == 50
     off = Measured(meas.gen_s * 1.5, meas.update_s, meas.step_s)  # the run 50% slower
-    c = predictive.coverage(replace(prof, uncertainty=tight), f, work, off, 6, rows)
+    c = predictive.coverage(replace(prof, uncertainty=tight), f, work, off, SHAPE, rows)
     assert c.step_share == 0.0 and not c.median_inside
-    assert predictive.coverage(prof, f, work, meas, 6, rows) is None  # no uncertainty, no interval
+    # no uncertainty, no interval
+    assert predictive.coverage(prof, f, work, meas, SHAPE, rows) is None

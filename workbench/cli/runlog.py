@@ -201,7 +201,8 @@ def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
         save_figure(_figure(lf.prepared, lf.predicted, fit_steps), other)
     write_json(doc, report.calibration_document(result))
     typer.echo(f"wrote {out}, {png} and {doc}")
-    for (wl, obs), path in zip(workloads, (workload_out, full_path(workload_out))):
+    paths = (workload_out, full_path(workload_out)) if workload_out is not None else ()
+    for (wl, obs), path in zip(workloads, paths):
         write_workload(wl, obs, path)
         typer.echo(f"wrote {path} and {data_path(path)}: {wl.description.rsplit('; ', 1)[-1]}")
     typer.echo(f"read and calibrated in {time.perf_counter() - t0:.1f}s (the {fit_steps} fit steps "

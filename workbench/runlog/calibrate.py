@@ -56,7 +56,7 @@ class Prepared:
 
     def fit_set(self, fit_steps: int) -> fit.FitSet:
         return fit.FitSet(self.work, self.measured, fit_steps, self.shape.train_forwards,
-                          self.priors)
+                          self.priors, self.shape.gen_forwards)
 
 
 @dataclass(frozen=True)
@@ -181,9 +181,9 @@ def fitted_steps(profile: Profile, p: Prepared) -> int | None:
 
 def _log_fit(q: Prepared, prof: Profile, fit_steps: int) -> LogFit:
     f = prof.run_factors.transferred(tuple(q.priors.medians))
-    pred = engine.predict(q.work, f, q.shape.train_forwards)
+    pred = engine.predict(q.work, f, q.shape.train_forwards, q.shape.gen_forwards)
     held = np.arange(fit_steps, q.log.steps)
-    cov = predictive.coverage(prof, f, q.work, q.measured, q.shape.train_forwards, held)
+    cov = predictive.coverage(prof, f, q.work, q.measured, q.shape, held)
     return LogFit(q, pred, PhaseErrors.of(pred, q.measured, slice(0, fit_steps)),
                   PhaseErrors.of(pred, q.measured, slice(fit_steps, None)), cov)
 
@@ -198,7 +198,7 @@ def calibrate(p: Prepared, fit_steps: int, name: str, also: Sequence[Prepared] =
     sets = [q.fit_set(fit_steps) for q in logs]
     post = fit.fit_posterior(sets)
     on = tuple(fitted_on(q, fit_steps) for q in logs)
-    forwards, db = p.shape.train_forwards, p.database.name
+    forwards, db = p.shape.train_forwards + p.shape.gen_forwards, p.database.name
     f = run_factors(post.z, p.priors, forwards, db, "; ".join(on))
     splits = tuple(run_factors(fit.split_refit(sets, post, k), p.priors, forwards, db,
                                "; ".join(on)) for k in (True, False))
@@ -225,11 +225,12 @@ def validate(p: Prepared, profile: Profile) -> RunValidation:
             "a profile `tlt calibrate --run-log` wrote (it records the run-level factors)",
         )
     f = profile.run_factors.transferred(tuple(p.priors.medians))
-    run = engine.apply_factors(p.database, f, p.shape.train_forwards, profile.name)
-    pred = engine.predict(p.work, f, p.shape.train_forwards)
+    s = p.shape
+    run = engine.apply_factors(p.database, f, s.train_forwards + s.gen_forwards, profile.name)
+    pred = engine.predict(p.work, f, s.train_forwards, s.gen_forwards)
     own = fitted_steps(profile, p)
     held = PhaseErrors.of(pred, p.measured, slice(own, None)) if own is not None else None
     rows = np.arange(own or 0, p.log.steps)
-    cov = predictive.coverage(profile, f, p.work, p.measured, p.shape.train_forwards, rows)
+    cov = predictive.coverage(profile, f, p.work, p.measured, p.shape, rows)
     return RunValidation(p, profile, run, pred, PhaseErrors.of(pred, p.measured, slice(None)),
                          own is not None, held, cov)

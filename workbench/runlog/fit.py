@@ -10,8 +10,10 @@ r's factor = median_rj x exp(z_j), prior z_j ~ N(0, log-sd_j), bounded to the de
 over the fit steps (rho: soft-L1, half of it a normal's log-likelihood for small residuals and
 linear for large ones, so a warm-up step does not pull them; sigma: the residuals' robust scale;
 w = n_eff / n, the steps' lag-1 autocorrelation counted, so 100 steps that move together do not
-weigh as 100 independent ones). train_speed is the precision-weighted mean of its prior and the fit
-steps' log(measured / database update) (robust centre, its standard error with n_eff).
+weigh as 100 independent ones). train_speed, fitted first, is the precision-weighted mean of its
+prior and the fit steps' log(measured / database update) (robust centre, its standard error with
+n_eff); where the run's veRL recomputes the old log-probs inside the rollout timer, their forward
+at that train speed is part of each step's predicted rollout.
 
 The posterior is sampled (random-walk Metropolis inside the declared ranges, shaped by the
 Laplace covariance at the MAP, seeded): every factor's standard error is its draws' sd, their mean
@@ -29,14 +31,14 @@ enters (a test perturbs them and finds the factors unchanged).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import minimize
 
 from workbench.contracts import seeds
 from workbench.contracts.seeds import Stream
-from workbench.runlog.engine import StepWork
+from workbench.runlog.engine import StepWork, log_prob_s
 from workbench.runlog.errors import Measured
 from workbench.runlog.priors import FACTORS, RANGE_SDS, RunPriors
 
@@ -57,6 +59,8 @@ class FitSet:
     steps: int
     forwards: int  # the update's forwards per token in this run
     priors: RunPriors
+    gen_forwards: int = 0  # forwards per token inside the rollout timer (RunShape.gen_forwards)
+    log_prob_s: np.ndarray | None = None  # per step, their cost at the fitted train speed
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,8 @@ class Posterior:
 
 def _rollout(scales: np.ndarray, fs: FitSet, rows: np.ndarray) -> np.ndarray:
     s, o, c = fs.priors.medians[:3] * scales
-    return (s * fs.work.engine_s[rows] + o * fs.work.passes[rows]).max(axis=1) + c
+    extra = fs.log_prob_s[rows] if fs.log_prob_s is not None else 0.0
+    return (s * fs.work.engine_s[rows] + o * fs.work.passes[rows]).max(axis=1) + c + extra
 
 
 def residuals(z3: np.ndarray, sets: list[FitSet]) -> np.ndarray:
@@ -214,13 +219,22 @@ def _drift_sd(sets: list[FitSet], z3: np.ndarray, sigma: float) -> float:
     return float(np.sqrt(np.mean(np.concatenate(medians) ** 2)))
 
 
+def with_log_probs(sets: list[FitSet], zt: float) -> list[FitSet]:
+    """Each log's rollout given the old log-probs' forward its veRL times inside it, at the train
+    speed fitted on the update (log-scale `zt` over its prior's median)."""
+    return [replace(fs, log_prob_s=log_prob_s(
+        fs.work, fs.priors["train_speed"].median * float(np.exp(zt)), fs.gen_forwards))
+        for fs in sets]
+
+
 def fit_posterior(sets: list[FitSet]) -> Posterior:
     """The factors' posterior from each log's first steps (module docstring); several logs of one
     cluster share the scales, each over its own engine and its own priors' medians."""
     sd = sets[0].priors.log_sds
+    zt, sdt = _train(sets, sd[3])
+    sets = with_log_probs(sets, zt)
     z3, sigma, weight = _map(sets, sd[:3], {})
     draws = _sample(sets, sd[:3], z3, sigma, weight)
-    zt, sdt = _train(sets, sd[3])
     cov = np.zeros((4, 4))
     cov[:3, :3] = np.cov(draws.T)
     cov[3, 3] = sdt**2
@@ -237,5 +251,6 @@ def split_refit(sets: list[FitSet], post: Posterior, per_engine_step: bool) -> n
     step's fixed cost at its range's bottom) or all per RL step (the per-step cost at its
     bottom)."""
     j = 2 if per_engine_step else 1
+    sets = with_log_probs(sets, post.z[3])
     z3, _, _ = _map(sets, post.prior_sd[:3], {j: -RANGE_SDS * post.prior_sd[j]})
     return np.append(z3, post.z[3])

@@ -62,17 +62,19 @@ def factors_at(f: RunFactors, own: CostPoint, point: CostPoint) -> RunFactors:
     )
 
 
-def coverage(profile: Profile, run: RunFactors, work: StepWork, meas: Measured, forwards: int,
+def coverage(profile: Profile, run: RunFactors, work: StepWork, meas: Measured, shape,
              rows: np.ndarray, seed: int = 0) -> Coverage | None:
-    """The intervals `profile`'s uncertainty gives on `rows` of a log whose own factors (the
-    profile's, transferred to its config) are `run` (None: the profile has no uncertainty)."""
+    """The intervals `profile`'s uncertainty gives on `rows` of a log of this `shape` (its
+    forwards) whose own factors (the profile's, transferred to its config) are `run` (None: the
+    profile has no uncertainty)."""
     u = profile.uncertainty
     if u is None or not len(rows):
         return None
     center = profile.cost_point
     rng = seeds.rng(seed, Stream.COST_DRAWS, 1)
     bias = np.exp(rng.normal(0.0, u.run_scatter, size=(DRAWS, 1)))  # one per draw: the run's
-    preds = bias * np.array([predict(_rows(work, rows), factors_at(run, center, d), forwards).gen_s
+    fw = (shape.train_forwards, shape.gen_forwards)
+    preds = bias * np.array([predict(_rows(work, rows), factors_at(run, center, d), *fw).gen_s
                              for d in draw_costs(u, DRAWS, seed)])
     y = meas.gen_s[rows]
     ok = np.isfinite(y) & (y > 0)
@@ -85,7 +87,7 @@ def coverage(profile: Profile, run: RunFactors, work: StepWork, meas: Measured, 
               ((1 - u.level) / 2 * 100, (1 + u.level) / 2 * 100))
     inside = (y[ok] >= lo[ok]) & (y[ok] <= hi[ok])
     medians = np.median(preds[:, ok], axis=1)
-    own = predict(_rows(work, rows), run, forwards).gen_s
+    own = predict(_rows(work, rows), run, *fw).gen_s
     return Coverage(int(ok.sum()), float(inside.mean()) if ok.any() else float("nan"),
                     interval(medians, u.level), float(np.median(y[ok])),
                     float(np.median(own[ok])), u.level)

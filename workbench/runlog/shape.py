@@ -67,6 +67,9 @@ class RunShape:
         int  # forwards per token of the update (DATABASE_FORWARDS: the database's count)
     )
     taken: tuple[Taken, ...]
+    # forwards per token inside veRL's rollout timer: 1 where the log times no old_log_prob phase
+    # (older veRL recomputes the old policy's log-probs inside generate_sequences), else 0
+    gen_forwards: int = 0
 
     @property
     def engines(self) -> int:
@@ -225,5 +228,9 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     forwards = train_forwards(log)
     timed = ", ".join(c[len(TIMING):] for c in log.metrics.columns if str(c).startswith(TIMING))
     taken.append(Taken("train_forwards", str(forwards), f"the phases the log times ({timed})"))
+    in_gen = int(TIMING + "old_log_prob" not in log.metrics.columns)
+    if in_gen:
+        taken.append(Taken("gen_forwards", "1", "no old_log_prob phase timed: this veRL "
+                           "recomputes the old log-probs inside generate_sequences (timing gen)"))
     return RunShape(arch, flags.gpu, gpus, ints["tp"], ints["prompts_per_step"], ints["group_size"],
-                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken))
+                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken), in_gen)

@@ -41,17 +41,16 @@ def leave_one_out(logs: list[Prepared], fit_steps: int, name: str) -> tuple[Left
         sets = [q.fit_set(fit_steps) for q in others]
         post = fit.fit_posterior(sets)
         first = others[0]
-        forwards, db = first.shape.train_forwards, first.database.name
+        forwards, db = first.shape.train_forwards + first.shape.gen_forwards, first.database.name
         f = run_factors(post.z, first.priors, forwards, db, "")
         splits = tuple(run_factors(fit.split_refit(sets, post, s), first.priors, forwards, db, "")
                        for s in (True, False))
         prof = run_profile(first.database, forwards, f, uncertainty(post, first.priors, f, splits),
                            name, (), float("nan"), first.log.path)
         g = f.transferred(tuple(left.priors.medians))
-        pred = engine.predict(left.work, g, left.shape.train_forwards)
+        pred = engine.predict(left.work, g, left.shape.train_forwards, left.shape.gen_forwards)
         rows = np.arange(left.log.steps)
-        cov = predictive.coverage(prof, g, left.work, left.measured, left.shape.train_forwards,
-                                  rows)
+        cov = predictive.coverage(prof, g, left.work, left.measured, left.shape, rows)
         out.append(LeftOut(Path(left.log.path).name,
                            tuple(Path(q.log.path).name for q in others),
                            Errors.of(pred.gen_s, left.measured.gen_s),
