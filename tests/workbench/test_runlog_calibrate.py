@@ -182,6 +182,16 @@ def test_calibrate_validate_and_compare_from_the_command_line(runs, tmp_path):
     )
     assert res.exit_code == 0, res.output
     assert "measured (the run's log" in res.output and "modelled, not in the log" in res.output
+    # every speedup and time with its interval, and what the sample simulated
+    assert "tlt-base 1." in res.output and "90%:" in res.output
+    assert "simulated: 1 steps" in res.output
+    c = json.loads((tmp_path / "c" / "compare.json").read_text())
+    iv = c["policies"]["tlt-base"]["interval"]["speedup"]
+    assert iv["low"] <= iv["value"] <= iv["high"] and iv["level"] == 0.9
+    res = cli.invoke(app, ["sim", "--workload", str(wl), "--policy", "baseline,tlt-base",
+                           "--steps", "1", "--out", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert "with the profile's cost uncertainty" in res.output and "90%:" in res.output
 
 
 def test_the_database_says_what_it_does_without_rows_for_32_kv_heads():

@@ -207,3 +207,34 @@ def test_interval_coverage_is_computed_on_the_steps_given():
     assert c.step_share == 0.0 and not c.median_inside
     # no uncertainty, no interval
     assert predictive.coverage(prof, f, work, meas, SHAPE, rows) is None
+
+
+def test_an_engine_profile_measured_on_the_gpu_tightens_the_priors_it_measures():
+    """`--engine-profile`: its per-token time over the database's becomes the decode-speed prior
+    (log-sd 0.1); its per-step cost the per-step prior only where it ran in the run's eager mode;
+    a profile of another GPU or TP is refused."""
+    from workbench.contracts.cluster import Cluster
+    from workbench.runlog.priors import engine_profile_priors
+
+    db = load_profile("h100-qwen2.5-7b-tp1")
+    slow = {f: getattr(db.decode, f) * 1.3 for f in ("per_seq_s", "weights_s",
+                                                     "compute_s_per_token", "kv_s_per_token")}
+    measured = replace(db, name="sweep", decode=replace(db.decode, overhead_s=0.009, **slow),
+                       cluster=Cluster("qwen2.5-7b", "h100", 1, "vllm"))
+    shape = SimpleNamespace(gpu="h100", tp=1, max_batch=256)
+    eager = SimpleNamespace(enforce_eager=True)
+    out = engine_profile_priors(PRIORS, measured, db, shape, eager, 600.0)
+    assert out["decode_speed"].median == pytest.approx(1.3, rel=1e-3)
+    assert out["decode_speed"].log_sd == 0.1 and "sweep" in out["decode_speed"].why
+    assert out["step_overhead_s"] == PRIORS["step_overhead_s"]  # its eager mode not recorded
+    swept = SimpleNamespace(**{k: getattr(measured, k) for k in ("name", "decode", "cluster")},
+                            engine=SimpleNamespace(graphs=False))  # an eager sweep
+    out = engine_profile_priors(PRIORS, swept, db, shape, eager, 600.0)
+    assert out["step_overhead_s"].median == pytest.approx(0.009)
+    assert out["step_overhead_s"].log_sd == 0.3
+    with pytest.raises(ConfigError, match="cluster.tp"):
+        engine_profile_priors(PRIORS, measured, db, replace_ns(shape, tp=2), eager, 600.0)
+
+
+def replace_ns(ns: SimpleNamespace, **changes) -> SimpleNamespace:
+    return SimpleNamespace(**{**vars(ns), **changes})
