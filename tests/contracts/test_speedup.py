@@ -13,7 +13,8 @@ from sim.simulator import simulate
 from workbench.compare.policies import why_runs
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
-from workbench.contracts.speedup import RunTimes, eligible_wall_s, explain, why_json, why_table
+from workbench.contracts.speedup import (WHY_HEADERS, RunTimes, eligible_wall_s, explain,
+                                         why_frame, why_json, why_table)
 from workbench.contracts.timeline import Timeline
 from workbench.contracts.trace import TimelineRow, rows_frame
 from workbench.contracts.workload import load_workload
@@ -111,6 +112,10 @@ def test_a_slower_policy_is_said_to_be_slower_never_a_negative_share():
     assert w.speedup < 1 and w.reached < 0
     assert "slower than baseline" in w.sentence and "reaches" not in w.sentence
     assert not re.search(r"-\d+%", w.sentence)
+    table = why_table([w])[0]
+    assert table[list(WHY_HEADERS).index("reached")] == "slower"
+    assert not any(re.search(r"-\d+%", cell) for cell in table)
+    assert math.isnan(why_frame([w]).loc["tlt", "reached"])
     for speedup in (0.5, 0.9, 0.97, 0.99, 1.0, 1.01, 1.2):
         for reached in (-2.0, -0.57, -0.01, 0.0, 0.4, float("nan")):
             for off in (0.7, 1.0, float("nan")):

@@ -57,6 +57,8 @@ def test_a_run_log_is_calibrated_then_its_policies_compared(repo_root, tmp_path,
     assert not at.error, [e.value for e in at.error]
     assert any("decode_speed" in c.value and "declared range" in c.value for c in at.code)
     assert any("measured (the run's log" in c.value for c in at.caption)
+    # the page's Steps follow the calibrated run's sample (all 12 steps of this excerpt)
+    assert at.number_input(key="whatif_steps_n").value == 12
     at.multiselect(key="whatif_policies").set_value(["baseline", "tlt-base"])
     at.number_input(key="whatif_steps_n").set_value(1)
     at.button(key="whatif_run").click().run()

@@ -18,7 +18,8 @@ format) and their mean step times, `explain` gives:
   the wall time during which every worker still decoding is at a batch <= `sd_batch` (a worker at
   a larger batch keeps the rollout going whatever SD does to the others); `ceiling_speedup` the
   reference's step over it;
-- `reached`: the share of that ceiling's saving the policy's step realises.
+- `reached`: the share of that ceiling's saving the policy's step realises (below zero where the
+  policy is slower than the reference: the sentence and the table then say "slower", and why).
 
 `sentence` turns these numbers into one line of why the gain is small or large. The same function
 serves `tlt sim`, `tlt compare`, the What-if and Compare pages and a real run's trace.
@@ -196,7 +197,9 @@ def sentence(w: SpeedupWhy) -> str:
             f"{_pct(w.sd_share)} of {w.reference}'s decoding runs at batch <= {w.sd_batch}, "
             "where SD runs; SD makes it"
         )
-    faster = f" {w.sd_speedup:.2f}x faster" if math.isfinite(w.sd_speedup) else " faster"
+    faster = " faster"
+    if math.isfinite(w.sd_speedup):
+        faster = f" {w.sd_speedup:.2f}x " + ("faster" if w.sd_speedup >= 1 else "as fast")
     if w.sd_share >= 0.5 and off:
         faster += f" (above batch {w.sd_batch} it runs {w.off_speedup:.2f}x as fast)"
     reach = ""
@@ -251,6 +254,8 @@ def _fmt(name: str, value: float) -> str:
         return "-"
     if name in ("speedup", "sd_speedup", "off_speedup", "ceiling_speedup"):
         return f"{value:.2f}x"
+    if name == "reached" and value < 0:
+        return "slower"  # a share of the ceiling below zero means nothing to a reader
     if name in ("rollout_share", "sd_share", "bubble", "reached"):
         return f"{value:.0%}"
     if name == "ceiling_step_s":
@@ -270,6 +275,9 @@ def why_frame(whys: list[SpeedupWhy]) -> pd.DataFrame:
         {**{k: getattr(w, k) for k in WHY_HEADERS}, "bubble_ref": w.bubble_ref, "why": w.sentence}
         for w in whys
     ]
+    for row in rows:  # a share of the ceiling below zero does not apply: the policy is slower
+        if row["reached"] < 0:
+            row["reached"] = math.nan
     return pd.DataFrame(rows).set_index("policy")
 
 

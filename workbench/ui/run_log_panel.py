@@ -34,6 +34,7 @@ from workbench.workloads.build import write_workload
 
 ID_PREFIX = "runlog:"
 _STATE = "whatif_runlog"  # input digest -> _Calibrated
+STEPS_KEY = "whatif_steps_n"  # the What-if page's Steps input
 SUFFIXES = ["log", "txt", "out", "gz", "csv", "jsonl", "json", "parquet"]
 
 
@@ -226,6 +227,8 @@ def run_log_workload() -> tuple[Workload | None, str]:
         except (ConfigError, FieldError, ValueError) as exc:
             st.error(f"Run log rejected: {exc}")
             return None, ""
+        # the page's Steps: the whole sample, as `tlt compare` simulates it on this workload
+        st.session_state[STEPS_KEY] = min(100, load_workload(done[digest].workload_path).steps)
     _show(done[digest])
     return load_workload(done[digest].workload_path), ID_PREFIX + digest
 
