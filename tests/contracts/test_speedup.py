@@ -4,6 +4,7 @@ trace rows as it reads the simulator's, and says in words what bounds the gain."
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -12,7 +13,8 @@ from sim.simulator import simulate
 from workbench.compare.policies import why_runs
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
-from workbench.contracts.speedup import RunTimes, eligible_wall_s, explain, why_json, why_table
+from workbench.contracts.speedup import (WHY_HEADERS, RunTimes, eligible_wall_s, explain,
+                                         why_frame, why_json, why_table)
 from workbench.contracts.timeline import Timeline
 from workbench.contracts.trace import TimelineRow, rows_frame
 from workbench.contracts.workload import load_workload
@@ -98,3 +100,25 @@ def test_on_the_dapo_workload_tlt_is_bounded_by_decoding_below_its_threshold(dap
     rows = why_table([tlt, april])
     assert rows[1][-1] == "-" and rows[0][1] == f"{tlt.speedup:.2f}x"
     assert why_json(april)["reached"] is None  # JSON has no NaN
+
+
+def test_a_slower_policy_is_said_to_be_slower_never_a_negative_share():
+    """A policy slower than its reference (the run's SD tail too short to pay for an EAGLE drafter
+    pass in every step): the sentence says it is slower and why, and never prints a share below
+    zero, whatever the numbers."""
+    ref = RunTimes.from_timeline(_timeline(10, "decode").frame())
+    slow = RunTimes.from_timeline(_timeline(12, "decode_sd").frame())  # SD makes the tail slower
+    w = explain("tlt", slow, "baseline", ref)
+    assert w.speedup < 1 and w.reached < 0
+    assert "slower than baseline" in w.sentence and "reaches" not in w.sentence
+    assert not re.search(r"-\d+%", w.sentence)
+    table = why_table([w])[0]
+    assert table[list(WHY_HEADERS).index("reached")] == "slower"
+    assert not any(re.search(r"-\d+%", cell) for cell in table)
+    assert math.isnan(why_frame([w]).loc["tlt", "reached"])
+    for speedup in (0.5, 0.9, 0.97, 0.99, 1.0, 1.01, 1.2):
+        for reached in (-2.0, -0.57, -0.01, 0.0, 0.4, float("nan")):
+            for off in (0.7, 1.0, float("nan")):
+                v = replace(w, speedup=speedup, reached=reached, off_speedup=off)
+                assert not re.search(r"-\d+(\.\d+)?%", v.sentence), v.sentence
+                assert ("slower than" in v.sentence) == (speedup < 0.98), v.sentence

@@ -55,8 +55,10 @@ def test_a_run_log_is_calibrated_then_its_policies_compared(repo_root, tmp_path,
     at.button(key="whatif_runlog_go").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    assert any("decode_speed" in c.value for c in at.code)
+    assert any("decode_speed" in c.value and "declared range" in c.value for c in at.code)
     assert any("measured (the run's log" in c.value for c in at.caption)
+    # the page's Steps follow the calibrated run's sample (all 12 steps of this excerpt)
+    assert at.number_input(key="whatif_steps_n").value == 12
     at.multiselect(key="whatif_policies").set_value(["baseline", "tlt-base"])
     at.number_input(key="whatif_steps_n").set_value(1)
     at.button(key="whatif_run").click().run()
@@ -64,3 +66,6 @@ def test_a_run_log_is_calibrated_then_its_policies_compared(repo_root, tmp_path,
     result = at.session_state["whatif_result"]
     assert result.profile.run_factors is not None and result.workload.group_size == 5
     assert result.labels == ["baseline", "tlt-base"]
+    # the speedup with its interval from the calibration's uncertainty, as tlt compare prints it
+    assert any("How sure" in m.value for m in at.markdown)
+    assert any("tlt-base" in c.value and "90%:" in c.value for c in at.code)

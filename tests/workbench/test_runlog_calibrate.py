@@ -76,7 +76,9 @@ def test_held_out_steps_never_reach_the_fit(runs, grpo):
     were."""
     perturbed = cal.prepare(runs / "grpo-perturbed.log", ShapeFlags(gpu="h100"), fit_steps=FIT)
     a, b = cal.calibrate(grpo, FIT, "a"), cal.calibrate(perturbed, FIT, "a")
-    assert replace(a.factors.factors, fitted_on="") == replace(b.factors.factors, fitted_on="")
+    fa, fb = a.profile.run_factors, b.profile.run_factors
+    assert replace(fa, fitted_on="") == replace(fb, fitted_on="")
+    np.testing.assert_array_equal(a.posterior.draws, b.posterior.draws)
     assert not np.allclose(
         a.predicted.gen_s[FIT:], b.predicted.gen_s[FIT:]
     )  # the held-out steps did change
@@ -85,7 +87,6 @@ def test_held_out_steps_never_reach_the_fit(runs, grpo):
 
 def test_each_prediction_is_the_fitted_profile_s_simulation_of_that_step(grpo):
     c = cal.calibrate(grpo, FIT, "fitted")
-    assert c.profile.run_factors == c.factors.factors
     wl = engine.run_workload(grpo.shape, grpo.lengths, "run", c.profile.name)
     for i in (0, FIT + 3):
         w = replace(wl, prompt_tokens=int(grpo.lengths.prompt_tokens[i]))
@@ -101,7 +102,8 @@ def test_the_calibration_beats_holding_the_first_steps_constant(grpo):
     c = cal.calibrate(grpo, FIT, "fitted")
     assert c.heldout.gen.steps == STEPS - FIT
     assert c.heldout.gen.median < c.baselines.first_median.median
-    assert c.factors.factors.decode_speed > 0 and c.factors.factors.train_speed > 0
+    f = c.profile.run_factors
+    assert f.decode_speed > 0 and f.train_speed > 0
 
 
 def test_calibrate_validate_and_compare_from_the_command_line(runs, tmp_path):
@@ -180,6 +182,16 @@ def test_calibrate_validate_and_compare_from_the_command_line(runs, tmp_path):
     )
     assert res.exit_code == 0, res.output
     assert "measured (the run's log" in res.output and "modelled, not in the log" in res.output
+    # every speedup and time with its interval, and what the sample simulated
+    assert "tlt-base 1." in res.output and "90%:" in res.output
+    assert "simulated: 1 steps" in res.output
+    c = json.loads((tmp_path / "c" / "compare.json").read_text())
+    iv = c["policies"]["tlt-base"]["interval"]["speedup"]
+    assert iv["low"] <= iv["value"] <= iv["high"] and iv["level"] == 0.9
+    res = cli.invoke(app, ["sim", "--workload", str(wl), "--policy", "baseline,tlt-base",
+                           "--steps", "1", "--out", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert "with the profile's cost uncertainty" in res.output and "90%:" in res.output
 
 
 def test_the_database_says_what_it_does_without_rows_for_32_kv_heads():
@@ -216,6 +228,13 @@ def test_two_logs_of_one_cluster_share_the_factors(runs, tmp_path):
     summary = json.loads(res.output.strip().splitlines()[-1])
     assert [a["steps"] for a in summary["also"]] == [16]
     assert summary["also"][0]["gen_heldout_median_abs_error_pct"] is not None
+    # leave one run out: each log predicted from the other's first steps alone
+    loro = {x["log"]: x for x in summary["leave_one_out"]}
+    assert loro["ppo.log"]["fitted_on"] == ["grpo.log"]
+    assert loro["grpo.log"]["fitted_on"] == ["ppo.log"]
+    for x in loro.values():
+        assert x["gen_median_abs_error_pct"] is not None and 0 <= x["coverage"]["step_share"] <= 1
+    assert "LEAVE ONE RUN OUT" in res.output
     assert len(load_profile(out).fitted_on) == 2 and (tmp_path / "both.ppo.png").is_file()
     res = cli.invoke(
         app, ["validate", "--run-log", f"{runs / 'ppo.log'}::group_size=1", "--profile", str(out)]

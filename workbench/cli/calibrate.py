@@ -92,8 +92,8 @@ def calibrate(
     reward: Optional[str] = typer.Option(None, help="With --task: " + REWARD_HELP),
     run_log: Optional[list[Path]] = typer.Option(None, "--run-log", help=rl.RUN_LOG_CALIBRATE),
     fit_steps: int = typer.Option(100, "--fit-steps", min=1, help="With --run-log: fit on these."),
-    workload_out: Optional[Path] = typer.Option(None, "--workload-out", help="With --run-log: "
-                                                "also write the run's workload (replayed)."),
+    workload_out: Optional[Path] = rl.WORKLOAD_OUT,
+    engine_profile: Optional[str] = rl.ENGINE_PROFILE,
     arch: Optional[str] = rl.ARCH, gpu: Optional[str] = rl.GPU, gpus: Optional[int] = rl.GPUS,
     tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
@@ -107,7 +107,8 @@ def calibrate(
         flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
                                max_response_tokens, max_batch)
         return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,
-                                    not (traces or model is not None or runs), workers)
+                                    not (traces or model is not None or runs), workers,
+                                    engine_profile)
     try:
         base_prof = load_profile(base)
         # refused before anything runs or is written

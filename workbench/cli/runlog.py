@@ -13,10 +13,11 @@ import typer
 
 from workbench.cli.common import fail, mapper_for
 from workbench.contracts.fileio import save_figure, write_json
-from workbench.contracts.profile import Profile
+from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError, save
 from workbench.runlog import calibrate as cal
-from workbench.runlog import report
+from workbench.runlog import factor_report, report
+from workbench.runlog.run_workload import full_path, run_workloads
 from workbench.runlog.shape import ShapeFlags
 from workbench.workloads.build import data_path, write_workload
 
@@ -80,6 +81,14 @@ MAX_BATCH = typer.Option(
 )
 
 
+WORKLOAD_OUT = typer.Option(
+    None, "--workload-out", help="With --run-log: also write the run's workload (replayed): W a "
+    "sample of 12 steps spread over the run (tlt compare's default), W-full the whole run.")
+ENGINE_PROFILE = typer.Option(
+    None, "--engine-profile", help="With --run-log: a profile measured on the run's GPU and engine "
+    "(an engine sweep's) whose per-token and per-step costs become the factors' priors.")
+
+
 def shape_flags(
     arch: Optional[str],
     gpu: Optional[str],
@@ -141,12 +150,13 @@ def log_and_flags(arg: Path, flags: ShapeFlags) -> tuple[Path, ShapeFlags]:
 
 
 def _prepare(run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[int] = None,
-             workers: int = 1, progress: Optional[Progress] = None) -> cal.Prepared:
+             workers: int = 1, progress: Optional[Progress] = None,
+             engine_profile: Optional[Profile] = None) -> cal.Prepared:
     run_log, flags = log_and_flags(run_log, flags)
     typer.echo(f"reading {run_log}, then one simulation per step ...", err=True)
     try:
         p = cal.prepare(run_log, flags, seed, progress or Progress(fit_steps), fit_steps,
-                        mapper=mapper_for(workers, None))
+                        mapper=mapper_for(workers, None), engine_profile=engine_profile)
     except (ConfigError, ValueError) as exc:
         fail(exc)
     for line in report.shape_lines(p):
@@ -156,7 +166,8 @@ def _prepare(run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[in
 
 def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
                       workload_out: Optional[Path], name: Optional[str], flags: ShapeFlags,
-                      seed: int, alone: bool = True, workers: int = 1) -> None:
+                      seed: int, alone: bool = True, workers: int = 1,
+                      engine_profile: Optional[str] = None) -> None:
     """Read, simulate, fit on the first steps (of each log: runs of one cluster), predict the rest;
     then write the profile (its figure and per-step JSON beside it) and, if asked, the first run's
     workload. Nothing is written on an error."""
@@ -164,14 +175,20 @@ def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
         fail(ValueError("--run-log: give it alone (not with traces, --model or --run)"))
     t0 = time.perf_counter()
     check_profile_paths(workload_out, names=("--workload-out",))
+    measured = None
+    if engine_profile is not None:
+        try:
+            measured = load_profile(engine_profile)
+        except ConfigError as exc:
+            fail(exc)
     first = Progress(fit_steps)
-    preps = [_prepare(log, flags, seed, fit_steps, workers, first if i == 0 else None)
-             for i, log in enumerate(run_logs)]
+    preps = [_prepare(log, flags, seed, fit_steps, workers, first if i == 0 else None,
+                      measured) for i, log in enumerate(run_logs)]
     try:
         result = cal.calibrate(preps[0], fit_steps, name or out.stem, preps[1:])
-        wl = obs = None
+        workloads = []
         if workload_out is not None:
-            wl, obs = cal.run_workload(result, workload_out.stem, _relative(out, workload_out))
+            workloads = run_workloads(result, workload_out.stem, _relative(out, workload_out))
     except (ConfigError, ValueError) as exc:
         fail(exc)
     for line in report.calibration_lines(result):
@@ -184,10 +201,10 @@ def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
         save_figure(_figure(lf.prepared, lf.predicted, fit_steps), other)
     write_json(doc, report.calibration_document(result))
     typer.echo(f"wrote {out}, {png} and {doc}")
-    if wl is not None:
-        write_workload(wl, obs, workload_out)
-        typer.echo(f"wrote {workload_out} and {data_path(workload_out)}: replay of the modelled "
-                   f"steps ({wl.steps} by default; --steps for more)")
+    paths = (workload_out, full_path(workload_out)) if workload_out is not None else ()
+    for (wl, obs), path in zip(workloads, paths):
+        write_workload(wl, obs, path)
+        typer.echo(f"wrote {path} and {data_path(path)}: {wl.description.rsplit('; ', 1)[-1]}")
     typer.echo(f"read and calibrated in {time.perf_counter() - t0:.1f}s (the {fit_steps} fit steps "
                f"read and simulated after {first.fit_ready_s:.1f}s)", err=True)
     typer.echo(json.dumps(report.calibration_summary(result)))
@@ -225,11 +242,23 @@ def validate_run_log(run_log: Path, prof: Profile, flags: ShapeFlags, out: Optio
         else "held out: the profile was not fitted on this log"
     )
     typer.echo(f"profile {prof.name} ({f.fitted_on}) over {p.database.name}; {sample}")
+    for line in factor_report.engine_lines(p.engine):
+        typer.echo(line)
+    g = v.run_profile.run_factors
+    typer.echo(f"factors over this run's engine: decode {g.decode_speed:.3g}x, "
+               f"{1e3 * g.step_overhead_s:.3g} ms per engine step, {g.rl_step_s:.3g} s per RL "
+               f"step, update {g.train_speed:.3g}x (the profile's multiples of this run's "
+               "config's priors)")
     for line in report.error_lines(v.errors, "all steps"):
         typer.echo(line)
     if v.heldout is not None:  # in sample: the steps after the fitted ones are still held out
         for line in report.error_lines(v.heldout, "HELD OUT"):
             typer.echo(line)
+    label = "held out" if v.in_sample else "all steps"
+    for line in factor_report.coverage_line(label, v.coverage):
+        typer.echo(line)
+    if v.coverage is None:
+        typer.echo("no interval: the profile records no uncertainty of its costs")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         doc = {

@@ -18,6 +18,8 @@ from workbench.runlog.report import measured_vs_modelled
 from workbench.cli.apps import app, bench_app
 from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
                                   load_inputs, runner_for)
+from workbench.compare.intervals import (interval_json, interval_lines, policy_intervals,
+                                        run_work)
 from workbench.compare.policies import compare as run_compare
 from workbench.compare.policies import summarize_runs, why_runs
 from workbench.contracts.fileio import save_figure, write_atomic
@@ -80,11 +82,17 @@ def sim(
                      f"{s.bubble_fraction:.1%}", f"{s.tail_fraction:.1%}",
                      f"{s.drafter_train_fraction:.1%}", f"{s.mean_accept_len:.2f}",
                      f"{s.speedup:.2f}x"])
+    intervals = policy_intervals([(r.policy_name, [run_work(r, prof, wl.workers)]) for r in runs],
+                                 prof, seed)
+    for pi in intervals or []:
+        summary["policies"][pi.policy]["interval"] = interval_json(pi)
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     typer.echo(f"{wl.name} on {prof.name}, {n} steps, seed {seed} (another seed "
                "draws other lengths: tlt compare --seeds K for the spread)")
     typer.echo(format_table(rows, ["policy", "step s", "rollout s", "bubble", "tail", "spot-train",
                                    "accept len", "speedup"]))
+    for line in interval_lines(intervals, runs[0].policy_name):
+        typer.echo(line)
     _print_why(whys)
     typer.echo(f"wrote {out}/summary.json")
 
@@ -248,8 +256,10 @@ def compare(
                                    "speedup", "paired range", "what it does to RL"]))
     typer.echo(f"speedup = {result.reference}'s mean step time / the policy's; "
                "paired range = min-max over seeds of the per-seed ratio")
+    for line in interval_lines(result.intervals, result.reference):
+        typer.echo(line)
     _print_why(result.why())
-    for line in measured_vs_modelled(prof):  # a profile calibrated on a real run's log
+    for line in measured_vs_modelled(prof, wl, result.steps, len(result.seeds)):
         typer.echo(line)
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
 

@@ -39,6 +39,7 @@ from matplotlib.figure import Figure
 
 from sim.results import PolicyRun
 from sim.sweep import ProgressFn, Runner, seed_list, spread, sweep
+from workbench.compare.intervals import PolicyInterval, interval_json, policy_intervals, run_work
 from workbench.contracts.fileio import save_result
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
@@ -143,6 +144,8 @@ class Comparison:
     natures: list[str]  # per policy: what it does to the RL algorithm (RolloutConfig.nature)
     # per (policy, seed), against the first policy
     whys: list[SpeedupWhy] = field(default_factory=list)
+    # per policy, with the profile's cost uncertainty (None: the profile has none)
+    intervals: list[PolicyInterval] | None = None
 
     def why(self) -> list[SpeedupWhy]:
         """Per policy: its decomposition, means over seeds (`mean_why`); empty without per-seed
@@ -205,6 +208,9 @@ class Comparison:
             why = next((w for w in self.why() if w.policy == name), None)
             if why is not None:
                 entry["why"] = why_json(why)
+            pi = next((p for p in self.intervals or [] if p.policy == name), None)
+            if pi is not None:
+                entry["interval"] = interval_json(pi)
             entry["per_seed"] = [
                 {"seed": seed, **{m: float(v) for m, v in zip(METRICS, vals)}}
                 for seed, *vals in zip(self.seeds, *(self._by_seed(name, m) for m in METRICS))
@@ -269,7 +275,9 @@ def compare(workload: Workload, policies: Sequence[Policy], profile: Profile,
     `runner` runs the units: `sim.sweep.sweep` in this process, or a Ray runner
     (workbench/deploy/distributed.py)."""
     rows, whys, refs = [], [], {}
+    works: dict[str, list] = {p.name: [] for p in policies}
     for r in runner(workload, policies, profile, seeds, steps, on_progress):
+        works[r.policy.name].append(run_work(r.run, profile, workload.workers))
         usage = [step_usage(m, workload, r.policy).gpu for m in r.run.steps]
         gpu = {f"gpu_{s}_s": float(np.mean([getattr(u, s) for u in usage]))
                for s in ("decode", "idle", "train")}
@@ -284,4 +292,5 @@ def compare(workload: Workload, policies: Sequence[Policy], profile: Profile,
     runs = pd.DataFrame(rows, columns=["policy", "seed", *METRICS, *GPU_STATES])
     return Comparison(workload.name, profile.name, steps if steps is not None else workload.steps,
                       seed_list(seeds), [p.name for p in policies], runs,
-                      [p.rollout.nature for p in policies], whys)
+                      [p.rollout.nature for p in policies], whys,
+                      policy_intervals(list(works.items()), profile))

@@ -7,12 +7,13 @@ the same forms, so a Profile means the same thing everywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.schema import check_part, load, preset_names, require
+from workbench.contracts.uncertainty import CostPoint, CostUncertainty
 
 PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
 
@@ -249,8 +250,10 @@ class RunFactors:
     decode step = decode_speed x the database's step + step_overhead_s (per engine step);
     the RL step pays rl_step_s more (veRL times its weight sync inside the rollout);
     the update = train_speed x the database's cost per token and forward x the run's forwards.
-    Fitted on the log's first steps only (`fitted_on`); a run of another shape on the same cluster
-    takes the same factors over its own engine (`tlt validate --run-log`)."""
+    Fitted on the log's first steps only (`fitted_on`), each as a multiple of what the run's
+    engine config predicts (its prior's median, `*_prior*`: workbench/runlog/priors.py); a run of
+    another shape on the same cluster takes the same multiples over its own engine and its own
+    config's medians (`tlt validate --run-log`)."""
 
     decode_speed: float
     step_overhead_s: float
@@ -259,6 +262,12 @@ class RunFactors:
     train_forwards: int  # forwards per token of the update this profile's train cost holds
     database_profile: str = ""  # the measured-database profile the factors apply to
     fitted_on: str = ""  # the log and its fitted steps
+    # The priors' medians of the run fitted on (0: not recorded; the factors then transfer as
+    # they are)
+    decode_speed_prior: float = 0.0
+    step_overhead_prior_s: float = 0.0
+    rl_step_prior_s: float = 0.0
+    train_speed_prior: float = 0.0
 
     def check(self) -> None:
         require(0.0 < self.decode_speed <= 1000.0, "decode_speed", self.decode_speed,
@@ -268,6 +277,19 @@ class RunFactors:
         require(self.rl_step_s >= 0.0, "rl_step_s", self.rl_step_s, "seconds >= 0")
         require(0.0 < self.train_speed <= 1000.0, "train_speed", self.train_speed, "a factor > 0")
         require(self.train_forwards >= 1, "train_forwards", self.train_forwards, "an integer >= 1")
+
+    def transferred(self, medians: tuple[float, float, float, float]) -> "RunFactors":
+        """The factors over another run of the cluster whose config predicts `medians` (decode
+        speed, per-step s, per-RL-step s, train speed): the same multiples of its medians as of
+        the fitted run's (a factor whose prior was not recorded transfers as it is)."""
+        names = ("decode_speed", "step_overhead_s", "rl_step_s", "train_speed")
+        priors = (self.decode_speed_prior, self.step_overhead_prior_s, self.rl_step_prior_s,
+                  self.train_speed_prior)
+        values = {n: getattr(self, n) * (m / p if p > 0 else 1.0)
+                  for n, m, p in zip(names, medians, priors)}
+        return replace(self, **values, decode_speed_prior=medians[0],
+                       step_overhead_prior_s=medians[1], rl_step_prior_s=medians[2],
+                       train_speed_prior=medians[3])
 
 
 @dataclass(frozen=True)
@@ -293,6 +315,13 @@ class Profile:
     # costs: the exponent that explains the fit captures' step times best; 1: as much).
     speed_probe_exponent: float = 1.0
     run_factors: RunFactors | None = None  # fitted to a real run's log (None: not)
+    # How sure the costs are (None: not known; the tools then print no interval)
+    uncertainty: CostUncertainty | None = None
+
+    @property
+    def cost_point(self) -> CostPoint:
+        """The profile's own values of the cost components its uncertainty describes."""
+        return CostPoint(1.0, self.decode.overhead_s, self.phases.weight_sync_s, 1.0)
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
@@ -303,7 +332,7 @@ class Profile:
                     "a time in ms > 0")
         require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent",
                 self.speed_probe_exponent, "a number from 0.25 to 4")
-        for part in ("cluster", "power", "run_factors"):
+        for part in ("cluster", "power", "run_factors", "uncertainty"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
 

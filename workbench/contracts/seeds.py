@@ -39,6 +39,8 @@ class Stream(IntEnum):
     PROJECTION = 14
     PLAN_SAMPLER = 15  # the NSGA-II sampler of a cluster-shape search (workbench/plan/search.py)
     RUNLOG_ORDER = 16  # a run log's modelled responses, their engine and queue order: (step,)
+    COST_DRAWS = 17  # a profile's cost components drawn for an interval (contracts/uncertainty.py)
+    RUNLOG_POSTERIOR = 18  # the run-level factors' posterior chain (workbench/runlog/fit.py)
 
 
 def seed_sequence(seed: int, stream: Stream, *indices: int) -> np.random.SeedSequence:

@@ -18,7 +18,8 @@ format) and their mean step times, `explain` gives:
   the wall time during which every worker still decoding is at a batch <= `sd_batch` (a worker at
   a larger batch keeps the rollout going whatever SD does to the others); `ceiling_speedup` the
   reference's step over it;
-- `reached`: the share of that ceiling's saving the policy's step realises.
+- `reached`: the share of that ceiling's saving the policy's step realises (below zero where the
+  policy is slower than the reference: the sentence and the table then say "slower", and why).
 
 `sentence` turns these numbers into one line of why the gain is small or large. The same function
 serves `tlt sim`, `tlt compare`, the What-if and Compare pages and a real run's trace.
@@ -179,6 +180,8 @@ def sentence(w: SpeedupWhy) -> str:
             f"{head}: no speculative decoding; it {verb} by how the rollout is scheduled (bubble "
             f"{_pct(w.bubble_ref)} -> {_pct(w.bubble)}){amdahl}."
         )
+    if w.speedup < 1 - NO_CHANGE:
+        return _slower(w, head, amdahl)
     off = ""
     if math.isfinite(w.off_speedup) and abs(w.off_speedup - 1) > NO_CHANGE:
         off = f" and runs {w.off_speedup:.2f}x as fast" + (
@@ -194,17 +197,40 @@ def sentence(w: SpeedupWhy) -> str:
             f"{_pct(w.sd_share)} of {w.reference}'s decoding runs at batch <= {w.sd_batch}, "
             "where SD runs; SD makes it"
         )
-    faster = f" {w.sd_speedup:.2f}x faster" if math.isfinite(w.sd_speedup) else " faster"
+    faster = " faster"
+    if math.isfinite(w.sd_speedup):
+        faster = f" {w.sd_speedup:.2f}x " + ("faster" if w.sd_speedup >= 1 else "as fast")
     if w.sd_share >= 0.5 and off:
         faster += f" (above batch {w.sd_batch} it runs {w.off_speedup:.2f}x as fast)"
-    reach = (
-        f", and {w.policy} reaches {_pct(w.reached)} of that" if math.isfinite(w.reached) else ""
-    )
+    reach = ""
+    if math.isfinite(w.reached):
+        reach = (f", and {w.policy} reaches {_pct(w.reached)} of that" if w.reached >= 0
+                 else f", and {w.policy}'s step is no faster (within {NO_CHANGE:.0%})")
     return (
         f"{head}: {where}{faster}; free SD-eligible decoding would give at most "
         f"{w.ceiling_speedup:.2f}x"
         f"{reach}{amdahl}."
     )
+
+
+def _slower(w: SpeedupWhy, head: str, amdahl: str) -> str:
+    """The sentence for a policy slower than the reference: what its SD costs, where, and the
+    ceiling it works under (never a share of that ceiling: the share would be negative)."""
+    reasons = []
+    if math.isfinite(w.off_speedup) and w.off_speedup < 1 - NO_CHANGE:
+        reasons.append(f"above batch {w.sd_batch}, where SD is off, it decodes "
+                       f"{w.off_speedup:.2f}x as fast as {w.reference} (a drafter pass in every "
+                       f"step) and {_pct(1 - w.sd_share)} of the decoding runs there")
+    if math.isfinite(w.sd_speedup) and w.sd_speedup < 1 + NO_CHANGE:
+        reasons.append(f"at batch <= {w.sd_batch}, where SD runs, drafting and verifying save "
+                       f"{'nothing' if w.sd_speedup <= 1 else 'little'} ({w.sd_speedup:.2f}x)")
+    if w.bubble > w.bubble_ref + NO_CHANGE:
+        reasons.append(f"its engines wait more (bubble {_pct(w.bubble_ref)} -> {_pct(w.bubble)})")
+    if not reasons:
+        reasons.append(f"what SD saves at batch <= {w.sd_batch} ({w.sd_speedup:.2f}x there) is "
+                       f"less than its costs elsewhere")
+    return (f"{head}: slower than {w.reference}, because {'; and '.join(reasons)}; free "
+            f"SD-eligible decoding would give at most {w.ceiling_speedup:.2f}x{amdahl}.")
 
 
 # The decomposition as a table (the CLI's text table, the pages' frame): one header each.
@@ -228,6 +254,8 @@ def _fmt(name: str, value: float) -> str:
         return "-"
     if name in ("speedup", "sd_speedup", "off_speedup", "ceiling_speedup"):
         return f"{value:.2f}x"
+    if name == "reached" and value < 0:
+        return "slower"  # a share of the ceiling below zero means nothing to a reader
     if name in ("rollout_share", "sd_share", "bubble", "reached"):
         return f"{value:.0%}"
     if name == "ceiling_step_s":
@@ -247,6 +275,9 @@ def why_frame(whys: list[SpeedupWhy]) -> pd.DataFrame:
         {**{k: getattr(w, k) for k in WHY_HEADERS}, "bubble_ref": w.bubble_ref, "why": w.sentence}
         for w in whys
     ]
+    for row in rows:  # a share of the ceiling below zero does not apply: the policy is slower
+        if row["reached"] < 0:
+            row["reached"] = math.nan
     return pd.DataFrame(rows).set_index("policy")
 
 

@@ -1,9 +1,12 @@
 """`tlt calibrate --run-log` and `tlt validate --run-log`: a run's log in, its steps predicted.
 
-`prepare` reads the log, works out the run's shape, models each step's lengths and simulates every
-step at the measured database's costs (the slow part: a simulation per step). `calibrate` then fits
-the run-level factors on the first `fit_steps` steps (workbench/runlog/fit.py) and prices every step
-with them; `validate` prices a second log's steps with a profile's factors over its own engine.
+`prepare` reads the log, works out the run's shape and engine config, its factors' priors, models
+each step's lengths and simulates every step at the measured database's costs (the slow part: a
+simulation per step). `calibrate` then fits the run-level factors under their priors on the first
+`fit_steps` steps of each log (workbench/runlog/fit.py), prices every step with them, measures how
+often the intervals hold, and with several logs fits on all but one and predicts the one left out
+(workbench/runlog/transfer.py); `validate` prices another log's steps with a profile's factors
+over its own engine and config.
 """
 
 from __future__ import annotations
@@ -16,26 +19,25 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.contracts.fileio import sig
-from sim.simulator import MAX_WORK
-from workbench.contracts.length_data import COLUMNS, UNKNOWN, ObservedLengths, from_frame
-from workbench.contracts.profile import RUNLOG_PREFIX, Profile, RunFactors
+from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
-from workbench.contracts.workload import LengthModel, Workload
 from workbench.project import Mapper, serial_map
-from workbench.runlog import engine, fit
+from workbench.runlog import engine, errors, fit, predictive
+from workbench.runlog.engine_config import EngineConfig, engine_config
 from workbench.runlog.lengths import ModelledLengths, StepStats, model_lengths, step_stats
+from workbench.runlog.priors import RunPriors, engine_profile_priors, run_priors
 from workbench.runlog.reader import RunLog, read_run_log
+from workbench.runlog.run_profile import run_factors, run_profile, uncertainty
 from workbench.runlog.shape import RunShape, ShapeFlags, run_shape
+from workbench.runlog.transfer import leave_one_out
 
-GRID_STEPS = (
-    128  # a step's modelled lengths are multiples of cap / GRID_STEPS tokens (its longest exact)
-)
+GRID_STEPS = 128  # a step's modelled lengths are multiples of cap / GRID_STEPS (its longest exact)
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A log read, shaped, modelled and simulated at the database's costs."""
+    """A log read, shaped, its engine and priors known, modelled and simulated at the database's
+    costs."""
 
     log: RunLog
     shape: RunShape
@@ -43,51 +45,61 @@ class Prepared:
     lengths: ModelledLengths
     database: Profile
     work: engine.StepWork
-    measured: fit.Measured
+    measured: errors.Measured
     digest: str  # sha256 of the log file
+    engine: EngineConfig
+    priors: RunPriors
 
     @property
     def steps(self) -> np.ndarray:
         return self.log.metrics["step"].to_numpy().astype(int)
 
+    def fit_set(self, fit_steps: int) -> fit.FitSet:
+        return fit.FitSet(self.work, self.measured, fit_steps, self.shape.train_forwards,
+                          self.priors, self.shape.gen_forwards)
+
 
 @dataclass(frozen=True)
 class PhaseErrors:
-    gen: fit.Errors
-    update: fit.Errors
-    step: fit.Errors
+    gen: errors.Errors
+    update: errors.Errors
+    step: errors.Errors
 
     @classmethod
-    def of(cls, pred: engine.Predicted, meas: fit.Measured, rows: slice) -> PhaseErrors:
+    def of(cls, pred: engine.Predicted, meas: errors.Measured, rows: slice) -> PhaseErrors:
         return cls(
-            fit.Errors.of(pred.gen_s[rows], meas.gen_s[rows]),
-            fit.Errors.of(pred.update_s[rows], meas.update_s[rows]),
-            fit.Errors.of(pred.step_s[rows], meas.step_s[rows]),
+            errors.Errors.of(pred.gen_s[rows], meas.gen_s[rows]),
+            errors.Errors.of(pred.update_s[rows], meas.update_s[rows]),
+            errors.Errors.of(pred.step_s[rows], meas.step_s[rows]),
         )
 
 
 @dataclass(frozen=True)
 class LogFit:
-    """Another log of the same cluster fitted alongside: its steps predicted over its own engine."""
+    """One log fitted on: its steps predicted over its own engine, the held-out intervals."""
 
     prepared: Prepared
     predicted: engine.Predicted
     fitted: PhaseErrors
     heldout: PhaseErrors
+    coverage: predictive.Coverage | None  # the held-out steps'
 
 
 @dataclass(frozen=True)
 class RunCalibration:
     prepared: Prepared
     fit_steps: int
-    factors: fit.FactorFit
+    posterior: fit.Posterior
     profile: Profile
     predicted: engine.Predicted
     fitted: PhaseErrors
     heldout: PhaseErrors
-    baselines: fit.Baselines
-    drift: list[fit.DriftRow]
+    coverage: predictive.Coverage | None
+    baselines: errors.Baselines
+    drift: list[errors.DriftRow]
+    splits: tuple  # RunFactors if the unplaced cost were all per engine step / per RL step
     also: tuple[LogFit, ...] = ()  # the other logs fitted on (their first fit_steps too)
+    left_out: tuple = ()  # transfer.LeftOut per log, with several logs
 
 
 @dataclass(frozen=True)
@@ -99,39 +111,41 @@ class RunValidation:
     errors: PhaseErrors
     in_sample: bool  # the profile was fitted on this very log
     heldout: PhaseErrors | None = None  # in sample: the steps after the ones it was fitted on
+    coverage: predictive.Coverage | None = None  # the steps not fitted on
 
 
 def _digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def prepare(
-    path: str | Path,
-    flags: ShapeFlags,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-    fit_steps: int | None = None,
-    limit: int | None = None,
-    mapper: Mapper = serial_map,
-) -> Prepared:
+def prepare(path: str | Path, flags: ShapeFlags, seed: int = 0,
+            progress: Callable[[int, int], None] | None = None, fit_steps: int | None = None,
+            limit: int | None = None, mapper: Mapper = serial_map,
+            engine_profile: Profile | None = None) -> Prepared:
     """Read and simulate (module docstring); refuses a bad log or shape before any simulation. With
     `fit_steps`, only those steps' statistics are pooled into what other steps' lengths borrow;
-    with `limit`, only the first `limit` timed steps are used."""
+    with `limit`, only the first `limit` timed steps are used; `engine_profile` (a profile
+    measured on the run's GPU) tightens the priors it measures (workbench/runlog/priors.py)."""
     log = read_run_log(path)
     if limit is not None and limit < log.steps:
         log = replace(log, metrics=log.metrics.iloc[:limit].reset_index(drop=True))
     if fit_steps is not None:
         check_fit_steps(log, fit_steps)
     shape = run_shape(log, flags)
+    eng = engine_config(log, shape.framework)
+    priors = run_priors(shape, eng)
     stats = step_stats(log)
     grid = max(1, shape.max_response_tokens // GRID_STEPS)
-    lengths = model_lengths(
-        stats, shape.responses, shape.max_response_tokens, seed, grid, fit_steps
-    )
+    lengths = model_lengths(stats, shape.responses, shape.max_response_tokens, seed, grid,
+                            fit_steps)
     db = engine.database_profile(shape)
+    if engine_profile is not None:
+        context = float(np.median(stats.prompt_mean) + np.median(stats.mean))
+        priors = engine_profile_priors(priors, engine_profile, db, shape, eng, context)
     wl = engine.run_workload(shape, lengths, Path(path).stem, db.name)
     work = engine.simulate_steps(wl, db, lengths, progress, mapper)
-    return Prepared(log, shape, stats, lengths, db, work, fit.measured(log), _digest(log.path))
+    return Prepared(log, shape, stats, lengths, db, work, errors.measured(log),
+                    _digest(log.path), eng, priors)
 
 
 def check_fit_steps(log: RunLog, fit_steps: int) -> None:
@@ -165,138 +179,58 @@ def fitted_steps(profile: Profile, p: Prepared) -> int | None:
     return None
 
 
-def calibrate(
-    p: Prepared, fit_steps: int, name: str, also: Sequence[Prepared] = ()
-) -> RunCalibration:
+def _log_fit(q: Prepared, prof: Profile, fit_steps: int) -> LogFit:
+    f = prof.run_factors.transferred(tuple(q.priors.medians))
+    pred = engine.predict(q.work, f, q.shape.train_forwards, q.shape.gen_forwards)
+    held = np.arange(fit_steps, q.log.steps)
+    cov = predictive.coverage(prof, f, q.work, q.measured, q.shape, held)
+    return LogFit(q, pred, PhaseErrors.of(pred, q.measured, slice(0, fit_steps)),
+                  PhaseErrors.of(pred, q.measured, slice(fit_steps, None)), cov)
+
+
+def calibrate(p: Prepared, fit_steps: int, name: str, also: Sequence[Prepared] = ()
+              ) -> RunCalibration:
     """Fit on the first `fit_steps` timed steps (of `p` and of each log in `also`, runs of the same
-    cluster), predict them all."""
+    cluster), predict them all, and with several logs leave each out in turn."""
     logs = [p, *also]
     for q in logs:
         check_fit_steps(q.log, fit_steps)
-    sets = [fit.FitSet(q.work, q.measured, fit_steps, q.shape.train_forwards) for q in logs]
-    on = "; ".join(fitted_on(q, fit_steps) for q in logs)
-    ff = fit.fit_factors(sets, on, p.database.name)
-    ff = replace(ff, factors=_rounded(ff.factors))  # what the profile file holds is what predicts
-    preds = [engine.predict(q.work, ff.factors, q.shape.train_forwards) for q in logs]
-    fits = [
-        LogFit(
-            q,
-            pr,
-            PhaseErrors.of(pr, q.measured, slice(0, fit_steps)),
-            PhaseErrors.of(pr, q.measured, slice(fit_steps, None)),
-        )
-        for q, pr in zip(logs, preds)
-    ]
-    prof = run_profile(logs, ff.factors, name, fit_steps, fits[0].heldout.gen.median)
+    sets = [q.fit_set(fit_steps) for q in logs]
+    post = fit.fit_posterior(sets)
+    on = tuple(fitted_on(q, fit_steps) for q in logs)
+    forwards, db = p.shape.train_forwards + p.shape.gen_forwards, p.database.name
+    f = run_factors(post.z, p.priors, forwards, db, "; ".join(on))
+    splits = tuple(run_factors(fit.split_refit(sets, post, k), p.priors, forwards, db,
+                               "; ".join(on)) for k in (True, False))
+    u = uncertainty(post, p.priors, f, splits)
+    prof = run_profile(p.database, forwards, f, u, name, on, float("nan"), p.log.path)
+    fits = [_log_fit(q, prof, fit_steps) for q in logs]
+    prof = run_profile(p.database, forwards, f, u, name, on, fits[0].heldout.gen.median,
+                       p.log.path)
+    first = fits[0]
     return RunCalibration(
-        p,
-        fit_steps,
-        ff,
-        prof,
-        preds[0],
-        fits[0].fitted,
-        fits[0].heldout,
-        fit.baselines(p.measured, p.stats.mean, fit_steps),
-        fit.drift(preds[0], p.measured, p.steps, fit_steps),
-        tuple(fits[1:]),
-    )
-
-
-def _rounded(f: RunFactors) -> RunFactors:
-    return replace(
-        f,
-        decode_speed=sig(f.decode_speed),
-        step_overhead_s=sig(f.step_overhead_s) if f.step_overhead_s > 1e-9 else 0.0,
-        rl_step_s=sig(f.rl_step_s) if f.rl_step_s > 1e-6 else 0.0,
-        train_speed=sig(f.train_speed),
-    )
-
-
-def run_profile(
-    logs: list[Prepared], f: RunFactors, name: str, fit_steps: int, heldout_pct: float
-) -> Profile:
-    """The first log's database profile with the factors, saying in `source` what was fitted on
-    what."""
-    p = logs[0]
-    prof = engine.apply_factors(p.database, f, p.shape.train_forwards, name)
-    c = prof.cluster
-    on = "; ".join(fitted_on(q, fit_steps) for q in logs)
-    source = (
-        f"calibrated by tlt calibrate --run-log on {on}: run-level factors over the measured-"
-        f"database profile {p.database.name} (decode {f.decode_speed:.3g}x the database's step, "
-        f"+{1e3 * f.step_overhead_s:.3g} ms per engine step, {f.rl_step_s:.3g} s per RL step "
-        f"inside veRL's rollout timer, update {f.train_speed:.3g}x the database's cost per token "
-        f"and forward at {p.shape.train_forwards} forwards per token); each step's lengths "
-        f"modelled from its own statistics (workbench/runlog/lengths.py); held-out median "
-        f"|error| of timing_s/gen {heldout_pct:.1f}%. Modelled, not measured by the log: SD "
-        f"acceptance and the drafter's learning ({p.database.name}'s, from its base), the "
-        f"drafter's cost (the database's x the decode factor). The database profile: "
-        f"{p.database.source}"
-    )
-    return replace(
-        prof,
-        fitted_on=tuple(RUNLOG_PREFIX + fitted_on(q, fit_steps) for q in logs),
-        fit_error_pct=sig(heldout_pct, 4),
-        source=source,
-        description=f"{c.label if c else name}, calibrated on a veRL run log "
-        f"({Path(p.log.path).name})",
-    )
+        p, fit_steps, post, prof, first.predicted, first.fitted, first.heldout, first.coverage,
+        errors.baselines(p.measured, p.stats.mean, fit_steps),
+        errors.drift(first.predicted, p.measured, p.steps, fit_steps), splits, tuple(fits[1:]),
+        leave_one_out(logs, fit_steps, name) if len(logs) > 1 else ())
 
 
 def validate(p: Prepared, profile: Profile) -> RunValidation:
-    """Every step of `p` priced with `profile`'s factors over `p`'s own engine."""
-    f = profile.run_factors
-    if f is None:
+    """Every step of `p` priced with `profile`'s factors over `p`'s own engine and config."""
+    if profile.run_factors is None:
         raise ConfigError(
             profile.name,
             "run_factors",
             None,
             "a profile `tlt calibrate --run-log` wrote (it records the run-level factors)",
         )
-    run = engine.apply_factors(p.database, f, p.shape.train_forwards, profile.name)
-    pred = engine.predict(p.work, f, p.shape.train_forwards)
+    f = profile.run_factors.transferred(tuple(p.priors.medians))
+    s = p.shape
+    run = engine.apply_factors(p.database, f, s.train_forwards + s.gen_forwards, profile.name)
+    pred = engine.predict(p.work, f, s.train_forwards, s.gen_forwards)
     own = fitted_steps(profile, p)
     held = PhaseErrors.of(pred, p.measured, slice(own, None)) if own is not None else None
-    return RunValidation(
-        p, profile, run, pred, PhaseErrors.of(pred, p.measured, slice(None)), own is not None, held
-    )
-
-
-def run_workload(
-    cal: RunCalibration, name: str, profile_path: str
-) -> tuple[Workload, ObservedLengths]:
-    """The calibrated run as a Workload over its modelled lengths (replayed: step s is the log's
-    s-th timed step, seed 0), and the lengths table to write beside it (`write_workload`)."""
-    import pandas as pd
-
-    p = cal.prepared
-    n = p.shape.group_size
-    frames = [
-        pd.DataFrame(
-            {
-                "batch": b,
-                "group": np.arange(len(x)) // n,
-                "rank": UNKNOWN,
-                "prompt_tokens": int(p.lengths.prompt_tokens[b]),
-                "length": x,
-                "correct": UNKNOWN,
-                "mixed": UNKNOWN,
-            }
-        )
-        for b, x in enumerate(p.lengths.lengths)
-    ]
-    obs = from_frame(pd.concat(frames, ignore_index=True)[list(COLUMNS)], p.log.path)
-    base = engine.run_workload(p.shape, p.lengths, name, profile_path)
-    work_limit = MAX_WORK // (p.shape.responses + p.shape.engines)
-    wl = replace(
-        base,
-        steps=max(1, min(p.log.steps, work_limit)),
-        model=cal.profile.cluster.model,
-        lengths=LengthModel(kind="replay", data="lengths.parquet"),
-        description=f"The veRL run of {Path(p.log.path).name}: {p.shape.engines} engines of "
-        f"TP{p.shape.tp}, {p.shape.prompts_per_step} prompts x {p.shape.group_size}, cap "
-        f"{p.shape.max_response_tokens}; each step's lengths modelled from its statistics",
-        source=f"tlt calibrate --run-log {p.log.path} (sha256 {p.digest[:16]})",
-    )
-    wl.check()
-    return wl, obs
+    rows = np.arange(own or 0, p.log.steps)
+    cov = predictive.coverage(profile, f, p.work, p.measured, p.shape, rows)
+    return RunValidation(p, profile, run, pred, PhaseErrors.of(pred, p.measured, slice(None)),
+                         own is not None, held, cov)

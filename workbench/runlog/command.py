@@ -3,9 +3,11 @@ assigned above it resolved.
 
 veRL runs are started by a shell script (`python3 -m verl.trainer.main_ppo key=value ...`), and
 logs usually begin with that script: variables first (`TP_VALUE=2 #default:2`), then the command,
-one override per line continued by `\\`. Overrides may use `$NAME` or `${NAME}`; Hydra's `+key=`
-and `++key=` prefixes add or force a key and read the same here. Only lines before the first
-step line are read (later output quotes configs too, but the command is what was launched).
+one override per line continued by `\\` (or all on one line, or inside a quoted argument to a
+wrapper script: `bash run.sh "key=value key=value"`). Overrides may use `$NAME` or `${NAME}`;
+Hydra's `+key=` and `++key=` prefixes add or force a key and read the same here. Only lines
+before the first step line are read (later output quotes configs too, but the command is what was
+launched).
 """
 
 from __future__ import annotations
@@ -87,6 +89,15 @@ def _resolve(text: str, variables: dict[str, str]) -> tuple[str, str]:
     return _VAR.sub(sub, text), missing
 
 
+def _bare(word: str) -> str:
+    """A word without the quote that opens or closes a quoted argument list around it."""
+    if word[:1] in "\"'":
+        word = word[1:]
+    if word[-1:] in "\"'" and word.count(word[-1]) % 2:
+        word = word[:-1]
+    return word
+
+
 def parse_command(lines: list[str]) -> LaunchCommand:
     """The shell variables and Hydra overrides in `lines` (the log before its first step line)."""
     variables: dict[str, str] = {}
@@ -101,8 +112,8 @@ def parse_command(lines: list[str]) -> LaunchCommand:
             value, _ = _resolve(_unquote(m.group(2)), variables)
             variables[m.group(1)] = value
             continue
-        for word in words:
-            o = _OVERRIDE.match(word)
+        for word in words:  # a script's quoted argument list (`run.sh "k=v k=v"`) reads the same
+            o = _OVERRIDE.match(_bare(word))
             if o and "." in o.group(1):
                 written = _unquote(o.group(2))
                 value, missing = _resolve(written, variables)

@@ -165,11 +165,17 @@ def simulate_steps(wl: Workload, db: Profile, lengths: ModelledLengths,
                       for f in ("engine_s", "passes", "train_s", "tokens")))
 
 
-def predict(work: StepWork, f: RunFactors, forwards: int) -> Predicted:
+def log_prob_s(work: StepWork, train_speed: float, gen_forwards: int) -> np.ndarray:
+    """Per step, the old log-probs' forward that older veRL times inside the rollout
+    (`RunShape.gen_forwards`): the update's cost of that many forwards per token."""
+    return work.train_s * train_speed * gen_forwards / DATABASE_FORWARDS
+
+
+def predict(work: StepWork, f: RunFactors, forwards: int, gen_forwards: int = 0) -> Predicted:
     """Each step priced with the factors (as a simulation with `apply_factors`' profile gives
-    it)."""
+    it, the old log-probs' forward inside the rollout timer where the run's veRL puts it there)."""
     gen = (f.decode_speed * work.engine_s + f.step_overhead_s * work.passes).max(
         axis=1
-    ) + f.rl_step_s
+    ) + f.rl_step_s + log_prob_s(work, f.train_speed, gen_forwards)
     update = work.train_s * f.train_speed * forwards / DATABASE_FORWARDS
     return Predicted(gen, update)

@@ -10,9 +10,18 @@ Table: CSV, JSONL or Parquet with a step column (`step`, `_step`, `Step`, `globa
 
 Kept: the step lines (rows) that time a rollout (`timing_s/gen`). Skipped and counted: lines that
 are not step lines, step lines without timings (validation-only, such as veRL's last line), a last
-line cut short, and a step logged twice (a resumed run: the later line is kept). Refused, naming the
-file, the line and the key: a binary file, no step line, no timed step, a timing that is not a
-number or is negative.
+line cut short, a step logged twice (a resumed run: the later line is kept), and stray bytes of a
+text log (NUL bytes, which NCCL's debug output leaves, and bytes that are not UTF-8: dropped or
+replaced, the text around them read). Refused, naming the file, the line and the key: a file that
+is mostly binary (BINARY_SHARE of its bytes or more), no step line, no timed step, a timing that is
+not a number or is negative.
+
+A step without `timing_s/step` (older veRL prints the phases only) is timed as the sum of its
+top-level phases (TOP_PHASES: the phases veRL's trainer times one after another; phases it times
+inside another, such as `generate_sequences` inside `gen`, are not added), counted as such.
+
+Before the first step line: the launch command (workbench/runlog/command.py) and the resolved
+config veRL prints at start (workbench/runlog/printed_config.py).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import gzip
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +38,7 @@ import pandas as pd
 
 from workbench.contracts.schema import ConfigError
 from workbench.runlog.command import LaunchCommand, parse_command
+from workbench.runlog.printed_config import PrintedConfig, parse_printed_config
 
 GEN = "timing_s/gen"
 STEP = "timing_s/step"
@@ -38,6 +48,13 @@ TABLE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
 STEP_COLUMNS = ("step", "_step", "Step", "global_step", "training/global_step")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _STEP_LINE = re.compile(r"(?:^|[\s)\]])step:\s*(\d+)\s+-\s+(.*)$")
+# The phases veRL's trainer times one after another within a step (its `_timer` blocks at the top
+# level of `fit`); their sum is the step where the log lacks timing_s/step.
+TOP_PHASES = ("gen", "gen_max", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
+              "update_actor", "update_weights", "testing", "save_checkpoint")
+BINARY_SHARE = 0.3  # a file with this share of binary bytes or more is not a text log
+_TEXT_CONTROLS = b"\t\n\r\x0b\x0c\x1b"
+_BINARY = bytes(c for c in range(32) if bytes([c]) not in _TEXT_CONTROLS) + b"\x7f"
 _FIX = ("veRL's `step:N - key:value - ...` console lines, or a CSV/JSONL/Parquet table with a step "
         "column")
 
@@ -52,6 +69,8 @@ class Skipped:
     untimed_steps: int = 0  # step lines without a rollout time (validation-only lines)
     truncated: int = 0  # a last line cut short
     repeated: int = 0  # steps logged again (a resumed run): the later one kept
+    stray_bytes: int = 0  # NUL bytes dropped and bytes that are not UTF-8 replaced
+    steps_from_phases: int = 0  # steps without timing_s/step, timed as their phases' sum
 
     def describe(self) -> str:
         parts = [
@@ -62,7 +81,13 @@ class Skipped:
             parts.append(f"{self.truncated} last line cut short")
         if self.repeated:
             parts.append(f"{self.repeated} steps logged twice (the later kept)")
-        return "skipped: " + ", ".join(parts)
+        if self.stray_bytes:
+            parts.append(f"{self.stray_bytes} stray bytes (NUL or not UTF-8) in the text")
+        out = "skipped: " + ", ".join(parts)
+        if self.steps_from_phases:
+            out += (f"; {self.steps_from_phases} steps without timing_s/step timed as the sum of "
+                    "their phases")
+        return out
 
 
 @dataclass(frozen=True)
@@ -76,6 +101,7 @@ class RunLog:
     command: LaunchCommand
     skipped: Skipped
     old_names: bool  # the file named timings timing/... (older veRL)
+    config: PrintedConfig = PrintedConfig()  # the resolved config the log printed at start
 
     @property
     def steps(self) -> int:
@@ -104,11 +130,20 @@ def read_run_log(path: str | Path) -> RunLog:
     return _read_console(p)
 
 
-def _text(p: Path) -> str:
-    raw = gzip.open(p, "rb").read() if p.suffix.lower() == ".gz" else p.read_bytes()
-    if b"\x00" in raw[:65536]:
-        raise ConfigError(str(p), "<file>", "binary (NUL bytes)", f"a text log: {_FIX}")
-    return raw.decode("utf-8", errors="replace")
+def _text(p: Path) -> tuple[str, int]:
+    """The file's text and its stray bytes (module docstring); a mostly binary file refused."""
+    try:
+        raw = gzip.open(p, "rb").read() if p.suffix.lower() == ".gz" else p.read_bytes()
+    except (OSError, EOFError) as exc:
+        raise ConfigError(str(p), "<file>", "unreadable",
+                          f"a text log or a .gz of one ({exc})") from None
+    binary = len(raw) - len(raw.translate(None, _BINARY))
+    text = raw.replace(b"\x00", b"").decode("utf-8", errors="replace")
+    undecodable = text.count("\ufffd")
+    if raw and (binary + undecodable) / len(raw) >= BINARY_SHARE:
+        raise ConfigError(str(p), "<file>", f"binary ({binary + undecodable} of {len(raw)} bytes "
+                          "are not text)", f"a text log: {_FIX}")
+    return text, raw.count(b"\x00") + undecodable
 
 
 def _check_timing(where: str, key: str, value: object) -> float:
@@ -142,7 +177,7 @@ def _parse_step_line(where: str, body: str) -> dict[str, float]:
 
 
 def _read_console(p: Path) -> RunLog:
-    text = _text(p)
+    text, stray = _text(p)
     lines = text.split("\n")
     cut = not text.endswith("\n")
     rows: dict[int, dict[str, float]] = {}
@@ -174,10 +209,10 @@ def _read_console(p: Path) -> RunLog:
         step = int(m.group(1))
         repeated += step in rows
         rows[step] = {"step": float(step), "line": float(n), **values}
-    command = parse_command(lines[: (first_step_line or len(lines) + 1) - 1])
-    return _finish(
-        p, "console", rows, command, Skipped(other, untimed, truncated, repeated), old_names
-    )
+    head = [_ANSI.sub("", x) for x in lines[: (first_step_line or len(lines) + 1) - 1]]
+    skipped = Skipped(other, untimed, truncated, repeated, stray)
+    return _finish(p, "console", rows, parse_command(head), skipped, old_names,
+                   parse_printed_config(head))
 
 
 def _finish(
@@ -187,6 +222,7 @@ def _finish(
     command: LaunchCommand,
     skipped: Skipped,
     old_names: bool,
+    config: PrintedConfig = PrintedConfig(),
 ) -> RunLog:
     if not rows:
         if skipped.untimed_steps == 0:
@@ -197,8 +233,14 @@ def _finish(
             "<missing in every step>",
             f"at least one step with a rollout time ({GEN}, or timing/gen in older veRL)",
         )
+    summed = 0
+    for row in rows.values():
+        if STEP not in row:
+            row[STEP] = sum(row.get(TIMING + ph, 0.0) for ph in TOP_PHASES)
+            summed += 1
     frame = pd.DataFrame([rows[s] for s in sorted(rows)])
-    return RunLog(str(p), kind, frame.reset_index(drop=True), command, skipped, old_names)
+    skipped = replace(skipped, steps_from_phases=summed)
+    return RunLog(str(p), kind, frame.reset_index(drop=True), command, skipped, old_names, config)
 
 
 def _read_table(p: Path, suffix: str) -> RunLog:
@@ -208,7 +250,7 @@ def _read_table(p: Path, suffix: str) -> RunLog:
         elif suffix == ".csv":
             df = pd.read_csv(p)
         else:
-            df = pd.DataFrame([json.loads(x) for x in _text(p).splitlines() if x.strip()])
+            df = pd.DataFrame([json.loads(x) for x in _text(p)[0].splitlines() if x.strip()])
     except Exception as exc:  # pandas, pyarrow and json raise several kinds for a malformed file
         raise ConfigError(
             str(p), "<file>", "unreadable", f"a {suffix[1:]} table with a step column ({exc})"

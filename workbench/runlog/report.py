@@ -14,7 +14,8 @@ from matplotlib.figure import Figure
 from workbench.contracts.profile import Profile
 from workbench.runlog.calibrate import PhaseErrors, Prepared, RunCalibration, RunValidation
 from workbench.runlog.engine import Predicted
-from workbench.runlog.fit import FACTOR_NAMES, Errors
+from workbench.runlog import factor_report as fr
+from workbench.runlog.errors import Errors
 
 SCHEMA = "tlt-runlog/1"
 PHASES = (
@@ -61,28 +62,20 @@ def error_lines(errors: PhaseErrors, what: str) -> list[str]:
 
 
 def calibration_lines(cal: RunCalibration) -> list[str]:
-    f, sd = cal.factors.factors, cal.factors.spread
-    lines = [
-        f"factors, fitted on the first {cal.fit_steps} steps only "
-        f"({cal.prepared.steps[0]}-{cal.prepared.steps[cal.fit_steps - 1]}):",
-        f"  decode_speed     {f.decode_speed:.4g} x the database's engine step (+- {sd[0]:.2g})",
-        f"  step_overhead_s  {1e3 * f.step_overhead_s:.4g} ms per engine step "
-        f"(+- {1e3 * sd[1]:.2g})",
-        f"  rl_step_s        {f.rl_step_s:.4g} s per RL step inside veRL's rollout timer "
-        f"(+- {sd[2]:.2g})",
-        f"  train_speed      {f.train_speed:.4g} x the database's update cost per token and "
-        "forward",
-    ]
-    if sd[2] > 0.5 * max(f.rl_step_s, 1.0):
-        lines.append(
-            "  (+- one standard error; a wide one: this log's steps hardly tell a fixed cost per "
-            "RL step from a slower decode, since its decode share barely varies; a run of another "
-            "shape on the same cluster does)"
-        )
+    p = cal.prepared
+    lines = fr.engine_lines(p.engine)
+    lines.append(f"factors: a MAP under their priors, fitted on the first {cal.fit_steps} steps "
+                 f"only ({p.steps[0]}-{p.steps[cal.fit_steps - 1]}"
+                 + (f", and of {len(cal.also)} more log(s)" if cal.also else "") + "):")
+    lines += fr.factor_lines(cal.posterior, p.priors, cal.profile.run_factors)
+    lines += fr.split_lines(cal.profile.run_factors, cal.splits)
     lines += error_lines(cal.fitted, "fit") + error_lines(cal.heldout, "HELD OUT")
+    lines += fr.coverage_line("held out", cal.coverage)
     for lf in cal.also:  # the other logs fitted alongside, each over its own engine
         lines.append(f"{Path(lf.prepared.log.path).name} ({lf.prepared.database.name}):")
         lines += error_lines(lf.fitted, "  fit") + error_lines(lf.heldout, "  HELD OUT")
+        lines += ["  " + x for x in fr.coverage_line("held out", lf.coverage)]
+    lines += fr.left_out_lines(cal.left_out)
     b = cal.baselines
     lines.append(_errors_row("baseline: first steps' median gen, held out", b.first_median))
     lines.append(_errors_row("baseline: gen linear in mean length, held out", b.linear_mean))
@@ -130,7 +123,7 @@ def _round(x: float) -> float | None:
 
 def calibration_summary(cal: RunCalibration) -> dict[str, Any]:
     """The JSON line `tlt calibrate --run-log` ends with."""
-    f = cal.factors.factors
+    f = cal.profile.run_factors
     return {
         "steps": int(cal.prepared.log.steps),
         "fit_steps": cal.fit_steps,
@@ -149,9 +142,8 @@ def calibration_summary(cal: RunCalibration) -> dict[str, Any]:
             "train_speed": f.train_speed,
             "train_forwards": f.train_forwards,
         },
-        "factor_standard_errors": dict(
-            zip(FACTOR_NAMES, (round(x, 6) for x in cal.factors.spread))
-        ),
+        **fr.factor_summary(cal.posterior, cal.prepared.priors, f, cal.splits, cal.coverage,
+                            cal.left_out),
         "also": [{"log": lf.prepared.log.path, "steps": int(lf.prepared.log.steps),
                   **_phase_fields("heldout_", lf.heldout), **_phase_fields("fit_", lf.fitted)}
                  for lf in cal.also],
@@ -173,6 +165,7 @@ def validation_summary(v: RunValidation) -> dict[str, Any]:
         "gen_bias_pct": _round(_bias(v.predicted.gen_s, v.prepared.measured.gen_s)),
         "step_bias_pct": _round(_bias(v.predicted.step_s, v.prepared.measured.step_s)),
         **(_phase_fields("heldout_", v.heldout) if v.heldout is not None else {}),
+        "coverage": fr.coverage_json(v.coverage),
     }
 
 
@@ -241,12 +234,19 @@ def figure(p: Prepared, pred: Predicted, fit_steps: int, title: str) -> Figure:
     return fig
 
 
-def measured_vs_modelled(profile: Profile) -> list[str]:
-    """For `tlt compare` on a run-log calibration: which parts are measured and which modelled."""
+def measured_vs_modelled(profile: Profile, wl=None, steps: int = 0, seeds: int = 0) -> list[str]:
+    """For `tlt compare` on a run-log calibration: what it simulated of the run, and which parts
+    are measured and which modelled."""
     f = profile.run_factors
     if f is None:
         return []
-    return [
+    what = []
+    if wl is not None and wl.lengths.kind == "replay":
+        which = wl.description.rsplit("; ", 1)[-1]
+        what = [f"simulated: {steps} steps x {seeds} seed(s) of the run ({which}; seed 0 replays "
+                "those steps' modelled lengths, other seeds redraw them within each step); the "
+                "whole run: the workload's -full twin"]
+    return what + [
         f"measured (the run's log, {f.fitted_on}): the step times the factors were fitted to "
         f"(decode {f.decode_speed:.3g}x the database, +{1e3 * f.step_overhead_s:.3g} ms per engine "
         f"step, {f.rl_step_s:.3g} s per RL step, update {f.train_speed:.3g}x) and each step's "

@@ -1,4 +1,5 @@
-"""A run's shape: from the log's launch command where it has one, from flags where not.
+"""A run's shape: from the log's launch command where it has one, else from the resolved config
+the log printed at start, from flags where neither says.
 
 A flag overrides the log; what neither gives is refused, naming the flag. The GPU type is never in
 a veRL log: `--gpu` picks it (the calibration's decode-speed factor absorbs a wrong or missing one).
@@ -66,6 +67,9 @@ class RunShape:
         int  # forwards per token of the update (DATABASE_FORWARDS: the database's count)
     )
     taken: tuple[Taken, ...]
+    # forwards per token inside veRL's rollout timer: 1 where the log times no old_log_prob phase
+    # (older veRL recomputes the old policy's log-probs inside generate_sequences), else 0
+    gen_forwards: int = 0
 
     @property
     def engines(self) -> int:
@@ -95,7 +99,12 @@ def _from_log(
         return str(given)
     s = log.command.get(key)
     if s is None:
-        return None
+        printed = log.config.get(key)
+        if printed is None or printed.value is None:
+            return None
+        taken.append(Taken(field, str(printed.value),
+                           f"log's printed config: {key}, line {printed.line}"))
+        return str(printed.value)
     if s.unresolved:
         raise ConfigError(
             f"{log.path}:{s.line}",
@@ -144,13 +153,9 @@ def train_forwards(log: RunLog) -> int:
     """Forwards per token of the update, from the phases the log times and its checkpointing
     settings."""
     cols = set(log.metrics.columns)
-    ckpt = {
-        k: (log.command.get(k).value.lower() != "false") if log.command.get(k) else True
-        for k in (
-            "actor_rollout_ref.model.enable_gradient_checkpointing",
-            "critic.model.enable_gradient_checkpointing",
-        )
-    }
+    ckpt = {k: str(_from_log(log, k, "", [], "", None)).lower() != "false"
+            for k in ("actor_rollout_ref.model.enable_gradient_checkpointing",
+                      "critic.model.enable_gradient_checkpointing")}
     n = 3 + ckpt["actor_rollout_ref.model.enable_gradient_checkpointing"]
     n += sum(TIMING + ph in cols for ph in LOG_PROB_PHASES)
     if TIMING + "update_critic" in cols:
@@ -163,9 +168,11 @@ def _gpus(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> int:
         taken.append(Taken("gpus", str(flags.gpus), "flag --gpus"))
         return flags.gpus
     keys = ("trainer.n_gpus_per_node", "trainer.nnodes")
-    per, nodes = (_need(_from_log(log, k, "--gpus", [], "", None), log, k, "--gpus") for k in keys)
-    gpus = _int(log.path, keys[0], per, "--gpus") * _int(log.path, keys[1], nodes, "--gpus")
-    taken.append(Taken("gpus", str(gpus), f"log: {keys[0]}={per} x {keys[1]}={nodes}"))
+    per = _need(_from_log(log, keys[0], "--gpus", [], "", None), log, keys[0], "--gpus")
+    nodes = _from_log(log, keys[1], "--gpus", [], "", None)
+    said = f"{keys[1]}={nodes}" if nodes is not None else f"{keys[1]} 1 (veRL's default)"
+    gpus = _int(log.path, keys[0], per, "--gpus") * _int(log.path, keys[1], nodes or "1", "--gpus")
+    taken.append(Taken("gpus", str(gpus), f"log: {keys[0]}={per} x {said}"))
     return gpus
 
 
@@ -199,14 +206,20 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     arch = resolve_arch(_need(arch_name, log, MODEL_KEY, "--arch"))
     if flags.gpu is None:
         raise ConfigError(log.path, "gpu", "<not in a veRL log>",
-                          "pass --gpu (the GPU type the run used; the calibration's decode-speed "
-                          "factor absorbs the difference from the database's)")
+                          "pass --gpu (the GPU type the run used: the measured database's costs "
+                          "and the calibration's decode-speed prior are that GPU's)")
     taken.append(Taken("gpu", flags.gpu, "flag --gpu"))
     gpus = _gpus(log, flags, taken)
     ints = {}
     for field, key, flag in INT_FIELDS:
         given = getattr(flags, field)
-        value = _need(_from_log(log, key, flag, taken, field, given), log, key, flag)
+        value = _from_log(log, key, flag, taken, field, given)
+        if value is None and field == "group_size" and any(
+                k.startswith(ROLLOUT) for k, _ in log.config.values):
+            value = "1"  # the printed rollout section is whole: a veRL before rollout.n
+            taken.append(Taken(field, value, "the log's printed rollout config has no n (a veRL "
+                               "before rollout.n: one response per prompt)"))
+        value = _need(value, log, key, flag)
         ints[field] = _int(log.path if given is None else flag, key, value, flag)
     if gpus % ints["tp"]:
         raise ConfigError(f"{log.path} with the flags given", "tp", ints["tp"],
@@ -215,5 +228,9 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     forwards = train_forwards(log)
     timed = ", ".join(c[len(TIMING):] for c in log.metrics.columns if str(c).startswith(TIMING))
     taken.append(Taken("train_forwards", str(forwards), f"the phases the log times ({timed})"))
+    in_gen = int(TIMING + "old_log_prob" not in log.metrics.columns)
+    if in_gen:
+        taken.append(Taken("gen_forwards", "1", "no old_log_prob phase timed: this veRL "
+                           "recomputes the old log-probs inside generate_sequences (timing gen)"))
     return RunShape(arch, flags.gpu, gpus, ints["tp"], ints["prompts_per_step"], ints["group_size"],
-                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken))
+                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken), in_gen)

@@ -1,12 +1,14 @@
 """What-if's "Run log" source: a veRL run's log, calibrated as `tlt calibrate --run-log` does it,
 then the policies compared on that run.
 
-The upload is read, its shape taken from its launch command (the fields it lacks, and the GPU, from
-the inputs here), each step simulated at the measured database's costs and the run-level factors
-fitted on its first steps (workbench/runlog/). The panel shows the shape and where each field came
-from, the factors, measured against predicted per step, and what is measured and what modelled;
-the page then simulates its policies on the calibrated run (its modelled steps replayed) with the
-calibrated profile.
+The upload is read, its shape taken from its launch command and printed config (the fields they
+lack, and the GPU, from the inputs here), each step simulated at the measured database's costs and
+the run-level factors fitted under their priors on its first steps (workbench/runlog/). The panel
+shows the shape and where each field came from, the engine's settings, each factor with its
+standard error, prior, declared range and whether the log identifies it, the held-out errors and
+how often the 90% intervals held, measured against predicted per step, and what is measured and
+what modelled; the page then simulates its policies on 12 steps spread over the calibrated run
+(their modelled lengths replayed) with the calibrated profile, each speedup with its interval.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, FieldError, save
 from workbench.contracts.workload import Workload, load_workload
 from workbench.runlog import calibrate as cal
-from workbench.runlog import report
+from workbench.runlog import factor_report, report
+from workbench.runlog.run_workload import run_workloads
 from workbench.runlog.shape import ShapeFlags
 from workbench.ui import job_dirs
 from workbench.workloads.build import write_workload
@@ -32,6 +35,7 @@ from workbench.workloads.build import write_workload
 ID_PREFIX = "runlog:"
 # the calibration of the input (its digest), in its directory (workbench/ui/job_dirs.py)
 _STATE = "whatif_runlog_job"
+STEPS_KEY = "whatif_steps_n"  # the What-if page's Steps input
 SUFFIXES = ["log", "txt", "out", "gz", "csv", "jsonl", "json", "parquet"]
 
 
@@ -49,8 +53,8 @@ def _shape_inputs() -> tuple[ShapeFlags, int, int]:
         gpus,
         index=gpus.index("h100") if "h100" in gpus else 0,
         key="whatif_runlog_gpu",
-        help="A veRL log never names it; the decode factor absorbs "
-        "the difference from the database's GPU.",
+        help="A veRL log never names it: the measured database's costs and the decode-speed "
+        "prior are this GPU's.",
     )
     fit = int(
         cols[1].number_input(
@@ -61,11 +65,12 @@ def _shape_inputs() -> tuple[ShapeFlags, int, int]:
         cols[2].number_input(
             "Steps to use",
             min_value=2,
-            value=300,
+            value=1200,
             step=100,
             key="whatif_runlog_limit",
-            help="The log's first steps simulated (one simulation per step: ~30 ms each "
-            "at this log's scale).",
+            help="The log's first steps simulated (one simulation per step: ~35 ms each at the "
+            "shipped logs' scale, 1,119 steps each); the policies then run on 12 of them spread "
+            "over the run, as `tlt compare` does on the calibrated workload.",
         )
     )
     with st.expander("Shape fields the log lacks (0: from the log)", expanded=False):
@@ -106,7 +111,7 @@ def _calibrate(name: str, data: bytes, flags: ShapeFlags, fit: int, limit: int,
     try:
         prepared = cal.prepare(log, flags, 0, progress, fit, limit)
         result = cal.calibrate(prepared, fit, f"{log.stem}-calibrated")
-        wl, obs = cal.run_workload(result, "run", "calibrated.yaml")
+        wl, obs = run_workloads(result, "run", "calibrated.yaml")[0]  # a sample of the run
     finally:
         bar.empty()
     save(result.profile, into / "calibrated.yaml")
@@ -181,11 +186,20 @@ def _show(c: _Calibrated) -> None:
     res = c.result
     with st.expander("The run: shape and where each field came from", expanded=False):
         st.code("\n".join(report.shape_lines(res.prepared)), language=None)
-    st.markdown("**Fitted factors** (on the first steps only)")
-    st.code("\n".join(report.calibration_lines(res)[1:5]), language=None)
+    p = res.prepared
+    st.markdown("**Fitted factors** (a MAP under priors from the engine's config, on the first "
+                "steps only; each with its standard error, prior and declared range)")
+    st.code("\n".join(factor_report.engine_lines(p.engine)
+                      + factor_report.factor_lines(res.posterior, p.priors,
+                                                   res.profile.run_factors)
+                      + factor_report.split_lines(res.profile.run_factors, res.splits)),
+            language=None)
     st.dataframe(_errors_frame(res), hide_index=True, width="stretch")
+    for line in factor_report.coverage_line("Held out", res.coverage):
+        st.caption(line)
     st.plotly_chart(_per_step_figure(res), key="whatif_runlog_steps", width="stretch")
-    for line in report.measured_vs_modelled(res.profile):
+    wl = load_workload(c.workload_path)
+    for line in report.measured_vs_modelled(res.profile, wl, wl.steps, 1):
         st.caption(line)
 
 
@@ -217,6 +231,8 @@ def run_log_workload() -> tuple[Workload | None, str]:
         except (ConfigError, FieldError, ValueError) as exc:
             st.error(f"Run log rejected: {exc}")
             return None, ""
+        # the page's Steps: the whole sample, as `tlt compare` simulates it on this workload
+        st.session_state[STEPS_KEY] = min(100, load_workload(done.workload_path).steps)
     _show(done)
     return load_workload(done.workload_path), ID_PREFIX + digest
 

@@ -17,6 +17,8 @@ import pandas as pd
 import streamlit as st
 
 from sim.results import PolicyRun
+from workbench.compare.intervals import (interval_json, interval_lines, policy_intervals,
+                                        run_work)
 from workbench.compare.policies import summarize_runs, summary_frame, why_runs
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
@@ -81,6 +83,15 @@ class Result:
             self._whys = why_runs(self.runs, self.labels)
         return self._whys
 
+    def intervals(self):
+        """Each run's step time and speedup with the interval its profile's cost uncertainty gives
+        (None: the profile has none; computed once)."""
+        if not hasattr(self, "_intervals"):
+            works = [(label, [run_work(run, self.profile, self.workload.workers)])
+                     for label, run in zip(self.labels, self.runs)]
+            self._intervals = policy_intervals(works, self.profile, self.seed)
+        return self._intervals
+
 
 # ---------------------------------------------------------------- results
 
@@ -118,6 +129,8 @@ def _summary_json(res: Result, table: pd.DataFrame) -> str:
             for label, policy, run, why in zip(res.labels, res.policies, res.runs, res.whys())
         ],
     }
+    for entry, pi in zip(out["policies"], res.intervals() or []):
+        entry["interval"] = interval_json(pi)
     return json.dumps(out, indent=2) + "\n"
 
 
@@ -301,6 +314,15 @@ def _report(res: Result, table: pd.DataFrame) -> Report:
     return rep
 
 
+def show_intervals(res: Result) -> None:
+    """Each speedup and step time with its interval, where the profile knows how sure its costs
+    are (a calibrated run log's); the same lines `tlt compare` prints."""
+    lines = interval_lines(res.intervals(), res.labels[0])
+    if lines:
+        st.markdown("**How sure:** " + lines[0].rstrip(":"))
+        st.code("\n".join(x.strip() for x in lines[1:]), language=None)
+
+
 def show_why(res: Result) -> None:
     """Why this speedup: the decomposition per policy (against the first) and one sentence each."""
     show_whys(res.whys()[1:], "whatif_why",
@@ -322,6 +344,7 @@ def show(res: Result, current_signature: str | None) -> None:
         st.info("The inputs changed since this run; press **Run simulation** to update.")
     table = _metrics_table(res)
     _show_tiles(res, table)
+    show_intervals(res)
     st.dataframe(table, column_config=_TABLE_COLUMNS, width="stretch", key="whatif_table")
     st.caption(
         f"Means over the simulated steps, seed {res.seed}. Speedup = {res.labels[0]}'s mean step "

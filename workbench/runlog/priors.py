@@ -1,0 +1,156 @@
+"""Each run-level factor's declared prior, from what the run's engine is (its log's config).
+
+A factor's prior is log-normal: a median and a log-sd; its declared range is the median x/÷
+exp(RANGE_SDS x log-sd), and the fit stays inside it (workbench/runlog/fit.py). The medians say
+what each cost is where the engine's config says it happens:
+
+- decode_speed: the run's per-token GPU time over the measured database's, for the GPU named
+  (--gpu), this model and TP: the same kernels, so 1, give or take the engine's version and eager
+  kernels (log-sd 0.35: x/÷ 2.4 at the range's ends).
+- step_overhead_s: a fixed host cost per engine step (kernel launches, the scheduler, sampling on
+  the host). Eager mode (enforce_eager) launches every kernel from Python: 0.5 ms per decoder
+  layer; with CUDA graphs one replay per step: 2 ms. Log-sd 0.6; where the log does not say which,
+  the geometric mean of the two, log-sd 0.9.
+- rl_step_s: the fixed cost per RL step inside veRL's rollout timer, as the parts the config says
+  happen: the weight sync into the engine (1.5 s of calls plus the parameters' bytes at 10 GB/s),
+  the KV cache freed and allocated again when free_cache_engine (1.5 s), CUDA graphs captured
+  again when not eager (3 s), and dispatching the batch (1 s). Log-sd 0.6.
+- train_speed: the update's cost per token and forward over the database's (FSDP, checkpointing
+  and offload run below the kernels' peak): 1.5, log-sd 0.5.
+
+An engine profile measured on the user's GPU (`--engine-profile`: a Profile whose `decode` was
+fitted to a sweep of the same engine, `tlt engine-sweep`) replaces the decode-speed prior by its
+own per-token time over the database's (log-sd 0.1) and, when it ran in the run's eager mode, the
+per-step prior by its own per-step cost (log-sd 0.3): `engine_profile_priors`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from sim.costs import verify_step_s
+from workbench.contracts.architecture import load_architecture
+from workbench.contracts.profile import Profile
+from workbench.contracts.schema import ConfigError
+from workbench.runlog.engine_config import EngineConfig
+from workbench.runlog.shape import RunShape
+
+RANGE_SDS = 2.5
+EAGER_S_PER_LAYER = 5e-4
+GRAPHS_STEP_S = 2e-3
+SYNC_CALLS_S, SYNC_BYTES_PER_S = 1.5, 10e9
+REALLOC_S, CAPTURE_S, DISPATCH_S = 1.5, 3.0, 1.0
+FACTORS = ("decode_speed", "step_overhead_s", "rl_step_s", "train_speed")
+
+
+@dataclass(frozen=True)
+class FactorPrior:
+    name: str
+    median: float
+    log_sd: float
+    why: str  # what the engine is that gives the median
+
+    @property
+    def lower(self) -> float:
+        return self.median * math.exp(-RANGE_SDS * self.log_sd)
+
+    @property
+    def upper(self) -> float:
+        return self.median * math.exp(RANGE_SDS * self.log_sd)
+
+
+@dataclass(frozen=True)
+class RunPriors:
+    """One run's priors, FACTORS' order."""
+
+    factors: tuple[FactorPrior, ...]
+
+    def __getitem__(self, name: str) -> FactorPrior:
+        return next(f for f in self.factors if f.name == name)
+
+    @property
+    def medians(self) -> np.ndarray:
+        return np.array([f.median for f in self.factors])
+
+    @property
+    def log_sds(self) -> np.ndarray:
+        return np.array([f.log_sd for f in self.factors])
+
+
+def _step_overhead(engine: EngineConfig, layers: int) -> FactorPrior:
+    eager = engine.enforce_eager
+    if eager is None:
+        med = math.sqrt(EAGER_S_PER_LAYER * layers * GRAPHS_STEP_S)
+        return FactorPrior("step_overhead_s", med, 0.9, "eager mode not in the log: between "
+                           f"eager ({1e3 * EAGER_S_PER_LAYER:.1f} ms x {layers} layers) and CUDA "
+                           f"graphs ({1e3 * GRAPHS_STEP_S:.0f} ms)")
+    if eager:
+        return FactorPrior("step_overhead_s", EAGER_S_PER_LAYER * layers, 0.6,
+                           f"enforce_eager: {1e3 * EAGER_S_PER_LAYER:.1f} ms of launches x "
+                           f"{layers} layers")
+    return FactorPrior("step_overhead_s", GRAPHS_STEP_S, 0.6, "CUDA graphs (not eager): one "
+                       "replay and the scheduler per step")
+
+
+def _rl_step(engine: EngineConfig, param_bytes: float) -> FactorPrior:
+    sync = SYNC_CALLS_S + param_bytes / SYNC_BYTES_PER_S
+    parts = [f"weight sync {sync:.1f} s ({param_bytes / 1e9:.1f} GB at "
+             f"{SYNC_BYTES_PER_S / 1e9:.0f} GB/s + {SYNC_CALLS_S} s)"]
+    total = sync + DISPATCH_S
+    if engine.free_cache_engine is not False:
+        total += REALLOC_S
+        parts.append(f"KV cache re-allocated {REALLOC_S} s" + (
+            "" if engine.free_cache_engine else " (free_cache_engine not in the log: veRL's "
+            "default, True)"))
+    if engine.enforce_eager is False and engine.free_cache_engine is not False:
+        total += CAPTURE_S
+        parts.append(f"CUDA graphs captured again {CAPTURE_S} s")
+    parts.append(f"dispatch {DISPATCH_S} s")
+    return FactorPrior("rl_step_s", total, 0.6, " + ".join(parts))
+
+
+def run_priors(shape: RunShape, engine: EngineConfig) -> RunPriors:
+    """The priors of a run of this shape on this engine (module docstring)."""
+    arch = load_architecture(shape.arch)
+    return RunPriors((
+        FactorPrior("decode_speed", 1.0, 0.35, f"the measured database's kernels for {shape.gpu} "
+                    f"TP{shape.tp} (--gpu names the GPU)"),
+        _step_overhead(engine, arch.layers),
+        _rl_step(engine, 2.0 * arch.params),
+        FactorPrior("train_speed", 1.5, 0.5, "FSDP's update below the kernels' peak"),
+    ))
+
+
+def engine_profile_priors(priors: RunPriors, measured: Profile, database: Profile,
+                          shape: RunShape, engine: EngineConfig, context: float) -> RunPriors:
+    """The priors a measured engine profile tightens (module docstring). What it reads of the
+    profile: `cluster` (its GPU, model and TP must be the run's), `decode` (the per-token costs
+    and the per-step `overhead_s`) and, where the profile records the engine it measured
+    (`engine.graphs`), whether that engine ran eager as the run did."""
+    c = measured.cluster
+    if c is not None:
+        for field, want in (("gpu", shape.gpu), ("tp", shape.tp)):
+            if getattr(c, field) != want:
+                raise ConfigError(measured.name, f"cluster.{field}", getattr(c, field),
+                                  f"{want}, the run's (an engine profile of the run's GPU and TP)")
+    batches = [b for b in (1, 8, 32, 128, 512) if b <= max(1, shape.max_batch)]
+    ratios = [(verify_step_s(measured.decode, b, context, 0) - measured.decode.overhead_s)
+              / max(1e-12, verify_step_s(database.decode, b, context, 0)
+                    - database.decode.overhead_s) for b in batches]
+    speed = float(np.exp(np.mean(np.log(np.maximum(ratios, 1e-6)))))
+    out = [replace(priors["decode_speed"], median=speed, log_sd=0.1,
+                   why=f"the engine profile {measured.name}: its per-token time over the "
+                       f"database's at batches {batches[0]}-{batches[-1]}")]
+    identity = getattr(measured, "engine", None)
+    graphs = getattr(identity, "graphs", None)
+    same_mode = graphs is not None and engine.enforce_eager is not None and (
+        graphs == (not engine.enforce_eager))
+    step = priors["step_overhead_s"]
+    if same_mode and measured.decode.overhead_s > 0:
+        step = replace(step, median=measured.decode.overhead_s, log_sd=0.3,
+                       why=f"the engine profile {measured.name}: its per-step cost, measured in "
+                           "the run's eager mode")
+    return RunPriors((out[0], step, priors["rl_step_s"], priors["train_speed"]))
