@@ -39,6 +39,9 @@ class Stream(IntEnum):
     PROJECTION = 14
     PLAN_SAMPLER = 15  # the NSGA-II sampler of a cluster-shape search (workbench/plan/search.py)
     RUNLOG_ORDER = 16  # a run log's modelled responses, their engine and queue order: (step,)
+    # The simulator again: an agentic prompt's trajectories, their turns and tool calls (drawn
+    # from the model, or which observed group a replay resamples): (batch, prompt index, attempt)
+    TRAJECTORIES = 17
 
 
 def seed_sequence(seed: int, stream: Stream, *indices: int) -> np.random.SeedSequence:
