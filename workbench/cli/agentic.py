@@ -1,4 +1,6 @@
-"""`tlt workload check`: an agentic workload's simulated turns against the trace it came from."""
+"""Agentic workloads on the command line: `tlt workload check` (an agentic workload's simulated
+turns against the trace it came from), and what `tlt compare` adds for them (where the time goes
+around the tool calls; `--tool-latency`, the sweep)."""
 
 from __future__ import annotations
 
@@ -10,13 +12,17 @@ from typing import Optional
 
 import typer
 
+from sim.sweep import Runner
 from workbench.cli.apps import workload_app
 from workbench.cli.common import fail
+from workbench.compare.policies import Comparison
+from workbench.compare.tool_sweep import tool_latency_sweep
 from workbench.contracts.fileio import write_json
-from workbench.contracts.profile import load_profile
+from workbench.contracts.policy import Policy
+from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.turn_data import read_turns
-from workbench.contracts.workload import load_workload
+from workbench.contracts.workload import Workload, load_workload
 from workbench.report.tables import format_table
 from workbench.validate.agentic_engine import trace_engine
 from workbench.validate.agentic_trace import StepCheck, check, summary
@@ -106,3 +112,60 @@ def check_trace(
     if out is not None:
         write_json(out / "check.json", result)
     typer.echo(json.dumps({"held_out_steps": [c.step for c in held], **result["held_out"]}))
+
+
+TOOL_LATENCY_OPTION = typer.Option(
+    "", help="Agentic workloads: also sweep the tools' latency, e.g. 0.1,0.3,1,3,10 (x the "
+             "workload's): each policy's speedup at each, in OUT/tool_latency.json and .png.")
+
+
+def tool_scales(text: str, wl: Workload) -> list[float]:
+    """`--tool-latency`'s factors (empty: no sweep); refused for a single-turn workload."""
+    if not text.strip():
+        return []
+    try:
+        scales = [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        fail(ConfigError("--tool-latency", "tool_latency", text,
+                         "factors separated by commas, e.g. 0.1,0.3,1,3,10"))
+    if not scales or any(not 0 <= s <= 1000 for s in scales):
+        fail(ConfigError("--tool-latency", "tool_latency", text, "factors from 0 to 1000"))
+    if not wl.agentic.enabled:
+        fail(ConfigError(wl.name, "agentic.enabled", False,
+                         "an agentic workload for --tool-latency (its tool calls are what the "
+                         "sweep slows)"))
+    return scales
+
+
+def print_agentic(result: Comparison) -> None:
+    """Where each policy's time goes around the tool calls (agentic workloads only)."""
+    rows = result.agentic_why()
+    if not rows:
+        return
+    typer.echo("around the tool calls (means over seeds; docs/formats.md, 'Agentic'):")
+    typer.echo(format_table(
+        [[a.policy, f"{a.tool_share:.1%}", f"{a.tool_wait_share:.1%}", f"{a.tail_share:.1%}",
+          f"{a.tail_in_tools:.0%}", f"{a.turn_latency_s:.1f}"] for a in rows],
+        ["policy", "trajectory time in tools", "engines waiting on tools", "small-batch decoding",
+         "of it during tool calls", "turn p50 s"]))
+    for a in rows[:1]:
+        typer.echo(f"  {a.sentence}")
+
+
+def run_tool_sweep(wl: Workload, pols: list[Policy], prof: Profile, scales: list[float],
+                   seeds: int, steps: Optional[int], out: Path, runner: Runner) -> None:
+    t0 = time.perf_counter()
+    progress = lambda done, total, name, seed: typer.echo(  # noqa: E731
+        f"  tools: [{done}/{total}] {name} seed {seed}  ({time.perf_counter() - t0:.1f}s)",
+        err=True)
+    sw = tool_latency_sweep(wl, pols, prof, scales, seeds, steps, progress, runner)
+    sw.save(out)
+    names = sw.policies
+    typer.echo(f"tool latency sweep ({wl.name}, speedup vs {names[0]} at each scale):")
+    typer.echo(format_table(
+        [[f"{p.scale:g}x", f"{p.step_s[names[0]]:,.1f}", f"{p.tool_share:.1%}",
+          f"{p.tool_wait_share:.1%}", *(f"{p.speedup[n]:.2f}x" for n in names[1:])]
+         for p in sw.points],
+        ["tools", f"{names[0]} step s", "time in tools", "engines waiting",
+         *names[1:]]))
+    typer.echo(f"wrote {out}/tool_latency.json and {out}/tool_latency.png")
