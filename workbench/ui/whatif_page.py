@@ -7,9 +7,10 @@ policies, steps and seed; then "Run simulation" runs `sim.simulator.simulate` on
 Results live in st.session_state, so moving a widget re-renders them without simulating again
 (workbench/ui/whatif_results.py).
 
-Two parts live in modules of their own: a run log as a source (workbench/ui/run_log_panel.py: its
-cluster comes calibrated on the log), and SD's speedup by batch beside the cluster picker
-(workbench/ui/sd_curve_panel.py).
+Parts live in modules of their own: a run log as a source (workbench/ui/run_log_panel.py: its
+cluster comes calibrated on the log), SD's speedup by batch beside the cluster picker
+(workbench/ui/sd_curve_panel.py), and for an agentic workload the tool calls' section with the
+tool-latency sweep (workbench/ui/agentic_panel.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to_mapping
 from workbench.contracts.workload import Workload
-from workbench.ui import cluster_picker, inputs, run_log_panel, sd_curve_panel, whatif_results
+from workbench.ui import (
+    agentic_panel,
+    cluster_picker,
+    inputs,
+    run_log_panel,
+    sd_curve_panel,
+    whatif_results,
+)
 from workbench.ui.length_upload import length_file_workload
 from workbench.ui.whatif_results import Result
 
@@ -350,3 +358,6 @@ def render() -> None:
         whatif_results.show(result, signature)
     elif ready:
         st.info("Press **Run simulation** to compare the policies.")
+    fresh = result is not None and result.signature == signature
+    agentic_panel.render(workload, profile, labels, policies, seed,
+                         result.runs if fresh else None)
