@@ -97,16 +97,19 @@ def model_group(m: AgenticModel, group: int, cap: int, rng: np.random.Generator)
 def _capped(completion: np.ndarray, tokens: np.ndarray, latency: np.ndarray,
             cap: int) -> Trajectory:
     """The trajectory cut where its response (turns and tool output) reaches `cap`: the turn that
-    crosses it ends there, and no tool runs after it."""
+    crosses it ends there, and no tool runs after it; where a tool's output crosses it, the turn
+    before that tool is the last."""
     response = np.cumsum(completion + tokens) - tokens  # each turn's end, before its tool
     over = np.flatnonzero(response >= cap)
     if len(over):
         k = int(over[0])
         before = float(response[k] - completion[k])
-        completion = completion[:k + 1].copy()
-        completion[k] = max(1.0, cap - before)
-        tokens, latency = tokens[:k + 1].copy(), latency[:k + 1].copy()
-        tokens[k], latency[k] = 0.0, 0.0
+        last = k - 1 if before >= cap and k > 0 else k
+        completion = completion[:last + 1].copy()
+        if last == k:
+            completion[k] = max(1.0, cap - before)
+        tokens, latency = tokens[:last + 1].copy(), latency[:last + 1].copy()
+        tokens[last], latency[last] = 0.0, 0.0
     return Trajectory(completion, tokens, latency)
 
 

@@ -238,6 +238,20 @@ def _derive(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _check_numbering(df: pd.DataFrame, source: str) -> None:
+    """Each trajectory's turns are 0, 1, ... (a gap or a repeat is refused, naming it)."""
+    key = ["batch", "group", "member"]
+    d = df.sort_values([*key, "turn"], kind="stable")
+    expected = d.groupby(key).cumcount()
+    bad = d["turn"].to_numpy() != expected.to_numpy()
+    if bad.any():
+        row = d.iloc[int(np.flatnonzero(bad)[0])]
+        turns = d.loc[(d[key] == row[key]).all(axis=1), "turn"].astype(int).tolist()
+        raise ConfigError(source, "turn", f"step {int(row['batch'])}, prompt {int(row['group'])}, "
+                          f"trajectory {int(row['member'])}: turns {turns}",
+                          "turns numbered 0, 1, ... within each trajectory")
+
+
 def _whole_steps(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """The steps whose groups all have the run's group size (the most common one)."""
     sizes = df[df["turn"] == 0].groupby(["batch", "group"]).size()
@@ -277,6 +291,7 @@ def read_turn_files(paths: list[str | Path]) -> ImportedTurns:
     df = pd.concat(frames, ignore_index=True)
     if df.empty:
         raise ConfigError(", ".join(map(str, files)), "<rows>", 0, "at least one training turn")
+    _check_numbering(df, ", ".join(map(str, files)))
     df, dropped = _whole_steps(_derive(df))
     steps = sorted(int(s) for s in df["batch"].unique())
     df = df.assign(batch=np.searchsorted(np.array(steps), df["batch"].to_numpy()))
