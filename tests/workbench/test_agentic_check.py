@@ -127,3 +127,16 @@ def test_workload_check_prints_each_step_and_a_json_line(tmp_path):
     assert saved["per_step"][0]["step"] == 2
     bad = runner.invoke(app, ["workload", "check", "cpu-tiny"])
     assert bad.exit_code == 2 and "agentic.data" in bad.output
+
+
+def test_the_traced_engine_with_a_declared_per_sequence_cost_predicts_without_a_fit():
+    """Nothing fitted: the H100's measured costs carried to the H20, and the per-sequence cost the
+    GPU probe measured (traces/published/polytrace-search-r1/torch_native_probe-h100.txt)."""
+    res = runner.invoke(app, ["workload", "check", PRESET, "--steps", "1", "--per-seq-s",
+                              "0.003175"])
+    assert res.exit_code == 0, res.output
+    last = json.loads(res.stdout.strip().splitlines()[-1])
+    assert last["held_out_steps"] == [1]
+    assert abs(last["median_turn_latency_error"]) < 0.25 and abs(last["makespan_error"]) < 0.15
+    none = runner.invoke(app, ["workload", "check", PRESET, "--steps", "1", "--per-seq-s", "0"])
+    assert json.loads(none.stdout.strip().splitlines()[-1])["median_turn_latency_error"] < -0.5

@@ -14,7 +14,7 @@ import typer
 
 from sim.sweep import Runner
 from workbench.cli.apps import workload_app
-from workbench.cli.common import fail
+from workbench.cli.common import CLUSTER_PREFIX, cluster_profile, fail
 from workbench.compare.policies import Comparison
 from workbench.compare.tool_sweep import tool_latency_sweep
 from workbench.contracts.fileio import write_json
@@ -24,7 +24,7 @@ from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.turn_data import read_turns
 from workbench.contracts.workload import Workload, load_workload
 from workbench.report.tables import format_table
-from workbench.validate.agentic_engine import trace_engine
+from workbench.validate.agentic_engine import carried_engine, trace_engine, with_factors
 from workbench.validate.agentic_trace import StepCheck, check, summary
 
 
@@ -67,6 +67,15 @@ def check_trace(
                                            "default: check the workload's own profile."),
     profile_out: Optional[Path] = typer.Option(None, help="With --fit-steps: write the fitted "
                                                           "profile here."),
+    profile: Optional[str] = typer.Option(None, help="Check this profile (a preset, a file or "
+                                                     "cluster:MODEL:GPU:FRAMEWORK) instead of "
+                                                     "the workload's."),
+    per_seq_s: Optional[float] = typer.Option(
+        None, min=0.0, help="Check the traced engine (the measured database's costs, carried to "
+        "the workload's GPU) with this cost per sequence per decode step, in seconds, and "
+        "--prefill-factor: declared, nothing fitted."),
+    prefill_factor: float = typer.Option(1.0, min=0.0, help="With --per-seq-s: the multiplier "
+                                                            "on the prefill cost per token."),
     out: Optional[Path] = typer.Option(None, help="Also write OUT/check.json."),
 ) -> None:
     """Replay an agentic trace's steps and set each turn's simulated engine latency and each step's
@@ -80,7 +89,13 @@ def check_trace(
         batches = read_turns(wl.agentic.data).batches
         checked = _steps(steps, batches)
         fitted = _steps(fit_steps, batches) if fit_steps else []
-        if fitted:
+        fit = None
+        if per_seq_s is not None:
+            prof, note = carried_engine(wl)
+            prof = with_factors(prof, per_seq_s, prefill_factor)
+            typer.echo(f"declared: per_seq_s {per_seq_s * 1e3:.3f} ms, prefill_factor "
+                       f"{prefill_factor} on {note}")
+        elif fitted:
             name = profile_out.stem if profile_out is not None else ""
             prof, fit = trace_engine(wl, fitted, name, lambda s: typer.echo(s, err=True))
             for line in fit.lines():
@@ -88,9 +103,10 @@ def check_trace(
             if profile_out is not None:
                 save(prof, profile_out)
                 typer.echo(f"wrote {profile_out}")
+        elif profile is not None and profile.startswith(CLUSTER_PREFIX):
+            prof = cluster_profile(profile, wl)
         else:
-            prof = load_profile(wl.profile)
-            fit = None
+            prof = load_profile(profile or wl.profile)
         typer.echo(f"workload: {wl.description}")
         typer.echo(f"engine: {prof.name}: {prof.description}")
         checks, turns = check(replace(wl, profile=prof.name), prof, checked,

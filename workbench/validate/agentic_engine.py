@@ -78,7 +78,9 @@ def carried(profile: Profile, src: GPU, dst: GPU, name: str) -> Profile:
                        train_tokens_per_s=_sig(profile.learning.train_tokens_per_s / fl))
     # The board's watts are another GPU's: no energy is reported rather than a wrong one.
     return replace(profile, name=name, decode=dec, drafter=drafter, phases=phases,
-                   learning=learning, power=None)
+                   learning=learning, power=None,
+                   description=f"{profile.description}; carried to the {dst.name} by datasheet "
+                               "ratios")
 
 
 def _sig(x: float) -> float:
@@ -184,11 +186,10 @@ def database_gpu(gpu: str) -> str:
     return gpu if gpu in gpu_names() else "h100"
 
 
-def trace_engine(workload: Workload, fit_steps: list[int], name: str = "",
-                 progress: Callable[[str], None] | None = None) -> tuple[Profile, EngineFit]:
-    """The profile (`name`; default GPU-model-TP-framework-fitted) of the traced run's engine: the
-    measured database's costs for its model, TP and framework (on the H100 where the database
-    lacks its GPU, carried by datasheet ratios), the two factors fitted on `fit_steps`."""
+def carried_engine(workload: Workload, name: str = "") -> tuple[Profile, str]:
+    """The measured database's costs for the workload's model, TP and framework, on its GPU (on
+    the H100, carried by datasheet ratios, where the database lacks the GPU), and what was done,
+    in words."""
     gpu, tp, fw = workload.gpu, workload.gpus_per_worker, workload.framework or "sglang"
     if not workload.model or not gpu:
         raise ValueError(f"workload {workload.name!r}: its model and gpu fields name the traced "
@@ -199,21 +200,29 @@ def trace_engine(workload: Workload, fit_steps: list[int], name: str = "",
                          f"and has no datasheet here ({', '.join(DATASHEETS)})")
     base_name = default_base_profile(workload.model, tp)
     base = disk_cached_profile(workload.model, src, tp, fw, base_name)
-    name = name or f"{gpu}-{workload.model}-tp{tp}-{fw}-fitted"
-    prof = base if src == gpu else carried(base, DATASHEETS[src], DATASHEETS[gpu], name)
-    carried_note = ("" if src == gpu else f"; carried from {src} to {gpu} by datasheet ratios "
-                    f"({DATASHEETS[src].source}; {DATASHEETS[gpu].source})")
+    name = name or f"{gpu}-{workload.model}-tp{tp}-{fw}-traced"
+    if src == gpu:
+        return replace(base, name=name), f"measured costs ({base.name})"
+    note = (f"measured costs ({base.name}) carried from {src} to {gpu} by datasheet ratios "
+            f"({DATASHEETS[src].source}; {DATASHEETS[gpu].source})")
+    prof = carried(base, DATASHEETS[src], DATASHEETS[gpu], name)
+    return replace(prof, cluster=Cluster(workload.model, gpu, tp, fw)), note
+
+
+def trace_engine(workload: Workload, fit_steps: list[int], name: str = "",
+                 progress: Callable[[str], None] | None = None) -> tuple[Profile, EngineFit]:
+    """The profile (`name`) of the traced run's engine: `carried_engine`'s costs with the two
+    factors fitted on `fit_steps`."""
+    prof, note = carried_engine(workload, name)
     if progress:
-        progress(f"engine: {base.name}{carried_note}; fitting per_seq_s and prefill_factor on "
-                 f"step(s) {fit_steps}")
+        progress(f"engine: {note}; fitting per_seq_s and prefill_factor on step(s) {fit_steps}")
     fit = fit_engine(workload, prof, fit_steps, progress)
     out = with_factors(prof, fit.per_seq_s, fit.prefill_factor)
-    cluster = Cluster(workload.model, gpu, tp, fw, "traced")
     out = replace(
-        out, name=name, cluster=cluster, fitted_on=(str(workload.agentic.data),),
-        description=(f"{workload.model} on {tp}x {gpu} {fw}, the engine of the traced run "
-                     f"{workload.name}: measured costs ({base.name}){carried_note}, with "
+        out, fitted_on=(str(workload.agentic.data),),
+        description=(f"{workload.model} on {workload.gpus_per_worker}x {workload.gpu}, the engine "
+                     f"of the traced run {workload.name}: {note}, with "
                      + "; ".join(fit.lines()[:2])),
         source=(f"tlt workload check {workload.name} --fit-steps "
-                f"{','.join(map(str, fit_steps))}: {base.source}"))
+                f"{','.join(map(str, fit_steps))}: {prof.source}"))
     return out, fit
