@@ -100,9 +100,6 @@ def check_trace(
             prof, fit = trace_engine(wl, fitted, name, lambda s: typer.echo(s, err=True))
             for line in fit.lines():
                 typer.echo(f"fit: {line}")
-            if profile_out is not None:
-                save(prof, profile_out)
-                typer.echo(f"wrote {profile_out}")
         elif profile is not None and profile.startswith(CLUSTER_PREFIX):
             prof = cluster_profile(profile, wl)
         else:
@@ -119,6 +116,11 @@ def check_trace(
                              for k, r in turns.iterrows()],
                             ["turn", "turns", "p50 meas s", "p50 sim s", "error"]))
     held = [c for c in checks if c.step not in fitted]
+    if fit is not None and profile_out is not None:
+        # its fit error: the held-out steps' median turn-latency error, as checked just now
+        error = abs(summary(held)["median_turn_latency_error"]) if held else float("nan")
+        save(replace(prof, fit_error_pct=round(100 * error, 2) if held else None), profile_out)
+        typer.echo(f"wrote {profile_out}")
     result = {"steps": checked, "fit_steps": fitted, "held_out": summary(held),
               "per_step": [asdict(c) | {"median_error": c.median_error,
                                         "makespan_error": c.makespan_error} for c in checks]}

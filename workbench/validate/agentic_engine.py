@@ -219,7 +219,7 @@ def trace_engine(workload: Workload, fit_steps: list[int], name: str = "",
     fit = fit_engine(workload, prof, fit_steps, progress)
     out = with_factors(prof, fit.per_seq_s, fit.prefill_factor)
     out = replace(
-        out, fitted_on=(str(workload.agentic.data),),
+        out, fitted_on=(f"{workload.name}: steps {list(fit_steps)} of its turns table",),
         description=(f"{workload.model} on {workload.gpus_per_worker}x {workload.gpu}, the engine "
                      f"of the traced run {workload.name}: {note}, with "
                      + "; ".join(fit.lines()[:2])),
