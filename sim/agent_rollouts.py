@@ -14,21 +14,15 @@ import numpy as np
 from sim.entities import Group
 from sim.rounds import Rollouts
 from sim.trajectories import group_trajectories
-from workbench.contracts.policy import Policy
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.turn_data import ObservedTurns, read_turns
 from workbench.contracts.workload import Workload
 
 
-def check_agentic(workload: Workload, policy: Policy, replay: list | None) -> None:
+def check_agentic(workload: Workload, replay: list | None) -> None:
     """Refuse what the simulator does not model for agentic workloads, naming the field."""
     if not workload.agentic.enabled:
         return
-    if policy.rollout.stream:
-        raise ConfigError(workload.name, "agentic.enabled", True,
-                          f"false for policy '{policy.name}': streaming rollouts (rollout.stream) "
-                          "are not simulated with multi-turn trajectories; use mode async with "
-                          "stream false (async-1), partial or sync")
     if workload.dynamic_sampling.enabled:
         raise ConfigError(workload.name, "dynamic_sampling.enabled", True,
                           "false for an agentic workload: DAPO's filtering is not simulated with "

@@ -40,6 +40,11 @@ class PrefixCache:
             return 0.0
         return self._prompt[group] + self._suffix.get(traj, 0.0)
 
+    def knows(self, traj: Hashable) -> bool:
+        """Whether the trajectory has a node here (a cache flushed since its turn began has
+        none)."""
+        return traj in self._group_of
+
     def room(self, traj: Hashable, group: Hashable, prompt: int, context: int) -> bool:
         """Whether the turn can be pinned beside the running ones (evicting what it must)."""
         if self.pinned == 0:

@@ -28,6 +28,7 @@ import simpy
 
 from sim.agent_pool import AgentPool
 from sim.agent_rollouts import AgentRollouts, check_agentic
+from sim.agent_streaming import AgentStreamingPool
 from sim.async_steps import AsyncSteps
 from sim.drafter import DrafterState
 from sim.dynamic_sampling import FilteredRollouts
@@ -88,9 +89,11 @@ class Simulator:
         self.timeline = Timeline()
         self.engines = rollout_engines(workload, policy)
         agentic = workload.agentic.enabled
-        check_agentic(workload, policy, replay)
-        pool = (StreamingPool if policy.rollout.stream else AgentPool if agentic
-                else RolloutPool)
+        check_agentic(workload, replay)
+        if policy.rollout.stream:
+            pool = AgentStreamingPool if agentic else StreamingPool
+        else:
+            pool = AgentPool if agentic else RolloutPool
         self.pool = pool(self.env, self.timeline, workload, policy, profile, seed, self.engines,
                          start)
         rollouts = (FilteredRollouts if workload.dynamic_sampling.enabled else AgentRollouts
@@ -122,7 +125,8 @@ class Simulator:
         self.env.process(self.loop.steps(n, log))
         self.env.run()
         self.loop.finish(log)
-        turns = self.pool.turn_frame() if isinstance(self.pool, AgentPool) else None
+        agentic = isinstance(self.pool, (AgentPool, AgentStreamingPool))
+        turns = self.pool.turn_frame() if agentic else None
         return PolicyRun(self.policy.name, log.metrics, self.timeline.frame(),
                          self.rollouts.filtering, turns)
 

@@ -79,8 +79,9 @@ def test_the_idle_engine_spot_trains_while_its_trajectories_wait_on_tools(agenti
     assert "tool_wait" in set(off.timeline["state"].astype(str))
 
 
-@pytest.mark.parametrize("policy", ["static-sd", "tlt", "april", "async-1", "rollpacker"])
-def test_every_non_streaming_policy_runs_on_a_drawn_agentic_workload(policy):
+@pytest.mark.parametrize("policy", ["static-sd", "tlt", "april", "async-1", "rollpacker",
+                                    "async-4", "verl-fully-async"])
+def test_every_rollout_mode_runs_on_a_drawn_agentic_workload(policy):
     wl = replace(load_workload("fastrl-example-7b-8gpu"), workers=2, prompts_per_step=8,
                  group_size=4, steps=2, agentic=AgenticModel(enabled=True))
     run = simulate(wl, load_policy(policy), load_workload_profile(wl), seed=0)
@@ -96,10 +97,25 @@ def load_workload_profile(wl):
     return load_profile(wl.profile)
 
 
-def test_streaming_rollouts_are_refused_for_an_agentic_workload_naming_the_field():
-    wl = replace(load_workload("fastrl-example-7b-8gpu"), agentic=AgenticModel(enabled=True))
-    with pytest.raises(ConfigError, match="agentic.enabled"):
-        simulate(wl, load_policy("async-4"), load_workload_profile(wl), seed=0)
+def test_a_streaming_engine_takes_a_trajectory_back_after_its_tool(agentic_workload,
+                                                                     simple_profile):
+    """Fully asynchronous RL: the trajectory's second turn comes back to its engine after the
+    tool's latency, the engine waits on the tool meanwhile, and the group reaches the trainer."""
+    wl = agentic_workload([[(50, [(10, 20, 2.0), (10, 0, 0.0)])]], workers=2)
+    run = simulate(replace(wl, steps=1), load_policy("async-4"), simple_profile(), seed=0)
+    t = run.turns[run.turns["batch"] == 0].sort_values("turn")
+    assert t["turn"].tolist() == [0, 1]
+    assert float(t["arrive_s"].iloc[1] - t["end_s"].iloc[0]) == pytest.approx(2.0)
+    assert t["cached_tokens"].iloc[1] == 60  # the prompt and the first turn, cached
+    assert "tool_wait" in set(run.timeline["state"].astype(str))
+    assert run.steps[0].groups_trained == 1
+
+
+def test_dynamic_sampling_is_refused_for_an_agentic_workload_naming_the_field():
+    wl = load_workload("polytrace-dapo-qwen2.5-32b")
+    wl = replace(wl, agentic=AgenticModel(enabled=True))
+    with pytest.raises(ConfigError, match="dynamic_sampling.enabled"):
+        simulate(wl, BASELINE, load_workload_profile(wl), seed=0)
 
 
 def test_a_single_turn_workload_file_has_no_agentic_section():
