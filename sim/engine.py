@@ -52,9 +52,17 @@ class EngineBatch:
 
     def admit(self) -> int:
         """Fill free slots from the queue; returns the context tokens to prefill."""
+        idx = self.admit_indices()
+        return sum(self.context[i] for i in idx)
+
+    def admit_indices(self, limit: int | None = None) -> list[int]:
+        """Fill free slots from the queue (at most `limit` of them); returns the sequences
+        admitted."""
         k = min(len(self.pending), self.max_batch - len(self.finish_at))
+        if limit is not None:
+            k = min(k, limit)
         if k <= 0:
-            return 0
+            return []
         p = self.progress
         idx = [self.pending.popleft() for _ in range(k)]
         remaining, context, done = self.remaining, self.context, self.done_before
@@ -70,7 +78,7 @@ class EngineBatch:
             base += context[i] - p
             pos += done[i] - p
         self._base_sum, self._pos_sum = base, pos
-        return sum(context[i] for i in idx)
+        return idx
 
     def mean_context(self) -> float:
         """Mean context (prompt + generated tokens) over the active sequences."""

@@ -34,6 +34,9 @@ class Group:
     prompt_tokens: int | None = None  # None: the workload's prompt_tokens
     rank: int | None = None  # replay: the data-parallel rank that generated it
     mixed: bool = True  # rewards not all equal (what DAPO's dynamic sampling keeps)
+    # Agentic rollouts: each response's turns and tool calls (sim/trajectories.py); its length is
+    # the tokens its turns generate.
+    trajectories: tuple | None = None
     # Responses at their length, counted as they finish (`finish`, the only way a response gets
     # there once decoding started): suffix drafts read the share every segment.
     finished_count: int = field(init=False)
@@ -115,6 +118,7 @@ class RolloutRound:
     left: list[int] = field(default_factory=list)  # responses still to finish per group
     complete_groups: int = 0
     idle_workers: int = 0
+    tool_waiting: int = 0  # agentic: engines whose trajectories are all out on a tool call
     trained_tokens: float = 0.0
     generated: float = 0.0  # response tokens generated in this rollout
     spot: bool = False  # idle engines train the drafter in this rollout

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from workbench.contracts.fileio import write_atomic
+from workbench.contracts.fileio import write_atomic, write_parquet
 from workbench.contracts.timeline import rollout_split
 from workbench.contracts.policy import DrafterKind
 
@@ -141,6 +141,8 @@ class PolicyRun:
     timeline: pd.DataFrame
     # DAPO's dynamic sampling: what each round kept.
     filtering: list[FilterRecord] = field(default_factory=list)
+    # Agentic rollouts: one row per turn decoded (sim/agent_pool.py, TURN_COLUMNS); None otherwise.
+    turns: pd.DataFrame | None = None
 
     def mean(self, name: str) -> float:
         return float(np.mean([getattr(s, name) for s in self.steps]))
@@ -160,6 +162,8 @@ class PolicyRun:
         if self.filtering:
             write_atomic(out_dir / "dapo_filter_indices.jsonl",
                          "".join(json.dumps(r.row()) + "\n" for r in self.filtering))
+        if self.turns is not None:
+            write_parquet(out_dir / "turns.parquet", self.turns)
 
 
 @dataclass

@@ -106,10 +106,15 @@ class Rollouts:
                 lengths = np.asarray(self.replay[step][j * g:(j + 1) * g])
                 groups.append(Group((step, j), lengths, np.zeros(len(lengths))))
             else:
-                draw = group_lengths(self.workload, self.seed, step, j, batch=batch,
-                                     observed=self.observed)
-                groups.append(new_group((step, j), draw))
+                groups.append(self.draw((step, j), batch=batch))
         return groups
+
+    def draw(self, key: tuple[int, int], attempt: int = 0, batch: int | None = None) -> Group:
+        """Prompt `key` = (step, index)'s group, drawn (its `attempt`-th sample; `batch`: the
+        generation batch, default the step)."""
+        draw = group_lengths(self.workload, self.seed, key[0], key[1], attempt, batch=batch,
+                             observed=self.observed)
+        return new_group(key, draw, attempt)
 
     def plan(self, step: int) -> tuple[list[Group], int | None, str]:
         """This step's groups, when to stop, and what kind of round it is."""
@@ -127,10 +132,7 @@ class Rollouts:
             rerun, self.deferred = self.deferred[:p], self.deferred[p:]
             groups = []
             for g in rerun:  # fresh samples of the same prompts
-                attempt = g.attempt + 1
-                draw = group_lengths(self.workload, self.seed, g.key[0], g.key[1], attempt,
-                                     observed=self.observed)
-                groups.append(new_group(g.key, draw, attempt))
+                groups.append(self.draw(g.key, g.attempt + 1))
             return groups, None, "long"
         return self.new_groups(step, launched), p, "short"
 

@@ -26,6 +26,9 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
+from sim.agent_pool import AgentPool
+from sim.agent_rollouts import AgentRollouts, check_agentic
+from sim.agent_streaming import AgentStreamingPool
 from sim.async_steps import AsyncSteps
 from sim.drafter import DrafterState
 from sim.dynamic_sampling import FilteredRollouts
@@ -52,7 +55,8 @@ def check_size(workload: Workload, steps: int) -> None:
     The work is ~ linear in responses x steps plus workers x steps (docs/formats.md, "Limits");
     `TLT_SIM_MAX_WORK` raises the limit for a user who means it."""
     limit = int(os.environ.get("TLT_SIM_MAX_WORK", MAX_WORK))
-    work = steps * (workload.sequences_per_step + workload.workers)
+    turns = workload.agentic.max_turns if workload.agentic.enabled else 1
+    work = steps * (workload.sequences_per_step * turns + workload.workers)
     if work > limit:
         raise ConfigError(workload.name, "workers, prompts_per_step x group_size, steps",
                           f"{work:,} units of work",
@@ -84,10 +88,16 @@ class Simulator:
         self.env = simpy.Environment()
         self.timeline = Timeline()
         self.engines = rollout_engines(workload, policy)
-        pool = StreamingPool if policy.rollout.stream else RolloutPool
+        agentic = workload.agentic.enabled
+        check_agentic(workload, replay)
+        if policy.rollout.stream:
+            pool = AgentStreamingPool if agentic else StreamingPool
+        else:
+            pool = AgentPool if agentic else RolloutPool
         self.pool = pool(self.env, self.timeline, workload, policy, profile, seed, self.engines,
                          start)
-        rollouts = FilteredRollouts if workload.dynamic_sampling.enabled else Rollouts
+        rollouts = (FilteredRollouts if workload.dynamic_sampling.enabled else AgentRollouts
+                    if agentic else Rollouts)
         self.rollouts = rollouts(workload, policy, profile, seed, replay, self.env,
                                  self.timeline, self.pool)
         if workload.dynamic_sampling.enabled and policy.rollout.stream:
@@ -115,8 +125,10 @@ class Simulator:
         self.env.process(self.loop.steps(n, log))
         self.env.run()
         self.loop.finish(log)
+        agentic = isinstance(self.pool, (AgentPool, AgentStreamingPool))
+        turns = self.pool.turn_frame() if agentic else None
         return PolicyRun(self.policy.name, log.metrics, self.timeline.frame(),
-                         self.rollouts.filtering)
+                         self.rollouts.filtering, turns)
 
 
 def step_loop(rollouts: Rollouts, pool: RolloutPool) -> SyncSteps | AsyncSteps | StreamSteps:

@@ -87,9 +87,12 @@ class StreamingPool(RolloutPool):
         if self.wake[w].triggered:
             self.wake[w] = self.env.event()
 
+    def _engine_state(self, w: int) -> tuple[EngineBatch, list]:
+        """Engine w's continuous batch, and each entry's owner: (group, member, ...)."""
+        return EngineBatch([], [], self.workload.max_batch), []
+
     def _engine(self, w: int):
-        engine = EngineBatch([], [], self.workload.max_batch)
-        owners: list[tuple[Group, int]] = []  # engine index -> (group, member)
+        engine, owners = self._engine_state(w)
         warm = WarmUp(self.policy)
         shares = SiblingShare(lambda i: owners[i][0])
         while not self.closed:
@@ -125,11 +128,15 @@ class StreamingPool(RolloutPool):
 
     def _wait(self, w: int):
         """Nothing to decode: idle until work, weights or the end arrive."""
-        start, step = self.env.now, self.latest
+        start, step, state = self.env.now, self.latest, self._waiting(w)
         yield self.wake[w]
         self._rearm(w)
         if self.env.now > start:
-            self.timeline.add(step, w, start, self.env.now, "idle")
+            self.timeline.add(step, w, start, self.env.now, state)
+
+    def _waiting(self, w: int) -> str:
+        """What an engine with nothing to decode is doing (the timeline's state)."""
+        return "idle"
 
     def _drain_sync(self, w: int):
         """Engine w is empty and stale: wait until every engine is, then all sync together."""
@@ -154,7 +161,7 @@ class StreamingPool(RolloutPool):
         the passes made so far count; a prefill is never cut)."""
         env, dec, d = self.env, self.profile.decode, self.drafting
         start, step = env.now, self.latest
-        prefill = prefill_s(dec, engine.admit())
+        prefill = prefill_s(dec, self._admit(w, engine, owners))
         if prefill > 0:
             yield env.timeout(prefill)
         batch = engine.batch
@@ -176,9 +183,17 @@ class StreamingPool(RolloutPool):
         if share >= 1.0 and seg.arm is not None and decode_s > 0:
             self.bandits[w].update(seg.arm, passes * seg.accept_len * batch / decode_s)
         for i in self.advance(engine, passes * seg.accept_len):
-            g, m = owners[i]
-            g.finish(m)
-            if g.complete:
-                g.finished_s = env.now
-                self.done.put(g)
+            self._finished(w, owners, i)
         self.running[w] = engine.batch
+
+    def _admit(self, w: int, engine: EngineBatch, owners: list) -> int:
+        """Fill engine w's free slots from its queue; the context tokens to prefill."""
+        return engine.admit()
+
+    def _finished(self, w: int, owners: list, i: int) -> None:
+        """Engine entry i is done: its response is, and a complete group goes to the trainer."""
+        g, m = owners[i][:2]
+        g.finish(m)
+        if g.complete:
+            g.finished_s = self.env.now
+            self.done.put(g)

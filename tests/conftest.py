@@ -113,3 +113,61 @@ def random_target():
     model = Qwen2ForCausalLM(cfg).eval()
     model.requires_grad_(False)
     return model
+
+
+# ---------------------------------------------------------------- agentic workloads by hand
+# One trajectory: its prompt tokens, then per turn (completion tokens, tool tokens after it, tool
+# seconds after it); the last turn's tool fields are ignored.
+
+
+def _turns_table(groups):
+    import numpy as np
+    import pandas as pd
+
+    from workbench.contracts.turn_data import COLUMNS
+
+    rows = []
+    for g, trajs in enumerate(groups):
+        for m, (prompt, turns) in enumerate(trajs):
+            context = prompt
+            for k, (completion, tool_tokens, tool_s) in enumerate(turns):
+                last = k == len(turns) - 1
+                rows.append((0, g, m, -1, k, context, -1, completion, 0 if last else 1,
+                             0 if last else tool_tokens, 0, 0.0 if last else tool_s, np.nan))
+                context += completion + tool_tokens
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+@pytest.fixture()
+def simple_profile():
+    """A profile whose decode step costs `step_s` per sequence and a prefilled token
+    `prefill_s`, nothing else (acceptance and learning: cpu-tiny's)."""
+    from dataclasses import replace
+
+    def make(step_s: float = 0.01, prefill_s: float = 0.001):
+        p = load_profile("cpu-tiny")
+        dec = replace(p.decode, overhead_s=0.0, per_seq_s=step_s, weights_s=0.0,
+                      compute_s_per_token=0.0, kv_s_per_token=0.0, prefill_s_per_token=prefill_s)
+        return replace(p, decode=dec)
+    return make
+
+
+@pytest.fixture()
+def agentic_workload(tmp_path):
+    """A replay of hand-written trajectories (groups of them; one step), on `workers` engines, with
+    the agentic section's other fields as given."""
+    from dataclasses import replace
+
+    from workbench.contracts.agentic import AgenticModel
+    from workbench.contracts.turn_data import from_frame, write_turns
+
+    def make(groups, workers: int = 1, **agentic):
+        path = tmp_path / "w.turns.parquet"
+        write_turns(path, from_frame(_turns_table(groups)))
+        wl = replace(load_workload("cpu-tiny"), name="agentic-test", workers=workers,
+                     prompts_per_step=len(groups), group_size=len(groups[0]),
+                     max_response_tokens=100_000, steps=1, max_batch=256,
+                     agentic=AgenticModel(enabled=True, kind="replay", data=str(path), **agentic))
+        wl.check()
+        return wl
+    return make

@@ -6,7 +6,8 @@ operator-level measurement or the measured database), `gpu.py` (gpu-check, gpu-p
 `sd_curve.py` (sd-curve: SD's speedup by batch), `real.py` (model, capture, drafter, bench rollout,
 bench grpo), `train.py` (train, bench real), `paper.py` (the TLT paper's figures), `project.py`
 (whole-run days, GPU-hours, cost, energy), `plan.py` (the cluster shape for a budget or a deadline),
-`workload.py` (workload import and show: lengths from logs), `export.py` (export: a policy for vLLM,
+`workload.py` (workload import and show: lengths from logs), `agentic.py` (workload check: an
+agentic trace re-simulated), `export.py` (export: a policy for vLLM,
 SGLang / FastRL or veRL) and `task.py` (task: task files). Importing them registers their commands
 on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
 """
@@ -22,6 +23,7 @@ from workbench.cli import real  # noqa: F401
 from workbench.cli import train  # noqa: F401
 from workbench.cli import paper  # noqa: F401
 from workbench.cli import workload  # noqa: F401
+from workbench.cli import agentic  # noqa: F401
 from workbench.cli import export  # noqa: F401
 from workbench.cli import project  # noqa: F401
 from workbench.cli import task  # noqa: F401

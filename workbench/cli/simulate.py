@@ -15,6 +15,7 @@ import yaml
 
 from sim.simulator import simulate
 from workbench.runlog.report import measured_vs_modelled
+from workbench.cli.agentic import TOOL_LATENCY_OPTION, print_agentic, run_tool_sweep, tool_scales
 from workbench.cli.apps import app, bench_app
 from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
                                   load_inputs, runner_for)
@@ -229,10 +230,12 @@ def compare(
     profile: Optional[str] = PROFILE_OPTION,
     workers: int = WORKERS_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
+    tool_latency: str = TOOL_LATENCY_OPTION,
 ) -> None:
     """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""  # noqa: E501
 
     wl, pols, prof = load_inputs(workload, policies, profile, steps)
+    scales = tool_scales(tool_latency, wl)
     t0 = time.perf_counter()
     progress = lambda done, total, name, seed: typer.echo(  # noqa: E731
         f"  [{done}/{total}] {name} seed {seed}  ({time.perf_counter() - t0:.1f}s)", err=True)
@@ -259,9 +262,12 @@ def compare(
     for line in interval_lines(result.intervals, result.reference):
         typer.echo(line)
     _print_why(result.why())
+    print_agentic(result)
     for line in measured_vs_modelled(prof, wl, result.steps, len(result.seeds)):
         typer.echo(line)
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
+    if scales:
+        run_tool_sweep(wl, pols, prof, scales, seeds, steps, out, runner_for(workers, address))
 
 
 @app.command()

@@ -32,7 +32,9 @@ def import_(
                                             "JSONL (with dapo_filter_indices.jsonl), a "
                                             "CSV/JSONL/Parquet table with step, prompt, length "
                                             "[prompt_tokens, correct, rank], or veRL's per-step "
-                                            "response_length/* metrics."),
+                                            "response_length/* metrics; multi-turn: PolyTrace's "
+                                            "multiturn_workload JSONL or a turns table "
+                                            "(docs/formats.md)."),
     out: Path = typer.Option(...,
                              help="The Workload YAML to write (the lengths "
                                   "go beside it: OUT.lengths.parquet)."),

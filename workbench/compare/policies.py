@@ -40,6 +40,7 @@ from matplotlib.figure import Figure
 from sim.results import PolicyRun
 from sim.sweep import ProgressFn, Runner, seed_list, spread, sweep
 from workbench.compare.intervals import PolicyInterval, interval_json, policy_intervals, run_work
+from workbench.compare.agentic import AGENTIC_FIELDS, AgenticWhy, agentic_why
 from workbench.contracts.fileio import save_result
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
@@ -146,6 +147,18 @@ class Comparison:
     whys: list[SpeedupWhy] = field(default_factory=list)
     # per policy, with the profile's cost uncertainty (None: the profile has none)
     intervals: list[PolicyInterval] | None = None
+    # agentic workloads: per (policy, seed), where time goes around the tool calls
+    agentic: list[AgenticWhy] = field(default_factory=list)
+
+    def agentic_why(self) -> list[AgenticWhy]:
+        """Per policy: its agentic split, means over seeds (empty for a single-turn workload)."""
+        out = []
+        for name in self.policies:
+            rows = [a for a in self.agentic if a.policy == name]
+            if rows:
+                out.append(AgenticWhy(name, *(float(np.mean([getattr(a, f) for a in rows]))
+                                              for f in AGENTIC_FIELDS)))
+        return out
 
     def why(self) -> list[SpeedupWhy]:
         """Per policy: its decomposition, means over seeds (`mean_why`); empty without per-seed
@@ -216,6 +229,9 @@ class Comparison:
                 for seed, *vals in zip(self.seeds, *(self._by_seed(name, m) for m in METRICS))
             ]
             out["policies"][name] = entry
+        if self.agentic:
+            out["agentic"] = {a.policy: {f: getattr(a, f) for f in AGENTIC_FIELDS}
+                              for a in self.agentic_why()}
         return out
 
     def to_json(self) -> str:
@@ -274,10 +290,12 @@ def compare(workload: Workload, policies: Sequence[Policy], profile: Profile,
 
     `runner` runs the units: `sim.sweep.sweep` in this process, or a Ray runner
     (workbench/deploy/distributed.py)."""
-    rows, whys, refs = [], [], {}
+    rows, whys, refs, agentic = [], [], {}, []
     works: dict[str, list] = {p.name: [] for p in policies}
     for r in runner(workload, policies, profile, seeds, steps, on_progress):
         works[r.policy.name].append(run_work(r.run, profile, workload.workers))
+        if r.run.turns is not None:
+            agentic.append(agentic_why(r.run))
         usage = [step_usage(m, workload, r.policy).gpu for m in r.run.steps]
         gpu = {f"gpu_{s}_s": float(np.mean([getattr(u, s) for u in usage]))
                for s in ("decode", "idle", "train")}
@@ -293,4 +311,4 @@ def compare(workload: Workload, policies: Sequence[Policy], profile: Profile,
     return Comparison(workload.name, profile.name, steps if steps is not None else workload.steps,
                       seed_list(seeds), [p.name for p in policies], runs,
                       [p.rollout.nature for p in policies], whys,
-                      policy_intervals(list(works.items()), profile))
+                      policy_intervals(list(works.items()), profile), agentic)

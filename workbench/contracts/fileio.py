@@ -48,9 +48,9 @@ def save_result(out_dir: str | Path, stem: str, json_text: str, fig: Any) -> tup
     return json_path, png_path
 
 
-def write_parquet(path: str | Path, frame: Any) -> None:
+def write_parquet(path: str | Path, frame: Any, compression: str = "snappy") -> None:
     """A pandas DataFrame as Parquet (no index), atomically."""
-    _write(Path(path), lambda fh: frame.to_parquet(fh, index=False))
+    _write(Path(path), lambda fh: frame.to_parquet(fh, index=False, compression=compression))
 
 
 def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:

@@ -137,10 +137,23 @@ def _renamed_fields(cls: type, data: dict, source: str, prefix: str) -> dict:
     return data
 
 
+# A dataclass field's metadata: the field is left out of a file while it holds its default (an
+# optional section added to a contract keeps the files of those who do not use it as they were).
+OMIT_DEFAULT = {"omit_default": True}
+
+
+def _omitted(obj: Any, f: dataclasses.Field) -> bool:
+    if not f.metadata.get("omit_default"):
+        return False
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return getattr(obj, f.name) == default
+
+
 def to_mapping(obj: Any) -> Any:
     """Plain YAML/JSON-able form of a contract (tuples become lists)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_mapping(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_mapping(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not _omitted(obj, f)}
     if isinstance(obj, (list, tuple)):
         return [to_mapping(v) for v in obj]
     if isinstance(obj, enum.Enum):

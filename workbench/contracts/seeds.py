@@ -41,6 +41,9 @@ class Stream(IntEnum):
     RUNLOG_ORDER = 16  # a run log's modelled responses, their engine and queue order: (step,)
     COST_DRAWS = 17  # a profile's cost components drawn for an interval (contracts/uncertainty.py)
     RUNLOG_POSTERIOR = 18  # the run-level factors' posterior chain (workbench/runlog/fit.py)
+    # The simulator again: an agentic prompt's trajectories, their turns and tool calls (drawn
+    # from the model, or which observed group a replay resamples): (batch, prompt index, attempt)
+    TRAJECTORIES = 19
 
 
 def seed_sequence(seed: int, stream: Stream, *indices: int) -> np.random.SeedSequence:

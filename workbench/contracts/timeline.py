@@ -24,7 +24,8 @@ import pandas as pd
 
 from workbench.contracts.trace import STATES, TIMELINE_COLUMNS
 
-ROLLOUT_STATES = ("decode", "decode_sd", "idle", "drafter_train")
+# tool_wait: an agentic engine with every trajectory it holds out on a tool call.
+ROLLOUT_STATES = ("decode", "decode_sd", "idle", "drafter_train", "tool_wait")
 DECODE_STATES = ("decode", "decode_sd")
 # The tail is a decode interval whose running batch is at most the step's full batch (the largest
 # any worker ran) / TAIL_DIVISOR. At a full batch of 256 that is batch <= 32, the batch up to which

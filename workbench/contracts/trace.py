@@ -121,7 +121,7 @@ class RLStepRow:
 
 
 # What a worker is doing during an interval of the timeline.
-STATES = ("decode", "decode_sd", "idle", "drafter_train", "train", "sync")
+STATES = ("decode", "decode_sd", "idle", "drafter_train", "train", "sync", "tool_wait")
 
 
 @dataclass
@@ -134,7 +134,7 @@ class TimelineRow(_Upgrades):
     worker: int = _col("worker (engine) index")
     start_s: float = _col("seconds since the run started")
     end_s: float = _col("seconds since the run started")
-    state: str = _col("decode, decode_sd, idle, drafter_train, train or sync (STATES)")
+    state: str = _col("decode, decode_sd, idle, drafter_train, train, sync or tool_wait (STATES)")
     batch: int = _col("requests in the engine step (decode states)")
     draft_len: int = _col("draft length of the engine step (decode_sd)")
     tokens: float = _col("response tokens emitted (decode states); drafter steps (drafter_train)")

@@ -7,7 +7,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from workbench.contracts.schema import RenameNotice, check_part, load, preset_names, require
+from workbench.contracts.agentic import AgenticModel
+from workbench.contracts.schema import (
+    OMIT_DEFAULT,
+    RenameNotice,
+    check_part,
+    load,
+    preset_names,
+    require,
+)
 
 PRESET_DIR = Path(__file__).parent / "presets" / "workloads"
 
@@ -111,6 +119,9 @@ class Workload:
     model: str = ""  # architecture name, e.g. qwen2.5-7b
     gpu: str = ""  # GPU key, e.g. h100
     framework: str = ""  # vllm or sglang
+    # Multi-turn rollouts with tool calls (workbench/contracts/agentic.py); written to a file only
+    # when enabled, so a single-turn workload's file is what it always was.
+    agentic: AgenticModel = field(default_factory=AgenticModel, metadata=OMIT_DEFAULT)
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
@@ -128,6 +139,7 @@ class Workload:
         require(self.epoch_steps >= 0, "epoch_steps", self.epoch_steps, "an integer >= 0")
         check_part("lengths", self.lengths)
         check_part("dynamic_sampling", self.dynamic_sampling)
+        check_part("agentic", self.agentic)
 
     @property
     def sequences_per_step(self) -> int:
@@ -162,11 +174,14 @@ def load_workload(name_or_path: str | Path) -> Workload:
     if (path.is_file() and profile_file.suffix in (".yaml", ".yml", ".json")
             and not profile_file.is_absolute()):
         wl = replace(wl, profile=str(path.parent / wl.profile))
-    # So is the observed-lengths file; a preset's lies beside the preset.
+    # So are the observed lengths and turns; a preset's lie beside the preset.
+    home = path.parent if path.is_file() else PRESET_DIR
     data = Path(wl.lengths.data)
     if wl.lengths.data and not data.is_absolute():
-        home = path.parent if path.is_file() else PRESET_DIR
         wl = replace(wl, lengths=replace(wl.lengths, data=str(home / data)))
+    turns = Path(wl.agentic.data)
+    if wl.agentic.data and not turns.is_absolute():
+        wl = replace(wl, agentic=replace(wl.agentic, data=str(home / turns)))
     return wl
 
 

@@ -26,6 +26,7 @@ STATE_COLORS = {
     "drafter_train": "#F58518",  # orange
     "train": "#9D9D9D",  # grey
     "sync": "#3B3B3B",  # near-black
+    "tool_wait": "#B279A2",  # purple: every trajectory of the engine out on a tool call
 }
 STATE_LABELS = {
     "decode": "decode",
@@ -34,6 +35,7 @@ STATE_LABELS = {
     "drafter_train": "drafter spot training",
     "train": "policy training",
     "sync": "weight sync",
+    "tool_wait": "waiting on tools",
 }
 POLICY_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#EECA3B",
                  "#9D755D")

@@ -88,6 +88,8 @@ def _choose(workload: Workload, wl_id: str, own: tuple | None, ask: bool) -> Cho
         "The model your lengths came from (an architecture preset or one of the database's "
         "configs).",
     )
+    # A preset's own GPU may be in no database (a traced run's H20): it is offered as its own.
+    gpus = list(gpus) + ([gpu] if gpu is not None and gpu not in gpus else [])
     g = _box(
         c[1], "GPU", gpus, gpu, f"whatif_cluster_gpu:{wl_id}", "GPU type of the rollout engines."
     )

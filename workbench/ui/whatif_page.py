@@ -7,9 +7,10 @@ policies, steps and seed; then "Run simulation" runs `sim.simulator.simulate` on
 Results live in st.session_state, so moving a widget re-renders them without simulating again
 (workbench/ui/whatif_results.py).
 
-Two parts live in modules of their own: a run log as a source (workbench/ui/run_log_panel.py: its
-cluster comes calibrated on the log), and SD's speedup by batch under the cluster picker
-(workbench/ui/sd_curve_panel.py).
+Parts live in modules of their own: a run log as a source (workbench/ui/run_log_panel.py: its
+cluster comes calibrated on the log), SD's speedup by batch beside the cluster picker
+(workbench/ui/sd_curve_panel.py), and for an agentic workload the tool calls' section with the
+tool-latency sweep (workbench/ui/agentic_panel.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, FieldError, from_mapping, to_mapping
 from workbench.contracts.workload import Workload
-from workbench.ui import cluster_picker, inputs, run_log_panel, sd_curve_panel, whatif_results
+from workbench.ui import (
+    agentic_panel,
+    cluster_picker,
+    inputs,
+    run_log_panel,
+    sd_curve_panel,
+    whatif_results,
+)
 from workbench.ui.length_upload import length_file_workload
 from workbench.ui.whatif_results import Result
 
@@ -345,18 +353,20 @@ def render() -> None:
         st.warning("To run, choose " + " and ".join(problems) + ".")
 
     result: Result | None = st.session_state.get(_STATE_RESULT)
-    if result is not None and not (ready and same_subject(result, workload, profile)):
-        # Another workload or cluster, or none valid: its results would read as this input's. They
-        # stay in the session and come back with their inputs.
-        if ready:
-            st.info(f"Press **Run simulation** to simulate **{workload.name}** on "
-                    f"**{profile.name}**: the last results were for {result.workload.name} on "
-                    f"{result.profile.name}.")
-        return
-    if result is not None:
+    stale = result is not None and not (ready and same_subject(result, workload, profile))
+    if stale and ready:
+        # Another workload or cluster: its results would read as this input's. They stay in the
+        # session and come back with their inputs.
+        st.info(f"Press **Run simulation** to simulate **{workload.name}** on "
+                f"**{profile.name}**: the last results were for {result.workload.name} on "
+                f"{result.profile.name}.")
+    elif result is not None and not stale:
         whatif_results.show(result, signature)
     elif ready:
         st.info("Press **Run simulation** to compare the policies.")
+    fresh = result is not None and not stale and result.signature == signature
+    agentic_panel.render(workload, profile, labels, policies, seed,
+                         result.runs if fresh else None)
 
 
 def same_subject(result: Result, workload: Workload | None, profile: Profile | None) -> bool:

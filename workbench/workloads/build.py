@@ -12,6 +12,8 @@ from scipy.stats import norm
 from workbench.contracts.length_data import UNKNOWN, ObservedLengths, write_observed
 from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.workload import DynamicSampling, LengthModel, Workload
+from workbench.workloads.agentic_build import import_agentic
+from workbench.workloads.agentic_reader import is_turn_data
 from workbench.workloads.mixture import MixtureFit, fit_mixture
 from workbench.workloads.reader import Imported, SummaryTable, read_files
 
@@ -233,6 +235,9 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: st
     anything is written."""
     if mode not in MODES:
         raise ConfigError("--mode", "mode", mode, ", ".join(MODES))
+    if is_turn_data(paths):
+        a = import_agentic(paths, out, base, mode, cap, name, source, description)
+        return ImportResult(a.workload, a.lines, a.data, None)
     im = read_files(paths)
     name = name or out.stem
     if im.summary is not None:

@@ -37,6 +37,11 @@ class GPU:
 
 H100_SXM = GPU("H100 SXM", 3.35e12, 989.4e12,
                "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3, 989.4 TFLOP/s dense bf16")
+# In no measured database: a profile is carried to it from the H100's by these ratios
+# (workbench/validate/agentic_engine.py).
+H20 = GPU("H20", 4.0e12, 148e12, "NVIDIA H20 datasheet: 4.0 TB/s HBM3 (96 GB), 148 TFLOP/s dense "
+          "bf16")
+DATASHEETS = {"h100": H100_SXM, "h20": H20}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,142 @@
+"""The agentic check against a trace, the traced engine's fit, and `tlt compare` on an agentic
+workload (the split around the tool calls, the tool-latency sweep)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sim.simulator import simulate
+from sim.trajectories import model_group
+from workbench.cli import app
+from workbench.compare.agentic import agentic_why
+from workbench.compare.policies import compare
+from workbench.compare.tool_sweep import tool_latency_sweep
+from workbench.contracts.agentic import AgenticModel
+from workbench.contracts.policy import load_policy
+from workbench.contracts.profile import load_profile
+from workbench.contracts.turn_data import from_frame, read_turns, write_turns
+from workbench.contracts.workload import load_workload
+from workbench.validate.agentic_engine import fit_engine, with_factors
+from workbench.validate.agentic_trace import check, summary
+
+PRESET = "polytrace-search-r1-qwen2.5-7b"
+runner = CliRunner()
+
+
+def drawn_groups(n: int, size: int, seed: int) -> list:
+    """`n` groups drawn from the default model, as (prompt, [(completion, tool tokens, tool s)])."""
+    rng = np.random.default_rng(seed)
+    m = AgenticModel(enabled=True)
+    out = []
+    for _ in range(n):
+        out.append([(300, [(int(c), int(tk), float(ts)) for c, tk, ts in
+                           zip(t.completion, t.tool_tokens, t.tool_s)])
+                    for t in model_group(m, size, 1 << 30, rng).trajectories])
+    return out
+
+
+def test_the_engine_fit_finds_the_per_sequence_cost_that_made_the_trace(agentic_workload,
+                                                                         simple_profile,
+                                                                         tmp_path):
+    """A trace made by the simulator with per_seq_s 4 ms: its turns' latencies, written into
+    the turns table as measured, are explained by that cost (the fit starts elsewhere)."""
+    wl = agentic_workload(drawn_groups(16, 4, seed=5))
+    truth = simple_profile(step_s=0.004, prefill_s=2e-4)
+    made = simulate(wl, load_policy("baseline"), truth, seed=0).turns
+    t = read_turns(wl.agentic.data).frame()
+    lat = made.assign(engine_s=made["end_s"] - made["arrive_s"])
+    t = t.drop(columns="engine_s").merge(lat[["batch", "group", "member", "turn", "engine_s"]],
+                                         on=["batch", "group", "member", "turn"])
+    write_turns(tmp_path / "measured.parquet", from_frame(t))
+    wl = replace(wl, agentic=replace(wl.agentic, data=str(tmp_path / "measured.parquet")))
+    fit = fit_engine(wl, simple_profile(step_s=0.0, prefill_s=2e-4), [0])
+    assert fit.per_seq_s == pytest.approx(0.004, rel=0.03)
+    assert fit.prefill_factor == pytest.approx(1.0, abs=0.2)
+    assert fit.per_seq_se > 0 and fit.rms_log_error < 0.01
+    checks, _ = check(wl, with_factors(simple_profile(0.0, 2e-4), fit.per_seq_s,
+                                       fit.prefill_factor), [0])
+    assert abs(checks[0].makespan_error) < 0.02
+
+
+def test_the_shipped_trace_held_out_step_is_predicted_within_the_goals():
+    """The workload's profile was fitted on step 0; step 1 is a prediction: its median turn
+    latency within 25% of the trace and its makespan within 15% (docs/results.md)."""
+    wl = load_workload(PRESET)
+    checks, by_turn = check(wl, load_profile(wl.profile), [1])
+    s = summary(checks)
+    assert abs(s["median_turn_latency_error"]) < 0.25
+    assert abs(s["makespan_error"]) < 0.15
+    assert list(by_turn.index) == [0, 1, 2, 3, 4]
+    # what the prefix cache kept matches what SGLang's radix cache kept, within a few percent
+    c = checks[0]
+    assert c.prefill_simulated == pytest.approx(c.prefill_measured, rel=0.05)
+
+
+def small_search_r1(steps: int = 1):
+    wl = load_workload(PRESET)
+    return replace(wl, prompts_per_step=16, steps=steps)
+
+
+def test_compare_reports_the_tool_split_for_an_agentic_workload_only():
+    wl = small_search_r1()
+    prof = load_profile(wl.profile)
+    pols = [load_policy(p) for p in ("baseline", "tlt")]
+    c = compare(wl, pols, prof, 1)
+    d = c.to_dict()
+    assert set(d["agentic"]) == {"baseline", "tlt"}
+    base = d["agentic"]["baseline"]
+    assert 0 < base["tool_share"] < 1 and base["turn_latency_s"] > 0
+    single = compare(load_workload("cpu-tiny"), pols, load_profile("cpu-tiny"), 1)
+    assert "agentic" not in single.to_dict()
+
+
+def test_the_tool_sweep_moves_only_the_tools():
+    wl = small_search_r1()
+    pols = [load_policy(p) for p in ("baseline", "static-sd")]
+    sw = tool_latency_sweep(wl, pols, load_profile(wl.profile), [0.0, 1.0, 100.0])
+    shares = [p.tool_share for p in sw.points]
+    assert shares[0] == 0 and shares[0] < shares[1] < shares[2]
+    steps = [p.step_s["baseline"] for p in sw.points]
+    assert steps[0] <= steps[1] < steps[2]
+    assert all(p.speedup["baseline"] == 1.0 for p in sw.points)
+    run = simulate(replace(wl, agentic=replace(wl.agentic, tool_latency_scale=0.0)),
+                   pols[0], load_profile(wl.profile), seed=0)
+    assert agentic_why(run).tool_wait_share == 0
+
+
+def test_the_cli_refuses_a_tool_sweep_on_a_single_turn_workload(tmp_path):
+    res = runner.invoke(app, ["compare", "--workload", "cpu-tiny", "--policies",
+                              "baseline,tlt", "--seeds", "1", "--tool-latency", "0.1,1",
+                              "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "agentic.enabled" in res.output
+    assert not (tmp_path / "c").exists()
+
+
+def test_workload_check_prints_each_step_and_a_json_line(tmp_path):
+    res = runner.invoke(app, ["workload", "check", PRESET, "--steps", "2", "--out",
+                              str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    last = json.loads(res.stdout.strip().splitlines()[-1])
+    assert last["held_out_steps"] == [2]
+    saved = json.loads((tmp_path / "check.json").read_text())
+    assert saved["per_step"][0]["step"] == 2
+    bad = runner.invoke(app, ["workload", "check", "cpu-tiny"])
+    assert bad.exit_code == 2 and "agentic.data" in bad.output
+
+
+def test_the_traced_engine_with_a_declared_per_sequence_cost_predicts_without_a_fit():
+    """Nothing fitted: the H100's measured costs carried to the H20, and the per-sequence cost the
+    GPU probe measured (traces/published/polytrace-search-r1/torch_native_probe-h100.txt)."""
+    res = runner.invoke(app, ["workload", "check", PRESET, "--steps", "1", "--per-seq-s",
+                              "0.003175"])
+    assert res.exit_code == 0, res.output
+    last = json.loads(res.stdout.strip().splitlines()[-1])
+    assert last["held_out_steps"] == [1]
+    assert abs(last["median_turn_latency_error"]) < 0.25 and abs(last["makespan_error"]) < 0.15
+    none = runner.invoke(app, ["workload", "check", PRESET, "--steps", "1", "--per-seq-s", "0"])
+    assert json.loads(none.stdout.strip().splitlines()[-1])["median_turn_latency_error"] < -0.5
