@@ -40,6 +40,7 @@ class ShapeFlags:
     max_response_tokens: int | None = None
     max_batch: int | None = None
     framework: str | None = None
+    ep: int | None = None  # a mixture of experts' expert parallelism (None: the engine's default)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class RunShape:
         int  # forwards per token of the update (DATABASE_FORWARDS: the database's count)
     )
     taken: tuple[Taken, ...]
+    ep: int | None = None  # expert parallelism of a MoE model's engines (None: the default)
 
     @property
     def engines(self) -> int:
@@ -215,5 +217,8 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     forwards = train_forwards(log)
     timed = ", ".join(c[len(TIMING):] for c in log.metrics.columns if str(c).startswith(TIMING))
     taken.append(Taken("train_forwards", str(forwards), f"the phases the log times ({timed})"))
+    if flags.ep is not None:
+        taken.append(Taken("ep", str(flags.ep), "flag --ep"))
     return RunShape(arch, flags.gpu, gpus, ints["tp"], ints["prompts_per_step"], ints["group_size"],
-                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken))
+                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken),
+                    flags.ep)
