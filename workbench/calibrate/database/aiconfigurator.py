@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import tempfile
 from dataclasses import dataclass
 from importlib import metadata
@@ -159,8 +160,10 @@ class Engine:
             check_moe_rows(rows, self.arch, 1, 1, f"{gpu} {framework} {self.version} (TP1, for "
                            "the training forward)", self.source)
         if self.arch.is_moe or self.arch.mla is not None:
-            head = write_config(drafter_config(data, self.arch), "eagle-head")
-            self.layer = self._build(head, tp, 0, framework, None)
+            head = drafter_config(data, self.arch)
+            # a head whose heads the TP does not split is priced at the largest TP that does
+            self.layer = self._build(write_config(head, "eagle-head"),
+                                     math.gcd(tp, head["num_attention_heads"]), 0, framework, None)
         else:
             self.layer = self._build(cdir, tp, 1, framework, None)
 

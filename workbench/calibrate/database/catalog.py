@@ -71,7 +71,10 @@ class PresetCase:
 # peer-* workloads.
 PRESET_CASES = tuple(PresetCase(m, "h100", tp, "sglang", f"h100-{m}-tp{tp}") for m, tp in (
     ("qwen2.5-7b", 1), ("qwen2.5-7b", 4), ("r1-distill-qwen-7b", 4), ("qwen2.5-32b", 4),
-    ("qwen2.5-32b", 8), ("llama3.3-70b", 8)))
+    ("qwen2.5-32b", 8), ("llama3.3-70b", 8))) + (
+    # veRL's Qwen3-30B-A3B DAPO recipe (verl-dapo-qwen3-30b-a3b): vLLM rollouts at TP8, EP1;
+    # no paper fit of this model, so acceptance and learning curve are Qwen2.5-7B's.
+    PresetCase("qwen3-30b-a3b", "h100", 8, "vllm", "h100-qwen2.5-7b-tp1"),)
 
 
 def preset_profile(case: PresetCase) -> Profile:
