@@ -28,6 +28,9 @@ EXPERT_TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k_experts",
 # store every decoder linear layer in 8 bits; MXFP4 ones (gpt-oss) only the experts, in 4 bits
 # plus one 8-bit scale per 32 weights.
 FP8_BYTES, MXFP4_BYTES, BF16_BYTES = 1.0, 4.25 / 8, 2.0
+# Fields that make a layer something other than attention + FFN (state-space or recurrent mixers).
+NOT_ATTENTION_KEYS = ("ssm_state_size", "state_size", "mamba_d_state", "attn_layer_period",
+                      "layers_block_type", "block_types", "hybrid_override_pattern")
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,24 @@ def language_model_config(data: dict) -> dict:
     return data
 
 
+def check_decoder(data: dict, source: str) -> None:
+    """Refuse a config that describes no decoder-only transformer, naming the field that says so
+    (an encoder-decoder; state-space or recurrent layers)."""
+    family = (data.get("architectures") or ["this model"])[0]
+    if data.get("is_encoder_decoder"):
+        raise ConfigError(source, "is_encoder_decoder", True,
+                          f"a decoder-only model: {family} is an encoder-decoder, whose costs "
+                          "the decoder operators measured here cannot give")
+    for key in NOT_ATTENTION_KEYS:
+        if key in data or key in (data.get("text_config") or {}):
+            raise ConfigError(source, key, data.get(key, "<in text_config>"),
+                              f"a transformer decoder: {family} has state-space or recurrent "
+                              f"layers ({key}), which have no measured operators here")
+
+
 def from_hf_config(data: dict, name: str, source: str = "") -> Architecture:
+    if data.get("hybrid_override_pattern") is None:  # NemotronH's hybrids: the package's own
+        check_decoder(data, source or name)
     data = language_model_config(data)
     missing = [k for k in _REQUIRED if k not in data]
     if missing:

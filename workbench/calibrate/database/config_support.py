@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from workbench.contracts.architecture import (
     EXPERT_COUNT_KEYS,
     EXPERT_TOPK_KEYS,
+    check_decoder,
     experts_from_config,
     language_model_config,
 )
@@ -24,9 +25,6 @@ from workbench.contracts.schema import ConfigError
 
 DENSE_STAND_IN = "LlamaForCausalLM"
 MOE_STAND_IN = "Qwen3MoeForCausalLM"
-# Fields that make a layer something other than attention + FFN (state-space or recurrent mixers).
-_NOT_ATTENTION = ("ssm_state_size", "state_size", "mamba_d_state", "attn_layer_period",
-                  "layers_block_type", "block_types", "hybrid_override_pattern")
 # Model types whose MLP is two matrices (up, down) rather than a gated three.
 _UNGATED = ("gpt2", "gptj", "gpt_neox", "phi", "falcon", "starcoder2", "bloom", "opt",
             "gpt_bigcode", "stablelm")
@@ -109,15 +107,7 @@ def priced_as(data: dict, source: str) -> PricedAs:
 
 
 def _refuse_unpriceable(data: dict, family: str, source: str) -> None:
-    if data.get("is_encoder_decoder"):
-        raise ConfigError(source, "is_encoder_decoder", True,
-                          f"a decoder-only model: {family} is an encoder-decoder, which the "
-                          "database (transformer decoders' operators) cannot price")
-    for key in _NOT_ATTENTION:
-        if key in data or key in (data.get("text_config") or {}):
-            raise ConfigError(source, key, data.get(key, "<in text_config>"),
-                              f"a transformer decoder: {family} has state-space or recurrent "
-                              f"layers ({key}), which the database has no operators for")
+    check_decoder(data, source)
     experts = next((k for k in EXPERT_COUNT_KEYS if (data.get(k) or 0) > 1), "")
     if experts and not any(data.get(k) for k in EXPERT_TOPK_KEYS):
         raise ConfigError(source, "num_experts_per_tok", "<missing>",
