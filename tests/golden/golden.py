@@ -133,6 +133,340 @@ DECLARED: list[Declared] = [
              "workbench/calibrate/database/profile.py", "the module's new path"),
     Declared("profile-aiconfigurator/profile.yaml", _SOURCE_OLD, _SOURCE_NEW,
              "the module's new path (the YAML folds the longer line differently)"),
+    # Issue 42: mixture-of-experts engines (DecodeCost.experts, Cluster.ep, --ep, tlt moe-check),
+    # the MoE workload preset and its profile, the architecture presets listed.
+    Declared('*.yaml',
+             '\ndrafter:\n  eagle_step_s:',
+             '\n  experts: null\ndrafter:\n  eagle_step_s:',
+             "a profile's decode cost has a mixture of experts' part (null"
+             ': dense)'),
+    Declared('check-profile/stdout.txt',
+             '\ndrafter:\n  eagle_step_s:',
+             '\n  experts: null\ndrafter:\n  eagle_step_s:',
+             "a profile's decode cost has a mixture of experts' part (null: dense)"),
+    Declared('*.yaml',
+             '  framework_version: 0.24.0\npower:',
+             '  framework_version: 0.24.0\n  ep: 1\npower:',
+             'a cluster records its expert parallelism (1: every dense mod'
+             'el, and the default)'),
+    Declared('*.yaml',
+             '  framework_version: 0.5.14\npower:',
+             '  framework_version: 0.5.14\n  ep: 1\npower:',
+             'a cluster records its expert parallelism (1: every dense mod'
+             'el, and the default)'),
+    Declared('help-*/stdout.txt',
+             '│ --profile <str> Profile preset or file, or cluster:MODEL:G'
+             'PU:FRAMEWORK (derived from the measured database at the work'
+             "load's TP; default: the workload's profile). │\n",
+             '│ --profile <str> Profile preset or file, or cluster:MODEL:G'
+             'PU:FRAMEWORK[:epN] (derived from the measured database at th'
+             "e workload's TP; epN: a mixture of experts' expert paralleli"
+             "sm; default: the workload's profile). │\n",
+             'cluster:MODEL:GPU:FRAMEWORK takes an expert-parallel degree'),
+    Declared('help-calibrate/stdout.txt',
+             '│ --max-batch <int range> [x>=1] Run-log shape: sequences an'
+             " engine decodes at once (default: the log's rollout.max_num_"
+             "seqs, else veRL's 1024). │\n│ --workers <int range> [x>=1] Si"
+             'mulations run at once: 1 runs them here one after another; m'
+             'ore run them as Ray tasks (same results, same order). [defau'
+             'lt: 1] │\n',
+             '│ --max-batch <int range> [x>=1] Run-log shape: sequences an'
+             " engine decodes at once (default: the log's rollout.max_num_"
+             "seqs, else veRL's 1024). │\n│ --ep <int range> [x>=1] Run-log"
+             " shape: a mixture-of-experts model's expert parallelism insi"
+             "de each engine (default: the framework's, EP1: experts tenso"
+             'r-parallel). │\n│ --workers <int range> [x>=1] Simulations ru'
+             'n at once: 1 runs them here one after another; more run them'
+             ' as Ray tasks (same results, same order). [default: 1] │\n',
+             '--ep for a MoE run log'),
+    Declared('help-validate/stdout.txt',
+             '│ --max-batch <int range> [x>=1] Run-log shape: sequences an'
+             " engine decodes at once (default: the log's rollout.max_num_"
+             "seqs, else veRL's 1024). │\n│ --workers <int range> [x>=1] Si"
+             'mulations run at once: 1 runs them here one after another; m'
+             'ore run them as Ray tasks (same results, same order). [defau'
+             'lt: 1] │\n',
+             '│ --max-batch <int range> [x>=1] Run-log shape: sequences an'
+             " engine decodes at once (default: the log's rollout.max_num_"
+             "seqs, else veRL's 1024). │\n│ --ep <int range> [x>=1] Run-log"
+             " shape: a mixture-of-experts model's expert parallelism insi"
+             "de each engine (default: the framework's, EP1: experts tenso"
+             'r-parallel). │\n│ --workers <int range> [x>=1] Simulations ru'
+             'n at once: 1 runs them here one after another; more run them'
+             ' as Ray tasks (same results, same order). [default: 1] │\n',
+             '--ep for a MoE run log'),
+    Declared('help-plan/stdout.txt',
+             '│ --model <str> Model (architecture preset or config; defaul'
+             "t: the workload's). │\n│ --trials <int> Distinct shapes to ev"
+             'aluate (NSGA-II over days and cost). [default: 40] │\n',
+             '│ --model <str> Model (architecture preset or config; defaul'
+             "t: the workload's). │\n│ --ep <int range> [x>=1] A mixture-of"
+             "-experts model's expert parallelism in every engine (default"
+             ": the framework's, EP1); a TP it does not divide is infeasib"
+             'le. │\n│ --trials <int> Distinct shapes to evaluate (NSGA-II '
+             'over days and cost). [default: 40] │\n',
+             '--ep for a MoE plan'),
+    Declared('help-profile/stdout.txt',
+             '│ * --out <path> The fitted profile (.yaml, .yml or .json); '
+             'with --backend torch the raw measurements (OUT.measurements.'
+             'parquet) and the fit error (OUT.fit.json) beside it. [requir'
+             'ed] │\n│ --arch <str> Architecture preset (qwen2.5-7b, r1-dis'
+             'till-qwen-7b, qwen2.5-32b, llama3.3-70b, tiny-gcd) or a Hugg'
+             'ing Face config.json. │\n│ --backend <str> torch: time the op'
+             'erators on this machine (--device); aiconfigurator: derive e'
+             "very cost from NVIDIA's measured database (--gpu, --framewor"
+             'k), no GPU needed; auto: aiconfigurator when --gpu or --fram'
+             'ework is given, else torch. [default: auto] │\n',
+             '│ * --out <path> The fitted profile (.yaml, .yml or .json); '
+             'with --backend torch the raw measurements (OUT.measurements.'
+             'parquet) and the fit error (OUT.fit.json) beside it. [requir'
+             'ed] │\n│ --arch <str> Architecture preset (qwen2.5-7b, r1-dis'
+             'till-qwen-7b, qwen2.5-32b, llama3.3-70b, qwen3-30b-a3b, gemm'
+             'a-2-9b, tiny-gcd, ...: `tlt presets`) or a Hugging Face conf'
+             'ig.json. │\n│ --backend <str> torch: time the operators on th'
+             'is machine (--device); aiconfigurator: derive every cost fro'
+             "m NVIDIA's measured database (--gpu, --framework), no GPU ne"
+             'eded; auto: aiconfigurator when --gpu or --framework is give'
+             'n, else torch. [default: auto] │\n',
+             '--ep, and the --arch presets named'),
+    Declared('help-profile/stdout.txt',
+             "│ --tp <int> Tensor-parallel degree: one rank's shapes are m"
+             'easured, collectives assumed. [default: 1] │\n│ --dtype <str>'
+             ' float32, bfloat16 or float16 (default: bfloat16 on cuda, fl'
+             'oat32 on cpu). │\n',
+             "│ --tp <int> Tensor-parallel degree: one rank's shapes are m"
+             'easured, collectives assumed. [default: 1] │\n│ --ep <int ran'
+             'ge> [x>=1] --backend aiconfigurator: a mixture-of-experts mo'
+             "del's expert parallelism inside the TP GPUs (default: the fr"
+             "amework's, EP1: experts tensor-parallel). │\n│ --dtype <str> "
+             'float32, bfloat16 or float16 (default: bfloat16 on cuda, flo'
+             'at32 on cpu). │\n',
+             '--ep, and the --arch presets named'),
+    Declared('help-sd-curve/stdout.txt',
+             '│ --framework <str> sglang or vllm. [default: sglang] │\n│ --'
+             'profile <str> A profile preset or file instead of --arch/--g'
+             'pu/--tp/--framework. │\n',
+             '│ --framework <str> sglang or vllm. [default: sglang] │\n│ --'
+             "ep <int range> [x>=1] A mixture-of-experts model's expert pa"
+             "rallelism inside the engine (default: the framework's, EP1: "
+             'experts tensor-parallel, as vLLM and SGLang run them). │\n│ -'
+             '-profile <str> A profile preset or file instead of --arch/--'
+             'gpu/--tp/--framework. │\n',
+             '--ep for a MoE engine'),
+    Declared('help-tlt/stdout.txt',
+             '│ batch, speedup, crossover_batch. │\n│ capture Run one rollo'
+             'ut on vLLM step by step and record it as a trace. │\n',
+             '│ batch, speedup, crossover_batch. │\n│ moe-check The time pe'
+             'r output token of every selected MoE serving run NVIDIA meas'
+             'ured (gpt-oss-120b, │\n│ DeepSeek-V3/R1, Qwen3-235B-A22B-FP8 '
+             'on vLLM and SGLang), against the profile derived for its │\n│'
+             ' engine from the operator rows alone; median |error| per mod'
+             'el, GPU and engine. │\n│ capture Run one rollout on vLLM step'
+             ' by step and record it as a trace. │\n',
+             'the new command tlt moe-check'),
+    Declared('calibrate-runlog/grpo.yaml',
+             "  the drafter''s cost (the database''s x the decode factor)."
+             ' The database profile:\n  derived by workbench/calibrate/meas'
+             "ured_gpu.py from aiconfigurator-core 0.12.0 (NVIDIA''s\n  mea"
+             'sured operator latencies) for h100_sxm, vllm 0.24.0, TP2 (on'
+             "e rank''s shapes:\n  16 heads, 16 KV heads), bf16. 118 databa"
+             'se steps: decode B 1-256 x C 512-32768,\n  verify of 2-64 tok'
+             'ens (an extend over the prefix), EAGLE drafter (1 layer + LM'
+             ' head;\n',
+             "  the drafter''s cost (the database''s x the decode factor)."
+             ' The database profile:\n  derived by workbench/calibrate/data'
+             "base/profile.py from aiconfigurator-core 0.12.0\n  (NVIDIA''s"
+             ' measured operator latencies) for h100_sxm, vllm 0.24.0, TP2'
+             " (one rank''s\n  shapes: 16 heads, 16 KV heads), bf16. 118 da"
+             'tabase steps: decode B 1-256 x C 512-32768,\n  verify of 2-64'
+             ' tokens (an extend over the prefix), EAGLE drafter (1 layer '
+             '+ LM head;\n',
+             "the module's new path (workbench/calibrate/ regrouped; the Y"
+             'AML folds the longer line differently)'),
+    Declared('plan/profile.yaml',
+             "  curve from h100-qwen2.5-32b-tp8-sglang'\nsource: 'derived b"
+             'y workbench/calibrate/measured_gpu.py from aiconfigurator-co'
+             "re 0.12.0\n  (NVIDIA''s measured operator latencies) for h100"
+             "_sxm, sglang 0.5.14, TP8 (one rank''s\n  shapes: 5 heads, 1 K"
+             'V heads), bf16. 118 database steps: decode B 1-256 x C 512-3'
+             '2768,\n  verify of 2-64 tokens (an extend over the prefix), E'
+             'AGLE drafter (1 layer + LM head;\n  fc as 2 o-projections) at'
+             ' B x top-k 1-512, prefill, training forward. Time-weighted\n '
+             ' 86% from measured (silicon) rows, interpolated between them'
+             " by shape; the rest from\n  the package''s empirical formulas"
+             ' (norms, activations, embedding) and its prefix-attention\n  '
+             'blend. Decode attention sweep for these heads reaches contex'
+             't B=1: 131072, B=8:\n  131072, B=64: 32768, B=256: 4096; a 32'
+             '768-token context is up to 8.0x past it (at\n  batch 256), ex'
+             "trapolated by the package''s interpolator (linear in context"
+             ' beyond\n  the last measured row). TP all-reduces 0.465 ms pe'
+             'r decode step at B=1 (measured\n  custom all-reduce). Form fi'
+             'tted by least squares on log ratios: median |error| 1.5%,\n  '
+             'max 6.5% over 116 points. Training: 6 forwards per token (fw'
+             'd+bwd, recompute, old\n  and reference log-probs) of the unsh'
+             'arded model at 4096 packed tokens; drafter training\n  3 forw'
+             'ards of its layer + head. Weight sync: 66 GB at an assumed 1'
+             "0 GB/s. Energy:\n  board power 700 W (package''s system spec)"
+             ' x assumed shares 0.6 decoding, 0.9 training,\n  0.15 idle (t'
+             "he database''s rows carry no energy for these engines). Not "
+             "in the database:\n  each EAGLE draft step''s engine work outs"
+             'ide its kernels, added to eagle_step_s:\n  0.501 ms (0.57 ms '
+             "at the TLT paper''s Table D, scaled by this engine''s target"
+             ' step\n  to the power 0.37, fitted to its Table E); and the h'
+             'ost work per sequence of every\n  SD pass, sd_host_s_per_seq '
+             '0.079 ms (not overlapped with the GPU when speculating;\n  fi'
+             "tted on SGLang''s SD speedups by batch).'\nfitted_on:\n",
+             "  curve from h100-qwen2.5-32b-tp8-sglang'\nsource: 'derived b"
+             'y workbench/calibrate/database/profile.py from aiconfigurato'
+             "r-core\n  0.12.0 (NVIDIA''s measured operator latencies) for "
+             "h100_sxm, sglang 0.5.14, TP8\n  (one rank''s shapes: 5 heads,"
+             ' 1 KV heads), bf16. 118 database steps: decode B 1-256\n  x C'
+             ' 512-32768, verify of 2-64 tokens (an extend over the prefix'
+             '), EAGLE drafter\n  (1 layer + LM head; fc as 2 o-projections'
+             ') at B x top-k 1-512, prefill, training\n  forward. Time-weig'
+             'hted 86% from measured (silicon) rows, interpolated between '
+             "them\n  by shape; the rest from the package''s empirical form"
+             'ulas (norms, activations, embedding)\n  and its prefix-attent'
+             'ion blend. Decode attention sweep for these heads reaches co'
+             'ntext\n  B=1: 131072, B=8: 131072, B=64: 32768, B=256: 4096; '
+             'a 32768-token context is up\n  to 8.0x past it (at batch 256)'
+             ", extrapolated by the package''s interpolator (linear\n  in c"
+             'ontext beyond the last measured row). TP all-reduces 0.465 m'
+             's per decode step\n  at B=1 (measured custom all-reduce). For'
+             'm fitted by least squares on log ratios:\n  median |error| 1.'
+             '5%, max 6.5% over 116 points. Training: 6 forwards per token'
+             ' (fwd+bwd,\n  recompute, old and reference log-probs) of the '
+             'unsharded model at 4096 packed tokens;\n  drafter training 3 '
+             'forwards of its layer + head. Weight sync: 66 GB at an assum'
+             "ed\n  10 GB/s. Energy: board power 700 W (package''s system s"
+             'pec) x assumed shares 0.6\n  decoding, 0.9 training, 0.15 idl'
+             "e (the database''s rows carry no energy for these\n  engines)"
+             ". Not in the database: each EAGLE draft step''s engine work "
+             'outside its\n  kernels, added to eagle_step_s: 0.501 ms (0.57'
+             " ms at the TLT paper''s Table D, scaled\n  by this engine''s "
+             'target step to the power 0.37, fitted to its Table E); and t'
+             'he\n  host work per sequence of every SD pass, sd_host_s_per_'
+             'seq 0.079 ms (not overlapped\n  with the GPU when speculating'
+             "; fitted on SGLang''s SD speedups by batch).'\nfitted_on:\n",
+             "the module's new path (workbench/calibrate/ regrouped; the Y"
+             'AML folds the longer line differently)'),
+    Declared('presets/stdout.txt',
+             '      from public reports on R1-distilled models (see length'
+             's)\npolicies:\n',
+             '      from public reports on R1-distilled models (see length'
+             "s)\n  verl-dapo-qwen3-30b-a3b\n      veRL's Qwen3-30B-A3B DAPO"
+             ' recipe shape (recipe/dapo/test_dapo_qwen3_moe_30b_megatron_'
+             'fp16.sh):\n      32 GPUs (H100 assumed) as 4 vLLM engines at '
+             'TP8, EP1; 32 prompts x 16 samples, 8k cap, 2k\n      prompts.'
+             ' Lengths: hand-set (5% at the cap), not measured.\n      sour'
+             'ce: volcengine/verl recipe/dapo/test_dapo_qwen3_moe_30b_mega'
+             'tron_fp16.sh (NNODES=4,\n      n_gpus_per_node=8, gen_tp=8, t'
+             'rain_prompt_bsz=32, n_resp_per_prompt=16,\n      max_prompt_l'
+             'ength=2048, max_response_length=8192, rollout.name=vllm, dty'
+             'pe float16); GPU type\n      not in the script (H100 assumed)'
+             '; length model hand-set (see lengths)\npolicies:\n',
+             'the MoE workload preset verl-dapo-qwen3-30b-a3b'),
+    Declared('presets/stdout.txt',
+             '      fit error 1.6%\n  h100-r1-distill-qwen-7b-tp4\n',
+             '      fit error 1.6%\n  h100-qwen3-30b-a3b-tp8-vllm\n      qwe'
+             'n3-30b-a3b (30.5B), bf16, 8x h100, vllm 0.24.0: costs from N'
+             "VIDIA's measured operator\n      database (aiconfigurator-cor"
+             'e 0.12.0); acceptance and learning curve from h100-qwen2.5-7'
+             'b-tp1\n      measured (measured database): qwen3-30b-a3b on 8'
+             'x h100 vllm 0.24.0, aiconfigurator-core\n      0.12.0, fit er'
+             'ror 5.4%\n  h100-r1-distill-qwen-7b-tp4\n',
+             'its profile h100-qwen3-30b-a3b-tp8-vllm'),
+    Declared('presets/stdout.txt',
+             '  h100-r1-distill-qwen-7b-tp4-sglang\n      r1-distill-qwen-7'
+             "b (7.6B), bf16, 4x h100, sglang 0.5.14: costs from NVIDIA's "
+             'measured operator\n      database (aiconfigurator-core 0.12.0'
+             '); acceptance and learning curve from\n      h100-r1-distill-'
+             'qwen-7b-tp4\n      measured (measured database): r1-distill-q'
+             'wen-7b on 4x h100 sglang 0.5.14, aiconfigurator-core\n      0'
+             '.12.0, fit error 1.6%\n',
+             '  h100-r1-distill-qwen-7b-tp4-sglang\n      r1-distill-qwen-7'
+             "b (7.6B), bf16, 4x h100, sglang 0.5.14: costs from NVIDIA's "
+             'measured operator\n      database (aiconfigurator-core 0.12.0'
+             '); acceptance and learning curve from\n      h100-r1-distill-'
+             'qwen-7b-tp4\n      measured (measured database): r1-distill-q'
+             'wen-7b on 4x h100 sglang 0.5.14, aiconfigurator-core\n      0'
+             '.12.0, fit error 1.6%\nmodels (--arch):\n  deepseek-llm-7b-cha'
+             't (LlamaForCausalLM, 6.9B dense)\n      source: Hugging Face '
+             'deepseek-ai/deepseek-llm-7b-chat config.json (public model c'
+             'ard): a\n      Llama-architecture 7B with 32 attention heads '
+             'and 32 KV heads (no grouped-query attention);\n      shape on'
+             'ly, no weights\n  deepseek-v3 (DeepseekV3ForCausalLM, 671.0B,'
+             ' 37.6B active, 256 experts top-8)\n      source: Hugging Face'
+             ' deepseek-ai/DeepSeek-V3 config.json, as aiconfigurator-core'
+             ' 0.12.0 ships\n      it (model_configs/deepseek-ai--DeepSeek-'
+             'V3_config.json); shape only, no weights\n  gemma-2-2b (Gemma2'
+             'ForCausalLM, 2.6B dense)\n      source: Hugging Face google/g'
+             'emma-2-2b config.json, its values as public Gemma-2 config\n '
+             '     fixtures quote them; shape only, no weights. The measur'
+             'ed database lists no Gemma2ForCausalLM:\n      priced as a st'
+             'and-in of the same shape\n  gemma-2-9b (Gemma2ForCausalLM, 9.'
+             '2B dense)\n      source: Hugging Face google/gemma-2-9b confi'
+             "g.json, as transformers' Gemma2Config prints it in\n      a p"
+             'ublic issue; shape only, no weights. The measured database l'
+             'ists no Gemma2ForCausalLM:\n      priced as a stand-in of the'
+             ' same shape\n  gemma-3-1b (Gemma3ForCausalLM, 1.0B dense)\n   '
+             '   source: Hugging Face google/gemma-3-1b-it config.json (it'
+             's dimensions also in\n      sgl-project/SpecForge configs/gem'
+             'ma3-1b-eagle3.json); shape only, no weights. The measured\n  '
+             '    database lists no Gemma3ForCausalLM: priced as a stand-i'
+             'n of the same shape\n  gpt-oss-120b (GptOssForCausalLM, 116.8'
+             'B, 5.7B active, 128 experts top-4)\n      source: Hugging Fac'
+             'e openai/gpt-oss-120b config.json, as aiconfigurator-core 0.'
+             '12.0 ships it\n      (model_configs/openai--gpt-oss-120b_conf'
+             'ig.json); shape only, no weights\n  llama3.1-8b (LlamaForCaus'
+             'alLM, 8.0B dense)\n      source: Hugging Face meta-llama/Llam'
+             'a-3.1-8B config.json (public model card, as\n      aiconfigur'
+             'ator-core ships it); shape only, no weights\n  llama3.3-70b ('
+             'LlamaForCausalLM, 70.6B dense)\n      source: Hugging Face me'
+             'ta-llama/Llama-3.3-70B-Instruct config.json (public model ca'
+             'rd); shape\n      only, no weights\n  mistral-7b-v0.1 (Mistral'
+             'ForCausalLM, 7.2B dense)\n      source: Hugging Face mistrala'
+             "i/Mistral-7B-v0.1 config.json, as transformers' MistralConfi"
+             'g\n      prints it in a public notebook; shape only, no weigh'
+             'ts. The measured database lists no\n      MistralForCausalLM:'
+             ' priced as a stand-in of the same shape\n  mixtral-8x7b (Mixt'
+             'ralForCausalLM, 46.7B, 12.9B active, 8 experts top-2)\n      '
+             'source: Hugging Face mistralai/Mixtral-8x7B-v0.1 config.json'
+             ', as aiconfigurator-core 0.12.0\n      ships it (model_config'
+             's/mistralai--Mixtral-8x7B-v0.1_config.json); shape only, no '
+             'weights\n  olmo-2-1b (Olmo2ForCausalLM, 1.5B dense)\n      sou'
+             'rce: Hugging Face allenai/OLMo-2-0425-1B config.json, as a p'
+             "ublic OLMo-2 parser's test\n      quotes it (max_position_emb"
+             "eddings 4096 added: the package's reader needs one); shape o"
+             'nly, no\n      weights. The measured database lists no Olmo2F'
+             'orCausalLM: priced as a stand-in of the same\n      shape\n  p'
+             'hi-3-mini-4k (Phi3ForCausalLM, 3.8B dense)\n      source: Hug'
+             'ging Face microsoft/Phi-3-mini-4k-instruct config.json, as N'
+             "VIDIA/TensorRT-LLM's\n      tests quote it (PHI3_MINI_4K_CONF"
+             'IG); shape only, no weights. The measured database lists no\n'
+             '      Phi3ForCausalLM: priced as a stand-in of the same shap'
+             'e\n  qwen2.5-32b (Qwen2ForCausalLM, 32.8B dense)\n      source'
+             ': Hugging Face Qwen/Qwen2.5-32B config.json (public model ca'
+             'rd); shape only, no weights\n  qwen2.5-7b (Qwen2ForCausalLM, '
+             '7.6B dense)\n      source: Hugging Face Qwen/Qwen2.5-7B confi'
+             'g.json (public model card); shape only, no weights\n  qwen3-2'
+             '35b-a22b (Qwen3MoeForCausalLM, 235.1B, 22.2B active, 128 exp'
+             'erts top-8)\n      source: Hugging Face Qwen/Qwen3-235B-A22B '
+             'config.json, as aiconfigurator-core 0.12.0 ships it\n      (m'
+             'odel_configs/Qwen--Qwen3-235B-A22B_config.json); shape only,'
+             ' no weights\n  qwen3-30b-a3b (Qwen3MoeForCausalLM, 30.5B, 3.4'
+             'B active, 128 experts top-8)\n      source: Hugging Face Qwen'
+             '/Qwen3-30B-A3B config.json, as aiconfigurator-core 0.12.0 sh'
+             'ips it\n      (model_configs/Qwen--Qwen3-30B-A3B_config.json)'
+             '; shape only, no weights\n  r1-distill-qwen-7b (Qwen2ForCausa'
+             'lLM, 7.6B dense)\n      source: Hugging Face deepseek-ai/Deep'
+             'Seek-R1-Distill-Qwen-7B config.json (public model card;\n    '
+             '  the Qwen2.5-Math-7B shape); shape only, no weights\n  tiny-'
+             'gcd (Qwen2ForCausalLM, 0.0B dense)\n      source: traces/refe'
+             'rence/model/config.json: our tiny reasoning model (tlt model'
+             ' init --seed 0)\n',
+             'tlt presets lists the architecture presets (--arch) with the'
+             'ir sources'),
 ]
 
 PRESET_POLICIES = (

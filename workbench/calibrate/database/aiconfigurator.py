@@ -185,6 +185,23 @@ class Engine:
                               f"a model the database's engine can build at TP{tp} ({exc})"
                               ) from None
 
+    def refusal(self, exc: Exception, where: str) -> ConfigError:
+        """The package's "no rows for this shape" as a refusal naming the config field whose value
+        the database never measured (`where`: GPU, framework and version)."""
+        text = str(exc).split(" at /")[0].replace("\n", " ")
+        a = self.arch
+        if "MLA" in text:
+            field, value = "kv_lora_rank", a.mla.kv_rank if a.mla else None
+        elif "attention" in text:
+            field, value = "num_key_value_heads", a.kv_heads
+        elif "MoE" in text and a.experts:
+            field, value = "num_experts", a.experts.count
+        else:
+            field, value = "architectures", self.priced.family
+        return ConfigError(self.source, field, value,
+                           f"a shape the database measured on {where} (it has no rows for this "
+                           f"one: {text}; another --framework or --gpu may hold them)")
+
     def head_sizes(self, framework: str) -> tuple[int, ...]:
         """The head sizes whose decode attention this GPU x framework x version measured."""
         import pandas as pd

@@ -195,7 +195,10 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     (None: the framework's default)."""
     a = load_architecture(arch)
     eng = Engine(arch, gpu, tp, framework, version, ep)
-    pts = measure_grid(eng)
+    try:
+        pts = measure_grid(eng)
+    except RuntimeError as exc:  # the package's PerfDataNotAvailableError: a shape never measured
+        raise eng.refusal(exc, f"{gpu} {framework} {eng.version}") from None
     e = eng.arch.experts
     dec = _rounded(fit_decode(pts, (e.count, e.per_token) if e else None))
     # The kernels first: the host work is added with the overhead, after the form's errors.
