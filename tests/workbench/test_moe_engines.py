@@ -183,3 +183,12 @@ def test_gpt_oss_decode_steps_on_h100_are_within_15_percent_of_nvidias_measured_
     rows = silicon_check(lambda a, g, tp, fw, ep: disk_cached_profile(
         a, g, tp, fw, "h100-qwen2.5-7b-tp1", ep), ("h100",))
     assert len(rows) >= 20 and median_abs_error(rows) < 15.0
+
+
+def test_heads_the_engine_has_no_rows_for_are_refused_naming_the_config_field():
+    # Gemma-2-9B's 8 KV heads of 256: SGLang's rows hold them, vLLM's do not
+    with pytest.raises(ConfigError) as exc:
+        derive_profile("gemma-2-9b", "h100", 1, "vllm", BASE, "g9")
+    msg = str(exc.value)
+    assert "field 'num_key_value_heads'" in msg and "--framework" in msg
+    assert "tp" not in msg.split("allowed:")[0]
