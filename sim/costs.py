@@ -1,13 +1,31 @@
 """Cost model: pure functions over a Profile's DecodeCost, DrafterCost and PhaseCost.
 
-A strategy is a `Strategy` or an int (a chain of that many drafted tokens; 0: no SD).
+A strategy is a `Strategy` or an int (a chain of that many drafted tokens; 0: no SD). On a
+mixture-of-experts target a pass reads the experts its tokens route to (`experts_touched`), so the
+weights a pass reads grow with batch x tokens per sequence until every expert is read.
 """
 
 from __future__ import annotations
 
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
-from workbench.contracts.profile import DecodeCost, DrafterCost, PhaseCost
+from workbench.contracts.profile import DecodeCost, DrafterCost, ExpertRouting, PhaseCost
+
+
+def experts_touched(tokens: float, per_token: int, count: int) -> float:
+    """Distinct experts per layer a pass of `tokens` tokens reads when each token routes to
+    `per_token` of `count` experts, uniformly and independently: count * (1 - (1 - k/E) ** n).
+    One token reads k; many read all E."""
+    if tokens <= 0:
+        return 0.0
+    return count * (1.0 - (1.0 - per_token / count) ** tokens)
+
+
+def expert_read_s(e: ExpertRouting | None, tokens: float) -> float:
+    """Reading the routed experts a pass of `tokens` tokens touches, one rank (0: dense)."""
+    if e is None:
+        return 0.0
+    return e.weights_s * experts_touched(tokens, e.per_token, e.count) / e.count
 
 
 def verify_step_s(c: DecodeCost, batch: int, context: float, strategy: Strategy | int) -> float:
@@ -15,8 +33,9 @@ def verify_step_s(c: DecodeCost, batch: int, context: float, strategy: Strategy 
     K drafts verifies K + 1 positions, no SD one)."""
     tokens = Strategy.parse(strategy).verify_tokens
     compute = c.compute_s_per_token * batch * tokens
+    weights = c.weights_s + expert_read_s(c.experts, batch * tokens)
     return (c.overhead_s + c.per_seq_s * batch + c.kv_s_per_token * batch * context
-            + max(c.weights_s, compute) + (1.0 - c.overlap) * min(c.weights_s, compute))
+            + max(weights, compute) + (1.0 - c.overlap) * min(weights, compute))
 
 
 def draft_step_s(d: DrafterCost, kind: DrafterKind, batch: int, strategy: Strategy | int) -> float:
@@ -48,7 +67,8 @@ def draft_step_s(d: DrafterCost, kind: DrafterKind, batch: int, strategy: Strate
 
 
 def prefill_s(c: DecodeCost, prompt_tokens: int) -> float:
-    return c.prefill_s_per_token * prompt_tokens
+    """Admitting `prompt_tokens` prompt tokens: per token, and the experts they touch."""
+    return c.prefill_s_per_token * prompt_tokens + expert_read_s(c.experts, prompt_tokens)
 
 
 def train_phase_s(c: PhaseCost, tokens: int, gpus: int) -> float:

@@ -232,9 +232,15 @@ def test_a_zero_price_is_refused(tmp_path):
 
 
 def test_a_model_the_database_never_measured_is_marked(tmp_path, monkeypatch):
-    """tiny-gcd's head size is in no attention table: every shape is infeasible, with the database's
-    reason."""
+    """A mixture of experts whose expert shape is in no MoE table (allenai/OLMoE-1B-7B's: 64
+    experts of 1024, top-8): every shape is infeasible, the reason naming the config field."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    olmoe = tmp_path / "olmoe" / "config.json"
+    olmoe.parent.mkdir()
+    olmoe.write_text(json.dumps({
+        "architectures": ["OlmoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 1024,
+        "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50304}))
     res = runner.invoke(
         app,
         [
@@ -242,7 +248,7 @@ def test_a_model_the_database_never_measured_is_marked(tmp_path, monkeypatch):
             "--workload",
             "cpu-tiny",
             "--model",
-            "tiny-gcd",
+            str(olmoe),
             "--gpu",
             "h100",
             "--gpus",
@@ -267,7 +273,8 @@ def test_a_model_the_database_never_measured_is_marked(tmp_path, monkeypatch):
     data = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert data["chosen"] is None and data["trials"]
     assert all(
-        t["status"] == "infeasible" and "measured database" in t["reason"]
+        t["status"] == "infeasible" and "num_experts" in t["reason"]
+        and "the database measured" in t["reason"]
         for t in data["trials"]
         if t["shape"]["gpus"] % t["shape"]["tp"] == 0
     )

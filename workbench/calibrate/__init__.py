@@ -10,7 +10,9 @@
 - `database/`: NVIDIA's measured operator database, aiconfigurator-core: the package as this
   workbench asks it (`aiconfigurator`), a Profile for any (model, GPU, TP, framework)
   (`profile.derive_profile`), the shipped ones and caches (`catalog`), how far its attention rows
-  reach (`attention_coverage`).
+  reach (`attention_coverage`), what it prices of a config.json and the stand-in for an
+  architecture it lacks (`config_support`), mixture-of-experts engines (`experts`), and its
+  profiles against NVIDIA's end-to-end MoE serving runs (`silicon_check`).
 - `published/`: published figures as measurements: the TLT paper's microbenchmarks
   (`microbenchmarks`), carried to other shapes (`shapes`); SD's speedup by batch (`sd_series`,
   `sd_batch`); the database's profiles against published tables (`database_check`).

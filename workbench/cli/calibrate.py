@@ -97,7 +97,8 @@ def calibrate(
     arch: Optional[str] = rl.ARCH, gpu: Optional[str] = rl.GPU, gpus: Optional[int] = rl.GPUS,
     tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
-    max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
+    max_batch: Optional[int] = rl.MAX_BATCH, ep: Optional[int] = rl.EP,
+    workers: int = WORKERS_OPTION,
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
     and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""  # noqa: E501
@@ -105,7 +106,7 @@ def calibrate(
     rl.check_profile_paths(out, lengths_out)
     if run_log:
         flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
-                               max_response_tokens, max_batch)
+                               max_response_tokens, max_batch, ep)
         return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,
                                     not (traces or model is not None or runs), workers,
                                     engine_profile)

@@ -22,9 +22,10 @@ from workbench.project import serial_map
 
 # Options several commands share, one wording each.
 PROFILE_OPTION = typer.Option(None,
-                              help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK "
+                              help="Profile preset or file, or cluster:MODEL:GPU:FRAMEWORK[:epN] "
                                    "(derived from the measured database at the workload's "
-                                   "TP; default: the workload's profile).")
+                                   "TP; epN: a mixture of experts' expert parallelism; default: "
+                                   "the workload's profile).")
 WORKERS_OPTION = typer.Option(1, min=1,
                               help="Simulations run at once: 1 runs them here one after another; "
                                    "more run them as Ray tasks (same results, same order).")
@@ -48,13 +49,20 @@ def cluster_profile(spec: str, wl: Workload) -> Profile:
     from workbench.calibrate.database.catalog import disk_cached_profile, model_choices
 
     parts = spec[len(CLUSTER_PREFIX):].split(":")
-    if len(parts) != 3 or not all(parts):
+    ep = parts.pop() if len(parts) == 4 else None
+    if len(parts) != 3 or not all(parts) or (ep is not None and not _ep_part(ep)):
         raise ConfigError("--profile", "profile", spec,
-                          "cluster:MODEL:GPU:FRAMEWORK, e.g. cluster:qwen2.5-7b:h200:vllm")
+                          "cluster:MODEL:GPU:FRAMEWORK[:epN], e.g. cluster:qwen2.5-7b:h200:vllm "
+                          "or cluster:qwen3-30b-a3b:h100:sglang:ep4")
     model, gpu, framework = parts
     arch = model_choices().get(model, model)
     base = wl.profile if not wl.profile.startswith(CLUSTER_PREFIX) else "h100-qwen2.5-7b-tp1"
-    return disk_cached_profile(arch, gpu, wl.gpus_per_worker, framework, base)
+    return disk_cached_profile(arch, gpu, wl.gpus_per_worker, framework, base,
+                               int(ep[2:]) if ep else None)
+
+
+def _ep_part(text: str) -> bool:
+    return text.startswith("ep") and text[2:].isdigit() and int(text[2:]) >= 1
 
 
 def load_inputs(workload: str, policies: str, profile: Optional[str],

@@ -32,7 +32,8 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int],
           deadline_days: Optional[float], max_gpus: int, price: float, tp: str, max_batch: str,
           framework: Optional[str], model: Optional[str], trials: int, steps: Optional[int],
-          sample_steps: int, seeds: int, seed: int, target: str) -> planning.PlanSpec:
+          sample_steps: int, seeds: int, seed: int, target: str,
+          ep: Optional[int] = None) -> planning.PlanSpec:
     try:
         wl = load_workload(workload)
         names = [p.strip() for p in policies.split(",") if p.strip()] or [
@@ -41,7 +42,7 @@ def _spec(workload: str, policies: str, gpu: str, gpus: Optional[int],
         spec = planning.PlanSpec(wl, pols, gpu, price, framework or wl.framework or "sglang",
                                  model or "", _ints(tp, "--tp"), _ints(max_batch, "--max-batch"),
                                  gpus, deadline_days, max_gpus, trials, steps, sample_steps, seeds,
-                                 seed)
+                                 seed, ep)
         spec.check()
     except ConfigError as exc:
         fail(exc)
@@ -80,6 +81,10 @@ _TARGET_OPTION = typer.Option(
     help="The stack the chosen policy will run on: vllm, sglang, verl, "
          "tlt-train or sim; every policy searched must run there, so the chosen "
          "one exports ('auto': the engine of --framework, else of the workload).")
+_EP_OPTION = typer.Option(None, min=1,
+                          help="A mixture-of-experts model's expert parallelism in every engine "
+                               "(default: the framework's, EP1); a TP it does not divide is "
+                               "infeasible.")
 _POLICIES_OPTION = typer.Option(
     "", help="Comma-separated policy presets or files searched (default: "
              "those of baseline, tlt-base, static-sd and tlt the target runs).")
@@ -105,6 +110,7 @@ def plan(
     model: Optional[str] = typer.Option(None,
                                         help="Model (architecture preset or "
                                              "config; default: the workload's)."),
+    ep: Optional[int] = _EP_OPTION,
     trials: int = typer.Option(40,
                                help="Distinct shapes to evaluate (NSGA-II over days and cost)."),
     steps: Optional[int] = typer.Option(
@@ -130,7 +136,7 @@ def plan(
             fw = framework  # _spec reports the workload's error
         target = {"sglang": "sglang", "vllm": "vllm"}.get(fw or "sglang", "sim")
     spec = _spec(workload, policies, gpu, gpus, deadline_days, max_gpus, price_per_gpu_hour, tp,
-                 max_batch, framework, model, trials, steps, sample_steps, seeds, seed, target)
+                 max_batch, framework, model, trials, steps, sample_steps, seeds, seed, target, ep)
     goal = (f"budget {spec.gpus} GPUs" if spec.goal == "budget" else
             f"deadline {spec.deadline_days:g} days, up to {spec.max_gpus} GPUs")
     typer.echo(f"{spec.workload.name} on {spec.gpu} ({spec.framework}), {goal}, "

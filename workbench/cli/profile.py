@@ -90,7 +90,8 @@ def _print(fit: OperatorFit) -> None:
 
 
 def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, framework: str,
-                   version: Optional[str], base: Optional[str], name: Optional[str]) -> None:
+                   version: Optional[str], base: Optional[str], name: Optional[str],
+                   ep: Optional[int] = None) -> None:
     """`--backend aiconfigurator`: every cost from
     NVIDIA's measured operator database, no GPU needed."""
     from workbench.calibrate.database.aiconfigurator import gpu_names
@@ -102,7 +103,8 @@ def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, 
                          f"--arch NAME|config.json and --gpu ({', '.join(gpu_names())})"))
     try:
         base_prof = load_profile(base or default_base("cuda", arch, tp))
-        fit = derive_profile(arch, gpu, tp, framework, base_prof, name or out.stem, version or "")
+        fit = derive_profile(arch, gpu, tp, framework, base_prof, name or out.stem, version or "",
+                             ep=ep)
     except (ConfigError, ValueError) as exc:
         fail(exc)
     p = fit.profile
@@ -117,6 +119,10 @@ def _from_database(out: Path, arch: Optional[str], gpu: Optional[str], tp: int, 
                f"us/candidate; train {1e6 * p.phases.train_gpu_s_per_token:.1f} "
                f"GPU-us/token; power {p.power.decode_w:.0f} W decoding, "
                f"{p.power.train_w:.0f} W training, {p.power.idle_w:.0f} W idle")
+    if d.experts is not None:
+        e = d.experts
+        typer.echo(f"routed experts: {e.count}, top-{e.per_token}, all read once "
+                   f"{1e3 * e.weights_s:.3f} ms (a pass reads the share its tokens touch)")
     typer.echo(f"form vs database: median |error| {fit.median_abs_error_pct:.1f}%, "
                f"max {fit.max_abs_error_pct:.1f}% over {len(fit.errors_pct)} steps")
     typer.echo(f"source: {p.source}")
@@ -153,7 +159,12 @@ _OUT_OPTION = typer.Option(...,
 _ARCH_OPTION = typer.Option(None,
                             help="Architecture preset (qwen2.5-7b, "
                                  "r1-distill-qwen-7b, qwen2.5-32b, llama3.3-70b, "
-                                 "tiny-gcd) or a Hugging Face config.json.")
+                                 "qwen3-30b-a3b, gemma-2-9b, tiny-gcd, ...: `tlt presets`) or "
+                                 "a Hugging Face config.json.")
+_EP_OPTION = typer.Option(None, min=1,
+                          help="--backend aiconfigurator: a mixture-of-experts model's expert "
+                               "parallelism inside the TP GPUs (default: the framework's, EP1: "
+                               "experts tensor-parallel).")
 _BACKEND_OPTION = typer.Option(
     "auto", help="torch: time the operators on this machine (--device); aiconfigurator: derive "
                  "every cost from NVIDIA's measured database (--gpu, --framework), no GPU "
@@ -183,6 +194,7 @@ def profile(
     tp: int = typer.Option(1,
                            help="Tensor-parallel degree: one rank's "
                                 "shapes are measured, collectives assumed."),
+    ep: Optional[int] = _EP_OPTION,
     dtype: Optional[str] = typer.Option(
         None, help="float32, bfloat16 or float16 (default: bfloat16 on cuda, float32 on cpu)."),
     grid: Optional[str] = typer.Option(None,
@@ -213,7 +225,7 @@ def profile(
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
     backend = _backend(backend, gpu, framework, arch, device, grid, measurements)
     if backend == "aiconfigurator":
-        _from_database(out, arch, gpu, tp, framework or "vllm", version, base, name)
+        _from_database(out, arch, gpu, tp, framework or "vllm", version, base, name, ep)
         return
     if (arch is None) == (measurements is None):
         fail(ConfigError("--arch", "<option>", "both or neither of --arch and --measurements",

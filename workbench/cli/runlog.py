@@ -54,6 +54,13 @@ TP = typer.Option(
     help="Run-log shape: the rollout's tensor parallelism (default: the log's "
     "rollout.tensor_model_parallel_size).",
 )
+EP = typer.Option(
+    None,
+    "--ep",
+    min=1,
+    help="Run-log shape: a mixture-of-experts model's expert parallelism inside each engine "
+    "(default: the framework's, EP1: experts tensor-parallel).",
+)
 PROMPTS = typer.Option(
     None,
     "--prompts-per-step",
@@ -98,8 +105,9 @@ def shape_flags(
     group: Optional[int],
     cap: Optional[int],
     max_batch: Optional[int],
+    ep: Optional[int] = None,
 ) -> ShapeFlags:
-    return ShapeFlags(arch, gpu, gpus, tp, prompts, group, cap, max_batch)
+    return ShapeFlags(arch, gpu, gpus, tp, prompts, group, cap, max_batch, ep=ep)
 
 
 def check_profile_paths(*paths: Optional[Path],

@@ -14,6 +14,8 @@ from workbench.contracts.schema import ConfigError
 from workbench.report.tables import format_table
 
 BATCHES = "1,2,4,8,16,32,64,128,256"
+EP_HELP = ("A mixture-of-experts model's expert parallelism inside the engine (default: the "
+           "framework's, EP1: experts tensor-parallel, as vLLM and SGLang run them).")
 
 
 def parse_strategy(text: str):
@@ -74,9 +76,10 @@ def parse_batches(text: str) -> tuple[int, ...]:
     return out
 
 
-def engine_profile(profile: Optional[str], arch: Optional[str], gpu: str, tp: int, framework: str):
-    """A profile preset/file, or the measured database's profile of (arch, gpu, tp, framework),
-    kept on disk."""
+def engine_profile(profile: Optional[str], arch: Optional[str], gpu: str, tp: int, framework: str,
+                   ep: Optional[int] = None):
+    """A profile preset/file, or the measured database's profile of (arch, gpu, tp, framework,
+    ep), kept on disk."""
     from workbench.calibrate.database.catalog import disk_cached_profile, model_choices
     from workbench.cli.profile import default_base
     from workbench.contracts.profile import load_profile
@@ -92,7 +95,7 @@ def engine_profile(profile: Optional[str], arch: Optional[str], gpu: str, tp: in
             "config name such as meta-llama/Meta-Llama-3.1-8B, or a config.json) or --profile NAME",
         )
     path = model_choices().get(arch, arch)
-    return disk_cached_profile(path, gpu, tp, framework, default_base("cuda", path, tp))
+    return disk_cached_profile(path, gpu, tp, framework, default_base("cuda", path, tp), ep)
 
 
 def _print_curve(c) -> None:
@@ -146,6 +149,18 @@ def _print_curves(c) -> None:
     for x in c.curves:
         where = f"from batch {x.crossover_batch}" if x.crossover_batch else f"nowhere up to {top}"
         typer.echo(f"{x.strategy}: stops paying {where}")
+
+
+def print_moe_contrast(m) -> None:
+    """On a mixture-of-experts engine: the experts each pass reads, SD's speedup beside a dense
+    engine of the same active size, and why they differ (workbench/compare/moe_sd.py)."""
+    typer.echo(format_table(
+        [[str(r.batch), f"{r.decode_experts:.0f}", f"{r.verify_experts:.0f}",
+          f"{r.expert_read_ratio:.2f}", f"{r.speedup:.2f}", f"{r.dense_speedup:.2f}"]
+         for r in m.rows],
+        ["batch", f"experts read: decode (of {m.count})", f"verify ({m.verified} tok/seq)",
+         "verify/decode", "speedup", "dense, same active size"]))
+    typer.echo(m.sentence())
 
 
 def _policy_checks(context: float) -> None:
@@ -283,6 +298,7 @@ def sd_curve_cmd(
     ),
     tp: int = typer.Option(1, min=1, help="Tensor-parallel degree of one engine."),
     framework: str = typer.Option("sglang", help="sglang or vllm."),
+    ep: Optional[int] = typer.Option(None, min=1, help=EP_HELP),
     profile: Optional[str] = typer.Option(
         None, help="A profile preset or file instead of --arch/--gpu/--tp/--framework."
     ),
@@ -320,16 +336,18 @@ def sd_curve_cmd(
     paying, and the sd_threshold and per-bucket strategies that implies; with several strategies,
     their curves side by side and the best per batch. The last line is JSON: batch, speedup,
     crossover_batch (several: batch, curves, best)."""
+    from workbench.compare.moe_sd import moe_contrast
     from workbench.compare.sd_curve import sd_curve, sd_curves
 
     try:
         ss, bs = parse_strategies(strategy), parse_batches(batches)
         acc = parse_accept(accept, quality)
-        prof = engine_profile(profile, arch, gpu, tp, framework)
+        prof = engine_profile(profile, arch, gpu, tp, framework, ep)
         if len(ss) > 1:
             acc.check(ss[0])
             many = sd_curves(prof, drafter, ss, acc, float(context), bs)
         c = sd_curve(prof, drafter, ss[0], acc, float(context), bs)
+        moe = moe_contrast(prof, c.kind, ss[0], c.accepted, float(context), bs)
     except (ConfigError, ValueError) as exc:
         fail(exc)
     if len(ss) > 1:
@@ -348,6 +366,8 @@ def sd_curve_cmd(
         f"{1e3 * prof.drafter.sd_host_s_per_seq:.3f} ms a sequence"
     )
     _print_curve(c)
+    if moe is not None:
+        print_moe_contrast(moe)
     if check_policies:
         _policy_checks(float(context))
     typer.echo(json.dumps(c.as_json()))

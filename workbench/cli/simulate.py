@@ -23,6 +23,7 @@ from workbench.compare.intervals import (interval_json, interval_lines, policy_i
                                         run_work)
 from workbench.compare.policies import compare as run_compare
 from workbench.compare.policies import summarize_runs, why_runs
+from workbench.contracts.architecture import architecture_presets, load_architecture, read_config
 from workbench.contracts.fileio import save_figure, write_atomic
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.profile import load_profile, profile_presets, provenance
@@ -119,11 +120,13 @@ def presets(long: bool = typer.Option(
         typer.echo("workloads: " + ", ".join(workload_presets()))
         typer.echo("policies:  " + ", ".join(policy_presets()))
         typer.echo("profiles:  " + ", ".join(profile_presets()))
+        typer.echo("models:    " + ", ".join(architecture_presets()))
         typer.echo("(tlt presets --long: where each one's numbers come from)")
         return
     for kind, names, lines in (("workloads", workload_presets(), _workload_lines),
                                ("policies", policy_presets(), _policy_lines),
-                               ("profiles", profile_presets(), _profile_lines)):
+                               ("profiles", profile_presets(), _profile_lines),
+                               ("models (--arch)", architecture_presets(), _model_lines)):
         typer.echo(f"{kind}:")
         for name in names:
             try:
@@ -145,6 +148,16 @@ def _workload_lines(name: str) -> list[str]:
 
 def _policy_lines(name: str) -> list[str]:
     return [f"  {name}", *_wrapped("      ", load_policy(name).description)]
+
+
+def _model_lines(name: str) -> list[str]:
+    a = load_architecture(name)
+    size = (f"{a.params / 1e9:.1f}B, {a.active_params / 1e9:.1f}B active, "
+            f"{a.experts.count} experts top-{a.experts.per_token}" if a.is_moe
+            else f"{a.params / 1e9:.1f}B dense")
+    source = str(read_config(name)[0].get("_source", ""))
+    return [f"  {name} ({a.family or 'no architectures field'}, {size})",
+            *_wrapped("      source: ", source)]
 
 
 def _profile_lines(name: str) -> list[str]:

@@ -49,7 +49,8 @@ def validate(
     arch: Optional[str] = rl.ARCH, gpu: Optional[str] = rl.GPU, gpus: Optional[int] = rl.GPUS,
     tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
-    max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
+    max_batch: Optional[int] = rl.MAX_BATCH, ep: Optional[int] = rl.EP,
+    workers: int = WORKERS_OPTION,
 ) -> None:
     """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s,
     error_pct}, for run directories {predicted_step_s, measured_step_s, error_pct, phases}, for
@@ -63,7 +64,7 @@ def validate(
         if traces:
             fail(ValueError("--run-log: give it alone, not with trace or run directories"))
         flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
-                               max_response_tokens, max_batch)
+                               max_response_tokens, max_batch, ep)
         rl.validate_run_log(run_log, prof, flags, out, workers)
         return
     if not traces:

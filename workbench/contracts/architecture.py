@@ -3,8 +3,11 @@
 Costs of a model on a GPU follow from its shape (bytes of weights and KV cache read per step,
 FLOPs per token), so a profile measured or fitted for one model can be carried to another
 (workbench/calibrate/published/shapes.py), and the profiler instantiates a model from the same file.
+A mixture-of-experts model (`Experts`) reads only the experts its tokens route to; a model with
+multi-head latent attention (`Mla`, DeepSeek-V3) caches one compressed vector per token and layer.
 Presets live in `presets/architectures/` (the public configs of the models the TLT paper
-trains, plus our tiny model); any HF `config.json` works too.
+trains, of the MoE models RL teams train, of dense families priced as stand-ins, plus our tiny
+model); any HF `config.json` works too.
 """
 
 from __future__ import annotations
@@ -18,6 +21,50 @@ from workbench.contracts.schema import ConfigError, preset_names
 PRESET_DIR = Path(__file__).parent / "presets" / "architectures"
 _REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
              "vocab_size")
+# Each config key spelling of the same fact, first match wins (Mixtral/gpt-oss, DeepSeek, Qwen).
+EXPERT_COUNT_KEYS = ("num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts")
+EXPERT_TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_top_k")
+# Bytes per weight as stored, by quantization_config.quant_method: fp8 checkpoints (DeepSeek-V3)
+# store every decoder linear layer in 8 bits; MXFP4 ones (gpt-oss) only the experts, in 4 bits
+# plus one 8-bit scale per 32 weights.
+FP8_BYTES, MXFP4_BYTES, BF16_BYTES = 1.0, 4.25 / 8, 2.0
+# Fields that make a layer something other than attention + FFN (state-space or recurrent mixers).
+NOT_ATTENTION_KEYS = ("ssm_state_size", "state_size", "mamba_d_state", "attn_layer_period",
+                      "layers_block_type", "block_types", "hybrid_override_pattern")
+
+
+@dataclass(frozen=True)
+class Experts:
+    """The mixture-of-experts FFN of `moe_layers` layers (the rest have a dense FFN)."""
+
+    count: int  # routed experts per MoE layer (E)
+    per_token: int  # experts each token routes to (k)
+    intermediate: int  # one routed expert's FFN width
+    moe_layers: int
+    shared_intermediate: int = 0  # the always-active shared experts' FFN width, all together
+
+    def params(self, hidden: int) -> int:
+        """One MoE layer's FFN: every routed expert (gated: 3 matrices), the shared ones, the
+        router."""
+        return 3 * hidden * (self.count * self.intermediate + self.shared_intermediate) \
+            + hidden * self.count
+
+    def active_params(self, hidden: int) -> int:
+        """What one token reads of it: k routed experts, the shared ones and the router."""
+        return 3 * hidden * (self.per_token * self.intermediate + self.shared_intermediate) \
+            + hidden * self.count
+
+
+@dataclass(frozen=True)
+class Mla:
+    """Multi-head latent attention: queries and keys/values through low-rank projections; the
+    KV cache holds kv_rank + rope_dim numbers per token and layer, shared by every head."""
+
+    q_rank: int
+    kv_rank: int
+    nope_dim: int
+    rope_dim: int
+    v_dim: int
 
 
 @dataclass(frozen=True)
@@ -28,17 +75,48 @@ class Architecture:
     heads: int
     kv_heads: int
     head_dim: int
-    intermediate: int
+    intermediate: int  # the dense FFN's width (layers without experts)
     vocab: int
     tied_embeddings: bool
     qkv_bias: bool  # Qwen2 has biases on q, k and v
+    experts: Experts | None = None  # None: a dense model
+    mla: Mla | None = None
+    quant: str = "bf16"  # the checkpoint's weights: bf16, fp8 or mxfp4 (experts only)
+    family: str = ""  # the config's `architectures[0]` ("": not stated)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts is not None
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - (self.experts.moe_layers if self.experts else 0)
+
+    @property
+    def attention_params(self) -> int:
+        """One layer's attention projections (q, k, v, o, or MLA's low-rank ones) and two norms."""
+        if self.mla is not None:
+            m, h = self.mla, self.heads
+            q = (self.hidden * m.q_rank + m.q_rank * h * (m.nope_dim + m.rope_dim)) if m.q_rank \
+                else self.hidden * h * (m.nope_dim + m.rope_dim)
+            kv = self.hidden * (m.kv_rank + m.rope_dim) + m.kv_rank * h * (m.nope_dim + m.v_dim)
+            return q + kv + h * m.v_dim * self.hidden + 2 * self.hidden
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        bias = (q + 2 * kv) if self.qkv_bias else 0
+        return self.hidden * (q + 2 * kv) + q * self.hidden + bias + 2 * self.hidden
 
     @property
     def layer_params(self) -> int:
-        """One decoder layer: attention (q, k, v, o), the gated MLP and two norms."""
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        attn = self.hidden * (q + 2 * kv) + q * self.hidden + ((q + 2 * kv) if self.qkv_bias else 0)
-        return attn + 3 * self.hidden * self.intermediate + 2 * self.hidden
+        """One decoder layer with a dense FFN: attention, the gated MLP and two norms."""
+        return self.attention_params + 3 * self.hidden * self.intermediate
+
+    def _ffn_params(self, active: bool) -> int:
+        dense = self.dense_layers * 3 * self.hidden * self.intermediate
+        if self.experts is None:
+            return dense
+        e = self.experts
+        per = e.active_params(self.hidden) if active else e.params(self.hidden)
+        return dense + e.moe_layers * per
 
     @property
     def lm_head_params(self) -> int:
@@ -48,41 +126,128 @@ class Architecture:
     def params(self) -> int:
         embed = self.vocab * self.hidden
         head = 0 if self.tied_embeddings else self.lm_head_params
-        return embed + self.layers * self.layer_params + self.hidden + head
+        return embed + self.layers * self.attention_params + self._ffn_params(False) \
+            + self.hidden + head
 
     @property
     def decode_params(self) -> int:
-        """Weights a decode step reads (the input embedding is a lookup, not a matmul)."""
-        return self.layers * self.layer_params + self.lm_head_params
+        """Weights a decode step of one sequence reads (the input embedding is a lookup, not a
+        matmul; of a MoE layer, the experts its token routes to)."""
+        return self.layers * self.attention_params + self._ffn_params(True) + self.lm_head_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token passes through (a MoE model's 'A3B'), embedding included."""
+        return self.decode_params + self.vocab * self.hidden + self.hidden
 
     @property
     def drafter_params(self) -> int:
-        """An EAGLE drafter: one decoder layer and fc (2H -> H) on the target's LM head."""
+        """An EAGLE drafter: one dense decoder layer and fc (2H -> H) on the target's LM head."""
         return self.layer_params + 2 * self.hidden * self.hidden + self.lm_head_params
 
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """KV cache per context token, all layers (keys and values)."""
-        return self.layers * 2 * self.kv_heads * self.head_dim * dtype_bytes
+    @property
+    def weight_bytes(self) -> float:
+        """The weights as the checkpoint stores them (`quant`), in bytes."""
+        if self.quant == "bf16":
+            return BF16_BYTES * self.params
+        embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        experts = (self.experts.moe_layers * self.experts.params(self.hidden)
+                   if self.experts else 0)
+        if self.quant == "mxfp4":
+            return MXFP4_BYTES * experts + BF16_BYTES * (self.params - experts)
+        return BF16_BYTES * embed + FP8_BYTES * (self.params - embed)
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2, tp: int = 1) -> int:
+        """KV cache per context token on one of `tp` GPUs, all layers: keys and values of the KV
+        heads a rank holds (replicated past the KV-head count), or MLA's latent vector (every rank
+        holds it whole)."""
+        if self.mla is not None:
+            return self.layers * (self.mla.kv_rank + self.mla.rope_dim) * dtype_bytes
+        return self.layers * 2 * max(1, self.kv_heads // tp) * self.head_dim * dtype_bytes
+
+
+def _first(data: dict, keys: tuple[str, ...]) -> int:
+    return next((int(data[k]) for k in keys if data.get(k)), 0)
+
+
+def experts_from_config(data: dict) -> Experts | None:
+    """The MoE FFN a config.json describes (None: dense); its key spellings as aiconfigurator-core
+    reads them."""
+    count, topk = _first(data, EXPERT_COUNT_KEYS), _first(data, EXPERT_TOPK_KEYS)
+    if count <= 1 or topk < 1:
+        return None
+    layers = int(data["num_hidden_layers"])
+    dense = int(data.get("first_k_dense_replace") or 0) + len(data.get("mlp_only_layers") or [])
+    step = int(data.get("decoder_sparse_step") or 1)
+    moe_layers = (layers - dense) // step if step > 1 else layers - dense
+    width = int(data.get("moe_intermediate_size") or data["intermediate_size"])
+    shared = int(data.get("shared_expert_intermediate_size") or 0) \
+        or int(data.get("n_shared_experts") or data.get("num_shared_experts") or 0) * width
+    return Experts(count=count, per_token=topk, intermediate=width, moe_layers=moe_layers,
+                   shared_intermediate=shared)
+
+
+def _mla(data: dict) -> Mla | None:
+    if not data.get("kv_lora_rank"):
+        return None
+    return Mla(q_rank=int(data.get("q_lora_rank") or 0), kv_rank=int(data["kv_lora_rank"]),
+               nope_dim=int(data["qk_nope_head_dim"]), rope_dim=int(data["qk_rope_head_dim"]),
+               v_dim=int(data["v_head_dim"]))
+
+
+def _quant(data: dict) -> str:
+    method = str((data.get("quantization_config") or {}).get("quant_method", "")).lower()
+    return method if method in ("fp8", "mxfp4") else "bf16"
+
+
+def language_model_config(data: dict) -> dict:
+    """A multimodal config's language model (its `text_config`) over its top level; any other
+    config as it is."""
+    nested = data.get("text_config")
+    if isinstance(nested, dict) and "hidden_size" not in data:
+        return {**data, **nested, "architectures": data.get("architectures")}
+    return data
+
+
+def check_decoder(data: dict, source: str) -> None:
+    """Refuse a config that describes no decoder-only transformer, naming the field that says so
+    (an encoder-decoder; state-space or recurrent layers)."""
+    family = (data.get("architectures") or ["this model"])[0]
+    if data.get("is_encoder_decoder"):
+        raise ConfigError(source, "is_encoder_decoder", True,
+                          f"a decoder-only model: {family} is an encoder-decoder, whose costs "
+                          "the decoder operators measured here cannot give")
+    for key in NOT_ATTENTION_KEYS:
+        if key in data or key in (data.get("text_config") or {}):
+            raise ConfigError(source, key, data.get(key, "<in text_config>"),
+                              f"a transformer decoder: {family} has state-space or recurrent "
+                              f"layers ({key}), which have no measured operators here")
 
 
 def from_hf_config(data: dict, name: str, source: str = "") -> Architecture:
+    if data.get("hybrid_override_pattern") is None:  # NemotronH's hybrids: the package's own
+        check_decoder(data, source or name)
+    data = language_model_config(data)
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
         raise ConfigError(source or name, missing[0], "<missing>",
                           "a Hugging Face decoder config.json with " + ", ".join(_REQUIRED))
     heads = int(data["num_attention_heads"])
     hidden = int(data["hidden_size"])
+    family = (data.get("architectures") or [""])[0]
     return Architecture(name=name, hidden=hidden, layers=int(data["num_hidden_layers"]),
                         heads=heads, kv_heads=int(data.get("num_key_value_heads") or heads),
                         head_dim=int(data.get("head_dim") or hidden // heads),
                         intermediate=int(data["intermediate_size"]), vocab=int(data["vocab_size"]),
                         tied_embeddings=bool(data.get("tie_word_embeddings", False)),
                         qkv_bias=(data.get("model_type") == "qwen2"
-                                  or bool(data.get("attention_bias", False))))
+                                  or bool(data.get("attention_bias", False))),
+                        experts=experts_from_config(data), mla=_mla(data), quant=_quant(data),
+                        family=str(family))
 
 
-def load_architecture(name_or_path: str | Path) -> Architecture:
-    """A preset name (`presets/architectures/NAME.json`) or a path to a `config.json`."""
+def read_config(name_or_path: str | Path) -> tuple[dict, Path]:
+    """A preset's or a config.json's mapping and the file it came from."""
     path = Path(name_or_path)
     if not path.is_file():
         path = PRESET_DIR / f"{name_or_path}.json"
@@ -97,6 +262,12 @@ def load_architecture(name_or_path: str | Path) -> Architecture:
                           f"a JSON config.json ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "<top level>", type(data).__name__, "a JSON mapping")
+    return data, path
+
+
+def load_architecture(name_or_path: str | Path) -> Architecture:
+    """A preset name (`presets/architectures/NAME.json`) or a path to a `config.json`."""
+    data, path = read_config(name_or_path)
     return from_hf_config(data, path.stem if path.name != "config.json" else path.parent.name,
                           str(path))
 

@@ -33,6 +33,10 @@ class Cluster:
     tp: int  # tensor-parallel degree of one engine (a workload's gpus_per_worker)
     framework: str = ""  # vllm, sglang or trtllm ("": not stated)
     framework_version: str = ""  # the engine version the costs were measured on ("": not stated)
+    # A mixture-of-experts model's expert-parallel degree inside the engine's TP GPUs: each GPU
+    # holds count/ep experts, each split over tp/ep GPUs (1: experts tensor-parallel, the vLLM and
+    # SGLang default; also 1 for a dense model).
+    ep: int = 1
 
     def check(self) -> None:
         require(bool(self.model.strip()), "model", self.model, "a non-empty architecture name")
@@ -40,11 +44,14 @@ class Cluster:
         require(self.tp >= 1, "tp", self.tp, "an integer >= 1")
         require(self.framework in ("",) + FRAMEWORKS, "framework", self.framework,
                 "one of " + ", ".join(FRAMEWORKS))
+        require(self.ep >= 1 and self.tp % self.ep == 0, "ep", self.ep,
+                f"an expert-parallel degree that divides tp ({self.tp})")
 
     @property
     def label(self) -> str:
         fw = f" {self.framework}" + (f" {self.framework_version}" if self.framework_version else "")
-        return f"{self.model} on {self.tp}x {self.gpu}{fw if self.framework else ''}"
+        ep = f" EP{self.ep}" if self.ep > 1 else ""
+        return f"{self.model} on {self.tp}x {self.gpu}{ep}{fw if self.framework else ''}"
 
 
 def check_workload_profile(wl: Workload, prof: Profile, source: str = "") -> None:

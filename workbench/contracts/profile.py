@@ -19,6 +19,30 @@ PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
 
 
 @dataclass(frozen=True)
+class ExpertRouting:
+    """The routed experts of a mixture-of-experts target, as a pass reads them.
+
+    A pass over n tokens, each routed to `per_token` (k) of `count` (E) experts per layer, reads
+    the weights of E * (1 - (1 - k/E) ** n) distinct experts per layer in expectation, assuming
+    every token picks its k experts uniformly and independently (`sim.costs.experts_touched`);
+    `weights_s` is reading all of them once on one rank (its share under expert parallelism). A
+    decode step of B sequences routes B tokens, a verify pass of K drafts B * (K + 1): at small
+    batch speculation reads several times the expert weights; at large batch every expert is read
+    either way."""
+
+    count: int  # E
+    per_token: int  # k
+    weights_s: float  # reading every routed expert's weights once, one rank
+
+    def check(self) -> None:
+        require(self.count >= 2, "count", self.count, "an expert count >= 2")
+        require(1 <= self.per_token <= self.count, "per_token", self.per_token,
+                f"experts per token, 1 to count ({self.count})")
+        require(0.0 <= self.weights_s < 10.0, "weights_s", self.weights_s,
+                "seconds, >= 0 and < 10")
+
+
+@dataclass(frozen=True)
 class DecodeCost:
     """Latency of one target forward that verifies K drafted tokens for B sequences.
 
@@ -30,7 +54,8 @@ class DecodeCost:
     saturate compute when the two overlap fully (overlap 1, a roofline); with
     overlap 0 the compute adds to the weight reading (what the published H100
     microbenchmarks fit best). The KV cache is read once per sequence whatever T
-    is, so long contexts make verification relatively cheaper.
+    is, so long contexts make verification relatively cheaper. A mixture-of-experts
+    target adds to W the routed experts its B*T tokens touch (`ExpertRouting`).
     """
 
     overhead_s: float  # per engine step: scheduling, launches, sampling setup
@@ -41,6 +66,8 @@ class DecodeCost:
     prefill_s_per_token: float  # per prompt token on admission
     # share of the smaller of weight reading and compute hidden under the larger
     overlap: float = 1.0
+    # a mixture-of-experts target's routed experts (None: dense; weights_s holds every weight)
+    experts: ExpertRouting | None = None
 
     def check(self) -> None:
         for name in ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token",
@@ -48,6 +75,8 @@ class DecodeCost:
             v = getattr(self, name)
             require(0.0 <= v < 10.0, name, v, "seconds, >= 0 and < 10")
         require(0.0 <= self.overlap <= 1.0, "overlap", self.overlap, "a share from 0 to 1")
+        if self.experts is not None:
+            check_part("experts", self.experts)
         require(self.overhead_s + self.weights_s + self.per_seq_s > 0, "overhead_s",
                 self.overhead_s, "a positive step cost (overhead_s, per_seq_s or weights_s)")
 

@@ -28,7 +28,7 @@ Chosen shape: under a budget, the fastest feasible shape (ties: the cheaper); un
 the cheapest shape that meets it (ties: the faster); none when no shape qualifies.
 """
 
-from workbench.plan.fit import WEIGHT_BYTES, MemoryFit, mean_response_tokens, memory_fit
+from workbench.plan.fit import KV_BYTES, MemoryFit, mean_response_tokens, memory_fit
 from workbench.plan.result import ROW_HEADERS, SCHEMA, Plan, shape_rows
 from workbench.plan.search import (
     ANY,
@@ -42,7 +42,7 @@ from workbench.plan.search import (
 )
 from workbench.plan.study import run_plan
 
-__all__ = ["ANY", "DEFAULT_SAMPLE_STEPS", "ROW_HEADERS", "SCHEMA", "WEIGHT_BYTES", "MemoryFit",
+__all__ = ["ANY", "DEFAULT_SAMPLE_STEPS", "ROW_HEADERS", "SCHEMA", "KV_BYTES", "MemoryFit",
            "Plan", "PlanSpec", "PlanTrial", "Shape", "choose", "gpu_choices",
            "mean_response_tokens", "memory_fit", "pareto_front",
            "run_plan", "shape_rows"]

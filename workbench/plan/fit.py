@@ -1,6 +1,7 @@
-"""Can an engine of a model run at a TP degree on a GPU: its bf16 weights and KV cache per GPU
-(against the GPU's memory in aiconfigurator-core's system spec), and how long responses are on
-average (a full batch's KV cache)."""
+"""Can an engine of a model run at a TP degree on a GPU: its weights (as the checkpoint stores
+them: bf16, FP8, MXFP4 experts) and bf16 KV cache per GPU (against the GPU's memory in
+aiconfigurator-core's system spec), and how long responses are on average (a full batch's KV
+cache)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from workbench.contracts.architecture import Architecture
 from workbench.contracts.length_data import read_observed
 from workbench.contracts.workload import Workload
 
-WEIGHT_BYTES = 2  # bf16
+KV_BYTES = 2  # bf16 KV cache, the engines' default
 
 
 @dataclass(frozen=True)
@@ -26,22 +27,23 @@ class MemoryFit:
 
 
 def memory_fit(arch: Architecture, spec: dict, tp: int, sequence_tokens: int) -> MemoryFit:
-    """bf16 weights split over TP, KV heads split (or replicated past the KV-head count); what
-    remains must hold one sequence of `sequence_tokens` (prompt + cap)."""
+    """Weights split over TP (a mixture of experts' experts too, whatever its EP), KV heads split
+    (or replicated past the KV-head count; MLA's latent vector whole on every GPU); what remains
+    must hold one sequence of `sequence_tokens` (prompt + cap)."""
     if arch.heads % tp:
         return MemoryFit(0.0, 0.0, 0,
                          f"TP{tp} does not split the model's {arch.heads} attention heads")
     gpu, misc = spec["gpu"], spec.get("misc", {})
     nccl = (misc.get("nccl_mem") or {}).get(tp, 0) if tp > 1 else 0
     usable = float(gpu["mem_capacity"]) - float(misc.get("other_mem", 0)) - float(nccl)
-    weights = WEIGHT_BYTES * arch.params / tp
-    # per GPU
-    kv_per_token = arch.layers * 2 * max(1, arch.kv_heads // tp) * arch.head_dim * WEIGHT_BYTES
+    weights = arch.weight_bytes / tp
+    kv_per_token = arch.kv_bytes_per_token(KV_BYTES, tp)  # per GPU
     free = usable - weights
     tokens = int(free // kv_per_token) if free > 0 else 0
     if tokens < sequence_tokens:
         if free <= 0:
-            why = (f"the bf16 weights need {weights / 2**30:.1f} GiB per GPU at TP{tp}, "
+            kind = "bf16 weights" if arch.quant == "bf16" else f"{arch.quant} weights"
+            why = (f"the {kind} need {weights / 2**30:.1f} GiB per GPU at TP{tp}, "
                    f"{usable / 2**30:.1f} GiB usable")
         else:
             why = (f"after {weights / 2**30:.1f} GiB of weights per GPU at TP{tp} the KV cache "

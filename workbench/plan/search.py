@@ -44,6 +44,7 @@ class PlanSpec:
     sample_steps: int = DEFAULT_SAMPLE_STEPS
     seeds: int = 1
     seed: int = 0
+    ep: int | None = None  # a mixture of experts' expert parallelism (None: the framework's)
 
     def check(self) -> None:
         """Refuse bad inputs before any work, naming the option."""
@@ -72,6 +73,8 @@ class PlanSpec:
                 raise ConfigError("plan", opt, v, "an integer >= 1")
         if self.seed < 0:
             raise ConfigError("plan", "--seed", self.seed, "an integer >= 0")
+        if self.ep is not None and self.ep < 1:
+            raise ConfigError("plan", "--ep", self.ep, "an expert-parallel degree >= 1")
         if self.gpu not in gpu_names():
             raise ConfigError("plan", "--gpu", self.gpu, "one of " + ", ".join(gpu_names()))
         # refuses a framework not measured on this GPU, naming it
@@ -198,7 +201,7 @@ class Planner:
             s = self.spec
             try:
                 self.profiles[tp] = disk_cached_profile(s.architecture, s.gpu, tp, s.framework,
-                                                        s.workload.profile)
+                                                        s.workload.profile, s.ep)
             except ConfigError as exc:
                 self.profiles[tp] = exc
             # the package's PerfDataNotAvailableError: shapes it never measured

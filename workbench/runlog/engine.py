@@ -65,9 +65,8 @@ def database_profile(shape: RunShape) -> Profile:
     """The measured-database profile of the run's cluster (derived once, then kept on disk)."""
     from workbench.calibrate.database.catalog import default_base_profile, disk_cached_profile
 
-    return disk_cached_profile(
-        shape.arch, shape.gpu, shape.tp, shape.framework, default_base_profile(shape.arch, shape.tp)
-    )
+    base = default_base_profile(shape.arch, shape.tp)
+    return disk_cached_profile(shape.arch, shape.gpu, shape.tp, shape.framework, base, shape.ep)
 
 
 def apply_factors(db: Profile, f: RunFactors, forwards: int, name: str) -> Profile:
@@ -77,6 +76,9 @@ def apply_factors(db: Profile, f: RunFactors, forwards: int, name: str) -> Profi
     update at the train speed for `forwards` forwards per token."""
     d = db.decode
     dec = replace(d, **{k: sig(getattr(d, k) * f.decode_speed) for k in DECODE_FIELDS})
+    if d.experts is not None:  # a mixture of experts' routed experts, at the same speed
+        dec = replace(dec, experts=replace(d.experts,
+                                           weights_s=sig(d.experts.weights_s * f.decode_speed)))
     dec = replace(dec, overhead_s=sig(dec.overhead_s + f.step_overhead_s))
     dr = replace(
         db.drafter,

@@ -41,6 +41,7 @@ class ShapeFlags:
     max_response_tokens: int | None = None
     max_batch: int | None = None
     framework: str | None = None
+    ep: int | None = None  # a mixture of experts' expert parallelism (None: the engine's default)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class RunShape:
     # forwards per token inside veRL's rollout timer: 1 where the log times no old_log_prob phase
     # (older veRL recomputes the old policy's log-probs inside generate_sequences), else 0
     gen_forwards: int = 0
+    ep: int | None = None  # expert parallelism of a MoE model's engines (None: the default)
 
     @property
     def engines(self) -> int:
@@ -232,5 +234,8 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     if in_gen:
         taken.append(Taken("gen_forwards", "1", "no old_log_prob phase timed: this veRL "
                            "recomputes the old log-probs inside generate_sequences (timing gen)"))
+    if flags.ep is not None:
+        taken.append(Taken("ep", str(flags.ep), "flag --ep"))
     return RunShape(arch, flags.gpu, gpus, ints["tp"], ints["prompts_per_step"], ints["group_size"],
-                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken), in_gen)
+                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken), in_gen,
+                    flags.ep)

@@ -159,13 +159,14 @@ def pick(
         return wl, _load(workload.profile)
     models = _options()[0]
     arch = models[choice.model]
+    ep = _expert_parallel(arch, choice.tp, wl_id)
     try:
         with st.spinner(f"Deriving the profile of {choice.tp}x {choice.gpu} "
                         f"({choice.framework})…"):
             from workbench.calibrate.database.catalog import cached_profile
 
             prof = cached_profile(
-                arch, choice.gpu, choice.tp, choice.framework, _base_for(choice.model)
+                arch, choice.gpu, choice.tp, choice.framework, _base_for(choice.model), ep=ep
             )
     except (ConfigError, ValueError, RuntimeError) as exc:
         st.error(f"No profile for this cluster: {exc}")
@@ -173,6 +174,24 @@ def pick(
     c = prof.cluster
     st.caption(f"{prof.description}. {provenance(prof)}")
     return replace(wl, profile=prof.name, model=c.model, gpu=c.gpu, framework=c.framework), prof
+
+
+def _expert_parallel(arch: str, tp: int, wl_id: str) -> int | None:
+    """A mixture-of-experts model's expert parallelism inside the engine (None: the framework's
+    default, EP1); no box for a dense model."""
+    from workbench.contracts.architecture import load_architecture
+
+    try:
+        if not load_architecture(arch).is_moe:
+            return None
+    except ConfigError:
+        return None
+    options = [None] + [n for n in range(1, tp + 1) if tp % n == 0]
+    return st.selectbox(
+        "Expert parallelism", options, index=0, key=f"whatif_cluster_ep:{wl_id}",
+        format_func=lambda n: "default (EP1)" if n is None else f"EP{n}",
+        help="A mixture of experts: EP1 splits every expert over the engine's TP GPUs (vLLM's "
+        "and SGLang's default); EP = TP gives each GPU whole experts.")
 
 
 def _load(name: str) -> Profile | None:

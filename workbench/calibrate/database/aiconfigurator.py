@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from workbench.calibrate.database.attention_coverage import Coverage, attention_coverage
-from workbench.contracts.architecture import Architecture
+from workbench.calibrate.database.config_support import priced_as, respace_heads
+from workbench.calibrate.database.experts import (
+    check_moe_rows,
+    drafter_config,
+    moe_rows,
+    resolve_ep,
+)
+from workbench.contracts.architecture import Architecture, from_hf_config, read_config
 from workbench.contracts.schema import ConfigError
 
 # Our GPU keys -> the package's system names (systems/<name>.yaml).
@@ -98,24 +106,24 @@ def latest_version(gpu: str, framework: str) -> str:
     return v
 
 
-def _write_config(arch_name: str, into: Path) -> str:
-    """The package reads a directory holding a config.json: the architecture's, written into
+def write_config(config: dict, into: Path, stem: str) -> str:
+    """A directory holding `config` as config.json (the package reads directories), made in
     `into` (a temporary directory the engine removes once its models are built)."""
-    path = Path(arch_name)
-    presets = Path(__file__).resolve().parents[2] / "contracts" / "presets" / "architectures"
-    src = path if path.is_file() else presets / f"{arch_name}.json"
-    data = json.loads(src.read_text(encoding="utf-8"))
-    public = {k: v for k, v in data.items() if not k.startswith("_")}
-    (into / "config.json").write_text(json.dumps(public))
-    return str(into)
+    d = into / stem
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config))
+    return str(d)
 
 
 class Engine:
-    """The package's compiled engine for one cluster: step times in seconds on one TP rank."""
+    """The package's compiled engine for one cluster: step times in seconds on one TP rank.
 
-    def __init__(self, arch: str, gpu: str, tp: int, framework: str, version: str = ""):
-        from aiconfigurator_core.sdk import config
-        from aiconfigurator_core.sdk.models import get_model
+    `ep`: a mixture-of-experts model's expert-parallel degree (None: the framework's default,
+    workbench/calibrate/database/experts.py). `priced` says what the database prices for the
+    config (itself, or a stand-in of the same shape, config_support.py)."""
+
+    def __init__(self, arch: str, gpu: str, tp: int, framework: str, version: str = "",
+                 ep: int | None = None):
         from aiconfigurator_core.sdk.perf_database import get_database
 
         logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
@@ -125,17 +133,90 @@ class Engine:
         if self.db is None:
             raise ConfigError("--version", "version", self.version,
                               f"a {framework} version measured on {gpu}")
+        data, path = read_config(arch)
+        self.source = str(path)
+        self.priced = respace_heads(priced_as(data, self.source), self.head_sizes(framework))
+        self.arch = from_hf_config(self.priced.config, path.stem, self.source)
+        heads = self.arch.heads
+        if tp < 1 or heads % tp:
+            raise ConfigError("--tp", "tp", tp, f"a TP degree that divides the model's {heads} "
+                              f"attention heads (num_attention_heads in {self.source})")
+        self.ep = resolve_ep(self.arch, tp, framework, ep, self.source)
+        self.ep_default = ep is None
+        # the configs are read while the models are built; nothing is left in the temp folder
+        with tempfile.TemporaryDirectory(prefix="tlt-aic-config-") as tmp:
+            self._build_all(Path(tmp), data, path, tp, framework, gpu)
+
+    def _build_all(self, tmp: Path, data: dict, path: Path, tp: int, framework: str,
+                   gpu: str) -> None:
+        cdir = write_config(self.priced.config, tmp, path.stem if path.name != "config.json"
+                            else path.parent.name)
+        moe = self.arch.is_moe
+        self.model = self._build(cdir, tp, 0, framework, self.ep if moe else None)
+        self.full = self._build(cdir, 1, 0, framework, 1 if moe else None)
+        if self.arch.is_moe:
+            dtype = self.model.config.moe_quant_mode.name
+            rows = moe_rows(self.moe_dir(framework), self.arch, dtype)
+            check_moe_rows(rows, self.arch, tp, self.ep, f"{gpu} {framework} {self.version}",
+                           self.source)
+            check_moe_rows(rows, self.arch, 1, 1, f"{gpu} {framework} {self.version} (TP1, for "
+                           "the training forward)", self.source)
+        if self.arch.is_moe or self.arch.mla is not None:
+            head = drafter_config(data, self.arch)
+            # a head whose heads the TP does not split is priced at the largest TP that does
+            self.layer = self._build(write_config(head, tmp, "eagle-head"),
+                                     math.gcd(tp, head["num_attention_heads"]), 0, framework, None)
+        else:
+            self.layer = self._build(cdir, tp, 1, framework, None)
+
+    def _build(self, cdir: str, tp: int, layers: int, framework: str, ep: int | None):
+        """The package's model at `tp` (`layers` > 0: only that many layers; `ep`: its experts'
+        parallel degree, None for a dense model)."""
+        from aiconfigurator_core.sdk import common, config
+        from aiconfigurator_core.sdk.models import get_model
+
+        kw = {} if ep is None else {"moe_tp_size": tp // ep, "moe_ep_size": ep}
+        if self.arch.quant != "bf16":  # the engines' KV cache: the model's bf16 by default
+            kw.update(kvcache_quant_mode=common.KVCacheQuantMode.bfloat16,
+                      fmha_quant_mode=common.FMHAQuantMode.bfloat16)
         try:
-            # the config is read while the models are built; nothing is left in the temp folder
-            with tempfile.TemporaryDirectory(prefix="tlt-aic-config-") as d:
-                cdir = _write_config(arch, Path(d))
-                self.model = get_model(cdir, config.ModelConfig(tp_size=tp), framework)
-                one_layer = config.ModelConfig(tp_size=tp, overwrite_num_layers=1)
-                self.layer = get_model(cdir, one_layer, framework)
-                self.full = get_model(cdir, config.ModelConfig(tp_size=1), framework)
+            return get_model(cdir, config.ModelConfig(tp_size=tp, overwrite_num_layers=layers,
+                                                      **kw), framework)
         except (ValueError, AssertionError, KeyError) as exc:
-            raise ConfigError("--tp", "tp", tp,
-                              f"a TP degree the model's heads split into ({exc})") from None
+            raise ConfigError(self.source, "architectures", self.priced.family,
+                              f"a model the database's engine can build at TP{tp} ({exc})"
+                              ) from None
+
+    def refusal(self, exc: Exception, where: str) -> ConfigError:
+        """The package's "no rows for this shape" as a refusal naming the config field whose value
+        the database never measured (`where`: GPU, framework and version)."""
+        text = str(exc).split(" at /")[0].replace("\n", " ")
+        a = self.arch
+        if "MLA" in text:
+            field, value = "kv_lora_rank", a.mla.kv_rank if a.mla else None
+        elif "attention" in text:
+            field, value = "num_key_value_heads", a.kv_heads
+        elif "MoE" in text and a.experts:
+            field, value = "num_experts", a.experts.count
+        else:
+            field, value = "architectures", self.priced.family
+        return ConfigError(self.source, field, value,
+                           f"a shape the database measured on {where} (it has no rows for this "
+                           f"one: {text}; another --framework or --gpu may hold them)")
+
+    def head_sizes(self, framework: str) -> tuple[int, ...]:
+        """The head sizes whose decode attention this GPU x framework x version measured."""
+        import pandas as pd
+
+        path = self.attention_dir(framework) / "generation_attention_perf.parquet"
+        if not path.is_file():
+            return ()
+        return tuple(sorted(int(d) for d in pd.read_parquet(path, columns=["head_dim"]).head_dim
+                            .unique()))
+
+    def moe_dir(self, framework: str) -> Path:
+        """Where the package keeps this GPU's MoE kernel rows for `framework` at this version."""
+        return _systems_root() / "data" / self.system / "moe" / framework / self.version
 
     @staticmethod
     def _ops(model, context: bool) -> list[int]:
@@ -162,14 +243,14 @@ class Engine:
             return self.decode(batch, context)
         gen = self._gen(self.model, batch, context, x=batch * tokens)
         decode = self._gen(self.model, batch, context)
-        read_kv = next(o for o in decode if o[0].endswith("attention"))
+        read_kv = next((o for o in decode if o[0].endswith("attention")), None)
         extend = self._ctx(self.model, batch, tokens, context)
         ops = [o for o in extend if not o[0].endswith("logits_gemm")]
         # Verifying reads each sequence's KV cache at least once, as a decode step does (measured);
         # the extend rows' prefix blend can come out below that at long contexts, so take the
-        # larger.
-        ops = [max(o, read_kv, key=lambda v: v[1]) if o[0].endswith("attention") else o
-               for o in ops]
+        # larger (MLA's block holds its projections too: no separate attention row to compare).
+        ops = [max(o, read_kv, key=lambda v: v[1]) if read_kv and o[0].endswith("attention")
+               else o for o in ops]
         ops += [o for o in gen if o[0].endswith("logits_gemm")]
         return _total(ops), ops
 

@@ -71,7 +71,8 @@ def attention_coverage(base: Path, arch: Architecture, tp: int) -> Coverage:
         reach = {int(b): int(s) + 1 for b, s in near.groupby("batch_size").step.max().items()}
     if (base / CONTEXT).is_file():
         c = pd.read_parquet(base / CONTEXT, columns=["isl", "head_dim"])
-        longest = int(c[c.head_dim == arch.head_dim].isl.max() or 0)
+        longest = c[c.head_dim == arch.head_dim].isl.max()
+        longest = int(longest) if longest == longest else 0  # NaN: no rows of this head size
     return Coverage(heads, kv, reach, longest, rows_heads, rows_kv, measured)
 
 

@@ -24,12 +24,18 @@ from workbench.contracts.profile import Profile, load_profile, profile_presets
 from workbench.contracts.schema import ConfigError, save
 
 
+def profile_name(arch: str, gpu: str, tp: int, framework: str, ep: int | None = None) -> str:
+    """A derived profile's name: GPU, model, TP, framework, and EP when it is not the default."""
+    return f"{gpu}-{model_name(arch)}-tp{tp}-{framework}" + (f"-ep{ep}" if ep and ep > 1 else "")
+
+
 @lru_cache(maxsize=32)
 def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,
-                   version: str = "") -> Profile:
+                   version: str = "", ep: int | None = None) -> Profile:
     """`derive_profile` memoised per process (the app re-asks on every rerun)."""
-    name = f"{gpu}-{model_name(arch)}-tp{tp}-{framework}"
-    return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name, version).profile
+    name = profile_name(arch, gpu, tp, framework, ep)
+    return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name, version,
+                          ep=ep).profile
 
 
 @lru_cache(maxsize=32)
@@ -66,7 +72,10 @@ class PresetCase:
 # peer-* workloads.
 PRESET_CASES = tuple(PresetCase(m, "h100", tp, "sglang", f"h100-{m}-tp{tp}") for m, tp in (
     ("qwen2.5-7b", 1), ("qwen2.5-7b", 4), ("r1-distill-qwen-7b", 4), ("qwen2.5-32b", 4),
-    ("qwen2.5-32b", 8), ("llama3.3-70b", 8)))
+    ("qwen2.5-32b", 8), ("llama3.3-70b", 8))) + (
+    # veRL's Qwen3-30B-A3B DAPO recipe (verl-dapo-qwen3-30b-a3b): vLLM rollouts at TP8, EP1;
+    # no paper fit of this model, so acceptance and learning curve are Qwen2.5-7B's.
+    PresetCase("qwen3-30b-a3b", "h100", 8, "vllm", "h100-qwen2.5-7b-tp1"),)
 
 
 def preset_profile(case: PresetCase) -> Profile:
@@ -89,30 +98,38 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tlt" / "profiles"
 
 
-def disk_cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str) -> Profile:
-    """`derive_profile`, kept on disk per (model, GPU, TP, framework, base, package version,
+def disk_cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,
+                        ep: int | None = None) -> Profile:
+    """`derive_profile`, kept on disk per (model, GPU, TP, framework, EP, base, package version,
     derivation): a second run of the same cluster reads the file instead of asking the database
     again."""
     src = Path(arch)
     tag = hashlib.sha256(src.read_bytes()).hexdigest()[:8] if src.is_file() else arch
-    name = f"{gpu}-{model_name(arch)}-tp{tp}-{framework}"
-    path = cache_dir() / f"{name}-{tag}-{base_name}-aic{package_version()}-d{DERIVATION}.yaml"
+    name = profile_name(arch, gpu, tp, framework, ep)
+    key = f"{tag}-ep{ep or 'default'}-{base_name}-aic{package_version()}-d{DERIVATION}"
+    path = cache_dir() / f"{name}-{key}.yaml"
     if path.is_file():
         try:
             return load_profile(path)
         except ConfigError:
             pass  # a damaged cache file is derived again and replaced
-    prof = derive_profile(arch, gpu, tp, framework, load_profile(base_name), name).profile
+    prof = derive_profile(arch, gpu, tp, framework, load_profile(base_name), name, ep=ep).profile
     save(prof, path)
     return prof
 
 
-_DENSE = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
+# The package's configs offered as models: dense decoders and the mixtures of experts whose shape
+# contracts/architecture.py reads (Mixtral, gpt-oss, Qwen2/3-MoE, DeepSeek-V3).
+_OFFERED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
+            "MixtralForCausalLM", "GptOssForCausalLM", "Qwen2MoeForCausalLM",
+            "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM")
 
 
 def model_choices() -> dict[str, str]:
     """Models a profile can be derived for: the architecture presets, then the package's own
-    Hugging Face configs of dense decoder models (name -> preset name or config path)."""
+    Hugging Face configs of the decoders it offers, as their checkpoints ship (FP8 for
+    DeepSeek-V3, MXFP4 experts for gpt-oss; not the re-quantized copies) (name -> preset name or
+    config path)."""
     import aiconfigurator_core
 
     out = {n: n for n in architecture_presets() if n != "tiny-gcd"}
@@ -122,9 +139,8 @@ def model_choices() -> dict[str, str]:
             data = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             continue
-        moe = any(k in data for k in ("num_experts", "num_local_experts", "n_routed_experts"))
         lower = f.name.lower()
-        quantised = "quantization_config" in data or "fp8" in lower or "fp4" in lower
-        if not moe and not quantised and data.get("architectures", [""])[0] in _DENSE:
+        requantised = "fp8" in lower or "fp4" in lower or "hf_quant" in lower
+        if not requantised and data.get("architectures", [""])[0] in _OFFERED:
             out[model_name(str(f)).replace("--", "/")] = str(f)
     return out

@@ -43,6 +43,7 @@ from workbench.calibrate.database.aiconfigurator import (
     package_version,
 )
 from workbench.calibrate.database.attention_coverage import Coverage, sweep_sentence
+from workbench.calibrate.database.experts import drafter_sentence, moe_sentence
 from workbench.calibrate.captures.operators import fit_drafter
 from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
@@ -50,7 +51,13 @@ from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
-from workbench.contracts.profile import DATABASE_PREFIX, DecodeCost, DrafterCost, Profile
+from workbench.contracts.profile import (
+    DATABASE_PREFIX,
+    DecodeCost,
+    DrafterCost,
+    ExpertRouting,
+    Profile,
+)
 
 # Training: forward + backward (3 forwards' worth) + activation recomputation (1) + the old and the
 # reference policy's log-prob forwards (2): 6 forwards per token (as the paper-fitted profiles' 12
@@ -66,7 +73,7 @@ LONG_CONTEXT = 32768
 # effective 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
 SYNC_BYTES_PER_S = 10e9
 # Bumped whenever a derived profile's numbers change for the same database (keys the disk cache).
-DERIVATION = 4
+DERIVATION = 5
 # The engine costs the operator database cannot hold, all work outside the kernels it prices: each
 # EAGLE draft step's (launches, top-k, candidate bookkeeping), a learned drafter's once a pass
 # (DrafterCost.eagle_pass_s: its forward over the accepted tokens and the proposals' bookkeeping,
@@ -146,27 +153,34 @@ _DECODE = ("overhead_s", "per_seq_s", "weights_s", "compute_s_per_token", "kv_s_
            "overlap")
 
 
-def fit_decode(points: list[Point]) -> DecodeCost:
+def fit_decode(points: list[Point], experts: tuple[int, int] | None = None) -> DecodeCost:
     """DecodeCost by least squares on log(predicted / database) over the decode and verify points;
-    prefill_s_per_token is the marginal cost between the two prefill lengths."""
+    prefill_s_per_token is the marginal cost between the two prefill lengths. `experts` (count,
+    per token): a mixture of experts, whose routed experts' weights are fitted apart from the rest
+    (ExpertRouting), read in the share the pass's tokens touch."""
     steps = [p for p in points if p.op in ("decode", "verify")]
     pre = sorted((p for p in points if p.op == "prefill"), key=lambda p: p.tokens)
     per_prompt_token = (pre[-1].step_s - pre[0].step_s) / (pre[-1].tokens - pre[0].tokens)
     y = np.array([p.step_s for p in steps])
-    scale = np.array([1e-3, 1e-5, 1e-3, 1e-6, 1e-8, 1.0])
+    n = 7 if experts else 6
+    scale = np.array([1e-3, 1e-5, 1e-3, 1e-6, 1e-8, 1.0, 1e-3][:n])
 
     def cost(x: np.ndarray) -> DecodeCost:
         v = x * scale
+        routing = ExpertRouting(experts[0], experts[1], float(v[6])) if experts else None
         return DecodeCost(*(float(a) for a in v[:5]), prefill_s_per_token=per_prompt_token,
-                          overlap=float(v[5]))
+                          overlap=float(v[5]), experts=routing)
 
     def resid(x: np.ndarray) -> np.ndarray:
         c = cost(x)
         return np.log(np.array([predict(c, DrafterCost(0, 0, 0), p) for p in steps]) / y)
 
     b1 = min(p.step_s for p in steps)
-    start = np.array([0.2 * b1, 1e-6, 0.8 * b1, 1e-6, 1e-8, 0.5]) / scale
-    res = least_squares(resid, start, bounds=(np.zeros(6), np.array([np.inf] * 5 + [1.0])),
+    start = [0.2 * b1, 1e-6, 0.8 * b1, 1e-6, 1e-8, 0.5]
+    if experts:  # half the batch-1 step from the k experts one token reads
+        start = start[:2] + [0.3 * b1] + start[3:] + [0.5 * b1 * experts[0] / experts[1]]
+    upper = np.array([np.inf] * 5 + [1.0] + [np.inf] * (n - 6))
+    res = least_squares(resid, np.array(start) / scale, bounds=(np.zeros(n), upper),
                         x_scale="jac")
     return cost(res.x)
 
@@ -176,7 +190,9 @@ def _rounded(c: DecodeCost) -> DecodeCost:
     0."""
     keep = lambda v: sig(v) if v > 1e-12 else 0.0
     names = _DECODE[:5] + ("prefill_s_per_token",)
-    return replace(c, overlap=round(c.overlap, 3), **{k: keep(getattr(c, k)) for k in names})
+    experts = replace(c.experts, weights_s=keep(c.experts.weights_s)) if c.experts else None
+    return replace(c, overlap=round(c.overlap, 3), experts=experts,
+                   **{k: keep(getattr(c, k)) for k in names})
 
 
 @dataclass(frozen=True)
@@ -207,15 +223,21 @@ def with_draft_overhead(prof: Profile, o: DraftOverheads) -> Profile:
 def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, name: str,
                    version: str = "", overheads: DraftOverheads = PROFILE_OVERHEADS,
                    overhead_exponent: float = DRAFT_OVERHEAD_EXPONENT,
-                   sd_host_s_per_seq: float = SD_HOST_S_PER_SEQ) -> MeasuredProfile:
+                   sd_host_s_per_seq: float = SD_HOST_S_PER_SEQ,
+                   ep: int | None = None) -> MeasuredProfile:
     """The Profile of (arch, gpu, tp, framework): every cost from the database; what it cannot give
     (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, the weight sync
     an assumed bandwidth, the engine's draft overheads (`overheads`, given at Table D's engine and
-    scaled to this one; NO_OVERHEADS: none) and the SD pass's host work per sequence."""
+    scaled to this one; NO_OVERHEADS: none) and the SD pass's host work per sequence. `ep`: a
+    mixture of experts' expert-parallel degree (None: the framework's default)."""
     a = load_architecture(arch)
-    eng = Engine(arch, gpu, tp, framework, version)
-    pts = measure_grid(eng)
-    dec = _rounded(fit_decode(pts))
+    eng = Engine(arch, gpu, tp, framework, version, ep)
+    try:
+        pts = measure_grid(eng)
+    except RuntimeError as exc:  # the package's PerfDataNotAvailableError: a shape never measured
+        raise eng.refusal(exc, f"{gpu} {framework} {eng.version}") from None
+    e = eng.arch.experts
+    dec = _rounded(fit_decode(pts, (e.count, e.per_token) if e else None))
     # The kernels first: the host work is added with the overhead, after the form's errors.
     dr = replace(fit_drafter(_drafter_frame(pts), base.drafter), sd_host_s_per_seq=0.0)
     by = {p.op: p for p in pts if p.op in ("train", "drafter_train")}
@@ -232,8 +254,8 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
                             f"assumed shares {DECODE_POWER_SHARE} decoding, {IDLE_POWER_SHARE} "
                             f"idle, {TRAIN_POWER_SHARE} training")
     cluster = Cluster(model=model_name(arch), gpu=gpu, tp=tp, framework=framework,
-                      framework_version=eng.version)
-    cov = eng.coverage(a, tp, framework)
+                      framework_version=eng.version, ep=eng.ep)
+    cov = eng.coverage(eng.arch, tp, framework)
     prof = replace(base, name=name, decode=dec, drafter=dr, phases=phases, learning=learning,
                    cluster=cluster, power=power,
                    fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core "
@@ -247,7 +269,8 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     fit = replace(fit, profile=prof)
     prof = replace(prof, fit_error_pct=sig(fit.median_abs_error_pct, 4),
                    source=describe(fit, a, eng, here.step_s),
-                   description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), bf16, {tp}x {gpu}, "
+                   description=f"{model_name(arch)} ({a.params / 1e9:.1f}B), {_weights(a)}, "
+                               f"{tp}x {gpu}{f' EP{eng.ep}' if eng.ep > 1 else ''}, "
                                f"{framework} {eng.version}: costs "
                                "from NVIDIA's measured operator database (aiconfigurator-core "
                                f"{package_version()}); acceptance and learning curve from "
@@ -270,12 +293,13 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
     pts, cov, c, d = fit.points, fit.coverage, fit.profile.cluster, fit.profile.drafter
     silicon = float(np.average([p.silicon_share for p in pts], weights=[p.step_s for p in pts]))
     ar = max((p.allreduce_s for p in pts if p.op == "decode" and p.batch == 1), default=0.0)
-    sweep = sweep_sentence(cov, a, eng.attention_dir(c.framework), eng.decode, LONG_CONTEXT,
-                           DECODE_BATCHES)
+    sweep = (sweep_sentence(cov, eng.arch, eng.attention_dir(c.framework), eng.decode, LONG_CONTEXT,
+                            DECODE_BATCHES) if a.mla is None else
+             "Attention: the package's multi-head latent attention (MLA) rows.")
     return ("derived by workbench/calibrate/database/profile.py from aiconfigurator-core "
             f"{package_version()} (NVIDIA's measured operator latencies) for {eng.system}, "
             f"{c.framework} {c.framework_version}, TP{c.tp} (one rank's shapes: {cov.heads} heads, "
-            f"{cov.kv_heads} KV heads), bf16. {len(pts)} database steps: decode B "
+            f"{cov.kv_heads} KV heads), {_weights(a)}. {len(pts)} database steps: decode B "
             f"{DECODE_BATCHES[0]}-{DECODE_BATCHES[-1]} x C "
             f"{DECODE_CONTEXTS[0]}-{DECODE_CONTEXTS[-1]}, verify of "
             f"{VERIFY_TOKENS[0]}-{VERIFY_TOKENS[-1]} tokens (an extend over the prefix), EAGLE "
@@ -303,7 +327,26 @@ def describe(fit: MeasuredProfile, a: Architecture, eng: Engine, overhead: float
             "SGLang's chains; scaled by this engine's target step to the power "
             f"{DRAFT_OVERHEAD_EXPONENT}, fitted to its Table E); and the host work per sequence of "
             f"every SD pass, sd_host_s_per_seq {1e3 * d.sd_host_s_per_seq:.3f} ms (not overlapped "
-            "with the GPU when speculating; fitted on SGLang's SD speedups by batch).")
+            "with the GPU when speculating; fitted on SGLang's SD speedups by batch)."
+            + _extra_sentences(fit, a, eng))
+
+
+def _weights(a: Architecture) -> str:
+    return {"fp8": "FP8 weights (bf16 KV cache)",
+            "mxfp4": "MXFP4 experts, bf16 elsewhere"}.get(a.quant, "bf16")
+
+
+def _extra_sentences(fit: MeasuredProfile, a: Architecture, eng: Engine) -> str:
+    """A stand-in's, a mixture of experts' and its dense drafter's sentences ("" for a dense
+    model the database lists)."""
+    out = [eng.priced.sentence] if eng.priced.stand_in else []
+    dec, c = fit.profile.decode, fit.profile.cluster
+    if dec.experts is not None:
+        out.append(moe_sentence(eng.arch, c.tp, c.ep, dec.experts.weights_s,
+                                eng.model.config.moe_quant_mode.name, eng.ep_default))
+    if eng.arch.is_moe or a.mla is not None:
+        out.append(drafter_sentence(eng.arch))
+    return "".join(" " + s for s in out)
 
 
 def model_name(arch: str) -> str:
