@@ -28,7 +28,8 @@ from workbench.calibrate.database.profile import (
 )
 from workbench.cli import app
 from workbench.contracts.architecture import load_architecture
-from workbench.contracts.profile import PRESET_DIR, load_profile, provenance_kind
+from workbench.contracts.profile import PRESET_DIR, load_profile
+from workbench.contracts.provenance import provenance_kind
 from workbench.contracts.schema import ConfigError, to_mapping
 
 runner = CliRunner()

@@ -14,14 +14,8 @@ from real.profiler.grid import GRIDS, points
 from real.profiler.table import Measurements, Row, frame, read_measurements
 from workbench.calibrate.captures.operators import fit_operators, predict_point
 from workbench.cli import app
-from workbench.contracts.profile import (
-    DecodeCost,
-    DrafterCost,
-    load_profile,
-    profile_choice_label,
-    provenance,
-    provenance_kind,
-)
+from workbench.contracts.profile import DecodeCost, DrafterCost, load_profile
+from workbench.contracts.provenance import profile_choice_label, provenance, provenance_kind
 
 runner = CliRunner()
 

@@ -151,6 +151,15 @@ def _print_curves(c) -> None:
         typer.echo(f"{x.strategy}: stops paying {where}")
 
 
+def _print_many(prof, drafter: str, context: int, many) -> None:
+    typer.echo(f"{prof.name}: {prof.description or prof.source}"[:300])
+    typer.echo(f"drafter {drafter}, context {context}; speedup over an engine without a "
+               f"drafter; the SD pass's host work {1e3 * prof.drafter.sd_host_s_per_seq:.3f} "
+               "ms a sequence")
+    _print_curves(many)
+    typer.echo(json.dumps(many.as_json()))
+
+
 def print_moe_contrast(m) -> None:
     """On a mixture-of-experts engine: the experts each pass reads, SD's speedup beside a dense
     engine of the same active size, and why they differ (workbench/compare/moe_sd.py)."""
@@ -351,12 +360,7 @@ def sd_curve_cmd(
     except (ConfigError, ValueError) as exc:
         fail(exc)
     if len(ss) > 1:
-        typer.echo(f"{prof.name}: {prof.description or prof.source}"[:300])
-        typer.echo(f"drafter {drafter}, context {context}; speedup over an engine without a "
-                   f"drafter; the SD pass's host work {1e3 * prof.drafter.sd_host_s_per_seq:.3f} "
-                   "ms a sequence")
-        _print_curves(many)
-        typer.echo(json.dumps(many.as_json()))
+        _print_many(prof, drafter, context, many)
         return
     typer.echo(f"{prof.name}: {prof.description or prof.source}"[:300])
     typer.echo(

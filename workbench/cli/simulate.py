@@ -26,7 +26,8 @@ from workbench.compare.policies import summarize_runs, why_runs
 from workbench.contracts.architecture import architecture_presets, load_architecture, read_config
 from workbench.contracts.fileio import save_figure, write_atomic
 from workbench.contracts.policy import load_policy, policy_presets
-from workbench.contracts.profile import load_profile, profile_presets, provenance
+from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.provenance import provenance
 from workbench.contracts.schema import ConfigError, to_mapping
 from workbench.contracts.speedup import WHY_HEADERS, why_json, why_table
 from workbench.contracts.workload import load_workload, workload_presets

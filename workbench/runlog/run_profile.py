@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from workbench.contracts.fileio import sig
-from workbench.contracts.profile import RUNLOG_PREFIX, Profile, RunFactors
+from workbench.contracts.profile import Profile, RunFactors
+from workbench.contracts.provenance import RUNLOG_PREFIX
 from workbench.contracts.uncertainty import CostSplit, CostUncertainty
 from workbench.runlog import engine
 from workbench.runlog.fit import Posterior

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.contracts.profile import Profile, provenance_kind
+from workbench.contracts.profile import Profile
+from workbench.contracts.provenance import provenance_kind
 from workbench.contracts.workload import Workload
 from workbench.contracts.policy import DrafterKind
 from workbench.deploy.export import FASTRL_WARMUP_CHECKS

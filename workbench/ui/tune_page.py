@@ -23,7 +23,8 @@ import yaml
 from workbench import tune
 from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy
-from workbench.contracts.profile import load_profile, profile_choice_label, profile_presets
+from workbench.contracts.profile import load_profile, profile_presets
+from workbench.contracts.provenance import profile_choice_label
 from workbench.contracts.schema import ConfigError, FieldError, to_mapping
 from workbench.ui import inputs, tune_study
 from workbench.ui.export import figure_downloads, policy_export_buttons

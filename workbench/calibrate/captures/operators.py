@@ -37,7 +37,8 @@ from workbench.calibrate.captures.costs import CostFit, fit_costs
 from workbench.contracts.fileio import sig
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
-from workbench.contracts.profile import MEASURED_PREFIX, DrafterCost, Profile
+from workbench.contracts.profile import DrafterCost, Profile
+from workbench.contracts.provenance import MEASURED_PREFIX
 
 INFER_OPS = ("decode", "verify", "drafter", "prefill")
 # old and reference policy log-probs per token, beside the update's forward+backward

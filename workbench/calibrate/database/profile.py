@@ -51,13 +51,8 @@ from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
-from workbench.contracts.profile import (
-    DATABASE_PREFIX,
-    DecodeCost,
-    DrafterCost,
-    ExpertRouting,
-    Profile,
-)
+from workbench.contracts.profile import DecodeCost, DrafterCost, ExpertRouting, Profile
+from workbench.contracts.provenance import DATABASE_PREFIX
 
 # Training: forward + backward (3 forwards' worth) + activation recomputation (1) + the old and the
 # reference policy's log-prob forwards (2): 6 forwards per token (as the paper-fitted profiles' 12
