@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MANIFEST = HERE / "manifest.json"
-BASE_COMMIT = "e257321"  # main after issue 41 (run-log priors, intervals) and 42's SD cost change
+BASE_COMMIT = "f7754ba"  # main after issues 41, 42 and 45 (44 items 1-5) merged
 
 TEXT = {".txt", ".json", ".yaml", ".yml", ".md", ".csv", ".log", ".sh", ".jsonl"}
 
@@ -76,120 +76,8 @@ class Declared:
 
 
 # Intended output differences since the reference commit (the reference is main after issues
-# 41 and 42 changed the outputs they declare in docs/results.md). One per change, with why.
-DECLARED: list[Declared] = [
-    # Issue 45: agentic rollouts. New presets (two workloads, the traced engine's profile), a
-    # compare option and the import's help; no simulator output changes.
-    Declared(
-        "presets/stdout.txt",
-        "workloads:\n  cpu-tiny\n",
-        "workloads:\n"
-        "  agentic-64x5\n"
-        "      A 64-trajectory x 5-turn step (8 prompts x 8, every trajectory five turns and"
-        " four tool calls,\n"
-        "      drawn from the model fitted to the Search-R1 trace) on one engine of that run"
-        "'s cluster: the\n"
-        "      size the simulator's speed goal for agentic rollouts is stated at (tlt bench "
-        "sim --workload\n"
-        "      agentic-64x5).\n"
-        "      source: polytrace-search-r1-qwen2.5-7b's agentic model and cluster, its turn "
-        "counts set to\n"
-        "      five\n"
-        "  cpu-tiny\n",
-        "a new workload preset: the agentic speed goal's step",
-    ),
-    Declared(
-        "presets/stdout.txt",
-        "\n  tlt-eval-llama3.3-70b\n",
-        "\n"
-        "  polytrace-search-r1-qwen2.5-7b\n"
-        "      Search-R1 (Qwen2.5-7B-Instruct, GRPO on veRL, SGLang multi-turn rollouts with"
-        " a search tool)\n"
-        "      traced by PolyTrace: the trajectories of its 5 complete steps, replayed (256 "
-        "prompts x 8, at\n"
-        "      most 5 turns, responses capped at 3,000 tokens). Cluster as the launch script"
-        " of the run says:\n"
-        "      8 H20 as 4 SGLang engines x TP2 (SGLang 0.4.6.post4, torch_native attention a"
-        "s its rollout\n"
-        "      code sets it); all 512 trajectories of an engine admitted at once (max_batch "
-        "512; the SGLang\n"
-        "      default admits 2,048); prefix cache 1.74M tokens per engine (96 GB x gpu_memo"
-        "ry_utilization\n"
-        "      0.6 less 7.6 GB of weights per GPU, 28.7 KB of KV per token per GPU). Provena"
-        "nce:\n"
-        "      traces/published/polytrace-search-r1/README.md\n"
-        "      source: built by: tlt workload import\n"
-        "      PolyTrace/search_r1/profile/multiturn_workload_log/0617_0223 --base\n"
-        "      polytrace-search-r1-qwen2.5-7b --description 'Search-R1 (Qwen2.5-7B-Instruct,"
-        " GRPO on veRL,\n"
-        "      SGLang multi-turn rollouts with a search tool) traced by PolyTrace: the traje"
-        "ctories of its 5\n"
-        "      complete steps, replayed (256 prompts x 8, at most 5 turns, responses capped "
-        "at 3,000 tokens).\n"
-        "      Cluster as the launch script of the run says: 8 H20 as 4 SGLang engines x TP2"
-        " (SGLang\n"
-        "      0.4.6.post4, torch_native attention as its rollout code sets it); all 512 tra"
-        "jectories of an\n"
-        "      engine admitted at once (max_batch 512; the SGLang default admits 2,048); pre"
-        "fix cache 1.74M\n"
-        "      tokens per engine (96 GB x gpu_memory_utilization 0.6 less 7.6 GB of weights "
-        "per GPU, 28.7 KB\n"
-        "      of KV per token per GPU). Provenance: traces/published/polytrace-search-r1/RE"
-        "ADME.md' --out\n"
-        "      workbench/contracts/presets/workloads/polytrace-search-r1-qwen2.5-7b.yaml\n"
-        "  tlt-eval-llama3.3-70b\n",
-        "a new workload preset: PolyTrace's Search-R1 multi-turn trace",
-    ),
-    Declared(
-        "presets/stdout.txt",
-        "  h100-r1-distill-qwen-7b-tp4-sglang\n"
-        "      r1-distill-qwen-7b (7.6B), bf16, 4x h100, sglang 0.5.14: costs from NVIDIA's "
-        "measured operator\n"
-        "      database (aiconfigurator-core 0.12.0); acceptance and learning curve from\n"
-        "      h100-r1-distill-qwen-7b-tp4\n"
-        "      measured (measured database): r1-distill-qwen-7b on 4x h100 sglang 0.5.14, ai"
-        "configurator-core\n"
-        "      0.12.0, fit error 1.6%\n",
-        "  h100-r1-distill-qwen-7b-tp4-sglang\n"
-        "      r1-distill-qwen-7b (7.6B), bf16, 4x h100, sglang 0.5.14: costs from NVIDIA's "
-        "measured operator\n"
-        "      database (aiconfigurator-core 0.12.0); acceptance and learning curve from\n"
-        "      h100-r1-distill-qwen-7b-tp4\n"
-        "      measured (measured database): r1-distill-qwen-7b on 4x h100 sglang 0.5.14, ai"
-        "configurator-core\n"
-        "      0.12.0, fit error 1.6%\n"
-        "  h20-qwen2.5-7b-tp2-sglang-torch-native\n"
-        "      qwen2.5-7b on 2x h20, the engine of the traced run polytrace-search-r1-qwen2."
-        "5-7b: measured\n"
-        "      costs (h100-qwen2.5-7b-tp2-sglang) carried from h100 to h20 by datasheet rati"
-        "os (NVIDIA H100\n"
-        "      SXM datasheet: 3.35 TB/s HBM3, 989.4 TFLOP/s dense bf16; NVIDIA H20 datasheet"
-        ": 4.0 TB/s HBM3\n"
-        "      (96 GB), 148 TFLOP/s dense bf16), with per_seq_s 3.365 ms (se 0.076; range 0."
-        "001-50 ms);\n"
-        "      prefill_factor 1.049 (se 0.150; range 0.05-50)\n"
-        "      calibrated on 1 trace(s): polytrace-search-r1-qwen2.5-7b: steps [0] of its tu"
-        "rns table, fit\n"
-        "      error 4.3%\n",
-        "a new profile preset: the Search-R1 run's engine, fitted on its step 0",
-    ),
-    Declared(
-        "help-compare/stdout.txt",
-        "│ --help <bool> Show this message and exit. │",
-        "\u2502 --tool-latency <str> Agentic workloads: also sweep the tools' latency, e.g. "
-        "0.1,0.3,1,3,10 (x the workload's): each policy's speedup at each, in OUT/tool_laten"
-        "cy.json and .png. \u2502\n"
-        "│ --help <bool> Show this message and exit. │",
-        "compare's new --tool-latency (agentic workloads)",
-    ),
-    Declared(
-        "help-workload-import/stdout.txt",
-        "or veRL's per-step response_length/* metrics. [required]",
-        "or veRL's per-step response_length/* metrics; multi-turn: PolyTrace's multiturn_wor"
-        "kload JSONL or a turns table (docs/formats.md). [required]",
-        "the import reads multi-turn trajectories too",
-    ),
-]
+# 41, 42 and 45 changed the outputs they declare in docs/results.md). One per change, with why.
+DECLARED: list[Declared] = []
 
 PRESET_POLICIES = (
     "april",
