@@ -246,3 +246,22 @@ def test_the_moe_layer_is_top_k_routing_and_counts_the_experts_its_tokens_touch(
     assert torch.allclose(y, want, atol=1e-5)
     assert int((touched > 0).sum()) == len(set(expert.flatten().tolist()))
     assert int(touched.sum()) == 5 * 2
+
+
+def test_the_committed_h100_moe_layers_follow_the_expert_read_form():
+    """The H100 run's MoE layers (traces/measured/gpu-check-h100-80gb-hbm3-2026-11-27.json): the
+    experts touched are the uniform-routing formula's, and floor + touched x bytes / bandwidth
+    (the floor fitted at one token) predicts the time at 2-256 tokens and each verify-over-decode
+    ratio within 10% (median): SD's cost on a MoE target is the experts its tokens read."""
+    from workbench.calibrate.gpu_check.check_file import load_check
+    from workbench.calibrate.gpu_check.moe_layers import moe_layer_checks
+
+    path = ROOT / "traces" / "measured" / "gpu-check-h100-80gb-hbm3-2026-11-27.json"
+    checks = moe_layer_checks(load_check(path))
+    assert {c.label for c in checks} >= {"qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b"}
+    for c in checks:
+        assert c.touched_error_pct() < 10 and c.time_error_pct() < 10, c.label
+        assert c.ratio_error_pct() < 10, c.label
+        # a verify pass of 4 tokens a sequence at batch 1 reads several times the experts
+        b1 = next(r for r in c.ratios if r.batch == 1 and r.drafts == 3)
+        assert b1.measured > 1.4 and b1.predicted > 1.4

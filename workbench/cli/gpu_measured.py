@@ -184,6 +184,29 @@ def _changes(c) -> None:
     )
 
 
+def _moe(c) -> None:
+    """One MoE layer by tokens routed against the simulator's expert-read form."""
+    from workbench.calibrate.gpu_check.moe_layers import MEMORY_BOUND_TOKENS, moe_layer_checks
+
+    checks = moe_layer_checks(c.check)
+    if not checks:
+        return
+    typer.echo(
+        "\nMoE layers (workbench/calibrate/gpu_check/moe_layers.py): the time against floor + "
+        "experts touched (uniform-routing formula) x expert bytes / the run's bandwidth, the floor "
+        f"fitted at 1 token, predicted at 2-{MEMORY_BOUND_TOKENS} tokens"
+    )
+    rows = [[m.label, f"{m.experts}/top-{m.top_k}", f"{m.floor_ms:.3f}",
+             f"{m.touched_error_pct():.1f}%", f"{m.time_error_pct():.1f}%",
+             f"{m.ratio_error_pct():.1f}%",
+             ", ".join(f"B{r.batch}K{r.drafts} {r.measured:.2f}/{r.predicted:.2f}"
+                       for r in m.ratios if r.drafts == 3)]
+            for m in checks]
+    typer.echo(format_table(rows, ["model", "experts", "floor ms", "max touched err",
+                                   "median time err", "median ratio err",
+                                   "verify/decode K3: measured/predicted"]))
+
+
 def measured_report(
     measured: Path, gpu: Optional[str], framework: str, profile_out: Optional[Path]
 ) -> None:
@@ -223,6 +246,7 @@ def measured_report(
     _engine(c)
     _draft(c)
     _training(c)
+    _moe(c)
     _changes(c)
     for s in c.skipped:
         typer.echo(f"not compared: {s}")
