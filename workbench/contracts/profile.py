@@ -12,6 +12,7 @@ from pathlib import Path
 
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
+from workbench.contracts.engine_identity import EngineIdentity
 from workbench.contracts.schema import check_part, load, preset_names, require
 
 PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
@@ -287,6 +288,8 @@ class Profile:
     # costs: the exponent that explains the fit captures' step times best; 1: as much).
     speed_probe_exponent: float = 1.0
     run_factors: RunFactors | None = None  # fitted to a real run's log (None: not)
+    # The engine an engine sweep measured, and the fit's held-out errors (None: not a sweep's)
+    engine: EngineIdentity | None = None
 
     def check(self) -> None:
         require(bool(self.name.strip()), "name", self.name, "a non-empty name")
@@ -297,7 +300,7 @@ class Profile:
                     "a time in ms > 0")
         require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent",
                 self.speed_probe_exponent, "a number from 0.25 to 4")
-        for part in ("cluster", "power", "run_factors"):
+        for part in ("cluster", "power", "run_factors", "engine"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
 
@@ -319,6 +322,7 @@ MEASURED_PREFIX = "profiler:"
 DATABASE_PREFIX = "aiconfigurator:"
 PUBLISHED_PREFIX = "tlt-paper:"
 RUNLOG_PREFIX = "runlog:"  # workbench/runlog/: a real run's log (`tlt calibrate --run-log`)
+SWEEP_PREFIX = "sweep:"  # workbench/calibrate/sweeps/: an engine sweep (`tlt engine-sweep`)
 
 
 def provenance_kind(p: Profile) -> str:
@@ -343,6 +347,8 @@ def provenance(p: Profile) -> str:
         return f"measured ({how}): {on}{err}"
     if kind == "published":
         return f"fitted to {len(p.fitted_on)} published tables{err}"
+    if kind == "calibrated" and p.engine is not None:
+        return f"calibrated on an engine sweep: {p.engine.label}{err}"
     if kind == "calibrated" and any(f.startswith(RUNLOG_PREFIX) for f in p.fitted_on):
         logs = "; ".join(f[len(RUNLOG_PREFIX):] for f in p.fitted_on)
         return f"calibrated on a real run's log: {logs}{err}"
