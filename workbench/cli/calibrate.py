@@ -27,6 +27,9 @@ from workbench.calibrate.captures.runs import TABLE_HEADERS, fit_loaded_runs
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.contracts.policy import DrafterKind
 from workbench.report.tables import format_table
+from workbench.calibrate.sweeps.split import HELP as HOLD_OUT_HELP
+from workbench.cli.sweep import calibrate_sweep
+from workbench.contracts.sweep import is_sweep_dir
 
 
 # The options whose help runs over several lines, out of the signature to keep the command short.
@@ -64,7 +67,8 @@ def calibrate(
                                   "wherever a profile does (`tlt sim --profile`)."),
     base: str = typer.Option("cpu-tiny",
                              help="Profile preset or file: its values are kept for what the traces "
-                             "cannot identify."),
+                             "cannot identify (an engine sweep on a GPU: by default the measured "
+                             "database's profile of its model, GPU and TP)."),
     name: Optional[str] = typer.Option(None,
                                        help="The fitted profile's name "
                                             "(default: the --out file's stem)."),
@@ -98,6 +102,8 @@ def calibrate(
     tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
     max_batch: Optional[int] = rl.MAX_BATCH, workers: int = WORKERS_OPTION,
+    hold_out: Optional[list[str]] = typer.Option(None, "--hold-out", help="With an engine sweep "
+                                                 "(SWEEP_DIR): " + HOLD_OUT_HELP),
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
     and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""  # noqa: E501
@@ -108,6 +114,9 @@ def calibrate(
                                max_response_tokens, max_batch)
         return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,
                                     not (traces or model is not None or runs), workers)
+    if traces and len(traces) == 1 and is_sweep_dir(traces[0]):
+        given = None if base == "cpu-tiny" else base  # the default: the sweep's own base
+        return calibrate_sweep(traces[0], given, hold_out, out, name)
     try:
         base_prof = load_profile(base)
         # refused before anything runs or is written
