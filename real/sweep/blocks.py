@@ -1,5 +1,6 @@
-"""One engine's part of a sweep cell: a held batch opened, stepped one step at a time in turn with
-the cell's other engines, and closed, all recorded on the engine's own clock.
+"""One engine's part of a sweep cell (an engine serves one such record per cell): a held batch
+opened, stepped one step at a time in turn with the cell's other engines, and closed, all recorded
+on the engine's own clock.
 
 A round opens fresh requests on every engine (the cell's prompts: after the cell's first,
 priming round their prefixes are in the engine's prefix cache where its blocks allow, so the
@@ -12,6 +13,7 @@ every clock) is placed on each engine's clock where it was taken.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -25,6 +27,8 @@ from workbench.contracts.trace import RequestRow, RLStepRow, StepRow, Trace, row
 
 # Steps a round's prefill may take before the round gives up on it.
 PREFILL_STEPS = 64
+# Request ids, unique over the process: an engine serves every cell's record.
+REQUEST_IDS = itertools.count()
 
 
 @dataclass
@@ -40,23 +44,15 @@ class EngineRecord:
     labels: list[list[int]] = field(default_factory=list)
     segments: list[tuple[float, float, float]] = field(default_factory=list)  # (g0, g1, e0)
     elapsed: float = 0.0  # this engine's clock
-    _ids: int = 0
-    _k: int = -1
     _tracked: dict[str, Tracked] = field(default_factory=dict)
     _alias: dict[str, str] = field(default_factory=dict)
     _live: set[str] = field(default_factory=set)
 
-    def reset(self) -> None:
-        """A new cell: nothing recorded yet."""
-        self.steps, self.requests, self.labels, self.segments = [], [], [], []
-        self.elapsed = 0.0
-        self.engine.llm.reset_prefix_cache()
-
     def set_k(self, k: int) -> None:
-        """The draft length of the next steps (an engine started for one keeps it)."""
-        if self.k_fixed is None and self.engine.adaptive and k != self._k:
+        """The draft length of the next steps (an engine started for one keeps it); set every time:
+        the engine serves every cell's record (~5 us)."""
+        if self.k_fixed is None and self.engine.adaptive:
             self.engine.set_draft_lengths([(1, self.engine.max_num_seqs, k)])
-            self._k = k
 
     def _clock(self, clock: ProbedClock) -> tuple[Callable[[], float], float]:
         g0, base = clock.now(), self.elapsed
@@ -74,8 +70,7 @@ class EngineRecord:
         eng = self.engine.llm.llm_engine
         self._tracked, self._alias = {}, {}
         for prompt in prompts:
-            req = RolloutRequest(self._ids, 0, list(prompt), sampling)
-            self._ids += 1
+            req = RolloutRequest(next(REQUEST_IDS), 0, list(prompt), sampling)
             self._tracked[req.request_id] = Tracked(req, len(prompt), now())
             got = eng.add_request(req.request_id, {"prompt_token_ids": list(prompt)},
                                   sampling.to_vllm(delta=True))

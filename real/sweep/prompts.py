@@ -5,8 +5,9 @@ A prompt of `context` tokens is earlier problems answered (user and assistant tu
 template when the tokenizer has one, else the problems' raw text one after another), then the
 current problem, then the first part of its reference solution (the assistant's turn under way),
 so the model continues text of its own kind and a drafter is judged where a rollout would be.
-The solution is cut so that `reserve` of its tokens are left to decode; a task without solutions
-reaches its context by earlier turns alone (the nearest count below it). Every prompt of a cell
+The solution is cut so that `reserve` of its tokens are left to decode. Raw text reaches the
+context exactly (the earliest problem's start cut off); in a chat template, or for a task without
+solutions, whole turns reach the nearest count below it. Every prompt of a cell
 starts from another problem, so the batch's requests differ.
 """
 
@@ -35,7 +36,7 @@ def _head(tokenizer: Any, history: Sequence[Any], current: Any, chat: bool) -> l
                      {"role": "assistant", "content": p.solution or str(getattr(p, "answer", ""))}]
         msgs.append({"role": "user", "content": current.prompt})
         ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # transformers 5: a mapping
     text = "".join(p.prompt + (p.solution or "") + "\n" for p in history) + current.prompt
     return list(tokenizer.encode(text))
 
@@ -55,6 +56,12 @@ def context_prompt(tokenizer: Any, pool: Sequence[Any], current: Any, start: int
             break
         history.append(pool[(start + i) % len(pool)])
         head = more
+    if not chat and len(head) + avail < context:
+        # Raw text: one more earlier problem, its start cut off, fills the context exactly (a chat
+        # template's turns cannot be cut: there the prompt stays the nearest count below).
+        more = _head(tokenizer, history + [pool[(start + len(history)) % len(pool)]], current,
+                     chat)
+        head = more[max(0, len(more) - (context - avail)):]
     return head + solution[:max(0, min(avail, context - len(head)))]
 
 

@@ -1,13 +1,14 @@
-"""The sweep: engines started once, then cell by cell (a batch size at a context), every arm of the
-cell (the plain engine; the SD engine with drafts off and at each draft length) run block by block
-in rounds, each round in another order, so the machine's drift falls on every arm alike.
+"""The sweep: engines started once, then round by round over every cell (a batch size at a context),
+every arm of a cell (the plain engine; the SD engine with drafts off and at each draft length)
+run with the engines stepping in turn, each round in another order, so the machine's drift falls
+on every arm and every cell alike (real/sweep/cells.py).
 
 Engines: a plain one and one SD engine whose draft length is set between steps (`live`: vLLM's
 Dynamic SD table, real/rollout/engine.py's adaptive engines), or, on a vLLM without that table,
 one SD engine per draft length (`restart`); all run at once, their engine cores in this process
-(the scheduler must be reachable between steps), sharing `--gpu-memory-utilization`. Each
-finished cell is written whole (workbench/contracts/sweep.py `write_cell`), then the summary and
-sweep.json: a run stopped at any point keeps every cell it finished.
+(the scheduler must be reachable between steps), sharing `--gpu-memory-utilization`. After
+each round every cell is written whole (workbench/contracts/sweep.py `write_cell`), then the
+summary and sweep.json: a run stopped at any point keeps every round it finished.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from real.rollout.probing import ProbedClock, ReferenceForward
 from real.rollout.requests import Sampling
 from real.run.capture import machine_info
 from real.sweep import methods as m
-from real.sweep.blocks import EngineRecord, median_ms
+from real.sweep.blocks import EngineRecord
+from real.sweep.cells import CellState, cell_traces, new_cell, run_round
 from real.sweep.prompts import POOL, cell_prompts
 from workbench.contracts.sweep import (
     PLAIN,
+    CellFigure,
     SweepCell,
     SweepPlan,
     cell_figures,
@@ -108,35 +111,6 @@ def prepare(s: SweepSettings) -> Prepared:
     plan = SweepPlan(tuple(sorted(set(s.batches))), tuple(sorted(set(s.contexts))),
                      tuple(sorted(set(s.draft_lens))), s.rounds, s.block_steps, s.method, switch)
     return Prepared(s, model, drafter, plan, mns, reserve)
-
-
-Slot = list[tuple[EngineRecord, int, tuple[int, ...] | None]]
-
-
-def round_schedule(records: Sequence[EngineRecord], draft_lens: Sequence[int], steps: int,
-                   r: int) -> list[Slot]:
-    """Round r as slots, each stepping every engine once: (engine, K, label (round, k, the SD
-    arm alongside) or None). Live: the SD engine runs drafts off, then each K, for `steps`
-    steps each after one unlabelled step that changes K (it verifies the previous K's drafts),
-    the plain engine stepping beside it; the K order rotates by r and reverses every other
-    round. Restart: every engine `steps` steps. Within a slot the engine order alternates."""
-    plain = [x for x in records if x.name == PLAIN]
-    sd = [x for x in records if x.name != PLAIN]
-    slots: list[Slot] = []
-    if len(sd) == 1 and sd[0].k_fixed is None:
-        ks = [0, *draft_lens]
-        order = [ks[(i + r) % len(ks)] for i in range(len(ks))]
-        for k in (order[::-1] if r % 2 else order):
-            for j in range(steps + 1):
-                slots.append([(plain[0], 0, (r, 0, k)),
-                              (sd[0], k, None if j == 0 else (r, k, k))])
-    else:
-        for j in range(steps):
-            slots.append([(x, x.k_fixed or 0, (r, x.k_fixed or 0, -1)) for x in records])
-    for i, slot in enumerate(slots):
-        turn = (i + r) % len(slot)
-        slot[:] = slot[turn:] + slot[:turn]
-    return slots
 
 
 def _pin(threads: int) -> None:
@@ -242,37 +216,6 @@ def _cell_meta(p: Prepared, rec: EngineRecord, ident: dict, batch: int, context:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def run_cell(p: Prepared, records: list[EngineRecord], clock: ProbedClock, prompts: list[list[int]],
-             say: Say) -> None:
-    """Every arm of one cell, round by round, the engines stepping in turn."""
-    plan = p.plan
-    sampling = Sampling(temperature=p.settings.temperature, max_tokens=p.reserve)
-    for rec in records:
-        rec.reset()
-        rec.set_k(0)
-        rec.open(prompts, Sampling(temperature=0.0, max_tokens=1), clock, until_done=True)
-        rec.close(clock)  # the prompts' prefixes are in the prefix cache now
-    slot_base = 0
-    for r in range(plan.rounds):
-        slots = round_schedule(records, plan.draft_lens, plan.block_steps, r)
-        for rec in records:
-            first = next(k for slot in slots for x, k, _ in slot if x is rec)
-            rec.set_k(first)
-            rec.open(prompts, sampling, clock)
-        times: dict[str, list] = {}
-        for i, slot in enumerate(slots):
-            for rec, k, label in slot:
-                rec.set_k(k)
-                row = rec.step(clock, None if label is None else (*label, slot_base + i))
-                if label is not None:
-                    times.setdefault(rec.name if rec.name == PLAIN else f"K={k}", []).append(row)
-        for rec in records:
-            rec.close(clock)
-        slot_base += len(slots)
-        say(f"    round {r + 1}/{plan.rounds} (ms per step): "
-            + ", ".join(f"{arm} {median_ms(rows):.1f}" for arm, rows in times.items()))
-
-
 def run_sweep(s: SweepSettings, out: Path, say: Say = print) -> Path:
     """Prepare, start the engines, run every cell (each written when it finishes), write the
     summary; returns `out`. Raises SweepError before anything starts when the settings cannot
@@ -308,40 +251,52 @@ def run_sweep(s: SweepSettings, out: Path, say: Say = print) -> Path:
     return out
 
 
-def _sweep_cells(p: Prepared, records: list[EngineRecord], ident: dict, doc: dict, out: Path,
+def _sweep_cells(p: Prepared, engines: list[EngineRecord], ident: dict, doc: dict, out: Path,
                  t0: float, say: Say) -> None:
+    """Round by round over every cell (real/sweep/cells.py says why), each cell written whole
+    after every round."""
     from real.rollout.vllm_env import running_on_cpu
 
     probe = ReferenceForward.light(p.model.path, seed=p.settings.seed) if running_on_cpu() \
         else None
     clock = ProbedClock(time.perf_counter(), probe)
     problems = _problems(p, p.model.path)
-    tokenizer = records[0].engine.tokenizer()
-    cells = [(b, c) for c in p.plan.contexts for b in p.plan.batches]
-    figures = []
-    for i, (batch, context) in enumerate(cells):
-        say(f"  cell {i + 1}/{len(cells)}: batch {batch}, context {context} "
-            f"({time.perf_counter() - t0:.0f}s elapsed)")
-        g0 = clock.now()
-        prompts = cell_prompts(tokenizer, problems, batch, context, p.reserve)
-        run_cell(p, records, clock, prompts, say)
-        probes = [x for x in clock.samples if g0 <= x.t_s <= clock.now()]
-        traces = {rec.name: rec.trace(_cell_meta(p, rec, ident, batch, context), probes)
-                  for rec in records}
-        figs = cell_figures(SweepCell(batch, context, out, traces))
-        path = write_cell(out, batch, context, traces,
-                          {"figures": [asdict(f) for f in figs],
-                           "prompt_tokens": [len(x) for x in prompts]})
-        figures += figs
-        write_summary(out, figures, f"Engine sweep: {ident['model']}, {p.settings.method}")
-        doc["cells_done"].append(path.name)
-        doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
+    tokenizer = engines[0].engine.tokenizer()
+    cells = [new_cell(b, c, cell_prompts(tokenizer, problems, b, c, p.reserve), engines)
+             for c in p.plan.contexts for b in p.plan.batches]
+    sampling = Sampling(temperature=p.settings.temperature, max_tokens=p.reserve)
+    rounds, done = p.plan.rounds, 0
+    for r in range(rounds):
+        for cell in (cells if r % 2 == 0 else cells[::-1]):
+            spent = time.perf_counter() - t0
+            eta = "" if not done else f", ETA {spent / done * (rounds * len(cells) - done):.0f}s"
+            say(f"  round {r + 1}/{rounds}, batch {cell.batch}, context {cell.context} "
+                f"({spent:.0f}s elapsed{eta})")
+            ms = run_round(cell, r, p.plan.draft_lens, p.plan.block_steps, clock, sampling)
+            say("    ms per step: " + ", ".join(f"{arm} {v:.1f}" for arm, v in ms.items()))
+            done += 1
+        figures = _write_cells(p, cells, clock, ident, out)
+        doc.update(rounds_done=r + 1, cells_done=[cell_name(c.batch, c.context) for c in cells],
+                   elapsed_s=round(time.perf_counter() - t0, 1))
         write_sweep_doc(out, doc)
-        done = time.perf_counter() - t0
-        eta = done / (i + 1) * (len(cells) - i - 1)
-        say("    " + "; ".join(f"K={f.k}: plain {f.plain_ms:.2f} ms, SD {f.sd_ms:.2f} ms, "
-                              f"{f.tokens_per_pass:.2f} tokens/pass, x{f.speedup:.2f}"
-                              for f in figs) + f" (ETA {eta:.0f}s)")
+        say(f"  round {r + 1}/{rounds} written: "
+            + "; ".join(f"b{f.batch} c{f.context} K={f.k} x{f.speedup:.2f}" for f in figures))
+
+
+def _write_cells(p: Prepared, cells: list[CellState], clock: ProbedClock, ident: dict,
+                 out: Path) -> list[CellFigure]:
+    """Every cell as it stands (each written whole), then the summary; its figures."""
+    figures = []
+    for cell in cells:
+        traces = cell_traces(cell, clock.samples,
+                             lambda rec: _cell_meta(p, rec, ident, cell.batch, cell.context))
+        figs = cell_figures(SweepCell(cell.batch, cell.context, out, traces))
+        write_cell(out, cell.batch, cell.context, traces,
+                   {"figures": [asdict(f) for f in figs], "rounds": len(cell.windows),
+                    "prompt_tokens": [len(x) for x in cell.prompts]})
+        figures += figs
+    write_summary(out, figures, f"Engine sweep: {ident['model']}, {p.settings.method}")
+    return figures
 
 
 def _settings_doc(s: SweepSettings) -> dict[str, Any]:

@@ -52,3 +52,27 @@ def test_drafting_is_priced_as_a_lookup_for_ngram_and_a_forward_for_every_model(
     assert speculative("ngram", 2, None, 16, False) == {
         "method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4,
         "prompt_lookup_min": 2}
+
+
+def test_prompts_reach_the_context_through_the_chat_template(reference_model):
+    """A task's problems as earlier turns of a chat, in the model's template, then the current one
+    with its solution begun: exactly `context` tokens, `reserve` of its solution left."""
+    from transformers import AutoTokenizer
+
+    from real.sweep.prompts import cell_prompts, has_chat_template
+    from workbench.contracts.task import TaskProblem
+
+    tok = AutoTokenizer.from_pretrained(str(reference_model))
+    pool = [TaskProblem(f"Q: gcd({a},{b})=?\n", "1", "x" * 40 + f"\nA: {a}") for a, b in
+            zip(range(10, 60), range(60, 110))]
+    raw = cell_prompts(tok, pool, 3, 120, 16)
+    assert not has_chat_template(tok) and [len(p) for p in raw] == [120, 120, 120]
+    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    chat = cell_prompts(tok, pool, 3, 120, 16)  # whole turns: the nearest count below
+    assert all(120 - 80 < len(p) <= 120 for p in chat) and len({tuple(p) for p in chat}) == 3
+    text = tok.decode(chat[0])
+    assert text.count("<|user|>") >= 2 and "<|assistant|>" in text  # earlier turns, then this one
+    current = next(p for p in pool if p.prompt in text.rsplit("<|user|>", 1)[1])
+    begun = text.rsplit("<|assistant|>", 1)[1]
+    assert current.solution.startswith(begun) and len(current.solution) - len(begun) >= 16

@@ -28,7 +28,6 @@ from workbench.contracts.trace import TraceError, load_trace
 from workbench.contracts.policy import DrafterKind
 from workbench.report.tables import format_table
 from workbench.calibrate.sweeps.split import HELP as HOLD_OUT_HELP
-from workbench.cli.sweep import calibrate_sweep
 from workbench.contracts.sweep import is_sweep_dir
 
 
@@ -115,6 +114,8 @@ def calibrate(
         return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,
                                     not (traces or model is not None or runs), workers)
     if traces and len(traces) == 1 and is_sweep_dir(traces[0]):
+        from workbench.cli.sweep import calibrate_sweep  # (its module registers engine-sweep)
+
         given = None if base == "cpu-tiny" else base  # the default: the sweep's own base
         return calibrate_sweep(traces[0], given, hold_out, out, name)
     try:

@@ -3,8 +3,8 @@ held batch sizes, contexts and draft lengths, SD off and on, as a set of ordinar
 
     DIR/sweep.json           the engine's identity, the plan, the run's status (kept up to date)
     DIR/summary.csv, .md     batch x draft length: plain ms, SD ms, accepted, speedup (idem)
-    DIR/cells/b<B>-c<C>/     one finished cell, written whole or not at all:
-        cell.json            its batch, context and figures (its rows of the summary)
+    DIR/cells/b<B>-c<C>/     one cell, rewritten whole (or not at all) after every round:
+        cell.json            its batch, context, rounds and figures (its rows of the summary)
         plain/               the plain engine's trace (no speculative decoding)
         <method>/            the SD engine's trace (restart mode: <method>-k<K>, one per K)
 
@@ -133,7 +133,8 @@ def _plan(doc: dict, where: Path) -> SweepPlan:
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    """The sweep's plan and every cell that finished (a run stopped mid-way keeps those)."""
+    """The sweep's plan and every cell written (a run stopped mid-way keeps the rounds it
+    finished)."""
     path = Path(path)
     doc_path = path / SWEEP_FILE
     if not doc_path.is_file():
