@@ -124,6 +124,27 @@ _SOURCE_NEW = (
     '  host work per sequence of every SD pass, sd_host_s_per_seq 0.079 ms (not overlapped\n'
     "  with the GPU when speculating; fitted on SGLang''s SD speedups by batch).'\n"
 )
+_RUNLOG_END = ("  fitted_on: 'grpo.log: its first 20 timed steps (steps 1-20 of 1-60), sha256 "
+               "cc31a0803a5ecf7f'\n")
+_CAPTURE_HELP = "│ capture Run one rollout on vLLM step by step and record it as a trace. │\n"
+_SWEEP_HELP = (
+    "│ engine-sweep Time a real vLLM engine's steps at held batch sizes and contexts, SD off and "
+    "at each draft length, interleaved; │\n"
+    "│ write them as a trace set and a summary table (batch x K: plain ms, SD ms, accepted, "
+    "speedup). │\n")
+_BASE_HELP = ("│ --base <str> Profile preset or file: its values are kept for what the traces "
+              "cannot identify.")
+_BASE_HELP_NEW = ("│ --base <str> Profile preset or file: its values are kept for what the traces "
+                  "cannot identify (an engine sweep on a GPU: by default the measured database's "
+                  "profile of its model, GPU and TP).")
+_WORKERS_HELP = ("│ --workers <int range> [x>=1] Simulations run at once: 1 runs them here one "
+                 "after another; more run them as Ray tasks (same results, same order). "
+                 "[default: 1] │\n")
+_HOLD_OUT_HELP = ("│ --hold-out <list[str]> With an engine sweep (SWEEP_DIR): Cells held out of "
+                  "the fit and predicted: batch=B or draft=K (repeat); 'none': fit on every cell. "
+                  "Default: the interior batch size nearest the geometric middle and the interior "
+                  "draft length nearest the middle. │\n")
+
 DECLARED: list[Declared] = [
     Declared("calibrate-traces/*", "workbench/calibrate/position_acceptance.py",
              "workbench/calibrate/captures/position_acceptance.py", "the module's new path"),
@@ -133,6 +154,20 @@ DECLARED: list[Declared] = [
              "workbench/calibrate/database/profile.py", "the module's new path"),
     Declared("profile-aiconfigurator/profile.yaml", _SOURCE_OLD, _SOURCE_NEW,
              "the module's new path (the YAML folds the longer line differently)"),
+    # Issue 43: a Profile records the engine an engine sweep measured (null elsewhere), and the
+    # engine sweep's commands.
+    *(Declared(glob, "run_factors: null\n", "run_factors: null\nengine: null\n",
+               "Profile.engine, the engine a sweep measured (null: not a sweep's)")
+      for glob in ("calibrate-traces/fit.yaml", "check-profile/stdout.txt", "plan/profile.yaml",
+                   "profile-aiconfigurator/profile.yaml")),
+    Declared("calibrate-runlog/grpo.yaml", _RUNLOG_END, _RUNLOG_END + "engine: null\n",
+             "Profile.engine, the engine a sweep measured (null: not a sweep's)"),
+    Declared("help-tlt/stdout.txt", _CAPTURE_HELP, _CAPTURE_HELP + _SWEEP_HELP,
+             "tlt engine-sweep, the new command"),
+    Declared("help-calibrate/stdout.txt", _BASE_HELP, _BASE_HELP_NEW,
+             "--base's default for an engine sweep"),
+    Declared("help-calibrate/stdout.txt", _WORKERS_HELP, _WORKERS_HELP + _HOLD_OUT_HELP,
+             "--hold-out, the split of an engine sweep's fit"),
 ]
 
 PRESET_POLICIES = (
