@@ -40,7 +40,8 @@ class EngineRecord:
     k_fixed: int | None  # the one draft length of a restarted engine (None: set per step)
     steps: list[EngineStepRow] = field(default_factory=list)
     requests: list[RequestRow] = field(default_factory=list)
-    # [engine_step, round, k, with_k, slot]: the arm a step counts for (contracts/sweep.py)
+    # [engine_step, round, k, with_k, slot]: the arm a step counts for
+    # (workbench/contracts/sweep.py)
     labels: list[list[int]] = field(default_factory=list)
     segments: list[tuple[float, float, float]] = field(default_factory=list)  # (g0, g1, e0)
     elapsed: float = 0.0  # this engine's clock
