@@ -5,7 +5,7 @@ cell predicted by the fitted profile and by the base.
 The fit is `tlt calibrate`'s (workbench/calibrate/captures/report.py: the simulator's cost form,
 robust, traces brought to one machine speed by their probes, acceptance alpha ** (i ** shape))
 on the sweep's traces, each step timed output to output (`target="wall"`: a trace of a sweep has
-no gap between steps). Cells are predicted with the simulator's own functions: a step of the
+no gap between steps) and none taken for warm-up (each cell's priming round is). Cells are predicted with the simulator's own functions: a step of the
 plain engine and of the SD engine at draft length K (`sim/costs.py`), tokens per pass
 (`sim/acceptance.py`) and SD's speedup over the plain engine
 (`workbench/compare/sd_curve.py`'s `speedup`, the one `tlt sd-curve` draws).
@@ -129,9 +129,9 @@ def fit_sweep(sweep: Sweep, base: Profile, split: Split, name: str, base_how: st
     kind = method_kind(sweep.plan.method)
     plain = [t for t in fit_traces(sweep, split)
              if (t.meta.get("sweep") or {}).get("role") == PLAIN]
-    speed = calibrate(plain, base, name=name, target="wall").profile
+    speed = calibrate(plain, base, name=name, warmup_steps=0, target="wall").profile
     paired = replace(sweep, cells=[paired_cell(c, speed) for c in sweep.cells])
-    cal = calibrate(fit_traces(paired, split), base, name=name, target="wall")
+    cal = calibrate(fit_traces(paired, split), base, name=name, warmup_steps=0, target="wall")
     acc = replace(cal.profile.acceptance, eagle_position=base.acceptance.eagle_position,
                   ngram_position=base.acceptance.ngram_position)
     fitted = replace(cal.profile, acceptance=acc, speed_probe_ms=speed.speed_probe_ms,
