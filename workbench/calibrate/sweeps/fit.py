@@ -3,12 +3,14 @@ the sweep's cells outside the declared split (split.py), on top of a base profil
 cell predicted by the fitted profile and by the base.
 
 The fit is `tlt calibrate`'s (workbench/calibrate/captures/report.py: the simulator's cost form,
-robust, traces brought to one machine speed by their probes, acceptance alpha ** (i ** shape))
-on the sweep's traces, each step timed output to output (`target="wall"`: a trace of a sweep has
-no gap between steps) and none taken for warm-up (each cell's priming round is). Cells are predicted with the simulator's own functions: a step of the
-plain engine and of the SD engine at draft length K (`sim/costs.py`), tokens per pass
-(`sim/acceptance.py`) and SD's speedup over the plain engine
-(`workbench/compare/sd_curve.py`'s `speedup`, the one `tlt sd-curve` draws).
+robust, acceptance alpha ** (i ** shape)) in two stages: the plain engine's steps alone, brought
+to one machine speed by their probes, then every cell's steps scaled by the plain steps beside
+them (paired.py) and fitted together. Each step is timed output to output (`target="wall"`: a
+sweep's trace has no gap between steps) and none is taken for warm-up (each cell's priming round
+is). Cells are predicted with the simulator's own functions: a step of the plain engine and of
+the SD engine at draft length K (`sim/costs.py`), tokens per pass (`sim/acceptance.py`) and SD's
+speedup over the plain engine (`workbench/compare/sd_curve.py`'s `speedup`, the one `tlt
+sd-curve` draws).
 
 The base is what the workbench would use for this engine without the sweep: on a GPU the measured
 database's profile of the model, GPU and TP degree under vLLM
