@@ -88,9 +88,9 @@ def make_plan(quick: bool, budget_s: float | None, only: str | None) -> Plan:
     return plan
 
 
-def work(sec: Section, plan: Plan, device: str, model: Path, say):
+def work(sec: Section, plan: Plan, device: str, model: Path, say, sweep_dir: Path):
     """The callable `Record.run` gives a section's budget, entry and saver."""
-    from real.gpu_check import attention, correctness, engine, moe, training
+    from real.gpu_check import attention, correctness, engine, moe, sweep, training
 
     if sec.kind == "correctness":
         return lambda budget, entry, save: entry.update(correctness.run(model, device))
@@ -100,6 +100,10 @@ def work(sec: Section, plan: Plan, device: str, model: Path, say):
         )
     if sec.kind == "grpo":
         return lambda budget, entry, save: training.grpo(sec.grpo, device, budget, entry, save)
+    if sec.kind == "sweep":
+        return lambda budget, entry, save: sweep.run(
+            sec.sweep, device, budget, entry, save, say, model, sweep_dir
+        )
     if sec.kind == "drafter":
         return lambda budget, entry, save: training.drafter(
             sec.drafter, device, budget, entry, save
@@ -167,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     rec = Record(out, plan, machine, say)
     rec.save()
     for sec in plan.sections:
-        rec.run(sec, work(sec, plan, device, args.model, say))
+        sweep_dir = rec.json_path.with_name(rec.json_path.stem + "-sweep")
+        rec.run(sec, work(sec, plan, device, args.model, say, sweep_dir))
     rec.finish()
     for line in headline(rec.doc):
         say(line)

@@ -141,16 +141,29 @@ class EngineRun:
 
 
 @dataclass(frozen=True)
+class SweepShape:
+    """`tlt engine-sweep` on the shipped model and drafter (or GPU_CHECK_SWEEP_MODEL, _DRAFTER,
+    _METHOD): run where vLLM imports, recorded as skipped where it does not."""
+
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    draft_lens: tuple[int, ...]
+    rounds: int
+    block_steps: int
+
+
+@dataclass(frozen=True)
 class Section:
     name: str
     budget_s: float  # the most it may take; it stops at this, recording what it had
     min_start_s: float  # it is skipped ("skipped: budget") with less than this left overall
-    kind: str  # correctness, attention, grpo, drafter, engine, moe
+    kind: str  # correctness, attention, grpo, drafter, engine, moe, sweep
     grpo: GrpoShape | None = None
     drafter: DrafterShape | None = None
     attention: tuple[AttentionShape, ...] = ()
     engine: tuple[EngineRun, ...] = ()
     moe: tuple[MoeShape, ...] = ()
+    sweep: SweepShape | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +270,8 @@ def full_plan(budget_s: float = 300.0) -> Plan:
                 "drafter",
                 drafter=DrafterShape("qwen2.5-7b", 8, 256, 1024, 5, paths=ALL_DRAFTER_PATHS),
             ),
+            Section("engine-sweep", 120, 45, "sweep",
+                    sweep=SweepShape((1, 4, 16, 64, 256), (512, 1536), (1, 2, 3, 4), 3, 8)),
             Section("engine-drafters", 40, 15, "engine", engine=drafters),
             Section("engine-whole", 40, 20, "engine", engine=whole),
             Section("moe-layers", 60, 15, "moe", moe=_moe_shapes()),
@@ -327,5 +342,7 @@ def quick_plan(budget_s: float = 120.0) -> Plan:
                 "moe",
                 moe=(MoeShape("quick moe", 8, 2, 64, 32, (1, 2, 4, 8, 16), 3),),
             ),
+            Section("engine-sweep", 60, 10, "sweep",
+                    sweep=SweepShape((1, 4), (128,), (1, 2), 2, 4)),
         ),
     )

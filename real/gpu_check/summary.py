@@ -309,8 +309,25 @@ def markdown(doc: dict) -> str:
     for s in sections.values():
         if s.get("kind") == "attention" and s.get("shapes"):
             lines += _attention(s)
-    lines += _throughput(sections) + _engine(sections) + moe_summary.markdown(sections)
+    lines += (_throughput(sections) + _engine(sections) + _sweep(sections)
+              + moe_summary.markdown(sections))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _sweep(sections: dict) -> list[str]:
+    """The engine sweep's summary (its directory holds the traces `tlt calibrate` fits)."""
+    out = []
+    for name, s in sections.items():
+        if s.get("kind") != "sweep" or not s.get("rows"):
+            continue
+        i = s.get("identity") or {}
+        out += [f"## {name}: {i.get('framework')} {i.get('version')} on {i.get('device')}, "
+                f"{i.get('method')}, {'CUDA graphs' if i.get('graphs') else 'eager'} "
+                f"(`tlt calibrate {s.get('sweep_dir')} --out P.yaml`)", ""]
+        out += table(["context", "batch", "K", "plain ms", "SD ms", "tokens/pass", "speedup"],
+                     [[r["context"], r["batch"], r["k"], _f(r["plain_ms"]), _f(r["sd_ms"]),
+                       _f(r["tokens_per_pass"]), _f(r["speedup"])] for r in s["rows"]])
+    return out
 
 
 def headline(doc: dict) -> list[str]:

@@ -48,7 +48,7 @@ from real.rollout.draft_lengths import lookup_rows, rows_lookup, started_lookup
 from real.rollout.outputs import Tracked
 from real.rollout.probing import ProbedClock
 from real.rollout.spec_config import EngineConfigError, speculative_config
-from real.rollout.stepping import StepLoop
+from real.rollout.stepping import StatsTap, StepLoop
 from real.rollout.vllm_env import engine_core_in_process, quiet_iteration_log, running_on_cpu
 from real.rollout.vllm_fixes import apply_engine_start_fixes
 from workbench.contracts.policy import Policy, load_policy
@@ -64,7 +64,8 @@ class RolloutEngine:
                  max_model_len: int = 2048, seed: int = 0, dtype: str = "float32",
                  kv_cache_gib: float = 1.0, memory_utilization: float = 0.3,
                  enforce_eager: bool | None = None,
-                 adaptive: bool = False, in_process: bool | None = None, **llm_kwargs: Any):
+                 adaptive: bool = False, in_process: bool | None = None,
+                 speculative: dict[str, Any] | None = None, **llm_kwargs: Any):
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise EngineConfigError(f"--model {self.model_dir}: no config.json "
@@ -75,8 +76,10 @@ class RolloutEngine:
         self.max_model_len = max_model_len
         self.seed = seed
         self.dtype = dtype
-        self.spec = speculative_config(self.policy, self.drafter_dir, max_num_seqs,
-                                       adaptive=adaptive)
+        # `speculative`: vLLM's speculative_config as given (any method the installed vLLM has,
+        # real/sweep/methods.py), instead of the policy's
+        self.spec = speculative or speculative_config(self.policy, self.drafter_dir, max_num_seqs,
+                                                      adaptive=adaptive)
         # Draft lengths change between steps only with a scheduler in this process (see the module
         # doc).
         self.adaptive = bool(adaptive and self.spec is not None)
@@ -84,7 +87,9 @@ class RolloutEngine:
         # scheduler). Rollout workers run every engine this way, SD or not, so baseline and TLT
         # engines pay the same per-step costs and use the same threads.
         self.in_process = self.adaptive if in_process is None else bool(in_process or self.adaptive)
-        if self.spec is None or self.spec["method"] != "eagle":  # vLLM's method name
+        if speculative is not None:
+            self.drafter_dir = Path(speculative["model"]) if speculative.get("model") else None
+        elif self.spec is None or self.spec["method"] != "eagle":  # vLLM's method name
             self.drafter_dir = None  # the policy does not use it
 
         from vllm import LLM
@@ -119,20 +124,10 @@ class RolloutEngine:
             self.llm.collective_rpc("tlt_apply_cpu_fixes")
         self.start_s = time.perf_counter() - t0
         quiet_iteration_log()
-        self._stats: list[Any] = []
-        self._recording = False
         core = self.llm.llm_engine.engine_core
-        orig = core.get_output
-
-        def get_output(*a, **k):
-            out = orig(*a, **k)
-            if self._recording:
-                self._stats.append(getattr(out, "scheduler_stats", None))
-            return out
-
-        core.get_output = get_output
+        self.tap = StatsTap.attach(core)  # each step's scheduler stats, while a rollout runs
         self._scheduler = None
-        self._draft_clock = DraftClock.attach(core, self.in_process and self.spec is not None)
+        self.draft_clock = DraftClock.attach(core, self.in_process and self.spec is not None)
         if self.adaptive:
             self._scheduler = core.engine_core.scheduler
             # (another vLLM's scheduler may lack it)
@@ -287,9 +282,7 @@ class RolloutEngine:
         clock = ProbedClock(time.perf_counter() if clock0 is None else clock0, probe)
         now = clock.now
         clock.between_steps(force=True)
-        self._stats.clear()
-        self._recording = True
-        try:
+        with self.tap.on():
             tracked: dict[str, Tracked] = {}
             alias: dict[str, str] = {}
             todo = list(enumerate(zip(requests, prompts)))[::-1]
@@ -308,11 +301,10 @@ class RolloutEngine:
 
             admit(set())
             between = clock.between_steps if self.in_process else (lambda: None)
-            loop = StepLoop(self.llm.llm_engine, self._stats, self._draft_clock, self.max_num_seqs)
+            loop = StepLoop(self.llm.llm_engine, self.tap.stats, self.draft_clock,
+                            self.max_num_seqs)
             steps = loop.drive(tracked, alias, now, controller, on_step, rl_step=rl_step,
                                worker=worker, admit=admit, held=lambda: len(todo), between=between)
-        finally:
-            self._recording = False
         wall_s = now()
         clock.between_steps(force=True)
         return RunResult(steps, [t.row(rl_step, worker) for t in tracked.values()],

@@ -18,6 +18,9 @@
   `sd_batch`); the database's profiles against published tables (`database_check`).
 - `gpu_check/`: a `make gpu-check` file (`check_file`) beside the database and the paper
   (`comparison`, `throughput`).
+- `sweeps/`: an engine sweep (`tlt engine-sweep`, real/sweep/) -> a profile of that engine: the
+  declared split (`split`), the base it is fitted over (`base`), the drift taken out by the
+  sweep's own pairing (`paired`), the fit and every cell predicted (`fit`), the report (`report`).
 
 `tlt calibrate --model` (plan, capture, normalise, fit, validate on held-out captures) runs in
 `workbench/validate/self_calibration.py`: it validates, and the validation imports this package.

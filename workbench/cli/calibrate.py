@@ -27,6 +27,8 @@ from workbench.calibrate.captures.runs import TABLE_HEADERS, fit_loaded_runs
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.contracts.policy import DrafterKind
 from workbench.report.tables import format_table
+from workbench.calibrate.sweeps.split import HELP as HOLD_OUT_HELP
+from workbench.contracts.sweep import is_sweep_dir
 
 
 # The options whose help runs over several lines, out of the signature to keep the command short.
@@ -49,6 +51,13 @@ _DRIFT_OPTION = typer.Option(
          "timed between the capture's engine steps), reference (its wall time before and "
          "after each capture), cpu (its CPU time over the capture's CPU share), auto "
          "(the first of these measured). Every method's held-out errors are reported.")
+_BASE_OPTION = typer.Option(
+    "cpu-tiny",
+    help="Profile preset or file: its values are kept for what the traces cannot identify (an "
+         "engine sweep on a GPU: by default the measured database's profile of its model, GPU "
+         "and TP).")
+_HOLD_OUT_OPTION = typer.Option(None, "--hold-out",
+                                help="With an engine sweep (SWEEP_DIR): " + HOLD_OUT_HELP)
 _RUNS_OPTION = typer.Option(
     None, "--run",
     help="A `tlt train` run directory (repeat for more): fits what whole runs show on "
@@ -62,9 +71,7 @@ def calibrate(
     out: Path = typer.Option(...,
                              help="The fitted profile (.yaml, .yml or .json); it loads "
                                   "wherever a profile does (`tlt sim --profile`)."),
-    base: str = typer.Option("cpu-tiny",
-                             help="Profile preset or file: its values are kept for what the traces "
-                             "cannot identify."),
+    base: str = _BASE_OPTION,
     name: Optional[str] = typer.Option(None,
                                        help="The fitted profile's name "
                                             "(default: the --out file's stem)."),
@@ -99,6 +106,7 @@ def calibrate(
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
     max_batch: Optional[int] = rl.MAX_BATCH, ep: Optional[int] = rl.EP,
     workers: int = WORKERS_OPTION,
+    hold_out: Optional[list[str]] = _HOLD_OUT_OPTION,
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
     and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""  # noqa: E501
@@ -110,6 +118,8 @@ def calibrate(
         return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,
                                     not (traces or model is not None or runs), workers,
                                     engine_profile)
+    if traces and len(traces) == 1 and is_sweep_dir(traces[0]):
+        return _calibrate_sweep(traces[0], base, hold_out, out, name)
     try:
         base_prof = load_profile(base)
         # refused before anything runs or is written
@@ -137,6 +147,16 @@ def calibrate(
     else:
         fit_traces_cli(traces, base_prof, out, name, lengths_out, warmup_steps)
     add_runs(loaded_runs, out)
+
+
+def _calibrate_sweep(path: Path, base: str, hold_out: Optional[list[str]], out: Path,
+                     name: Optional[str]) -> None:
+    """`tlt calibrate SWEEP_DIR`: workbench/cli/sweep.py (imported here: its module registers
+    engine-sweep after the real backend's commands); --base left at its default: the sweep's
+    own base."""
+    from workbench.cli.sweep import calibrate_sweep
+
+    calibrate_sweep(path, None if base == "cpu-tiny" else base, hold_out, out, name)
 
 
 def fit_traces_cli(traces: list[Path], base_prof, out: Path, name: Optional[str],

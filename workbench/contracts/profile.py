@@ -12,6 +12,7 @@ from pathlib import Path
 
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
+from workbench.contracts.engine_identity import EngineIdentity
 from workbench.contracts.schema import check_part, load, preset_names, require
 from workbench.contracts.uncertainty import CostPoint, CostUncertainty
 
@@ -344,6 +345,8 @@ class Profile:
     # costs: the exponent that explains the fit captures' step times best; 1: as much).
     speed_probe_exponent: float = 1.0
     run_factors: RunFactors | None = None  # fitted to a real run's log (None: not)
+    # The engine an engine sweep measured, and the fit's held-out errors (None: not a sweep's)
+    engine: EngineIdentity | None = None
     # How sure the costs are (None: not known; the tools then print no interval)
     uncertainty: CostUncertainty | None = None
 
@@ -361,7 +364,7 @@ class Profile:
                     "a time in ms > 0")
         require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent",
                 self.speed_probe_exponent, "a number from 0.25 to 4")
-        for part in ("cluster", "power", "run_factors", "uncertainty"):
+        for part in ("cluster", "power", "run_factors", "uncertainty", "engine"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
 

@@ -13,6 +13,7 @@ MEASURED_PREFIX = "profiler:"
 DATABASE_PREFIX = "aiconfigurator:"
 PUBLISHED_PREFIX = "tlt-paper:"
 RUNLOG_PREFIX = "runlog:"  # workbench/runlog/: a real run's log (`tlt calibrate --run-log`)
+SWEEP_PREFIX = "sweep:"  # workbench/calibrate/sweeps/: an engine sweep (`tlt engine-sweep`)
 
 
 def provenance_kind(p: Profile) -> str:
@@ -37,6 +38,8 @@ def provenance(p: Profile) -> str:
         return f"measured ({how}): {on}{err}"
     if kind == "published":
         return f"fitted to {len(p.fitted_on)} published tables{err}"
+    if kind == "calibrated" and p.engine is not None:
+        return f"calibrated on an engine sweep: {p.engine.label}{err}"
     if kind == "calibrated" and any(f.startswith(RUNLOG_PREFIX) for f in p.fitted_on):
         logs = "; ".join(f[len(RUNLOG_PREFIX):] for f in p.fitted_on)
         return f"calibrated on a real run's log: {logs}{err}"

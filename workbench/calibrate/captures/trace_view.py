@@ -59,7 +59,9 @@ def parse_positions(value) -> np.ndarray:
 
 def scheduled_draft_len(meta: dict, batch_size: np.ndarray) -> np.ndarray | None:
     """Draft length the traced policy's fixed schedule gives each step's batch (None: no fixed
-    schedule)."""
+    schedule, or an engine sweep's trace, whose draft lengths are its blocks')."""
+    if meta.get("sweep"):
+        return None
     try:
         pol = from_mapping(Policy, {"name": "trace", **(meta.get("policy") or {})})
     except Exception:
