@@ -214,6 +214,7 @@ def test_an_engine_profile_measured_on_the_gpu_tightens_the_priors_it_measures()
     (log-sd 0.1); its per-step cost the per-step prior only where it ran in the run's eager mode;
     a profile of another GPU or TP is refused."""
     from workbench.contracts.cluster import Cluster
+    from workbench.contracts.engine_identity import EngineIdentity
     from workbench.runlog.priors import engine_profile_priors
 
     db = load_profile("h100-qwen2.5-7b-tp1")
@@ -227,8 +228,9 @@ def test_an_engine_profile_measured_on_the_gpu_tightens_the_priors_it_measures()
     assert out["decode_speed"].median == pytest.approx(1.3, rel=1e-3)
     assert out["decode_speed"].log_sd == 0.1 and "sweep" in out["decode_speed"].why
     assert out["step_overhead_s"] == PRIORS["step_overhead_s"]  # its eager mode not recorded
-    swept = SimpleNamespace(**{k: getattr(measured, k) for k in ("name", "decode", "cluster")},
-                            engine=SimpleNamespace(graphs=False))  # an eager sweep
+    # `tlt engine-sweep`'s profile records the engine it measured: an eager one here
+    swept = replace(measured, engine=EngineIdentity("vllm", "0.11.0", "NVIDIA H100 80GB HBM3", 1,
+                                                    "bfloat16", False, "Qwen/Qwen2.5-7B", "eagle"))
     out = engine_profile_priors(PRIORS, swept, db, shape, eager, 600.0)
     assert out["step_overhead_s"].median == pytest.approx(0.009)
     assert out["step_overhead_s"].log_sd == 0.3

@@ -105,8 +105,7 @@ def calibrate(
     tp: Optional[int] = rl.TP, prompts_per_step: Optional[int] = rl.PROMPTS,
     group_size: Optional[int] = rl.GROUP, max_response_tokens: Optional[int] = rl.CAP,
     max_batch: Optional[int] = rl.MAX_BATCH, ep: Optional[int] = rl.EP,
-    workers: int = WORKERS_OPTION,
-    hold_out: Optional[list[str]] = _HOLD_OUT_OPTION,
+    workers: int = WORKERS_OPTION, hold_out: Optional[list[str]] = _HOLD_OUT_OPTION,
 ) -> None:
     """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
     and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""  # noqa: E501

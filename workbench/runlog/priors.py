@@ -144,10 +144,9 @@ def engine_profile_priors(priors: RunPriors, measured: Profile, database: Profil
     out = [replace(priors["decode_speed"], median=speed, log_sd=0.1,
                    why=f"the engine profile {measured.name}: its per-token time over the "
                        f"database's at batches {batches[0]}-{batches[-1]}")]
-    identity = getattr(measured, "engine", None)
-    graphs = getattr(identity, "graphs", None)
-    same_mode = graphs is not None and engine.enforce_eager is not None and (
-        graphs == (not engine.enforce_eager))
+    sweep = measured.engine  # `tlt engine-sweep`'s record of the engine it measured
+    same_mode = sweep is not None and engine.enforce_eager is not None and (
+        sweep.graphs == (not engine.enforce_eager))
     step = priors["step_overhead_s"]
     if same_mode and measured.decode.overhead_s > 0:
         step = replace(step, median=measured.decode.overhead_s, log_sd=0.3,
