@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MANIFEST = HERE / "manifest.json"
-BASE_COMMIT = "f7754ba"  # main after issues 41, 42 and 45 (44 items 1-5) merged
+BASE_COMMIT = "d397c0f"  # main after issues 41, 42, 45, 43 (sweep) and 44 (items 1-5) merged
 
 TEXT = {".txt", ".json", ".yaml", ".yml", ".md", ".csv", ".log", ".sh", ".jsonl"}
 
