@@ -3,11 +3,12 @@
 Commands live by job: `simulate.py` (sim, presets, check, compare, regret, bench sim), `tune.py`
 (tune), `calibrate.py` (calibrate), `validation.py` (validate), `profile.py` (profile:
 operator-level measurement or the measured database), `gpu.py` (gpu-check, gpu-presets),
-`sd_curve.py` (sd-curve: SD's speedup by batch), `real.py` (model, capture, drafter, bench rollout,
-bench grpo), `train.py` (train, bench real), `paper.py` (the TLT paper's figures), `project.py`
-(whole-run days, GPU-hours, cost, energy), `plan.py` (the cluster shape for a budget or a deadline),
-`workload.py` (workload import and show: lengths from logs), `export.py` (export: a policy for vLLM,
-SGLang / FastRL or veRL) and `task.py` (task: task files). Importing them registers their commands
+`sd_curve.py` (sd-curve: SD's speedup by batch), `real.py` (model, capture, bench rollout, bench
+grpo), `drafter.py` (drafter train, convert, check), `train.py` (train, bench real), `paper.py`
+(the TLT paper's figures), `project.py` (whole-run days, GPU-hours, cost, energy), `plan.py` (the
+cluster shape for a budget or a deadline), `workload.py` (workload import and show: lengths from
+logs), `export.py` (export: a policy for vLLM, SGLang / FastRL or veRL) and `task.py` (task: task
+files). Importing them registers their commands
 on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
 """
 
@@ -19,6 +20,7 @@ from workbench.cli import profile  # noqa: F401
 from workbench.cli import gpu  # noqa: F401
 from workbench.cli import sd_curve  # noqa: F401
 from workbench.cli import real  # noqa: F401
+from workbench.cli import drafter  # noqa: F401
 from workbench.cli import train  # noqa: F401
 from workbench.cli import paper  # noqa: F401
 from workbench.cli import workload  # noqa: F401

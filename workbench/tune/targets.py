@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from workbench.contracts.profile import Profile, provenance_kind
 from workbench.contracts.workload import Workload
 from workbench.contracts.policy import DrafterKind
-from workbench.deploy.export import FASTRL_WARMUP_CHECKS
+from workbench.deploy.sglang import FASTRL_WARMUP_CHECKS
 
 ALGORITHMS = ("fixed", "beg", "ucb1", "egreedy")
 
