@@ -117,6 +117,7 @@ VERL_ROLLOUT_FIELDS = {
 VERL_ENGINE_KWARGS = {"vllm", "sglang", "trtllm"}
 
 DRAFTER = "traces/reference/drafter"
+REFERENCE_MODEL = Path(__file__).resolve().parents[2] / "traces" / "reference" / "model"
 
 
 def _fake_drafter(tmp_path: Path) -> Path:
@@ -166,10 +167,10 @@ def test_vllm_refuses_trees_and_notes_what_it_drops(tmp_path):
         export_policy(load_policy("tlt"), "vllm", _fake_drafter(tmp_path))
     exp = export_policy(load_policy("tlt-vllm"), "vllm", _fake_drafter(tmp_path))
     kinds = [n.split(":")[0] for n in exp.notes]
-    # The bandit; n-gram fallback; spot training; what was checked of the drafter and what was
-    # not (no target model given).
-    assert kinds == ["approximated", "dropped", "dropped", f"drafter {_fake_drafter(tmp_path)}",
-                     "not checked"]
+    # What was checked of the drafter and what was not (no target model given); the bandit;
+    # n-gram fallback; spot training.
+    assert kinds == [f"drafter {_fake_drafter(tmp_path)}", "not checked", "approximated",
+                     "dropped", "dropped"]
     assert all(f"#   - {n}" in exp.text for n in exp.notes)
     plain = yaml.safe_load(export_policy(load_policy("baseline"), "vllm").text)
     assert plain == {"max-num-seqs": 256}
@@ -321,6 +322,50 @@ def test_the_cli_writes_notes_and_refuses_before_writing(tmp_path):
     res = runner.invoke(app, ["export", "static-sd", "--to", "vllm", "--drafter", DRAFTER, "--out",
                               str(tmp_path / "x.json")])
     assert res.exit_code == 2 and ".yaml" in res.stderr
+
+
+# ---------------------------------------------------------- drafters as users name them
+
+
+@pytest.mark.needs_reference
+def test_export_takes_hub_ids_and_public_layouts(tmp_path, hub_cache, public_drafters):
+    """A hub id in the local cache is checked against the model and written as the id; one not in
+    the cache is written as it is, with a note; SafeAILab's layout and an EAGLE-3 head give
+    vLLM's method for them (and SGLang's algorithm)."""
+    hub_cache({"me/tiny-model": REFERENCE_MODEL, "me/tiny-EAGLE3": public_drafters["eagle3"]})
+    runner = CliRunner()
+    cases = [("me/tiny-EAGLE3", "eagle3", "match me/tiny-model"),
+             ("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3", "not in this machine's Hugging"),
+             (str(public_drafters["eagle-public"]), "eagle", "LlamaForCausalLM (vLLM "
+                                                           "EagleLlamaForCausalLM)")]
+    for drafter, method, said in cases:
+        out = tmp_path / "x.vllm.yaml"
+        res = runner.invoke(app, ["export", "tlt-vllm", "--to", "vllm", "--drafter", drafter,
+                                  "--model", "me/tiny-model", "--out", str(out)])
+        assert res.exit_code == 0, res.stderr
+        spec = yaml.safe_load(out.read_text())["speculative-config"]
+        model = drafter if "/" in drafter and not Path(drafter).exists() else str(
+            Path(drafter).resolve())
+        assert (spec["method"], spec["model"]) == (method, model)
+        assert said in out.read_text() and said in res.stderr
+    sh = tmp_path / "x.sglang.sh"
+    res = runner.invoke(app, ["export", "tlt", "--to", "sglang", "--drafter", "me/tiny-EAGLE3",
+                              "--out", str(sh)])
+    assert res.exit_code == 0 and "--speculative-algorithm EAGLE3" in sh.read_text()
+    assert "speculative.train.enable_drafter_training=false" in sh.read_text()
+
+
+@pytest.mark.needs_reference
+def test_export_refuses_a_drafter_that_does_not_fit_its_model(tmp_path, public_drafters):
+    bad = tmp_path / "head"
+    shutil.copytree(public_drafters["eagle3"], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "vocab_size": 151936}))
+    out = tmp_path / "x.vllm.yaml"
+    res = CliRunner().invoke(app, ["export", "tlt-vllm", "--to", "vllm", "--drafter", str(bad),
+                                   "--model", str(REFERENCE_MODEL), "--out", str(out)])
+    assert res.exit_code == 2 and not out.exists()
+    assert f"--drafter {bad}: vocabulary 151936 (config.json vocab_size)" in res.stderr
 
 
 # ---------------------------------------------------------- the targets' own parsers
