@@ -154,7 +154,10 @@ def _from_files(given: str, model: str, path: Path, method: str | None, need_loc
                            "EAGLE-3 head vLLM runs (config.json's architectures); give an EAGLE "
                            "or EAGLE-3 checkpoint")
     arch, checked = _architecture(given, head, method)
-    aux = _check_target(given, head, method, tgt, checked) if tgt and tgt.config else ()
+    if tgt and tgt.config:
+        aux = _check_target(given, head, method, tgt, checked)
+    else:  # the layers its config names; vLLM's default depends on the target
+        aux = (aux_layer_ids(head.config) or ()) if method == EAGLE3 else ()
     unchecked += _no_target(tgt)
     if head.weights:
         checked.append(f"{len(head.weights)} weight file(s), {len(head.tensors)} tensors")

@@ -90,7 +90,10 @@ def vllm_spec(policy: Policy, drafter: DrafterRef | None, max_num_seqs: int,
 
 def vllm_notes(policy: Policy, spec: dict[str, Any] | None, drafter: DrafterRef | None,
                target: str = "vllm") -> list[str]:
-    notes = trainer_notes(policy, target) + spot_training_note(policy, target)
+    """What the file cannot express, after what was and was not checked of its drafter."""
+    used = spec is not None and drafter is not None and spec["method"] == drafter.method
+    notes = (drafter.notes() if used else []) + trainer_notes(policy, target)
+    notes += spot_training_note(policy, target)
     if policy.uses_sd and policy.sd_warmup_steps > 0:
         notes.append(f"dropped: sd_warmup_steps {policy.sd_warmup_steps} (FastRL's "
                      "adaptive_spec_warmup_checks): vLLM's table turns SD back on at once when the "
@@ -98,8 +101,6 @@ def vllm_notes(policy: Policy, spec: dict[str, Any] | None, drafter: DrafterRef 
     if spec is None:
         notes.append("the policy does not use speculative decoding: plain decoding"
                      + (", no speculative-config" if target == "vllm" else ""))
-    elif drafter is not None and spec["method"] == drafter.method:
-        notes += drafter.notes()
     return notes
 
 
@@ -130,8 +131,9 @@ def verl_export(policy: Policy, drafter: DrafterRef | None, max_num_seqs: int) -
         if policy.drafter.kind != DrafterKind.EAGLE:
             raise ExportError(f"verl: policy '{policy.name}': tree strategies need drafter.kind "
                               "'eagle'")
-        kwargs, notes = upstream_sglang_kwargs(policy, drafter)
-        notes = trainer_notes(policy, "verl") + spot_training_note(policy, "verl") + notes
+        kwargs, checked, approx = upstream_sglang_kwargs(policy, drafter)
+        notes = (checked + trainer_notes(policy, "verl") + spot_training_note(policy, "verl")
+                 + approx)
         rollout["engine_kwargs"] = {"sglang": kwargs}
     else:
         spec = vllm_spec(policy, drafter, max_num_seqs, "verl")

@@ -181,7 +181,7 @@ def sglang_parts(policy: Policy,
     except EngineConfigError as exc:
         raise ExportError(f"sglang: {exc}") from None
     args, overrides = fastrl_eagle(policy, ref, buckets)
-    return args, overrides, fastrl_notes(policy, buckets, ref) + ref.notes()
+    return args, overrides, ref.notes() + fastrl_notes(policy, buckets, ref)
 
 
 def sglang_export(policy: Policy, drafter: DrafterRef | None, max_num_seqs: int) -> Export:
@@ -203,10 +203,10 @@ def sglang_export(policy: Policy, drafter: DrafterRef | None, max_num_seqs: int)
 
 
 
-def upstream_sglang_kwargs(policy: Policy,
-                           drafter: DrafterRef | None) -> tuple[dict[str, Any], list[str]]:
+def upstream_sglang_kwargs(policy: Policy, drafter: DrafterRef | None
+                           ) -> tuple[dict[str, Any], list[str], list[str]]:
     """veRL's engine_kwargs.sglang (upstream SGLang's ServerArgs names) for a tree policy: one
-    strategy."""
+    strategy. Returns them, what was checked of the drafter, and the one-strategy note."""
     buckets = sd_buckets(policy, "verl")
     try:
         ref = eagle_drafter(policy, drafter)
@@ -223,4 +223,4 @@ def upstream_sglang_kwargs(policy: Policy,
             f"({last.min_batch}-{last.max_batch}), where a larger tree costs most; per-bucket "
             f"trees and SD off above sd_threshold {policy.sd_threshold} need FastRL (tlt export "
             "--to sglang)")
-    return kwargs, [note, *ref.notes()]
+    return kwargs, ref.notes(), [note]
