@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: app test test-browser chromium bench clean gpu-check gpu-wheels golden
+.PHONY: app test test-browser chromium bench clean gpu-check gpu-wheels golden parsers
 
 # Reinstall whenever pyproject.toml changes; -e so the checkout is what runs.
 $(STAMP): pyproject.toml
@@ -28,14 +28,30 @@ app: $(STAMP)
 	@test -x $(CHROMIUM) || $(MAKE) chromium || echo "No Chromium: figure PNG/SVG downloads are off."
 	$(BIN)/streamlit run app.py $(if $(ADDRESS),--server.address $(ADDRESS))
 
+# The parsers tests/workbench/test_export.py hands the exported files to: SGLang's ServerArgs and veRL's
+# rollout config. Installed without their dependencies (those are CUDA builds) into their own folder, which
+# only the tests' subprocess puts on sys.path: hydra-core (veRL) pins antlr4 4.9, .venv keeps math-verify's
+# 4.13. Reinstalled when this file changes.
+PARSERS := .parsers
+PARSER_PACKAGES := sglang==0.5.23 orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1 verl==0.9.1 \
+  tensordict==0.15.3 pyvers==0.2.3 omegaconf==2.4.0 codetiming==1.4.0 hydra-core==1.3.8 \
+  antlr4-python3-runtime==4.9.3
+$(PARSERS)/.installed: Makefile $(STAMP)
+	rm -rf $(PARSERS)
+	$(BIN)/python -m pip install --no-deps --target $(PARSERS) $(PARSER_PACKAGES)
+	touch $@
+
+parsers: $(PARSERS)/.installed
+
 # TLT_REQUIRE_BROWSER: with Chromium just installed, a browser test that cannot start fails instead of skipping.
+# TLT_REQUIRE_PARSERS: likewise the parser checks, with .parsers just installed.
 # Two pytest workers, a test file each at a time (module fixtures such as test_train's runs stay in one
 # worker): much of the suite waits on engine and browser start-up, so two workers overlap on two cores.
 TEST_WORKERS ?= 2
 # ruff first (seconds): a lint error fails before the long suite starts.
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(PARSERS)/.installed
 	$(BIN)/ruff check .
-	TLT_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	TLT_REQUIRE_BROWSER=1 TLT_REQUIRE_PARSERS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Only the end-to-end tests: `streamlit run app.py` on a free port, each page in headless Chromium.
 test-browser: $(STAMP) $(CHROMIUM)
@@ -79,4 +95,4 @@ gpu-wheels:
 	  --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS),@echo "gpu-wheels: none needed (GPU_WHEELS is empty)")
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) $(PARSERS) *.egg-info .pytest_cache

@@ -45,7 +45,7 @@ from typing import Sequence
 import torch
 
 from real.drafter.eagle import load_target
-from real.drafter.records import HiddenRecord
+from real.drafter.records import HiddenRecord, drafter_states, split_states
 from real.packing import packed_forward, token_chunks
 from real.torch_utils import autocast, pad_right, torch_settings, train_device
 from workbench.contracts.fileio import write_dir_atomic
@@ -71,6 +71,8 @@ class GRPOConfig:
     # padded: sequences per forward, gradients accumulating over a minibatch's (veRL's micro-batch
     # per GPU; memory only); 0: the whole minibatch in one forward
     micro_batch: int = 0
+    # target layers whose states the hidden records carry too (an EAGLE-3 drafter's inputs)
+    drafter_layers: tuple[int, ...] = ()
 
 
 @dataclass
@@ -120,7 +122,8 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[int],
 
 
 def padded_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int],
-                   hidden: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+                   hidden: bool = False, layers: Sequence[int] = ()
+                   ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """`packed_forward`'s contract with one right-padded forward (the path before packing)."""
     for s, p in zip(sequences, prompt_lens):
         if not 1 <= p <= len(s):
@@ -130,9 +133,7 @@ def padded_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Seque
     ids, mask = pad_right(seqs)
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
-    # Not real.drafter.eagle.target_hidden_states: that one is no-grad only and keeps a KV cache.
-    # The hidden state is hidden_states[-1] as there: the final-norm output, equal to
-    # last_hidden_state.
+    # Not real.drafter.eagle.target_hidden_states (no-grad only, a KV cache); the same states.
     out = model(input_ids=ids, attention_mask=mask.long(), output_hidden_states=hidden,
                 use_cache=False)
     logits = out.logits[:, :-1].float()
@@ -141,7 +142,7 @@ def padded_forward(model, sequences: Sequence[Sequence[int]], prompt_lens: Seque
     lps = [tok_lp[i, p - 1: len(s) - 1] for i, (s, p) in enumerate(zip(seqs, prompt_lens))]
     if not hidden:
         return lps, None
-    h = out.hidden_states[-1]
+    h = drafter_states(out.hidden_states, layers)
     # clone: a slice would keep the whole padded batch alive for as long as the record lives.
     return lps, [h[i, : len(s)].detach().float().cpu().clone() for i, s in enumerate(seqs)]
 
@@ -266,9 +267,9 @@ class GRPOTrainer:
 
     def _forward(self, model, seqs: Sequence[Sequence[int]], plens: Sequence[int],
                  hidden: bool = False):
+        run = packed_forward if self.config.pack else padded_forward
         with autocast(self.device):
-            return (packed_forward if self.config.pack else padded_forward)(model, seqs, plens,
-                                                                            hidden=hidden)
+            return run(model, seqs, plens, hidden, self.config.drafter_layers if hidden else ())
 
     def _before_update(self, seqs: list[list[int]], plens: list[int], keep_hidden: bool
                        ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[HiddenRecord]]:
@@ -284,7 +285,8 @@ class GRPOTrainer:
                 lps, hidden = self._forward(self._model, s, p, hidden=keep_hidden)
                 old += lps
                 if hidden is not None:
-                    records += [HiddenRecord(token_ids=x, hidden=h) for x, h in zip(s, hidden)]
+                    size = hidden[0].shape[-1] // (1 + len(self.config.drafter_layers))
+                    records += [split_states(x, h, size) for x, h in zip(s, hidden)]
                 if self.reference is not None:
                     ref += self._forward(self.reference, s, p)[0]
         return old, ref, records

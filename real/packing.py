@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 import torch
 
+from real.drafter.records import drafter_states
 from real.span_attention import attend, packed_spans
 
 VARLEN = "tlt_varlen"
@@ -128,23 +129,27 @@ def pack(sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int]) -> Pack
 
 
 def packed_forward(
-    model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int], hidden: bool = False
+    model, sequences: Sequence[Sequence[int]], prompt_lens: Sequence[int], hidden: bool = False,
+    layers: Sequence[int] = (),
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per sequence, the log-probs of its response tokens and (with `hidden`) its final-norm hidden
-    states over all its positions (a detached float32 CPU copy); one forward of the packed row.
-    Differentiable unless called under no_grad. `model`: a Qwen2/Llama-style causal LM (`.model`
-    the decoder, `.lm_head` its head)."""
+    states over all its positions (a detached float32 CPU copy), followed on the last axis by the
+    states entering `layers` (an EAGLE-3 head's: real/drafter/records.py's `drafter_states`); one
+    forward of the packed row. Differentiable unless called under no_grad. `model`: a
+    Qwen2/Llama-style causal LM (`.model` the decoder, `.lm_head` its head)."""
     _register()
     row = pack(sequences, prompt_lens)
     device = next(model.parameters()).device
     with attention(model, VARLEN):
         row_spans = packed_spans(row.spans, device)  # the offsets built once for every layer
-        h = model.model(
+        out = model.model(
             input_ids=row.input_ids.to(device),
             position_ids=row.position_ids.to(device),
             use_cache=False,
             tlt_spans=row_spans,
-        ).last_hidden_state[0]
+            output_hidden_states=bool(layers),
+        )
+    h = out.last_hidden_state[0]
     logits = model.lm_head(h[row.predict_at.to(device)]).float()
     targets = row.targets.to(device)
     # log_softmax gathered without materialising a second [R, V] tensor (vocabularies are large).
@@ -152,8 +157,9 @@ def packed_forward(
     lps = list(tok_lp.split(row.response_lens))
     if not hidden:
         return lps, None
+    states = drafter_states(out.hidden_states, layers)[0] if layers else h
     # clone: a slice would keep the whole row alive for as long as the record lives.
-    return lps, [h[s:e].detach().float().cpu().clone() for s, e in row.spans]
+    return lps, [states[s:e].detach().float().cpu().clone() for s, e in row.spans]
 
 
 def token_chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:

@@ -25,6 +25,10 @@ REFERENCE = ROOT / "traces" / "reference"
 # TLT_TEST_MODEL: run the real-backend tests on another model directory.
 REFERENCE_MODEL = Path(os.environ.get("TLT_TEST_MODEL", REFERENCE / "model"))
 REFERENCE_DRAFTER = REFERENCE / "drafter"
+HUB_REVISION = "0" * 40  # the revision `hub_cache` files its snapshots under
+# the same EAGLE head in SafeAILab's public layout, and an EAGLE-3 head (SpecForge's layout)
+PUBLIC_DRAFTERS = {"eagle-public": REFERENCE / "drafter-public",
+                   "eagle3": REFERENCE / "drafter-eagle3"}
 
 
 def _installed(*modules: str) -> bool:
@@ -34,7 +38,8 @@ def _installed(*modules: str) -> bool:
 HAVE_TORCH = _installed("torch", "transformers", "safetensors")
 HAVE_VLLM = HAVE_TORCH and _installed("vllm")
 HAVE_REFERENCE = ((REFERENCE_MODEL / "config.json").is_file()
-                  and (REFERENCE_DRAFTER / "config.json").is_file())
+                  and all((d / "config.json").is_file()
+                          for d in (REFERENCE_DRAFTER, *PUBLIC_DRAFTERS.values())))
 
 _NEEDS = {
     "needs_torch": (HAVE_TORCH,
@@ -75,6 +80,34 @@ def reference_model() -> Path:
 @pytest.fixture(scope="session")
 def reference_drafter() -> Path:
     return REFERENCE_DRAFTER
+
+
+@pytest.fixture(scope="session")
+def public_drafters() -> dict[str, Path]:
+    """The shipped public-layout heads of the reference model: 'eagle-public', 'eagle3'."""
+    return PUBLIC_DRAFTERS
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """`hub_cache({hub id: directory})`: a Hugging Face hub cache in huggingface_hub's layout
+    (models--OWNER--NAME/refs/main, snapshots/REVISION/) holding copies of the directories, set as
+    this test's HF_HUB_CACHE; returns the cache folder. Nothing is downloaded."""
+    import shutil
+
+    root = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+
+    def make(repos: dict[str, Path]) -> Path:
+        for repo, src in repos.items():
+            base = root / ("models--" + repo.replace("/", "--"))
+            (base / "refs").mkdir(parents=True)
+            (base / "refs" / "main").write_text(HUB_REVISION)
+            shutil.copytree(src, base / "snapshots" / HUB_REVISION)
+        root.mkdir(exist_ok=True)
+        return root
+
+    return make
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("workbench", "sim", "real")
-SKIP_DIRS = {".git", ".venv", "__pycache__", "node_modules", ".pytest_cache", ".ruff_cache"}
+SKIP_DIRS = {".git", ".venv", ".parsers", "__pycache__", "node_modules", ".pytest_cache",
+             ".ruff_cache"}
 FILE_KINDS = "py|md"
 # A path: folders then a file, not inside a longer path, a URL or a wildcard.
 PATH = re.compile(rf"(?<![\w/.:*~<-])((?:[\w.-]+/)+[\w-]+\.(?:{FILE_KINDS}))(?![\w/*])")

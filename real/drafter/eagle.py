@@ -31,6 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from real.drafter.layers import MLP, Attention, RMSNorm, layer_output, rotated_qkv
+from real.drafter.records import drafter_states
 from real.span_attention import Spans, attend, packed_spans
 
 REG_WEIGHT = 1.0  # hidden-state regression (smooth L1), as EAGLE
@@ -86,7 +88,9 @@ class EagleConfig:
             initializer_range=float(getattr(text, "initializer_range", 0.02)),
         )
 
-    def to_llama_config(self, target_cfg: Any = None):
+    def to_llama_config(self, target_cfg: Any = None, architecture: str = ARCHITECTURE):
+        """The checkpoint's config.json; `architecture` "LlamaForCausalLM" with `bias: false`
+        for SafeAILab's public layout (vLLM renames it EagleLlamaForCausalLM)."""
         from transformers import LlamaConfig
 
         extra = {}
@@ -111,7 +115,9 @@ class EagleConfig:
             initializer_range=self.initializer_range,
             **extra,
         )
-        cfg.architectures = [ARCHITECTURE]
+        cfg.architectures = [architecture]
+        if architecture != ARCHITECTURE:
+            cfg.bias = False  # SafeAILab's EAGLE reads it: no bias on fc
         import transformers
 
         if int(transformers.__version__.split(".")[0]) >= 5:
@@ -121,66 +127,16 @@ class EagleConfig:
         return cfg
 
 
+def check_same_sizes(target_model: nn.Module, hidden_size: int, vocab_size: int) -> None:
+    """A new target must keep the hidden size and vocabulary a drafter reads."""
+    cfg = EagleConfig.from_target_config(target_model.config)
+    if (cfg.hidden_size, cfg.vocab_size) != (hidden_size, vocab_size):
+        raise ValueError(f"the new target's hidden size and vocabulary ({cfg.hidden_size}, "
+                         f"{cfg.vocab_size}) differ from the drafter's ({hidden_size}, "
+                         f"{vocab_size})")
+
+
 # ---------------------------------------------------------------- the module
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-class Attention(nn.Module):
-    def __init__(self, cfg: EagleConfig):
-        super().__init__()
-        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, self.nh * self.hd, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.nkv * self.hd, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.nkv * self.hd, bias=False)
-        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
-        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd))
-        self.register_buffer("inv_freq", inv, persistent=False)
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor,
-                spans: Spans | None = None) -> torch.Tensor:
-        b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
-        freqs = positions.to(torch.float32)[..., None] * self.inv_freq  # [b, t, hd/2]
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # neox-style RoPE, as vLLM's Llama
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        if self.nkv != self.nh:
-            k = k.repeat_interleave(self.nh // self.nkv, dim=1)
-            v = v.repeat_interleave(self.nh // self.nkv, dim=1)
-        if spans is not None:  # a packed row: causal within each sequence only
-            return self.o_proj(attend(q, k, v, spans).reshape(b, t, self.nh * self.hd))
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg: EagleConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
@@ -194,34 +150,29 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor,
                 spans: Spans | None = None) -> torch.Tensor:
-        y = x + self.self_attn(x, positions, spans)
-        return y + self.mlp(self.post_attention_layernorm(y))
+        q, k, v = rotated_qkv(self.self_attn, x, positions)
+        if spans is not None:  # a packed row: causal within each sequence only
+            return layer_output(self, x, attend(q, k, v, spans).transpose(1, 2))
+        return layer_output(self, x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
 class EagleDrafter(nn.Module):
-    """One decoder layer on `fc(concat(embedding, target hidden))`; the target's embedding and LM
-    head."""
+    """One decoder layer on `fc(concat(embedding, target hidden))`; the target's embedding (or the
+    head's own, `own_embed`: a public head that ships one, as vLLM then uses it) and LM head."""
 
     SHARED = ("embed_tokens", "lm_head")
+    method = "eagle"  # vLLM's name
+    aux_layers: tuple[int, ...] = ()  # reads the target's final hidden state only
 
-    def __init__(
-        self,
-        cfg: EagleConfig,
-        embed_tokens: nn.Module | None = None,
-        lm_head: nn.Module | None = None,
-    ):
+    def __init__(self, cfg: EagleConfig, embed_tokens: nn.Module | None = None,
+                 lm_head: nn.Module | None = None, own_embed: bool = False):
         super().__init__()
         self.config = cfg
-        self.embed_tokens = (
-            embed_tokens
-            if embed_tokens is not None
-            else nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        )
-        self.lm_head = (
-            lm_head
-            if lm_head is not None
-            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        )
+        self.own_embed = own_embed
+        self.embed_tokens = (embed_tokens if embed_tokens is not None
+                             else nn.Embedding(cfg.vocab_size, cfg.hidden_size))
+        self.lm_head = (lm_head if lm_head is not None
+                        else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False))
         for m in (self.embed_tokens, self.lm_head):
             m.requires_grad_(False)
         self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
@@ -242,6 +193,44 @@ class EagleDrafter(nn.Module):
         """A fresh drafter sharing (and freezing) the target's embedding and LM head."""
         cfg = EagleConfig.from_target_config(target_model.config)
         return cls(cfg, target_model.get_input_embeddings(), target_model.get_output_embeddings())
+
+    def on_target(self, target_model: nn.Module) -> "EagleDrafter":
+        """A drafter of this one's shape on `target_model` (weights not copied; an own embedding
+        stays this head's)."""
+        embed = self.embed_tokens if self.own_embed else target_model.get_input_embeddings()
+        return EagleDrafter(self.config, embed, target_model.get_output_embeddings(),
+                            self.own_embed)
+
+    def share_target(self, target_model: nn.Module) -> None:
+        """After a policy update: the new target's embedding (unless the head has its own) and LM
+        head, frozen; refused when its hidden size or vocabulary differ from the drafter's."""
+        check_same_sizes(target_model, self.config.hidden_size, self.config.vocab_size)
+        if not self.own_embed:
+            self.embed_tokens = target_model.get_input_embeddings().requires_grad_(False)
+        self.lm_head = target_model.get_output_embeddings().requires_grad_(False)
+
+    # The steps vLLM's proposer runs (real/drafter/chains.py), the same for EAGLE and EAGLE-3.
+
+    @property
+    def decoder(self) -> nn.Module:
+        return self.layers[0]
+
+    def chain_input(self, tokens: torch.Tensor, hidden: torch.Tensor,
+                    first: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """(attention input, residual) at positions reading `tokens` and `hidden` (the target's at
+        the context, the drafter's own output after: the same arithmetic)."""
+        x = self.fc(torch.cat((self.embed_tokens(tokens).to(hidden.dtype), hidden), dim=-1))
+        return x, x
+
+    def chain_output(self, residual: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        return layer_output(self.decoder, residual, attn_out)
+
+    def draft_tokens(self, out: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(out).argmax(-1)
+
+    def target_tokens(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's greedy token after each position of its final hidden states."""
+        return self.lm_head(hidden).argmax(-1)
 
     def forward(
         self,
@@ -290,9 +279,11 @@ class EagleDrafter(nn.Module):
         self.load_state_dict({**self.state_dict(), **state})
 
     def drafter_state_dict(self) -> dict[str, torch.Tensor]:
-        """The trained weights, named as vLLM's EagleLlamaForCausalLM loads them."""
+        """The head's weights, named as vLLM's EagleLlamaForCausalLM loads them (an own embedding
+        included, frozen)."""
+        shared = ("lm_head",) if self.own_embed else self.SHARED
         return {k: v.detach().cpu().contiguous().clone() for k, v in self.state_dict().items()
-                if k.split(".")[0] not in self.SHARED}
+                if k.split(".")[0] not in shared}
 
 
 # ---------------------------------------------------------------- loss and target features
@@ -325,14 +316,17 @@ def eagle_loss(
 
 @torch.no_grad()
 def target_hidden_states(
-    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    aux_layers: Sequence[int] = (),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(hidden [B, T, H], logits [B, T, V]) of a `transformers` causal LM over `input_ids`.
 
     `hidden` is `hidden_states[-1]` of a forward with `output_hidden_states=True`: the output of
-    the final norm (equal to `last_hidden_state`), which is what vLLM passes to EAGLE."""
+    the final norm (equal to `last_hidden_state`), which is what vLLM passes to EAGLE; with
+    `aux_layers` (an EAGLE-3 head's) those layers' states follow it on the last axis
+    (real/drafter/records.py's `drafter_states`)."""
     out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-    return out.hidden_states[-1], out.logits
+    return drafter_states(out.hidden_states, aux_layers), out.logits
 
 
 def load_target(model_dir: str | Path) -> nn.Module:

@@ -13,7 +13,7 @@ module is that trainer, on top of real/drafter/ (the drafter and its loss in `ea
   told. The optimiser (AdamW, constant learning rate: a spot run has no known length) and the
   minibatch generator persist across calls, so many short spot runs make one training run.
 - `set_target` swaps in the updated policy's embedding and LM head after the policy update
-  (shared with the drafter and frozen, as in vLLM).
+  (shared with the drafter and frozen, as in vLLM; a head's own embedding stays).
 - `average_states` merges the drafter copies that several idle workers trained, weighted by
   the steps each did.
 - `estimate_accept_len` measures what the drafter is worth to the rollout: the expected tokens
@@ -35,14 +35,14 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from real.drafter import ngram
+from real.drafter.chains import chain_accepts, chain_starts
 from real.drafter.checkpoint import load_drafter
-from real.drafter.eagle import EagleConfig, EagleDrafter, load_target, rotate_half
+from real.drafter.eagle import EagleDrafter, load_target
+from real.drafter.eagle3 import Eagle3Drafter
 from real.drafter.records import HiddenRecord
-from real.drafter.training import DrafterTrainConfig, featurize, train_step
-from real.torch_utils import pad_right
+from real.drafter.training import DrafterTrainConfig, featurize_records, train_records
 
 SPOT_STATE_VERSION = 1
 
@@ -88,8 +88,9 @@ class SpotTrainer:
 
     `target`: a model directory (loaded with `load_target`) or a loaded `transformers` causal
     LM; only its embedding and LM head are used by the drafter (shared, frozen), and its forward
-    by `hidden_records`. `drafter_dir`: a saved drafter to go on training (`load_drafter`), else
-    a fresh `EagleDrafter.from_target` initialised from `seed` (the global torch RNG is left as
+    by `hidden_records`. `drafter_dir`: a saved EAGLE or EAGLE-3 head to go on training
+    (`load_drafter`: ours or a public one), else a fresh `EagleDrafter.from_target` initialised
+    from `seed` (the global torch RNG is left as
     it was). Training is deterministic for a seed and a sequence of calls. A module passed in
     is put in eval mode and frozen (its embedding and LM head become the drafter's): pass a copy
     of a policy that is still being trained."""
@@ -115,8 +116,8 @@ class SpotTrainer:
     def hidden_records(self, sequences: Sequence[Sequence[int]]) -> list[HiddenRecord]:
         """The target's hidden states over fresh sequences (no grad), truncated to `max_len`
         tokens. Sequences shorter than 3 tokens are skipped (as `featurize` does)."""
-        feats = featurize(self.target, sequences, self.config.max_len, self.config.batch_size)
-        return [HiddenRecord(ids.tolist(), hidden) for ids, hidden in feats]
+        return featurize_records(self.target, sequences, self.config.max_len,
+                                 self.config.batch_size, self.drafter.aux_layers)
 
     # ------------------------------------------------------------ training
 
@@ -126,9 +127,7 @@ class SpotTrainer:
         set, `max_steps` steps are done, or at once when no record has 2 tokens. `stop` is
         checked before each drafter step; nothing else is waited on."""
         t0 = time.perf_counter()
-        max_len = self.config.max_len
-        data = [(torch.as_tensor(r.token_ids[:max_len], dtype=torch.long), r.hidden[:max_len])
-                for r in records if len(r.token_ids) >= 2]
+        data = [r for r in records if len(r.token_ids) >= 2]
         done, stopped, loss, top1 = 0, False, 0.0, 0.0
         self.drafter.train()
         while data:
@@ -139,10 +138,8 @@ class SpotTrainer:
                 break
             idx = torch.randint(len(data), (min(self.config.batch_size, len(data)),),
                                 generator=self.generator).tolist()
-            ids, mask = pad_right([data[i][0] for i in idx])
-            hidden, _ = pad_right([data[i][1] for i in idx])
-            parts = train_step(self.drafter, self.optimizer, hidden, ids, mask, self.config,
-                               self.generator)
+            parts = train_records(self.drafter, self.optimizer, [data[i] for i in idx],
+                                  self.config, self.generator)
             done += 1
             self.steps += 1
             loss += parts["loss"]
@@ -157,15 +154,8 @@ class SpotTrainer:
         """After the policy update: the drafter shares (frozen) the new target's embedding and
         LM head. The drafter's own weights and the optimiser state carry over."""
         target = _as_target(target_model_dir_or_module)
-        cfg = EagleConfig.from_target_config(target.config)
-        if cfg != self.drafter.config:
-            raise ValueError(f"the new target's shapes differ from the drafter's: {cfg} vs "
-                             f"{self.drafter.config}")
+        self.drafter.share_target(target)
         self.target = target
-        self.drafter.embed_tokens = target.get_input_embeddings()
-        self.drafter.lm_head = target.get_output_embeddings()
-        for m in (self.drafter.embed_tokens, self.drafter.lm_head):
-            m.requires_grad_(False)
 
     # ------------------------------------------------------------ state
 
@@ -195,17 +185,17 @@ class SpotTrainer:
 
     @torch.no_grad()
     def estimate_accept_len(self, records: Sequence[HiddenRecord], k: int, max_starts: int = 64,
-                            drafter: EagleDrafter | None = None,
+                            drafter: EagleDrafter | Eagle3Drafter | None = None,
                             stop: threading.Event | None = None) -> float:
         """Expected tokens per verify pass with a chain draft of `k` tokens under greedy
         verification: 1 + the mean number of leading draft tokens the target accepts.
 
         At each start position t of a record (up to `max_starts` per record, evenly spaced) the
-        drafter runs as vLLM's EAGLE proposer does: its context is the pairs (hidden[i],
-        token[i+1]) for i <= t, then k steps autoregressively, each feeding back its own
-        predicted hidden state and argmax token at the next position. Draft token j is
-        accepted when all before it were and it equals the target's argmax
-        `lm_head(hidden[t+j])`. That reference is the target's greedy choice only while the
+        drafter runs as vLLM's EAGLE / EAGLE-3 proposer does (real/drafter/chains.py): its
+        context is the pairs (target state at i, token[i+1]) for i <= t, then k steps
+        autoregressively, each feeding back its own output and argmax token at the next position.
+        Draft token j is accepted when all before it were and it equals the target's argmax
+        after position t+j. That reference is the target's greedy choice only while the
         record's own tokens follow the accepted drafts; where a sampled record leaves them, its
         hidden states say nothing about the greedy path and the chain is cut there. So the
         estimate is exact on greedy records and a lower bound on sampled ones.
@@ -216,17 +206,17 @@ class SpotTrainer:
         drafter = drafter or self.drafter
         drafter.eval()
         accepted = []
-        for ids, hidden, ref, starts in self._chain_starts(records, k, max_starts):
+        for ids, inputs, ref, starts in chain_starts(drafter, records, k, max_starts):
             if stop is not None and stop.is_set():
                 return float("nan")
-            accepted.append(self._chain_accepts(ids, hidden, ref, starts, k, drafter))
+            accepted.append(chain_accepts(drafter, ids, inputs, ref, starts, k))
         return 1.0 + torch.cat(accepted).float().mean().item()
 
-    def static_drafter(self, state: dict[str, torch.Tensor]) -> EagleDrafter:
+    def static_drafter(self, state: dict[str, torch.Tensor]) -> EagleDrafter | Eagle3Drafter:
         """A drafter with the weights `state` on this trainer's current target (its embedding and LM
         head, as vLLM shares the reloaded target's): e.g. the run's initial drafter, never
         trained."""
-        drafter = EagleDrafter.from_target(self.target)
+        drafter = self.drafter.on_target(self.target)
         drafter.load_drafter_state_dict(state)
         return drafter.eval()
 
@@ -239,7 +229,7 @@ class SpotTrainer:
         (real/drafter/ngram.py). A start where the lookup finds no match drafts nothing and counts
         as one token per pass, as it decodes. `stop`: as for `estimate_accept_len`."""
         accepted: list[torch.Tensor] = []
-        for ids, _, ref, starts in self._chain_starts(records, k, max_starts):
+        for ids, _, ref, starts in chain_starts(self.drafter, records, k, max_starts):
             if stop is not None and stop.is_set():
                 return float("nan")
             tokens = ids.tolist()
@@ -250,115 +240,13 @@ class SpotTrainer:
                     if d != int(ref[t + j]):
                         break
                     count += 1
-                    # as in _chain_accepts: the next reference holds only if the record went on
+                    # as in chain_accepts: the next reference holds only if the record went on
                     # with d
                     if j < k and tokens[t + j + 1] != d:
                         break
                 counts.append(count)
             accepted.append(torch.as_tensor(counts, dtype=torch.long))
         return 1.0 + torch.cat(accepted).float().mean().item()
-
-    def _chain_starts(self, records: Sequence[HiddenRecord], k: int, max_starts: int):
-        """Per record long enough for a chain of `k`: its ids, hidden states, the target's greedy
-        token after each position (`lm_head(hidden)`) and up to `max_starts` evenly spaced
-        starts."""
-        if k < 1:
-            raise ValueError(f"k must be at least 1, not {k}")
-        out = []
-        for r in records:
-            ids = torch.as_tensor(r.token_ids, dtype=torch.long)
-            hidden = r.hidden.to(torch.float32)
-            # the chain at start t is judged against lm_head(hidden[t+1..t+k])
-            last = len(ids) - 1 - k
-            if last < 0:
-                continue
-            starts = torch.linspace(0, last, min(max_starts, last + 1)).round().long().unique()
-            out.append((ids, hidden, self.drafter.lm_head(hidden).argmax(-1), starts))
-        if not out:
-            raise ValueError(f"no record has the {k + 2} tokens a chain of {k} needs")
-        return out
-
-    def _chain_accepts(self, ids: torch.Tensor, hidden: torch.Tensor, ref: torch.Tensor,
-                       starts: torch.Tensor, k: int, drafter: EagleDrafter) -> torch.Tensor:
-        """Accepted draft tokens for chains starting at each of `starts` in one record."""
-        rows = len(starts)
-        alive = torch.ones(rows, dtype=torch.bool)
-        count = torch.zeros(rows, dtype=torch.long)
-        for j, d in enumerate(chain_drafts(drafter, ids, hidden, starts, k), start=1):
-            alive &= d == ref[starts + j]
-            count += alive.long()
-            if j < k:
-                # the next reference, lm_head(hidden[t+j+1]), holds only if the record went on
-                # with d
-                alive &= ids[starts + j + 1] == d
-        return count
-
-
-@torch.no_grad()
-def chain_drafts(drafter: EagleDrafter, ids: torch.Tensor, hidden: torch.Tensor,
-                 starts: torch.Tensor, k: int):
-    """The `k` tokens the drafter proposes after each start t of one record, as vLLM's EAGLE
-    proposer runs it: its context is the pairs (hidden[i], ids[i+1]) for i <= t, then it feeds back
-    its own predicted hidden state and argmax token, position after position. Yields one [starts]
-    tensor of draft tokens per draft step.
-
-    The same arithmetic as `drafter.predict_hidden` over [context; drafts so far] for every step
-    (causal attention: a position sees only earlier ones), but the context's keys and values are
-    computed once for all starts and each step computes only the new positions, so the cost of a
-    chain does not grow with the context times the draft length."""
-    layer = drafter.layers[0]
-    attn = layer.self_attn
-    last = int(starts.max())
-    x = drafter.fc(torch.cat((drafter.embed_tokens(ids[1: last + 2]).to(hidden.dtype),
-                              hidden[: last + 1]), dim=-1))
-    q, key, val = _qkv(attn, x[None], torch.arange(last + 1)[None])  # [1, heads, T, hd]
-    out = F.scaled_dot_product_attention(q, key, val, is_causal=True)
-    g = _layer_rest(layer, x[None], out)[0][starts]  # step 1: the context's own output at t
-    d = drafter.lm_head(g).argmax(-1)
-    yield d
-    span = torch.arange(last + 1)
-    # context mask per start: keys at positions <= t
-    ctx_mask = (span[None, :] <= starts[:, None])[:, None, None, :]  # [S, 1, 1, T]
-    keys, vals = [], []
-    for j in range(2, k + 1):
-        # [S, 1, H]
-        xs = drafter.fc(torch.cat((drafter.embed_tokens(d).to(g.dtype), g), dim=-1))[:, None]
-        qs, ks, vs = _qkv(attn, xs, (starts + j - 1)[:, None])  # [S, heads, 1, hd]
-        keys.append(ks)
-        vals.append(vs)
-        k_all = torch.cat((key.expand(len(starts), -1, -1, -1), *keys), dim=2)
-        v_all = torch.cat((val.expand(len(starts), -1, -1, -1), *vals), dim=2)
-        mask = torch.cat((ctx_mask, torch.ones(len(starts), 1, 1, len(keys), dtype=torch.bool)),
-                         dim=-1)
-        o = F.scaled_dot_product_attention(qs, k_all, v_all, attn_mask=mask)
-        g = _layer_rest(layer, xs, o)[:, 0]
-        d = drafter.lm_head(g).argmax(-1)
-        yield d
-
-
-def _qkv(attn: nn.Module, x: torch.Tensor, positions: torch.Tensor):
-    """The attention's rotated queries and keys and its values, heads repeated for grouped KV
-    (as `Attention.forward` computes them): each [B, heads, T, head_dim]."""
-    b, t, _ = x.shape
-    q = attn.q_proj(x).view(b, t, attn.nh, attn.hd).transpose(1, 2)
-    k = attn.k_proj(x).view(b, t, attn.nkv, attn.hd).transpose(1, 2)
-    v = attn.v_proj(x).view(b, t, attn.nkv, attn.hd).transpose(1, 2)
-    freqs = positions.to(torch.float32)[..., None] * attn.inv_freq
-    emb = torch.cat((freqs, freqs), dim=-1)[:, None]
-    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-    q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-    if attn.nkv != attn.nh:
-        k = k.repeat_interleave(attn.nh // attn.nkv, dim=1)
-        v = v.repeat_interleave(attn.nh // attn.nkv, dim=1)
-    return q, k, v
-
-
-def _layer_rest(layer: nn.Module, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
-    """The decoder layer after its attention kernel: output projection, residual, MLP."""
-    b, t, _ = x.shape
-    attn = layer.self_attn
-    y = x + attn.o_proj(attn_out.transpose(1, 2).reshape(b, t, attn.nh * attn.hd))
-    return y + layer.mlp(layer.post_attention_layernorm(y))
 
 
 def average_states(states: Sequence[dict[str, torch.Tensor]],
@@ -376,9 +264,12 @@ def average_states(states: Sequence[dict[str, torch.Tensor]],
     total = float(sum(weights))
     used = [(s, w / total) for s, w in zip(states, weights) if w > 0]
     out = {}
-    for name in states[0]:
+    for name, first in states[0].items():
+        if not first.is_floating_point():  # an EAGLE-3 head's vocabulary maps: never trained
+            out[name] = first
+            continue
         acc = sum(s[name].to(torch.float32) * w for s, w in used)
-        out[name] = acc.to(states[0][name].dtype)
+        out[name] = acc.to(first.dtype)
     return out
 
 

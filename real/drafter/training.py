@@ -1,24 +1,25 @@
-"""Training an EAGLE drafter from its target: rollouts, the target's hidden states, the EAGLE loss.
+"""Training an EAGLE or EAGLE-3 drafter on its target's hidden states.
 
-`train_from_target` (`tlt drafter train`) samples the target on task prompts (real.tiny.task),
-takes its hidden states over the rollouts (`featurize`) and trains a fresh drafter on them
-(`train_drafter`, one `train_step` per minibatch), then saves it (real/drafter/checkpoint.py).
-Spot training (real/drafter/spot.py) reuses `featurize` and `train_step`.
+`featurize_records` takes the target's hidden states over sequences (and, for an EAGLE-3 head,
+the states of the target layers it reads); `train_records` takes one optimiser step of a head's
+loss on a minibatch of them (EAGLE's in `train_step`, EAGLE-3's training-time test in
+`train_step_eagle3`); `train_drafter` trains a head from scratch or further on a fixed set of
+sequences. `tlt drafter train` (real/drafter/from_target.py) and spot training
+(real/drafter/spot.py) are built on these.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
 
-from real.drafter.checkpoint import save_drafter
 from real.drafter.eagle import (
     CE_WEIGHT,
     REG_WEIGHT,
@@ -28,9 +29,9 @@ from real.drafter.eagle import (
     load_target,
     target_hidden_states,
 )
-from real.rollout.engine import RolloutEngine
-from real.rollout.requests import Sampling
-from real.tiny import task
+from real.drafter.eagle3 import Eagle3Drafter, eagle3_loss
+from real.drafter.layout import EAGLE, EAGLE3, default_aux_layers
+from real.drafter.records import HiddenRecord, split_states
 from real.torch_utils import autocast, pad_right, train_device
 
 
@@ -54,26 +55,53 @@ class DrafterTrainConfig:
     # "cpu", or "cuda": the target's forward and the drafter's steps in bf16 autocast on the GPU
     # (float32 weights and AdamW state); the saved drafter is float32 either way.
     device: str = "cpu"
+    # EAGLE-3: the training-time test's unrolled draft steps (SafeAILab's traineagle3 unrolls 7)
+    ttt_steps: int = 4
+
+
+def featurize_records(model: nn.Module, sequences: Sequence[Sequence[int]], max_len: int = 512,
+                      batch_size: int = 8, aux_layers: Sequence[int] = ()) -> list[HiddenRecord]:
+    """A record per sequence of at least 3 tokens (truncated to `max_len`), in the order given:
+    the target's final-norm hidden states and, with `aux_layers`, those layers' states. Batches
+    hold sequences of similar length: a long-tailed set padded in arrival order costs about twice
+    the forward passes."""
+    seqs = [torch.tensor(list(s)[:max_len], dtype=torch.long) for s in sequences if len(s) >= 3]
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    hidden_size = EagleConfig.from_target_config(model.config).hidden_size
+    device = next(model.parameters()).device
+    records: dict[int, HiddenRecord] = {}
+    for i in range(0, len(order), batch_size):
+        chunk = order[i: i + batch_size]
+        ids, mask = pad_right([seqs[j] for j in chunk])
+        with autocast(device):
+            states, _ = target_hidden_states(model, ids.to(device), mask.long().to(device),
+                                             aux_layers)
+        # float32 on the CPU: the records travel between processes and into checkpoints.
+        for r, j in enumerate(chunk):
+            records[j] = split_states(seqs[j].tolist(), states[r, : len(seqs[j])].float().cpu(),
+                                      hidden_size)
+    return [records[j] for j in range(len(seqs))]
 
 
 def featurize(model: nn.Module, sequences: Sequence[Sequence[int]], max_len: int = 512,
               batch_size: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(token ids [L], target hidden [L, H]) per sequence, truncated to `max_len` tokens, in
-    the order given. Batches hold sequences of similar length: a long-tailed set padded in
-    arrival order costs about twice the forward passes."""
-    seqs = [torch.tensor(list(s)[:max_len], dtype=torch.long) for s in sequences if len(s) >= 3]
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    feats: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    for i in range(0, len(order), batch_size):
-        chunk = order[i: i + batch_size]
-        ids, mask = pad_right([seqs[j] for j in chunk])
-        device = next(model.parameters()).device
-        with autocast(device):
-            hidden, _ = target_hidden_states(model, ids.to(device), mask.long().to(device))
-        # float32 on the CPU: the records travel between processes and into checkpoints.
-        feats.update((j, (seqs[j], hidden[r, : len(seqs[j])].float().cpu().clone()))
-                     for r, j in enumerate(chunk))
-    return [feats[j] for j in range(len(seqs))]
+    """(token ids [L], target hidden [L, H]) per sequence: `featurize_records` for an EAGLE
+    head."""
+    return [(torch.tensor(r.token_ids, dtype=torch.long), r.hidden)
+            for r in featurize_records(model, sequences, max_len, batch_size)]
+
+
+def train_records(drafter: EagleDrafter | Eagle3Drafter, opt: torch.optim.Optimizer,
+                  records: Sequence[HiddenRecord], cfg: DrafterTrainConfig,
+                  gen: torch.Generator | None = None) -> dict[str, float]:
+    """One optimiser step of the head's loss on a minibatch of records (right-padded)."""
+    m = cfg.max_len
+    ids, mask = pad_right([torch.as_tensor(r.token_ids[:m], dtype=torch.long) for r in records])
+    hidden, _ = pad_right([r.hidden[:m] for r in records])
+    if isinstance(drafter, Eagle3Drafter):
+        aux, _ = pad_right([r.aux[:m] for r in records])
+        return train_step_eagle3(drafter, opt, aux, hidden, ids, mask, cfg)
+    return train_step(drafter, opt, hidden, ids, mask, cfg, gen)
 
 
 def train_step(drafter: EagleDrafter, opt: torch.optim.Optimizer, hidden: torch.Tensor,
@@ -95,6 +123,20 @@ def train_step(drafter: EagleDrafter, opt: torch.optim.Optimizer, hidden: torch.
                       device=device) if mask is None else mask.to(device)
     return _optimise(drafter, opt, _noisy(hidden[:, :-1], cfg, gen), tokens[:, 1:], hidden[:, 1:],
                      mask[:, 1:] & mask[:, :-1], cfg)
+
+
+def train_step_eagle3(drafter: Eagle3Drafter, opt: torch.optim.Optimizer, aux: torch.Tensor,
+                      hidden: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor,
+                      cfg: DrafterTrainConfig) -> dict[str, float]:
+    """One optimiser step of EAGLE-3's training-time-test loss (real/drafter/eagle3.py) over
+    `cfg.ttt_steps` unrolled draft steps; aux [B, T, n*H] the target layers' states, hidden
+    [B, T, H] its final-norm states, tokens and mask [B, T]."""
+    device = next(drafter.parameters()).device
+    with autocast(device):
+        loss, parts = eagle3_loss(drafter, aux.to(device), tokens.to(device), hidden.to(device),
+                                  mask.to(device), cfg.ttt_steps)
+    _apply(drafter, opt, loss, cfg)
+    return parts
 
 
 @dataclass
@@ -160,21 +202,46 @@ def _optimise(drafter: EagleDrafter, opt: torch.optim.Optimizer, inp_h: torch.Te
             tgt_logits = drafter.lm_head(tgt_h)
         loss, parts = eagle_loss(pred_h.float(), pred_logits.float(), tgt_h, tgt_logits.float(),
                                  mask, cfg.reg_weight, cfg.ce_weight)
+    _apply(drafter, opt, loss, cfg)
+    return parts
+
+
+def _apply(drafter: nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor,
+           cfg: DrafterTrainConfig) -> None:
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip:
         torch.nn.utils.clip_grad_norm_([p for p in drafter.parameters() if p.requires_grad],
                                        cfg.grad_clip)
     opt.step()
-    return parts
+
+
+def new_head(model: nn.Module, method: str, sequences: Sequence[Sequence[int]],
+             draft_vocab: int | None = None) -> EagleDrafter | Eagle3Drafter:
+    """A fresh head of `method` for the target: EAGLE's, or EAGLE-3's over the `draft_vocab`
+    tokens most frequent in `sequences` (SafeAILab's choice; all tokens when None) reading three
+    target layers (vLLM's default where it names three distinct layers, else spread evenly)."""
+    if method == EAGLE:
+        return EagleDrafter.from_target(model)
+    if method != EAGLE3:
+        raise ValueError(f"method {method!r}: give {EAGLE} or {EAGLE3}")
+    vocab = EagleConfig.from_target_config(model.config).vocab_size
+    counts = Counter(t for s in sequences for t in s)
+    ranked = sorted(range(vocab), key=lambda t: (-counts[t], t))
+    layers = int(model.config.num_hidden_layers)
+    aux = default_aux_layers(layers)
+    if len(set(aux)) < 3 or min(aux) < 1:
+        aux = (max(1, layers // 4), layers // 2, layers - 1)
+    return Eagle3Drafter.from_target(model, ranked[: draft_vocab or vocab], aux)
 
 
 def train_drafter(target: str | Path | nn.Module, sequences: Sequence[Sequence[int]],
                   steps: int = 300, lr: float = 1e-3, seed: int = 0,
-                  drafter: EagleDrafter | None = None, config: DrafterTrainConfig | None = None,
-                  log: Callable[[str], None] | None = print, log_every: int = 50) -> EagleDrafter:
-    """Train an EAGLE drafter on the target's hidden states over `sequences` (prompt + response
-    ids).
+                  drafter: EagleDrafter | Eagle3Drafter | None = None,
+                  config: DrafterTrainConfig | None = None,
+                  log: Callable[[str], None] | None = print, log_every: int = 50) -> Any:
+    """Train a drafter (a fresh EAGLE head when None) on the target's hidden states over
+    `sequences` (prompt + response ids).
 
     Deterministic for a seed (weights, batches, noise). Prints progress every `log_every` steps
     when `log` is given. The drafter's training history is left in `drafter.train_log`.
@@ -198,133 +265,42 @@ def train_drafter(target: str | Path | nn.Module, sequences: Sequence[Sequence[i
 
 
 def _train(model: nn.Module, sequences: Sequence[Sequence[int]], cfg: DrafterTrainConfig,
-           drafter: EagleDrafter | None, log: Callable[[str], None] | None,
-           log_every: int) -> EagleDrafter:
+           drafter: EagleDrafter | Eagle3Drafter | None, log: Callable[[str], None] | None,
+           log_every: int) -> Any:
     torch.manual_seed(cfg.seed)
     if drafter is None:
         drafter = EagleDrafter.from_target(model)
     drafter.to(next(model.parameters()).device)
-    feats = featurize(model, sequences, cfg.max_len, cfg.batch_size)
-    if not feats:
+    records = featurize_records(model, sequences, cfg.max_len, cfg.batch_size, drafter.aux_layers)
+    if not records:
         raise ValueError("no training sequences (each needs at least 3 tokens)")
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
     def lr_factor(s: int) -> float:  # linear warm-up, then cosine down to 10%
         progress = min(1.0, s / max(1, cfg.steps))
         return min(1.0, (s + 1) / max(1, cfg.warmup)) * (
-            0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-        )
+            0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     drafter.train()
     history: list[dict[str, float]] = []
     t0 = time.perf_counter()
     for step in range(cfg.steps):
-        idx = torch.randint(len(feats), (min(cfg.batch_size, len(feats)),), generator=gen).tolist()
-        ids, mask = pad_right([feats[i][0] for i in idx])
-        hid, _ = pad_right([feats[i][1] for i in idx])
-        parts = train_step(drafter, opt, hid, ids, mask, cfg, gen)
+        idx = torch.randint(len(records), (min(cfg.batch_size, len(records)),),
+                            generator=gen).tolist()
+        parts = train_records(drafter, opt, [records[i] for i in idx], cfg, gen)
         sched.step()
-        parts["step"] = step + 1
-        history.append(parts)
+        history.append({**parts, "step": step + 1})
         if log is not None and (step + 1 == cfg.steps or (step + 1) % log_every == 0 or step == 0):
             recent = history[-log_every:]
-            mean = lambda k: sum(h[k] for h in recent) / len(recent)  # noqa: E731
-            log(f"  drafter step {step + 1}/{cfg.steps}  loss {mean('loss'):.4f}  reg "
-                f"{mean('reg'):.4f}  ce {mean('ce'):.3f}  top1 {mean('top1'):.3f}  "
+            means = "  ".join(f"{k} {sum(h[k] for h in recent) / len(recent):.4f}"
+                              for k in parts)
+            log(f"  drafter step {step + 1}/{cfg.steps}  {means}  "
                 f"({time.perf_counter() - t0:.1f}s)")
     drafter.eval()
     drafter.train_log = history  # type: ignore[attr-defined]
     drafter.train_config = cfg  # type: ignore[attr-defined]
-    drafter.train_sequences = len(feats)  # type: ignore[attr-defined]
+    drafter.train_sequences = len(records)  # type: ignore[attr-defined]
     return drafter
-
-
-def rollout_sequences(model_dir: str | Path, prompts: Sequence[str | Sequence[int]], samples: int,
-                      max_tokens: int, seed: int, temperature: float = 1.0,
-                      log: Callable[[str], None] | None = print) -> list[list[int]]:
-    """Prompt + response token ids from the target: per prompt one greedy response and
-    `samples - 1` sampled at `temperature`, generated by vLLM (one engine, closed after), or by
-    `transformers` one sequence at a time where vLLM is not installed."""
-    t0 = time.perf_counter()
-    if importlib.util.find_spec("vllm") is None:
-        seqs = hf_rollouts(model_dir, prompts, samples, max_tokens, seed, temperature)
-        if log:
-            log(f"rollouts (transformers; vLLM is not installed): {len(seqs)} sequences, "
-                f"{sum(len(s) for s in seqs)} tokens in {time.perf_counter() - t0:.1f}s")
-        return seqs
-    engine = RolloutEngine(model_dir, None, max_num_seqs=min(64, max(1, len(prompts) * samples)),
-                           seed=seed)
-    try:
-        results = engine.generate(prompts, 1, Sampling(temperature=0.0, max_tokens=max_tokens))
-        if samples > 1:
-            sampled = engine.generate(prompts, samples - 1,
-                                      Sampling(temperature=temperature, max_tokens=max_tokens,
-                                               seed=seed))
-            for r, s in zip(results, sampled):
-                r.samples += s.samples
-    finally:
-        engine.close()
-    seqs = [r.prompt_token_ids + s.token_ids for r in results for s in r.samples]
-    if log:
-        n_tok = sum(len(s) for s in seqs)
-        log(f"rollouts: {len(seqs)} sequences, {n_tok} tokens in {time.perf_counter() - t0:.1f}s")
-    return seqs
-
-
-@torch.no_grad()
-def hf_rollouts(model_dir: str | Path, prompts: Sequence[str | Sequence[int]], samples: int,
-                max_tokens: int, seed: int, temperature: float) -> list[list[int]]:
-    """`rollout_sequences` without vLLM: `transformers`, one sequence at a time on the CPU (the
-    first sample of each prompt greedy); prompts as text or token ids."""
-    from transformers import AutoTokenizer
-
-    model = load_target(model_dir)
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    eos = model.config.eos_token_id
-    gen = torch.Generator().manual_seed(seed)
-    seqs = []
-    for p in prompts:
-        ids = tok(p, add_special_tokens=True)["input_ids"] if isinstance(p, str) else list(p)
-        for j in range(samples):
-            out = list(ids)
-            past, inp = None, torch.tensor([ids])
-            for _ in range(max_tokens):
-                o = model(input_ids=inp, past_key_values=past, use_cache=True)
-                past, logits = o.past_key_values, o.logits[0, -1]
-                if j == 0 or temperature <= 0:
-                    nxt = int(logits.argmax())
-                else:
-                    nxt = int(torch.multinomial(torch.softmax(logits / temperature, -1), 1,
-                                                generator=gen))
-                out.append(nxt)
-                if nxt == eos:
-                    break
-                inp = torch.tensor([[nxt]])
-            seqs.append(out)
-    return seqs
-
-
-def train_from_target(model_dir: str | Path, out_dir: str | Path, steps: int = 300, seed: int = 0,
-                      prompts: int = 32, samples: int = 4, max_tokens: int = 256, lr: float = 1e-3,
-                      mix: str = "default", temperature: float = 1.0,
-                      log: Callable[[str], None] | None = print, device: str = "cpu") -> Path:
-    """`tlt drafter train`: sample the target on task prompts (real.tiny.task), train a drafter on
-    the rollouts' hidden states, save it atomically. `device`: where the drafter trains (cpu or
-    cuda)."""
-    train_device(device)  # refused before any rollout
-    prompt_list = [p.prompt for p in task.make_problems(prompts, seed, mix)]
-    if log:
-        log(f"training data: {len(prompt_list)} prompts from {task.__name__}, {samples} samples "
-            f"each, up to {max_tokens} tokens")
-    seqs = rollout_sequences(model_dir, prompt_list, samples, max_tokens, seed, temperature, log)
-    model = load_target(model_dir)
-    # Train on whole responses: a drafter never shown positions past max_len collapses there
-    # (its acceptance falls to a fraction beyond that context).
-    config = DrafterTrainConfig(max_len=max(len(s) for s in seqs), device=device)
-    drafter = train_drafter(model, seqs, steps=steps, lr=lr, seed=seed, config=config, log=log)
-    return save_drafter(drafter, out_dir, model.config,
-                        extra={"target": str(model_dir), "prompts": len(prompt_list),
-                               "prompt_source": task.__name__, "samples": samples,
-                               "max_tokens": max_tokens, "temperature": temperature})

@@ -91,7 +91,7 @@ def rollouts(
     then decides the path the update takes."""
     from transformers import AutoTokenizer
 
-    from real.drafter.training import hf_rollouts
+    from real.drafter.from_target import hf_rollouts
     from real.tiny import task
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from real.drafter.layout import METHODS as EAGLE_METHODS
 from real.rollout.requests import (
     EngineStepRow,
     PromptResult,
@@ -89,7 +90,7 @@ class RolloutEngine:
         self.in_process = self.adaptive if in_process is None else bool(in_process or self.adaptive)
         if speculative is not None:
             self.drafter_dir = Path(speculative["model"]) if speculative.get("model") else None
-        elif self.spec is None or self.spec["method"] != "eagle":  # vLLM's method name
+        elif self.spec is None or self.spec["method"] not in EAGLE_METHODS:  # vLLM's names
             self.drafter_dir = None  # the policy does not use it
 
         from vllm import LLM
@@ -139,7 +140,7 @@ class RolloutEngine:
 
     @property
     def draft_method(self) -> str:
-        """vLLM's speculative method ("ngram", "eagle"), "none" without SD."""
+        """vLLM's speculative method ("ngram", "eagle", "eagle3"), "none" without SD."""
         return self.spec["method"] if self.spec else "none"
 
     @property
@@ -332,12 +333,13 @@ class RolloutEngine:
             took["target_s"] = time.perf_counter() - t
             self.model_dir = tdir
         if drafter_dir is not None:
-            if self.draft_method != "eagle":
+            if self.draft_method not in EAGLE_METHODS:
                 raise EngineConfigError("this engine has no EAGLE drafter (its policy's "
                                         "drafter.kind is not eagle)")
             ddir = Path(drafter_dir)
             if not (ddir / "config.json").is_file():
-                raise EngineConfigError(f"{ddir}: not an EAGLE checkpoint (no config.json)")
+                raise EngineConfigError(f"{ddir}: not an EAGLE or EAGLE-3 checkpoint (no "
+                                        "config.json)")
             t = time.perf_counter()
             self.llm.collective_rpc("tlt_reload_drafter", args=(str(ddir),))
             took["drafter_s"] = time.perf_counter() - t

@@ -2,7 +2,8 @@
 
 - `drafter.kind` none (or `sd_threshold` 0): no speculative decoding;
 - ngram: `method: ngram`, `prompt_lookup_max` 4, `prompt_lookup_min` 2;
-- eagle: `method: eagle` with the drafter checkpoint directory (`drafter_dir`, required);
+- eagle: the drafter's own method, `eagle` or `eagle3` (an EAGLE or EAGLE-3 head, as
+  real/drafter/resolve.py's `resolve_drafter` finds it), with its directory or hub id (required);
 - `num_speculative_tokens` is the largest draft length in the schedule, and the schedule
   becomes vLLM's Dynamic SD table `num_speculative_tokens_per_batch_size`: rows above
   `sd_threshold` are cut to draft length 0, and a final `(threshold+1, max_num_seqs, 0)` row
@@ -26,6 +27,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from real.drafter.layout import DrafterError
+from real.drafter.resolve import DrafterRef, resolve_drafter
 from workbench.contracts.policy import DrafterKind, Policy
 
 NGRAM_LOOKUP_MAX = 4
@@ -125,24 +128,26 @@ def refuse_unrunnable(policy: Policy) -> None:
         )
 
 
-def eagle_checkpoint(policy: Policy, drafter_dir: str | Path | None) -> Path:
-    """The EAGLE drafter directory an eagle policy needs, checked (the engine and `tlt export`
-    alike)."""
-    if drafter_dir is None:
+def eagle_drafter(policy: Policy, drafter: str | Path | DrafterRef | None,
+                  target: str | Path | None = None) -> DrafterRef:
+    """The EAGLE or EAGLE-3 drafter an eagle policy needs, resolved and checked against `target`
+    when given (the engine and `tlt export` alike)."""
+    if drafter is None:
         raise EngineConfigError(
-            f"policy '{policy.name}' uses an EAGLE drafter: give its checkpoint directory with "
-            f"--drafter DIR (train one with `tlt drafter train`)")
-    ddir = Path(drafter_dir)
-    if not (ddir / "config.json").is_file() or not any(ddir.glob("*.safetensors")):
-        raise EngineConfigError(
-            f"--drafter {ddir}: not an EAGLE checkpoint (needs config.json and *.safetensors, as "
-            f"written by `tlt drafter train`)")
-    return ddir
+            f"policy '{policy.name}' uses an EAGLE drafter: give its checkpoint directory or hub "
+            f"id with --drafter (train one with `tlt drafter train`)")
+    if isinstance(drafter, DrafterRef):
+        return drafter
+    try:
+        return resolve_drafter(drafter, target)
+    except DrafterError as exc:
+        raise EngineConfigError(f"--{exc}") from None
 
 
-def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
+def speculative_config(policy: Policy, drafter: str | Path | DrafterRef | None = None,
                        max_num_seqs: int = 64, adaptive: bool = False) -> dict[str, Any] | None:
-    """vLLM's `speculative_config` for a policy; None for no speculative decoding.
+    """vLLM's `speculative_config` for a policy; None for no speculative decoding. `drafter`: an
+    eagle policy's drafter (a directory, a hub id, or resolved already).
 
     `adaptive`: room for draft lengths to change while the engine runs: `num_speculative_tokens`
     is `adaptive_draft_cap(policy)` and the Dynamic SD table is always given (vLLM builds the
@@ -164,11 +169,8 @@ def speculative_config(policy: Policy, drafter_dir: str | Path | None = None,
             "prompt_lookup_min": NGRAM_LOOKUP_MIN,
         }
     elif kind == DrafterKind.EAGLE:
-        spec = {
-            "method": "eagle",
-            "model": str(eagle_checkpoint(policy, drafter_dir)),
-            "num_speculative_tokens": k_max,
-        }
+        ref = eagle_drafter(policy, drafter)
+        spec = {"method": ref.method, "model": ref.model, "num_speculative_tokens": k_max}
     else:  # pragma: no cover - refuse_undraftable() leaves only none/ngram/eagle
         raise EngineConfigError(
             f"drafter.kind {kind!r}: the real backend runs none, ngram or eagle"

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from real.drafter.layout import EAGLE3, DrafterError
+from real.drafter.resolve import DrafterRef, check_trainable, resolve_drafter
 from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
 from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.task import Task
@@ -28,7 +30,9 @@ class RunConfig:
     max_tokens: int = 1024
     temperature: float = 1.0
     mix: str = "default"
-    drafter: Path | None = None  # warm-start drafter (policies with drafter.warm_start)
+    # warm-start drafter (policies with drafter.warm_start): an EAGLE or EAGLE-3 head's directory,
+    # ours or a public one (a hub id resolved to the cache's directory: real/hub_cache.py)
+    drafter: Path | None = None
     lr: float = 2e-5  # GRPO
     kl_coef: float = 0.0
     max_num_seqs: int = 64
@@ -59,8 +63,8 @@ class RunConfig:
                              "traces/reference/drafter; only the shipped models under "
                              "traces/reference/ have one), or a cold-starting policy such as "
                              "tlt-cold")
-        if self.drafter is not None and not (Path(self.drafter) / "config.json").is_file():
-            raise TrainError(f"--drafter {self.drafter}: not an EAGLE checkpoint (no config.json)")
+        if self.drafter is not None:
+            self._check_drafter()
         for name, v, lo in (("steps", self.steps, 1), ("workers", self.workers, 1),
                             ("prompts", self.prompts, 1), ("samples", self.samples, 2),
                             ("seed", self.seed, 0)):
@@ -77,6 +81,36 @@ class RunConfig:
                 raise TrainError(f"start table {kind}: {list(table)}: one draft length >= 0 per "
                                  f"schedule row ({len(self.policy.schedule)}) of policy "
                                  f"'{self.policy.name}', for ngram or eagle")
+
+    def drafter_ref(self) -> DrafterRef | None:
+        """The warm-start drafter, resolved and checked against the model (None: none given)."""
+        if self.drafter is None:
+            return None
+        try:
+            return resolve_drafter(self.drafter, self.model, need_local=True)
+        except DrafterError as exc:
+            raise TrainError(f"--{exc}") from None
+
+    def drafter_layers(self) -> tuple[int, ...]:
+        """The target layers the drafter reads besides the final one (an EAGLE-3 head's): the
+        update's forward keeps their states for spot training."""
+        ref = self.drafter_ref() if self.policy.drafter.kind == DrafterKind.EAGLE else None
+        return ref.aux_layers if ref is not None and ref.method == EAGLE3 else ()
+
+    def _check_drafter(self) -> None:
+        ref = self.drafter_ref()
+        pol = self.policy
+        if ref is None or pol.drafter.kind != DrafterKind.EAGLE:
+            return
+        if pol.spot_training.enabled or pol.drafter.ngram_fallback:
+            import json
+
+            cfg = json.loads((Path(self.model) / "config.json").read_text())
+            layers = int((cfg.get("text_config") or cfg).get("num_hidden_layers", 0))
+            try:
+                check_trainable(ref, layers)
+            except DrafterError as exc:
+                raise TrainError(f"--{exc} (policy {pol.name} spot-trains or checks it)") from None
 
     def _check_device(self) -> None:
         if self.device not in ("cpu", "cuda"):

@@ -138,7 +138,8 @@ class TrainingRun:
         # The update runs in this process while every rollout worker waits for the sync: all of
         # this machine's cores are its own then (a Ray cluster's workers are on other machines).
         grpo = GRPOConfig(lr=cfg.lr, kl_coef=cfg.kl_coef,
-                          minibatch=min(16, cfg.prompts * cfg.samples))
+                          minibatch=min(16, cfg.prompts * cfg.samples),
+                          drafter_layers=cfg.drafter_layers())
         self.trainer = GRPOTrainer(self.model_dir, grpo, seed=derive_seed(cfg.seed, Stream.GRPO),
                                    reference_dir=cfg.model if cfg.kl_coef > 0 else None,
                                    threads=os.cpu_count() or 1, device=cfg.device)
@@ -225,7 +226,8 @@ class TrainingRun:
         model = self.trainer.save(self.out / "weights" / f"step-{s:06d}")
         drafter = None
         if ro.spots:
-            drafter = merge_drafters(ro.spots, self.trainer.model, self.out / "drafters", s)
+            drafter = merge_drafters(ro.spots, self.trainer.model, self.out / "drafters", s,
+                                     self.drafter_dir)
         return StepUpdate(update, model, drafter, start, time.time())
 
     def sync(self, upd: StepUpdate, ro: PoolRollout) -> StepSync:

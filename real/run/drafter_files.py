@@ -35,11 +35,13 @@ def initial_drafter(cfg: RunConfig, ckpt: Checkpoint | None, out: Path) -> Path 
 
 
 def merge_drafters(
-    spots: Sequence[WorkerSpot], target: Any, folder: Path, step: int
+    spots: Sequence[WorkerSpot], target: Any, folder: Path, step: int, like: Path | None = None
 ) -> Path | None:
     """The drafters the idle workers trained, averaged by the steps each did, saved under
-    `folder`/step-N for vLLM (None: no worker did a drafter step). `target`: the policy's model."""
-    from real.drafter.checkpoint import save_drafter
+    `folder`/step-N for vLLM (None: no worker did a drafter step). `target`: the policy's model;
+    `like`: the drafter the engines run now, whose kind (EAGLE or EAGLE-3) and layout the merge
+    keeps (None: a fresh EAGLE head's)."""
+    from real.drafter.checkpoint import load_drafter, save_drafter
     from real.drafter.eagle import EagleDrafter
     from real.drafter.spot import average_states
 
@@ -47,7 +49,7 @@ def merge_drafters(
     if not trained:
         return None
     state = average_states([sp.state for sp in trained], [float(sp.steps) for sp in trained])
-    drafter = EagleDrafter.from_target(target)
+    drafter = load_drafter(like, target) if like is not None else EagleDrafter.from_target(target)
     drafter.load_drafter_state_dict(state)
     path = save_drafter(drafter, folder / f"step-{step:06d}", target.config)
     prune(folder, keep=path)

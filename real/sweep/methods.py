@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from real.drafter.layout import METHODS as EAGLE_METHODS
+from real.drafter.layout import DrafterError
+from real.drafter.resolve import resolve_drafter
+from real.hub_cache import cache_dir, cached_snapshot, is_hub_id
 from real.rollout.spec_config import NGRAM_LOOKUP_MAX, NGRAM_LOOKUP_MIN
 from workbench.contracts.policy import DrafterKind
 
@@ -40,36 +44,42 @@ class ModelRef:
         return self.hub_id or str(self.path.resolve())
 
 
-def resolve_model(ref: str, option: str, cache_dir: str | Path | None = None) -> ModelRef:
+def resolve_model(ref: str, option: str) -> ModelRef:
     """A directory as given; a hub id (`owner/name`) from the local Hugging Face cache
-    (`cache_dir`, default Hugging Face's), downloaded only when absent there. Refused naming
-    `option` when neither gives a config.json."""
+    (real/hub_cache.py), downloaded only when absent there. Refused naming `option` when neither
+    gives a config.json."""
     p = Path(ref).expanduser()
-    if p.is_dir():
+    if not is_hub_id(ref):
         if not (p / "config.json").is_file():
             raise SweepError(f"{option} {ref}: no config.json (give a Hugging Face model directory "
-                             "or hub id)")
+                             "or hub id owner/name)")
         return ModelRef(ref, p, None)
-    if p.exists() or ref.count("/") != 1 or ref.startswith(("/", ".")):
-        raise SweepError(f"{option} {ref}: not a model directory, nor a hub id (owner/name)")
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.constants import HF_HUB_CACHE
-    except ImportError as exc:  # pragma: no cover - transformers brings it
-        raise SweepError(f"{option} {ref}: a hub id needs huggingface_hub ({exc})") from None
-    try:
-        path = Path(snapshot_download(ref, local_files_only=True, cache_dir=cache_dir))
-    except Exception:
+    path = cached_snapshot(ref)
+    if path is None:
         try:
-            path = Path(snapshot_download(ref, cache_dir=cache_dir))
+            from huggingface_hub import snapshot_download
+
+            path = Path(snapshot_download(ref, cache_dir=str(cache_dir())))
         except Exception as exc:
             raise SweepError(f"{option} {ref}: not in the local Hugging Face cache "
-                             f"({cache_dir or HF_HUB_CACHE}) and not downloadable here "
+                             f"({cache_dir()}) and not downloadable here "
                              f"({type(exc).__name__}); download it on a machine with access "
-                             f"(`huggingface-cli download {ref}`) or give its directory") from None
+                             f"(`hf download {ref}`) or give its directory") from None
     if not (path / "config.json").is_file():
         raise SweepError(f"{option} {ref}: the cached snapshot {path} has no config.json")
     return ModelRef(ref, path, ref)
+
+
+def check_drafter(method: str, drafter: ModelRef | None, target: ModelRef) -> list[str]:
+    """An EAGLE or EAGLE-3 head checked against its target before any engine starts
+    (real/drafter/resolve.py: architecture, hidden size, vocabulary, the layers it reads); the
+    notes of what was and was not checked. Other methods: nothing to check here."""
+    if drafter is None or method not in EAGLE_METHODS:
+        return []
+    try:
+        return resolve_drafter(str(drafter.path), target.path, method).notes()
+    except DrafterError as exc:
+        raise SweepError(f"--drafter {drafter.ref}: {exc}") from None
 
 
 def installed_methods() -> tuple[str, ...]:

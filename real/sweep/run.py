@@ -75,6 +75,7 @@ class Prepared:
     plan: SweepPlan
     max_num_seqs: int
     reserve: int  # tokens each request may decode in a block
+    drafter_notes: tuple[str, ...] = ()  # what was (not) checked of the drafter
 
 
 def reserve_tokens(steps: int, draft_lens: Sequence[int]) -> int:
@@ -89,6 +90,7 @@ def prepare(s: SweepSettings) -> Prepared:
     model = m.resolve_model(s.model, "--model")
     drafter = m.resolve_model(s.drafter, "--drafter") if s.drafter else None
     m.check_method(s.method, drafter, model, m.installed_methods())
+    notes = tuple(m.check_drafter(s.method, drafter, model))
     if not s.batches or min(s.batches) < 1 or not s.draft_lens or min(s.draft_lens) < 1:
         raise m.SweepError("--batches and --draft-lens: integers >= 1, e.g. 1,4,16,64 and 1,2,3")
     if not s.contexts or min(s.contexts) < 1 or s.rounds < 1 or s.block_steps < 2 or s.tp < 1:
@@ -110,7 +112,7 @@ def prepare(s: SweepSettings) -> Prepared:
                                                          else s.switch)
     plan = SweepPlan(tuple(sorted(set(s.batches))), tuple(sorted(set(s.contexts))),
                      tuple(sorted(set(s.draft_lens))), s.rounds, s.block_steps, s.method, switch)
-    return Prepared(s, model, drafter, plan, mns, reserve)
+    return Prepared(s, model, drafter, plan, mns, reserve, notes)
 
 
 def _pin(threads: int) -> None:
@@ -221,6 +223,8 @@ def run_sweep(s: SweepSettings, out: Path, say: Say = print) -> Path:
     summary; returns `out`. Raises SweepError before anything starts when the settings cannot
     run."""
     p = prepare(s)
+    for note in p.drafter_notes:
+        say(note)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     doc: dict[str, Any] = {"status": "starting", "plan": asdict(p.plan),

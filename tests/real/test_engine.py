@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from workbench.contracts.policy import (
     load_policy,
 )
 
+REFERENCE_DRAFTER = Path(__file__).resolve().parents[2] / "traces" / "reference" / "drafter"
 # a few SFT steps (of SFT_TOKENS tokens): greedy output is peaked and structured, not random
 SFT_STEPS = 40
 SFT_TOKENS = 2048
@@ -77,14 +79,14 @@ def test_no_sd_policies_and_eagle_needs_drafter(tmp_path):
     assert speculative_config(_policy("ngram", rows=((1, 16, 0),)), None, 16) is None
     with pytest.raises(EngineConfigError, match="--drafter"):
         speculative_config(load_policy("static-sd"), None, 64)
-    with pytest.raises(EngineConfigError, match="not an EAGLE checkpoint"):
+    with pytest.raises(EngineConfigError, match="--drafter .*: no config.json"):
         speculative_config(load_policy("static-sd"), tmp_path, 64)
-    (tmp_path / "config.json").write_text("{}")
-    (tmp_path / "model.safetensors").write_bytes(b"")
-    spec = speculative_config(load_policy("static-sd"), tmp_path, 64)
+    ddir = tmp_path / "drafter"
+    shutil.copytree(REFERENCE_DRAFTER, ddir)
+    spec = speculative_config(load_policy("static-sd"), ddir, 64)
     assert (
         spec["method"] == "eagle"
-        and spec["model"] == str(tmp_path)
+        and spec["model"] == str(ddir.resolve())
         and spec["num_speculative_tokens"] == 4
     )
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 8, 4], [9, 32, 2], [33, 64, 0]]
@@ -235,8 +237,6 @@ class Lab:
     def m2(self) -> Path:
         """m1 with every weight perturbed: same shapes and tokenizer, different outputs."""
         if "m2" not in self.cache:
-            import shutil
-
             import torch
             from safetensors.torch import load_file, save_file
 

@@ -127,6 +127,29 @@ def test_hidden_states_are_the_pre_update_final_norm_output(model_dir):
     assert not torch.allclose(now, records[0].hidden, atol=1e-5)
 
 
+@pytest.mark.parametrize("pack", [True, False])
+def test_an_eagle3_runs_records_carry_the_layers_its_head_reads(model_dir, pack):
+    """With `drafter_layers` (an EAGLE-3 head's), each record also holds the residual streams
+    entering those layers, from the same pre-update forward, in their order."""
+    import torch
+
+    from real.grpo import GRPOConfig, GRPOTrainer
+
+    tr = GRPOTrainer(model_dir, GRPOConfig(minibatch=3, pack=pack, drafter_layers=(1, 0)),
+                     seed=0, threads=1)
+    responses = _responses([[1.0, 0.0, 0.5]])
+    with torch.no_grad():
+        outs = [tr.model(input_ids=torch.tensor([r.prompt_ids + r.response_ids]),
+                         output_hidden_states=True).hidden_states for r in responses]
+    _, records = tr.step(responses)
+    for rec, hs in zip(records, outs):
+        assert torch.allclose(rec.hidden, hs[-1][0], atol=1e-5)
+        assert rec.aux.shape == (len(rec.token_ids), 64)
+        assert torch.allclose(rec.aux, torch.cat([hs[1][0], hs[0][0]], -1), atol=1e-5)
+    _, plain = GRPOTrainer(model_dir, GRPOConfig(minibatch=3), seed=0, threads=1).step(responses)
+    assert all(r.aux is None for r in plain)
+
+
 def test_same_seed_same_weights(model_dir):
     import torch
 

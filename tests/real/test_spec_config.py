@@ -10,7 +10,7 @@ from workbench.contracts.policy import load_policy
 
 def test_a_tree_strategy_is_refused_naming_the_row():
     with pytest.raises(EngineConfigError) as exc:
-        speculative_config(load_policy("tlt"), drafter_dir="unused")
+        speculative_config(load_policy("tlt"), drafter="unused")
     msg = str(exc.value)
     assert "schedule[0]" in msg and "8_4_48" in msg and "chains" in msg and "tlt sim" in msg
     # A tree-free policy still translates.

@@ -108,7 +108,7 @@ def test_stop_from_another_thread_ends_after_the_step_in_flight(
     trainer = spot.SpotTrainer(random_target)
     stop, in_step_4 = threading.Event(), threading.Event()
     calls = []
-    real_step = spot.train_step
+    real_step = spot.train_records
 
     def step(*args, **kwargs):
         calls.append(1)
@@ -117,7 +117,7 @@ def test_stop_from_another_thread_ends_after_the_step_in_flight(
             assert stop.wait(10)  # the other thread has set it, mid-step
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(spot, "train_step", step)
+    monkeypatch.setattr(spot, "train_records", step)
     setter = threading.Thread(target=lambda: (in_step_4.wait(10), stop.set()))
     setter.start()
     res = trainer.train_until(stop, records)
@@ -295,7 +295,8 @@ def test_chain_drafts_are_the_drafters_own_greedy_chain(random_target, records):
     re-running the drafter over [context; drafts so far] at every step drafts."""
     import torch
 
-    from real.drafter.spot import SpotTrainer, chain_drafts
+    from real.drafter.chains import chain_drafts
+    from real.drafter.spot import SpotTrainer
 
     trainer = SpotTrainer(random_target, lr=3e-3, seed=0)
     # a drafter that agrees sometimes

@@ -25,9 +25,10 @@ def _cached(cache: Path, hub_id: str, source: Path) -> Path:
     return snapshot
 
 
-def test_a_hub_id_in_the_local_cache_is_used_as_it_is(tmp_path, reference_drafter):
+def test_a_hub_id_in_the_local_cache_is_used_as_it_is(tmp_path, reference_drafter, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     snapshot = _cached(tmp_path / "hub", "tlt/reference-drafter", reference_drafter)
-    ref = resolve_model("tlt/reference-drafter", "--drafter", cache_dir=tmp_path / "hub")
+    ref = resolve_model("tlt/reference-drafter", "--drafter")
     assert ref.path == snapshot and ref.hub_id == "tlt/reference-drafter"
     assert ref.name == "tlt/reference-drafter"
     spec = speculative("eagle3", 3, ref, 64, True)
@@ -35,15 +36,34 @@ def test_a_hub_id_in_the_local_cache_is_used_as_it_is(tmp_path, reference_drafte
         [1, 64, 3]]
 
 
-def test_a_directory_is_used_and_a_bad_reference_refused(tmp_path, reference_model):
+def test_a_directory_is_used_and_a_bad_reference_refused(tmp_path, reference_model, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert resolve_model(str(reference_model), "--model").path == reference_model
     (tmp_path / "empty").mkdir()
     with pytest.raises(SweepError, match="--model .*empty: no config.json"):
         resolve_model(str(tmp_path / "empty"), "--model")
-    with pytest.raises(SweepError, match="not a model directory, nor a hub id"):
+    with pytest.raises(SweepError, match="no/such/thing: no config.json"):
         resolve_model("no/such/thing", "--model")
     with pytest.raises(SweepError, match="--drafter nobody/none: not in the local Hugging Face"):
-        resolve_model("nobody/none", "--drafter", cache_dir=tmp_path / "hub")
+        resolve_model("nobody/none", "--drafter")
+
+
+def test_an_eagle_head_that_does_not_match_its_target_is_refused_before_an_engine_starts(
+        tmp_path, reference_model, reference_drafter):
+    """The sweep checks the head as `tlt export` and `tlt train` do (real/drafter/resolve.py)."""
+    import json
+
+    from real.sweep.methods import check_drafter
+
+    target, head = resolve_model(str(reference_model), "--model"), resolve_model(
+        str(reference_drafter), "--drafter")
+    assert any("checked" in n for n in check_drafter("eagle", head, target))
+    other = tmp_path / "other"
+    shutil.copytree(reference_model, other)
+    cfg = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**cfg, "vocab_size": cfg["vocab_size"] + 7}))
+    with pytest.raises(SweepError, match="--drafter .*vocab"):
+        check_drafter("eagle", head, resolve_model(str(other), "--model"))
 
 
 def test_drafting_is_priced_as_a_lookup_for_ngram_and_a_forward_for_every_model():

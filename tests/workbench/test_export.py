@@ -13,15 +13,19 @@ The exported names are checked against the targets' own argument names, recorded
 - veRL 0.9.1 (the PyPI wheel verl-0.9.1), verl/workers/config/rollout.py `RolloutConfig` fields and
   verl/trainer/config/rollout/rollout.yaml `engine_kwargs` (`vllm`, `sglang`, `trtllm`).
 
-Where SGLang or veRL import (not in this project's environment: both pull in CUDA builds), the
-last tests hand the exported files to their own parsers instead; vLLM's own check is
+The last tests hand the exported files to SGLang's and veRL's own parsers, in a subprocess over
+their own package folder (tests/workbench/export_parsers.py; `make parsers`); vLLM's own check is
 tests/real/test_export_vllm.py.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,15 +117,15 @@ VERL_ROLLOUT_FIELDS = {
 VERL_ENGINE_KWARGS = {"vllm", "sglang", "trtllm"}
 
 DRAFTER = "traces/reference/drafter"
+REFERENCE_MODEL = Path(__file__).resolve().parents[2] / "traces" / "reference" / "model"
 
 
 def _fake_drafter(tmp_path: Path) -> Path:
-    """A directory shaped like an EAGLE checkpoint (what the translation checks; nothing loads it
-    here)."""
+    """A copy of the shipped EAGLE checkpoint in a directory of its own (the export reads its
+    config and tensor names; nothing loads it here)."""
     d = tmp_path / "drafter"
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text("{}")
-    (d / "model.safetensors").write_bytes(b"")
+    if not d.exists():
+        shutil.copytree(DRAFTER, d)
     return d
 
 
@@ -163,8 +167,10 @@ def test_vllm_refuses_trees_and_notes_what_it_drops(tmp_path):
         export_policy(load_policy("tlt"), "vllm", _fake_drafter(tmp_path))
     exp = export_policy(load_policy("tlt-vllm"), "vllm", _fake_drafter(tmp_path))
     kinds = [n.split(":")[0] for n in exp.notes]
-    # The bandit; n-gram fallback; spot training.
-    assert kinds == ["approximated", "dropped", "dropped"]
+    # What was checked of the drafter and what was not (no target model given); the bandit;
+    # n-gram fallback; spot training.
+    assert kinds == [f"drafter {_fake_drafter(tmp_path)}", "not checked", "approximated",
+                     "dropped", "dropped"]
     assert all(f"#   - {n}" in exp.text for n in exp.notes)
     plain = yaml.safe_load(export_policy(load_policy("baseline"), "vllm").text)
     assert plain == {"max-num-seqs": 256}
@@ -318,77 +324,110 @@ def test_the_cli_writes_notes_and_refuses_before_writing(tmp_path):
     assert res.exit_code == 2 and ".yaml" in res.stderr
 
 
-# ---------------------------------------------------------- the targets' own code, where it imports
+# ---------------------------------------------------------- drafters as users name them
 
 
-def _fastrl_plays_the_schedule(policy: Policy, a) -> None:
-    """FastRL's own MAB (eagle_mab.py), built as its eagle_worker.py builds it from the parsed
-    arguments, picks the policy's strategy at every batch size that drafts."""
-    from sglang.srt.speculative.eagle_mab import BucketedEpsilonGreedyMAB
+@pytest.mark.needs_reference
+def test_export_takes_hub_ids_and_public_layouts(tmp_path, hub_cache, public_drafters):
+    """A hub id in the local cache is checked against the model and written as the id; one not in
+    the cache is written as it is, with a note; SafeAILab's layout and an EAGLE-3 head give
+    vLLM's method for them (and SGLang's algorithm)."""
+    hub_cache({"me/tiny-model": REFERENCE_MODEL, "me/tiny-EAGLE3": public_drafters["eagle3"]})
+    runner = CliRunner()
+    cases = [("me/tiny-EAGLE3", "eagle3", "match me/tiny-model"),
+             ("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3", "not in this machine's Hugging"),
+             (str(public_drafters["eagle-public"]), "eagle", "LlamaForCausalLM (vLLM "
+                                                           "EagleLlamaForCausalLM)")]
+    for drafter, method, said in cases:
+        out = tmp_path / "x.vllm.yaml"
+        res = runner.invoke(app, ["export", "tlt-vllm", "--to", "vllm", "--drafter", drafter,
+                                  "--model", "me/tiny-model", "--out", str(out)])
+        assert res.exit_code == 0, res.stderr
+        spec = yaml.safe_load(out.read_text())["speculative-config"]
+        model = drafter if "/" in drafter and not Path(drafter).exists() else str(
+            Path(drafter).resolve())
+        assert (spec["method"], spec["model"]) == (method, model)
+        assert said in out.read_text() and said in res.stderr
+    sh = tmp_path / "x.sglang.sh"
+    res = runner.invoke(app, ["export", "tlt", "--to", "sglang", "--drafter", "me/tiny-EAGLE3",
+                              "--out", str(sh)])
+    assert res.exit_code == 0 and "--speculative-algorithm EAGLE3" in sh.read_text()
+    assert "speculative.train.enable_drafter_training=false" in sh.read_text()
 
-    default = (
-        f"{a.speculative_num_steps}_{a.speculative_eagle_topk}_{a.speculative_num_draft_tokens}"
-    )
-    mab = BucketedEpsilonGreedyMAB(strategies=sorted({default, *a.speculative_eagle_mab_configs}),
-                                   window_size=a.speculative_mab_window_size,
-                                   bs_threshold=a.speculative_mab_bs_threshold)
-    for batch in range(1, a.apdative_speculative_batch_size_threshold + 1):
-        s = policy.strategy_of(policy.bucket_of(batch))
-        assert mab.select_strategy(batch) == f"{s.steps}_{s.topk}_{s.verify_tokens}", (
-            policy.name,
-            batch,
-        )
+
+@pytest.mark.needs_reference
+def test_export_refuses_a_drafter_that_does_not_fit_its_model(tmp_path, public_drafters):
+    bad = tmp_path / "head"
+    shutil.copytree(public_drafters["eagle3"], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "vocab_size": 151936}))
+    out = tmp_path / "x.vllm.yaml"
+    res = CliRunner().invoke(app, ["export", "tlt-vllm", "--to", "vllm", "--drafter", str(bad),
+                                   "--model", str(REFERENCE_MODEL), "--out", str(out)])
+    assert res.exit_code == 2 and not out.exists()
+    assert f"--drafter {bad}: vocabulary 151936 (config.json vocab_size)" in res.stderr
+
+
+# ---------------------------------------------------------- the targets' own parsers
+
+# `make parsers` installs SGLang and veRL into their own folder, without their dependencies (CUDA
+# builds) and away from .venv (hydra-core's antlr4 4.9 against math-verify's 4.13); `make test`
+# makes it first and sets TLT_REQUIRE_PARSERS, so these never skip there.
+PARSERS = Path(os.environ.get("TLT_PARSERS", Path(__file__).resolve().parents[2] / ".parsers"))
+PARSER_CHECKS = Path(__file__).with_name("export_parsers.py")
+
+
+def _parser_cases(tmp_path: Path) -> Path:
+    """Every preset exported to SGLang and veRL (with the shipped drafter), and the tlt preset
+    with an EAGLE-3 hub id, as the parser checks read them."""
+    cases: dict[str, list] = {"sglang": [], "verl": []}
+    for name, exp in _exportable("sglang", tmp_path):
+        args = _sourced(exp.text, tmp_path, "SGLANG_ARGS")
+        cases["sglang"].append({"policy": name, "args": args})
+    for name, exp in _exportable("verl", tmp_path):
+        cases["verl"].append({"policy": name, "text": exp.text})
+    for target in ("sglang", "verl"):
+        exp = export_policy(load_policy("tlt"), target, "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+        case = {"policy": "tlt"}
+        case.update({"args": _sourced(exp.text, tmp_path, "SGLANG_ARGS")} if target == "sglang"
+                    else {"text": exp.text})
+        cases[target].append(case)
+    out = tmp_path / "cases.json"
+    out.write_text(json.dumps(cases))
+    return out
+
+
+def _run_parsers(target: str, tmp_path: Path) -> str:
+    if not (PARSERS / ".installed").is_file():
+        if os.environ.get("TLT_REQUIRE_PARSERS"):
+            pytest.fail(f"{PARSERS} is not installed: `make parsers` installs it")
+        pytest.skip(f"the parser packages are not installed in {PARSERS} (`make parsers`)")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PARSERS), str(root)])}
+    res = subprocess.run([sys.executable, str(PARSER_CHECKS), target,
+                          str(_parser_cases(tmp_path))], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    return res.stdout
 
 
 def test_sglang_parses_the_exported_arguments(tmp_path):
-    server_args = pytest.importorskip(
-        "sglang.srt.server_args", reason="SGLang is not installed (CUDA builds)"
-    )
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    server_args.ServerArgs.add_cli_args(parser)
-    fastrl = any("apdative" in o for a in parser._actions for o in a.option_strings)
-    for name, exp in _exportable("sglang", tmp_path):
-        args = _sourced(exp.text, tmp_path, "SGLANG_ARGS")
-        if fastrl and "--speculative-eagle-mab-configs" in args:
-            _fastrl_plays_the_schedule(
-                load_policy(name), parser.parse_args(["--model-path", "m", *args])
-            )
-        if not fastrl:  # upstream SGLang: only the arguments it shares with FastRL's fork
-            keep = [
-                i
-                for i in range(0, len(args), 2)
-                if "mab" not in args[i] and "apdative" not in args[i]
-            ]
-            args = [x for i in keep for x in args[i:i + 2]]
-        parsed = parser.parse_args(["--model-path", "m", *args])
-        assert parsed.speculative_algorithm == _options(args).get("--speculative-algorithm")
-    fields = {a.dest for a in parser._actions}
-    for _, exp in _exportable("verl", tmp_path):
-        kwargs = (
-            yaml.safe_load(exp.text)["actor_rollout_ref"]["rollout"]
-            .get("engine_kwargs", {})
-            .get("sglang", {})
-        )
-        assert set(kwargs) <= fields
+    out = _run_parsers("sglang", tmp_path)
+    assert "sglang parses tlt: --speculative-algorithm EAGLE3" in out
+    assert "sglang parses tlt: --speculative-algorithm EAGLE " in out
 
 
 def test_verl_builds_its_rollout_config_from_the_fragment(tmp_path):
-    pytest.importorskip("verl.workers.config.rollout", reason="veRL is not installed")
-    import os
+    out = _run_parsers("verl", tmp_path)
+    assert "verl builds static-sd: rollout vllm" in out and "verl builds tlt: rollout sglang" in out
 
-    import verl
-    from omegaconf import OmegaConf
-    from verl.utils.config import omega_conf_to_dataclass
 
-    base = OmegaConf.load(
-        os.path.join(os.path.dirname(verl.__file__), "trainer/config/_generated_ppo_trainer.yaml")
-    )
-    OmegaConf.set_struct(base, True)  # unknown keys refused, as Hydra does
-    # engine_kwargs are free-form.
-    OmegaConf.set_struct(base.actor_rollout_ref.rollout.engine_kwargs, False)
-    for name, exp in _exportable("verl", tmp_path):
-        merged = OmegaConf.merge(base, OmegaConf.create(yaml.safe_load(exp.text)))
-        cfg = omega_conf_to_dataclass(merged.actor_rollout_ref.rollout)
-        assert type(cfg).__name__ == "RolloutConfig" and cfg.max_num_seqs == 256, name
+def test_the_parser_packages_stay_out_of_the_products_environment():
+    """hydra-core (veRL) wants antlr4 4.9, math-verify (`--reward math`) 4.13: .venv keeps its
+    own."""
+    from importlib.metadata import version
+
+    if importlib.util.find_spec("latex2sympy2_extended") is None:
+        pytest.skip("math-verify is not installed")
+    assert version("antlr4-python3-runtime").startswith("4.13")
+    assert importlib.util.find_spec("verl") is None and importlib.util.find_spec("sglang") is None

@@ -4,9 +4,9 @@ Commands live by job: `simulate.py` (sim, presets, check, compare, regret, bench
 (tune), `calibrate.py` (calibrate), `validation.py` (validate), `profile.py` (profile:
 operator-level measurement or the measured database), `gpu.py` (gpu-check, gpu-presets),
 `sd_curve.py` (sd-curve: SD's speedup by batch), `moe_check.py` (moe-check: MoE decode steps against
-NVIDIA's end-to-end measurements), `real.py` (model, capture, drafter, bench rollout,
-bench grpo), `sweep.py` (engine-sweep, and calibrate on a sweep), `train.py` (train, bench real),
-`paper.py` (the TLT paper's figures), `project.py`
+NVIDIA's end-to-end measurements), `real.py` (model, capture, bench rollout, bench grpo),
+`drafter.py` (drafter train, convert, check), `sweep.py` (engine-sweep, and calibrate on a sweep),
+`train.py` (train, bench real), `paper.py` (the TLT paper's figures), `project.py`
 (whole-run days, GPU-hours, cost, energy), `plan.py` (the cluster shape for a budget or a deadline),
 `workload.py` (workload import and show: lengths from logs), `agentic.py` (workload check: an
 agentic trace re-simulated), `export.py` (export: a policy for vLLM,
@@ -24,6 +24,7 @@ from workbench.cli import sd_curve  # noqa: F401
 from workbench.cli import moe_check  # noqa: F401
 from workbench.cli import real  # noqa: F401
 from workbench.cli import sweep  # noqa: F401
+from workbench.cli import drafter  # noqa: F401
 from workbench.cli import train  # noqa: F401
 from workbench.cli import paper  # noqa: F401
 from workbench.cli import workload  # noqa: F401

@@ -29,9 +29,16 @@ def export_cmd(
     to: str = typer.Option(..., "--to", help=f"Target: {', '.join(TARGETS)}."),
     out: Path = typer.Option(...,
                              help="File to write: vllm and verl a YAML file, sglang a bash file."),
-    drafter: Optional[Path] = typer.Option(None,
-                                           help="EAGLE drafter checkpoint directory "
-                                                "(eagle policies need one)."),
+    drafter: Optional[str] = typer.Option(
+        None, help="The drafter an eagle policy needs: an EAGLE or EAGLE-3 checkpoint directory, "
+                   "or a Hugging Face hub id (owner/name; checked where this machine's cache "
+                   "holds it, else written as it is)."),
+    model: Optional[str] = typer.Option(
+        None, help="The target model (directory or hub id): the drafter's hidden size, "
+                   "vocabulary and layers are checked against it."),
+    drafter_method: Optional[str] = typer.Option(
+        None, help="eagle or eagle3 (vLLM's names), where the drafter's files cannot say (a hub "
+                   "id not in the cache whose name does not either)."),
     max_num_seqs: int = typer.Option(
         DEFAULT_MAX_NUM_SEQS, min=1,
         help="The engine's batch limit: vLLM's per-batch "
@@ -42,7 +49,7 @@ def export_cmd(
     in the file as comments and on stderr; what it would run differently is refused."""  # noqa: E501
     try:
         pol = load_policy(policy)
-        result = export_policy(pol, to, drafter, max_num_seqs)
+        result = export_policy(pol, to, drafter, max_num_seqs, model, drafter_method)
         check_out(to, out)
     except (ConfigError, ExportError) as exc:
         fail(exc)

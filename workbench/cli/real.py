@@ -1,13 +1,11 @@
-"""The real backend's commands: `tlt model init`, `capture`, `drafter train`, `bench rollout` and
-`bench grpo` (`tlt train` and `bench real`: workbench/cli/train.py). The backend's modules
-imported here load torch, vLLM and Ray only when they run; the torch-only ones (drafter training)
-are imported when their command runs."""
+"""The real backend's commands: `tlt model init`, `capture`, `bench rollout` and `bench grpo`
+(`tlt train` and `bench real`: workbench/cli/train.py; `tlt drafter`: workbench/cli/drafter.py).
+The backend's modules imported here load torch, vLLM and Ray only when they run."""
 
 from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -20,8 +18,7 @@ from real.run.capture import CaptureError, check_inputs
 from real.run.capture import capture as run_capture
 from real.tiny import task
 from real.tiny.model import DEFAULT_STEPS, init_model
-from real.torch_utils import train_device
-from workbench.cli.apps import app, bench_app, drafter_app, model_app
+from workbench.cli.apps import app, bench_app, model_app
 from workbench.cli.common import fail
 from workbench.cli.task import REWARD_HELP, TASK_HELP, task_option
 from workbench.contracts.policy import load_policy
@@ -145,50 +142,6 @@ def capture(
               "clipped", "reward"]
     typer.echo(format_table(rows, header))
     typer.echo(f"wrote {out}")
-
-
-@drafter_app.command("train")
-def drafter_train(
-    model: Path = typer.Option(..., help="Target model directory."),
-    out: Path = typer.Option(
-        ..., help="Drafter checkpoint directory to write (vLLM loads it as EagleLlamaForCausalLM)."
-    ),
-    steps: int = typer.Option(300, min=1, help="Optimiser steps."),
-    seed: int = typer.Option(0, help="Seed of the prompts, the sampling, the initial weights and "
-                                     "the batches."),
-    prompts: int = typer.Option(32, min=1, help="Prompts to sample the target on (real.tiny.task "
-                                                "problems)."),
-    samples: int = typer.Option(4, min=1,
-                                help="Responses per prompt: one greedy, the rest sampled."),
-    max_tokens: int = typer.Option(256, min=1, help="Response cap of the training rollouts."),
-    lr: float = typer.Option(1e-3, min=0.0, help="AdamW learning rate (cosine decay to a tenth, "
-                                                 "20 warm-up steps)."),
-    mix: str = typer.Option("default",
-                            help="Difficulty mix of the task prompts (real/tiny/task.py)."),
-    temperature: float = typer.Option(1.0, min=0.0, help="Temperature of the sampled responses."),
-    device: str = typer.Option("cpu",
-                               help="Where the drafter trains: cpu, or cuda (bf16 autocast)."),
-) -> None:
-    """Sample the target, then train an EAGLE drafter on its hidden states (EAGLE loss)."""
-    from real.drafter.training import train_from_target
-
-    if not (model / "config.json").is_file():
-        fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
-    if mix not in task.MIXES:
-        fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(task.MIXES)}"))
-    try:
-        train_device(device)
-    except ValueError as exc:
-        fail(exc)
-    t0 = time.perf_counter()
-    path = train_from_target(model, out, steps=steps, seed=seed, prompts=prompts, samples=samples,
-                             max_tokens=max_tokens, lr=lr, mix=mix, temperature=temperature,
-                             log=lambda m: typer.echo(m, err=True), device=device)
-    info = json.loads((path / "tlt_drafter.json").read_text())
-    final = info.get("final", {})
-    loss, top1 = final.get("loss", float("nan")), final.get("top1", float("nan"))
-    typer.echo(f"wrote {path} in {time.perf_counter() - t0:.0f}s: loss {loss:.4f}, "
-               f"top-1 agreement with the target {top1:.3f} (last 50 steps)")
 
 
 @bench_app.command("rollout")

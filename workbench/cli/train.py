@@ -14,6 +14,9 @@ import typer
 
 from real.experiments.bench_training import bench_real as run_bench_real
 from real.experiments.bench_training import MIN_ARM_STEPS, decode_speedup, spot_interference
+from real.drafter.layout import DrafterError
+from real.drafter.resolve import resolve_drafter
+from real.hub_cache import is_hub_id, local_model
 from real.run.coordinator import RunConfig, TrainError, default_drafter, run_training
 from workbench.validate.bench_prediction import predict_bench
 from workbench.cli.apps import app, bench_app
@@ -33,14 +36,20 @@ PROFILE_HELP = (
     "policy's own schedule. Fixed-table policies always run their schedule as written."
 )
 
-def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, seed: int,
-                prompts: int, samples: int, max_tokens: int, drafter: Optional[Path], lr: float,
-                address: Optional[str], mix: str, profile: str = DEFAULT_PROFILE,
+def _run_config(model: str | Path, policy: str, out: Path, steps: int, workers: int, seed: int,
+                prompts: int, samples: int, max_tokens: int, drafter: str | Path | None,
+                lr: float, address: Optional[str], mix: str, profile: str = DEFAULT_PROFILE,
                 task_file: Optional[Task] = None, device: str = "cpu") -> RunConfig:
     """The run's RunConfig, checked; for a learning bandit, its start tables predicted on `profile`
-    ('none': the policy's own schedule)."""
+    ('none': the policy's own schedule). `model` and `drafter` may be hub ids in this machine's
+    Hugging Face cache (real/hub_cache.py, real/drafter/resolve.py)."""
     try:
         pol = load_policy(policy)
+        model = local_model(model)
+        if drafter is not None and is_hub_id(drafter):
+            drafter = resolve_drafter(drafter, model, need_local=True).local
+    except DrafterError as exc:
+        fail(ValueError(f"--{exc}"))
     except Exception as exc:
         fail(exc)
     tables: dict = {}
@@ -54,7 +63,7 @@ def _run_config(model: Path, policy: str, out: Path, steps: int, workers: int, s
         if predicted:  # the run starts there; the policy stays as written (the trace records both)
             tables = {k: v.table for k, v in predicted.items()}
             source = f"profile {prof.name} (workbench/schedule.py)"
-    drafter = default_drafter(model, pol, drafter)
+    drafter = default_drafter(model, pol, Path(drafter) if drafter is not None else None)
     cfg = RunConfig(model=model, policy=pol, out=out, steps=steps, workers=workers, seed=seed,
                     prompts=prompts, samples=samples, max_tokens=max_tokens, drafter=drafter,
                     lr=lr, address=address, mix=mix, start_tables=tables, start_source=source,
@@ -103,8 +112,9 @@ def _estimates(m) -> str:
 
 @app.command()
 def train(
-    model: Path = typer.Option(..., help="Target model directory (Hugging Face format; "
-                                         "e.g. traces/reference/model)."),
+    model: str = typer.Option(..., help="Target model: a Hugging Face directory (e.g. "
+                                        "traces/reference/model) or a hub id in this machine's "
+                                        "Hugging Face cache."),
     policy: str = typer.Option(..., help="Policy preset name or YAML/JSON file "
                                          "(e.g. one `tlt tune` wrote)."),
     steps: int = typer.Option(20, min=1, help="RL steps to run (in all, counting steps done "
@@ -119,9 +129,11 @@ def train(
     prompts: int = typer.Option(16, min=1, help="Prompts per RL step."),
     samples: int = typer.Option(4, min=2, help="Samples per prompt (the GRPO group)."),
     max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
-    drafter: Optional[Path] = typer.Option(None, help="Warm-start EAGLE drafter (policies with "
-                                                      "drafter.warm_start; on the reference model, "
-                                                      "traces/reference/drafter by default)."),
+    drafter: Optional[str] = typer.Option(
+        None, help="Warm-start drafter (policies with drafter.warm_start): an EAGLE or EAGLE-3 "
+                   "head, ours or a public one (SafeAILab, SpecForge), as a directory or a hub "
+                   "id in the cache; spot training continues it. On the reference model, "
+                   "traces/reference/drafter by default."),
     lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate (AdamW)."),
     mix: str = typer.Option("default",
                             help="Difficulty mix of the task prompts (real/tiny/task.py)."),

@@ -34,7 +34,8 @@ from workbench.contracts.policy import (
 )
 from workbench.contracts.schema import FieldError, to_mapping
 from workbench.contracts.workload import Workload
-from workbench.deploy.export import ExportError, fastrl_buckets, sd_buckets
+from workbench.deploy.exported import ExportError
+from workbench.deploy.sglang import fastrl_buckets, sd_buckets
 from workbench.tune.targets import SPACES, TargetSpace, check_target
 
 # Bump when the search space changes: a study is only resumed with the space it was created with.

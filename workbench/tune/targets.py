@@ -29,7 +29,7 @@ from workbench.contracts.profile import Profile
 from workbench.contracts.provenance import provenance_kind
 from workbench.contracts.workload import Workload
 from workbench.contracts.policy import DrafterKind
-from workbench.deploy.export import FASTRL_WARMUP_CHECKS
+from workbench.deploy.sglang import FASTRL_WARMUP_CHECKS
 
 ALGORITHMS = ("fixed", "beg", "ucb1", "egreedy")
 

@@ -223,7 +223,8 @@ def policy_export_buttons(policy: Policy, key: str, first: str | None = None) ->
                 f"export {policy.name}.yaml --to ...` writes it)")
     drafter = ""
     if policy.drafter.kind == DrafterKind.EAGLE:
-        drafter = st.text_input("EAGLE drafter checkpoint directory (written into the files)",
+        drafter = st.text_input("EAGLE or EAGLE-3 drafter: a checkpoint directory or a Hugging "
+                                "Face hub id (written into the files)",
                                 key=f"{key}_drafter",
                                 value=DEFAULT_DRAFTER if os.path.isdir(DEFAULT_DRAFTER) else "")
     targets = sorted(TARGETS, key=lambda t: t != first)
