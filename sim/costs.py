@@ -63,7 +63,14 @@ def draft_step_s(d: DrafterCost, kind: DrafterKind, batch: int, strategy: Strate
         return d.ngram_s_per_seq * batch + host if s.steps else 0.0
     if s.steps:
         host += d.eagle_pass_s + (0.0 if s.is_chain else d.tree_pass_s)
-    return max(1, s.steps) * (d.eagle_step_s + d.eagle_s_per_seq * batch * s.topk) + host
+    return max(1, s.steps) * draft_forward_s(d, batch, s.topk) + host
+
+
+def draft_forward_s(d: DrafterCost, batch: int, topk: int) -> float:
+    """One forward of the learned drafter over `batch` x `topk` candidates: its kernels and the
+    engine's work per draft step, without what a pass pays once (host work, `eagle_pass_s`,
+    `tree_pass_s`): what a profiler times as one draft step."""
+    return d.eagle_step_s + d.eagle_s_per_seq * batch * topk
 
 
 def prefill_s(c: DecodeCost, prompt_tokens: int) -> float:

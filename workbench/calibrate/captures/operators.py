@@ -32,7 +32,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from real.profiler.table import Measurements
-from sim.costs import draft_step_s, prefill_s, verify_step_s
+from sim.costs import draft_forward_s, prefill_s, verify_step_s
 from workbench.calibrate.captures.costs import CostFit, fit_costs
 from workbench.contracts.fileio import sig
 from workbench.contracts.policy import DrafterKind
@@ -112,8 +112,8 @@ def predict_point(prof: Profile, op: str, batch: int, context: float, tokens: in
                   topk: int) -> float:
     """A point's time under a profile, in the simulator's functions (op as
     real/profiler/grid.py)."""
-    if op == "drafter":  # one drafter forward: a one-step tree of `topk` candidates per sequence
-        return draft_step_s(prof.drafter, DrafterKind.EAGLE, batch, Strategy(1, topk, 1 + topk))
+    if op == "drafter":  # one drafter forward over `topk` candidates per sequence
+        return draft_forward_s(prof.drafter, batch, topk)
     if op == "prefill":
         return prefill_s(prof.decode, tokens) + verify_step_s(prof.decode, 0, 0.0, 0)
     return verify_step_s(prof.decode, batch, context, Strategy.chain(tokens - 1))

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from sim.costs import draft_step_s, prefill_s, verify_step_s
+from sim.costs import draft_forward_s, prefill_s, verify_step_s
 from workbench.calibrate.database.aiconfigurator import (
     DECODE_BATCHES,
     DECODE_CONTEXTS,
@@ -49,7 +49,6 @@ from workbench.contracts.fileio import sig
 from workbench.contracts.architecture import Architecture, load_architecture
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
-from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import DecodeCost, DrafterCost, ExpertRouting, Profile
 from workbench.contracts.provenance import DATABASE_PREFIX
@@ -138,7 +137,7 @@ def draft_overhead_s(dec: DecodeCost, at_reference_s: float = DRAFT_STEP_OVERHEA
 def predict(c: DecodeCost, d: DrafterCost, p: Point) -> float:
     """A point's time in the simulator's own functions (sim/costs.py)."""
     if p.op == "drafter":
-        return draft_step_s(d, DrafterKind.EAGLE, p.batch, Strategy(1, p.topk, 1 + p.topk))
+        return draft_forward_s(d, p.batch, p.topk)  # one forward, as the database times it
     if p.op == "prefill":
         return prefill_s(c, p.tokens) + verify_step_s(c, 0, 0.0, 0)
     return verify_step_s(c, p.batch, p.context, Strategy.chain(p.tokens - 1))
