@@ -22,13 +22,9 @@ from sim.lengths import sample_step
 from workbench.contracts.length_data import ObservedLengths, read_observed
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload, load_workload
-from workbench.workloads.build import MODES, import_workload
+from workbench.workloads.build import MODES, UNPLACED, import_workload
 
 _STATE_DIRS = "whatif_length_dirs"  # upload digest -> the directory its import lives in
-# The import's base: the batch shape comes from the files, the cluster from the page (one engine
-# until chosen).
-UNPLACED = Workload(name="uploaded-lengths", profile="(the cluster you pick)", workers=1,
-                    prompts_per_step=1, group_size=1, max_response_tokens=32768)
 
 
 @dataclass(frozen=True)

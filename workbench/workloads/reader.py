@@ -17,7 +17,6 @@ Errors name the file, the line and the field.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from workbench.contracts.length_data import (
     from_frame,
 )
 from workbench.contracts.schema import ConfigError
+from workbench.contracts.tables import read_table
 
 SUMMARY_MEAN = "response_length/mean"
 SUMMARY_FIELDS = ("max", "min", "clip_ratio")
@@ -84,33 +84,15 @@ def _listed(paths: list[str | Path]) -> list[tuple[Path, bool]]:
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.suffix in SUFFIXES and f.is_file())
             if not found:
-                raise ConfigError(str(p), "<directory>", str(p),
-                                  f"a directory holding {', '.join(SUFFIXES)} files")
+                raise ConfigError(str(p), "<directory>", f"holds no {', '.join(SUFFIXES)} file",
+                                  "a directory of length files (PolyTrace's packed_lengths "
+                                  "JSONL, or tables)")
             out += [(f, True) for f in found]
         elif p.is_file():
             out.append((p, False))
         else:
-            raise ConfigError(str(p), "<file>", str(p), "an existing file or directory")
+            raise ConfigError(str(p), "<file>", "does not exist", "an existing file or directory")
     return out
-
-
-def _jsonl(path: Path) -> list[dict]:
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{n}", "<line>", line.strip()[:60],
-                                  f"one JSON object per line ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{n}", "<line>", row, "a JSON object")
-            rows.append(row)
-    if not rows:
-        raise ConfigError(str(path), "<file>", "empty", "at least one line")
-    return rows
 
 
 def _int(value, where: str, name: str, low: int = 0) -> int:
@@ -121,13 +103,9 @@ def _int(value, where: str, name: str, low: int = 0) -> int:
 
 
 def _table(path: Path) -> pd.DataFrame | list[dict]:
-    if path.suffix == ".jsonl":
-        return _jsonl(path)
-    try:
-        return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
-    except Exception as exc:  # pandas and pyarrow raise several kinds for a malformed file
-        raise ConfigError(str(path), "<file>", "unreadable",
-                          f"a {path.suffix[1:]} table ({exc})") from None
+    return read_table(path, "response lengths: PolyTrace packed_lengths JSONL, a CSV/JSONL/Parquet "
+                            "table with step, prompt, length, or veRL's per-step "
+                            "response_length/* metrics")
 
 
 def read_files(paths: list[str | Path]) -> Imported:
@@ -154,14 +132,15 @@ def read_files(paths: list[str | Path]) -> Imported:
         elif from_dir:
             others.append(path.name)
         else:
-            raise ConfigError(str(path), "<columns>", ", ".join(sorted(keys))[:120],
+            raise ConfigError(str(path), "<columns>",
+                              f"has the columns {', '.join(sorted(map(str, keys)))[:120]}",
                               "PolyTrace packed_lengths lines (step, input, output), a table with "
                               "step, prompt, length (optional prompt_tokens, correct, rank), or "
                               f"veRL's '{SUMMARY_MEAN}' per step")
     skipped = [f"skipped (not lengths): {', '.join(others)}"] if others else []
     notes += _reward_note(rewards) + skipped
     if frames and summaries:
-        raise ConfigError(", ".join(map(str, files)), "<files>", "lengths and a summary",
+        raise ConfigError(", ".join(map(str, files)), "<files>", "hold lengths and a summary",
                           "one kind per import: response lengths, or veRL's per-step summary")
     if summaries:
         s = pd.concat(summaries).sort_values("step")
@@ -170,7 +149,7 @@ def read_files(paths: list[str | Path]) -> Imported:
                                                ("step", "mean", "max", "min", "clip_ratio"))),
                         notes=notes)
     if not frames:
-        raise ConfigError(", ".join(map(str, files)), "<files>", "no response lengths",
+        raise ConfigError(", ".join(map(str, files)), "<files>", "hold no response lengths",
                           "at least one lengths file")
     return _combine(files, frames, dapo, notes)
 
