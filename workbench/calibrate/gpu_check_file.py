@@ -6,7 +6,6 @@ points per (model, TP) (`engine_measurements`). gpu_measured.py compares them.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +15,8 @@ from real.gpu_check.plan import SHAPES, hf_config
 from real.gpu_check.record import SCHEMA
 from real.profiler.table import COLUMNS, Measurements
 from workbench.contracts.architecture import architecture_presets
-from workbench.contracts.fileio import write_json
-from workbench.contracts.schema import ConfigError
+from workbench.contracts.fileio import cache_dir, write_json
+from workbench.contracts.schema import ConfigError, kind_of, read_text
 
 # The measured GPU's name -> the database's GPU key; the first match wins (PCIe before SXM).
 GPU_NAMES = (
@@ -55,14 +54,15 @@ class MeasuredCheck:
 def load_check(path: str | Path) -> MeasuredCheck:
     """The check's JSON; a missing, garbled or foreign file is refused, naming the field and fix."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(str(path), "<file>", str(path), f"an existing file: {FIX}")
+    text = read_text(path, FIX)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(str(path), "<file>", "not JSON", f"{FIX} ({exc})") from None
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        why = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else exc
+        raise ConfigError(str(path), "<file>", f"is not JSON ({why})", FIX) from None
     if not isinstance(doc, dict):
-        raise ConfigError(str(path), "<top level>", type(doc).__name__, f"a JSON mapping: {FIX}")
+        raise ConfigError(str(path), "<top level>", f"holds {kind_of(doc)} at the top level",
+                          f"a JSON mapping: {FIX}")
     if doc.get("schema") != SCHEMA:
         raise ConfigError(str(path), "schema", doc.get("schema"), f"{SCHEMA}: {FIX}")
     for key in ("machine", "sections"):
@@ -88,7 +88,7 @@ def arch_spec(name: str, where: str, path: Path) -> str:
         raise ConfigError(
             str(path), where, name, "an architecture preset or a shape of real/gpu_check/plan.py"
         )
-    f = Path(tempfile.gettempdir()) / "tlt-gpu-check-shapes" / f"{name}.json"
+    f = cache_dir("gpu-check-shapes") / f"{name}.json"
     if not f.is_file() or json.loads(f.read_text(encoding="utf-8")) != hf_config(name):
         write_json(f, hf_config(name))
     return str(f)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from workbench.calibrate.attention_coverage import Coverage, attention_coverage
 from workbench.contracts.architecture import Architecture
+from workbench.contracts.fileio import cache_dir, write_atomic
 from workbench.contracts.schema import ConfigError
 
 # Our GPU keys -> the package's system names (systems/<name>.yaml).
@@ -106,11 +106,10 @@ def _config_dir(arch_name: str) -> str:
     src = path if path.is_file() else presets / f"{arch_name}.json"
     data = json.loads(src.read_text(encoding="utf-8"))
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    d = Path(tempfile.gettempdir()) / "tlt-aic-configs" / f"{src.stem}-{digest}"
-    d.mkdir(parents=True, exist_ok=True)
+    d = cache_dir("aic-configs") / f"{src.stem}-{digest}"
     if not (d / "config.json").is_file():
         public = {k: v for k, v in data.items() if not k.startswith("_")}
-        (d / "config.json").write_text(json.dumps(public))
+        write_atomic(d / "config.json", json.dumps(public))
     return str(d)
 
 

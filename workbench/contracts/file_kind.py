@@ -5,12 +5,15 @@ was expected and the fix, never with a library's message ("Parquet magic bytes n
 `describe` names a file's kind from its first bytes: empty, Parquet, gzip, zip, binary, UTF-16,
 text in another encoding than UTF-8, or UTF-8 text and how it begins; `text_problem` says why bytes
 are not UTF-8 text and `utf8_fix` how to make them so (schema.read_text raises it as a
-ConfigError); `parquet_problem` says why a file is not Parquet, before pyarrow is asked.
+ConfigError); `parquet_problem` says why a file is not Parquet, before pyarrow is asked, and
+`parquet_frame` reads one, its text checked as UTF-8 (pyarrow decodes a column's strings only when
+they are first used, far from the reader).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 PARQUET_MAGIC = b"PAR1"
 NUL = b"\x00"
@@ -111,3 +114,18 @@ def parquet_problem(path: str | Path) -> str | None:
         if size < 12 or fh.read(4) != PARQUET_MAGIC:
             return "is a Parquet file cut short (its footer is missing)"
     return None
+
+
+def parquet_frame(path: str | Path) -> tuple[Any, str | None]:
+    """(the Parquet file as a pandas DataFrame, None), or (None, why it is not one)."""
+    import pyarrow.parquet as pq
+
+    problem = parquet_problem(path)
+    if problem is not None:
+        return None, problem
+    try:
+        table = pq.read_table(path)
+        table.validate(full=True)  # every string is UTF-8, every offset in bounds
+        return table.to_pandas(), None
+    except Exception as exc:  # pyarrow raises several kinds for a damaged file
+        return None, f"is a damaged Parquet file ({type(exc).__name__})"

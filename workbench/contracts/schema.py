@@ -24,6 +24,7 @@ from workbench.contracts.file_kind import describe, text_problem, utf8_fix
 from workbench.contracts.fileio import write_atomic
 
 T = TypeVar("T")
+MAPPING_FILE = "a YAML or JSON text file (.yaml, .yml or .json)"
 
 
 class ConfigError(ValueError):
@@ -94,35 +95,38 @@ def read_text(path: str | Path, expected: str) -> str:
 def read_mapping(path: str | Path) -> dict:
     """Parse a YAML or JSON file into a mapping, with errors that name the file."""
     path = Path(path)
-    expected = "a YAML or JSON text file (.yaml, .yml or .json)"
-    text = read_text(path, expected)
+    return parse_mapping(read_text(path, MAPPING_FILE), str(path), path.suffix == ".json")
+
+
+def parse_mapping(text: str, source: str, is_json: bool) -> dict:
+    """YAML (or, `is_json`, JSON) text as a mapping; errors name `source`, the line and column."""
+    syntax = "JSON" if is_json else "YAML"
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(str(path), "<file>", f"is not valid {_syntax(path)} ({_brief(exc)})",
-                          f"{expected}: fix the syntax there") from None
+        data = json.loads(text) if is_json else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(source, "<file>", f"is not valid {syntax} ({_brief(exc)})",
+                          f"{MAPPING_FILE}: fix the syntax there") from None
     if not isinstance(data, dict):
-        raise ConfigError(str(path), "<top level>", f"holds {_kind_of(data)} at the top level",
+        raise ConfigError(source, "<top level>", f"holds {kind_of(data)} at the top level",
                           "a mapping of field: value (the fields in docs/formats.md)")
     return data
-
-
-def _syntax(path: Path) -> str:
-    return "JSON" if path.suffix == ".json" else "YAML"
 
 
 def _brief(exc: Exception) -> str:
     """A parser's error in one line: what and where (line and column)."""
     if isinstance(exc, json.JSONDecodeError):
         return f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
     mark = getattr(exc, "problem_mark", None)
     what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return f"{what} at line {mark.line + 1}, column {mark.column + 1}" if mark else what
 
 
-def _kind_of(data: Any) -> str:
+def kind_of(data: Any) -> str:
+    """A parsed value's kind in words (a list, a string, a number, null...)."""
     if data is None:
-        return "nothing"
+        return "nothing (null)"
     names = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
     return names.get(type(data), f"a {type(data).__name__}")
 
@@ -132,7 +136,7 @@ def from_mapping(cls: type[T], data: Any, source: str = "", prefix: str = "") ->
     if not isinstance(data, dict):
         if prefix:
             raise ConfigError(source, prefix, data, f"a mapping for {cls.__name__}")
-        raise ConfigError(source, "<top level>", f"holds {_kind_of(data)} at the top level",
+        raise ConfigError(source, "<top level>", f"holds {kind_of(data)} at the top level",
                           f"a mapping of field: value for {cls.__name__}")
     data = _renamed_fields(cls, data, source, prefix)
     hints = typing.get_type_hints(cls)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.contracts.file_kind import describe, parquet_problem
-from workbench.contracts.schema import ConfigError, decode_text
+from workbench.contracts.file_kind import describe, parquet_frame
+from workbench.contracts.schema import ConfigError, decode_text, kind_of
 
 TABLE_SUFFIXES = (".csv", ".jsonl", ".parquet")
 
@@ -40,14 +40,11 @@ def read_parquet(path: str | Path, expected: str) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(p), "<file>", describe(p), expected)
-    problem = parquet_problem(p)
+    frame, problem = parquet_frame(p)
     if problem is not None:
-        raise ConfigError(str(p), "<file>", problem, expected + _rename_fix(problem))
-    try:
-        return pd.read_parquet(p)
-    except Exception as exc:  # pyarrow raises several kinds for a damaged file
-        raise ConfigError(str(p), "<file>", f"is a damaged Parquet file ({_detail(exc)})",
-                          f"{expected}; write it again") from None
+        fix = "; write it again" if "damaged" in problem else _rename_fix(problem)
+        raise ConfigError(str(p), "<file>", problem, expected + fix)
+    return frame
 
 
 def read_csv(path: str | Path, expected: str) -> pd.DataFrame:
@@ -91,7 +88,7 @@ def read_jsonl(path: str | Path, expected: str) -> list[dict]:
             raise ConfigError(f"{p}:{n}", "<line>", f"is not JSON ({why}): {line.strip()[:60]!r}",
                               f"{expected}: one JSON object per line") from None
         if not isinstance(row, dict):
-            raise ConfigError(f"{p}:{n}", "<line>", f"holds {type(row).__name__} {row!r:.60}",
+            raise ConfigError(f"{p}:{n}", "<line>", f"holds {kind_of(row)}, not a JSON object",
                               f"{expected}: one JSON object per line") from None
         rows.append(row)
     if not rows:

@@ -21,13 +21,16 @@ import gzip
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from workbench.contracts.file_kind import describe
 from workbench.contracts.schema import ConfigError
+from workbench.contracts.tables import read_csv, read_parquet
 from workbench.runlog.command import LaunchCommand, parse_command
 
 GEN = "timing_s/gen"
@@ -104,8 +107,20 @@ def read_run_log(path: str | Path) -> RunLog:
     return _read_console(p)
 
 
+def _gunzipped(p: Path) -> bytes:
+    """A .gz file's bytes, uncompressed; refused, saying what the file is, when it is no gzip."""
+    try:
+        with gzip.open(p, "rb") as fh:
+            return fh.read()
+    except (OSError, EOFError, zlib.error):
+        kind = describe(p)
+        raise ConfigError(str(p), "<file>", "is a damaged or cut-short gzip file"
+                          if kind == "is gzip-compressed" else f"is named .gz but {kind[3:]}",
+                          f"a text log, or one compressed with gzip: {_FIX}") from None
+
+
 def _text(p: Path) -> str:
-    raw = gzip.open(p, "rb").read() if p.suffix.lower() == ".gz" else p.read_bytes()
+    raw = _gunzipped(p) if p.suffix.lower() == ".gz" else p.read_bytes()
     if b"\x00" in raw[:65536]:
         raise ConfigError(str(p), "<file>", "binary (NUL bytes)", f"a text log: {_FIX}")
     return raw.decode("utf-8", errors="replace")
@@ -202,17 +217,16 @@ def _finish(
 
 
 def _read_table(p: Path, suffix: str) -> RunLog:
-    try:
-        if suffix == ".parquet":
-            df = pd.read_parquet(p)
-        elif suffix == ".csv":
-            df = pd.read_csv(p)
-        else:
+    expected = f"a {suffix[1:]} table with a step column"
+    if suffix == ".parquet":
+        df = read_parquet(p, expected)
+    elif suffix == ".csv":
+        df = read_csv(p, expected)
+    else:
+        try:
             df = pd.DataFrame([json.loads(x) for x in _text(p).splitlines() if x.strip()])
-    except Exception as exc:  # pandas, pyarrow and json raise several kinds for a malformed file
-        raise ConfigError(
-            str(p), "<file>", "unreadable", f"a {suffix[1:]} table with a step column ({exc})"
-        ) from None
+        except Exception as exc:  # json and pandas raise several kinds for a malformed file
+            raise ConfigError(str(p), "<file>", f"is not JSON lines ({exc})", expected) from None
     step_col = next((c for c in STEP_COLUMNS if c in df.columns), None)
     if step_col is None:
         raise ConfigError(

@@ -13,10 +13,17 @@ from contextlib import contextmanager
 from typing import Any
 
 import streamlit as st
-import yaml
 
 from workbench.contracts.policy import Policy
-from workbench.contracts.schema import ConfigError, FieldError, RenameNotice, from_mapping
+from workbench.contracts.schema import (
+    MAPPING_FILE,
+    ConfigError,
+    FieldError,
+    RenameNotice,
+    decode_text,
+    from_mapping,
+    parse_mapping,
+)
 from workbench.contracts.workload import Workload, load_workload, workload_presets
 
 # measured lengths (a real DAPO run), not a hand-set shape
@@ -43,12 +50,8 @@ def rename_notices() -> Iterator[None]:
 
 def parse_upload(cls: type, upload) -> Any:
     """A contract from an uploaded YAML/JSON file; ConfigError on any problem."""
-    raw = upload.getvalue()
-    try:
-        data = yaml.safe_load(raw.decode("utf-8"))  # YAML is a superset of JSON
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(upload.name, "<file>", "unparseable",
-                          f"valid YAML/JSON ({exc})") from None
+    text = decode_text(upload.getvalue(), upload.name, MAPPING_FILE)
+    data = parse_mapping(text, upload.name, upload.name.lower().endswith(".json"))
     with rename_notices():
         return from_mapping(cls, data, source=upload.name)
 

@@ -11,7 +11,7 @@ from scipy.stats import norm
 
 from workbench.contracts.length_data import UNKNOWN, ObservedLengths, write_observed
 from workbench.contracts.profile import Profile
-from workbench.contracts.schema import ConfigError, save
+from workbench.contracts.schema import ConfigError, FieldError, save
 from workbench.contracts.workload import DynamicSampling, LengthModel, Workload
 from workbench.workloads.mixture import MixtureFit, fit_mixture
 from workbench.workloads.reader import Imported, SummaryTable, read_files
@@ -134,7 +134,16 @@ def build_workload(im: Imported, base: Workload, name: str, mode: str, cap: int,
                  max_response_tokens=cap,
                  prompt_tokens=int(np.median(known)) if len(known) else base.prompt_tokens,
                  steps=steps, lengths=lengths, dynamic_sampling=ds)
-    wl.check()
+    return checked(wl, ", ".join(im.files))
+
+
+def checked(wl: Workload, files: str) -> Workload:
+    """`wl`, checked: a field the files put out of range is refused naming the files."""
+    try:
+        wl.check()
+    except FieldError as exc:
+        raise ConfigError(f"{files} (as the workload's {exc.field})", exc.field, exc.value,
+                          exc.allowed) from None
     return wl
 
 
@@ -311,7 +320,7 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload | None,
         wl = replace(base, name=name, source=source, max_response_tokens=cap,
                      steps=len(im.summary.step), description=description or fitted,
                      lengths=model)
-        wl.check()
+        checked(wl, ", ".join(im.files))
         _write_profile(placement, out)
         save(wl, out)
         lines = [f"{len(im.summary.step)} steps of veRL's length metrics; cap {cap}",

@@ -17,6 +17,7 @@ Errors name the file, the line and the field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,8 @@ GENERIC_REQUIRED = ("step", "prompt", "length")
 REWARD_TIMING = "reward_time_s"  # PolyTrace's reward_timings_step_*.jsonl (rllm runs)
 POLYTRACE_REQUIRED = ("step", "output")
 SUFFIXES = (".jsonl", ".csv", ".parquet")
+# The largest count a file may give (a length, a step, a rank): a workload's cap is at most 2^20.
+MAX_NUMBER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,9 @@ def _listed(paths: list[str | Path]) -> list[tuple[Path, bool]]:
 
 
 def _int(value, where: str, name: str, low: int = 0) -> int:
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value)
-            or value < low):
-        raise ConfigError(where, name, value, f"a whole number >= {low}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or not low <= value <= MAX_NUMBER):
+        raise ConfigError(where, name, value, f"a whole number from {low} to {MAX_NUMBER:,}")
     return int(value)
 
 
@@ -243,11 +246,12 @@ def _generic(path: Path, data) -> pd.DataFrame:
             out[name] = UNKNOWN
             continue
         values = pd.to_numeric(df[name], errors="coerce")
-        bad = values.isna() | (values < 0) | (values != values.round())
+        bad = values.isna() | (values < 0) | (values > MAX_NUMBER) | (values != values.round())
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
             where = f"{path}:{row + line0}" if line0 else f"{path} (row {row})"
-            raise ConfigError(where, name, df[name].iloc[row], "a whole number >= 0")
+            raise ConfigError(where, name, df[name].iloc[row],
+                              f"a whole number from 0 to {MAX_NUMBER:,}")
         out[name] = values.astype(np.int64)
     # a prompt's id may be any text or number: (step, id) pairs are numbered by first appearance
     pairs = pd.MultiIndex.from_arrays([out["step"], df["prompt"].astype(str)])
@@ -275,17 +279,21 @@ def _correct(path: Path, df: pd.DataFrame, line0: int) -> np.ndarray:
 
 def _summary(path: Path, data) -> pd.DataFrame:
     df = pd.DataFrame(data) if isinstance(data, list) else data
+    if not len(df):
+        raise ConfigError(str(path), "<rows>", "holds no rows", f"one row per step with "
+                          f"veRL's '{SUMMARY_MEAN}'")
     step_col = next((c for c in ("step", "training/global_step", "_step") if c in df.columns), None)
-    out = pd.DataFrame({"step": df[step_col] if step_col else np.arange(len(df))})
+    out = pd.DataFrame({"step": np.arange(len(df), dtype=float)})
     columns = [("mean", SUMMARY_MEAN)] + [(f, f"response_length/{f}") for f in SUMMARY_FIELDS]
-    for name, col in columns:
+    for name, col in ([("step", step_col)] if step_col else []) + columns:
         if col in df.columns:
             values = pd.to_numeric(df[col], errors="coerce")
         else:
             values = pd.Series(np.nan, index=df.index)
-        if col in df.columns and values.isna().any():
-            row = int(np.flatnonzero(values.isna().to_numpy())[0])
-            raise ConfigError(f"{path} (row {row})", col, df[col].iloc[row], "a number")
+        bad = ~np.isfinite(values.to_numpy(float)) if col in df.columns else []
+        if np.any(bad):
+            row = int(np.flatnonzero(bad)[0])
+            raise ConfigError(f"{path} (row {row})", col, df[col].iloc[row], "a finite number")
         out[name] = values.to_numpy(float)
     return out
 
@@ -298,7 +306,7 @@ def _reward_note(rewards: list[tuple[Path, list[dict] | pd.DataFrame]]) -> list[
     rows = [r for _, data in rewards
             for r in (data if isinstance(data, list) else data.to_dict("records"))]
     secs = [float(r[REWARD_TIMING]) for r in rows if isinstance(r.get(REWARD_TIMING), (int, float))]
-    steps = {r.get("step") for r in rows}
+    steps = {str(r.get("step")) for r in rows}  # as written: a step may be any JSON value
     more = f" and {len(rewards) - 3} more" if len(rewards) > 3 else ""
     names = ", ".join(p.name for p, _ in rewards[:3]) + more
     span = f"{min(secs):,.1f}-{max(secs):,.1f} s per rank and step" if secs else "no seconds"
