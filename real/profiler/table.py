@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workbench.contracts.file_kind import describe, parquet_problem
 from workbench.contracts.schema import ConfigError
 
 SCHEMA = "tlt-profiler/1"
@@ -88,25 +89,34 @@ def write_measurements(path: str | Path, m: Measurements) -> None:
 def read_measurements(path: str | Path) -> Measurements:
     """A profiler Parquet file; anything else is refused naming the file and what is wrong."""
     path = Path(path)
+    fix = "a measurements .parquet file written by `python -m real.profiler` or `tlt profile`"
     if not path.is_file():
-        raise ConfigError(str(path), "<file>", str(path), "a measurements .parquet file written by "
-                          "`python -m real.profiler` or `tlt profile`")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise ConfigError(
-            str(path), "<file>", "not Parquet", f"a profiler measurements file ({exc})"
-        ) from None
+        raise ConfigError(str(path), "<file>", describe(path), fix)
+    problem = parquet_problem(path)
+    if problem is None:
+        try:
+            table = pq.read_table(path)
+            table.validate(full=True)
+        except Exception as exc:  # pyarrow raises several kinds for a damaged file
+            problem = f"is a damaged Parquet file ({type(exc).__name__})"
+    if problem is not None:
+        raise ConfigError(str(path), "<file>", problem, fix)
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
         raise ConfigError(
             str(path),
             "<metadata>",
-            "missing",
+            "has no profiler metadata",
             f"Parquet metadata key {META_KEY.decode()!r} "
             "(re-measure with `python -m real.profiler`)",
         )
-    meta = json.loads(raw)
+    try:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise ConfigError(str(path), "<metadata>", "holds damaged profiler metadata",
+                          f"{fix}; re-measure")
     if meta.get("schema") != SCHEMA:
         raise ConfigError(str(path), "schema", meta.get("schema"), SCHEMA)
     rows = table.to_pandas()

@@ -32,6 +32,7 @@ import yaml
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from real.profiler.table import read_measurements
 from workbench.calibrate.gpu_check_file import engine_measurements, gpu_key, load_check
 from workbench.calibrate.run_dir import load_run
 from workbench.cli import app
@@ -287,6 +288,10 @@ READERS = (
            cli=lambda p, out: ["profile", "--backend", "aiconfigurator", "--arch", str(p),
                                "--gpu", "h100", "--tp", "1", "--framework", "vllm", "--out",
                                str(out / "p.yaml")], cli_on_refusal_only=True),
+    Reader("profiler-measurements",
+           _yaml_inputs(PROFILE_DIR / "cpu-tiny-operators.measurements.parquet"),
+           read_measurements,
+           cli=lambda p, out: ["profile", "--measurements", str(p), "--out", str(out / "p.yaml")]),
     Reader("app-upload", lambda: [*_policy_inputs(),
                                   {"w.yaml": (WORKLOAD_DIR / "cpu-tiny.yaml").read_bytes()},
                                   {"p.yaml": (PROFILE_DIR / "cpu-tiny.yaml").read_bytes()}],
@@ -295,6 +300,9 @@ READERS = (
 
 
 # ---- the mutations -----------------------------------------------------------------------------
+
+MISSING = b"<missing>"
+
 
 class Case:
     """One fuzzed input: the reader's files with `target` replaced by `data` (renamed `name`).
@@ -315,7 +323,8 @@ class Case:
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 (root / rel).write_bytes(data)
         (root / self.name).parent.mkdir(parents=True, exist_ok=True)
-        (root / self.name).write_bytes(self.data)
+        if self.data is not MISSING:  # a directory's file left out
+            (root / self.name).write_bytes(self.data)
         return root / self.name
 
 
@@ -362,7 +371,9 @@ def _structured(draw, data: bytes, suffix: str) -> bytes:
     text = data.decode()
     if suffix == ".jsonl":
         lines = text.splitlines()
-        i = draw(st.integers(0, max(0, len(lines) - 1)))
+        if not lines:
+            return data
+        i = draw(st.integers(0, len(lines) - 1))
         lines[i] = draw(_structured(lines[i].encode(), ".json")).decode().replace("\n", " ")
         return ("\n".join(lines) + "\n").encode()
     tree = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
@@ -401,7 +412,7 @@ def _frame_cell(draw, data: bytes) -> bytes:
 
 
 def _reencoded(data: bytes, codec: str) -> bytes:
-    text = data.decode()
+    text = data.decode(errors="replace")
     if codec in ("latin-1", "cp1252"):
         text = "# café\n" + text if data.lstrip().startswith((b"{", b"[")) is False else text
         text = text.replace("e", "é", 1)
@@ -416,7 +427,7 @@ def _mutated(draw, data: bytes, suffix: str) -> tuple[bytes, str]:
     kinds = ["random", "empty", "cut_bytes", "flip", "other"]
     if not binary:
         kinds += ["cut_line", "number", "number", "encode", "drop_line", "repeat_line",
-                  "structure", "structure"]
+                  "structure", "structure", "delimiter"]
     if suffix == ".parquet":
         kinds += ["frame", "frame", "frame"]
     kind = draw(st.sampled_from(kinds))
@@ -449,6 +460,8 @@ def _mutated(draw, data: bytes, suffix: str) -> tuple[bytes, str]:
             return data, kind
         a, b = draw(st.sampled_from(spans))
         return data[:a] + draw(st.sampled_from(WEIRD)).encode() + data[b:], kind
+    if kind == "delimiter":
+        return data.replace(b",", draw(st.sampled_from([b";", b"\t", b"|", b", "]))), kind
     if kind == "encode":
         codec = draw(st.sampled_from(["utf-16", "utf-16-le", "utf-16-be", "latin-1", "cp1252",
                                       "utf-8-sig", "crlf"]))
@@ -484,6 +497,11 @@ def cases(draw, reader: Reader) -> Case:
     target = draw(st.sampled_from(sorted(files)))
     suffix = "".join(Path(target).suffixes[-1:])
     data, how = draw(_mutated(files[target], suffix))
+    if how != "other" and suffix not in (".parquet", ".gz") and draw(st.integers(0, 3)) == 0:
+        data, again = draw(_mutated(data, suffix))  # a second mutation on the first
+        how += f" + {again}"
+    if reader.directory and draw(st.integers(0, 19)) == 0:
+        data, how = MISSING, "missing"
     name = target
     if not reader.directory and draw(st.integers(0, 9)) == 0:  # a wrong suffix, or none
         stem = target.split(".")[0]

@@ -18,6 +18,7 @@ Errors name the file, the line and the field.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,10 +106,17 @@ def _int(value, where: str, name: str, low: int = 0) -> int:
     return int(value)
 
 
+LENGTHS = ("response lengths: PolyTrace packed_lengths JSONL, a CSV/JSONL/Parquet table with step, "
+           "prompt, length, or veRL's per-step response_length/* metrics")
+_CONSOLE_STEP = re.compile(rb"step:\s*\d+\s+-\s+\S+:")
+
+
 def _table(path: Path) -> pd.DataFrame | list[dict]:
-    return read_table(path, "response lengths: PolyTrace packed_lengths JSONL, a CSV/JSONL/Parquet "
-                            "table with step, prompt, length, or veRL's per-step "
-                            "response_length/* metrics")
+    if path.suffix.lower() != ".parquet" and _CONSOLE_STEP.search(path.read_bytes()[:1 << 20]):
+        raise ConfigError(str(path), "<file>", "is a veRL console log (step:N - key:value lines)",
+                          f"{LENGTHS}; a run log is read by `tlt calibrate --run-log` and "
+                          "What-if's Run log, which model each step's lengths from its statistics")
+    return read_table(path, LENGTHS)
 
 
 def read_files(paths: list[str | Path]) -> Imported:
