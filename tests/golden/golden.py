@@ -77,6 +77,21 @@ class Declared:
 
 _NOTICE = ("notice: <OUT>/_work/legacy-tlt.yaml: field 'training' is now 'spot_training'; read as "
            "'spot_training' (rename it in the file)\n")
+_IMPORT_BASE_HELP = (
+    '│ --base <str> Workload preset or file whose hardware (profile, workers, TP, max'
+    '_batch) the new workload runs on. [default: tlt-eval-qwen2.5-32b] │\n'
+)
+_IMPORT_CLUSTER_HELP = (
+    '│ --model,--arch <str> The cluster (as What-if asks): the model the lengths came'
+    ' from, an architecture preset, a model of the measured database or a config.json'
+    ". │\n│ --gpu <str> The cluster: the rollout engines' GPU type (h100, h200, a100, "
+    '...). │\n│ --tp <int range> [x>=1] The cluster: tensor-parallel GPUs per engine. '
+    '│\n│ --framework <str> The cluster: the engine, vllm or sglang. │\n│ --engines <in'
+    "t range> [x>=1] The cluster: rollout engines (default: the files' data-parallel "
+    'ranks, else 1). │\n│ --base <str> Instead of the cluster flags, or beside them fo'
+    "r a per-step summary's shape: a workload preset or file whose cluster (profile, "
+    'workers, TP, max_batch) the new workload runs on. │\n'
+)
 DECLARED: list[Declared] = [
     # Issue 35 step 1: Policy.training is Policy.spot_training (the update trains the policy).
     Declared(
@@ -100,6 +115,10 @@ DECLARED: list[Declared] = [
         "export-*", " and training.buffer ", " and spot_training.buffer ", "notes name the field"
     ),
     Declared("sim-legacy-policy/stderr.txt", "", _NOTICE, "an old file loads, with a notice"),
+    # Issue 44: a length file names no cluster; `tlt workload import` asks for it (the golden
+    # command passes --base, so its outputs stay the same).
+    Declared("help-workload-import/stdout.txt", _IMPORT_BASE_HELP, _IMPORT_CLUSTER_HELP,
+             "the cluster flags, and --base without a default"),
 ]
 
 PRESET_POLICIES = (

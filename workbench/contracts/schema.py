@@ -35,6 +35,7 @@ class ConfigError(ValueError):
     binary (a NUL byte at byte 12)") and the message reads "SOURCE: VALUE; expected ALLOWED"."""
 
     def __init__(self, source: str, field: str, value: Any, allowed: str):
+        field = str(field)  # a file's key may be any YAML scalar (null, 1, true)
         self.source, self.field, self.value, self.allowed = source, field, value, allowed
         where = f"{source}: " if source else ""
         if field.startswith("<") and isinstance(value, str):
@@ -141,7 +142,7 @@ def from_mapping(cls: type[T], data: Any, source: str = "", prefix: str = "") ->
     data = _renamed_fields(cls, data, source, prefix)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
         raise ConfigError(source, _join(prefix, unknown[0]), data[unknown[0]],
                           f"one of the known fields: {', '.join(sorted(fields))}")
