@@ -47,6 +47,7 @@ from workbench.contracts.task import TaskError, load_task
 from workbench.contracts.trace import TIMELINE_COLUMNS, TraceError, load_trace
 from workbench.contracts.workload import PRESET_DIR as WORKLOAD_DIR
 from workbench.contracts.workload import Workload, load_workload
+from workbench.runlog import calibrate as runlog_calibrate
 from workbench.runlog.lengths import model_lengths, step_stats
 from workbench.runlog.reader import read_run_log
 from workbench.runlog.shape import ShapeFlags, run_shape
@@ -179,11 +180,22 @@ def _read_length_dir(path: Path) -> Any:
 
 
 def _read_run_log(path: Path) -> Any:
-    """What `tlt calibrate --run-log` and What-if's Run log do before the first simulation."""
-    log = read_run_log(path)
-    shape = run_shape(log, ShapeFlags(gpu="h100"))
-    stats = step_stats(log)
-    return model_lengths(stats, shape.responses, shape.max_response_tokens, 0, 64, None)
+    """What `tlt calibrate --run-log` and What-if's Run log do: half the inputs with the log's own
+    shape up to the first simulation (its 1024 prompts x 5 would take seconds), half with a small
+    shape given as flags (as the page's boxes give it) through the simulation of every step, the
+    fit and the calibrated run as a workload."""
+    if len(path.read_bytes()) % 2 == 0:
+        log = read_run_log(path)
+        shape = run_shape(log, ShapeFlags(gpu="h100"))
+        stats = step_stats(log)
+        return model_lengths(stats, shape.responses, shape.max_response_tokens, 0, 64, None)
+    flags = ShapeFlags(gpu="h100", gpus=1, tp=1, prompts_per_step=4, group_size=2,
+                       max_response_tokens=512, max_batch=8)
+    prepared = runlog_calibrate.prepare(path, flags)
+    if prepared.log.steps < 2:
+        return prepared
+    result = runlog_calibrate.calibrate(prepared, 1, "fuzzed")
+    return runlog_calibrate.run_workload(result, "run", "calibrated.yaml")
 
 
 def _read_gpu_check(path: Path) -> Any:

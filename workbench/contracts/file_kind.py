@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 PARQUET_MAGIC = b"PAR1"
+GZIP_MAGIC = b"\x1f\x8b"
+ZIP_MAGIC = b"PK\x03\x04"
 NUL = b"\x00"
 _HEAD = 65536
 _BOM_8 = b"\xef\xbb\xbf"
@@ -43,13 +45,13 @@ def describe_bytes(head: bytes, size: int | None = None) -> str:
         return "is empty (0 bytes)"
     if head.startswith(PARQUET_MAGIC):
         return "is a Parquet file"
-    if head.startswith(b"\x1f\x8b"):
+    if head.startswith(GZIP_MAGIC):
         return "is gzip-compressed"
-    if head.startswith(b"PK\x03\x04"):
+    if head.startswith(ZIP_MAGIC):
         return "is a zip archive"
     if head.startswith(_BOMS_16) or _looks_utf16(head):
         return "is UTF-16 text"
-    nul = head.find(b"\x00")
+    nul = head.find(NUL)
     if nul >= 0:
         return f"is binary (a NUL byte at byte {nul})"
     body = head[len(_BOM_8):] if head.startswith(_BOM_8) else head
@@ -73,8 +75,8 @@ def _looks_utf16(head: bytes) -> bool:
     if len(pairs) < 8:
         return False
     odd, even = pairs[1::2], pairs[0::2]
-    return odd.count(0) >= 0.9 * len(odd) and even.count(0) == 0 or (
-        even.count(0) >= 0.9 * len(even) and odd.count(0) == 0)
+    return ((odd.count(0) >= 0.9 * len(odd) and even.count(0) == 0)
+            or (even.count(0) >= 0.9 * len(even) and odd.count(0) == 0))
 
 
 def describe(path: str | Path) -> str:
@@ -90,7 +92,7 @@ def describe(path: str | Path) -> str:
 def text_problem(raw: bytes) -> str | None:
     """Why `raw` is not UTF-8 text (None: it is)."""
     head = raw[:_HEAD]
-    if NUL in head or raw.startswith((PARQUET_MAGIC, b"\x1f\x8b", b"PK\x03\x04", *_BOMS_16)):
+    if NUL in head or raw.startswith((PARQUET_MAGIC, GZIP_MAGIC, ZIP_MAGIC, *_BOMS_16)):
         return describe_bytes(head, len(raw))
     if NUL in raw:
         return f"is binary (a NUL byte at byte {raw.find(NUL)})"

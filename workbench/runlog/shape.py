@@ -196,7 +196,15 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     """The shape, each field from a flag or the log (module docstring)."""
     taken: list[Taken] = []
     arch_name = _from_log(log, MODEL_KEY, "--arch", taken, "model", flags.arch)
-    arch = resolve_arch(_need(arch_name, log, MODEL_KEY, "--arch"))
+    arch_name = _need(arch_name, log, MODEL_KEY, "--arch")
+    try:
+        arch = resolve_arch(arch_name)
+    except ConfigError as exc:
+        if flags.arch is not None:
+            raise
+        line = log.command.get(MODEL_KEY).line  # the log named the model: say where
+        raise ConfigError(f"{log.path}:{line}", MODEL_KEY, arch_name,
+                          f"{exc.allowed}; or pass --arch") from None
     if flags.gpu is None:
         raise ConfigError(log.path, "gpu", "<not in a veRL log>",
                           "pass --gpu (the GPU type the run used; the calibration's decode-speed "
