@@ -98,13 +98,21 @@ def engine_measurements(check: MeasuredCheck) -> dict[tuple[str, int], Measureme
     """The engine runs that finished, their rows joined per (architecture, TP)."""
     out: dict[tuple[str, int], list] = {}
     for name, sec in check.sections.items():
-        if sec.get("kind") != "engine":
+        if not isinstance(sec, dict) or sec.get("kind") != "engine":
             continue
-        for i, run in enumerate(sec.get("runs") or []):
+        runs = sec.get("runs") or []
+        if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+            raise ConfigError(str(check.path), f"sections.{name}.runs", "<not a list of runs>",
+                              f"a list of mappings, as {FIX} holds")
+        for i, run in enumerate(runs):
             if run.get("status") != "ok":
                 continue
             where = f"sections.{name}.runs[{i}]"
-            rows = pd.DataFrame(run.get("rows") or [])
+            raw = run.get("rows") or []
+            if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+                raise ConfigError(str(check.path), f"{where}.rows", "<not a list of rows>",
+                                  f"the profiler's rows, a list of mappings: {FIX}")
+            rows = pd.DataFrame(raw)
             missing = [c for c in COLUMNS if c not in rows.columns]
             if missing or not isinstance(run.get("meta"), dict):
                 field_ = f"{where}.rows.{missing[0]}" if missing else f"{where}.meta"
@@ -120,7 +128,10 @@ def engine_measurements(check: MeasuredCheck) -> dict[tuple[str, int], Measureme
                         raise ConfigError(
                             str(check.path), f"{where}.rows.{c}", "not a number", f"numbers: {FIX}"
                         ) from None
-            key = (str(run.get("arch")), int(run.get("tp", 1)))
+            tp = run.get("tp", 1)
+            if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+                raise ConfigError(str(check.path), f"{where}.tp", tp, "a whole number >= 1")
+            key = (str(run.get("arch")), tp)
             out.setdefault(key, []).append((rows, run["meta"]))
     return {
         k: Measurements(pd.concat([r for r, _ in v], ignore_index=True), v[0][1])
