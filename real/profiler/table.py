@@ -97,6 +97,7 @@ def read_measurements(path: str | Path) -> Measurements:
         try:
             table = pq.read_table(path)
             table.validate(full=True)
+            rows = table.to_pandas()  # parses the file's own pandas metadata, which may be damaged
         except Exception as exc:  # pyarrow raises several kinds for a damaged file
             problem = f"is a damaged Parquet file ({type(exc).__name__})"
     if problem is not None:
@@ -119,7 +120,6 @@ def read_measurements(path: str | Path) -> Measurements:
                           f"{fix}; re-measure")
     if meta.get("schema") != SCHEMA:
         raise ConfigError(str(path), "schema", meta.get("schema"), SCHEMA)
-    rows = table.to_pandas()
     missing = [c for c in COLUMNS if c not in rows.columns]
     if missing:
         raise ConfigError(
