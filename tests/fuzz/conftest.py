@@ -354,8 +354,9 @@ def _json_values() -> st.SearchStrategy:
     leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
                      st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
                      st.sampled_from([0, -1, 1e308, -1e-300, 2**63, "", "nan", "1e999"]))
-    return st.recursive(leaf, lambda kids: st.lists(kids, max_size=3)
-                        | st.dictionaries(st.text(max_size=8), kids, max_size=3), max_leaves=6)
+    return st.recursive(leaf, lambda kids: st.lists(kids, min_size=1, max_size=3)
+                        | st.dictionaries(st.text(max_size=8), kids, min_size=1, max_size=3),
+                        max_leaves=6)
 
 
 def _paths(tree: Any, prefix: tuple = ()) -> list[tuple]:
@@ -389,9 +390,9 @@ def _structured(draw, data: bytes, suffix: str) -> bytes:
     text = data.decode()
     if suffix == ".jsonl":
         lines = text.splitlines()
+        i = draw(st.integers(0, max(0, len(lines) - 1)))
         if not lines:
             return data
-        i = draw(st.integers(0, len(lines) - 1))
         lines[i] = draw(_structured(lines[i].encode(), ".json")).decode().replace("\n", " ")
         return ("\n".join(lines) + "\n").encode()
     tree = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
@@ -408,10 +409,10 @@ def _frame_cell(draw, data: bytes) -> bytes:
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "f.parquet").write_bytes(data)
         df = pd.read_parquet(Path(d) / "f.parquet")
+    how = draw(st.sampled_from(["cell", "drop", "text", "empty"]))
     if not len(df.columns):
         return data
     col = draw(st.sampled_from(list(df.columns)))
-    how = draw(st.sampled_from(["cell", "drop", "text", "empty"]))
     if how == "drop":
         df = df.drop(columns=[col])
     elif how == "text":

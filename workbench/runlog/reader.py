@@ -132,7 +132,7 @@ def _check_timing(where: str, key: str, value: object) -> float:
         v = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ConfigError(where, key, value, "a number of seconds >= 0") from None
-    if not v >= 0:
+    if not (v >= 0 and math.isfinite(v)):
         raise ConfigError(where, key, value, "a number of seconds >= 0")
     return v
 

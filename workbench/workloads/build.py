@@ -173,8 +173,8 @@ def write_workload(wl: Workload, obs: ObservedLengths, out: Path) -> Path:
     return data
 
 
-def fit_summary(summary: SummaryTable, cap: int,
-                responses_per_step: int) -> tuple[LengthModel, list[str]]:
+def fit_summary(summary: SummaryTable, cap: int, responses_per_step: int,
+                source: str = "") -> tuple[LengthModel, list[str]]:
     """A lognormal per step from veRL's mean and max (the max of n draws sits near the quantile
     0.5^(1/n)), or from the clip ratio where the max is absent; pooled into a median, a log-sd and a
     drift. Correctness, the mixture and the within-group correlation are not identified by a
@@ -184,7 +184,7 @@ def fit_summary(summary: SummaryTable, cap: int,
     for i in range(len(summary.step)):
         m, top, clip = summary.mean[i], summary.max[i], summary.clip_ratio[i]
         if not (m > 0):
-            raise ConfigError(f"step {summary.step[i]:g}", "response_length/mean", m,
+            raise ConfigError(f"{source} (step {summary.step[i]:g})", "response_length/mean", m,
                               "a mean length > 0")
         if np.isfinite(top) and top > m:
             gap = math.log(top / m)
@@ -195,7 +195,7 @@ def fit_summary(summary: SummaryTable, cap: int,
             gap = math.log(cap / m)
             sd = z_c - math.sqrt(max(0.0, z_c * z_c - 2 * gap))
         else:
-            raise ConfigError(f"step {summary.step[i]:g}", "response_length/max", top,
+            raise ConfigError(f"{source} (step {summary.step[i]:g})", "response_length/max", top,
                               "a max above the mean (or a clip ratio between 0 and 0.5) to fit the "
                               "spread")
         sds.append(float(np.clip(sd, 0.05, 3.0)))
@@ -312,7 +312,8 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload | None,
     base, placed = _cluster_of(base, placement, im, out)
     if im.summary is not None:
         cap = cap or base.max_response_tokens
-        model, notes = fit_summary(im.summary, cap, responses_per_step or base.sequences_per_step)
+        model, notes = fit_summary(im.summary, cap, responses_per_step or base.sequences_per_step,
+                                   ", ".join(im.files))
         fitted = (f"Fitted to veRL's per-step length metrics ({len(im.summary.step)} steps). "
                   f"Shape and cluster: {base.name}" + (f", on {base.workers} engines x TP"
                   f"{base.gpus_per_worker} {base.gpu} ({base.model}, {base.framework}) as given."

@@ -238,7 +238,7 @@ def _dapo(path: Path, data) -> DapoFilter:
         # The indices before the step: a row with both wrong names the indices.
         indices = [_int(i, where, "kept_prompt_indices") for i in idx]
         kept[_int(row["workload_step"], where, "workload_step")] = indices
-        updates.add(row.get("trainer_step", n))
+        updates.add(_int(row.get("trainer_step", n), where, "trainer_step"))
         tbs = _int(row["train_batch_size"], where, "train_batch_size", 1)
         count = _int(row["prompt_count"], where, "prompt_count", 1)
     return DapoFilter(kept, tbs, count, len(updates))
