@@ -79,7 +79,7 @@ class RunShape:
 def _int(where: str, key: str, text: str, flag: str) -> int:
     try:
         v = int(float(text))
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number; an infinite one
         raise ConfigError(where, key, text, f"a whole number >= 1 (or pass {flag})") from None
     if v < 1 or v != float(text):
         raise ConfigError(where, key, text, f"a whole number >= 1 (or pass {flag})")
