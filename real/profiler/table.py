@@ -63,6 +63,32 @@ class Measurements:
         return r if mode is None else r[r["mode"] == mode]
 
 
+SHAPE_COLUMNS = ("batch", "context", "tokens", "topk", "layers", "copies", "runs")
+# seconds that may be empty (a point the profiler timed as a whole has no per-layer spread)
+SECONDS_COLUMNS = ("layer_s", "head_s", "collectives_s", "p10_s", "p90_s")
+MAX_SHAPE = 1 << 24  # larger than any batch, context or count a profiler measures
+
+
+def bad_cell(rows: pd.DataFrame) -> tuple[str, int, object, str] | None:
+    """The first cell of a measurements table that no profiler writes (column, row, value, what is
+    allowed), or None: shapes and counts are whole numbers from 0 to MAX_SHAPE, `step_s` finite
+    seconds >= 0, the other times finite seconds >= 0 or empty."""
+    for cols, ok, allowed in (
+            (SHAPE_COLUMNS, lambda v: (v >= 0) & (v <= MAX_SHAPE) & (v == v.round()),
+             f"a whole number from 0 to {MAX_SHAPE:,}"),
+            (("step_s",), lambda v: (v >= 0) & (v < math.inf), "finite seconds >= 0"),
+            (SECONDS_COLUMNS, lambda v: v.isna() | ((v >= 0) & (v < math.inf)),
+             "finite seconds >= 0, or empty")):
+        for c in cols:
+            values = pd.to_numeric(rows[c], errors="coerce")
+            text = values.isna() & rows[c].notna()  # a value that is no number at all
+            bad = (~ok(values).fillna(False) | text).to_numpy(bool)
+            if bad.any():
+                i = int(bad.nonzero()[0][0])
+                return c, i, rows[c].iloc[i], allowed
+    return None
+
+
 def frame(rows: list[Row]) -> pd.DataFrame:
     return pd.DataFrame([asdict(r) for r in rows], columns=list(COLUMNS))
 
@@ -125,4 +151,8 @@ def read_measurements(path: str | Path) -> Measurements:
         raise ConfigError(
             str(path), missing[0], "<missing column>", "the columns " + ", ".join(COLUMNS)
         )
+    bad = bad_cell(rows)
+    if bad is not None:
+        col, i, value, allowed = bad
+        raise ConfigError(f"{path} (row {i})", col, value, f"{allowed}; {fix}")
     return Measurements(rows[list(COLUMNS)], meta)

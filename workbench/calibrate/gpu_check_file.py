@@ -13,7 +13,7 @@ import pandas as pd
 
 from real.gpu_check.plan import SHAPES, hf_config
 from real.gpu_check.record import SCHEMA
-from real.profiler.table import COLUMNS, Measurements
+from real.profiler.table import COLUMNS, Measurements, bad_cell
 from workbench.contracts.architecture import architecture_presets
 from workbench.contracts.fileio import cache_dir, write_json
 from workbench.contracts.schema import ConfigError, kind_of, read_text
@@ -128,6 +128,11 @@ def engine_measurements(check: MeasuredCheck) -> dict[tuple[str, int], Measureme
                         raise ConfigError(
                             str(check.path), f"{where}.rows.{c}", "not a number", f"numbers: {FIX}"
                         ) from None
+            bad = bad_cell(rows)
+            if bad is not None:
+                col, row, value, allowed = bad
+                raise ConfigError(str(check.path), f"{where}.rows[{row}].{col}", value,
+                                  f"{allowed}: {FIX}")
             tp = run.get("tp", 1)
             if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
                 raise ConfigError(str(check.path), f"{where}.tp", tp, "a whole number >= 1")
