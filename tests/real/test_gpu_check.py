@@ -139,8 +139,8 @@ def _bad(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize(
     "text, field",
     [
-        ("{not json", "'<file>'"),
-        ('["a list"]', "'<top level>'"),
+        ("{not json", ": is not JSON (Expecting property name"),
+        ('["a list"]', ": holds a list at the top level"),
         ('{"schema": "other/1", "machine": {}, "sections": {}}', "'schema'"),
         (
             '{"schema": "tlt-gpu-check/1", "machine": {"device": "cpu"}, "sections": []}',
