@@ -257,6 +257,7 @@ def _run_log_inputs() -> list[dict[str, bytes]]:
     text = _run_log_text()
     return [{"run.log": text}, {"run.log.gz": gzip.compress(text, mtime=0)},
             {"metrics.csv": m.to_csv(index=False).encode()},
+            {"metrics.csv.gz": gzip.compress(m.to_csv(index=False).encode(), mtime=0)},
             {"metrics.jsonl": _jsonl(m.to_dict("records"))}, {"metrics.parquet": _parquet(m)}]
 
 

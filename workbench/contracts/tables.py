@@ -47,18 +47,26 @@ def read_parquet(path: str | Path, expected: str) -> pd.DataFrame:
     return frame
 
 
-def read_csv(path: str | Path, expected: str) -> pd.DataFrame:
-    """A CSV file (UTF-8 text with a header line) as a DataFrame."""
-    p = Path(path)
+def _bytes(p: Path, expected: str, raw: bytes | None) -> bytes:
+    if raw is not None:
+        return raw
     if not p.is_file():
         raise ConfigError(str(p), "<file>", describe(p), expected)
-    raw = p.read_bytes()
+    return p.read_bytes()
+
+
+def read_csv(path: str | Path, expected: str, raw: bytes | None = None) -> pd.DataFrame:
+    """A CSV file (UTF-8 text with a header line) as a DataFrame (`raw`: its bytes, already
+    uncompressed)."""
+    p = Path(path)
+    raw = _bytes(p, expected, raw)
     if raw.startswith(b"PAR1"):
         raise ConfigError(str(p), "<file>", "is a Parquet file, not CSV text",
                           f"{expected}; rename it to .parquet")
     text = decode_text(raw, str(p), expected)
     if not text.strip():
-        raise ConfigError(str(p), "<file>", describe(p), f"{expected}: a header line, then rows")
+        raise ConfigError(str(p), "<file>", "is empty" if not raw else "holds only white space",
+                          f"{expected}: a header line, then rows")
     try:
         return pd.read_csv(io.StringIO(text))
     except Exception as exc:  # pandas raises several kinds for a malformed CSV
@@ -67,13 +75,11 @@ def read_csv(path: str | Path, expected: str) -> pd.DataFrame:
                           ) from None
 
 
-def read_jsonl(path: str | Path, expected: str) -> list[dict]:
+def read_jsonl(path: str | Path, expected: str, raw: bytes | None = None) -> list[dict]:
     """The JSON objects of a JSONL file, one a line (blank lines skipped); a line that is not one is
-    refused naming FILE:LINE."""
+    refused naming FILE:LINE (`raw`: the file's bytes, already uncompressed)."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(str(p), "<file>", describe(p), expected)
-    raw = p.read_bytes()
+    raw = _bytes(p, expected, raw)
     if raw.startswith(b"PAR1"):
         raise ConfigError(str(p), "<file>", "is a Parquet file, not JSON lines",
                           f"{expected}; rename it to .parquet")
@@ -92,7 +98,7 @@ def read_jsonl(path: str | Path, expected: str) -> list[dict]:
                               f"{expected}: one JSON object per line") from None
         rows.append(row)
     if not rows:
-        raise ConfigError(str(p), "<file>", describe(p) if not raw.strip() else "holds no rows",
+        raise ConfigError(str(p), "<file>", "is empty" if not raw.strip() else "holds no rows",
                           f"{expected}: at least one line")
     return rows
 

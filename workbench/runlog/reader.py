@@ -18,7 +18,6 @@ number or is negative.
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import re
 import zlib
@@ -30,7 +29,7 @@ import pandas as pd
 
 from workbench.contracts.file_kind import describe
 from workbench.contracts.schema import ConfigError
-from workbench.contracts.tables import read_csv, read_parquet
+from workbench.contracts.tables import read_csv, read_jsonl, read_parquet
 from workbench.runlog.command import LaunchCommand, parse_command
 
 GEN = "timing_s/gen"
@@ -218,21 +217,19 @@ def _finish(
 
 def _read_table(p: Path, suffix: str) -> RunLog:
     expected = f"a {suffix[1:]} table with a step column"
+    raw = _gunzipped(p) if p.suffix.lower() == ".gz" else None
     if suffix == ".parquet":
         df = read_parquet(p, expected)
     elif suffix == ".csv":
-        df = read_csv(p, expected)
+        df = read_csv(p, expected, raw)
     else:
-        try:
-            df = pd.DataFrame([json.loads(x) for x in _text(p).splitlines() if x.strip()])
-        except Exception as exc:  # json and pandas raise several kinds for a malformed file
-            raise ConfigError(str(p), "<file>", f"is not JSON lines ({exc})", expected) from None
+        df = pd.DataFrame(read_jsonl(p, expected, raw))
     step_col = next((c for c in STEP_COLUMNS if c in df.columns), None)
     if step_col is None:
         raise ConfigError(
             str(p),
             "<columns>",
-            ", ".join(map(str, df.columns))[:100],
+            "has the columns " + ", ".join(map(str, df.columns))[:100],
             f"a step column ({', '.join(STEP_COLUMNS)}) beside veRL's metric names",
         )
     old = any(str(c).startswith(OLD_TIMING) for c in df.columns)
