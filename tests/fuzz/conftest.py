@@ -30,6 +30,7 @@ from typing import Any, Callable
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import event
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -580,7 +581,8 @@ class Fuzz:
     def read(reader: Reader, case: Case) -> None:
         """The reader on `case`: a result or a clear error (read_case)."""
         with tempfile.TemporaryDirectory(prefix="tlt-fuzz-") as d:
-            read_case(reader, case, Path(d) / "in")
+            refused = read_case(reader, case, Path(d) / "in")
+        event("refused, clearly" if refused is not None else "read")  # --hypothesis-show-statistics
 
     @staticmethod
     def command_line(reader: Reader, case: Case) -> None:
