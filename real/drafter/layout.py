@@ -3,7 +3,7 @@ safetensors files), and which speculative method vLLM runs it with.
 
 The public layouts (read from their writers' and vLLM's sources):
 
-- EAGLE (vLLM method "eagle"): the heads of SafeAILab/EAGLE's eagle/model/cnets1.py
+- EAGLE (vLLM method "eagle"): the heads of the cnets1.py module of SafeAILab/EAGLE
   (yuhuili/EAGLE-*): config.json a one-layer `LlamaConfig` with `architectures:
   ["LlamaForCausalLM"]` (vLLM renames it EagleLlamaForCausalLM), `pytorch_model.bin` or
   `model.safetensors` with `fc.weight` [H, 2H] (older heads: also `fc.bias`, which vLLM's

@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workbench.contracts.file_kind import describe, parquet_problem
 from workbench.contracts.schema import ConfigError
 
 SCHEMA = "tlt-profiler/1"
@@ -63,6 +64,32 @@ class Measurements:
         return r if mode is None else r[r["mode"] == mode]
 
 
+SHAPE_COLUMNS = ("batch", "context", "tokens", "topk", "layers", "copies", "runs")
+# seconds that may be empty (a point the profiler timed as a whole has no per-layer spread)
+SECONDS_COLUMNS = ("layer_s", "head_s", "collectives_s", "p10_s", "p90_s")
+MAX_SHAPE = 1 << 24  # larger than any batch, context or count a profiler measures
+
+
+def bad_cell(rows: pd.DataFrame) -> tuple[str, int, object, str] | None:
+    """The first cell of a measurements table that no profiler writes (column, row, value, what is
+    allowed), or None: shapes and counts are whole numbers from 0 to MAX_SHAPE, `step_s` finite
+    seconds >= 0, the other times finite seconds >= 0 or empty."""
+    for cols, ok, allowed in (
+            (SHAPE_COLUMNS, lambda v: (v >= 0) & (v <= MAX_SHAPE) & (v == v.round()),
+             f"a whole number from 0 to {MAX_SHAPE:,}"),
+            (("step_s",), lambda v: (v >= 0) & (v < math.inf), "finite seconds >= 0"),
+            (SECONDS_COLUMNS, lambda v: v.isna() | ((v >= 0) & (v < math.inf)),
+             "finite seconds >= 0, or empty")):
+        for c in cols:
+            values = pd.to_numeric(rows[c], errors="coerce")
+            text = values.isna() & rows[c].notna()  # a value that is no number at all
+            bad = (~ok(values).fillna(False) | text).to_numpy(bool)
+            if bad.any():
+                i = int(bad.nonzero()[0][0])
+                return c, i, rows[c].iloc[i], allowed
+    return None
+
+
 def frame(rows: list[Row]) -> pd.DataFrame:
     return pd.DataFrame([asdict(r) for r in rows], columns=list(COLUMNS))
 
@@ -89,31 +116,44 @@ def write_measurements(path: str | Path, m: Measurements) -> None:
 def read_measurements(path: str | Path) -> Measurements:
     """A profiler Parquet file; anything else is refused naming the file and what is wrong."""
     path = Path(path)
+    fix = "a measurements .parquet file written by `python -m real.profiler` or `tlt profile`"
     if not path.is_file():
-        raise ConfigError(str(path), "<file>", str(path), "a measurements .parquet file written by "
-                          "`python -m real.profiler` or `tlt profile`")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise ConfigError(
-            str(path), "<file>", "not Parquet", f"a profiler measurements file ({exc})"
-        ) from None
+        raise ConfigError(str(path), "<file>", describe(path), fix)
+    problem = parquet_problem(path)
+    if problem is None:
+        try:
+            table = pq.read_table(path)
+            table.validate(full=True)
+            rows = table.to_pandas()  # parses the file's own pandas metadata, which may be damaged
+        except Exception as exc:  # pyarrow raises several kinds for a damaged file
+            problem = f"is a damaged Parquet file ({type(exc).__name__})"
+    if problem is not None:
+        raise ConfigError(str(path), "<file>", problem, fix)
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
         raise ConfigError(
             str(path),
             "<metadata>",
-            "missing",
+            "has no profiler metadata",
             f"Parquet metadata key {META_KEY.decode()!r} "
             "(re-measure with `python -m real.profiler`)",
         )
-    meta = json.loads(raw)
+    try:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise ConfigError(str(path), "<metadata>", "holds damaged profiler metadata",
+                          f"{fix}; re-measure")
     if meta.get("schema") != SCHEMA:
         raise ConfigError(str(path), "schema", meta.get("schema"), SCHEMA)
-    rows = table.to_pandas()
     missing = [c for c in COLUMNS if c not in rows.columns]
     if missing:
         raise ConfigError(
             str(path), missing[0], "<missing column>", "the columns " + ", ".join(COLUMNS)
         )
+    bad = bad_cell(rows)
+    if bad is not None:
+        col, i, value, allowed = bad
+        raise ConfigError(f"{path} (row {i})", col, value, f"{allowed}; {fix}")
     return Measurements(rows[list(COLUMNS)], meta)

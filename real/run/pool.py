@@ -19,6 +19,7 @@ from real.run.engine_plan import EnginePlan
 from real.run.records import DrafterCheck, WorkerRollout, WorkerSpot
 from real.run.sd_pricing import PlainCost, plain_cost
 from real.run.shipping import bundle
+from workbench.contracts.ray_temp import ray_temp_dir
 
 
 def start_local_ray(num_cpus: int) -> None:
@@ -26,7 +27,8 @@ def start_local_ray(num_cpus: int) -> None:
     already started here (`ray start`, another run) and then refuses `num_cpus`."""
     import ray
 
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+             _temp_dir=ray_temp_dir())
 
 
 @dataclass(frozen=True)

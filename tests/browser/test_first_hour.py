@@ -173,7 +173,10 @@ def test_a_policy_tuned_for_vllm_exports_without_refusal(
     assert exported.startswith(
         "# tlt export: policy 'tuned-tune-polytrace-dapo-qwen2.5-32b-vllm' for vLLM."
     )
-    assert "approximated" not in exported and "dropped" not in exported
+    # the notes may say what was checked of the drafter, never that a field was approximated or
+    # dropped
+    notes = [ln for ln in exported.splitlines() if ln.startswith("#   - ")]
+    assert not [n for n in notes if n[6:].startswith(("approximated", "dropped"))], notes
     _no_none_cells(page)
     shot(page, "tune-exported", show="Export tuned-tune-polytrace-dapo-qwen2.5-32b-vllm")
     docs_shot(page, "tune-exported.png")

@@ -238,7 +238,7 @@ def test_unparseable_yaml(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_workload(path)
     msg = str(exc.value)
-    assert str(path) in msg and "allowed" in msg and "YAML" in msg
+    assert str(path) in msg and "expected" in msg and "YAML" in msg
 
 
 def test_unparseable_json(tmp_path):
@@ -246,7 +246,7 @@ def test_unparseable_json(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_policy(path)
     msg = str(exc.value)
-    assert str(path) in msg and "allowed" in msg and "JSON" in msg
+    assert str(path) in msg and "expected" in msg and "JSON" in msg
 
 
 def test_not_a_mapping(tmp_path):

@@ -326,7 +326,8 @@ COMMANDS: list[Command] = (
         Command("workload-show", "workload show polytrace-dapo-qwen2.5-32b"),
         Command(
             "workload-import",
-            "workload import {work}/lengths.csv --mode fit --cap 4096 --out {out}/w.yaml",
+            "workload import {work}/lengths.csv --mode fit --cap 4096 "
+            "--base tlt-eval-qwen2.5-32b --out {out}/w.yaml",
         ),
     ]
     + [

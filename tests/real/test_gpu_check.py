@@ -131,10 +131,17 @@ def test_tlt_gpu_check_measured_compares_the_run_and_writes_a_declared_profile(q
     assert p.fitted_on and p.fitted_on[0].startswith("profiler:") and quick_run.name in p.source
 
 
-def test_the_committed_cpu_run_is_read_and_compared():
+def test_the_committed_runs_are_read_and_compared():
+    """Every committed check reads; the newest whole one (every section of the plan) compares its
+    engine with the database and its training throughput."""
     assert COMMITTED, "traces/measured/ holds no gpu-check-*.json (commit a `make gpu-check` run)"
-    res = CliRunner().invoke(app, ["gpu-check", "--measured", str(COMMITTED[-1])])
-    assert res.exit_code == 0, res.output
+    runs = {p: CliRunner().invoke(app, ["gpu-check", "--measured", str(p)]) for p in COMMITTED}
+    for p, res in runs.items():
+        assert res.exit_code == 0, (p, res.output)
+    whole = [p for p in COMMITTED
+             if any(s.startswith("grpo") for s in json.loads(p.read_text())["sections"])]
+    assert whole, "no committed check ran the whole plan"
+    res = runs[whole[-1]]
     assert "median measured/database" in res.output and "Training throughput" in res.output
 
 
@@ -147,8 +154,8 @@ def _bad(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize(
     "text, field",
     [
-        ("{not json", "'<file>'"),
-        ('["a list"]', "'<top level>'"),
+        ("{not json", ": is not JSON (Expecting property name"),
+        ('["a list"]', ": holds a list at the top level"),
         ('{"schema": "other/1", "machine": {}, "sections": {}}', "'schema'"),
         (
             '{"schema": "tlt-gpu-check/1", "machine": {"device": "cpu"}, "sections": []}',

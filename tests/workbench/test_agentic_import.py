@@ -127,7 +127,7 @@ def polytrace_line(**over) -> dict:
 
 
 @pytest.mark.parametrize("line, field", [
-    ('{"step": 0, "prompt_group_id": 0', "<line>"),
+    ('{"step": 0, "prompt_group_id": 0', "one JSON object per line"),
     (json.dumps(polytrace_line(turns=[])), "turns"),
     (json.dumps({k: v for k, v in polytrace_line().items() if k != "sample_id"}), "sample_id"),
     (json.dumps(polytrace_line(tool_calls=[{"turn": 0}])), "tool_calls[0]"),
@@ -165,7 +165,8 @@ def test_a_missing_column_is_refused_and_the_cli_exits_2_writing_nothing(tmp_pat
     rows[0]["trajectory"] = "x"
     src = generic_csv(tmp_path / "turns.csv", [dict(r, completion=1) for r in rows])
     out = tmp_path / "w.yaml"
-    res = runner.invoke(app, ["workload", "import", str(src), "--out", str(out)])
+    res = runner.invoke(app, ["workload", "import", str(src), "--base", "cpu-tiny",
+                              "--out", str(out)])
     assert res.exit_code == 2
     assert "turns.csv" in res.output or "columns" in res.output
     assert not out.exists() and not (tmp_path / "w.turns.parquet").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,10 +12,12 @@ from typer.testing import CliRunner
 
 from sim.lengths import sample_step
 from workbench.cli import app
+from workbench.contracts.cluster import check_workload_profile
 from workbench.contracts.length_data import COLUMNS, from_frame, read_observed
+from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import LengthModel, load_workload
-from workbench.workloads.build import import_workload, infer_cap
+from workbench.workloads.build import Placement, import_workload, infer_cap
 from workbench.workloads.mixture import fit_mixture
 from workbench.workloads.reader import read_files
 
@@ -315,3 +318,52 @@ def test_a_polytrace_run_directory_as_published_imports_its_siblings_read_or_ski
     assert "skipped (not lengths): notes.csv" in text
     with pytest.raises(ConfigError, match="notes.csv"):
         read_files([d / "notes.csv"])
+
+
+def test_without_a_cluster_the_import_refuses_naming_the_flags_and_writes_nothing(tmp_path):
+    """A length file carries no cluster: with neither the cluster flags nor --base the command asks
+    for them (exit 2, nothing written), as What-if's cluster boxes do."""
+    path = tmp_path / "l.csv"
+    generic_frame().to_csv(path, index=False)
+    res = runner.invoke(app, ["workload", "import", str(path), "--out", str(tmp_path / "w.yaml")])
+    assert res.exit_code == 2, res.output
+    for flag in ("--model", "--gpu", "--tp", "--framework", "--engines", "--base"):
+        assert flag in res.output
+    assert not list(tmp_path.glob("w*"))
+    half = runner.invoke(app, ["workload", "import", str(path), "--out", str(tmp_path / "w.yaml"),
+                               "--model", "qwen2.5-7b", "--gpu", "h100"])
+    assert half.exit_code == 2 and "--tp, --framework: not given" in half.output
+    assert not list(tmp_path.glob("w*"))
+
+
+def test_the_cluster_flags_put_the_lengths_on_that_cluster(tmp_path, monkeypatch):
+    """--model --gpu --tp --framework: the workload runs on that cluster (its profile derived from
+    the measured database, written beside it); engines default to the files' data-parallel ranks."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "w.yaml"
+    res = runner.invoke(app, ["workload", "import", str(polytrace_dir(tmp_path)), "--out",
+                              str(out), "--cap", "2048", "--model", "qwen2.5-7b", "--gpu", "h100",
+                              "--tp", "1", "--framework", "vllm"])
+    assert res.exit_code == 0, res.output
+    wl = load_workload(out)
+    assert (wl.model, wl.gpu, wl.framework, wl.gpus_per_worker) == ("qwen2.5-7b", "h100", "vllm", 1)
+    assert wl.workers == 2 and "2 data-parallel ranks" in res.output  # ranks 0 and 4
+    prof = load_profile(wl.profile)
+    assert Path(wl.profile) == tmp_path / "w.profile.yaml" and prof.cluster.gpu == "h100"
+    check_workload_profile(wl, prof)
+    (tmp_path / "b").mkdir()
+    again = runner.invoke(app, ["workload", "import", str(polytrace_dir(tmp_path / "b")), "--out",
+                                str(out), "--cap", "2048", "--model", "qwen2.5-7b", "--gpu",
+                                "h100", "--tp", "1", "--framework", "vllm", "--engines", "8"])
+    assert again.exit_code == 0 and load_workload(out).workers == 8
+
+
+def test_a_summary_without_a_base_is_refused_for_its_missing_shape(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "metrics.csv"
+    pd.DataFrame({"step": [1, 2], "response_length/mean": [500.0, 550.0],
+                  "response_length/max": [8000.0, 8500.0]}).to_csv(path, index=False)
+    with pytest.raises(ConfigError, match="--base WORKLOAD for the shape"):
+        import_workload([path], tmp_path / "w.yaml", None, cap=20480,
+                        placement=Placement(load_profile("h100-qwen2.5-7b-tp1-sglang")))
+    assert not list(tmp_path.glob("w*"))

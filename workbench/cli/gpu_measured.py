@@ -239,7 +239,7 @@ def measured_report(
         f"{measured}: {'quick' if d.get('quick') else 'full'} GPU check on "
         f"{m.get('gpu') or 'a CPU'} ({d.get('started_at')}, torch {m.get('torch')}); "
         f"compared with the measured database's {c.gpu}, "
-        f"{c.framework}"
+        f"{c.framework}; sections run: {', '.join(d.get('sections') or {}) or 'none'}"
     )
     for note in c.notes:
         typer.echo(f"note: {note}")

@@ -16,7 +16,10 @@ from workbench.contracts.length_data import read_observed
 from workbench.contracts.schema import ConfigError, to_mapping
 from workbench.contracts.workload import load_workload
 from workbench.workloads.build import (
+    ASK_CLUSTER,
+    CLUSTER_FLAGS,
     MODES,
+    Placement,
     format_report,
     import_workload,
     infer_cap,
@@ -42,9 +45,23 @@ def import_(
     cap: int | None = typer.Option(None, min=16,
                                    help="max_response_tokens of the run (default: a mass at "
                                         "the longest length, else the next power of two)."),
-    base: str = typer.Option("tlt-eval-qwen2.5-32b",
-                             help="Workload preset or file whose hardware (profile, workers, "
-                             "TP, max_batch) the new workload runs on."),
+    model: str | None = typer.Option(None, "--model", "--arch",
+                                     help="The cluster (as What-if asks): the model the lengths "
+                                          "came from, an architecture preset, a model of the "
+                                          "measured database or a config.json."),
+    gpu: str | None = typer.Option(None, help="The cluster: the rollout engines' GPU type "
+                                              "(h100, h200, a100, ...)."),
+    tp: int | None = typer.Option(None, min=1, help="The cluster: tensor-parallel GPUs per "
+                                                    "engine."),
+    framework: str | None = typer.Option(None, help="The cluster: the engine, vllm or sglang."),
+    engines: int | None = typer.Option(None, min=1,
+                                       help="The cluster: rollout engines (default: the files' "
+                                            "data-parallel ranks, else 1)."),
+    base: str | None = typer.Option(None,
+                                    help="Instead of the cluster flags, or beside them for a "
+                                         "per-step summary's shape: a workload preset or file "
+                                         "whose cluster (profile, workers, TP, max_batch) the "
+                                         "new workload runs on."),
     name: str | None = typer.Option(None, help="Workload name (default: OUT's stem)."),
     responses_per_step: int | None = typer.Option(None, min=2,
                                                   help="Summary tables only: responses "
@@ -61,14 +78,51 @@ def import_(
         command = "tlt workload " + " ".join(shlex.quote(a)
                                              for a in sys.argv[sys.argv.index("import"):])
     try:
-        result = import_workload(files, out, load_workload(base), mode, cap, name,
-                                 responses_per_step, source=f"built by: {command}",
-                                 description=description)
+        placement = cluster_placement(model, gpu, tp, framework, engines, base is not None)
+        result = import_workload(files, out, load_workload(base) if base else None, mode, cap,
+                                 name, responses_per_step, source=f"built by: {command}",
+                                 description=description, placement=placement)
     except ConfigError as exc:
         fail(exc)
     for line in result.lines:
         typer.echo(line)
     typer.echo(f"imported in {time.perf_counter() - t0:.2f}s", err=True)
+
+
+def cluster_placement(model: str | None, gpu: str | None, tp: int | None, framework: str | None,
+                      engines: int | None, has_base: bool) -> Placement | None:
+    """The cluster flags as a Placement (its profile derived from the measured database, kept in
+    the disk cache); None when none is given and --base names the cluster. Refused, naming the
+    flags, when only some are given or neither they nor --base are."""
+    given = dict(zip(CLUSTER_FLAGS, (model, gpu, tp, framework)))
+    missing = [flag for flag, v in given.items() if v is None]
+    if len(missing) == len(given) and engines is None:
+        if has_base:
+            return None
+        raise ConfigError(", ".join(CLUSTER_FLAGS), "<option>", "not given (the length files "
+                          "name no model, GPU, TP degree or engine)", ASK_CLUSTER)
+    if missing:
+        raise ConfigError(", ".join(missing), "<option>", "not given", "the four cluster flags "
+                          "together: --model M --gpu G --tp N --framework F [--engines N]")
+    from workbench.calibrate.database.catalog import (
+        default_base_profile,
+        disk_cached_profile,
+        model_choices,
+    )
+
+    arch = model_choices().get(model, model)
+    typer.echo(f"deriving the profile of {model} on {tp}x {gpu} ({framework}) from the measured "
+               "database...", err=True)
+    try:
+        prof = disk_cached_profile(arch, gpu, tp, framework, default_base_profile(arch, tp))
+    except (ValueError, RuntimeError, KeyError) as exc:  # the package refuses some shapes
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(", ".join(CLUSTER_FLAGS), "<option>",
+                          f"name a cluster the measured database cannot price ({exc})",
+                          "a model, GPU, TP and framework it measured (`tlt profile --help`)"
+                          ) from None
+    return Placement(prof, engines)
 
 
 @workload_app.command("show")

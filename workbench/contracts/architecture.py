@@ -12,13 +12,13 @@ model); any HF `config.json` works too.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.contracts.schema import ConfigError, preset_names
+from workbench.contracts.schema import ConfigError, parse_mapping, preset_names, read_text
 
 PRESET_DIR = Path(__file__).parent / "presets" / "architectures"
+_CONFIG = "a Hugging Face config.json (JSON text)"
 _REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
              "vocab_size")
 # Each config key spelling of the same fact, first match wins (Mixtral/gpt-oss, DeepSeek, Qwen).
@@ -224,6 +224,18 @@ def check_decoder(data: dict, source: str) -> None:
                               f"layers ({key}), which have no measured operators here")
 
 
+def _size(data: dict, key: str, source: str, default: int | None = None) -> int:
+    """A size of the config (a whole number >= 1); `default` where the config leaves it out."""
+    value = data.get(key)
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            value == value and 1 <= value < 2**40 and value == int(value)):
+        raise ConfigError(source, key, value, "a whole number >= 1, as a Hugging Face config.json "
+                          "gives it")
+    return int(value)
+
+
 def from_hf_config(data: dict, name: str, source: str = "") -> Architecture:
     if data.get("hybrid_override_pattern") is None:  # NemotronH's hybrids: the package's own
         check_decoder(data, source or name)
@@ -232,13 +244,17 @@ def from_hf_config(data: dict, name: str, source: str = "") -> Architecture:
     if missing:
         raise ConfigError(source or name, missing[0], "<missing>",
                           "a Hugging Face decoder config.json with " + ", ".join(_REQUIRED))
-    heads = int(data["num_attention_heads"])
-    hidden = int(data["hidden_size"])
-    family = (data.get("architectures") or [""])[0]
-    return Architecture(name=name, hidden=hidden, layers=int(data["num_hidden_layers"]),
-                        heads=heads, kv_heads=int(data.get("num_key_value_heads") or heads),
-                        head_dim=int(data.get("head_dim") or hidden // heads),
-                        intermediate=int(data["intermediate_size"]), vocab=int(data["vocab_size"]),
+    where = source or name
+    named = data.get("architectures")
+    family = str(named[0]) if isinstance(named, list) and named else ""
+    heads = _size(data, "num_attention_heads", where)
+    hidden = _size(data, "hidden_size", where)
+    return Architecture(name=name, hidden=hidden, layers=_size(data, "num_hidden_layers", where),
+                        heads=heads,
+                        kv_heads=_size(data, "num_key_value_heads", where, heads),
+                        head_dim=_size(data, "head_dim", where, max(1, hidden // heads)),
+                        intermediate=_size(data, "intermediate_size", where),
+                        vocab=_size(data, "vocab_size", where),
                         tied_embeddings=bool(data.get("tie_word_embeddings", False)),
                         qkv_bias=(data.get("model_type") == "qwen2"
                                   or bool(data.get("attention_bias", False))),
@@ -252,16 +268,10 @@ def read_config(name_or_path: str | Path) -> tuple[dict, Path]:
     if not path.is_file():
         path = PRESET_DIR / f"{name_or_path}.json"
         if not path.is_file():
-            raise ConfigError(str(name_or_path), "<name>", str(name_or_path),
+            raise ConfigError(str(name_or_path), "<name>", "is neither a preset nor a file",
                               f"an architecture preset ({', '.join(architecture_presets())}) or a "
                               "config.json path")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(str(path), "<file>", "unparseable",
-                          f"a JSON config.json ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "<top level>", type(data).__name__, "a JSON mapping")
+    data = parse_mapping(read_text(path, _CONFIG), str(path), is_json=True)
     return data, path
 
 

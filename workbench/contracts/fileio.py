@@ -24,6 +24,14 @@ def sig(x: float, digits: int = 5) -> float:
     return float(f"{float(x):.{digits - 1}e}")
 
 
+def cache_dir(kind: str) -> Path:
+    """Where the workbench keeps files it derived and may derive again ($XDG_CACHE_HOME/tlt/KIND,
+    else ~/.cache/tlt/KIND): kept between runs, never in the system's temporary folder, which
+    every job leaves as it found it."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "tlt" / kind
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write text via a temp file and rename."""
     _write(Path(path), lambda fh: fh.write(text.encode()))

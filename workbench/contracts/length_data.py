@@ -19,6 +19,7 @@ import pandas as pd
 
 from workbench.contracts.fileio import write_parquet
 from workbench.contracts.schema import ConfigError
+from workbench.contracts.tables import read_parquet
 
 COLUMNS = ("batch", "group", "rank", "prompt_tokens", "length", "correct", "mixed")
 UNKNOWN = -1
@@ -131,16 +132,14 @@ def read_observed(path: str | Path) -> ObservedLengths:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(p), "lengths.data", str(p),
-                          "an existing Parquet file written by `tlt workload import`")
+                          "an existing Parquet file written by `tlt workload import` (a relative "
+                          "path is read beside the workload file)")
     stat = os.stat(p)
     return _read(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
 @lru_cache(maxsize=8)
 def _read(path: str, mtime_ns: int, size: int) -> ObservedLengths:
-    try:
-        df = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several kinds for a file that is not Parquet
-        raise ConfigError(path, "<file>", "unreadable",
-                          f"a Parquet file written by `tlt workload import` ({exc})") from None
+    df = read_parquet(path, "the observed-lengths Parquet file `tlt workload import` writes "
+                            "beside a workload (lengths.data)")
     return from_frame(df, path)

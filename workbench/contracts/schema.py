@@ -20,18 +20,28 @@ from typing import Any, TypeVar
 
 import yaml
 
+from workbench.contracts.file_kind import describe, text_problem, utf8_fix
 from workbench.contracts.fileio import write_atomic
 
 T = TypeVar("T")
+MAPPING_FILE = "a YAML or JSON text file (.yaml, .yml or .json)"
 
 
 class ConfigError(ValueError):
-    """A config file (or mapping) that does not describe a valid contract."""
+    """A config file (or mapping) that does not describe a valid contract.
+
+    `field` is the dotted field, or a place in angle brackets (`<file>`, `<line>`, `<columns>`,
+    `<option>`...) when the whole file, line or option is wrong: then `value` says what it is ("is
+    binary (a NUL byte at byte 12)") and the message reads "SOURCE: VALUE; expected ALLOWED"."""
 
     def __init__(self, source: str, field: str, value: Any, allowed: str):
+        field = str(field)  # a file's key may be any YAML scalar (null, 1, true)
         self.source, self.field, self.value, self.allowed = source, field, value, allowed
         where = f"{source}: " if source else ""
-        super().__init__(f"{where}field '{field}' has value {value!r}; allowed: {allowed}")
+        if field.startswith("<") and isinstance(value, str):
+            super().__init__(f"{where}{value}; expected {allowed}")
+        else:
+            super().__init__(f"{where}field '{field}' has value {value!r}; allowed: {allowed}")
 
 
 class FieldError(ValueError):
@@ -68,34 +78,75 @@ def check_part(name: str, part: Any) -> None:
         raise FieldError(f"{name}.{exc.field}", exc.value, exc.allowed) from None
 
 
+def decode_text(raw: bytes, source: str, expected: str) -> str:
+    """`raw` as UTF-8 text (a byte-order mark dropped), else a ConfigError saying what it is, that
+    `expected` was, and how to re-encode it where that helps."""
+    problem = text_problem(raw)
+    if problem is not None:
+        fix = utf8_fix(problem)
+        raise ConfigError(source, "<file>", problem, expected + (f"; {fix}" if fix else ""))
+    return raw.decode("utf-8").removeprefix("\ufeff")
+
+
+def read_text(path: str | Path, expected: str) -> str:
+    """The UTF-8 text of the file at `path`; a ConfigError naming the file, what it is and
+    `expected` when it is missing, a directory, or not UTF-8 text."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(p), "<file>", describe(p), expected)
+    return decode_text(p.read_bytes(), str(p), expected)
+
+
 def read_mapping(path: str | Path) -> dict:
     """Parse a YAML or JSON file into a mapping, with errors that name the file."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(str(path), "<file>", str(path), "an existing .yaml, .yml or .json file")
+    return parse_mapping(read_text(path, MAPPING_FILE), str(path), path.suffix == ".json")
+
+
+def parse_mapping(text: str, source: str, is_json: bool) -> dict:
+    """YAML (or, `is_json`, JSON) text as a mapping; errors name `source`, the line and column."""
+    syntax = "JSON" if is_json else "YAML"
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), "<file>", f"not UTF-8 text (byte {exc.start})",
-                          "a YAML or JSON text file saved as UTF-8") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(str(path), "<file>", "unparseable", f"valid YAML/JSON ({exc})") from None
+        data = json.loads(text) if is_json else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(source, "<file>", f"is not valid {syntax} ({_brief(exc)})",
+                          f"{MAPPING_FILE}: fix the syntax there") from None
     if not isinstance(data, dict):
-        raise ConfigError(str(path), "<top level>", type(data).__name__,
-                          "a mapping of field: value")
+        raise ConfigError(source, "<top level>", f"holds {kind_of(data)} at the top level",
+                          "a mapping of field: value (the fields in docs/formats.md)")
     return data
+
+
+def _brief(exc: Exception) -> str:
+    """A parser's error in one line: what and where (line and column)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    mark = getattr(exc, "problem_mark", None)
+    what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{what} at line {mark.line + 1}, column {mark.column + 1}" if mark else what
+
+
+def kind_of(data: Any) -> str:
+    """A parsed value's kind in words (a list, a string, a number, null...)."""
+    if data is None:
+        return "nothing (null)"
+    names = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+    return names.get(type(data), f"a {type(data).__name__}")
 
 
 def from_mapping(cls: type[T], data: Any, source: str = "", prefix: str = "") -> T:
     """Build dataclass `cls` from `data`, validating types, unknown keys and check() rules."""
     if not isinstance(data, dict):
-        raise ConfigError(source, prefix or "<top level>", data, f"a mapping for {cls.__name__}")
+        if prefix:
+            raise ConfigError(source, prefix, data, f"a mapping for {cls.__name__}")
+        raise ConfigError(source, "<top level>", f"holds {kind_of(data)} at the top level",
+                          f"a mapping of field: value for {cls.__name__}")
     data = _renamed_fields(cls, data, source, prefix)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
         raise ConfigError(source, _join(prefix, unknown[0]), data[unknown[0]],
                           f"one of the known fields: {', '.join(sorted(fields))}")
@@ -264,7 +315,7 @@ def load(cls: type[T], name_or_path: str | Path, preset_dir: Path) -> T:
     preset = preset_dir / f"{name_or_path}.yaml"
     if not preset.is_file():
         names = ", ".join(preset_names(preset_dir))
-        raise ConfigError(str(name_or_path), "<name>", str(name_or_path),
+        raise ConfigError(str(name_or_path), "<name>", "is neither a preset nor an existing file",
                           f"a preset name ({names}) or a path to a .yaml/.json file")
     return from_mapping(cls, read_mapping(preset), str(preset))
 

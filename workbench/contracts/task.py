@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from workbench.contracts.file_kind import parquet_frame, text_problem, utf8_fix
+
 RewardFn = Callable[[str, str], float]  # (response, answer) -> reward
 
 
@@ -181,13 +183,11 @@ def read_problems(path: str | Path) -> list[TaskProblem]:
         raise TaskError(f"--task {path}: no such file (write one with `tlt task gcd --out FILE`, "
                         "or your own JSONL)")
     rows: list[tuple[Any, str]] = []
+    fix = "a task file: JSONL, one {\"prompt\": ..., \"answer\": ...} a line, or Parquet"
     if path.suffix == ".parquet":
-        import pandas as pd
-
-        try:
-            frame = pd.read_parquet(path)
-        except Exception as exc:
-            raise TaskError(f"--task {path}: not a readable Parquet file ({exc})") from None
+        frame, problem = parquet_frame(path)
+        if problem is not None:
+            raise TaskError(f"--task {path}: {problem}; expected {fix}")
         missing = [c for c in ("prompt", "answer") if c not in frame.columns]
         if missing:
             raise TaskError(f"--task {path}: no column {', '.join(missing)} (columns: "
@@ -197,7 +197,13 @@ def read_problems(path: str | Path) -> list[TaskProblem]:
                 rec["solution"] = None  # a Parquet column with gaps
             rows.append((rec, f"{path}: row {i}"))
     else:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        raw = path.read_bytes()
+        problem = text_problem(raw)
+        if problem is not None:
+            raise TaskError(f"--task {path}: {problem}; expected {fix}"
+                            + (f"; {utf8_fix(problem)}" if utf8_fix(problem) else ""))
+        for n, line in enumerate(raw.decode("utf-8").removeprefix("\ufeff").splitlines(),
+                                 start=1):
             if not line.strip():
                 continue
             try:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
-import pyarrow.parquet as pq
 
+from workbench.contracts.file_kind import parquet_frame, text_problem
 from workbench.contracts.fileio import write_dir_atomic
 
 TRACE_VERSION = 2
@@ -194,7 +194,9 @@ class TraceError(ValueError):
     """A trace directory that is missing, truncated or of the wrong schema."""
 
     def __init__(self, path: Path | str, field: str, problem: str, fix: str):
-        super().__init__(f"{path}: {field}: {problem}; {fix}")
+        # a place in angle brackets (<file>, <directory>) is the path itself: not repeated
+        where = f"{path}: " if field.startswith("<") else f"{path}: {field}: "
+        super().__init__(f"{where}{problem}; {fix}")
 
 
 @dataclass
@@ -256,22 +258,36 @@ def _with_optional(table: str, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _read_table(file: Path, fix: str) -> pd.DataFrame:
+    """One of a trace's Parquet tables; refused, saying what the file is, when it is none."""
+    frame, problem = parquet_frame(file)
+    if problem is not None:
+        raise TraceError(file, "<file>", problem, fix)
+    return frame
+
+
 def load_trace(path: str | Path) -> Trace:
     """A trace of this version or an older one (OLD_COLUMNS), its tables in this version's columns;
     `meta["trace_version"]` says which version the files are."""
     path = Path(path)
     if not path.is_dir():
-        raise TraceError(path, "<directory>", "not found",
+        raise TraceError(path, "<directory>", "is not a directory" if path.exists() else
+                         "does not exist",
                          "give a trace directory written by `tlt capture` or `tlt train`")
     meta_path = path / "meta.json"
     if not meta_path.is_file():
-        raise TraceError(meta_path, "<file>", "missing",
+        raise TraceError(meta_path, "<file>", "is missing",
                          "the trace is incomplete; capture it again")
+    raw = meta_path.read_bytes()
+    problem = text_problem(raw)
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(raw.decode("utf-8")) if problem is None else None
     except json.JSONDecodeError as exc:
-        raise TraceError(meta_path, "<file>", f"not valid JSON ({exc})",
-                         "the trace is corrupt; capture it again") from None
+        problem = f"is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    if problem is not None or not isinstance(meta, dict):
+        raise TraceError(meta_path, "<file>", problem or "is not a JSON object",
+                         "the trace's meta.json as `tlt capture` or `tlt train` wrote it; the "
+                         "trace is corrupt: capture it again")
     for f in META_FIELDS:
         if f not in meta:
             raise TraceError(meta_path, f"field '{f}'", "missing",
@@ -287,12 +303,9 @@ def load_trace(path: str | Path) -> Trace:
     for name, columns in TABLES.items():
         file = path / f"{name}.parquet"
         if not file.is_file():
-            raise TraceError(file, "<file>", "missing", "the trace is incomplete; capture it again")
-        try:
-            df = pq.read_table(file).to_pandas()
-        except Exception as exc:  # pyarrow raises several types for a truncated file
-            raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
-                             "the file is truncated or corrupt; capture it again") from None
+            raise TraceError(file, "<file>", "is missing",
+                             "the trace is incomplete; capture it again")
+        df = _read_table(file, "the trace is truncated or corrupt; capture it again")
         df = _with_optional(name, _upgrade(file, df, version, renames.get(name, {})))
         _check_table(file, df, columns)
         tables[name] = df
@@ -302,12 +315,8 @@ def load_trace(path: str | Path) -> Trace:
     timeline = None
     file = path / "timeline.parquet"
     if file.is_file():
-        try:
-            timeline = pq.read_table(file).to_pandas()
-        except Exception as exc:
-            raise TraceError(file, "<file>", f"unreadable Parquet ({type(exc).__name__}: {exc})",
-                             "the file is truncated or corrupt; re-run or delete "
-                             "timeline.parquet") from None
+        timeline = _read_table(file, "the file is truncated or corrupt; re-run or delete "
+                                     "timeline.parquet")
         timeline = _upgrade(file, timeline, version, renames.get("timeline", {}))
         if "strategy" not in timeline.columns and "draft_len" in timeline.columns:
             # Timelines written before the column existed held chains only.

@@ -22,6 +22,7 @@ from sim.sweep import ProgressFn, SweepRun, run_unit, sweep_units
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.workload import Workload
+from workbench.contracts.ray_temp import ray_temp_dir
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -48,7 +49,7 @@ def ensure_ray(config: RayConfig) -> None:
         # "local": a Ray of our own, even when another one runs on this machine (ray.init() would
         # join it).
         ray.init(address="local", num_cpus=config.workers, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+                 log_to_driver=False, configure_logging=False, _temp_dir=ray_temp_dir())
     else:
         ray.init(address=config.address, log_to_driver=False, configure_logging=False)
 

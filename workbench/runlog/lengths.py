@@ -62,13 +62,13 @@ def step_stats(log: RunLog) -> StepStats:
     cols = {}
     for key in (MEAN, MAX, PROMPT_MEAN):
         v = log.column(key)
-        bad = np.flatnonzero(~(v > 0))
+        bad = np.flatnonzero(~((v > 0) & np.isfinite(v)))
         if len(bad):
             raise ConfigError(
                 log.where(int(bad[0])),
                 key,
                 "<missing>" if np.isnan(v[bad[0]]) else v[bad[0]],
-                "a number > 0 in every timed step (veRL logs it with the step's timings)",
+                "a finite number > 0 in every timed step (veRL logs it with the step's timings)",
             )
         cols[key] = v
     lo = np.nan_to_num(log.column(MIN), nan=1.0)

@@ -27,16 +27,18 @@ config veRL prints at start (workbench/runlog/printed_config.py).
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import re
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from workbench.contracts.file_kind import describe
 from workbench.contracts.schema import ConfigError
+from workbench.contracts.tables import read_csv, read_jsonl, read_parquet
 from workbench.runlog.command import LaunchCommand, parse_command
 from workbench.runlog.printed_config import PrintedConfig, parse_printed_config
 
@@ -130,13 +132,21 @@ def read_run_log(path: str | Path) -> RunLog:
     return _read_console(p)
 
 
+def _gunzipped(p: Path) -> bytes:
+    """A .gz file's bytes, uncompressed; refused, saying what the file is, when it is no gzip."""
+    try:
+        with gzip.open(p, "rb") as fh:
+            return fh.read()
+    except (OSError, EOFError, zlib.error):
+        kind = describe(p)
+        raise ConfigError(str(p), "<file>", "is a damaged or cut-short gzip file"
+                          if kind == "is gzip-compressed" else f"is named .gz but {kind[3:]}",
+                          f"a text log, or one compressed with gzip: {_FIX}") from None
+
+
 def _text(p: Path) -> tuple[str, int]:
     """The file's text and its stray bytes (module docstring); a mostly binary file refused."""
-    try:
-        raw = gzip.open(p, "rb").read() if p.suffix.lower() == ".gz" else p.read_bytes()
-    except (OSError, EOFError) as exc:
-        raise ConfigError(str(p), "<file>", "unreadable",
-                          f"a text log or a .gz of one ({exc})") from None
+    raw = _gunzipped(p) if p.suffix.lower() == ".gz" else p.read_bytes()
     binary = len(raw) - len(raw.translate(None, _BINARY))
     text = raw.replace(b"\x00", b"").decode("utf-8", errors="replace")
     undecodable = text.count("\ufffd")
@@ -152,7 +162,7 @@ def _check_timing(where: str, key: str, value: object) -> float:
         v = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ConfigError(where, key, value, "a number of seconds >= 0") from None
-    if not v >= 0:
+    if not (v >= 0 and math.isfinite(v)):
         raise ConfigError(where, key, value, "a number of seconds >= 0")
     return v
 
@@ -244,23 +254,20 @@ def _finish(
 
 
 def _read_table(p: Path, suffix: str) -> RunLog:
-    try:
-        if suffix == ".parquet":
-            df = pd.read_parquet(p)
-        elif suffix == ".csv":
-            df = pd.read_csv(p)
-        else:
-            df = pd.DataFrame([json.loads(x) for x in _text(p)[0].splitlines() if x.strip()])
-    except Exception as exc:  # pandas, pyarrow and json raise several kinds for a malformed file
-        raise ConfigError(
-            str(p), "<file>", "unreadable", f"a {suffix[1:]} table with a step column ({exc})"
-        ) from None
+    expected = f"a {suffix[1:]} table with a step column"
+    raw = _gunzipped(p) if p.suffix.lower() == ".gz" else None
+    if suffix == ".parquet":
+        df = read_parquet(p, expected)
+    elif suffix == ".csv":
+        df = read_csv(p, expected, raw)
+    else:
+        df = pd.DataFrame(read_jsonl(p, expected, raw))
     step_col = next((c for c in STEP_COLUMNS if c in df.columns), None)
     if step_col is None:
         raise ConfigError(
             str(p),
             "<columns>",
-            ", ".join(map(str, df.columns))[:100],
+            "has the columns " + ", ".join(map(str, df.columns))[:100],
             f"a step column ({', '.join(STEP_COLUMNS)}) beside veRL's metric names",
         )
     old = any(str(c).startswith(OLD_TIMING) for c in df.columns)

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.simulator import MAX_WORK
 from workbench.contracts.architecture import PRESET_DIR as ARCH_DIR
 from workbench.contracts.schema import ConfigError
 from workbench.runlog.reader import TIMING, RunLog
 
 MODEL_KEY = "actor_rollout_ref.model.path"
 ROLLOUT = "actor_rollout_ref.rollout."
+MAX_CAP = 1 << 20  # a Workload's max_response_tokens is at most this
 VERL_MAX_NUM_SEQS = 1024  # veRL's ppo_trainer.yaml default for rollout.max_num_seqs
 FRAMEWORKS = ("vllm", "sglang")
 # Forwards per token of the update, by the phases a step times: the actor's update is a forward, a
@@ -85,7 +87,7 @@ class RunShape:
 def _int(where: str, key: str, text: str, flag: str) -> int:
     try:
         v = int(float(text))
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number; an infinite one
         raise ConfigError(where, key, text, f"a whole number >= 1 (or pass {flag})") from None
     if v < 1 or v != float(text):
         raise ConfigError(where, key, text, f"a whole number >= 1 (or pass {flag})")
@@ -201,11 +203,34 @@ INT_FIELDS = (("tp", ROLLOUT + "tensor_model_parallel_size", "--tp"),
               ("max_response_tokens", "data.max_response_length", "--max-response-tokens"))
 
 
+def _check_size(log: RunLog, gpus: int, ints: dict[str, int]) -> None:
+    """A shape the simulator can take (a number read as 1e26 is refused here, not by memory)."""
+    responses = ints["prompts_per_step"] * ints["group_size"]
+    if responses + gpus > MAX_WORK:
+        raise ConfigError(f"{log.path} with the flags given", "prompts_per_step x group_size, gpus",
+                          f"{responses:,} responses, {gpus:,} GPUs",
+                          f"at most {MAX_WORK:,} responses and GPUs a step (the simulator's limit, "
+                          "docs/formats.md#limits): check data.train_batch_size, rollout.n and "
+                          "the GPUs, or pass --prompts-per-step, --group-size, --gpus")
+    if ints["max_response_tokens"] > MAX_CAP:
+        raise ConfigError(log.path, "max_response_tokens", ints["max_response_tokens"],
+                          f"at most {MAX_CAP:,} tokens (a workload's cap); or pass "
+                          "--max-response-tokens")
+
+
 def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     """The shape, each field from a flag or the log (module docstring)."""
     taken: list[Taken] = []
     arch_name = _from_log(log, MODEL_KEY, "--arch", taken, "model", flags.arch)
-    arch = resolve_arch(_need(arch_name, log, MODEL_KEY, "--arch"))
+    arch_name = _need(arch_name, log, MODEL_KEY, "--arch")
+    try:
+        arch = resolve_arch(arch_name)
+    except ConfigError as exc:
+        if flags.arch is not None:
+            raise
+        line = log.command.get(MODEL_KEY).line  # the log named the model: say where
+        raise ConfigError(f"{log.path}:{line}", MODEL_KEY, arch_name,
+                          f"{exc.allowed}; or pass --arch") from None
     if flags.gpu is None:
         raise ConfigError(log.path, "gpu", "<not in a veRL log>",
                           "pass --gpu (the GPU type the run used: the measured database's costs "
@@ -223,6 +248,7 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
                                "before rollout.n: one response per prompt)"))
         value = _need(value, log, key, flag)
         ints[field] = _int(log.path if given is None else flag, key, value, flag)
+    _check_size(log, gpus, ints)
     if gpus % ints["tp"]:
         raise ConfigError(f"{log.path} with the flags given", "tp", ints["tp"],
                           f"a TP degree that divides the run's {gpus} GPUs (check --tp and --gpus)")

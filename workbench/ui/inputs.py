@@ -14,14 +14,16 @@ from contextlib import contextmanager
 from typing import Any
 
 import streamlit as st
-import yaml
 
 from workbench.contracts.policy import Policy
 from workbench.contracts.schema import (
+    MAPPING_FILE,
     ConfigError,
     FieldError,
     Notice,
+    decode_text,
     from_mapping,
+    parse_mapping,
     to_mapping,
 )
 from workbench.contracts.workload import Workload, load_workload, workload_presets
@@ -58,12 +60,8 @@ def notices() -> Iterator[None]:
 
 def parse_upload(cls: type, upload) -> Any:
     """A contract from an uploaded YAML/JSON file; ConfigError on any problem."""
-    raw = upload.getvalue()
-    try:
-        data = yaml.safe_load(raw.decode("utf-8"))  # YAML is a superset of JSON
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(upload.name, "<file>", "unparseable",
-                          f"valid YAML/JSON ({exc})") from None
+    text = decode_text(upload.getvalue(), upload.name, MAPPING_FILE)
+    data = parse_mapping(text, upload.name, upload.name.lower().endswith(".json"))
     with notices():
         return from_mapping(cls, data, source=upload.name)
 

@@ -23,13 +23,9 @@ from workbench.contracts.length_data import ObservedLengths, read_observed
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload, load_workload
 from workbench.ui import job_dirs
-from workbench.workloads.build import MODES, import_workload
+from workbench.workloads.build import MODES, UNPLACED, import_workload
 
 _STATE_JOB = "whatif_length_job"  # the upload's import, in its directory (workbench/ui/job_dirs.py)
-# The import's base: the batch shape comes from the files, the cluster from the page (one engine
-# until chosen).
-UNPLACED = Workload(name="uploaded-lengths", profile="(the cluster you pick)", workers=1,
-                    prompts_per_step=1, group_size=1, max_response_tokens=32768)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ import numpy as np
 from scipy.stats import norm
 
 from workbench.contracts.length_data import UNKNOWN, ObservedLengths, write_observed
-from workbench.contracts.schema import ConfigError, save
+from workbench.contracts.profile import Profile
+from workbench.contracts.schema import ConfigError, FieldError, save
 from workbench.contracts.workload import DynamicSampling, LengthModel, Workload
 from workbench.workloads.agentic_build import import_agentic
 from workbench.workloads.agentic_reader import is_turn_data
@@ -18,6 +19,25 @@ from workbench.workloads.mixture import MixtureFit, fit_mixture
 from workbench.workloads.reader import Imported, SummaryTable, read_files
 
 MODES = ("replay", "fit", "empirical")
+# A workload with no cluster: the batch shape comes from the files, the cluster from the user
+# (`tlt workload import`'s cluster flags, What-if's cluster boxes); one engine until chosen.
+UNPLACED = Workload(name="uploaded-lengths", profile="(the cluster you pick)", workers=1,
+                    prompts_per_step=1, group_size=1, max_response_tokens=32768)
+CLUSTER_FLAGS = ("--model", "--gpu", "--tp", "--framework")
+ASK_CLUSTER = ("the cluster the lengths ran on: --model M --gpu G --tp N --framework F [--engines "
+               "N] (What-if's cluster boxes; `tlt profile --help` lists models and GPUs), or "
+               "--base WORKLOAD to take a workload's cluster and shape (e.g. --base "
+               "tlt-eval-qwen2.5-32b)")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The cluster the user says the lengths ran on: a profile derived for its model x GPU x TP x
+    framework (`profile.cluster`), and the engines (None: the files' data-parallel ranks, else
+    one)."""
+
+    profile: Profile
+    engines: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +136,16 @@ def build_workload(im: Imported, base: Workload, name: str, mode: str, cap: int,
                  max_response_tokens=cap,
                  prompt_tokens=int(np.median(known)) if len(known) else base.prompt_tokens,
                  steps=steps, lengths=lengths, dynamic_sampling=ds)
-    wl.check()
+    return checked(wl, ", ".join(im.files))
+
+
+def checked(wl: Workload, files: str) -> Workload:
+    """`wl`, checked: a field the files put out of range is refused naming the files."""
+    try:
+        wl.check()
+    except FieldError as exc:
+        raise ConfigError(f"{files} (as the workload's {exc.field})", exc.field, exc.value,
+                          exc.allowed) from None
     return wl
 
 
@@ -125,8 +154,11 @@ def default_description(im: Imported, base: Workload, kind: str) -> str:
     obs = im.observed
     where = sorted({Path(f).parent.name or "." for f in im.files})
     src = where[0] if len(where) == 1 else ", ".join(Path(f).name for f in im.files[:3])
-    return (f"Measured lengths from {src} ({obs.responses} responses, {obs.batches} steps; "
-            f"{kind}). Shape and "
+    head = f"Measured lengths from {src} ({obs.responses} responses, {obs.batches} steps; {kind})."
+    if base.name == UNPLACED.name:  # placed on the cluster the user named
+        return (f"{head} Shape: the files'. Cluster: {base.workers} engines x TP"
+                f"{base.gpus_per_worker} {base.gpu} ({base.model}, {base.framework}), as given.")
+    return (f"{head} Shape and "
             f"cluster: {base.name} ({base.workers} engines x TP{base.gpus_per_worker}).")
 
 
@@ -143,8 +175,8 @@ def write_workload(wl: Workload, obs: ObservedLengths, out: Path) -> Path:
     return data
 
 
-def fit_summary(summary: SummaryTable, cap: int,
-                responses_per_step: int) -> tuple[LengthModel, list[str]]:
+def fit_summary(summary: SummaryTable, cap: int, responses_per_step: int,
+                source: str = "") -> tuple[LengthModel, list[str]]:
     """A lognormal per step from veRL's mean and max (the max of n draws sits near the quantile
     0.5^(1/n)), or from the clip ratio where the max is absent; pooled into a median, a log-sd and a
     drift. Correctness, the mixture and the within-group correlation are not identified by a
@@ -154,7 +186,7 @@ def fit_summary(summary: SummaryTable, cap: int,
     for i in range(len(summary.step)):
         m, top, clip = summary.mean[i], summary.max[i], summary.clip_ratio[i]
         if not (m > 0):
-            raise ConfigError(f"step {summary.step[i]:g}", "response_length/mean", m,
+            raise ConfigError(f"{source} (step {summary.step[i]:g})", "response_length/mean", m,
                               "a mean length > 0")
         if np.isfinite(top) and top > m:
             gap = math.log(top / m)
@@ -165,7 +197,7 @@ def fit_summary(summary: SummaryTable, cap: int,
             gap = math.log(cap / m)
             sd = z_c - math.sqrt(max(0.0, z_c * z_c - 2 * gap))
         else:
-            raise ConfigError(f"step {summary.step[i]:g}", "response_length/max", top,
+            raise ConfigError(f"{source} (step {summary.step[i]:g})", "response_length/max", top,
                               "a max above the mean (or a clip ratio between 0 and 0.5) to fit the "
                               "spread")
         sds.append(float(np.clip(sd, 0.05, 3.0)))
@@ -227,33 +259,93 @@ class ImportResult:
     fit: MixtureFit | None
 
 
-def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: str = "replay",
-                    cap: int | None = None, name: str | None = None,
+def profile_path(out: Path) -> Path:
+    """Where a placed import's profile is written: beside the workload (OUT.profile.yaml)."""
+    return out.with_name(out.stem + ".profile.yaml")
+
+
+def _placed(base: Workload, placement: Placement, ranks: int, out: Path) -> tuple[Workload, str]:
+    """`base` on the placement's cluster (engines: --engines, else the files' `ranks`, else 1), its
+    profile the file written beside OUT; and the report's line saying so."""
+    prof, c = placement.profile, placement.profile.cluster
+    if c is None:
+        raise ConfigError(prof.name, "cluster", None, "a profile derived for a GPU cluster")
+    engines = placement.engines or ranks or 1
+    how = ("--engines" if placement.engines else
+           f"the files' {ranks} data-parallel ranks; --engines N to change" if ranks else
+           "the files name no ranks; --engines N to change")
+    wl = replace(base, workers=engines, gpus_per_worker=c.tp, profile=profile_path(out).name,
+                 model=c.model, gpu=c.gpu, framework=c.framework)
+    return wl, (f"cluster: {engines} engine{'s' if engines > 1 else ''} ({how}) x {c.label}; "
+                f"profile {prof.name} from the measured database, written to {profile_path(out)}")
+
+
+def _cluster_of(base: Workload | None, placement: Placement | None, im: Imported,
+                out: Path) -> tuple[Workload, list[str]]:
+    """The workload the lengths are put on: the placement's cluster (over `base`'s shape, if
+    given), else `base`; refused when neither says where the lengths ran."""
+    if im.summary is not None and base is None:
+        raise ConfigError(", ".join(im.files), "<files>",
+                          "are a per-step summary, which holds no batch shape",
+                          "--base WORKLOAD for the shape (prompts per step x group size), with the "
+                          "cluster flags or the base's cluster")
+    if placement is None:
+        assert base is not None  # import_workload refuses neither
+        return base, []
+    ranks = len(im.observed.rank_values) if im.observed is not None else 0
+    wl, line = _placed(base or UNPLACED, placement, ranks, out)
+    return wl, [line]
+
+
+def _import_turns(paths: list[str | Path], out: Path, base: Workload | None,
+                  placement: Placement | None, mode: str, cap: int | None, name: str | None,
+                  source: str, description: str) -> ImportResult:
+    """Multi-turn trajectories (agentic_build.py) on the placement's cluster or `base`'s."""
+    placed: list[str] = []
+    if placement is not None:
+        base, line = _placed(base or UNPLACED, placement, 0, out)
+        placed = [line]
+    assert base is not None  # import_workload refuses neither
+    a = import_agentic(paths, out, base, mode, cap, name, source, description)
+    _write_profile(placement, out)
+    return ImportResult(a.workload, a.lines + placed, a.data, None)
+
+
+def import_workload(paths: list[str | Path], out: Path, base: Workload | None,
+                    mode: str = "replay", cap: int | None = None, name: str | None = None,
                     responses_per_step: int | None = None, source: str = "",
-                    description: str = "") -> ImportResult:
-    """Read the files, report, fit, and write OUT (and OUT.lengths.parquet): all checked before
-    anything is written."""
+                    description: str = "", placement: Placement | None = None) -> ImportResult:
+    """Read the files, report, fit, and write OUT (and OUT.lengths.parquet; with a `placement`,
+    OUT.profile.yaml): all checked before anything is written. The cluster is the placement's or
+    `base`'s: with neither, nothing is read and the error names the flags."""
     if mode not in MODES:
         raise ConfigError("--mode", "mode", mode, ", ".join(MODES))
+    if base is None and placement is None:
+        raise ConfigError(", ".join(CLUSTER_FLAGS), "<option>", "not given (the length files "
+                          "name no model, GPU, TP degree or engine)", ASK_CLUSTER)
     if is_turn_data(paths):
-        a = import_agentic(paths, out, base, mode, cap, name, source, description)
-        return ImportResult(a.workload, a.lines, a.data, None)
+        return _import_turns(paths, out, base, placement, mode, cap, name, source, description)
     im = read_files(paths)
     name = name or out.stem
+    base, placed = _cluster_of(base, placement, im, out)
     if im.summary is not None:
         cap = cap or base.max_response_tokens
-        model, notes = fit_summary(im.summary, cap, responses_per_step or base.sequences_per_step)
+        model, notes = fit_summary(im.summary, cap, responses_per_step or base.sequences_per_step,
+                                   ", ".join(im.files))
         fitted = (f"Fitted to veRL's per-step length metrics ({len(im.summary.step)} steps). "
-                  f"Shape and cluster: {base.name}.")
+                  f"Shape and cluster: {base.name}" + (f", on {base.workers} engines x TP"
+                  f"{base.gpus_per_worker} {base.gpu} ({base.model}, {base.framework}) as given."
+                  if placement else "."))
         wl = replace(base, name=name, source=source, max_response_tokens=cap,
                      steps=len(im.summary.step), description=description or fitted,
                      lengths=model)
-        wl.check()
+        checked(wl, ", ".join(im.files))
+        _write_profile(placement, out)
         save(wl, out)
         lines = [f"{len(im.summary.step)} steps of veRL's length metrics; cap {cap}",
                  f"fitted: median {model.median_tokens:,.0f} tokens, log-sd {model.sigma}, "
                  f"drift {model.drift_per_step}"]
-        return ImportResult(wl, lines + notes + im.notes, None, None)
+        return ImportResult(wl, lines + notes + im.notes + placed, None, None)
     obs = im.observed
     cap, how = infer_cap(obs, cap)
     fit = fit_mixture(obs, cap)
@@ -263,10 +355,16 @@ def import_workload(paths: list[str | Path], out: Path, base: Workload, mode: st
         wl = replace(wl, dynamic_sampling=replace(wl.dynamic_sampling, enabled=False))
         notes.append("dynamic sampling is off under --mode fit: without correctness in the files "
                      "the model's components are not rewards (replay filters by what DAPO kept)")
-    lines = format_report(report(obs, cap, how, im.steps), fit) + notes
+    lines = format_report(report(obs, cap, how, im.steps), fit) + notes + placed
+    _write_profile(placement, out)
     data = write_workload(wl, obs, out)
     ds = wl.dynamic_sampling
     sampling = f", dynamic sampling x{ds.oversample}" if ds.enabled else ""
     lines.append(f"wrote {out} ({wl.lengths.kind}; prompts_per_step {wl.prompts_per_step}, "
                  f"group_size {wl.group_size}{sampling}) and {data}")
     return ImportResult(wl, lines, data, fit)
+
+
+def _write_profile(placement: Placement | None, out: Path) -> None:
+    if placement is not None:
+        save(placement.profile, profile_path(out))

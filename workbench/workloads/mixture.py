@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.stats import ks_2samp, norm
+from scipy.special import ndtr
+from scipy.stats import ks_2samp
 
 from sim.lengths import clip_ratio_at, sample_step
 from workbench.contracts.fileio import sig
@@ -66,7 +67,8 @@ def _mixture_quantiles(theta: np.ndarray, probs: np.ndarray, log_cap: float) -> 
     mu, log_sd, logit_a, log_w = theta
     sd, a, w = math.exp(log_sd), 1.0 / (1.0 + math.exp(-logit_a)), math.exp(log_w)
     grid = np.linspace(mu - 6 * sd, mu + w + 6 * sd, 800)
-    cdf = a * norm.cdf((grid - mu) / sd) + (1 - a) * norm.cdf((grid - mu - w) / sd)
+    # ndtr is norm.cdf without its argument checks (the same values, several times faster)
+    cdf = a * ndtr((grid - mu) / sd) + (1 - a) * ndtr((grid - mu - w) / sd)
     return np.minimum(np.interp(probs, cdf, grid), log_cap)
 
 
@@ -79,7 +81,7 @@ def _quantile_loss(theta: np.ndarray, target: np.ndarray, probs: np.ndarray, log
     q = _mixture_quantiles(theta, probs, log_cap)
     mu, sd = theta[0], math.exp(theta[1])
     a, w = 1.0 / (1.0 + math.exp(-theta[2])), math.exp(theta[3])
-    clip = a * norm.sf((log_cap - mu) / sd) + (1 - a) * norm.sf((log_cap - mu - w) / sd)
+    clip = a * ndtr(-((log_cap - mu) / sd)) + (1 - a) * ndtr(-((log_cap - mu - w) / sd))
     return float(((q - target) ** 2).sum() + 25.0 * (clip - clip_obs) ** 2)
 
 

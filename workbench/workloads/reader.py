@@ -17,7 +17,8 @@ Errors name the file, the line and the field.
 
 from __future__ import annotations
 
-import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from workbench.contracts.length_data import (
     from_frame,
 )
 from workbench.contracts.schema import ConfigError
+from workbench.contracts.tables import read_table
 
 SUMMARY_MEAN = "response_length/mean"
 SUMMARY_FIELDS = ("max", "min", "clip_ratio")
@@ -38,6 +40,8 @@ GENERIC_REQUIRED = ("step", "prompt", "length")
 REWARD_TIMING = "reward_time_s"  # PolyTrace's reward_timings_step_*.jsonl (rllm runs)
 POLYTRACE_REQUIRED = ("step", "output")
 SUFFIXES = (".jsonl", ".csv", ".parquet")
+# The largest count a file may give (a length, a step, a rank): a workload's cap is at most 2^20.
+MAX_NUMBER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -84,50 +88,35 @@ def _listed(paths: list[str | Path]) -> list[tuple[Path, bool]]:
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.suffix in SUFFIXES and f.is_file())
             if not found:
-                raise ConfigError(str(p), "<directory>", str(p),
-                                  f"a directory holding {', '.join(SUFFIXES)} files")
+                raise ConfigError(str(p), "<directory>", f"holds no {', '.join(SUFFIXES)} file",
+                                  "a directory of length files (PolyTrace's packed_lengths "
+                                  "JSONL, or tables)")
             out += [(f, True) for f in found]
         elif p.is_file():
             out.append((p, False))
         else:
-            raise ConfigError(str(p), "<file>", str(p), "an existing file or directory")
+            raise ConfigError(str(p), "<file>", "does not exist", "an existing file or directory")
     return out
 
 
-def _jsonl(path: Path) -> list[dict]:
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{n}", "<line>", line.strip()[:60],
-                                  f"one JSON object per line ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{n}", "<line>", row, "a JSON object")
-            rows.append(row)
-    if not rows:
-        raise ConfigError(str(path), "<file>", "empty", "at least one line")
-    return rows
-
-
 def _int(value, where: str, name: str, low: int = 0) -> int:
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value)
-            or value < low):
-        raise ConfigError(where, name, value, f"a whole number >= {low}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or not low <= value <= MAX_NUMBER):
+        raise ConfigError(where, name, value, f"a whole number from {low} to {MAX_NUMBER:,}")
     return int(value)
 
 
+LENGTHS = ("response lengths: PolyTrace packed_lengths JSONL, a CSV/JSONL/Parquet table with step, "
+           "prompt, length, or veRL's per-step response_length/* metrics")
+_CONSOLE_STEP = re.compile(rb"step:\s*\d+\s+-\s+\S+:")
+
+
 def _table(path: Path) -> pd.DataFrame | list[dict]:
-    if path.suffix == ".jsonl":
-        return _jsonl(path)
-    try:
-        return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
-    except Exception as exc:  # pandas and pyarrow raise several kinds for a malformed file
-        raise ConfigError(str(path), "<file>", "unreadable",
-                          f"a {path.suffix[1:]} table ({exc})") from None
+    if path.suffix.lower() != ".parquet" and _CONSOLE_STEP.search(path.read_bytes()[:1 << 20]):
+        raise ConfigError(str(path), "<file>", "is a veRL console log (step:N - key:value lines)",
+                          f"{LENGTHS}; a run log is read by `tlt calibrate --run-log` and "
+                          "What-if's Run log, which model each step's lengths from its statistics")
+    return read_table(path, LENGTHS)
 
 
 def read_files(paths: list[str | Path]) -> Imported:
@@ -154,14 +143,15 @@ def read_files(paths: list[str | Path]) -> Imported:
         elif from_dir:
             others.append(path.name)
         else:
-            raise ConfigError(str(path), "<columns>", ", ".join(sorted(keys))[:120],
+            raise ConfigError(str(path), "<columns>",
+                              f"has the columns {', '.join(sorted(map(str, keys)))[:120]}",
                               "PolyTrace packed_lengths lines (step, input, output), a table with "
                               "step, prompt, length (optional prompt_tokens, correct, rank), or "
                               f"veRL's '{SUMMARY_MEAN}' per step")
     skipped = [f"skipped (not lengths): {', '.join(others)}"] if others else []
     notes += _reward_note(rewards) + skipped
     if frames and summaries:
-        raise ConfigError(", ".join(map(str, files)), "<files>", "lengths and a summary",
+        raise ConfigError(", ".join(map(str, files)), "<files>", "hold lengths and a summary",
                           "one kind per import: response lengths, or veRL's per-step summary")
     if summaries:
         s = pd.concat(summaries).sort_values("step")
@@ -170,7 +160,7 @@ def read_files(paths: list[str | Path]) -> Imported:
                                                ("step", "mean", "max", "min", "clip_ratio"))),
                         notes=notes)
     if not frames:
-        raise ConfigError(", ".join(map(str, files)), "<files>", "no response lengths",
+        raise ConfigError(", ".join(map(str, files)), "<files>", "hold no response lengths",
                           "at least one lengths file")
     return _combine(files, frames, dapo, notes)
 
@@ -248,7 +238,7 @@ def _dapo(path: Path, data) -> DapoFilter:
         # The indices before the step: a row with both wrong names the indices.
         indices = [_int(i, where, "kept_prompt_indices") for i in idx]
         kept[_int(row["workload_step"], where, "workload_step")] = indices
-        updates.add(row.get("trainer_step", n))
+        updates.add(_int(row.get("trainer_step", n), where, "trainer_step"))
         tbs = _int(row["train_batch_size"], where, "train_batch_size", 1)
         count = _int(row["prompt_count"], where, "prompt_count", 1)
     return DapoFilter(kept, tbs, count, len(updates))
@@ -264,11 +254,12 @@ def _generic(path: Path, data) -> pd.DataFrame:
             out[name] = UNKNOWN
             continue
         values = pd.to_numeric(df[name], errors="coerce")
-        bad = values.isna() | (values < 0) | (values != values.round())
+        bad = values.isna() | (values < 0) | (values > MAX_NUMBER) | (values != values.round())
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
             where = f"{path}:{row + line0}" if line0 else f"{path} (row {row})"
-            raise ConfigError(where, name, df[name].iloc[row], "a whole number >= 0")
+            raise ConfigError(where, name, df[name].iloc[row],
+                              f"a whole number from 0 to {MAX_NUMBER:,}")
         out[name] = values.astype(np.int64)
     # a prompt's id may be any text or number: (step, id) pairs are numbered by first appearance
     pairs = pd.MultiIndex.from_arrays([out["step"], df["prompt"].astype(str)])
@@ -296,17 +287,21 @@ def _correct(path: Path, df: pd.DataFrame, line0: int) -> np.ndarray:
 
 def _summary(path: Path, data) -> pd.DataFrame:
     df = pd.DataFrame(data) if isinstance(data, list) else data
+    if not len(df):
+        raise ConfigError(str(path), "<rows>", "holds no rows", f"one row per step with "
+                          f"veRL's '{SUMMARY_MEAN}'")
     step_col = next((c for c in ("step", "training/global_step", "_step") if c in df.columns), None)
-    out = pd.DataFrame({"step": df[step_col] if step_col else np.arange(len(df))})
+    out = pd.DataFrame({"step": np.arange(len(df), dtype=float)})
     columns = [("mean", SUMMARY_MEAN)] + [(f, f"response_length/{f}") for f in SUMMARY_FIELDS]
-    for name, col in columns:
+    for name, col in ([("step", step_col)] if step_col else []) + columns:
         if col in df.columns:
             values = pd.to_numeric(df[col], errors="coerce")
         else:
             values = pd.Series(np.nan, index=df.index)
-        if col in df.columns and values.isna().any():
-            row = int(np.flatnonzero(values.isna().to_numpy())[0])
-            raise ConfigError(f"{path} (row {row})", col, df[col].iloc[row], "a number")
+        bad = ~np.isfinite(values.to_numpy(float)) if col in df.columns else []
+        if np.any(bad):
+            row = int(np.flatnonzero(bad)[0])
+            raise ConfigError(f"{path} (row {row})", col, df[col].iloc[row], "a finite number")
         out[name] = values.to_numpy(float)
     return out
 
@@ -319,7 +314,7 @@ def _reward_note(rewards: list[tuple[Path, list[dict] | pd.DataFrame]]) -> list[
     rows = [r for _, data in rewards
             for r in (data if isinstance(data, list) else data.to_dict("records"))]
     secs = [float(r[REWARD_TIMING]) for r in rows if isinstance(r.get(REWARD_TIMING), (int, float))]
-    steps = {r.get("step") for r in rows}
+    steps = {str(r.get("step")) for r in rows}  # as written: a step may be any JSON value
     more = f" and {len(rewards) - 3} more" if len(rewards) > 3 else ""
     names = ", ".join(p.name for p, _ in rewards[:3]) + more
     span = f"{min(secs):,.1f}-{max(secs):,.1f} s per rank and step" if secs else "no seconds"

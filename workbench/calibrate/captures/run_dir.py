@@ -3,12 +3,14 @@ finished RL step) beside trace/ (with its per-worker timeline), and the policy i
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from real.run.records import OLD_METRIC_NAMES
+from workbench.contracts.file_kind import text_problem
 from workbench.contracts.policy import Policy
 from workbench.contracts.schema import ConfigError, from_mapping
 from workbench.contracts.trace import Trace, TraceError, load_trace
@@ -43,16 +45,20 @@ def run_label(trace: Trace) -> str:
 
 def read_metrics(path: Path) -> pd.DataFrame:
     """metrics.csv, checked for the columns the fits and the prediction use."""
-    try:
-        # A file from before the columns' rename reads alike.
-        m = pd.read_csv(path).rename(columns=OLD_METRIC_NAMES)
-    except (OSError, ValueError) as exc:
-        raise TraceError(path, "<file>", f"not a readable CSV ({exc})",
-                         "give the metrics.csv `tlt train` wrote") from None
+    fix = "give the metrics.csv `tlt train` wrote (docs/formats.md, Real runs)"
+    raw = path.read_bytes()
+    problem = text_problem(raw)
+    if problem is None:
+        try:
+            # A file from before the columns' rename reads alike.
+            m = pd.read_csv(io.StringIO(raw.decode("utf-8"))).rename(columns=OLD_METRIC_NAMES)
+        except ValueError as exc:  # pandas' parser errors are ValueErrors
+            problem = f"is not a CSV table ({type(exc).__name__}: {str(exc)[:80]})"
+    if problem is not None:
+        raise TraceError(path, "<file>", problem, fix)
     missing = [c for c in METRIC_COLUMNS if c not in m.columns]
     if missing:
-        raise TraceError(path, f"column '{missing[0]}'", "missing",
-                         "give the metrics.csv `tlt train` wrote (docs/formats.md, Real runs)")
+        raise TraceError(path, f"column '{missing[0]}'", "missing", fix)
     return m.sort_values("rl_step").reset_index(drop=True)
 
 
@@ -68,7 +74,8 @@ def trace_metrics(trace: Trace) -> pd.DataFrame | None:
 def load_run(path: str | Path) -> Run:
     p = Path(path)
     if not is_run_dir(p):
-        raise TraceError(p, "<directory>", "not a run directory (needs metrics.csv and trace/)",
+        raise TraceError(p, "<directory>", "is not a run directory (it needs metrics.csv and "
+                         "trace/)",
                          "give a directory `tlt train --out` wrote")
     trace = load_trace(p / TRACE_DIR)
     if trace.timeline is None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +18,7 @@ from workbench.calibrate.database.profile import (
     derive_profile,
     model_name,
 )
+from workbench.contracts import fileio
 from workbench.contracts.architecture import architecture_presets
 from workbench.contracts.profile import Profile, load_profile, profile_presets
 from workbench.contracts.schema import ConfigError, save
@@ -95,7 +95,7 @@ def default_base_profile(arch: str, tp: int) -> str:
 
 def cache_dir() -> Path:
     """Where derived profiles are kept between runs ($XDG_CACHE_HOME/tlt/profiles)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tlt" / "profiles"
+    return fileio.cache_dir("profiles")
 
 
 def disk_cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,

@@ -4,7 +4,7 @@
 prefix), all-reduce and the small element-wise ops, measured with vLLM, SGLang and TensorRT-LLM
 on H100, H200, B200, B300, GB200, GB300, A100, L40S and more, and a compiled engine that walks a
 model's op list at a given shape, interpolating between measured rows. `measure_grid`
-(gpu_database.py) asks it for every engine step the simulator's cost model needs, on one TP rank:
+(aiconfigurator.py) asks it for every engine step the simulator's cost model needs, on one TP rank:
 
 - decode (B, C): one token for each of B sequences at context C (the generation op list);
 - verify (B, C, T): T tokens per sequence on top of a C-token prefix, i.e. the context op list

@@ -6,7 +6,6 @@ points per (model, TP) (`engine_measurements`). gpu_measured.py compares them.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,10 +13,10 @@ import pandas as pd
 
 from real.gpu_check.plan import SHAPES, hf_config
 from real.gpu_check.record import SCHEMA
-from real.profiler.table import COLUMNS, Measurements
+from real.profiler.table import COLUMNS, Measurements, bad_cell
 from workbench.contracts.architecture import architecture_presets
-from workbench.contracts.fileio import write_json
-from workbench.contracts.schema import ConfigError
+from workbench.contracts.fileio import cache_dir, write_json
+from workbench.contracts.schema import ConfigError, kind_of, read_text
 
 # The measured GPU's name -> the database's GPU key; the first match wins (PCIe before SXM).
 GPU_NAMES = (
@@ -55,14 +54,15 @@ class MeasuredCheck:
 def load_check(path: str | Path) -> MeasuredCheck:
     """The check's JSON; a missing, garbled or foreign file is refused, naming the field and fix."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(str(path), "<file>", str(path), f"an existing file: {FIX}")
+    text = read_text(path, FIX)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(str(path), "<file>", "not JSON", f"{FIX} ({exc})") from None
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        why = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else exc
+        raise ConfigError(str(path), "<file>", f"is not JSON ({why})", FIX) from None
     if not isinstance(doc, dict):
-        raise ConfigError(str(path), "<top level>", type(doc).__name__, f"a JSON mapping: {FIX}")
+        raise ConfigError(str(path), "<top level>", f"holds {kind_of(doc)} at the top level",
+                          f"a JSON mapping: {FIX}")
     if doc.get("schema") != SCHEMA:
         raise ConfigError(str(path), "schema", doc.get("schema"), f"{SCHEMA}: {FIX}")
     for key in ("machine", "sections"):
@@ -88,7 +88,7 @@ def arch_spec(name: str, where: str, path: Path) -> str:
         raise ConfigError(
             str(path), where, name, "an architecture preset or a shape of real/gpu_check/plan.py"
         )
-    f = Path(tempfile.gettempdir()) / "tlt-gpu-check-shapes" / f"{name}.json"
+    f = cache_dir("gpu-check-shapes") / f"{name}.json"
     if not f.is_file() or json.loads(f.read_text(encoding="utf-8")) != hf_config(name):
         write_json(f, hf_config(name))
     return str(f)
@@ -98,13 +98,21 @@ def engine_measurements(check: MeasuredCheck) -> dict[tuple[str, int], Measureme
     """The engine runs that finished, their rows joined per (architecture, TP)."""
     out: dict[tuple[str, int], list] = {}
     for name, sec in check.sections.items():
-        if sec.get("kind") != "engine":
+        if not isinstance(sec, dict) or sec.get("kind") != "engine":
             continue
-        for i, run in enumerate(sec.get("runs") or []):
+        runs = sec.get("runs") or []
+        if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+            raise ConfigError(str(check.path), f"sections.{name}.runs", "<not a list of runs>",
+                              f"a list of mappings, as {FIX} holds")
+        for i, run in enumerate(runs):
             if run.get("status") != "ok":
                 continue
             where = f"sections.{name}.runs[{i}]"
-            rows = pd.DataFrame(run.get("rows") or [])
+            raw = run.get("rows") or []
+            if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+                raise ConfigError(str(check.path), f"{where}.rows", "<not a list of rows>",
+                                  f"the profiler's rows, a list of mappings: {FIX}")
+            rows = pd.DataFrame(raw)
             missing = [c for c in COLUMNS if c not in rows.columns]
             if missing or not isinstance(run.get("meta"), dict):
                 field_ = f"{where}.rows.{missing[0]}" if missing else f"{where}.meta"
@@ -120,7 +128,15 @@ def engine_measurements(check: MeasuredCheck) -> dict[tuple[str, int], Measureme
                         raise ConfigError(
                             str(check.path), f"{where}.rows.{c}", "not a number", f"numbers: {FIX}"
                         ) from None
-            key = (str(run.get("arch")), int(run.get("tp", 1)))
+            bad = bad_cell(rows)
+            if bad is not None:
+                col, row, value, allowed = bad
+                raise ConfigError(str(check.path), f"{where}.rows[{row}].{col}", value,
+                                  f"{allowed}: {FIX}")
+            tp = run.get("tp", 1)
+            if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+                raise ConfigError(str(check.path), f"{where}.tp", tp, "a whole number >= 1")
+            key = (str(run.get("arch")), tp)
             out.setdefault(key, []).append((rows, run["meta"]))
     return {
         k: Measurements(pd.concat([r for r, _ in v], ignore_index=True), v[0][1])

@@ -17,8 +17,8 @@ from workbench.contracts.profile import Profile
 
 # Our GRPO step per token: the no-grad log-prob pass (1) and a forward+backward (3).
 GRPO_FORWARDS = 4
-# The database's training forward is asked at this packed length (as gpu_database.measure_grid asks
-# it).
+# The database's training forward is asked at this packed length (as measure_grid in
+# database/aiconfigurator.py asks it).
 TRAIN_TOKENS = 4096
 
 
