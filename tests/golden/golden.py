@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MANIFEST = HERE / "manifest.json"
-BASE_COMMIT = "d397c0f"  # main after issues 41, 42, 45, 43 (sweep) and 44 (items 1-5) merged
+BASE_COMMIT = "ed8c28e"  # main with issues 41-45 merged
 
 TEXT = {".txt", ".json", ".yaml", ".yml", ".md", ".csv", ".log", ".sh", ".jsonl"}
 
@@ -75,82 +75,8 @@ class Declared:
     why: str
 
 
-# Intended output differences since the reference commit (the reference is main after issues
-# 41, 42 and 45 changed the outputs they declare in docs/results.md). One per change, with why.
+# Intended output differences since the reference commit. One per change, with why.
 DECLARED: list[Declared] = []
-
-# Issue 43: an eagle policy's export first says what was and was not checked of its drafter (two
-# notes: no --model given), and the help of export, train and drafter train names hub ids, public
-# layouts and EAGLE-3 heads. The exports that use the drafter, with their notes before.
-_DRAFTER_NOTES = (
-    "drafter traces/reference/drafter: method eagle; checked: architecture EagleLlamaForCausalLM "
-    "(vLLM EagleLlamaForCausalLM); 1 weight file(s), 9 tensors",
-    "not checked: the drafter against its target (give the target model to check hidden size and "
-    "vocabulary)",
-)
-_DRAFTER_EXPORTS = {
-    ("static-sd", "sglang"): 1, ("static-sd", "verl"): 0, ("static-sd", "vllm"): 0,
-    ("tlt-async-1", "sglang"): 2, ("tlt-async-1", "verl"): 3, ("tlt-cold", "sglang"): 4,
-    ("tlt-cold", "verl"): 3, ("tlt-cold", "vllm"): 3, ("tlt-partial", "sglang"): 2,
-    ("tlt-partial", "verl"): 3, ("tlt", "sglang"): 1, ("tlt", "verl"): 2,
-    ("tlt-vllm", "sglang"): 5, ("tlt-vllm", "verl"): 3, ("tlt-vllm", "vllm"): 3,
-}
-_NOTES_HEAD = ("# Notes (approximated: runs something close; dropped: not set; exact: said another "
-               "way):\n")
-_WHY_DRAFTER = "the drafter's checks said first (issue 43: drafters by hub id, public layouts)"
-for (_p, _t), _n in _DRAFTER_EXPORTS.items():
-    _ext = "sh" if _t == "sglang" else "yaml"
-    _lines = "".join(f"#   - {note}\n" for note in _DRAFTER_NOTES)
-    DECLARED += [
-        Declared(f"export-{_p}-{_t}/stderr.txt", "",
-                 "".join(f"note: {note}\n" for note in _DRAFTER_NOTES), _WHY_DRAFTER),
-        Declared(f"export-{_p}-{_t}/stdout.txt", f"; {_n} notes)", f"; {_n + 2} notes)",
-                 _WHY_DRAFTER),
-        Declared(f"export-{_p}-{_t}/{_p}.{_t}.{_ext}",
-                 _NOTES_HEAD if _n else "# The target expresses the whole policy.\n",
-                 _NOTES_HEAD + _lines, _WHY_DRAFTER),
-    ]
-_WHY_HELP = "the options take hub ids, public layouts and EAGLE-3 heads (issue 43)"
-DECLARED += [
-    Declared("help-export/stdout.txt",
-             "│ --drafter <path> EAGLE drafter checkpoint directory (eagle policies need one). "
-             "│\n",
-             "│ --drafter <str> The drafter an eagle policy needs: an EAGLE or EAGLE-3 "
-             "checkpoint directory, or a Hugging Face hub id (owner/name; checked where this "
-             "machine's cache "
-             "holds it, else written as it is). │\n"
-             "│ --model <str> The target model (directory or hub id): the drafter's hidden "
-             "size, vocabulary and layers are checked against it. │\n"
-             "│ --drafter-method <str> eagle or eagle3 (vLLM's names), where the drafter's "
-             "files cannot say (a hub id not in the cache whose name does not either). │\n",
-             _WHY_HELP),
-    Declared("help-train/stdout.txt",
-             "│ * --model <path> Target model directory (Hugging Face format; e.g. "
-             "traces/reference/model). [required] │\n",
-             "│ * --model <str> Target model: a Hugging Face directory (e.g. "
-             "traces/reference/model) or a hub id in this machine's Hugging Face cache. "
-             "[required] │\n", _WHY_HELP),
-    Declared("help-train/stdout.txt",
-             "│ --drafter <path> Warm-start EAGLE drafter (policies with drafter.warm_start; on "
-             "the reference model, traces/reference/drafter by default). │\n",
-             "│ --drafter <str> Warm-start drafter (policies with drafter.warm_start): an EAGLE "
-             "or EAGLE-3 head, ours or a public one (SafeAILab, SpecForge), as a directory or a "
-             "hub id in the cache; spot training continues it. On the reference model, "
-             "traces/reference/drafter by default. │\n", _WHY_HELP),
-    Declared("help-drafter-train/stdout.txt",
-             " Sample the target, then train an EAGLE drafter on its hidden states (EAGLE loss). ",
-             " Sample the target, then train an EAGLE head (EAGLE loss) or an EAGLE-3 head "
-             "(training-time test) on its hidden states. ", _WHY_HELP),
-    Declared("help-drafter-train/stdout.txt",
-             "│ * --out <path> Drafter checkpoint directory to write (vLLM loads it as "
-             "EagleLlamaForCausalLM). [required] │\n",
-             "│ * --out <path> Drafter checkpoint directory to write (the layout vLLM loads for "
-             "the method). [required] │\n"
-             "│ --method <str> The head: eagle (EagleLlamaForCausalLM) or eagle3 "
-             "(LlamaForCausalLMEagle3, SafeAILab's and SpecForge's layout). [default: eagle] │\n"
-             "│ --draft-vocab <int range> [x>=1] eagle3: the draft vocabulary's size (the "
-             "rollouts' most frequent tokens; default the whole vocabulary). │\n", _WHY_HELP),
-]
 
 PRESET_POLICIES = (
     "april",
