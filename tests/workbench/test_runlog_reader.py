@@ -183,6 +183,17 @@ def test_each_step_s_modelled_lengths_keep_its_statistics(verl_runs):
     )
 
 
+def test_a_length_no_response_has_is_refused_at_its_line(tmp_path):
+    """A damaged mean length (1e300 tokens) is refused naming the step and key, before the
+    lengths are modelled (it would overflow their token count)."""
+    path = tmp_path / "huge.log"
+    path.write_text(COMMAND + step_line(1) + step_line(2, **{"response_length/mean": 1e300}))
+    with pytest.raises(ConfigError) as e:
+        step_stats(read_run_log(path))
+    assert "response_length/mean" in str(e.value) and "huge.log" in str(e.value)
+    assert "at most 16,777,216" in str(e.value)
+
+
 BAD_LOGS = {
     "no step lines": ("just a warning\nanother line\n", "no step lines"),
     "no timed step": ("step:1 - val/test_score:0.5\nstep:2 - val/test_score:0.6\n", "timing_s/gen"),

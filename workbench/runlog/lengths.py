@@ -35,6 +35,9 @@ from workbench.runlog.reader import RunLog
 MEAN, MAX, MIN, CLIP = (f"response_length/{k}" for k in ("mean", "max", "min", "clip_ratio"))
 PROMPT_MEAN = "prompt_length/mean"
 SPREAD_BOUNDS = (0.02, 3.0)  # log-sd of the body
+# No response or prompt is longer (2^24 tokens): a larger figure is a damaged log, and its step's
+# token count would overflow the integers the lengths are rounded to.
+MAX_TOKENS = 2**24
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,14 @@ def step_stats(log: RunLog) -> StepStats:
     cols = {}
     for key in (MEAN, MAX, PROMPT_MEAN):
         v = log.column(key)
-        bad = np.flatnonzero(~((v > 0) & np.isfinite(v)))
+        bad = np.flatnonzero(~((v > 0) & (v <= MAX_TOKENS)))
         if len(bad):
             raise ConfigError(
                 log.where(int(bad[0])),
                 key,
                 "<missing>" if np.isnan(v[bad[0]]) else v[bad[0]],
-                "a finite number > 0 in every timed step (veRL logs it with the step's timings)",
+                f"a number of tokens > 0 and at most {MAX_TOKENS:,} in every timed step (veRL "
+                "logs it with the step's timings)",
             )
         cols[key] = v
     lo = np.nan_to_num(log.column(MIN), nan=1.0)
