@@ -135,6 +135,30 @@ def test_a_moe_shape_the_database_never_measured_is_refused_naming_the_expert_fi
     assert "field 'num_experts'" in msg and "moe_intermediate_size" in msg and "--tp" not in msg
 
 
+@pytest.mark.parametrize("change, field", [
+    ({"architectures": {"": 1}}, None),  # not a list: no family, the shape still reads
+    ({"architectures": True}, None),
+    ({"text_config": 3}, None),
+    ({"num_experts": "many", "num_experts_per_tok": 8}, "num_experts"),
+    ({"num_experts": 8, "num_experts_per_tok": 2, "mlp_only_layers": 5}, "mlp_only_layers"),
+    ({"num_experts": 8, "num_experts_per_tok": 2, "first_k_dense_replace": 99},
+     "first_k_dense_replace"),
+    ({"kv_lora_rank": 512, "qk_nope_head_dim": "x"}, "qk_nope_head_dim"),
+    ({"quantization_config": "fp8"}, None),
+])
+def test_a_config_of_odd_values_reads_or_is_refused_naming_the_field(tmp_path, change, field):
+    data = json.loads((PRESET_DIR / "qwen2.5-7b.json").read_text())
+    path = tmp_path / "odd" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**data, **change}))
+    if field is None:
+        assert load_architecture(path).params > 0
+        return
+    with pytest.raises(ConfigError) as e:
+        load_architecture(path)
+    assert field in str(e.value) and "config.json" in str(e.value)
+
+
 def test_a_tp_that_does_not_split_the_heads_names_the_config_field():
     with pytest.raises(ConfigError) as exc:
         derive_profile("qwen3-30b-a3b", "h100", 3, "vllm", BASE, "x")

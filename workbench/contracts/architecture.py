@@ -166,38 +166,67 @@ class Architecture:
         return self.layers * 2 * max(1, self.kv_heads // tp) * self.head_dim * dtype_bytes
 
 
-def _first(data: dict, keys: tuple[str, ...]) -> int:
-    return next((int(data[k]) for k in keys if data.get(k)), 0)
+def _whole(data: dict, key: str, source: str, default: int = 0) -> int:
+    """A count of the config (a whole number >= 0); `default` where the config leaves it out."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            value == value and 0 <= value < 2**40 and value == int(value)):
+        raise ConfigError(source, key, value, "a whole number >= 0, as a Hugging Face config.json "
+                          "gives it")
+    return int(value)
 
 
-def experts_from_config(data: dict) -> Experts | None:
+def _first(data: dict, keys: tuple[str, ...], source: str) -> int:
+    return next((_whole(data, k, source) for k in keys if data.get(k) not in (None, 0)), 0)
+
+
+def experts_from_config(data: dict, source: str = "config.json") -> Experts | None:
     """The MoE FFN a config.json describes (None: dense); its key spellings as aiconfigurator-core
     reads them."""
-    count, topk = _first(data, EXPERT_COUNT_KEYS), _first(data, EXPERT_TOPK_KEYS)
+    count, topk = _first(data, EXPERT_COUNT_KEYS, source), _first(data, EXPERT_TOPK_KEYS, source)
     if count <= 1 or topk < 1:
         return None
-    layers = int(data["num_hidden_layers"])
-    dense = int(data.get("first_k_dense_replace") or 0) + len(data.get("mlp_only_layers") or [])
-    step = int(data.get("decoder_sparse_step") or 1)
+    layers = _size(data, "num_hidden_layers", source)
+    only = data.get("mlp_only_layers") or []
+    if not isinstance(only, list):
+        raise ConfigError(source, "mlp_only_layers", only, "a list of layer indices")
+    dense = _whole(data, "first_k_dense_replace", source) + len(only)
+    if dense > layers:
+        raise ConfigError(source, "first_k_dense_replace", dense, f"at most {layers} dense layers "
+                          "(num_hidden_layers)")
+    step = _whole(data, "decoder_sparse_step", source) or 1
     moe_layers = (layers - dense) // step if step > 1 else layers - dense
-    width = int(data.get("moe_intermediate_size") or data["intermediate_size"])
-    shared = int(data.get("shared_expert_intermediate_size") or 0) \
-        or int(data.get("n_shared_experts") or data.get("num_shared_experts") or 0) * width
+    width = _whole(data, "moe_intermediate_size", source) or _size(data, "intermediate_size",
+                                                                   source)
+    shared = _whole(data, "shared_expert_intermediate_size", source) or (
+        _whole(data, "n_shared_experts", source) or _whole(data, "num_shared_experts", source)
+    ) * width
     return Experts(count=count, per_token=topk, intermediate=width, moe_layers=moe_layers,
                    shared_intermediate=shared)
 
 
-def _mla(data: dict) -> Mla | None:
-    if not data.get("kv_lora_rank"):
+def _mla(data: dict, source: str) -> Mla | None:
+    if not _whole(data, "kv_lora_rank", source):
         return None
-    return Mla(q_rank=int(data.get("q_lora_rank") or 0), kv_rank=int(data["kv_lora_rank"]),
-               nope_dim=int(data["qk_nope_head_dim"]), rope_dim=int(data["qk_rope_head_dim"]),
-               v_dim=int(data["v_head_dim"]))
+    return Mla(q_rank=_whole(data, "q_lora_rank", source),
+               kv_rank=_size(data, "kv_lora_rank", source),
+               nope_dim=_size(data, "qk_nope_head_dim", source),
+               rope_dim=_size(data, "qk_rope_head_dim", source),
+               v_dim=_size(data, "v_head_dim", source))
 
 
 def _quant(data: dict) -> str:
-    method = str((data.get("quantization_config") or {}).get("quant_method", "")).lower()
+    config = data.get("quantization_config")
+    method = str(config.get("quant_method", "")).lower() if isinstance(config, dict) else ""
     return method if method in ("fp8", "mxfp4") else "bf16"
+
+
+def family_of(data: dict, default: str = "") -> str:
+    """The model class a config names first (`architectures`), or `default`."""
+    named = data.get("architectures")
+    return str(named[0]) if isinstance(named, list) and named else default
 
 
 def language_model_config(data: dict) -> dict:
@@ -212,13 +241,14 @@ def language_model_config(data: dict) -> dict:
 def check_decoder(data: dict, source: str) -> None:
     """Refuse a config that describes no decoder-only transformer, naming the field that says so
     (an encoder-decoder; state-space or recurrent layers)."""
-    family = (data.get("architectures") or ["this model"])[0]
+    family = family_of(data, "this model")
+    nested = data.get("text_config")
     if data.get("is_encoder_decoder"):
         raise ConfigError(source, "is_encoder_decoder", True,
                           f"a decoder-only model: {family} is an encoder-decoder, whose costs "
                           "the decoder operators measured here cannot give")
     for key in NOT_ATTENTION_KEYS:
-        if key in data or key in (data.get("text_config") or {}):
+        if key in data or (isinstance(nested, dict) and key in nested):
             raise ConfigError(source, key, data.get(key, "<in text_config>"),
                               f"a transformer decoder: {family} has state-space or recurrent "
                               f"layers ({key}), which have no measured operators here")
@@ -245,8 +275,6 @@ def from_hf_config(data: dict, name: str, source: str = "") -> Architecture:
         raise ConfigError(source or name, missing[0], "<missing>",
                           "a Hugging Face decoder config.json with " + ", ".join(_REQUIRED))
     where = source or name
-    named = data.get("architectures")
-    family = str(named[0]) if isinstance(named, list) and named else ""
     heads = _size(data, "num_attention_heads", where)
     hidden = _size(data, "hidden_size", where)
     return Architecture(name=name, hidden=hidden, layers=_size(data, "num_hidden_layers", where),
@@ -258,8 +286,9 @@ def from_hf_config(data: dict, name: str, source: str = "") -> Architecture:
                         tied_embeddings=bool(data.get("tie_word_embeddings", False)),
                         qkv_bias=(data.get("model_type") == "qwen2"
                                   or bool(data.get("attention_bias", False))),
-                        experts=experts_from_config(data), mla=_mla(data), quant=_quant(data),
-                        family=str(family))
+                        experts=experts_from_config(data, where), mla=_mla(data, where),
+                        quant=_quant(data),
+                        family=family_of(data))
 
 
 def read_config(name_or_path: str | Path) -> tuple[dict, Path]:
