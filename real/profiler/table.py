@@ -68,18 +68,20 @@ SHAPE_COLUMNS = ("batch", "context", "tokens", "topk", "layers", "copies", "runs
 # seconds that may be empty (a point the profiler timed as a whole has no per-layer spread)
 SECONDS_COLUMNS = ("layer_s", "head_s", "collectives_s", "p10_s", "p90_s")
 MAX_SHAPE = 1 << 24  # larger than any batch, context or count a profiler measures
+MAX_SECONDS = 86_400.0  # no engine step lasts a day; a larger time would overflow the cost fit
 
 
 def bad_cell(rows: pd.DataFrame) -> tuple[str, int, object, str] | None:
     """The first cell of a measurements table that no profiler writes (column, row, value, what is
     allowed), or None: shapes and counts are whole numbers from 0 to MAX_SHAPE, `step_s` finite
-    seconds >= 0, the other times finite seconds >= 0 or empty."""
+    seconds >= 0 and under MAX_SECONDS, the other times the same or empty."""
     for cols, ok, allowed in (
             (SHAPE_COLUMNS, lambda v: (v >= 0) & (v <= MAX_SHAPE) & (v == v.round()),
              f"a whole number from 0 to {MAX_SHAPE:,}"),
-            (("step_s",), lambda v: (v >= 0) & (v < math.inf), "finite seconds >= 0"),
-            (SECONDS_COLUMNS, lambda v: v.isna() | ((v >= 0) & (v < math.inf)),
-             "finite seconds >= 0, or empty")):
+            (("step_s",), lambda v: (v >= 0) & (v < MAX_SECONDS),
+             f"seconds >= 0 and under {MAX_SECONDS:,.0f}"),
+            (SECONDS_COLUMNS, lambda v: v.isna() | ((v >= 0) & (v < MAX_SECONDS)),
+             f"seconds >= 0 and under {MAX_SECONDS:,.0f}, or empty")):
         for c in cols:
             values = pd.to_numeric(rows[c], errors="coerce")
             text = values.isna() & rows[c].notna()  # a value that is no number at all

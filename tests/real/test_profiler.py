@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -246,6 +247,22 @@ def test_measurements_round_trip_through_parquet_and_other_files_are_refused(mea
     pd.DataFrame({"a": [1]}).to_parquet(tmp_path / "other.parquet")
     with pytest.raises(ConfigError, match="tlt-profiler"):
         read_measurements(tmp_path / "other.parquet")
+
+
+def test_a_step_time_no_engine_takes_is_refused_before_the_fit(measured, tmp_path):
+    """1e300 seconds would overflow the cost fit (scipy's NNLS aborts the process on it): the
+    file is refused naming the column and row, and the fit refuses non-finite inputs itself."""
+    from workbench.calibrate.captures.robust import nnls_normal
+
+    rows = measured.rows.copy()
+    rows.loc[rows.index[3], "step_s"] = 1e300
+    path = tmp_path / "m.parquet"
+    write_measurements(path, type(measured)(rows, measured.meta))
+    with pytest.raises(ConfigError) as e:
+        read_measurements(path)
+    assert "step_s" in str(e.value) and "under 86,400" in str(e.value)
+    with pytest.raises(ValueError, match="not finite"):
+        nnls_normal(np.array([[1e200, 1.0], [1.0, 1e200]]), np.array([1.0, 2.0]))
 
 
 def test_python_m_real_profiler_refuses_a_bad_tp_and_writes_nothing(tmp_path):

@@ -50,6 +50,9 @@ def nnls_normal(A: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Non-negative least squares through the normal equations: with A'A = L L', ||L' x - L^-1 A'b||
     has the same minimiser on a p x p system (fast for many rows; columns come unit-scaled)."""
     g = A.T @ A
+    if not (np.isfinite(g).all() and np.isfinite(b).all()):
+        # scipy's NNLS aborts the process on an infinite entry: the inputs were out of range
+        raise ValueError("the cost fit's features or times are not finite numbers")
     g[np.diag_indices_from(g)] += 1e-12 * max(np.trace(g), 1e-300)
     try:
         low = np.linalg.cholesky(g)
