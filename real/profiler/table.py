@@ -69,12 +69,18 @@ SHAPE_COLUMNS = ("batch", "context", "tokens", "topk", "layers", "copies", "runs
 SECONDS_COLUMNS = ("layer_s", "head_s", "collectives_s", "p10_s", "p90_s")
 MAX_SHAPE = 1 << 24  # larger than any batch, context or count a profiler measures
 MAX_SECONDS = 86_400.0  # no engine step lasts a day; a larger time would overflow the cost fit
+TEXT_COLUMNS = ("op", "mode")
 
 
 def bad_cell(rows: pd.DataFrame) -> tuple[str, int, object, str] | None:
     """The first cell of a measurements table that no profiler writes (column, row, value, what is
     allowed), or None: shapes and counts are whole numbers from 0 to MAX_SHAPE, `step_s` finite
-    seconds >= 0 and under MAX_SECONDS, the other times the same or empty."""
+    seconds >= 0 and under MAX_SECONDS, the other times the same or empty, `op` and `mode` text."""
+    for c in TEXT_COLUMNS:
+        text = rows[c].map(lambda v: isinstance(v, str)).to_numpy(bool)
+        if not text.all():
+            i = int((~text).nonzero()[0][0])
+            return c, i, rows[c].iloc[i], "a name (text), as the profiler writes it"
     for cols, ok, allowed in (
             (SHAPE_COLUMNS, lambda v: (v >= 0) & (v <= MAX_SHAPE) & (v == v.round()),
              f"a whole number from 0 to {MAX_SHAPE:,}"),

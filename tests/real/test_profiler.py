@@ -16,7 +16,7 @@ import pytest
 
 from real.profiler.grid import GRIDS, distinct_layers, points
 from real.profiler.shard import Link, shard
-from real.profiler.table import COLUMNS, read_measurements, write_measurements
+from real.profiler.table import COLUMNS, bad_cell, read_measurements, write_measurements
 from workbench.contracts.architecture import load_architecture
 from workbench.contracts.schema import ConfigError
 
@@ -263,6 +263,13 @@ def test_a_step_time_no_engine_takes_is_refused_before_the_fit(measured, tmp_pat
     assert "step_s" in str(e.value) and "under 86,400" in str(e.value)
     with pytest.raises(ValueError, match="not finite"):
         nnls_normal(np.array([[1e200, 1.0], [1.0, 1e200]]), np.array([1.0, 2.0]))
+
+
+def test_an_op_that_is_no_name_is_the_bad_cell(measured):
+    """A GPU-check file's rows come from JSON, where an op can be a list: named, not hashed."""
+    rows = measured.rows.copy().astype({"op": object})
+    rows.at[rows.index[2], "op"] = ["decode"]
+    assert bad_cell(rows)[:2] == ("op", 2)
 
 
 def test_python_m_real_profiler_refuses_a_bad_tp_and_writes_nothing(tmp_path):
