@@ -29,11 +29,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
 
 from real.profiler.table import Measurements
 from sim.costs import draft_forward_s, prefill_s, verify_step_s
 from workbench.calibrate.captures.costs import CostFit, fit_costs
+from workbench.calibrate.captures.robust import nnls
 from workbench.contracts.fileio import sig
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
@@ -134,7 +134,7 @@ def fit_drafter(rows: pd.DataFrame, base: DrafterCost) -> DrafterCost:
     cand = (rows["batch"] * rows["topk"]).to_numpy(float)
     if len(np.unique(cand)) < 2:  # one candidate count: the fixed part only
         return replace(base, eagle_step_s=sig(float(np.median(y))), eagle_s_per_seq=0.0)
-    x, _ = nnls(np.column_stack([np.ones_like(y), cand]) / y[:, None], np.ones_like(y))
+    x = nnls(np.column_stack([np.ones_like(y), cand]) / y[:, None], np.ones_like(y))
     return replace(base, eagle_step_s=sig(x[0]), eagle_s_per_seq=sig(x[1]))
 
 

@@ -2,13 +2,15 @@
 
 Step times span orders of magnitude and noise on a busy machine is multiplicative, so the columns
 come divided by the measured time; `identifiable` gives up columns the data cannot separate, and
-`robust_fit` minimises scipy's soft-l1 loss by iteratively reweighted NNLS.
+`robust_fit` minimises scipy's soft-l1 loss by iteratively reweighted NNLS. The NNLS is Lawson and
+Hanson's active-set method in numpy (`nnls`): scipy 1.17's compiled one freed memory twice and
+aborted the process on a damaged profiler file (the CLI fuzz found it), and these systems have a
+handful of columns.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import nnls as scipy_nnls
 
 # A feature whose part not explained by the others is under 5% of it is not identified.
 COLLINEAR_TOL = 0.05
@@ -46,21 +48,46 @@ def identifiable(
     return active, why
 
 
+def nnls(A: np.ndarray, b: np.ndarray, maxiter: int | None = None) -> np.ndarray:
+    """min ||A x - b|| with x >= 0 (Lawson and Hanson's active set; scipy's `nnls`, in numpy)."""
+    m, n = A.shape
+    maxiter = maxiter or 3 * n
+    x, passive = np.zeros(n), np.zeros(n, bool)
+    tol = 10 * np.finfo(float).eps * max(m, n) * max(np.abs(A).sum(axis=0).max(initial=0), 1e-300)
+    w = A.T @ b
+    it = 0
+    while (~passive).any() and np.where(passive, -np.inf, w).max() > tol and it < maxiter:
+        passive[int(np.argmax(np.where(passive, -np.inf, w)))] = True
+        while it < maxiter:
+            it += 1
+            s = np.zeros(n)
+            s[passive] = np.linalg.lstsq(A[:, passive], b, rcond=None)[0]
+            if s[passive].min(initial=np.inf) > 0:
+                x = s  # the passive set's solution is feasible
+                break
+            # Step from x towards s until the first passive coefficient reaches zero.
+            neg = passive & (s <= 0)
+            gap = x[neg] - s[neg]
+            alpha = float(np.min(np.where(gap > 0, x[neg] / np.where(gap > 0, gap, 1.0), 0.0)))
+            x = x + alpha * (s - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        w = A.T @ (b - A @ x)
+    return x
+
+
 def nnls_normal(A: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Non-negative least squares through the normal equations: with A'A = L L', ||L' x - L^-1 A'b||
     has the same minimiser on a p x p system (fast for many rows; columns come unit-scaled)."""
     g = A.T @ A
-    if not (np.isfinite(g).all() and np.isfinite(b).all()):
-        # scipy's NNLS aborts the process on an infinite entry: the inputs were out of range
+    if not (np.isfinite(g).all() and np.isfinite(b).all()):  # the inputs were out of range
         raise ValueError("the cost fit's features or times are not finite numbers")
     g[np.diag_indices_from(g)] += 1e-12 * max(np.trace(g), 1e-300)
     try:
         low = np.linalg.cholesky(g)
     except np.linalg.LinAlgError:
-        x, _ = scipy_nnls(A, b, maxiter=50 * A.shape[1])
-        return x
-    x, _ = scipy_nnls(low.T, np.linalg.solve(low, A.T @ b), maxiter=50 * A.shape[1])
-    return x
+        return nnls(A, b, maxiter=50 * A.shape[1])
+    return nnls(low.T, np.linalg.solve(low, A.T @ b), maxiter=50 * A.shape[1])
 
 
 def robust_fit(
