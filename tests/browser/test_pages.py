@@ -190,6 +190,8 @@ def test_train_runs_real_steps(browser, app_url, page, open_page, appear, health
         # Another tab opened mid-run sees it, with its Stop, and no refusal.
         tab = _tab(browser, app_url, "train")
         tab.get_by_text(re.compile(rf"^running \(pid {pid}\)")).first.wait_for()
+        # the page draws its elements one after another: the Stop button may follow the line
+        tab.get_by_role("button", name="Stop").first.wait_for()
         assert tab.get_by_role("button", name="Stop").count() == 1
         assert tab.locator("[data-testid=stAlertContentError]").count() == 0
         # The tab that started it goes elsewhere: no page of that session looks at the run.
