@@ -190,3 +190,37 @@ def test_the_command_line_says_which_trials_it_failed(tmp_path):
     assert res.exit_code == 0, res.output
     assert (f"notice: study 'k': trial(s) {trial.number} were left running by a process that is "
             "gone") in res.output, res.output
+
+
+def test_a_killed_process_leaves_the_journal_unlocked(tmp_path):
+    """The journal's lock is the kernel's: held while its process lives, free the moment it is
+    killed (Optuna's lock files outlive a kill -9 and stall the next process for 30 s)."""
+    import fcntl
+
+    journal = tmp_path / "s.journal"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from workbench.tune.storage import KernelLock; "
+         f"KernelLock({str(journal)!r}).acquire(); print('held', flush=True); time.sleep(600)"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+
+        def free() -> bool:
+            fd = os.open(f"{journal}.flock", os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                return False
+            finally:
+                os.close(fd)
+
+        assert not free()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        assert free()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.stdout.close()

@@ -14,6 +14,7 @@ trial counts towards nothing and is never sampled again; the caller says which w
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import warnings
@@ -33,6 +34,29 @@ GRACE_S = 30  # an RDB trial whose process has been silent this long is marked f
 PROCESS = "process"  # the user attribute a trial records its process in
 
 
+class KernelLock:
+    """A journal file's lock held as a kernel file lock (flock on PATH.flock), which the kernel
+    drops the moment its holder dies. Optuna's own journal locks are files that a killed `tlt tune`
+    leaves behind; the next process then waits their 30 s grace period before taking them. (The
+    journal backend asks a lock for `acquire` and `release` only.)"""
+
+    def __init__(self, journal: str):
+        self._path = journal + ".flock"
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        fd = os.open(self._path, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a fresh descriptor each time: threads exclude too
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
 def make_storage(url: str | None) -> optuna.storages.BaseStorage:
     """An RDB storage for a URL (with heartbeats), a journal file for 'journal:PATH' (safe for
     several processes on one machine, or on a shared file system with locks), or in-memory for
@@ -40,8 +64,9 @@ def make_storage(url: str | None) -> optuna.storages.BaseStorage:
     if url is None or url in MEMORY:
         return optuna.storages.InMemoryStorage()
     if url.startswith(JOURNAL_PREFIX):
-        Path(url[len(JOURNAL_PREFIX):]).parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(url[len(JOURNAL_PREFIX):]))
+        path = url[len(JOURNAL_PREFIX):]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(path, lock_obj=KernelLock(path)))
     if url.startswith(SQLITE_PREFIX) and url[len(SQLITE_PREFIX):] not in ("", ":memory:"):
         # runs/ of a fresh checkout
         Path(url[len(SQLITE_PREFIX):]).parent.mkdir(parents=True, exist_ok=True)
