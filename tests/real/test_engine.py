@@ -270,6 +270,7 @@ class Lab:
             max_model_len=1024,
             seed=0,
             kv_cache_gib=0.25,
+            in_process=True,  # as rollout workers run it; no engine-core process to spawn
         )
         print(f"[lab] engine {key}: started in {time.perf_counter() - t:.1f}s")
         self.key = key

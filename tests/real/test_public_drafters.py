@@ -28,7 +28,7 @@ def _decode(model, drafter, prompts) -> list[tuple[list[int], list[int], list[in
     pol = Policy(name="k3", sd_threshold=16, schedule=(ScheduleBucket(1, 16, K),),
                  drafter=DrafterConfig(kind="eagle"))
     eng = RolloutEngine(model, pol, drafter_dir=drafter, max_num_seqs=16, max_model_len=1024,
-                        seed=0, kv_cache_gib=0.25)
+                        seed=0, kv_cache_gib=0.25, in_process=True)
     try:
         outs = eng.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS),
                                 use_tqdm=False)
