@@ -19,6 +19,21 @@ import pytest
 pytestmark = [pytest.mark.needs_vllm, pytest.mark.needs_reference]
 
 
+def _short_and_long_task(root: Path) -> Path:
+    """A task of two problems, a one-line one and a long one: each step's two prompts go one to
+    each worker (prompt i to worker i mod 2), so whichever worker gets the short one idles for most
+    of the rollout, and spot training has that time on any machine, however busy."""
+    from real.tiny.task import make_problems
+    from workbench.contracts.task import TaskProblem, write_task_file
+
+    pool = make_problems(400, seed=5, mix="flat")
+    short = min(pool, key=lambda q: q.difficulty)
+    long = next(q for q in pool if 26 <= q.difficulty <= 30)
+    path = root / "short-and-long.jsonl"
+    write_task_file(path, [TaskProblem(q.prompt, str(q.answer), q.solution) for q in (short, long)])
+    return path
+
+
 def test_train_continues_a_public_eagle3_head_named_by_hub_id(
         tmp_path, hub_cache, reference_model, public_drafters):
     import pandas as pd
@@ -33,7 +48,8 @@ def test_train_continues_a_public_eagle3_head_named_by_hub_id(
     out = tmp_path / "run"
     cmd = [str(Path(sys.executable).with_name("tlt")), "train", "--model", "me/tiny-model",
            "--drafter", "me/tiny-EAGLE3", "--policy", "tlt-vllm", "--out", str(out),
-           "--steps", "2", "--workers", "2", "--seed", "3", "--prompts", "8", "--samples", "2",
+           "--task", str(_short_and_long_task(tmp_path)), "--reward", "exact",
+           "--steps", "2", "--workers", "2", "--seed", "3", "--prompts", "2", "--samples", "4",
            "--max-tokens", "384", "--device", "cpu"]
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": ""}
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
