@@ -204,3 +204,21 @@ def agentic_workload(tmp_path):
         wl.check()
         return wl
     return make
+
+
+@pytest.fixture(scope="session")
+def poll_until():
+    """poll_until(condition, within_s, every_s=0.2) -> bool: whether `condition()` came true
+    within `within_s`, asked every `every_s` (for what no event announces: a process ending, a
+    file appearing, a server answering)."""
+    import time
+
+    def _poll(condition, within_s: float, every_s: float = 0.2) -> bool:
+        deadline = time.monotonic() + within_s
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(every_s)
+        return True
+
+    return _poll

@@ -19,8 +19,8 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -95,7 +95,7 @@ def left_behind(tmp: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def app_url(browser, tmp_path_factory, app_tmp) -> str:
+def app_url(browser, tmp_path_factory, app_tmp, poll_until) -> str:
     """`streamlit run app.py` on a free port, for the session; its log is in the session's temp
     dir. Once the app has stopped, nothing of its own is left in its temporary folder: every
     directory a job made (an upload's import, a run log's calibration, a run's copies) is removed
@@ -111,13 +111,11 @@ def app_url(browser, tmp_path_factory, app_tmp) -> str:
                                 stdin=subprocess.DEVNULL,
                                 env={**os.environ, "TMPDIR": str(app_tmp)})
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SERVER_START_S
-    while not _healthy(url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"streamlit did not start (exit {proc.poll()}):\n"
-                        f"{log_path.read_text()[-3000:]}")
-        time.sleep(0.5)
+    if not poll_until(lambda: _healthy(url) or proc.poll() is not None, SERVER_START_S) or \
+            proc.poll() is not None:
+        proc.kill()
+        pytest.fail(f"streamlit did not start (exit {proc.poll()}):\n"
+                    f"{log_path.read_text()[-3000:]}")
     yield url
     proc.terminate()
     try:
@@ -168,11 +166,84 @@ def appear_fixture() -> Callable:
     return appear
 
 
-def settle(pg, quiet_ms: int = 300) -> None:
-    """Wait until the script run the last action started has finished."""
-    # the front end marks the app "running" a moment after a widget changes
-    pg.wait_for_timeout(quiet_ms)
-    pg.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for()
+# Counts the script runs the page has finished: every time the app's script-state attribute leaves
+# "running". Installed once per page load, on the app's root element.
+_RUNS_DONE = """() => {
+  const app = document.querySelector('[data-testid=stApp]');
+  if (!app) return -1;
+  if (app.__tltRunsDone === undefined) {
+    app.__tltRunsDone = 0;
+    new MutationObserver(records => {
+      for (const r of records) if (r.oldValue === 'running') app.__tltRunsDone += 1;
+    }).observe(app, {attributes: true, attributeOldValue: true,
+                     attributeFilter: ['data-test-script-state']});
+  }
+  return app.__tltRunsDone;
+}"""
+_IDLE = """() => document.querySelector(
+  '[data-testid=stApp][data-test-script-state=notRunning]') !== null"""
+_DONE_AFTER = """n => {
+  const app = document.querySelector('[data-testid=stApp]');
+  return app !== null && app.__tltRunsDone > n
+    && app.getAttribute('data-test-script-state') === 'notRunning';
+}"""
+
+
+def settle(pg) -> None:
+    """Wait until no script run is going (the page's last run has finished)."""
+    pg.wait_for_function(_IDLE)
+
+
+@contextmanager
+def rerun(pg):
+    """`with rerun(page): <an action that changes a widget>`: waits, after the block, for the
+    script run the action starts to finish (not for a pause that a busy machine outlasts)."""
+    settle(pg)
+    pg.wait_for_function(f"({_RUNS_DONE})() >= 0")
+    done = pg.evaluate(_RUNS_DONE)
+    yield
+    pg.wait_for_function(_DONE_AFTER, arg=done)
+
+
+def grid_cells(grid, must: tuple[str, ...] = ()) -> list[str]:
+    """The text of a data grid's cells, once it holds `must` (each a cell's whole text). The grid
+    draws on a canvas and fills the accessible table behind it once it is on screen, when it
+    pleases: this waits for that, not for a pause."""
+    grid.scroll_into_view_if_needed()
+    grid.page.wait_for_function(
+        """([e, must]) => {
+          const cells = Array.from(e.querySelectorAll('td, th')).map(c => c.textContent);
+          return cells.length > 0 && must.every(m => cells.includes(m));
+        }""",
+        arg=[grid.element_handle(), list(must)],
+    )
+    return grid.evaluate("e => Array.from(e.querySelectorAll('td, th')).map(c => c.textContent)")
+
+
+def laid_out(pg) -> None:
+    """Wait until every Plotly chart on show is drawn at its container's width (after a resize,
+    Plotly re-lays its charts out a moment later)."""
+    pg.wait_for_function(
+        """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+          .filter(e => e.getBoundingClientRect().width > 0)  // not in a closed expander
+          .every(e => e._fullLayout !== undefined
+                 && Math.abs(e._fullLayout.width - e.getBoundingClientRect().width) < 2)"""
+    )
+
+
+@pytest.fixture(name="rerun")
+def rerun_fixture() -> Callable:
+    return rerun
+
+
+@pytest.fixture(name="grid_cells")
+def grid_cells_fixture() -> Callable:
+    return grid_cells
+
+
+@pytest.fixture(name="laid_out")
+def laid_out_fixture() -> Callable:
+    return laid_out
 
 
 @pytest.fixture()
@@ -220,12 +291,12 @@ def docs_shot() -> Callable:
             return
         pg.mouse.move(5, 5)  # no tooltip over the picture
         pg.set_viewport_size({"width": 1400, "height": height})
-        pg.wait_for_timeout(1500)  # the charts re-lay out at the new size
+        laid_out(pg)  # the charts re-lay out at the new size
         if show is None:
             pg.locator("h1").first.scroll_into_view_if_needed()
         else:
             pg.get_by_text(show).first.evaluate("e => e.scrollIntoView({block: 'start'})")
-            pg.wait_for_timeout(500)
+            laid_out(pg)
         pg.screenshot(path=str(Path(target) / name))
         pg.set_viewport_size({"width": 1400, "height": 1000})
 
@@ -238,38 +309,54 @@ def widgets() -> "Widgets":
 
 
 class Widgets:
-    """Set Streamlit widgets the way a user does (type, pick, click), then wait for the rerun."""
-
-    def settle(self, pg) -> None:
-        """Wait for the rerun a click of the test's own started."""
-        settle(pg)
+    """Set Streamlit widgets the way a user does (type, pick, click), then wait for the run the
+    change starts. A widget already at the value asked for is left alone (no run would start)."""
 
     def number(self, pg, label: str, value: float) -> None:
         label_text = pg.get_by_text(label, exact=True)
         box = pg.locator("[data-testid=stNumberInput]").filter(has=label_text).first
-        field = box.locator("input")
-        field.fill(str(value))
-        field.press("Enter")
-        settle(pg)
+        self._type(pg, box.locator("input"), str(value))
 
     def text(self, pg, label: str, value: str) -> None:
         label_text = pg.get_by_text(label, exact=True)
         box = pg.locator("[data-testid=stTextInput]").filter(has=label_text).first
-        field = box.locator("input")
-        field.fill(value)
-        field.press("Enter")
-        settle(pg)
+        self._type(pg, box.locator("input"), value)
 
-    def select(self, pg, label: str, option: str) -> None:
+    def _type(self, pg, field, value: str) -> None:
+        settle(pg)
+        if field.input_value() == value:
+            return
+        with rerun(pg):
+            field.fill(value)
+            field.press("Enter")
+
+    def select(self, pg, label: str, option: str, filter_text: bool = False) -> None:
+        """Pick `option` (typed into the box first with `filter_text`: a long list)."""
         label_text = pg.get_by_text(label, exact=True)
         box = pg.locator("[data-testid=stSelectbox]").filter(has=label_text).first
-        box.locator("input").click()
-        pg.get_by_role("option", name=option, exact=True).click()
         settle(pg)
+        if box.locator("input").input_value() == option or \
+                box.get_by_text(option, exact=True).count() > 0:
+            return
+        with rerun(pg):
+            box.locator("input").click()
+            if filter_text:
+                box.locator("input").fill(option)
+            pg.get_by_role("option", name=option, exact=True).click()
+
+    def radio(self, pg, option: str) -> None:
+        """Choose the radio button labelled `option`."""
+        settle(pg)
+        choice = pg.locator("[data-testid=stRadio] label").filter(
+            has=pg.get_by_text(option, exact=True)).first
+        if choice.locator("input").is_checked():
+            return
+        with rerun(pg):
+            choice.click()
 
     def click(self, pg, label: str) -> None:
-        pg.get_by_role("button", name=label, exact=True).click()
-        settle(pg)
+        with rerun(pg):
+            pg.get_by_role("button", name=label, exact=True).click()
 
     def download(self, pg, label: str, dest: Path, timeout_s: float = PAGE_S) -> Path:
         with pg.expect_download(timeout=timeout_s * 1000) as info:

@@ -24,37 +24,22 @@ def _outside(requests: list[str]) -> list[str]:
     ]
 
 
-def _no_none_cells(pg) -> None:
+def _no_none_cells(pg, grid_cells) -> None:
     """No table cell and no metric reads "None" (a missing figure is '-' with a hint). The grids
     draw on a canvas; their cells are also in an accessible table, which is what this reads."""
     grids = pg.locator("[data-testid=stDataFrame]")
     grids.first.wait_for()
     cells = []
     for i in range(grids.count()):
-        grids.nth(i).scroll_into_view_if_needed()  # a grid fills its cells once it is on screen
-        pg.wait_for_timeout(500)
-        cells += grids.nth(i).evaluate(
-            "e => Array.from(e.querySelectorAll('td, th')).map(c => c.textContent)"
-        )
+        cells += grid_cells(grids.nth(i))
     assert "baseline" in cells, cells[:40]  # the cells are read, not a blank canvas
     assert "None" not in cells and "nan" not in cells, [c for c in cells if c in ("None", "nan")]
     for t in pg.locator("[data-testid=stMetricValue]").all_inner_texts():
         assert t.strip() not in ("None", "nan")
 
 
-def _choose(pg, widgets, label: str, option: str) -> None:
-    """Pick from a long selectbox as a user does: type to filter, then click the option."""
-    box = (
-        pg.locator("[data-testid=stSelectbox]").filter(has=pg.get_by_text(label, exact=True)).first
-    )
-    box.locator("input").click()
-    box.locator("input").fill(option)
-    pg.get_by_role("option", name=option, exact=True).click()
-    widgets.settle(pg)
-
-
 def test_the_default_whatif_explains_each_speedup(page, open_page, appear, healthy, shot,
-                                                  docs_shot):
+                                                  docs_shot, grid_cells):
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
     open_page(page, "what-if", "Why this speedup")
@@ -69,7 +54,7 @@ def test_the_default_whatif_explains_each_speedup(page, open_page, appear, healt
         page.get_by_text("polytrace-dapo-qwen2.5-32b").count() >= 1
     )  # measured lengths, not a hand-set shape
     assert page.get_by_text(re.compile(r"seed 0")).count() >= 1
-    _no_none_cells(page)
+    _no_none_cells(page, grid_cells)
     shot(page, "whatif-default", show="Why this speedup")
     docs_shot(page, "whatif-default.png")
     assert not _outside(requests), _outside(requests)
@@ -84,7 +69,7 @@ def _panel(pg):
 
 
 def test_where_sd_stops_paying_reads_at_a_glance(page, open_page, appear, healthy, shot,
-                                                 docs_shot):
+                                                 docs_shot, laid_out):
     """The panel under the cluster: its batch axis spans the batches it plots (it ran to 10^92),
     its inputs' labels fit on one line (a side column broke them: "Stra tegy"), and the Tokens per
     pass box shows the figure the sentence uses (it showed 0.00 beside 5.67)."""
@@ -94,7 +79,7 @@ def test_where_sd_stops_paying_reads_at_a_glance(page, open_page, appear, health
     sentence = panel.get_by_text(re.compile(r"tokens per pass\) stops paying"))
     appear(page, sentence)
     panel.locator(".js-plotly-plot").first.wait_for()
-    page.wait_for_timeout(1000)  # the chart lays out
+    laid_out(page)
     healthy(page)
     lo, hi = panel.locator(".js-plotly-plot").first.evaluate(
         "e => e._fullLayout.xaxis.range")
@@ -129,8 +114,7 @@ def test_a_length_file_asks_for_its_cluster_before_it_simulates(
     ]
     lengths.write_text("step,prompt,length\n" + "\n".join(rows) + "\n")
     open_page(page, "what-if", "Why this speedup")
-    page.get_by_text("Length file", exact=True).click()
-    widgets.settle(page)
+    widgets.radio(page, "Length file")
     page.locator("[data-testid=stFileUploader] input[type=file]").first.set_input_files(
         str(lengths)
     )
@@ -148,22 +132,21 @@ def test_a_length_file_asks_for_its_cluster_before_it_simulates(
         ("TP", "1"),
         ("Framework", "vllm"),
     ):
-        _choose(page, widgets, label, option)
+        widgets.select(page, label, option, filter_text=True)
     appear(page, page.get_by_role("button", name="Run simulation"))
     healthy(page)
     assert page.get_by_role("button", name="Run simulation").is_enabled()
 
 
 def test_a_policy_tuned_for_vllm_exports_without_refusal(
-    page, open_page, appear, healthy, shot, widgets, tmp_path, docs_shot
+    page, open_page, appear, healthy, shot, widgets, tmp_path, docs_shot, grid_cells
 ):
     open_page(page, "tune", "Run study")
     widgets.number(page, "Trials", 4)
     widgets.number(page, "Seeds", 1)
     widgets.number(page, "Steps per simulation", 1)
     widgets.text(page, "Storage", "memory")  # nothing written into the checkout
-    page.get_by_text("vLLM", exact=True).first.click()
-    widgets.settle(page)
+    widgets.radio(page, "vLLM")
     widgets.click(page, "Run study")
     appear(page, page.get_by_text("Tuned step time"))
     healthy(page)
@@ -177,7 +160,7 @@ def test_a_policy_tuned_for_vllm_exports_without_refusal(
     # dropped
     notes = [ln for ln in exported.splitlines() if ln.startswith("#   - ")]
     assert not [n for n in notes if n[6:].startswith(("approximated", "dropped"))], notes
-    _no_none_cells(page)
+    _no_none_cells(page, grid_cells)
     shot(page, "tune-exported", show="Export tuned-tune-polytrace-dapo-qwen2.5-32b-vllm")
     docs_shot(page, "tune-exported.png")
 
@@ -186,8 +169,7 @@ def test_a_rejected_file_shows_no_old_result(page, open_page, appear, healthy, w
     bad = tmp_path / "bad.csv"
     bad.write_text("step,prompt\n0,a\n")
     open_page(page, "what-if", "Why this speedup")
-    page.get_by_text("Length file", exact=True).click()
-    widgets.settle(page)
+    widgets.radio(page, "Length file")
     _no_results(page)  # nothing uploaded yet
     page.locator("[data-testid=stFileUploader] input[type=file]").first.set_input_files(str(bad))
     appear(page, page.get_by_text(re.compile("Length file rejected")))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 
 import pytest
 
@@ -23,6 +22,7 @@ PAGES = {
 }
 # two real RL steps: Ray, one vLLM engine on CPU, the GRPO updates (about 2 min on 2 busy cores)
 TRAIN_S = 480
+REAP_S = 10  # the app reaps a finished run when it next looks (every page refresh)
 
 
 def test_every_page_opens_at_its_own_url(page, open_page, healthy, shot):
@@ -112,8 +112,7 @@ def test_tune_a_second_target_on_the_default_name(page, open_page, appear, healt
     appear(page, page.get_by_text(re.compile(r"holds 2 finished trials .*Run study runs none")))
     widgets.click(page, "Run study")
     appear(page, page.get_by_text(re.compile("No trial ran now")))
-    page.get_by_text("vLLM", exact=True).first.click()
-    widgets.settle(page)
+    widgets.radio(page, "vLLM")
     appear(page, page.get_by_text("A new study: Run study runs 2 trials."))
     assert page.get_by_role("heading", name="Results").count() == 0  # SGLang's, not shown here
     widgets.click(page, "Run study")
@@ -123,7 +122,7 @@ def test_tune_a_second_target_on_the_default_name(page, open_page, appear, healt
     shot(page, "tune-second-target", show="Results")
 
 
-def test_paper_reproduction_runs(page, open_page, appear, healthy, shot, widgets):
+def test_paper_reproduction_runs(page, open_page, appear, healthy, shot, widgets, grid_cells):
     open_page(page, "paper", "Microbenchmark fit")
     widgets.number(page, "Steps per case", 1)
     widgets.click(page, "Run the reproduction")
@@ -133,17 +132,11 @@ def test_paper_reproduction_runs(page, open_page, appear, healthy, shot, widgets
     # Only what the run computed: no headline reads "-", no column of None.
     values = page.locator("[data-testid=stMetricValue]").all_inner_texts()
     assert values and all(v.strip().endswith("%") for v in values), values
-    table = page.locator("[data-testid=stDataFrame]").first
-    table.scroll_into_view_if_needed()  # a grid fills its cells once it is on screen
-    page.wait_for_timeout(500)
-    headers = table.evaluate("e => Array.from(e.querySelectorAll('th')).map(c => c.textContent)")
-    assert "pre-registered" in headers and "unit" in headers, headers
+    headers = grid_cells(page.locator("[data-testid=stDataFrame]").first,
+                         ("pre-registered", "unit"))
     assert not {"measured parts", "calibrated (LOO)", "measured gap %"} & set(headers), headers
-    why = page.locator("[data-testid=stDataFrame]").nth(1)
-    why.scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
-    cells = why.evaluate("e => Array.from(e.querySelectorAll('td, th')).map(c => c.textContent)")
-    assert {"baseline step", "rollout share", "TLT rollout speedup"} <= set(cells), cells[:20]
+    cells = grid_cells(page.locator("[data-testid=stDataFrame]").nth(1),
+                       ("baseline step", "rollout share", "TLT rollout speedup"))
     assert "None" not in cells and "nan" not in cells
     shot(page, "paper")
 
@@ -168,7 +161,7 @@ def test_calibrate_shows_the_shipped_calibration_and_checks_the_form(
 @pytest.mark.needs_vllm
 @pytest.mark.needs_reference
 def test_train_runs_real_steps(browser, app_url, page, open_page, appear, healthy, shot, widgets,
-                               tmp_path, docs_shot):
+                               tmp_path, docs_shot, grid_cells, poll_until):
     """A real run started in one tab, watched from another, ended with no page looking: reaped
     (no zombie), and every tab opened later greets it with how it ended, not a refusal."""
     run_dir = tmp_path / "run"
@@ -196,9 +189,9 @@ def test_train_runs_real_steps(browser, app_url, page, open_page, appear, health
         assert tab.locator("[data-testid=stAlertContentError]").count() == 0
         # The tab that started it goes elsewhere: no page of that session looks at the run.
         open_page(page, "what-if", "Why this speedup")
-        assert _ends_reaped(pid, TRAIN_S), f"pid {pid} was left a zombie"
+        assert _ends_reaped(pid, TRAIN_S, poll_until), f"pid {pid} was left a zombie"
     finally:
-        _stop(pid)
+        _stop(pid, poll_until)
     # The other tab redraws the run's status by itself.
     ended = tab.get_by_text(re.compile(r"^(finished|failed|stopped) \(pid")).first
     ended.wait_for()
@@ -212,12 +205,8 @@ def test_train_runs_real_steps(browser, app_url, page, open_page, appear, health
     assert (run_dir / "metrics.csv").is_file()
     assert (run_dir / "trace" / "timeline.parquet").is_file()
     # The metrics in words, and no cell reads None; the log never prints a NaN as a measurement.
-    metrics = tab.locator("[data-testid=stDataFrame]").first
-    metrics.scroll_into_view_if_needed()  # a grid fills its cells once it is on screen
-    tab.wait_for_timeout(500)
-    cells = metrics.evaluate(
-        "e => Array.from(e.querySelectorAll('td, th')).map(c => c.textContent)")
-    assert {"Step", "Step (s)", "Accepted length", "Drafter"} <= set(cells), cells[:30]
+    cells = grid_cells(tab.locator("[data-testid=stDataFrame]").first,
+                       ("Step", "Step (s)", "Accepted length", "Drafter"))
     assert "step_s" not in cells and "None" not in cells and "nan" not in cells
     assert "measured nan" not in (run_dir / "train.log").read_text()
     # The simulator's prediction of the finished run, beside what it measured.
@@ -252,36 +241,40 @@ def _tab(browser, app_url: str, path: str):
     return tab
 
 
-def _ends_reaped(pid: int, within_s: float) -> bool:
-    """Whether process `pid` ends within `within_s` and is reaped (not left a zombie of the app)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True  # gone: reaped
-        if state == "Z":
-            time.sleep(5)  # a moment for the reaper, then look again
-            return not os.path.exists(f"/proc/{pid}")
-        time.sleep(0.5)
-    return False
+def _state(pid: int) -> str | None:
+    """Process `pid`'s state letter (Z: a zombie), or None once it is gone (reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
 
 
-def _stop(pid: int) -> None:
+def _ends_reaped(pid: int, within_s: float, poll_until) -> bool:
+    """Whether process `pid` ends within `within_s` and is reaped (not left a zombie of the app:
+    a zombie that the app's reaper does not collect within REAP_S fails)."""
+    if not poll_until(lambda: _state(pid) in (None, "Z"), within_s):
+        return False
+    return poll_until(lambda: _state(pid) is None, REAP_S)
+
+
+def _stop(pid: int, poll_until) -> None:
     """End a run the test started, if it is still going (its own process group: Ray and vLLM
     too)."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    for _ in range(40):
+
+    def gone() -> bool:
         try:
             os.killpg(pid, 0)
         except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    os.killpg(pid, signal.SIGKILL)
+            return True
+        return False
+
+    if not poll_until(gone, 20):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def test_a_broken_page_fails_the_check(page, open_page, healthy):
