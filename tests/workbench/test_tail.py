@@ -117,3 +117,36 @@ def test_compare_prints_the_speedups_over_the_tail_range(tmp_path):
     doc = json.loads((tmp_path / "tail_sensitivity.json").read_text())
     assert doc["reference_policy"] == "baseline" and len(doc["points"]) >= 4
     assert all(math.isfinite(p["speedup"]["tlt"]) for p in doc["points"])
+
+
+def test_what_if_varies_an_assumed_tail_and_says_measured_lengths_have_none():
+    from streamlit.testing.v1 import AppTest
+
+    def page(name: str = "cpu-tiny"):
+        from dataclasses import replace
+
+        from workbench.contracts.policy import load_policy
+        from workbench.contracts.profile import load_profile
+        from workbench.contracts.workload import load_workload
+        from workbench.ui import tail_panel
+
+        wl = replace(load_workload(name), steps=1)
+        tail_panel.render(wl, load_profile(wl.profile),
+                          [load_policy("baseline"), load_policy("tlt")], 0)
+
+    at = AppTest.from_function(page, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    at.button(key="whatif_tail_run").click().run()
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert table["length model"].iloc[0] == "as given" and len(table) >= 4
+    assert table["tlt"].str.endswith("x").all()
+    assert any(c.value.startswith("Over the range: tlt ") for c in at.caption)
+
+    measured = AppTest.from_function(page, args=("polytrace-dapo-qwen2.5-32b",),
+                                     default_timeout=60)
+    measured.run()
+    assert not measured.exception, measured.exception
+    assert any("measured, not assumed" in c.value for c in measured.caption)
+    assert not measured.button
