@@ -42,6 +42,11 @@ class Drain:
     run_end: np.ndarray
     running: np.ndarray
 
+    def __post_init__(self) -> None:
+        if not self.end_s > self.start_s:
+            raise ValueError(f"a rollout from {self.start_s} s to {self.end_s} s has no length: "
+                             "nothing drained")
+
     @property
     def rollout_s(self) -> float:
         return self.end_s - self.start_s
