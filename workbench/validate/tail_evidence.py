@@ -33,12 +33,11 @@ SEEDS = (0, 1, 2)
 
 
 @dataclass(frozen=True)
-class MeasuredShare:
-    """Engine-time at a running batch from `low` to `high` per engine (None: no upper end)."""
+class Running:
+    """A range of running batches per engine, `low` to `high` (None: no upper end)."""
 
     low: int
     high: int | None
-    share: float
 
     @property
     def label(self) -> str:
@@ -46,16 +45,17 @@ class MeasuredShare:
 
 
 @dataclass(frozen=True)
-class MeasuredSpeed:
-    """Tokens per second per engine while it ran `low` to `high` sequences (None: no upper end)."""
+class MeasuredShare(Running):
+    """The share of engine-time spent running that many sequences."""
 
-    low: int
-    high: int | None
+    share: float
+
+
+@dataclass(frozen=True)
+class MeasuredSpeed(Running):
+    """Tokens per second per engine while it ran that many sequences."""
+
     tokens_per_s: tuple[float, float] | None  # the range the source gives (None: not given)
-
-    @property
-    def label(self) -> str:
-        return f"{self.low}+" if self.high is None else f"{self.low}-{self.high}"
 
 
 @dataclass(frozen=True)
