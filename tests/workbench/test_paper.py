@@ -134,12 +134,15 @@ def test_the_paper_page_fits_on_arrival_and_colours_the_gap():
     at.button(key="paper_run").click().run()
     assert not at.exception, at.exception
     # The headline is Table A's prediction error, not the microbenchmark fit; without calibration
-    # only the pre-registered one exists: no tile reads "-", no column holds nothing.
-    assert [m.label for m in at.metric] == ["Table A prediction, pre-registered: median |gap|"]
+    # the pre-registered one and the one on measured lengths exist: no tile reads "-", no column
+    # holds nothing.
+    assert [m.label for m in at.metric] == ["Table A prediction, pre-registered: median |gap|",
+                                            "Table A prediction, measured lengths: median |gap|"]
     assert all(m.value.endswith("%") for m in at.metric), [m.value for m in at.metric]
     table = at.dataframe[0].value
     assert len(table) == 44 and set(table["basis"]) == {"fit", "predicted", "check: paper-fitted"}
-    assert {"published", "unit", "pre-registered", "gap %"} <= set(table.columns)
+    assert {"published", "unit", "pre-registered", "gap %", "measured lengths",
+            "measured lengths gap %"} <= set(table.columns)
     assert not {"measured parts", "calibrated (LOO)", "measured gap %", "calibrated gap %"} & set(
         table.columns)
     assert not [c for c in table.columns if table[c].isna().all()]

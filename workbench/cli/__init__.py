@@ -9,9 +9,10 @@ NVIDIA's end-to-end measurements), `real.py` (model, capture, bench rollout, ben
 `train.py` (train, bench real), `paper.py` (the TLT paper's figures), `project.py`
 (whole-run days, GPU-hours, cost, energy), `plan.py` (the cluster shape for a budget or a deadline),
 `workload.py` (workload import and show: lengths from logs), `agentic.py` (workload check: an
-agentic trace re-simulated), `export.py` (export: a policy for vLLM,
-SGLang / FastRL or veRL) and `task.py` (task: task files). Importing them registers their commands
-on the groups in `apps.py`, in this order, which is the order `tlt --help` lists them in.
+agentic trace re-simulated), `tail.py` (tail: real rollouts' drains beside the
+simulator's), `export.py` (export: a policy for vLLM, SGLang / FastRL or veRL) and `task.py`
+(task: task files). Importing them registers their commands on the groups in `apps.py`, in this
+order, which is the order `tlt --help` lists them in.
 """
 
 from workbench.cli import simulate  # noqa: F401, I001
@@ -29,6 +30,7 @@ from workbench.cli import train  # noqa: F401
 from workbench.cli import paper  # noqa: F401
 from workbench.cli import workload  # noqa: F401
 from workbench.cli import agentic  # noqa: F401
+from workbench.cli import tail  # noqa: F401
 from workbench.cli import export  # noqa: F401
 from workbench.cli import project  # noqa: F401
 from workbench.cli import task  # noqa: F401

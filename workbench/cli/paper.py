@@ -15,6 +15,7 @@ from workbench.contracts.fileio import write_json
 from workbench.contracts.schema import ConfigError, save
 from workbench.paper import report
 from workbench.paper.calibration import SPLIT, load_split
+from workbench.paper.measured_lengths import load_declaration, sources_text
 from workbench.paper.peers import peer_rows
 from workbench.paper.profiles import refit
 from workbench.paper.reproduce import reproduce
@@ -77,10 +78,7 @@ def paper(
     path = report.write(rep, out)
     typer.echo(f"TLT paper vs the simulator ({steps} steps x {seeds} seed(s) per Table A case); "
                "fit: the profiles were fitted to that row; predicted: not fitted to it")
-    typer.echo("pre-registered: the tlt-eval workloads as written before any "
-               "run; measured parts: DAPO-log length shape, measured-database "
-               "GPU costs, nothing fitted; calibrated (LOO): " + (rep.split or "off"))
-    typer.echo(report.rows_text(rep))
+    _columns(rep)
     if rep.accept_counts:
         typer.echo("")
         typer.echo("Table G counted as FastRL's logs count it (SGLang's scheduler) beside tlt "
@@ -100,6 +98,19 @@ def paper(
     _ceilings(rep, pub)
     typer.echo(f"wrote {path}" + (f" and {out / 'profiles'}/" if write_profiles else ""))
     typer.echo(json.dumps(report.summary(rep)))
+
+
+def _columns(rep) -> None:
+    """What each column is, the table, and where each row's measured lengths come from."""
+    typer.echo("pre-registered: the tlt-eval workloads as written before any "
+               "run; measured lengths: the same clusters and batches replaying the closest public "
+               "measured lengths (traces/published/table-a-lengths.yaml); measured parts: DAPO-log "
+               "length shape, measured-database GPU costs, nothing fitted; calibrated (LOO): "
+               + (rep.split or "off"))
+    typer.echo(report.rows_text(rep))
+    typer.echo("")
+    typer.echo("Measured lengths, per Table A model (declared before any result on them):")
+    typer.echo(sources_text(load_declaration()))
 
 
 def _ceilings(rep, pub) -> None:

@@ -17,6 +17,7 @@ from sim.simulator import simulate
 from workbench.runlog.report import measured_vs_modelled
 from workbench.cli.agentic import TOOL_LATENCY_OPTION, print_agentic, run_tool_sweep, tool_scales
 from workbench.cli.apps import app, bench_app
+from workbench.cli.tail_range import TAIL_RANGE_OPTION, print_tail_sensitivity
 from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
                                   load_inputs, runner_for)
 from workbench.compare.intervals import (interval_json, interval_lines, policy_intervals,
@@ -245,6 +246,7 @@ def compare(
     workers: int = WORKERS_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
     tool_latency: str = TOOL_LATENCY_OPTION,
+    tail_range: bool = TAIL_RANGE_OPTION,
 ) -> None:
     """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""  # noqa: E501
 
@@ -280,6 +282,8 @@ def compare(
     for line in measured_vs_modelled(prof, wl, result.steps, len(result.seeds)):
         typer.echo(line)
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
+    if tail_range:
+        print_tail_sensitivity(wl, pols, prof, result.seeds[0], out, runner_for(workers, address))
     if scales:
         run_tool_sweep(wl, pols, prof, scales, seeds, steps, out, runner_for(workers, address))
 

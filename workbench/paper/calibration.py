@@ -23,7 +23,7 @@ import yaml
 
 from sim.lengths import for_cap, log_median
 from sim.results import PolicyRun
-from sim.sweep import sweep
+from sim.sweep import ProgressFn, sweep
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
@@ -129,9 +129,11 @@ class CaseRuns:
 
 
 def simulate_case(model: str, wl: Workload, profile: Profile, systems: dict[str, str],
-                  baseline: str, steps: int, seeds: list[int]) -> CaseRuns:
+                  baseline: str, steps: int, seeds: list[int],
+                  progress: ProgressFn | None = None) -> CaseRuns:
     policies = [load_policy(baseline)] + [load_policy(p) for p in systems.values()]
-    runs = {(r.policy.name, r.seed): r.run for r in sweep(wl, policies, profile, seeds, steps)}
+    runs = {(r.policy.name, r.seed): r.run
+            for r in sweep(wl, policies, profile, seeds, steps, progress)}
     base = [runs[(baseline, s)] for s in seeds]
     speed = {system: float(np.mean([b.mean("step_time_s") / runs[(name, s)].mean("step_time_s")
                                     for b, s in zip(base, seeds)]))

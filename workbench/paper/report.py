@@ -40,6 +40,7 @@ def summary(rep: Reproduction) -> dict:
            "predicted_max_abs_error_pct": round(float(max(pred)), 2)}
     a = [r for r in rep.rows if r.table == "A" and r.basis == "predicted"]
     for key, get in (("pre_registered", lambda r: r.predicted),
+                     ("measured_lengths", lambda r: r.measured_lengths),
                      ("measured_parts", lambda r: r.measured_parts),
                      ("calibrated", lambda r: r.calibrated)):
         vals = [abs(100 * (get(r) / r.published - 1)) for r in a if get(r) is not None]
@@ -52,7 +53,7 @@ def summary(rep: Reproduction) -> dict:
 def _row(r: PaperRow) -> dict:
     return {"table": r.table, "case": r.case, "published": r.published, "predicted": r.predicted,
             "error_pct": r.error_pct, "basis": r.basis, "unit": r.unit,
-            "pre_registered": r.predicted,
+            "pre_registered": r.predicted, "measured_lengths": r.measured_lengths,
             "measured_parts": r.measured_parts, "calibrated": r.calibrated}
 
 
@@ -79,15 +80,14 @@ def _cell(value: float | None, published: float) -> str:
 
 
 def rows_text(rep: Reproduction) -> str:
-    """One line per published figure: pre-registered, measured parts and calibrated (leave-one-out)
-    side by side."""
+    """One line per published figure: pre-registered, on measured lengths, measured parts and
+    calibrated (leave-one-out) side by side."""
     rows = [[r.table, r.case, f"{r.published:,.2f}", _cell(r.predicted, r.published),
-             _cell(r.measured_parts, r.published), _cell(r.calibrated, r.published), r.basis]
-             for r in rep.rows]
-    return format_table(rows,
-                        ["table", "case", "published", "pre-registered", "measured parts",
-                         "calibrated (LOO)",
-                               "basis"])
+             _cell(r.measured_lengths, r.published), _cell(r.measured_parts, r.published),
+             _cell(r.calibrated, r.published), r.basis]
+            for r in rep.rows]
+    return format_table(rows, ["table", "case", "published", "pre-registered", "measured lengths",
+                               "measured parts", "calibrated (LOO)", "basis"])
 
 
 def accept_counts_text(rep: Reproduction, published: tuple[float, float]) -> str:

@@ -14,7 +14,6 @@ the slowest engine's decode time per batch bucket (above the SD threshold SD is 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -39,6 +38,8 @@ from workbench.paper.calibration import (
     measured_parts,
     simulate_case,
 )
+from workbench.paper.explain import Explanation, explain
+from workbench.paper.measured_lengths import VARIANT, declared, simulate_rows
 from workbench.paper.profiles import CASES
 
 # Table A's models -> the evaluation workload presets; systems -> policy presets.
@@ -46,7 +47,6 @@ WORKLOADS = {"qwen2.5-7b": "tlt-eval-qwen2.5-7b", "r1-distill-qwen-7b": "tlt-eva
              "qwen2.5-32b": "tlt-eval-qwen2.5-32b", "llama3.3-70b": "tlt-eval-llama3.3-70b"}
 SYSTEMS = {"tlt-base": "tlt-base", "tlt": "tlt"}
 BASELINE = "baseline"
-BATCH_BUCKETS = (0, 1, 4, 20, 32, 64, 1 << 30)  # FastRL's strategy buckets, then SD off above 32
 TABLE_G_WORKLOAD = "qwen2.5-7b"
 
 
@@ -62,28 +62,12 @@ class PaperRow:
     measured_parts: float | None = None
     # under the calibration split (Table A: leave-one-model-out; G: fit on all of A)
     calibrated: float | None = None
+    # Table A on measured lengths (workbench/paper/measured_lengths.py); None: the row has none
+    measured_lengths: float | None = None
 
     @property
     def error_pct(self) -> float:
         return 100.0 * (self.predicted / self.published - 1.0)
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """What a Table A case's simulation says about where the time goes."""
-
-    case: str
-    baseline_step_s: float
-    baseline_rollout_share: float  # rollout / step (the paper: ~85%)
-    rollout_speedup: float  # for the `tlt` system
-    # batch bucket -> share, baseline's slowest engine
-    critical_decode_share: dict[str, float] = field(default_factory=dict)
-    mean_accept_len: float = 1.0  # `tlt`, tokens per sequence-verify pass
-    # batch bucket -> `tlt`'s decode share with SD on
-    tlt_sd_on_share: dict[str, float] = field(default_factory=dict)
-    # batch bucket -> tokens per pass with SD on
-    tlt_accept_by_bucket: dict[str, float] = field(default_factory=dict)
-    variant: str = "pre-registered"
 
 
 @dataclass
@@ -101,8 +85,10 @@ class Reproduction:
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([{"table": r.table, "case": r.case, "published": r.published,
                               "pre-registered": r.predicted,
+                              "measured lengths": r.measured_lengths,
                               "measured parts": r.measured_parts, "calibrated (LOO)": r.calibrated,
                               "error_pct": r.error_pct,
+                              "lengths_error_pct": _err(r.measured_lengths, r.published),
                               "measured_error_pct": _err(r.measured_parts, r.published),
                               "calibrated_error_pct": _err(r.calibrated, r.published),
                               "basis": r.basis}
@@ -130,51 +116,6 @@ def fit_rows(fit: PublishedFit, pub: Published) -> list[PaperRow]:
     rows.append(PaperRow("E", f"H100 Qwen2.5-7B, with SD ({strategy.name})", published_with,
                          with_sd, "fit", "tokens/s"))
     return rows
-
-
-def _bucket_labels() -> tuple[list[int], list[str]]:
-    edges = list(BATCH_BUCKETS)
-    labels = [(str(hi) if hi == lo + 1 else f"{lo + 1}-{hi}") if hi < (1 << 30) else f">{lo}"
-              for lo, hi in itertools.pairwise(edges)]
-    return edges, labels
-
-
-def _decode_rows(run: PolicyRun) -> pd.DataFrame:
-    tl = run.timeline
-    dec = tl[tl["state"].isin(["decode", "decode_sd"])].copy()
-    dec["dur"] = dec["end_s"] - dec["start_s"]
-    edges, labels = _bucket_labels()
-    dec["bucket"] = pd.cut(dec["batch"], edges, labels=labels)
-    return dec
-
-
-def _critical_shares(run: PolicyRun) -> dict[str, float]:
-    """Per batch bucket, the share of decode time of the engine that finished last, over all
-    steps."""
-    dec = _decode_rows(run)
-    parts = []
-    for _, s in dec.groupby("rl_step"):
-        last = s.groupby("worker")["end_s"].max().idxmax()
-        parts.append(s[s["worker"] == last])
-    crit = pd.concat(parts)
-    share = crit.groupby("bucket", observed=False)["dur"].sum() / crit["dur"].sum()
-    return {str(k): round(float(v), 4) for k, v in share.items()}
-
-
-def _sd_by_bucket(run: PolicyRun) -> tuple[dict[str, float], dict[str, float]]:
-    """Per batch bucket, all engines: the share of decode time with SD on, and tokens per pass with
-    SD on."""
-    dec = _decode_rows(run)
-    on = dec[dec["state"] == "decode_sd"]
-    total = dec.groupby("bucket", observed=False)["dur"].sum()
-    sd = on.groupby("bucket", observed=False)["dur"].sum()
-    by = on.groupby("bucket", observed=False)
-    tokens, passes = by["tokens"].sum(), by["passes"].sum()
-    share = {str(k): round(float(sd[k] / total[k]), 4) if total[k] > 0 else 0.0
-             for k in total.index}
-    accept = {str(k): round(float(tokens[k] / passes[k]), 3) if passes[k] > 0 else 0.0
-              for k in total.index}
-    return share, accept
 
 
 def fitted_counterpart(profile: str) -> str | None:
@@ -220,7 +161,7 @@ def table_a(pub: Published, steps: int, seeds: list[int],
                 measured_runs = (base, runs)
         base, runs = measured_runs
         tlt_runs[model] = [runs[(SYSTEMS["tlt"], s)] for s in seeds]
-        expl.append(_explain(model, wl, base, tlt_runs[model]))
+        expl.append(explain(model, wl, base, tlt_runs[model]))
     return rows, expl, tlt_runs
 
 
@@ -231,19 +172,9 @@ def progress_messages(seeds: int, split: Split | None = None) -> int:
     per_model = sum(2 if fitted_counterpart(load_workload(w).profile) else 1
                     for w in WORKLOADS.values())
     table_a_sims = per_model * (1 + len(SYSTEMS)) * seeds
-    return table_a_sims + (0 if split is None else 1 + len(split.points()) + len(WORKLOADS))
-
-
-def _explain(model: str, wl: Workload | None, base: list[PolicyRun], tlt: list[PolicyRun],
-             variant: str = "pre-registered") -> Explanation:
-    b = base[0]
-    share = float(np.mean([s.rollout_time_s / s.step_time_s for r in base for s in r.steps]))
-    roll = float(np.mean([x.mean("rollout_time_s") / y.mean("rollout_time_s")
-                          for x, y in zip(base, tlt)]))
-    sd_share, accept = _sd_by_bucket(tlt[0])
-    return Explanation(model, b.mean("step_time_s"), share, roll, _critical_shares(b),
-                       float(np.mean([r.mean("mean_accept_len") for r in tlt])), sd_share, accept,
-                       variant)
+    lengths = len(declared(list(WORKLOADS))) * (1 + len(SYSTEMS)) * seeds
+    return table_a_sims + lengths + (0 if split is None
+                                     else 1 + len(split.points()) + len(WORKLOADS))
 
 
 def _g_values(runs: list[PolicyRun]) -> tuple[float, float]:
@@ -326,7 +257,7 @@ def measured_variant(steps: int, seeds: list[int]) -> Variant:
     cases = {m: run_case(m, {}, steps, seeds) for m in WORKLOADS}
     return Variant({(m, s): v for m, c in cases.items() for s, v in c.speedups.items()},
                    _g_values(cases[TABLE_G_WORKLOAD].tlt),
-                   explanations=[_explain(m, None, c.base, c.tlt, "measured parts")
+                   explanations=[explain(m, None, c.base, c.tlt, "measured parts")
                                  for m, c in cases.items()])
 
 
@@ -350,10 +281,30 @@ def calibrated_variant(pub: Published, split: Split, steps: int, seeds: list[int
         if on_progress:
             on_progress(f"calibrated: {r.held_out} held out, simulated")
         speedups.update({(r.held_out, s): v for s, v in case.speedups.items()})
-        expl.append(_explain(r.held_out, None, case.base, case.tlt, "calibrated (held out)"))
+        expl.append(explain(r.held_out, None, case.base, case.tlt, "calibrated (held out)"))
     everything = best_point(grid, published, models).params
     return Variant(speedups, _g_values(run_case(TABLE_G_WORKLOAD, everything, steps, seeds).tlt),
                    rounds, expl)
+
+
+def lengths_variant(steps: int, seeds: list[int],
+                    on_progress: Callable[[str], None] | None = None) -> Variant:
+    """Table A on measured lengths: each model whose declared workload exists, simulated."""
+    cases = simulate_rows(list(WORKLOADS), SYSTEMS, BASELINE, steps, seeds, on_progress)
+    return Variant({(m, s): v for m, c in cases.items() for s, v in c.speedups.items()},
+                   (float("nan"), float("nan")),
+                   explanations=[explain(m, None, c.base, c.tlt, VARIANT)
+                                 for m, c in cases.items()])
+
+
+def _key(r: PaperRow) -> tuple[str, str]:
+    """A Table A row's (model, system)."""
+    return r.case.split(",")[0], r.case.split(",")[1].split("[")[0].strip()
+
+
+def _with_lengths(rows: list[PaperRow], lengths: Variant) -> list[PaperRow]:
+    return [replace(r, measured_lengths=lengths.speedups.get(_key(r)))
+            if r.table == "A" and r.basis == "predicted" else r for r in rows]
 
 
 def _with_variants(rows: list[PaperRow], measured: Variant | None,
@@ -365,7 +316,7 @@ def _with_variants(rows: list[PaperRow], measured: Variant | None,
             out.append(r)
             continue
         if r.table == "A":
-            key = (r.case.split(",")[0], r.case.split(",")[1].split("[")[0].strip())
+            key = _key(r)
             mp = measured.speedups[key] if measured else None
             cal = calib.speedups[key] if calib else None
         else:
@@ -379,11 +330,13 @@ def _with_variants(rows: list[PaperRow], measured: Variant | None,
 def reproduce(fit: PublishedFit, pub: Published, steps: int = 20, seeds: list[int] | None = None,
               on_progress: Callable[[str], None] | None = None, split: Split | None = None,
               calib_steps: int = 4) -> Reproduction:
-    """Pre-registered rows; with a split, also the measured-parts and leave-one-model-out
-    columns."""
+    """Pre-registered rows and Table A on measured lengths; with a split, also the measured-parts
+    and leave-one-model-out columns."""
     seeds = seeds or [0]
     a_rows, expl, tlt_runs = table_a(pub, steps, seeds, on_progress)
-    rows = a_rows + fit_rows(fit, pub) + table_g(pub, tlt_runs)
+    lengths = lengths_variant(steps, seeds, on_progress)
+    expl = expl + lengths.explanations
+    rows = _with_lengths(a_rows, lengths) + fit_rows(fit, pub) + table_g(pub, tlt_runs)
     counts = accept_counts(tlt_runs[TABLE_G_WORKLOAD])
     if split is None:
         return Reproduction(rows, expl, steps, seeds, accept_counts=counts)

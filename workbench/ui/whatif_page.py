@@ -9,8 +9,9 @@ Results live in st.session_state, so moving a widget re-renders them without sim
 
 Parts live in modules of their own: a run log as a source (workbench/ui/run_log_panel.py: its
 cluster comes calibrated on the log), SD's speedup by batch beside the cluster picker
-(workbench/ui/sd_curve_panel.py), and for an agentic workload the tool calls' section with the
-tool-latency sweep (workbench/ui/agentic_panel.py).
+(workbench/ui/sd_curve_panel.py), for an agentic workload the tool calls' section with the
+tool-latency sweep (workbench/ui/agentic_panel.py), and for a single-turn one how far the speedups
+move with the length tail's shape (workbench/ui/tail_panel.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from workbench.ui import (
     inputs,
     run_log_panel,
     sd_curve_panel,
+    tail_panel,
     whatif_results,
 )
 from workbench.ui.length_upload import length_file_workload
@@ -367,6 +369,7 @@ def render() -> None:
     fresh = result is not None and not stale and result.signature == signature
     agentic_panel.render(workload, profile, labels, policies, seed,
                          result.runs if fresh else None)
+    tail_panel.render(workload, profile, policies, seed)
 
 
 def same_subject(result: Result, workload: Workload | None, profile: Profile | None) -> bool:
