@@ -309,9 +309,8 @@ class RunFactors:
     decode step = decode_speed x the database's step + step_overhead_s (per engine step);
     the RL step pays rl_step_s more (veRL times its weight sync inside the rollout);
     each phase outside the rollout is priced from what runs it (workbench/runlog/phases.py):
-    train_speed x the database's forwards; the `extra` factors (the rollout's host cost per
-    sequence and engine step, a micro-batch's fixed cost, the host link's seconds per GB, a
-    phase's fixed cost, a response's reward).
+    train_speed x the database's forwards; the `extra` factors (a micro-batch's fixed cost, the
+    host link's seconds per GB, a phase's fixed cost, a response's reward).
     Fitted on the log's first steps only (`fitted_on`), each as a multiple of what the run's
     config predicts (its prior's median, `*_prior*`: workbench/runlog/priors.py); a run of
     another shape on the same cluster takes the same multiples over its own engine and its own

@@ -45,13 +45,12 @@ class StepWork:
 
     engine_s: np.ndarray  # steps x engines: decode and prefill seconds at the database's costs
     passes: np.ndarray  # steps x engines: engine steps (one token for each sequence in the batch)
-    generated: np.ndarray  # steps x engines: tokens generated (sequences x engine steps)
     bases: StepBases  # timed phases x steps x BASES
     tokens: np.ndarray  # steps: prompt + response tokens of the step
 
     def rows(self, rows: np.ndarray) -> StepWork:
-        return StepWork(self.engine_s[rows], self.passes[rows], self.generated[rows],
-                        self.bases.rows(rows), self.tokens[rows])
+        return StepWork(self.engine_s[rows], self.passes[rows], self.bases.rows(rows),
+                        self.tokens[rows])
 
 
 @dataclass(frozen=True)
@@ -89,9 +88,9 @@ def database_profile(shape: RunShape) -> Profile:
 
 def rollout_s(work: StepWork, v: np.ndarray) -> np.ndarray:
     """Per step, the rollout priced with the rollout factors `v` (ROLLOUT_FACTORS' values): its
-    slowest engine (its kernels, its fixed cost per engine step and per sequence and step), and
-    the fixed cost per RL step."""
-    return (v[0] * work.engine_s + v[1] * work.passes + v[3] * work.generated).max(axis=1) + v[2]
+    slowest engine (its kernels and its fixed cost per engine step), and the fixed cost per RL
+    step."""
+    return (v[0] * work.engine_s + v[1] * work.passes).max(axis=1) + v[2]
 
 
 def predict(work: StepWork, values: np.ndarray) -> Predicted:
@@ -121,8 +120,7 @@ def affine_update(pred: Predicted, tokens: np.ndarray) -> tuple[float, float]:
 def apply_factors(db: Profile, f: RunFactors, fixed_s: float, per_token_s: float, gpus: int,
                   name: str) -> Profile:
     """The database's profile turned into the run's (RunFactors): every decode and drafter cost
-    times the decode speed, the fixed costs per engine step and per sequence and step on top; the
-    simulator's sync per RL
+    times the decode speed, the fixed cost per engine step on top; the simulator's sync per RL
     step holds the rollout's fixed cost and the update's fixed part, its training cost per token
     the update's part that grows with the step's tokens (`affine_update`)."""
     d = db.decode
@@ -130,9 +128,7 @@ def apply_factors(db: Profile, f: RunFactors, fixed_s: float, per_token_s: float
     if d.experts is not None:  # a mixture of experts' routed experts, at the same speed
         dec = replace(dec, experts=replace(d.experts,
                                            weights_s=sig(d.experts.weights_s * f.decode_speed)))
-    seq = next((x.value for x in f.extra if x.name == "seq_overhead_s"), 0.0)
-    dec = replace(dec, overhead_s=sig(dec.overhead_s + f.step_overhead_s),
-                  per_seq_s=sig(dec.per_seq_s + seq))
+    dec = replace(dec, overhead_s=sig(dec.overhead_s + f.step_overhead_s))
     dr = replace(
         db.drafter,
         eagle_step_s=sig(db.drafter.eagle_step_s * f.decode_speed),
@@ -167,13 +163,13 @@ def run_workload(shape: RunShape, lengths: ModelledLengths, name: str, profile: 
 
 def rollout_steps(shape: RunShape, db: Profile, lengths: ModelledLengths,
                   progress: Callable[[int, int], None] | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Every step's engine work at the database's costs (steps x engines: seconds, engine
-    steps, tokens generated). `progress(steps done, steps)`."""
+    steps). `progress(steps done, steps)`."""
     n = len(lengths.lengths)
-    out = np.zeros((3, n, shape.engines))
+    out = np.zeros((2, n, shape.engines))
     for i, (x, prompt) in enumerate(zip(lengths.lengths, lengths.prompt_tokens)):
         out[:, i] = step_work(db.decode, x, int(prompt), shape.engines, shape.max_batch)
         if progress and ((i + 1) % PROGRESS_EVERY == 0 or i + 1 == n):
             progress(i + 1, n)
-    return out[0], out[1], out[2]
+    return out[0], out[1]

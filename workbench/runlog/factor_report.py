@@ -24,11 +24,12 @@ IDENTIFY = {
                        "eager mode",
     "rl_step_s": "a second log of the cluster at another cap or batch (--run-log A --run-log B), "
                  "or veRL's own timing of the weight sync (timing_s/update_weights in newer veRL)",
-    "seq_overhead_s": "steps whose responses' total length moves while their longest does not, "
-                      "or an engine sweep at several batches",
     "train_speed": "a log of the recipe at another cap or micro-batch (a padded run's tokens "
                    "per micro-batch change, its micro-batches do not)",
-    "micro_batch_s": "a log at another micro-batch size (ppo_micro_batch_size[_per_gpu])",
+    "launch_s": "a log at another micro-batch size (ppo_micro_batch_size[_per_gpu]) or of "
+                "a model with another number of layers",
+    "gather_s_per_gb": "a log of the recipe on another number of GPUs (its weights gathered "
+                       "from more ranks)",
     "offload_s_per_gb": "a log with the offload switched (fsdp_config.param_offload), or a phase "
                         "of the same model with and without it",
     "phase_s": "a log of the recipe at another batch size (its phases' work moves, their "
@@ -36,9 +37,9 @@ IDENTIFY = {
     "reward_s": "a log at another number of responses per step",
 }
 UNITS = {"decode_speed": ("x", 1.0), "step_overhead_s": (" ms", 1e3), "rl_step_s": (" s", 1.0),
-         "train_speed": ("x", 1.0), "seq_overhead_s": (" us", 1e6),
-         "micro_batch_s": (" ms", 1e3), "offload_s_per_gb": (" s/GB", 1.0),
-         "phase_s": (" s", 1.0), "reward_s": (" ms", 1e3)}
+         "train_speed": ("x", 1.0), "launch_s": (" ms", 1e3),
+         "gather_s_per_gb": (" s/GB", 1.0),
+         "offload_s_per_gb": (" s/GB", 1.0), "phase_s": (" s", 1.0), "reward_s": (" ms", 1e3)}
 
 
 def _v(name: str, x: float) -> str:

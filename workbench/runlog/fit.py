@@ -177,7 +177,7 @@ def fit_map(resid: Callable[[np.ndarray], list[np.ndarray]], sd: np.ndarray,
     bounds = list(zip(-RANGE_SDS * sd[free], RANGE_SDS * sd[free]))
     for _ in range(3):  # sigma and the weights from the residuals, then the fit again
         f = _objective(resid, sd, scale)
-        zf = minimize(lambda x: f(full(x)), zf, method="L-BFGS-B", bounds=bounds).x
+        zf = minimize(lambda x: f(full(x)), zf, method="SLSQP", bounds=bounds).x
         scale = _scales(resid(full(zf)))
     return full(zf), scale
 

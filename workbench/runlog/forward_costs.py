@@ -88,47 +88,58 @@ def _filled(grid: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     return v
 
 
-def _ask(arch: str, gpu: str, tp: int, framework: str, value_head: bool) -> ForwardGrid:
+def _ask(arch: str, gpu: str, tp: int, framework: str) -> tuple[ForwardGrid, ForwardGrid]:
+    """The grid with the LM head and with a value head, from one build of the database's engine."""
     from workbench.calibrate.database.aiconfigurator import Engine
 
     eng = Engine(arch, gpu, tp, framework)
     model = eng.model if tp > 1 else eng.full
-    rows = []
-    for b in BATCHES:
-        row = []
-        for length in LENGTHS:
-            if b * length > MAX_TOKENS:
-                row.append(float("nan"))
-                continue
-            row.append(eng.micro_batch_forward(model, b, length, not value_head)[0])
-        rows.append(tuple(row))
     spec = eng.db.system_spec["gpu"]
     bw = float(spec["mem_bw"]) * float(spec.get("mem_bw_empirical_scaling_factor", 1.0))
-    return ForwardGrid(arch, gpu, tp, value_head,
-                       tuple(rows), bw, load_architecture(arch).vocab)
+    vocab = load_architecture(arch).vocab
+    out = []
+    for value_head in (False, True):
+        rows = tuple(tuple(float("nan") if b * n > MAX_TOKENS else
+                           eng.micro_batch_forward(model, b, n, not value_head)[0]
+                           for n in LENGTHS) for b in BATCHES)
+        out.append(ForwardGrid(arch, gpu, tp, value_head, rows, bw, vocab))
+    return out[0], out[1]
 
 
-def forward_grid(arch: str, gpu: str, tp: int, framework: str, value_head: bool) -> ForwardGrid:
-    """The grid (module docstring), asked once and kept in $XDG_CACHE_HOME/tlt/forward/."""
+def _path(arch: str, gpu: str, tp: int, framework: str, value_head: bool) -> Path:
     from workbench.calibrate.database.aiconfigurator import package_version
 
     src = Path(arch)
     tag = hashlib.sha256(src.read_bytes()).hexdigest()[:8] if src.is_file() else arch
     key = (f"{Path(arch).stem}-{tag}-{gpu}-tp{tp}-{framework}-{'value' if value_head else 'lm'}"
            f"-aic{package_version()}-g{GRID_VERSION}")
-    path = fileio.cache_dir("forward") / f"{key}.json"
-    if path.is_file():
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-            return ForwardGrid(d["model"], d["gpu"], d["tp"], d["value_head"],
-                               tuple(tuple(float("nan") if x is None else x for x in r)
-                                     for r in d["seconds"]), d["memory_bytes_per_s"], d["vocab"])
-        except (ValueError, KeyError, TypeError):
-            pass  # a damaged cache file is asked again and replaced
-    grid = _ask(arch, gpu, tp, framework, value_head)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fileio.write_json(path, {"model": grid.model, "gpu": grid.gpu, "tp": grid.tp,
-                             "value_head": grid.value_head, "seconds": grid.seconds,
-                             "memory_bytes_per_s": grid.memory_bytes_per_s,
-                             "vocab": grid.vocab})
+    return fileio.cache_dir("forward") / f"{key}.json"
+
+
+def _load(path: Path) -> ForwardGrid | None:
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        return ForwardGrid(d["model"], d["gpu"], d["tp"], d["value_head"],
+                           tuple(tuple(float("nan") if x is None else x for x in r)
+                                 for r in d["seconds"]), d["memory_bytes_per_s"], d["vocab"])
+    except (ValueError, KeyError, TypeError):
+        return None  # a damaged cache file is asked again and replaced
+
+
+def forward_grid(arch: str, gpu: str, tp: int, framework: str, value_head: bool) -> ForwardGrid:
+    """The grid (module docstring), asked once and kept in $XDG_CACHE_HOME/tlt/forward/."""
+    path = _path(arch, gpu, tp, framework, value_head)
+    grid = _load(path)
+    if grid is not None:
+        return grid
+    for g in _ask(arch, gpu, tp, framework):
+        p = _path(arch, gpu, tp, framework, g.value_head)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fileio.write_json(p, {"model": g.model, "gpu": g.gpu, "tp": g.tp,
+                              "value_head": g.value_head, "seconds": g.seconds,
+                              "memory_bytes_per_s": g.memory_bytes_per_s, "vocab": g.vocab})
+        if g.value_head == value_head:
+            grid = g
     return grid

@@ -14,11 +14,11 @@ A phase's seconds = sum over BASES of basis x factor:
   sequence (prompt + response) with `remove_padding`, else the prompt and response caps (veRL pads
   each sequence to them); b the phase's micro-batch, or with dynamic micro-batches as many
   sequences as fill its token budget;
-- micro (x micro_batch_s, the actor's seconds per micro-batch forward): each micro-batch pays a
-  fixed launch and synchronisation cost, its model's in proportion to the actor's prior
-  (priors.py: its layers' launches, once a forward it runs, a backward counting as its forwards;
-  under FSDP the all-gather of its weights, UPDATE_GATHERS of them for an update's micro-batch:
-  forward, backward, and the fp32 gradients' reduce-scatter);
+- launch (x launch_s, seconds per layer and forward): each micro-batch forward runs its model's
+  layers (a pipeline stage's share), a backward counting as its forwards;
+- gather (x gather_s_per_gb): under FSDP with more than one rank, each micro-batch gathers its
+  model's bf16 weights from the other ranks for its forward, UPDATE_GATHERS times for an update's
+  (forward, backward, and the fp32 gradients' reduce-scatter): gigabytes each rank receives;
 - offload (x offload_s_per_gb): gigabytes over the host link per rank: a model offloaded at the
   phase's edges moves its shard in and out (its gradients too with grad_offload), one offloaded
   per forward (FSDP's CPUOffload) moves its bf16 shard in for every micro-batch, an update with
@@ -40,7 +40,7 @@ from workbench.contracts.training_shape import PhaseShape, TrainingShape
 from workbench.runlog.forward_costs import ForwardGrid
 from workbench.runlog.lengths import StepStats
 
-BASES = ("compute", "micro", "offload", "fixed", "reward")
+BASES = ("compute", "launch", "gather", "offload", "fixed", "reward")
 UPDATE_GATHERS = 4
 OPTIMIZER_BYTES = 28  # Adam: weight, gradient and two moments read (fp32), three written
 ADAM_STATE_BYTES = 8  # the two moments, fp32: what optimizer_offload moves
@@ -88,8 +88,7 @@ def _micro_batches(p: PhaseShape, seqs: float, length: np.ndarray) -> tuple[np.n
     return n, np.full(len(length), seqs / n[0])
 
 
-def phase_bases(t: TrainingShape, p: PhaseShape, grid: ForwardGrid,
-                micro_share: tuple[float, float], length: np.ndarray,
+def phase_bases(t: TrainingShape, p: PhaseShape, grid: ForwardGrid, length: np.ndarray,
                 responses: int) -> np.ndarray:
     """steps x BASES of one phase that runs a model (module docstring)."""
     m = t.model(p.role)
@@ -105,11 +104,13 @@ def phase_bases(t: TrainingShape, p: PhaseShape, grid: ForwardGrid,
     if p.update:
         steps = p.epochs * p.mini_batches
         out[:, 0] += steps * trained / t.dp * OPTIMIZER_BYTES / grid.memory_bytes_per_s
-    gathers = UPDATE_GATHERS * p.epochs if p.update else 1
-    out[:, 1] = n * (k * micro_share[0] + gathers * micro_share[1])
-    out[:, 2] = offload_gb(t, p, a, trained) * (n if m.param_offload == "forward" and
+    out[:, 1] = n * k * a.layers / t.pp
+    if t.strategy != "megatron" and t.dp > 1:
+        gathers = UPDATE_GATHERS * p.epochs if p.update else 1
+        out[:, 2] = n * gathers * 2.0 * a.params * (t.dp - 1) / t.dp / GB
+    out[:, 3] = offload_gb(t, p, a, trained) * (n if m.param_offload == "forward" and
                                                  p.phase != "gen" else 1.0)
-    out[:, 3] = 1.0
+    out[:, 4] = 1.0
     return out
 
 
@@ -137,12 +138,9 @@ def sequence_length(t: TrainingShape, stats: StepStats) -> np.ndarray:
     return np.full(len(stats.mean), float(t.max_prompt_tokens + t.max_response_tokens))
 
 
-def step_bases(t: TrainingShape, grids: dict[str, ForwardGrid],
-               shares: dict[str, tuple[float, float]],
-               stats: StepStats, responses: int, timed: tuple[str, ...],
-               sync_fixed: float) -> StepBases:
-    """Every timed phase's BASES per step (module docstring); `shares`: each model's micro-batch
-    launches and all-gather over the actor's micro-batch cost. `gen` holds what the rollout's
+def step_bases(t: TrainingShape, grids: dict[str, ForwardGrid], stats: StepStats,
+               responses: int, timed: tuple[str, ...], sync_fixed: float) -> StepBases:
+    """Every timed phase's BASES per step (module docstring). `gen` holds what the rollout's
     timer holds beyond the rollout: the old log-probs' pass where this veRL runs it there, and an
     offloaded actor's weights moved in and out; `adv` and `reward` run on the driver (no
     dispatch); `sync_fixed` is the weight sync in phase_s's prior's units."""
@@ -152,18 +150,18 @@ def step_bases(t: TrainingShape, grids: dict[str, ForwardGrid],
     for name in timed:
         p = t.phase(name)
         if p is not None:
-            out = phase_bases(t, p, grids[p.role], shares[p.role], length, responses)
+            out = phase_bases(t, p, grids[p.role], length, responses)
         else:
             out = np.zeros((steps, len(BASES)))
             if name in ("adv", "reward"):
-                out[:, 4] = responses
+                out[:, 5] = responses
             elif name == "update_weights":
-                out[:, 3] = sync_fixed
+                out[:, 4] = sync_fixed
         if name == "gen":
-            out[:, 3] = 0.0  # the rollout's fixed costs are its own factors'
+            out[:, 4] = 0.0  # the rollout's fixed costs are its own factors'
             actor = t.model("actor")
             if p is None and actor.param_offload == "phase":
-                out[:, 2] = 2 * load_architecture(actor.arch).params / t.dp * actor.param_bytes / GB
+                out[:, 3] = 2 * load_architecture(actor.arch).params / t.dp * actor.param_bytes / GB
         rows.append(out)
         names.append(name)
     return StepBases(tuple(names), np.stack(rows) if rows else np.zeros((0, steps, len(BASES))))

@@ -22,8 +22,7 @@ from workbench.runlog.engine_config import EngineConfig, engine_config
 from workbench.runlog.forward_costs import ForwardGrid, forward_grid
 from workbench.runlog.lengths import ModelledLengths, StepStats, model_lengths, step_stats
 from workbench.runlog.phases import SYNC_BYTES_PER_S, SYNC_CALLS_S, step_bases
-from workbench.runlog.priors import (PHASE_S, RunPriors, engine_profile_priors, micro_prior_s,
-                                     run_priors)
+from workbench.runlog.priors import PHASE_S, RunPriors, engine_profile_priors, run_priors
 from workbench.runlog.reader import RunLog, read_run_log
 from workbench.runlog.shape import RunShape, ShapeFlags, run_shape
 from workbench.runlog.training import training_shape
@@ -73,16 +72,13 @@ def work_of(log: RunLog, shape: RunShape, t: TrainingShape, stats: StepStats,
     """Each step's rollout work and phases' bases at the database's costs."""
     from workbench.contracts.architecture import load_architecture
 
-    engine_s, passes, generated = engine.rollout_steps(shape, db, lengths, progress)
-    actor = sum(micro_prior_s(t, "actor")[:2])
-    shares = {m.role: (micro_prior_s(t, m.role)[0] / actor, micro_prior_s(t, m.role)[1] / actor)
-              for m in t.models}
+    engine_s, passes = engine.rollout_steps(shape, db, lengths, progress)
     params = load_architecture(shape.arch).params
     sync = (SYNC_CALLS_S + 2.0 * params / SYNC_BYTES_PER_S) / PHASE_S
-    bases = step_bases(t, _grids(shape, t), shares, stats, shape.responses,
-                       errors.timed_phases(log), sync)
+    bases = step_bases(t, _grids(shape, t), stats, shape.responses, errors.timed_phases(log),
+                       sync)
     tokens = (stats.mean + stats.prompt_mean) * shape.responses
-    return engine.StepWork(engine_s, passes, generated, bases, tokens)
+    return engine.StepWork(engine_s, passes, bases, tokens)
 
 
 def prepare(path: str | Path, flags: ShapeFlags, seed: int = 0,

@@ -7,10 +7,6 @@ what each cost is where the engine's config says it happens:
 - decode_speed: the run's per-token GPU time over the measured database's, for the GPU named
   (--gpu), this model and TP: the same kernels, so 1, give or take the engine's version and eager
   kernels (log-sd 0.35: x/÷ 2.4 at the range's ends).
-- seq_overhead_s: the host's work per sequence and engine step (its output token processed,
-  stop conditions checked, detokenised): in vLLM's V0 engine (before 0.8) in Python inside every
-  step, V0_SEQ_S; in its V1 engine and SGLang apart from the step, V1_SEQ_S; log-sd 0.7 (1.0
-  where the log does not name the engine's version).
 - step_overhead_s: a fixed host cost per engine step (kernel launches, the scheduler, sampling on
   the host). Eager mode (enforce_eager) launches every kernel from Python: 0.5 ms per decoder
   layer; with CUDA graphs one replay per step: 2 ms. Log-sd 0.6; where the log does not say which,
@@ -25,14 +21,14 @@ from the run's training shape:
 
 - train_speed: the phases' kernels over the database's (the same kernels, FSDP's and veRL's work
   between them): 1.5, log-sd 0.5;
-- micro_batch_s: the fixed cost of one micro-batch forward of the actor: an eager PyTorch forward
-  launches every layer's kernels from Python (LAUNCH_S_PER_LAYER a layer), and FSDP all-gathers
-  the model's bf16 weights from the other ranks for every forward (its shard's complement at
-  GATHER_BYTES_PER_S); Megatron keeps its weights and gathers nothing. Log-sd 0.8. Another model
-  (a critic of another size) pays its own in proportion; an update's micro-batch pays its
-  launches once a forward it runs (workbench/runlog/phases.py), its all-gather again for the
-  backward and a reduce-scatter of fp32 gradients (veRL accumulates gradients without FSDP's
-  no_sync): four gathers' worth;
+- launch_s: a micro-batch's fixed cost per decoder layer and forward: an eager PyTorch forward
+  launches each layer's kernels from Python, and FSDP's hooks unshard and reshard each wrapped
+  layer: LAUNCH_S_PER_LAYER, log-sd 0.7. A backward counts as its forwards;
+- gather_s_per_gb: FSDP's all-gather of a model's bf16 weights from the other ranks, for every
+  micro-batch's forward (an update's micro-batch gathers again for its backward and
+  reduce-scatters its fp32 gradients: veRL accumulates them without FSDP's no_sync), at
+  GATHER_BYTES_PER_S (NVLink's ring, its share for each rank), log-sd 0.8; Megatron keeps its
+  weights and gathers nothing;
 - offload_s_per_gb: the host link, as veRL moves tensors to and from the host (PCIe: pageable
   copies a few GB/s, pinned ones on Gen5 x16 up to ~55 GB/s): 1 / HOST_BYTES_PER_S, log-sd 0.8;
 - phase_s: a phase's fixed cost (the batch dispatched to the workers and gathered back through
@@ -65,16 +61,16 @@ EAGER_S_PER_LAYER = 5e-4
 GRAPHS_STEP_S = 2e-3
 SYNC_CALLS_S, SYNC_BYTES_PER_S = 1.5, 10e9
 REALLOC_S, CAPTURE_S, DISPATCH_S = 1.5, 3.0, 1.0
-LAUNCH_S_PER_LAYER = 4e-4
+LAUNCH_S_PER_LAYER = 8e-4
 GATHER_BYTES_PER_S = 100e9
 HOST_BYTES_PER_S = 12e9
 PHASE_S = 0.2
 REWARD_S = 2e-4
-V0_SEQ_S, V1_SEQ_S = 2e-5, 4e-6
-ROLLOUT_FACTORS = ("decode_speed", "step_overhead_s", "rl_step_s", "seq_overhead_s")
-TRAIN_FACTORS = ("train_speed", "micro_batch_s", "offload_s_per_gb", "phase_s", "reward_s")
-# RunFactors' four first (contracts/profile.py), then the others
-FACTORS = ROLLOUT_FACTORS[:3] + TRAIN_FACTORS[:1] + ROLLOUT_FACTORS[3:] + TRAIN_FACTORS[1:]
+ROLLOUT_FACTORS = ("decode_speed", "step_overhead_s", "rl_step_s")
+TRAIN_FACTORS = ("train_speed", "launch_s", "gather_s_per_gb", "offload_s_per_gb", "phase_s",
+                 "reward_s")
+# RunFactors' four first (contracts/profile.py), then `extra`'s
+FACTORS = ROLLOUT_FACTORS + TRAIN_FACTORS
 ROLLOUT = np.array([FACTORS.index(n) for n in ROLLOUT_FACTORS])
 TRAIN = np.array([FACTORS.index(n) for n in TRAIN_FACTORS])
 
@@ -145,51 +141,23 @@ def _rl_step(engine: EngineConfig, param_bytes: float) -> FactorPrior:
     return FactorPrior("rl_step_s", total, 0.6, " + ".join(parts))
 
 
-def micro_prior_s(t: TrainingShape, role: str) -> tuple[float, float, str]:
-    """One micro-batch forward's fixed cost of `role`'s model: (its launches, its weights'
-    all-gather, why)."""
-    a = load_architecture(t.model(role).arch)
-    launches = LAUNCH_S_PER_LAYER * a.layers / t.pp
-    why = f"{1e3 * LAUNCH_S_PER_LAYER:.1f} ms of eager launches x {a.layers} layers"
-    if t.strategy == "megatron" or t.dp == 1:
-        return launches, 0.0, why + (" (Megatron: no weights gathered)" if t.dp > 1 else
-                                     " (one rank: nothing gathered)")
-    gather = 2.0 * a.params * (t.dp - 1) / t.dp / GATHER_BYTES_PER_S
-    return launches, gather, (why + f" + FSDP's all-gather of {2 * a.params / 1e9:.1f} GB of "
-                              f"bf16 weights x {t.dp - 1}/{t.dp} at "
-                              f"{GATHER_BYTES_PER_S / 1e9:.0f} GB/s")
-
-
 def training_priors(t: TrainingShape) -> tuple[FactorPrior, ...]:
     """TRAIN_FACTORS' priors for a run of this training shape (module docstring)."""
-    launches, gather, why = micro_prior_s(t, "actor")
-    micro = launches + gather
+    gathers = t.strategy != "megatron" and t.dp > 1
     return (
         FactorPrior("train_speed", 1.5, 0.5, "the phases' kernels below the database's (FSDP's "
                     "and veRL's work between them)"),
-        FactorPrior("micro_batch_s", micro, 0.8, why),
+        FactorPrior("launch_s", LAUNCH_S_PER_LAYER, 0.7, "an eager, FSDP-wrapped layer's "
+                    "launches and hooks per micro-batch forward"),
+        FactorPrior("gather_s_per_gb", 1e9 / GATHER_BYTES_PER_S, 0.8,
+                    f"FSDP's all-gather at {GATHER_BYTES_PER_S / 1e9:.0f} GB/s" if gathers else
+                    "nothing gathered (one rank, or Megatron): its prior only"),
         FactorPrior("offload_s_per_gb", 1.0 / (HOST_BYTES_PER_S / 1e9), 0.8,
                     f"the host link (PCIe) at {HOST_BYTES_PER_S / 1e9:.0f} GB/s"),
         FactorPrior("phase_s", PHASE_S, 1.0, "the batch dispatched and gathered through Ray, "
                     "the cache emptied"),
         FactorPrior("reward_s", REWARD_S, 1.0, "a rule-based score in Python per response"),
     )
-
-
-def _seq_overhead(engine: EngineConfig) -> FactorPrior:
-    version = engine.version.split(" ")[-1] if engine.version else ""
-    if engine.framework == "vllm" and version:
-        major_minor = tuple(int(x) for x in version.split(".")[:2] if x.isdigit())
-        if major_minor and major_minor < (0, 8):
-            return FactorPrior("seq_overhead_s", V0_SEQ_S, 0.7, f"vLLM {version}'s V0 engine: "
-                               "each sequence's output processed in Python every step")
-        return FactorPrior("seq_overhead_s", V1_SEQ_S, 0.7, f"vLLM {version}'s V1 engine: "
-                           "outputs processed apart from the step")
-    if engine.framework == "sglang":
-        return FactorPrior("seq_overhead_s", V1_SEQ_S, 0.7, "SGLang: outputs processed apart "
-                           "from the step")
-    return FactorPrior("seq_overhead_s", (V0_SEQ_S * V1_SEQ_S) ** 0.5, 1.0, "the engine's "
-                       "version not in the log: between vLLM's V0 and V1 engines")
 
 
 def run_priors(shape: RunShape, engine: EngineConfig, training: TrainingShape) -> RunPriors:
@@ -201,7 +169,6 @@ def run_priors(shape: RunShape, engine: EngineConfig, training: TrainingShape) -
                     f"TP{shape.tp} (--gpu names the GPU)"),
         _step_overhead(engine, arch.layers),
         _rl_step(engine, 2.0 * arch.params),
-        _seq_overhead(engine),
     ) + training_priors(training)
     return RunPriors(tuple(next(f for f in given if f.name == n) for n in FACTORS))
 

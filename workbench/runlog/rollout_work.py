@@ -80,12 +80,10 @@ def shard_work(c: DecodeCost, r: np.ndarray, context: int, max_batch: int) -> tu
 
 
 def step_work(c: DecodeCost, lengths: np.ndarray, context: int, engines: int,
-              max_batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per engine, (seconds, engine steps, tokens generated) of one RL step's rollout: the
-    responses (prompt-major) in contiguous shards, as the simulator splits them."""
-    seconds, steps, tokens = np.zeros(engines), np.zeros(engines), np.zeros(engines)
+              max_batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per engine, (seconds, engine steps) of one RL step's rollout: the responses (prompt-major)
+    in contiguous shards, as the simulator splits them."""
+    seconds, steps = np.zeros(engines), np.zeros(engines)
     for w, rows in enumerate(shard(len(lengths), engines)):
-        r = lengths[rows.start:rows.stop]
-        seconds[w], steps[w] = shard_work(c, r, context, max_batch)
-        tokens[w] = float(np.sum(r))
-    return seconds, steps, tokens
+        seconds[w], steps[w] = shard_work(c, lengths[rows.start:rows.stop], context, max_batch)
+    return seconds, steps

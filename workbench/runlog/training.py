@@ -6,7 +6,8 @@ Each field comes from the launch command's override, else the printed config, el
 said as such. The defaults and the rules that differ between veRL's versions:
 
 - micro-batches: `*_micro_batch_size_per_gpu` (newer), else `*_micro_batch_size` divided by the
-  data-parallel ranks (older veRL's global size); `use_dynamic_bsz` packs micro-batches up to
+  data-parallel ranks (older veRL's global size), else older veRL's defaults (OLD_DEFAULTS);
+  `use_dynamic_bsz` packs micro-batches up to
   `ppo_max_token_len_per_gpu` tokens (`log_prob_max_token_len_per_gpu` for the log-prob passes);
   the critic's values pass takes `forward_micro_batch_size[_per_gpu]`, by default its update's;
 - the reference model: with LoRA it is the actor without its adapters (no model of its own). Its
@@ -34,6 +35,8 @@ from workbench.runlog.shape import RunShape, resolve_arch, setting
 ARO = "actor_rollout_ref."
 ACTOR, ROLL, REF, CRITIC = ARO + "actor.", ARO + "rollout.", ARO + "ref.", "critic."
 DEFAULT_MAX_TOKENS = 16384  # veRL's ppo_max_token_len_per_gpu default
+OLD_DEFAULTS = {"ppo_micro_batch_size": 64, "log_prob_micro_batch_size": 128,
+                "forward_micro_batch_size": 64}  # veRL's global sizes before 2025
 CRITIC_MAX_TOKENS = 32768
 
 
@@ -92,10 +95,11 @@ def _phase(r: _Reader, phase: str, role: str, prefix: str, name: str, dp: int,
         return PhaseShape(phase, role, 0, r.int(tokens_key, tokens_default), update, epochs,
                           minis)
     micro = _micro(r, prefix, name, dp, fallback)
-    if micro is None:
-        raise ConfigError(r.log.path, f"{prefix}{name}_per_gpu", "<missing>",
-                          f"the micro-batch the {phase} phase runs at (the log neither sets it "
-                          f"nor {prefix}{name}, nor use_dynamic_bsz)")
+    if micro is None:  # veRL before 2025 had defaults; newer veRL refuses a run without one
+        total = OLD_DEFAULTS[name]
+        micro = max(1, total // dp)
+        r.taken.append(TrainingTaken(prefix + name, str(total), "veRL's default before 2025 "
+                                     f"(global: {micro} a GPU); newer veRL requires it"))
     return PhaseShape(phase, role, micro, 0, update, epochs, minis)
 
 
