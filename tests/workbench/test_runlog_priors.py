@@ -14,7 +14,7 @@ import pytest
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
 from workbench.runlog import fit, predictive
-from workbench.contracts.profile import PhaseScatter
+from workbench.contracts.run_factors import PhaseScatter
 from workbench.runlog.engine import StepWork
 from workbench.runlog.phases import BASES, StepBases
 from workbench.runlog.engine_config import engine_config

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.contracts.profile import Profile, RunFactors
+from workbench.contracts.profile import Profile
+from workbench.contracts.run_factors import RunFactors
 from workbench.contracts.schema import ConfigError
 from workbench.runlog import engine, errors, fit, predictive
 from workbench.runlog.errors import PhaseErrors

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from workbench.contracts.fileio import sig
-from workbench.contracts.profile import Profile, RunFactors
+from workbench.contracts.profile import Profile
+from workbench.contracts.run_factors import RunFactors
 from workbench.contracts.workload import Workload
 from workbench.runlog.lengths import ModelledLengths
 from workbench.runlog.phases import StepBases

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench.contracts.profile import RunFactors
+from workbench.contracts.run_factors import RunFactors
 from workbench.runlog.engine_config import EngineConfig
 from workbench.runlog.fit import Posterior
 from workbench.runlog.predictive import Coverage, Coverages

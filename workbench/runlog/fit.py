@@ -41,7 +41,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from workbench.contracts import seeds
-from workbench.contracts.profile import PhaseScatter
+from workbench.contracts.run_factors import PhaseScatter
 from workbench.contracts.seeds import Stream
 from workbench.runlog.engine import Predicted, StepWork, predict, rollout_s
 from workbench.runlog.errors import Measured

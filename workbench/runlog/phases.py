@@ -1,5 +1,5 @@
 """Each timed phase outside the rollout, priced from what runs it: per step, the physical quantities
-(BASES) that the training factors (workbench/runlog/phase_priors.py) turn into seconds.
+(BASES) that the training factors (workbench/runlog/priors.py's TRAIN_FACTORS) turn into seconds.
 
 A phase's seconds = sum over BASES of basis x factor:
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.contracts import seeds
-from workbench.contracts.profile import RunFactors
+from workbench.contracts.run_factors import RunFactors
 from workbench.contracts.seeds import Stream
 from workbench.contracts.uncertainty import interval
 from workbench.runlog.engine import StepWork, factor_values, predict

@@ -340,12 +340,12 @@ def _read_extract(p: Path) -> RunLog:
         skipped = Skipped(**doc["skipped"])
         src = doc["source"]
         source = (f"{src['repository']} {src['commit']} {src['path']} (sha256 {src['sha256']})")
-    except (KeyError, TypeError, ValueError) as exc:
+        rows = {int(r["step"]): {k: v for k, v in r.items() if not pd.isna(v)}
+                for r in frame.to_dict("records") if not pd.isna(r.get(GEN))}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(str(p), "<fields>", f"lacks or mistypes {exc}",
                           f"extracted metrics as `tlt runlog extract` writes them "
                           f"({EXTRACT_SCHEMA}: docs/formats.md)") from None
-    rows = {int(r["step"]): {k: v for k, v in r.items() if not pd.isna(v)}
-            for r in frame.to_dict("records") if not pd.isna(r.get(GEN))}
     for row in rows.values():
         for k, v in row.items():
             if str(k).startswith(TIMING):

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from workbench.contracts.fileio import sig
-from workbench.contracts.profile import Profile, RunFactor, RunFactors
+from workbench.contracts.profile import Profile
+from workbench.contracts.run_factors import RunFactor, RunFactors
 from workbench.contracts.provenance import RUNLOG_PREFIX
 from workbench.contracts.uncertainty import CostSplit, CostUncertainty
 from workbench.runlog import engine

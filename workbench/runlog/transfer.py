@@ -13,7 +13,7 @@ import numpy as np
 from workbench.runlog import engine, fit, predictive
 from workbench.runlog.errors import Errors, PhaseErrors
 from workbench.runlog.prepared import Prepared
-from workbench.contracts.profile import RunFactors
+from workbench.contracts.run_factors import RunFactors
 from workbench.runlog.run_profile import run_factors
 
 
