@@ -19,7 +19,9 @@ from workbench.contracts.policy import load_policy
 from workbench.runlog import calibrate as cal
 from workbench.runlog import engine
 from workbench.runlog.extract import Provenance, extract
-from workbench.runlog.phases import BASES
+from workbench.contracts.training_shape import ModelShape, PhaseShape, TrainingShape
+from workbench.runlog.forward_costs import BATCHES, LENGTHS, ForwardGrid
+from workbench.runlog.phases import BASES, phase_bases
 from workbench.runlog.prepared import prepare
 from workbench.runlog.priors import TRAIN
 from workbench.runlog.reader import read_run_log
@@ -201,3 +203,34 @@ def test_the_transfer_table_is_regenerated_from_the_shipped_metrics(repo_root, t
     assert "| `Qwen2.5-0.5B-bsz256_2-prompt512-resp256-0.538.metrics.json` |" in lines
     assert "Model error under a change of run" in lines
     assert 0 < table.model_error < 1
+
+
+def _grid(value_head: bool = False) -> ForwardGrid:
+    """A database of one microsecond a token, whatever the micro-batch."""
+    seconds = tuple(tuple(1e-6 * b * n for n in LENGTHS) for b in BATCHES)
+    return ForwardGrid("qwen2.5-0.5b", "h100", 1, value_head, seconds, 3e12, 151936)
+
+
+def test_lora_and_megatron_price_the_update_as_their_physics():
+    """LoRA's backward computes no weight gradients (3 forwards with checkpointing, not 4) and its
+    optimizer steps only its adapters; Megatron gathers no weights and runs a pipeline's
+    (micro-batches + pp - 1) stage times over its data-parallel ranks."""
+    actor = ModelShape("actor", "qwen2.5-0.5b", checkpointing=True, param_bytes=4)
+    upd = PhaseShape("update_actor", "actor", micro_batch=4, update=True, mini_batches=2)
+    fsdp = TrainingShape("fsdp", 8, (actor,), (upd,))
+    length = np.array([512.0])
+    launch, gather = (list(BASES).index(n) for n in ("launch", "gather"))
+    a = phase_bases(fsdp, upd, _grid(), length, 64)  # 8 sequences a rank: 2 micro-batches
+    assert a[0, launch] == 2 * 4 * 24
+    params = 494_032_768
+    assert a[0, gather] == pytest.approx(2 * 4 * 2 * params * 7 / 8 / 1e9)
+    lora = replace(fsdp, models=(replace(actor, lora_rank=32),))
+    b = phase_bases(lora, upd, _grid(), length, 64)
+    assert b[0, launch] == 2 * 3 * 24 and b[0, 0] < a[0, 0]
+    meg = replace(fsdp, strategy="megatron", tp=2, pp=2)  # 2 ranks of 32 sequences: 8 of 4
+    c = phase_bases(meg, upd, _grid(), length, 64)
+    assert c[0, gather] == 0.0 and c[0, launch] == 8 * 4 * 24 / 2
+    forward = 4 * 512 * 1e-6  # a micro-batch's forward on the grid
+    logits = 32 * 512 * 151936 * 96 / 3e12
+    optimizer = 2 * params / 2 * 28 / 3e12
+    assert c[0, 0] == pytest.approx(4 * forward / 2 * (8 + 1) + logits + optimizer, rel=1e-6)

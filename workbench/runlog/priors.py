@@ -14,7 +14,9 @@ what each cost is where the engine's config says it happens:
 - rl_step_s: the fixed cost per RL step inside veRL's rollout timer, as the parts the config says
   happen: the weight sync into the engine (1.5 s of calls plus the parameters' bytes at 10 GB/s),
   the KV cache freed and allocated again when free_cache_engine (1.5 s), CUDA graphs captured
-  again when not eager (3 s), and dispatching the batch (1 s). Log-sd 0.6.
+  again when not eager (3 s), and dispatching the batch (1 s); with `layered_summon` the FSDP
+  weights are gathered and loaded layer by layer (SUMMON_S_PER_LAYER a layer more); the
+  `load_format` is said. Log-sd 0.6.
 
 The training factors price the phases outside the rollout (workbench/runlog/phases.py's BASES),
 from the run's training shape:
@@ -61,6 +63,7 @@ EAGER_S_PER_LAYER = 5e-4
 GRAPHS_STEP_S = 2e-3
 SYNC_CALLS_S, SYNC_BYTES_PER_S = 1.5, 10e9
 REALLOC_S, CAPTURE_S, DISPATCH_S = 1.5, 3.0, 1.0
+SUMMON_S_PER_LAYER = 0.01
 LAUNCH_S_PER_LAYER = 8e-4
 GATHER_BYTES_PER_S = 100e9
 HOST_BYTES_PER_S = 12e9
@@ -124,10 +127,16 @@ def _step_overhead(engine: EngineConfig, layers: int) -> FactorPrior:
                        "replay and the scheduler per step")
 
 
-def _rl_step(engine: EngineConfig, param_bytes: float) -> FactorPrior:
+def _rl_step(engine: EngineConfig, param_bytes: float, layers: int) -> FactorPrior:
     sync = SYNC_CALLS_S + param_bytes / SYNC_BYTES_PER_S
     parts = [f"weight sync {sync:.1f} s ({param_bytes / 1e9:.1f} GB at "
-             f"{SYNC_BYTES_PER_S / 1e9:.0f} GB/s + {SYNC_CALLS_S} s)"]
+             f"{SYNC_BYTES_PER_S / 1e9:.0f} GB/s + {SYNC_CALLS_S} s"
+             + (f", as {engine.value('load_format')}" if engine.value("load_format") else "")
+             + ")"]
+    if engine.value("layered_summon") is True:
+        sync += SUMMON_S_PER_LAYER * layers
+        parts.append(f"layered_summon: a gather and a load per layer, {SUMMON_S_PER_LAYER} s x "
+                     f"{layers}")
     total = sync + DISPATCH_S
     if engine.free_cache_engine is not False:
         total += REALLOC_S
@@ -168,7 +177,7 @@ def run_priors(shape: RunShape, engine: EngineConfig, training: TrainingShape) -
         FactorPrior("decode_speed", 1.0, 0.35, f"the measured database's kernels for {shape.gpu} "
                     f"TP{shape.tp} (--gpu names the GPU)"),
         _step_overhead(engine, arch.layers),
-        _rl_step(engine, 2.0 * arch.params),
+        _rl_step(engine, 2.0 * arch.params, arch.layers),
     ) + training_priors(training)
     return RunPriors(tuple(next(f for f in given if f.name == n) for n in FACTORS))
 
