@@ -95,7 +95,7 @@ def prepare(path: str | Path, flags: ShapeFlags, seed: int = 0,
         check_fit_steps(log, fit_steps)
     shape = run_shape(log, flags)
     eng = engine_config(log, shape.framework)
-    train = training_shape(log, shape)
+    train = log.training or training_shape(log, shape)
     priors = run_priors(shape, eng, train)
     stats = step_stats(log)
     grid = max(1, shape.max_response_tokens // GRID_STEPS)

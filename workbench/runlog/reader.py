@@ -45,6 +45,7 @@ import pandas as pd
 from workbench.contracts.file_kind import describe
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.tables import read_csv, read_jsonl, read_parquet
+from workbench.contracts.training_shape import TrainingShape
 from workbench.runlog.command import LaunchCommand, Setting, parse_command
 from workbench.runlog.printed_config import ConfigValue, PrintedConfig, parse_printed_config
 
@@ -113,6 +114,9 @@ class RunLog:
     old_names: bool  # the file named timings timing/... (older veRL)
     config: PrintedConfig = PrintedConfig()  # the resolved config the log printed at start
     source: str = ""  # extracted metrics: the original log's provenance (repository, path, ...)
+    # how the run trains, where a reader of another framework's logs fills it from its config
+    # (None: read from veRL's config, workbench/runlog/training.py)
+    training: TrainingShape | None = None
 
     @property
     def steps(self) -> int:
