@@ -22,6 +22,7 @@ from workbench.contracts.schema import ConfigError
 from workbench.runlog import engine, errors, fit, predictive
 from workbench.runlog.errors import PhaseErrors
 from workbench.runlog.prepared import Prepared, check_fit_steps, fitted_on, fitted_steps
+from workbench.runlog.priors import FACTORS
 from workbench.runlog.run_profile import run_factors, run_profile, uncertainty
 from workbench.runlog.transfer import leave_one_out
 
@@ -140,6 +141,11 @@ def validate(p: Prepared, profile: Profile) -> RunValidation:
             None,
             "a profile `tlt calibrate --run-log` wrote (it records the run-level factors)",
         )
+    if profile.run_factors.names != FACTORS:
+        raise ConfigError(
+            profile.name, "run_factors.extra", [x.name for x in profile.run_factors.extra],
+            f"the factors {', '.join(FACTORS[4:])}: a profile `tlt calibrate --run-log` writes "
+            "now (one written before each phase was priced apart: calibrate it again)")
     f, pred = predicted(p, profile.run_factors)
     fixed, per_token = engine.affine_update(pred, p.work.tokens)
     run = engine.apply_factors(p.database, f, fixed, per_token, p.shape.gpus, profile.name)
