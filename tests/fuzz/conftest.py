@@ -50,6 +50,7 @@ from workbench.contracts.trace import TIMELINE_COLUMNS, TraceError, load_trace
 from workbench.contracts.workload import PRESET_DIR as WORKLOAD_DIR
 from workbench.contracts.workload import Workload, load_workload
 from workbench.runlog import calibrate as runlog_calibrate
+from workbench.runlog.prepared import prepare as runlog_prepare
 from workbench.runlog.lengths import model_lengths, step_stats
 from workbench.runlog.reader import read_run_log
 from workbench.runlog.shape import ShapeFlags, run_shape
@@ -199,7 +200,7 @@ def _read_run_log(path: Path) -> Any:
         return model_lengths(stats, shape.responses, shape.max_response_tokens, 0, 64, None)
     flags = ShapeFlags(gpu="h100", gpus=1, tp=1, prompts_per_step=4, group_size=2,
                        max_response_tokens=512, max_batch=8)
-    prepared = runlog_calibrate.prepare(path, flags)
+    prepared = runlog_prepare(path, flags)
     if prepared.log.steps < 2:
         return prepared
     result = runlog_calibrate.calibrate(prepared, 1, "fuzzed")

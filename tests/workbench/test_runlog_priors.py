@@ -5,7 +5,6 @@ flagged), an engine profile tightening them, and the intervals' coverage compute
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -14,9 +13,10 @@ import pytest
 
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError
-from workbench.contracts.uncertainty import CostUncertainty
 from workbench.runlog import fit, predictive
+from workbench.contracts.run_factors import PhaseScatter
 from workbench.runlog.engine import StepWork
+from workbench.runlog.phases import BASES, StepBases
 from workbench.runlog.engine_config import engine_config
 from workbench.runlog.errors import Measured
 from workbench.runlog.factor_report import factor_lines
@@ -25,6 +25,7 @@ from workbench.runlog.printed_config import parse_printed_config
 from workbench.runlog.reader import STEP, read_run_log
 from workbench.runlog.run_profile import run_factors
 from workbench.runlog.shape import ShapeFlags, run_shape
+from workbench.runlog.training import training_shape
 
 SHAPE = SimpleNamespace(train_forwards=6, gen_forwards=0)
 P = "(main_task pid=7773) "
@@ -88,8 +89,11 @@ def test_the_shape_and_engine_come_from_the_command_then_the_printed_config(tmp_
     assert shape.max_response_tokens == 256 and "printed config" in taken["max_response_tokens"]
     assert shape.max_batch == 256 and shape.tp == 2
     assert shape.group_size == 1 and "no n" in taken["group_size"]  # a veRL before rollout.n
-    # the actor without checkpointing (printed), ref and values, a critic with (veRL's default)
-    assert shape.train_forwards == 3 + 2 + 4
+    # the actor without checkpointing (printed), a critic with (veRL's default since 2025)
+    t = training_shape(log, shape)
+    assert not t.model("actor").checkpointing and t.model("critic").checkpointing
+    assert t.model("critic").value_head and t.log_probs_in_gen  # no old_log_prob timed
+    assert [p.phase for p in t.phases] == ["update_actor", "gen", "ref", "values", "update_critic"]
     eng = engine_config(log, shape.framework)
     assert eng.enforce_eager is True and eng.free_cache_engine is False
     assert eng.version == "vllm 0.6.3" and eng.value("enable_chunked_prefill") is False
@@ -121,21 +125,34 @@ def test_stray_bytes_are_read_and_counted_and_a_binary_file_is_refused(tmp_path)
         read_run_log(binary)
 
 
+def _work(engine_s: np.ndarray, passes: np.ndarray) -> StepWork:
+    """Steps whose only phase is the rollout (no model outside it)."""
+    bases = StepBases(("gen",), np.zeros((1, len(engine_s), len(BASES))))
+    return StepWork(engine_s, passes, bases, np.full(len(engine_s), 1e5))
+
+
+def _measured(gen: np.ndarray) -> Measured:
+    return Measured(gen, np.zeros(len(gen)), gen, ("gen",), gen[None, :])
+
+
 def _fit_set(passes: np.ndarray, priors: RunPriors) -> fit.FitSet:
     """A log of 60 steps whose rollout is 2 x the database's work + 5 s, per-step costs aside."""
     rng = np.random.default_rng(1)
     engine_s = rng.uniform(10, 20, (60, 2))
     gen = (2.0 * engine_s).max(axis=1) + 5.0
     gen *= np.exp(rng.normal(0, 0.01, 60))
-    meas = Measured(gen, np.full(60, 10.0), gen + 10)
-    work = StepWork(engine_s, passes, np.full(60, 5.0), np.full(60, 1e5))
-    return fit.FitSet(work, meas, 40, 6, priors)
+    return fit.FitSet(_work(engine_s, passes), _measured(gen), 40, priors)
 
 
 PRIORS = RunPriors((FactorPrior("decode_speed", 1.5, 0.35, "test"),
                     FactorPrior("step_overhead_s", 0.01, 0.6, "test"),
                     FactorPrior("rl_step_s", 4.0, 0.6, "test"),
-                    FactorPrior("train_speed", 1.5, 0.5, "test")))
+                    FactorPrior("train_speed", 1.5, 0.5, "test"),
+                    FactorPrior("launch_s", 8e-4, 0.7, "test"),
+                    FactorPrior("gather_s_per_gb", 0.01, 0.8, "test"),
+                    FactorPrior("offload_s_per_gb", 0.08, 0.8, "test"),
+                    FactorPrior("phase_s", 0.2, 1.0, "test"),
+                    FactorPrior("reward_s", 2e-4, 1.0, "test")))
 
 
 def test_a_factor_the_data_say_nothing_of_stays_at_its_prior_and_is_flagged():
@@ -172,41 +189,49 @@ def test_the_engine_config_sets_the_priors_medians(tmp_path):
     path.write_text("\n".join(PRINTED + [_step(1, 10.0), _step(2, 11.0)]) + "\n")
     log = read_run_log(path)
     shape = run_shape(log, ShapeFlags(gpu="h100"))
-    eager = run_priors(shape, engine_config(log, shape.framework))
+    t = training_shape(log, shape)
+    eager = run_priors(shape, engine_config(log, shape.framework), t)
     assert eager["step_overhead_s"].median == pytest.approx(30 * 5e-4)  # 30 layers, eager
     assert "KV cache" not in eager["rl_step_s"].why  # free_cache_engine False
     graphs_log = replace(log, config=replace(log.config, values=tuple(
         (k, replace(v, value=False) if k.endswith("enforce_eager") else v)
         for k, v in log.config.values)))
-    graphs = run_priors(shape, engine_config(graphs_log, shape.framework))
+    graphs = run_priors(shape, engine_config(graphs_log, shape.framework), t)
     assert graphs["step_overhead_s"].median < eager["step_overhead_s"].median
     # 7B parameters in bf16 at 10 GB/s: the weight sync's share of the fixed cost
     assert "13.8 GB" in eager["rl_step_s"].why
 
 
 def test_interval_coverage_is_computed_on_the_steps_given():
+    """The intervals from a posterior's draws hold the steps they should, miss a run 50% slower,
+    and with the model's error of a change of run added, widen."""
     rng = np.random.default_rng(2)
-    work = StepWork(rng.uniform(10, 20, (50, 2)), np.full((50, 2), 300.0), np.full(50, 5.0),
-                    np.full(50, 1e5))
-    prof = load_profile("h100-qwen2.5-7b-tp1")
-    f = run_factors(np.zeros(4), PRIORS, 6, "db", "")
-    prof = replace(prof, decode=replace(prof.decode, overhead_s=f.step_overhead_s),
-                   phases=replace(prof.phases, weight_sync_s=f.rl_step_s), run_factors=f)
+    work = _work(rng.uniform(10, 20, (50, 2)), np.full((50, 2), 300.0))
+    draws = rng.normal(0, 0.02, (100, len(PRIORS.factors)))
+    post = SimpleNamespace(draws=draws, z=np.zeros(len(PRIORS.factors)),
+                           scatter=(PhaseScatter("gen", -0.05, 0.05, 0.02),
+                                    PhaseScatter("step", -0.05, 0.05, 0.02)))
+    f = run_factors(np.zeros(len(PRIORS.factors)), PRIORS, 6, "db", "", post)
     gen = (f.decode_speed * work.engine_s + f.step_overhead_s * work.passes).max(axis=1)
     gen = gen + f.rl_step_s
-    meas = Measured(gen * np.exp(rng.normal(0, 0.03, 50)), np.full(50, 1.0), gen + 1)
-    tight = CostUncertainty("test", (0.0, math.log(f.step_overhead_s), math.log(f.rl_step_s), 0.0),
-                            tuple(tuple(0.0 for _ in range(4)) for _ in range(4)),
-                            (0.5, 1e-4, 0.1, 0.5), (2.0, 1.0, 100.0, 2.0), (-0.05, 0.05),
-                            run_scatter=0.02)
+    meas = _measured(gen * np.exp(rng.normal(0, 0.03, 50)))
     rows = np.arange(50)
-    c = predictive.coverage(replace(prof, uncertainty=tight), f, work, meas, SHAPE, rows)
+    c = predictive.coverage(f, work, meas, rows, change=False).gen
     assert 0.8 <= c.step_share <= 1.0 and c.median_inside and c.steps == 50
-    off = Measured(meas.gen_s * 1.5, meas.update_s, meas.step_s)  # the run 50% slower
-    c = predictive.coverage(replace(prof, uncertainty=tight), f, work, off, SHAPE, rows)
+    off = _measured(meas.gen_s * 1.5)  # the run 50% slower
+    c = predictive.coverage(f, work, off, rows, change=False).gen
     assert c.step_share == 0.0 and not c.median_inside
-    # no uncertainty, no interval
-    assert predictive.coverage(prof, f, work, meas, SHAPE, rows) is None
+    # the model's error under a change of run widens every interval: the same run, another
+    # log's, covers more of its 20% slower steps
+    biased = _measured(meas.gen_s * 1.2)
+    own = predictive.coverage(f, work, biased, rows, change=False)
+    other = predictive.coverage(f, work, biased, rows, change=True, model_error=0.2)
+    lo, hi = own.gen.median_interval
+    lo2, hi2 = other.gen.median_interval
+    assert lo2 < lo and hi2 > hi and other.model_error == 0.2 and own.model_error == 0.0
+    assert other.gen.step_share > own.gen.step_share
+    # no draws, no interval
+    assert predictive.coverage(replace(f, draws=()), work, meas, rows, change=False) is None
 
 
 def test_an_engine_profile_measured_on_the_gpu_tightens_the_priors_it_measures():

@@ -17,6 +17,7 @@ from workbench.contracts.schema import ConfigError
 from workbench.runlog.command import parse_command
 from workbench.runlog.lengths import model_lengths, step_stats
 from workbench.runlog.reader import GEN, read_run_log
+from workbench.runlog.training import training_shape
 from workbench.runlog.shape import ShapeFlags, run_shape
 
 GRPO = "grpo_run_deepseek7b_llm.log.gz"
@@ -91,7 +92,14 @@ def test_the_shape_comes_from_the_log_and_flags_override_it(verl_runs):
         shape.group_size,
         shape.max_response_tokens,
     ) == (4, 2, 1024, 5, 1024)
-    assert shape.arch == "deepseek-llm-7b-chat" and shape.train_forwards == 6
+    assert shape.arch == "deepseek-llm-7b-chat"
+    # how it trains, from the launch command: GRPO (no critic), the reference offloaded (FSDP's
+    # CPUOffload in the veRL of the *_per_gpu keys), micro-batches per GPU, packed sequences
+    t = training_shape(log, shape)
+    assert [p.phase for p in t.phases] == ["update_actor", "old_log_prob", "ref"]
+    assert [p.micro_batch for p in t.phases] == [80, 110, 110] and t.remove_padding
+    assert t.model("ref").param_offload == "forward" and t.model("actor").checkpointing
+    assert t.phase("update_actor").mini_batches == 4 and t.dp == 8
     taken = {t.field: t.source for t in shape.taken}
     assert taken["tp"].startswith(
         "log: actor_rollout_ref.rollout.tensor_model_parallel_size=$TP_VALUE"
@@ -107,7 +115,12 @@ def test_a_ppo_log_has_a_critic_and_no_rollout_n(verl_runs):
     with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.n.*--group-size"):
         run_shape(log, ShapeFlags(gpu="h100"))
     shape = run_shape(log, ShapeFlags(gpu="h100", group_size=1))
-    assert (shape.engines, shape.max_response_tokens, shape.train_forwards) == (2, 512, 11)
+    assert (shape.engines, shape.max_response_tokens) == (2, 512)
+    t = training_shape(log, shape)
+    assert t.model("critic").value_head and t.model("critic").checkpointing
+    assert [p.phase for p in t.phases] == ["update_actor", "old_log_prob", "ref", "values",
+                                           "update_critic"]
+    assert [p.micro_batch for p in t.phases] == [16, 32, 32, 32, 32]
 
 
 def test_older_timing_names_read_as_new_ones(tmp_path):

@@ -6,7 +6,9 @@ operator-level measurement or the measured database), `gpu.py` (gpu-check, gpu-p
 `sd_curve.py` (sd-curve: SD's speedup by batch), `moe_check.py` (moe-check: MoE decode steps against
 NVIDIA's end-to-end measurements), `real.py` (model, capture, bench rollout, bench grpo),
 `drafter.py` (drafter train, convert, check), `sweep.py` (engine-sweep, and calibrate on a sweep),
-`train.py` (train, bench real), `paper.py` (the TLT paper's figures), `project.py`
+`train.py` (train, bench real), `runlog_tools.py` (runlog extract and transfer: a console log's
+metrics extracted with its provenance, the transfer table of the shipped logs), `paper.py` (the TLT
+paper's figures), `project.py`
 (whole-run days, GPU-hours, cost, energy), `plan.py` (the cluster shape for a budget or a deadline),
 `workload.py` (workload import and show: lengths from logs), `agentic.py` (workload check: an
 agentic trace re-simulated), `tail.py` (tail: real rollouts' drains beside the
@@ -27,6 +29,7 @@ from workbench.cli import real  # noqa: F401
 from workbench.cli import sweep  # noqa: F401
 from workbench.cli import drafter  # noqa: F401
 from workbench.cli import train  # noqa: F401
+from workbench.cli import runlog_tools  # noqa: F401
 from workbench.cli import paper  # noqa: F401
 from workbench.cli import workload  # noqa: F401
 from workbench.cli import agentic  # noqa: F401

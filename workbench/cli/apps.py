@@ -22,11 +22,15 @@ workload_app = typer.Typer(
 task_app = typer.Typer(
     help="RL tasks as files `tlt train --task` reads (prompt, answer, solution).",
     no_args_is_help=True)
+runlog_app = typer.Typer(
+    help="veRL run logs: extract their metrics to ship, the transfer table of the shipped ones.",
+    no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(model_app, name="model")
 app.add_typer(drafter_app, name="drafter")
 app.add_typer(workload_app, name="workload")
 app.add_typer(task_app, name="task")
+app.add_typer(runlog_app, name="runlog")
 
 
 def _notice(message, category, filename, lineno, file=None, line=None) -> None:

@@ -115,8 +115,7 @@ def calibrate(
         flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
                                max_response_tokens, max_batch, ep)
         return rl.calibrate_run_log(run_log, fit_steps, out, workload_out, name, flags, seed,
-                                    not (traces or model is not None or runs), workers,
-                                    engine_profile)
+                                    not (traces or model is not None or runs), engine_profile)
     if traces and len(traces) == 1 and is_sweep_dir(traces[0]):
         return _calibrate_sweep(traces[0], base, hold_out, out, name)
     try:

@@ -11,11 +11,12 @@ from typing import Optional
 
 import typer
 
-from workbench.cli.common import fail, mapper_for
+from workbench.cli.common import fail
 from workbench.contracts.fileio import save_figure, write_json
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError, save
 from workbench.runlog import calibrate as cal
+from workbench.runlog.prepared import Prepared, prepare
 from workbench.runlog import factor_report, report
 from workbench.runlog.run_workload import full_path, run_workloads
 from workbench.runlog.shape import ShapeFlags
@@ -119,7 +120,7 @@ def check_profile_paths(*paths: Optional[Path],
 
 
 class Progress:
-    """Prints the steps simulated (every tenth) and notes when the fit's steps were all done."""
+    """Prints the steps worked out (every tenth) and notes when the fit's steps were all done."""
 
     def __init__(self, fit_steps: Optional[int] = None):
         self.t0, self.fit_steps, self.fit_ready_s = time.perf_counter(), fit_steps, 0.0
@@ -127,9 +128,9 @@ class Progress:
     def __call__(self, done: int, total: int) -> None:
         now = time.perf_counter() - self.t0
         if self.fit_steps is not None and done >= self.fit_steps and not self.fit_ready_s:
-            self.fit_ready_s = now  # all the fit needs is read and simulated
+            self.fit_ready_s = now  # all the fit needs is read and worked out
         if done == total or done % max(1, total // 10) == 0:
-            typer.echo(f"  simulated {done}/{total} steps ({now:.1f}s)", err=True)
+            typer.echo(f"  worked out {done}/{total} steps ({now:.1f}s)", err=True)
 
 
 OVERRIDES = ("arch", "gpu", "gpus", "tp", "prompts_per_step", "group_size", "max_response_tokens",
@@ -158,13 +159,13 @@ def log_and_flags(arg: Path, flags: ShapeFlags) -> tuple[Path, ShapeFlags]:
 
 
 def _prepare(run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[int] = None,
-             workers: int = 1, progress: Optional[Progress] = None,
-             engine_profile: Optional[Profile] = None) -> cal.Prepared:
+             progress: Optional[Progress] = None,
+             engine_profile: Optional[Profile] = None) -> Prepared:
     run_log, flags = log_and_flags(run_log, flags)
-    typer.echo(f"reading {run_log}, then one simulation per step ...", err=True)
+    typer.echo(f"reading {run_log}, then each step's work at the database's costs ...", err=True)
     try:
-        p = cal.prepare(run_log, flags, seed, progress or Progress(fit_steps), fit_steps,
-                        mapper=mapper_for(workers, None), engine_profile=engine_profile)
+        p = prepare(run_log, flags, seed, progress or Progress(fit_steps), fit_steps,
+                    engine_profile=engine_profile)
     except (ConfigError, ValueError) as exc:
         fail(exc)
     for line in report.shape_lines(p):
@@ -174,7 +175,7 @@ def _prepare(run_log: Path, flags: ShapeFlags, seed: int, fit_steps: Optional[in
 
 def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
                       workload_out: Optional[Path], name: Optional[str], flags: ShapeFlags,
-                      seed: int, alone: bool = True, workers: int = 1,
+                      seed: int, alone: bool = True,
                       engine_profile: Optional[str] = None) -> None:
     """Read, simulate, fit on the first steps (of each log: runs of one cluster), predict the rest;
     then write the profile (its figure and per-step JSON beside it) and, if asked, the first run's
@@ -190,8 +191,10 @@ def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
         except ConfigError as exc:
             fail(exc)
     first = Progress(fit_steps)
-    preps = [_prepare(log, flags, seed, fit_steps, workers, first if i == 0 else None,
-                      measured) for i, log in enumerate(run_logs)]
+    preps = [_prepare(log, flags, seed, fit_steps, first if i == 0 else None, measured)
+             for i, log in enumerate(run_logs)]
+    typer.echo(f"fitting the factors on the first {fit_steps} steps of {len(preps)} log(s), "
+               "their posterior sampled ...", err=True)
     try:
         result = cal.calibrate(preps[0], fit_steps, name or out.stem, preps[1:])
         workloads = []
@@ -214,11 +217,11 @@ def calibrate_run_log(run_logs: list[Path], fit_steps: int, out: Path,
         write_workload(wl, obs, path)
         typer.echo(f"wrote {path} and {data_path(path)}: {wl.description.rsplit('; ', 1)[-1]}")
     typer.echo(f"read and calibrated in {time.perf_counter() - t0:.1f}s (the {fit_steps} fit steps "
-               f"read and simulated after {first.fit_ready_s:.1f}s)", err=True)
+               f"read and worked out after {first.fit_ready_s:.1f}s)", err=True)
     typer.echo(json.dumps(report.calibration_summary(result)))
 
 
-def _figure(p: cal.Prepared, predicted, fit_steps: int):
+def _figure(p: Prepared, predicted, fit_steps: int):
     title = (f"{Path(p.log.path).name}: predicted (simulated) vs measured, factors fitted on the "
              f"first {fit_steps} steps")
     return report.figure(p, predicted, fit_steps, title)
@@ -233,12 +236,12 @@ def _relative(profile: Path, workload: Path) -> str:
     )
 
 
-def validate_run_log(run_log: Path, prof: Profile, flags: ShapeFlags, out: Optional[Path],
-                     workers: int = 1) -> None:
+def validate_run_log(run_log: Path, prof: Profile, flags: ShapeFlags,
+                     out: Optional[Path]) -> None:
     """Every step of a second log predicted with the profile's factors over its own engine."""
     if flags.gpu is None and prof.cluster is not None:  # the same cluster: the profile's GPU
         flags = replace(flags, gpu=prof.cluster.gpu)
-    p = _prepare(run_log, flags, 0, workers=workers)
+    p = _prepare(run_log, flags, 0)
     try:
         v = cal.validate(p, prof)
     except (ConfigError, ValueError) as exc:
@@ -255,8 +258,9 @@ def validate_run_log(run_log: Path, prof: Profile, flags: ShapeFlags, out: Optio
     g = v.run_profile.run_factors
     typer.echo(f"factors over this run's engine: decode {g.decode_speed:.3g}x, "
                f"{1e3 * g.step_overhead_s:.3g} ms per engine step, {g.rl_step_s:.3g} s per RL "
-               f"step, update {g.train_speed:.3g}x (the profile's multiples of this run's "
-               "config's priors)")
+               f"step, kernels outside the rollout {g.train_speed:.3g}x, "
+               + ", ".join(f"{x.name} {x.value:.3g}" for x in g.extra)
+               + " (the profile's multiples of this run's config's priors)")
     for line in report.error_lines(v.errors, "all steps"):
         typer.echo(line)
     if v.heldout is not None:  # in sample: the steps after the fitted ones are still held out

@@ -65,7 +65,7 @@ def validate(
             fail(ValueError("--run-log: give it alone, not with trace or run directories"))
         flags = rl.shape_flags(arch, gpu, gpus, tp, prompts_per_step, group_size,
                                max_response_tokens, max_batch, ep)
-        rl.validate_run_log(run_log, prof, flags, out, workers)
+        rl.validate_run_log(run_log, prof, flags, out)
         return
     if not traces:
         fail(ValueError("tlt validate needs trace or run directories, or --run-log LOG"))

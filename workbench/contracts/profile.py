@@ -7,12 +7,13 @@ the same forms, so a Profile means the same thing everywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.engine_identity import EngineIdentity
+from workbench.contracts.run_factors import RunFactors
 from workbench.contracts.schema import check_part, load, preset_names, require
 from workbench.contracts.uncertainty import CostPoint, CostUncertainty
 
@@ -270,56 +271,6 @@ class PhaseCost:
     def check(self) -> None:
         for name in ("train_gpu_s_per_token", "weight_sync_s", "spot_stop_s", "drafter_sync_s"):
             require(getattr(self, name) >= 0, name, getattr(self, name), "a number >= 0")
-
-
-@dataclass(frozen=True)
-class RunFactors:
-    """Run-level factors fitted to a real run's log (`tlt calibrate --run-log`) over a
-    measured-database profile: what turns the database's engine into the run's.
-
-    decode step = decode_speed x the database's step + step_overhead_s (per engine step);
-    the RL step pays rl_step_s more (veRL times its weight sync inside the rollout);
-    the update = train_speed x the database's cost per token and forward x the run's forwards.
-    Fitted on the log's first steps only (`fitted_on`), each as a multiple of what the run's
-    engine config predicts (its prior's median, `*_prior*`: workbench/runlog/priors.py); a run of
-    another shape on the same cluster takes the same multiples over its own engine and its own
-    config's medians (`tlt validate --run-log`)."""
-
-    decode_speed: float
-    step_overhead_s: float
-    rl_step_s: float
-    train_speed: float
-    train_forwards: int  # forwards per token of the update this profile's train cost holds
-    database_profile: str = ""  # the measured-database profile the factors apply to
-    fitted_on: str = ""  # the log and its fitted steps
-    # The priors' medians of the run fitted on (0: not recorded; the factors then transfer as
-    # they are)
-    decode_speed_prior: float = 0.0
-    step_overhead_prior_s: float = 0.0
-    rl_step_prior_s: float = 0.0
-    train_speed_prior: float = 0.0
-
-    def check(self) -> None:
-        require(0.0 < self.decode_speed <= 1000.0, "decode_speed", self.decode_speed,
-                "a factor > 0")
-        require(0.0 <= self.step_overhead_s < 10.0, "step_overhead_s", self.step_overhead_s,
-                "seconds, >= 0 and < 10")
-        require(self.rl_step_s >= 0.0, "rl_step_s", self.rl_step_s, "seconds >= 0")
-        require(0.0 < self.train_speed <= 1000.0, "train_speed", self.train_speed, "a factor > 0")
-        require(self.train_forwards >= 1, "train_forwards", self.train_forwards, "an integer >= 1")
-
-    def transferred(self, medians: tuple[float, float, float, float]) -> "RunFactors":
-        """The factors over another run of the cluster whose config predicts `medians` (decode
-        speed, per-step s, per-RL-step s, train speed): the same multiples of its medians as of
-        the fitted run's (a factor whose prior was not recorded transfers as it is)."""
-        names = ("decode_speed", "step_overhead_s", "rl_step_s", "train_speed")
-        priors = (self.decode_speed_prior, self.step_overhead_prior_s, self.rl_step_prior_s,
-                  self.train_speed_prior)
-        values = {n: getattr(self, n) * (m / p if p > 0 else 1.0)
-                  for n, m, p in zip(names, medians, priors)}
-        return replace(self, **values, decode_speed_prior=medians[0],
-                       step_overhead_prior_s=medians[1], rl_step_prior_s=medians[2],
-                       train_speed_prior=medians[3])
 
 
 @dataclass(frozen=True)

@@ -1,77 +1,30 @@
 """`tlt calibrate --run-log` and `tlt validate --run-log`: a run's log in, its steps predicted.
 
-`prepare` reads the log, works out the run's shape and engine config, its factors' priors, models
-each step's lengths and simulates every step at the measured database's costs (the slow part: a
-simulation per step). `calibrate` then fits the run-level factors under their priors on the first
-`fit_steps` steps of each log (workbench/runlog/fit.py), prices every step with them, measures how
-often the intervals hold, and with several logs fits on all but one and predicts the one left out
-(workbench/runlog/transfer.py); `validate` prices another log's steps with a profile's factors
-over its own engine and config.
+`prepare` (workbench/runlog/prepared.py) reads the log, works out the run's shape, engine config,
+training shape and factors' priors, models each step's lengths and prices the work of every step
+at the measured database's costs. `calibrate` then fits the run-level factors under their priors
+on the first `fit_steps` steps of each log (workbench/runlog/fit.py), prices every step and phase
+with them, measures how often the intervals hold, and with several logs fits on all but one and
+predicts the one left out (workbench/runlog/transfer.py); `validate` prices another log's steps
+with a profile's factors over its own engine and config.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from workbench.contracts.profile import Profile
+from workbench.contracts.run_factors import RunFactors
 from workbench.contracts.schema import ConfigError
-from workbench.project import Mapper, serial_map
 from workbench.runlog import engine, errors, fit, predictive
-from workbench.runlog.engine_config import EngineConfig, engine_config
-from workbench.runlog.lengths import ModelledLengths, StepStats, model_lengths, step_stats
-from workbench.runlog.priors import RunPriors, engine_profile_priors, run_priors
-from workbench.runlog.reader import RunLog, read_run_log
+from workbench.runlog.errors import PhaseErrors
+from workbench.runlog.prepared import Prepared, check_fit_steps, fitted_on, fitted_steps
+from workbench.runlog.priors import FACTORS
 from workbench.runlog.run_profile import run_factors, run_profile, uncertainty
-from workbench.runlog.shape import RunShape, ShapeFlags, run_shape
 from workbench.runlog.transfer import leave_one_out
-
-GRID_STEPS = 128  # a step's modelled lengths are multiples of cap / GRID_STEPS (its longest exact)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A log read, shaped, its engine and priors known, modelled and simulated at the database's
-    costs."""
-
-    log: RunLog
-    shape: RunShape
-    stats: StepStats
-    lengths: ModelledLengths
-    database: Profile
-    work: engine.StepWork
-    measured: errors.Measured
-    digest: str  # sha256 of the log file
-    engine: EngineConfig
-    priors: RunPriors
-
-    @property
-    def steps(self) -> np.ndarray:
-        return self.log.metrics["step"].to_numpy().astype(int)
-
-    def fit_set(self, fit_steps: int) -> fit.FitSet:
-        return fit.FitSet(self.work, self.measured, fit_steps, self.shape.train_forwards,
-                          self.priors, self.shape.gen_forwards)
-
-
-@dataclass(frozen=True)
-class PhaseErrors:
-    gen: errors.Errors
-    update: errors.Errors
-    step: errors.Errors
-
-    @classmethod
-    def of(cls, pred: engine.Predicted, meas: errors.Measured, rows: slice) -> PhaseErrors:
-        return cls(
-            errors.Errors.of(pred.gen_s[rows], meas.gen_s[rows]),
-            errors.Errors.of(pred.update_s[rows], meas.update_s[rows]),
-            errors.Errors.of(pred.step_s[rows], meas.step_s[rows]),
-        )
 
 
 @dataclass(frozen=True)
@@ -82,7 +35,7 @@ class LogFit:
     predicted: engine.Predicted
     fitted: PhaseErrors
     heldout: PhaseErrors
-    coverage: predictive.Coverage | None  # the held-out steps'
+    coverage: predictive.Coverages | None  # the held-out steps'
 
 
 @dataclass(frozen=True)
@@ -94,7 +47,7 @@ class RunCalibration:
     predicted: engine.Predicted
     fitted: PhaseErrors
     heldout: PhaseErrors
-    coverage: predictive.Coverage | None
+    coverage: predictive.Coverages | None
     baselines: errors.Baselines
     drift: list[errors.DriftRow]
     splits: tuple  # RunFactors if the unplaced cost were all per engine step / per RL step
@@ -111,79 +64,50 @@ class RunValidation:
     errors: PhaseErrors
     in_sample: bool  # the profile was fitted on this very log
     heldout: PhaseErrors | None = None  # in sample: the steps after the ones it was fitted on
-    coverage: predictive.Coverage | None = None  # the steps not fitted on
+    coverage: predictive.Coverages | None = None  # the steps not fitted on
 
 
-def _digest(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def forwards(p: Prepared) -> int:
+    """Forward-equivalents per token of the run's update phases (informative, the profile's)."""
+    t = p.training
+    return sum((4 if t.model(ph.role).checkpointing else 3) * ph.epochs if ph.update else 1
+               for ph in t.phases)
 
 
-def prepare(path: str | Path, flags: ShapeFlags, seed: int = 0,
-            progress: Callable[[int, int], None] | None = None, fit_steps: int | None = None,
-            limit: int | None = None, mapper: Mapper = serial_map,
-            engine_profile: Profile | None = None) -> Prepared:
-    """Read and simulate (module docstring); refuses a bad log or shape before any simulation. With
-    `fit_steps`, only those steps' statistics are pooled into what other steps' lengths borrow;
-    with `limit`, only the first `limit` timed steps are used; `engine_profile` (a profile
-    measured on the run's GPU) tightens the priors it measures (workbench/runlog/priors.py)."""
-    log = read_run_log(path)
-    if limit is not None and limit < log.steps:
-        log = replace(log, metrics=log.metrics.iloc[:limit].reset_index(drop=True))
-    if fit_steps is not None:
-        check_fit_steps(log, fit_steps)
-    shape = run_shape(log, flags)
-    eng = engine_config(log, shape.framework)
-    priors = run_priors(shape, eng)
-    stats = step_stats(log)
-    grid = max(1, shape.max_response_tokens // GRID_STEPS)
-    lengths = model_lengths(stats, shape.responses, shape.max_response_tokens, seed, grid,
-                            fit_steps)
-    db = engine.database_profile(shape)
-    if engine_profile is not None:
-        context = float(np.median(stats.prompt_mean) + np.median(stats.mean))
-        priors = engine_profile_priors(priors, engine_profile, db, shape, eng, context)
-    wl = engine.run_workload(shape, lengths, Path(path).stem, db.name)
-    work = engine.simulate_steps(wl, db, lengths, progress, mapper)
-    return Prepared(log, shape, stats, lengths, db, work, errors.measured(log),
-                    _digest(log.path), eng, priors)
+def profile_of(logs: list[Prepared], fit_steps: int, post: fit.Posterior, name: str,
+               on: tuple[str, ...], heldout_pct: float = float("nan")
+               ) -> tuple[Profile, tuple[RunFactors, RunFactors]]:
+    """The first log's profile with the factors fitted on `logs` (and the two split refits)."""
+    p = logs[0]
+    sets = [q.fit_set(fit_steps) for q in logs]
+    db = p.database.name
+    f = run_factors(post.z, p.priors, forwards(p), db, "; ".join(on), post)
+    splits = tuple(run_factors(fit.split_refit(sets, post, k), p.priors, forwards(p), db,
+                               "; ".join(on)) for k in (True, False))
+    values = engine.factor_values(f)
+    fixed, per_token = engine.affine_update(engine.predict(p.work, values), p.work.tokens)
+    keep = post.draws[::max(1, len(post.draws) // 100)][:100]
+    mid = np.argsort(p.work.tokens)[len(p.work.tokens) // 2: len(p.work.tokens) // 2 + 1]
+    base = engine.predict(p.work.rows(mid), values).update_s[0]
+    scale = np.array([engine.predict(p.work.rows(mid), values * np.exp(d - post.z)).update_s[0]
+                      for d in keep]) / max(base, 1e-12)
+    u = uncertainty(post, p.priors, f, splits, scale, fixed)
+    prof = run_profile(p.database, f, u, name, on, heldout_pct, p.log.path, (fixed, per_token),
+                       p.shape.gpus)
+    return prof, splits
 
 
-def check_fit_steps(log: RunLog, fit_steps: int) -> None:
-    if not 1 <= fit_steps < log.steps:
-        raise ConfigError(
-            log.path,
-            "--fit-steps",
-            fit_steps,
-            f"from 1 to {log.steps - 1}: the log has {log.steps} timed steps, and the steps "
-            "after the fitted ones are the held-out check",
-        )
-
-
-FITTED = re.compile(r"first (\d+) timed steps.*sha256 ([0-9a-f]{16})")
-
-
-def fitted_on(p: Prepared, fit_steps: int) -> str:
-    s = p.steps
-    return (
-        f"{Path(p.log.path).name}: its first {fit_steps} timed steps (steps {s[0]}-"
-        f"{s[fit_steps - 1]} of {s[0]}-{s[-1]}), sha256 {p.digest[:16]}"
-    )
-
-
-def fitted_steps(profile: Profile, p: Prepared) -> int | None:
-    """How many of `p`'s first steps `profile` was fitted on (None: not fitted on this log)."""
-    for entry in profile.fitted_on:
-        m = FITTED.search(entry)
-        if m and m.group(2) == p.digest[:16]:
-            return int(m.group(1))
-    return None
+def predicted(q: Prepared, f: RunFactors) -> tuple[RunFactors, engine.Predicted]:
+    """`f` over `q`'s own config (the same multiples of its priors' medians), and every step of
+    `q` priced with it."""
+    g = f.transferred(tuple(q.priors.medians))
+    return g, engine.predict(q.work, engine.factor_values(g))
 
 
 def _log_fit(q: Prepared, prof: Profile, fit_steps: int) -> LogFit:
-    f = prof.run_factors.transferred(tuple(q.priors.medians))
-    pred = engine.predict(q.work, f, q.shape.train_forwards, q.shape.gen_forwards)
+    f, pred = predicted(q, prof.run_factors)
     held = np.arange(fit_steps, q.log.steps)
-    cov = predictive.coverage(prof, f, q.work, q.measured, q.shape, held)
+    cov = predictive.coverage(f, q.work, q.measured, held, change=False)
     return LogFit(q, pred, PhaseErrors.of(pred, q.measured, slice(0, fit_steps)),
                   PhaseErrors.of(pred, q.measured, slice(fit_steps, None)), cov)
 
@@ -195,24 +119,17 @@ def calibrate(p: Prepared, fit_steps: int, name: str, also: Sequence[Prepared] =
     logs = [p, *also]
     for q in logs:
         check_fit_steps(q.log, fit_steps)
-    sets = [q.fit_set(fit_steps) for q in logs]
-    post = fit.fit_posterior(sets)
+    post = fit.fit_posterior([q.fit_set(fit_steps) for q in logs])
     on = tuple(fitted_on(q, fit_steps) for q in logs)
-    forwards, db = p.shape.train_forwards + p.shape.gen_forwards, p.database.name
-    f = run_factors(post.z, p.priors, forwards, db, "; ".join(on))
-    splits = tuple(run_factors(fit.split_refit(sets, post, k), p.priors, forwards, db,
-                               "; ".join(on)) for k in (True, False))
-    u = uncertainty(post, p.priors, f, splits)
-    prof = run_profile(p.database, forwards, f, u, name, on, float("nan"), p.log.path)
+    prof, splits = profile_of(logs, fit_steps, post, name, on)
     fits = [_log_fit(q, prof, fit_steps) for q in logs]
-    prof = run_profile(p.database, forwards, f, u, name, on, fits[0].heldout.gen.median,
-                       p.log.path)
+    prof, _ = profile_of(logs, fit_steps, post, name, on, fits[0].heldout.gen.median)
     first = fits[0]
     return RunCalibration(
         p, fit_steps, post, prof, first.predicted, first.fitted, first.heldout, first.coverage,
         errors.baselines(p.measured, p.stats.mean, fit_steps),
         errors.drift(first.predicted, p.measured, p.steps, fit_steps), splits, tuple(fits[1:]),
-        leave_one_out(logs, fit_steps, name) if len(logs) > 1 else ())
+        leave_one_out(logs, fit_steps) if len(logs) > 1 else ())
 
 
 def validate(p: Prepared, profile: Profile) -> RunValidation:
@@ -224,13 +141,17 @@ def validate(p: Prepared, profile: Profile) -> RunValidation:
             None,
             "a profile `tlt calibrate --run-log` wrote (it records the run-level factors)",
         )
-    f = profile.run_factors.transferred(tuple(p.priors.medians))
-    s = p.shape
-    run = engine.apply_factors(p.database, f, s.train_forwards + s.gen_forwards, profile.name)
-    pred = engine.predict(p.work, f, s.train_forwards, s.gen_forwards)
+    if profile.run_factors.names != FACTORS:
+        raise ConfigError(
+            profile.name, "run_factors.extra", [x.name for x in profile.run_factors.extra],
+            f"the factors {', '.join(FACTORS[4:])}: a profile `tlt calibrate --run-log` writes "
+            "now (one written before each phase was priced apart: calibrate it again)")
+    f, pred = predicted(p, profile.run_factors)
+    fixed, per_token = engine.affine_update(pred, p.work.tokens)
+    run = engine.apply_factors(p.database, f, fixed, per_token, p.shape.gpus, profile.name)
     own = fitted_steps(profile, p)
     held = PhaseErrors.of(pred, p.measured, slice(own, None)) if own is not None else None
     rows = np.arange(own or 0, p.log.steps)
-    cov = predictive.coverage(profile, f, p.work, p.measured, p.shape, rows)
+    cov = predictive.coverage(f, p.work, p.measured, rows, change=own is None)
     return RunValidation(p, profile, run, pred, PhaseErrors.of(pred, p.measured, slice(None)),
                          own is not None, held, cov)

@@ -1,13 +1,14 @@
-"""The run's engine: its measured-database profile, the run-level factors over it, its workload, and
-each RL step simulated.
+"""The run's engine and training: its measured-database profile, each RL step's work at the
+database's costs, and each phase priced with the run-level factors.
 
-Every step of the log is a simulation of that step (`sim.simulator.simulate`): the run's engines
-(GPUs / TP) decode its modelled responses with continuous batching (at most `max_batch` at once),
-then the update and the sync. A baseline (no SD) rollout's schedule does not depend on the costs:
-which responses decode together, for how many engine steps, at what context, is fixed by the
-lengths and the batch cap. So each step is simulated once at the database's costs and its engines'
-work kept (`StepWork`); any factors then price it exactly as a simulation with the factored profile
-would (`predict`; a test checks the two agree), which is what lets the fit try many factors.
+Every step of the log is what the simulator would make of it (`sim.simulator.simulate`): the run's
+engines (GPUs / TP) decode its modelled responses with continuous batching (at most `max_batch` at
+once), then the phases outside the rollout. A baseline (no SD) rollout's schedule does not depend
+on the costs: which responses decode together, for how many engine steps, at what context, is fixed
+by the lengths and the batch cap. So each step's engine work is computed once at the database's
+costs, in closed form (workbench/runlog/rollout_work.py; a test checks it against the simulator),
+and the phases outside the rollout as their physical bases (workbench/runlog/phases.py); any
+factors then price them exactly (`predict`), which is what lets the fit try many factors.
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.simulator import simulate
 from workbench.contracts.fileio import sig
-from workbench.project import Mapper, serial_map
-from workbench.contracts.policy import load_policy
-from workbench.contracts.profile import Profile, RunFactors
+from workbench.contracts.profile import Profile
+from workbench.contracts.run_factors import RunFactors
 from workbench.contracts.workload import Workload
 from workbench.runlog.lengths import ModelledLengths
-from workbench.runlog.shape import DATABASE_FORWARDS, RunShape
+from workbench.runlog.phases import StepBases
+from workbench.runlog.priors import ROLLOUT, TRAIN
+from workbench.runlog.rollout_work import step_work
+from workbench.runlog.shape import RunShape
 
-CHUNK_STEPS = 25  # steps per task when the simulations run in parallel
+PROGRESS_EVERY = 25  # steps between progress reports
 DECODE_FIELDS = (
     "overhead_s",
     "per_seq_s",
@@ -39,26 +41,42 @@ DECODE_FIELDS = (
 
 @dataclass(frozen=True)
 class StepWork:
-    """Per step and engine, what the database's engine did; per step, its update at the database's
-    cost."""
+    """Per step and engine, what the database's engine did; per step and timed phase, the
+    physical bases the training factors price."""
 
     engine_s: np.ndarray  # steps x engines: decode and prefill seconds at the database's costs
     passes: np.ndarray  # steps x engines: engine steps (one token for each sequence in the batch)
-    train_s: np.ndarray  # steps: the update at the database's cost per token (its forwards)
-    tokens: np.ndarray  # steps: prompt + response tokens the update trains on
+    bases: StepBases  # timed phases x steps x BASES
+    tokens: np.ndarray  # steps: prompt + response tokens of the step
+
+    def rows(self, rows: np.ndarray) -> StepWork:
+        return StepWork(self.engine_s[rows], self.passes[rows], self.bases.rows(rows),
+                        self.tokens[rows])
 
 
 @dataclass(frozen=True)
 class Predicted:
-    """Per step: the rollout as veRL times it (decoding plus the fixed cost per RL step), the
-    update, the step."""
+    """Per step, each timed phase (`phases`; `gen` the rollout as veRL times it: decoding, the
+    fixed cost per RL step and what else its timer holds), the update (the rest of the step) and
+    the step."""
 
-    gen_s: np.ndarray
-    update_s: np.ndarray
+    phases: tuple[str, ...]
+    phase_s: np.ndarray  # phases x steps
+
+    def of(self, phase: str) -> np.ndarray:
+        return self.phase_s[self.phases.index(phase)]
+
+    @property
+    def gen_s(self) -> np.ndarray:
+        return self.of("gen")
 
     @property
     def step_s(self) -> np.ndarray:
-        return self.gen_s + self.update_s
+        return self.phase_s.sum(axis=0)
+
+    @property
+    def update_s(self) -> np.ndarray:
+        return self.step_s - self.gen_s
 
 
 def database_profile(shape: RunShape) -> Profile:
@@ -69,11 +87,43 @@ def database_profile(shape: RunShape) -> Profile:
     return disk_cached_profile(shape.arch, shape.gpu, shape.tp, shape.framework, base, shape.ep)
 
 
-def apply_factors(db: Profile, f: RunFactors, forwards: int, name: str) -> Profile:
+def rollout_s(work: StepWork, v: np.ndarray) -> np.ndarray:
+    """Per step, the rollout priced with the rollout factors `v` (ROLLOUT_FACTORS' values): its
+    slowest engine (its kernels and its fixed cost per engine step), and the fixed cost per RL
+    step."""
+    return (v[0] * work.engine_s + v[1] * work.passes).max(axis=1) + v[2]
+
+
+def predict(work: StepWork, values: np.ndarray) -> Predicted:
+    """Each step's phases priced with the factors' `values` (FACTORS' order)."""
+    values = np.asarray(values, float)
+    phases = work.bases.seconds(values[TRAIN])
+    gen = work.bases.phases.index("gen")
+    phases[gen] = phases[gen] + rollout_s(work, values[ROLLOUT])
+    return Predicted(work.bases.phases, phases)
+
+
+def factor_values(f: RunFactors) -> np.ndarray:
+    return np.array(f.values, float)
+
+
+def affine_update(pred: Predicted, tokens: np.ndarray) -> tuple[float, float]:
+    """(seconds per step, seconds per token): the update as the simulator's one training phase
+    can hold it (fixed, and linear in the step's tokens), least squares over the steps."""
+    x, y = np.asarray(tokens, float), pred.update_s
+    if len(x) < 2 or np.ptp(x) == 0:
+        return float(np.median(y)), 0.0
+    slope, icept = np.polyfit(x, y, 1)
+    slope = max(0.0, float(slope))
+    return max(0.0, float(np.median(y - slope * x))), slope
+
+
+def apply_factors(db: Profile, f: RunFactors, fixed_s: float, per_token_s: float, gpus: int,
+                  name: str) -> Profile:
     """The database's profile turned into the run's (RunFactors): every decode and drafter cost
-    times the decode speed, the fixed cost per engine step on top, the RL step's fixed cost as its
-    sync, the
-    update at the train speed for `forwards` forwards per token."""
+    times the decode speed, the fixed cost per engine step on top; the simulator's sync per RL
+    step holds the rollout's fixed cost and the update's fixed part, its training cost per token
+    the update's part that grows with the step's tokens (`affine_update`)."""
     d = db.decode
     dec = replace(d, **{k: sig(getattr(d, k) * f.decode_speed) for k in DECODE_FIELDS})
     if d.experts is not None:  # a mixture of experts' routed experts, at the same speed
@@ -85,26 +135,17 @@ def apply_factors(db: Profile, f: RunFactors, forwards: int, name: str) -> Profi
         eagle_step_s=sig(db.drafter.eagle_step_s * f.decode_speed),
         eagle_s_per_seq=sig(db.drafter.eagle_s_per_seq * f.decode_speed),
     )
-    per_token = db.phases.train_gpu_s_per_token * f.train_speed * forwards / DATABASE_FORWARDS
-    phases = replace(
-        db.phases, train_gpu_s_per_token=sig(per_token), weight_sync_s=sig(f.rl_step_s)
-    )
+    phases = replace(db.phases, train_gpu_s_per_token=sig(per_token_s * gpus),
+                     weight_sync_s=sig(f.rl_step_s + fixed_s))
     learning = replace(
         db.learning, train_tokens_per_s=sig(db.learning.train_tokens_per_s / f.train_speed)
     )
-    return replace(
-        db,
-        name=name,
-        decode=dec,
-        drafter=dr,
-        phases=phases,
-        learning=learning,
-        run_factors=replace(f, train_forwards=forwards),
-    )
+    return replace(db, name=name, decode=dec, drafter=dr, phases=phases, learning=learning,
+                   run_factors=f)
 
 
 def run_workload(shape: RunShape, lengths: ModelledLengths, name: str, profile: str) -> Workload:
-    """The run as a Workload (one step; `simulate_steps` sets each step's prompt tokens)."""
+    """The run as a Workload (one step; each replayed step sets its own prompt tokens)."""
     return Workload(
         name=name,
         profile=profile,
@@ -121,63 +162,15 @@ def run_workload(shape: RunShape, lengths: ModelledLengths, name: str, profile: 
     )
 
 
-@dataclass(frozen=True)
-class StepChunk:
-    """Consecutive steps to simulate together (one task when the steps run in parallel)."""
-
-    workload: Workload
-    profile: Profile
-    lengths: list[np.ndarray]
-    prompt_tokens: list[int]
-
-
-def simulate_chunk(chunk: StepChunk) -> StepWork:
-    """A chunk's steps simulated at the database's costs (baseline policy: no SD), one simulation
-    per step (each with its own prompt tokens), its engines' work kept."""
-    policy = load_policy("baseline")
-    n, engines = len(chunk.lengths), chunk.workload.workers
-    engine_s, passes = np.zeros((n, engines)), np.zeros((n, engines))
-    train_s, tokens = np.zeros(n), np.zeros(n)
-    for i, (x, prompt) in enumerate(zip(chunk.lengths, chunk.prompt_tokens)):
-        w = replace(chunk.workload, prompt_tokens=int(prompt))
-        run = simulate(w, policy, chunk.profile, seed=0, steps=1, replay=[x])
-        tl = run.timeline
-        dec = tl[tl["state"].isin(("decode", "decode_sd"))]
-        worker = dec["worker"].to_numpy()
-        np.add.at(engine_s[i], worker, (dec["end_s"] - dec["start_s"]).to_numpy())
-        np.add.at(passes[i], worker, (dec["passes"] / dec["batch"]).to_numpy())
-        train_s[i] = run.steps[0].train_time_s
-        tokens[i] = float(x.sum()) + float(prompt) * len(x)
-    return StepWork(engine_s, passes, train_s, tokens)
-
-
-def simulate_steps(wl: Workload, db: Profile, lengths: ModelledLengths,
-                   progress: Callable[[int, int], None] | None = None,
-                   mapper: Mapper = serial_map) -> StepWork:
-    """Every step simulated, in chunks of CHUNK_STEPS: here one after another, or as tasks
-    (`mapper`: workbench/deploy/distributed.py's runs them on Ray).
-    `progress(steps done, steps)`."""
+def rollout_steps(shape: RunShape, db: Profile, lengths: ModelledLengths,
+                  progress: Callable[[int, int], None] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Every step's engine work at the database's costs (steps x engines: seconds, engine
+    steps). `progress(steps done, steps)`."""
     n = len(lengths.lengths)
-    chunks = [StepChunk(wl, db, lengths.lengths[a:a + CHUNK_STEPS],
-                        [int(t) for t in lengths.prompt_tokens[a:a + CHUNK_STEPS]])
-              for a in range(0, n, CHUNK_STEPS)]
-    done = (lambda k, total, c: progress(min(n, k * CHUNK_STEPS), n)) if progress else None
-    parts = mapper(simulate_chunk, chunks, done)
-    return StepWork(*(np.concatenate([getattr(w, f) for w in parts])
-                      for f in ("engine_s", "passes", "train_s", "tokens")))
-
-
-def log_prob_s(work: StepWork, train_speed: float, gen_forwards: int) -> np.ndarray:
-    """Per step, the old log-probs' forward that older veRL times inside the rollout
-    (`RunShape.gen_forwards`): the update's cost of that many forwards per token."""
-    return work.train_s * train_speed * gen_forwards / DATABASE_FORWARDS
-
-
-def predict(work: StepWork, f: RunFactors, forwards: int, gen_forwards: int = 0) -> Predicted:
-    """Each step priced with the factors (as a simulation with `apply_factors`' profile gives
-    it, the old log-probs' forward inside the rollout timer where the run's veRL puts it there)."""
-    gen = (f.decode_speed * work.engine_s + f.step_overhead_s * work.passes).max(
-        axis=1
-    ) + f.rl_step_s + log_prob_s(work, f.train_speed, gen_forwards)
-    update = work.train_s * f.train_speed * forwards / DATABASE_FORWARDS
-    return Predicted(gen, update)
+    out = np.zeros((2, n, shape.engines))
+    for i, (x, prompt) in enumerate(zip(lengths.lengths, lengths.prompt_tokens)):
+        out[:, i] = step_work(db.decode, x, int(prompt), shape.engines, shape.max_batch)
+        if progress and ((i + 1) % PROGRESS_EVERY == 0 or i + 1 == n):
+            progress(i + 1, n)
+    return out[0], out[1]

@@ -52,7 +52,9 @@ SETTINGS = (("enforce_eager", "enforce_eager", "enforce_eager"),
             ("max_num_seqs", "max_num_seqs", None),
             ("max_num_batched_tokens", "max_num_batched_tokens", None),
             ("enable_chunked_prefill", "enable_chunked_prefill", "enable_chunked_prefill"),
-            ("n", "n", None))
+            ("n", "n", None),
+            ("load_format", "load_format", None),
+            ("layered_summon", "layered_summon", None))
 
 
 def _bool(v: object) -> bool | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.runlog.engine import Predicted
+from workbench.contracts.training_shape import PHASES
 from workbench.runlog.reader import GEN, STEP, TIMING, RunLog
 
 UNTIMED_IN_STEP = ("testing", "save_checkpoint")  # in veRL's step timer, not part of the RL step
@@ -17,11 +18,17 @@ DRIFT_BLOCK = 200
 @dataclass(frozen=True)
 class Measured:
     """Per step: veRL's rollout (timing_s/gen), the update (the rest of the step) and the step,
-    validation and checkpoint saves taken out (NaN where the log has no step time)."""
+    validation and checkpoint saves taken out (NaN where the log has no step time); and each
+    timed phase (`phases`: veRL's canonical names the log times, PHASES' order)."""
 
     gen_s: np.ndarray
     update_s: np.ndarray
     step_s: np.ndarray
+    phases: tuple[str, ...] = ()
+    phase_s: np.ndarray | None = None  # phases x steps
+
+    def of(self, phase: str) -> np.ndarray:
+        return self.phase_s[self.phases.index(phase)]
 
 
 @dataclass(frozen=True)
@@ -41,12 +48,19 @@ class Errors:
         return cls(float(np.median(e)), float(np.percentile(e, 90)), int(len(e)))
 
 
+def timed_phases(log: RunLog) -> tuple[str, ...]:
+    """The canonical phases (PHASES) the log times in at least one step."""
+    return tuple(p for p in PHASES if np.isfinite(log.column(TIMING + p)).any())
+
+
 def measured(log: RunLog) -> Measured:
     gen = log.column(GEN)
     step = log.column(STEP)
     for name in UNTIMED_IN_STEP:
         step = step - np.nan_to_num(log.column(TIMING + name), nan=0.0)
-    return Measured(gen, step - gen, step)
+    phases = timed_phases(log)
+    return Measured(gen, step - gen, step, phases,
+                    np.stack([log.column(TIMING + p) for p in phases]))
 
 
 @dataclass(frozen=True)
@@ -93,3 +107,22 @@ def drift(pred: Predicted, meas: Measured, steps: np.ndarray, fit_steps: int) ->
     if n - fit_steps > DRIFT_BLOCK and (not rows or rows[-1].last_step != int(steps[-1])):
         rows.append(_block(pred, meas, steps, n - DRIFT_BLOCK, n))
     return rows
+
+
+@dataclass(frozen=True)
+class PhaseErrors:
+    gen: Errors
+    update: Errors
+    step: Errors
+    phases: tuple[tuple[str, Errors], ...] = ()  # each phase the log times
+
+    @classmethod
+    def of(cls, pred: Predicted, meas: Measured, rows: slice) -> PhaseErrors:
+        each = tuple((name, Errors.of(pred.of(name)[rows], meas.of(name)[rows]))
+                     for name in pred.phases if name in meas.phases)
+        return cls(
+            Errors.of(pred.gen_s[rows], meas.gen_s[rows]),
+            Errors.of(pred.update_s[rows], meas.update_s[rows]),
+            Errors.of(pred.step_s[rows], meas.step_s[rows]),
+            each,
+        )

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench.contracts.profile import RunFactors
+from workbench.contracts.run_factors import RunFactors
 from workbench.runlog.engine_config import EngineConfig
 from workbench.runlog.fit import Posterior
-from workbench.runlog.predictive import Coverage
+from workbench.runlog.predictive import Coverage, Coverages
 from workbench.runlog.priors import FACTORS, RunPriors
 from workbench.runlog.run_profile import SPLIT_NAMES
 
@@ -24,10 +24,22 @@ IDENTIFY = {
                        "eager mode",
     "rl_step_s": "a second log of the cluster at another cap or batch (--run-log A --run-log B), "
                  "or veRL's own timing of the weight sync (timing_s/update_weights in newer veRL)",
-    "train_speed": "steps of another batch size or response length",
+    "train_speed": "a log of the recipe at another cap or micro-batch (a padded run's tokens "
+                   "per micro-batch change, its micro-batches do not)",
+    "launch_s": "a log at another micro-batch size (ppo_micro_batch_size[_per_gpu]) or of "
+                "a model with another number of layers",
+    "gather_s_per_gb": "a log of the recipe on another number of GPUs (its weights gathered "
+                       "from more ranks)",
+    "offload_s_per_gb": "a log with the offload switched (fsdp_config.param_offload), or a phase "
+                        "of the same model with and without it",
+    "phase_s": "a log of the recipe at another batch size (its phases' work moves, their "
+               "dispatch does not)",
+    "reward_s": "a log at another number of responses per step",
 }
 UNITS = {"decode_speed": ("x", 1.0), "step_overhead_s": (" ms", 1e3), "rl_step_s": (" s", 1.0),
-         "train_speed": ("x", 1.0)}
+         "train_speed": ("x", 1.0), "launch_s": (" ms", 1e3),
+         "gather_s_per_gb": (" s/GB", 1.0),
+         "offload_s_per_gb": (" s/GB", 1.0), "phase_s": (" s", 1.0), "reward_s": (" ms", 1e3)}
 
 
 def _v(name: str, x: float) -> str:
@@ -47,7 +59,7 @@ def engine_lines(eng: EngineConfig) -> list[str]:
 
 
 def factor_lines(post: Posterior, priors: RunPriors, f: RunFactors) -> list[str]:
-    values = [f.decode_speed, f.step_overhead_s, f.rl_step_s, f.train_speed]
+    values = f.values
     lines = [f"  {'factor':<16} {'value':>9}  {'+- s.e.':>9}  {'prior':>9}  "
              f"{'declared range':<17} status"]
     unplaced = []
@@ -79,14 +91,23 @@ def split_lines(f: RunFactors, splits: tuple[RunFactors, ...]) -> list[str]:
     return lines
 
 
-def coverage_line(label: str, c: Coverage | None) -> list[str]:
+def coverage_line(label: str, c: Coverages | None) -> list[str]:
+    """The intervals' coverage, rollout and whole step (and the model's error added, if any)."""
     if c is None:
         return []
-    lo, hi = c.median_interval
-    inside = "inside" if c.median_inside else "OUTSIDE"
-    return [f"{label}: {c.level:.0%} intervals hold {c.step_share:.0%} of {c.steps} steps; median "
-            f"rollout {c.median_measured:.1f} s measured, predicted {c.median_predicted:.1f} s "
-            f"({c.level:.0%}: {lo:.1f}-{hi:.1f} s, {inside})"]
+    lines = []
+    for name, x in (("rollout", c.gen), ("whole step", c.step)):
+        if x is None:
+            continue
+        lo, hi = x.median_interval
+        inside = "inside" if x.median_inside else "OUTSIDE"
+        lines.append(f"{label}, {name}: {x.level:.0%} intervals hold {x.step_share:.0%} of "
+                     f"{x.steps} steps; median {x.median_measured:.1f} s measured, predicted "
+                     f"{x.median_predicted:.1f} s ({x.level:.0%}: {lo:.1f}-{hi:.1f} s, {inside})")
+    if c.model_error:
+        lines.append(f"  (a change of run: the model's error, log-sd {c.model_error:.3f}, added "
+                     "to every interval; workbench/runlog/predictive.py MODEL_ERROR)")
+    return lines
 
 
 def left_out_lines(left_out: tuple) -> list[str]:
@@ -95,14 +116,17 @@ def left_out_lines(left_out: tuple) -> list[str]:
     lines = ["LEAVE ONE RUN OUT (fit on the other logs' first steps, every step of the one left "
              "out predicted):"]
     for lo in left_out:
+        e = lo.errors
         lines.append(f"  {lo.log} from {', '.join(lo.fitted_on)}: rollout median |error| "
-                     f"{lo.gen.median:.1f}% (bias {lo.gen_bias_pct:+.1f}%), whole step "
-                     f"{lo.step.median:.1f}%")
+                     f"{e.gen.median:.1f}% (bias {lo.gen_bias_pct:+.1f}%), update "
+                     f"{e.update.median:.1f}%, whole step {e.step.median:.1f}% (bias "
+                     f"{lo.step_bias_pct:+.1f}%)")
+        lines.append("    each phase: " + ", ".join(f"{n} {x.median:.1f}%" for n, x in e.phases))
         lines += ["    " + x for x in coverage_line("intervals", lo.coverage)]
     return lines
 
 
-def coverage_json(c: Coverage | None) -> dict[str, Any] | None:
+def _coverage_one(c: Coverage | None) -> dict[str, Any] | None:
     if c is None:
         return None
     return {"steps": c.steps, "step_share": round(c.step_share, 4), "level": c.level,
@@ -112,12 +136,21 @@ def coverage_json(c: Coverage | None) -> dict[str, Any] | None:
             "median_inside": c.median_inside}
 
 
+def coverage_json(c: Coverages | None) -> dict[str, Any] | None:
+    """The rollout's coverage (as before) with the update's and the step's beside it."""
+    if c is None:
+        return None
+    out = _coverage_one(c.gen) or {}
+    out.update({"update": _coverage_one(c.update), "step": _coverage_one(c.step),
+                "model_error": c.model_error})
+    return out
+
+
 def factor_summary(post: Posterior, priors: RunPriors, f: RunFactors, splits: tuple,
-                   coverage: Coverage | None, left_out: tuple) -> dict[str, Any]:
-    values = [f.decode_speed, f.step_overhead_s, f.rl_step_s, f.train_speed]
+                   coverage: Coverages | None, left_out: tuple) -> dict[str, Any]:
     return {
         "factor_standard_errors": {n: float(f"{v * s:.4g}")
-                                   for n, v, s in zip(FACTORS, values, post.sd)},
+                                   for n, v, s in zip(FACTORS, f.values, post.sd)},
         "factor_status": {n: post.status(j) for j, n in enumerate(FACTORS)},
         "factor_priors": {p.name: {"median": float(f"{p.median:.4g}"),
                                    "range": [float(f"{p.lower:.4g}"), float(f"{p.upper:.4g}")]}
@@ -127,8 +160,12 @@ def factor_summary(post: Posterior, priors: RunPriors, f: RunFactors, splits: tu
         "heldout_coverage": coverage_json(coverage),
         "leave_one_out": [{"log": lo.log, "fitted_on": list(lo.fitted_on),
                            "gen_median_abs_error_pct": _r(lo.gen.median),
+                           "update_median_abs_error_pct": _r(lo.errors.update.median),
                            "step_median_abs_error_pct": _r(lo.step.median),
                            "gen_bias_pct": _r(lo.gen_bias_pct),
+                           "step_bias_pct": _r(lo.step_bias_pct),
+                           "phase_median_abs_error_pct": {n: _r(x.median)
+                                                          for n, x in lo.errors.phases},
                            "coverage": coverage_json(lo.coverage)}
                           for lo in left_out],
     }
@@ -136,4 +173,3 @@ def factor_summary(post: Posterior, priors: RunPriors, f: RunFactors, splits: tu
 
 def _r(x: float) -> float | None:
     return None if not math.isfinite(x) else round(float(x), 2)
-

@@ -14,9 +14,28 @@ what each cost is where the engine's config says it happens:
 - rl_step_s: the fixed cost per RL step inside veRL's rollout timer, as the parts the config says
   happen: the weight sync into the engine (1.5 s of calls plus the parameters' bytes at 10 GB/s),
   the KV cache freed and allocated again when free_cache_engine (1.5 s), CUDA graphs captured
-  again when not eager (3 s), and dispatching the batch (1 s). Log-sd 0.6.
-- train_speed: the update's cost per token and forward over the database's (FSDP, checkpointing
-  and offload run below the kernels' peak): 1.5, log-sd 0.5.
+  again when not eager (3 s), and dispatching the batch (1 s); with `layered_summon` the FSDP
+  weights are gathered and loaded layer by layer (SUMMON_S_PER_LAYER a layer more); the
+  `load_format` is said. Log-sd 0.6.
+
+The training factors price the phases outside the rollout (workbench/runlog/phases.py's BASES),
+from the run's training shape:
+
+- train_speed: the phases' kernels over the database's (the same kernels, FSDP's and veRL's work
+  between them): 1.5, log-sd 0.5;
+- launch_s: a micro-batch's fixed cost per decoder layer and forward: an eager PyTorch forward
+  launches each layer's kernels from Python, and FSDP's hooks unshard and reshard each wrapped
+  layer: LAUNCH_S_PER_LAYER, log-sd 0.7. A backward counts as its forwards;
+- gather_s_per_gb: FSDP's all-gather of a model's bf16 weights from the other ranks, for every
+  micro-batch's forward (an update's micro-batch gathers again for its backward and
+  reduce-scatters its fp32 gradients: veRL accumulates them without FSDP's no_sync), at
+  GATHER_BYTES_PER_S (NVLink's ring, its share for each rank), log-sd 0.8; Megatron keeps its
+  weights and gathers nothing;
+- offload_s_per_gb: the host link, as veRL moves tensors to and from the host (PCIe: pageable
+  copies a few GB/s, pinned ones on Gen5 x16 up to ~55 GB/s): 1 / HOST_BYTES_PER_S, log-sd 0.8;
+- phase_s: a phase's fixed cost (the batch dispatched to the workers and gathered back through
+  Ray, the cache emptied): PHASE_S, log-sd 1.0;
+- reward_s: scoring one response (detokenised, a rule-based reward in Python): REWARD_S, log-sd 1.
 
 An engine profile measured on the user's GPU (`--engine-profile`: a Profile whose `decode` was
 fitted to a sweep of the same engine, `tlt engine-sweep`) replaces the decode-speed prior by its
@@ -35,6 +54,7 @@ from sim.costs import verify_step_s
 from workbench.contracts.architecture import load_architecture
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
+from workbench.contracts.training_shape import TrainingShape
 from workbench.runlog.engine_config import EngineConfig
 from workbench.runlog.shape import RunShape
 
@@ -43,7 +63,19 @@ EAGER_S_PER_LAYER = 5e-4
 GRAPHS_STEP_S = 2e-3
 SYNC_CALLS_S, SYNC_BYTES_PER_S = 1.5, 10e9
 REALLOC_S, CAPTURE_S, DISPATCH_S = 1.5, 3.0, 1.0
-FACTORS = ("decode_speed", "step_overhead_s", "rl_step_s", "train_speed")
+SUMMON_S_PER_LAYER = 0.01
+LAUNCH_S_PER_LAYER = 8e-4
+GATHER_BYTES_PER_S = 100e9
+HOST_BYTES_PER_S = 12e9
+PHASE_S = 0.2
+REWARD_S = 2e-4
+ROLLOUT_FACTORS = ("decode_speed", "step_overhead_s", "rl_step_s")
+TRAIN_FACTORS = ("train_speed", "launch_s", "gather_s_per_gb", "offload_s_per_gb", "phase_s",
+                 "reward_s")
+# RunFactors' four first (contracts/profile.py), then `extra`'s
+FACTORS = ROLLOUT_FACTORS + TRAIN_FACTORS
+ROLLOUT = np.array([FACTORS.index(n) for n in ROLLOUT_FACTORS])
+TRAIN = np.array([FACTORS.index(n) for n in TRAIN_FACTORS])
 
 
 @dataclass(frozen=True)
@@ -95,10 +127,16 @@ def _step_overhead(engine: EngineConfig, layers: int) -> FactorPrior:
                        "replay and the scheduler per step")
 
 
-def _rl_step(engine: EngineConfig, param_bytes: float) -> FactorPrior:
+def _rl_step(engine: EngineConfig, param_bytes: float, layers: int) -> FactorPrior:
     sync = SYNC_CALLS_S + param_bytes / SYNC_BYTES_PER_S
     parts = [f"weight sync {sync:.1f} s ({param_bytes / 1e9:.1f} GB at "
-             f"{SYNC_BYTES_PER_S / 1e9:.0f} GB/s + {SYNC_CALLS_S} s)"]
+             f"{SYNC_BYTES_PER_S / 1e9:.0f} GB/s + {SYNC_CALLS_S} s"
+             + (f", as {engine.value('load_format')}" if engine.value("load_format") else "")
+             + ")"]
+    if engine.value("layered_summon") is True:
+        sync += SUMMON_S_PER_LAYER * layers
+        parts.append(f"layered_summon: a gather and a load per layer, {SUMMON_S_PER_LAYER} s x "
+                     f"{layers}")
     total = sync + DISPATCH_S
     if engine.free_cache_engine is not False:
         total += REALLOC_S
@@ -112,16 +150,36 @@ def _rl_step(engine: EngineConfig, param_bytes: float) -> FactorPrior:
     return FactorPrior("rl_step_s", total, 0.6, " + ".join(parts))
 
 
-def run_priors(shape: RunShape, engine: EngineConfig) -> RunPriors:
-    """The priors of a run of this shape on this engine (module docstring)."""
+def training_priors(t: TrainingShape) -> tuple[FactorPrior, ...]:
+    """TRAIN_FACTORS' priors for a run of this training shape (module docstring)."""
+    gathers = t.strategy != "megatron" and t.dp > 1
+    return (
+        FactorPrior("train_speed", 1.5, 0.5, "the phases' kernels below the database's (FSDP's "
+                    "and veRL's work between them)"),
+        FactorPrior("launch_s", LAUNCH_S_PER_LAYER, 0.7, "an eager, FSDP-wrapped layer's "
+                    "launches and hooks per micro-batch forward"),
+        FactorPrior("gather_s_per_gb", 1e9 / GATHER_BYTES_PER_S, 0.8,
+                    f"FSDP's all-gather at {GATHER_BYTES_PER_S / 1e9:.0f} GB/s" if gathers else
+                    "nothing gathered (one rank, or Megatron): its prior only"),
+        FactorPrior("offload_s_per_gb", 1.0 / (HOST_BYTES_PER_S / 1e9), 0.8,
+                    f"the host link (PCIe) at {HOST_BYTES_PER_S / 1e9:.0f} GB/s"),
+        FactorPrior("phase_s", PHASE_S, 1.0, "the batch dispatched and gathered through Ray, "
+                    "the cache emptied"),
+        FactorPrior("reward_s", REWARD_S, 1.0, "a rule-based score in Python per response"),
+    )
+
+
+def run_priors(shape: RunShape, engine: EngineConfig, training: TrainingShape) -> RunPriors:
+    """The priors of a run of this shape on this engine, training so (module docstring), in
+    FACTORS' order."""
     arch = load_architecture(shape.arch)
-    return RunPriors((
+    given = (
         FactorPrior("decode_speed", 1.0, 0.35, f"the measured database's kernels for {shape.gpu} "
                     f"TP{shape.tp} (--gpu names the GPU)"),
         _step_overhead(engine, arch.layers),
-        _rl_step(engine, 2.0 * arch.params),
-        FactorPrior("train_speed", 1.5, 0.5, "FSDP's update below the kernels' peak"),
-    ))
+        _rl_step(engine, 2.0 * arch.params, arch.layers),
+    ) + training_priors(training)
+    return RunPriors(tuple(next(f for f in given if f.name == n) for n in FACTORS))
 
 
 def engine_profile_priors(priors: RunPriors, measured: Profile, database: Profile,
@@ -152,4 +210,4 @@ def engine_profile_priors(priors: RunPriors, measured: Profile, database: Profil
         step = replace(step, median=measured.decode.overhead_s, log_sd=0.3,
                        why=f"the engine profile {measured.name}: its per-step cost, measured in "
                            "the run's eager mode")
-    return RunPriors((out[0], step, priors["rl_step_s"], priors["train_speed"]))
+    return RunPriors((out[0], step) + priors.factors[2:])

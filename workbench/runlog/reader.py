@@ -8,6 +8,11 @@ newer ones `timing_s/gen`: both read as `timing_s/...`. A `.gz` file is read thr
 Table: CSV, JSONL or Parquet with a step column (`step`, `_step`, `Step`, `global_step` or
 `training/global_step`) and veRL's metric names as columns, as a wandb or TensorBoard export gives.
 
+Extracted metrics (`NAME.metrics.json`, gzip read too; schema EXTRACT_SCHEMA, written by
+`tlt runlog extract`, workbench/runlog/extract.py): a console log's step metrics, its launch
+command's overrides and its printed config, with the original file's provenance: read exactly as
+that log would be.
+
 Kept: the step lines (rows) that time a rollout (`timing_s/gen`). Skipped and counted: lines that
 are not step lines, step lines without timings (validation-only, such as veRL's last line), a last
 line cut short, a step logged twice (a resumed run: the later line is kept), and stray bytes of a
@@ -27,6 +32,7 @@ config veRL prints at start (workbench/runlog/printed_config.py).
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import re
 import zlib
@@ -39,14 +45,17 @@ import pandas as pd
 from workbench.contracts.file_kind import describe
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.tables import read_csv, read_jsonl, read_parquet
-from workbench.runlog.command import LaunchCommand, parse_command
-from workbench.runlog.printed_config import PrintedConfig, parse_printed_config
+from workbench.contracts.training_shape import TrainingShape
+from workbench.runlog.command import LaunchCommand, Setting, parse_command
+from workbench.runlog.printed_config import ConfigValue, PrintedConfig, parse_printed_config
 
 GEN = "timing_s/gen"
 STEP = "timing_s/step"
 TIMING = "timing_s/"
 OLD_TIMING = "timing/"
 TABLE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
+EXTRACT_SUFFIXES = (".metrics.json", ".metrics.json.gz")
+EXTRACT_SCHEMA = "tlt-runlog-metrics/1"
 STEP_COLUMNS = ("step", "_step", "Step", "global_step", "training/global_step")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _STEP_LINE = re.compile(r"(?:^|[\s)\]])step:\s*(\d+)\s+-\s+(.*)$")
@@ -104,6 +113,10 @@ class RunLog:
     skipped: Skipped
     old_names: bool  # the file named timings timing/... (older veRL)
     config: PrintedConfig = PrintedConfig()  # the resolved config the log printed at start
+    source: str = ""  # extracted metrics: the original log's provenance (repository, path, ...)
+    # how the run trains, where a reader of another framework's logs fills it from its config
+    # (None: read from veRL's config, workbench/runlog/training.py)
+    training: TrainingShape | None = None
 
     @property
     def steps(self) -> int:
@@ -118,6 +131,8 @@ class RunLog:
     def where(self, i: int) -> str:
         """`file:line` (or `file (row N)`) of the i-th timed step."""
         n = int(self.metrics["line"].iloc[i])
+        if self.kind == "extract":
+            return f"{self.path} (the original log's line {n})"
         return f"{self.path}:{n}" if self.kind == "console" else f"{self.path} (row {n})"
 
 
@@ -126,6 +141,8 @@ def read_run_log(path: str | Path) -> RunLog:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(p), "<file>", str(p), "an existing veRL log file")
+    if p.name.lower().endswith(EXTRACT_SUFFIXES):
+        return _read_extract(p)
     suffix = p.suffix.lower() if p.suffix.lower() != ".gz" else Path(p.stem).suffix.lower()
     if suffix in TABLE_SUFFIXES and not p.name.endswith(".log.gz"):
         return _read_table(p, suffix)
@@ -302,3 +319,41 @@ def _read_table(p: Path, suffix: str) -> RunLog:
         repeated += step in rows
         rows[step] = {**values, "step": float(step), "line": float(i + first)}
     return _finish(p, "table", rows, LaunchCommand(), Skipped(0, untimed, 0, repeated), old)
+
+
+def _read_extract(p: Path) -> RunLog:
+    """Extracted metrics (module docstring), refused naming the field that is wrong."""
+    raw = _gunzipped(p) if p.suffix.lower() == ".gz" else p.read_bytes()
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(str(p), "<file>", f"is not JSON ({exc})",
+                          f"extracted metrics ({EXTRACT_SCHEMA}, `tlt runlog extract`)") from None
+    if not isinstance(doc, dict) or doc.get("schema") != EXTRACT_SCHEMA:
+        raise ConfigError(str(p), "schema", doc.get("schema") if isinstance(doc, dict) else doc,
+                          f"{EXTRACT_SCHEMA} (written by `tlt runlog extract`)")
+    try:
+        cols, data = doc["steps"]["columns"], doc["steps"]["rows"]
+        frame = pd.DataFrame(data, columns=cols, dtype=float)
+        command = LaunchCommand(tuple(Setting(*s) for s in doc["command"]["settings"]),
+                                tuple(tuple(v) for v in doc["command"]["variables"]))
+        c = doc["config"]
+        config = PrintedConfig(tuple((k, ConfigValue(v, n)) for k, v, n in c["values"]),
+                               c["engine_version"], c["engine_line"],
+                               tuple(tuple(x) for x in c["engine_settings"]), c["first_line"])
+        skipped = Skipped(**doc["skipped"])
+        src = doc["source"]
+        source = (f"{src['repository']} {src['commit']} {src['path']} (sha256 {src['sha256']})")
+        rows = {int(r["step"]): {k: v for k, v in r.items() if not pd.isna(v)}
+                for r in frame.to_dict("records") if not pd.isna(r.get(GEN))}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(str(p), "<fields>", f"lacks or mistypes {exc}",
+                          f"extracted metrics as `tlt runlog extract` writes them "
+                          f"({EXTRACT_SCHEMA}: docs/formats.md)") from None
+    for row in rows.values():
+        for k, v in row.items():
+            if str(k).startswith(TIMING):
+                _check_timing(f"{p} (step {int(row['step'])})", k, v)
+    log = _finish(p, "extract", rows, command, skipped,
+                  bool(doc.get("old_names", False)), config)
+    return replace(log, source=source)

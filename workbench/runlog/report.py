@@ -12,10 +12,11 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from workbench.contracts.profile import Profile
-from workbench.runlog.calibrate import PhaseErrors, Prepared, RunCalibration, RunValidation
+from workbench.runlog.calibrate import RunCalibration, RunValidation
 from workbench.runlog.engine import Predicted
 from workbench.runlog import factor_report as fr
-from workbench.runlog.errors import Errors
+from workbench.runlog.errors import Errors, PhaseErrors
+from workbench.runlog.prepared import Prepared
 
 SCHEMA = "tlt-runlog/1"
 PHASES = (
@@ -36,10 +37,10 @@ def shape_lines(p: Prepared) -> list[str]:
         + (", older timing/ names read as timing_s/" if p.log.old_names else "")
         + f"); {sk.describe()}",
         f"shape: {s.engines} engines = {s.gpus} GPUs / TP{s.tp}, {s.prompts_per_step} prompts x "
-        f"{s.group_size}, cap {s.max_response_tokens}, batch cap {s.max_batch}, {s.framework}; "
-        f"update {s.train_forwards} forwards per token",
+        f"{s.group_size}, cap {s.max_response_tokens}, batch cap {s.max_batch}, {s.framework}",
     ]
     lines += [f"  {t.field:<20} {t.value:<34} <- {t.source}" for t in s.taken]
+    lines += training_lines(p)
     lines.append(
         f"engine: {p.database.name} (measured database; what its attention rows cover for this "
         "shape: the profile's source)"
@@ -53,12 +54,38 @@ def shape_lines(p: Prepared) -> list[str]:
     return lines
 
 
+def training_lines(p: Prepared) -> list[str]:
+    """How the run trains, as the log says (workbench/runlog/training.py)."""
+    t = p.training
+    lines = [f"training: {t.strategy}, {t.gpus} GPUs (TP{t.tp} PP{t.pp} DP{t.dp}), sequences "
+             + ("packed" if t.remove_padding else
+                f"padded to {t.max_prompt_tokens} + {t.max_response_tokens} tokens")
+             + (", old log-probs inside the rollout's timer" if t.log_probs_in_gen else "")]
+    for m in t.models:
+        lines.append(f"  model {m.role:<7} {m.arch}" + (" (value head)" if m.value_head else "")
+                     + (", checkpointing" if m.checkpointing else "")
+                     + (f", LoRA rank {m.lora_rank}" if m.lora_rank else "")
+                     + (f", weights offloaded ({m.param_offload})" if m.param_offload != "none"
+                        else "") + (", optimizer offloaded" if m.optimizer_offload else ""))
+    for ph in t.phases:
+        size = (f"{ph.micro_batch} sequences" if ph.micro_batch else
+                f"dynamic, {ph.max_tokens} tokens")
+        lines.append(f"  phase {ph.phase:<14} {ph.role:<6} micro-batch {size} per GPU"
+                     + (f", update x {ph.epochs} epoch(s), {ph.mini_batches} optimizer steps"
+                        if ph.update else ""))
+    lines += [f"    {x.field:<52} {x.value:<10} <- {x.source}" for x in t.taken]
+    return lines
+
+
 def _errors_row(label: str, e: Errors) -> str:
     return f"{label:<44} median {_pct(e.median):>6}  p90 {_pct(e.p90):>6}  ({e.steps} steps)"
 
 
 def error_lines(errors: PhaseErrors, what: str) -> list[str]:
-    return [_errors_row(f"{name} {what}", getattr(errors, key)) for key, name in PHASES]
+    """The rollout, the update and the step, then each phase the log times."""
+    out = [_errors_row(f"{name} {what}", getattr(errors, key)) for key, name in PHASES]
+    out += [_errors_row(f"  timing_s/{n} {what}", e) for n, e in errors.phases if n != "gen"]
+    return out
 
 
 def calibration_lines(cal: RunCalibration) -> list[str]:
@@ -114,6 +141,7 @@ def _phase_fields(prefix: str, errors: PhaseErrors) -> dict[str, Any]:
         e = getattr(errors, key)
         out[f"{key}_{prefix}median_abs_error_pct"] = _round(e.median)
         out[f"{key}_{prefix}p90_abs_error_pct"] = _round(e.p90)
+    out[f"phases_{prefix}median_abs_error_pct"] = {n: _round(e.median) for n, e in errors.phases}
     return out
 
 
@@ -135,13 +163,8 @@ def calibration_summary(cal: RunCalibration) -> dict[str, Any]:
         "baseline_linear_mean_gen_heldout_median_abs_error_pct": _round(
             cal.baselines.linear_mean.median
         ),
-        "factors": {
-            "decode_speed": f.decode_speed,
-            "step_overhead_s": f.step_overhead_s,
-            "rl_step_s": f.rl_step_s,
-            "train_speed": f.train_speed,
-            "train_forwards": f.train_forwards,
-        },
+        "factors": {**dict(zip(f.names, f.values)), "train_forwards": f.train_forwards},
+        "model_error": f.model_error,
         **fr.factor_summary(cal.posterior, cal.prepared.priors, f, cal.splits, cal.coverage,
                             cal.left_out),
         "also": [{"log": lf.prepared.log.path, "steps": int(lf.prepared.log.steps),
@@ -164,6 +187,7 @@ def validation_summary(v: RunValidation) -> dict[str, Any]:
         "step_p90_abs_error_pct": _round(e.step.p90),
         "gen_bias_pct": _round(_bias(v.predicted.gen_s, v.prepared.measured.gen_s)),
         "step_bias_pct": _round(_bias(v.predicted.step_s, v.prepared.measured.step_s)),
+        "phases_median_abs_error_pct": {n: _round(x.median) for n, x in e.phases},
         **(_phase_fields("heldout_", v.heldout) if v.heldout is not None else {}),
         "coverage": fr.coverage_json(v.coverage),
     }

@@ -15,7 +15,7 @@ from pathlib import Path
 from sim.simulator import MAX_WORK
 from workbench.contracts.architecture import PRESET_DIR as ARCH_DIR
 from workbench.contracts.schema import ConfigError
-from workbench.runlog.reader import TIMING, RunLog
+from workbench.runlog.reader import RunLog
 
 MODEL_KEY = "actor_rollout_ref.model.path"
 ROLLOUT = "actor_rollout_ref.rollout."
@@ -27,6 +27,7 @@ FRAMEWORKS = ("vllm", "sglang")
 # pass (old policy, reference, critic values) is one forward; a critic's update is as the actor's.
 # The measured database's training cost per token counts 6 (actor update 4, old and reference 2).
 DATABASE_FORWARDS = 6
+TUNED_SUFFIXES = ("-instruct", "-it")
 LOG_PROB_PHASES = ("old_log_prob", "ref", "values")
 
 
@@ -66,13 +67,7 @@ class RunShape:
     max_response_tokens: int
     framework: str
     max_batch: int
-    train_forwards: (
-        int  # forwards per token of the update (DATABASE_FORWARDS: the database's count)
-    )
     taken: tuple[Taken, ...]
-    # forwards per token inside veRL's rollout timer: 1 where the log times no old_log_prob phase
-    # (older veRL recomputes the old policy's log-probs inside generate_sequences), else 0
-    gen_forwards: int = 0
     ep: int | None = None  # expert parallelism of a MoE model's engines (None: the default)
 
     @property
@@ -94,6 +89,27 @@ def _int(where: str, key: str, text: str, flag: str) -> int:
     return v
 
 
+def setting(log: RunLog, key: str, flag: str = "") -> Taken | None:
+    """The log's setting of `key`: the launch command's override, else the printed config (None:
+    neither; `field` is the key). A command's value naming a variable the log never assigns is
+    refused (pass `flag`)."""
+    s = log.command.get(key)
+    if s is None:
+        printed = log.config.get(key)
+        if printed is None or printed.value is None:
+            return None
+        return Taken(key, str(printed.value), f"log's printed config: {key}, line {printed.line}")
+    if s.unresolved:
+        raise ConfigError(
+            f"{log.path}:{s.line}",
+            key,
+            s.written,
+            f"a value: the log never assigns ${s.unresolved}"
+            + (f"; pass {flag}" if flag else ""),
+        )
+    return Taken(key, s.value, f"log: {s.where()}")
+
+
 def _from_log(
     log: RunLog, key: str, flag: str, taken: list[Taken], field: str, given: object
 ) -> str | None:
@@ -101,23 +117,11 @@ def _from_log(
     if given is not None:
         taken.append(Taken(field, str(given), f"flag {flag}"))
         return str(given)
-    s = log.command.get(key)
-    if s is None:
-        printed = log.config.get(key)
-        if printed is None or printed.value is None:
-            return None
-        taken.append(Taken(field, str(printed.value),
-                           f"log's printed config: {key}, line {printed.line}"))
-        return str(printed.value)
-    if s.unresolved:
-        raise ConfigError(
-            f"{log.path}:{s.line}",
-            key,
-            s.written,
-            f"a value: the log never assigns ${s.unresolved}; pass {flag}",
-        )
-    taken.append(Taken(field, s.value, f"log: {s.where()}"))
-    return s.value
+    found = setting(log, key, flag)
+    if found is None:
+        return None
+    taken.append(Taken(field, found.value, found.source))
+    return found.value
 
 
 def _need(value: str | None, log: RunLog, key: str, flag: str) -> str:
@@ -133,16 +137,18 @@ def _need(value: str | None, log: RunLog, key: str, flag: str) -> str:
 
 def resolve_arch(name: str) -> str:
     """A model path as veRL names it (`org/name`, a local directory) or a flag's value, as an
-    architecture preset or a config.json: the preset named as the path's last part (lowercase), a
-    config.json in a local directory, or the file itself."""
+    architecture preset or a config.json: the preset named as the path's last part (lowercase; an
+    instruction-tuned checkpoint, `-instruct` or `-it`, has its base's shape), a config.json in a
+    local directory, or the file itself."""
     p = Path(name)
     if p.is_file():
         return str(p)
     if (p / "config.json").is_file():
         return str(p / "config.json")
     stem = p.name.lower()
-    if (ARCH_DIR / f"{stem}.json").is_file():
-        return stem
+    for candidate in (stem, *(stem[: -len(s)] for s in TUNED_SUFFIXES if stem.endswith(s))):
+        if (ARCH_DIR / f"{candidate}.json").is_file():
+            return candidate
     raise ConfigError(
         "--arch",
         "arch",
@@ -151,20 +157,6 @@ def resolve_arch(name: str) -> str:
         + ", ".join(sorted(f.stem for f in ARCH_DIR.glob("*.json")))
         + ") or a Hugging Face config.json",
     )
-
-
-def train_forwards(log: RunLog) -> int:
-    """Forwards per token of the update, from the phases the log times and its checkpointing
-    settings."""
-    cols = set(log.metrics.columns)
-    ckpt = {k: str(_from_log(log, k, "", [], "", None)).lower() != "false"
-            for k in ("actor_rollout_ref.model.enable_gradient_checkpointing",
-                      "critic.model.enable_gradient_checkpointing")}
-    n = 3 + ckpt["actor_rollout_ref.model.enable_gradient_checkpointing"]
-    n += sum(TIMING + ph in cols for ph in LOG_PROB_PHASES)
-    if TIMING + "update_critic" in cols:
-        n += 3 + ckpt["critic.model.enable_gradient_checkpointing"]
-    return n
 
 
 def _gpus(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> int:
@@ -253,15 +245,7 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
         raise ConfigError(f"{log.path} with the flags given", "tp", ints["tp"],
                           f"a TP degree that divides the run's {gpus} GPUs (check --tp and --gpus)")
     framework, batch = _engine(log, flags, taken)
-    forwards = train_forwards(log)
-    timed = ", ".join(c[len(TIMING):] for c in log.metrics.columns if str(c).startswith(TIMING))
-    taken.append(Taken("train_forwards", str(forwards), f"the phases the log times ({timed})"))
-    in_gen = int(TIMING + "old_log_prob" not in log.metrics.columns)
-    if in_gen:
-        taken.append(Taken("gen_forwards", "1", "no old_log_prob phase timed: this veRL "
-                           "recomputes the old log-probs inside generate_sequences (timing gen)"))
     if flags.ep is not None:
         taken.append(Taken("ep", str(flags.ep), "flag --ep"))
     return RunShape(arch, flags.gpu, gpus, ints["tp"], ints["prompts_per_step"], ints["group_size"],
-                    ints["max_response_tokens"], framework, batch, forwards, tuple(taken), in_gen,
-                    flags.ep)
+                    ints["max_response_tokens"], framework, batch, tuple(taken), flags.ep)

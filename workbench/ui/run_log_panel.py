@@ -2,11 +2,13 @@
 then the policies compared on that run.
 
 The upload is read, its shape taken from its launch command and printed config (the fields they
-lack, and the GPU, from the inputs here), each step simulated at the measured database's costs and
-the run-level factors fitted under their priors on its first steps (workbench/runlog/). The panel
+lack, and the GPU, from the inputs here), each step's rollout and phases worked out at the measured
+database's costs and the run-level factors fitted under their priors on its first steps
+(workbench/runlog/). The panel
 shows the shape and where each field came from, the engine's settings, each factor with its
 standard error, prior, declared range and whether the log identifies it, the held-out errors and
-how often the 90% intervals held, measured against predicted per step, and what is measured and
+how often the 90% intervals held (each phase veRL times, held out), measured against predicted per
+step, and what is measured and
 what modelled; the page then simulates its policies on 12 steps spread over the calibrated run
 (their modelled lengths replayed) with the calibrated profile, each speedup with its interval.
 """
@@ -26,6 +28,7 @@ from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, FieldError, save
 from workbench.contracts.workload import Workload, load_workload
 from workbench.runlog import calibrate as cal
+from workbench.runlog.prepared import prepare
 from workbench.runlog import factor_report, report
 from workbench.runlog.run_workload import run_workloads
 from workbench.runlog.shape import ShapeFlags
@@ -68,9 +71,9 @@ def _shape_inputs() -> tuple[ShapeFlags, int, int]:
             value=1200,
             step=100,
             key="whatif_runlog_limit",
-            help="The log's first steps simulated (one simulation per step: ~35 ms each at the "
-            "shipped logs' scale, 1,119 steps each); the policies then run on 12 of them spread "
-            "over the run, as `tlt compare` does on the calibrated workload.",
+            help="The log's first steps used (each step's rollout worked out in closed form, a "
+            "few ms each); the policies then run on 12 of them spread over the run, as "
+            "`tlt compare` does on the calibrated workload.",
         )
     )
     with st.expander("Shape fields the log lacks (0: from the log)", expanded=False):
@@ -104,12 +107,13 @@ def _calibrate(name: str, data: bytes, flags: ShapeFlags, fit: int, limit: int,
                into: Path) -> _Calibrated:
     log = into / Path(name).name
     log.write_bytes(data)
-    bar = st.progress(0.0, text="Simulating each step…")
+    bar = st.progress(0.0, text="Working out each step…")
     progress = lambda done, total: bar.progress(
-        done / total, text=f"Simulated {done}/{total} steps"
+        done / total, text=f"Worked out {done}/{total} steps"
     )  # noqa: E731
     try:
-        prepared = cal.prepare(log, flags, 0, progress, fit, limit)
+        prepared = prepare(log, flags, 0, progress, fit, limit)
+        bar.progress(1.0, text="Fitting the factors, sampling their posterior…")
         result = cal.calibrate(prepared, fit, f"{log.stem}-calibrated")
         wl, obs = run_workloads(result, "run", "calibrated.yaml")[0]  # a sample of the run
     finally:
@@ -158,8 +162,9 @@ def _per_step_figure(res: cal.RunCalibration) -> go.Figure:
 def _errors_frame(res: cal.RunCalibration) -> pd.DataFrame:
     rows = []
     for split, errors in (("fit", res.fitted), ("held out", res.heldout)):
-        for key, label in report.PHASES:
-            e = getattr(errors, key)
+        named = [(label, getattr(errors, key)) for key, label in report.PHASES]
+        named += [(f"timing_s/{n}", e) for n, e in errors.phases if n != "gen"]
+        for label, e in named:
             rows.append(
                 {
                     "steps": split,
@@ -222,8 +227,8 @@ def run_log_workload() -> tuple[Workload | None, str]:
     if done is None:
         job_dirs.release(_STATE)  # the calibration of another input: its job is over
         if not st.button("Calibrate on this log", type="primary", key="whatif_runlog_go"):
-            st.info("Press **Calibrate on this log**: one simulation per step, then the factors "
-                    "are fitted.")
+            st.info("Press **Calibrate on this log**: each step worked out at the database's "
+                    "costs, then the factors are fitted.")
             return None, ""
         try:
             done = job_dirs.run(_STATE, digest, "tlt-runlog-",

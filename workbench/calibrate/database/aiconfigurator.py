@@ -271,6 +271,16 @@ class Engine:
         ops += [o for o in self._gen(model, 1, tokens, x=tokens) if o[0].endswith("logits_gemm")]
         return _total(ops), ops
 
+    def micro_batch_forward(self, model, batch: int, length: int,
+                            lm_head: bool = True) -> tuple[float, list[tuple]]:
+        """One training forward over `batch` sequences of `length` tokens each (causal attention
+        within each), the LM head on every token (`lm_head`; a critic's value head: none)."""
+        ops = [o for o in self._ctx(model, batch, length, 0) if not o[0].endswith("logits_gemm")]
+        if lm_head:
+            ops += [o for o in self._gen(model, 1, length, x=batch * length)
+                    if o[0].endswith("logits_gemm")]
+        return _total(ops), ops
+
     def attention_dir(self, framework: str) -> Path:
         """Where the package keeps this GPU's attention rows for `framework` at this version."""
         return _systems_root() / "data" / self.system / "attention" / framework / self.version

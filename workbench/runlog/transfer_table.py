@@ -1,0 +1,216 @@
+"""The transfer table (`tlt runlog transfer`): every shipped log calibrated on its first steps and
+checked on its own later steps, then predicting each other log of the same cluster or recipe
+(another algorithm, TP, cap, batch, n; across model sizes of one recipe) from those steps alone,
+and what TLT would do to each calibrated run.
+
+The logs and how to read them are a manifest (traces/published/verl-runs/transfer.json): each
+log's file, the shape flags its log lacks (`gpu`, `arch`, `group_size`), its cluster, its recipe
+and its model, and the steps it is fitted on. A pair is every ordered pair of logs sharing a
+cluster or a recipe; its kind is "size" where the models differ, else "change".
+
+The model's error under a change of run (predictive.py MODEL_ERROR) is estimated here: the root
+mean square of every pair's median log-errors of the rollout and of the whole step. Each pair's
+coverage under the change is computed with that term estimated from the other pairs alone (those
+predicting another log): what the pair says never sets its own interval.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from workbench.contracts.policy import load_policy
+from workbench.contracts.schema import ConfigError, save
+from workbench.contracts.workload import load_workload
+from workbench.runlog import calibrate as cal
+from workbench.runlog import predictive
+from workbench.runlog.prepared import Prepared, prepare
+from workbench.runlog.run_workload import run_workloads
+from workbench.runlog.shape import ShapeFlags
+from workbench.runlog.transfer import LeftOut, predict_with
+
+FLAG_FIELDS = ("gpu", "arch", "group_size", "gpus", "tp", "max_response_tokens")
+
+
+@dataclass(frozen=True)
+class TableLog:
+    path: Path
+    cluster: str
+    recipe: str
+    model: str
+    fit_steps: int
+    flags: ShapeFlags
+    label: str = ""  # the run in words (model, algorithm, GPUs, cap)
+    why: str = ""  # why a flag is given (what the log lacks)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass(frozen=True)
+class OwnRow:
+    """One log calibrated on its first steps, checked on the rest, and TLT on the run."""
+
+    log: TableLog
+    steps: int
+    heldout: cal.PhaseErrors
+    coverage: predictive.Coverages | None
+    tlt: tuple[float, float, float] | None  # end-to-end speedup: value, 90% low, high
+
+
+@dataclass(frozen=True)
+class PairRow:
+    source: TableLog
+    target: TableLog
+    kind: str  # change or size
+    result: LeftOut
+    model_error: float  # the term its interval took (estimated without its target)
+
+
+@dataclass(frozen=True)
+class TransferTable:
+    own: tuple[OwnRow, ...]
+    pairs: tuple[PairRow, ...]
+    model_error: float  # estimated from every pair
+    declared: float  # predictive.MODEL_ERROR
+
+
+def load_manifest(path: str | Path) -> list[TableLog]:
+    """The manifest's logs (module docstring), their paths beside it."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+        out = []
+        for e in doc["logs"]:
+            flags = ShapeFlags(**{k: e["flags"][k] for k in FLAG_FIELDS if k in e["flags"]})
+            out.append(TableLog(p.parent / e["file"], e["cluster"], e["recipe"], e["model"],
+                                int(e["fit_steps"]), flags, e.get("label", ""),
+                                e.get("why", "")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(str(p), "logs", f"unreadable ({exc})",
+                          "a manifest as docs/formats.md describes (logs: file, cluster, recipe, "
+                          "model, fit_steps, flags)") from None
+    return out
+
+
+def pairs_of(logs: list[TableLog]) -> list[tuple[int, int, str]]:
+    return [(i, j, "size" if a.model != b.model else "change")
+            for i, a in enumerate(logs) for j, b in enumerate(logs)
+            if i != j and (a.cluster == b.cluster or a.recipe == b.recipe)]
+
+
+def _rms(x: list[float]) -> float:
+    x = [v for v in x if np.isfinite(v)]
+    return float(np.sqrt(np.mean(np.square(x)))) if x else predictive.MODEL_ERROR
+
+
+def tlt_speedup(c: cal.RunCalibration, seeds: int, steps: int) -> tuple[float, float, float]:
+    """TLT's end-to-end speedup on the calibrated run (a sample of its steps, replayed), with the
+    calibration's 90% interval: what `tlt compare` prints on the calibrated workload."""
+    from workbench.compare.policies import compare
+    from workbench.workloads.build import write_workload
+
+    with tempfile.TemporaryDirectory(prefix="tlt-transfer-") as tmp:
+        prof_path = Path(tmp) / "calibrated.yaml"
+        save(c.profile, prof_path)
+        wl, obs = run_workloads(c, "run", prof_path.name)[0]
+        write_workload(wl, obs, Path(tmp) / "run.yaml")
+        wl = load_workload(Path(tmp) / "run.yaml")
+        res = compare(wl, [load_policy("baseline"), load_policy("tlt")], c.profile, seeds,
+                      steps=min(steps, wl.steps))
+    pi = next(p for p in res.intervals or [] if p.policy == "tlt")
+    return pi.speedup.center, pi.speedup.low, pi.speedup.high
+
+
+def build(logs: list[TableLog], say: Callable[[str], None] = lambda _: None,
+          seeds: int = 2, sample_steps: int = 12) -> TransferTable:
+    """Every log's own row, every pair (module docstring); `seeds` 0: no TLT simulation."""
+    preps: list[Prepared] = []
+    own, factors = [], []
+    for t in logs:
+        say(f"{t.name}: reading and working out its steps, then its calibration ...")
+        p = prepare(t.path, t.flags, fit_steps=t.fit_steps)
+        preps.append(p)
+        c = cal.calibrate(p, t.fit_steps, Path(t.name).stem)
+        factors.append(c.profile.run_factors)
+        speed = tlt_speedup(c, seeds, sample_steps) if seeds else None
+        own.append(OwnRow(t, p.log.steps, c.heldout, c.coverage, speed))
+        say(f"{t.name}: held out {c.heldout.gen.median:.1f}% rollout, "
+            f"{c.heldout.step.median:.1f}% step")
+    pairs = pairs_of(logs)
+    raw = {(i, j): predict_with(factors[i], (logs[i].name,), preps[j]) for i, j, _ in pairs}
+    biases = {k: [r.gen_log_bias, r.step_log_bias] for k, r in raw.items()}
+    rows = []
+    for i, j, kind in pairs:
+        me = _rms([b for (_, t), v in biases.items() if t != j for b in v])
+        res = predict_with(factors[i], (logs[i].name,), preps[j], me)
+        rows.append(PairRow(logs[i], logs[j], kind, res, me))
+        say(f"{logs[i].name} -> {logs[j].name}: rollout {res.gen.median:.1f}%, step "
+            f"{res.step.median:.1f}%")
+    every = _rms([b for v in biases.values() for b in v])
+    return TransferTable(tuple(own), tuple(rows), every, predictive.MODEL_ERROR)
+
+
+def _p(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x:.1f}%"
+
+
+def _share(c: predictive.Coverages | None, group: str) -> str:
+    x = getattr(c, group) if c is not None else None
+    return "n/a" if x is None else f"{x.step_share:.0%}"
+
+
+def table_lines(t: TransferTable) -> list[str]:
+    """The two markdown tables and the model-error line (docs/results.md, "Transfer table")."""
+    lines = ["| log | run | held-out steps | rollout | update | whole step | each phase | "
+             "90% intervals hold (rollout / step) | TLT end to end (90%) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in t.own:
+        e = r.heldout
+        phases = ", ".join(f"{n} {_p(x.median)}" for n, x in e.phases if n != "gen")
+        tlt = "n/a" if r.tlt is None else f"{r.tlt[0]:.2f}x ({r.tlt[1]:.2f}-{r.tlt[2]:.2f}x)"
+        lines.append(f"| `{r.log.name}` | {r.log.label} | {e.gen.steps} of {r.steps} (fit on "
+                     f"{r.log.fit_steps}) | {_p(e.gen.median)} | {_p(e.update.median)} | "
+                     f"{_p(e.step.median)} | {phases} | {_share(r.coverage, 'gen')} / "
+                     f"{_share(r.coverage, 'step')} | {tlt} |")
+    lines += ["", "| predicted | from the first steps of | kind | rollout (bias) | update | "
+              "whole step (bias) | 90% intervals hold (rollout / step) | model error used |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in t.pairs:
+        x = r.result
+        lines.append(f"| `{r.target.name}` | `{r.source.name}` ({r.source.fit_steps}) | "
+                     f"{r.kind} | {_p(x.gen.median)} ({x.gen_bias_pct:+.1f}%) | "
+                     f"{_p(x.errors.update.median)} | {_p(x.step.median)} "
+                     f"({x.step_bias_pct:+.1f}%) | {_share(x.coverage, 'gen')} / "
+                     f"{_share(x.coverage, 'step')} | {r.model_error:.3f} |")
+    lines += ["", f"Model error under a change of run, from the {len(t.pairs)} pairs' median "
+              f"log-errors (rollout and whole step): {t.model_error:.3f} (declared in "
+              f"workbench/runlog/predictive.py: {t.declared:.3f})."]
+    return lines
+
+
+def table_json(t: TransferTable) -> dict:
+    def errs(e: cal.PhaseErrors) -> dict:
+        return {"gen": e.gen.median, "update": e.update.median, "step": e.step.median,
+                "phases": {n: x.median for n, x in e.phases}}
+
+    return {
+        "model_error": t.model_error, "declared_model_error": t.declared,
+        "own": [{"log": r.log.name, "steps": r.steps, "fit_steps": r.log.fit_steps,
+                 "heldout_median_abs_error_pct": errs(r.heldout),
+                 "coverage": {g: getattr(getattr(r.coverage, g, None), "step_share", None)
+                              for g in ("gen", "update", "step")},
+                 "tlt_speedup": list(r.tlt) if r.tlt else None} for r in t.own],
+        "pairs": [{"target": r.target.name, "source": r.source.name, "kind": r.kind,
+                   "median_abs_error_pct": errs(r.result.errors),
+                   "gen_bias_pct": r.result.gen_bias_pct, "step_bias_pct": r.result.step_bias_pct,
+                   "coverage": {g: getattr(getattr(r.result.coverage, g, None), "step_share",
+                                           None) for g in ("gen", "update", "step")},
+                   "model_error": r.model_error} for r in t.pairs],
+    }
