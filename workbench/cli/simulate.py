@@ -246,7 +246,7 @@ def compare(
     address: Optional[str] = ADDRESS_OPTION,
     tool_latency: str = TOOL_LATENCY_OPTION,
 ) -> None:
-    """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""  # noqa: E501
+    """Compare policies over several seeds: step time, bubbles, accepted length, their spread."""
 
     wl, pols, prof = load_inputs(workload, policies, profile, steps)
     scales = tool_scales(tool_latency, wl)
@@ -299,8 +299,9 @@ def regret(
     workers: int = WORKERS_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
-    """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed
-    in hindsight)."""  # noqa: E501
+    """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule.
+
+    The oracle: the best fixed draft length per bucket, in hindsight."""
 
     wl, pols, prof = load_inputs(workload, policy, profile, steps)
     if len(pols) != 1:

@@ -11,7 +11,7 @@ from typing import Sequence
 from workbench.calibrate.database.catalog import disk_cached_profile, model_choices
 from workbench.calibrate.database.aiconfigurator import gpu_names, latest_version, system_spec
 from workbench.contracts.architecture import load_architecture
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError

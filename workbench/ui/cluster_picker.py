@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import streamlit as st
 
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.profile import Profile, load_profile, profile_presets
 from workbench.contracts.provenance import profile_choice_label, provenance
 from workbench.contracts.schema import ConfigError, FieldError

@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from workbench.compare.policies import Comparison, compare
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
@@ -240,8 +240,9 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
         subject = st.session_state.get(_STATE_REGRET_SUBJECT)
         if report is None or subject != inputs.subject(workload, profile):
             return  # none yet, or another workload's
-        st.caption(f"{report.workload} · base policy **{report.base_policy}** · arms {report.arms} "
-                   f"· {report.steps} step(s) · seeds {report.seeds[0]}..{report.seeds[-1]}")
+        st.caption(f"{report.workload} · base policy **{report.base_policy}** · arms "
+                   f"{report.arms} · {report.steps} step(s) · seeds "
+                   f"{report.seeds[0]}..{report.seeds[-1]}")
         summary = report.summary()
         st.dataframe(summary[list(_REGRET_COLUMNS)], column_config=_REGRET_COLUMNS, width="stretch",
                      hide_index=True)

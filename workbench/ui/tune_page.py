@@ -21,7 +21,7 @@ import streamlit as st
 import yaml
 
 from workbench import tune
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import load_profile, profile_presets
 from workbench.contracts.provenance import profile_choice_label
