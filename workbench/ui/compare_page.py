@@ -256,6 +256,14 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
                            mime="application/json", key="compare_dl_regret", on_click="ignore")
 
 
+def _missing(workload_ok: bool, policies_chosen: bool) -> str:
+    """What the comparison waits for, in words (a workload that did not load says why above)."""
+    what = [w for w, ok in (("a workload that loads (a preset, or a valid workload file)",
+                             workload_ok), ("at least one policy", policies_chosen)) if not ok]
+    return "To run, choose " + " and ".join(what) + "." if what else \
+        "To run, fix the inputs the errors above name."
+
+
 def render() -> None:
     st.title("Compare")
     st.caption("Run several scheduling policies over several seeds and see which "
@@ -263,16 +271,16 @@ def render() -> None:
                "draft-length bandits against the best fixed schedule in hindsight.")
     workload, names, uploaded, seeds, steps = _inputs()
     loaded = _load(workload, names, uploaded)
+    ready = loaded is not None and bool(loaded[2])
+    if not ready:
+        st.warning(_missing(workload is not None, bool(names or uploaded)))
     workload, profile, policies = loaded if loaded else (None, None, [])
-    ready = loaded is not None and bool(policies)
     if st.button("Run comparison", type="primary", disabled=not ready, key="compare_run"):
         result = _run_compare(workload, profile, policies, seeds, steps)
         if result is not None:
             st.session_state[_STATE_RESULT] = result
             st.session_state[_STATE_POLICIES] = {p.name: p for p in policies}
             st.session_state[_STATE_SUBJECT] = inputs.subject(workload, profile)
-    if not policies:
-        st.warning("Pick at least one policy.")
     result: Comparison | None = st.session_state.get(_STATE_RESULT)
     # A result only under the workload and profile it came from (they stay in the session).
     current = inputs.subject(workload, profile) if workload is not None else None

@@ -1,0 +1,177 @@
+"""What a user met in the pages' second hour, headless (streamlit.testing's AppTest): each page
+says what it waits for, and reads its own numbers back as the user would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+
+def _compare_page() -> None:
+    from workbench.ui import compare_page
+
+    compare_page.render()
+
+
+def test_compare_with_no_workload_file_asks_for_the_file_not_a_policy():
+    at = AppTest.from_function(_compare_page, default_timeout=120)
+    at.run()
+    at.radio(key="compare_wl_source").set_value("File").run()
+    assert not at.exception, at.exception
+    assert len(at.multiselect(key="compare_policies").value) == 5
+    warnings = " ".join(w.value for w in at.warning)
+    assert "workload" in warnings and "policy" not in warnings, warnings
+    assert at.button(key="compare_run").disabled
+    # no policy and no file: both named
+    at.multiselect(key="compare_policies").set_value([]).run()
+    warnings = " ".join(w.value for w in at.warning)
+    assert "workload" in warnings and "policy" in warnings, warnings
+
+
+# ---------------------------------------------------------------- Train (real)
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def _train_page() -> None:
+    from workbench.ui import train_page
+
+    train_page.render()
+
+
+@pytest.fixture()
+def no_runs(monkeypatch, tmp_path):
+    """No run known to the app and an empty runs/ of the test's own; none left running."""
+    from workbench.ui import background_runs as runs
+    from workbench.ui import train_page
+
+    monkeypatch.setattr(train_page, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(train_page, "UPLOAD_DIR", tmp_path / "runs" / "policies")
+    monkeypatch.setattr(train_page, "tlt_executable", lambda: list(SLEEPER))
+    yield runs
+    run = runs._LAUNCHES.pop("train", None)  # the registry is the app's: this test's cleanup
+    if run is not None and run.running:
+        os.killpg(run.proc.pid, signal.SIGKILL)
+        run.proc.wait(timeout=30)
+
+
+def test_train_refuses_a_cap_no_prediction_takes_and_a_reload_shows_the_running_form(no_runs):
+    at = AppTest.from_function(_train_page, default_timeout=60)
+    at.run()
+    assert at.number_input(key="train_max_tokens").min == 16  # a prediction takes 16 and more
+    at.number_input(key="train_steps").set_value(2)
+    at.number_input(key="train_max_tokens").set_value(64)
+    at.selectbox(key="train_policy_preset").set_value("baseline")
+    at.run()
+    at.button(key="train_start").click().run()
+    assert not at.exception, at.exception
+    assert no_runs.is_running("train")
+    # The page reloaded mid-run (a fresh session): the form is the running run's, not the defaults.
+    again = AppTest.from_function(_train_page, default_timeout=60)
+    again.run()
+    assert not again.exception, again.exception
+    assert again.number_input(key="train_steps").value == 2
+    assert again.number_input(key="train_max_tokens").value == 64
+    assert again.selectbox(key="train_policy_preset").value == "baseline"
+    assert not again.warning, [w.value for w in again.warning]  # no widget-state warning
+
+
+def test_run_config_refuses_a_one_token_cap(tmp_path):
+    from real.run.config import RunConfig, TrainError
+    from workbench.contracts.policy import load_policy
+    from workbench.ui.train_page import DEFAULT_MODEL, ROOT
+
+    cfg = RunConfig(ROOT / DEFAULT_MODEL, load_policy("baseline"), tmp_path, max_tokens=1)
+    with pytest.raises(TrainError, match="--max-tokens 1: must be >= 16"):
+        cfg.check()
+
+
+def test_a_rollout_that_decoded_nothing_gives_no_verdict_not_a_nan_speedup():
+    from real.rollout.requests import EngineStepRow
+    from real.run.sd_pricing import PlainCost, rollout_verdict
+
+    # A 1-token cap: the engines prefill and stop, no step decodes.
+    prefill = EngineStepRow(rl_step=0, worker=0, engine_step=0, start_s=0.0, wall_s=0.01,
+                            batch_size=4, num_waiting=0, prefill_requests=4, prefill_tokens=80,
+                            decode_requests=0, scheduled_tokens=80, context_mean=20.0,
+                            context_max=20, draft_len=0, num_drafts=0, num_draft_tokens=0,
+                            num_accepted_tokens=0, accepted_per_pos=[], new_tokens=4,
+                            draft_s=0.0)
+    assert rollout_verdict([(PlainCost(0.004, 0.0001, 16), [prefill])]) is None
+
+
+def test_a_bad_uploaded_policy_is_named_once_by_its_own_name(no_runs, tmp_path):
+    from workbench.ui import train_page
+
+    copy = train_page.UPLOAD_DIR / "0123456789-my-policy.yaml"
+    copy.parent.mkdir(parents=True)
+    copy.write_text("name: mine\nnope: 1\n")
+    form = train_page.TrainForm(train_page.DEFAULT_MODEL, str(copy), 2, 1, 0, 2, 2, 64,
+                                str(tmp_path / "out"))
+    _, problems = train_page.check_form(form)
+    text = " ".join(problems)
+    assert "my-policy.yaml" in text and "nope" in text, text
+    assert str(train_page.UPLOAD_DIR) not in text and "0123456789" not in text, text
+
+
+# ---------------------------------------------------------------- bad files
+
+
+def test_a_bad_length_file_is_named_as_uploaded_not_by_the_apps_copy(tmp_path):
+    from workbench.ui.length_upload import import_upload
+    from workbench.workloads.build import UNPLACED
+
+    copy = tmp_path / "tlt-lengths-abc"
+    with pytest.raises(ValueError) as err:
+        import_upload([("my.jsonl", b'{"a": 1}\n')], UNPLACED, "fit", None, copy)
+    assert str(err.value).startswith("my.jsonl: "), str(err.value)
+    assert str(copy) not in str(err.value)
+    rows = "step,prompt,length\n" + "".join(f"{s},{p},{100 + 7 * p * s + p}\n"
+                                            for s in range(3) for p in range(16))
+    up = import_upload([("mine.csv", rows.encode())], UNPLACED, "fit", None, tmp_path / "ok")
+    assert not [line for line in up.lines if str(tmp_path) in line], up.lines
+
+
+def _compare_with_a_jsonl() -> None:
+    import streamlit as st
+
+    from workbench.ui import compare_page
+
+    class Upload:  # what st.file_uploader returns: a name and the bytes
+        def __init__(self, name: str, data: bytes):
+            self.name, self._raw = name, data
+
+        def getvalue(self) -> bytes:
+            return self._raw
+
+    real_uploader = st.file_uploader
+
+    def uploader(*args, **kwargs):
+        # the browser's type filter: a file of a type the uploader does not take never arrives
+        types = kwargs.get("type")
+        upload = Upload("lengths.jsonl", b'{"step": 0, "input": 10, "output": 20}\n')
+        if kwargs.get("key") != "compare_wl_file" or (types and "jsonl" not in types):
+            return None
+        return upload
+
+    st.file_uploader = uploader
+    try:
+        compare_page.render()
+    finally:
+        st.file_uploader = real_uploader
+
+
+def test_a_length_file_on_the_workload_uploader_is_told_where_it_goes():
+    at = AppTest.from_function(_compare_with_a_jsonl, default_timeout=120)
+    at.run()
+    at.radio(key="compare_wl_source").set_value("File").run()
+    assert not at.exception, at.exception
+    errors = " ".join(e.value for e in at.error)
+    assert "lengths.jsonl" in errors and "tlt workload import" in errors, errors
+    assert not [i for i in at.info if "Upload a workload" in i.value]
