@@ -175,3 +175,20 @@ def test_a_length_file_on_the_workload_uploader_is_told_where_it_goes():
     errors = " ".join(e.value for e in at.error)
     assert "lengths.jsonl" in errors and "tlt workload import" in errors, errors
     assert not [i for i in at.info if "Upload a workload" in i.value]
+
+
+# ---------------------------------------------------------------- Plan
+
+
+def test_plan_rows_say_any_for_a_screened_shape_and_no_engine_count_tp_does_not_divide():
+    from workbench.plan import ANY, PlanTrial, Shape, shape_rows
+
+    screened = PlanTrial(-1, Shape(8, 0, 256, ANY), "infeasible", "a full batch does not fit")
+    odd = PlanTrial(3, Shape(8, 4, 64, "tlt"), "infeasible", "TP8 does not divide 4 GPUs")
+    fine = PlanTrial(4, Shape(2, 8, 64, "tlt"), "ok")
+    rows = shape_rows([screened, odd, fine], 4096)
+    assert rows[0][:4] == ["screened", "TP8", "any", "any"]
+    assert rows[1][:4] == ["3", "TP8", "-", "4"]
+    assert rows[2][:4] == ["4", "TP2", "4", "8"]
+    assert "0x" not in odd.shape.label and "TP8 on 4 GPUs" in odd.shape.label
+    assert fine.shape.label.startswith("4x TP2 (8 GPUs)")

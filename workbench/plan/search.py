@@ -132,9 +132,17 @@ class Shape:
         return self.gpus // self.tp
 
     @property
+    def screened(self) -> bool:
+        """An engine shape refused before the search: for any GPU count and policy."""
+        return self.gpus == 0
+
+    @property
     def label(self) -> str:
-        if self.gpus == 0:
+        if self.screened:
             return f"TP{self.tp}, max batch {self.max_batch} (any GPU count, any policy)"
+        if self.gpus % self.tp:
+            return (f"TP{self.tp} on {self.gpus} GPUs (TP{self.tp} does not divide them), max "
+                    f"batch {self.max_batch}, {self.policy}")
         return (f"{self.engines}x TP{self.tp} ({self.gpus} GPUs), max batch {self.max_batch}, "
                 f"{self.policy}")
 
