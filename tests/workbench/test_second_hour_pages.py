@@ -192,3 +192,35 @@ def test_plan_rows_say_any_for_a_screened_shape_and_no_engine_count_tp_does_not_
     assert rows[2][:4] == ["4", "TP2", "4", "8"]
     assert "0x" not in odd.shape.label and "TP8 on 4 GPUs" in odd.shape.label
     assert fine.shape.label.startswith("4x TP2 (8 GPUs)")
+
+
+# ---------------------------------------------------------------- Tune
+
+
+def _tune_page() -> None:
+    from workbench.ui import tune_page
+
+    tune_page.render()
+
+
+def test_a_one_trial_study_says_it_has_not_tuned_anything_yet(tmp_path):
+    from workbench.ui.tune_page import convergence_figure
+
+    at = AppTest.from_function(_tune_page, default_timeout=300)
+    at.run()
+    at.selectbox(key="tune_wl").set_value("cpu-tiny").run()
+    at.number_input(key="tune_trials").set_value(1)
+    at.number_input(key="tune_seeds").set_value(1)
+    at.number_input(key="tune_steps:cpu-tiny").set_value(1)
+    at.text_input(key="tune_storage").set_value(f"sqlite:///{tmp_path / 'studies.db'}")
+    at.run()
+    at.button(key="tune_run").click().run()
+    assert not at.exception, at.exception
+    said = " ".join(w.value for w in at.warning)
+    assert "the preset **baseline** it started from" in said, said
+    assert "1 complete trial" in said and "1 complete trials" not in said, said
+    # the storage now holds the study: its status in the singular
+    status = " ".join(c.value for c in [*at.caption, *at.warning])
+    assert "holds 1 finished trial (" in status, status
+    fig = convergence_figure(at.session_state["tune_result"].convergence)
+    assert fig.layout.xaxis.range[0] == -0.5 and fig.layout.xaxis.tickformat == "d"

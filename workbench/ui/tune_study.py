@@ -75,7 +75,8 @@ def name_and_status(spec: tune.TuneSpec, store: optuna.storages.BaseStorage | No
     if not status.exists:
         st.caption(f"A new study: Run study runs {trials} trials.")
         return name
-    held = (f"Study **{name}** holds {status.finished} finished trials ({status.complete} "
+    trials_word = "trial" if status.finished == 1 else "trials"
+    held = (f"Study **{name}** holds {status.finished} finished {trials_word} ({status.complete} "
             f"complete, {status.pruned} pruned as hopeless)")
     if status.running > status.abandoned:
         held += f", {status.running - status.abandoned} running"
