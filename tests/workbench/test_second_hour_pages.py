@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -224,3 +225,82 @@ def test_a_one_trial_study_says_it_has_not_tuned_anything_yet(tmp_path):
     assert "holds 1 finished trial (" in status, status
     fig = convergence_figure(at.session_state["tune_result"].convergence)
     assert fig.layout.xaxis.range[0] == -0.5 and fig.layout.xaxis.tickformat == "d"
+
+
+# ---------------------------------------------------------------- the app's server
+
+
+def test_the_app_as_make_app_starts_it_watches_no_folder(monkeypatch):
+    """`make app` runs `streamlit run app.py` in the repository: under its .streamlit/config.toml
+    Streamlit watches no file, so the runs the app starts (writing under the repository, which a
+    watcher would watch recursively) cannot flood the log with 'Inotify queue overflowed'."""
+    from streamlit import config
+    from streamlit.watcher.path_watcher import NoOpPathWatcher, get_default_path_watcher_class
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    try:
+        config.get_config_options(force_reparse=True)
+        assert config.get_option("server.fileWatcherType") == "none"
+        assert get_default_path_watcher_class() is NoOpPathWatcher
+    finally:
+        monkeypatch.undo()
+        config.get_config_options(force_reparse=True)
+
+
+# ---------------------------------------------------------------- the bubble of one worker
+
+
+def _engine_steps(start: float, n: int, wall: float) -> list:
+    from real.rollout.requests import EngineStepRow
+
+    return [EngineStepRow(rl_step=0, worker=0, engine_step=i, start_s=start + i * wall,
+                          wall_s=wall, batch_size=4, num_waiting=0, prefill_requests=0,
+                          prefill_tokens=0, decode_requests=4, scheduled_tokens=4,
+                          context_mean=50.0, context_max=60, draft_len=0, num_drafts=0,
+                          num_draft_tokens=0, num_accepted_tokens=0, accepted_per_pos=[],
+                          new_tokens=4, draft_s=0.0) for i in range(n)]
+
+
+def test_one_worker_has_no_bubble_and_its_wait_to_start_is_shown_as_such():
+    """A real run's worker idles from the step's start until its prompts reach its engine: no
+    worker has finished its share then, so that is no bubble (with one worker there is none at
+    all); it is the split's `wait_fraction`. A second worker that finishes early does idle in
+    the bubble, waiting for the slowest."""
+    from real.run.records import StepTimes, WorkerRollout, rows_frame, step_timeline
+    from workbench.contracts.timeline import rollout_split
+    from workbench.contracts.trace import TimelineRow
+    from workbench.validate.waste import timeline_waste
+
+    times = StepTimes(start=100.0, rollout_end=110.0, train_start=110.0, train_end=112.0,
+                      sync_end=113.0)
+
+    def split(rollouts):  # as a run's record (its window) and as the waste tool (the trace) see it
+        tl = rows_frame(step_timeline(0, rollouts, [], times, 100.0), TimelineRow)
+        return rollout_split(tl, len(rollouts), window=(0.0, 10.0)), timeline_waste(tl)[0].split
+
+    alone = {0: WorkerRollout(0, 103.0, 110.0, _engine_steps(3.0, 7, 1.0), [], {})}
+    for got in split(alone):
+        assert got.bubble_fraction == pytest.approx(0.0)
+        assert got.wait_fraction == pytest.approx(0.3)
+    pair = {**alone, 1: WorkerRollout(1, 101.0, 105.0, _engine_steps(1.0, 4, 1.0), [], {})}
+    for got in split(pair):
+        assert got.bubble_fraction == pytest.approx(5.0 / 20.0)  # worker 1, from 105 to 110
+        assert got.wait_fraction == pytest.approx((3.0 + 1.0) / 20.0)
+
+
+# ---------------------------------------------------------------- What-if's cluster
+
+
+def test_the_model_box_lists_each_model_once():
+    """A preset and the database's config of the same model (Qwen/Qwen3-30B-A3B is the preset
+    qwen3-30b-a3b) are one entry: the preset, naming the other."""
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"),
+                           default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    box = next(s for s in at.selectbox if s.key.startswith("whatif_cluster_model:"))
+    options = list(box.options)
+    assert "qwen3-30b-a3b (also Qwen/Qwen3-30B-A3B)" in options, options
+    assert "Qwen/Qwen3-30B-A3B" not in options and "deepseek-ai/DeepSeek-V3" not in options
+    assert "r1-distill-qwen-7b" in options  # a preset of its own, though shaped as qwen2.5-7b
+    assert box.value == "qwen2.5-32b"  # the default workload's own model, picked

@@ -148,7 +148,7 @@ def length_file_workload() -> tuple[Workload | None, str]:
         st.error(f"Length file rejected: {exc}")
         return None, ""
     with st.expander("What the files hold (the import's report)", expanded=True):
-        st.code("\n".join(up.lines), language=None)
+        st.code("\n".join(up.lines), language=None, wrap_lines=True)
     if up.observed is not None:
         drawn, batch = model_draw(up.observed, up.workload)
         left, right = st.columns(2)
