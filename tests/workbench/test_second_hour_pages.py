@@ -304,3 +304,50 @@ def test_the_model_box_lists_each_model_once():
     assert "Qwen/Qwen3-30B-A3B" not in options and "deepseek-ai/DeepSeek-V3" not in options
     assert "r1-distill-qwen-7b" in options  # a preset of its own, though shaped as qwen2.5-7b
     assert box.value == "qwen2.5-32b"  # the default workload's own model, picked
+
+
+# ---------------------------------------------------------------- agentic
+
+
+def test_the_tool_latency_sweep_at_x1_is_the_headline_and_reads_off_its_axes():
+    """One decision path: the sweep runs the results' own seed and steps, so at x1 it gives their
+    speedup; its chart has a tick at each scale swept (none left of the first) and a speedup tick
+    above its highest point."""
+    import json
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"),
+                           default_timeout=180)
+    at.run()
+    at.selectbox(key="whatif_wl_preset").set_value("polytrace-search-r1-qwen2.5-7b").run()
+    next(n for n in at.number_input if n.label == "Prompts per step").set_value(16)
+    at.number_input(key="whatif_steps_n").set_value(2)
+    at.multiselect(key="whatif_policies").set_value(["baseline", "tlt"])
+    at.run()
+    at.button(key="whatif_run").click().run()
+    at.multiselect(key="whatif_tool_scales").set_value([0.1, 1.0, 10.0])
+    at.button(key="whatif_tool_run").click().run()
+    assert not at.exception, at.exception
+    headline = at.session_state["whatif_result"]
+    step = [run.mean("step_time_s") for run in headline.runs]
+    sweep = at.session_state["whatif_tool_sweep"][1]
+    at_one = next(p for p in sweep.points if p.scale == 1.0)
+    assert at_one.speedup["tlt"] == pytest.approx(step[0] / step[1], rel=1e-9)
+    fig = json.loads(next(c for c in at.get("plotly_chart")
+                          if "whatif_tool_fig" in str(c.proto.id)).proto.spec)
+    x, y = fig["layout"]["xaxis"], fig["layout"]["yaxis"]
+    assert x["tickvals"] == [0.1, 1.0, 10.0] and x["range"][0] > -1.2  # log10: right of 0.063
+    assert max(y["tickvals"]) >= max(p.speedup["tlt"] for p in sweep.points)
+    assert y["range"][1] == max(y["tickvals"])
+
+
+def test_tlt_sim_prints_the_tool_calls_as_tlt_compare_does(tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    res = CliRunner().invoke(app, ["sim", "--workload", "polytrace-search-r1-qwen2.5-7b",
+                                   "--policy", "baseline,tlt", "--steps", "1",
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "around the tool calls (seed 0;" in res.output
+    assert "trajectory time in tools" in res.output

@@ -19,6 +19,7 @@ from workbench.cli.agentic import TOOL_LATENCY_OPTION, print_agentic, run_tool_s
 from workbench.cli.apps import app, bench_app
 from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
                                   load_inputs, runner_for)
+from workbench.compare.agentic import agentic_why
 from workbench.compare.intervals import (interval_json, interval_lines, policy_intervals,
                                         run_work)
 from workbench.compare.policies import compare as run_compare
@@ -97,6 +98,8 @@ def sim(
     for line in interval_lines(intervals, runs[0].policy_name):
         typer.echo(line)
     _print_why(whys)
+    print_agentic([agentic_why(r) for r in runs if r.turns is not None and not r.turns.empty],
+                  f"seed {seed}")
     typer.echo(f"wrote {out}/summary.json")
 
 
@@ -276,7 +279,7 @@ def compare(
     for line in interval_lines(result.intervals, result.reference):
         typer.echo(line)
     _print_why(result.why())
-    print_agentic(result)
+    print_agentic(result.agentic_why(), "means over seeds")
     for line in measured_vs_modelled(prof, wl, result.steps, len(result.seeds)):
         typer.echo(line)
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
