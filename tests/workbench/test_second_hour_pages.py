@@ -351,3 +351,68 @@ def test_tlt_sim_prints_the_tool_calls_as_tlt_compare_does(tmp_path):
     assert res.exit_code == 0, res.output
     assert "around the tool calls (seed 0;" in res.output
     assert "trajectory time in tools" in res.output
+
+
+# ---------------------------------------------------------------- how sure (intervals)
+
+
+def _metric(at: AppTest, starts: str):
+    return next(m for m in at.metric if m.label.startswith(starts))
+
+
+def test_whatif_on_arrival_shows_each_figure_with_its_interval():
+    """No run log: the measured-database profile's fit error, the acceptance and the lengths'
+    sampling give the speedup tile, How sure and the whole run their 90% intervals."""
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"),
+                           default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    assert _metric(at, "Speedup:").proto.delta.startswith("90%: ")
+    sure = next(m.value for m in at.markdown if m.value.startswith("**How sure:**"))
+    assert "fit error" in sure and "accepted length" in sure and "lengths' sampling" in sure
+    code = next(c for c in at.code if "90%:" in c.value)
+    assert code.proto.wrap_lines  # long lines wrap, not cut off on the right
+    totals = next(d.value for d in at.dataframe if "Days" in d.value.columns)
+    assert "Days, 90%" in totals.columns
+
+
+def test_compare_shows_how_sure_each_speedup_is():
+    at = AppTest.from_function(_compare_page, default_timeout=180)
+    at.run()
+    at.selectbox(key="compare_wl").set_value("cpu-tiny")
+    at.multiselect(key="compare_policies").set_value(["baseline", "static-sd"])
+    at.number_input(key="compare_seeds").set_value(2)
+    at.number_input(key="compare_steps").set_value(1)
+    at.run()
+    at.button(key="compare_run").click().run()
+    assert not at.exception, at.exception
+    sure = next(m.value for m in at.markdown if m.value.startswith("**How sure:**"))
+    assert "2 simulated steps" in sure, sure  # 2 seeds x 1 step, resampled
+    assert any("static-sd" in c.value and "90%:" in c.value for c in at.code)
+    totals = next(d.value for d in at.dataframe if "Days" in d.value.columns)
+    assert "Days, 90%" in totals.columns
+
+
+def _plan_page() -> None:
+    from workbench.ui import plan_page
+
+    plan_page.render()
+
+
+def test_plan_gives_the_chosen_shapes_days_and_cost_their_interval(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    at = AppTest.from_function(_plan_page, default_timeout=240)
+    at.run()
+    at.selectbox(key="plan_wl").set_value("tlt-eval-qwen2.5-7b")
+    at.number_input(key="plan_gpus").set_value(8)
+    at.multiselect(key="plan_policies:sglang").set_value(["tlt"])
+    at.multiselect(key="plan_tp").set_value([4])
+    at.multiselect(key="plan_batch").set_value([128])
+    at.number_input(key="plan_trials").set_value(1)
+    at.number_input(key="plan_steps").set_value(1)
+    at.run()
+    at.button(key="plan_run").click().run()
+    assert not at.exception, at.exception
+    assert _metric(at, "Run time").proto.delta.startswith("90%: ")
+    assert _metric(at, "Cost").proto.delta.startswith("90%: ")
+    assert any("fit error" in c.value for c in at.caption)

@@ -21,7 +21,7 @@ from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload
 from workbench.compare.regret import RegretReport, bandit_regret
-from workbench.ui import inputs, run_totals
+from workbench.ui import inputs, interval_view, run_totals
 from workbench.ui.why_view import show_whys
 from workbench.ui.export import Report, figure_downloads, policy_export_buttons, report_button
 
@@ -163,6 +163,7 @@ def _show_compare(result: Comparison) -> None:
     st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]}. Speedup = "
                f"{result.reference}'s mean step "
                "time / the policy's; paired range = the range over seeds of the per-seed ratio.")
+    interval_view.show(result.intervals, result.reference)
     _show_why(result)
     fig = result.figure()
     st.pyplot(fig, clear_figure=False)
@@ -292,6 +293,6 @@ def render() -> None:
     if result is not None:
         _show_compare(result)
         run_totals.show(run_totals.mean_steps_of_comparison(result), workload, profile,
-                        "compare_totals")
+                        "compare_totals", result.intervals)
     if workload is not None:
         _regret_panel(workload, profile, seeds, steps)
