@@ -215,6 +215,7 @@ def test_a_one_trial_study_says_it_has_not_tuned_anything_yet(tmp_path):
     at.number_input(key="tune_steps:cpu-tiny").set_value(1)
     at.text_input(key="tune_storage").set_value(f"sqlite:///{tmp_path / 'studies.db'}")
     at.run()
+    assert any(c.value == "A new study: Run study runs 1 trial." for c in at.caption)
     at.button(key="tune_run").click().run()
     assert not at.exception, at.exception
     said = " ".join(w.value for w in at.warning)
