@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from sim.results import PolicyRun
 from workbench.compare.cost_draws import Declared, declared
@@ -211,9 +213,11 @@ def policy_intervals(works: list[tuple[str, list[RunWork | HeldWork]]], profile:
     def steps(per: list, p: CostPoint, accept: float = 1.0) -> np.ndarray:
         return np.concatenate([w.step_s(own, p, accept) for w in per])
 
-    times = np.array([[steps(per, p, a)[pick[i]].mean()
-                       for i, (p, a) in enumerate(zip(d.points, d.accept))]
-                      for per in works])  # policies x draws
+    drawn = [[steps(per, p, a) for p, a in zip(d.points, d.accept)] for per in works]
+    full = np.array([[x.mean() for x in per] for per in drawn])  # policies x draws
+    part = np.array([[x[pick[i]].mean() for i, x in enumerate(per)] for per in drawn])
+    widen = _small_sample(units, d.level)
+    times = full + (part - full) * widen
     centers = np.array([steps(per, own).mean() for per in works])
     splits = profile.uncertainty.splits if profile.uncertainty is not None else ()
     covers = coverage(d, units, works)
@@ -224,9 +228,21 @@ def policy_intervals(works: list[tuple[str, list[RunWork | HeldWork]]], profile:
         out.append(PolicyInterval(
             names[k],
             Interval(centers[k], *interval(times[k] * d.bias, d.level), d.level),
-            Interval(centers[0] / centers[k], *interval(times[0] / times[k], d.level), d.level),
+            Interval(centers[0] / centers[k],
+                     *interval(full[0] / full[k] + (part[0] / part[k] - full[0] / full[k])
+                               * widen, d.level), d.level),
             split_speeds, covers, all(w.priced for w in per)))
     return out
+
+
+def _small_sample(n: int, level: float) -> float:
+    """How much wider than a resampling's spread a mean of `n` units strays: the bootstrap's
+    spread is the sample's, sqrt((n - 1) / n) of the mean's error, and a mean of n is
+    t-distributed with n - 1 degrees of freedom, not normal (1 for one unit: nothing to widen)."""
+    if n < 2:
+        return 1.0
+    q = (1 + level) / 2
+    return float(np.sqrt(n / (n - 1)) * student_t.ppf(q, n - 1) / norm.ppf(q))
 
 
 def _resamples(units: int, seed: int) -> np.ndarray:
