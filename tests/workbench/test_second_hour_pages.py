@@ -375,6 +375,12 @@ def test_whatif_on_arrival_shows_each_figure_with_its_interval():
     assert code.proto.wrap_lines  # long lines wrap, not cut off on the right
     totals = next(d.value for d in at.dataframe if "Days" in d.value.columns)
     assert "Days, 90%" in totals.columns
+    # the report to send says the same
+    from workbench.ui import whatif_results
+
+    res = at.session_state["whatif_result"]
+    report = whatif_results._report(res, whatif_results._metrics_table(res))
+    assert any(kind == "p" and "tlt 1." in text and "90%:" in text for kind, text in report.parts)
 
 
 def test_compare_shows_how_sure_each_speedup_is():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from workbench.compare.intervals import interval_lines
 from workbench.compare.policies import Comparison, compare
 from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy, policy_presets
@@ -143,6 +144,8 @@ def _report(result: Comparison, summary) -> Report:
                   "every policy sees the same response lengths for a seed)",
                   f"Policies {', '.join(result.policies)}; speedups against {result.reference}"])
     rep.heading("Summary over seeds").table(summary_table(summary))
+    for line in interval_lines(result.intervals, result.reference):
+        rep.text(line.strip())
     rep.text("Bubble: idle worker-time / rollout worker-time (workers that "
              "finished, waiting for the slowest). Tail: worker-time decoding "
              "at a batch <= 1/8 of the step's largest / rollout worker-time.")

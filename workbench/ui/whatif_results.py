@@ -17,7 +17,8 @@ import pandas as pd
 import streamlit as st
 
 from sim.results import PolicyRun
-from workbench.compare.intervals import interval_json, policy_intervals, run_work
+from workbench.compare.intervals import (interval_json, interval_lines, policy_intervals,
+                                        run_work)
 from workbench.compare.policies import summarize_runs, summary_frame, why_runs
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
@@ -293,6 +294,8 @@ def _report(res: Result, table: pd.DataFrame) -> Report:
         },
     )
     rep.text(f"Means over the simulated steps. {_WASTE_TEXT} Tail limit: {_tail_limit(res)}.")
+    for line in interval_lines(res.intervals(), res.labels[0]):
+        rep.text(line.strip())
     if len(res.labels) > 1:
         rep.heading("Why this speedup").table(why_frame(res.whys()[1:]).drop(columns=["why"]))
         for w in res.whys()[1:]:
