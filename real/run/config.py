@@ -11,6 +11,7 @@ from real.drafter.resolve import DrafterRef, check_trainable, resolve_drafter
 from real.rollout.spec_config import EngineConfigError, refuse_unrunnable
 from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.task import Task
+from workbench.contracts.workload import RESPONSE_CAP
 
 
 class TrainError(ValueError):
@@ -71,6 +72,9 @@ class RunConfig:
             if v < lo:
                 why = " (GRPO needs a group)" if name == "samples" else ""
                 raise TrainError(f"--{name} {v}: must be >= {lo}{why}")
+        if self.max_tokens < RESPONSE_CAP[0]:
+            raise TrainError(f"--max-tokens {self.max_tokens}: must be >= {RESPONSE_CAP[0]} (a "
+                             "shorter cap leaves nothing to decode, nor to predict the run by)")
         if self.prompts < self.workers:
             raise TrainError(f"--prompts {self.prompts} < --workers {self.workers}: every worker "
                              "needs a prompt group")

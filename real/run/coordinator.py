@@ -176,6 +176,7 @@ class TrainingRun:
                                  for seed in seeds])
         probe = self.outputs.probe = rollout_verdict(zip(self.pool.plain_costs, steps))
         if probe is None:
+            self.log("  probe: no decoding step to price SD by; SD runs as the policy sets it")
             return
         kind = self.engines.kind
         after = self.engines.after_probe(probe)

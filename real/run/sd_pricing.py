@@ -159,9 +159,10 @@ def rollout_verdict(
     engines: Iterable[tuple[PlainCost | None, list[EngineStepRow]]],
 ) -> SDVerdict | None:
     """One verdict over several engines' rollouts, given per engine (its plain cost, the rollout's
-    steps); an engine without a cost is left out (None: no engine had one)."""
+    steps); an engine without a cost is left out (None: no engine had one, or none decoded a step:
+    a rollout of prompts alone says nothing of SD's speed)."""
     parts = [sd_verdict(steps, cost) for cost, steps in engines if cost is not None]
-    if not parts:
+    if not sum(p.steps for p in parts):
         return None
     return SDVerdict(
         sum(p.sd_s for p in parts), sum(p.plain_s for p in parts), sum(p.steps for p in parts)

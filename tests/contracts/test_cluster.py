@@ -4,7 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from workbench.contracts.cluster import Cluster, check_workload_profile
+from workbench.contracts.cluster import Cluster
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError

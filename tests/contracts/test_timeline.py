@@ -113,11 +113,10 @@ def test_a_real_runs_record_is_as_before_and_its_timeline_adds_the_wait():
     requests = [t.requests.iloc[0]]
     grpo = type("Stats", (), {"loss": 0.0, "kl": 0.0})()
     rec = step_record(0, rollouts, spots, requests, times, grpo, "eagle", clock0=CLOCK0)
-    got = [rec.bubble_fraction, rec.drafter_train_fraction]
-    assert got == pytest.approx(list(V1_RECORD), rel=REL)
     assert 0.0 < rec.tail_fraction < 0.01
     # The timeline is the one recorded before, plus each worker's wait for its rollout to begin
-    # (idle from the step's start): the idle time the record's bubble always counted.
+    # (idle from the step's start): idle time the record's bubble once counted, now its own share
+    # (no worker has finished its share then: `wait_fraction`, not the bubble).
     now = rows_frame(step_timeline(0, rollouts, spots, times, CLOCK0), TimelineRow)
     waiting = (now["state"] == "idle") & (now["start_s"].abs() < 1e-9)
     assert waiting.sum() == 3
@@ -128,6 +127,9 @@ def test_a_real_runs_record_is_as_before_and_its_timeline_adds_the_wait():
     split = rollout_split(now, 3, window=(times.start - CLOCK0, times.rollout_end - CLOCK0))
     assert (split.bubble_fraction, split.drafter_train_fraction, split.tail_fraction) == \
         (rec.bubble_fraction, rec.drafter_train_fraction, rec.tail_fraction)
+    got = [rec.bubble_fraction + split.wait_fraction, rec.drafter_train_fraction]
+    assert got == pytest.approx(list(V1_RECORD), rel=REL)
+    assert split.wait_fraction > 0.0
 
 
 @pytest.mark.parametrize("policy", sorted(SIMULATED))

@@ -28,8 +28,11 @@ def test_sim_writes_summary_metrics_and_timelines(tmp_path):
             "mean_accept_len",
             "speedup_vs_first",
             "why",
+            "interval",
         }
         assert entry["why"]["speedup"] == pytest.approx(entry["speedup_vs_first"])
+        iv = entry["interval"]["speedup"]  # cpu-tiny's fit error, the acceptance, the 2 steps
+        assert iv["low"] <= iv["value"] <= iv["high"] and iv["level"] == 0.9
         metrics = json.loads((out / name / "metrics.json").read_text())
         assert len(metrics["steps"]) == 2
         timeline = pd.read_parquet(out / name / "timeline.parquet")

@@ -13,10 +13,12 @@ import pytest
 
 from sim.simulator import simulate
 from workbench.compare.cost_draws import draw_costs
-from workbench.compare.intervals import policy_intervals, priced_profile, run_work
+from workbench.compare.intervals import (interval_lines, policy_intervals, priced_profile,
+                                        run_work)
 from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
-from workbench.contracts.uncertainty import CostPoint, CostSplit, CostUncertainty
+from workbench.contracts.uncertainty import (ACCEPT_ERROR_PCT, CostPoint, CostSplit,
+                                             CostUncertainty)
 from workbench.contracts.workload import load_workload
 
 COV = ((0.01, -0.005, 0.0, 0.0), (-0.005, 0.09, 0.0, 0.0), (0.0, 0.0, 0.09, 0.0),
@@ -74,4 +76,65 @@ def test_each_policy_gets_an_interval_around_its_own_answer(setup):
     assert tlt.step_s.low < tlt.step_s.center < tlt.step_s.high
     assert dict(tlt.splits)["all per engine step"] > 0
     assert "90%:" in tlt.speedup.text() and tlt.speedup.text().endswith("x")
-    assert policy_intervals(works, replace(prof, uncertainty=None)) is None
+    # A profile that declares nothing of its costs: the lengths' sampling alone, over 2 steps...
+    bare = replace(prof, uncertainty=None, fit_error_pct=None)
+    alone = policy_intervals(works, bare)
+    assert "no cost error" in alone[0].covers and "2 simulated steps" in alone[0].covers
+    # ...and no interval over one step, saying why.
+    one = [(name, [replace(w, **{f: getattr(w, f)[:1] for f in ARRAYS}) for w in per])
+           for name, per in works]
+    assert policy_intervals(one, bare) is None
+    assert interval_lines(None, "baseline")[0].startswith("no interval: the profile declares")
+
+
+ARRAYS = ("kernel_s", "passes", "host_s", "rest_s", "train_s", "sd_kernel_s", "sd_passes",
+          "sd_host_s")
+
+
+def test_a_measured_database_profile_declares_its_fit_error_and_acceptance():
+    """What-if on arrival: no run log, yet each speedup has an interval from the profile's fit
+    error, the acceptance's declared error and the lengths' sampling; a higher acceptance makes an
+    SD run faster and leaves a plain one as it is."""
+    wl = replace(load_workload("fastrl-example-7b-8gpu"), steps=3)
+    prof = load_profile(wl.profile)
+    assert prof.uncertainty is None and prof.fit_error_pct
+    runs = {name: simulate(wl, load_policy(name), prof, seed=0, steps=3)
+            for name in ("baseline", "tlt")}
+    works = {name: run_work(r, prof, wl.workers) for name, r in runs.items()}
+    own = prof.cost_point
+    assert np.allclose(works["baseline"].step_s(own, own, 1.1), works["baseline"].step_s(own, own))
+    assert np.all(works["tlt"].step_s(own, own, 1.1) < works["tlt"].step_s(own, own))
+    base, tlt = policy_intervals([(n, [w]) for n, w in works.items()], prof)
+    assert tlt.speedup.low < tlt.speedup.center < tlt.speedup.high
+    assert base.step_s.low < base.step_s.center < base.step_s.high
+    assert f"{prof.fit_error_pct:g}% median |error|" in tlt.covers
+    assert f"{ACCEPT_ERROR_PCT:g}% median |error|" in tlt.covers
+    assert "3 simulated steps" in tlt.covers
+
+
+def test_the_declared_acceptance_error_is_the_acceptance_models_on_published_lengths():
+    """ACCEPT_ERROR_PCT is measured: the shipped GPU profiles' acceptance against the TLT paper's
+    published accepted lengths (every GPU preset shares that model)."""
+    from sim.acceptance import stats_for
+    from workbench.calibrate.published.database_check import accepted_length_rows
+    from workbench.calibrate.published.microbenchmarks import load_published
+    from workbench.contracts.policy import DrafterKind
+
+    rows = accepted_length_rows(load_published())
+    assert len(rows) == 8
+    acc = load_profile("h100-qwen2.5-32b-tp8-sglang").acceptance
+    errors = [100 * (stats_for(acc, DrafterKind.EAGLE, 1.0, r.strategy).mean / r.value - 1)
+              for r in rows]
+    assert float(np.median(np.abs(errors))) == pytest.approx(ACCEPT_ERROR_PCT, abs=0.01)
+
+
+def test_a_multi_round_step_is_priced_round_by_round():
+    """DAPO's dynamic sampling generates in rounds, each waiting for its slowest engine: the
+    priced step is each round's slowest engine, one after the other (exactly the simulation's)."""
+    wl = load_workload("polytrace-dapo-qwen2.5-32b")
+    prof = load_profile(wl.profile)
+    run = simulate(wl, load_policy("baseline"), prof, seed=0, steps=2)
+    work = run_work(run, prof, wl.workers)
+    assert work.priced and work.kernel_s.shape[1] > 1  # more than one round
+    np.testing.assert_allclose(work.step_s(prof.cost_point, prof.cost_point),
+                               [m.step_time_s for m in run.steps], rtol=1e-9)

@@ -55,7 +55,8 @@ def test_a_run_log_is_calibrated_then_its_policies_compared(repo_root, tmp_path,
     at.button(key="whatif_runlog_go").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    assert any("decode_speed" in c.value and "declared range" in c.value for c in at.code)
+    factors = next(c for c in at.code if "decode_speed" in c.value and "declared range" in c.value)
+    assert factors.proto.wrap_lines  # wrapped: no line cut off on the right
     assert any("measured (the run's log" in c.value for c in at.caption)
     # the page's Steps follow the calibrated run's sample (all 12 steps of this excerpt)
     assert at.number_input(key="whatif_steps_n").value == 12

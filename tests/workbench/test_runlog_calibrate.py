@@ -197,7 +197,7 @@ def test_calibrate_validate_and_compare_from_the_command_line(runs, tmp_path):
     res = cli.invoke(app, ["sim", "--workload", str(wl), "--policy", "baseline,tlt-base",
                            "--steps", "1", "--out", str(tmp_path / "s")])
     assert res.exit_code == 0, res.output
-    assert "with the profile's cost uncertainty" in res.output and "90%:" in res.output
+    assert "its calibrated costs (a run log's posterior)" in res.output and "90%:" in res.output
 
 
 def test_the_database_says_what_it_does_without_rows_for_32_kv_heads():

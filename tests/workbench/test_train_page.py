@@ -309,14 +309,15 @@ def test_train_monitor_shows_a_run_directory(train_app: AppTest, tmp_path: Path)
     assert not any(v is None for v in table.value.to_numpy().ravel())
     assert {m.label: m.value for m in at.metric}["Steps done"] == "3"
 
-    # The metric lines, the Gantt chart.
+    # The metric lines, in words (the table's), the Gantt chart.
     lines, gantt = (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
     assert {t["name"] for t in lines["data"]} == {
-        "step_s",
-        "rollout_s",
-        "mean_accept_len",
-        "reward",
+        "Step (s)",
+        "Rollout (s)",
+        "Accepted length",
+        "Reward",
     }
+    assert lines["layout"]["xaxis"]["title"]["text"] == "Step"
     assert any(s.value == "Worker timeline: RL step 2" for s in at.subheader), [
         s.value for s in at.subheader
     ]

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from sim.lengths import sample_step
 from workbench.cli import app
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.length_data import COLUMNS, from_frame, read_observed
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError

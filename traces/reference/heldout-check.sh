@@ -32,7 +32,8 @@ fit fit-eagle static-sd 64 0;    held held-eagle static-sd
 fit fit-ngram-16 "$NGRAM" 16 1;  fit fit-eagle-16 static-sd 16 1
 held held-tlt tlt-vllm
 
-$T calibrate "$OUT"/fit-none "$OUT"/fit-ngram "$OUT"/fit-eagle "$OUT"/fit-ngram-16 "$OUT"/fit-eagle-16 \
+$T calibrate "$OUT"/fit-none "$OUT"/fit-ngram "$OUT"/fit-eagle "$OUT"/fit-ngram-16 \
+  "$OUT"/fit-eagle-16 \
   --out "$OUT/machine.yaml" > "$OUT/calibrate.log" 2>&1
 $T validate --profile "$OUT/machine.yaml" "$OUT"/held-none "$OUT"/held-ngram "$OUT"/held-eagle \
   "$OUT"/held-tlt --out "$OUT/validate"

@@ -15,7 +15,7 @@ import typer
 from sim.sweep import Runner
 from workbench.cli.apps import workload_app
 from workbench.cli.common import CLUSTER_PREFIX, cluster_profile, fail
-from workbench.compare.policies import Comparison
+from workbench.compare.agentic import AgenticWhy
 from workbench.compare.tool_sweep import tool_latency_sweep
 from workbench.contracts.fileio import write_json
 from workbench.contracts.policy import Policy
@@ -155,12 +155,13 @@ def tool_scales(text: str, wl: Workload) -> list[float]:
     return scales
 
 
-def print_agentic(result: Comparison) -> None:
-    """Where each policy's time goes around the tool calls (agentic workloads only)."""
-    rows = result.agentic_why()
+def print_agentic(rows: list[AgenticWhy], over: str) -> None:
+    """Where each policy's time goes around the tool calls (agentic workloads only: nothing for
+    none); `over`: what the rows are of ("means over seeds", "seed 0"). `tlt sim` and `tlt
+    compare` print it alike."""
     if not rows:
         return
-    typer.echo("around the tool calls (means over seeds; docs/formats.md, 'Agentic'):")
+    typer.echo(f"around the tool calls ({over}; docs/formats.md, 'Agentic'):")
     typer.echo(format_table(
         [[a.policy, f"{a.tool_share:.1%}", f"{a.tool_wait_share:.1%}", f"{a.tail_share:.1%}",
           f"{a.tail_in_tools:.0%}", f"{a.turn_latency_s:.1f}"] for a in rows],

@@ -107,8 +107,8 @@ def calibrate(
     max_batch: Optional[int] = rl.MAX_BATCH, ep: Optional[int] = rl.EP,
     workers: int = WORKERS_OPTION, hold_out: Optional[list[str]] = _HOLD_OUT_OPTION,
 ) -> None:
-    """Fit a profile (step latency vs batch, context and draft length; drafter cost; per-position acceptance)
-    and a length model to traces; or (--run-log) run-level factors to a veRL run's log."""  # noqa: E501
+    """Fit a profile (step costs, drafter cost, acceptance) and a length model to traces, or
+    (--run-log) run-level factors to a veRL run's log."""
 
     rl.check_profile_paths(out, lengths_out)
     if run_log:

@@ -11,7 +11,7 @@ import typer
 
 from sim.simulator import check_size
 from sim.sweep import Runner, sweep
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import Profile, load_profile
 from workbench.contracts.schema import ConfigError

@@ -44,9 +44,11 @@ def export_cmd(
         help="The engine's batch limit: vLLM's per-batch "
              "table is closed there (vLLM's default 256)."),
 ) -> None:
-    """Export a policy to vLLM (`vllm serve --config`), SGLang / FastRL (server arguments and FastRL's
-    trainer overrides) or veRL (a rollout config fragment). What the target cannot express is written
-    in the file as comments and on stderr; what it would run differently is refused."""  # noqa: E501
+    """Export a policy to vLLM, SGLang / FastRL or veRL.
+
+    vLLM: `vllm serve --config`; SGLang / FastRL: server arguments and FastRL's trainer overrides;
+    veRL: a rollout config fragment. What the target cannot express is written in the file as
+    comments and on stderr; what it would run differently is refused."""
     try:
         pol = load_policy(policy)
         result = export_policy(pol, to, drafter, max_num_seqs, model, drafter_method)

@@ -147,7 +147,9 @@ def _overheads_line(framework: str, context: float) -> str:
 
 @app.command("gpu-presets")
 def gpu_presets() -> None:
-    """Regenerate the shipped measured-database profiles (workbench/contracts/presets/profiles/*-sglang.yaml)."""  # noqa: E501
+    """Regenerate the shipped measured-database profiles.
+
+    workbench/contracts/presets/profiles/*-sglang.yaml."""
     from workbench.calibrate.database.catalog import PRESET_CASES, preset_profile
     from workbench.contracts.profile import PRESET_DIR
     from workbench.contracts.schema import save

@@ -49,7 +49,7 @@ def paper(
                                     "fully-async RL, SPEC-RL), each in its "
                                     "own setting, against its published claim."),
 ) -> None:
-    """Reproduce the TLT paper: Table A (end to end) predicted; Tables C and E fitted; Table G predicted."""  # noqa: E501
+    """Reproduce the TLT paper: Table A and G predicted; Tables C and E fitted."""
     t0 = time.perf_counter()
     if peers:
         _peers(out, steps, seeds, t0)

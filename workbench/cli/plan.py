@@ -124,7 +124,7 @@ def plan(
                              help="Output directory: plan.json, plan.png, and the chosen "
                                   "shape's workload.yaml, policy.yaml and profile.yaml."),
 ) -> None:
-    """Search cluster shapes for a GPU budget or a deadline: the Pareto front of run time vs cost (and energy)."""  # noqa: E501
+    """Search cluster shapes for a GPU budget or a deadline: run time vs cost (and energy)."""
 
     if target not in ("auto", *TARGETS):
         fail(ConfigError("--target", "target", target, f"auto, {', '.join(TARGETS)}"))

@@ -219,8 +219,9 @@ def profile(
     name: Optional[str] = typer.Option(None,
                                        help="The profile's name (default: the --out file's stem)."),
 ) -> None:
-    """Measure decode, verify, EAGLE drafter, prefill and training costs (torch: per decoder layer, random weights;
-    aiconfigurator: from NVIDIA's measured database) and fit a profile."""  # noqa: E501
+    """Measure decode, verify, EAGLE drafter, prefill and training costs and fit a profile.
+
+    torch: per decoder layer, random weights; aiconfigurator: from NVIDIA's measured database."""
     if out.suffix not in (".yaml", ".yml", ".json"):
         fail(ConfigError("--out", "<file>", str(out), "a .yaml, .yml or .json file name"))
     backend = _backend(backend, gpu, framework, arch, device, grid, measurements)

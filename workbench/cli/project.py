@@ -82,7 +82,7 @@ def project(
     workers: int = WORKERS_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
-    """Project a whole RL run: wall-clock days, GPU-hours, cost and energy per policy, with savings vs the first."""  # noqa: E501
+    """Project a whole RL run: days, GPU-hours, cost and energy per policy, and the savings."""
 
     wl, pols, prof = load_inputs(workload, policies, profile, None)
     n = steps or wl.steps
@@ -135,7 +135,7 @@ def bench_sweep(
                                           help="A Ray cluster to join instead of a local Ray."),
     configurations: int = typer.Option(1000, min=1, help="The sweep size to estimate the time of."),
 ) -> None:
-    """Time a sweep serially and as Ray tasks (interleaved, in one run), and estimate a bigger sweep."""  # noqa: E501
+    """Time a sweep serially and as Ray tasks (interleaved), and estimate a bigger sweep."""
 
     wl, pols, prof = load_inputs(workload, policies, None, steps)
     units = sweep_units(wl, pols, prof, seeds, steps)

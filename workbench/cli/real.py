@@ -158,7 +158,9 @@ def bench_rollout(
     repeats: int = typer.Option(2, min=1, help="Timed runs per batch size; the best is kept."),
     seed: int = typer.Option(0, help="Seed of the prompts."),
 ) -> None:
-    """Decode throughput with no SD, n-gram and EAGLE at several batch sizes (greedy, same prompts)."""  # noqa: E501
+    """Decode throughput with no SD, n-gram and EAGLE at several batch sizes.
+
+    Greedy decoding, the same prompts for each."""
     try:
         sizes = [int(b) for b in batches.split(",") if b.strip()]
     except ValueError:
@@ -194,8 +196,10 @@ def bench_grpo(
                                 help="Timed steps per path, interleaved; medians reported."),
     device: str = typer.Option("cpu", help="Where the update runs: cpu, or cuda (bf16 autocast)."),
 ) -> None:
-    """Time one GRPO step, packed vs padded, on a long-tailed batch: the model's own sampled responses
-    (vLLM, temperature 1) to task prompts. Both paths in the same run, steps interleaved; last line JSON."""  # noqa: E501
+    """Time one GRPO step, packed vs padded, on a long-tailed batch.
+
+    The batch: the model's own sampled responses (vLLM, temperature 1) to task prompts. Both paths
+    in the same run, steps interleaved; last line JSON."""
     if not (model / "config.json").is_file():
         fail(ValueError(f"--model {model}: no config.json (give a Hugging Face model directory)"))
     try:

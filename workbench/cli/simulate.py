@@ -20,6 +20,7 @@ from workbench.cli.apps import app, bench_app
 from workbench.cli.tail_range import TAIL_RANGE_OPTION, print_tail_sensitivity
 from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
                                   load_inputs, runner_for)
+from workbench.compare.agentic import agentic_why
 from workbench.compare.intervals import (interval_json, interval_lines, policy_intervals,
                                         run_work)
 from workbench.compare.policies import compare as run_compare
@@ -98,6 +99,8 @@ def sim(
     for line in interval_lines(intervals, runs[0].policy_name):
         typer.echo(line)
     _print_why(whys)
+    print_agentic([agentic_why(r) for r in runs if r.turns is not None and not r.turns.empty],
+                  f"seed {seed}")
     typer.echo(f"wrote {out}/summary.json")
 
 
@@ -248,7 +251,7 @@ def compare(
     tool_latency: str = TOOL_LATENCY_OPTION,
     tail_range: bool = TAIL_RANGE_OPTION,
 ) -> None:
-    """Compare policies over several seeds: step time, rollout time, bubbles, accepted length, with their spread."""  # noqa: E501
+    """Compare policies over several seeds: step time, bubbles, accepted length, their spread."""
 
     wl, pols, prof = load_inputs(workload, policies, profile, steps)
     scales = tool_scales(tool_latency, wl)
@@ -278,7 +281,7 @@ def compare(
     for line in interval_lines(result.intervals, result.reference):
         typer.echo(line)
     _print_why(result.why())
-    print_agentic(result)
+    print_agentic(result.agentic_why(), "means over seeds")
     for line in measured_vs_modelled(prof, wl, result.steps, len(result.seeds)):
         typer.echo(line)
     typer.echo(f"wrote {out}/compare.json and {out}/compare.png")
@@ -303,8 +306,9 @@ def regret(
     workers: int = WORKERS_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
 ) -> None:
-    """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule (best fixed
-    in hindsight)."""  # noqa: E501
+    """Regret of BEG-MAB, UCB1, epsilon-greedy and the fixed table against the oracle schedule.
+
+    The oracle: the best fixed draft length per bucket, in hindsight."""
 
     wl, pols, prof = load_inputs(workload, policy, profile, steps)
     if len(pols) != 1:

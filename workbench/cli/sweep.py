@@ -72,8 +72,10 @@ def engine_sweep(
     task: Optional[Path] = typer.Option(None, help=TASK_HELP + " Its solutions, where given, take "
                                         "each prompt to its context."),
 ) -> None:
-    """Time a real vLLM engine's steps at held batch sizes and contexts, SD off and at each draft length, interleaved;
-    write them as a trace set and a summary table (batch x K: plain ms, SD ms, accepted, speedup)."""  # noqa: E501
+    """Time a real vLLM engine's steps at held batch sizes and contexts, SD off and on.
+
+    SD at each draft length, interleaved; written as a trace set and a summary table (batch x K:
+    plain ms, SD ms, accepted, speedup)."""
     from real.sweep.methods import SweepError
     from real.sweep.run import SweepSettings, run_sweep
 

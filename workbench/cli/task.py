@@ -43,8 +43,10 @@ def task_gcd(
                             help="Difficulty mix (real/tiny/task.py: default, easy, hard, flat)."),
     split: str = typer.Option("all", help="Pairs to draw from: train, test or all."),
 ) -> None:
-    """The GCD task as a task file: `tlt train --task FILE --reward real.tiny.task:answer_reward` then trains on it
-    (or --reward numeric: the last number of the response)."""  # noqa: E501
+    """The GCD task as a task file.
+
+    `tlt train --task FILE --reward real.tiny.task:answer_reward` then trains on it (or --reward
+    numeric: the last number of the response)."""
     if mix not in gcd.MIXES:
         fail(ValueError(f"--mix {mix!r}: allowed: {', '.join(gcd.MIXES)}"))
     if split not in gcd.SPLITS:

@@ -145,7 +145,9 @@ def train(
     device: str = typer.Option("cpu", help="Where the GRPO update and drafter training run: "
                                            "cpu, or cuda (bf16)."),
 ) -> None:
-    """GRPO on vLLM rollouts with spot drafter training and adaptive SD (real/run/coordinator.py)."""  # noqa: E501
+    """GRPO on vLLM rollouts with spot drafter training and adaptive SD.
+
+    The loop: real/run/coordinator.py."""
     user_task = task_option(task, reward)
     cfg = _run_config(model, policy, out, steps, workers, seed, prompts, samples, max_tokens,
                       drafter, lr, address, mix, profile, user_task, device)
@@ -192,9 +194,11 @@ def bench_real(
     max_tokens: int = typer.Option(1024, min=1, help="Response cap in tokens."),
     lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate."),
 ) -> None:
-    """Policies (default baseline vs tlt-vllm) from the same model and seed, steps interleaved; then one
-    row per policy (speedups over the first, predicted beside measured), the phases, the speed per
-    batch bucket and the response lengths; last line JSON."""  # noqa: E501
+    """Real runs of policies (default baseline vs tlt-vllm), side by side.
+
+    The same model and seed, steps interleaved; then one row per policy (speedups over the first,
+    predicted beside measured), the phases, the speed per batch bucket and the response lengths;
+    last line JSON."""
     if policies is not None and policy is not None:
         fail(ValueError("--policy P is shorthand for --policies baseline,P: give one of them"))
     given = policies or f"baseline,{policy or 'tlt-vllm'}"

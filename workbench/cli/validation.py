@@ -52,9 +52,11 @@ def validate(
     max_batch: Optional[int] = rl.MAX_BATCH, ep: Optional[int] = rl.EP,
     workers: int = WORKERS_OPTION,
 ) -> None:
-    """Re-simulate traced runs with a profile; the last line is JSON {predicted_rollout_s, measured_rollout_s,
-    error_pct}, for run directories {predicted_step_s, measured_step_s, error_pct, phases}, for
-    --run-log {steps, gen_median_abs_error_pct, step_median_abs_error_pct, ...}."""  # noqa: E501
+    """Re-simulate traced runs with a profile and print each error.
+
+    The last line is JSON {predicted_rollout_s, measured_rollout_s, error_pct}; for run
+    directories {predicted_step_s, measured_step_s, error_pct, phases}; for --run-log {steps,
+    gen_median_abs_error_pct, step_median_abs_error_pct, ...}."""
 
     try:
         prof = load_profile(profile)

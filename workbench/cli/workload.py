@@ -71,7 +71,7 @@ def import_(
                                     help="The workload's description (default: where its lengths "
                                     "and shape come from)."),
 ) -> None:
-    """Import real response lengths: report what is in them, fit the length model, write a Workload."""  # noqa: E501
+    """Import real response lengths: what is in them, the fitted length model, a Workload."""
     t0 = time.perf_counter()
     command = "tlt workload import"
     if "import" in sys.argv:

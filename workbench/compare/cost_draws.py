@@ -10,15 +10,21 @@ which clipping draws of the untruncated normal would not.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.stats import truncnorm
 
 from workbench.contracts import seeds
+from workbench.contracts.profile import Profile
 from workbench.contracts.seeds import Stream
-from workbench.contracts.uncertainty import CostPoint, CostUncertainty
+from workbench.contracts.uncertainty import (ACCEPT_ERROR_PCT, MEDIAN_ABS_SD, CostPoint,
+                                             CostUncertainty)
 
 SWEEPS = 40
 MIN_VAR = 1e-14
+TRUNCATE_SD = 3.0  # a declared median |error|'s draws stay within this many standard deviations
+LEVEL = 0.9  # the intervals' coverage where the profile's uncertainty does not set it
 
 
 def draw_costs(u: CostUncertainty, n: int, seed: int = 0) -> list[CostPoint]:
@@ -48,3 +54,39 @@ def draw_costs(u: CostUncertainty, n: int, seed: int = 0) -> list[CostPoint]:
             a, b = (lo[j] - m) / sd, (hi[j] - m) / sd
             x[:, j] = truncnorm.rvs(a, b, loc=m, scale=sd, random_state=rng)
     return [CostPoint(*map(float, row)) for row in np.exp(x)]
+
+
+@dataclass(frozen=True)
+class Declared:
+    """Draws of what a profile declares of how sure it is (workbench/compare/intervals.py)."""
+
+    costs: str  # what the cost draws are, in words ("": none declared)
+    points: list[CostPoint]  # the cost components, one per draw (the profile's own where none)
+    accept: np.ndarray  # accepted tokens per pass, times the run's, one per draw
+    bias: np.ndarray  # a run's time, times this, one per draw
+    level: float
+
+
+def declared(profile: Profile, n: int, seed: int = 0) -> Declared:
+    """`n` draws: the profile's cost posterior where it has one, else its fit error as one
+    log-normal scale on every kernel cost; the acceptance's declared error; seeded."""
+    own = profile.cost_point
+    u = profile.uncertainty
+    accept = _lognormal(ACCEPT_ERROR_PCT, n, seeds.rng(seed, Stream.COST_DRAWS, 4))
+    if u is not None:
+        bias = np.exp(seeds.rng(seed, Stream.COST_DRAWS, 2).normal(0.0, u.run_scatter, n))
+        return Declared("its calibrated costs (a run log's posterior)", draw_costs(u, n, seed),
+                        accept, bias, u.level)
+    if profile.fit_error_pct:
+        k = _lognormal(profile.fit_error_pct, n, seeds.rng(seed, Stream.COST_DRAWS, 3))
+        points = [CostPoint(float(x), own.step_overhead_s, own.rl_step_s, own.train_scale)
+                  for x in k]
+        return Declared(f"its costs' fit error ({profile.fit_error_pct:g}% median |error|, one "
+                        "scale on every kernel cost)", points, accept, np.ones(n), LEVEL)
+    return Declared("", [own] * n, accept, np.ones(n), LEVEL)
+
+
+def _lognormal(median_abs_pct: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Factors around 1 whose log is normal with that median |error|, cut at TRUNCATE_SD."""
+    sd = median_abs_pct / 100.0 / MEDIAN_ABS_SD
+    return np.exp(np.clip(rng.normal(0.0, sd, n), -TRUNCATE_SD * sd, TRUNCATE_SD * sd))

@@ -1,22 +1,15 @@
-"""Cluster: the engine shape a profile describes (model x GPU x TP x framework), its energy model,
-and the check that a workload and a profile describe the same cluster.
+"""Cluster: the engine shape a profile describes (model x GPU x TP x framework).
 
 A Profile's costs hold for one model on one GPU type at one tensor-parallel degree under one
 engine; simulating a workload of another shape with it answers a question about another
-cluster. `check_workload_profile` refuses such a pair, naming the workload field that
-contradicts the profile (`gpus_per_worker`, `gpu`, `model` or `framework`).
+cluster (`workbench.contracts.cluster_check.check_workload_profile` refuses such a pair).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from workbench.contracts.schema import ConfigError, require
-
-if TYPE_CHECKING:  # the types only: profile.py imports this module
-    from workbench.contracts.profile import Profile
-    from workbench.contracts.workload import Workload
+from workbench.contracts.schema import require
 
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 
@@ -52,26 +45,3 @@ class Cluster:
         fw = f" {self.framework}" + (f" {self.framework_version}" if self.framework_version else "")
         ep = f" EP{self.ep}" if self.ep > 1 else ""
         return f"{self.model} on {self.tp}x {self.gpu}{ep}{fw if self.framework else ''}"
-
-
-def check_workload_profile(wl: Workload, prof: Profile, source: str = "") -> None:
-    """Refuse a workload whose cluster contradicts its profile's, naming the workload field.
-
-    A profile that records no cluster (hand-set, or fitted to traces of an unrecorded shape)
-    constrains nothing; a workload field left empty ("") takes the profile's."""
-    c = prof.cluster
-    if c is None:
-        return
-    where = source or f"workload {wl.name!r}"
-    if wl.gpus_per_worker != c.tp:
-        raise ConfigError(where, "gpus_per_worker", wl.gpus_per_worker,
-                          f"{c.tp}, the TP of profile {prof.name!r} ({c.label}); or derive a "
-                          f"profile for TP {wl.gpus_per_worker}: `tlt profile --backend "
-                          f"aiconfigurator --arch {c.model} --gpu {c.gpu} --tp "
-                          f"{wl.gpus_per_worker} --out P.yaml`")
-    for field, want in (("gpu", c.gpu), ("model", c.model), ("framework", c.framework)):
-        have = getattr(wl, field)
-        if have and want and have != want:
-            raise ConfigError(where, field, have,
-                              f"{want!r}, the {field} of profile {prof.name!r} ({c.label}); "
-                              f"or pick a profile derived for {field} {have!r}")

@@ -6,8 +6,11 @@ The one computation of the bubble, the tail and spot training: the simulator's s
 (workbench/validate/waste.py) all call `rollout_split`, so a simulated figure and a measured one
 are the same quantity under the same name (docs/formats.md, "The rollout's worker-time"):
 
-- `bubble_fraction`: worker-seconds idle (a worker that finished its share, waiting for the slowest)
-  / rollout worker-seconds;
+- `bubble_fraction`: worker-seconds idle once a worker's share has begun (a worker that finished
+  its share, waiting for the slowest) / rollout worker-seconds: with one worker, none;
+- `wait_fraction`: worker-seconds idle before a worker's share begins (a real run's dispatch of
+  its prompts, its engine taking the first request) / rollout worker-seconds: no worker has
+  finished then, so it is no bubble;
 - `tail_fraction`: worker-seconds decoding at a running batch <= the step's full batch /
   TAIL_DIVISOR (a worker finishing its last few sequences on hardware sized for many) / rollout
   worker-seconds; `tail_token_share`: the tail's share of the decoded tokens;
@@ -75,6 +78,8 @@ class RolloutSplit:
     full_batch: int  # the largest running batch of any worker in the step (0: no decoding)
     # decode intervals at a batch <= this are the tail: max(1, full_batch // TAIL_DIVISOR)
     tail_batch: int
+    # idle worker-seconds before each worker's share began / rollout worker-seconds
+    wait_fraction: float = 0.0
 
 
 def rollout_seconds(rows: pd.DataFrame) -> float:
@@ -110,10 +115,21 @@ def rollout_split(rows: pd.DataFrame, workers: int | None = None,
     limit = max(1, full // TAIL_DIVISOR) if full else 0
     tail = decode & (rows["batch"] <= limit)
     tokens = float(rows.loc[decode, "tokens"].sum())
+    idle = state == "idle"
+    waiting = idle & _before_share(rows, state)
     return RolloutSplit(
         workers=workers, rollout_s=rollout,
-        bubble_fraction=share(dur[state == "idle"].sum()),
+        bubble_fraction=share(dur[idle & ~waiting].sum()),
         tail_fraction=share(dur[tail].sum()),
         tail_token_share=float(rows.loc[tail, "tokens"].sum()) / tokens if tokens else 0.0,
         drafter_train_fraction=share(dur[state == "drafter_train"].sum()),
-        full_batch=full, tail_batch=limit)
+        full_batch=full, tail_batch=limit, wait_fraction=share(dur[waiting].sum()))
+
+
+def _before_share(rows: pd.DataFrame, state: pd.Series) -> pd.Series:
+    """Rows that end before their worker's first rollout interval that is not idle (a worker
+    that never began a share has none: all its idle time is a finished, empty share's)."""
+    working = state.isin(ROLLOUT_STATES) & (state != "idle")
+    first = rows.loc[working].groupby("worker")["start_s"].min()
+    began = rows["worker"].map(first)
+    return (rows["end_s"] <= began).fillna(False).astype(bool)

@@ -14,6 +14,11 @@ where the data pull a component past it; draws: workbench/compare/cost_draws.py)
   leaves as it is;
 - `train_scale`: multiplies the update's cost (1: the profile's own).
 
+A profile without one still declares how sure its costs are by its fit error (`fit_error_pct`,
+the median |error| of its cost form against what it was fitted on: for a measured-database
+profile, the database's own steps), and every profile its acceptance by ACCEPT_ERROR_PCT; the
+intervals draw both (workbench/compare/intervals.py).
+
 A source that samples its posterior may give the draws themselves (`samples`), which the intervals
 then resample. Besides: the scatter of single steps around the prediction that the components do
 not explain (`step_scatter`, quantiles of log(measured / predicted)), for an interval on one step;
@@ -32,6 +37,14 @@ import numpy as np
 from workbench.contracts.schema import require
 
 COMPONENTS = ("kernel_scale", "step_overhead_s", "rl_step_s", "train_scale")
+# A normal error's median |error| in its standard deviations: a declared median |error| of m% is
+# a log-sd of m / 100 / MEDIAN_ABS_SD.
+MEDIAN_ABS_SD = 0.6745
+# How sure a profile's acceptance is, for every profile (none declares its own): the median |error|
+# of the shipped profiles' EAGLE acceptance model against the TLT paper's eight published accepted
+# lengths per verify pass (Table D's six top-k rows, the depth x TV grid's two;
+# tests/workbench/test_intervals.py recomputes it), on accepted tokens per pass.
+ACCEPT_ERROR_PCT = 2.24
 
 
 @dataclass(frozen=True)

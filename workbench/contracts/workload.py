@@ -18,6 +18,9 @@ from workbench.contracts.schema import (
 )
 
 PRESET_DIR = Path(__file__).parent / "presets" / "workloads"
+# The response cap a workload may have, in tokens: shorter caps leave the length models nothing to
+# fit (and `tlt train`'s probe no decoding step to price); longer ones no engine serves.
+RESPONSE_CAP = (16, 1_048_576)
 
 
 @dataclass(frozen=True)
@@ -131,8 +134,9 @@ class Workload:
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step,
                 "an integer >= 1")
         require(self.group_size >= 1, "group_size", self.group_size, "an integer >= 1")
-        require(16 <= self.max_response_tokens <= 1_048_576, "max_response_tokens",
-                self.max_response_tokens, "an integer from 16 to 1048576")
+        lo, hi = RESPONSE_CAP
+        require(lo <= self.max_response_tokens <= hi, "max_response_tokens",
+                self.max_response_tokens, f"an integer from {lo} to {hi}")
         require(self.prompt_tokens >= 1, "prompt_tokens", self.prompt_tokens, "an integer >= 1")
         require(self.max_batch >= 1, "max_batch", self.max_batch, "an integer >= 1")
         require(self.steps >= 1, "steps", self.steps, "an integer >= 1")

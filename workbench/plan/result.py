@@ -170,7 +170,15 @@ def shape_rows(trials: Sequence[PlanTrial], sequence_tokens: int) -> list[list[s
         missing = v is None or (isinstance(v, float) and math.isnan(v))
         return "-" if missing else f"{v:,.{d}f}"
 
-    return [[str(t.number), f"TP{t.shape.tp}", str(t.shape.engines), str(t.shape.gpus),
+    def counts(t: PlanTrial) -> list[str]:
+        """Trial, engines, GPUs: an engine shape screened before the search had no trial and
+        holds for any GPU count; a GPU count TP does not divide makes no whole engine."""
+        s = t.shape
+        if s.screened:
+            return ["screened", "any", "any"]
+        return [str(t.number), "-" if s.gpus % s.tp else str(s.engines), str(s.gpus)]
+
+    return [[counts(t)[0], f"TP{t.shape.tp}", *counts(t)[1:],
              str(t.shape.max_batch), t.shape.policy, fmt(t.days, 2), fmt(t.cost, 0),
              fmt(t.energy_kwh, 0), fmt(t.gpu_hours, 0),
              fmt(t.mean_step_min, 1), f"{t.kv_tokens // sequence_tokens:,}" if t.kv_tokens else "-",

@@ -11,7 +11,7 @@ from typing import Sequence
 from workbench.calibrate.database.catalog import disk_cached_profile, model_choices
 from workbench.calibrate.database.aiconfigurator import gpu_names, latest_version, system_spec
 from workbench.contracts.architecture import load_architecture
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.policy import Policy
 from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError
@@ -132,9 +132,17 @@ class Shape:
         return self.gpus // self.tp
 
     @property
+    def screened(self) -> bool:
+        """An engine shape refused before the search: for any GPU count and policy."""
+        return self.gpus == 0
+
+    @property
     def label(self) -> str:
-        if self.gpus == 0:
+        if self.screened:
             return f"TP{self.tp}, max batch {self.max_batch} (any GPU count, any policy)"
+        if self.gpus % self.tp:
+            return (f"TP{self.tp} on {self.gpus} GPUs (TP{self.tp} does not divide them), max "
+                    f"batch {self.max_batch}, {self.policy}")
         return (f"{self.engines}x TP{self.tp} ({self.gpus} GPUs), max batch {self.max_batch}, "
                 f"{self.policy}")
 

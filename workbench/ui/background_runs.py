@@ -39,6 +39,8 @@ class Launch:
     started: float
     steps: int  # RL steps planned in all (0: not a training run)
     stopping: bool = False
+    # What the page's form held when it started the run (a tab opened later shows it again)
+    form: object | None = None
 
     @property
     def running(self) -> bool:
@@ -46,7 +48,7 @@ class Launch:
 
 
 def launch(key: str, argv: list[str], out: Path, cwd: Path, resume: bool, steps: int,
-           log_name: str) -> Launch:
+           log_name: str, form: object | None = None) -> Launch:
     """Start `argv` in the background, its output going to `out/log_name` (appended to when
     resuming), as the launch of `key`. Refused (RuntimeError) while `key`'s last one runs: one run
     at a time per page, whichever tab asks."""
@@ -64,7 +66,7 @@ def launch(key: str, argv: list[str], out: Path, cwd: Path, resume: bool, steps:
             proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True, env=env)
         threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
-        run = _LAUNCHES[key] = Launch(proc, argv, out, time.time(), steps)
+        run = _LAUNCHES[key] = Launch(proc, argv, out, time.time(), steps, form=form)
     return run
 
 

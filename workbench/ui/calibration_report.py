@@ -65,17 +65,19 @@ def parameter_frame(report: dict[str, Any]) -> pd.DataFrame:
 
 def bucket_figure(df: pd.DataFrame) -> go.Figure:
     """Measured bars and predicted diamonds per batch bucket, grouped by drafter on a two-level axis
-    (the drafter's whole name under its group, the batch under each bar: no label is cut)."""
+    (the drafter's whole name under its group, the bucket's batches under each bar, the axis
+    title saying they are batches: labels short enough that no two meet)."""
     fig = go.Figure()
     for kind, g in df.groupby("drafter", sort=False):
-        x = [[str(kind)] * len(g), [f"batch {b}" for b in g["batch"]]]
+        x = [[str(kind)] * len(g), [str(b) for b in g["batch"]]]
         fig.add_bar(x=x, y=g["measured_ms"], name=f"{kind} measured")
         fig.add_scatter(x=x, y=g["predicted_ms"], mode="markers", marker_symbol="diamond",
                         marker_size=10, name=f"{kind} predicted")
     fig.update_layout(title="Step latency by batch bucket", yaxis_title="ms per engine step",
                       height=400, margin=dict(t=40, b=10), legend=dict(
                           orientation="h", yanchor="top", y=-0.25))
-    fig.update_xaxes(tickangle=0, automargin=True)
+    fig.update_xaxes(tickangle=0, automargin=True, tickfont=dict(size=11),
+                     title_text="running batch (sequences), by drafter")
     return fig
 
 
@@ -133,7 +135,7 @@ def show_report(path: Path) -> None:
             "drift_factor": st.column_config.NumberColumn("Drift factor", format="%.3f")})
         buckets = bucket_frame(section)
         if not buckets.empty:
-            st.plotly_chart(bucket_figure(buckets), key="calibrate_buckets")
+            st.plotly_chart(bucket_figure(buckets), key="calibrate_buckets", width="stretch")
             st.dataframe(buckets, hide_index=True, column_config={
                 "measured_ms": st.column_config.NumberColumn("Measured (ms)", format="%.2f"),
                 "predicted_ms": st.column_config.NumberColumn("Predicted (ms)", format="%.2f"),

@@ -8,7 +8,7 @@ thousands, and stays responsive.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -180,12 +180,15 @@ def step_lines_figure(per_step: pd.DataFrame, policies: Sequence[str] | None = N
 
 
 def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[str]]],
-                        x: str = "rl_step", height: int = 320) -> go.Figure:
+                        x: str = "rl_step", height: int = 320,
+                        labels: Mapping[str, str] | None = None) -> go.Figure:
     """One subplot per panel, one line per column of the panel, over `x` (e.g. a run's metrics.csv).
 
     panels: (title, columns) pairs; a column absent
-    from df is skipped, so an older file still draws.
+    from df is skipped, so an older file still draws. `labels`: each column in words (the legend's,
+    the hover's and the x axis's), else its name.
     """
+    word = (lambda c: (labels or {}).get(c, c))  # noqa: E731
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[title for title, _ in panels])
     d = df.sort_values(x)
     drawn = 0  # colours run on across panels: one colour per metric in the shared legend
@@ -194,10 +197,11 @@ def metric_lines_figure(df: pd.DataFrame, panels: Sequence[tuple[str, Sequence[s
             color = POLICY_COLORS[drawn % len(POLICY_COLORS)]
             drawn += 1
             fig.add_trace(go.Scatter(
-                x=d[x], y=d[metric], mode="lines+markers", name=metric, line=dict(color=color),
-                hovertemplate=f"{metric}<br>{x} %{{x}}: %{{y:.3g}}<extra></extra>",
+                x=d[x], y=d[metric], mode="lines+markers", name=word(metric),
+                line=dict(color=color),
+                hovertemplate=f"{word(metric)}<br>{word(x)} %{{x}}: %{{y:.3g}}<extra></extra>",
             ), row=1, col=col)
-    fig.update_xaxes(title_text=x, dtick=1 if len(d) <= 20 else None)
+    fig.update_xaxes(title_text=word(x), dtick=1 if len(d) <= 20 else None)
     fig.update_layout(height=height, margin=dict(l=10, r=10, t=40, b=10),
                       legend=dict(orientation="h", y=-0.25))
     return fig

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import streamlit as st
 
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.profile import Profile, load_profile, profile_presets
 from workbench.contracts.provenance import profile_choice_label, provenance
 from workbench.contracts.schema import ConfigError, FieldError
@@ -54,6 +54,24 @@ def _options() -> tuple[dict[str, str], list[str], tuple[str, ...]]:
     return model_choices(), gpu_names(), tuple(FRAMEWORKS)
 
 
+@lru_cache(maxsize=1)
+def model_list() -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """The Model box's entries, one per model the database tells apart (a preset and the package's
+    config of the same shape are one entry: the preset, labelled with the other names), and those
+    other names by entry."""
+    from workbench.calibrate.database.catalog import same_models
+
+    models = _options()[0]
+    also = same_models(models)
+    hidden = {n for names in also.values() for n in names}
+    return [n for n in models if n not in hidden], also
+
+
+def model_label(name: str) -> str:
+    also = model_list()[1].get(name)
+    return f"{name} (also {', '.join(also)})" if also else name
+
+
 def _own(workload: Workload) -> tuple[str, str, int, str] | None:
     """The workload's cluster as its profile records it (None: the profile records none or does not
     load)."""
@@ -61,16 +79,22 @@ def _own(workload: Workload) -> tuple[str, str, int, str] | None:
         c = load_profile(workload.profile).cluster
     except (ConfigError, FieldError, ValueError):
         return None
-    return None if c is None else (c.model, c.gpu, workload.gpus_per_worker, c.framework)
+    if c is None:
+        return None
+    # a model the box offers under another name (the same shape) is that entry
+    model = next((entry for entry, names in model_list()[1].items() if c.model in names), c.model)
+    return model, c.gpu, workload.gpus_per_worker, c.framework
 
 
-def _box(col, label: str, options: list, value, key: str, hlp: str):
+def _box(col, label: str, options: list, value, key: str, hlp: str, shown=str):
     index = options.index(value) if value in options else None
-    return col.selectbox(label, options, index=index, key=key, placeholder="pick", help=hlp)
+    return col.selectbox(label, options, index=index, key=key, placeholder="pick", help=hlp,
+                         format_func=shown)
 
 
 def _choose(workload: Workload, wl_id: str, own: tuple | None, ask: bool) -> Choice:
-    models, gpus, fws = _options()
+    _, gpus, fws = _options()
+    models = model_list()[0]
     model, gpu, tp, fw = (None,) * 4 if ask or own is None else own
     tps = sorted(set(TP_CHOICES) | ({workload.gpus_per_worker} if not ask else set()))
     c = st.columns([1.5, 1, 0.8, 1, 0.9])
@@ -82,6 +106,7 @@ def _choose(workload: Workload, wl_id: str, own: tuple | None, ask: bool) -> Cho
         f"whatif_cluster_model:{wl_id}",
         "The model your lengths came from (an architecture preset or one of the database's "
         "configs).",
+        model_label,
     )
     # A preset's own GPU may be in no database (a traced run's H20): it is offered as its own.
     gpus = list(gpus) + ([gpu] if gpu is not None and gpu not in gpus else [])

@@ -14,14 +14,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from workbench.compare.intervals import interval_lines
 from workbench.compare.policies import Comparison, compare
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy, policy_presets
 from workbench.contracts.profile import load_profile
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload
 from workbench.compare.regret import RegretReport, bandit_regret
-from workbench.ui import inputs, run_totals
+from workbench.ui import inputs, interval_view, run_totals
 from workbench.ui.why_view import show_whys
 from workbench.ui.export import Report, figure_downloads, policy_export_buttons, report_button
 
@@ -143,6 +144,8 @@ def _report(result: Comparison, summary) -> Report:
                   "every policy sees the same response lengths for a seed)",
                   f"Policies {', '.join(result.policies)}; speedups against {result.reference}"])
     rep.heading("Summary over seeds").table(summary_table(summary))
+    for line in interval_lines(result.intervals, result.reference):
+        rep.text(line.strip())
     rep.text("Bubble: idle worker-time / rollout worker-time (workers that "
              "finished, waiting for the slowest). Tail: worker-time decoding "
              "at a batch <= 1/8 of the step's largest / rollout worker-time.")
@@ -163,6 +166,7 @@ def _show_compare(result: Comparison) -> None:
     st.caption(f"Means over seeds {result.seeds[0]}..{result.seeds[-1]}. Speedup = "
                f"{result.reference}'s mean step "
                "time / the policy's; paired range = the range over seeds of the per-seed ratio.")
+    interval_view.show(result.intervals, result.reference)
     _show_why(result)
     fig = result.figure()
     st.pyplot(fig, clear_figure=False)
@@ -240,8 +244,9 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
         subject = st.session_state.get(_STATE_REGRET_SUBJECT)
         if report is None or subject != inputs.subject(workload, profile):
             return  # none yet, or another workload's
-        st.caption(f"{report.workload} · base policy **{report.base_policy}** · arms {report.arms} "
-                   f"· {report.steps} step(s) · seeds {report.seeds[0]}..{report.seeds[-1]}")
+        st.caption(f"{report.workload} · base policy **{report.base_policy}** · arms "
+                   f"{report.arms} · {report.steps} step(s) · seeds "
+                   f"{report.seeds[0]}..{report.seeds[-1]}")
         summary = report.summary()
         st.dataframe(summary[list(_REGRET_COLUMNS)], column_config=_REGRET_COLUMNS, width="stretch",
                      hide_index=True)
@@ -255,6 +260,14 @@ def _regret_panel(workload, profile, seeds: int, steps: int) -> None:
                            mime="application/json", key="compare_dl_regret", on_click="ignore")
 
 
+def _missing(workload_ok: bool, policies_chosen: bool) -> str:
+    """What the comparison waits for, in words (a workload that did not load says why above)."""
+    what = [w for w, ok in (("a workload that loads (a preset, or a valid workload file)",
+                             workload_ok), ("at least one policy", policies_chosen)) if not ok]
+    return "To run, choose " + " and ".join(what) + "." if what else \
+        "To run, fix the inputs the errors above name."
+
+
 def render() -> None:
     st.title("Compare")
     st.caption("Run several scheduling policies over several seeds and see which "
@@ -262,16 +275,16 @@ def render() -> None:
                "draft-length bandits against the best fixed schedule in hindsight.")
     workload, names, uploaded, seeds, steps = _inputs()
     loaded = _load(workload, names, uploaded)
+    ready = loaded is not None and bool(loaded[2])
+    if not ready:
+        st.warning(_missing(workload is not None, bool(names or uploaded)))
     workload, profile, policies = loaded if loaded else (None, None, [])
-    ready = loaded is not None and bool(policies)
     if st.button("Run comparison", type="primary", disabled=not ready, key="compare_run"):
         result = _run_compare(workload, profile, policies, seeds, steps)
         if result is not None:
             st.session_state[_STATE_RESULT] = result
             st.session_state[_STATE_POLICIES] = {p.name: p for p in policies}
             st.session_state[_STATE_SUBJECT] = inputs.subject(workload, profile)
-    if not policies:
-        st.warning("Pick at least one policy.")
     result: Comparison | None = st.session_state.get(_STATE_RESULT)
     # A result only under the workload and profile it came from (they stay in the session).
     current = inputs.subject(workload, profile) if workload is not None else None
@@ -283,6 +296,6 @@ def render() -> None:
     if result is not None:
         _show_compare(result)
         run_totals.show(run_totals.mean_steps_of_comparison(result), workload, profile,
-                        "compare_totals")
+                        "compare_totals", result.intervals)
     if workload is not None:
         _regret_panel(workload, profile, seeds, steps)

@@ -11,6 +11,7 @@ import json
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -58,8 +59,20 @@ def notices() -> Iterator[None]:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+# The uploaders take any file, so that a wrong one is answered with what it is and where it goes
+# (a browser's type filter answers only "files are not allowed").
+MAPPING_SUFFIXES = (".yaml", ".yml", ".json")
+LENGTH_SUFFIXES = (".jsonl", ".csv", ".parquet")
+
+
 def parse_upload(cls: type, upload) -> Any:
     """A contract from an uploaded YAML/JSON file; ConfigError on any problem."""
+    suffix = Path(upload.name).suffix.lower()
+    if suffix not in MAPPING_SUFFIXES:
+        where = (" Response lengths become a workload through `tlt workload import` (What-if: "
+                 "the 'Length file' source)." if suffix in LENGTH_SUFFIXES else "")
+        raise ConfigError(upload.name, "<file>", f"is a {suffix or 'suffix-less'} file",
+                          f"{MAPPING_FILE} of {cls.__name__} fields.{where}")
     text = decode_text(upload.getvalue(), upload.name, MAPPING_FILE)
     data = parse_mapping(text, upload.name, upload.name.lower().endswith(".json"))
     with notices():
@@ -69,7 +82,7 @@ def parse_upload(cls: type, upload) -> Any:
 def workload_file(key: str) -> tuple[Workload | None, str]:
     """An uploaded workload file and an id that changes
     with its content; (None, "") until a valid one."""
-    upload = st.file_uploader("Workload file", type=["yaml", "yml", "json"], key=key)
+    upload = st.file_uploader("Workload file (YAML/JSON)", key=key)
     if upload is None:
         st.info("Upload a workload YAML/JSON file (same fields as the presets).")
         return None, ""
@@ -103,8 +116,7 @@ def workload_choice(prefix: str, preset_key: str) -> tuple[Workload | None, str]
 def policy_uploads(key: str, label: str, taken: set[str]) -> list[Policy]:
     """Valid uploaded policy files, each renamed where
     its name is already taken (errors shown, skipped)."""
-    uploads = st.file_uploader(label, type=["yaml", "yml", "json"], accept_multiple_files=True,
-                               key=key)
+    uploads = st.file_uploader(label, accept_multiple_files=True, key=key)
     policies: list[Policy] = []
     names = set(taken)
     for upload in uploads or []:

@@ -11,6 +11,7 @@ import's base is a neutral one (`UNPLACED`), and the page asks for the cluster t
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +48,28 @@ def import_upload(files: list[tuple[str, bytes]], base: str | Workload, mode: st
         paths.append(path)
     out = into / "uploaded.yaml"
     names = ", ".join(n for n, _ in files)
-    res = import_workload(paths, out, base if isinstance(base, Workload) else load_workload(base),
-                          mode, cap, "uploaded-lengths", source=f"uploaded: {names}",
-                          description=f"Your measured lengths ({names}); cluster: as picked on the "
-                                      "What-if page.")
+    try:
+        res = import_workload(paths, out,
+                              base if isinstance(base, Workload) else load_workload(base), mode,
+                              cap, "uploaded-lengths", source=f"uploaded: {names}",
+                              description=f"Your measured lengths ({names}); cluster: as picked "
+                                          "on the What-if page.")
+    except (ConfigError, FieldError) as exc:
+        raise as_uploaded(exc, into) from None
     wl = load_workload(out)
-    return Uploaded(wl, read_observed(wl.lengths.data) if res.data is not None else None, res.lines)
+    lines = [line.replace(f"{into}{os.sep}", "") for line in res.lines]
+    return Uploaded(wl, read_observed(wl.lengths.data) if res.data is not None else None, lines)
+
+
+def as_uploaded(exc: ConfigError | FieldError, into: Path) -> ConfigError | FieldError:
+    """The error as the user knows the file: by the name they uploaded it under, not the app's
+    temporary copy in `into`."""
+    def named(v):
+        return v.replace(f"{into}{os.sep}", "") if isinstance(v, str) else v
+
+    if isinstance(exc, ConfigError):
+        return ConfigError(named(exc.source), exc.field, named(exc.value), named(exc.allowed))
+    return FieldError(exc.field, named(exc.value), named(exc.allowed))
 
 
 def model_draw(obs: ObservedLengths, wl: Workload, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +148,7 @@ def length_file_workload() -> tuple[Workload | None, str]:
         st.error(f"Length file rejected: {exc}")
         return None, ""
     with st.expander("What the files hold (the import's report)", expanded=True):
-        st.code("\n".join(up.lines), language=None)
+        st.code("\n".join(up.lines), language=None, wrap_lines=True)
     if up.observed is not None:
         drawn, batch = model_draw(up.observed, up.workload)
         left, right = st.columns(2)

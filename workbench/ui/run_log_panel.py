@@ -190,7 +190,7 @@ def _errors_frame(res: cal.RunCalibration) -> pd.DataFrame:
 def _show(c: _Calibrated) -> None:
     res = c.result
     with st.expander("The run: shape and where each field came from", expanded=False):
-        st.code("\n".join(report.shape_lines(res.prepared)), language=None)
+        st.code("\n".join(report.shape_lines(res.prepared)), language=None, wrap_lines=True)
     p = res.prepared
     st.markdown("**Fitted factors** (a MAP under priors from the engine's config, on the first "
                 "steps only; each with its standard error, prior and declared range)")
@@ -198,7 +198,7 @@ def _show(c: _Calibrated) -> None:
                       + factor_report.factor_lines(res.posterior, p.priors,
                                                    res.profile.run_factors)
                       + factor_report.split_lines(res.profile.run_factors, res.splits)),
-            language=None)
+            language=None, wrap_lines=True)
     st.dataframe(_errors_frame(res), hide_index=True, width="stretch")
     for line in factor_report.coverage_line("Held out", res.coverage):
         st.caption(line)

@@ -22,7 +22,7 @@ from real.run.records import METRIC_COLUMNS, OLD_METRIC_NAMES
 from workbench.contracts.trace import TraceError, load_trace
 from workbench.ui.charts import gantt_figure, metric_lines_figure
 from workbench.ui.export import figure_downloads
-from workbench.ui.run_steps_view import metrics_table, show_engine_story
+from workbench.ui.run_steps_view import METRIC_LABELS, metrics_table, show_engine_story
 from workbench.ui.whatif_results import MAX_GANTT_WORKERS
 from workbench.validate.waste import timeline_waste, waste_frame
 
@@ -49,7 +49,13 @@ _WASTE_COLUMNS = {
     "rollout_s": st.column_config.NumberColumn("Rollout (s)", format="%.2f"),
     "bubble_fraction": st.column_config.NumberColumn(
         "Bubble", format="percent",
-        help="Idle worker-time / rollout worker-time (from the trace)."),
+        help="Idle worker-time of workers that finished their share, waiting for the slowest / "
+             "rollout worker-time (from the trace; one worker waits for none)."),
+    "wait_fraction": st.column_config.NumberColumn(
+        "Waiting to start", format="percent",
+        help="Idle worker-time before each worker's share began (its prompts dispatched, its "
+             "engine taking the first request) / rollout worker-time: no bubble, since no worker "
+             "has finished then."),
     "tail_fraction": st.column_config.NumberColumn("Tail", format="percent",
                                                    help="Worker-time decoding at a batch <= "
                                                         "the tail batch / rollout worker-time."),
@@ -193,7 +199,8 @@ def _show_metrics(df: pd.DataFrame, waste: pd.DataFrame | None, meta: dict) -> N
     table, columns = metrics_table(df)
     st.dataframe(table, column_config=columns, hide_index=True, width="stretch",
                  key="train_metrics")
-    fig = metric_lines_figure(df, _LINE_PANELS)
+    fig = metric_lines_figure(df, _LINE_PANELS,
+                              labels={c: METRIC_LABELS.get(c, (c,))[0] for c in df.columns})
     st.plotly_chart(fig, key="train_lines", width="stretch")
     figure_downloads(fig, "train-metrics", "train_fig_lines")
 

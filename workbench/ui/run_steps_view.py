@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
+from workbench.contracts.policy import DrafterKind
+
 _NUM = st.column_config.NumberColumn
 _TEXT = st.column_config.TextColumn
 # metrics.csv column -> (label, Streamlit format, help); columns not listed keep their name
@@ -100,14 +102,14 @@ def _est(row: pd.Series, kind: str) -> float:
 def _why(row: pd.Series, before: str, after: str, upto: int) -> str:
     step = int(row["rl_step"])
     speed = float(row.get("sd_speedup", math.nan))
-    if after == "none":
+    if after == DrafterKind.NONE:
         measured = (f"SD with {before} decoded at {speed:.2f}x a plain engine's speed on step "
                     f"{step}'s rollout, slower than without SD" if not math.isnan(speed) else
                     f"the run's SD guard judged SD with {before} slower than a plain engine")
         return (f"SD switched off after step {step}: {measured}, so {_steps(step + 1, upto)} "
                 "ran without a drafter (accepted length 1.00). It comes back once the drafter's "
                 "estimated tokens per pass predict that SD pays.")
-    if before == "none":
+    if before == DrafterKind.NONE:
         est = _est(row, after)
         said = f" ({est:.2f} tokens per pass)" if not math.isnan(est) else ""
         return (f"SD back on after step {step}, with {after}: its estimated tokens per "
@@ -127,9 +129,10 @@ def engine_story(df: pd.DataFrame, probe: dict | None = None) -> list[EngineChan
     last = int(d["rl_step"].iloc[-1])
     out = []
     if probe and probe.get("sd_off"):
-        upto = next((int(d["rl_step"][i]) - 1 for i, k in enumerate(kinds) if k != "none"), last)
+        upto = next((int(d["rl_step"][i]) - 1 for i, k in enumerate(kinds)
+                     if k != DrafterKind.NONE), last)
         speed = probe.get("speedup", math.nan)
-        out.append(EngineChange(-1, "(the policy's drafter)", "none",
+        out.append(EngineChange(-1, "(the policy's drafter)", DrafterKind.NONE.value,
                                 f"SD was off from the first step: before step 0 a probe decoded "
                                 f"at {speed:.2f}x a plain engine's speed, so {_steps(0, upto)} "
                                 "ran without a drafter (accepted length 1.00)."))
@@ -147,7 +150,7 @@ def show_engine_story(df: pd.DataFrame, probe: dict | None) -> None:
     changes = engine_story(df, probe)
     if not changes:
         return
-    off = sum(str(k) == "none" for k in df["drafter_kind"])
+    off = sum(str(k) == DrafterKind.NONE for k in df["drafter_kind"])
     text = " ".join(c.sentence for c in changes)
     if off:
         st.warning(f"**{off} of {len(df)} steps ran without SD.** {text}")

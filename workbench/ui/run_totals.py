@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from sim.results import PolicyRun
+from workbench.compare.intervals import PolicyInterval, interval_lines
 from workbench.compare.policies import GPU_STATES, Comparison
 from workbench.contracts.energy import (SECONDS_PER_DAY, GpuPower, GpuSeconds, cost, energy_kwh,
                                         gpu_hours)
@@ -62,10 +63,13 @@ def mean_steps_of_comparison(result: Comparison) -> list[MeanStep]:
 
 
 def totals_frame(steps: Sequence[MeanStep], gpus: int, run_steps: int, price: float | None,
-                 power: GpuPower | None) -> pd.DataFrame:
-    """One row per policy: the per-step figure and the
-    run's days, GPU-hours, cost, energy and saving."""
+                 power: GpuPower | None,
+                 intervals: Sequence[PolicyInterval] | None = None) -> pd.DataFrame:
+    """One row per policy: the per-step figure and the run's days, GPU-hours, cost, energy and
+    saving; with `intervals`, the days' and the cost's 90% interval (the mean step's, the run
+    being its steps: `low`/`high` as shares of the figure)."""
     rows = []
+    by = {pi.policy: pi.step_s for pi in intervals or []}
     for s in steps:
         seconds = (s.gpu.scaled(run_steps) if s.gpu is not None
                    else GpuSeconds(s.wall_s * gpus * run_steps, 0, 0))
@@ -74,7 +78,9 @@ def totals_frame(steps: Sequence[MeanStep], gpus: int, run_steps: int, price: fl
                      "days": s.wall_s * run_steps / SECONDS_PER_DAY, "gpu_hours": hours,
                      "cost": cost(hours, price) if price is not None else None,
                      "energy_kwh": (energy_kwh(seconds, power)
-                                    if power is not None and s.gpu is not None else None)})
+                                    if power is not None and s.gpu is not None else None),
+                     "low": by[s.label].low / by[s.label].center if s.label in by else None,
+                     "high": by[s.label].high / by[s.label].center if s.label in by else None})
     df = pd.DataFrame(rows).set_index("policy")
     df["saving"] = 1.0 - df["days"] / df["days"].iloc[0]
     return df
@@ -97,13 +103,21 @@ def shown_totals(df: pd.DataFrame, currency: str) -> pd.DataFrame:
     out["Days"] = [f"{v:,.2f}" for v in df["days"]]
     out["GPU-hours"] = [f"{v:,.0f}" for v in df["gpu_hours"]]
     out[money] = [_amount(v) for v in df["cost"]]
+    if df["low"].notna().all():
+        out.insert(2, "Days, 90%", [f"{d * lo:,.2f}-{d * hi:,.2f}" for d, lo, hi in
+                                    zip(df["days"], df["low"], df["high"])])
+        out[f"{money}, 90%"] = [f"{_amount(c * lo)}-{_amount(c * hi)}" if c is not None and
+                                not pd.isna(c) else "-"
+                                for c, lo, hi in zip(df["cost"], df["low"], df["high"])]
     out["Energy (kWh)"] = [_amount(v) for v in df["energy_kwh"]]
     out[f"Run time saved vs {first}"] = [f"{v:.0%}" for v in df["saving"]]
     return out
 
 
-def show(steps: Sequence[MeanStep], workload: Workload, profile: Profile | None, key: str) -> None:
-    """The run-totals panel: run length, price and watts in, totals out."""
+def show(steps: Sequence[MeanStep], workload: Workload, profile: Profile | None, key: str,
+         intervals: Sequence[PolicyInterval] | None = None) -> None:
+    """The run-totals panel: run length, price and watts in, totals out; the days and the cost
+    with the 90% interval of each policy's mean step (`intervals`), or why there is none."""
     st.subheader("Whole run")
     c1, c2, c3, c4 = st.columns([1, 1, 0.6, 1.4])
     run_steps = int(c1.number_input("RL steps in the run", min_value=1,
@@ -125,8 +139,10 @@ def show(steps: Sequence[MeanStep], workload: Workload, profile: Profile | None,
             power = GpuPower.parse(watts)
         except FieldError as exc:
             st.error(str(exc))
-    table = totals_frame(steps, workload.gpus, run_steps, price, power)
+    table = totals_frame(steps, workload.gpus, run_steps, price, power, intervals)
     st.dataframe(shown_totals(table, currency), width="stretch", key=f"{key}_table")
+    how = (f"90%: the mean step's interval ({intervals[0].covers}), the run being its steps."
+           if intervals else interval_lines(None, "")[0].capitalize() + ".")
     hints = []
     if price is None:
         hints.append("Cost: give a price per GPU-hour.")
@@ -137,4 +153,4 @@ def show(steps: Sequence[MeanStep], workload: Workload, profile: Profile | None,
                "is GPU board "
                "power only. " + " ".join(hints)
                + " For lengths that drift and a drafter that learns over the whole run: `tlt "
-                 "project`.")
+                 f"project`. {how}")

@@ -31,6 +31,7 @@ import streamlit as st
 
 from real.run.coordinator import RunConfig, TrainError, default_drafter
 from workbench.contracts.policy import load_policy, policy_presets
+from workbench.contracts.workload import RESPONSE_CAP
 from workbench.ui import background_runs as runs
 from workbench.ui.inputs import notices
 from workbench.ui.run_monitor import LOG_NAME, find_failure, log_tail, show_run
@@ -49,6 +50,7 @@ UPLOAD_DIR = ROOT / "runs" / "policies"
 RUN_KEY = "train"  # the page's background run (workbench/ui/background_runs.py)
 _KEY_MONITOR = "train_monitor_dir"
 _KEY_WAS_RUNNING = "train_was_running"
+_KEY_SEEDED = "train_form_seeded"  # the session's form was filled once (from a running run's)
 REFRESH_S = 3.0  # while a run started here goes on, its status and monitor redraw this often
 
 
@@ -91,7 +93,7 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
             policy = load_policy(name)
     except ValueError as exc:
         # ConfigError / FieldError: their text names the field and what is allowed
-        problems.append(f"Policy '{form.policy}' does not load: {exc}")
+        problems.append(policy_problem(form.policy, exc))
     for name, value in (("steps", form.steps), ("workers", form.workers)):
         if value < 1:
             problems.append(f"{name.capitalize()} is {value}: must be >= 1.")
@@ -113,6 +115,17 @@ def check_form(form: TrainForm) -> tuple[RunConfig | None, list[str]]:
     except TrainError as exc:
         return None, [str(exc)]
     return cfg, []
+
+
+def policy_problem(policy: str, exc: ValueError) -> str:
+    """Why the policy does not load, naming the file as the user knows it: an uploaded file by
+    its own name (not the copy under runs/policies/), and once."""
+    path = resolve(policy)
+    shown = path.name.split("-", 1)[1] if path.parent == UPLOAD_DIR else policy
+    why = str(exc)
+    for prefix in (f"{path}: ", f"{policy}: "):
+        why = why.removeprefix(prefix)
+    return f"Policy '{shown}' does not load: {why.replace(str(path), shown)}"
 
 
 def occupied(out: str) -> str:
@@ -253,7 +266,8 @@ def _pick_policy() -> tuple[str, str]:
     if source == "Preset":
         presets = policy_presets()
         name = st.selectbox("Policy preset", presets, key="train_policy_preset",
-                            index=presets.index(DEFAULT_POLICY) if DEFAULT_POLICY in presets else 0)
+                            **_given("train_policy_preset", index=presets.index(DEFAULT_POLICY)
+                                     if DEFAULT_POLICY in presets else 0))
         return name, name
     upload = st.file_uploader("Upload a policy file", type=["yaml", "yml", "json"],
                               key="train_policy_upload")
@@ -271,13 +285,44 @@ def _pick_policy() -> tuple[str, str]:
 
 
 def _int(col, label: str, value: int, key: str, min_value: int = 1, hlp: str | None = None) -> int:
-    return int(col.number_input(label, min_value=min_value, value=value, step=1, key=key, help=hlp))
+    return int(col.number_input(label, min_value=min_value, step=1, key=key, help=hlp,
+                                **_given(key, value=value)))
+
+
+def _given(key: str, **default) -> dict:
+    """A widget's default (`value=` or `index=`), unless the session already holds its value (a
+    running run's form seeded it: Streamlit warns when a widget gets both)."""
+    return {} if key in st.session_state else default
+
+
+def seed_from_running_run() -> None:
+    """A session that opens while a run started here goes on (a reload, another tab) shows that
+    run's form, not the defaults; once, so the user's edits stay. The run directory is left to
+    follow the runs there, as in the tab that started it."""
+    if st.session_state.get(_KEY_SEEDED):
+        return
+    st.session_state[_KEY_SEEDED] = True
+    run = runs.current(RUN_KEY)
+    form = run.form if run is not None and run.running else None
+    if not isinstance(form, TrainForm):
+        return
+    preset = form.policy in policy_presets()
+    st.session_state.update({
+        "train_model": form.model, "train_policy_source": "Preset" if preset else "File",
+        "train_steps": form.steps, "train_workers": form.workers, "train_seed": form.seed,
+        "train_prompts": form.prompts, "train_samples": form.samples,
+        "train_max_tokens": form.max_tokens, "train_resume": form.resume,
+        "train_drafter": form.drafter,
+        ("train_policy_preset" if preset else "train_policy_path"):
+            form.policy if preset else _shown(resolve(form.policy))})
 
 
 def _form() -> TrainForm:
+    seed_from_running_run()
     c1, c2, c3 = st.columns([1.4, 1, 1])
     with c1:
-        model = st.text_input("Model directory", value=DEFAULT_MODEL, key="train_model",
+        model = st.text_input("Model directory", key="train_model",
+                              **_given("train_model", value=DEFAULT_MODEL),
                               help="A Hugging Face model directory; relative "
                                    "paths are from the workbench root.")
         policy, label = _pick_policy()
@@ -288,7 +333,8 @@ def _form() -> TrainForm:
     seed = _int(c2, "Seed", 0, "train_seed", min_value=0)
     prompts = _int(c2, "Prompts per step", 16, "train_prompts")
     samples = _int(c3, "Samples per prompt", 4, "train_samples", min_value=2, hlp="The GRPO group.")
-    max_tokens = _int(c3, "Max tokens", 1024, "train_max_tokens", hlp="Response cap in tokens.")
+    max_tokens = _int(c3, "Max tokens", 1024, "train_max_tokens", min_value=RESPONSE_CAP[0],
+                      hlp="Response cap in tokens.")
     resume = c3.checkbox("Resume", value=False, key="train_resume",
                          help="Continue the run in the run directory from its last finished step.")
     # The key follows the default, so the directory follows the policy, the seed, Resume and the
@@ -297,7 +343,8 @@ def _form() -> TrainForm:
     out = c3.text_input("Run directory", value=default, key=f"train_out:{label}:{seed}:{default}",
                         help="checkpoints/, metrics.csv, trace/, drafter/ and train.log go here.")
     with c1.expander("More"):
-        drafter = st.text_input("Warm-start drafter directory", value="", key="train_drafter",
+        drafter = st.text_input("Warm-start drafter directory", key="train_drafter",
+                                **_given("train_drafter", value=""),
                                 help="For policies with drafter.warm_start; "
                                      "empty: the reference model's own.")
     return TrainForm(model, policy, steps, workers, seed, prompts, samples, max_tokens, out, resume,
@@ -330,7 +377,8 @@ def render() -> None:
         # since it was drawn: the launch itself refuses then.
         if clicked and not running:
             try:
-                runs.launch(RUN_KEY, argv, cfg.out, ROOT, form.resume, cfg.steps, LOG_NAME)
+                runs.launch(RUN_KEY, argv, cfg.out, ROOT, form.resume, cfg.steps, LOG_NAME,
+                            form)
             except RuntimeError:
                 st.rerun()
             st.session_state[_KEY_MONITOR] = str(cfg.out)  # watch the new run

@@ -21,7 +21,7 @@ import streamlit as st
 import yaml
 
 from workbench import tune
-from workbench.contracts.cluster import check_workload_profile
+from workbench.contracts.cluster_check import check_workload_profile
 from workbench.contracts.policy import Policy, load_policy
 from workbench.contracts.profile import load_profile, profile_presets
 from workbench.contracts.provenance import profile_choice_label
@@ -53,6 +53,7 @@ class _Result:
 
 
 def convergence_figure(conv: pd.DataFrame) -> go.Figure:
+    """Each trial's step time and the best so far, over whole trial numbers from 0."""
     fig = go.Figure()
     presets = conv[conv["preset"] != ""]
     others = conv[conv["preset"] == ""]
@@ -66,9 +67,13 @@ def convergence_figure(conv: pd.DataFrame) -> go.Figure:
                                  hovertemplate="preset %{text}<br>%{y:.2f} s<extra></extra>"))
     fig.add_trace(go.Scatter(x=conv["trial"], y=conv["best_so_far"], mode="lines",
                              name="best so far", line=dict(color="#1f77b4", width=3, shape="hv")))
+    last = int(conv["trial"].max()) if len(conv) else 0
     fig.update_layout(xaxis_title="trial", yaxis_title="mean step time (s)", height=380,
                       margin=dict(l=10, r=10, t=30, b=10), legend=dict(
                           orientation="h", yanchor="top", y=-0.2))
+    # trials are whole numbers from 0: no axis from -1, no tick at 0.5
+    fig.update_xaxes(range=[-0.5, max(last, 1) + 0.5], tickformat="d",
+                     dtick=1 if last < 10 else None)
     return fig
 
 
@@ -155,7 +160,8 @@ def _show(res: _Result) -> None:
     st.caption(f"Study **{res.study_name}** in `{res.storage}` · {spec.workload.name} on "
                f"{spec.profile.name} · target **{tune.SPACES[spec.target].label}** · seeds "
                f"0..{spec.seeds - 1} x {spec.n_steps} steps (the same draws for every "
-               f"trial) · {len(res.convergence)} complete trials, {res.ran} of them run now")
+               f"trial) · {len(res.convergence)} complete trial"
+               f"{'' if len(res.convergence) == 1 else 's'}, {res.ran} of them run now")
     if res.full:
         st.warning(f"No trial ran now: study **{res.study_name}** already held its {res.trials} "
                    "trials. Raise **Trials** above that to run more, or give a new study name.")
@@ -166,11 +172,14 @@ def _show(res: _Result) -> None:
     inside = ~runnable["note"].str.startswith("outside")
     runnable = runnable[inside] if inside.any() else runnable
     best_preset = runnable[tune.STEP_TIME].idxmin()
+    vs_preset = table.loc[best_preset, tune.STEP_TIME] / tuned[tune.STEP_TIME]
     cols = st.columns(3)
     cols[0].metric("Tuned step time", f"{tuned[tune.STEP_TIME]:,.1f} s")
     cols[1].metric("Speedup vs baseline", f"{tuned['speedup']:.2f}x")
-    cols[2].metric(f"vs best preset it runs ({best_preset})",
-                   f"{table.loc[best_preset, tune.STEP_TIME] / tuned[tune.STEP_TIME]:.2f}x")
+    cols[2].metric(f"vs best preset it runs ({best_preset})", f"{vs_preset:.2f}x")
+    not_yet = not_tuned_yet(res.convergence, best_preset, vs_preset)
+    if not_yet:
+        st.warning(not_yet)
     _deploy(res)
 
     st.subheader("Convergence")
@@ -211,6 +220,23 @@ def _show(res: _Result) -> None:
         reasons = "; ".join(f"**{k}**: {v}" for k, v in why.items())
         st.caption("Outside the search space: " + reasons + ".")
 
+
+
+def not_tuned_yet(conv: pd.DataFrame, best_preset: str, vs_preset: float) -> str:
+    """What to say when the study's answer is no tuned policy yet ("" when it is one): its best
+    trial is a preset it started from, or a preset the stack runs is faster."""
+    n = len(conv)
+    held = f"{n} complete trial" + ("" if n == 1 else "s")
+    best = conv.loc[conv[tune.STEP_TIME].idxmin()] if n else None
+    said = []
+    if best is not None and best["preset"]:
+        said.append(f"The study's best of its {held} is the preset **{best['preset']}** it "
+                    "started from: no searched policy has beaten it yet.")
+    if vs_preset < 1.0:
+        said.append(f"The preset **{best_preset}**, which this stack runs, is {1 / vs_preset:.2f}x "
+                    f"as fast as the tuned policy: deploy it instead, or raise **Trials** and run "
+                    "the study again (it resumes).")
+    return " ".join(said)
 
 
 def _deploy(res: _Result) -> None:

@@ -73,10 +73,10 @@ def name_and_status(spec: tune.TuneSpec, store: optuna.storages.BaseStorage | No
                  f"({status.other_inputs}): give another name (**{default}** is free).")
         return None
     if not status.exists:
-        st.caption(f"A new study: Run study runs {trials} trials.")
+        st.caption(f"A new study: Run study runs {_trials(trials)}.")
         return name
-    held = (f"Study **{name}** holds {status.finished} finished trials ({status.complete} "
-            f"complete, {status.pruned} pruned as hopeless)")
+    held = (f"Study **{name}** holds {_trials(status.finished, 'finished ')} "
+            f"({status.complete} complete, {status.pruned} pruned as hopeless)")
     if status.running > status.abandoned:
         held += f", {status.running - status.abandoned} running"
     if status.abandoned:
@@ -86,5 +86,9 @@ def name_and_status(spec: tune.TuneSpec, store: optuna.storages.BaseStorage | No
         st.warning(f"{held}: Run study runs none and shows it. Raise **Trials** above "
                    f"{status.finished} to run more.")
     else:
-        st.caption(f"{held}: Run study resumes it, {trials - status.finished} trials more.")
+        st.caption(f"{held}: Run study resumes it, {_trials(trials - status.finished)} more.")
     return name
+
+
+def _trials(n: int, kind: str = "") -> str:
+    return f"{n} {kind}trial" + ("" if n == 1 else "s")

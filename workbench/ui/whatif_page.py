@@ -367,7 +367,7 @@ def render() -> None:
     elif ready:
         st.info("Press **Run simulation** to compare the policies.")
     fresh = result is not None and not stale and result.signature == signature
-    agentic_panel.render(workload, profile, labels, policies, seed,
+    agentic_panel.render(workload, profile, labels, policies, seed, steps,
                          result.runs if fresh else None)
     tail_panel.render(workload, profile, policies, seed)
 

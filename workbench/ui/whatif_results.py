@@ -27,7 +27,7 @@ from workbench.contracts.speedup import why_frame, why_json
 from workbench.contracts.timeline import TAIL_DIVISOR, rollout_split
 from workbench.contracts.workload import Workload
 from workbench.report.plots import batch_lines
-from workbench.ui import run_totals
+from workbench.ui import interval_view, run_totals
 from workbench.ui.why_view import show_whys
 from workbench.ui.charts import batch_lines_figure, gantt_figure, step_lines_figure
 from workbench.ui.export import Report, figure_downloads, fixed, pct, report_button, times
@@ -84,8 +84,8 @@ class Result:
         return self._whys
 
     def intervals(self):
-        """Each run's step time and speedup with the interval its profile's cost uncertainty gives
-        (None: the profile has none; computed once)."""
+        """Each run's step time and speedup with its interval (workbench/compare/intervals.py;
+        None: nothing to draw from; computed once)."""
         if not hasattr(self, "_intervals"):
             works = [(label, [run_work(run, self.profile, self.workload.workers)])
                      for label, run in zip(self.labels, self.runs)]
@@ -164,7 +164,8 @@ def _show_tiles(res: Result, table: pd.DataFrame) -> None:
         "a worker, beside the bubble's idle workers."
     )
     if len(res.labels) == 1:
-        cols[0].metric(f"Step time: {first}", f"{a['step_time_s']:.1f} s")
+        cols[0].metric(f"Step time: {first}", f"{a['step_time_s']:.1f} s",
+                       **interval_view.tile_delta(res.intervals(), first, "step"))
         cols[1].metric("Rollout", f"{a['rollout_time_s']:.1f} s")
         cols[2].metric("Bubble", f"{a['bubble_fraction']:.1%}")
         cols[3].metric("Tail", f"{a['tail_fraction']:.1%}", help=tail_help)
@@ -174,7 +175,9 @@ def _show_tiles(res: Result, table: pd.DataFrame) -> None:
     cols[0].metric(
         f"Speedup: {last}",
         f"{b['speedup']:.2f}x",
-        help=f"Step-time speedup vs {first}: {first}'s mean step time / {last}'s.",
+        help=f"Step-time speedup vs {first}: {first}'s mean step time / {last}'s; under it, its "
+             "90% interval (How sure, below).",
+        **interval_view.tile_delta(res.intervals(), last),
     )
     rollout = a["rollout_time_s"] / b["rollout_time_s"] if b["rollout_time_s"] else float("nan")
     cols[1].metric(
@@ -291,6 +294,8 @@ def _report(res: Result, table: pd.DataFrame) -> Report:
         },
     )
     rep.text(f"Means over the simulated steps. {_WASTE_TEXT} Tail limit: {_tail_limit(res)}.")
+    for line in interval_lines(res.intervals(), res.labels[0]):
+        rep.text(line.strip())
     if len(res.labels) > 1:
         rep.heading("Why this speedup").table(why_frame(res.whys()[1:]).drop(columns=["why"]))
         for w in res.whys()[1:]:
@@ -315,12 +320,8 @@ def _report(res: Result, table: pd.DataFrame) -> Report:
 
 
 def show_intervals(res: Result) -> None:
-    """Each speedup and step time with its interval, where the profile knows how sure its costs
-    are (a calibrated run log's); the same lines `tlt compare` prints."""
-    lines = interval_lines(res.intervals(), res.labels[0])
-    if lines:
-        st.markdown("**How sure:** " + lines[0].rstrip(":"))
-        st.code("\n".join(x.strip() for x in lines[1:]), language=None)
+    """Each speedup and step time with its interval; the same lines `tlt sim` prints."""
+    interval_view.show(res.intervals(), res.labels[0])
 
 
 def show_why(res: Result) -> None:
@@ -384,5 +385,6 @@ def show(res: Result, current_signature: str | None) -> None:
         res.workload,
         res.profile,
         "whatif_totals",
+        res.intervals(),
     )
     _show_gantts(res)

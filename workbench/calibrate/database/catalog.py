@@ -144,3 +144,24 @@ def model_choices() -> dict[str, str]:
         if not requantised and data.get("architectures", [""])[0] in _OFFERED:
             out[model_name(str(f)).replace("--", "/")] = str(f)
     return out
+
+
+def same_models(choices: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """The package's configs that are a model already offered under another name (the same
+    shape: layers, widths, heads, experts, quantisation), each listed under the first name of that
+    shape (a preset before the configs): a list of models offers it once. Presets are never
+    listed under another (each is a model of its own, with its own acceptance)."""
+    from workbench.contracts.architecture import load_architecture
+
+    first: dict[tuple, str] = {}
+    out: dict[str, tuple[str, ...]] = {}
+    for name, arch in choices.items():
+        try:
+            shape = tuple(v for k, v in vars(load_architecture(arch)).items() if k != "name")
+        except (ConfigError, ValueError, OSError):
+            continue
+        if shape in first and arch != name:
+            out[first[shape]] = (*out.get(first[shape], ()), name)
+        else:
+            first.setdefault(shape, name)
+    return out
