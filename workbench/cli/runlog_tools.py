@@ -29,7 +29,10 @@ def extract_cmd(
     path: str = typer.Option(..., help="The log's path in that repository."),
     out: Path = typer.Option(..., help="NAME.metrics.json to write."),
 ) -> None:
-    """Extract a console log's step metrics, launch command and printed config, with the original file's provenance (sha256), as a file every --run-log reads like the log."""  # noqa: E501
+    """Extract a console log into a file every --run-log reads like the log.
+
+    Its step metrics, launch command and printed config, with the original file's provenance
+    (sha256)."""
     try:
         doc = extract(log, Provenance(repository, commit, path), out)
     except ConfigError as exc:
@@ -48,7 +51,10 @@ def transfer_cmd(
     seeds: int = typer.Option(2, min=0, help="Seeds of TLT's simulation on each calibrated run "
                               "(0: no speedup column)."),
 ) -> None:
-    """The transfer table: each log fitted on its first steps and checked on the rest, then predicting every other log of its cluster or recipe; TLT's end-to-end speedup on each."""  # noqa: E501
+    """The transfer table: each log calibrated, then predicting the others of its cluster or recipe.
+
+    Each log fitted on its first steps and checked on the rest, then predicting every other log of
+    its cluster or recipe; TLT's end-to-end speedup on each."""
     t0 = time.perf_counter()
     try:
         logs = load_manifest(manifest)

@@ -11,6 +11,7 @@ same model. Every field a reader took from the log, or from the framework's defa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from workbench.contracts.schema import require
 
@@ -19,10 +20,23 @@ PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_criti
           "update_actor", "update_weights")
 ROLES = ("actor", "ref", "critic")
 STRATEGIES = ("fsdp", "fsdp2", "megatron")
-# Where a model's parameters live between uses: on the GPU; on the host, moved in at the start of
-# each phase that uses them and out at its end; on the host, moved in for every forward (FSDP's
-# CPUOffload: each micro-batch's forward copies the GPU's shard in).
-OFFLOAD = ("none", "phase", "forward")
+
+
+class Offload(str, Enum):
+    """Where a model's parameters live between uses: on the GPU; on the host, moved in at the start
+    of each phase that uses them and out at its end; on the host, moved in for every forward
+    (FSDP's CPUOffload: each micro-batch's forward copies the GPU's shard in). A member equals its
+    string, so files and messages read as the string."""
+
+    NONE = "none"
+    PHASE = "phase"
+    FORWARD = "forward"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OFFLOAD = tuple(o.value for o in Offload)
 
 
 @dataclass(frozen=True)
@@ -34,7 +48,7 @@ class ModelShape:
     value_head: bool = False  # a critic: one value per token, no LM head over the vocabulary
     checkpointing: bool = False  # gradient checkpointing: the backward recomputes the forward
     lora_rank: int = 0  # > 0: LoRA adapters train, the base weights are frozen
-    param_offload: str = "none"  # OFFLOAD
+    param_offload: str = Offload.NONE  # an Offload
     grad_offload: bool = False  # gradients moved to the host after each update and back before
     optimizer_offload: bool = False  # the optimizer's state likewise
     param_bytes: int = 2  # bytes per parameter as held (fp32 master weights: 4; bf16: 2)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.contracts.architecture import Architecture, load_architecture
-from workbench.contracts.training_shape import PhaseShape, TrainingShape
+from workbench.contracts.training_shape import Offload, PhaseShape, TrainingShape
 from workbench.runlog.forward_costs import ForwardGrid
 from workbench.runlog.lengths import StepStats
 
@@ -108,7 +108,7 @@ def phase_bases(t: TrainingShape, p: PhaseShape, grid: ForwardGrid, length: np.n
     if t.strategy != "megatron" and t.dp > 1:
         gathers = UPDATE_GATHERS * p.epochs if p.update else 1
         out[:, 2] = n * gathers * 2.0 * a.params * (t.dp - 1) / t.dp / GB
-    out[:, 3] = offload_gb(t, p, a, trained) * (n if m.param_offload == "forward" and
+    out[:, 3] = offload_gb(t, p, a, trained) * (n if m.param_offload == Offload.FORWARD and
                                                  p.phase != "gen" else 1.0)
     out[:, 4] = 1.0
     return out
@@ -119,10 +119,10 @@ def offload_gb(t: TrainingShape, p: PhaseShape, a: Architecture, trained: float)
     offloaded per forward)."""
     m = t.model(p.role)
     shard = a.params / t.dp
-    if m.param_offload == "forward":
+    if m.param_offload == Offload.FORWARD:
         return shard * 2 / GB
     gb = 0.0
-    if m.param_offload == "phase":
+    if m.param_offload == Offload.PHASE:
         gb += 2 * shard * m.param_bytes / GB
         if m.grad_offload and p.update:
             gb += 2 * shard * 4 / GB
@@ -160,7 +160,7 @@ def step_bases(t: TrainingShape, grids: dict[str, ForwardGrid], stats: StepStats
         if name == "gen":
             out[:, 4] = 0.0  # the rollout's fixed costs are its own factors'
             actor = t.model("actor")
-            if p is None and actor.param_offload == "phase":
+            if p is None and actor.param_offload == Offload.PHASE:
                 out[:, 3] = 2 * load_architecture(actor.arch).params / t.dp * actor.param_bytes / GB
         rows.append(out)
         names.append(name)

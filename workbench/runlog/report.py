@@ -12,6 +12,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from workbench.contracts.profile import Profile
+from workbench.contracts.training_shape import Offload
 from workbench.runlog.calibrate import RunCalibration, RunValidation
 from workbench.runlog.engine import Predicted
 from workbench.runlog import factor_report as fr
@@ -65,8 +66,9 @@ def training_lines(p: Prepared) -> list[str]:
         lines.append(f"  model {m.role:<7} {m.arch}" + (" (value head)" if m.value_head else "")
                      + (", checkpointing" if m.checkpointing else "")
                      + (f", LoRA rank {m.lora_rank}" if m.lora_rank else "")
-                     + (f", weights offloaded ({m.param_offload})" if m.param_offload != "none"
-                        else "") + (", optimizer offloaded" if m.optimizer_offload else ""))
+                     + (f", weights offloaded ({m.param_offload})"
+                        if m.param_offload != Offload.NONE else "")
+                     + (", optimizer offloaded" if m.optimizer_offload else ""))
     for ph in t.phases:
         size = (f"{ph.micro_batch} sequences" if ph.micro_batch else
                 f"dynamic, {ph.max_tokens} tokens")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from workbench.contracts.schema import ConfigError
-from workbench.contracts.training_shape import (ModelShape, PhaseShape, TrainingShape,
+from workbench.contracts.training_shape import (ModelShape, Offload, PhaseShape, TrainingShape,
                                                 TrainingTaken)
 from workbench.runlog.reader import TIMING, RunLog
 from workbench.runlog.shape import RunShape, resolve_arch, setting
@@ -107,14 +107,14 @@ def _models(r: _Reader, shape: RunShape, newer: bool, lora: int) -> list[ModelSh
     actor = ModelShape(
         "actor", shape.arch, checkpointing=r.flag(ARO + "model.enable_gradient_checkpointing",
                                                   True),
-        lora_rank=lora, param_offload="phase" if r.flag(ACTOR + "fsdp_config.param_offload",
-                                                         False) else "none",
+        lora_rank=lora, param_offload=Offload.PHASE if r.flag(ACTOR + "fsdp_config.param_offload",
+                                                               False) else Offload.NONE,
         grad_offload=r.flag(ACTOR + "fsdp_config.grad_offload", False),
         optimizer_offload=r.flag(ACTOR + "fsdp_config.optimizer_offload", False), param_bytes=4)
     out = [actor]
     if lora == 0:
         off = r.flag(REF + "fsdp_config.param_offload", False)
-        mode = ("forward" if newer else "phase") if off else "none"
+        mode = (Offload.FORWARD if newer else Offload.PHASE) if off else Offload.NONE
         out.append(ModelShape("ref", shape.arch, param_offload=mode, param_bytes=2))
     if TIMING + "values" in r.log.metrics.columns or TIMING + "update_critic" in \
             r.log.metrics.columns:
@@ -128,8 +128,9 @@ def _models(r: _Reader, shape: RunShape, newer: bool, lora: int) -> list[ModelSh
         out.append(ModelShape(
             "critic", arch, value_head=True,
             checkpointing=r.flag(CRITIC + "model.enable_gradient_checkpointing", True),
-            param_offload="phase" if r.flag(CRITIC + "model.fsdp_config.param_offload", False)
-            else "none", grad_offload=r.flag(CRITIC + "model.fsdp_config.grad_offload", False),
+            param_offload=(Offload.PHASE if r.flag(CRITIC + "model.fsdp_config.param_offload",
+                                                   False) else Offload.NONE),
+            grad_offload=r.flag(CRITIC + "model.fsdp_config.grad_offload", False),
             optimizer_offload=r.flag(CRITIC + "model.fsdp_config.optimizer_offload", False),
             param_bytes=4))
     return out
