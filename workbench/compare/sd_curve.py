@@ -175,13 +175,14 @@ class SdCurve:
             if p.pays_again:
                 head += (f" It would pay again from batch {p.pays_again}; the policy keeps it off "
                          "there (one threshold).")
-        own = (f"{self.strategy} alone stops paying from batch {self.strategy_crossover}"
-               if self.strategy_crossover
-               else f"{self.strategy} alone pays at every batch to {p.limit}")
+        own = (f"SD with {self.strategy} ({self.accepted:.2f} tokens per pass) stops paying from "
+               f"batch {self.strategy_crossover} on its own" if self.strategy_crossover
+               else f"SD with {self.strategy} ({self.accepted:.2f} tokens per pass) pays at every "
+               f"batch to {p.limit} on its own")
         if self.strategy_crossover and (p.crossover_batch is None
                                         or self.strategy_crossover < p.crossover_batch):
             own += "; other draft lengths keep SD paying beyond it (the buckets)"
-        return f"{head} {own} ({self.accepted:.2f} tokens per pass)."
+        return f"{head} {own}."
 
     def as_json(self) -> dict:
         why = self.policy.why
