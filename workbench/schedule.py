@@ -167,49 +167,72 @@ class Guarded:
 def guard_policy(policy: Policy, profile: Profile, context: float,
                  rows_may_turn_off: bool = True) -> Guarded:
     """`policy` never running SD at a batch where the profile predicts the bucket's strategy
-    slower than plain decoding (an engine without a drafter), judged at `context` (a response's
-    start: SD's speedup only grows with the context). A fixed table's losing bucket is turned off
-    (draft length 0) where the target runs such a row (`rows_may_turn_off`) and the threshold comes
-    down below the first losing batch otherwise (and in the top SD bucket, whose paying batches it
-    keeps); a learning bandit's threshold comes down below the first batch where
-    every arm it may pull loses. The drafter's quality is a warm-started one's, else 1."""
+    slower than plain decoding (an engine without a drafter), judged at `context`. A fixed table
+    either lowers its threshold below its first losing batch, or (where the target runs an SD-off
+    row, `rows_may_turn_off`) turns each losing bucket off, the top SD bucket keeping its paying
+    batches under a lower threshold: whichever the profile predicts faster over the policy's
+    batches. A learning bandit's threshold comes down below the first batch where every arm it
+    may pull loses. The drafter's quality is a warm-started one's, else 1. Other drafter kinds
+    (suffix drafts) pass unchanged."""
     if not policy.uses_sd or policy.drafter.kind not in (DrafterKind.EAGLE, DrafterKind.NGRAM):
         return Guarded(policy, ())
     kind = policy.drafter.kind
     quality = profile.acceptance.warm_start_quality if policy.drafter.warm_start else 1.0
+    plain = {b: goodput(profile, DrafterKind.NONE, 1.0, b, 0, context)
+             for b in range(1, policy.sd_threshold + 1)}
 
-    def pays(b: int, s) -> bool:
-        return (goodput(profile, kind, quality, b, s, context)
-                >= goodput(profile, DrafterKind.NONE, 1.0, b, 0, context))
+    def gain(b: int, s) -> float:
+        return goodput(profile, kind, quality, b, s, context) / plain[b]
 
-    threshold, rows, changes = policy.sd_threshold, list(policy.schedule), []
     if policy.bandit.algorithm != "fixed":
         arms = [k for k in policy.bandit.arms if k > 0]
-        lose = next((b for b in range(1, threshold + 1) if not any(pays(b, k) for k in arms)), None)
-        if lose is not None:
-            threshold = lose - 1
-            changes.append(f"every arm loses from batch {lose}: SD off above {threshold}")
-    else:
-        top = max((i for i, r in enumerate(rows) if r.strategy.steps and r.min_batch <= threshold),
-                  default=-1)
-        for i, r in enumerate(rows):
-            hi = min(r.max_batch, threshold)
-            if r.strategy.steps == 0 or r.min_batch > hi:
-                continue
-            lose = next((b for b in range(r.min_batch, hi + 1) if not pays(b, r.strategy)), None)
-            if lose is None:
-                continue
-            # the top SD bucket keeps its paying batches below a lower threshold
-            if rows_may_turn_off and not (i == top and lose > r.min_batch):
-                rows[i] = replace(r, draft_len=0, topk=1, tokens=0)
-                changes.append(f"{r.strategy.name} loses at batch {lose} of bucket "
-                               f"{r.min_batch}-{r.max_batch}: SD off there")
-            else:
-                threshold = min(threshold, lose - 1)
-                changes.append(f"{r.strategy.name} loses from batch {lose}: SD off above "
-                               f"{threshold}")
-    if not changes:
+        lose = next((b for b in plain if max(gain(b, k) for k in arms) < 1.0), None)
+        if lose is None:
+            return Guarded(policy, ())
+        return _guarded(policy, lose - 1, policy.schedule,
+                        [f"every arm loses from batch {lose}: SD off above {lose - 1}"])
+    losing = {}  # row index -> its first losing batch
+    for i, r in enumerate(policy.schedule):
+        hi = min(r.max_batch, policy.sd_threshold)
+        if r.strategy.steps and r.min_batch <= hi:
+            lose = next((b for b in range(r.min_batch, hi + 1) if gain(b, r.strategy) < 1.0), None)
+            if lose is not None:
+                losing[i] = lose
+    if not losing:
         return Guarded(policy, ())
+    first = min(losing.values())
+    options = [_guarded(policy, first - 1, policy.schedule,
+                        [f"SD loses from batch {first}: off above {first - 1}"])]
+    if rows_may_turn_off:
+        options.append(_rows_off(policy, losing))
+
+    def score(g: Guarded) -> float:
+        p = g.policy
+        return sum(gain(b, p.schedule[p.bucket_of(b)].strategy)
+                   if p.bucket_of(b) is not None and p.schedule[p.bucket_of(b)].strategy.steps
+                   else 1.0 for b in plain)
+
+    return max(options, key=score)
+
+
+def _rows_off(policy: Policy, losing: dict[int, int]) -> Guarded:
+    """Each losing bucket off; the top SD bucket, where it pays at its first batches, cut by the
+    threshold instead."""
+    rows, threshold, changes = list(policy.schedule), policy.sd_threshold, []
+    top = max(i for i, r in enumerate(rows) if r.strategy.steps and r.min_batch <= threshold)
+    for i, lose in sorted(losing.items()):
+        r = rows[i]
+        if i == top and lose > r.min_batch:
+            threshold = lose - 1
+            changes.append(f"{r.strategy.name} loses from batch {lose}: SD off above {threshold}")
+        else:
+            rows[i] = replace(r, draft_len=0, topk=1, tokens=0)
+            changes.append(f"{r.strategy.name} loses at batch {lose} of bucket "
+                           f"{r.min_batch}-{r.max_batch}: SD off there")
+    return _guarded(policy, threshold, tuple(rows), changes)
+
+
+def _guarded(policy: Policy, threshold: int, rows, changes: list[str]) -> Guarded:
     out = replace(policy, sd_threshold=threshold, schedule=tuple(rows))
     out.check()
     return Guarded(out, tuple(changes))

@@ -21,7 +21,8 @@ from workbench.contracts.schema import ConfigError, from_mapping, save, to_mappi
 from workbench.contracts.strategy import Strategy
 from workbench.contracts.workload import load_workload
 from workbench.schedule import goodput, guard_policy
-from workbench.tune.report import policy_of
+from workbench.tune.guard import guard_context
+from workbench.tune import policy_of
 from workbench.tune.space import refusal
 from workbench.tune.targets import TARGETS
 
@@ -169,5 +170,5 @@ def test_a_tuned_policy_never_enables_sd_in_a_losing_bucket(target):
     policies = [policy_of(t, "p") for t in tune.complete_trials(study)]
     policies.append(tune.best_policy(study))
     for p in policies:
-        assert _sd_loses(p, prof, float(wl.prompt_tokens)) == [], (target, to_mapping(p))
+        assert _sd_loses(p, prof, guard_context(wl)) == [], (target, to_mapping(p))
     assert refusal(tune.best_policy(study), target) is None
