@@ -13,6 +13,15 @@ import typer
 from workbench.report.tables import format_table
 
 
+def _shown(path: str) -> str:
+    """A shipped file repo-relative (an output must not name this machine's paths)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    p = Path(path).resolve()
+    return str(p.relative_to(root)) if p.is_relative_to(root) else str(path)
+
+
 def shipped_constants():
     """The engine constants the profiles use."""
     from workbench.calibrate.database.engine_versions import HostCosts
@@ -54,7 +63,7 @@ def sd_by_batch_report(context: Optional[float] = None) -> None:
 
     pub = load_sd_published()
     used = shipped_constants()
-    typer.echo(f"SD's speedup by batch ({pub.path}):")
+    typer.echo(f"SD's speedup by batch ({_shown(pub.path)}):")
     typer.echo(constants_line(fit_engine_constants(pub), used))
     checks = sb.series_checks(pub, used, context=context)
     typer.echo(format_table(
@@ -86,7 +95,7 @@ def sd_mechanisms_report() -> None:
     from workbench.calibrate.published.sd_series import load_sd_published
 
     used, cat = shipped_constants(), load_catalog()
-    typer.echo(f"Engine releases' mechanisms ({cat.path}):")
+    typer.echo(f"Engine releases' mechanisms ({_shown(cat.path)}):")
     for p in cat.eager_pairs:
         pub, pred = sm.eager_ratio(p, used)
         typer.echo(f"{p.name} ({p.role}): an SD pass without CUDA graphs over one with them, "
