@@ -50,13 +50,13 @@ def verify_step_s(c: DecodeCost, batch: int, context: float, strategy: Strategy 
     compute = c.compute_s_per_token * batch * tokens
     weights = c.weights_s + expert_read_s(c.experts, batch * tokens)
     kv_reads = tokens if m is not None and m.kv_read_per_token else 1
-    kernels = (c.per_seq_s * batch + c.kv_s_per_token * batch * context * kv_reads
-               + max(weights, compute) + (1.0 - c.overlap) * min(weights, compute))
+    t = (c.overhead_s + c.per_seq_s * batch + c.kv_s_per_token * batch * context * kv_reads
+         + max(weights, compute) + (1.0 - c.overlap) * min(weights, compute))
     if m is not None and batch > 0:
         limit = m.plain_graph_max if tokens == 1 else m.verify_graph_max
         if m.graph_size(batch, tokens) > limit:
-            kernels += eager_extra_s(kernels, m.target_launch_s)
-    return c.overhead_s + kernels
+            t += eager_extra_s(t - c.overhead_s, m.target_launch_s)
+    return t
 
 
 def draft_step_s(d: DrafterCost, kind: DrafterKind, batch: int, strategy: Strategy | int,
