@@ -95,7 +95,7 @@ class AgentPool(RolloutPool):
         seg = self.plan_segment(w, d, a.batch, warm.left(batch), siblings)
         context = a.batch.mean_context() + seg.passes * seg.accept_len / 2
         decode_s = segment_s(self.profile.decode, self.profile.drafter, d.kind, batch, context,
-                             seg.strategy, seg.passes)
+                             seg.strategy, seg.passes, self.profile.mechanisms)
         try:
             if prefill > 0:
                 yield env.timeout(prefill)

@@ -185,7 +185,8 @@ class RolloutPool:
             siblings = shares.at(engine) if kind == DrafterKind.SUFFIX else 0.0
             seg = self.plan_segment(w, ro.drafting, engine, warm.left(batch), siblings)
             context = engine.mean_context() + seg.passes * seg.accept_len / 2
-            decode_s = segment_s(dec, prof.drafter, kind, batch, context, seg.strategy, seg.passes)
+            decode_s = segment_s(dec, prof.drafter, kind, batch, context, seg.strategy, seg.passes,
+                                 prof.mechanisms)
             start = env.now
             try:
                 yield env.timeout(prefill + decode_s)

@@ -170,7 +170,7 @@ class StreamingPool(RolloutPool):
         seg = self.plan_segment(w, d, engine, warm.left(batch), siblings)
         context = engine.mean_context() + seg.passes * seg.accept_len / 2
         decode_s = segment_s(dec, self.profile.drafter, d.kind, batch, context, seg.strategy,
-                             seg.passes)
+                             seg.passes, self.profile.mechanisms)
         begun = env.now
         # A wake that came during the prefill ends the segment at once (the loop takes the news).
         yield env.timeout(decode_s) | self.wake[w]

@@ -1,4 +1,5 @@
-"""The draft schedule a profile predicts best, per batch bucket: where a rollout engine starts.
+"""The draft schedule a profile predicts best, per batch bucket: where a rollout engine starts;
+and the guard that keeps a policy's SD out of every bucket the profile predicts it loses in.
 
 The real backend cannot import the simulator (one-way layers), yet its bandit should not start
 blind: this tool (layer 2) asks the simulator's pure cost and acceptance models
@@ -30,6 +31,7 @@ from sim.acceptance import stats_for
 from sim.costs import draft_step_s, verify_step_s
 from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.profile import Profile
+from workbench.contracts.strategy import Strategy
 
 # Tokens of context per sequence the costs are judged at: a prompt (~20 tokens) and a response
 # part-way through on the reference task (p50 83, p90 317 tokens); the verify cost's context
@@ -79,13 +81,14 @@ def candidates(policy: Policy) -> tuple[int, ...]:
     return tuple(sorted(arms | {0}))
 
 
-def goodput(profile: Profile, kind: DrafterKind, quality: float, batch: int, draft_len: int,
-            context: float) -> float:
+def goodput(profile: Profile, kind: DrafterKind, quality: float, batch: int,
+            draft_len: int | Strategy, context: float) -> float:
     """Predicted tokens per second of an engine decoding `batch` sequences with chains of
     `draft_len`."""
     accept = stats_for(profile.acceptance, kind, quality, draft_len).mean
-    verify_s = verify_step_s(profile.decode, batch, context, draft_len)
-    step = verify_s + draft_step_s(profile.drafter, kind, batch, draft_len)
+    m = profile.mechanisms
+    verify_s = verify_step_s(profile.decode, batch, context, draft_len, m)
+    step = verify_s + draft_step_s(profile.drafter, kind, batch, draft_len, m)
     return batch * accept / step
 
 
@@ -150,3 +153,86 @@ def with_predicted_schedule(policy: Policy, profile: Profile,
     policy unchanged when `start_tables` has nothing for it)."""
     tables = start_tables(policy, profile, context)
     return with_table(policy, tables[policy.drafter.kind].table) if tables else policy
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """A policy with SD taken out of every bucket where the profile predicts it slower than plain
+    decoding, and what was changed (empty: nothing)."""
+
+    policy: Policy
+    changes: tuple[str, ...]
+
+
+def guard_policy(policy: Policy, profile: Profile, context: float,
+                 rows_may_turn_off: bool = True) -> Guarded:
+    """`policy` never running SD at a batch where the profile predicts the bucket's strategy
+    slower than plain decoding (an engine without a drafter), judged at `context`. A fixed table
+    either lowers its threshold below its first losing batch, or (where the target runs an SD-off
+    row, `rows_may_turn_off`) turns each losing bucket off, the top SD bucket keeping its paying
+    batches under a lower threshold: whichever the profile predicts faster over the policy's
+    batches. A learning bandit's threshold comes down below the first batch where every arm it
+    may pull loses. The drafter's quality is a warm-started one's, else 1. Other drafter kinds
+    (suffix drafts) pass unchanged."""
+    if not policy.uses_sd or policy.drafter.kind not in (DrafterKind.EAGLE, DrafterKind.NGRAM):
+        return Guarded(policy, ())
+    kind = policy.drafter.kind
+    quality = profile.acceptance.warm_start_quality if policy.drafter.warm_start else 1.0
+    plain = {b: goodput(profile, DrafterKind.NONE, 1.0, b, 0, context)
+             for b in range(1, policy.sd_threshold + 1)}
+
+    def gain(b: int, s) -> float:
+        return goodput(profile, kind, quality, b, s, context) / plain[b]
+
+    if policy.bandit.algorithm != "fixed":
+        arms = [k for k in policy.bandit.arms if k > 0]
+        lose = next((b for b in plain if max(gain(b, k) for k in arms) < 1.0), None)
+        if lose is None:
+            return Guarded(policy, ())
+        return _guarded(policy, lose - 1, policy.schedule,
+                        [f"every arm loses from batch {lose}: SD off above {lose - 1}"])
+    losing = {}  # row index -> its first losing batch
+    for i, r in enumerate(policy.schedule):
+        hi = min(r.max_batch, policy.sd_threshold)
+        if r.strategy.steps and r.min_batch <= hi:
+            lose = next((b for b in range(r.min_batch, hi + 1) if gain(b, r.strategy) < 1.0), None)
+            if lose is not None:
+                losing[i] = lose
+    if not losing:
+        return Guarded(policy, ())
+    first = min(losing.values())
+    options = [_guarded(policy, first - 1, policy.schedule,
+                        [f"SD loses from batch {first}: off above {first - 1}"])]
+    if rows_may_turn_off:
+        options.append(_rows_off(policy, losing))
+
+    def score(g: Guarded) -> float:
+        p = g.policy
+        return sum(gain(b, p.schedule[p.bucket_of(b)].strategy)
+                   if p.bucket_of(b) is not None and p.schedule[p.bucket_of(b)].strategy.steps
+                   else 1.0 for b in plain)
+
+    return max(options, key=score)
+
+
+def _rows_off(policy: Policy, losing: dict[int, int]) -> Guarded:
+    """Each losing bucket off; the top SD bucket, where it pays at its first batches, cut by the
+    threshold instead."""
+    rows, threshold, changes = list(policy.schedule), policy.sd_threshold, []
+    top = max(i for i, r in enumerate(rows) if r.strategy.steps and r.min_batch <= threshold)
+    for i, lose in sorted(losing.items()):
+        r = rows[i]
+        if i == top and lose > r.min_batch:
+            threshold = lose - 1
+            changes.append(f"{r.strategy.name} loses from batch {lose}: SD off above {threshold}")
+        else:
+            rows[i] = replace(r, draft_len=0, topk=1, tokens=0)
+            changes.append(f"{r.strategy.name} loses at batch {lose} of bucket "
+                           f"{r.min_batch}-{r.max_batch}: SD off there")
+    return _guarded(policy, threshold, tuple(rows), changes)
+
+
+def _guarded(policy: Policy, threshold: int, rows, changes: list[str]) -> Guarded:
+    out = replace(policy, sd_threshold=threshold, schedule=tuple(rows))
+    out.check()
+    return Guarded(out, tuple(changes))

@@ -25,6 +25,7 @@ from real.run.capture import machine_info
 from real.sweep import methods as m
 from real.sweep.blocks import EngineRecord
 from real.sweep.cells import CellState, cell_traces, new_cell, run_round
+from real.sweep.graphs import captured, edge_batches, graph_rows
 from real.sweep.prompts import POOL, cell_prompts
 from workbench.contracts.sweep import (
     PLAIN,
@@ -65,6 +66,9 @@ class SweepSettings:
     switch: str = "auto"  # live, restart, or auto (live where the installed vLLM can)
     threads: int = 1  # torch threads on a CPU
     task: Task | None = None  # None: the GCD task
+    # The engine's largest CUDA-graph capture size in tokens: the batches just inside and outside
+    # each draft length's limit are added to the sweep (real/sweep/graphs.py; None: not asked)
+    graph_edges: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ def prepare(s: SweepSettings) -> Prepared:
     notes = tuple(m.check_drafter(s.method, drafter, model))
     if not s.batches or min(s.batches) < 1 or not s.draft_lens or min(s.draft_lens) < 1:
         raise m.SweepError("--batches and --draft-lens: integers >= 1, e.g. 1,4,16,64 and 1,2,3")
+    s = with_graph_edges(s)
     if not s.contexts or min(s.contexts) < 1 or s.rounds < 1 or s.block_steps < 2 or s.tp < 1:
         raise m.SweepError("--contexts >= 1 tokens, --rounds >= 1, --block-steps >= 2, --tp >= 1")
     mns = s.max_num_seqs or max(s.batches)
@@ -113,6 +118,24 @@ def prepare(s: SweepSettings) -> Prepared:
     plan = SweepPlan(tuple(sorted(set(s.batches))), tuple(sorted(set(s.contexts))),
                      tuple(sorted(set(s.draft_lens))), s.rounds, s.block_steps, s.method, switch)
     return Prepared(s, model, drafter, plan, mns, reserve, notes)
+
+
+def with_graph_edges(s: SweepSettings) -> SweepSettings:
+    """The settings with the batches that straddle each draft length's graph limit added
+    (`graph_edges`); refused on a CPU, whose engines capture no graphs."""
+    if s.graph_edges is None:
+        return s
+    from real.rollout.vllm_env import running_on_cpu
+
+    if s.graph_edges < 1:
+        raise m.SweepError(f"--graph-edges {s.graph_edges}: the engine's largest CUDA-graph "
+                           "capture size in tokens (vLLM's default: min(2 x max_num_seqs, 512))")
+    if running_on_cpu():
+        raise m.SweepError("--graph-edges: a CPU engine captures no CUDA graphs (it runs every "
+                           "step eager); there is no limit to straddle")
+    cap = s.max_num_seqs or max(s.batches + (s.graph_edges,))
+    edges = edge_batches(s.graph_edges, s.draft_lens, cap)
+    return replace(s, batches=tuple(sorted(set(s.batches) | set(edges))))
 
 
 def _pin(threads: int) -> None:
@@ -237,8 +260,16 @@ def run_sweep(s: SweepSettings, out: Path, say: Say = print) -> Path:
     records, took = start_engines(p, say)
     try:
         ident = identity(p, records[0])
-        doc.update(identity=ident, engine_start_s=took, status="running")
+        graphs = {rec.name: captured(rec.engine) for rec in records}
+        sd = graphs[records[1].name]
+        doc.update(identity=ident, engine_start_s=took, status="running",
+                   graphs={"captured": graphs,
+                           "cells": graph_rows(sd, p.plan.batches, p.plan.draft_lens)})
         write_sweep_doc(out, doc)
+        say("CUDA graphs: " + "; ".join(
+            f"{name} {g['mode']}, " + (f"sizes up to {g['max_tokens']} tokens" if g["sizes"]
+                                       else "none captured (every step eager)")
+            for name, g in graphs.items()))
         say(f"engine: {ident['framework']} {ident['version']} on {ident['device']}, TP{ident['tp']}"
             f", {ident['dtype']}, {'CUDA graphs' if ident['graphs'] else 'eager'}, "
             f"{s.method} ({p.plan.switch})")

@@ -83,7 +83,7 @@ def test_where_sd_stops_paying_reads_at_a_glance(page, open_page, appear, health
     healthy(page)
     lo, hi = panel.locator(".js-plotly-plot").first.evaluate(
         "e => e._fullLayout.xaxis.range")
-    assert 10 ** lo >= 0.9 and 10 ** hi <= 300, (lo, hi)  # batches 1..256
+    assert 10 ** lo >= 0.9 and 10 ** hi <= 600, (lo, hi)  # batches 1..512
     used = re.search(r"\((\d+\.\d\d) tokens per pass\)", sentence.inner_text()).group(1)
     accept = panel.locator("[data-testid=stNumberInput]").filter(
         has=page.get_by_text("Tokens per pass", exact=True)).locator("input")

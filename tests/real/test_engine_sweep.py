@@ -95,6 +95,20 @@ def test_the_engines_identity_is_recorded(swept, reference_drafter):
             assert t.meta["engine"]["identity"] == ident and t.meta["speed"]["samples"] > 0
 
 
+def test_the_sweep_records_the_graphs_each_engine_captured(swept):
+    # What each engine's own vLLM config holds after start: on a CPU no sizes (every step eager),
+    # so every cell's plain steps and verifies are eager; on a GPU the sizes in tokens, and each
+    # cell says whether its verify of B x (K + 1) tokens replays a graph (real/sweep/graphs.py).
+    doc = load_sweep(swept).doc
+    captured = doc["graphs"]["captured"]
+    assert set(captured) == {PLAIN, "eagle"}
+    for g in captured.values():
+        assert g["mode"] == "NONE" and g["sizes"] == [] and g["max_tokens"] is None
+    cells = doc["graphs"]["cells"]
+    assert {(c["batch"], c["k"]) for c in cells} == {(b, k) for b in (1, 4) for k in (0, 1, 2)}
+    assert all(c["tokens"] == c["batch"] * (c["k"] + 1) and c["graph"] is False for c in cells)
+
+
 def test_a_killed_sweep_keeps_the_rounds_it_finished(tmp_path, reference_model,
                                                      reference_drafter):
     out = tmp_path / "killed"
@@ -127,6 +141,7 @@ def test_a_killed_sweep_keeps_the_rounds_it_finished(tmp_path, reference_model,
     ({"batches": (1, 128), "max_num_seqs": 64}, "above --max-num-seqs"),
     ({"contexts": (4000,)}, "above --max-model-len"),
     ({"drafter": "nobody/no-such-drafter"}, "not in the local Hugging Face cache"),
+    ({"graph_edges": 512}, "a CPU engine captures no CUDA graphs"),
 ])
 def test_what_the_engine_cannot_run_is_refused_before_it_starts(reference_model,
                                                                  reference_drafter, change, says):

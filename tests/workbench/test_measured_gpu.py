@@ -1,6 +1,7 @@
 """Profiles from NVIDIA's measured operator database (aiconfigurator-core, a dependency)."""
 
 import json
+import re
 
 import pytest
 import yaml
@@ -288,4 +289,10 @@ def test_tlt_gpu_check_prints_tables_e_and_c_with_their_errors():
     # The public SD-by-batch figures: the fit series, the held-out ones with their errors.
     assert "SD's speedup by batch" in res.output
     assert "eagle3-table3-eagle (held_out): median |error|" in res.output
-    assert "crossover published 24" in res.output and "specdecode-bench-fit" in res.output
+    assert "specdecode-bench-fit" in res.output
+    # The engine releases' mechanisms: the eager pair, every sweep's crossover (goal 30%), the
+    # held-out speedups at batch 32-256 (goal 15%) and the RL rollouts by draft length (goal 20%).
+    assert "sglang-pr-4247-graphs (fit)" in res.output
+    assert re.search(r"eagle3-table3-eagle +held_out +24 ", res.output), res.output
+    assert "held-out speedups at batch 32-256" in res.output
+    assert re.search(r"nemo-rl-rl-think +held_out +64 +5 / 3", res.output), res.output

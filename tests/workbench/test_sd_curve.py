@@ -49,19 +49,21 @@ def test_the_last_line_is_the_curve_as_json():
     out = json.loads(res.output.strip().splitlines()[-1])
     assert out["batch"] == [1, 8, 64, 256] and len(out["speedup"]) == 4
     assert isinstance(out["crossover_batch"], int) and out["speedup"][0] > 1.0 > out["speedup"][-1]
-    assert "stops paying from batch" in res.output and "sd_threshold" in res.output
+    assert "SD stops paying from batch" in res.output and "sd_threshold" in res.output
+    assert out["crossover_batch"] == out["sd_threshold"] + 1 and out["stops_because"]
 
 
 def test_the_crossover_is_the_first_batch_where_sd_is_slower():
     prof = load_profile(PROFILE)
     c = sd_curve(prof, "eagle", CHAIN3, Acceptance(tokens_per_pass=2.79), 512.0)
-    b = c.crossover_batch
-    assert b is not None and 1 < b <= 256
+    b = c.strategy_crossover  # the strategy asked about, alone
+    assert b is not None and 1 < b <= 512
     assert speedup(prof, "eagle", b, 512.0, CHAIN3, 2.79) < 1.0
     assert all(speedup(prof, "eagle", x, 512.0, CHAIN3, 2.79) >= 1.0 for x in range(1, b))
-    # The implied threshold is where the best candidate (chain 3 among them) still pays.
-    assert c.sd_threshold >= b - 1
-    # A bucket runs SD only where its pick pays on average; above the threshold every bucket is off.
+    # The one answer is the policy's: where every candidate (chain 3 among them) loses; the
+    # threshold sits just below it, and above it every bucket is off.
+    assert c.crossover_batch is not None and c.crossover_batch >= b
+    assert c.sd_threshold == c.crossover_batch - 1
     assert all((p.strategy == "0") == (p.speedup <= 1.0) for p in c.buckets)
     assert all(p.strategy == "0" for p in c.buckets if p.min_batch > c.sd_threshold)
 

@@ -50,9 +50,12 @@ def test_the_files_declare_the_split(series):
     assert {"vllm-issue-20780-eagle", "vllm-issue-20780-eagle3", "sglang-pr-4247-eagle3"} <= {
         n for n, r in roles.items() if r == "held_out"
     }
-    # Every scored figure carries the accepted length it is predicted at; the MoE target's series
+    # Every scored figure carries the accepted length it is predicted at (an RL rollout's longer
+    # drafts: its shortest draft's, carried by the acceptance shape); the MoE target's series
     # stays context (declared so before MoE engines were priced), and every engine is priced now.
-    assert all(p.accepted for s in series if s.role != "context" for p in s.points)
+    assert all(p.accepted for s in series if s.role != "context" and not s.rl_rollout
+               for p in s.points)
+    assert roles["nemo-rl-rl-zero"] == "fit" and roles["nemo-rl-rl-think"] == "held_out"
     assert roles["vllm-gpt-oss-120b-batch8"] == "context"
     assert sl.unpriced(series, USED) == []
 

@@ -168,13 +168,18 @@ def test_tuner_beats_the_best_preset_on_the_same_seeds(small):
     best_preset = table.loc[list(tune.PRESETS), "step_time_s"].min()
     assert tuned <= best_preset, table
     # Common random numbers: re-simulating the tuned policy gives exactly the trial's score,
-    # and each enqueued preset scored what the table's fresh simulation says.
+    # and each enqueued preset scored what the table's fresh simulation says (a preset the SD
+    # guard changed, workbench/tune/guard.py: what its guarded policy's simulation says).
     assert tuned == pytest.approx(tune.best_trial(study).value, rel=1e-12)
     for t in study.trials:
-        if "preset" in t.user_attrs:
+        if "preset" in t.user_attrs and "sd_guard" not in t.user_attrs:
             assert t.value == pytest.approx(
                 table.loc[t.user_attrs["preset"], "step_time_s"], rel=1e-12
             )
+        elif "preset" in t.user_attrs:
+            guarded = tune.policy_of(t, t.user_attrs["preset"])
+            assert t.value == pytest.approx(
+                tune.evaluate(wl, guarded, prof, spec.seed_list).step_time_s, rel=1e-12)
 
     conv = tune.convergence_frame(study)
     assert list(conv["trial"]) == list(range(40))

@@ -25,15 +25,15 @@ PROFILE = "h100-qwen2.5-32b-tp8-sglang"
 def test_the_sd_chart_spans_the_batches_it_plots():
     """The crossover's label sits at the crossover: on a log axis Plotly reads an annotation's x as
     log10 of the batch, and a batch given as is stretched the axis to 10^92."""
-    c = sd_curve(load_profile(PROFILE), "eagle", Strategy.parse("8_4_16"), Acceptance(), 2048.0,
-                 BATCHES)
+    c = sd_curve(load_profile("h100-qwen2.5-7b-tp4-sglang"), "eagle", Strategy.parse("8_4_16"),
+                 Acceptance(), 2048.0, BATCHES)
     assert c.crossover_batch is not None and c.crossover_batch > 10
     fig = curve_figure(c)
     assert fig.layout.xaxis.type == "log"
     lo, hi = fig.layout.xaxis.range
-    assert 10 ** lo == pytest.approx(1) and 10 ** hi == pytest.approx(256)
+    assert 10 ** lo == pytest.approx(1) and 10 ** hi == pytest.approx(512)
     marks = [a for a in fig.layout.annotations if a.xref == "x"]
-    assert [a.text for a in marks] == [f"stops paying at {c.crossover_batch}"]
+    assert [a.text for a in marks] == [f"SD stops paying at {c.crossover_batch}"]
     assert 10 ** marks[0].x == pytest.approx(c.crossover_batch)
     lines = [s for s in fig.layout.shapes if s.xref == "x"]
     assert [s.x0 for s in lines] == [c.crossover_batch]  # a shape takes the batch itself

@@ -114,11 +114,12 @@ def gpu_check(
                             ["exponent", "GPU", "target step ms", "step overhead ms",
                              "pass overhead ms", "published", "predicted", "error"]))
     if framework == "sglang":
-        from workbench.cli.sd_curve import sd_by_batch_report
         from workbench.cli.sd_lengths import sd_by_length_report
+        from workbench.cli.sd_reports import sd_by_batch_report, sd_mechanisms_report
 
         sd_by_batch_report(sd_context)
         sd_by_length_report()
+        sd_mechanisms_report()
     if raw:
         e0 = table_e(framework, overheads=NO_OVERHEADS, context=context)
         c0, _ = table_c(framework, overheads=NO_OVERHEADS, context=context)

@@ -13,7 +13,18 @@ from workbench.cli.common import fail
 from workbench.contracts.schema import ConfigError
 from workbench.report.tables import format_table
 
-BATCHES = "1,2,4,8,16,32,64,128,256"
+BATCHES = "1,2,4,8,16,32,64,128,256,512"
+EXPANSION = "; batch expansion re-reads the KV cache per verified token"
+ENGINE_VERSION = typer.Option(
+    None, help="The engine release to price (e.g. 0.4.4 for SGLang, 0.10.1.1 for vLLM): its "
+    "CUDA-graph capture sizes per pass and its verify (traces/published/engine-versions.yaml; "
+    "default: the profile's, for --arch the database's release).")
+GRAPH_MAX = typer.Option(
+    None, min=0, help="Cap every pass's CUDA graphs at this batch, as --cuda-graph-max-bs does "
+    "(0: no graphs, every pass eager).")
+DRAFT_VOCAB = typer.Option(
+    None, min=1, help="The drafter's own vocabulary (EAGLE-3 heads: 32000; default: the "
+    "target's, read in full by every draft forward).")
 EP_HELP = ("A mixture-of-experts model's expert parallelism inside the engine (default: the "
            "framework's, EP1: experts tensor-parallel, as vLLM and SGLang run them).")
 
@@ -98,7 +109,34 @@ def engine_profile(profile: Optional[str], arch: Optional[str], gpu: str, tp: in
     return disk_cached_profile(path, gpu, tp, framework, default_base("cuda", path, tp), ep)
 
 
-def _print_curve(c) -> None:
+def with_engine(prof, version: Optional[str], graph_max: Optional[int],
+                draft_vocab: Optional[int]):
+    """The profile priced for another release of its engine, graphs capped, or another drafter
+    vocabulary (`--engine-version`, `--graph-max`, `--draft-vocab`)."""
+    from dataclasses import replace
+
+    from workbench.calibrate.database.engine_versions import repriced
+
+    if version is None and graph_max is None and draft_vocab is None:
+        return prof
+    m = prof.mechanisms
+    if m is None:
+        raise ConfigError(
+            "--engine-version/--graph-max/--draft-vocab", "profile", prof.name,
+            "a profile that knows its engine release (one derived with --arch, or a file with "
+            "`mechanisms`, docs/formats.md); this one prices no release's mechanisms")
+    share = None
+    if draft_vocab is not None:
+        from workbench.contracts.architecture import load_architecture
+        from workbench.calibrate.database.catalog import model_choices
+
+        vocab = load_architecture(model_choices().get(prof.cluster.model, prof.cluster.model)).vocab
+        share = min(1.0, draft_vocab / vocab)
+    tp = prof.cluster.tp if prof.cluster is not None else 1
+    return replace(prof, mechanisms=repriced(m, version, graph_max, share, tp))
+
+
+def _print_curve(c, prof) -> None:
     rows = [
         [
             str(p.batch),
@@ -115,13 +153,9 @@ def _print_curve(c) -> None:
             rows, ["batch", "plain ms", "verify ms", "draft+host ms", "speedup", "vs SD-off arm"]
         )
     )
-    where = f"from batch {c.crossover_batch}" if c.crossover_batch else "nowhere up to batch 256"
-    typer.echo(
-        f"SD with {c.strategy} ({c.accepted:.2f} tokens per pass) stops paying {where}. "
-        f"Implied policy: sd_threshold {c.sd_threshold} (the largest batch where some candidate "
-        "strategy still pays); per "
-        "bucket:"
-    )
+    typer.echo(c.answer(prof.mechanisms))
+    typer.echo("Per bucket (a strategy that pays at every batch of its bucket; off above the "
+               "threshold):")
     typer.echo(
         format_table(
             [
@@ -135,6 +169,22 @@ def _print_curve(c) -> None:
             ["batch", "strategy", "mean speedup"],
         )
     )
+
+
+def engine_line(m) -> str:
+    """The engine release the curve prices, and what it does to a speculative pass."""
+    if m is None:
+        return ("engine release: not recorded in this profile (no CUDA-graph limits, eager "
+                "launches or per-step host work priced)")
+    unit = "tokens" if m.graphs_by_tokens else "sequences"
+    cap = (f"; SD caps running requests at {m.sd_running_cap} unless --max-running-requests is "
+           "set (RL frameworks set it; the curve assumes so)" if m.sd_running_cap else "")
+    return (f"engine release: {m.label}; CUDA graphs (in {unit}) plain to {m.plain_graph_max}, "
+            f"verify to {m.verify_graph_max}, draft steps to {m.draft_graph_max}, draft extend "
+            f"to {m.extend_graph_max}; an eager target forward launches in "
+            f"{1e3 * m.target_launch_s:.1f} ms, a draft step in {1e3 * m.draft_launch_s:.2f} ms; "
+            f"host work {1e3 * m.host_s_per_seq_step:.4f} ms per sequence per draft step"
+            f"{EXPANSION if m.kv_read_per_token else ''}{cap}")
 
 
 def _print_curves(c) -> None:
@@ -201,100 +251,6 @@ def _policy_checks(context: float) -> None:
     )
 
 
-def _constants_line(fit, path: str) -> str:
-    """The engine constants' joint fit beside what the profiles use."""
-    from workbench.calibrate.database.profile import (
-        DRAFT_OVERHEAD_EXPONENT,
-        PROFILE_OVERHEADS,
-        SD_HOST_S_PER_SEQ,
-    )
-
-    o, p = fit.overheads, PROFILE_OVERHEADS
-    return (
-        f"SD's speedup by batch ({path}): joint fit of the engine constants outside the "
-        f"kernels, each on its declared figures: at Table D's engine {1e3 * o.step_s:.3f} ms a "
-        f"draft step and {1e3 * o.tree_pass_s:.2f} ms a tree's pass (Table D, the depth x TV "
-        f"grid), exponent {fit.overhead_exponent:.3f} (Table E's SD speedups), a learned "
-        f"drafter's pass {1e3 * o.eagle_pass_s:.2f} ms and SD host work "
-        f"{1e3 * fit.sd_host_s_per_seq:.4f} ms per sequence per pass (the `fit` series); "
-        f"profiles use {1e3 * p.step_s:.3f}, {1e3 * p.tree_pass_s:.2f}, "
-        f"{DRAFT_OVERHEAD_EXPONENT}, {1e3 * p.eagle_pass_s:.2f}, {1e3 * SD_HOST_S_PER_SEQ:.4f}"
-    )
-
-
-def sd_by_batch_report(context: Optional[float] = None) -> None:
-    """`tlt gpu-check`'s part on SD's speedup by batch: the engine constants fitted on the declared
-    series, and
-    every public figure beside its prediction (traces/published/sd-by-batch.yaml)."""
-    from workbench.calibrate.published import sd_batch as sb
-    from workbench.calibrate.database.profile import (
-        DRAFT_OVERHEAD_EXPONENT,
-        PROFILE_OVERHEADS,
-        SD_HOST_S_PER_SEQ,
-    )
-    from workbench.calibrate.published.sd_series import load_sd_published
-
-    pub = load_sd_published()
-    typer.echo(_constants_line(sb.fit_constants(pub), pub.path))
-    used = sb.EngineConstants(PROFILE_OVERHEADS, DRAFT_OVERHEAD_EXPONENT, SD_HOST_S_PER_SEQ)
-    checks = sb.series_checks(pub, used, context=context)
-    typer.echo(
-        format_table(
-            [
-                [
-                    c.series,
-                    c.role,
-                    str(c.batch),
-                    c.strategy,
-                    c.measure,
-                    f"{c.published:.3f}",
-                    f"{c.predicted:.3f}",
-                    f"{c.error_pct:+.1f}%",
-                ]
-                for c in checks
-            ],
-            ["series", "role", "batch", "strategy", "measure", "published", "predicted", "error"],
-        )
-    )
-    for s in (s for s in pub.series if s.role != "context"):
-        mine = [c for c in checks if c.series == s.name]
-        line = f"{s.name} ({s.role}): median |error| {sb.median_abs_error(mine):.1f}%"
-        if len({p.batch for p in s.points}) > 2:
-            x = sb.crossover_check(s, used)
-            line += (
-                f"; crossover published {x.published or f'none up to {x.largest}'}, predicted "
-                f"{x.predicted or 'none'}: {'agrees' if x.agrees else 'does NOT agree'} "
-                "(within a power of two)"
-            )
-        typer.echo(line)
-    ctx = sb.series_checks(pub, used, roles=("context",), context=context)
-    ctx += [
-        sb.tp_ratio_check(s, used)
-        for s in pub.by_role("context")
-        if len({p.tp for p in s.points}) > 1
-    ]
-    ctx += sb.specdecode_checks(pub, used)
-    typer.echo("context (not scored: what each lacks is in the file):")
-    typer.echo(
-        format_table(
-            [
-                [
-                    c.series,
-                    str(c.batch),
-                    c.strategy,
-                    f"TP{c.tp}",
-                    c.measure,
-                    f"{c.published:.3f}",
-                    f"{c.predicted:.3f}",
-                    f"{c.error_pct:+.1f}%",
-                ]
-                for c in ctx
-            ],
-            ["series", "batch", "strategy", "tp", "measure", "published", "predicted", "error"],
-        )
-    )
-
-
 @app.command("sd-curve")
 def sd_curve_cmd(
     arch: Optional[str] = typer.Option(
@@ -340,28 +296,35 @@ def sd_curve_cmd(
         help="Also check the shipped TLT policies' thresholds against the "
         "crossover each shipped measured-database profile predicts.",
     ),
+    engine_version: Optional[str] = ENGINE_VERSION,
+    graph_max: Optional[int] = GRAPH_MAX,
+    draft_vocab: Optional[int] = DRAFT_VOCAB,
 ) -> None:
     """SD's speedup over plain decoding at each batch size on one engine, the batch where it stops
     paying, and the sd_threshold and per-bucket strategies that implies; with several strategies,
     their curves side by side and the best per batch. The last line is JSON: batch, speedup,
-    crossover_batch (several: batch, curves, best)."""
+    crossover_batch, stops_because (several: batch, curves, best)."""
     from workbench.compare.moe_sd import moe_contrast
     from workbench.compare.sd_curve import sd_curve, sd_curves
 
     try:
         ss, bs = parse_strategies(strategy), parse_batches(batches)
         acc = parse_accept(accept, quality)
-        prof = engine_profile(profile, arch, gpu, tp, framework, ep)
+        prof = with_engine(engine_profile(profile, arch, gpu, tp, framework, ep), engine_version,
+                           graph_max, draft_vocab)
         if len(ss) > 1:
             acc.check(ss[0])
-            many = sd_curves(prof, drafter, ss, acc, float(context), bs)
+            _print_many(prof, drafter, context, sd_curves(prof, drafter, ss, acc, float(context),
+                                                          bs))
+            return
         c = sd_curve(prof, drafter, ss[0], acc, float(context), bs)
         moe = moe_contrast(prof, c.kind, ss[0], c.accepted, float(context), bs)
     except (ConfigError, ValueError) as exc:
         fail(exc)
-    if len(ss) > 1:
-        _print_many(prof, drafter, context, many)
-        return
+    _print_one(prof, drafter, context, c, moe, check_policies)
+
+
+def _print_one(prof, drafter: str, context: int, c, moe, check_policies: bool) -> None:
     typer.echo(f"{prof.name}: {prof.description or prof.source}"[:300])
     typer.echo(
         f"drafter {drafter}, strategy {c.strategy}, {c.accepted:.2f} tokens per verify pass, "
@@ -369,7 +332,8 @@ def sd_curve_cmd(
         "engine still runs one drafter forward per step); the SD pass's host work "
         f"{1e3 * prof.drafter.sd_host_s_per_seq:.3f} ms a sequence"
     )
-    _print_curve(c)
+    typer.echo(engine_line(prof.mechanisms))
+    _print_curve(c, prof)
     if moe is not None:
         print_moe_contrast(moe)
     if check_policies:

@@ -10,16 +10,11 @@ from workbench.report.tables import format_table
 
 
 def sd_by_length_report() -> None:
-    from workbench.calibrate.database.profile import (
-        DRAFT_OVERHEAD_EXPONENT,
-        PROFILE_OVERHEADS,
-        SD_HOST_S_PER_SEQ,
-    )
     from workbench.calibrate.published import sd_length as sl
-    from workbench.calibrate.published.sd_batch import EngineConstants
     from workbench.calibrate.published.sd_series import SD_LENGTH_PUBLISHED
+    from workbench.cli.sd_reports import shipped_constants
 
-    used = EngineConstants(PROFILE_OVERHEADS, DRAFT_OVERHEAD_EXPONENT, SD_HOST_S_PER_SEQ)
+    used = shipped_constants()
     series = sl.length_series()
     checks = sl.length_checks(series, used)
     typer.echo(f"SD's speedup by draft length ({SD_LENGTH_PUBLISHED}, with the TLT paper's Table "

@@ -71,11 +71,16 @@ def engine_sweep(
     switch: str = typer.Option("auto", help=_SWITCH_HELP),
     task: Optional[Path] = typer.Option(None, help=TASK_HELP + " Its solutions, where given, take "
                                         "each prompt to its context."),
+    graph_edges: Optional[int] = typer.Option(
+        None, min=1, help="The engine's largest CUDA-graph capture size in tokens (vLLM's default: "
+        "min(2 x max_num_seqs, 512)): also time the batches just inside and outside each draft "
+        "length's limit, where a verify of B x (K + 1) tokens goes eager (GPU only)."),
 ) -> None:
     """Time a real vLLM engine's steps at held batch sizes and contexts, SD off and on.
 
     SD at each draft length, interleaved; written as a trace set and a summary table (batch x K:
-    plain ms, SD ms, accepted, speedup)."""
+    plain ms, SD ms, accepted, speedup), with the CUDA graphs each engine captured (sweep.json
+    `graphs`)."""
     from real.sweep.methods import SweepError
     from real.sweep.run import SweepSettings, run_sweep
 
@@ -86,7 +91,8 @@ def engine_sweep(
         draft_lens=_ints(draft_lens, "--draft-lens"), rounds=rounds, block_steps=block_steps,
         tp=tp, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager, dtype=dtype,
-        temperature=temperature, seed=seed, switch=switch, task=user_task)
+        temperature=temperature, seed=seed, switch=switch, task=user_task,
+        graph_edges=graph_edges)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     t0 = time.perf_counter()
     try:

@@ -138,6 +138,9 @@ def _report_tuned(opt, spec, presets: list, name: str, out: Path) -> None:
                f"{done} complete trials and {len(tuning.finished_trials(opt)) - done} "
                f"pruned, best trial {tuning.best_trial(opt).number}")
     typer.echo(tuning.comparison_text(table))
+    guard = tuning.best_trial(opt).user_attrs.get("sd_guard")
+    typer.echo("SD guard (workbench/tune/guard.py): " + ("; ".join(guard) if guard else
+               "the tuned policy runs SD only where the profile predicts it pays"))
     if spec.multi_objective:
         typer.echo("Pareto front (step time vs drafter-training GPU-seconds per step):")
         typer.echo(tuning.pareto_text(tuning.pareto_frame(opt)))

@@ -143,7 +143,8 @@ def decision_segments(run, policy: Policy, profile: Profile,
             if key not in mean_len:
                 mean_len[key] = stats_for(acc, kind, quality, k, miss).mean
             passes = tokens / (batch * mean_len[key])
-            cols[k][i] = segment_s(dec, dft, kind, batch, context, k, passes)
+            cols[k][i] = segment_s(dec, dft, kind, batch, context, k, passes,
+                                    profile.mechanisms)
     for k in union:
         seg[f"t_{k}"] = cols[k]
     keep_cols = ["rl_step", "worker", "start_s", "batch", "bucket", "chosen", "tokens", "context",

@@ -5,12 +5,15 @@ verify pass, so its throughput over plain decoding is
 
     speedup(B) = E[L] * T_plain(B) / (T_verify(B, S) + T_draft(B, S))
 
-with the profile's pure cost functions (sim/costs.py) at one context. "Plain" is an engine without
-a drafter (kind none): what the public measurements compare against. A TLT bandit's "SD off" arm is
-different: an EAGLE engine with K = 0 still runs one drafter forward per step, so the curve also
-reports the speedup over that arm. The crossover is the first batch where SD stops paying; a policy
-should turn SD off from there (`sd_threshold` = crossover - 1) and pick, per batch bucket, the
-strategy with the highest mean speedup over the bucket's batch sizes.
+with the profile's pure cost functions (sim/costs.py) at one context, the engine release's
+mechanisms included where the profile knows its release (`Profile.mechanisms`). "Plain" is an engine
+without a drafter (kind none): what the public measurements compare against. A TLT bandit's "SD
+off" arm is different: an EAGLE engine with K = 0 still runs one drafter forward per step, so the
+curve also reports the speedup over that arm. One crossover answers where SD stops paying: the
+first batch where every candidate strategy (chains of 1-8 drafts, FastRL's trees on SGLang) loses,
+with the mechanism that ends the gain there; the policy it implies turns SD off from there and runs,
+per bucket, a strategy that pays at every batch of the bucket (compare/sd_policy.py). The given
+strategy's own crossover is reported beside it.
 
 Acceptance: the profile's model at a drafter quality, unless the user gives tokens per pass for
 the strategy (then every candidate's accepted drafts, E[L] - 1, are scaled by the same factor, the
@@ -24,16 +27,15 @@ from dataclasses import dataclass
 
 from sim.acceptance import stats_for
 from sim.costs import draft_step_s, segment_s, verify_step_s
+from workbench.compare.sd_policy import BucketPick, ImpliedPolicy, candidates, implied_policy
+from workbench.contracts.engine_mechanisms import EngineMechanisms
 from workbench.contracts.policy import DrafterKind, Policy
 from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
 
-DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 CONTEXT = 2048.0  # tokens per sequence; `--context` (long RL responses read more KV per step)
-BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256))
-# Strategies a policy may pick per bucket: FastRL's trees (SGLang) and vLLM's chains.
-TREES = ("8_4_48", "8_4_32", "8_4_16", "8_4_8")
-CHAINS = ("1", "2", "3", "4", "5", "6", "8")
+LIMIT = 512  # the crossover and the implied policy are searched at every batch up to this
 NO_SD = Strategy.chain(0)
 
 
@@ -98,13 +100,15 @@ def speedup(
 ) -> float:
     """Throughput with SD over the engine `over` decoding without it: "none" (no drafter) or the
     drafter's own engine at K = 0 ("eagle": its drafter still runs a forward per step)."""
-    off = segment_s(prof.decode, prof.drafter, over, batch, context, NO_SD)
-    return accepted * off / segment_s(prof.decode, prof.drafter, kind, batch, context, strategy)
+    m = prof.mechanisms
+    off = segment_s(prof.decode, prof.drafter, over, batch, context, NO_SD, m=m)
+    return accepted * off / segment_s(prof.decode, prof.drafter, kind, batch, context, strategy,
+                                      m=m)
 
 
 def crossover_batch(
     prof: Profile, kind: DrafterKind, strategy: Strategy, accepted: float, context: float,
-    limit: int = 256
+    limit: int = LIMIT
 ) -> int | None:
     """The first batch (1..limit) where SD is slower than plain decoding (None: never)."""
     return next(
@@ -128,77 +132,86 @@ class CurvePoint:
 
 
 @dataclass(frozen=True)
-class BucketPick:
-    min_batch: int
-    max_batch: int
-    strategy: str  # "0": SD off
-    speedup: float  # its mean over the bucket's batch sizes
-
-
-@dataclass(frozen=True)
 class SdCurve:
+    """One strategy's curve on one engine, and the one answer for a policy: where SD stops paying
+    (the implied policy's crossover, over every candidate strategy), why, and per bucket what to
+    run. `strategy_crossover` is where the given strategy alone stops paying: a policy switches to
+    a shorter draft there rather than turning SD off."""
+
     profile: str
     kind: DrafterKind
     strategy: str
     accepted: float
     context: float
     points: tuple[CurvePoint, ...]
-    crossover_batch: int | None
-    sd_threshold: int  # the largest batch where some candidate strategy still pays (0: none pays)
-    buckets: tuple[BucketPick, ...]
+    strategy_crossover: int | None
+    policy: ImpliedPolicy
+    engine: str = ""  # the engine release whose mechanisms the curve prices ("": none)
+    best: tuple[float, ...] = ()  # at each point's batch, the best candidate's speedup
+
+    @property
+    def crossover_batch(self) -> int | None:
+        return self.policy.crossover_batch
+
+    @property
+    def sd_threshold(self) -> int:
+        return self.policy.sd_threshold
+
+    @property
+    def buckets(self) -> tuple[BucketPick, ...]:
+        return self.policy.buckets
+
+    def answer(self, m: EngineMechanisms | None) -> str:
+        """The one answer in words: where SD stops paying, why, the threshold a policy should use,
+        and where the strategy asked about stops on its own (`tlt sd-curve`, What-if's panel)."""
+        p = self.policy
+        if p.crossover_batch is None:
+            head = (f"SD pays at every batch up to {p.limit} (the best strategy per batch); a "
+                    f"policy can keep SD on throughout (sd_threshold {p.sd_threshold}).")
+        else:
+            head = (f"SD stops paying from batch {p.crossover_batch}, because of "
+                    f"{p.why.sentence(m)}. A policy should turn SD off above batch "
+                    f"{p.sd_threshold} (sd_threshold {p.sd_threshold}).")
+            if p.pays_again:
+                head += (f" It would pay again from batch {p.pays_again}; the policy keeps it off "
+                         "there (one threshold).")
+        own = (f"SD with {self.strategy} ({self.accepted:.2f} tokens per pass) stops paying from "
+               f"batch {self.strategy_crossover} on its own" if self.strategy_crossover
+               else f"SD with {self.strategy} ({self.accepted:.2f} tokens per pass) pays at every "
+               f"batch to {p.limit} on its own")
+        if self.strategy_crossover and (p.crossover_batch is None
+                                        or self.strategy_crossover < p.crossover_batch):
+            own += "; other draft lengths keep SD paying beyond it (the buckets)"
+        return f"{head} {own}."
 
     def as_json(self) -> dict:
+        why = self.policy.why
         return {
             "batch": [p.batch for p in self.points],
             "speedup": [round(p.speedup, 4) for p in self.points],
             "crossover_batch": self.crossover_batch,
             "sd_threshold": self.sd_threshold,
+            "stops_because": why.mechanism if why else None,
+            "pays_again_from": self.policy.pays_again,
+            "strategy_crossover_batch": self.strategy_crossover,
+            "best_speedup": [round(v, 4) for v in self.best],
             "speedup_over_sd_off_engine": [round(p.speedup_over_off, 4) for p in self.points],
             "strategy": self.strategy,
             "accepted": round(self.accepted, 4),
             "context": self.context,
+            "engine": self.engine,
             "buckets": [[b.min_batch, b.max_batch, b.strategy] for b in self.buckets],
         }
 
 
-def candidates(prof: Profile, kind: DrafterKind) -> tuple[Strategy, ...]:
-    """Strategies a policy may choose: trees and chains on SGLang, chains elsewhere."""
-    sglang = prof.cluster is not None and prof.cluster.framework == "sglang"
-    trees = TREES if kind == DrafterKind.EAGLE and sglang else ()
-    return tuple(Strategy.parse(s) for s in trees + CHAINS)
-
-
-def pick_buckets(
-    prof: Profile, kind: DrafterKind, acc: Acceptance, reference: Strategy, context: float,
-    buckets=BUCKETS
-) -> tuple[BucketPick, ...]:
-    """Per bucket, the candidate with the highest mean speedup over its batch sizes (SD off where
-    none pays)."""
+def candidate_table(prof: Profile, kind: DrafterKind, acc: Acceptance, reference: Strategy,
+                    context: float, limit: int = LIMIT
+                    ) -> tuple[list[tuple[Strategy, float]], dict[str, list[float]]]:
+    """Every candidate strategy with its tokens per pass, and its speedup at batch 1..limit."""
     cands = [(s, tokens_per_pass(prof, kind, acc, s, reference)) for s in candidates(prof, kind)]
-    out = []
-    for lo, hi in buckets:
-        sizes = range(lo, hi + 1)
-        means = [
-            (sum(speedup(prof, kind, b, context, s, el) for b in sizes) / len(sizes), s)
-            for s, el in cands
-        ]
-        best, s = max(means, key=lambda m: (m[0], -m[1].verify_tokens))
-        out.append(BucketPick(lo, hi, s.name if best > 1.0 else "0", best if best > 1.0 else 1.0))
-    return tuple(out)
-
-
-def threshold(
-    prof: Profile, kind: DrafterKind, acc: Acceptance, reference: Strategy, context: float,
-    limit: int = 256
-) -> int:
-    """The largest batch (up to `limit`) at which the best candidate still beats plain decoding."""
-    cands = [(s, tokens_per_pass(prof, kind, acc, s, reference)) for s in candidates(prof, kind)]
-    pays = [
-        b
-        for b in range(1, limit + 1)
-        if max(speedup(prof, kind, b, context, s, el) for s, el in cands) >= 1.0
-    ]
-    return max(pays, default=0)
+    table = {s.name: [speedup(prof, kind, b, context, s, el) for b in range(1, limit + 1)]
+             for s, el in cands}
+    return cands, table
 
 
 def sd_curve(
@@ -209,7 +222,7 @@ def sd_curve(
     context: float = CONTEXT,
     batches: tuple[int, ...] = DEFAULT_BATCHES,
 ) -> SdCurve:
-    """The curve, its crossover and what it implies for a policy."""
+    """The curve, the one crossover, why, and what it implies for a policy."""
     if kind not in (DrafterKind.EAGLE, DrafterKind.NGRAM):
         raise ValueError(f"--drafter {kind!r}: eagle or ngram")
     kind = DrafterKind(kind)  # a CLI or page string, checked above
@@ -223,18 +236,20 @@ def sd_curve(
         )
     acc.check(strategy)
     el = tokens_per_pass(prof, kind, acc, strategy, strategy)
+    m = prof.mechanisms
     pts = tuple(
         CurvePoint(
             b,
-            1e3 * verify_step_s(prof.decode, b, context, NO_SD),
-            1e3 * verify_step_s(prof.decode, b, context, strategy),
-            1e3 * draft_step_s(prof.drafter, kind, b, strategy),
+            1e3 * verify_step_s(prof.decode, b, context, NO_SD, m),
+            1e3 * verify_step_s(prof.decode, b, context, strategy, m),
+            1e3 * draft_step_s(prof.drafter, kind, b, strategy, m),
             speedup(prof, kind, b, context, strategy, el),
             speedup(prof, kind, b, context, strategy, el, over=kind),
         )
         for b in sorted(set(batches))
     )
-    limit = max(256, max(batches))
+    limit = max(LIMIT, max(batches))
+    cands, table = candidate_table(prof, kind, acc, strategy, context, limit)
     return SdCurve(
         prof.name,
         kind,
@@ -243,8 +258,9 @@ def sd_curve(
         float(context),
         pts,
         crossover_batch(prof, kind, strategy, el, context, limit),
-        threshold(prof, kind, acc, strategy, context, limit),
-        pick_buckets(prof, kind, acc, strategy, context),
+        implied_policy(prof, kind, cands, table, context),
+        m.label if m is not None else "",
+        tuple(max(row[p.batch - 1] for row in table.values()) for p in pts),
     )
 
 
@@ -337,5 +353,5 @@ def policy_check(prof: Profile, policy: Policy, context: float = CONTEXT) -> Pol
         policy.sd_threshold,
         s.name,
         el,
-        crossover_batch(prof, kind, s, el, context, 512),
+        crossover_batch(prof, kind, s, el, context, LIMIT),
     )

@@ -7,14 +7,15 @@ the same forms, so a Profile means the same thing everywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.engine_identity import EngineIdentity
+from workbench.contracts.engine_mechanisms import EngineMechanisms
 from workbench.contracts.run_factors import RunFactors
-from workbench.contracts.schema import check_part, load, preset_names, require
+from workbench.contracts.schema import OMIT_DEFAULT, check_part, load, preset_names, require
 from workbench.contracts.uncertainty import CostPoint, CostUncertainty
 
 PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
@@ -300,6 +301,9 @@ class Profile:
     engine: EngineIdentity | None = None
     # How sure the costs are (None: not known; the tools then print no interval)
     uncertainty: CostUncertainty | None = None
+    # The engine release whose speculative-pass mechanisms the costs price: CUDA-graph limits per
+    # pass, eager launches, host work per draft step (None: none priced beyond the costs above)
+    mechanisms: EngineMechanisms | None = field(default=None, metadata=OMIT_DEFAULT)
 
     @property
     def cost_point(self) -> CostPoint:
@@ -315,7 +319,7 @@ class Profile:
                     "a time in ms > 0")
         require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent",
                 self.speed_probe_exponent, "a number from 0.25 to 4")
-        for part in ("cluster", "power", "run_factors", "uncertainty", "engine"):
+        for part in ("cluster", "power", "run_factors", "uncertainty", "engine", "mechanisms"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
 

@@ -1,5 +1,6 @@
 """The tuner's study: a TuneSpec (what it optimises), the objective (`evaluate` a trial's policy
-on the spec's seeds), and the Optuna study that holds the trials (`open_study`, `run_study`).
+on the spec's seeds, SD first taken out of every bucket the profile predicts it loses in:
+workbench/tune/guard.py), and the Optuna study that holds the trials (`open_study`, `run_study`).
 
 Storage. Studies live in an RDB URL, by default `sqlite:///runs/tlt-studies.db`, or in an Optuna
 journal file (`journal:PATH`): workbench/tune/storage.py, which also fails the trials a killed
@@ -56,6 +57,7 @@ from workbench.contracts.profile import Profile
 from workbench.contracts.schema import ConfigError, Notice, to_mapping
 from workbench.contracts.seeds import Stream, derive_seed
 from workbench.contracts.workload import Workload
+from workbench.tune.guard import sd_guarded
 from workbench.tune.space import SPACE_VERSION, params_for, suggest_policy
 from workbench.tune.storage import (
     DEFAULT_STORAGE,
@@ -159,7 +161,11 @@ def objective(spec: TuneSpec) -> Callable[[optuna.trial.Trial], float | tuple[fl
         mark_process(trial)  # a killed process's trial is found and failed on resume
         policy = suggest_policy(trial, spec.workload, spec.allow_warm_start,
                                 name=f"trial-{trial.number}", target=spec.target)
+        guarded = sd_guarded(policy, spec.profile, spec.workload, spec.target)
+        policy = guarded.policy
         trial.set_user_attr("policy", to_mapping(policy))
+        if guarded.changes:
+            trial.set_user_attr("sd_guard", list(guarded.changes))
         t0 = time.perf_counter()
         prune = spec.prune and not spec.multi_objective and "preset" not in trial.user_attrs
         ev = evaluate(spec.workload, policy, spec.profile, spec.seed_list, spec.n_steps,

@@ -1,9 +1,10 @@
 """What-if's panel on SD's speedup by batch for the cluster picked (`tlt sd-curve` on the page).
 
 Under the cluster picker: on the profile the page will simulate with, SD's predicted speedup
-over plain decoding at each batch size for a drafter, a strategy and an acceptance, the batch
-where it stops paying, and the sd_threshold and per-bucket strategies that implies
-(workbench/compare/sd_curve.py).
+over plain decoding at each batch size for a drafter, a strategy and an acceptance, and one answer:
+the batch where SD stops paying (over every candidate draft length), the engine mechanism that
+ends its gain there, the sd_threshold that implies, and per bucket the strategy to run; the
+strategy asked about's own crossover beside it, said as such (workbench/compare/sd_curve.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
 from workbench.compare.sd_curve import Acceptance, SdCurve, sd_curve, tokens_per_pass
 
-BATCHES = tuple(range(1, 257))
+BATCHES = tuple(range(1, 513))
 
 
 def curve_figure(c: SdCurve) -> go.Figure:
@@ -31,10 +32,14 @@ def curve_figure(c: SdCurve) -> go.Figure:
             x=b,
             y=[p.speedup for p in c.points],
             mode="lines",
-            name="over plain decoding",
+            name=f"{c.strategy} over plain decoding",
             line=dict(color="#54A24B"),
         )
     )
+    if c.best:
+        fig.add_trace(go.Scatter(x=b, y=list(c.best), mode="lines",
+                                 name="best draft length per batch (the policy)",
+                                 line=dict(color="#F58518", width=3)))
     fig.add_trace(
         go.Scatter(
             x=b,
@@ -50,7 +55,7 @@ def curve_figure(c: SdCurve) -> go.Figure:
         # rule): the batch given as an annotation's x stretched the axis to 10^batch.
         fig.add_vline(x=c.crossover_batch, line=dict(color="#E45756", dash="dash", width=1))
         fig.add_annotation(x=math.log10(c.crossover_batch), xref="x", y=1, yref="y domain",
-                           text=f"stops paying at {c.crossover_batch}", showarrow=False,
+                           text=f"SD stops paying at {c.crossover_batch}", showarrow=False,
                            xanchor="left", yanchor="top")
     ticks = [t for t in (2 ** i for i in range(16)) if min(b) <= t <= max(b)]
     fig.update_xaxes(type="log", range=[math.log10(min(b)), math.log10(max(b))], tickvals=ticks,
@@ -119,13 +124,7 @@ def render(profile: Profile | None, key: str) -> None:
         except ValueError as exc:
             st.error(str(exc))
             return
-        where = (
-            f"from batch **{c.crossover_batch}**" if c.crossover_batch else "at no batch up to 256"
-        )
-        st.markdown(
-            f"SD with `{c.strategy}` ({c.accepted:.2f} tokens per pass) stops paying {where}; "
-            f"a policy should turn SD off above batch **{c.sd_threshold}**."
-        )
+        st.markdown(c.answer(profile.mechanisms), help=engine_help(profile))
         chart, table = st.columns([2, 1])
         chart.plotly_chart(curve_figure(c), key=f"sdcurve_fig:{key}", width="stretch")
         # A static table: the page's result tables stay its only dataframes.
@@ -142,7 +141,19 @@ def render(profile: Profile | None, key: str) -> None:
             ).set_index("batch")
         )
         st.caption(
-            f"{profile.name}: the SD pass pays the engine's host work "
-            f"({1e3 * profile.drafter.sd_host_s_per_seq:.3f} ms a sequence) that a plain step "
-            "hides; `tlt sd-curve` prints the same, and the measurements it was checked on."
+            f"{profile.name}: {engine_help(profile)} `tlt sd-curve` prints the same; `tlt "
+            "gpu-check` the public measurements it was checked on."
         )
+
+
+def engine_help(profile: Profile) -> str:
+    """The engine release the curve prices, in one line."""
+    m = profile.mechanisms
+    if m is None:
+        return ("This profile records no engine release: no CUDA-graph limits or per-step host "
+                "work are priced, only its costs.")
+    return (f"Priced for {m.label}: CUDA graphs for SD passes up to {m.verify_graph_max} "
+            f"{'tokens' if m.graphs_by_tokens else 'sequences'} (plain decoding "
+            f"{m.plain_graph_max}), eager above; the SD pass's host work "
+            f"{1e3 * profile.drafter.sd_host_s_per_seq:.3f} ms a sequence and "
+            f"{1e3 * m.host_s_per_seq_step:.3f} ms a sequence per draft step.")

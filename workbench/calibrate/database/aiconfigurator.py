@@ -261,6 +261,11 @@ class Engine:
         ops += [("fc_gemm (2 x proj)", 2 * p[1], 2 * p[2], p[3]) for p in proj]
         return _total(ops), ops
 
+    def drafter_head_s(self, context: int) -> float:
+        """One drafter forward's LM head at batch 1: a GEMM over the target's full vocabulary."""
+        _, ops = self.drafter(1, 1, context)
+        return sum(o[1] for o in ops if o[0].endswith("logits_gemm")) / 1e3
+
     def prefill(self, tokens: int) -> tuple[float, list[tuple]]:
         ops = self._ctx(self.model, 1, tokens, 0)
         return _total(ops), ops

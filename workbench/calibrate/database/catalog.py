@@ -41,7 +41,8 @@ def cached_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str,
 @lru_cache(maxsize=32)
 def bare_profile(arch: str, gpu: str, tp: int, framework: str, base_name: str) -> Profile:
     """The database's costs alone: no draft overheads and no SD host work (what the fits of those
-    constants start from, `database_check`, `sd_batch`)."""
+    constants start from, `database_check`, `sd_batch`), with the database release's mechanisms
+    (whose drafter head the fits re-price for the release a measurement ran)."""
     name = f"{gpu}-{model_name(arch)}-tp{tp}-bare"
     return derive_profile(arch, gpu, tp, framework, load_profile(base_name), name,
                           overheads=NO_OVERHEADS, sd_host_s_per_seq=0.0).profile

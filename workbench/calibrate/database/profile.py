@@ -35,6 +35,7 @@ from workbench.calibrate.database.aiconfigurator import (
     DECODE_BATCHES,
     DECODE_CONTEXTS,
     DRAFTER_CANDIDATES,
+    DRAFTER_CONTEXT,
     TRAIN_TOKENS,
     VERIFY_TOKENS,
     Engine,
@@ -43,6 +44,7 @@ from workbench.calibrate.database.aiconfigurator import (
     package_version,
 )
 from workbench.calibrate.database.attention_coverage import Coverage, sweep_sentence
+from workbench.calibrate.database.engine_versions import mechanisms_for
 from workbench.calibrate.database.experts import drafter_sentence, moe_sentence
 from workbench.calibrate.captures.operators import fit_drafter
 from workbench.contracts.fileio import sig
@@ -67,7 +69,7 @@ LONG_CONTEXT = 32768
 # effective 10 GB/s (the paper-fitted profiles' assumption; no database measures it).
 SYNC_BYTES_PER_S = 10e9
 # Bumped whenever a derived profile's numbers change for the same database (keys the disk cache).
-DERIVATION = 5
+DERIVATION = 6
 # The engine costs the operator database cannot hold, all work outside the kernels it prices: each
 # EAGLE draft step's (launches, top-k, candidate bookkeeping), a learned drafter's once a pass
 # (DrafterCost.eagle_pass_s: its forward over the accepted tokens and the proposals' bookkeeping,
@@ -83,11 +85,13 @@ DERIVATION = 5
 # scale as (target step / reference step) ** DRAFT_OVERHEAD_EXPONENT, the exponent fitted to those
 # speedups on A100, H100 and B200 alone (Qwen2.5-7B TP1, target steps 3.4-11.3 ms;
 # `database_check.fit_overhead_exponent`). Table C stays a prediction; on other models and TP
-# degrees the exponent is an extrapolation. `tlt gpu-check` refits all of it
-# (`workbench/calibrate/published/sd_batch.fit_constants`).
+# degrees the exponent is an extrapolation. The EAGLE-3 chains are priced with their engine
+# release's mechanisms (SGLang 0.4.4: SD graphs to batch 32, the draft extend eager) and their
+# drafter's 32,000-token vocabulary (engine_versions.py). `tlt gpu-check` refits all of it, with
+# the host's launch and per-step costs (`workbench/calibrate/published/sd_mechanisms.py`).
 DRAFT_STEP_OVERHEAD_S = 0.000196
-EAGLE_PASS_OVERHEAD_S = 0.00191
-TREE_PASS_OVERHEAD_S = 0.00269
+EAGLE_PASS_OVERHEAD_S = 0.00327
+TREE_PASS_OVERHEAD_S = 0.00136
 MICROBENCH_CONTEXT = 2048  # the microbenchmarks' context (not published)
 DRAFT_OVERHEAD_REF_STEP_S = 0.008246
 DRAFT_OVERHEAD_EXPONENT = 0.68
@@ -96,7 +100,7 @@ DRAFT_OVERHEAD_EXPONENT = 0.68
 # pass's level on the EAGLE-3 paper's SGLang speedups by batch (traces/published/sd-by-batch.yaml,
 # its `fit` series: the small batches decide the pass, the fall with the batch the host work);
 # the same in ms on every GPU, model and TP degree (work on the host: an extrapolation, stated).
-SD_HOST_S_PER_SEQ = 6.4e-05
+SD_HOST_S_PER_SEQ = 3.45e-05
 
 
 @dataclass(frozen=True)
@@ -218,12 +222,14 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
                    version: str = "", overheads: DraftOverheads = PROFILE_OVERHEADS,
                    overhead_exponent: float = DRAFT_OVERHEAD_EXPONENT,
                    sd_host_s_per_seq: float = SD_HOST_S_PER_SEQ,
-                   ep: int | None = None) -> MeasuredProfile:
+                   ep: int | None = None, mechanisms: str | None = "") -> MeasuredProfile:
     """The Profile of (arch, gpu, tp, framework): every cost from the database; what it cannot give
     (acceptance, the drafter's learning curve's shape, n-gram lookups) is `base`'s, the weight sync
     an assumed bandwidth, the engine's draft overheads (`overheads`, given at Table D's engine and
     scaled to this one; NO_OVERHEADS: none) and the SD pass's host work per sequence. `ep`: a
-    mixture of experts' expert-parallel degree (None: the framework's default)."""
+    mixture of experts' expert-parallel degree (None: the framework's default). `mechanisms`: the
+    engine release whose speculative-pass mechanisms the profile prices ("": the database's
+    release, as `engine_versions` lists it; None: none, the database's kernels alone)."""
     a = load_architecture(arch)
     eng = Engine(arch, gpu, tp, framework, version, ep)
     try:
@@ -260,6 +266,10 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
     here = overheads.scaled(dec, overhead_exponent)
     prof = with_draft_overhead(prof, here)
     prof = replace(prof, drafter=replace(prof.drafter, sd_host_s_per_seq=sd_host_s_per_seq))
+    if mechanisms is not None:
+        prof = replace(prof, mechanisms=mechanisms_for(
+            framework, mechanisms or eng.version, a.layers, tp,
+            sig(eng.drafter_head_s(DRAFTER_CONTEXT))))
     fit = replace(fit, profile=prof)
     prof = replace(prof, fit_error_pct=sig(fit.median_abs_error_pct, 4),
                    source=describe(fit, a, eng, here.step_s),

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from sim.costs import segment_s
-from workbench.calibrate.database.catalog import bare_profile, with_sd_host
+from workbench.calibrate.database.catalog import bare_profile, model_choices, with_sd_host
+from workbench.calibrate.database.engine_versions import HostCosts, mechanisms_for
 from workbench.calibrate.published.database_check import (
     BASE_PROFILE,
     fit_draft_overheads,
@@ -43,6 +45,7 @@ from workbench.calibrate.published.sd_series import (
     SdSeries,
     load_sd_published,
 )
+from workbench.contracts.architecture import load_architecture
 from workbench.contracts.policy import DrafterKind
 from workbench.contracts.strategy import Strategy
 from workbench.contracts.profile import Profile
@@ -59,11 +62,13 @@ ROUNDS = 5
 @dataclass(frozen=True)
 class EngineConstants:
     """The engine costs outside the kernels: the draft overheads (at Table D's engine, one exponent
-    of their scaling with the target's step) and the SD pass's host work per sequence."""
+    of their scaling with the target's step), the SD pass's host work per sequence, and the host's
+    costs the engine releases' mechanisms are priced with (eager launches, work per draft step)."""
 
     overheads: DraftOverheads
     overhead_exponent: float
     sd_host_s_per_seq: float
+    host: HostCosts = HostCosts()
 
 
 @dataclass(frozen=True)
@@ -85,10 +90,28 @@ class SdCheck:
 
 
 def engine(series: SdSeries, constants: EngineConstants, tp: int | None = None) -> Profile:
-    """The series' engine from the database with the engine constants."""
-    bare = bare_profile(series.model, series.gpu, tp or series.tp, series.framework, BASE_PROFILE)
+    """The series' engine from the database with the engine constants, pricing the mechanisms of
+    the series' engine release (its stated version, else the database's) as the run set them
+    (`graph_max`), with its drafter's vocabulary (`draft_vocab`)."""
+    tp = tp or series.tp
+    model, layers, vocab = _shape(series.model)
+    bare = bare_profile(model, series.gpu, tp, series.framework, BASE_PROFILE)
     here = constants.overheads.scaled(bare.decode, constants.overhead_exponent)
-    return with_sd_host(with_draft_overhead(bare, here), constants.sd_host_s_per_seq)
+    prof = with_sd_host(with_draft_overhead(bare, here), constants.sd_host_s_per_seq)
+    share = min(1.0, series.draft_vocab / vocab) if series.draft_vocab else 1.0
+    m = mechanisms_for(series.framework, series.version or bare.mechanisms.version, layers, tp,
+                       bare.mechanisms.draft_head_s, constants.host, graph_max=series.graph_max,
+                       draft_vocab_share=share)
+    return replace(prof, mechanisms=m)
+
+
+@lru_cache(maxsize=32)
+def _shape(model: str) -> tuple[str, int, int]:
+    """A series' model as the database derives it (a preset or the package's config path), its
+    layers and vocabulary."""
+    path = model_choices().get(model, model)
+    arch = load_architecture(path)
+    return path, arch.layers, arch.vocab
 
 
 def speedup(
@@ -96,22 +119,25 @@ def speedup(
     accepted: float
 ) -> float:
     """SD's throughput over the same engine decoding plainly (no drafter) at one batch."""
-    plain = segment_s(prof.decode, prof.drafter, DrafterKind.NONE, batch, context, NO_SD)
-    return accepted * plain / segment_s(prof.decode, prof.drafter, kind, batch, context, strategy)
+    m = prof.mechanisms
+    plain = segment_s(prof.decode, prof.drafter, DrafterKind.NONE, batch, context, NO_SD, m=m)
+    return accepted * plain / segment_s(prof.decode, prof.drafter, kind, batch, context, strategy,
+                                        m=m)
 
 
 def predict_point(prof: Profile, series: SdSeries, p: SdPoint) -> float:
     if p.measure == "tokens_per_s":
         return p.batch / segment_s(
-            prof.decode, prof.drafter, DrafterKind.NONE, p.batch, series.context, NO_SD
-        )
+            prof.decode, prof.drafter, DrafterKind.NONE, p.batch, series.context, NO_SD,
+            m=prof.mechanisms)
     if p.accepted is None:
         raise ValueError(f"{series.name}: a speedup needs the accepted length to be predicted")
     return speedup(prof, series.drafter, p.batch, series.context, p.strategy, p.accepted)
 
 
 def fit_pass_and_host(
-    fit_series: tuple[SdSeries, ...], overheads: DraftOverheads, overhead_exponent: float
+    fit_series: tuple[SdSeries, ...], overheads: DraftOverheads, overhead_exponent: float,
+    host: HostCosts = HostCosts()
 ) -> tuple[float, float]:
     """The learned drafter's work per pass (at Table D's engine) and the host work per sequence
     per SD pass with the least squared log error over the fit series' speedups, the other draft
@@ -122,7 +148,7 @@ def fit_pass_and_host(
 
     def resid(x: np.ndarray) -> list[float]:
         o = replace(overheads, eagle_pass_s=float(x[0]) * 1e-3)
-        c = EngineConstants(o, overhead_exponent, float(x[1]) * 1e-3)
+        c = EngineConstants(o, overhead_exponent, float(x[1]) * 1e-3, host)
         return [math.log(predict_point(engine(s, c, p.tp), s, p) / p.value) for s, p in pts]
 
     hi = [PASS_BOUND_S * 1e3, HOST_BOUNDS_S[1] * 1e3]
@@ -131,17 +157,21 @@ def fit_pass_and_host(
     return float(res.x[0]) * 1e-3, float(res.x[1]) * 1e-3
 
 
-def fit_constants(pub: SdPublished | None = None, framework: str = "sglang") -> EngineConstants:
-    """The engine constants, each on its declared figures, in rounds until they agree."""
+def fit_constants(pub: SdPublished | None = None, framework: str = "sglang",
+                  host_costs: HostCosts = HostCosts(), rounds: int = ROUNDS,
+                  start: EngineConstants | None = None) -> EngineConstants:
+    """The engine constants, each on its declared figures, in rounds until they agree (the host's
+    launch and per-step costs given: sd_mechanisms.py fits those around this)."""
     pub = pub or load_sd_published()
-    host = exponent = 0.0
-    o = DraftOverheads(0.0)
-    for _ in range(ROUNDS):
+    host = start.sd_host_s_per_seq if start else 0.0
+    exponent = start.overhead_exponent if start else 0.0
+    o = start.overheads if start else DraftOverheads(0.0)
+    for _ in range(rounds):
         o = fit_draft_overheads(framework, sd_host_s_per_seq=host, eagle_pass_s=o.eagle_pass_s)
         exponent, _ = fit_overhead_exponent(table_e_engines(framework, host), at_reference=o)
-        eagle_pass, host = fit_pass_and_host(pub.by_role("fit"), o, exponent)
+        eagle_pass, host = fit_pass_and_host(pub.by_role("fit"), o, exponent, host_costs)
         o = replace(o, eagle_pass_s=eagle_pass)
-    return EngineConstants(o, exponent, host)
+    return EngineConstants(o, exponent, host, host_costs)
 
 
 def series_checks(

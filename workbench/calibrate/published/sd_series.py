@@ -51,7 +51,15 @@ class SdSeries:
     drafter: DrafterKind  # eagle, ngram, none
     context: float  # tokens per sequence the figures are judged at (stated in the file)
     points: tuple[SdPoint, ...]
-    version: str = ""
+    version: str = ""  # the engine release ("": not stated: the database's release is priced)
+    # The drafter's own vocabulary (0: the target's full vocabulary, as EAGLE-1 and FastRL's
+    # drafters; EAGLE-3 heads draft over 32,000 tokens)
+    draft_vocab: int = 0
+    # Every pass's CUDA graphs capped at this size, as the run set them (0: no graphs at all;
+    # None: the release's defaults)
+    graph_max: int | None = None
+    rl_rollout: bool = False  # measured inside RL rollouts (its batch and context are assumed)
+    fits: str = ""  # the engine constant this series is declared to fit ("": none)
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,10 @@ def _series(src: str, i: int, d: dict) -> SdSeries:
             float(d["context"]),
             pts,
             str(d.get("version", "")),
+            int(d.get("draft_vocab", 0)),
+            None if d.get("graph_max") is None else int(d["graph_max"]),
+            bool(d.get("rl_rollout", False)),
+            str(d.get("fits", "")),
         )
     except KeyError as exc:
         raise ConfigError(
