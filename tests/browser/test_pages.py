@@ -91,7 +91,7 @@ def test_tune_runs_a_few_trials(page, open_page, appear, healthy, shot, widgets)
     widgets.click(page, "Run study")
     appear(page, page.get_by_text("Tuned step time"))
     healthy(page)
-    assert page.get_by_text(re.compile(r"3 complete trials")).count() == 1
+    assert page.get_by_text(re.compile(r"3 complete trials, 3 of them run now")).count() == 1
     page.get_by_role("button", name="Download policy (YAML)").wait_for()
     shot(page, "tune", show="Convergence")
 

@@ -23,7 +23,7 @@ def _buckets(panel) -> list[tuple[int, int, str]]:
     return rows
 
 
-def test_one_crossover_one_threshold_and_no_sd_above_it(page, open_page, appear, healthy, widgets,
+def test_one_crossover_one_threshold_and_no_sd_above_it(page, open_page, appear, healthy, rerun,
                                                         shot):
     open_page(page, "what-if", "Why this speedup")
     page.get_by_text(PANEL).first.click()
@@ -31,9 +31,9 @@ def test_one_crossover_one_threshold_and_no_sd_above_it(page, open_page, appear,
     # At 512 tokens of context the page's default cluster (Qwen2.5-32B on 8 H100s) stops paying.
     context = panel.locator("[data-testid=stNumberInput]").filter(
         has=page.get_by_text("Context", exact=True)).locator("input")
-    context.fill("512")
-    context.press("Enter")
-    widgets.settle(page)
+    with rerun(page):
+        context.fill("512")
+        context.press("Enter")
     answer = panel.get_by_text(re.compile(r"SD stops paying from batch \d+, because of"))
     appear(page, answer)
     healthy(page)
