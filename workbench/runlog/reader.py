@@ -40,6 +40,9 @@ from workbench.contracts.file_kind import describe
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.tables import read_csv, read_jsonl, read_parquet
 from workbench.runlog.command import LaunchCommand, parse_command
+from workbench.runlog.frameworks import recognise
+from workbench.runlog.frameworks.base import Parsed, Recognised, check_timing, version_in
+from workbench.runlog.frameworks.engine_lines import RunningBatch, engine_lines
 from workbench.runlog.printed_config import PrintedConfig, parse_printed_config
 
 GEN = "timing_s/gen"
@@ -57,8 +60,10 @@ TOP_PHASES = ("gen", "gen_max", "reward", "old_log_prob", "ref", "values", "adv"
 BINARY_SHARE = 0.3  # a file with this share of binary bytes or more is not a text log
 _TEXT_CONTROLS = b"\t\n\r\x0b\x0c\x1b"
 _BINARY = bytes(c for c in range(32) if bytes([c]) not in _TEXT_CONTROLS) + b"\x7f"
-_FIX = ("veRL's `step:N - key:value - ...` console lines, or a CSV/JSONL/Parquet table with a step "
-        "column")
+_FIX = ("veRL's `step:N - key:value - ...` console lines, another framework's (slime, miles, "
+        "NeMo-RL, SkyRL, OpenRLHF, AReaL, ROLL: docs/formats.md#run-logs), or a CSV/JSONL/Parquet "
+        "table with a step column")
+VERL_CODE = "veRL's console logger: verl/utils/tracking.py, `step:N - key:value - ...`"
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,11 @@ class RunLog:
     skipped: Skipped
     old_names: bool  # the file named timings timing/... (older veRL)
     config: PrintedConfig = PrintedConfig()  # the resolved config the log printed at start
+    framework: Recognised = Recognised("veRL", code=VERL_CODE)  # who wrote the log
+    unmapped: tuple[str, ...] = ()  # its timers with no veRL counterpart, kept under their names
+    notes: tuple[str, ...] = ()  # how the framework's timing semantics were honoured
+    asynchronous: bool = False  # its rollout timer is waiting for rollouts, not generation
+    running: RunningBatch | None = None  # the engines' periodic lines: the running batch over time
 
     @property
     def steps(self) -> int:
@@ -156,17 +166,6 @@ def _text(p: Path) -> tuple[str, int]:
     return text, raw.count(b"\x00") + undecodable
 
 
-def _check_timing(where: str, key: str, value: object) -> float:
-    """A timing: a number of seconds >= 0 (refused otherwise, naming the line and the key)."""
-    try:
-        v = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ConfigError(where, key, value, "a number of seconds >= 0") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise ConfigError(where, key, value, "a number of seconds >= 0")
-    return v
-
-
 def _parse_step_line(where: str, body: str) -> dict[str, float]:
     """The key:value pairs of one step line (timings checked; other values not numbers are
     dropped)."""
@@ -177,7 +176,7 @@ def _parse_step_line(where: str, body: str) -> dict[str, float]:
             continue
         key = TIMING + key[len(OLD_TIMING) :] if key.startswith(OLD_TIMING) else key
         if key.startswith(TIMING):
-            out[key] = _check_timing(where, key, value.strip())
+            out[key] = check_timing(where, key, value.strip())
             continue
         try:
             out[key] = float(value)
@@ -188,6 +187,9 @@ def _parse_step_line(where: str, body: str) -> dict[str, float]:
 
 def _read_console(p: Path) -> RunLog:
     text, stray = _text(p)
+    other = recognise.framework(text)
+    if other is not None:
+        return _from_parsed(p, "console", other.read(text, str(p)), stray)
     lines = text.split("\n")
     cut = not text.endswith("\n")
     rows: dict[int, dict[str, float]] = {}
@@ -221,8 +223,24 @@ def _read_console(p: Path) -> RunLog:
         rows[step] = {"step": float(step), "line": float(n), **values}
     head = [_ANSI.sub("", x) for x in lines[: (first_step_line or len(lines) + 1) - 1]]
     skipped = Skipped(other, untimed, truncated, repeated, stray)
-    return _finish(p, "console", rows, parse_command(head), skipped, old_names,
-                   parse_printed_config(head))
+    version, where = version_in(text, ("verl",))
+    log = _finish(p, "console", rows, parse_command(head), skipped, old_names,
+                  parse_printed_config(head))
+    running = engine_lines([_ANSI.sub("", x) for x in lines])
+    return replace(log, framework=Recognised("veRL", version, where, VERL_CODE), running=running)
+
+
+def _from_parsed(p: Path, kind: str, parsed: Parsed, stray: int = 0) -> RunLog:
+    """Another framework's log, read by its own reader (workbench/runlog/frameworks/)."""
+    timed = {s: r for s, r in parsed.rows.items()
+             if GEN in r and not (STEP in r and math.isnan(r[STEP]))}
+    untimed = len(parsed.rows) - len(timed)
+    skipped = Skipped(parsed.other_lines, untimed, parsed.truncated, parsed.repeated, stray)
+    if not timed:
+        recognise.refuse_untimed(p, parsed)
+    log = _finish(p, kind, timed, parsed.command, skipped, False, parsed.config)
+    return replace(log, framework=parsed.identity, unmapped=parsed.unmapped, notes=parsed.notes,
+                   asynchronous=parsed.asynchronous, running=parsed.extra.get("running"))
 
 
 def _finish(
@@ -285,7 +303,7 @@ def _read_table(p: Path, suffix: str) -> RunLog:
             untimed += 1
             continue
         values = {
-            k: _check_timing(where, k, v)
+            k: check_timing(where, k, v)
             for k, v in rec.items()
             if str(k).startswith(TIMING) and not (isinstance(v, float) and math.isnan(v))
         }
@@ -298,7 +316,7 @@ def _read_table(p: Path, suffix: str) -> RunLog:
                 and not isinstance(v, bool)
             }
         )
-        step = int(_check_timing(where, step_col, rec[step_col]))
+        step = int(check_timing(where, step_col, rec[step_col]))
         repeated += step in rows
         rows[step] = {**values, "step": float(step), "line": float(i + first)}
     return _finish(p, "table", rows, LaunchCommand(), Skipped(0, untimed, 0, repeated), old)
