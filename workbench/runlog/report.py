@@ -16,6 +16,7 @@ from workbench.runlog.calibrate import PhaseErrors, Prepared, RunCalibration, Ru
 from workbench.runlog.engine import Predicted
 from workbench.runlog import factor_report as fr
 from workbench.runlog.errors import Errors
+from workbench.runlog.log_report import framework_lines
 
 SCHEMA = "tlt-runlog/1"
 PHASES = (
@@ -39,6 +40,7 @@ def shape_lines(p: Prepared) -> list[str]:
         f"{s.group_size}, cap {s.max_response_tokens}, batch cap {s.max_batch}, {s.framework}; "
         f"update {s.train_forwards} forwards per token",
     ]
+    lines += framework_lines(p.log, p.stats)
     lines += [f"  {t.field:<20} {t.value:<34} <- {t.source}" for t in s.taken]
     lines.append(
         f"engine: {p.database.name} (measured database; what its attention rows cover for this "

@@ -1,0 +1,56 @@
+"""What a run log's reader found, printed before the shape: the framework that wrote it (name,
+version and where that came from, the logging code its names were read from), its timers onto
+veRL's phases and those it could not map, the semantics honoured, what the lengths model had to
+assume, and the engines' running batch where the log has their periodic lines."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.runlog.frameworks.engine_lines import SMALL_BATCH, step_batch
+from workbench.runlog.lengths import StepStats
+from workbench.runlog.reader import TIMING, RunLog
+
+
+def framework_lines(log: RunLog, stats: StepStats | None = None) -> list[str]:
+    fw = log.framework
+    lines = [f"framework: {fw.describe()}"]
+    phases = [c[len(TIMING):] for c in log.metrics.columns if str(c).startswith(TIMING)]
+    lines.append(f"  timers onto veRL's phases: {', '.join(phases)}")
+    if log.unmapped:
+        lines.append(f"  kept under their own names (no veRL phase): {', '.join(log.unmapped)}")
+    lines += [f"  {note}" for note in log.notes]
+    if stats is not None:
+        unknown = int((~stats.max_known).sum())
+        if unknown:
+            lines.append(f"  {unknown} steps without a longest response: their lengths' spread is "
+                         "the run's median (or 0.5 where no step gives one)")
+        if not stats.prompt_known:
+            lines.append("  no prompt length in the log: prompts modelled as 0 tokens (their "
+                         "prefill and context go into the fitted decode speed)")
+    return lines + running_lines(log)
+
+
+def running_lines(log: RunLog) -> list[str]:
+    """The engines' running batch, by step (each step's rollout: its engines' lines printed
+    between the previous step's record and its own)."""
+    rb = log.running
+    if rb is None:
+        return []
+    rows = log.metrics["line"].to_numpy(int)
+    per = [step_batch(rb, int(a) + 1, int(b)) for a, b in zip(np.r_[0, rows[:-1]], rows)]
+    per = [p for p in per if p is not None]
+    out = [f"running batch: {rb.samples} periodic {rb.source} lines from "
+           f"{len(set(rb.engine))} engine(s); in {len(per)} timed steps' rollouts"]
+    if per:
+        med = np.median([p.median for p in per])
+        small = np.median([p.small_share for p in per])
+        out.append(f"  per step (medians over steps): running batch median {med:.0f}, p90 "
+                   f"{np.median([p.p90 for p in per]):.0f}, largest "
+                   f"{np.median([p.largest for p in per]):.0f}; {100 * small:.0f}% of the lines at "
+                   f"a batch <= {SMALL_BATCH}")
+        acc = [p.accept_len for p in per if np.isfinite(p.accept_len)]
+        if acc:
+            out.append(f"  speculative decoding: accepted length {np.median(acc):.2f} tokens per "
+                       "verify pass (the engines' lines, median over steps)")
+    return out
