@@ -5,8 +5,11 @@ Console: veRL's console logger prints one line per RL step, `step:N - key:value 
 validation samples and the launch command. Older veRL versions name the phase timings `timing/gen`,
 newer ones `timing_s/gen`: both read as `timing_s/...`. A `.gz` file is read through gzip.
 
-Table: CSV, JSONL or Parquet with a step column (`step`, `_step`, `Step`, `global_step` or
-`training/global_step`) and veRL's metric names as columns, as a wandb or TensorBoard export gives.
+Table: CSV, JSONL, a JSON array or Parquet with a step column (`step`, `_step`, `Step`,
+`global_step`, `training/global_step`, ...) and veRL's metric names as columns, as a wandb or
+TensorBoard export gives (TensorBoard's long form, `step, tag, value`, pivoted; its event file,
+`events.out.tfevents.*`, read by workbench/runlog/frameworks/tb_events.py). Another framework's
+log or export is recognised and read by its own module (workbench/runlog/frameworks/).
 
 Kept: the step lines (rows) that time a rollout (`timing_s/gen`). Skipped and counted: lines that
 are not step lines, step lines without timings (validation-only, such as veRL's last line), a last
@@ -27,6 +30,7 @@ config veRL prints at start (workbench/runlog/printed_config.py).
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import re
 import zlib
@@ -40,9 +44,10 @@ from workbench.contracts.file_kind import describe
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.tables import read_csv, read_jsonl, read_parquet
 from workbench.runlog.command import LaunchCommand, parse_command
-from workbench.runlog.frameworks import recognise
+from workbench.runlog.frameworks import recognise, tracker
 from workbench.runlog.frameworks.base import Parsed, Recognised, check_timing, version_in
 from workbench.runlog.frameworks.engine_lines import RunningBatch, engine_lines
+from workbench.runlog.frameworks.tb_events import read_events
 from workbench.runlog.printed_config import PrintedConfig, parse_printed_config
 
 GEN = "timing_s/gen"
@@ -50,7 +55,8 @@ STEP = "timing_s/step"
 TIMING = "timing_s/"
 OLD_TIMING = "timing/"
 TABLE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
-STEP_COLUMNS = ("step", "_step", "Step", "global_step", "training/global_step")
+STEP_COLUMNS = ("step", "_step", "Step", "global_step", "training/global_step", "rollout/step",
+                "trainer/global_step", "train/global_step")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _STEP_LINE = re.compile(r"(?:^|[\s)\]])step:\s*(\d+)\s+-\s+(.*)$")
 # The phases veRL's trainer times one after another within a step (its `_timer` blocks at the top
@@ -137,6 +143,8 @@ def read_run_log(path: str | Path) -> RunLog:
     if not p.is_file():
         raise ConfigError(str(p), "<file>", str(p), "an existing veRL log file")
     suffix = p.suffix.lower() if p.suffix.lower() != ".gz" else Path(p.stem).suffix.lower()
+    if "tfevents" in p.name:  # TensorBoard's event file: its scalars as a long table
+        return _read_table(p, ".tfevents")
     if suffix in TABLE_SUFFIXES and not p.name.endswith(".log.gz"):
         return _read_table(p, suffix)
     return _read_console(p)
@@ -271,13 +279,30 @@ def _finish(
     return RunLog(str(p), kind, frame.reset_index(drop=True), command, skipped, old_names, config)
 
 
+def _json_array(p: Path, raw: bytes, expected: str) -> pd.DataFrame:
+    """A JSON array of objects (a W&B run's history saved as one JSON document)."""
+    try:
+        rows = json.loads(raw.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):
+        raise ConfigError(str(p), "<file>", "is not JSON", f"{expected}: a JSON array of "
+                          "objects, or one object per line") from None
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(str(p), "<file>", "is not a JSON array of objects",
+                          f"{expected}: one object per step") from None
+    return pd.DataFrame(rows)
+
+
 def _read_table(p: Path, suffix: str) -> RunLog:
     expected = f"a {suffix[1:]} table with a step column"
     raw = _gunzipped(p) if p.suffix.lower() == ".gz" else None
-    if suffix == ".parquet":
+    if suffix == ".tfevents":
+        df = read_events(p)
+    elif suffix == ".parquet":
         df = read_parquet(p, expected)
     elif suffix == ".csv":
         df = read_csv(p, expected, raw)
+    elif suffix == ".json" and (raw or p.read_bytes()).lstrip()[:1] == b"[":
+        df = _json_array(p, raw or p.read_bytes(), expected)
     else:
         df = pd.DataFrame(read_jsonl(p, expected, raw))
     step_col = next((c for c in STEP_COLUMNS if c in df.columns), None)
@@ -288,6 +313,11 @@ def _read_table(p: Path, suffix: str) -> RunLog:
             "has the columns " + ", ".join(map(str, df.columns))[:100],
             f"a step column ({', '.join(STEP_COLUMNS)}) beside veRL's metric names",
         )
+    df = tracker.wide(df, step_col)
+    other = tracker.framework_of(df.columns)
+    if other is not None:
+        first = 2 if suffix == ".csv" else 1
+        return _from_parsed(p, "table", tracker.read(other, df, step_col, str(p), first))
     old = any(str(c).startswith(OLD_TIMING) for c in df.columns)
     df = df.rename(
         columns={

@@ -74,6 +74,29 @@ def identity(text: str) -> Recognised:
                       "areal/utils/stats_logger.py")
 
 
+TRACKER_STEP: tuple[str, ...] = ()
+TRACKER_MARKER = "timeperf/rollout"
+TRACKER_PREFIXES: tuple[str, ...] = ()
+
+
+def derive(values: dict) -> dict:
+    """The response's mean length: sequence - prompt (ppo_actor's means)."""
+    seq, prompt = values.get("ppo_actor/seq_len/avg"), values.get("ppo_actor/prompt_len/avg")
+    if isinstance(seq, float) and isinstance(prompt, float):
+        return {**values, "response_length/mean": seq - prompt}
+    return values
+
+
+def semantics(rows: dict[int, dict]) -> list[str]:
+    return ["AReaL times no whole step: each step's time is the sum of its phases",
+            "a tracker export holds no launch config: whether the run was asynchronous "
+            f"({MAX_OFFPOLICY} > 0) is not known; read as AReaL's default, synchronous"]
+
+
+def is_timer(key: str) -> bool:
+    return _is_timer(key)
+
+
 def _is_timer(key: str) -> bool:
     return key.startswith("timeperf/")
 
@@ -133,9 +156,7 @@ def read(text: str, path: str) -> Parsed:
     asynchronous = isinstance(offpolicy, (int, float)) and offpolicy > 0
     rows, unmapped, repeated = {}, set(), 0
     for step, last, values in raw_rows:
-        seq, prompt = values.get("ppo_actor/seq_len/avg"), values.get("ppo_actor/prompt_len/avg")
-        if seq is not None and prompt is not None:
-            values["response_length/mean"] = seq - prompt
+        values = derive(values)
         mapped, un = to_verl(values, TABLE, _is_timer, f"{path}:{last}")
         unmapped.update(un)
         if asynchronous and GEN in mapped:

@@ -114,6 +114,26 @@ def _values(lines: list[str], a: int, b: int) -> tuple[dict, int]:
     return values, last
 
 
+TRACKER_STEP: tuple[str, ...] = ()
+TRACKER_MARKER = "total_step_time"
+TRACKER_PREFIXES = ("timing/train/", "train/")  # nemo_rl/utils/logger.py log_metrics(prefix=...)
+
+
+def derive(values: dict) -> dict:
+    return values
+
+
+def semantics(rows: dict[int, dict]) -> list[str]:
+    for r in rows.values():
+        if "exposed_generation" in r and GEN not in r:
+            r[WAIT] = r.pop("exposed_generation")
+    return []
+
+
+def is_timer(key: str) -> bool:
+    return _is_timer(key)
+
+
 def _is_timer(key: str) -> bool:
     return key not in {m.theirs for m in TABLE} and not key[:1].isupper()
 

@@ -73,6 +73,27 @@ def identity(text: str) -> Recognised:
     return Recognised(NAME, version, where, "OpenRLHF v0.11.0: openrlhf/trainer/ppo_trainer.py")
 
 
+TRACKER_STEP = ("global_step",)
+TRACKER_MARKER = "timing/make_experience"
+TRACKER_PREFIXES = ("train/",)  # openrlhf/utils/logging_utils.py log_train
+
+
+def derive(values: dict) -> dict:
+    """The prompt's mean length: the update's total_length - response_length (means)."""
+    total, resp = values.get("total_length"), values.get("response_length")
+    if isinstance(total, float) and isinstance(resp, float):
+        return {**values, "prompt_length/mean": total - resp}
+    return values
+
+
+def semantics(rows: dict[int, dict]) -> list[str]:
+    return []
+
+
+def is_timer(key: str) -> bool:
+    return _is_timer(key)
+
+
 def _is_timer(key: str) -> bool:
     return key.startswith("timing/")
 
@@ -105,10 +126,7 @@ def read(text: str, path: str) -> Parsed:
         if not d.whole:
             cut += 1
             continue
-        values = dict(d.values)
-        total, resp = values.get("total_length"), values.get("response_length")
-        if isinstance(total, float) and isinstance(resp, float):
-            values["prompt_length/mean"] = total - resp
+        values = derive(dict(d.values))
         mapped, un = to_verl(values, TABLE, _is_timer, f"{path}:{n}")
         unmapped.update(un)
         step = int(m.group(1))

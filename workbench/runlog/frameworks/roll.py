@@ -127,12 +127,10 @@ def read(text: str, path: str) -> Parsed:
             settings["num_return_sequences_in_group"][0])
     except (KeyError, TypeError, ValueError):
         pass
-    totals = {step: m.get("time/step_total") for step, _, m in records}
+    shifted = shift_totals({step: m for step, _, m in records})
     rows, unmapped, repeated = {}, set(), 0
     for step, n, metrics in records:
-        values = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-        if step + 1 in totals and totals[step + 1] is not None:
-            values["step_total (moved back a step)"] = totals[step + 1]
+        values = {k: v for k, v in shifted[step].items() if isinstance(v, (int, float))}
         clip = values.get("token/total_response_length/clip")
         if clip is not None and responses:
             values["clip share"] = clip / responses
@@ -140,10 +138,42 @@ def read(text: str, path: str) -> Parsed:
         unmapped.update(un)
         repeated += step in rows
         rows[step] = {"step": float(step), "line": float(n), **mapped}
-    if rows:  # the last step's total is never logged: its step time is unknown
-        rows[max(rows)].setdefault(STEP, float("nan"))
-    notes = ["time/step_total is logged a step late: each step's total is taken from the next "
-             "step's line; the last step has none"]
+    notes = semantics(rows)
     return Parsed(rows, identity(text), config_from(settings, CONFIG), other_lines=other,
                   repeated=repeated, unmapped=tuple(sorted(unmapped)), notes=tuple(notes),
                   extra={"running": engine_lines([clean(x)[1] for x in lines])})
+
+
+NOTE = ("time/step_total is logged a step late: each step's total is taken from the next "
+        "step's line; the last step has none")
+TRACKER_STEP: tuple[str, ...] = ()
+TRACKER_MARKER = "time/step_generate"
+TRACKER_PREFIXES: tuple[str, ...] = ()
+
+
+def derive(values: dict) -> dict:
+    return values
+
+
+def shift_totals(steps: dict[int, dict]) -> dict[int, dict]:
+    """Each step's metrics with `time/step_total` taken from the next step's (module docstring):
+    kept as "step_total (moved back a step)"; the last step gets none."""
+    out = {}
+    for step, m in steps.items():
+        values = {k: v for k, v in m.items() if k != "time/step_total"}
+        nxt = steps.get(step + 1, {}).get("time/step_total")
+        if isinstance(nxt, (int, float)):
+            values["step_total (moved back a step)"] = nxt
+        out[step] = values
+    return out
+
+
+def semantics(rows: dict[int, dict]) -> list[str]:
+    if rows:  # the last step's total is never logged: its step time is unknown
+        rows[max(rows)].setdefault(STEP, float("nan"))
+    return [NOTE]
+
+
+def is_timer(key: str) -> bool:
+    return _is_timer(key)
+

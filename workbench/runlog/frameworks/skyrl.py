@@ -81,6 +81,23 @@ def identity(text: str) -> Recognised:
                       "skyrl/train/utils/utils.py, skyrl/train/utils/tracking.py")
 
 
+TRACKER_STEP = ("trainer/global_step",)
+TRACKER_MARKER = "timing/fwd_logprobs_values_reward"
+TRACKER_PREFIXES: tuple[str, ...] = ()
+
+
+def derive(values: dict) -> dict:
+    return values
+
+
+def semantics(rows: dict[int, dict]) -> list[str]:
+    return []
+
+
+def is_timer(key: str) -> bool:
+    return _is_timer(key)
+
+
 def _is_timer(key: str) -> bool:
     return key.startswith("timing/")
 

@@ -89,6 +89,28 @@ CONFIG = (
 _LAUNCH = re.compile(r"\btrain(?:_async)?\.py\b")
 
 
+TRACKER_STEP = ("rollout/step",)
+TRACKER_MARKER = "perf/rollout_time"
+TRACKER_PREFIXES: tuple[str, ...] = ()
+
+
+def derive(values: dict) -> dict:
+    """The prompt's mean length from the trainer's `rollout N` means (total - response)."""
+    total, resp = values.get("rollout/total_lengths"), values.get("rollout/response_lengths")
+    if isinstance(total, float) and isinstance(resp, float):
+        return {**values, "prompt_length/mean": total - resp}
+    return values
+
+
+def semantics(rows: dict[int, dict]) -> list[str]:
+    """A tracker's rows: the first step left out as the console's (module docstring)."""
+    return _left_out(rows, min(rows, default=None), {})
+
+
+def is_timer(key: str) -> bool:
+    return _timer(key)
+
+
 def _timer(key: str) -> bool:
     return key.startswith("perf/") and key.endswith("_time")
 
@@ -147,11 +169,8 @@ def read(text: str, path: str) -> Parsed:
             evals[rid] = d.values
             continue
         row = merged.setdefault(rid, {})
-        if kind == "rollout" and "rollout/total_lengths" in d.values:
-            total = d.values["rollout/total_lengths"]
-            resp = d.values.get("rollout/response_lengths")
-            if isinstance(total, float) and isinstance(resp, float):
-                row["prompt_length/mean"] = total - resp
+        if kind == "rollout":
+            row.update(derive(d.values))
             continue
         row.update(d.values)
         lines_of[rid] = max(lines_of.get(rid, 0), n)
