@@ -33,6 +33,23 @@ def accept_stats(r: list[float]) -> AcceptStats:
     return AcceptStats(mean, max(0.0, second - mean * mean))
 
 
+def chain_alpha(accept_len: float, shape: float, k: int) -> float:
+    """The alpha whose chain of k drafts gives `accept_len` tokens per pass (E[L] = 1 + sum r_i,
+    r_i = alpha ** (i ** shape)), by bisection: E[L] rises with alpha."""
+    lo, hi = 0.0, 0.9999
+    if accept_len <= 1.0:
+        return 0.0
+    if accept_len >= accept_stats(cumulative_acceptance(hi, shape, k)).mean:
+        return hi
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if accept_stats(cumulative_acceptance(mid, shape, k)).mean < accept_len:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
 def eagle_alpha(m: AcceptanceModel, quality: float) -> float:
     """The learned drafter's acceptance scale at a quality in [0, 1] (1 = aligned with the
     policy)."""

@@ -15,13 +15,12 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from sim.acceptance import accept_stats, cumulative_acceptance
+from sim.acceptance import accept_stats, chain_alpha, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.validate.bench_prediction import predict_bench
 from workbench.calibrate.captures.run_dir import load_run, run_policy
 from workbench.calibrate.captures.runs import (
     SPOT_BATCH_SEQUENCES,
-    chain_alpha,
     fit_runs,
     fit_step_seconds,
     whole_steps,

@@ -10,6 +10,7 @@ import numpy as np
 from workbench.runlog.frameworks.engine_lines import SMALL_BATCH, step_batch
 from workbench.runlog.lengths import StepStats
 from workbench.runlog.reader import TIMING, RunLog
+from workbench.runlog.sd_acceptance import LogAcceptance
 
 
 def framework_lines(log: RunLog, stats: StepStats | None = None) -> list[str]:
@@ -53,4 +54,18 @@ def running_lines(log: RunLog) -> list[str]:
         if acc:
             out.append(f"  speculative decoding: accepted length {np.median(acc):.2f} tokens per "
                        "verify pass (the engines' lines, median over steps)")
+    return out
+
+
+def framework_summary(log: RunLog, acceptance: LogAcceptance | None) -> dict:
+    """The summary JSON's `framework`: who wrote the log, what mapped, SD's acceptance."""
+    fw = log.framework
+    out = {"name": fw.name, "version": fw.version or None, "version_source": fw.version_source,
+           "code": fw.code, "unmapped": list(log.unmapped), "notes": list(log.notes)}
+    if acceptance is not None:
+        out["sd_accept_length"] = round(acceptance.accept_len, 4)
+        out["sd_eagle_alpha_fresh"] = round(acceptance.alpha, 5)
+        out["sd_eagle_alpha_fresh_se"] = round(acceptance.alpha_se, 5)
+        err = acceptance.heldout_error_pct
+        out["sd_accept_heldout_median_abs_error_pct"] = None if np.isnan(err) else round(err, 2)
     return out

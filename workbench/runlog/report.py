@@ -16,7 +16,8 @@ from workbench.runlog.calibrate import PhaseErrors, Prepared, RunCalibration, Ru
 from workbench.runlog.engine import Predicted
 from workbench.runlog import factor_report as fr
 from workbench.runlog.errors import Errors
-from workbench.runlog.log_report import framework_lines
+from workbench.runlog.log_report import framework_lines, framework_summary
+from workbench.runlog.sd_acceptance import lines as sd_lines
 
 SCHEMA = "tlt-runlog/1"
 PHASES = (
@@ -81,7 +82,7 @@ def calibration_lines(cal: RunCalibration) -> list[str]:
     b = cal.baselines
     lines.append(_errors_row("baseline: first steps' median gen, held out", b.first_median))
     lines.append(_errors_row("baseline: gen linear in mean length, held out", b.linear_mean))
-    lines += tail_lines(cal)
+    lines += tail_lines(cal) + sd_lines(cal.acceptance)
     lines.append("held-out error by block of steps, then the last 200 (drift shows as a trend):")
     lines += [
         f"  steps {r.first_step}-{r.last_step}: gen median {_pct(r.gen.median)} "
@@ -149,6 +150,7 @@ def calibration_summary(cal: RunCalibration) -> dict[str, Any]:
         "also": [{"log": lf.prepared.log.path, "steps": int(lf.prepared.log.steps),
                   **_phase_fields("heldout_", lf.heldout), **_phase_fields("fit_", lf.fitted)}
                  for lf in cal.also],
+        "framework": framework_summary(cal.prepared.log, cal.acceptance),
     }
 
 

@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from real.rollout.spec_config import adaptive_draft_cap
-from sim.acceptance import accept_stats, cumulative_acceptance
+from sim.acceptance import chain_alpha
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.calibrate.captures.costs import ParamFit
 from workbench.calibrate.captures.phases import fit_phases
@@ -206,23 +206,6 @@ def fit_spot_phases(
 
 
 # ------------------------------------------------------------ staleness and the learning curve
-
-def chain_alpha(accept_len: float, shape: float, k: int) -> float:
-    """The alpha whose chain of k drafts gives `accept_len` tokens per pass (E[L] = 1 + sum r_i,
-    r_i = alpha ** (i ** shape)), by bisection: E[L] rises with alpha."""
-    lo, hi = 0.0, 0.9999
-    if accept_len <= 1.0:
-        return 0.0
-    if accept_len >= accept_stats(cumulative_acceptance(hi, shape, k)).mean:
-        return hi
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if accept_stats(cumulative_acceptance(mid, shape, k)).mean < accept_len:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
 
 def judged_draft_len(trace: Trace) -> int:
     """The draft length the run judged its drafters at: the largest an adaptive engine may run

@@ -152,11 +152,14 @@ def config_from(settings: dict[str, tuple[object, int]], keys: tuple[ConfigKey, 
 def version_in(text: str, names: tuple[str, ...]) -> tuple[str, str]:
     """The framework's version where the log prints it (a package listing, `name==X`, `name X`):
     (version, where), or ('', 'not in the log')."""
+    lower = text.lower()
+    if not any(n.lower() in lower for n in names):
+        return "", "not in the log"
     alts = "|".join(re.escape(n) for n in names)
     pat = re.compile(rf"(?<![\w/.-])(?:{alts})(?:==|-|\s+version\s+|\s+v|\s+)v?(\d+\.\d+(?:\.\d+)?"
                      rf"(?:rc\d+|\.post\d+|\.dev\d+)?)\b", re.IGNORECASE)
     for n, line in enumerate(text.split("\n"), 1):
-        m = pat.search(line)
+        m = pat.search(line) if any(x.lower() in line.lower() for x in names) else None
         if m:
             return m.group(1), f"line {n}: {line.strip()[:80]}"
     return "", "not in the log"

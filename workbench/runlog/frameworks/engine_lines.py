@@ -89,6 +89,8 @@ def engine_lines(lines: list[str]) -> RunningBatch | None:
     """The periodic lines of SGLang or vLLM in `lines` (ANSI colours removed); None: none."""
     rows, accept_at = [], {}
     for n, text in enumerate(lines, 1):
+        if "running-req" not in text and "Running:" not in text and "acceptance" not in text:
+            continue  # most of a log: not an engine's periodic line
         sg, vl = _SGLANG.search(text), _VLLM.search(text)
         who = " ".join(m.group(0) for m in _WHO.finditer(text)) or "engine"
         if sg or vl:

@@ -18,7 +18,8 @@ _VERL_STEP = re.compile(r"(?:^|[\s)\]])step:\s*\d+\s+-\s+\S+:", re.MULTILINE)
 def framework(text: str) -> ModuleType | None:
     """The reader of the framework whose markers the text has most of; None: veRL's (or none)."""
     verl = len(_VERL_STEP.findall(text))
-    counts = [(len(r.MARKER.findall(text)), i) for i, r in enumerate(READERS)]
+    counts = [(len(r.MARKER.findall(text)) if any(h in text for h in r.HINTS) else 0, i)
+              for i, r in enumerate(READERS)]
     best, i = max(counts, key=lambda c: (c[0], -c[1]))
     return READERS[i] if best > verl else None
 
