@@ -33,7 +33,7 @@ from workbench.runlog.frameworks.engine_lines import engine_lines
 from workbench.runlog.printed_config import parse_printed_config
 
 NAME = "NeMo-RL"
-HINTS = ('Total step time',)  # plain substrings of its markers: the cheap test first
+HINTS = ("Total step time",)  # its markers' substrings: tested first
 MARKER = re.compile(r"Total step time: [\d.]+s")
 _HEADER = re.compile(r"={5,} Step (\d+)/\d+ ={5,}")
 _BULLET = re.compile(r"^\s*•\s*([^:]+):\s*([-+\d.eE]+|nan|inf)s?\b")

@@ -26,7 +26,7 @@ from workbench.runlog.frameworks.engine_lines import engine_lines
 from workbench.runlog.frameworks.literals import dashed_flags, printed_dict
 
 NAME = "OpenRLHF"
-HINTS = ('Global step',)  # plain substrings of its markers: the cheap test first
+HINTS = ("Global step",)  # its markers' substrings: tested first
 MARKER = re.compile(r"Global step \d+: \{")
 _RECORD = re.compile(r"Global step (\d+): (\{.*)$")
 TRAINER = "openrlhf/trainer/ppo_trainer.py"

@@ -41,7 +41,7 @@ from workbench.runlog.frameworks.engine_lines import engine_lines
 from workbench.runlog.frameworks.literals import dashed_flags, megatron_args, printed_dict
 
 NAME = "slime"
-HINTS = ('perf ',)  # plain substrings of its markers: the cheap test first
+HINTS = ("perf ",)  # its markers' substrings: tested first
 MARKER = re.compile(r"\bperf \d+: \{")
 _RECORD = re.compile(r"(?:^|[\s\-])(perf|rollout|eval) (\d+): (\{.*)$")
 ROLLOUT_SRC = "slime/observability/rollout_metrics.py (miles/ray/rollout/metrics.py)"
