@@ -31,7 +31,7 @@ from workbench.runlog.frameworks.engine_lines import engine_lines
 from workbench.runlog.frameworks.literals import setting, yaml_settings
 
 NAME = "AReaL"
-HINTS = ("Train step', 'timeperf/")  # its markers' substrings: tested first
+HINTS = ("Train step", "timeperf/")  # its markers' substrings: tested first
 MARKER = re.compile(r"Train step \d+/\d+ done\.|│ timeperf/")
 _DONE = re.compile(r"Train step (\d+)/\d+ done\.")
 _CELL = re.compile(r"│\s*([^│]+?)\s*│\s*([-+\d.eE]+|nan|inf|-inf)\s*(?=│)")

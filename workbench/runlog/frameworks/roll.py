@@ -30,7 +30,7 @@ from workbench.runlog.frameworks.engine_lines import engine_lines
 from workbench.runlog.frameworks.literals import yaml_settings
 
 NAME = "ROLL"
-HINTS = ("pipeline step', 'time/step_generate")  # its markers' substrings: tested first
+HINTS = ("pipeline step", "time/step_generate")  # its markers' substrings: tested first
 MARKER = re.compile(r"pipeline step \d+ finished|\"time/step_generate\"")
 _FINISHED = re.compile(r"pipeline step (\d+) finished")
 PIPELINE = "roll/pipeline/rlvr/rlvr_pipeline.py"

@@ -30,7 +30,7 @@ from workbench.runlog.frameworks.literals import printed_dict
 from workbench.runlog.printed_config import parse_printed_config
 
 NAME = "SkyRL"
-HINTS = ("time cost:', 'timing/fwd_logprobs")  # its markers' substrings: tested first
+HINTS = ("time cost:", "timing/fwd_logprobs")  # its markers' substrings: tested first
 MARKER = re.compile(r"Finished: '[\w/]+', time cost: [\d.]+s|'timing/fwd_logprobs_values_reward'")
 _FINISHED = re.compile(r"Finished: '([\w/]+)', time cost: ([-+\d.eE]+)s")
 _STARTED_STEP = re.compile(r"Started: 'step'")
