@@ -137,17 +137,18 @@ class RunLog:
         return f"{self.path}:{n}" if self.kind == "console" else f"{self.path} (row {n})"
 
 
-def read_run_log(path: str | Path) -> RunLog:
-    """A console log or a table, by its suffix (module docstring)."""
+def read_run_log(path: str | Path, need: str = GEN) -> RunLog:
+    """A console log or a table, by its suffix (module docstring): its steps that have `need` (a
+    rollout time; `tlt workload import` asks for response_length/mean instead, timed or not)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(p), "<file>", str(p), "an existing veRL log file")
     suffix = p.suffix.lower() if p.suffix.lower() != ".gz" else Path(p.stem).suffix.lower()
     if "tfevents" in p.name:  # TensorBoard's event file: its scalars as a long table
-        return _read_table(p, ".tfevents")
+        return _read_table(p, ".tfevents", need)
     if suffix in TABLE_SUFFIXES and not p.name.endswith(".log.gz"):
-        return _read_table(p, suffix)
-    return _read_console(p)
+        return _read_table(p, suffix, need)
+    return _read_console(p, need)
 
 
 def _gunzipped(p: Path) -> bytes:
@@ -193,11 +194,11 @@ def _parse_step_line(where: str, body: str) -> dict[str, float]:
     return out
 
 
-def _read_console(p: Path) -> RunLog:
+def _read_console(p: Path, need: str = GEN) -> RunLog:
     text, stray = _text(p)
     other = recognise.framework(text)
     if other is not None:
-        return _from_parsed(p, "console", other.read(text, str(p)), stray)
+        return _from_parsed(p, "console", other.read(text, str(p)), stray, need)
     lines = text.split("\n")
     cut = not text.endswith("\n")
     rows: dict[int, dict[str, float]] = {}
@@ -223,7 +224,7 @@ def _read_console(p: Path) -> RunLog:
         if last and rows and len(values) < len(rows[max(rows)]) - 1:
             truncated += 1
             continue
-        if GEN not in values:
+        if need not in values:
             untimed += 1
             continue
         step = int(m.group(1))
@@ -233,20 +234,20 @@ def _read_console(p: Path) -> RunLog:
     skipped = Skipped(other, untimed, truncated, repeated, stray)
     version, where = version_in(text, ("verl",))
     log = _finish(p, "console", rows, parse_command(head), skipped, old_names,
-                  parse_printed_config(head))
+                  parse_printed_config(head), need)
     running = engine_lines([_ANSI.sub("", x) for x in lines])
     return replace(log, framework=Recognised("veRL", version, where, VERL_CODE), running=running)
 
 
-def _from_parsed(p: Path, kind: str, parsed: Parsed, stray: int = 0) -> RunLog:
+def _from_parsed(p: Path, kind: str, parsed: Parsed, stray: int = 0, need: str = GEN) -> RunLog:
     """Another framework's log, read by its own reader (workbench/runlog/frameworks/)."""
     timed = {s: r for s, r in parsed.rows.items()
-             if GEN in r and not (STEP in r and math.isnan(r[STEP]))}
+             if need in r and not (need == GEN and STEP in r and math.isnan(r[STEP]))}
     untimed = len(parsed.rows) - len(timed)
     skipped = Skipped(parsed.other_lines, untimed, parsed.truncated, parsed.repeated, stray)
-    if not timed:
+    if not timed and need == GEN:
         recognise.refuse_untimed(p, parsed)
-    log = _finish(p, kind, timed, parsed.command, skipped, False, parsed.config)
+    log = _finish(p, kind, timed, parsed.command, skipped, False, parsed.config, need)
     return replace(log, framework=parsed.identity, unmapped=parsed.unmapped, notes=parsed.notes,
                    asynchronous=parsed.asynchronous, running=parsed.extra.get("running"))
 
@@ -259,15 +260,17 @@ def _finish(
     skipped: Skipped,
     old_names: bool,
     config: PrintedConfig = PrintedConfig(),
+    need: str = GEN,
 ) -> RunLog:
     if not rows:
         if skipped.untimed_steps == 0:
             raise ConfigError(str(p), "<file>", "no step lines", _FIX)
         raise ConfigError(
             str(p),
-            GEN,
+            need,
             "<missing in every step>",
-            f"at least one step with a rollout time ({GEN}, or timing/gen in older veRL)",
+            f"at least one step with a rollout time ({GEN}, or timing/gen in older veRL)"
+            if need == GEN else f"at least one step with {need}",
         )
     summed = 0
     for row in rows.values():
@@ -292,7 +295,7 @@ def _json_array(p: Path, raw: bytes, expected: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _read_table(p: Path, suffix: str) -> RunLog:
+def _read_table(p: Path, suffix: str, need: str = GEN) -> RunLog:
     expected = f"a {suffix[1:]} table with a step column"
     raw = _gunzipped(p) if p.suffix.lower() == ".gz" else None
     if suffix == ".tfevents":
@@ -317,7 +320,7 @@ def _read_table(p: Path, suffix: str) -> RunLog:
     other = tracker.framework_of(df.columns)
     if other is not None:
         first = 2 if suffix == ".csv" else 1
-        return _from_parsed(p, "table", tracker.read(other, df, step_col, str(p), first))
+        return _from_parsed(p, "table", tracker.read(other, df, step_col, str(p), first), 0, need)
     old = any(str(c).startswith(OLD_TIMING) for c in df.columns)
     df = df.rename(
         columns={
@@ -329,7 +332,7 @@ def _read_table(p: Path, suffix: str) -> RunLog:
     untimed = repeated = 0
     for i, rec in enumerate(df.to_dict("records")):
         where = f"{p} (row {i + first})"
-        if rec.get(GEN) is None or (isinstance(rec.get(GEN), float) and math.isnan(rec[GEN])):
+        if rec.get(need) is None or (isinstance(rec.get(need), float) and math.isnan(rec[need])):
             untimed += 1
             continue
         values = {
@@ -349,4 +352,5 @@ def _read_table(p: Path, suffix: str) -> RunLog:
         step = int(check_timing(where, step_col, rec[step_col]))
         repeated += step in rows
         rows[step] = {**values, "step": float(step), "line": float(i + first)}
-    return _finish(p, "table", rows, LaunchCommand(), Skipped(0, untimed, 0, repeated), old)
+    return _finish(p, "table", rows, LaunchCommand(), Skipped(0, untimed, 0, repeated), old,
+                   PrintedConfig(), need)
