@@ -28,7 +28,7 @@ from workbench.workloads.build import (
     infer_cap,
     report,
 )
-from workbench.runlog.length_summary import LengthSummary, is_run_log, summary_table
+from workbench.runlog.length_summary import LengthSummary, run_log_summaries
 from workbench.workloads.mixture import fit_mixture
 
 
@@ -103,19 +103,6 @@ def import_(
     for line in result.lines:
         typer.echo(line)
     typer.echo(f"imported in {time.perf_counter() - t0:.2f}s", err=True)
-
-
-def run_log_summaries(files: list[Path], into: Path) -> tuple[list[Path], list[LengthSummary]]:
-    """Run logs among the files (any framework's console log or tracker export) replaced by
-    their per-step length summaries, written in `into` (workbench/runlog/length_summary.py)."""
-    out, summaries = [], []
-    for f in files:
-        if not is_run_log(Path(f)):
-            out.append(f)
-            continue
-        summaries.append(summary_table(Path(f), into))
-        out.append(summaries[-1].table)
-    return out, summaries
 
 
 def _said_of_log(exc: ConfigError, summaries: list[LengthSummary]) -> ConfigError:

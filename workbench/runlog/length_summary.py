@@ -115,3 +115,16 @@ def summary_table(path: Path, into: Path) -> LengthSummary:
     out = into / (Path(path).name.replace(".", "-") + ".steps.csv")
     frame.to_csv(out, index=False)
     return LengthSummary(out, log, _shape(log))
+
+
+def run_log_summaries(files: list[Path], into: Path) -> tuple[list[Path], list[LengthSummary]]:
+    """Run logs among the files (any framework's console log or tracker export) replaced by
+    their per-step length summaries, written in `into` (workbench/runlog/length_summary.py)."""
+    out, summaries = [], []
+    for f in files:
+        if not is_run_log(Path(f)):
+            out.append(f)
+            continue
+        summaries.append(summary_table(Path(f), into))
+        out.append(summaries[-1].table)
+    return out, summaries
