@@ -168,3 +168,99 @@ def test_a_lone_quote_in_a_log_s_head_is_no_traceback(logs, tmp_path):
                                    "--fit-steps", "50", "--out", str(tmp_path / "o" / "p.yaml")])
     assert res.exit_code == 2 and "--fit-steps" in res.output and res.exception is not None
     assert not isinstance(res.exception, IndexError)
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def _field(num: int, wire: int, payload: bytes) -> bytes:
+    key = _varint(num << 3 | wire)
+    return key + (_varint(len(payload)) + payload if wire == 2 else payload)
+
+
+def _event_file(scalars: list[tuple[int, str, float]]) -> bytes:
+    """TensorBoard's records as its event.proto defines them (Event: step 2, summary 5; Summary
+    value 1: tag 1, simple_value 2), checksums left zero (the reader does not check them)."""
+    import struct
+    out = b""
+    for step, tag, value in scalars:
+        val = _field(1, 2, tag.encode()) + _field(2, 5, struct.pack("<f", value))
+        event = (_field(1, 1, struct.pack("<d", 1.0)) + _field(2, 0, _varint(step))
+                 + _field(5, 2, _field(1, 2, val)))
+        out += struct.pack("<Q", len(event)) + b"\0" * 4 + event + b"\0" * 4
+    return out
+
+
+def test_tracker_exports_read_like_the_console(logs, tmp_path):
+    """A W&B history (CSV with two rows a step, or a JSON array with the tracker's prefixes) and
+    TensorBoard scalars (the event file, or a long step/tag/value table): the console's steps."""
+    import json
+    import re
+
+    import pandas as pd
+
+    from workbench.runlog.frameworks.literals import printed_dict
+    slime = read_run_log(logs / "slime-qwen2.5-7b.log")
+    rows = []
+    for line in (logs / "slime-qwen2.5-7b.log").read_text().split("\n"):
+        m = re.search(r" (perf|rollout) (\d+): (\{.*)$", line)
+        if m:
+            rows.append({**printed_dict(m.group(3)).values, "rollout/step": int(m.group(2)),
+                         "_step": len(rows)})
+    pd.DataFrame(rows).to_csv(tmp_path / "history.csv", index=False)
+    table = read_run_log(tmp_path / "history.csv")
+    assert table.framework.name == "slime" and table.kind == "table"
+    for col in (GEN, STEP, "response_length/mean", "prompt_length/mean", "sd/accept_length"):
+        assert list(table.column(col)) == pytest.approx(list(slime.column(col)))
+
+    openrlhf = read_run_log(logs / "openrlhf-qwen2.5-7b.log")
+    scalars = [(s, "train/" + k, v) for s, d in
+               ((int(m.group(1)), printed_dict(m.group(2)).values) for m in re.finditer(
+                   r"Global step (\d+): (\{.*)", (logs / "openrlhf-qwen2.5-7b.log").read_text()))
+               for k, v in d.items()]
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(_event_file(scalars))
+    (tmp_path / "scalars.csv").write_text(pd.DataFrame(scalars, columns=["step", "tag", "value"])
+                                          .to_csv(index=False))
+    for name in ("events.out.tfevents.1.host", "scalars.csv"):
+        tb = read_run_log(tmp_path / name)
+        assert tb.framework.name == "OpenRLHF" and tb.steps == openrlhf.steps
+        assert list(tb.column(GEN)) == pytest.approx(list(openrlhf.column(GEN)), rel=1e-6)
+    (tmp_path / "events.out.tfevents.2.host").write_bytes(_event_file(scalars)[:-7])
+    with pytest.raises(ConfigError, match="does not hold"):
+        read_run_log(tmp_path / "events.out.tfevents.2.host")
+
+    nemo = read_run_log(logs / "nemo-rl-qwen2.5-7b.log")
+    history = [{"_step": int(s), "timing/train/generation": g, "timing/train/total_step_time": t,
+                "train/mean_gen_tokens_per_sample": m, "train/mean_prompt_length": 118.0}
+               for s, g, t, m in zip(nemo.metrics["step"], nemo.column(GEN), nemo.column(STEP),
+                                     nemo.column("response_length/mean"))]
+    (tmp_path / "nemo.json").write_text(json.dumps(history))
+    tb = read_run_log(tmp_path / "nemo.json")
+    assert tb.framework.name == "NeMo-RL" and list(tb.column(GEN)) == pytest.approx(
+        list(nemo.column(GEN)))
+
+
+def test_workload_import_takes_a_framework_s_log(logs, tmp_path):
+    """Its per-step length statistics and the shape from its config; a log whose statistics cannot
+    fix the spread (no longest response, none at the cap) refused, naming the log."""
+    out = tmp_path / "w.yaml"
+    cluster = ["--model", "qwen2.5-7b", "--gpu", "h100", "--tp", "2", "--framework", "vllm"]
+    res = CliRunner().invoke(app, ["workload", "import", str(logs / "slime-qwen2.5-7b.log"),
+                                   "--mode", "fit", "--out", str(out), *cluster])
+    assert res.exit_code == 0, res.output
+    assert "a slime run log" in res.output and "32 prompts x 8, cap 4096" in res.output
+    from workbench.contracts.workload import load_workload
+    wl = load_workload(out)
+    assert (wl.prompts_per_step, wl.group_size, wl.max_response_tokens, wl.steps) == (32, 8, 4096,
+                                                                                      7)
+    bad = tmp_path / "bad" / "w.yaml"
+    res = CliRunner().invoke(app, ["workload", "import", str(logs / "areal-qwen2.5-7b.log"),
+                                   "--out", str(bad), *cluster])
+    assert res.exit_code == 2 and "areal-qwen2.5-7b.log" in res.output
+    assert "AReaL logs response_length/mean" in res.output and not bad.parent.exists()

@@ -21,7 +21,7 @@ spread of prompt lengths moves no step time).
 Another framework's log may lack what veRL logs (workbench/runlog/frameworks/): a step without its
 longest response (OpenRLHF, AReaL, NeMo-RL's console) gets the pooled spread and a body below the
 cap, with round(clip_ratio x N) responses at the cap; a log that never gives the prompt's length
-(SkyRL) is modelled with no prompt tokens (their prefill and context then go into the fitted
+(SkyRL) is modelled with one-token prompts (their prefill and context then go into the fitted
 decode speed). Both are counted and printed. A veRL log must have all three in every timed step.
 """
 
@@ -55,7 +55,7 @@ class StepStats:
     min: np.ndarray
     clip_ratio: np.ndarray
     prompt_mean: np.ndarray
-    prompt_known: bool = True  # False: the log never gives it (modelled as 0 tokens)
+    prompt_known: bool = True  # False: the log never gives it (modelled as 1 token)
 
     @property
     def max_known(self) -> np.ndarray:
@@ -80,7 +80,7 @@ def step_stats(log: RunLog) -> StepStats:
     for key in (MEAN, MAX, PROMPT_MEAN):
         v = log.column(key)
         if key == PROMPT_MEAN and not prompt_known:
-            cols[key] = np.zeros(log.steps)
+            cols[key] = np.ones(log.steps)  # one token: a workload's least (Workload.check)
             continue
         ok = (v > 0) & (v <= MAX_TOKENS)
         if key == MAX and lenient:

@@ -27,7 +27,7 @@ def framework_lines(log: RunLog, stats: StepStats | None = None) -> list[str]:
             lines.append(f"  {unknown} steps without a longest response: their lengths' spread is "
                          "the run's median (or 0.5 where no step gives one)")
         if not stats.prompt_known:
-            lines.append("  no prompt length in the log: prompts modelled as 0 tokens (their "
+            lines.append("  no prompt length in the log: prompts modelled as 1 token (their "
                          "prefill and context go into the fitted decode speed)")
     return lines + running_lines(log)
 

@@ -3,7 +3,7 @@
 SGLang's scheduler prints, every `decode_log_interval` decode steps (40 by default),
 `Decode batch. #running-req: N, #token: T, token usage: U, [accept len: A, ]... gen throughput
 (token/s): X, #queue-req: Q` (python/sglang/srt/managers/scheduler_metrics_mixin.py; older
-releases `scheduler.py`, and `Decode batch, #running-req: ...`). vLLM's stat logger prints every few
+releases scheduler.py, and `Decode batch, #running-req: ...`). vLLM's stat logger prints every few
 seconds `Avg prompt throughput: ..., Avg generation throughput: X tokens/s, Running: N reqs,
 Waiting: Q reqs, ...` (V1, `vllm/v1/metrics/loggers.py`, behind `Engine 000:`; V0 says
 `Swapped: ..., Pending: Q reqs`) and, with speculative decoding, `SpecDecoding metrics: Mean

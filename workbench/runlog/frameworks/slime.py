@@ -23,7 +23,7 @@ Semantics honoured (slime's train.py loop: generate N, train N, save, update_wei
 - an `eval N` line's evaluation runs inside train_wait of N+1: with its `perf/eval_time` it is
   taken out as veRL's `testing`; without one, step N+1 is left out (its step time holds an eval
   of unknown length);
-- `train_async.py` in the log: the rollout overlaps the update, so `perf/rollout_time` is not the
+- train_async.py in the log: the rollout overlaps the update, so `perf/rollout_time` is not the
   step's critical path (flagged asynchronous).
 
 The launch config: Megatron's `arguments` dump (`  rollout_batch_size ........ 32`, one per
