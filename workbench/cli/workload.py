@@ -39,7 +39,10 @@ def import_(
                                             "JSONL (with dapo_filter_indices.jsonl), a "
                                             "CSV/JSONL/Parquet table with step, prompt, length "
                                             "[prompt_tokens, correct, rank], or veRL's per-step "
-                                            "response_length/* metrics; multi-turn: PolyTrace's "
+                                            "response_length/* metrics, or any framework's "
+                                            "run log (veRL, slime/miles, NeMo-RL, SkyRL, "
+                                            "OpenRLHF, AReaL, ROLL: its per-step length "
+                                            "statistics); multi-turn: PolyTrace's "
                                             "multiturn_workload JSONL or a turns table "
                                             "(docs/formats.md)."),
     out: Path = typer.Option(...,
