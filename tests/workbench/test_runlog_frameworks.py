@@ -264,3 +264,22 @@ def test_workload_import_takes_a_framework_s_log(logs, tmp_path):
                                    "--out", str(bad), *cluster])
     assert res.exit_code == 2 and "areal-qwen2.5-7b.log" in res.output
     assert "AReaL logs response_length/mean" in res.output and not bad.parent.exists()
+
+
+def test_the_engines_running_batch_is_read_per_step_and_set_against_the_simulated(logs):
+    """SGLang's Decode batch lines of each step's rollout: their mean per step against the
+    simulated running batch (response tokens per engine over engine passes)."""
+    import numpy as np
+
+    from workbench.runlog.lengths import ModelledLengths
+    from workbench.runlog.log_report import running_check, running_lines
+    log = read_run_log(logs / "slime-qwen2.5-7b.log")
+    assert log.running.source == "sglang" and log.running.samples == 40
+    assert np.isfinite(log.running.accept_len).all()  # SGLang's accept len, with SD on
+    said = "\n".join(running_lines(log))
+    assert "median 32" in said and "largest 256" in said and "accepted length 2.4" in said
+    n = log.steps
+    lengths = ModelledLengths([np.full(256, 500)] * n, np.ones(n), np.zeros(n), np.zeros(n), 0.5)
+    passes = np.full((n, 4), 1000.0)  # 4 engines: 256 x 500 / 4 / 1000 = 32 per pass
+    (line,) = running_check(log, lengths, passes, 4)
+    assert "measured 84.8, simulated 32.0" in line  # the lines: 256, 128, 32, 6, 2 a step

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.runlog.frameworks.engine_lines import SMALL_BATCH, step_batch
-from workbench.runlog.lengths import StepStats
+from workbench.runlog.lengths import ModelledLengths, StepStats
 from workbench.runlog.reader import TIMING, RunLog
 from workbench.runlog.sd_acceptance import LogAcceptance
 
@@ -69,3 +69,28 @@ def framework_summary(log: RunLog, acceptance: LogAcceptance | None) -> dict:
         err = acceptance.heldout_error_pct
         out["sd_accept_heldout_median_abs_error_pct"] = None if np.isnan(err) else round(err, 2)
     return out
+
+
+def running_check(log: RunLog, lengths: ModelledLengths, passes: np.ndarray, engines: int
+                  ) -> list[str]:
+    """The running batch the simulation decoded at against the engines' own lines, per step: the
+    measured mean of the lines printed in the step's rollout (SGLang prints one every 40 decode
+    passes, so its mean weighs passes alike; vLLM's every few seconds, weighing time), the simulated
+    one its response tokens per engine over its mean engine passes (`passes`: steps x engines)."""
+    rb = log.running
+    if rb is None:
+        return []
+    rows = log.metrics["line"].to_numpy(int)
+    meas, sim = [], []
+    for i, (a, b) in enumerate(zip(np.r_[0, rows[:-1]], rows)):
+        idx = rb.between(int(a) + 1, int(b))
+        if len(idx) and passes[i].mean() > 0:
+            meas.append(float(rb.running[idx].mean()))
+            sim.append(float(lengths.lengths[i].sum()) / engines / float(passes[i].mean()))
+    if not meas:
+        return []
+    m, s = np.array(meas), np.array(sim)
+    err = float(np.median(np.abs(s - m) / m) * 100)
+    return [f"running batch, simulated against the engines' lines ({len(m)} steps): measured "
+            f"{np.median(m):.1f}, simulated {np.median(s):.1f} sequences per engine pass (medians "
+            f"over steps); median |error| {err:.0f}%"]

@@ -16,7 +16,7 @@ from workbench.runlog.calibrate import PhaseErrors, Prepared, RunCalibration, Ru
 from workbench.runlog.engine import Predicted
 from workbench.runlog import factor_report as fr
 from workbench.runlog.errors import Errors
-from workbench.runlog.log_report import framework_lines, framework_summary
+from workbench.runlog.log_report import framework_lines, framework_summary, running_check
 from workbench.runlog.sd_acceptance import lines as sd_lines
 
 SCHEMA = "tlt-runlog/1"
@@ -48,6 +48,7 @@ def shape_lines(p: Prepared) -> list[str]:
         "shape: the profile's source)"
     )
     ln = p.lengths
+    lines += running_check(p.log, ln, p.work.passes, s.engines)
     lines.append(
         f"lengths: each step's modelled from its mean, max, min and clip ratio; "
         f"{int((ln.at_cap > 0).sum())} steps have responses at the cap (their body's spread: the "
