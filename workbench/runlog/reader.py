@@ -250,7 +250,8 @@ def _from_parsed(p: Path, kind: str, parsed: Parsed, stray: int = 0, need: str =
         recognise.refuse_untimed(p, parsed)
     log = _finish(p, kind, timed, parsed.command, skipped, False, parsed.config, need)
     return replace(log, framework=parsed.identity, unmapped=parsed.unmapped, notes=parsed.notes,
-                   asynchronous=parsed.asynchronous, running=parsed.extra.get("running"))
+                   asynchronous=parsed.asynchronous, running=parsed.extra.get("running"),
+                   training=parsed.training)
 
 
 def _finish(

@@ -18,12 +18,22 @@ in the launch command or its config) the rollout of step N+1 runs during step N'
 `timeperf/rollout` is the trainer's wait for trajectories, not generation: kept as
 `timing_s/gen_wait`, the run flagged asynchronous. At AReaL's default, 0, no trajectory may be
 generated ahead of the weights, and the wait is the generation.
+
+How it trains (`training`; areal/api/cli_args.py's defaults, rl_trainer.py): the training part of
+`allocation_mode` (after `+`: `d8p1t1`, or `fsdp:`/`megatron:` before it; FSDP without a name)
+gives its GPUs (d x p x t), TP and PP; `actor.mb_spec.max_tokens_per_mb` packs micro-batches by
+tokens, else `actor.mb_spec.n_mbs` (1) splits each rank's share; `actor.ppo_n_minibatches` (4)
+optimizer steps; `actor.gradient_checkpointing` (off); the reference (`ref_logp`, where `ref` is
+configured and `actor.kl_ctl` > 0) on the host between uses with `ref.offload`.
 """
 
 from __future__ import annotations
 
 import re
 
+from workbench.contracts.training_shape import ModelShape, Offload, TrainingShape
+from workbench.runlog.frameworks.train_config import (RUN_GPUS, RUN_MODEL, Settings, build,
+                                                      micro, timed)
 from workbench.runlog.frameworks.base import (
     CHECKPOINTING, MODEL, ROLLOUT, GEN, WAIT, ConfigKey, KeyMap, Parsed, Recognised, clean,
     config_from, to_verl, version_in)
@@ -175,4 +185,42 @@ def read(text: str, path: str) -> Parsed:
                   other_lines=sum(1 for x in lines if x.strip()) - len(raw_rows),
                   repeated=repeated, unmapped=tuple(sorted(unmapped)), notes=tuple(notes),
                   asynchronous=asynchronous,
-                  extra={"running": engine_lines([clean(x)[1] for x in lines])})
+                  extra={"running": engine_lines([clean(x)[1] for x in lines])},
+                  training=training(settings, rows, path))
+
+
+_TRAIN_ALLOC = re.compile(r"\+(?:(fsdp|megatron|archon)[:.])?d(\d+)(?:p(\d+))?(?:t(\d+))?")
+# areal/api/cli_args.py at v1.0.4, for what a launch leaves out
+TRAIN_DEFAULTS = {"actor.mb_spec.n_mbs": 1, "actor.ppo_n_minibatches": 4,
+                  "actor.gradient_checkpointing": False, "ref.offload": False,
+                  "train_dataset.batch_size": 1, "gconfig.n_samples": 1}
+
+
+def training(found: dict[str, tuple[object, int]], rows: dict[int, dict], path: str
+             ) -> TrainingShape:
+    """How the run trains (module docstring)."""
+    s = Settings(found, NAME, TRAIN_DEFAULTS, path)
+    alloc = next((k for k in found if k.endswith("allocation_mode")), "allocation_mode")
+    m = _TRAIN_ALLOC.search(s.text(alloc))
+    strategy, gpus, tp, pp = "fsdp", RUN_GPUS, 1, 1
+    if m:
+        d, pp, tp = (int(g or 1) for g in m.group(2, 3, 4))
+        strategy, gpus = ("megatron" if m.group(1) == "megatron" else "fsdp"), d * pp * tp
+        s.note("training allocation", m.group(0)[1:], f"{alloc}'s part after +")
+    else:
+        s.note("training allocation", "the run's GPUs", f"not in {alloc}: colocated assumed")
+    samples = s.int("train_dataset.batch_size") * s.int("gconfig.n_samples")
+    tokens = s.int("actor.mb_spec.max_tokens_per_mb", 0)
+    ranks = max(1, (gpus or 1) // (tp * pp))
+    mbs = max(1, -(-samples // (ranks * max(1, s.int("actor.mb_spec.n_mbs")))))
+    minis = s.int("actor.ppo_n_minibatches")
+    ckpt = s.flag("actor.gradient_checkpointing")
+    models = (ModelShape("actor", RUN_MODEL, checkpointing=ckpt, param_bytes=4),
+              ModelShape("ref", RUN_MODEL, param_offload=Offload.PHASE if s.flag("ref.offload")
+                         else Offload.NONE),
+              ModelShape("critic", RUN_MODEL, value_head=True, checkpointing=ckpt, param_bytes=4))
+    passes = (micro("old_log_prob", "actor", mbs, tokens), micro("ref", "ref", mbs, tokens),
+              micro("values", "critic", mbs, tokens),
+              micro("update_actor", "actor", mbs, tokens, True, 1, minis),
+              micro("update_critic", "critic", mbs, tokens, True, 1, minis))
+    return build(s, strategy, models, passes, timed(rows), gpus, tp, pp)

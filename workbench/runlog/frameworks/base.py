@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from workbench.contracts.schema import ConfigError
+from workbench.contracts.training_shape import TrainingShape
 from workbench.runlog.command import LaunchCommand
 from workbench.runlog.printed_config import ConfigValue, PrintedConfig
 
@@ -81,6 +82,8 @@ class Parsed:
     notes: tuple[str, ...] = ()  # how the framework's semantics were honoured
     asynchronous: bool = False  # its rollout timer is waiting for rollouts, not generation
     extra: dict = field(default_factory=dict)  # reader-specific results (the running batch)
+    # how it trains, from its launch settings (workbench/runlog/frameworks/train_config.py)
+    training: TrainingShape | None = None
 
 
 def check_timing(where: str, key: str, value: object) -> float:

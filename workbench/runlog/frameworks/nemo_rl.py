@@ -20,15 +20,30 @@ asynchronous. The console prints no longest response: a step's longest is unknow
 truncation rate says responses reached the cap (the trackers' `max_gen_tokens_per_sample` has it).
 
 The launch config: the `Final config:` dict examples/run_grpo.py pretty-prints.
+
+How it trains (`training`; examples/configs/grpo_math_1B.yaml's defaults, nemo_rl/models/policy/
+workers/dtensor_policy_worker_v2.py): DTensor (FSDP2) at `policy.dtensor_cfg.tensor_parallel_size`,
+or Megatron (`policy.megatron_cfg.enabled`) at its tensor x pipeline sizes, on the run's GPUs
+(generation colocated); `policy.train_micro_batch_size` sequences per micro-batch
+(`policy.logprob_batch_size` for the log-prob passes), packed (`policy.sequence_packing`, on by
+default, or `dynamic_batching`) to max_total_sequence_length x that many tokens, else padded to
+`policy.max_total_sequence_length`; `policy.train_global_batch_size` samples per optimizer step;
+`activation_checkpointing`; LoRA (`dtensor_cfg.lora_cfg`); `dtensor_cfg.cpu_offload` (FSDP2's
+parameter offload, per forward). The reference pass runs where `loss_fn.reference_policy_kl_penalty`
+> 0: the policy's model with the reference's weights copied in from the host and the policy's out
+and back (`use_reference_model`), inside `policy_and_reference_logprobs`.
 """
 
 from __future__ import annotations
 
 import re
 
+from workbench.contracts.training_shape import ModelShape, Offload, TrainingShape
 from workbench.runlog.frameworks.base import (
     CHECKPOINTING, MODEL, ROLLOUT, GEN, STEP, WAIT, ConfigKey, KeyMap, Parsed, Recognised,
     clean, config_from, to_verl, version_in)
+from workbench.runlog.frameworks.train_config import (RUN_MODEL, Settings, build, micro,
+                                                      mini_batches, timed)
 from workbench.runlog.frameworks.engine_lines import engine_lines
 from workbench.runlog.printed_config import parse_printed_config
 
@@ -161,4 +176,48 @@ def read(text: str, path: str) -> Parsed:
     return Parsed(rows, identity(text), config_from(settings, CONFIG),
                   other_lines=sum(1 for x in lines if x.strip()) - len(blocks), repeated=repeated,
                   unmapped=tuple(sorted(unmapped)), notes=notes, asynchronous=asynchronous,
-                  extra={"running": engine_lines([clean(x)[1] for x in lines])})
+                  extra={"running": engine_lines([clean(x)[1] for x in lines])},
+                  training=training(settings, rows, path))
+
+
+P = "policy."
+DT, MG = P + "dtensor_cfg.", P + "megatron_cfg."
+# examples/configs/grpo_math_1B.yaml at v0.7.0, for what a config leaves out
+DEFAULTS = {"grpo.num_prompts_per_step": 32, "grpo.num_generations_per_prompt": 16,
+            P + "train_global_batch_size": 512, P + "train_micro_batch_size": 4,
+            P + "max_total_sequence_length": 512, MG + "enabled": False,
+            DT + "tensor_parallel_size": 1, DT + "activation_checkpointing": False,
+            DT + "cpu_offload": False, DT + "lora_cfg.enabled": False, DT + "lora_cfg.dim": 8,
+            MG + "tensor_model_parallel_size": 1, MG + "pipeline_model_parallel_size": 1,
+            MG + "activation_checkpointing": False, P + "sequence_packing.enabled": True,
+            P + "dynamic_batching.enabled": False, "loss_fn.reference_policy_kl_penalty": 0.01}
+
+
+def training(found: dict[str, tuple[object, int]], rows: dict[int, dict], path: str
+             ) -> TrainingShape:
+    """How the run trains (module docstring)."""
+    s = Settings(found, NAME, DEFAULTS, path)
+    meg = s.flag(MG + "enabled")
+    cfg = MG if meg else DT
+    tp = s.int(MG + "tensor_model_parallel_size" if meg else DT + "tensor_parallel_size")
+    pp = s.int(MG + "pipeline_model_parallel_size") if meg else 1
+    samples = s.int("grpo.num_prompts_per_step") * s.int("grpo.num_generations_per_prompt")
+    minis = mini_batches(s, samples, P + "train_global_batch_size", samples)
+    mbs = s.int(P + "train_micro_batch_size")
+    lps = s.int(P + "logprob_batch_size", mbs)
+    seq = s.int(P + "max_total_sequence_length")
+    packed = s.flag(P + "sequence_packing.enabled") or s.flag(P + "dynamic_batching.enabled")
+    tokens, lp_tokens = (seq * mbs, seq * lps) if packed else (0, 0)
+    lora = s.int(DT + "lora_cfg.dim") if not meg and s.flag(DT + "lora_cfg.enabled") else 0
+    off = Offload.FORWARD if not meg and s.flag(DT + "cpu_offload") else Offload.NONE
+    actor = ModelShape("actor", RUN_MODEL, checkpointing=s.flag(cfg + "activation_checkpointing"),
+                       lora_rank=lora, param_offload=off, param_bytes=4)
+    ref = ModelShape("ref", RUN_MODEL, param_offload=Offload.PHASE, param_bytes=4)
+    phases = timed(rows)
+    passes = [micro("old_log_prob", "actor", lps, lp_tokens),
+              micro("update_actor", "actor", mbs, tokens, True, 1, minis)]
+    if s.number("loss_fn.reference_policy_kl_penalty") > 0 or "ref" in phases:
+        where = "ref" if "ref" in phases else "old_log_prob"  # else inside the combined timer
+        passes.append(micro(where, "ref", lps, lp_tokens))
+    return build(s, "megatron" if meg else "fsdp2", (actor, ref), passes, phases, tp=tp, pp=pp,
+                 remove_padding=packed, max_response=0 if packed else seq)

@@ -13,12 +13,29 @@ no timed step. OpenRLHF logs no longest response.
 
 The launch config: the `openrlhf.cli.train_ppo_ray` command's flags where the log shows it
 (`--rollout.batch_size 128`; before v0.10, `--rollout_batch_size 128`).
+
+How it trains (`training`; openrlhf/cli/train_ppo_ray.py's defaults,
+openrlhf/trainer/ppo_utils/experience_maker.py): DeepSpeed ZeRO (`--ds.zero_stage`, 2 by default:
+stage 3 gathers the weights per forward as FSDP does) on `--actor.num_nodes` x
+`--actor.num_gpus_per_node` GPUs at `--ds.tensor_parallel_size`; `--train.micro_batch_size`
+sequences per update micro-batch, `--rollout.micro_batch_size` per experience forward
+(`--train.dynamic_batch_enable` packs them to `--train.max_tokens_per_gpu`,
+`--rollout.max_tokens_per_gpu`); `rollout.batch_size x n_samples_per_prompt / train.batch_size`
+optimizer steps x `--train.max_epochs`; `--actor.gradient_checkpointing_enable`;
+`--ds.adam_offload` (the optimizer's state on the host); `--ref.offload` (the reference's weights
+on the host, per forward). Sequences are padded to the prompt and response caps unless
+`--ds.packing_samples`. `make_experience` holds the policy's, the reference's
+(`--algo.kl.init_coef` > 0, 0.01 by default) and the critic's (`--critic.model_name_or_path`)
+forwards. Older releases' underscored names (`--micro_train_batch_size`, ...) read the same.
 """
 
 from __future__ import annotations
 
 import re
 
+from workbench.contracts.training_shape import ModelShape, Offload, TrainingShape
+from workbench.runlog.frameworks.train_config import (RUN_MODEL, Settings, build, micro,
+                                                      timed)
 from workbench.runlog.frameworks.base import (
     CHECKPOINTING, MODEL, ROLLOUT, GEN, STEP, ConfigKey, KeyMap, Parsed, Recognised, clean,
     config_from, to_verl, version_in)
@@ -141,4 +158,62 @@ def read(text: str, path: str) -> Parsed:
     return Parsed(rows, identity(text), config_from(settings, CONFIG), other_lines=other,
                   truncated=cut, repeated=repeated,
                   unmapped=tuple(sorted(unmapped)), notes=notes, asynchronous=asynchronous,
-                  extra={"running": engine_lines([clean(x)[1] for x in lines])})
+                  extra={"running": engine_lines([clean(x)[1] for x in lines])},
+                  training=training(settings, rows, path))
+
+
+# openrlhf/cli/train_ppo_ray.py at v0.11.0 (and the underscored names before v0.10.0)
+TRAIN_DEFAULTS = {"actor.num_nodes": 1, "actor.num_gpus_per_node": 8, "ds.zero_stage": 2,
+                  "ds.tensor_parallel_size": 1, "train.micro_batch_size": 1,
+                  "rollout.micro_batch_size": 1, "train.batch_size": 128,
+                  "rollout.batch_size": 1024, "rollout.n_samples_per_prompt": 1,
+                  "train.max_epochs": 1, "actor.gradient_checkpointing_enable": False,
+                  "ds.adam_offload": False, "ref.offload": False, "algo.kl.init_coef": 0.01,
+                  "ds.packing_samples": False, "train.dynamic_batch_enable": False,
+                  "train.max_tokens_per_gpu": 16192, "data.prompt_max_len": 1024}
+OLD_NAMES = {k: k.replace("train.micro_batch_size", "micro_train_batch_size").replace(
+    "rollout.micro_batch_size", "micro_rollout_batch_size").replace(".", "_") for k in
+    TRAIN_DEFAULTS}
+OLD_NAMES.update({"actor.gradient_checkpointing_enable": "gradient_checkpointing",
+                  "algo.kl.init_coef": "init_kl_coef", "ref.offload": "ref_reward_offload",
+                  "data.prompt_max_len": "prompt_max_len", "ds.zero_stage": "zero_stage",
+                  "ds.adam_offload": "adam_offload", "ds.packing_samples": "packing_samples",
+                  "rollout.n_samples_per_prompt": "n_samples_per_prompt",
+                  "train.max_epochs": "max_epochs"})
+
+
+def training(found: dict[str, tuple[object, int]], rows: dict[int, dict], path: str
+             ) -> TrainingShape:
+    """How the run trains (module docstring)."""
+    defaults = {**TRAIN_DEFAULTS, **{OLD_NAMES[k]: v for k, v in TRAIN_DEFAULTS.items()}}
+    s = Settings(found, NAME, defaults, path)
+
+    def get(key: str) -> str:
+        return s.name(key, OLD_NAMES[key])
+
+    zero = s.int(get("ds.zero_stage"))
+    gpus = s.int(get("actor.num_nodes")) * s.int(get("actor.num_gpus_per_node"))
+    samples = s.int(get("rollout.batch_size")) * s.int(get("rollout.n_samples_per_prompt"))
+    minis = max(1, -(-samples // max(1, s.int(get("train.batch_size")))))
+    dynamic = s.flag(get("train.dynamic_batch_enable"))
+    tokens = s.int(get("train.max_tokens_per_gpu")) if dynamic else 0
+    lp_tokens = s.int("rollout.max_tokens_per_gpu", tokens) if dynamic else 0
+    fwd, upd = s.int(get("rollout.micro_batch_size")), s.int(get("train.micro_batch_size"))
+    epochs = s.int(get("train.max_epochs"))
+    ckpt = s.flag(get("actor.gradient_checkpointing_enable"))
+    models = (ModelShape("actor", RUN_MODEL, checkpointing=ckpt, param_bytes=4,
+                         optimizer_offload=s.flag(get("ds.adam_offload"))),
+              ModelShape("ref", RUN_MODEL, param_offload=Offload.FORWARD if s.flag(
+                  get("ref.offload")) else Offload.NONE),
+              ModelShape("critic", RUN_MODEL, value_head=True, checkpointing=ckpt, param_bytes=4))
+    passes = [micro("old_log_prob", "actor", fwd, lp_tokens),
+              micro("update_actor", "actor", upd, tokens, True, epochs, minis),
+              micro("update_critic", "critic", upd, tokens, True, epochs, minis)]
+    if s.number(get("algo.kl.init_coef")) > 0:
+        passes.append(micro("old_log_prob", "ref", fwd, lp_tokens))
+    if s.has("critic.model_name_or_path") or s.has("critic_pretrain"):
+        passes.append(micro("old_log_prob", "critic", fwd, lp_tokens))
+    packed = s.flag(get("ds.packing_samples"))
+    return build(s, "zero3" if zero >= 3 else "zero2", models, passes, timed(rows), gpus,
+                 s.int(get("ds.tensor_parallel_size")), remove_padding=packed,
+                 max_prompt=0 if packed else s.int(get("data.prompt_max_len")))

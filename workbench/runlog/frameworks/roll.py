@@ -16,6 +16,17 @@ count becomes a share over the step's responses (rollout_batch_size x num_return
 from the printed config).
 
 The launch config: the YAML examples/start_rlvr_pipeline.py prints (`OmegaConf.to_yaml`).
+
+How it trains (`training`; roll/configs/worker_config.py, training_args.py, base_config.py
+defaults; rlvr_pipeline.py): `actor_train.strategy_args.strategy_name` (megatron_train, else
+DeepSpeed's ZeRO or FSDP2 as named) at its `strategy_config` tensor x pipeline sizes
+(`recompute_granularity: full`: checkpointing) on `actor_train.device_mapping`'s GPUs;
+`training_args.per_device_train_batch_size` sequences per update micro-batch,
+`actor_train.infer_batch_size` (16) per log-prob forward (`use_dynamic_batching_in_train` /
+`_in_infer` pack them to `max_tokens_per_microbatch_in_train` / `_in_infer`); `rollout_batch_size
+x n / (micro x ranks x gradient_accumulation_steps)` optimizer steps x `ppo_epochs`.
+`ref_log_probs_values` is the reference's pass; `old_log_probs` holds the policy's (where
+`enable_old_logprobs_recompute`, off by default) and the critic's values (`adv_estimator: gae`).
 """
 
 from __future__ import annotations
@@ -23,6 +34,9 @@ from __future__ import annotations
 import json
 import re
 
+from workbench.contracts.training_shape import ModelShape, TrainingShape
+from workbench.runlog.frameworks.train_config import (RUN_GPUS, RUN_MODEL, Settings, build,
+                                                      micro, timed)
 from workbench.runlog.frameworks.base import (
     MODEL, ROLLOUT, GEN, STEP, ConfigKey, KeyMap, Parsed, Recognised, clean, config_from,
     to_verl, version_in)
@@ -142,7 +156,8 @@ def read(text: str, path: str) -> Parsed:
     notes = semantics(rows)
     return Parsed(rows, identity(text), config_from(settings, CONFIG), other_lines=other,
                   repeated=repeated, unmapped=tuple(sorted(unmapped)), notes=tuple(notes),
-                  extra={"running": engine_lines([clean(x)[1] for x in lines])})
+                  extra={"running": engine_lines([clean(x)[1] for x in lines])},
+                  training=training(settings, rows, path))
 
 
 NOTE = ("time/step_total is logged a step late: each step's total is taken from the next "
@@ -178,3 +193,51 @@ def semantics(rows: dict[int, dict]) -> list[str]:
 def is_timer(key: str) -> bool:
     return _is_timer(key)
 
+
+
+A = "actor_train."
+SC = A + "strategy_args.strategy_config."
+# ROLL v0.3.0's dataclass defaults, for what a config leaves out
+TRAIN_DEFAULTS = {A + "strategy_args.strategy_name": "megatron_train",
+                  SC + "tensor_model_parallel_size": 1, SC + "pipeline_model_parallel_size": 1,
+                  SC + "recompute_granularity": None, A + "infer_batch_size": 16,
+                  A + "training_args.per_device_train_batch_size": 8,
+                  A + "training_args.gradient_accumulation_steps": 1, "ppo_epochs": 1,
+                  "enable_old_logprobs_recompute": False, "adv_estimator": "grpo",
+                  A + "use_dynamic_batching_in_train": False,
+                  A + "use_dynamic_batching_in_infer": False}
+STRATEGIES = {"megatron": "megatron", "fsdp2": "fsdp2", "deepspeed": "zero3"}
+
+
+def training(found: dict[str, tuple[object, int]], rows: dict[int, dict], path: str
+             ) -> TrainingShape:
+    """How the run trains (module docstring)."""
+    s = Settings(found, NAME, TRAIN_DEFAULTS, path)
+    name = s.text(A + "strategy_args.strategy_name").lower()
+    strategy = next((v for k, v in STRATEGIES.items() if k in name), "megatron")
+    meg = strategy == "megatron"
+    tp = s.int(SC + "tensor_model_parallel_size") if meg else 1
+    pp = s.int(SC + "pipeline_model_parallel_size") if meg else 1
+    gpus = _gpus(s.text(A + "device_mapping")) or RUN_GPUS
+    upd, fwd = (s.int(A + "training_args.per_device_train_batch_size"),
+                s.int(A + "infer_batch_size"))
+    tokens = s.int(A + "max_tokens_per_microbatch_in_train", 0) if s.flag(
+        A + "use_dynamic_batching_in_train") else 0
+    lp_tokens = s.int(A + "max_tokens_per_microbatch_in_infer", 0) if s.flag(
+        A + "use_dynamic_batching_in_infer") else 0
+    samples = s.int("rollout_batch_size", 1) * s.int("num_return_sequences_in_group", 1)
+    ranks = max(1, (gpus or 1) // (tp * pp))
+    per_step = upd * ranks * max(1, s.int(A + "training_args.gradient_accumulation_steps"))
+    minis = max(1, -(-samples // per_step))
+    epochs = s.int("ppo_epochs")
+    ckpt = s.text(SC + "recompute_granularity").lower() == "full"
+    models = (ModelShape("actor", RUN_MODEL, checkpointing=ckpt, param_bytes=4),
+              ModelShape("ref", RUN_MODEL),
+              ModelShape("critic", RUN_MODEL, value_head=True, checkpointing=ckpt, param_bytes=4))
+    passes = [micro("ref", "ref", fwd, lp_tokens),
+              micro("update_actor", "actor", upd, tokens, True, epochs, minis)]
+    if s.flag("enable_old_logprobs_recompute"):
+        passes.append(micro("old_log_prob", "actor", fwd, lp_tokens))
+    if s.text("adv_estimator").lower() == "gae":
+        passes.append(micro("old_log_prob", "critic", fwd, lp_tokens))
+    return build(s, strategy, models, passes, timed(rows), gpus, tp, pp)

@@ -16,12 +16,29 @@ pretty-printed with its floats as 4-decimal strings.
 A step is the console tracker's `Step N:` dict where the log has it, else the Timer lines from
 `Started: 'step'` to `Finished: 'step'` (numbered 1, 2, ... in order: SkyRL's global_step starts at
 1). SkyRL logs neither a prompt length nor a clip ratio.
+
+How it trains (`training`; skyrl/train/config/config.py's defaults, trainer.py
+`fwd_logprobs_values_reward`): `trainer.strategy` (fsdp, fsdp2 or megatron at
+`trainer.policy.megatron_config`'s tensor x pipeline sizes) on
+`trainer.placement.policy_num_gpus_per_node` x `policy_num_nodes` GPUs (with `colocate_all`, the
+default, the engines' GPUs); `trainer.micro_train_batch_size_per_gpu` sequences per update
+micro-batch, `micro_forward_batch_size_per_gpu` per forward (`max_tokens_per_microbatch` > 0
+packs them by tokens instead); `train_batch_size / policy_mini_batch_size` optimizer steps (both
+in prompts) x `update_epochs_per_batch`; `gradient_checkpointing` (on); LoRA
+(`trainer.policy.model.lora.rank`). `fwd_logprobs_values_reward` holds the critic's values pass
+(`advantage_estimator` gae), the reference's (`use_kl_loss`, on by default, or
+`use_kl_in_reward`) and the policy's; with `colocate_all` each model is moved onto the GPU for its
+pass and off after (with the optimizer's state for an update); `fsdp_config.cpu_offload` is FSDP's
+per-forward offload.
 """
 
 from __future__ import annotations
 
 import re
 
+from workbench.contracts.training_shape import ModelShape, Offload, TrainingShape
+from workbench.runlog.frameworks.train_config import (RUN_GPUS, RUN_MODEL, Settings, build,
+                                                      micro, timed)
 from workbench.runlog.frameworks.base import (
     CHECKPOINTING, MODEL, ROLLOUT, GEN, STEP, ConfigKey, KeyMap, Parsed, Recognised, clean,
     config_from, to_verl, version_in)
@@ -180,9 +197,60 @@ def read(text: str, path: str) -> Parsed:
         repeated += step in rows
         rows[step] = {"step": float(step), "line": float(n), **mapped}
     first = min((int(r["line"]) for r in rows.values()), default=len(lines))
-    config = config_from(_settings(lines[:first]), CONFIG, f"{NAME}'s default")
-    return Parsed(rows, identity(text), config,
+    settings = _settings(lines[:first])
+    config = config_from(settings, CONFIG, f"{NAME}'s default")
+    return Parsed(rows, identity(text), config, training=training(settings, rows, path),
                   other_lines=sum(1 for x in lines if x.strip()) - len(steps),
                   repeated=repeated, unmapped=tuple(sorted(unmapped)),
                   notes=("SkyRL logs no prompt length and no clip ratio",),
                   extra={"running": engine_lines([clean(x)[1] for x in lines])})
+
+
+T = "trainer."
+# skyrl/train/config/config.py at skyrl-v0.3.0, for what a launch leaves out
+TRAIN_DEFAULTS = {T + "strategy": "fsdp", T + "placement.colocate_all": True,
+                  T + "placement.policy_num_gpus_per_node": 1, T + "placement.policy_num_nodes": 1,
+                  T + "micro_train_batch_size_per_gpu": 1,
+                  T + "micro_forward_batch_size_per_gpu": 1, T + "policy_mini_batch_size": 256,
+                  T + "update_epochs_per_batch": 1, T + "max_tokens_per_microbatch": -1,
+                  T + "gradient_checkpointing": True, T + "algorithm.advantage_estimator": "grpo",
+                  T + "algorithm.use_kl_loss": True, T + "algorithm.use_kl_in_reward": False,
+                  T + "policy.model.lora.rank": 0, T + "policy.fsdp_config.cpu_offload": False,
+                  T + "policy.megatron_config.tensor_model_parallel_size": 1,
+                  T + "policy.megatron_config.pipeline_model_parallel_size": 1}
+
+
+def training(found: dict[str, tuple[object, int]], rows: dict[int, dict], path: str
+             ) -> TrainingShape:
+    """How the run trains (module docstring)."""
+    s = Settings(found, NAME, {**DEFAULTS, **TRAIN_DEFAULTS}, path)
+    strategy = s.text(T + "strategy").lower()
+    strategy = strategy if strategy in ("fsdp", "fsdp2", "megatron") else "fsdp"
+    meg = T + "policy.megatron_config."
+    tp = s.int(meg + "tensor_model_parallel_size") if strategy == "megatron" else 1
+    pp = s.int(meg + "pipeline_model_parallel_size") if strategy == "megatron" else 1
+    colocated = s.flag(T + "placement.colocate_all")
+    gpus = RUN_GPUS if colocated and not s.has(T + "placement.policy_num_gpus_per_node") else (
+        s.int(T + "placement.policy_num_gpus_per_node") * s.int(T + "placement.policy_num_nodes"))
+    minis = max(1, -(-s.int(T + "train_batch_size") // max(1, s.int(T + "policy_mini_batch_size"))))
+    tokens = max(0, s.int(T + "max_tokens_per_microbatch"))  # -1: off
+    fwd, upd = (s.int(T + "micro_forward_batch_size_per_gpu"),
+                s.int(T + "micro_train_batch_size_per_gpu"))
+    epochs = s.int(T + "update_epochs_per_batch")
+    moved = Offload.PHASE if colocated else Offload.NONE
+    off = Offload.FORWARD if s.flag(T + "policy.fsdp_config.cpu_offload") else moved
+    ckpt = s.flag(T + "gradient_checkpointing")
+    models = (ModelShape("actor", RUN_MODEL, checkpointing=ckpt, param_bytes=4, param_offload=off,
+                         lora_rank=s.int(T + "policy.model.lora.rank"),
+                         optimizer_offload=colocated),
+              ModelShape("ref", RUN_MODEL, param_offload=moved),
+              ModelShape("critic", RUN_MODEL, value_head=True, checkpointing=ckpt, param_bytes=4,
+                         param_offload=moved, optimizer_offload=colocated))
+    passes = [micro("old_log_prob", "actor", fwd, tokens),
+              micro("update_actor", "actor", upd, tokens, True, epochs, minis),
+              micro("update_critic", "critic", upd, tokens, True, epochs, minis)]
+    if s.flag(T + "algorithm.use_kl_loss") or s.flag(T + "algorithm.use_kl_in_reward"):
+        passes.append(micro("old_log_prob", "ref", fwd, tokens))
+    if s.text(T + "algorithm.advantage_estimator").lower() == "gae":
+        passes.append(micro("old_log_prob", "critic", fwd, tokens))
+    return build(s, strategy, models, passes, timed(rows), gpus, tp, pp)

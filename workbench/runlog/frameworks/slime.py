@@ -28,15 +28,30 @@ Semantics honoured (slime's train.py loop: generate N, train N, save, update_wei
 
 The launch config: Megatron's `arguments` dump (`  rollout_batch_size ........ 32`, one per
 line), else a shell trace of the launch (`train.py --rollout-batch-size 32 ...`).
+
+How it trains (`training`; slime/utils/arguments.py and slime/backends/megatron_utils/actor.py at
+the same commit): Megatron on `actor_num_nodes` x `actor_num_gpus_per_node` GPUs at
+`tensor_model_parallel_size` x `pipeline_model_parallel_size` (the rest data-parallel, context
+parallelism counted there); `micro_batch_size` sequences per micro-batch (default 1), or with
+`use_dynamic_batch_size` micro-batches packed to `max_tokens_per_gpu` tokens
+(`log_probs_max_tokens_per_gpu` for the log-prob passes); `global_batch_size` samples per optimizer
+step (else rollout_batch_size x n_samples_per_prompt / num_steps_per_rollout, else one step);
+`recompute_granularity full` recomputes each layer's forward in the backward (selective recomputes
+only attention's core: counted as none); sequences packed (no padding). The reference's pass runs
+the actor's model with the reference's weights, swapped in from the host before its timer starts
+(so not in `ref_log_probs`); `sleep` and `wake_up` (the colocated trainer's memory released and
+taken back) are timed on their own and not priced.
 """
 
 from __future__ import annotations
 
 import re
 
+from workbench.contracts.training_shape import ModelShape, TrainingShape
 from workbench.runlog.frameworks.base import (
     CHECKPOINTING, MODEL, ROLLOUT, GEN, STEP, ConfigKey, KeyMap, Parsed, Recognised, clean,
     config_from, to_verl, version_in)
+from workbench.runlog.frameworks.train_config import RUN_MODEL, Settings, build, micro, timed
 from workbench.runlog.frameworks.engine_lines import engine_lines
 from workbench.runlog.frameworks.literals import dashed_flags, megatron_args, printed_dict
 
@@ -194,7 +209,39 @@ def read(text: str, path: str) -> Parsed:
         notes.append("train_async.py: the rollout overlaps the update (asynchronous)")
     return Parsed(rows, identity(text), config_from(settings, CONFIG), other_lines=other,
                   truncated=cut, unmapped=tuple(sorted(unmapped)),
-                  notes=tuple(notes), asynchronous=asynchronous, extra={"running": rb})
+                  notes=tuple(notes), asynchronous=asynchronous, extra={"running": rb},
+                  training=training(settings, rows, path))
+
+
+# slime/utils/arguments.py's and Megatron's defaults for what a launch leaves out
+DEFAULTS = {"actor_num_nodes": 1, "actor_num_gpus_per_node": 8, "micro_batch_size": 1,
+            "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
+            "use_dynamic_batch_size": False, "recompute_granularity": None,
+            "n_samples_per_prompt": 1}
+
+
+def training(found: dict[str, tuple[object, int]], rows: dict[int, dict], path: str
+             ) -> TrainingShape:
+    """How the run trains (module docstring)."""
+    s = Settings(found, NAME, DEFAULTS, path)
+    gpus = s.int("actor_num_nodes") * s.int("actor_num_gpus_per_node")
+    samples = s.int("rollout_batch_size", 0) * s.int("n_samples_per_prompt")
+    steps = s.int("num_steps_per_rollout", 0) if s.has("num_steps_per_rollout") else 0
+    size = s.int("global_batch_size", 0) or (samples // steps if steps else samples)
+    minis = max(1, -(-samples // size)) if size else 1
+    dynamic = s.flag("use_dynamic_batch_size")
+    tokens = s.int("max_tokens_per_gpu", 0) if dynamic else 0
+    lp_tokens = s.int("log_probs_max_tokens_per_gpu", tokens) if dynamic else 0
+    mbs = s.int("micro_batch_size")
+    ckpt = s.text("recompute_granularity").lower() == "full"
+    models = (ModelShape("actor", RUN_MODEL, checkpointing=ckpt, param_bytes=4),
+              ModelShape("ref", RUN_MODEL),
+              ModelShape("critic", RUN_MODEL, value_head=True, checkpointing=ckpt, param_bytes=4))
+    passes = (micro("old_log_prob", "actor", mbs, lp_tokens), micro("ref", "ref", mbs, lp_tokens),
+              micro("update_actor", "actor", mbs, tokens, True, 1, minis),
+              micro("update_critic", "critic", mbs, tokens, True, 1, minis))
+    return build(s, "megatron", models, passes, timed(rows), gpus,
+                 s.int("tensor_model_parallel_size"), s.int("pipeline_model_parallel_size"))
 
 
 def _left_out(rows: dict[int, dict], first: int | None, evals: dict[int, dict]) -> list[str]:

@@ -82,4 +82,5 @@ def read(module: ModuleType, df: pd.DataFrame, step_col: str, path: str, first: 
     identity = module.identity("")
     return Parsed(rows, identity, unmapped=tuple(sorted(unmapped)),
                   notes=tuple(notes) + ("a tracker export: no launch config (the shape from "
-                                        "flags)",))
+                                        "flags, the training from the framework's defaults)",),
+                  training=module.training({}, rows, path))
