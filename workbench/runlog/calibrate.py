@@ -127,7 +127,7 @@ def calibrate(p: Prepared, fit_steps: int, name: str, also: Sequence[Prepared] =
     prof, splits = profile_of(logs, fit_steps, post, name, on)
     fits = [_log_fit(q, prof, fit_steps) for q in logs]
     prof, _ = profile_of(logs, fit_steps, post, name, on, fits[0].heldout.gen.median)
-    accepted = log_acceptance(p.log, prof, fit_steps)
+    accepted = log_acceptance(p.log, p.shape, prof, fit_steps)
     prof = apply_acceptance(prof, accepted) if accepted is not None else prof
     first = fits[0]
     return RunCalibration(

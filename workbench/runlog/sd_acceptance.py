@@ -22,6 +22,7 @@ import numpy as np
 from sim.acceptance import accept_stats, alpha_for_mean, cumulative_acceptance
 from workbench.contracts.profile import Profile
 from workbench.runlog.reader import RunLog
+from workbench.runlog.shape import RunShape
 
 ACCEPT = "sd/accept_length"
 KEYS = ("sd.num_steps", "sd.topk", "sd.num_draft_tokens", "sd.algorithm")
@@ -41,11 +42,11 @@ class LogAcceptance:
     source: str
 
 
-def _setting(log: RunLog, key: str, default: int) -> int:
-    v = log.config.get(key)
+def _setting(shape: RunShape, field: str, default: int) -> int:
+    v = shape.said(field)
     try:
-        return int(v.value) if v is not None and v.value is not None else default
-    except (TypeError, ValueError):
+        return int(float(v.value)) if v is not None else default
+    except (TypeError, ValueError, OverflowError):
         return default
 
 
@@ -59,14 +60,16 @@ def _model_len(alpha: float, shape: float, depth: int, width: float, gain: float
     return accept_stats(cumulative_acceptance(level, shape, depth)).mean
 
 
-def log_acceptance(log: RunLog, profile: Profile, fit_steps: int) -> LogAcceptance | None:
-    """The log's acceptance fitted on its first `fit_steps` steps (None: the log has none)."""
+def log_acceptance(log: RunLog, shape: RunShape, profile: Profile, fit_steps: int
+                   ) -> LogAcceptance | None:
+    """The log's acceptance fitted on its first `fit_steps` steps, through the SD config its shape
+    took (None: the log has none)."""
     acc = log.column(ACCEPT)
     fit = acc[:fit_steps][np.isfinite(acc[:fit_steps]) & (acc[:fit_steps] >= 1.0)]
     if not len(fit):
         return None
-    depth = max(1, _setting(log, "sd.num_steps", 3))
-    tokens = max(depth + 1, _setting(log, "sd.num_draft_tokens", depth + 1))
+    depth = max(1, _setting(shape, "sd_depth", 3))
+    tokens = max(depth + 1, _setting(shape, "sd_verify_tokens", depth + 1))
     width = max(1.0, (tokens - 1) / depth)
     m = profile.acceptance
     med = float(np.median(fit))

@@ -51,6 +51,14 @@ class Taken:
     source: str
 
 
+# Settings said with the shape where the log gives them, beyond what the baseline rollout runs:
+# speculative decoding's (its depth, top-k and tokens verified: they invert the log's accepted
+# length, workbench/runlog/sd_acceptance.py) and an asynchronous run's bound on off-policy steps
+NOTED = (("sd_algorithm", "sd.algorithm"), ("sd_depth", "sd.num_steps"), ("sd_topk", "sd.topk"),
+         ("sd_verify_tokens", "sd.num_draft_tokens"),
+         ("max_head_offpolicyness", "async.max_head_offpolicyness"))
+
+
 @dataclass(frozen=True)
 class RunShape:
     arch: str  # an architecture preset name or a config.json path
@@ -68,6 +76,10 @@ class RunShape:
     @property
     def engines(self) -> int:
         return self.gpus // self.tp
+
+    def said(self, field: str) -> Taken | None:
+        """A field as the shape took it (NOTED's among them), None where nothing gave it."""
+        return next((t for t in self.taken if t.field == field), None)
 
     @property
     def responses(self) -> int:
@@ -266,5 +278,7 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     framework, batch = _engine(log, flags, taken)
     if flags.ep is not None:
         taken.append(Taken("ep", str(flags.ep), "flag --ep"))
+    for field, key in NOTED:
+        _from_log(log, key, "", taken, field, None)
     return RunShape(arch, flags.gpu, gpus, ints["tp"], ints["prompts_per_step"], ints["group_size"],
                     ints["max_response_tokens"], framework, batch, tuple(taken), flags.ep)

@@ -74,6 +74,7 @@ CONFIG = (
     ConfigKey("gconfig.max_new_tokens", "data.max_response_length"),
     ConfigKey("(engine of allocation_mode)", ROLLOUT + "name"),
     ConfigKey("actor.gradient_checkpointing", CHECKPOINTING),
+    ConfigKey(MAX_OFFPOLICY, "async.max_head_offpolicyness"),
 )
 _OVERRIDE = re.compile(r"(?:^|\s)([a-z_][\w.]*)=(\"[^\"]*\"|'[^']*'|\S+)")
 _ALLOC = re.compile(r"\b(sglang|vllm)[:.]d(\d+)(?:p(\d+))?(?:t(\d+))?")
