@@ -174,6 +174,16 @@ def test_a_bad_training_setting_is_refused_naming_the_file_and_the_setting(logs,
         on_run(log.training, run_shape(log, FLAGS), log.path)
 
 
+def test_extracted_metrics_are_refused_for_another_framework_s_log(logs, tmp_path):
+    """`tlt runlog extract` keeps veRL's names and launch keys: another framework's log would read
+    back as veRL's, its semantics and training lost, so it is refused naming the framework."""
+    from workbench.runlog.extract import Provenance, extract
+    out = tmp_path / "x.metrics.json"
+    with pytest.raises(ConfigError, match="is a slime log"):
+        extract(logs / "slime-qwen2.5-7b.log", Provenance("a/b", "c", "d.log"), out)
+    assert not out.exists()
+
+
 def test_a_tracker_export_trains_as_the_framework_s_defaults(logs, tmp_path):
     """A W&B history holds no launch config: slime's training from slime's and Megatron's
     defaults, each flagged as not in the log."""

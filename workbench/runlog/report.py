@@ -60,7 +60,8 @@ def shape_lines(p: Prepared) -> list[str]:
 
 
 def training_lines(p: Prepared) -> list[str]:
-    """How the run trains, as the log says (workbench/runlog/training.py)."""
+    """How the run trains, as the log says (workbench/runlog/training.py; another framework's
+    reader: workbench/runlog/frameworks/train_config.py)."""
     t = p.training
     lines = [f"training: {t.strategy}, {t.gpus} GPUs (TP{t.tp} PP{t.pp} DP{t.dp}), sequences "
              + ("packed" if t.remove_padding else
