@@ -255,13 +255,32 @@ def _length_dir_inputs() -> list[dict[str, bytes]]:
              "reward_timings_step_0.jsonl": _jsonl(rewards)}]
 
 
+FRAMEWORK_LOGS = ROOT / "traces/published/framework-logs"
+
+
+def _framework_inputs() -> list[dict[str, bytes]]:
+    """Each other framework's console log (written from its logging code: the folder's README),
+    its first steps, and one tracker export (a W&B history of slime's perf and rollout records)."""
+    out = []
+    for f in sorted(FRAMEWORK_LOGS.glob("*.log")):
+        lines = f.read_bytes().splitlines(keepends=True)
+        out.append({f.name: b"".join(lines[:160])})
+    text = (FRAMEWORK_LOGS / "slime-qwen2.5-7b.log").read_text()
+    rows = [{**{k: v for k, v in re.findall(r"'([^']+)': (?:np\.float64\()?([-\d.e]+)", m[1])},
+             "rollout/step": int(m[0])}
+            for m in re.findall(r" (?:perf|rollout) (\d+): (\{.*)", text)]
+    out.append({"history.csv": pd.DataFrame(rows).to_csv(index=False).encode()})
+    return out
+
+
 def _run_log_inputs() -> list[dict[str, bytes]]:
     m = _run_metrics()
     text = _run_log_text()
     return [{"run.log": text}, {"run.log.gz": gzip.compress(text, mtime=0)},
             {"metrics.csv": m.to_csv(index=False).encode()},
             {"metrics.csv.gz": gzip.compress(m.to_csv(index=False).encode(), mtime=0)},
-            {"metrics.jsonl": _jsonl(m.to_dict("records"))}, {"metrics.parquet": _parquet(m)}]
+            {"metrics.jsonl": _jsonl(m.to_dict("records"))}, {"metrics.parquet": _parquet(m)},
+            *_framework_inputs()]
 
 
 def _task_inputs() -> list[dict[str, bytes]]:

@@ -30,7 +30,6 @@ def _refused(args: list[str]) -> str:
 
 
 @pytest.mark.parametrize("name, data, says", [
-    ("run.log", _console_log(), ["is a veRL console log", "tlt calibrate --run-log"]),
     ("lengths.parquet", b"step,prompt,length\n0,a,10\n", ["is text beginning 'step,prompt,length'",
                                                           "not Parquet", "rename it to .csv"]),
     ("lengths.csv", b"PAR1\x00\x00PAR1", ["is a Parquet file", "rename it to .parquet"]),
@@ -49,6 +48,24 @@ def test_a_length_file_of_another_kind_is_named_for_what_it_is(tmp_path, name, d
     for words in says:
         assert words in out
     assert not list(tmp_path.glob("w*"))
+
+
+def test_a_run_log_is_imported_for_its_length_statistics(tmp_path):
+    """A run log (veRL's console here; any framework's: test_runlog_frameworks.py) given to `tlt
+    workload import` is read for its steps' length statistics; the length reader itself still
+    names a console log for what it is, pointing to the run-log reader."""
+    from workbench.contracts.schema import ConfigError
+    from workbench.contracts.workload import load_workload
+    from workbench.workloads.build import import_workload
+    path = tmp_path / "run.log"
+    path.write_bytes(_console_log())
+    res = CliRunner().invoke(app, ["workload", "import", str(path), "--base", "cpu-tiny", "--out",
+                                   str(tmp_path / "w.yaml")])
+    assert res.exit_code == 0 and "a veRL run log" in res.output, res.output
+    assert load_workload(tmp_path / "w.yaml").steps == 4
+    with pytest.raises(ConfigError) as exc:
+        import_workload([path], tmp_path / "x.yaml", load_workload("cpu-tiny"))
+    assert "is a veRL console log" in str(exc.value) and "tlt calibrate --run-log" in str(exc.value)
 
 
 @pytest.mark.parametrize("data, says", [

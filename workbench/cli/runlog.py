@@ -1,4 +1,4 @@
-"""`tlt calibrate --run-log` and `tlt validate --run-log`: a veRL run's log in, its steps predicted
+"""`tlt calibrate --run-log` and `tlt validate --run-log`: a run's log in, its steps predicted
 (workbench/runlog/). The shape flags are shared by both commands."""
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from workbench.runlog.shape import ShapeFlags
 from workbench.workloads.build import data_path, write_workload
 
 RUN_LOG_HELP = (
-    "A veRL run log: its console output (step:N - key:value lines; .gz read too) or the same "
-    "metrics as a CSV/JSONL/Parquet table with a step column."
+    "A run log: veRL's console output (step:N - key:value lines; .gz read too), or slime/miles', "
+    "NeMo-RL's, SkyRL's, OpenRLHF's, AReaL's or ROLL's (recognised by their own lines), or the "
+    "same metrics as a W&B/TensorBoard export (CSV/JSONL/JSON/Parquet with a step column, or an "
+    "events.out.tfevents file)."
 )
 RUN_LOG_CALIBRATE = (RUN_LOG_HELP + " Fits run-level factors over the measured database on its "
                      "first --fit-steps steps, predicts the rest. Repeat for runs of the same "

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import shlex
 import sys
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -19,12 +21,14 @@ from workbench.workloads.build import (
     ASK_CLUSTER,
     CLUSTER_FLAGS,
     MODES,
+    UNPLACED,
     Placement,
     format_report,
     import_workload,
     infer_cap,
     report,
 )
+from workbench.runlog.length_summary import LengthSummary, run_log_summaries
 from workbench.workloads.mixture import fit_mixture
 
 
@@ -35,7 +39,10 @@ def import_(
                                             "JSONL (with dapo_filter_indices.jsonl), a "
                                             "CSV/JSONL/Parquet table with step, prompt, length "
                                             "[prompt_tokens, correct, rank], or veRL's per-step "
-                                            "response_length/* metrics; multi-turn: PolyTrace's "
+                                            "response_length/* metrics, or any framework's "
+                                            "run log (veRL, slime/miles, NeMo-RL, SkyRL, "
+                                            "OpenRLHF, AReaL, ROLL: its per-step length "
+                                            "statistics); multi-turn: PolyTrace's "
                                             "multiturn_workload JSONL or a turns table "
                                             "(docs/formats.md)."),
     out: Path = typer.Option(...,
@@ -77,16 +84,39 @@ def import_(
     if "import" in sys.argv:
         command = "tlt workload " + " ".join(shlex.quote(a)
                                              for a in sys.argv[sys.argv.index("import"):])
-    try:
-        placement = cluster_placement(model, gpu, tp, framework, engines, base is not None)
-        result = import_workload(files, out, load_workload(base) if base else None, mode, cap,
-                                 name, responses_per_step, source=f"built by: {command}",
-                                 description=description, placement=placement)
-    except ConfigError as exc:
-        fail(exc)
+    with tempfile.TemporaryDirectory(prefix="tlt-runlog-") as tmp:
+        try:
+            placement = cluster_placement(model, gpu, tp, framework, engines, base is not None)
+            files, summaries = run_log_summaries(files, Path(tmp))
+            base_wl = load_workload(base) if base else None
+            for s in summaries:
+                typer.echo(f"read {s.describe()}")
+            if summaries and summaries[0].shape is not None:
+                responses_per_step = responses_per_step or summaries[0].responses_per_step
+                if base_wl is None and placement is not None:  # the shape from the log's config
+                    p, n, top = summaries[0].shape
+                    base_wl = replace(UNPLACED, prompts_per_step=p, group_size=n,
+                                      max_response_tokens=top)
+                    typer.echo(f"shape from the log's config: {p} prompts x {n}, cap {top}")
+            result = import_workload(files, out, base_wl, mode, cap, name, responses_per_step,
+                                     source=f"built by: {command}", description=description,
+                                     placement=placement)
+        except ConfigError as exc:
+            fail(_said_of_log(exc, summaries if "summaries" in locals() else []))
     for line in result.lines:
         typer.echo(line)
     typer.echo(f"imported in {time.perf_counter() - t0:.2f}s", err=True)
+
+
+def _said_of_log(exc: ConfigError, summaries: list[LengthSummary]) -> ConfigError:
+    """An error about a run log's summary table, said of the log itself (the table is ours)."""
+    for sm in summaries:
+        if str(sm.table) in exc.source:
+            where = exc.source.replace(str(sm.table), sm.log.path)
+            logs = ", ".join(sm.columns) or "no length statistics"
+            return ConfigError(where, exc.field, exc.value,
+                               f"{exc.allowed} ({sm.log.framework.name} logs {logs})")
+    return exc
 
 
 def cluster_placement(model: str | None, gpu: str | None, tp: int | None, framework: str | None,

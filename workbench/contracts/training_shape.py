@@ -6,6 +6,11 @@ phase model (workbench/runlog/phases.py) prices each phase from it alone, so a r
 framework's logs that fills it, and names its timers as veRL's canonical phases (PHASES), gets the
 same model. Every field a reader took from the log, or from the framework's default, is said in
 `taken` (field, value, where).
+
+A timer that holds several passes (NeMo-RL's `policy_and_reference_logprobs`, SkyRL's
+`fwd_logprobs_values_reward`, OpenRLHF's `make_experience`: the policy's, the reference's and the
+critic's forwards under one name) lists one PhaseShape per pass under that timer's name; the phase
+model prices the timer as their sum.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from workbench.contracts.schema import require
 PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
           "update_actor", "update_weights")
 ROLES = ("actor", "ref", "critic")
-STRATEGIES = ("fsdp", "fsdp2", "megatron")
+# DeepSpeed's ZeRO (OpenRLHF, ROLL): stage 3 shards the parameters and gathers them for every
+# forward as FSDP does; stages 1 and 2 keep them whole on every rank ("zero2")
+STRATEGIES = ("fsdp", "fsdp2", "megatron", "zero2", "zero3")
+GATHERED = ("fsdp", "fsdp2", "zero3")  # parameters sharded over the ranks, gathered per forward
 
 
 class Offload(str, Enum):
@@ -113,6 +121,11 @@ class TrainingShape:
     def dp(self) -> int:
         """Data-parallel ranks: each holds its share of the step's sequences."""
         return max(1, self.gpus // (self.tp * self.pp))
+
+    @property
+    def gathers(self) -> bool:
+        """Each forward gathers the model's weights from the other ranks (GATHERED, over ranks)."""
+        return self.strategy in GATHERED and self.dp > 1
 
     def model(self, role: str) -> ModelShape:
         for m in self.models:

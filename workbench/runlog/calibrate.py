@@ -24,6 +24,8 @@ from workbench.runlog.errors import PhaseErrors
 from workbench.runlog.prepared import Prepared, check_fit_steps, fitted_on, fitted_steps
 from workbench.runlog.priors import FACTORS
 from workbench.runlog.run_profile import run_factors, run_profile, uncertainty
+from workbench.runlog.sd_acceptance import LogAcceptance, log_acceptance
+from workbench.runlog.sd_acceptance import apply as apply_acceptance
 from workbench.runlog.transfer import leave_one_out
 
 
@@ -53,6 +55,7 @@ class RunCalibration:
     splits: tuple  # RunFactors if the unplaced cost were all per engine step / per RL step
     also: tuple[LogFit, ...] = ()  # the other logs fitted on (their first fit_steps too)
     left_out: tuple = ()  # transfer.LeftOut per log, with several logs
+    acceptance: LogAcceptance | None = None  # SD's acceptance where the log measures it
 
 
 @dataclass(frozen=True)
@@ -124,12 +127,14 @@ def calibrate(p: Prepared, fit_steps: int, name: str, also: Sequence[Prepared] =
     prof, splits = profile_of(logs, fit_steps, post, name, on)
     fits = [_log_fit(q, prof, fit_steps) for q in logs]
     prof, _ = profile_of(logs, fit_steps, post, name, on, fits[0].heldout.gen.median)
+    accepted = log_acceptance(p.log, p.shape, prof, fit_steps)
+    prof = apply_acceptance(prof, accepted) if accepted is not None else prof
     first = fits[0]
     return RunCalibration(
         p, fit_steps, post, prof, first.predicted, first.fitted, first.heldout, first.coverage,
         errors.baselines(p.measured, p.stats.mean, fit_steps),
         errors.drift(first.predicted, p.measured, p.steps, fit_steps), splits, tuple(fits[1:]),
-        leave_one_out(logs, fit_steps) if len(logs) > 1 else ())
+        leave_one_out(logs, fit_steps) if len(logs) > 1 else (), accepted)
 
 
 def validate(p: Prepared, profile: Profile) -> RunValidation:

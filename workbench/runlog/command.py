@@ -91,9 +91,9 @@ def _resolve(text: str, variables: dict[str, str]) -> tuple[str, str]:
 
 def _bare(word: str) -> str:
     """A word without the quote that opens or closes a quoted argument list around it."""
-    if word[:1] in "\"'":
+    if word and word[0] in "\"'":  # ('' is in every string: test the character itself)
         word = word[1:]
-    if word[-1:] in "\"'" and word.count(word[-1]) % 2:
+    if word and word[-1] in "\"'" and word.count(word[-1]) % 2:
         word = word[:-1]
     return word
 

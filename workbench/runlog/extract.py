@@ -19,8 +19,8 @@ import numpy as np
 
 from workbench.contracts.fileio import jsonable, write_atomic
 from workbench.contracts.schema import ConfigError
-from workbench.runlog.reader import (EXTRACT_SCHEMA, EXTRACT_SUFFIXES, STEP, TIMING, TOP_PHASES,
-                                     RunLog, read_run_log)
+from workbench.runlog.reader import STEP, TIMING, TOP_PHASES, RunLog, read_run_log
+from workbench.runlog.table_log import EXTRACT_SCHEMA, EXTRACT_SUFFIXES
 
 KEPT_PREFIXES = (TIMING, "response_length/", "prompt_length/")
 
@@ -58,6 +58,10 @@ def extract(log_path: str | Path, where: Provenance, out: str | Path) -> dict:
     if log.kind != "console":
         raise ConfigError(str(p), "<file>", f"is a {log.kind}, not a console log",
                           "a veRL console log (a table or an extract is already its metrics)")
+    if log.framework.name != "veRL":
+        raise ConfigError(str(p), "<file>", f"is a {log.framework.name} log",
+                          "a veRL console log (another framework's log is read as it is: "
+                          "`tlt calibrate --run-log` takes it directly)")
     raw = p.read_bytes()
     cols, rows = _steps(log)
     c = log.config

@@ -17,6 +17,12 @@ veRL logs per step the mean, the longest and the shortest response and the share
 
 A step's prompt tokens are its `prompt_length/mean` (the cost model is linear in context, so the
 spread of prompt lengths moves no step time).
+
+Another framework's log may lack what veRL logs (workbench/runlog/frameworks/): a step without its
+longest response (OpenRLHF, AReaL, NeMo-RL's console) gets the pooled spread and a body below the
+cap, with round(clip_ratio x N) responses at the cap; a log that never gives the prompt's length
+(SkyRL) is modelled with one-token prompts (their prefill and context then go into the fitted
+decode speed). Both are counted and printed. A veRL log must have all three in every timed step.
 """
 
 from __future__ import annotations
@@ -49,6 +55,12 @@ class StepStats:
     min: np.ndarray
     clip_ratio: np.ndarray
     prompt_mean: np.ndarray
+    prompt_known: bool = True  # False: the log never gives it (modelled as 1 token)
+
+    @property
+    def max_known(self) -> np.ndarray:
+        """Per step: the log gives its longest response."""
+        return np.isfinite(self.max)
 
 
 @dataclass(frozen=True)
@@ -63,21 +75,30 @@ class ModelledLengths:
 def step_stats(log: RunLog) -> StepStats:
     """The length statistics, refused where a timed step lacks one the model needs."""
     cols = {}
+    lenient = log.framework.name != "veRL"  # frameworks that log less than veRL (docstring)
+    prompt_known = not (lenient and np.isnan(log.column(PROMPT_MEAN)).all())
     for key in (MEAN, MAX, PROMPT_MEAN):
         v = log.column(key)
-        bad = np.flatnonzero(~((v > 0) & (v <= MAX_TOKENS)))
+        if key == PROMPT_MEAN and not prompt_known:
+            cols[key] = np.ones(log.steps)  # one token: a workload's least (Workload.check)
+            continue
+        ok = (v > 0) & (v <= MAX_TOKENS)
+        if key == MAX and lenient:
+            ok |= np.isnan(v)
+        bad = np.flatnonzero(~ok)
         if len(bad):
             raise ConfigError(
                 log.where(int(bad[0])),
                 key,
                 "<missing>" if np.isnan(v[bad[0]]) else v[bad[0]],
-                f"a number of tokens > 0 and at most {MAX_TOKENS:,} in every timed step (veRL "
-                "logs it with the step's timings)",
+                f"a number of tokens > 0 and at most {MAX_TOKENS:,} in every timed step "
+                f"({log.framework.name} logs it with the step's timings)",
             )
         cols[key] = v
     lo = np.nan_to_num(log.column(MIN), nan=1.0)
     clip = np.clip(np.nan_to_num(log.column(CLIP), nan=0.0), 0.0, 1.0)
-    return StepStats(cols[MEAN], cols[MAX], np.maximum(1.0, lo), clip, cols[PROMPT_MEAN])
+    return StepStats(cols[MEAN], cols[MAX], np.maximum(1.0, lo), clip, cols[PROMPT_MEAN],
+                     prompt_known)
 
 
 def _body(z: np.ndarray, log_top: float, spread: float, low: float, high: float) -> np.ndarray:
@@ -130,22 +151,25 @@ def model_step(
     stats: StepStats, i: int, responses: int, cap: int, pooled: float, grid: int = 1
 ) -> tuple[np.ndarray, float, int]:
     """Step i's lengths (sorted ascending), its body's spread and its responses at the cap."""
-    mean, top, low = stats.mean[i], min(stats.max[i], cap), int(min(stats.min[i], stats.max[i]))
+    known = bool(np.isfinite(stats.max[i]))
+    mean, top = stats.mean[i], min(stats.max[i], cap) if known else float(cap)
+    low = int(min(stats.min[i], stats.max[i]) if known else min(stats.min[i], mean))
     k = int(round(stats.clip_ratio[i] * responses))
-    k = min(responses, max(k, 1 if top >= cap else 0))
+    k = min(responses, max(k, 1 if known and top >= cap else 0))
     total = int(round(mean * responses))
     nb = responses - k
     if nb == 0:
         return np.full(responses, cap, dtype=np.int64), 0.0, k
     target = max(float(low), (total - k * cap) / nb)
     z = _quantiles(nb)
-    if top < cap:
+    exact_top = known and top < cap
+    if exact_top:
         spread = _solve_spread(z, top, target, low)
         body = _body(z, np.log(top), spread, low, top)
-    else:
+    else:  # the longest at the cap, or not in the log: the pooled spread
         spread = pooled
         body = _body(z, _solve_median(z, spread, target, low, cap - 1), spread, low, cap - 1)
-    x = _integer(body, total - k * cap, low, top < cap, grid)
+    x = _integer(body, total - k * cap, low, exact_top, grid)
     return np.concatenate([np.sort(x), np.full(k, cap, dtype=np.int64)]), spread, k
 
 

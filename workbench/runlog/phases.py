@@ -1,7 +1,8 @@
 """Each timed phase outside the rollout, priced from what runs it: per step, the physical quantities
 (BASES) that the training factors (workbench/runlog/priors.py's TRAIN_FACTORS) turn into seconds.
 
-A phase's seconds = sum over BASES of basis x factor:
+A phase's seconds = sum over BASES of basis x factor, summed over the passes its timer holds (one
+for veRL's; another framework's combined timer holds several: training_shape.py):
 
 - compute (the database's seconds, x train_speed): the phase's micro-batches, each a forward of b
   sequences of L tokens (workbench/runlog/forward_costs.py) on one data-parallel rank, times the
@@ -23,7 +24,7 @@ A phase's seconds = sum over BASES of basis x factor:
   phase's edges moves its shard in and out (its gradients too with grad_offload), one offloaded
   per forward (FSDP's CPUOffload) moves its bf16 shard in for every micro-batch, an update with
   optimizer_offload moves the optimizer's state in and out;
-- fixed (x phase_s): one per phase (dispatch, the batch to and from the workers, the cache
+- fixed (x phase_s): one per pass (dispatch, the batch to and from the workers, the cache
   emptied); the weight sync a log times on its own (`update_weights`) counts as
   SYNC_CALLS_S + its bf16 bytes at SYNC_BYTES_PER_S over the prior's phase_s;
 - reward (x reward_s): one per response, for `adv` (veRL scores the responses there) and `reward`.
@@ -105,7 +106,7 @@ def phase_bases(t: TrainingShape, p: PhaseShape, grid: ForwardGrid, length: np.n
         steps = p.epochs * p.mini_batches
         out[:, 0] += steps * trained / t.dp * OPTIMIZER_BYTES / grid.memory_bytes_per_s
     out[:, 1] = n * k * a.layers / t.pp
-    if t.strategy != "megatron" and t.dp > 1:
+    if t.gathers:
         gathers = UPDATE_GATHERS * p.epochs if p.update else 1
         out[:, 2] = n * gathers * 2.0 * a.params * (t.dp - 1) / t.dp / GB
     out[:, 3] = offload_gb(t, p, a, trained) * (n if m.param_offload == Offload.FORWARD and
@@ -148,9 +149,10 @@ def step_bases(t: TrainingShape, grids: dict[str, ForwardGrid], stats: StepStats
     steps = len(length)
     rows, names = [], []
     for name in timed:
-        p = t.phase(name)
-        if p is not None:
-            out = phase_bases(t, p, grids[p.role], length, responses)
+        passes = [q for q in t.phases if q.phase == name]  # a combined timer: several passes
+        p = passes[0] if passes else None
+        if passes:
+            out = sum(phase_bases(t, q, grids[q.role], length, responses) for q in passes)
         else:
             out = np.zeros((steps, len(BASES)))
             if name in ("adv", "reward"):

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from workbench.contracts.profile import Profile
-from workbench.contracts.schema import ConfigError
-from workbench.contracts.training_shape import TrainingShape
+from workbench.contracts.schema import ConfigError, FieldError
+from workbench.contracts.training_shape import TrainingShape, TrainingTaken
 from workbench.runlog import engine, errors, fit
 from workbench.runlog.engine_config import EngineConfig, engine_config
 from workbench.runlog.forward_costs import ForwardGrid, forward_grid
+from workbench.runlog.frameworks.train_config import RUN_GPUS, RUN_MODEL
 from workbench.runlog.lengths import ModelledLengths, StepStats, model_lengths, step_stats
 from workbench.runlog.phases import SYNC_BYTES_PER_S, SYNC_CALLS_S, step_bases
 from workbench.runlog.priors import PHASE_S, RunPriors, engine_profile_priors, run_priors
@@ -95,8 +96,8 @@ def prepare(path: str | Path, flags: ShapeFlags, seed: int = 0,
         check_fit_steps(log, fit_steps)
     shape = run_shape(log, flags)
     eng = engine_config(log, shape.framework)
-    train = log.training or training_shape(log, shape)
-    priors = run_priors(shape, eng, train)
+    train = on_run(log.training, shape, log.path) if log.training else training_shape(log, shape)
+    priors = run_priors(shape, eng, train, "update_weights" in errors.timed_phases(log))
     stats = step_stats(log)
     grid = max(1, shape.max_response_tokens // GRID_STEPS)
     lengths = model_lengths(stats, shape.responses, shape.max_response_tokens, seed, grid,
@@ -108,6 +109,27 @@ def prepare(path: str | Path, flags: ShapeFlags, seed: int = 0,
     work = work_of(log, shape, train, stats, lengths, db, progress)
     return Prepared(log, shape, stats, lengths, db, work, errors.measured(log),
                     _digest(log.path), eng, priors, train)
+
+
+def on_run(t: TrainingShape, shape: RunShape, path: str) -> TrainingShape:
+    """Another framework's training shape with what its log left to the run filled from the run's
+    shape (workbench/runlog/frameworks/train_config.py): the run's model, its GPUs, its caps."""
+    taken = list(t.taken)
+    if any(m.arch == RUN_MODEL for m in t.models):
+        taken.append(TrainingTaken("models", shape.arch, "the run's model (the rollout's)"))
+    if t.gpus == RUN_GPUS:
+        taken.append(TrainingTaken("gpus", str(shape.gpus), "the run's GPUs (colocated)"))
+    out = replace(t, models=tuple(replace(m, arch=shape.arch) if m.arch == RUN_MODEL else m
+                                  for m in t.models),
+                  gpus=t.gpus or shape.gpus,
+                  max_response_tokens=t.max_response_tokens or shape.max_response_tokens,
+                  taken=tuple(taken))
+    try:
+        out.check()
+    except FieldError as exc:
+        raise ConfigError(path, exc.field, exc.value, f"{exc.allowed} (the log's training "
+                          "settings: docs/formats.md#run-logs)") from None
+    return out
 
 
 def check_fit_steps(log: RunLog, fit_steps: int) -> None:

@@ -33,6 +33,7 @@ _ENGINE_SETTING = re.compile(r"(\w+)=('[^']*'|\"[^\"]*\"|[^,\s]+)")
 class ConfigValue:
     value: object
     line: int  # the log's line that printed it (its key's line, 1-based)
+    name: str = ""  # the setting as the log names it, where another framework's (else the key)
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,11 @@ def _key_lines(taken: list[tuple[int, str]]) -> dict[str, int]:
     out: dict[str, int] = {}
     stack: list[tuple[int, str]] = []
     for n, text in taken:
-        for m in re.finditer(r"'([^']+)':", text):
+        for i, m in enumerate(re.finditer(r"'([^']+)':", text)):
             col = m.start()
+            before = text[:col].rstrip()
+            if i and before.endswith(","):  # a sibling printed on the same line: its key's column
+                col = stack[-1][0] if stack else col
             while stack and stack[-1][0] >= col:
                 stack.pop()
             stack.append((col, m.group(1)))

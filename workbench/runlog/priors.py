@@ -12,7 +12,9 @@ what each cost is where the engine's config says it happens:
   layer; with CUDA graphs one replay per step: 2 ms. Log-sd 0.6; where the log does not say which,
   the geometric mean of the two, log-sd 0.9.
 - rl_step_s: the fixed cost per RL step inside veRL's rollout timer, as the parts the config says
-  happen: the weight sync into the engine (1.5 s of calls plus the parameters' bytes at 10 GB/s),
+  happen: the weight sync into the engine (1.5 s of calls plus the parameters' bytes at 10 GB/s;
+  left out where the log times the sync on its own, `update_weights`, as slime, NeMo-RL, SkyRL,
+  OpenRLHF, AReaL, ROLL and newer veRL do: that phase prices it, workbench/runlog/phases.py),
   the KV cache freed and allocated again when free_cache_engine (1.5 s), CUDA graphs captured
   again when not eager (3 s), and dispatching the batch (1 s); with `layered_summon` the FSDP
   weights are gathered and loaded layer by layer (SUMMON_S_PER_LAYER a layer more); the
@@ -29,8 +31,8 @@ from the run's training shape:
 - gather_s_per_gb: FSDP's all-gather of a model's bf16 weights from the other ranks, for every
   micro-batch's forward (an update's micro-batch gathers again for its backward and
   reduce-scatters its fp32 gradients: veRL accumulates them without FSDP's no_sync), at
-  GATHER_BYTES_PER_S (NVLink's ring, its share for each rank), log-sd 0.8; Megatron keeps its
-  weights and gathers nothing;
+  GATHER_BYTES_PER_S (NVLink's ring, its share for each rank), log-sd 0.8 (DeepSpeed's ZeRO-3
+  likewise); Megatron and ZeRO-1/2 keep their weights whole and gather nothing;
 - offload_s_per_gb: the host link, as veRL moves tensors to and from the host (PCIe: pageable
   copies a few GB/s, pinned ones on Gen5 x16 up to ~55 GB/s): 1 / HOST_BYTES_PER_S, log-sd 0.8;
 - phase_s: a phase's fixed cost (the batch dispatched to the workers and gathered back through
@@ -127,13 +129,16 @@ def _step_overhead(engine: EngineConfig, layers: int) -> FactorPrior:
                        "replay and the scheduler per step")
 
 
-def _rl_step(engine: EngineConfig, param_bytes: float, layers: int) -> FactorPrior:
+def _rl_step(engine: EngineConfig, param_bytes: float, layers: int,
+             sync_apart: bool = False) -> FactorPrior:
     sync = SYNC_CALLS_S + param_bytes / SYNC_BYTES_PER_S
     parts = [f"weight sync {sync:.1f} s ({param_bytes / 1e9:.1f} GB at "
              f"{SYNC_BYTES_PER_S / 1e9:.0f} GB/s + {SYNC_CALLS_S} s"
              + (f", as {engine.value('load_format')}" if engine.value("load_format") else "")
              + ")"]
-    if engine.value("layered_summon") is True:
+    if sync_apart:  # the log times it on its own: its phase prices it, not the rollout's timer
+        sync, parts = 0.0, ["no weight sync (the log times it apart: update_weights)"]
+    if engine.value("layered_summon") is True and not sync_apart:
         sync += SUMMON_S_PER_LAYER * layers
         parts.append(f"layered_summon: a gather and a load per layer, {SUMMON_S_PER_LAYER} s x "
                      f"{layers}")
@@ -152,7 +157,7 @@ def _rl_step(engine: EngineConfig, param_bytes: float, layers: int) -> FactorPri
 
 def training_priors(t: TrainingShape) -> tuple[FactorPrior, ...]:
     """TRAIN_FACTORS' priors for a run of this training shape (module docstring)."""
-    gathers = t.strategy != "megatron" and t.dp > 1
+    gathers = t.gathers
     return (
         FactorPrior("train_speed", 1.5, 0.5, "the phases' kernels below the database's (FSDP's "
                     "and veRL's work between them)"),
@@ -160,7 +165,7 @@ def training_priors(t: TrainingShape) -> tuple[FactorPrior, ...]:
                     "launches and hooks per micro-batch forward"),
         FactorPrior("gather_s_per_gb", 1e9 / GATHER_BYTES_PER_S, 0.8,
                     f"FSDP's all-gather at {GATHER_BYTES_PER_S / 1e9:.0f} GB/s" if gathers else
-                    "nothing gathered (one rank, or Megatron): its prior only"),
+                    "nothing gathered (one rank, Megatron or ZeRO-2): its prior only"),
         FactorPrior("offload_s_per_gb", 1.0 / (HOST_BYTES_PER_S / 1e9), 0.8,
                     f"the host link (PCIe) at {HOST_BYTES_PER_S / 1e9:.0f} GB/s"),
         FactorPrior("phase_s", PHASE_S, 1.0, "the batch dispatched and gathered through Ray, "
@@ -169,15 +174,16 @@ def training_priors(t: TrainingShape) -> tuple[FactorPrior, ...]:
     )
 
 
-def run_priors(shape: RunShape, engine: EngineConfig, training: TrainingShape) -> RunPriors:
+def run_priors(shape: RunShape, engine: EngineConfig, training: TrainingShape,
+               sync_apart: bool = False) -> RunPriors:
     """The priors of a run of this shape on this engine, training so (module docstring), in
-    FACTORS' order."""
+    FACTORS' order; `sync_apart`: the log times the weight sync on its own (update_weights)."""
     arch = load_architecture(shape.arch)
     given = (
         FactorPrior("decode_speed", 1.0, 0.35, f"the measured database's kernels for {shape.gpu} "
                     f"TP{shape.tp} (--gpu names the GPU)"),
         _step_overhead(engine, arch.layers),
-        _rl_step(engine, 2.0 * arch.params, arch.layers),
+        _rl_step(engine, 2.0 * arch.params, arch.layers, sync_apart),
     ) + training_priors(training)
     return RunPriors(tuple(next(f for f in given if f.name == n) for n in FACTORS))
 

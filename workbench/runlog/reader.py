@@ -5,8 +5,12 @@ Console: veRL's console logger prints one line per RL step, `step:N - key:value 
 validation samples and the launch command. Older veRL versions name the phase timings `timing/gen`,
 newer ones `timing_s/gen`: both read as `timing_s/...`. A `.gz` file is read through gzip.
 
-Table: CSV, JSONL or Parquet with a step column (`step`, `_step`, `Step`, `global_step` or
-`training/global_step`) and veRL's metric names as columns, as a wandb or TensorBoard export gives.
+Table: CSV, JSONL, a JSON array or Parquet with a step column (`step`, `_step`, `Step`,
+`global_step`, `training/global_step`, ...) and veRL's metric names as columns, as a wandb or
+TensorBoard export gives (TensorBoard's long form, `step, tag, value`, pivoted; its event file,
+`events.out.tfevents.*`, read by workbench/runlog/frameworks/tb_events.py). Another framework's
+log or export is recognised and read by its own module (workbench/runlog/frameworks/). Tables
+and extracts are turned into rows by workbench/runlog/table_log.py.
 
 Extracted metrics (`NAME.metrics.json`, gzip read too; schema EXTRACT_SCHEMA, written by
 `tlt runlog extract`, workbench/runlog/extract.py): a console log's step metrics, its launch
@@ -31,32 +35,25 @@ config veRL prints at start (workbench/runlog/printed_config.py).
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import re
-import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from workbench.contracts.file_kind import describe
 from workbench.contracts.schema import ConfigError
-from workbench.contracts.tables import read_csv, read_jsonl, read_parquet
 from workbench.contracts.training_shape import TrainingShape
-from workbench.runlog.command import LaunchCommand, Setting, parse_command
-from workbench.runlog.printed_config import ConfigValue, PrintedConfig, parse_printed_config
+from workbench.runlog.command import LaunchCommand, parse_command
+from workbench.runlog.frameworks import recognise
+from workbench.runlog.frameworks.base import (GEN, STEP, Parsed, Recognised, check_timing,
+                                              version_in)
+from workbench.runlog.frameworks.engine_lines import RunningBatch, engine_lines
+from workbench.runlog.printed_config import PrintedConfig, parse_printed_config
+from workbench.runlog.table_log import (EXPECTED, EXTRACT_SUFFIXES, OLD_TIMING, TABLE_SUFFIXES,
+                                        TIMING, gunzipped, read_extract, read_table)
 
-GEN = "timing_s/gen"
-STEP = "timing_s/step"
-TIMING = "timing_s/"
-OLD_TIMING = "timing/"
-TABLE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
-EXTRACT_SUFFIXES = (".metrics.json", ".metrics.json.gz")
-EXTRACT_SCHEMA = "tlt-runlog-metrics/1"
-STEP_COLUMNS = ("step", "_step", "Step", "global_step", "training/global_step")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _STEP_LINE = re.compile(r"(?:^|[\s)\]])step:\s*(\d+)\s+-\s+(.*)$")
 # The phases veRL's trainer times one after another within a step (its `_timer` blocks at the top
@@ -66,8 +63,7 @@ TOP_PHASES = ("gen", "gen_max", "reward", "old_log_prob", "ref", "values", "adv"
 BINARY_SHARE = 0.3  # a file with this share of binary bytes or more is not a text log
 _TEXT_CONTROLS = b"\t\n\r\x0b\x0c\x1b"
 _BINARY = bytes(c for c in range(32) if bytes([c]) not in _TEXT_CONTROLS) + b"\x7f"
-_FIX = ("veRL's `step:N - key:value - ...` console lines, or a CSV/JSONL/Parquet table with a step "
-        "column")
+VERL_CODE = "veRL's console logger: verl/utils/tracking.py, `step:N - key:value - ...`"
 
 
 @dataclass(frozen=True)
@@ -117,6 +113,11 @@ class RunLog:
     # how the run trains, where a reader of another framework's logs fills it from its config
     # (None: read from veRL's config, workbench/runlog/training.py)
     training: TrainingShape | None = None
+    framework: Recognised = Recognised("veRL", code=VERL_CODE)  # who wrote the log
+    unmapped: tuple[str, ...] = ()  # its timers with no veRL counterpart, kept under their names
+    notes: tuple[str, ...] = ()  # how the framework's timing semantics were honoured
+    asynchronous: bool = False  # its rollout timer is waiting for rollouts, not generation
+    running: RunningBatch | None = None  # the engines' periodic lines: the running batch over time
 
     @property
     def steps(self) -> int:
@@ -136,52 +137,43 @@ class RunLog:
         return f"{self.path}:{n}" if self.kind == "console" else f"{self.path} (row {n})"
 
 
-def read_run_log(path: str | Path) -> RunLog:
-    """A console log or a table, by its suffix (module docstring)."""
+def read_run_log(path: str | Path, need: str = GEN) -> RunLog:
+    """A console log or a table, by its suffix (module docstring): its steps that have `need` (a
+    rollout time; `tlt workload import` asks for response_length/mean instead, timed or not)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(p), "<file>", str(p), "an existing veRL log file")
     if p.name.lower().endswith(EXTRACT_SUFFIXES):
-        return _read_extract(p)
+        x = read_extract(p)
+        try:
+            skipped = Skipped(**x.skipped)
+        except TypeError as exc:
+            raise ConfigError(str(p), "skipped", x.skipped, f"reader.Skipped's fields ({exc})"
+                              ) from None
+        log = _finish(p, "extract", x.rows, x.command, skipped, x.old_names, x.config)
+        return replace(log, source=x.source)
     suffix = p.suffix.lower() if p.suffix.lower() != ".gz" else Path(p.stem).suffix.lower()
-    if suffix in TABLE_SUFFIXES and not p.name.endswith(".log.gz"):
-        return _read_table(p, suffix)
-    return _read_console(p)
-
-
-def _gunzipped(p: Path) -> bytes:
-    """A .gz file's bytes, uncompressed; refused, saying what the file is, when it is no gzip."""
-    try:
-        with gzip.open(p, "rb") as fh:
-            return fh.read()
-    except (OSError, EOFError, zlib.error):
-        kind = describe(p)
-        raise ConfigError(str(p), "<file>", "is a damaged or cut-short gzip file"
-                          if kind == "is gzip-compressed" else f"is named .gz but {kind[3:]}",
-                          f"a text log, or one compressed with gzip: {_FIX}") from None
+    if "tfevents" in p.name:  # TensorBoard's event file: its scalars as a long table
+        suffix = ".tfevents"
+    elif suffix not in TABLE_SUFFIXES or p.name.endswith(".log.gz"):
+        return _read_console(p, need)
+    got = read_table(p, suffix, need)
+    if isinstance(got, Parsed):
+        return _from_parsed(p, "table", got, 0, need)
+    return _finish(p, "table", got.rows, LaunchCommand(), Skipped(0, got.untimed, 0, got.repeated),
+                   got.old_names, PrintedConfig(), need)
 
 
 def _text(p: Path) -> tuple[str, int]:
     """The file's text and its stray bytes (module docstring); a mostly binary file refused."""
-    raw = _gunzipped(p) if p.suffix.lower() == ".gz" else p.read_bytes()
+    raw = gunzipped(p) if p.suffix.lower() == ".gz" else p.read_bytes()
     binary = len(raw) - len(raw.translate(None, _BINARY))
     text = raw.replace(b"\x00", b"").decode("utf-8", errors="replace")
     undecodable = text.count("\ufffd")
     if raw and (binary + undecodable) / len(raw) >= BINARY_SHARE:
         raise ConfigError(str(p), "<file>", f"binary ({binary + undecodable} of {len(raw)} bytes "
-                          "are not text)", f"a text log: {_FIX}")
+                          "are not text)", f"a text log: {EXPECTED}")
     return text, raw.count(b"\x00") + undecodable
-
-
-def _check_timing(where: str, key: str, value: object) -> float:
-    """A timing: a number of seconds >= 0 (refused otherwise, naming the line and the key)."""
-    try:
-        v = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ConfigError(where, key, value, "a number of seconds >= 0") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise ConfigError(where, key, value, "a number of seconds >= 0")
-    return v
 
 
 def _parse_step_line(where: str, body: str) -> dict[str, float]:
@@ -194,7 +186,7 @@ def _parse_step_line(where: str, body: str) -> dict[str, float]:
             continue
         key = TIMING + key[len(OLD_TIMING) :] if key.startswith(OLD_TIMING) else key
         if key.startswith(TIMING):
-            out[key] = _check_timing(where, key, value.strip())
+            out[key] = check_timing(where, key, value.strip())
             continue
         try:
             out[key] = float(value)
@@ -203,8 +195,11 @@ def _parse_step_line(where: str, body: str) -> dict[str, float]:
     return out
 
 
-def _read_console(p: Path) -> RunLog:
+def _read_console(p: Path, need: str = GEN) -> RunLog:
     text, stray = _text(p)
+    other = recognise.framework(text)
+    if other is not None:
+        return _from_parsed(p, "console", other.read(text, str(p)), stray, need)
     lines = text.split("\n")
     cut = not text.endswith("\n")
     rows: dict[int, dict[str, float]] = {}
@@ -230,7 +225,7 @@ def _read_console(p: Path) -> RunLog:
         if last and rows and len(values) < len(rows[max(rows)]) - 1:
             truncated += 1
             continue
-        if GEN not in values:
+        if need not in values:
             untimed += 1
             continue
         step = int(m.group(1))
@@ -238,8 +233,25 @@ def _read_console(p: Path) -> RunLog:
         rows[step] = {"step": float(step), "line": float(n), **values}
     head = [_ANSI.sub("", x) for x in lines[: (first_step_line or len(lines) + 1) - 1]]
     skipped = Skipped(other, untimed, truncated, repeated, stray)
-    return _finish(p, "console", rows, parse_command(head), skipped, old_names,
-                   parse_printed_config(head))
+    version, where = version_in(text, ("verl",))
+    log = _finish(p, "console", rows, parse_command(head), skipped, old_names,
+                  parse_printed_config(head), need)
+    running = engine_lines([_ANSI.sub("", x) for x in lines])
+    return replace(log, framework=Recognised("veRL", version, where, VERL_CODE), running=running)
+
+
+def _from_parsed(p: Path, kind: str, parsed: Parsed, stray: int = 0, need: str = GEN) -> RunLog:
+    """Another framework's log, read by its own reader (workbench/runlog/frameworks/)."""
+    timed = {s: r for s, r in parsed.rows.items()
+             if need in r and not (need == GEN and STEP in r and math.isnan(r[STEP]))}
+    untimed = len(parsed.rows) - len(timed)
+    skipped = Skipped(parsed.other_lines, untimed, parsed.truncated, parsed.repeated, stray)
+    if not timed and need == GEN:
+        recognise.refuse_untimed(p, parsed)
+    log = _finish(p, kind, timed, parsed.command, skipped, False, parsed.config, need)
+    return replace(log, framework=parsed.identity, unmapped=parsed.unmapped, notes=parsed.notes,
+                   asynchronous=parsed.asynchronous, running=parsed.extra.get("running"),
+                   training=parsed.training)
 
 
 def _finish(
@@ -250,15 +262,17 @@ def _finish(
     skipped: Skipped,
     old_names: bool,
     config: PrintedConfig = PrintedConfig(),
+    need: str = GEN,
 ) -> RunLog:
     if not rows:
         if skipped.untimed_steps == 0:
-            raise ConfigError(str(p), "<file>", "no step lines", _FIX)
+            raise ConfigError(str(p), "<file>", "no step lines", EXPECTED)
         raise ConfigError(
             str(p),
-            GEN,
+            need,
             "<missing in every step>",
-            f"at least one step with a rollout time ({GEN}, or timing/gen in older veRL)",
+            f"at least one step with a rollout time ({GEN}, or timing/gen in older veRL)"
+            if need == GEN else f"at least one step with {need}",
         )
     summed = 0
     for row in rows.values():
@@ -268,92 +282,3 @@ def _finish(
     frame = pd.DataFrame([rows[s] for s in sorted(rows)])
     skipped = replace(skipped, steps_from_phases=summed)
     return RunLog(str(p), kind, frame.reset_index(drop=True), command, skipped, old_names, config)
-
-
-def _read_table(p: Path, suffix: str) -> RunLog:
-    expected = f"a {suffix[1:]} table with a step column"
-    raw = _gunzipped(p) if p.suffix.lower() == ".gz" else None
-    if suffix == ".parquet":
-        df = read_parquet(p, expected)
-    elif suffix == ".csv":
-        df = read_csv(p, expected, raw)
-    else:
-        df = pd.DataFrame(read_jsonl(p, expected, raw))
-    step_col = next((c for c in STEP_COLUMNS if c in df.columns), None)
-    if step_col is None:
-        raise ConfigError(
-            str(p),
-            "<columns>",
-            "has the columns " + ", ".join(map(str, df.columns))[:100],
-            f"a step column ({', '.join(STEP_COLUMNS)}) beside veRL's metric names",
-        )
-    old = any(str(c).startswith(OLD_TIMING) for c in df.columns)
-    df = df.rename(
-        columns={
-            c: TIMING + c[len(OLD_TIMING) :] for c in df.columns if str(c).startswith(OLD_TIMING)
-        }
-    )
-    first = 2 if suffix == ".csv" else 1  # the row numbers a user sees: CSV's header is line 1
-    rows: dict[int, dict[str, float]] = {}
-    untimed = repeated = 0
-    for i, rec in enumerate(df.to_dict("records")):
-        where = f"{p} (row {i + first})"
-        if rec.get(GEN) is None or (isinstance(rec.get(GEN), float) and math.isnan(rec[GEN])):
-            untimed += 1
-            continue
-        values = {
-            k: _check_timing(where, k, v)
-            for k, v in rec.items()
-            if str(k).startswith(TIMING) and not (isinstance(v, float) and math.isnan(v))
-        }
-        values.update(
-            {
-                k: float(v)
-                for k, v in rec.items()
-                if not str(k).startswith(TIMING)
-                and isinstance(v, (int, float))
-                and not isinstance(v, bool)
-            }
-        )
-        step = int(_check_timing(where, step_col, rec[step_col]))
-        repeated += step in rows
-        rows[step] = {**values, "step": float(step), "line": float(i + first)}
-    return _finish(p, "table", rows, LaunchCommand(), Skipped(0, untimed, 0, repeated), old)
-
-
-def _read_extract(p: Path) -> RunLog:
-    """Extracted metrics (module docstring), refused naming the field that is wrong."""
-    raw = _gunzipped(p) if p.suffix.lower() == ".gz" else p.read_bytes()
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(str(p), "<file>", f"is not JSON ({exc})",
-                          f"extracted metrics ({EXTRACT_SCHEMA}, `tlt runlog extract`)") from None
-    if not isinstance(doc, dict) or doc.get("schema") != EXTRACT_SCHEMA:
-        raise ConfigError(str(p), "schema", doc.get("schema") if isinstance(doc, dict) else doc,
-                          f"{EXTRACT_SCHEMA} (written by `tlt runlog extract`)")
-    try:
-        cols, data = doc["steps"]["columns"], doc["steps"]["rows"]
-        frame = pd.DataFrame(data, columns=cols, dtype=float)
-        command = LaunchCommand(tuple(Setting(*s) for s in doc["command"]["settings"]),
-                                tuple(tuple(v) for v in doc["command"]["variables"]))
-        c = doc["config"]
-        config = PrintedConfig(tuple((k, ConfigValue(v, n)) for k, v, n in c["values"]),
-                               c["engine_version"], c["engine_line"],
-                               tuple(tuple(x) for x in c["engine_settings"]), c["first_line"])
-        skipped = Skipped(**doc["skipped"])
-        src = doc["source"]
-        source = (f"{src['repository']} {src['commit']} {src['path']} (sha256 {src['sha256']})")
-        rows = {int(r["step"]): {k: v for k, v in r.items() if not pd.isna(v)}
-                for r in frame.to_dict("records") if not pd.isna(r.get(GEN))}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ConfigError(str(p), "<fields>", f"lacks or mistypes {exc}",
-                          f"extracted metrics as `tlt runlog extract` writes them "
-                          f"({EXTRACT_SCHEMA}: docs/formats.md)") from None
-    for row in rows.values():
-        for k, v in row.items():
-            if str(k).startswith(TIMING):
-                _check_timing(f"{p} (step {int(row['step'])})", k, v)
-    log = _finish(p, "extract", rows, command, skipped,
-                  bool(doc.get("old_names", False)), config)
-    return replace(log, source=source)

@@ -17,7 +17,9 @@ from workbench.runlog.calibrate import RunCalibration, RunValidation
 from workbench.runlog.engine import Predicted
 from workbench.runlog import factor_report as fr
 from workbench.runlog.errors import Errors, PhaseErrors
+from workbench.runlog.log_report import framework_lines, framework_summary, running_check
 from workbench.runlog.prepared import Prepared
+from workbench.runlog.sd_acceptance import lines as sd_lines
 
 SCHEMA = "tlt-runlog/1"
 PHASES = (
@@ -40,6 +42,7 @@ def shape_lines(p: Prepared) -> list[str]:
         f"shape: {s.engines} engines = {s.gpus} GPUs / TP{s.tp}, {s.prompts_per_step} prompts x "
         f"{s.group_size}, cap {s.max_response_tokens}, batch cap {s.max_batch}, {s.framework}",
     ]
+    lines += framework_lines(p.log, p.stats)
     lines += [f"  {t.field:<20} {t.value:<34} <- {t.source}" for t in s.taken]
     lines += training_lines(p)
     lines.append(
@@ -47,6 +50,7 @@ def shape_lines(p: Prepared) -> list[str]:
         "shape: the profile's source)"
     )
     ln = p.lengths
+    lines += running_check(p.log, ln, p.work.passes, s.engines)
     lines.append(
         f"lengths: each step's modelled from its mean, max, min and clip ratio; "
         f"{int((ln.at_cap > 0).sum())} steps have responses at the cap (their body's spread: the "
@@ -56,7 +60,8 @@ def shape_lines(p: Prepared) -> list[str]:
 
 
 def training_lines(p: Prepared) -> list[str]:
-    """How the run trains, as the log says (workbench/runlog/training.py)."""
+    """How the run trains, as the log says (workbench/runlog/training.py; another framework's
+    reader: workbench/runlog/frameworks/train_config.py)."""
     t = p.training
     lines = [f"training: {t.strategy}, {t.gpus} GPUs (TP{t.tp} PP{t.pp} DP{t.dp}), sequences "
              + ("packed" if t.remove_padding else
@@ -108,7 +113,7 @@ def calibration_lines(cal: RunCalibration) -> list[str]:
     b = cal.baselines
     lines.append(_errors_row("baseline: first steps' median gen, held out", b.first_median))
     lines.append(_errors_row("baseline: gen linear in mean length, held out", b.linear_mean))
-    lines += tail_lines(cal)
+    lines += tail_lines(cal) + sd_lines(cal.acceptance)
     lines.append("held-out error by block of steps, then the last 200 (drift shows as a trend):")
     lines += [
         f"  steps {r.first_step}-{r.last_step}: gen median {_pct(r.gen.median)} "
@@ -172,6 +177,7 @@ def calibration_summary(cal: RunCalibration) -> dict[str, Any]:
         "also": [{"log": lf.prepared.log.path, "steps": int(lf.prepared.log.steps),
                   **_phase_fields("heldout_", lf.heldout), **_phase_fields("fit_", lf.fitted)}
                  for lf in cal.also],
+        "framework": framework_summary(cal.prepared.log, cal.acceptance),
     }
 
 

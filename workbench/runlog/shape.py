@@ -15,6 +15,7 @@ from pathlib import Path
 from sim.simulator import MAX_WORK
 from workbench.contracts.architecture import PRESET_DIR as ARCH_DIR
 from workbench.contracts.schema import ConfigError
+from workbench.runlog.printed_config import ConfigValue
 from workbench.runlog.reader import RunLog
 
 MODEL_KEY = "actor_rollout_ref.model.path"
@@ -22,13 +23,7 @@ ROLLOUT = "actor_rollout_ref.rollout."
 MAX_CAP = 1 << 20  # a Workload's max_response_tokens is at most this
 VERL_MAX_NUM_SEQS = 1024  # veRL's ppo_trainer.yaml default for rollout.max_num_seqs
 FRAMEWORKS = ("vllm", "sglang")
-# Forwards per token of the update, by the phases a step times: the actor's update is a forward, a
-# backward (two forwards' worth) and, with gradient checkpointing, a recomputation; each log-prob
-# pass (old policy, reference, critic values) is one forward; a critic's update is as the actor's.
-# The measured database's training cost per token counts 6 (actor update 4, old and reference 2).
-DATABASE_FORWARDS = 6
 TUNED_SUFFIXES = ("-instruct", "-it")
-LOG_PROB_PHASES = ("old_log_prob", "ref", "values")
 
 
 @dataclass(frozen=True)
@@ -56,6 +51,14 @@ class Taken:
     source: str
 
 
+# Settings said with the shape where the log gives them, beyond what the baseline rollout runs:
+# speculative decoding's (its depth, top-k and tokens verified: they invert the log's accepted
+# length, workbench/runlog/sd_acceptance.py) and an asynchronous run's bound on off-policy steps
+NOTED = (("sd_algorithm", "sd.algorithm"), ("sd_depth", "sd.num_steps"), ("sd_topk", "sd.topk"),
+         ("sd_verify_tokens", "sd.num_draft_tokens"),
+         ("max_head_offpolicyness", "async.max_head_offpolicyness"))
+
+
 @dataclass(frozen=True)
 class RunShape:
     arch: str  # an architecture preset name or a config.json path
@@ -73,6 +76,10 @@ class RunShape:
     @property
     def engines(self) -> int:
         return self.gpus // self.tp
+
+    def said(self, field: str) -> Taken | None:
+        """A field as the shape took it (NOTED's among them), None where nothing gave it."""
+        return next((t for t in self.taken if t.field == field), None)
 
     @property
     def responses(self) -> int:
@@ -98,7 +105,7 @@ def setting(log: RunLog, key: str, flag: str = "") -> Taken | None:
         printed = log.config.get(key)
         if printed is None or printed.value is None:
             return None
-        return Taken(key, str(printed.value), f"log's printed config: {key}, line {printed.line}")
+        return Taken(key, str(printed.value), printed_source(key, printed))
     if s.unresolved:
         raise ConfigError(
             f"{log.path}:{s.line}",
@@ -122,6 +129,21 @@ def _from_log(
         return None
     taken.append(Taken(field, found.value, found.source))
     return found.value
+
+
+def printed_source(key: str, printed: ConfigValue) -> str:
+    """Where a printed setting came from: its name in the log (another framework's, where it
+    differs from veRL's key) and line; line 0 is a fact of the framework, or its default."""
+    name = printed.name or key
+    if not printed.line:
+        return name[1:-1] if name.startswith("(") and name.endswith(")") else name
+    return f"log's printed config: {name}, line {printed.line}"
+
+
+def _log_name(log: RunLog, key: str) -> str:
+    """A setting as the log names it (another framework's name where the log is not veRL's)."""
+    printed = log.config.get(key)
+    return printed.name if log.command.get(key) is None and printed and printed.name else key
 
 
 def _need(value: str | None, log: RunLog, key: str, flag: str) -> str:
@@ -166,10 +188,19 @@ def _gpus(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> int:
     keys = ("trainer.n_gpus_per_node", "trainer.nnodes")
     per = _need(_from_log(log, keys[0], "--gpus", [], "", None), log, keys[0], "--gpus")
     nodes = _from_log(log, keys[1], "--gpus", [], "", None)
-    said = f"{keys[1]}={nodes}" if nodes is not None else f"{keys[1]} 1 (veRL's default)"
+    node_name = _log_name(log, keys[1])
+    said = (node_name[1:-1] if node_name.startswith("(") else f"{node_name}={nodes}"
+            ) if nodes is not None else f"{keys[1]} 1 (veRL's default)"
     gpus = _int(log.path, keys[0], per, "--gpus") * _int(log.path, keys[1], nodes or "1", "--gpus")
-    taken.append(Taken("gpus", str(gpus), f"log: {keys[0]}={per} x {said}"))
+    taken.append(Taken("gpus", str(gpus), f"log: {_log_name(log, keys[0])}={per} x {said}"))
     return gpus
+
+
+def _default(log: RunLog, key: str) -> str:
+    """veRL's default, said as such; where another framework wrote the log, said as assumed."""
+    if log.framework.name == "veRL":
+        return f"veRL's default ({key})"
+    return f"not in the {log.framework.name} log: veRL's default ({key}) assumed"
 
 
 def _engine(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> tuple[str, int]:
@@ -177,7 +208,7 @@ def _engine(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> tuple[str, in
     framework = _from_log(log, ROLLOUT + "name", "--framework", taken, "framework", flags.framework)
     if framework is None:
         framework = "vllm"
-        taken.append(Taken("framework", framework, "veRL's default (rollout.name)"))
+        taken.append(Taken("framework", framework, _default(log, "rollout.name")))
     if framework not in FRAMEWORKS:
         raise ConfigError(log.path, ROLLOUT + "name", framework,
                           "vllm or sglang (the engines the measured database has)")
@@ -185,7 +216,7 @@ def _engine(log: RunLog, flags: ShapeFlags, taken: list[Taken]) -> tuple[str, in
     batch = _from_log(log, key, "--max-batch", taken, "max_batch", flags.max_batch)
     if batch is None:
         batch = str(VERL_MAX_NUM_SEQS)
-        taken.append(Taken("max_batch", batch, "veRL's default (rollout.max_num_seqs)"))
+        taken.append(Taken("max_batch", batch, _default(log, "rollout.max_num_seqs")))
     return framework, _int(log.path, key, batch, "--max-batch")
 
 
@@ -220,8 +251,8 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     except ConfigError as exc:
         if flags.arch is not None:
             raise
-        line = log.command.get(MODEL_KEY).line  # the log named the model: say where
-        raise ConfigError(f"{log.path}:{line}", MODEL_KEY, arch_name,
+        said = log.command.get(MODEL_KEY) or log.config.get(MODEL_KEY)  # the log named it: where
+        raise ConfigError(f"{log.path}:{said.line}", _log_name(log, MODEL_KEY), arch_name,
                           f"{exc.allowed}; or pass --arch") from None
     if flags.gpu is None:
         raise ConfigError(log.path, "gpu", "<not in a veRL log>",
@@ -247,5 +278,7 @@ def run_shape(log: RunLog, flags: ShapeFlags) -> RunShape:
     framework, batch = _engine(log, flags, taken)
     if flags.ep is not None:
         taken.append(Taken("ep", str(flags.ep), "flag --ep"))
+    for field, key in NOTED:
+        _from_log(log, key, "", taken, field, None)
     return RunShape(arch, flags.gpu, gpus, ints["tp"], ints["prompts_per_step"], ints["group_size"],
                     ints["max_response_tokens"], framework, batch, tuple(taken), flags.ep)

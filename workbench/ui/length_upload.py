@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ from sim.lengths import sample_step
 from workbench.contracts.length_data import ObservedLengths, read_observed
 from workbench.contracts.schema import ConfigError, FieldError
 from workbench.contracts.workload import Workload, load_workload
+from workbench.runlog.length_summary import run_log_summaries
 from workbench.ui import job_dirs
 from workbench.workloads.build import MODES, UNPLACED, import_workload
 
@@ -49,9 +50,13 @@ def import_upload(files: list[tuple[str, bytes]], base: str | Workload, mode: st
     out = into / "uploaded.yaml"
     names = ", ".join(n for n, _ in files)
     try:
-        res = import_workload(paths, out,
-                              base if isinstance(base, Workload) else load_workload(base), mode,
-                              cap, "uploaded-lengths", source=f"uploaded: {names}",
+        wl = base if isinstance(base, Workload) else load_workload(base)
+        paths, summaries = run_log_summaries(paths, into / "run-logs")  # any framework's run log
+        if summaries and summaries[0].shape is not None and wl == UNPLACED:
+            p, n, top = summaries[0].shape  # the batch shape from the log's config
+            wl = replace(wl, prompts_per_step=p, group_size=n, max_response_tokens=top)
+        res = import_workload(paths, out, wl, mode, cap, "uploaded-lengths",
+                              source=f"uploaded: {names}",
                               description=f"Your measured lengths ({names}); cluster: as picked "
                                           "on the What-if page.")
     except (ConfigError, FieldError) as exc:
@@ -122,8 +127,11 @@ def length_file_workload() -> tuple[Workload | None, str]:
     imported Workload (no cluster yet: the page asks for it) and an id for the page."""
     uploads = st.file_uploader("Length files (PolyTrace packed_lengths JSONL with "
                                "dapo_filter_indices.jsonl, a CSV/JSONL/Parquet table of "
-                               "step, prompt, length, or veRL's response_length/* per step)",
-                               type=["jsonl", "csv", "parquet"], accept_multiple_files=True,
+                               "step, prompt, length, veRL's response_length/* per step, or "
+                               "any framework's run log: veRL, slime/miles, NeMo-RL, SkyRL, "
+                               "OpenRLHF, AReaL, ROLL)",
+                               type=["jsonl", "csv", "parquet", "log", "txt", "out", "gz", "json",
+                                     "tfevents"], accept_multiple_files=True,
                                key="whatif_len_files")
     cols = st.columns([2, 1, 3])
     mode = cols[0].radio("Length model", MODES, horizontal=True, key="whatif_len_mode",

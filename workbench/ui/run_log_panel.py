@@ -1,5 +1,6 @@
-"""What-if's "Run log" source: a veRL run's log, calibrated as `tlt calibrate --run-log` does it,
-then the policies compared on that run.
+"""What-if's "Run log" source: a run's log (veRL's, or slime/miles, NeMo-RL, SkyRL, OpenRLHF, AReaL
+or ROLL's: the same reader, workbench/runlog/frameworks/), calibrated as `tlt calibrate --run-log`
+does it, then the policies compared on that run.
 
 The upload is read, its shape taken from its launch command and printed config (the fields they
 lack, and the GPU, from the inputs here), each step's rollout and phases worked out at the measured
@@ -39,7 +40,8 @@ ID_PREFIX = "runlog:"
 # the calibration of the input (its digest), in its directory (workbench/ui/job_dirs.py)
 _STATE = "whatif_runlog_job"
 STEPS_KEY = "whatif_steps_n"  # the What-if page's Steps input
-SUFFIXES = ["log", "txt", "out", "gz", "csv", "jsonl", "json", "parquet"]
+# a TensorBoard event file has no suffix of its own: named *.tfevents it reads as one
+SUFFIXES = ["log", "txt", "out", "gz", "csv", "jsonl", "json", "parquet", "tfevents"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def _shape_inputs() -> tuple[ShapeFlags, int, int]:
         gpus,
         index=gpus.index("h100") if "h100" in gpus else 0,
         key="whatif_runlog_gpu",
-        help="A veRL log never names it: the measured database's costs and the decode-speed "
+        help="A run log never names it: the measured database's costs and the decode-speed "
         "prior are this GPU's.",
     )
     fit = int(
@@ -189,6 +191,7 @@ def _errors_frame(res: cal.RunCalibration) -> pd.DataFrame:
 
 def _show(c: _Calibrated) -> None:
     res = c.result
+    st.caption(f"Recognised: {res.prepared.log.framework.describe()}")
     with st.expander("The run: shape and where each field came from", expanded=False):
         st.code("\n".join(report.shape_lines(res.prepared)), language=None, wrap_lines=True)
     p = res.prepared
@@ -212,14 +215,16 @@ def run_log_workload() -> tuple[Workload | None, str]:
     """The panel: upload, inputs, calibration, its report; the calibrated run and an id for the
     page."""
     upload = st.file_uploader(
-        "veRL run log (console output, .gz, or a CSV/JSONL/Parquet metrics table)",
+        "Run log: veRL, slime/miles, NeMo-RL, SkyRL, OpenRLHF, AReaL or ROLL console output "
+        "(.gz too), or its W&B/TensorBoard export",
         type=SUFFIXES,
         key="whatif_runlog_file",
     )
     flags, fit, limit = _shape_inputs()
     if upload is None:
         job_dirs.release(_STATE)
-        st.info("Upload a veRL run log: `tlt calibrate --run-log` reads the same files.")
+        st.info("Upload a run log: `tlt calibrate --run-log` reads the same files (the framework "
+                "that wrote it is recognised).")
         return None, ""
     data = upload.getvalue()
     digest = hashlib.sha1(data + repr((upload.name, flags, fit, limit)).encode()).hexdigest()[:12]
