@@ -33,11 +33,14 @@ def accept_stats(r: list[float]) -> AcceptStats:
     return AcceptStats(mean, max(0.0, second - mean * mean))
 
 
+MAX_ALPHA = 0.9999
+
+
 def alpha_for_mean(shape: float, depth: int, mean: float) -> float:
     """The acceptance scale a at which a chain of `depth` drafts emits `mean` tokens a pass under
     r_i = a ** (i ** shape): the shape of one drafter, the level of another workload's (bisection;
-    a mean outside 1..depth + 1 is clamped to it)."""
-    lo, hi = 0.0, 1.0
+    a mean outside 1..depth + 1 is clamped to it, and a to MAX_ALPHA: no drafter is never wrong)."""
+    lo, hi = 0.0, MAX_ALPHA
     for _ in range(60):
         mid = (lo + hi) / 2
         if 1.0 + sum(cumulative_acceptance(mid, shape, depth)) < mean:

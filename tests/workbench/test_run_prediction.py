@@ -15,13 +15,12 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from sim.acceptance import accept_stats, cumulative_acceptance
+from sim.acceptance import accept_stats, alpha_for_mean, cumulative_acceptance
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.validate.bench_prediction import predict_bench
 from workbench.calibrate.captures.run_dir import load_run, run_policy
 from workbench.calibrate.captures.runs import (
     SPOT_BATCH_SEQUENCES,
-    chain_alpha,
     fit_runs,
     fit_step_seconds,
     whole_steps,
@@ -181,10 +180,12 @@ def test_a_drafter_that_did_not_improve_keeps_the_base_learning_curve(
     assert not p.fitted and p.value == base.learning.learn_tokens and "noise" in p.why_not_fitted
 
 
-def test_chain_alpha_inverts_the_accepted_length():
+def test_alpha_for_mean_inverts_the_accepted_length():
     for a in (0.2, 0.6, 0.9):
         el = accept_stats(cumulative_acceptance(a, 0.7, 6)).mean
-        assert chain_alpha(el, 0.7, 6) == pytest.approx(a, abs=1e-6)
+        assert alpha_for_mean(0.7, 6, el) == pytest.approx(a, abs=1e-6)
+    # no drafter is never wrong: the scale stops short of 1, and a pass of one token is 0
+    assert alpha_for_mean(0.7, 6, 7.0) < 1.0 and alpha_for_mean(0.7, 6, 1.0) < 1e-6
 
 
 def test_predict_run_per_phase_and_in_sample_label(runs):

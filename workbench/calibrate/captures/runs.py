@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from real.rollout.spec_config import adaptive_draft_cap
-from sim.acceptance import accept_stats, cumulative_acceptance
+from sim.acceptance import alpha_for_mean
 from sim.drafter import DrafterState, after_policy_update, after_training
 from workbench.calibrate.captures.costs import ParamFit
 from workbench.calibrate.captures.phases import fit_phases
@@ -207,23 +207,6 @@ def fit_spot_phases(
 
 # ------------------------------------------------------------ staleness and the learning curve
 
-def chain_alpha(accept_len: float, shape: float, k: int) -> float:
-    """The alpha whose chain of k drafts gives `accept_len` tokens per pass (E[L] = 1 + sum r_i,
-    r_i = alpha ** (i ** shape)), by bisection: E[L] rises with alpha."""
-    lo, hi = 0.0, 0.9999
-    if accept_len <= 1.0:
-        return 0.0
-    if accept_len >= accept_stats(cumulative_acceptance(hi, shape, k)).mean:
-        return hi
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if accept_stats(cumulative_acceptance(mid, shape, k)).mean < accept_len:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
 def judged_draft_len(trace: Trace) -> int:
     """The draft length the run judged its drafters at: the largest an adaptive engine may run
     (real/run/coordinator.py judges at `adaptive_draft_cap`)."""
@@ -248,7 +231,7 @@ def fit_staleness(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit
         pts = [(float(t), math.log(a - acc.eagle_alpha_cold))
                for t, e in zip(m["rl_step"], m["static_est"])
                if np.isfinite(e)
-               and (a := chain_alpha(float(e), acc.eagle_shape, k)) > acc.eagle_alpha_cold]
+               and (a := alpha_for_mean(acc.eagle_shape, k, float(e))) > acc.eagle_alpha_cold]
         if len(pts) >= 3:  # per-run intercepts: demean within the run
             t, y = np.array(pts).T
             xs.append(t - t.mean())
@@ -303,8 +286,8 @@ def fit_learning(runs: Sequence[Run], base: Profile) -> tuple[Profile, ParamFit,
         y = np.full(len(m), np.nan)
         for i, (e, s) in enumerate(zip(m["eagle_est"], m["static_est"])):
             if np.isfinite(e) and np.isfinite(s):
-                ae = chain_alpha(float(e), acc.eagle_shape, k)
-                a_s = chain_alpha(float(s), acc.eagle_shape, k)
+                ae = alpha_for_mean(acc.eagle_shape, k, float(e))
+                a_s = alpha_for_mean(acc.eagle_shape, k, float(s))
                 if min(ae, a_s) > acc.eagle_alpha_cold:
                     y[i] = math.log((ae - acc.eagle_alpha_cold) / (a_s - acc.eagle_alpha_cold))
         if np.isfinite(y).sum() >= 3 and base.acceptance.warm_start_quality > 0:
