@@ -124,7 +124,9 @@ def plain_equivalent(steps: Iterable[EngineStepRow]) -> list[EngineStepRow]:
 def plain_cost(steps: Iterable[EngineStepRow]) -> PlainCost | None:
     """Fit fixed + per-sequence cost on the plain-equivalent steps among `steps`. Per batch size
     the median time (robust to the shared machine's slow steps), then least squares weighted by
-    steps. None: too few steps or a single batch size."""
+    steps, both costs >= 0 (no step costs less than nothing: where the line's intercept would be
+    negative, as a busy machine's slow large batches can make it, the fit goes through 0). None:
+    too few steps or a single batch size."""
     by_batch: dict[int, list[float]] = {}
     for r in plain_equivalent(steps):
         by_batch.setdefault(int(r.decode_requests), []).append(r.wall_s - r.draft_s)
@@ -139,6 +141,10 @@ def plain_cost(steps: Iterable[EngineStepRow]) -> PlainCost | None:
     my = sum(ws[b] * ys[b] for b in by_batch) / w
     var = sum(ws[b] * (xs[b] - mx) ** 2 for b in by_batch)
     slope = max(0.0, sum(ws[b] * (xs[b] - mx) * (ys[b] - my) for b in by_batch) / var)
+    if my - slope * mx < 0.0:
+        slope = (sum(ws[b] * xs[b] * ys[b] for b in by_batch)
+                 / sum(ws[b] * xs[b] ** 2 for b in by_batch))
+        return PlainCost(fixed_s=0.0, per_seq_s=max(0.0, slope), steps=n)
     return PlainCost(fixed_s=my - slope * mx, per_seq_s=slope, steps=n)
 
 

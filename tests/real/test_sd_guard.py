@@ -71,6 +71,19 @@ def test_plain_cost_ignores_slow_outliers_steps_that_verified_drafts_prefills_an
     assert cost.fixed_s == pytest.approx(0.004) and cost.per_seq_s == pytest.approx(0.0001)
 
 
+def test_plain_cost_never_prices_a_step_below_nothing():
+    """Large batches slowed by a busy machine steepen the line past the origin: the fit then goes
+    through 0 (the constrained least squares), and a verdict's plain time stays positive (the
+    switch test's guard read plain_s -0.65 s from such a fit)."""
+    steps = [_step(b, t, 0.0) for b, t in ((1, 0.002), (8, 0.003), (32, 0.060), (64, 0.140))
+             for _ in range(4)]
+    cost = plain_cost(steps)
+    assert cost.fixed_s == 0.0 and cost.per_seq_s > 0
+    assert all(cost.step_s(b) > 0 for b in (1, 8, 32, 64))
+    verdict = sd_verdict([_step(4, 0.01, 0.002, new_tokens=12, draft_len=3)], cost)
+    assert verdict.plain_s > 0 and verdict.speedup > 0
+
+
 def test_plain_cost_needs_enough_steps_at_two_batch_sizes():
     assert plain_cost(_plain_steps(0.004, 0.0001, batches=(64,), each=20)) is None
     assert (
