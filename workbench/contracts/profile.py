@@ -7,13 +7,14 @@ the same forms, so a Profile means the same thing everywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.energy import GpuPower
 from workbench.contracts.engine_identity import EngineIdentity
-from workbench.contracts.schema import check_part, load, preset_names, require
+from workbench.contracts.schema import OMIT_DEFAULT, check_part, load, preset_names, require
+from workbench.contracts.trace_fit import TraceFit
 from workbench.contracts.uncertainty import CostPoint, CostUncertainty
 
 PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
@@ -349,6 +350,8 @@ class Profile:
     engine: EngineIdentity | None = None
     # How sure the costs are (None: not known; the tools then print no interval)
     uncertainty: CostUncertainty | None = None
+    # Its factors fitted on a traced run, each with its s.e., range and status (None: not)
+    trace_fit: TraceFit | None = field(default=None, metadata=OMIT_DEFAULT)
 
     @property
     def cost_point(self) -> CostPoint:
@@ -364,7 +367,7 @@ class Profile:
                     "a time in ms > 0")
         require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent",
                 self.speed_probe_exponent, "a number from 0.25 to 4")
-        for part in ("cluster", "power", "run_factors", "uncertainty", "engine"):
+        for part in ("cluster", "power", "run_factors", "uncertainty", "engine", "trace_fit"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
 
