@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from sim.simulator import simulate
 from sim.trajectories import model_group
 from workbench.cli import app
+from workbench.cli.common import cluster_profile
 from workbench.compare.agentic import agentic_why
 from workbench.compare.policies import compare
 from workbench.compare.tool_sweep import tool_latency_sweep
@@ -220,3 +221,11 @@ def test_engines_drawn_from_the_fit_stay_in_range_and_repeat_with_the_seed():
     kv = prof.trace_fit.factor("kv_s_per_token")
     assert all(kv.low <= x.decode.kv_s_per_token <= kv.high for x in a)
     assert drawn_engines(load_profile("cpu-tiny"), 4, seed=3) == []
+
+
+def test_an_engine_derived_from_the_traced_one_does_not_claim_its_fit():
+    """`--profile cluster:...` derives the H100's engine with the workload's profile as its base
+    (acceptance, learning): the trace's fit is the H20 engine's, not the derived one's."""
+    wl = load_workload(PRESET)
+    derived = cluster_profile("cluster:qwen2.5-7b:h100:sglang", wl)
+    assert load_profile(wl.profile).trace_fit is not None and derived.trace_fit is None
