@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from sim.simulator import simulate
 from sim.trajectories import model_group
 from workbench.cli import app
+from workbench.cli.common import cluster_profile
 from workbench.compare.agentic import agentic_why
 from workbench.compare.policies import compare
 from workbench.compare.tool_sweep import tool_latency_sweep
@@ -21,7 +22,10 @@ from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import load_profile
 from workbench.contracts.turn_data import from_frame, read_turns, write_turns
 from workbench.contracts.workload import load_workload
-from workbench.validate.agentic_engine import fit_engine, with_factors
+from workbench.contracts.schema import ConfigError, load, save
+from workbench.contracts.trace_fit import STATUS_WORDS, STATUSES
+from workbench.validate.agentic_engine import fit_engine
+from workbench.validate.engine_factors import FIT_FACTORS, drawn_engines, with_factors
 from workbench.validate.agentic_trace import check, summary
 
 PRESET = "polytrace-search-r1-qwen2.5-7b"
@@ -40,27 +44,60 @@ def drawn_groups(n: int, size: int, seed: int) -> list:
     return out
 
 
-def test_the_engine_fit_finds_the_per_sequence_cost_that_made_the_trace(agentic_workload,
-                                                                         simple_profile,
-                                                                         tmp_path):
-    """A trace made by the simulator with per_seq_s 4 ms: its turns' latencies, written into
-    the turns table as measured, are explained by that cost (the fit starts elsewhere)."""
-    wl = agentic_workload(drawn_groups(16, 4, seed=5))
-    truth = simple_profile(step_s=0.004, prefill_s=2e-4)
+def traced_by(wl, truth, tmp_path):
+    """`wl` replaying the turns the simulator makes on `truth`, written into its turns table as the
+    measured engine latencies (a synthetic trace made by a known engine)."""
     made = simulate(wl, load_policy("baseline"), truth, seed=0).turns
     t = read_turns(wl.agentic.data).frame()
     lat = made.assign(engine_s=made["end_s"] - made["arrive_s"])
     t = t.drop(columns="engine_s").merge(lat[["batch", "group", "member", "turn", "engine_s"]],
                                          on=["batch", "group", "member", "turn"])
     write_turns(tmp_path / "measured.parquet", from_frame(t))
-    wl = replace(wl, agentic=replace(wl.agentic, data=str(tmp_path / "measured.parquet")))
-    fit = fit_engine(wl, simple_profile(step_s=0.0, prefill_s=2e-4), [0])
-    assert fit.per_seq_s == pytest.approx(0.004, rel=0.03)
-    assert fit.prefill_factor == pytest.approx(1.0, abs=0.2)
-    assert fit.per_seq_se > 0 and fit.rms_log_error < 0.01
-    checks, _ = check(wl, with_factors(simple_profile(0.0, 2e-4), fit.per_seq_s,
-                                       fit.prefill_factor), [0])
+    return replace(wl, agentic=replace(wl.agentic, data=str(tmp_path / "measured.parquet")))
+
+
+def test_the_engine_fit_finds_the_per_sequence_cost_that_made_the_trace(agentic_workload,
+                                                                         simple_profile,
+                                                                         tmp_path):
+    """A trace made by the simulator with per_seq_s 4 ms: its turns' latencies, written into
+    the turns table as measured, are explained by that cost (the fit starts elsewhere)."""
+    wl = traced_by(agentic_workload(drawn_groups(16, 4, seed=5)),
+                   simple_profile(step_s=0.004, prefill_s=2e-4), tmp_path)
+    fit = fit_engine(wl, simple_profile(step_s=0.0, prefill_s=2e-4), [0],
+                     ("per_seq_s", "prefill_factor"))
+    assert fit.value("per_seq_s") == pytest.approx(0.004, rel=0.03)
+    assert fit.value("prefill_factor") == pytest.approx(1.0, abs=0.2)
+    assert fit.fit.factor("per_seq_s").se > 0 and fit.fit.moments_rms < 0.01
+    checks, _ = check(wl, with_factors(simple_profile(0.0, 2e-4), fit.values()), [0])
     assert abs(checks[0].makespan_error) < 0.02
+
+
+def test_the_engine_fit_recovers_a_known_context_slope(agentic_workload, simple_profile,
+                                                       tmp_path):
+    """A trace made by an engine whose decode step costs 2 ms per sequence plus 1.5 us per
+    sequence per context token (twice the H100 probe's slope, its prior's mean): the fit of both
+    from the turns' latencies finds them, away from the prior, and says the trace pins them."""
+    truth = simple_profile(step_s=0.002, prefill_s=2e-4)
+    truth = replace(truth, decode=replace(truth.decode, kv_s_per_token=1.5e-6))
+    wl = traced_by(agentic_workload(drawn_groups(16, 4, seed=5)), truth, tmp_path)
+    fit = fit_engine(wl, simple_profile(step_s=0.0, prefill_s=2e-4), [0],
+                     ("per_seq_s", "kv_s_per_token"))
+    assert fit.value("kv_s_per_token") == pytest.approx(1.5e-6, rel=0.1)
+    assert fit.value("per_seq_s") == pytest.approx(0.002, rel=0.1)
+    kv = fit.fit.factor("kv_s_per_token")
+    assert kv.status == "identified" and 0 < kv.se < 0.5 * kv.value
+    assert "torch_native_probe-h100.txt" in kv.prior
+
+
+def test_a_context_slope_the_trace_does_not_need_is_not_identified(agentic_workload,
+                                                                  simple_profile, tmp_path):
+    """The same trace made with no context slope: the fit cannot tell one from none, and says its
+    prior (the probe's) sets it."""
+    wl = traced_by(agentic_workload(drawn_groups(16, 4, seed=5)),
+                   simple_profile(step_s=0.002, prefill_s=2e-4), tmp_path)
+    fit = fit_engine(wl, simple_profile(step_s=0.0, prefill_s=2e-4), [0],
+                     ("per_seq_s", "kv_s_per_token"))
+    assert fit.fit.factor("kv_s_per_token").status in ("prior", "edge")
 
 
 def test_the_shipped_trace_held_out_step_is_predicted_within_the_goals():
@@ -127,6 +164,9 @@ def test_workload_check_prints_each_step_and_a_json_line(tmp_path):
     assert saved["per_step"][0]["step"] == 2
     bad = runner.invoke(app, ["workload", "check", "cpu-tiny"])
     assert bad.exit_code == 2 and "agentic.data" in bad.output
+    bad = runner.invoke(app, ["workload", "check", PRESET, "--fit-steps", "0",
+                              "--fit-factors", "per_seq_s,speed"])
+    assert bad.exit_code == 2 and "--fit-factors" in bad.output and "kv_s_per_token" in bad.output
 
 
 def test_the_traced_engine_with_a_declared_per_sequence_cost_predicts_without_a_fit():
@@ -140,3 +180,52 @@ def test_the_traced_engine_with_a_declared_per_sequence_cost_predicts_without_a_
     assert abs(last["median_turn_latency_error"]) < 0.25 and abs(last["makespan_error"]) < 0.15
     none = runner.invoke(app, ["workload", "check", PRESET, "--steps", "1", "--per-seq-s", "0"])
     assert json.loads(none.stdout.strip().splitlines()[-1])["median_turn_latency_error"] < -0.5
+
+
+def test_the_shipped_engine_names_each_factor_its_status_and_prior():
+    """The Search-R1 engine's profile records every factor its fit set: its value (the one the
+    profile's costs hold), standard error, declared range, status and, for the step's fixed cost and
+    the context slope, the prior with its source."""
+    prof = load_profile(load_workload(PRESET).profile)
+    fit = prof.trace_fit
+    assert fit is not None and fit.fit_steps == (0,)
+    assert tuple(f.name for f in fit.factors) == FIT_FACTORS
+    for f in fit.factors:
+        assert f.status in STATUSES and f.low <= f.value <= f.high and f.se > 0
+        assert f"{f.name} " in prof.description and STATUS_WORDS[f.status] in prof.description
+    d = prof.decode
+    assert d.per_seq_s == fit.factor("per_seq_s").value
+    assert d.overhead_s == fit.factor("overhead_s").value
+    assert d.kv_s_per_token == fit.factor("kv_s_per_token").value
+    assert "vllm-omni/issues/7960" in fit.factor("overhead_s").prior
+    assert "torch_native_probe-h100.txt" in fit.factor("kv_s_per_token").prior
+    assert fit.factor("per_seq_s").prior == ""  # flat over its range
+
+
+def test_a_trace_fit_round_trips_and_a_bad_status_is_refused(tmp_path):
+    prof = load_profile(load_workload(PRESET).profile)
+    save(prof, tmp_path / "p.yaml")
+    assert load(type(prof), tmp_path / "p.yaml", tmp_path).trace_fit == prof.trace_fit
+    text = (tmp_path / "p.yaml").read_text().replace("status: identified", "status: pinned", 1)
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"trace_fit\.factors\[\d\]\.status"):
+        load_profile(tmp_path / "bad.yaml")
+    assert load_profile("cpu-tiny").trace_fit is None  # a profile written before: no fit
+
+
+def test_engines_drawn_from_the_fit_stay_in_range_and_repeat_with_the_seed():
+    prof = load_profile(load_workload(PRESET).profile)
+    a, b = drawn_engines(prof, 4, seed=3), drawn_engines(prof, 4, seed=3)
+    assert [x.decode for x in a] == [x.decode for x in b]
+    assert len({x.decode.kv_s_per_token for x in a}) == 4
+    kv = prof.trace_fit.factor("kv_s_per_token")
+    assert all(kv.low <= x.decode.kv_s_per_token <= kv.high for x in a)
+    assert drawn_engines(load_profile("cpu-tiny"), 4, seed=3) == []
+
+
+def test_an_engine_derived_from_the_traced_one_does_not_claim_its_fit():
+    """`--profile cluster:...` derives the H100's engine with the workload's profile as its base
+    (acceptance, learning): the trace's fit is the H20 engine's, not the derived one's."""
+    wl = load_workload(PRESET)
+    derived = cluster_profile("cluster:qwen2.5-7b:h100:sglang", wl)
+    assert load_profile(wl.profile).trace_fit is not None and derived.trace_fit is None

@@ -24,7 +24,8 @@ from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.turn_data import read_turns
 from workbench.contracts.workload import Workload, load_workload
 from workbench.report.tables import format_table
-from workbench.validate.agentic_engine import carried_engine, trace_engine, with_factors
+from workbench.validate.agentic_engine import carried_engine, trace_engine
+from workbench.validate.engine_factors import FIT_FACTORS, with_factors
 from workbench.validate.agentic_trace import StepCheck, check, summary
 
 
@@ -55,16 +56,26 @@ def _table(checks: list[StepCheck], fitted: set[int]) -> str:
                                "prefill meas", "sim"])
 
 
+def _declared(wl: Workload, factors: dict[str, float]) -> Profile:
+    """The traced engine (the database's costs carried to the workload's GPU) with `factors`
+    declared, nothing fitted."""
+    prof, note = carried_engine(wl)
+    typer.echo("declared: " + ", ".join(f"{k} {v:g}" for k, v in factors.items()) + f" on {note}")
+    return with_factors(prof, factors)
+
+
 @workload_app.command("check")
 def check_trace(
     workload: str = typer.Argument(..., help="An agentic workload replaying a trace with engine "
                                              "latencies (e.g. polytrace-search-r1-qwen2.5-7b)."),
     steps: str = typer.Option("", help="Steps to check, e.g. 1,2,3,4 (default: all)."),
-    fit_steps: str = typer.Option("", help="Fit the engine's two run-level factors on these "
-                                           "steps first (the measured database's costs for the "
+    fit_steps: str = typer.Option("", help="Fit the engine's run-level factors on these steps "
+                                           "first (the measured database's costs for the "
                                            "workload's model, TP and framework, carried to its "
                                            "GPU by datasheet where the database lacks it); "
                                            "default: check the workload's own profile."),
+    fit_factors: str = typer.Option(",".join(FIT_FACTORS), help="With --fit-steps: the factors "
+                                    "to fit (docs/formats.md, 'Agentic workloads')."),
     profile_out: Optional[Path] = typer.Option(None, help="With --fit-steps: write the fitted "
                                                           "profile here."),
     profile: Optional[str] = typer.Option(None, help="Check this profile (a preset, a file or "
@@ -76,6 +87,10 @@ def check_trace(
         "--prefill-factor: declared, nothing fitted."),
     prefill_factor: float = typer.Option(1.0, min=0.0, help="With --per-seq-s: the multiplier "
                                                             "on the prefill cost per token."),
+    overhead_s: float = typer.Option(0.0, min=0.0, help="With --per-seq-s: the fixed cost of "
+                                                        "every decode step, in seconds."),
+    kv_s_per_token: Optional[float] = typer.Option(None, min=0.0, help="With --per-seq-s: the "
+                                                   "decode cost per sequence per context token."),
     out: Optional[Path] = typer.Option(None, help="Also write OUT/check.json."),
 ) -> None:
     """Replay an agentic trace's steps and set each turn's simulated engine latency and each step's
@@ -91,13 +106,13 @@ def check_trace(
         fitted = _steps(fit_steps, batches) if fit_steps else []
         fit = None
         if per_seq_s is not None:
-            prof, note = carried_engine(wl)
-            prof = with_factors(prof, per_seq_s, prefill_factor)
-            typer.echo(f"declared: per_seq_s {per_seq_s * 1e3:.3f} ms, prefill_factor "
-                       f"{prefill_factor} on {note}")
+            declared = {"per_seq_s": per_seq_s, "prefill_factor": prefill_factor,
+                        "overhead_s": overhead_s, "kv_s_per_token": kv_s_per_token}
+            prof = _declared(wl, {k: v for k, v in declared.items() if v is not None})
         elif fitted:
             name = profile_out.stem if profile_out is not None else ""
-            prof, fit = trace_engine(wl, fitted, name, lambda s: typer.echo(s, err=True))
+            names = tuple(n.strip() for n in fit_factors.split(",") if n.strip())
+            prof, fit = trace_engine(wl, fitted, name, names, lambda s: typer.echo(s, err=True))
             for line in fit.lines():
                 typer.echo(f"fit: {line}")
         elif profile is not None and profile.startswith(CLUSTER_PREFIX):
@@ -125,7 +140,7 @@ def check_trace(
               "per_step": [asdict(c) | {"median_error": c.median_error,
                                         "makespan_error": c.makespan_error} for c in checks]}
     if fit is not None:
-        result["fit"] = asdict(fit)
+        result["fit"] = asdict(fit.fit) | {"evaluations": fit.evaluations}
     typer.echo(f"checked in {time.perf_counter() - t0:.1f}s", err=True)
     if out is not None:
         write_json(out / "check.json", result)

@@ -15,7 +15,8 @@ from workbench.cli.common import fail
 from workbench.contracts.fileio import write_json
 from workbench.contracts.schema import ConfigError
 from workbench.report.tail_plot import tail_figure
-from workbench.validate.tail_report import document, item_text, panels, run_tail, trace_text
+from workbench.validate.tail_report import (DRAWS, document, item_text, panels, run_tail,
+                                            trace_text)
 
 
 @app.command()
@@ -23,17 +24,23 @@ def tail(
     out: Path = typer.Option(..., help="Output directory: tail.json and tail.png."),
     chart: Optional[Path] = typer.Option(None, help="Also draw the chart here (a PNG path)."),
     seeds: int = typer.Option(3, min=1, help="Seeds 0..K-1 per evidence case."),
+    profile: Optional[str] = typer.Option(None, help="Replay the trace's steps on this engine (a "
+                                                     "preset or a file; default: the trace "
+                                                     "workload's)."),
+    draws: int = typer.Option(DRAWS, min=0, help="Also on this many engines drawn from the "
+                                                 "engine's trace fit (its factors' covariance)."),
 ) -> None:
     """The tail checked: completion curves and time at each running batch, measured vs simulated."""
     t0 = time.perf_counter()
     try:
-        run = run_tail(tuple(range(seeds)), progress=lambda m: typer.echo(
+        run = run_tail(tuple(range(seeds)), profile, draws, progress=lambda m: typer.echo(
             f"  {m} ({time.perf_counter() - t0:.1f}s)", err=True))
     except (ConfigError, ValueError) as exc:
         fail(exc)
     typer.echo(f"The tail checked: {run.trace}'s steps, measured (its turns' engine and tool "
                "latencies) beside the simulator's replay; largest gap = the most the share of "
-               "trajectories done differs at any moment (goal: 10 points)")
+               "trajectories done differs at any moment (goal: 10 points); the engine's fit "
+               "step(s) marked, the others held out")
     typer.echo(trace_text(run))
     typer.echo("")
     typer.echo("Public measurements (traces/published/tail-evidence.yaml; each simulated case on "

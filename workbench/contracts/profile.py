@@ -16,6 +16,7 @@ from workbench.contracts.engine_identity import EngineIdentity
 from workbench.contracts.engine_mechanisms import EngineMechanisms
 from workbench.contracts.run_factors import RunFactors
 from workbench.contracts.schema import OMIT_DEFAULT, check_part, load, preset_names, require
+from workbench.contracts.trace_fit import TraceFit
 from workbench.contracts.uncertainty import CostPoint, CostUncertainty
 
 PRESET_DIR = Path(__file__).parent / "presets" / "profiles"
@@ -304,6 +305,8 @@ class Profile:
     # The engine release whose speculative-pass mechanisms the costs price: CUDA-graph limits per
     # pass, eager launches, host work per draft step (None: none priced beyond the costs above)
     mechanisms: EngineMechanisms | None = field(default=None, metadata=OMIT_DEFAULT)
+    # Its factors fitted on a traced run, each with its s.e., range and status (None: not)
+    trace_fit: TraceFit | None = field(default=None, metadata=OMIT_DEFAULT)
 
     @property
     def cost_point(self) -> CostPoint:
@@ -319,7 +322,8 @@ class Profile:
                     "a time in ms > 0")
         require(0.25 <= self.speed_probe_exponent <= 4.0, "speed_probe_exponent",
                 self.speed_probe_exponent, "a number from 0.25 to 4")
-        for part in ("cluster", "power", "run_factors", "uncertainty", "engine", "mechanisms"):
+        for part in ("cluster", "power", "run_factors", "uncertainty", "engine", "mechanisms",
+                     "trace_fit"):
             if getattr(self, part) is not None:
                 check_part(part, getattr(self, part))
 

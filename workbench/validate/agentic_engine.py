@@ -1,18 +1,19 @@
 """The engine of a traced agentic run, where no measured database holds it: a measured profile
-carried to the trace's GPU by datasheet ratios, then two run-level factors fitted on some of the
-trace's steps (the others are predictions).
+carried to the trace's GPU by datasheet ratios, then run-level factors fitted on some of the trace's
+steps (the others are predictions). The factors, their ranges and priors: engine_factors.py.
 
-The two factors, each with a declared range and a standard error:
-- `per_seq_s`: the engine's cost per sequence per decode step (DecodeCost.per_seq_s). A measured
-  flashinfer/FlashAttention engine has next to none; an engine whose attention loops over the
-  batch's sequences in Python (SGLang's `torch_native` backend, which PolyTrace's Search-R1 run
-  hard-codes) pays it in every layer of every step;
-- `prefill_factor`: a multiplier on the carried prefill cost per token (the same loop over the
-  prefilled sequences, and the GPU's achieved FLOP rate, which the datasheet ratio only guesses).
-They are fitted by least squares on log moments of the fit steps: the median turn latency at each
-turn index and each step's makespan. Standard errors: the sandwich (J'J)^-1 J' S J (J'J)^-1, J the
-moments' Jacobian in the log factors (central differences), S the moments' covariance from a
-bootstrap over the trace's prompt groups (fixed seed).
+The fit is the MAP of a concentrated Gaussian likelihood of log moments of the fit steps (the median
+turn latency at each turn index, then each step's makespan): n log(SSR) plus each prior's -2 log
+density, inside the declared ranges. Standard errors: the sandwich A^-1 (J'SJ / s^4 + P) A^-1,
+A = J'J / s^2 + P, J the moments' Jacobian in the log factors (central differences), s^2 = SSR / n
+at the fit, S the moments' covariance from a bootstrap over the trace's prompt groups (fixed seed),
+P the priors' precisions in log space (a flat factor's: a log-uniform over its range's). A factor
+is not identified by the trace (its prior, or flat, its range, sets it) where its s.e. is
+IDENTIFIED_RATIO of its prior's sd or more, or, for a factor with a prior, where the trace is
+explained about as well without it (switched off at its range's bottom, the others refitted: the
+data term worse by under NEEDED). The second test sees what the first cannot: the moments of a
+simulated trace are rough, and a factor whose local s.e. is small may still trade, along a ridge
+with the others, against its absence.
 """
 
 from __future__ import annotations
@@ -30,36 +31,46 @@ from workbench.calibrate.database.aiconfigurator import gpu_names
 from workbench.calibrate.published.shapes import DATASHEETS, GPU
 from workbench.contracts.cluster import Cluster
 from workbench.contracts.profile import Profile
+from workbench.contracts.trace_fit import STATUS_WORDS, FittedFactor, TraceFit
 from workbench.contracts.workload import Workload
 from workbench.validate.agentic_trace import matched, measured_steps
+from workbench.validate.engine_factors import FIT_FACTORS, FactorSpec, factor_specs, with_factors
 
-RANGES = {"per_seq_s": (1e-6, 0.05), "prefill_factor": (0.05, 50.0)}
-START = {"per_seq_s": 1e-3, "prefill_factor": 1.0}
 MIN_TURNS = 30  # a turn index enters the moments where the fit steps hold this many of its turns
 BOOTSTRAP = 200
 BOOTSTRAP_SEED = 45
 STEP_H = 0.05  # the Jacobian's step in the log factors
+IDENTIFIED_RATIO = 0.7  # as the run-log fit's (workbench/runlog/fit.py)
+EDGE = 0.02  # within this (in log) of a range's end: at its edge
+RESTARTS, RESTART_GAIN = 3, 0.05  # the simplex restarted from its answer (objective units)
+MIN_S2 = 1e-8  # the moments' error variance floor (a trace the engine reproduces exactly)
+# How much worse (in -2 log likelihood, n log SSR) the trace must be explained with a factor
+# switched off for the trace to need it: chi-square's 95% point at one degree of freedom.
+NEEDED = 3.84
 
 
 @dataclass(frozen=True)
 class EngineFit:
-    per_seq_s: float
-    per_seq_se: float
-    prefill_factor: float
-    prefill_se: float
-    fit_steps: tuple[int, ...]
+    fit: TraceFit
     evaluations: int
-    rms_log_error: float  # of the moments at the fit
+
+    def value(self, name: str) -> float:
+        return self.fit.factor(name).value
+
+    def values(self) -> dict[str, float]:
+        return {f.name: f.value for f in self.fit.factors}
 
     def lines(self) -> list[str]:
-        lo, hi = RANGES["per_seq_s"]
-        plo, phi = RANGES["prefill_factor"]
-        return [f"per_seq_s {self.per_seq_s * 1e3:.3f} ms (se {self.per_seq_se * 1e3:.3f}; range "
-                f"{lo * 1e3:g}-{hi * 1e3:g} ms)",
-                f"prefill_factor {self.prefill_factor:.3f} (se {self.prefill_se:.3f}; range "
-                f"{plo:g}-{phi:g})",
-                f"fitted on step(s) {list(self.fit_steps)} in {self.evaluations} simulations; "
-                f"moments' rms log error {self.rms_log_error:.3f}"]
+        specs = factor_specs()
+        out = []
+        for f in self.fit.factors:
+            s = specs[f.name]
+            out.append(f"{f.name} {f.value / s.unit:.4g} {s.unit_name} (se {f.se / s.unit:.3g}; "
+                       f"range {f.low / s.unit:g}-{f.high / s.unit:g} {s.unit_name}; "
+                       f"{STATUS_WORDS[f.status]})")
+        out.append(f"fitted on step(s) {list(self.fit.fit_steps)} in {self.evaluations} "
+                   f"simulations; moments' rms log error {self.fit.moments_rms:.3f}")
+        return out
 
 
 def carried(profile: Profile, src: GPU, dst: GPU, name: str) -> Profile:
@@ -86,13 +97,6 @@ def carried(profile: Profile, src: GPU, dst: GPU, name: str) -> Profile:
 def _sig(x: float) -> float:
     """Fixed precision: a derived file reads the same on any machine of our kind."""
     return float(f"{x:.5g}")
-
-
-def with_factors(profile: Profile, per_seq_s: float, prefill_factor: float) -> Profile:
-    d = profile.decode
-    return replace(profile, decode=replace(d, per_seq_s=per_seq_s,
-                                           prefill_s_per_token=_sig(d.prefill_s_per_token
-                                                                    * prefill_factor)))
 
 
 def _indices(m: pd.DataFrame) -> list[int]:
@@ -135,49 +139,132 @@ def _bootstrap_cov(m: pd.DataFrame, turns: list[int]) -> np.ndarray:
 KEY_ROWS = ["batch", "group", "member", "turn"]
 
 
+class _Objective:
+    """-2 log posterior (up to a constant) of the factors `names` (log values) on the fit steps'
+    moments: n log(SSR) (the data) plus the priors' penalties, inside the declared ranges."""
+
+    def __init__(self, workload: Workload, profile: Profile, names: tuple[str, ...],
+                 fit_steps: list[int], progress: Callable[[str], None] | None):
+        all_specs = factor_specs()
+        if not names or len(set(names)) != len(names) or not set(names) <= set(all_specs):
+            raise ValueError(f"--fit-factors {','.join(names) or '<none>'}: allowed: one or more "
+                             f"of {', '.join(all_specs)}, each once")
+        self.workload, self.profile, self.names, self.steps = workload, profile, names, fit_steps
+        self.specs = [all_specs[n] for n in names]
+        self.lo = np.log([s.low for s in self.specs])
+        self.hi = np.log([s.high for s in self.specs])
+        self.measured = measured_steps(workload)
+        self.progress, self.turns, self.n = progress, None, 0
+
+    def frame(self, theta: np.ndarray) -> pd.DataFrame:
+        x = np.exp(np.clip(theta, self.lo, self.hi))
+        prof = with_factors(self.profile, dict(zip(self.names, x)))
+        return matched(self.workload, prof, self.measured, self.steps)
+
+    def residual(self, theta: np.ndarray) -> np.ndarray:
+        self.n += 1
+        m = self.frame(theta)
+        if self.turns is None:
+            self.turns = _indices(m)
+        return _residual(m, self.turns)
+
+    @staticmethod
+    def data(r: np.ndarray) -> float:
+        return len(r) * math.log(float(r @ r) + len(r) * MIN_S2)
+
+    def __call__(self, theta: np.ndarray) -> float:
+        r = self.residual(theta)
+        if self.progress and self.n % 20 == 0:
+            self.progress(f"  fit: {self.n} simulations, rms log error "
+                          f"{math.sqrt(float(np.mean(r * r))):.3f}")
+        inside = np.clip(theta, self.lo, self.hi)
+        priors = sum(s.prior.penalty(t) for s, t in zip(self.specs, inside) if s.prior)
+        outside = np.maximum(0, theta - self.hi) + np.maximum(0, self.lo - theta)
+        return self.data(r) + priors + 100 * float(np.sum(outside))
+
+    def without(self, theta: np.ndarray, j: int) -> float:
+        """The data term with factor j switched off (at its range's bottom), the others refitted
+        from `theta`."""
+        def pinned(t: np.ndarray) -> float:
+            return self(np.insert(t, j, self.lo[j]))
+        rest = _minimise(pinned, np.delete(theta, j), first_step=0.15)
+        return self.data(self.residual(np.insert(rest, j, self.lo[j])))
+
+
 def fit_engine(workload: Workload, profile: Profile, fit_steps: list[int],
+               names: tuple[str, ...] = FIT_FACTORS,
                progress: Callable[[str], None] | None = None) -> EngineFit:
-    """The two factors on `profile` (already carried to the trace's GPU) that explain the fit
-    steps' turn latencies and makespans best."""
-    measured = measured_steps(workload)
-    lo = np.log([RANGES["per_seq_s"][0], RANGES["prefill_factor"][0]])
-    hi = np.log([RANGES["per_seq_s"][1], RANGES["prefill_factor"][1]])
-    state = {"n": 0, "turns": None}
+    """The factors `names` on `profile` (already carried to the trace's GPU) that explain the fit
+    steps' turn latencies and makespans best under their priors."""
+    obj = _Objective(workload, profile, names, fit_steps, progress)
+    theta = _minimise(obj, np.log([s.start for s in obj.specs]))
+    r = obj.residual(theta)
+    jac = np.column_stack([(obj.residual(theta + STEP_H * e) - obj.residual(theta - STEP_H * e))
+                           / (2 * STEP_H) for e in np.eye(len(names))])
+    cov = _sandwich(jac, r, _bootstrap_cov(obj.frame(theta), obj.turns), obj.specs,
+                    np.exp(theta))
+    # A factor with a prior the trace cannot tell from none (switched off, the others refitted,
+    # the data explained about as well): its prior, not the trace, sets it.
+    needed = {}
+    for j, s in enumerate(obj.specs):
+        if s.prior is not None and len(names) > 1:
+            if progress:
+                progress(f"  fit: does the trace need {s.name}? (refitting without it)")
+            worse = obj.without(theta, j) - obj.data(r)
+            needed[j] = worse >= NEEDED
+            if progress:
+                progress(f"  fit: without {s.name}, -2 log likelihood {worse:+.1f} (the trace "
+                         f"needs it from +{NEEDED:g})")
+    fit = TraceFit(_factors(obj, theta, cov, needed),
+                   tuple(tuple(float(f"{v:.4g}") for v in row) for row in cov),
+                   tuple(fit_steps), round(math.sqrt(float(np.mean(r * r))), 5))
+    return EngineFit(fit, obj.n)
 
-    def frame(theta: np.ndarray) -> pd.DataFrame:
-        x = np.exp(np.clip(theta, lo, hi))
-        state["n"] += 1
-        return matched(workload, with_factors(profile, x[0], x[1]), measured, fit_steps)
 
-    def cost(theta: np.ndarray) -> float:
-        m = frame(theta)
-        if state["turns"] is None:
-            state["turns"] = _indices(m)
-        r = _residual(m, state["turns"])
-        if progress and state["n"] % 10 == 0:
-            progress(f"  fit: {state['n']} simulations, rms log error "
-                     f"{math.sqrt(float(np.mean(r * r))):.3f}")
-        penalty = float(np.sum(np.maximum(0, theta - hi) + np.maximum(0, lo - theta)))
-        return float(np.sum(r * r)) + penalty
+def _minimise(objective: Callable[[np.ndarray], float], x0: np.ndarray,
+              first_step: float = 1.0) -> np.ndarray:
+    """Nelder-Mead from `x0` (steps of `first_step` in each log factor), then again from its answer
+    with small steps until a restart gains under RESTART_GAIN (at most RESTARTS): a simulated
+    objective has flat stretches and steps a single simplex stalls on."""
+    k = len(x0)
+    opts = {"xatol": 0.005, "fatol": 1e-4}
+    res = minimize(objective, x0, method="Nelder-Mead",
+                   options=opts | {"maxfev": 70 * k,
+                                   "initial_simplex": [x0, *(x0 + first_step * np.eye(k))]})
+    for _ in range(RESTARTS):
+        again = minimize(objective, res.x, method="Nelder-Mead",
+                         options=opts | {"maxfev": 30 * k,
+                                         "initial_simplex": [res.x, *(res.x + 0.15 * np.eye(k))]})
+        gain, res = res.fun - again.fun, (again if again.fun < res.fun else res)
+        if gain < RESTART_GAIN:
+            break
+    return res.x
 
-    x0 = np.log([START["per_seq_s"], START["prefill_factor"]])
-    res = minimize(cost, x0, method="Nelder-Mead",
-                   options={"xatol": 0.005, "fatol": 1e-5, "maxfev": 120,
-                            "initial_simplex": [x0, x0 + [1.0, 0.0], x0 + [0.0, 1.0]]})
-    theta = np.clip(res.x, lo, hi)
-    at = frame(theta)
-    turns = state["turns"]
-    r = _residual(at, turns)
-    jac = np.column_stack([
-        (_residual(frame(theta + STEP_H * e), turns) - _residual(frame(theta - STEP_H * e), turns))
-        / (2 * STEP_H) for e in np.eye(2)])
-    bread = np.linalg.pinv(jac.T @ jac)
-    cov = bread @ jac.T @ _bootstrap_cov(at, turns) @ jac @ bread
-    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
-    x = np.exp(theta)
-    return EngineFit(float(f"{x[0]:.4g}"), float(f"{x[0] * se[0]:.2g}"),
-                     float(f"{x[1]:.4g}"), float(f"{x[1] * se[1]:.2g}"), tuple(fit_steps),
-                     state["n"], math.sqrt(float(np.mean(r * r))))
+
+def _sandwich(jac: np.ndarray, r: np.ndarray, boot: np.ndarray, specs: list[FactorSpec],
+              x: np.ndarray) -> np.ndarray:
+    """The factors' covariance in log space (module docstring)."""
+    s2 = max(float(r @ r) / len(r), MIN_S2)
+    prec = np.diag([1.0 / s.prior_log_sd(v) ** 2 for s, v in zip(specs, x)])
+    bread = np.linalg.inv(jac.T @ jac / s2 + prec)
+    return bread @ (jac.T @ boot @ jac / s2 ** 2 + prec) @ bread
+
+
+def _factors(obj: _Objective, theta: np.ndarray, cov: np.ndarray,
+             needed: dict[int, bool]) -> tuple[FittedFactor, ...]:
+    out = []
+    for j, s in enumerate(obj.specs):
+        t = float(np.clip(theta[j], obj.lo[j], obj.hi[j]))
+        x, se_log = math.exp(t), math.sqrt(max(cov[j, j], 0.0))
+        if min(t - obj.lo[j], obj.hi[j] - t) < EDGE:
+            status = "edge"
+        elif se_log >= IDENTIFIED_RATIO * s.prior_log_sd(x) or not needed.get(j, True):
+            status = "prior"
+        else:
+            status = "identified"
+        out.append(FittedFactor(s.name, float(f"{x:.4g}"), float(f"{x * se_log:.2g}"), s.low,
+                                s.high, status, s.prior_words()))
+    return tuple(out)
 
 
 def database_gpu(gpu: str) -> str:
@@ -210,19 +297,22 @@ def carried_engine(workload: Workload, name: str = "") -> tuple[Profile, str]:
 
 
 def trace_engine(workload: Workload, fit_steps: list[int], name: str = "",
+                 names: tuple[str, ...] = FIT_FACTORS,
                  progress: Callable[[str], None] | None = None) -> tuple[Profile, EngineFit]:
-    """The profile (`name`) of the traced run's engine: `carried_engine`'s costs with the two
-    factors fitted on `fit_steps`."""
+    """The profile (`name`) of the traced run's engine: `carried_engine`'s costs with the factors
+    `names` fitted on `fit_steps`, the fit recorded in its `trace_fit`."""
     prof, note = carried_engine(workload, name)
     if progress:
-        progress(f"engine: {note}; fitting per_seq_s and prefill_factor on step(s) {fit_steps}")
-    fit = fit_engine(workload, prof, fit_steps, progress)
-    out = with_factors(prof, fit.per_seq_s, fit.prefill_factor)
+        progress(f"engine: {note}; fitting {', '.join(names)} on step(s) {fit_steps}")
+    fit = fit_engine(workload, prof, fit_steps, names, progress)
+    out = with_factors(prof, fit.values())
+    flag = "" if tuple(names) == FIT_FACTORS else f" --fit-factors {','.join(names)}"
     out = replace(
         out, fitted_on=(f"{workload.name}: steps {list(fit_steps)} of its turns table",),
+        trace_fit=fit.fit,
         description=(f"{workload.model} on {workload.gpus_per_worker}x {workload.gpu}, the engine "
                      f"of the traced run {workload.name}: {note}, with "
-                     + "; ".join(fit.lines()[:2])),
+                     + "; ".join(fit.lines()[:-1])),
         source=(f"tlt workload check {workload.name} --fit-steps "
-                f"{','.join(map(str, fit_steps))}: {prof.source}"))
+                f"{','.join(map(str, fit_steps))}{flag}: {prof.source}"))
     return out, fit

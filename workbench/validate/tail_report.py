@@ -14,6 +14,7 @@ from workbench.contracts.workload import load_workload
 from workbench.report.tables import format_table
 from workbench.report.tail_plot import GRID, Curve, Panel
 from workbench.validate import tail_evidence, tail_trace
+from workbench.validate.engine_factors import drawn_engines
 from workbench.validate.tail_evidence import CaseResult, Item
 
 TRACE = "polytrace-search-r1-qwen2.5-7b"
@@ -21,58 +22,77 @@ STEPS = [0, 1, 2, 3, 4]
 GOAL = 0.10  # the largest gap in the share done the issue accepts
 
 
+DRAWS = 8  # engines drawn from the trace fit's uncertainty
+DRAW_SEED = 0
+
+
 @dataclass(frozen=True)
 class TraceVariant:
-    context_share: float  # of the engine's cost per sequence, moved onto its context
+    label: str  # "fitted", or "draw K"
     steps: list[tail_trace.StepDrain]
 
 
 @dataclass(frozen=True)
 class TailRun:
     trace: str
-    reference_context: float
-    variants: list[TraceVariant]  # the first: the shipped engine
+    engine: str  # the profile replayed
+    fit_steps: tuple[int, ...]  # its fit's steps (empty: not fitted on the trace)
+    variants: list[TraceVariant]  # the first: the engine itself; then its draws
     evidence: list[tuple[Item, list[CaseResult]]]
 
 
-def run_tail(seeds: tuple[int, ...] = tail_evidence.SEEDS,
-             progress: Callable[[str], None] | None = None) -> TailRun:
+def run_tail(seeds: tuple[int, ...] = tail_evidence.SEEDS, profile: str | None = None,
+             draws: int = DRAWS, progress: Callable[[str], None] | None = None) -> TailRun:
+    """The trace's steps on `profile` (default: the workload's) and on `draws` engines drawn from
+    its trace fit, then the evidence items on `seeds`."""
     wl = load_workload(TRACE)
-    profile = load_profile(wl.profile)
-    ctx = tail_trace.reference_context(wl, profile)
+    engine = load_profile(profile or wl.profile)
+    engines = [("fitted", engine)] + [(f"draw {k}", e) for k, e in
+                                      enumerate(drawn_engines(engine, draws, DRAW_SEED))]
     variants = []
-    for share in tail_trace.CONTEXT_SHARES:
+    for label, e in engines:
         if progress:
-            progress(f"{TRACE}: steps {STEPS}, {share:.0%} of the per-sequence cost on context")
-        engine = tail_trace.context_engine(profile, share, ctx) if share else profile
-        variants.append(TraceVariant(share, tail_trace.check(wl, engine, STEPS)))
+            progress(f"{TRACE}: steps {STEPS} on {engine.name} ({label})")
+        variants.append(TraceVariant(label, tail_trace.check(wl, e, STEPS)))
     evidence = [(it, tail_evidence.check_item(it, seeds, progress) if it.simulated else [])
                 for it in tail_evidence.load_evidence()]
-    return TailRun(TRACE, ctx, variants, evidence)
+    fit_steps = engine.trace_fit.fit_steps if engine.trace_fit else ()
+    return TailRun(TRACE, engine.name, fit_steps, variants, evidence)
 
 
 def _pct(x: float) -> str:
     return "-" if np.isnan(x) else f"{100 * x:.0f}%"
 
 
+def _step(run: TailRun, step: int) -> str:
+    if not run.fit_steps:  # an engine with no trace fit recorded: nothing to mark
+        return str(step)
+    return f"{step} (fit)" if step in run.fit_steps else f"{step} (held out)"
+
+
+def _spread(run: TailRun, i: int, value: Callable[[tail_trace.StepDrain], float],
+            form: str = ".1f") -> str:
+    drawn = [value(v.steps[i]) for v in run.variants[1:]]
+    return f"{min(drawn):{form}} to {max(drawn):{form}}" if drawn else "-"
+
+
 def trace_text(run: TailRun) -> str:
     base = run.variants[0].steps
-    rows = [[str(s.step), f"{s.trajectories:,}", f"{100 * s.gap:.1f}", f"{s.measured_s:.0f}",
-             f"{s.simulated_s:.0f}"]
+    rows = [[_step(run, s.step), f"{s.trajectories:,}", f"{100 * s.gap:.1f}",
+             _spread(run, i, lambda d: 100 * d.gap), f"{100 * s.clock_gap:.1f}",
+             f"{s.measured_s:.0f}", f"{s.simulated_s:.0f}",
+             f"{s.simulated_s / s.measured_s - 1:+.1%}",
+             _spread(run, i, lambda d: 100 * (d.simulated_s / d.measured_s - 1), "+.1f")]
             + [f"{_pct(m)} / {_pct(v)}" for m, v in zip(s.measured_shares, s.simulated_shares)]
-            for s in base]
-    heads = ["step", "trajectories", "largest gap (points)", "rollout s measured", "simulated"]
+            for i, s in enumerate(base)]
+    heads = ["step", "trajectories", "largest gap (points)",
+             f"over {len(run.variants) - 1} drawn engines", "on the measured clock",
+             "rollout s measured", "simulated", "error", "drawn (%)"]
     heads += [f"engine-time at {lo}-{hi} meas/sim" if hi else "engine-time idle meas/sim"
               for lo, hi in tail_trace.BUCKETS]
-    lines = [format_table(rows, heads), "",
-             "the engine's unknown: the share of its cost per sequence that grows with the "
-             f"context (kept at {run.reference_context:.0f} tokens, the fit step's mean):"]
-    rows = [[f"{v.context_share:.0%}" + (" (shipped)" if not v.context_share else "")]
-            + [f"{100 * s.gap:.1f} ({s.simulated_s / s.measured_s - 1:+.0%})" for s in v.steps]
-            for v in run.variants]
-    lines.append(format_table(rows, ["on context"] + [f"step {s} gap (rollout error)"
-                                                      for s in STEPS]))
-    return "\n".join(lines)
+    if len(run.variants) == 1:  # no drawn engines: their two columns say nothing
+        rows, heads = [r[:3] + r[4:8] + r[9:] for r in rows], heads[:3] + heads[4:8] + heads[9:]
+    return f"engine: {run.engine}\n" + format_table(rows, heads)
 
 
 def _measured_speed(it: Item, i: int) -> str:
@@ -99,12 +119,16 @@ def item_text(it: Item, results: list[CaseResult]) -> str:
 
 
 def summary(run: TailRun) -> dict:
-    base = [s.gap for s in run.variants[0].steps]
-    out = {"trace_largest_gap_max": round(max(base), 4),
-           "trace_steps_within_goal": sum(g <= GOAL for g in base),
-           "trace_largest_gap_by_context_share": {
-               f"{v.context_share:g}": round(max(s.gap for s in v.steps), 4)
-               for v in run.variants}}
+    base = run.variants[0].steps
+    held = [s.gap for s in base if s.step not in run.fit_steps]
+    out = {"engine": run.engine, "fit_steps": list(run.fit_steps),
+           "trace_largest_gap_by_step": [round(s.gap, 4) for s in base],
+           "trace_largest_gap_max": round(max(s.gap for s in base), 4),
+           "trace_held_out_gap_max": round(max(held), 4) if held else None,
+           "trace_steps_within_goal": sum(s.gap <= GOAL for s in base)}
+    if len(run.variants) > 1:
+        out["trace_largest_gap_max_over_draws"] = round(
+            max(s.gap for v in run.variants[1:] for s in v.steps), 4)
     for it, res in run.evidence:
         if res:
             out[f"{it.id}_gap_range"] = [round(min(r.gap for r in res), 4),
@@ -114,8 +138,9 @@ def summary(run: TailRun) -> dict:
 
 
 def document(run: TailRun) -> dict:
-    trace = [{"context_share": v.context_share,
-              "steps": [{"step": s.step, "gap": s.gap, "measured_s": s.measured_s,
+    trace = [{"engine": v.label,
+              "steps": [{"step": s.step, "gap": s.gap, "clock_gap": s.clock_gap,
+                         "measured_s": s.measured_s,
                          "simulated_s": s.simulated_s, "measured_shares": s.measured_shares,
                          "simulated_shares": s.simulated_shares} for s in v.steps]}
              for v in run.variants]
@@ -125,13 +150,14 @@ def document(run: TailRun) -> dict:
                          "shares": r.shares, "speeds": r.speeds, "rollout_s": r.rollout_s,
                          "accept_len": r.accept_len} for r in res]}
              for it, res in run.evidence]
-    return {"schema": "tlt-tail/1", "trace": run.trace, "reference_context": run.reference_context,
-            "trace_variants": trace, "evidence": items, "summary": summary(run)}
+    return {"schema": "tlt-tail/2", "trace": run.trace, "engine": run.engine,
+            "fit_steps": list(run.fit_steps), "trace_variants": trace, "evidence": items,
+            "summary": summary(run)}
 
 
 def panels(run: TailRun) -> list[Panel]:
     base = run.variants[0].steps
-    out = [Panel(f"{run.trace}: steps {STEPS[0]}-{STEPS[-1]} (shipped engine)",
+    out = [Panel(f"{run.trace}: steps {STEPS[0]}-{STEPS[-1]} ({run.engine})",
                  [Curve(f"step {s.step}", completion_curve(s.measured, GRID)) for s in base],
                  simulated=[Curve(f"simulated step {s.step}", completion_curve(s.simulated, GRID))
                             for s in base])]

@@ -5,9 +5,10 @@ call of every trajectory; veRL's rank starts all its trajectories at once and ru
 turns and tool calls one after another. So a turn is on the engine from the sum of the trajectory's
 earlier turns' and tool calls' latencies, for its own latency. Each trajectory's engine is its
 contiguous shard of the step (veRL splits a batch across data-parallel ranks in order; the trace
-records no rank). The simulator's replay of the same steps (`simulated_turns`: seed 0, no SD, the
-workload's engine) gives its turns' `arrive_s` to `end_s` on its engines. Both become a Drain
-(workbench/contracts/drain.py) through the same function.
+records no rank). The simulator's replay of the same steps (`simulated_turns`: seed 0, no SD, an
+engine: the workload's, or one drawn from its fit's uncertainty) gives its turns' `arrive_s` to
+`end_s` on its engines. Both become a Drain (workbench/contracts/drain.py) through the same
+function.
 """
 
 from __future__ import annotations
@@ -18,22 +19,14 @@ import numpy as np
 import pandas as pd
 
 from sim.rollout import shard
-from sim.simulator import simulate
 from workbench.contracts.drain import Drain, batch_time, curve_gap, drain_from_turns
-from workbench.contracts.policy import load_policy
 from workbench.contracts.profile import Profile
-from workbench.contracts.timeline import DECODE_STATES
 from workbench.contracts.workload import Workload
 from workbench.validate.agentic_trace import measured_steps, simulated_turns
 
 TRAJECTORY = ["group", "member"]
 # Running batches per engine the comparison reports (of 512 trajectories per engine).
 BUCKETS = ((0, 0), (1, 32), (33, 128), (129, 512))
-# The engine's unknown: the share of its cost per sequence that grows with the sequence's context
-# (torch_native attention gathers each sequence's KV rows in every layer; the H100 probe beside the
-# trace measured 2.4 ms per sequence at 1,024 tokens and 3.2 ms at 2,048, i.e. about half of it at
-# the trace's contexts). 0 is the shipped profile (a constant per_seq_s).
-CONTEXT_SHARES = (0.0, 0.25, 0.5)
 
 
 def _trajectory_ids(turns: pd.DataFrame) -> np.ndarray:
@@ -70,32 +63,15 @@ class StepDrain:
     step: int
     trajectories: int
     gap: float  # largest gap between the completion curves, in the share of trajectories done
+    # the same with the simulated curve read on the measured rollout's clock (its seconds, not its
+    # own rollout's share): the gap the curve's shape makes, without where the rollout ends
+    clock_gap: float
     measured_s: float  # the rollout (the slowest trajectory)
     simulated_s: float
     measured_shares: tuple[float, ...]  # engine-time per BUCKETS
     simulated_shares: tuple[float, ...]
     measured: Drain
     simulated: Drain
-
-
-def reference_context(workload: Workload, profile: Profile) -> float:
-    """The mean decode context per sequence (weighted by sequence-seconds) of the first step's
-    replay on `profile`, the step its engine was fitted on."""
-    wl = replace(workload, steps=1, agentic=replace(workload.agentic, kind="replay"))
-    tl = simulate(wl, load_policy("baseline"), profile, seed=0).timeline
-    dec = tl[tl["state"].astype(str).isin(DECODE_STATES)]
-    w = (dec["end_s"] - dec["start_s"]) * dec["batch"]
-    return float((dec["context"] * w).sum() / w.sum())
-
-
-def context_engine(profile: Profile, share: float, context: float) -> Profile:
-    """`profile` with `share` of its cost per sequence moved onto each context token, so that a
-    sequence at `context` tokens costs what it did."""
-    d = profile.decode
-    moved = share * d.per_seq_s
-    dec = replace(d, per_seq_s=float(f"{d.per_seq_s - moved:.5g}"),
-                  kv_s_per_token=float(f"{d.kv_s_per_token + moved / context:.5g}"))
-    return replace(profile, decode=dec, name=f"{profile.name}-context-{share:g}")
 
 
 def check(workload: Workload, profile: Profile, steps: list[int]) -> list[StepDrain]:
@@ -106,6 +82,12 @@ def check(workload: Workload, profile: Profile, steps: list[int]) -> list[StepDr
     for s in steps:
         m = measured_drain(meas[meas["batch"] == s], workload.workers)
         d = simulated_drain(sim[sim["batch"] == s], workload.workers)
-        out.append(StepDrain(s, m.responses, curve_gap(m, d), m.rollout_s, d.rollout_s,
-                             bucket_shares(m), bucket_shares(d), m, d))
+        out.append(StepDrain(s, m.responses, curve_gap(m, d), curve_gap(m, on_clock(d, m)),
+                             m.rollout_s, d.rollout_s, bucket_shares(m), bucket_shares(d), m, d))
     return out
+
+
+def on_clock(d: Drain, clock: Drain) -> Drain:
+    """`d` read on `clock`'s rollout length: a share of the time is as many of `clock`'s seconds
+    (a response that finishes past it is not done by its end)."""
+    return replace(d, end_s=d.start_s + clock.rollout_s)

@@ -257,7 +257,7 @@ def derive_profile(arch: str, gpu: str, tp: int, framework: str, base: Profile, 
                       framework_version=eng.version, ep=eng.ep)
     cov = eng.coverage(eng.arch, tp, framework)
     prof = replace(base, name=name, decode=dec, drafter=dr, phases=phases, learning=learning,
-                   cluster=cluster, power=power,
+                   cluster=cluster, power=power, trace_fit=None,
                    fitted_on=(f"{DATABASE_PREFIX}{cluster.label}, aiconfigurator-core "
                               f"{package_version()}",))
     errs = [100.0 * (predict(prof.decode, prof.drafter, p) / p.step_s - 1.0)
