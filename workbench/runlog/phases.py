@@ -27,7 +27,10 @@ for veRL's; another framework's combined timer holds several: training_shape.py)
 - fixed (x phase_s): one per pass (dispatch, the batch to and from the workers, the cache
   emptied); the weight sync a log times on its own (`update_weights`) counts as
   SYNC_CALLS_S + its bf16 bytes at SYNC_BYTES_PER_S over the prior's phase_s;
-- reward (x reward_s): one per response, for `adv` (veRL scores the responses there) and `reward`.
+- reward (x reward_s): one per response, for `reward` and for `adv` where the log times no
+  `reward` (the veRL that scores the responses inside its `adv` timer); where `reward` is timed on
+  its own, `adv` is the advantage alone (GRPO's group statistics, GAE's scan: milliseconds on the
+  driver), one fixed cost.
 """
 
 from __future__ import annotations
@@ -155,7 +158,9 @@ def step_bases(t: TrainingShape, grids: dict[str, ForwardGrid], stats: StepStats
             out = sum(phase_bases(t, q, grids[q.role], length, responses) for q in passes)
         else:
             out = np.zeros((steps, len(BASES)))
-            if name in ("adv", "reward"):
+            if name == "adv" and "reward" in timed:
+                out[:, 4] = 1.0  # scored under `reward`: the advantage alone
+            elif name in ("adv", "reward"):
                 out[:, 5] = responses
             elif name == "update_weights":
                 out[:, 4] = sync_fixed
