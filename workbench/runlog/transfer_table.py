@@ -6,7 +6,10 @@ and what TLT would do to each calibrated run.
 The logs and how to read them are a manifest (traces/published/verl-runs/transfer.json): each
 log's file, the shape flags its log lacks (`gpu`, `arch`, `group_size`), its cluster, its recipe
 and its model, and the steps it is fitted on. A pair is every ordered pair of logs sharing a
-cluster or a recipe; its kind is "size" where the models differ, else "change".
+cluster, a recipe or a model; its kind says what differs beyond the run's settings: "change"
+(nothing: the same cluster and model), "model" (another model of about the same size, within
+SIZE_RATIO in parameters) or "size" (another size), each with "cluster, " before it where the
+clusters differ (another machine: its GPU, its interconnect, its software).
 
 The model's error under a change of run (predictive.py MODEL_ERROR) is estimated here: the root
 mean square of every pair's median log-errors of the rollout and of the whole step. Each pair's
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.contracts.architecture import load_architecture
 from workbench.contracts.policy import load_policy
 from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.workload import load_workload
@@ -35,6 +39,7 @@ from workbench.runlog.shape import ShapeFlags
 from workbench.runlog.transfer import LeftOut, predict_with
 
 FLAG_FIELDS = ("gpu", "arch", "group_size", "gpus", "tp", "max_response_tokens")
+SIZE_RATIO = 1.5  # models within this ratio of parameters are "about the same size"
 
 
 @dataclass(frozen=True)
@@ -99,10 +104,23 @@ def load_manifest(path: str | Path) -> list[TableLog]:
     return out
 
 
-def pairs_of(logs: list[TableLog]) -> list[tuple[int, int, str]]:
-    return [(i, j, "size" if a.model != b.model else "change")
+def pair_kind(a: TableLog, b: TableLog, params_a: float, params_b: float) -> str:
+    """What differs between two logs beyond the run's settings (module docstring)."""
+    if a.model == b.model:
+        kind = "change"
+    else:
+        kind = "size" if max(params_a, params_b) > SIZE_RATIO * min(params_a, params_b) else "model"
+    if a.cluster != b.cluster:
+        return "cluster" if kind == "change" else f"cluster, {kind}"
+    return kind
+
+
+def pairs_of(logs: list[TableLog], params: list[float]) -> list[tuple[int, int, str]]:
+    """Every ordered pair sharing a cluster, a recipe or a model, with its kind; `params`: each
+    log's model's parameters."""
+    return [(i, j, pair_kind(a, b, params[i], params[j]))
             for i, a in enumerate(logs) for j, b in enumerate(logs)
-            if i != j and (a.cluster == b.cluster or a.recipe == b.recipe)]
+            if i != j and (a.cluster == b.cluster or a.recipe == b.recipe or a.model == b.model)]
 
 
 def _rms(x: list[float]) -> float:
@@ -143,7 +161,7 @@ def build(logs: list[TableLog], say: Callable[[str], None] = lambda _: None,
         own.append(OwnRow(t, p.log.steps, c.heldout, c.coverage, speed))
         say(f"{t.name}: held out {c.heldout.gen.median:.1f}% rollout, "
             f"{c.heldout.step.median:.1f}% step")
-    pairs = pairs_of(logs)
+    pairs = pairs_of(logs, [float(load_architecture(p.shape.arch).params) for p in preps])
     raw = {(i, j): predict_with(factors[i], (logs[i].name,), preps[j]) for i, j, _ in pairs}
     biases = {k: [r.gen_log_bias, r.step_log_bias] for k, r in raw.items()}
     rows = []
