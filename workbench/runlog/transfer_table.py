@@ -209,8 +209,36 @@ def table_lines(t: TransferTable) -> list[str]:
                      f"{_share(x.coverage, 'step')} | {r.model_error:.3f} |")
     lines += ["", f"Model error under a change of run, from the {len(t.pairs)} pairs' median "
               f"log-errors (rollout and whole step): {t.model_error:.3f} (declared in "
-              f"workbench/runlog/predictive.py: {t.declared:.3f})."]
+              f"workbench/runlog/predictive.py: {t.declared:.3f}); "
+              + "; ".join(f"the {n} pairs {k}: {e:.3f}" for n, k, e in _by_cluster(t)) + "."]
+    inside = _medians_inside(t.pairs)
+    lines.append(f"The measured median inside its 90% interval under a change (each pair's term "
+                 f"estimated without its target): {inside[0]} of {inside[1]} (pair, rollout and "
+                 f"whole step); the {len(_same(t.pairs))} pairs of one cluster "
+                 f"{_medians_inside(_same(t.pairs))[0]} of {2 * len(_same(t.pairs))}.")
     return lines
+
+
+def _same(pairs: tuple[PairRow, ...]) -> tuple[PairRow, ...]:
+    return tuple(r for r in pairs if not r.kind.startswith("cluster"))
+
+
+def _by_cluster(t: TransferTable) -> list[tuple[int, str, float]]:
+    """The model error from the pairs of one cluster and from those across clusters."""
+    def rms(rows: list[PairRow]) -> float:
+        return _rms([b for r in rows for b in (r.result.gen_log_bias, r.result.step_log_bias)])
+
+    same = list(_same(t.pairs))
+    other = [r for r in t.pairs if r not in same]
+    return [(len(rows), name, rms(rows)) for rows, name in ((same, "within one cluster"),
+                                                             (other, "across clusters")) if rows]
+
+
+def _medians_inside(pairs: tuple[PairRow, ...]) -> tuple[int, int]:
+    """How many of the pairs' run medians (rollout, whole step) fall inside their intervals."""
+    got = [getattr(r.result.coverage, g) for r in pairs for g in ("gen", "step")
+           if r.result.coverage is not None]
+    return sum(c.median_inside for c in got if c is not None), len(got)
 
 
 def table_json(t: TransferTable) -> dict:
@@ -218,8 +246,11 @@ def table_json(t: TransferTable) -> dict:
         return {"gen": e.gen.median, "update": e.update.median, "step": e.step.median,
                 "phases": {n: x.median for n, x in e.phases}}
 
+    inside = _medians_inside(t.pairs)
     return {
         "model_error": t.model_error, "declared_model_error": t.declared,
+        "model_error_by_cluster": {name: e for _, name, e in _by_cluster(t)},
+        "medians_inside": {"inside": inside[0], "of": inside[1]},
         "own": [{"log": r.log.name, "steps": r.steps, "fit_steps": r.log.fit_steps,
                  "heldout_median_abs_error_pct": errs(r.heldout),
                  "coverage": {g: getattr(getattr(r.coverage, g, None), "step_share", None)
@@ -230,5 +261,7 @@ def table_json(t: TransferTable) -> dict:
                    "gen_bias_pct": r.result.gen_bias_pct, "step_bias_pct": r.result.step_bias_pct,
                    "coverage": {g: getattr(getattr(r.result.coverage, g, None), "step_share",
                                            None) for g in ("gen", "update", "step")},
+                   "median_inside": {g: getattr(getattr(r.result.coverage, g, None),
+                                                "median_inside", None) for g in ("gen", "step")},
                    "model_error": r.model_error} for r in t.pairs],
     }
