@@ -7,9 +7,10 @@ The logs and how to read them are a manifest (traces/published/verl-runs/transfe
 log's file, the shape flags its log lacks (`gpu`, `arch`, `group_size`), its cluster, its recipe
 and its model, and the steps it is fitted on. A pair is every ordered pair of logs sharing a
 cluster, a recipe or a model; its kind says what differs beyond the run's settings: "change"
-(nothing: the same cluster and model), "model" (another model of about the same size, within
-SIZE_RATIO in parameters) or "size" (another size), each with "cluster, " before it where the
-clusters differ (another machine: its GPU, its interconnect, its software).
+(nothing: the same cluster, backend and model), else the list of what does: "cluster" (another
+machine: its GPU, its interconnect, its software), "backend" (another training strategy: FSDP,
+FSDP2, Megatron), "model" (another model of about the same size, within SIZE_RATIO in parameters)
+or "size" (another size).
 
 The model's error under a change of run (predictive.py MODEL_ERROR) is estimated here: the root
 mean square of every pair's median log-errors of the rollout and of the whole step. Each pair's
@@ -104,21 +105,21 @@ def load_manifest(path: str | Path) -> list[TableLog]:
     return out
 
 
-def pair_kind(a: TableLog, b: TableLog, params_a: float, params_b: float) -> str:
+def pair_kind(a: TableLog, b: TableLog, params: tuple[float, float],
+              backends: tuple[str, str]) -> str:
     """What differs between two logs beyond the run's settings (module docstring)."""
-    if a.model == b.model:
-        kind = "change"
-    else:
-        kind = "size" if max(params_a, params_b) > SIZE_RATIO * min(params_a, params_b) else "model"
-    if a.cluster != b.cluster:
-        return "cluster" if kind == "change" else f"cluster, {kind}"
-    return kind
+    out = ["cluster"] if a.cluster != b.cluster else []
+    out += ["backend"] if backends[0] != backends[1] else []
+    if a.model != b.model:
+        out.append("size" if max(params) > SIZE_RATIO * min(params) else "model")
+    return ", ".join(out) or "change"
 
 
-def pairs_of(logs: list[TableLog], params: list[float]) -> list[tuple[int, int, str]]:
-    """Every ordered pair sharing a cluster, a recipe or a model, with its kind; `params`: each
-    log's model's parameters."""
-    return [(i, j, pair_kind(a, b, params[i], params[j]))
+def pairs_of(logs: list[TableLog], params: list[float],
+             backends: list[str]) -> list[tuple[int, int, str]]:
+    """Every ordered pair sharing a cluster, a recipe or a model, with its kind; `params` and
+    `backends`: each log's model's parameters and training strategy."""
+    return [(i, j, pair_kind(a, b, (params[i], params[j]), (backends[i], backends[j])))
             for i, a in enumerate(logs) for j, b in enumerate(logs)
             if i != j and (a.cluster == b.cluster or a.recipe == b.recipe or a.model == b.model)]
 
@@ -161,7 +162,8 @@ def build(logs: list[TableLog], say: Callable[[str], None] = lambda _: None,
         own.append(OwnRow(t, p.log.steps, c.heldout, c.coverage, speed))
         say(f"{t.name}: held out {c.heldout.gen.median:.1f}% rollout, "
             f"{c.heldout.step.median:.1f}% step")
-    pairs = pairs_of(logs, [float(load_architecture(p.shape.arch).params) for p in preps])
+    pairs = pairs_of(logs, [float(load_architecture(p.shape.arch).params) for p in preps],
+                     [p.training.strategy for p in preps])
     raw = {(i, j): predict_with(factors[i], (logs[i].name,), preps[j]) for i, j, _ in pairs}
     biases = {k: [r.gen_log_bias, r.step_log_bias] for k, r in raw.items()}
     rows = []
