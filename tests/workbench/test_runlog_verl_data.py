@@ -159,3 +159,22 @@ def test_an_excerpt_s_provenance(tmp_path):
     assert "--excerpt-of-chars 12345 --read-id 42" in doc["source"]["extracted_by"]
     back = read_run_log(out)
     assert back.steps == 3 and "(an excerpt of 12345 characters" in back.source
+
+
+def test_a_pair_s_kind_names_what_differs():
+    from pathlib import Path
+
+    from workbench.runlog.shape import ShapeFlags as Flags
+    from workbench.runlog.transfer_table import TableLog, pair_kind, pairs_of
+
+    def log(cluster, recipe, model):
+        return TableLog(Path("x"), cluster, recipe, model, 10, Flags())
+
+    a, b = log("c1", "r1", "m7"), log("c1", "r1", "m7b")
+    c, d = log("c2", "r2", "m7"), log("c3", "r3", "m0.5")
+    assert pair_kind(a, a, (7e9, 7e9), ("fsdp", "fsdp")) == "change"
+    assert pair_kind(a, b, (7.6e9, 6.9e9), ("megatron", "megatron")) == "model"
+    assert pair_kind(a, c, (7e9, 7e9), ("fsdp", "megatron")) == "cluster, backend"
+    assert pair_kind(a, d, (7e9, 0.5e9), ("fsdp", "fsdp")) == "cluster, size"
+    # a and c share only their model, d shares nothing with anyone
+    assert [(i, j) for i, j, _ in pairs_of([a, c, d], [7e9] * 3, ["fsdp"] * 3)] == [(0, 1), (1, 0)]
