@@ -213,8 +213,9 @@ def _grid(value_head: bool = False) -> ForwardGrid:
 
 def test_lora_and_megatron_price_the_update_as_their_physics():
     """LoRA's backward computes no weight gradients (3 forwards with checkpointing, not 4) and its
-    optimizer steps only its adapters; Megatron gathers no weights and runs a pipeline's
-    (micro-batches + pp - 1) stage times over its data-parallel ranks."""
+    optimizer steps only its adapters; Megatron gathers no weights, runs a pipeline's
+    (micro-batches + pp - 1) stage times over its data-parallel ranks and reads each rank's share
+    of the vocabulary (its LM head split over TP)."""
     actor = ModelShape("actor", "qwen2.5-0.5b", checkpointing=True, param_bytes=4)
     upd = PhaseShape("update_actor", "actor", micro_batch=4, update=True, mini_batches=2)
     fsdp = TrainingShape("fsdp", 8, (actor,), (upd,))
@@ -231,6 +232,6 @@ def test_lora_and_megatron_price_the_update_as_their_physics():
     c = phase_bases(meg, upd, _grid(), length, 64)
     assert c[0, gather] == 0.0 and c[0, launch] == 8 * 4 * 24 / 2
     forward = 4 * 512 * 1e-6  # a micro-batch's forward on the grid
-    logits = 32 * 512 * 151936 * 96 / 3e12
+    logits = 32 * 512 * 151936 / 2 * 96 / 3e12
     optimizer = 2 * params / 2 * 28 / 3e12
     assert c[0, 0] == pytest.approx(4 * forward / 2 * (8 + 1) + logits + optimizer, rel=1e-6)

@@ -15,7 +15,7 @@ from workbench.cli.apps import runlog_app
 from workbench.cli.common import fail
 from workbench.contracts.fileio import write_atomic, write_json
 from workbench.contracts.schema import ConfigError
-from workbench.runlog.extract import Provenance, extract
+from workbench.runlog.extract import Excerpt, Provenance, extract
 from workbench.runlog.transfer_table import build, load_manifest, table_json, table_lines
 
 MANIFEST = "traces/published/verl-runs/transfer.json"
@@ -28,19 +28,31 @@ def extract_cmd(
     commit: str = typer.Option(..., help="The commit of that repository the log is read at."),
     path: str = typer.Option(..., help="The log's path in that repository."),
     out: Path = typer.Option(..., help="NAME.metrics.json to write."),
+    excerpt_of_chars: int = typer.Option(0, min=0, help="LOG is a verbatim excerpt (the lines "
+                                         "the reader uses) of an original of this many "
+                                         "characters, read through a text index: its sha256 "
+                                         "is not taken (0: LOG is the original)."),
+    read_id: list[str] = typer.Option([], help="The text index's id of the original read "
+                                      "(with --excerpt-of-chars; repeat for several)."),
 ) -> None:
     """Extract a console log into a file every --run-log reads like the log.
 
     Its step metrics, launch command and printed config, with the original file's provenance
     (sha256)."""
     try:
-        doc = extract(log, Provenance(repository, commit, path), out)
+        if read_id and not excerpt_of_chars:
+            raise ConfigError("--read-id", "<option>", " ".join(read_id),
+                              "--excerpt-of-chars N with it (the original's size)")
+        excerpt = Excerpt(excerpt_of_chars, tuple(read_id)) if excerpt_of_chars else None
+        doc = extract(log, Provenance(repository, commit, path), out, excerpt)
     except ConfigError as exc:
         fail(exc)
+    src = doc["source"]
+    sha = (f"the log's sha256 {src['sha256'][:16]}" if src["sha256"] else
+           f"an excerpt of {src['excerpt']['total_chars']:,} characters (sha256 not taken)")
     typer.echo(f"wrote {out}: {len(doc['steps']['rows'])} steps, "
                f"{len(doc['steps']['columns']) - 2} metrics, {len(doc['command']['settings'])} "
-               f"launch overrides, {len(doc['config']['values'])} printed config fields; "
-               f"the log's sha256 {doc['source']['sha256'][:16]}")
+               f"launch overrides, {len(doc['config']['values'])} printed config fields; {sha}")
 
 
 @runlog_app.command("transfer")

@@ -115,6 +115,10 @@ class TrainingShape:
     max_response_tokens: int = 0
     # the old log-probs computed inside the rollout's timer (older veRL, in generate_sequences)
     log_probs_in_gen: bool = False
+    # the logits padded back to the caps before the log-probs (veRL's Megatron models: their
+    # layers run packed, their logits are padded out again): the vocabulary's traffic runs over
+    # the response cap, not the tokens
+    logits_padded: bool = False
     taken: tuple[TrainingTaken, ...] = ()
 
     @property

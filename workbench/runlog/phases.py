@@ -9,7 +9,9 @@ for veRL's; another framework's combined timer holds several: training_shape.py)
   forwards each pays: 1 for a log-prob or values pass; an update 1 + 2 (backward) + 1 (gradient
   checkpointing's recompute), its backward 1 with LoRA (no weight gradients but the adapters'),
   times its epochs; a Megatron pipeline of pp stages runs (micro-batches + pp - 1) stage times;
-  a policy's logits read and written over the vocabulary (forward_costs.py: `logits_s`);
+  a policy's logits read and written over the vocabulary (forward_costs.py: `logits_s`), a
+  tensor-parallel rank's share of it (the LM head is split over TP), over the step's tokens, or
+  over the response cap where the logits are padded back to the caps (`logits_padded`);
   each optimizer step reads and writes the optimizer's state and the weights (OPTIMIZER_BYTES a
   trained parameter, LoRA's adapters only) at the GPU's memory bandwidth. L is the step's mean
   sequence (prompt + response) with `remove_padding`, else the prompt and response caps (veRL pads
@@ -27,7 +29,10 @@ for veRL's; another framework's combined timer holds several: training_shape.py)
 - fixed (x phase_s): one per pass (dispatch, the batch to and from the workers, the cache
   emptied); the weight sync a log times on its own (`update_weights`) counts as
   SYNC_CALLS_S + its bf16 bytes at SYNC_BYTES_PER_S over the prior's phase_s;
-- reward (x reward_s): one per response, for `adv` (veRL scores the responses there) and `reward`.
+- reward (x reward_s): one per response, for `reward` and for `adv` where the log times no
+  `reward` (the veRL that scores the responses inside its `adv` timer); where `reward` is timed on
+  its own, `adv` is the advantage alone (GRPO's group statistics, GAE's scan: milliseconds on the
+  driver), one fixed cost.
 """
 
 from __future__ import annotations
@@ -100,7 +105,10 @@ def phase_bases(t: TrainingShape, p: PhaseShape, grid: ForwardGrid, length: np.n
     n, b = _micro_batches(p, seqs, length)
     stage = grid.forward_s(b, length) / t.pp
     out = np.zeros((len(length), len(BASES)))
-    out[:, 0] = k * stage * (n + t.pp - 1) + p.epochs * grid.logits_s(seqs * length, p.update)
+    logit_tokens = seqs * (np.full(len(length), float(t.max_response_tokens)) if t.logits_padded
+                           else length)
+    out[:, 0] = (k * stage * (n + t.pp - 1)
+                 + p.epochs * grid.logits_s(logit_tokens, p.update) / t.tp)
     trained = lora_params(a, m.lora_rank) if lora else float(a.params)
     if p.update:
         steps = p.epochs * p.mini_batches
@@ -155,7 +163,9 @@ def step_bases(t: TrainingShape, grids: dict[str, ForwardGrid], stats: StepStats
             out = sum(phase_bases(t, q, grids[q.role], length, responses) for q in passes)
         else:
             out = np.zeros((steps, len(BASES)))
-            if name in ("adv", "reward"):
+            if name == "adv" and "reward" in timed:
+                out[:, 4] = 1.0  # scored under `reward`: the advantage alone
+            elif name in ("adv", "reward"):
                 out[:, 5] = responses
             elif name == "update_weights":
                 out[:, 4] = sync_fixed

@@ -33,7 +33,7 @@ from workbench.runlog.errors import Measured
 
 DRAWS = 200
 LEVEL = 0.9
-MODEL_ERROR = 0.26
+MODEL_ERROR = 0.32
 GROUPS = ("gen", "update", "step")
 
 

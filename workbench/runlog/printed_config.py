@@ -5,7 +5,8 @@ veRL's trainer pretty-prints its resolved Hydra config at start (`pprint` of a n
 line per key, each behind the Ray prefix of the process that printed it (`(TaskRunner pid=N)`,
 `(main_task pid=N)`). Other processes' lines (and warnings of the same one) interleave with it:
 the dict is the first line of that process starting `{'`, continued by that process's lines that
-continue a pretty-printed literal (indented, then a quote, a bracket, a number or a constant). A
+continue a pretty-printed literal (indented, then a quote, a bracket, a number or a constant; or
+any text, where the line before ends at a key whose value the output split onto the next line). A
 log cut inside the dict keeps what was printed: open brackets are closed, a dangling key dropped.
 
 vLLM prints its engine's configuration when it starts: `Initializing a V1 LLM engine (v0.8.5) with
@@ -111,7 +112,9 @@ def _dict_lines(lines: list[str]) -> list[tuple[int, str]]:
             if depth <= 0:
                 break
             p, body = _strip(other)
-            if p == prefix and _CONTINUES.match(body):
+            # a key whose value went to the next line (the output split there: `'k': ` then `0},`)
+            split = taken[-1][1].rstrip().endswith(":")
+            if p == prefix and (_CONTINUES.match(body) or split):
                 taken.append((m, body))
                 depth += _depth(body)
         return taken

@@ -133,7 +133,8 @@ class RunLog:
         """`file:line` (or `file (row N)`) of the i-th timed step."""
         n = int(self.metrics["line"].iloc[i])
         if self.kind == "extract":
-            return f"{self.path} (the original log's line {n})"
+            whose = "the excerpt's" if "(an excerpt" in self.source else "the original log's"
+            return f"{self.path} ({whose} line {n})"
         return f"{self.path}:{n}" if self.kind == "console" else f"{self.path} (row {n})"
 
 

@@ -66,6 +66,7 @@ def training_lines(p: Prepared) -> list[str]:
     lines = [f"training: {t.strategy}, {t.gpus} GPUs (TP{t.tp} PP{t.pp} DP{t.dp}), sequences "
              + ("packed" if t.remove_padding else
                 f"padded to {t.max_prompt_tokens} + {t.max_response_tokens} tokens")
+             + (", logits padded back to the caps" if t.logits_padded else "")
              + (", old log-probs inside the rollout's timer" if t.log_probs_in_gen else "")]
     for m in t.models:
         lines.append(f"  model {m.role:<7} {m.arch}" + (" (value head)" if m.value_head else "")

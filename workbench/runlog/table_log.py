@@ -155,7 +155,9 @@ def read_extract(p: Path) -> Extracted:
                                tuple(tuple(x) for x in c["engine_settings"]), c["first_line"])
         skipped = dict(doc["skipped"])
         src = doc["source"]
-        source = f"{src['repository']} {src['commit']} {src['path']} (sha256 {src['sha256']})"
+        source = (f"{src['repository']} {src['commit']} {src['path']} (sha256 {src['sha256']})"
+                  if src["sha256"] else f"{src['repository']} {src['commit']} {src['path']} (an "
+                  f"excerpt of {src['excerpt']['total_chars']} characters; sha256 not taken)")
         rows = {int(r["step"]): {k: v for k, v in r.items() if not pd.isna(v)}
                 for r in frame.to_dict("records") if not pd.isna(r.get(GEN))}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -19,6 +19,15 @@ said as such. The defaults and the rules that differ between veRL's versions:
   parameter), the reference's bf16;
 - gradient checkpointing: veRL's default since 2025, on; `use_remove_padding`: off (each
   sequence padded to the prompt and response caps);
+- Megatron (MEGATRON_RECOMPUTE, veRL's code read at each change): its models run the sequences
+  packed (veRL's RmPad models, whatever `use_remove_padding` says; newer veRL's
+  `megatron.use_remove_padding`, true by default) and pad their logits back to the caps before
+  the log-probs; they recompute activations only with a recompute granularity of `full`
+  (`model.enable_gradient_checkpointing`, FSDP's switch, recomputes nothing under Megatron: before
+  April 2025 veRL passed it nowhere, then only with `gradient_checkpointing_kwargs`'
+  granularity, since May 2025 `megatron.override_transformer_config.recompute_granularity`);
+  the reference and the critic train at the actor's TP and PP (one process holds them all, its
+  parallel state set once from the actor's config: their own `megatron` sizes are not used).
 - mini-batches: `train_batch_size / ppo_mini_batch_size` optimizer steps per `ppo_epochs`.
 """
 
@@ -38,6 +47,10 @@ DEFAULT_MAX_TOKENS = 16384  # veRL's ppo_max_token_len_per_gpu default
 OLD_DEFAULTS = {"ppo_micro_batch_size": 64, "log_prob_micro_batch_size": 128,
                 "forward_micro_batch_size": 64}  # veRL's global sizes before 2025
 CRITIC_MAX_TOKENS = 32768
+# where a Megatron model's recompute granularity is set: newer veRL's (May 2025 on), then the one
+# of April-May 2025 (read only with enable_gradient_checkpointing)
+MEGATRON_RECOMPUTE = ("megatron.override_transformer_config.recompute_granularity",
+                      "model.gradient_checkpointing_kwargs.activations_checkpoint_granularity")
 
 
 class _Reader:
@@ -66,6 +79,14 @@ class _Reader:
             return int(float(text))
         except ValueError:
             raise ConfigError(self.log.path, key, text, "a whole number") from None
+
+    def optional_text(self, key: str) -> str | None:
+        """The setting where the log gives one (none, null or empty: None)."""
+        found = setting(self.log, key)
+        if found is None or found.value.strip().lower() in ("none", "null", ""):
+            return None
+        self.taken.append(TrainingTaken(key, found.value, found.source))
+        return found.value
 
     def optional_int(self, key: str) -> int | None:
         found = setting(self.log, key)
@@ -103,10 +124,25 @@ def _phase(r: _Reader, phase: str, role: str, prefix: str, name: str, dp: int,
     return PhaseShape(phase, role, micro, 0, update, epochs, minis)
 
 
-def _models(r: _Reader, shape: RunShape, newer: bool, lora: int) -> list[ModelShape]:
+def _recompute(r: _Reader, role: str, prefix: str, model: str, megatron: bool) -> bool:
+    """Whether the backward recomputes the forward (module docstring: Megatron's rule)."""
+    if not megatron:
+        return r.flag(model + "model.enable_gradient_checkpointing", True)
+    newer, older = (r.optional_text(prefix + MEGATRON_RECOMPUTE[0]),
+                    r.optional_text(model + MEGATRON_RECOMPUTE[1]))
+    if older is not None and not r.flag(model + "model.enable_gradient_checkpointing", False):
+        older = None
+    granularity = newer or older
+    if granularity is None:
+        r.taken.append(TrainingTaken(f"{role} recompute", "off", "Megatron recomputes nothing "
+                                     "without a recompute granularity (not in the log)"))
+    return (granularity or "").strip().lower() == "full"
+
+
+def _models(r: _Reader, shape: RunShape, newer: bool, lora: int,
+            megatron: bool = False) -> list[ModelShape]:
     actor = ModelShape(
-        "actor", shape.arch, checkpointing=r.flag(ARO + "model.enable_gradient_checkpointing",
-                                                  True),
+        "actor", shape.arch, checkpointing=_recompute(r, "actor", ACTOR, ARO, megatron),
         lora_rank=lora, param_offload=Offload.PHASE if r.flag(ACTOR + "fsdp_config.param_offload",
                                                                False) else Offload.NONE,
         grad_offload=r.flag(ACTOR + "fsdp_config.grad_offload", False),
@@ -127,7 +163,7 @@ def _models(r: _Reader, shape: RunShape, newer: bool, lora: int) -> list[ModelSh
                                          "here: the actor's"))
         out.append(ModelShape(
             "critic", arch, value_head=True,
-            checkpointing=r.flag(CRITIC + "model.enable_gradient_checkpointing", True),
+            checkpointing=_recompute(r, "critic", CRITIC, CRITIC, megatron),
             param_offload=(Offload.PHASE if r.flag(CRITIC + "model.fsdp_config.param_offload",
                                                    False) else Offload.NONE),
             grad_offload=r.flag(CRITIC + "model.fsdp_config.grad_offload", False),
@@ -182,13 +218,19 @@ def training_shape(log: RunLog, shape: RunShape) -> TrainingShape:
                                    ROLL + "log_prob_micro_batch_size_per_gpu",
                                    REF + "log_prob_micro_batch_size_per_gpu"))
     lora = r.int(ARO + "model.lora_rank", 0)
-    models = _models(r, shape, newer, lora)
+    megatron = strategy == "megatron"
+    models = _models(r, shape, newer, lora, megatron)
     phases = _phases(r, shape, dp, lora)
+    if megatron:  # packed in the layers unless newer veRL's switch says not (module docstring)
+        packed = r.get(ACTOR + "megatron.use_remove_padding", True, "veRL's Megatron models "
+                       "run packed (RmPad)").strip().lower() in ("true", "1", "yes")
+    else:
+        packed = r.flag(ARO + "model.use_remove_padding", False)
     ts = TrainingShape(
-        strategy, shape.gpus, tuple(models), tuple(phases), tp, pp,
-        remove_padding=r.flag(ARO + "model.use_remove_padding", False),
+        strategy, shape.gpus, tuple(models), tuple(phases), tp, pp, remove_padding=packed,
         max_prompt_tokens=r.int("data.max_prompt_length", 0),
         max_response_tokens=shape.max_response_tokens,
-        log_probs_in_gen=any(p.phase == "gen" for p in phases), taken=tuple(r.taken))
+        log_probs_in_gen=any(p.phase == "gen" for p in phases), logits_padded=megatron,
+        taken=tuple(r.taken))
     ts.check()
     return ts

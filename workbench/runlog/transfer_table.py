@@ -6,7 +6,11 @@ and what TLT would do to each calibrated run.
 The logs and how to read them are a manifest (traces/published/verl-runs/transfer.json): each
 log's file, the shape flags its log lacks (`gpu`, `arch`, `group_size`), its cluster, its recipe
 and its model, and the steps it is fitted on. A pair is every ordered pair of logs sharing a
-cluster or a recipe; its kind is "size" where the models differ, else "change".
+cluster, a recipe or a model; its kind says what differs beyond the run's settings: "change"
+(nothing: the same cluster, backend and model), else the list of what does: "cluster" (another
+machine: its GPU, its interconnect, its software), "backend" (another training strategy: FSDP,
+FSDP2, Megatron), "model" (another model of about the same size, within SIZE_RATIO in parameters)
+or "size" (another size).
 
 The model's error under a change of run (predictive.py MODEL_ERROR) is estimated here: the root
 mean square of every pair's median log-errors of the rollout and of the whole step. Each pair's
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.contracts.architecture import load_architecture
 from workbench.contracts.policy import load_policy
 from workbench.contracts.schema import ConfigError, save
 from workbench.contracts.workload import load_workload
@@ -35,6 +40,7 @@ from workbench.runlog.shape import ShapeFlags
 from workbench.runlog.transfer import LeftOut, predict_with
 
 FLAG_FIELDS = ("gpu", "arch", "group_size", "gpus", "tp", "max_response_tokens")
+SIZE_RATIO = 1.5  # models within this ratio of parameters are "about the same size"
 
 
 @dataclass(frozen=True)
@@ -99,10 +105,23 @@ def load_manifest(path: str | Path) -> list[TableLog]:
     return out
 
 
-def pairs_of(logs: list[TableLog]) -> list[tuple[int, int, str]]:
-    return [(i, j, "size" if a.model != b.model else "change")
+def pair_kind(a: TableLog, b: TableLog, params: tuple[float, float],
+              backends: tuple[str, str]) -> str:
+    """What differs between two logs beyond the run's settings (module docstring)."""
+    out = ["cluster"] if a.cluster != b.cluster else []
+    out += ["backend"] if backends[0] != backends[1] else []
+    if a.model != b.model:
+        out.append("size" if max(params) > SIZE_RATIO * min(params) else "model")
+    return ", ".join(out) or "change"
+
+
+def pairs_of(logs: list[TableLog], params: list[float],
+             backends: list[str]) -> list[tuple[int, int, str]]:
+    """Every ordered pair sharing a cluster, a recipe or a model, with its kind; `params` and
+    `backends`: each log's model's parameters and training strategy."""
+    return [(i, j, pair_kind(a, b, (params[i], params[j]), (backends[i], backends[j])))
             for i, a in enumerate(logs) for j, b in enumerate(logs)
-            if i != j and (a.cluster == b.cluster or a.recipe == b.recipe)]
+            if i != j and (a.cluster == b.cluster or a.recipe == b.recipe or a.model == b.model)]
 
 
 def _rms(x: list[float]) -> float:
@@ -143,7 +162,8 @@ def build(logs: list[TableLog], say: Callable[[str], None] = lambda _: None,
         own.append(OwnRow(t, p.log.steps, c.heldout, c.coverage, speed))
         say(f"{t.name}: held out {c.heldout.gen.median:.1f}% rollout, "
             f"{c.heldout.step.median:.1f}% step")
-    pairs = pairs_of(logs)
+    pairs = pairs_of(logs, [float(load_architecture(p.shape.arch).params) for p in preps],
+                     [p.training.strategy for p in preps])
     raw = {(i, j): predict_with(factors[i], (logs[i].name,), preps[j]) for i, j, _ in pairs}
     biases = {k: [r.gen_log_bias, r.step_log_bias] for k, r in raw.items()}
     rows = []
@@ -191,8 +211,36 @@ def table_lines(t: TransferTable) -> list[str]:
                      f"{_share(x.coverage, 'step')} | {r.model_error:.3f} |")
     lines += ["", f"Model error under a change of run, from the {len(t.pairs)} pairs' median "
               f"log-errors (rollout and whole step): {t.model_error:.3f} (declared in "
-              f"workbench/runlog/predictive.py: {t.declared:.3f})."]
+              f"workbench/runlog/predictive.py: {t.declared:.3f}); "
+              + "; ".join(f"the {n} pairs {k}: {e:.3f}" for n, k, e in _by_cluster(t)) + "."]
+    inside = _medians_inside(t.pairs)
+    lines.append(f"The measured median inside its 90% interval under a change (each pair's term "
+                 f"estimated without its target): {inside[0]} of {inside[1]} (pair, rollout and "
+                 f"whole step); the {len(_same(t.pairs))} pairs of one cluster "
+                 f"{_medians_inside(_same(t.pairs))[0]} of {2 * len(_same(t.pairs))}.")
     return lines
+
+
+def _same(pairs: tuple[PairRow, ...]) -> tuple[PairRow, ...]:
+    return tuple(r for r in pairs if not r.kind.startswith("cluster"))
+
+
+def _by_cluster(t: TransferTable) -> list[tuple[int, str, float]]:
+    """The model error from the pairs of one cluster and from those across clusters."""
+    def rms(rows: list[PairRow]) -> float:
+        return _rms([b for r in rows for b in (r.result.gen_log_bias, r.result.step_log_bias)])
+
+    same = list(_same(t.pairs))
+    other = [r for r in t.pairs if r not in same]
+    return [(len(rows), name, rms(rows)) for rows, name in ((same, "within one cluster"),
+                                                             (other, "across clusters")) if rows]
+
+
+def _medians_inside(pairs: tuple[PairRow, ...]) -> tuple[int, int]:
+    """How many of the pairs' run medians (rollout, whole step) fall inside their intervals."""
+    got = [getattr(r.result.coverage, g) for r in pairs for g in ("gen", "step")
+           if r.result.coverage is not None]
+    return sum(c.median_inside for c in got if c is not None), len(got)
 
 
 def table_json(t: TransferTable) -> dict:
@@ -200,8 +248,11 @@ def table_json(t: TransferTable) -> dict:
         return {"gen": e.gen.median, "update": e.update.median, "step": e.step.median,
                 "phases": {n: x.median for n, x in e.phases}}
 
+    inside = _medians_inside(t.pairs)
     return {
         "model_error": t.model_error, "declared_model_error": t.declared,
+        "model_error_by_cluster": {name: e for _, name, e in _by_cluster(t)},
+        "medians_inside": {"inside": inside[0], "of": inside[1]},
         "own": [{"log": r.log.name, "steps": r.steps, "fit_steps": r.log.fit_steps,
                  "heldout_median_abs_error_pct": errs(r.heldout),
                  "coverage": {g: getattr(getattr(r.coverage, g, None), "step_share", None)
@@ -212,5 +263,7 @@ def table_json(t: TransferTable) -> dict:
                    "gen_bias_pct": r.result.gen_bias_pct, "step_bias_pct": r.result.step_bias_pct,
                    "coverage": {g: getattr(getattr(r.result.coverage, g, None), "step_share",
                                            None) for g in ("gen", "update", "step")},
+                   "median_inside": {g: getattr(getattr(r.result.coverage, g, None),
+                                                "median_inside", None) for g in ("gen", "step")},
                    "model_error": r.model_error} for r in t.pairs],
     }
