@@ -133,11 +133,36 @@ def page(browser, app_url, tmp_path, request):
     context.set_default_timeout(PAGE_S * 1000)
     pg = context.new_page()
     pg.app_url = app_url
+    track(pg)
     yield pg
     try:
         pg.screenshot(path=str(tmp_path / f"{request.node.name[:80]}-end.png"))
     finally:
         context.close()
+
+
+@pytest.fixture()
+def new_tab(browser, app_url) -> Callable:
+    """new_tab(path): another tab of the app at APP/path (a browser context of its own: a new
+    Streamlit session), its runs tracked; closed with the test."""
+    contexts = []
+
+    def _open(path: str):
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        context.set_default_timeout(PAGE_S * 1000)
+        contexts.append(context)
+        tab = context.new_page()
+        tab.app_url = app_url
+        track(tab)
+        tab.goto(f"{app_url}/{path}")
+        return tab
+
+    yield _open
+    for context in contexts:
+        try:
+            context.close()
+        except Exception:  # closed by the test already
+            pass
 
 
 @pytest.fixture()
@@ -166,27 +191,41 @@ def appear_fixture() -> Callable:
     return appear
 
 
-# Counts the script runs the page has finished: every time the app's script-state attribute leaves
-# "running". Installed once per page load, on the app's root element.
-_RUNS_DONE = """() => {
-  const app = document.querySelector('[data-testid=stApp]');
-  if (!app) return -1;
-  if (app.__tltRunsDone === undefined) {
-    app.__tltRunsDone = 0;
-    new MutationObserver(records => {
-      for (const r of records) if (r.oldValue === 'running') app.__tltRunsDone += 1;
-    }).observe(app, {attributes: true, attributeOldValue: true,
-                     attributeFilter: ['data-test-script-state']});
-  }
-  return app.__tltRunsDone;
-}"""
 _IDLE = """() => document.querySelector(
   '[data-testid=stApp][data-test-script-state=notRunning]') !== null"""
-_DONE_AFTER = """n => {
-  const app = document.querySelector('[data-testid=stApp]');
-  return app !== null && app.__tltRunsDone > n
-    && app.getAttribute('data-test-script-state') === 'notRunning';
-}"""
+
+
+def _finished(payload) -> bool:
+    """Whether a frame the app sent is its "script run finished" message (a whole run or a
+    fragment's; not one cut short by the next rerun)."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    if not isinstance(payload, bytes):
+        return False
+    msg = ForwardMsg()
+    try:
+        msg.ParseFromString(payload)
+    except Exception:  # a frame of another kind
+        return False
+    return (msg.WhichOneof("type") == "script_finished"
+            and msg.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN)
+
+
+def track(pg) -> None:
+    """Count the script runs the app tells page `pg` it finished, from the messages on its
+    websocket (the page's script-state attribute can skip "running" when a run is quick). Call it
+    before the page opens the app."""
+    pg.tlt_runs, pg.tlt_socket = 0, None
+
+    def count(payload) -> None:
+        pg.tlt_runs += _finished(payload)
+
+    def opened(ws) -> None:
+        if ws.url.endswith("/_stcore/stream"):
+            pg.tlt_socket = ws
+            ws.on("framereceived", count)
+
+    pg.on("websocket", opened)
 
 
 def settle(pg) -> None:
@@ -197,12 +236,14 @@ def settle(pg) -> None:
 @contextmanager
 def rerun(pg):
     """`with rerun(page): <an action that changes a widget>`: waits, after the block, for the
-    script run the action starts to finish (not for a pause that a busy machine outlasts)."""
+    script run the action starts to finish, as the app announces it (not for a pause that a busy
+    machine outlasts)."""
     settle(pg)
-    pg.wait_for_function(f"({_RUNS_DONE})() >= 0")
-    done = pg.evaluate(_RUNS_DONE)
+    done = pg.tlt_runs
     yield
-    pg.wait_for_function(_DONE_AFTER, arg=done)
+    if pg.tlt_runs == done:  # not yet announced (frames are counted only while Playwright runs)
+        pg.tlt_socket.wait_for_event("framereceived", predicate=_finished)
+    settle(pg)
 
 
 def grid_cells(grid, must: tuple[str, ...] = ()) -> list[str]:

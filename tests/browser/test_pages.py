@@ -160,8 +160,8 @@ def test_calibrate_shows_the_shipped_calibration_and_checks_the_form(
 
 @pytest.mark.needs_vllm
 @pytest.mark.needs_reference
-def test_train_runs_real_steps(browser, app_url, page, open_page, appear, healthy, shot, widgets,
-                               tmp_path, docs_shot, grid_cells, poll_until):
+def test_train_runs_real_steps(page, open_page, appear, healthy, shot, widgets, tmp_path, docs_shot,
+                               grid_cells, poll_until, new_tab):
     """A real run started in one tab, watched from another, ended with no page looking: reaped
     (no zombie), and every tab opened later greets it with how it ended, not a refusal."""
     run_dir = tmp_path / "run"
@@ -181,7 +181,7 @@ def test_train_runs_real_steps(browser, app_url, page, open_page, appear, health
     shot(page, "train-running")
     try:
         # Another tab opened mid-run sees it, with its Stop, and no refusal.
-        tab = _tab(browser, app_url, "train")
+        tab = new_tab("train")
         tab.get_by_text(re.compile(rf"^running \(pid {pid}\)")).first.wait_for()
         # the page draws its elements one after another: the Stop button may follow the line
         tab.get_by_role("button", name="Stop").first.wait_for()
@@ -222,7 +222,7 @@ def test_train_runs_real_steps(browser, app_url, page, open_page, appear, health
     healthy(tab)
     tab.context.close()
     # A tab opened after it ended: how it ended, its monitor, no red box and Start enabled.
-    later = _tab(browser, app_url, "train")
+    later = new_tab("train")
     later.get_by_text(re.compile(rf"^finished \(pid {pid}\)")).first.wait_for()
     appear(later, later.get_by_text("Where the rollout's worker-time went"))
     healthy(later)
@@ -230,15 +230,6 @@ def test_train_runs_real_steps(browser, app_url, page, open_page, appear, health
     shot(later, "train-finished", show="Monitor")
     docs_shot(later, "train-finished.png", height=2400)
     later.context.close()
-
-
-def _tab(browser, app_url: str, path: str):
-    """Another tab of the app (a browser context of its own: a new Streamlit session)."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(120_000)
-    tab = context.new_page()
-    tab.goto(f"{app_url}/{path}")
-    return tab
 
 
 def _state(pid: int) -> str | None:
