@@ -48,13 +48,14 @@ parsers: $(PARSERS)/.installed
 # of skipping. TLT_REQUIRE_PARSERS: likewise the parser checks, with .parsers just installed.
 # Two pytest workers, a test file each at a time (module fixtures such as test_train's runs stay in
 # one worker): much of the suite waits on engine and browser start-up, so two workers overlap on two
-# cores.
+# cores. Files in collection order (--no-loadscope-reorder): tests/conftest.py puts the files that
+# start engines or the app first, so no long file starts last and runs alone.
 TEST_WORKERS ?= 2
 # ruff first (seconds): a lint error fails before the long suite starts.
 test: $(STAMP) $(CHROMIUM) $(PARSERS)/.installed
 	$(BIN)/ruff check .
 	TLT_REQUIRE_BROWSER=1 TLT_REQUIRE_PARSERS=1 \
-	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Only the end-to-end tests: `streamlit run app.py` on a free port, each page in headless Chromium.
 test-browser: $(STAMP) $(CHROMIUM)

@@ -55,11 +55,23 @@ def pytest_configure(config) -> None:
         config.addinivalue_line("markers", f"{name}: skipped where {reason.split(' (')[0]}")
 
 
+def _long(item) -> bool:
+    """Whether `item`'s file holds tests that start real engines, train with torch or drive the
+    app in a browser: up to minutes each, where the rest take seconds."""
+    return ("browser" in item.path.parts
+            or any(item.get_closest_marker(m) is not None for m in ("needs_vllm", "needs_torch")))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         for name, (ok, reason) in _NEEDS.items():
             if not ok and item.get_closest_marker(name) is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    # The files with long tests first, each in its own order: `make test`'s two workers (a file
+    # each at a time, in this order: --no-loadscope-reorder) then fill the end with short files,
+    # instead of a long file starting last and running alone.
+    long_files = {item.path for item in items if _long(item)}
+    items.sort(key=lambda item: item.path not in long_files)
 
 
 @pytest.fixture(autouse=True)
