@@ -27,7 +27,7 @@ REAP_S = 10  # the app reaps a finished run when it next looks (every page refre
 
 def test_every_page_opens_at_its_own_url(page, open_page, healthy, shot):
     open_page(page, "", "What-if")
-    assert page.url.rstrip("/").endswith("/what-if")  # the root forwards to the What-if page
+    page.wait_for_url("**/what-if")  # the root forwards to the What-if page
     links = page.eval_on_selector_all("[data-testid=stSidebarNav] a", "els => els.map(e => e.href)")
     paths = [link.rstrip("/").rsplit("/", 1)[-1] for link in links]
     assert sorted(paths) == sorted(PAGES), (f"pages in the navigation: {paths}; give new ones a "
