@@ -31,12 +31,14 @@ def _config(model: Path, policy: str, out: Path, **kw) -> RunConfig:
 
 
 @pytest.fixture(scope="module")
-def ray_local():
+def ray_local() -> str:
+    """The module's own Ray (not another test's); its address, which the runs that must give the
+    same outputs join (`tlt train --address`: each worker one torch thread, whatever the machine),
+    so that no command-line run starts a Ray of its own."""
     import ray
 
-    # not another test's Ray
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield
+    yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
 
@@ -55,7 +57,8 @@ def runs(ray_local, tmp_path_factory, reference_model, reference_drafter):
                     drafter=reference_drafter, start_tables=tables, **SMALL)
     return {
         "tlt-vllm": run_training(tlt, log=None),
-        "baseline": run_training(_config(reference_model, "baseline", root / "baseline"), log=None),
+        "baseline": run_training(_config(reference_model, "baseline", root / "baseline",
+                                         address=ray_local), log=None),
     }
 
 
@@ -290,14 +293,15 @@ def _tlt_train(model: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
-def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
+def test_resume_after_kill_loses_nothing(runs, ray_local, tmp_path, reference_model):
     """kill -9 the whole `tlt train` process group mid-run, resume: the finished step is kept
     and the run ends where an uninterrupted run with the same seed ends (baseline decoding is
-    deterministic for a seed, so rewards must match request for request)."""
+    deterministic for a seed, so rewards must match request for request). Both commands join the
+    module's Ray, as the uninterrupted run did: a killed driver's workers go with it."""
     out = tmp_path / "killed"
     env = {**os.environ, "RAY_ADDRESS": ""}
     proc = subprocess.Popen(
-        _tlt_train(reference_model, out),
+        _tlt_train(reference_model, out, "--address", ray_local),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -316,7 +320,7 @@ def test_resume_after_kill_loses_nothing(runs, tmp_path, reference_model):
     before = (out / "metrics.csv").read_text().splitlines()
     assert len(before) == 2, "one finished step before the kill"
     done = subprocess.run(
-        _tlt_train(reference_model, out, "--resume"),
+        _tlt_train(reference_model, out, "--resume", "--address", ray_local),
         capture_output=True,
         text=True,
         env=env,
