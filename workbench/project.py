@@ -299,6 +299,8 @@ class Projection:
     runs: list[RunProjection]
     price_per_gpu_hour: float | None = None
     power: GpuPower | None = None
+    # per policy its totals with their 90% intervals (workbench/compare/run_interval.py); None: none
+    intervals: dict[str, dict] | None = None
 
     @property
     def method(self) -> str:
@@ -351,6 +353,7 @@ class Projection:
             "gpu_watts": watts,
             "energy_scope": "GPU board power only (no host, network or cooling)",
             "policies": {p: self.policy_entry(p) for p in self.policies},
+            "intervals": self.intervals,
         }
 
     def to_json(self) -> str:

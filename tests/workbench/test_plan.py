@@ -4,6 +4,7 @@ profiles are derived), its front, its infeasible shapes, the files it writes and
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -105,6 +106,22 @@ def test_the_chosen_files_load_and_tlt_sim_runs_them(tiny_plan, tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
+
+
+def test_tlt_plan_prints_the_chosen_shapes_days_and_cost_with_their_interval(cache, monkeypatch,
+                                                                           tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    res = runner.invoke(app, ["plan", "--workload", "tlt-eval-qwen2.5-7b", "--gpu", "h100",
+                              "--gpus", "16", "--price-per-gpu-hour", "1000", "--tp", "4",
+                              "--max-batch", "128", "--policies", "tlt", "--trials", "1",
+                              "--steps", "2", "--out", str(tmp_path / "p")])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.stdout.splitlines() if x.startswith("chosen"))
+    cost = float(re.search(r"days, ([\d,]+) USD", line).group(1).replace(",", ""))
+    lo, hi = (float(x.replace(",", "")) for x in
+              re.search(r"90%: [\d.]+-[\d.]+ days, ([\d,]+)-([\d,]+) USD", res.stdout).groups())
+    assert lo < cost < hi, res.stdout
+    assert "fit error" in res.stdout  # what the interval covers: the database profile's fit
 
 
 def test_a_model_too_big_for_the_gpu_is_marked_not_dropped(tmp_path, monkeypatch):

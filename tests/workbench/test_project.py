@@ -163,6 +163,15 @@ def test_tlt_project_writes_the_run_totals(tmp_path):
     assert base["cost"]["mean"] == pytest.approx(2 * base["gpu_hours"]["mean"])
     assert (out / "project.png").stat().st_size > 0
     assert "GPU-hours" in res.stdout and "energy: GPUs only" in res.stdout
+    # Every total comes with its 90% interval, around the projection's own figure.
+    for name, entry in data["intervals"].items():
+        for key in ("days", "gpu_hours", "cost", "energy_kwh", "speedup"):
+            iv = entry[key]
+            assert iv["low"] <= iv["value"] <= iv["high"] and iv["level"] == 0.9
+        assert entry["days"]["value"] == pytest.approx(data["policies"][name]["days"]["mean"],
+                                                       rel=1e-9)
+        assert entry["days"]["high"] > entry["days"]["low"]
+    assert "how sure (the mean step simulated again" in res.stdout and "fit error" in res.stdout
 
 
 def test_tlt_project_without_watts_says_how_to_get_energy_and_refuses_bad_watts(tmp_path):

@@ -15,6 +15,9 @@ from sim.simulator import check_size
 from sim.sweep import sweep_units
 from workbench import project as projection
 from workbench.cli.apps import app, bench_app
+from workbench.compare.intervals import interval_lines
+from workbench.compare.run_interval import (covers_line, projection_intervals,
+                                            short_run_intervals)
 from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
                                   load_inputs, mapper_for)
 from workbench.contracts.energy import GpuPower
@@ -51,6 +54,21 @@ def _table(result: projection.Projection) -> str:
                      f"/ {_saving(s['energy_kwh'])}"])
     return format_table(rows, ["policy", "step min", "days", "GPU-hours", "cost", "energy kWh",
                                "speedup", "saving: days / GPU-h / kWh"])
+
+
+def _interval_lines(result: projection.Projection) -> list[str]:
+    """Each policy's days and speedup with their 90% intervals, or why there are none."""
+    if not result.intervals:
+        return interval_lines(None, "")
+    covers = next(iter(result.intervals.values()))["covers"]
+    lines = [f"how sure ({covers_line(covers)}):"]
+    for name, e in result.intervals.items():
+        d, s = e["days"], e["speedup"]
+        line = f"  {name}: {d['low']:,.2f}-{d['high']:,.2f} days"
+        if name != result.policies[0]:
+            line += f"; {s['value']:.2f}x, 90%: {s['low']:.2f}-{s['high']:.2f}x"
+        lines.append(line)
+    return lines
 
 
 @app.command()
@@ -102,6 +120,7 @@ def project(
         err=True)
     result = projection.project(wl, pols, prof, seeds, n, sample_steps, full, price_per_gpu_hour,
                                 power, mapper=mapper_for(workers, address), on_done=progress)
+    result.intervals = projection_intervals(result, short_run_intervals(wl, pols, prof))
     elapsed = time.perf_counter() - t0
     result.save(out)
     how = (f"sampled: {len(units[0].starts)} blocks of {units[0].block} "
@@ -114,6 +133,8 @@ def project(
              else " (no --price-per-gpu-hour)")
     typer.echo(f"mean ± std over seeds; cost{price}; saving = 1 "
                f"- policy / {result.policies[0]}, paired by seed")
+    for line in _interval_lines(result):
+        typer.echo(line)
     if power is None:
         typer.echo(ENERGY_UNKNOWN.format(profile=prof.name))
     else:

@@ -67,6 +67,15 @@ class Plan:
             return None
         return next(p for p in self.spec.policies if p.name == c.shape.policy)
 
+    def chosen_run(self) -> tuple[Workload, Policy, Profile] | None:
+        """The chosen shape as the simulator runs it: its workload (naming its profile), policy
+        and profile; None when nothing was chosen."""
+        wl, pol = self.chosen_workload(), self.chosen_policy()
+        if wl is None or pol is None:
+            return None
+        prof = self.profiles[wl.gpus_per_worker]
+        return replace(wl, profile=prof.name), pol, prof
+
     def to_dict(self) -> dict:
         s = self.spec
 

@@ -8,22 +8,22 @@ run (days, cost, energy) on profiles derived from NVIDIA's measured database. Th
 shape with its exports, the Pareto front of run time vs cost, the shapes that cannot run and why,
 and the chosen workload, policy and profile to download. The chosen shape's days and cost carry
 the 90% interval of its mean step (workbench/compare/intervals.py: its profile's fit error, the
-acceptance, the lengths' sampling), from INTERVAL_STEPS steps of it simulated again.
+acceptance, the lengths' sampling), from a few steps of it simulated again
+(workbench/compare/run_interval.py).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from sim.simulator import simulate
 from workbench import plan as planning
-from workbench.compare.intervals import PolicyInterval, interval_lines, policy_intervals, run_work
+from workbench.compare.intervals import PolicyInterval, interval_lines
+from workbench.compare.run_interval import carried, covers_line, short_run_intervals
 from workbench.calibrate.database.aiconfigurator import FRAMEWORKS, gpu_names
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.schema import ConfigError, FieldError
@@ -33,7 +33,6 @@ from workbench.ui.export import figure_downloads, policy_export_buttons
 
 _STATE_RESULT = "plan_result"
 _STATE_INTERVAL = "plan_chosen_interval"  # the chosen shape's PolicyInterval (None: none)
-INTERVAL_STEPS = 3  # steps of the chosen shape simulated for its interval
 _TP_CHOICES = (1, 2, 4, 8)
 _BATCH_CHOICES = (32, 64, 128, 256, 512)
 
@@ -100,16 +99,10 @@ def _run(spec: planning.PlanSpec) -> planning.Plan | None:
 
 
 def chosen_interval(result: planning.Plan) -> PolicyInterval | None:
-    """The chosen shape's mean step with its interval: INTERVAL_STEPS steps of it (seed 0)
-    priced under its profile's declared uncertainty (None: no shape chosen, or nothing to draw
+    """The chosen shape's mean step with its interval (None: no shape chosen, or nothing to draw
     from)."""
-    wl, policy = result.chosen_workload(), result.chosen_policy()
-    if wl is None or policy is None:
-        return None
-    prof = result.profiles[wl.gpus_per_worker]
-    wl = replace(wl, profile=prof.name)
-    run = simulate(wl, policy, prof, seed=0, steps=min(INTERVAL_STEPS, wl.steps))
-    got = policy_intervals([(policy.name, [run_work(run, prof, wl.workers)])], prof)
+    run = result.chosen_run()
+    got = short_run_intervals(run[0], [run[1]], run[2]) if run is not None else None
     return got[0] if got else None
 
 
@@ -117,8 +110,8 @@ def _sure(iv: PolicyInterval | None, value: float, unit: str, fmt: str) -> dict:
     """A tile's 90% interval under its value, as a share of the mean step's."""
     if iv is None:
         return {}
-    lo, hi = (value * x / iv.step_s.center for x in (iv.step_s.low, iv.step_s.high))
-    return {"delta": f"{iv.step_s.level:.0%}: {lo:{fmt}}-{hi:{fmt}}{unit}", "delta_color": "off",
+    c = carried(iv.step_s, value)
+    return {"delta": f"{c.level:.0%}: {c.low:{fmt}}-{c.high:{fmt}}{unit}", "delta_color": "off",
             "delta_arrow": "off"}
 
 
@@ -138,8 +131,7 @@ def _show_chosen(result: planning.Plan, currency: str, target: str) -> None:
                    f"{c.cost:,.0f} {currency}".strip(), **_sure(iv, c.cost, "", ",.0f"))
     cols[2].metric("Energy", "unknown" if c.energy_kwh is None else f"{c.energy_kwh:,.0f} kWh")
     cols[3].metric("GPU-hours", f"{c.gpu_hours:,.0f}")
-    st.caption(f"90%: the interval of the shape's mean step on {INTERVAL_STEPS} steps simulated "
-               f"again ({iv.covers}), carried to the whole run." if iv is not None else
+    st.caption(f"{iv.step_s.level:.0%}: {covers_line(iv.covers)}." if iv is not None else
                interval_lines(None, "")[0].capitalize() + ".")
     st.markdown(f"**{c.shape.label}** on {spec.gpu} ({spec.framework}); profile `{c.profile}`; "
                 f"mean RL step {c.mean_step_min:,.1f} min; KV cache per engine {c.kv_tokens:,} "

@@ -1,0 +1,83 @@
+"""A whole run's totals with a 90% interval: the interval of each policy's mean step, from a few
+steps simulated again and priced under the profile's declared uncertainty
+(workbench/compare/intervals.py), carried to the run's figure as a share of that mean step.
+
+A projected run (`tlt project`) or a planned shape (`tlt plan`, the Plan page) is simulated in
+blocks or sampled, without the timelines the intervals price again; the few steps simulated here
+have them. The figure a user reads (days, cost, speedup) stays the projection's own; only its
+interval's width comes from the short run, so the two answers never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from sim.simulator import simulate
+from workbench.compare.intervals import Interval, PolicyInterval, policy_intervals, run_work
+from workbench.contracts.policy import Policy
+from workbench.contracts.profile import Profile
+from workbench.contracts.workload import Workload
+from workbench.project import FIGURES, Projection
+
+INTERVAL_STEPS = 3  # steps of each policy simulated again for its interval (seed 0)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """A run total and its 90% interval."""
+
+    value: float
+    low: float
+    high: float
+    level: float
+
+
+def short_run_intervals(workload: Workload, policies: Sequence[Policy], profile: Profile,
+                        steps: int = INTERVAL_STEPS,
+                        seed: int = 0) -> list[PolicyInterval] | None:
+    """Each policy's mean step and its speedup over the first policy, with intervals, from
+    `steps` steps of each (the same seed for every policy). None: nothing to draw from."""
+    n = min(steps, workload.steps)
+    runs = [simulate(workload, p, profile, seed=seed, steps=n) for p in policies]
+    return policy_intervals([(p.name, [run_work(r, profile, workload.workers)])
+                             for p, r in zip(policies, runs)], profile, seed)
+
+
+def carried(interval: Interval, value: float) -> Carried:
+    """`value` (a run total proportional to the mean step: days, GPU-hours, cost; or a speedup
+    over the first policy) at the ends of the short run's `interval` of the same figure."""
+    c = interval.center
+    return Carried(value, value * interval.low / c, value * interval.high / c, interval.level)
+
+
+def covers_line(covers: str) -> str:
+    """What a carried interval covers, in words (`covers`: its short run's PolicyInterval's)."""
+    return f"the mean step simulated again, {covers}; carried to the whole run as a share of it"
+
+
+def carried_json(iv: PolicyInterval, figures: dict[str, float | None],
+                 speedup: float) -> dict:
+    """A policy's run totals (`figures`: name -> value, None where unknown) and its speedup
+    over the first policy, each with its carried interval, for a JSON file."""
+    def one(c: Carried) -> dict:
+        return {"value": c.value, "low": c.low, "high": c.high, "level": c.level}
+
+    out = {k: one(carried(iv.step_s, v)) for k, v in figures.items() if v is not None}
+    out["speedup"] = one(carried(iv.speedup, speedup))
+    out["covers"] = iv.covers
+    return out
+
+
+def projection_intervals(result: Projection, intervals: list[PolicyInterval] | None
+                         ) -> dict[str, dict] | None:
+    """Each policy's mean totals and speedup in `result`, with their carried intervals, for
+    project.json (None: no intervals)."""
+    if not intervals:
+        return None
+    out = {}
+    for pi in intervals:
+        e = result.policy_entry(pi.policy)
+        means = {k: e[k]["mean"] if e[k] else None for k, _ in FIGURES}
+        out[pi.policy] = carried_json(pi, means, e["speedup_vs_first"]["mean"])
+    return out
