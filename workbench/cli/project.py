@@ -120,7 +120,7 @@ def project(
         err=True)
     result = projection.project(wl, pols, prof, seeds, n, sample_steps, full, price_per_gpu_hour,
                                 power, mapper=mapper_for(workers, address), on_done=progress)
-    result.intervals = projection_intervals(result, short_run_intervals(wl, pols, prof))
+    result.intervals = projection_intervals(result, short_run_intervals(wl, pols, prof, n))
     elapsed = time.perf_counter() - t0
     result.save(out)
     how = (f"sampled: {len(units[0].starts)} blocks of {units[0].block} "

@@ -20,7 +20,9 @@ from workbench.contracts.profile import Profile
 from workbench.contracts.workload import Workload
 from workbench.project import FIGURES, Projection
 
-INTERVAL_STEPS = 3  # steps of each policy simulated again for its interval (seed 0)
+# Steps of each policy simulated again for its interval (seed 0): the mean of 3 (What-if's) strays
+# so far from a long run's that its interval, carried to the run, would be several times too wide.
+INTERVAL_STEPS = 10
 
 
 @dataclass(frozen=True)
@@ -34,11 +36,12 @@ class Carried:
 
 
 def short_run_intervals(workload: Workload, policies: Sequence[Policy], profile: Profile,
-                        steps: int = INTERVAL_STEPS,
+                        run_steps: int | None = None,
                         seed: int = 0) -> list[PolicyInterval] | None:
-    """Each policy's mean step and its speedup over the first policy, with intervals, from
-    `steps` steps of each (the same seed for every policy). None: nothing to draw from."""
-    n = min(steps, workload.steps)
+    """Each policy's mean step and its speedup over the first policy, with intervals, from the
+    first INTERVAL_STEPS steps of a run of `run_steps` (default: the workload's), the same seed
+    for every policy. None: nothing to draw from."""
+    n = min(INTERVAL_STEPS, run_steps or workload.steps)
     runs = [simulate(workload, p, profile, seed=seed, steps=n) for p in policies]
     return policy_intervals([(p.name, [run_work(r, profile, workload.workers)])
                              for p, r in zip(policies, runs)], profile, seed)
