@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MANIFEST = HERE / "manifest.json"
-BASE_COMMIT = "1c78233"  # main with issues 41-45 merged and the fuzz's fixes
+BASE_COMMIT = "d246da2"  # main with issues 48-52 merged
 
 TEXT = {".txt", ".json", ".yaml", ".yml", ".md", ".csv", ".log", ".sh", ".jsonl"}
 
