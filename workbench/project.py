@@ -299,7 +299,8 @@ class Projection:
     runs: list[RunProjection]
     price_per_gpu_hour: float | None = None
     power: GpuPower | None = None
-    # per policy its totals with their 90% intervals (workbench/compare/run_interval.py); None: none
+    # per policy its totals with their 90% intervals, as project.json holds them (RunInterval in
+    # workbench/compare/run_interval.py); None: none
     intervals: dict[str, dict] | None = None
 
     @property

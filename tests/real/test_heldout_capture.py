@@ -48,7 +48,7 @@ def captured(reference_model, reference_drafter):
     return traces
 
 
-def test_a_held_out_eagle_capture_is_paced_and_timed_as_measured(captured):
+def test_a_held_out_eagle_capture_is_paced_as_measured_and_timed_to_its_order(captured):
     fit = [captured[n] for n, *_ in FIT]
     profile = calibrate(fit, load_profile("cpu-tiny"), name="ci-heldout").profile
     assert profile.speed_probe_ms is not None, (

@@ -167,7 +167,7 @@ def test_tlt_project_writes_the_run_totals(tmp_path):
     for name, entry in data["intervals"].items():
         for key in ("days", "gpu_hours", "cost", "energy_kwh", "speedup"):
             iv = entry[key]
-            assert iv["low"] <= iv["value"] <= iv["high"] and iv["level"] == 0.9
+            assert iv["low"] <= iv["value"] <= iv["high"] and iv["level"] == pytest.approx(0.9)
         assert entry["days"]["value"] == pytest.approx(data["policies"][name]["days"]["mean"],
                                                        rel=1e-9)
         assert entry["days"]["high"] > entry["days"]["low"]

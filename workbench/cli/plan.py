@@ -12,7 +12,7 @@ from workbench import plan as planning
 from workbench.cli.apps import app
 from workbench.cli.common import fail
 from workbench.compare.intervals import interval_lines
-from workbench.compare.run_interval import carried, covers_line, short_run_intervals
+from workbench.compare.run_interval import carried, chosen_interval, covers_line
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.schema import ConfigError
 from workbench.contracts.workload import load_workload
@@ -186,12 +186,11 @@ def _print_chosen(result: planning.Plan, currency: str, target: str, out: Path) 
               else f"{c.energy_kwh:,.0f} kWh")
     typer.echo(f"chosen ({rule}): {c.shape.label}: {c.days:.2f} days, {c.cost:,.0f} "
                f"{currency}, {energy}, {c.gpu_hours:,.0f} GPU-hours (profile {c.profile})")
-    run = result.chosen_run()
-    got = short_run_intervals(run[0], [run[1]], run[2])
-    if got:
-        days, money = carried(got[0].step_s, c.days), carried(got[0].step_s, c.cost)
+    iv = chosen_interval(result.chosen_run())
+    if iv is not None:
+        days, money = carried(iv.step_s, c.days), carried(iv.step_s, c.cost)
         typer.echo(f"  {days.level:.0%}: {days.low:.2f}-{days.high:.2f} days, "
-                   f"{money.low:,.0f}-{money.high:,.0f} {currency} ({covers_line(got[0].covers)})")
+                   f"{money.low:,.0f}-{money.high:,.0f} {currency} ({covers_line(iv.covers)})")
     else:
         typer.echo(f"  {interval_lines(None, '')[0]}")
     if target in EXPORTS:

@@ -16,7 +16,7 @@ from sim.sweep import sweep_units
 from workbench import project as projection
 from workbench.cli.apps import app, bench_app
 from workbench.compare.intervals import interval_lines
-from workbench.compare.run_interval import (covers_line, projection_intervals,
+from workbench.compare.run_interval import (RunInterval, covers_line, run_intervals,
                                             short_run_intervals)
 from workbench.cli.common import (ADDRESS_OPTION, PROFILE_OPTION, WORKERS_OPTION, fail,
                                   load_inputs, mapper_for)
@@ -56,17 +56,16 @@ def _table(result: projection.Projection) -> str:
                                "speedup", "saving: days / GPU-h / kWh"])
 
 
-def _interval_lines(result: projection.Projection) -> list[str]:
+def _interval_lines(intervals: list[RunInterval] | None, reference: str) -> list[str]:
     """Each policy's days and speedup with their 90% intervals, or why there are none."""
-    if not result.intervals:
+    if not intervals:
         return interval_lines(None, "")
-    covers = next(iter(result.intervals.values()))["covers"]
-    lines = [f"how sure ({covers_line(covers)}):"]
-    for name, e in result.intervals.items():
-        d, s = e["days"], e["speedup"]
-        line = f"  {name}: {d['low']:,.2f}-{d['high']:,.2f} days"
-        if name != result.policies[0]:
-            line += f"; {s['value']:.2f}x, 90%: {s['low']:.2f}-{s['high']:.2f}x"
+    lines = [f"how sure ({covers_line(intervals[0].covers)}):"]
+    for r in intervals:
+        d, s = r.totals["days"], r.speedup
+        line = f"  {r.policy}: {d.low:,.2f}-{d.high:,.2f} days"
+        if r.policy != reference:
+            line += f"; {s.value:.2f}x, {s.level:.0%}: {s.low:.2f}-{s.high:.2f}x"
         lines.append(line)
     return lines
 
@@ -120,7 +119,8 @@ def project(
         err=True)
     result = projection.project(wl, pols, prof, seeds, n, sample_steps, full, price_per_gpu_hour,
                                 power, mapper=mapper_for(workers, address), on_done=progress)
-    result.intervals = projection_intervals(result, short_run_intervals(wl, pols, prof, n))
+    intervals = run_intervals(result, short_run_intervals(wl, pols, prof, n))
+    result.intervals = {r.policy: r.to_json() for r in intervals} if intervals else None
     elapsed = time.perf_counter() - t0
     result.save(out)
     how = (f"sampled: {len(units[0].starts)} blocks of {units[0].block} "
@@ -133,7 +133,7 @@ def project(
              else " (no --price-per-gpu-hour)")
     typer.echo(f"mean ± std over seeds; cost{price}; saving = 1 "
                f"- policy / {result.policies[0]}, paired by seed")
-    for line in _interval_lines(result):
+    for line in _interval_lines(intervals, result.policies[0]):
         typer.echo(line)
     if power is None:
         typer.echo(ENERGY_UNKNOWN.format(profile=prof.name))

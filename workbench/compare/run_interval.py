@@ -59,28 +59,41 @@ def covers_line(covers: str) -> str:
     return f"the mean step simulated again, {covers}; carried to the whole run as a share of it"
 
 
-def carried_json(iv: PolicyInterval, figures: dict[str, float | None],
-                 speedup: float) -> dict:
-    """A policy's run totals (`figures`: name -> value, None where unknown) and its speedup
-    over the first policy, each with its carried interval, for a JSON file."""
-    def one(c: Carried) -> dict:
-        return {"value": c.value, "low": c.low, "high": c.high, "level": c.level}
-
-    out = {k: one(carried(iv.step_s, v)) for k, v in figures.items() if v is not None}
-    out["speedup"] = one(carried(iv.speedup, speedup))
-    out["covers"] = iv.covers
-    return out
+def chosen_interval(run: tuple[Workload, Policy, Profile] | None) -> PolicyInterval | None:
+    """A plan's chosen shape (`Plan.chosen_run()`): its mean step with its interval (None: no
+    shape chosen, or nothing to draw from)."""
+    got = short_run_intervals(run[0], [run[1]], run[2]) if run is not None else None
+    return got[0] if got else None
 
 
-def projection_intervals(result: Projection, intervals: list[PolicyInterval] | None
-                         ) -> dict[str, dict] | None:
-    """Each policy's mean totals and speedup in `result`, with their carried intervals, for
-    project.json (None: no intervals)."""
+@dataclass(frozen=True)
+class RunInterval:
+    """A projected policy's mean totals (days, GPU-hours, cost, energy: those known) and its
+    speedup over the first policy, each with its carried interval."""
+
+    policy: str
+    totals: dict[str, Carried]
+    speedup: Carried
+    covers: str
+
+    def to_json(self) -> dict:
+        def one(c: Carried) -> dict:
+            return {"value": c.value, "low": c.low, "high": c.high, "level": c.level}
+
+        return {**{k: one(c) for k, c in self.totals.items()}, "speedup": one(self.speedup),
+                "covers": self.covers}
+
+
+def run_intervals(result: Projection,
+                  intervals: list[PolicyInterval] | None) -> list[RunInterval] | None:
+    """Each policy's mean totals and speedup in `result`, with their carried intervals (None: no
+    intervals)."""
     if not intervals:
         return None
-    out = {}
+    out = []
     for pi in intervals:
         e = result.policy_entry(pi.policy)
-        means = {k: e[k]["mean"] if e[k] else None for k, _ in FIGURES}
-        out[pi.policy] = carried_json(pi, means, e["speedup_vs_first"]["mean"])
+        totals = {k: carried(pi.step_s, e[k]["mean"]) for k, _ in FIGURES if e[k] is not None}
+        out.append(RunInterval(pi.policy, totals,
+                               carried(pi.speedup, e["speedup_vs_first"]["mean"]), pi.covers))
     return out

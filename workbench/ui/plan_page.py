@@ -23,7 +23,7 @@ import streamlit as st
 
 from workbench import plan as planning
 from workbench.compare.intervals import PolicyInterval, interval_lines
-from workbench.compare.run_interval import carried, covers_line, short_run_intervals
+from workbench.compare.run_interval import carried, chosen_interval, covers_line
 from workbench.calibrate.database.aiconfigurator import FRAMEWORKS, gpu_names
 from workbench.contracts.policy import load_policy, policy_presets
 from workbench.contracts.schema import ConfigError, FieldError
@@ -96,14 +96,6 @@ def _run(spec: planning.PlanSpec) -> planning.Plan | None:
         return None
     bar.empty()
     return result
-
-
-def chosen_interval(result: planning.Plan) -> PolicyInterval | None:
-    """The chosen shape's mean step with its interval (None: no shape chosen, or nothing to draw
-    from)."""
-    run = result.chosen_run()
-    got = short_run_intervals(run[0], [run[1]], run[2]) if run is not None else None
-    return got[0] if got else None
 
 
 def _sure(iv: PolicyInterval | None, value: float, unit: str, fmt: str) -> dict:
@@ -257,7 +249,7 @@ def render() -> None:
         if result is not None:
             st.session_state[_STATE_RESULT] = result
             with st.spinner("How sure the chosen shape is: simulating it again…"):
-                st.session_state[_STATE_INTERVAL] = chosen_interval(result)
+                st.session_state[_STATE_INTERVAL] = chosen_interval(result.chosen_run())
     result = st.session_state.get(_STATE_RESULT)
     if result is not None:
         _show(result, currency, target)
